@@ -1,0 +1,190 @@
+/*
+ * Private header of the CPython extension `dtorch._C`.
+ *
+ * The extension is a thin layer over include/dtorch/dtorch.h. It defines four
+ * heap types (TensorBase, Mesh, GraphBase, FutureBase), the status-to-exception
+ * mapping, the torch <-> dtorch dtype tables and the call-site recorder. The
+ * Python package (python/dtorch) subclasses TensorBase, GraphBase and
+ * FutureBase and registers its classes with `_C._register(...)` so that every
+ * tensor the library hands out is a `dtorch.Tensor`.
+ *
+ * All Python objects the module needs live in its module state (multi-phase
+ * init, no C globals holding Python objects). Types find the state through
+ * their defining module (dtpy_find_state).
+ *
+ * Threading: every function here runs on a Python thread holding the GIL.
+ * Blocking waits release the GIL in a loop of timed waits that calls
+ * PyErr_CheckSignals() in between, so Ctrl-C interrupts them.
+ */
+#ifndef DTORCH_PY_H
+#define DTORCH_PY_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "dtorch/dtorch.h"
+
+/* ------------------------------------------------------------ module state */
+
+typedef struct dtpy_state {
+    /* Types defined by the extension. */
+    PyTypeObject *tensor_base_type;
+    PyTypeObject *mesh_type;
+    PyTypeObject *graph_base_type;
+    PyTypeObject *future_base_type;
+    PyObject *placement_error; /* dtorch.PlacementError (ValueError) */
+    PyObject *kernel_error;    /* dtorch.KernelError (RuntimeError) */
+
+    /* Registered by the Python package (dtorch/_tensor.py); until then the
+     * base types are used. */
+    PyTypeObject *tensor_cls;        /* class of every tensor handed out */
+    PyTypeObject *tensor_future_cls; /* class of to_torch_async() futures */
+    PyTypeObject *sync_future_cls;   /* class of graph.sync_future() futures */
+    PyObject *mesh_from_handle;      /* callable: Mesh handle -> DeviceMesh */
+    PyObject *shard_cls;             /* Shard */
+    PyObject *replicate_obj;         /* a Replicate() instance (immutable) */
+    PyObject *partial_obj;           /* a Partial() instance (immutable) */
+    PyObject *package_dir;           /* str, ends with the path separator */
+
+    /* torch objects. */
+    PyObject *torch_dtypes[DT_DTYPE_COUNT];
+    PyObject *torch_size_type;
+    PyObject *torch_tensor_type;
+    PyObject *torch_device_type;
+    PyObject *torch_device_cpu; /* torch.device("cpu") */
+    PyObject *torch_empty;
+    PyObject *torch_get_default_dtype;
+    PyObject *from_dlpack; /* torch.utils.dlpack.from_dlpack */
+    PyObject *to_dlpack;   /* torch.utils.dlpack.to_dlpack */
+    PyObject *last_default_dtype; /* the torch dtype last passed to dt_set_default_dtype */
+
+    /* Call-site cache: filenames last classified as user code / package code. */
+    PyObject *last_user_file;
+    const char *last_user_utf8; /* borrowed from last_user_file */
+    PyObject *last_pkg_file;
+
+    /* Interned attribute names. */
+    PyObject *str_handle; /* "_handle" */
+    PyObject *str_dtype;  /* "dtype" */
+    PyObject *str_data_ptr;
+} dtpy_state;
+
+extern PyModuleDef dtpy_module_def;
+
+/* The module state of the extension that defined `tp` or one of its bases;
+ * NULL (no exception set) when `tp` is not one of ours. */
+static inline dtpy_state *dtpy_find_state(PyTypeObject *tp) {
+    PyObject *mro = tp->tp_mro;
+    if (mro == NULL)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(mro);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyTypeObject *t = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
+        if (!(t->tp_flags & Py_TPFLAGS_HEAPTYPE))
+            continue;
+        PyObject *m = ((PyHeapTypeObject *)t)->ht_module;
+        if (m != NULL && PyModule_GetDef(m) == &dtpy_module_def)
+            return (dtpy_state *)PyModule_GetState(m);
+    }
+    return NULL;
+}
+
+/* Like dtpy_find_state, but raises TypeError when not found. */
+dtpy_state *dtpy_state_of_type(PyTypeObject *tp);
+
+/* --------------------------------------------------------------- objects */
+
+typedef struct dtpy_tensor {
+    PyObject_HEAD
+    dt_tensor *t;          /* owned reference */
+    PyObject *graph;       /* the dtorch.Graph the tensor belongs to (strong) */
+    PyObject *mesh;        /* cached DeviceMesh (strong) or NULL until asked for */
+    PyObject *weakreflist;
+} dtpy_tensor;
+
+typedef struct dtpy_mesh {
+    PyObject_HEAD
+    dt_mesh *m; /* owned reference */
+} dtpy_mesh;
+
+typedef struct dtpy_graph {
+    PyObject_HEAD
+    dt_graph *g; /* owned reference; NULL only before construction finished */
+} dtpy_graph;
+
+enum { DTPY_FUTURE_FETCH = 0, DTPY_FUTURE_SYNC = 1 };
+
+typedef struct dtpy_future {
+    PyObject_HEAD
+    dt_future *f;     /* owned reference */
+    int kind;         /* DTPY_FUTURE_* */
+    dt_dtype dtype;   /* of the fetched tensor */
+    int ndim;
+    int64_t shape[DT_MAX_NDIM];
+    PyObject *graph;  /* keeps the Python graph alive while the future is */
+    PyObject *result; /* cached value once got (NULL before) */
+} dtpy_future;
+
+extern PyType_Spec dtpy_tensor_spec;
+extern PyType_Spec dtpy_mesh_spec;
+extern PyType_Spec dtpy_graph_spec;
+extern PyType_Spec dtpy_future_spec;
+
+#define DTPY_IS_TENSOR(st, o) PyObject_TypeCheck((o), (st)->tensor_base_type)
+
+/* ----------------------------------------------------------------- errors */
+
+/* Raises the Python exception for `status` with dt_last_error() as the
+ * message. Always returns NULL. */
+PyObject *dtpy_raise(dtpy_state *st, dt_status status);
+/* Raises for the calling thread's last failed dtorch call. Returns NULL. */
+PyObject *dtpy_raise_last(dtpy_state *st);
+
+/* ----------------------------------------------------------------- dtypes */
+
+/* The dt_dtype of a torch.dtype, or -1 with TypeError set. */
+int dtpy_dtype_from_torch(dtpy_state *st, PyObject *dtype);
+/* Borrowed torch.dtype for a dt_dtype. */
+PyObject *dtpy_dtype_to_torch(dtpy_state *st, dt_dtype dtype);
+/* Makes dtorch's promotion dtype follow torch.get_default_dtype(). Cheap
+ * when unchanged. Returns -1 with an exception set on failure. */
+int dtpy_sync_default_dtype(dtpy_state *st);
+
+/* ------------------------------------------------------------- call sites */
+
+/* Records the innermost Python frame outside the dtorch package as the call
+ * site of the calling thread's next ops (dt_set_call_site). Never fails. */
+void dtpy_record_call_site(dtpy_state *st);
+
+/* ---------------------------------------------------------------- helpers */
+
+/* Wraps a new dtorch tensor reference `t` (stolen; NULL means the call that
+ * produced it failed and raises) into an instance of the registered tensor
+ * class. `graph` is the owning Python graph; `mesh_hint` (may be NULL) is a
+ * DeviceMesh reused when it describes t's mesh (pointer `hint_ptr`). */
+PyObject *dtpy_tensor_wrap(dtpy_state *st, dt_tensor *t, PyObject *graph, PyObject *mesh_hint,
+                           dt_mesh *hint_ptr);
+/* Parses None or a sequence of (kind, dim) pairs into `out` (mesh ndim
+ * entries). Sets *is_null when None. Returns -1 with an exception set. */
+int dtpy_parse_placements(PyObject *obj, int mesh_ndim, dt_placement *out, int *is_null);
+/* Parses a Python bool/int/float into a dt_scalar: 1 on success, 0 when `o`
+ * is not such a scalar (no exception), -1 with an exception set. */
+int dtpy_parse_scalar(PyObject *o, dt_scalar *out);
+/* Extracts the dt_mesh of a DeviceMesh (its `_handle`) or of a Mesh handle.
+ * Borrowed; NULL with TypeError set. */
+dt_mesh *dtpy_mesh_of(dtpy_state *st, PyObject *mesh_obj);
+/* Parses an int or a sequence of ints into a shape. Returns ndim or -1. */
+int dtpy_parse_shape(PyObject *obj, int64_t *shape, const char *what);
+
+/* Waits for `f` with the GIL released, polling for signals. 0 or -1. */
+int dtpy_wait_future(dtpy_state *st, dt_future *f);
+/* Creates a future object of `cls` owning `f` (stolen). */
+PyObject *dtpy_future_new(dtpy_state *st, PyTypeObject *cls, dt_future *f, int kind, PyObject *graph);
+/* Reads the value of a fetch future `f` of the given dtype and shape as a
+ * torch.Tensor (new reference), waiting with the GIL released. */
+PyObject *dtpy_read_value(dtpy_state *st, dt_future *f, dt_dtype dtype, int ndim, const int64_t *shape);
+/* Waits for a fetch future and returns its value as a torch.Tensor (new
+ * reference; cached on the object). */
+PyObject *dtpy_future_value(dtpy_state *st, dtpy_future *fu);
+
+#endif /* DTORCH_PY_H */

@@ -1,0 +1,572 @@
+/*
+ * _C.TensorBase: the Python face of a dt_tensor symbol.
+ *
+ * Metadata getters never wait; ops validate, record the caller's file:line,
+ * call the C API (which enqueues one record and returns at once) and wrap the
+ * result. Only to_torch() waits, with the GIL released.
+ *
+ * A TensorBase holds its dt_tensor reference, the Python graph object it
+ * belongs to (so `tensor.graph` is the very Graph the user created) and a
+ * cached DeviceMesh (so `tensor.device_mesh` is the mesh the user passed, with
+ * the names they gave). Op results inherit both from their inputs.
+ *
+ * Every function runs on a Python thread holding the GIL.
+ */
+#include "dtorch_py.h"
+
+#include <structmember.h>
+
+static const char *const binary_names[DT_BINARY_COUNT] = {"add", "sub", "mul", "div"};
+
+static dtpy_state *tensor_state(PyObject *self) { return dtpy_find_state(Py_TYPE(self)); }
+
+/* --------------------------------------------------------------- wrapping */
+
+PyObject *dtpy_tensor_wrap(dtpy_state *st, dt_tensor *t, PyObject *graph, PyObject *mesh_hint, dt_mesh *hint_ptr) {
+    if (t == NULL)
+        return dtpy_raise_last(st);
+    PyTypeObject *cls = st->tensor_cls;
+    dtpy_tensor *o = (dtpy_tensor *)cls->tp_alloc(cls, 0);
+    if (o == NULL) {
+        dt_tensor_release(t);
+        return NULL;
+    }
+    o->t = t;
+    o->graph = Py_NewRef(graph);
+    if (mesh_hint != NULL && mesh_hint != Py_None && hint_ptr != NULL) {
+        dt_mesh *m = dt_tensor_mesh(t);
+        if (m == hint_ptr || dt_mesh_equal(m, hint_ptr))
+            o->mesh = Py_NewRef(mesh_hint);
+    }
+    return (PyObject *)o;
+}
+
+/* Wraps an op result that inherits graph and mesh from input `a`. */
+static PyObject *wrap_like(dtpy_state *st, dt_tensor *t, dtpy_tensor *a) {
+    return dtpy_tensor_wrap(st, t, a->graph, a->mesh, dt_tensor_mesh(a->t));
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+static int tensor_traverse(PyObject *self, visitproc visit, void *arg) {
+    dtpy_tensor *o = (dtpy_tensor *)self;
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(o->graph);
+    Py_VISIT(o->mesh);
+    return 0;
+}
+
+static int tensor_clear(PyObject *self) {
+    dtpy_tensor *o = (dtpy_tensor *)self;
+    Py_CLEAR(o->mesh);
+    Py_CLEAR(o->graph);
+    return 0;
+}
+
+static void tensor_dealloc(PyObject *self) {
+    dtpy_tensor *o = (dtpy_tensor *)self;
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    if (o->weakreflist != NULL)
+        PyObject_ClearWeakRefs(self);
+    /* Release the symbol before the graph object: the graph's last reference
+     * may shut it down. Releasing after a shutdown is harmless. */
+    dt_tensor *t = o->t;
+    o->t = NULL;
+    dt_tensor_release(t);
+    tensor_clear(self);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+/* ------------------------------------------------------------ metadata */
+
+static PyObject *shape_tuple(const dt_tensor *t) {
+    int n = dt_tensor_ndim(t);
+    const int64_t *s = dt_tensor_shape(t);
+    PyObject *tup = PyTuple_New(n);
+    if (tup == NULL)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        PyObject *v = PyLong_FromLongLong(s[i]);
+        if (v == NULL) {
+            Py_DECREF(tup);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(tup, i, v);
+    }
+    return tup;
+}
+
+static PyObject *tensor_get_shape(PyObject *self, void *c) {
+    (void)c;
+    dtpy_state *st = tensor_state(self);
+    PyObject *tup = shape_tuple(((dtpy_tensor *)self)->t);
+    if (tup == NULL)
+        return NULL;
+    PyObject *size = PyObject_CallOneArg(st->torch_size_type, tup);
+    Py_DECREF(tup);
+    return size;
+}
+
+static PyObject *tensor_get_ndim(PyObject *self, void *c) {
+    (void)c;
+    return PyLong_FromLong(dt_tensor_ndim(((dtpy_tensor *)self)->t));
+}
+
+static PyObject *tensor_get_dtype(PyObject *self, void *c) {
+    (void)c;
+    dtpy_state *st = tensor_state(self);
+    return Py_NewRef(dtpy_dtype_to_torch(st, dt_tensor_dtype(((dtpy_tensor *)self)->t)));
+}
+
+static PyObject *tensor_get_graph(PyObject *self, void *c) {
+    (void)c;
+    return Py_NewRef(((dtpy_tensor *)self)->graph);
+}
+
+static PyObject *tensor_get_id(PyObject *self, void *c) {
+    (void)c;
+    return PyLong_FromUnsignedLongLong(dt_tensor_id(((dtpy_tensor *)self)->t));
+}
+
+static PyObject *tensor_get_is_dtensor(PyObject *self, void *c) {
+    (void)c;
+    return PyBool_FromLong(dt_mesh_size(dt_tensor_mesh(((dtpy_tensor *)self)->t), -1) > 1);
+}
+
+static PyObject *tensor_get_device(PyObject *self, void *c) {
+    (void)c;
+    dtpy_state *st = tensor_state(self);
+    dt_mesh *m = dt_tensor_mesh(((dtpy_tensor *)self)->t);
+    if (dt_mesh_device_type(m) == DT_DEVICE_CPU)
+        return Py_NewRef(st->torch_device_cpu);
+    return PyObject_CallFunction(st->torch_device_type, "sL", "cuda", (long long)dt_mesh_ids(m)[0]);
+}
+
+/* A new _C.Mesh handle on `m` (retained). */
+static PyObject *mesh_handle_new(dtpy_state *st, dt_mesh *m) {
+    dtpy_mesh *h = (dtpy_mesh *)st->mesh_type->tp_alloc(st->mesh_type, 0);
+    if (h == NULL)
+        return NULL;
+    dt_mesh_retain(m);
+    h->m = m;
+    return (PyObject *)h;
+}
+
+static PyObject *tensor_get_device_mesh(PyObject *self, void *c) {
+    (void)c;
+    dtpy_tensor *o = (dtpy_tensor *)self;
+    if (o->mesh == NULL) {
+        dtpy_state *st = tensor_state(self);
+        if (st->mesh_from_handle == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "the dtorch package did not register its classes");
+            return NULL;
+        }
+        PyObject *h = mesh_handle_new(st, dt_tensor_mesh(o->t));
+        if (h == NULL)
+            return NULL;
+        o->mesh = PyObject_CallOneArg(st->mesh_from_handle, h);
+        Py_DECREF(h);
+        if (o->mesh == NULL)
+            return NULL;
+    }
+    return Py_NewRef(o->mesh);
+}
+
+static PyObject *tensor_get_placements(PyObject *self, void *c) {
+    (void)c;
+    dtpy_state *st = tensor_state(self);
+    dt_tensor *t = ((dtpy_tensor *)self)->t;
+    int n = dt_mesh_ndim(dt_tensor_mesh(t));
+    const dt_placement *pl = dt_tensor_placements(t);
+    if (st->shard_cls == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the dtorch package did not register its classes");
+        return NULL;
+    }
+    PyObject *list = PyList_New(n);
+    if (list == NULL)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        PyObject *p;
+        if (pl[i].kind == DT_PLACEMENT_SHARD) {
+            PyObject *d = PyLong_FromLong(pl[i].dim);
+            p = d ? PyObject_CallOneArg(st->shard_cls, d) : NULL;
+            Py_XDECREF(d);
+        } else if (pl[i].kind == DT_PLACEMENT_PARTIAL) {
+            p = Py_NewRef(st->partial_obj);
+        } else {
+            p = Py_NewRef(st->replicate_obj);
+        }
+        if (p == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, p);
+    }
+    return list;
+}
+
+/* Normalises a possibly negative dim against `ndim` (torch's rules: a 0-d
+ * tensor accepts -1 and 0). Returns -1 with IndexError. */
+static int wrap_dim(long dim, int ndim, int *out) {
+    int n = ndim > 0 ? ndim : 1;
+    if (dim < -n || dim >= n) {
+        PyErr_Format(PyExc_IndexError, "Dimension out of range (expected to be in range of [%d, %d], but got %ld)",
+                     -n, n - 1, dim);
+        return -1;
+    }
+    *out = (int)(dim < 0 ? dim + n : dim);
+    return 0;
+}
+
+static PyObject *tensor_size(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"dim", NULL};
+    PyObject *dim_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:size", kwlist, &dim_obj))
+        return NULL;
+    if (dim_obj == Py_None)
+        return tensor_get_shape(self, NULL);
+    dt_tensor *t = ((dtpy_tensor *)self)->t;
+    long dim = PyLong_AsLong(dim_obj);
+    if (dim == -1 && PyErr_Occurred())
+        return NULL;
+    int ndim = dt_tensor_ndim(t), d;
+    if (ndim == 0) {
+        PyErr_Format(PyExc_IndexError, "dimension specified as %ld but tensor has no dimensions", dim);
+        return NULL;
+    }
+    if (wrap_dim(dim, ndim, &d) < 0)
+        return NULL;
+    return PyLong_FromLongLong(dt_tensor_shape(t)[d]);
+}
+
+static PyObject *tensor_dim(PyObject *self, PyObject *unused) {
+    (void)unused;
+    return tensor_get_ndim(self, NULL);
+}
+
+static PyObject *tensor_numel(PyObject *self, PyObject *unused) {
+    (void)unused;
+    return PyLong_FromLongLong(dt_tensor_numel(((dtpy_tensor *)self)->t));
+}
+
+static PyObject *tensor_is_floating_point(PyObject *self, PyObject *unused) {
+    (void)unused;
+    return PyBool_FromLong(dt_dtype_is_floating(dt_tensor_dtype(((dtpy_tensor *)self)->t)));
+}
+
+static Py_ssize_t tensor_length(PyObject *self) {
+    dt_tensor *t = ((dtpy_tensor *)self)->t;
+    if (dt_tensor_ndim(t) == 0) {
+        PyErr_SetString(PyExc_TypeError, "len() of a 0-d tensor");
+        return -1;
+    }
+    return (Py_ssize_t)dt_tensor_shape(t)[0];
+}
+
+/* ---------------------------------------------------------------- values */
+
+static PyObject *tensor_to_torch(PyObject *self, PyObject *unused) {
+    (void)unused;
+    dtpy_state *st = tensor_state(self);
+    dt_tensor *t = ((dtpy_tensor *)self)->t;
+    dt_future *f = dt_tensor_fetch(t);
+    if (f == NULL)
+        return dtpy_raise_last(st);
+    PyObject *r = dtpy_read_value(st, f, dt_tensor_dtype(t), dt_tensor_ndim(t), dt_tensor_shape(t));
+    dt_future_release(f);
+    return r;
+}
+
+static PyObject *tensor_to_torch_async(PyObject *self, PyObject *unused) {
+    (void)unused;
+    dtpy_state *st = tensor_state(self);
+    dtpy_tensor *o = (dtpy_tensor *)self;
+    dt_future *f = dt_tensor_fetch(o->t);
+    if (f == NULL)
+        return dtpy_raise_last(st);
+    dtpy_future *fu = (dtpy_future *)dtpy_future_new(st, st->tensor_future_cls, f, DTPY_FUTURE_FETCH, o->graph);
+    if (fu == NULL)
+        return NULL;
+    fu->dtype = dt_tensor_dtype(o->t);
+    fu->ndim = dt_tensor_ndim(o->t);
+    for (int i = 0; i < fu->ndim; i++)
+        fu->shape[i] = dt_tensor_shape(o->t)[i];
+    return (PyObject *)fu;
+}
+
+/* ------------------------------------------------------------------- ops */
+
+static int check_same_graph(dtpy_tensor *a, dtpy_tensor *b, const char *op) {
+    if (dt_tensor_graph(a->t) != dt_tensor_graph(b->t)) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: the operands belong to different graphs; a dtorch op takes tensors of one graph "
+                     "(create both with the same graph=...)",
+                     op);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *torch_operand_error(const char *op, int tensor_first) {
+    PyErr_Format(PyExc_TypeError,
+                 "%s: cannot mix a dtorch.Tensor with a torch.Tensor %s; convert the torch tensor with "
+                 "dtorch.from_torch(t, device_mesh=..., placements=...) or read the dtorch tensor with "
+                 ".to_torch()",
+                 op, tensor_first ? "(right operand)" : "(left operand)");
+    return NULL;
+}
+
+static PyObject *binary(PyObject *a, PyObject *b, dt_binary_op op) {
+    dtpy_state *st = dtpy_find_state(Py_TYPE(a));
+    if (st == NULL || !DTPY_IS_TENSOR(st, a)) {
+        st = dtpy_find_state(Py_TYPE(b));
+        if (st == NULL)
+            Py_RETURN_NOTIMPLEMENTED;
+    }
+    int at = DTPY_IS_TENSOR(st, a), bt = DTPY_IS_TENSOR(st, b);
+    if (at && bt) {
+        dtpy_tensor *ta = (dtpy_tensor *)a, *tb = (dtpy_tensor *)b;
+        if (check_same_graph(ta, tb, binary_names[op]) < 0)
+            return NULL;
+        if (op == DT_BINARY_DIV && dtpy_sync_default_dtype(st) < 0)
+            return NULL;
+        dtpy_record_call_site(st);
+        return wrap_like(st, dt_binary(op, ta->t, tb->t), ta);
+    }
+    if (!at && !bt)
+        Py_RETURN_NOTIMPLEMENTED;
+    dtpy_tensor *tensor = (dtpy_tensor *)(at ? a : b);
+    PyObject *other = at ? b : a;
+    dt_scalar s;
+    int r = dtpy_parse_scalar(other, &s);
+    if (r < 0)
+        return NULL;
+    if (r == 0) {
+        if (PyObject_TypeCheck(other, (PyTypeObject *)st->torch_tensor_type))
+            return torch_operand_error(binary_names[op], at);
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    if ((op == DT_BINARY_DIV || s.kind == DT_SCALAR_FLOAT) && dtpy_sync_default_dtype(st) < 0)
+        return NULL;
+    dtpy_record_call_site(st);
+    return wrap_like(st, dt_binary_scalar(op, tensor->t, s, !at), tensor);
+}
+
+static PyObject *nb_add(PyObject *a, PyObject *b) { return binary(a, b, DT_BINARY_ADD); }
+static PyObject *nb_sub(PyObject *a, PyObject *b) { return binary(a, b, DT_BINARY_SUB); }
+static PyObject *nb_mul(PyObject *a, PyObject *b) { return binary(a, b, DT_BINARY_MUL); }
+static PyObject *nb_div(PyObject *a, PyObject *b) { return binary(a, b, DT_BINARY_DIV); }
+
+/* Method forms (x.add(y)): like the operators, but a non-operand is a
+ * TypeError rather than NotImplemented. */
+static PyObject *method_binary(PyObject *self, PyObject *other, dt_binary_op op) {
+    PyObject *r = binary(self, other, op);
+    if (r == Py_NotImplemented) {
+        Py_DECREF(r);
+        return PyErr_Format(PyExc_TypeError, "%s(): argument 'other' must be a dtorch.Tensor or a number, not %.100s",
+                            binary_names[op], Py_TYPE(other)->tp_name);
+    }
+    return r;
+}
+static PyObject *tensor_add(PyObject *s, PyObject *o) { return method_binary(s, o, DT_BINARY_ADD); }
+static PyObject *tensor_sub(PyObject *s, PyObject *o) { return method_binary(s, o, DT_BINARY_SUB); }
+static PyObject *tensor_mul(PyObject *s, PyObject *o) { return method_binary(s, o, DT_BINARY_MUL); }
+static PyObject *tensor_div(PyObject *s, PyObject *o) { return method_binary(s, o, DT_BINARY_DIV); }
+
+static PyObject *tensor_neg(PyObject *self, PyObject *unused) {
+    (void)unused;
+    dtpy_state *st = tensor_state(self);
+    dtpy_tensor *a = (dtpy_tensor *)self;
+    dtpy_record_call_site(st);
+    return wrap_like(st, dt_neg(a->t), a);
+}
+
+static PyObject *nb_neg(PyObject *self) { return tensor_neg(self, NULL); }
+
+static PyObject *matmul(dtpy_state *st, dtpy_tensor *a, dtpy_tensor *b) {
+    if (check_same_graph(a, b, "matmul") < 0)
+        return NULL;
+    dtpy_record_call_site(st);
+    return wrap_like(st, dt_matmul(a->t, b->t), a);
+}
+
+static PyObject *nb_matmul(PyObject *a, PyObject *b) {
+    dtpy_state *st = dtpy_find_state(Py_TYPE(a));
+    if (st == NULL || !DTPY_IS_TENSOR(st, a)) {
+        st = dtpy_find_state(Py_TYPE(b));
+        if (st == NULL)
+            Py_RETURN_NOTIMPLEMENTED;
+    }
+    int at = DTPY_IS_TENSOR(st, a), bt = DTPY_IS_TENSOR(st, b);
+    if (at && bt)
+        return matmul(st, (dtpy_tensor *)a, (dtpy_tensor *)b);
+    PyObject *other = at ? b : a;
+    if (PyObject_TypeCheck(other, (PyTypeObject *)st->torch_tensor_type))
+        return torch_operand_error("matmul", at);
+    Py_RETURN_NOTIMPLEMENTED;
+}
+
+static PyObject *tensor_matmul(PyObject *self, PyObject *other) {
+    dtpy_state *st = tensor_state(self);
+    if (!DTPY_IS_TENSOR(st, other)) {
+        if (PyObject_TypeCheck(other, (PyTypeObject *)st->torch_tensor_type))
+            return torch_operand_error("matmul", 1);
+        return PyErr_Format(PyExc_TypeError, "matmul(): argument 'other' must be a dtorch.Tensor, not %.100s",
+                            Py_TYPE(other)->tp_name);
+    }
+    return matmul(st, (dtpy_tensor *)self, (dtpy_tensor *)other);
+}
+
+static PyObject *tensor_sum(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"dim", "keepdim", NULL};
+    PyObject *dim_obj = Py_None;
+    int keepdim = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|Op:sum", kwlist, &dim_obj, &keepdim))
+        return NULL;
+    dtpy_state *st = tensor_state(self);
+    dtpy_tensor *a = (dtpy_tensor *)self;
+    int ndim = dt_tensor_ndim(a->t);
+    int64_t dims[DT_MAX_NDIM];
+    int ndims;
+    if (dim_obj == Py_None) {
+        ndims = -1;
+    } else if (PyLong_Check(dim_obj)) {
+        dims[0] = PyLong_AsLongLong(dim_obj);
+        if (dims[0] == -1 && PyErr_Occurred())
+            return NULL;
+        ndims = 1;
+    } else if (PyTuple_Check(dim_obj) || PyList_Check(dim_obj)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(dim_obj);
+        if (n > DT_MAX_NDIM)
+            return PyErr_Format(PyExc_ValueError, "sum(): dim has %zd entries but the tensor has %d dimensions", n,
+                                ndim);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *v = PySequence_Fast_GET_ITEM(dim_obj, i);
+            if (!PyLong_Check(v))
+                return PyErr_Format(PyExc_TypeError, "sum(): dim must contain ints, not %.100s", Py_TYPE(v)->tp_name);
+            dims[i] = PyLong_AsLongLong(v);
+            if (dims[i] == -1 && PyErr_Occurred())
+                return NULL;
+        }
+        /* torch treats an empty dim list as "all dims". */
+        ndims = n == 0 ? -1 : (int)n;
+    } else {
+        return PyErr_Format(PyExc_TypeError, "sum(): dim must be None, an int or a tuple of ints, not %.100s",
+                            Py_TYPE(dim_obj)->tp_name);
+    }
+    if (ndims < 0 && keepdim) {
+        /* Reducing everything but keeping the dims: name them all. */
+        for (int i = 0; i < ndim; i++)
+            dims[i] = i;
+        ndims = ndim;
+    }
+    dtpy_record_call_site(st);
+    return wrap_like(st, dt_sum(a->t, ndims, dims, keepdim), a);
+}
+
+/* _redistribute(mesh_or_None, placements_or_None): the Python method
+ * `redistribute` validates and converts its arguments first. */
+static PyObject *tensor_redistribute(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2)
+        return PyErr_Format(PyExc_TypeError, "_redistribute takes 2 arguments (%zd given)", nargs);
+    dtpy_state *st = tensor_state(self);
+    dtpy_tensor *a = (dtpy_tensor *)self;
+    PyObject *mesh_obj = args[0];
+    dt_mesh *mesh = NULL;
+    if (mesh_obj != Py_None) {
+        mesh = dtpy_mesh_of(st, mesh_obj);
+        if (mesh == NULL)
+            return NULL;
+    }
+    dt_mesh *target = mesh ? mesh : dt_tensor_mesh(a->t);
+    dt_placement pl[DT_MAX_MESH_NDIM];
+    int pl_null;
+    if (dtpy_parse_placements(args[1], dt_mesh_ndim(target), pl, &pl_null) < 0)
+        return NULL;
+    if (pl_null) {
+        for (int i = 0; i < dt_mesh_ndim(target); i++) {
+            pl[i].kind = DT_PLACEMENT_REPLICATE;
+            pl[i].dim = 0;
+        }
+    }
+    dtpy_record_call_site(st);
+    dt_tensor *t = dt_redistribute(a->t, mesh, pl);
+    if (mesh_obj != Py_None)
+        return dtpy_tensor_wrap(st, t, a->graph, mesh_obj, mesh);
+    return wrap_like(st, t, a);
+}
+
+/* ---------------------------------------------------------------- type */
+
+static PyMethodDef tensor_methods[] = {
+    {"size", (PyCFunction)(void (*)(void))tensor_size, METH_VARARGS | METH_KEYWORDS,
+     "size(dim=None) -> torch.Size or int. Never waits."},
+    {"dim", tensor_dim, METH_NOARGS, "dim() -> int: the number of dimensions."},
+    {"numel", tensor_numel, METH_NOARGS, "numel() -> int: the number of elements."},
+    {"nelement", tensor_numel, METH_NOARGS, "nelement() -> int: alias of numel()."},
+    {"is_floating_point", tensor_is_floating_point, METH_NOARGS, "is_floating_point() -> bool"},
+    {"to_torch", tensor_to_torch, METH_NOARGS,
+     "to_torch() -> torch.Tensor: waits for the value and returns the full tensor."},
+    {"to_torch_async", tensor_to_torch_async, METH_NOARGS,
+     "to_torch_async() -> TensorFuture: starts reading the value without waiting."},
+    {"add", tensor_add, METH_O, "add(other) -> Tensor: self + other."},
+    {"sub", tensor_sub, METH_O, "sub(other) -> Tensor: self - other."},
+    {"mul", tensor_mul, METH_O, "mul(other) -> Tensor: self * other."},
+    {"div", tensor_div, METH_O, "div(other) -> Tensor: self / other (true division)."},
+    {"neg", tensor_neg, METH_NOARGS, "neg() -> Tensor: -self."},
+    {"matmul", tensor_matmul, METH_O, "matmul(other) -> Tensor: self @ other (2-D)."},
+    {"sum", (PyCFunction)(void (*)(void))tensor_sum, METH_VARARGS | METH_KEYWORDS,
+     "sum(dim=None, keepdim=False) -> Tensor"},
+    {"_redistribute", (PyCFunction)(void (*)(void))tensor_redistribute, METH_FASTCALL,
+     "_redistribute(mesh, placements): see Tensor.redistribute."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef tensor_getset[] = {
+    {"shape", tensor_get_shape, NULL, "The global shape (torch.Size).", NULL},
+    {"ndim", tensor_get_ndim, NULL, "The number of dimensions.", NULL},
+    {"dtype", tensor_get_dtype, NULL, "The torch dtype.", NULL},
+    {"device", tensor_get_device, NULL, "The torch.device of the mesh's first device.", NULL},
+    {"device_mesh", tensor_get_device_mesh, NULL, "The DeviceMesh the tensor is placed on.", NULL},
+    {"placements", tensor_get_placements, NULL, "One placement per mesh dimension (list).", NULL},
+    {"graph", tensor_get_graph, NULL, "The dtorch.Graph the tensor belongs to.", NULL},
+    {"is_dtensor", tensor_get_is_dtensor, NULL, "True when the mesh has more than one device.", NULL},
+    {"_id", tensor_get_id, NULL, "The process-unique id of the symbol.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef tensor_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(dtpy_tensor, weakreflist), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot tensor_slots[] = {
+    {Py_tp_doc, "The C base of dtorch.Tensor: a global distributed tensor symbol."},
+    {Py_tp_dealloc, tensor_dealloc},
+    {Py_tp_traverse, tensor_traverse},
+    {Py_tp_clear, tensor_clear},
+    {Py_tp_methods, tensor_methods},
+    {Py_tp_getset, tensor_getset},
+    {Py_tp_members, tensor_members},
+    {Py_nb_add, nb_add},
+    {Py_nb_subtract, nb_sub},
+    {Py_nb_multiply, nb_mul},
+    {Py_nb_true_divide, nb_div},
+    {Py_nb_inplace_add, nb_add},
+    {Py_nb_inplace_subtract, nb_sub},
+    {Py_nb_inplace_multiply, nb_mul},
+    {Py_nb_inplace_true_divide, nb_div},
+    {Py_nb_negative, nb_neg},
+    {Py_nb_matrix_multiply, nb_matmul},
+    {Py_mp_length, tensor_length},
+    {0, NULL},
+};
+
+PyType_Spec dtpy_tensor_spec = {
+    .name = "dtorch._C.TensorBase",
+    .basicsize = sizeof(dtpy_tensor),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = tensor_slots,
+};

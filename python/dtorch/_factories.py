@@ -1,0 +1,309 @@
+"""Tensor factories: ``empty, zeros, ones, full, rand, randn, arange, from_torch, tensor, *_like``.
+
+Each takes torch's arguments plus ``device_mesh``, ``placements`` and
+``graph``. The mesh defaults to ``device`` (a one-device mesh), else the
+graph's ``default_device_mesh``, else one CPU device; placements default to all
+``Replicate()``; floating dtypes default to the graph's ``default_dtype``, else
+``torch.get_default_dtype()``.
+
+>>> import dtorch
+>>> mesh = dtorch.DeviceMesh("cpu", [0, 1])
+>>> x = dtorch.rand((4, 3), device_mesh=mesh, placements=[dtorch.Shard(0)])
+>>> y = dtorch.from_torch(torch.arange(6.0).reshape(2, 3), mesh, [dtorch.Shard(1)])
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Tuple, Union
+
+import torch
+
+from . import _C
+from ._graph import Graph
+from .distributed_spec import DeviceMesh, Placement, _placements_to_raw
+
+if TYPE_CHECKING:
+    from ._tensor import Tensor
+
+__all__ = [
+    "empty",
+    "zeros",
+    "ones",
+    "full",
+    "rand",
+    "randn",
+    "arange",
+    "from_torch",
+    "tensor",
+    "empty_like",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+    "rand_like",
+    "randn_like",
+    "manual_seed",
+]
+
+_device_meshes = {}  # str(device) -> one-device DeviceMesh
+
+
+def _graph(graph: Optional[Graph]) -> Graph:
+    if graph is None:
+        return Graph.default_graph()
+    if not isinstance(graph, _C.GraphBase):
+        raise TypeError(f"graph must be a dtorch.Graph, not {type(graph).__name__}")
+    return graph
+
+
+def _mesh_of_device(device) -> DeviceMesh:
+    if isinstance(device, DeviceMesh):
+        raise TypeError("device= takes a device such as 'cpu' or 'cuda:1'; pass a DeviceMesh as device_mesh=")
+    key = str(device) if isinstance(device, (str, torch.device)) else device
+    mesh = _device_meshes.get(key)
+    if mesh is None:
+        mesh = DeviceMesh(device)
+        _device_meshes[key] = mesh
+    return mesh
+
+
+def _mesh(g: Graph, device, device_mesh: Optional[DeviceMesh]) -> DeviceMesh:
+    if device is not None:
+        if device_mesh is not None:
+            raise ValueError("pass either device= or device_mesh=, not both")
+        return _mesh_of_device(device)
+    if device_mesh is not None:
+        if not isinstance(device_mesh, DeviceMesh):
+            raise TypeError(f"device_mesh must be a DeviceMesh, not {type(device_mesh).__name__}")
+        return device_mesh
+    if g.default_device_mesh is not None:
+        return g.default_device_mesh
+    return _mesh_of_device("cpu")
+
+
+def _float_dtype(g: Graph, dtype: Optional[torch.dtype]) -> torch.dtype:
+    if dtype is not None:
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"dtype must be a torch.dtype, not {type(dtype).__name__}")
+        return dtype
+    return g.default_dtype if g.default_dtype is not None else torch.get_default_dtype()
+
+
+def _size(size: Tuple[Any, ...], what: str = "size") -> Tuple[int, ...]:
+    """torch's size conventions: varargs ints, or one tuple/list/torch.Size."""
+    if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+        size = tuple(size[0])
+    out = []
+    for s in size:
+        if isinstance(s, bool):
+            raise TypeError(f"{what} must be ints, not bool")
+        try:
+            s = operator.index(s)
+        except TypeError:
+            raise TypeError(f"{what} must be a sequence of ints, got {type(s).__name__}") from None
+        if s < 0:
+            raise ValueError(f"{what} {list(size)} has a negative dimension {s}")
+        out.append(s)
+    if len(out) > _C.MAX_NDIM:
+        raise ValueError(f"{what} has {len(out)} dimensions; dtorch supports at most {_C.MAX_NDIM}")
+    return tuple(out)
+
+
+def _fill_scalar(dtype: torch.dtype, value: float) -> Union[bool, int, float]:
+    if dtype == torch.bool:
+        return bool(value)
+    if dtype.is_floating_point:
+        return float(value)
+    return int(value)
+
+
+def _prepare(size, dtype, device, device_mesh, placements, graph):
+    """(graph, mesh, shape, dtype, raw placements) with the defaults applied and checked."""
+    g = _graph(graph)
+    mesh = _mesh(g, device, device_mesh)
+    shape = _size(size)
+    dtype = _float_dtype(g, dtype)
+    return g, mesh, shape, dtype, _placements_to_raw(placements, mesh, len(shape))
+
+
+def empty(*size, dtype=None, device=None, device_mesh=None, placements=None, graph=None) -> "Tensor":
+    """An uninitialised tensor. ``dtorch.empty(2, 3)`` / ``dtorch.empty((2, 3))``."""
+    g, mesh, shape, dtype, raw = _prepare(size, dtype, device, device_mesh, placements, graph)
+    return _C.empty(g, dtype, shape, mesh, raw)
+
+
+def zeros(*size, dtype=None, device=None, device_mesh=None, placements=None, graph=None) -> "Tensor":
+    """A tensor of zeros. ``dtorch.zeros(2, 3, device_mesh=mesh, placements=[dtorch.Shard(0)])``."""
+    g, mesh, shape, dtype, raw = _prepare(size, dtype, device, device_mesh, placements, graph)
+    return _C.full(g, dtype, shape, _fill_scalar(dtype, 0), mesh, raw)
+
+
+def ones(*size, dtype=None, device=None, device_mesh=None, placements=None, graph=None) -> "Tensor":
+    """A tensor of ones. ``dtorch.ones(2, 3)``."""
+    g, mesh, shape, dtype, raw = _prepare(size, dtype, device, device_mesh, placements, graph)
+    return _C.full(g, dtype, shape, _fill_scalar(dtype, 1), mesh, raw)
+
+
+def full(size, fill_value, *, dtype=None, device=None, device_mesh=None, placements=None, graph=None) -> "Tensor":
+    """A tensor filled with ``fill_value``; the dtype is inferred from it as torch does.
+
+    >>> dtorch.full((2, 2), 7).dtype
+    torch.int64
+    """
+    if isinstance(fill_value, torch.Tensor) and fill_value.numel() == 1:
+        fill_value = fill_value.item()
+    if dtype is None:
+        if isinstance(fill_value, bool):
+            dtype = torch.bool
+        elif isinstance(fill_value, int):
+            dtype = torch.int64
+        elif isinstance(fill_value, float):
+            dtype = None  # the default float dtype
+        else:
+            raise TypeError(f"fill_value must be a bool, int or float, not {type(fill_value).__name__}")
+    if not isinstance(size, (tuple, list, torch.Size)):
+        size = (size,)
+    g, mesh, shape, dtype, raw = _prepare((size,), dtype, device, device_mesh, placements, graph)
+    return _C.full(g, dtype, shape, fill_value, mesh, raw)
+
+
+def _random(kind, size, dtype, device, device_mesh, placements, generator, graph):
+    g, mesh, shape, dtype, raw = _prepare(size, dtype, device, device_mesh, placements, graph)
+    if generator is not None:
+        # Values and generator state exactly as torch: draw with torch, then distribute.
+        fn = torch.rand if kind == "rand" else torch.randn
+        return from_torch(fn(shape, generator=generator, dtype=dtype), device_mesh=mesh, placements=placements,
+                          graph=g)
+    return (_C.rand if kind == "rand" else _C.randn)(g, dtype, shape, mesh, raw)
+
+
+def rand(*size, dtype=None, device=None, device_mesh=None, placements=None, generator=None, graph=None) -> "Tensor":
+    """Uniform [0, 1) values, the same whatever the mesh and placements (see ``manual_seed``).
+
+    With ``generator=`` the values are ``torch.rand(size, generator=generator)``.
+    """
+    return _random("rand", size, dtype, device, device_mesh, placements, generator, graph)
+
+
+def randn(*size, dtype=None, device=None, device_mesh=None, placements=None, generator=None, graph=None) -> "Tensor":
+    """Standard normal values, the same whatever the mesh and placements (see ``manual_seed``)."""
+    return _random("randn", size, dtype, device, device_mesh, placements, generator, graph)
+
+
+def arange(start, end=None, step=1, *, dtype=None, device=None, device_mesh=None, placements=None,
+           graph=None) -> "Tensor":
+    """``start, start + step, ...`` below ``end``; int64 when all arguments are ints, as torch.
+
+    >>> dtorch.arange(5).tolist(), dtorch.arange(0, 1, 0.25).dtype
+    ([0, 1, 2, 3, 4], torch.float32)
+    """
+    if end is None:
+        start, end = 0, start
+    args = (start, end, step)
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            raise TypeError("arange takes Python numbers")
+        if not isinstance(a, (int, float)):
+            raise TypeError(f"arange arguments must be numbers, not {type(a).__name__}")
+    if step == 0:
+        raise ValueError("arange: step must be nonzero")
+    if (end - start) * step < 0:
+        raise ValueError(f"arange: upper bound and larger bound inconsistent with step sign "
+                         f"(start={start}, end={end}, step={step})")
+    g = _graph(graph)
+    mesh = _mesh(g, device, device_mesh)
+    if dtype is None:
+        dtype = torch.int64 if all(isinstance(a, int) for a in args) else _float_dtype(g, None)
+    raw = _placements_to_raw(placements, mesh, 1)
+    return _C.arange(g, dtype, float(start), float(end), float(step), mesh, raw)
+
+
+def from_torch(tensor: torch.Tensor, device_mesh: Optional[DeviceMesh] = None,
+               placements: Optional[Sequence[Placement]] = None, *, device=None, graph=None) -> "Tensor":
+    """Distribute a full torch tensor: Shard splits, Replicate copies, Partial puts the
+    value on the first coordinate and zeros elsewhere. The values are copied at the call.
+
+    >>> x = dtorch.from_torch(torch.ones(4, 3), mesh, [dtorch.Shard(0)])
+    """
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"from_torch takes a torch.Tensor, not {type(tensor).__name__}")
+    g = _graph(graph)
+    mesh = _mesh(g, device, device_mesh)
+    raw = _placements_to_raw(placements, mesh, tensor.dim())
+    t = tensor.detach()
+    if t.is_neg():
+        t = t.resolve_neg()
+    if t.is_conj():
+        t = t.resolve_conj()
+    if t.dtype == torch.bool or g.backend != "torch" or (mesh.device_type == "cpu" and t.device.type != "cpu"):
+        t = t.cpu()
+    return _C.from_torch(g, t.contiguous(), mesh, raw)
+
+
+def tensor(data, *, dtype=None, device=None, device_mesh=None, placements=None, graph=None) -> "Tensor":
+    """Like ``torch.tensor(data, dtype=dtype)``, then distributed.
+
+    >>> dtorch.tensor([[1, 2], [3, 4]]).dtype
+    torch.int64
+    """
+    g = _graph(graph)
+    if isinstance(data, _C.TensorBase):
+        data = data.to_torch()
+    t = torch.tensor(data, dtype=dtype) if not isinstance(data, torch.Tensor) else data.detach().clone()
+    if dtype is None and g.default_dtype is not None and t.is_floating_point() and not isinstance(data, torch.Tensor):
+        t = t.to(g.default_dtype)
+    elif dtype is not None and t.dtype != dtype:
+        t = t.to(dtype)
+    return from_torch(t, device_mesh=device_mesh, placements=placements, device=device, graph=g)
+
+
+def _like(t, dtype, device, device_mesh, placements, graph):
+    if not isinstance(t, _C.TensorBase):
+        raise TypeError(f"expected a dtorch.Tensor, not {type(t).__name__}")
+    if device is None and device_mesh is None:
+        device_mesh = t.device_mesh
+        if placements is None:
+            placements = t.placements
+    return dict(dtype=dtype if dtype is not None else t.dtype, device=device, device_mesh=device_mesh,
+                placements=placements, graph=graph if graph is not None else t.graph)
+
+
+def empty_like(t, *, dtype=None, device=None, device_mesh=None, placements=None, graph=None) -> "Tensor":
+    """An uninitialised tensor with t's shape, dtype, mesh and placements."""
+    return empty(t.shape, **_like(t, dtype, device, device_mesh, placements, graph))
+
+
+def zeros_like(t, *, dtype=None, device=None, device_mesh=None, placements=None, graph=None) -> "Tensor":
+    """Zeros with t's shape, dtype, mesh and placements."""
+    return zeros(t.shape, **_like(t, dtype, device, device_mesh, placements, graph))
+
+
+def ones_like(t, *, dtype=None, device=None, device_mesh=None, placements=None, graph=None) -> "Tensor":
+    """Ones with t's shape, dtype, mesh and placements."""
+    return ones(t.shape, **_like(t, dtype, device, device_mesh, placements, graph))
+
+
+def full_like(t, fill_value, *, dtype=None, device=None, device_mesh=None, placements=None, graph=None) -> "Tensor":
+    """``fill_value`` with t's shape, dtype, mesh and placements."""
+    kw = _like(t, dtype, device, device_mesh, placements, graph)
+    return full(t.shape, _fill_scalar(kw["dtype"], fill_value), **kw)
+
+
+def rand_like(t, *, dtype=None, device=None, device_mesh=None, placements=None, graph=None) -> "Tensor":
+    """Uniform values with t's shape, dtype, mesh and placements."""
+    return rand(t.shape, **_like(t, dtype, device, device_mesh, placements, graph))
+
+
+def randn_like(t, *, dtype=None, device=None, device_mesh=None, placements=None, graph=None) -> "Tensor":
+    """Normal values with t's shape, dtype, mesh and placements."""
+    return randn(t.shape, **_like(t, dtype, device, device_mesh, placements, graph))
+
+
+def manual_seed(seed: int) -> None:
+    """Seeds dtorch's random factories (only those: torch's generator is untouched).
+
+    >>> dtorch.manual_seed(0); a = dtorch.rand(3)
+    >>> dtorch.manual_seed(0); b = dtorch.rand(3, device_mesh=mesh, placements=[dtorch.Shard(0)])
+    >>> # a and b hold the same values
+    """
+    _C.manual_seed(operator.index(seed))

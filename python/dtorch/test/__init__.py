@@ -1,0 +1,1 @@
+"""Helpers for testing code written with dtorch (see ``dtorch.test.test_util``)."""

@@ -1,0 +1,754 @@
+/*
+ * The pure-C reference backend ("ref").
+ *
+ * It exists so that the runtime (queues, workers, placement math,
+ * collectives) can be tested under ASan, TSan and valgrind without LibTorch.
+ * Speed does not matter here; being obviously right does. Every op is one
+ * walk over a strided index space (see `walk` below): broadcasting, slicing,
+ * concatenation, reduction and placement of pieces are all the same loop with
+ * different strides.
+ *
+ * An impl is a `ref_tensor`: a dense row-major buffer that no one mutates
+ * after the kernel that made it returns. Impls never share storage, so
+ * `ref_free` is a plain free and no reference counts are needed.
+ *
+ * Storage dtypes: bool, int32, int64, float32, float64. Arithmetic (BINARY,
+ * BINARY_SCALAR, NEG, MATMUL, SUM, ARANGE) produces int32, int64, float32 or
+ * float64. Everything else returns DT_EUNSUPPORTED.
+ *
+ * Status codes: malformed arguments (bad ndim, negative sizes, wrong input
+ * count, NULL pointers, a wrong byte count) are DT_EINVAL; shapes that do not
+ * fit together (broadcasting, matmul K, regions out of bounds) are
+ * DT_EBACKEND, like a shape error from ATen; unsupported dtypes or ops are
+ * DT_EUNSUPPORTED.
+ *
+ * Threading: there is no mutable global state, so every entry may run on any
+ * thread concurrently; impls are only read after creation.
+ */
+#include "backend/backend.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct ref_tensor {
+    dt_dtype dtype;
+    int ndim;
+    int64_t shape[DT_MAX_NDIM];
+    int64_t numel;
+    void *data; /* numel elements, row-major; never NULL (at least one byte) */
+} ref_tensor;
+
+static const char *const kop_names[] = {"SLICE", "FULL",   "EMPTY",         "ARANGE",    "RAND",
+                                        "RANDN", "BINARY", "BINARY_SCALAR", "NEG",       "MATMUL",
+                                        "SUM",   "CAT",    "SUM_N",         "ZEROS_LIKE"};
+_Static_assert(sizeof kop_names / sizeof kop_names[0] == DT_K_COUNT, "one name per kernel op");
+
+static const char *const dtype_names[] = {"bool",  "uint8",   "int8",     "int16",   "int32",
+                                          "int64", "float16", "bfloat16", "float32", "float64"};
+_Static_assert(sizeof dtype_names / sizeof dtype_names[0] == DT_DTYPE_COUNT, "one name per dtype");
+
+static const char *dtname(int dt) { return dt >= 0 && dt < DT_DTYPE_COUNT ? dtype_names[dt] : "invalid"; }
+
+/* Bytes per element of the storage dtypes; 0 means "not stored by ref". */
+static size_t esize(int dt) {
+    switch (dt) {
+    case DT_BOOL:
+        return 1;
+    case DT_INT32:
+    case DT_FLOAT32:
+        return 4;
+    case DT_INT64:
+    case DT_FLOAT64:
+        return 8;
+    default:
+        return 0;
+    }
+}
+static int is_float(int dt) { return dt == DT_FLOAT32 || dt == DT_FLOAT64; }
+static int is_arith(int dt) { return dt != DT_BOOL && esize(dt) != 0; }
+
+/* Lets the compiler check the format strings of fail(). */
+#if defined(__GNUC__)
+#define REF_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define REF_PRINTF(f, a)
+#endif
+static dt_status fail(char *err, size_t errlen, dt_status st, const char *fmt, ...) REF_PRINTF(4, 5);
+static dt_status fail(char *err, size_t errlen, dt_status st, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+/* "[2,3]" for messages. A struct so it can be returned by value and used in
+ * an argument list: the array lives until the end of the full expression. */
+typedef struct shape_str {
+    char s[DT_MAX_NDIM * 22 + 3];
+} shape_str;
+static shape_str fmt_shape(int ndim, const int64_t *shape) {
+    shape_str r;
+    size_t n = 0;
+    r.s[n++] = '[';
+    for (int d = 0; d < ndim && d < DT_MAX_NDIM; d++)
+        n += (size_t)snprintf(r.s + n, sizeof r.s - n, d ? ",%lld" : "%lld", (long long)shape[d]);
+    snprintf(r.s + n, sizeof r.s - n, "]");
+    return r;
+}
+#define SHAPE(t) fmt_shape((t)->ndim, (t)->shape).s
+
+/* ------------------------------------------------------ element access */
+
+/* Float to int64 as a cast, but defined for NaN and out-of-range values
+ * (a plain C cast is undefined there and UBSan would flag it). */
+static int64_t f2i(double v) {
+    if (v != v)
+        return 0;
+    if (v >= 9223372036854775808.0)
+        return INT64_MAX;
+    if (v < -9223372036854775808.0)
+        return INT64_MIN;
+    return (int64_t)v;
+}
+
+static int64_t ld_i(const ref_tensor *t, int64_t i) {
+    switch (t->dtype) {
+    case DT_BOOL:
+        return ((const uint8_t *)t->data)[i] != 0;
+    case DT_INT32:
+        return ((const int32_t *)t->data)[i];
+    case DT_INT64:
+        return ((const int64_t *)t->data)[i];
+    case DT_FLOAT32:
+        return f2i(((const float *)t->data)[i]);
+    case DT_FLOAT64:
+        return f2i(((const double *)t->data)[i]);
+    default:
+        return 0;
+    }
+}
+static double ld_f(const ref_tensor *t, int64_t i) {
+    switch (t->dtype) {
+    case DT_FLOAT32:
+        return ((const float *)t->data)[i];
+    case DT_FLOAT64:
+        return ((const double *)t->data)[i];
+    default:
+        return (double)ld_i(t, i);
+    }
+}
+/* Narrowing to int32 keeps the low 32 bits (implementation-defined in C,
+ * modular on every compiler we build with), which is torch's wrap-around. */
+static void st_i(ref_tensor *t, int64_t i, int64_t v) {
+    switch (t->dtype) {
+    case DT_BOOL:
+        ((uint8_t *)t->data)[i] = v != 0;
+        break;
+    case DT_INT32:
+        ((int32_t *)t->data)[i] = (int32_t)v;
+        break;
+    case DT_INT64:
+        ((int64_t *)t->data)[i] = v;
+        break;
+    case DT_FLOAT32:
+        ((float *)t->data)[i] = (float)v;
+        break;
+    case DT_FLOAT64:
+        ((double *)t->data)[i] = (double)v;
+        break;
+    default:
+        break;
+    }
+}
+static void st_f(ref_tensor *t, int64_t i, double v) {
+    switch (t->dtype) {
+    case DT_FLOAT32:
+        ((float *)t->data)[i] = (float)v;
+        break;
+    case DT_FLOAT64:
+        ((double *)t->data)[i] = v;
+        break;
+    case DT_BOOL:
+        ((uint8_t *)t->data)[i] = v != 0;
+        break;
+    default:
+        st_i(t, i, f2i(v));
+        break;
+    }
+}
+/* A value converted to dtype `dt` and back to double. */
+static double rnd(int dt, double v) { return dt == DT_FLOAT32 ? (double)(float)v : v; }
+
+/* dst[di] = src[si] converted to dst's dtype (torch's .to()). */
+static void cvt(ref_tensor *dst, int64_t di, const ref_tensor *src, int64_t si) {
+    size_t es = esize(dst->dtype);
+    if (dst->dtype == src->dtype)
+        memcpy((char *)dst->data + (size_t)di * es, (const char *)src->data + (size_t)si * es, es);
+    else if (is_float(dst->dtype) || dst->dtype == DT_BOOL)
+        st_f(dst, di, ld_f(src, si));
+    else
+        st_i(dst, di, ld_i(src, si));
+}
+
+/* o[oi] = x[xi] (op) y[yi] in o's dtype; each operand is first converted to
+ * that dtype, as torch does after type promotion. Float32 is computed in
+ * double on float32-rounded operands: for + - * / that gives the correctly
+ * rounded float32 result (53 >= 2*24 + 2 bits), i.e. exactly float32
+ * arithmetic. Integers use unsigned arithmetic so overflow wraps as in torch
+ * instead of being undefined; the low 32 bits of an int64 result are the
+ * int32 result, so int32 needs no separate path. For bool (SUM_N/assemble
+ * only) ADD stores a nonzero sum as true, i.e. logical or, as torch does. */
+static void elem_op(int op, ref_tensor *o, int64_t oi, const ref_tensor *x, int64_t xi, const ref_tensor *y,
+                    int64_t yi) {
+    if (is_float(o->dtype)) {
+        double p = rnd(o->dtype, ld_f(x, xi)), q = rnd(o->dtype, ld_f(y, yi));
+        st_f(o, oi,
+             op == DT_BINARY_ADD   ? p + q
+             : op == DT_BINARY_SUB ? p - q
+             : op == DT_BINARY_MUL ? p * q
+                                   : p / q);
+    } else {
+        uint64_t p = (uint64_t)ld_i(x, xi), q = (uint64_t)ld_i(y, yi);
+        st_i(o, oi, (int64_t)(op == DT_BINARY_ADD ? p + q : op == DT_BINARY_SUB ? p - q : p * q));
+    }
+}
+
+/* ------------------------------------------------------------ tensors */
+
+/* Elements of a shape, or -1 when a size is negative or bytes would overflow. */
+static int64_t numel_of(int ndim, const int64_t *shape, size_t es) {
+    int64_t n = 1, cap = (int64_t)((SIZE_MAX / 2) / (es ? es : 1));
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0 || (shape[d] && n > cap / shape[d]))
+            return -1;
+        n *= shape[d];
+    }
+    return n;
+}
+
+/* A new zero-filled tensor. EMPTY is zeros too: determinism makes valgrind
+ * and test failures reproducible, and calloc costs nothing here. */
+static dt_status mk(const char *what, int dt, int ndim, const int64_t *shape, ref_tensor **out, char *err,
+                    size_t errlen) {
+    size_t es = esize(dt);
+    *out = NULL;
+    if (!es)
+        return fail(err, errlen, DT_EUNSUPPORTED, "ref: %s does not support dtype %s", what, dtname(dt));
+    if (ndim < 0 || ndim > DT_MAX_NDIM || (ndim && !shape))
+        return fail(err, errlen, DT_EINVAL, "ref: %s: bad ndim %d", what, ndim);
+    int64_t n = numel_of(ndim, shape, es);
+    if (n < 0)
+        return fail(err, errlen, DT_EINVAL, "ref: %s: invalid shape %s", what, fmt_shape(ndim, shape).s);
+    ref_tensor *t = calloc(1, sizeof *t);
+    void *data = calloc(n ? (size_t)n : 1, es);
+    if (!t || !data) {
+        free(t);
+        free(data);
+        return fail(err, errlen, DT_ENOMEM, "ref: %s: out of memory for shape %s of %s", what,
+                    fmt_shape(ndim, shape).s, dtname(dt));
+    }
+    t->dtype = (dt_dtype)dt;
+    t->ndim = ndim;
+    if (ndim)
+        memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    t->numel = n;
+    t->data = data;
+    *out = t;
+    return DT_OK;
+}
+
+static void ref_free(void *impl) {
+    ref_tensor *t = impl;
+    if (!t)
+        return;
+    free(t->data);
+    free(t);
+}
+
+/* ------------------------------------------------------- strided walks */
+
+/* An odometer over `shape` that tracks one flat offset per operand: operand
+ * j is at off[j] = base[j] + sum_d idx[d] * stride[j][d]. A zero stride
+ * repeats an element (broadcasting, reduced dims); a base and the parent's
+ * strides address a region of a larger tensor. Call walk_step numel times. */
+typedef struct walk {
+    int ndim, n;
+    int64_t shape[DT_MAX_NDIM], idx[DT_MAX_NDIM];
+    int64_t stride[3][DT_MAX_NDIM];
+    int64_t off[3];
+} walk;
+
+static void walk_step(walk *w) {
+    for (int d = w->ndim - 1; d >= 0; d--) {
+        for (int j = 0; j < w->n; j++)
+            w->off[j] += w->stride[j][d];
+        if (++w->idx[d] < w->shape[d])
+            return;
+        for (int j = 0; j < w->n; j++)
+            w->off[j] -= w->stride[j][d] * w->shape[d];
+        w->idx[d] = 0;
+    }
+}
+
+static void contig(int ndim, const int64_t *shape, int64_t *stride) {
+    int64_t s = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        stride[d] = s;
+        s *= shape[d];
+    }
+}
+
+static int64_t dot(int ndim, const int64_t *a, const int64_t *b) {
+    int64_t s = 0;
+    for (int d = 0; d < ndim; d++)
+        s += a[d] * b[d];
+    return s;
+}
+
+/* Copies (or adds, for accumulate) the region `shape` of src at `sstart`
+ * into dst at `dstart`; both tensors have `ndim` dims. */
+static void copy_region(ref_tensor *dst, const int64_t *dstart, const ref_tensor *src, const int64_t *sstart,
+                        int ndim, const int64_t *shape, int add) {
+    walk w = {.ndim = ndim, .n = 2};
+    memcpy(w.shape, shape, (size_t)ndim * sizeof *shape);
+    contig(ndim, dst->shape, w.stride[0]);
+    contig(ndim, src->shape, w.stride[1]);
+    w.off[0] = dot(ndim, dstart, w.stride[0]);
+    w.off[1] = dot(ndim, sstart, w.stride[1]);
+    for (int64_t n = numel_of(ndim, shape, 1); n > 0; n--, walk_step(&w)) {
+        if (add)
+            elem_op(DT_BINARY_ADD, dst, w.off[0], dst, w.off[0], src, w.off[1]);
+        else
+            cvt(dst, w.off[0], src, w.off[1]);
+    }
+}
+
+/* Is start + shape within full, for every dim? */
+static dt_status region_ok(const char *what, int ndim, const int64_t *start, const int64_t *shape,
+                           const int64_t *full, char *err, size_t errlen) {
+    for (int d = 0; d < ndim; d++)
+        if (start[d] < 0 || shape[d] < 0 || start[d] > full[d] - shape[d])
+            return fail(err, errlen, DT_EBACKEND, "ref: %s: region at %s of shape %s exceeds %s", what,
+                        fmt_shape(ndim, start).s, fmt_shape(ndim, shape).s, fmt_shape(ndim, full).s);
+    return DT_OK;
+}
+
+/* ---------------------------------------------------------------- ops */
+
+static dt_status binary(int op, int dt, const ref_tensor *x, const ref_tensor *y, ref_tensor **out, char *err,
+                        size_t errlen) {
+    if (op < 0 || op >= DT_BINARY_COUNT)
+        return fail(err, errlen, DT_EINVAL, "ref: BINARY: bad op %d", op);
+    if (op == DT_BINARY_DIV && !is_float(dt))
+        return fail(err, errlen, DT_EUNSUPPORTED,
+                    "ref: BINARY DIV is true division and cannot produce dtype %s", dtname(dt));
+    int nd = x->ndim > y->ndim ? x->ndim : y->ndim;
+    int64_t shape[DT_MAX_NDIM] = {0}, xs[DT_MAX_NDIM], ys[DT_MAX_NDIM];
+    walk w = {.ndim = nd, .n = 3};
+    contig(x->ndim, x->shape, xs);
+    contig(y->ndim, y->shape, ys);
+    /* Right-align the shapes; a missing or size-1 dim repeats (stride 0). */
+    for (int d = 0; d < nd; d++) {
+        int xd = d - (nd - x->ndim), yd = d - (nd - y->ndim);
+        int64_t sx = xd >= 0 ? x->shape[xd] : 1, sy = yd >= 0 ? y->shape[yd] : 1;
+        if (sx != sy && sx != 1 && sy != 1)
+            return fail(err, errlen, DT_EBACKEND, "ref: shapes %s and %s do not broadcast", SHAPE(x),
+                        SHAPE(y));
+        shape[d] = sx == 1 ? sy : sx;
+        w.stride[1][d] = sx == 1 ? 0 : xs[xd];
+        w.stride[2][d] = sy == 1 ? 0 : ys[yd];
+    }
+    dt_status st = mk("BINARY", dt, nd, shape, out, err, errlen);
+    if (st)
+        return st;
+    memcpy(w.shape, shape, sizeof shape);
+    contig(nd, shape, w.stride[0]);
+    for (int64_t n = (*out)->numel; n > 0; n--, walk_step(&w))
+        elem_op(op, *out, w.off[0], x, w.off[1], y, w.off[2]);
+    return DT_OK;
+}
+
+/* A 0-d tensor on the stack holding a dt_scalar (as float64 or int64), so
+ * that scalar ops reuse the broadcasting path and its conversions. Its
+ * 8-byte slot can also hold one element of any storage dtype. */
+typedef struct scalar_tensor {
+    ref_tensor t;
+    union {
+        double f;
+        int64_t i;
+    } v;
+} scalar_tensor;
+static void scalar_init(scalar_tensor *s, dt_scalar v) {
+    memset(s, 0, sizeof *s);
+    s->t.numel = 1;
+    s->t.data = &s->v;
+    s->t.dtype = v.kind == DT_SCALAR_FLOAT ? DT_FLOAT64 : DT_INT64;
+    v.kind == DT_SCALAR_FLOAT ? st_f(&s->t, 0, v.f) : st_i(&s->t, 0, v.i);
+}
+
+static dt_status matmul(int dt, const ref_tensor *x, const ref_tensor *y, ref_tensor **out, char *err,
+                        size_t errlen) {
+    if (x->ndim != 2 || y->ndim != 2 || x->shape[1] != y->shape[0])
+        return fail(err, errlen, DT_EBACKEND, "ref: MATMUL needs [M,K] @ [K,N], got %s @ %s", SHAPE(x),
+                    SHAPE(y));
+    int64_t M = x->shape[0], K = x->shape[1], N = y->shape[1], shape[2] = {M, N};
+    dt_status st = mk("MATMUL", dt, 2, shape, out, err, errlen);
+    if (st)
+        return st;
+    /* out[i,j] += x[i,k] * y[k,j] for k ascending, every step in the output
+     * dtype (the product goes through a one-element temporary of that
+     * dtype), like a naive kernel. The output starts at zero. */
+    scalar_tensor prod;
+    scalar_init(&prod, dt_scalar_int(0));
+    prod.t.dtype = (dt_dtype)dt;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++)
+            for (int64_t k = 0; k < K; k++) {
+                elem_op(DT_BINARY_MUL, &prod.t, 0, x, i * K + k, y, k * N + j);
+                elem_op(DT_BINARY_ADD, *out, i * N + j, *out, i * N + j, &prod.t, 0);
+            }
+    return DT_OK;
+}
+
+static dt_status sum(const dt__kattr *a, const ref_tensor *x, ref_tensor **out, char *err, size_t errlen) {
+    uint64_t mask = a->dims_mask;
+    if (a->flags & DT_KF_ALL)
+        mask = x->ndim ? ~0ull >> (64 - x->ndim) : 0;
+    if (mask >> x->ndim)
+        return fail(err, errlen, DT_EBACKEND, "ref: SUM dims_mask 0x%llx names dims beyond shape %s",
+                    (unsigned long long)mask, SHAPE(x));
+    int keep = (a->flags & DT_KF_KEEPDIM) != 0, nd = 0;
+    int64_t kshape[DT_MAX_NDIM], kstride[DT_MAX_NDIM], shape[DT_MAX_NDIM];
+    for (int d = 0; d < x->ndim; d++) {
+        int red = (mask >> d) & 1;
+        kshape[d] = red ? 1 : x->shape[d];
+        if (!red || keep)
+            shape[nd++] = kshape[d];
+    }
+    /* Accumulate in a float64 or int64 tensor shaped like the output, then
+     * convert. Walking the input in row-major order adds each output's terms
+     * in ascending index order. */
+    ref_tensor *acc;
+    dt_status st = mk("SUM", a->dtype, nd, shape, out, err, errlen);
+    if (st || (st = mk("SUM", is_float(a->dtype) ? DT_FLOAT64 : DT_INT64, nd, shape, &acc, err, errlen))) {
+        ref_free(*out);
+        *out = NULL;
+        return st;
+    }
+    walk w = {.ndim = x->ndim, .n = 2};
+    memcpy(w.shape, x->shape, sizeof x->shape);
+    contig(x->ndim, x->shape, w.stride[0]);
+    contig(x->ndim, kshape, kstride);
+    for (int d = 0; d < x->ndim; d++)
+        w.stride[1][d] = (mask >> d) & 1 ? 0 : kstride[d];
+    for (int64_t n = x->numel; n > 0; n--, walk_step(&w))
+        elem_op(DT_BINARY_ADD, acc, w.off[1], acc, w.off[1], x, w.off[0]);
+    for (int64_t i = 0; i < acc->numel; i++)
+        cvt(*out, i, acc, i);
+    ref_free(acc);
+    return DT_OK;
+}
+
+static dt_status cat(int dim, void *const *in, int n, ref_tensor **out, char *err, size_t errlen) {
+    const ref_tensor *x = in[0];
+    int nd = x->ndim;
+    if (dim < 0)
+        dim += nd;
+    if (dim < 0 || dim >= nd)
+        return fail(err, errlen, DT_EBACKEND, "ref: CAT dim %d out of range for shape %s", dim, SHAPE(x));
+    int64_t shape[DT_MAX_NDIM], start[DT_MAX_NDIM] = {0}, zero[DT_MAX_NDIM] = {0};
+    memcpy(shape, x->shape, sizeof shape);
+    shape[dim] = 0;
+    for (int i = 0; i < n; i++) {
+        const ref_tensor *p = in[i];
+        int ok = p->ndim == nd;
+        for (int d = 0; ok && d < nd; d++)
+            ok = d == dim || p->shape[d] == x->shape[d];
+        if (!ok)
+            return fail(err, errlen, DT_EBACKEND,
+                        "ref: CAT input %d has shape %s, expected %s outside dim %d", i, SHAPE(p), SHAPE(x),
+                        dim);
+        shape[dim] += p->shape[dim];
+    }
+    dt_status st = mk("CAT", x->dtype, nd, shape, out, err, errlen);
+    for (int i = 0; !st && i < n; i++) {
+        const ref_tensor *p = in[i];
+        copy_region(*out, start, p, zero, nd, p->shape, 0);
+        start[dim] += p->shape[dim];
+    }
+    return st;
+}
+
+static dt_status sum_n(void *const *in, int n, ref_tensor **out, char *err, size_t errlen) {
+    const ref_tensor *x = in[0];
+    for (int i = 1; i < n; i++) {
+        const ref_tensor *p = in[i];
+        if (p->ndim != x->ndim || memcmp(p->shape, x->shape, (size_t)x->ndim * sizeof *x->shape))
+            return fail(err, errlen, DT_EBACKEND, "ref: SUM_N input %d has shape %s, expected %s", i,
+                        SHAPE(p), SHAPE(x));
+    }
+    dt_status st = mk("SUM_N", x->dtype, x->ndim, x->shape, out, err, errlen);
+    if (st)
+        return st;
+    ref_tensor *o = *out;
+    for (int64_t e = 0; e < o->numel; e++)
+        cvt(o, e, x, e);
+    for (int i = 1; i < n; i++)
+        for (int64_t e = 0; e < o->numel; e++)
+            elem_op(DT_BINARY_ADD, o, e, o, e, in[i], e);
+    return DT_OK;
+}
+
+/* Counter-based randomness: element g of the global tensor (its row-major
+ * flat index) gets draws 2g+1 and 2g+2 of a splitmix64 stream started at
+ * `seed`. A value depends only on (seed, g), never on which region a device
+ * asks for, which is what makes random tensors placement-invariant. */
+static uint64_t draw(uint64_t seed, uint64_t g, unsigned k) {
+    uint64_t z = seed + (2 * g + k + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double rand_value(int kop, int dt, uint64_t seed, uint64_t g) {
+    if (kop == DT_K_RAND) /* as many bits as the dtype holds, so float32 never rounds up to 1 */
+        return dt == DT_FLOAT32 ? (double)(draw(seed, g, 0) >> 40) * 0x1p-24
+                                : (double)(draw(seed, g, 0) >> 11) * 0x1p-53;
+    /* Box-Muller; 1 - u1 lies in (0, 1], so the log is finite. */
+    double u1 = (double)(draw(seed, g, 0) >> 11) * 0x1p-53, u2 = (double)(draw(seed, g, 1) >> 11) * 0x1p-53;
+    return sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586476925 * u2);
+}
+
+static dt_status rand_region(int kop, const dt__kattr *a, ref_tensor **out, char *err, size_t errlen) {
+    if (!is_float(a->dtype))
+        return fail(err, errlen, DT_EUNSUPPORTED, "ref: %s does not support dtype %s", kop_names[kop],
+                    dtname(a->dtype));
+    if (a->gndim != a->ndim || a->ndim < 0 || a->ndim > DT_MAX_NDIM || numel_of(a->gndim, a->gshape, 8) < 0)
+        return fail(err, errlen, DT_EBACKEND, "ref: %s: region of %d dims in global shape %s", kop_names[kop],
+                    a->ndim, fmt_shape(a->gndim, a->gshape).s);
+    dt_status st = region_ok(kop_names[kop], a->ndim, a->start, a->shape, a->gshape, err, errlen);
+    if (st)
+        return st;
+    if ((st = mk(kop_names[kop], a->dtype, a->ndim, a->shape, out, err, errlen)))
+        return st;
+    walk w = {.ndim = a->ndim, .n = 2};
+    memcpy(w.shape, a->shape, sizeof w.shape);
+    contig(a->ndim, a->shape, w.stride[0]);
+    contig(a->ndim, a->gshape, w.stride[1]);
+    w.off[1] = dot(a->ndim, a->start, w.stride[1]);
+    for (int64_t n = (*out)->numel; n > 0; n--, walk_step(&w))
+        st_f(*out, w.off[0], rand_value(kop, a->dtype, a->seed, (uint64_t)w.off[1]));
+    return DT_OK;
+}
+
+static dt_status arange(const dt__kattr *a, ref_tensor **out, char *err, size_t errlen) {
+    dt_status st = mk("ARANGE", a->dtype, 1, a->shape, out, err, errlen);
+    if (st)
+        return st;
+    ref_tensor *o = *out;
+    /* torch computes start + i * step in the accumulation type: double for
+     * floats, int64 (wrapping) for integers. */
+    for (int64_t i = 0; i < o->numel; i++) {
+        int64_t k = a->start[0] + i;
+        if (is_float(a->dtype))
+            st_f(o, i, a->f[0] + (double)k * a->f[2]);
+        else
+            st_i(o, i, (int64_t)((uint64_t)f2i(a->f[0]) + (uint64_t)k * (uint64_t)f2i(a->f[2])));
+    }
+    return DT_OK;
+}
+
+static dt_status slice(const dt__kattr *a, const ref_tensor *x, ref_tensor **out, char *err, size_t errlen) {
+    if (a->ndim != x->ndim)
+        return fail(err, errlen, DT_EBACKEND, "ref: SLICE of %d dims from shape %s", a->ndim, SHAPE(x));
+    dt_status st = region_ok("SLICE", x->ndim, a->start, a->shape, x->shape, err, errlen);
+    if (st || (st = mk("SLICE", x->dtype, x->ndim, a->shape, out, err, errlen)))
+        return st;
+    int64_t zero[DT_MAX_NDIM] = {0};
+    copy_region(*out, zero, x, a->start, x->ndim, a->shape, 0);
+    return DT_OK;
+}
+
+static dt_status ref_run(int kop, const dt__kattr *a, void *const *in, int n_in, void **out, char *err,
+                         size_t errlen) {
+    /* Per op: the inputs it takes (-1: one or more), and whether it computes
+     * (so needs an arithmetic output dtype rather than any storage dtype). */
+    static const signed char arity[DT_K_COUNT] = {1, 0, 0, 0, 0, 0, 2, 1, 1, 2, 1, -1, -1, 1};
+    static const char computes[DT_K_COUNT] = {0, 0, 0, 1, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0};
+    if (out)
+        *out = NULL;
+    if (!out || !a)
+        return fail(err, errlen, DT_EINVAL, "ref: run: NULL %s", out ? "attributes" : "out");
+    if (kop < 0 || kop >= DT_K_COUNT)
+        return fail(err, errlen, DT_EUNSUPPORTED, "ref: unknown kernel op %d", kop);
+    const char *name = kop_names[kop];
+    if (arity[kop] >= 0 ? n_in != arity[kop] : n_in < 1)
+        return fail(err, errlen, DT_EINVAL, "ref: %s takes %s%d inputs, got %d", name,
+                    arity[kop] < 0 ? "at least " : "", arity[kop] < 0 ? 1 : arity[kop], n_in);
+    for (int i = 0; i < n_in; i++)
+        if (!in || !in[i])
+            return fail(err, errlen, DT_EINVAL, "ref: %s: input %d is NULL", name, i);
+    const ref_tensor *x = n_in ? in[0] : NULL;
+    /* NEG and MATMUL do not document `dtype` in backend.h, so a caller may
+     * leave it zero (DT_BOOL); neither op exists for bool in torch, so zero
+     * means "same as the input". */
+    int dt = (kop == DT_K_NEG || kop == DT_K_MATMUL) && a->dtype == DT_BOOL ? (int)x->dtype : a->dtype;
+    if (computes[kop] && !is_arith(dt))
+        return fail(err, errlen, DT_EUNSUPPORTED, "ref: %s does not support dtype %s", name, dtname(dt));
+    ref_tensor *o = NULL;
+    dt_status st;
+    scalar_tensor s;
+    switch (kop) {
+    case DT_K_SLICE:
+        st = slice(a, x, &o, err, errlen);
+        break;
+    case DT_K_FULL:
+        if ((st = mk(name, a->dtype, a->ndim, a->shape, &o, err, errlen)))
+            break;
+        scalar_init(&s, a->scalar);
+        for (int64_t i = 0; i < o->numel; i++)
+            cvt(o, i, &s.t, 0);
+        break;
+    case DT_K_EMPTY:
+        st = mk(name, a->dtype, a->ndim, a->shape, &o, err, errlen);
+        break;
+    case DT_K_ZEROS_LIKE:
+        st = mk(name, x->dtype, x->ndim, x->shape, &o, err, errlen);
+        break;
+    case DT_K_ARANGE:
+        st = arange(a, &o, err, errlen);
+        break;
+    case DT_K_RAND:
+    case DT_K_RANDN:
+        st = rand_region(kop, a, &o, err, errlen);
+        break;
+    case DT_K_BINARY:
+        st = binary(a->sub, dt, x, in[1], &o, err, errlen);
+        break;
+    case DT_K_BINARY_SCALAR:
+        scalar_init(&s, a->scalar);
+        st = a->flags & DT_KF_REVERSED ? binary(a->sub, dt, &s.t, x, &o, err, errlen)
+                                       : binary(a->sub, dt, x, &s.t, &o, err, errlen);
+        break;
+    case DT_K_NEG:
+        /* x * -1 is exactly -x in every dtype, -0.0 and int wrap-around included. */
+        scalar_init(&s, dt_scalar_int(-1));
+        st = binary(DT_BINARY_MUL, dt, x, &s.t, &o, err, errlen);
+        break;
+    case DT_K_MATMUL:
+        st = matmul(dt, x, in[1], &o, err, errlen);
+        break;
+    case DT_K_SUM:
+        st = sum(a, x, &o, err, errlen);
+        break;
+    case DT_K_CAT:
+        st = cat(a->dim, in, n_in, &o, err, errlen);
+        break;
+    case DT_K_SUM_N:
+        st = sum_n(in, n_in, &o, err, errlen);
+        break;
+    default:
+        st = fail(err, errlen, DT_EUNSUPPORTED, "ref: %s is not implemented", name);
+        break;
+    }
+    if (st == DT_OK)
+        *out = o;
+    return st;
+}
+
+/* ------------------------------------------------------ other entries */
+
+static size_t ref_nbytes(const void *impl) {
+    const ref_tensor *t = impl;
+    return t ? (size_t)t->numel * esize(t->dtype) : 0;
+}
+
+static dt_status ref_from_host(dt_dtype dtype, int ndim, const int64_t *shape, const void *data, void **out,
+                               char *err, size_t errlen) {
+    ref_tensor *o;
+    if (!out)
+        return fail(err, errlen, DT_EINVAL, "ref: from_host: NULL out");
+    *out = NULL;
+    dt_status st = mk("from_host", dtype, ndim, shape, &o, err, errlen);
+    if (st)
+        return st;
+    if (o->numel && !data) {
+        st = fail(err, errlen, DT_EINVAL, "ref: from_host: NULL data for shape %s", SHAPE(o));
+        ref_free(o);
+        return st;
+    }
+    if (o->numel)
+        memcpy(o->data, data, ref_nbytes(o));
+    *out = o;
+    return DT_OK;
+}
+
+static dt_status ref_to_host(const void *impl, void *buf, size_t nbytes, char *err, size_t errlen) {
+    const ref_tensor *t = impl;
+    if (!t)
+        return fail(err, errlen, DT_EINVAL, "ref: to_host: NULL impl");
+    size_t want = ref_nbytes(t);
+    if (nbytes != want)
+        return fail(err, errlen, DT_EINVAL, "ref: to_host: shape %s of %s is %zu bytes, got a buffer of %zu",
+                    SHAPE(t), dtname(t->dtype), want, nbytes);
+    if (want && !buf)
+        return fail(err, errlen, DT_EINVAL, "ref: to_host: NULL buffer");
+    if (want)
+        memcpy(buf, t->data, want);
+    return DT_OK;
+}
+
+static dt_status ref_assemble(dt_dtype dtype, int ndim, const int64_t *shape, int n, void *const *pieces,
+                              const int64_t *starts, int accumulate, void **out, char *err, size_t errlen) {
+    if (!out)
+        return fail(err, errlen, DT_EINVAL, "ref: assemble: NULL out");
+    *out = NULL;
+    if (n < 0 || (n && (!pieces || (ndim && !starts))))
+        return fail(err, errlen, DT_EINVAL, "ref: assemble: bad pieces (n = %d)", n);
+    ref_tensor *o;
+    dt_status st = mk("assemble", dtype, ndim, shape, &o, err, errlen);
+    if (st)
+        return st;
+    int64_t zero[DT_MAX_NDIM] = {0};
+    for (int i = 0; i < n; i++) {
+        const ref_tensor *p = pieces[i];
+        /* No pointer arithmetic on a NULL `starts` when ndim is 0. */
+        const int64_t *at = ndim ? starts + (size_t)i * (size_t)ndim : zero;
+        if (!p)
+            st = fail(err, errlen, DT_EINVAL, "ref: assemble: piece %d is NULL", i);
+        else if (p->ndim != ndim)
+            st = fail(err, errlen, DT_EBACKEND, "ref: assemble: piece %d has shape %s, expected %d dims", i,
+                      SHAPE(p), ndim);
+        else
+            st = region_ok("assemble", ndim, at, p->shape, shape, err, errlen);
+        if (st) {
+            ref_free(o);
+            return st;
+        }
+        copy_region(o, at, p, zero, ndim, p->shape, accumulate);
+    }
+    *out = o;
+    return DT_OK;
+}
+
+static dt_dtype ref_default_dtype(void) { return DT_FLOAT32; }
+
+const dt__backend dt__backend_ref = {
+    .name = "ref",
+    .run = ref_run,
+    .free = ref_free,
+    .nbytes = ref_nbytes,
+    .from_host = ref_from_host,
+    .to_host = ref_to_host,
+    .from_dlpack = NULL,
+    .to_dlpack = NULL,
+    .dlpack_delete = NULL,
+    .assemble = ref_assemble,
+    .worker_init = NULL,
+    .default_dtype = ref_default_dtype,
+};

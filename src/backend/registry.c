@@ -1,0 +1,28 @@
+/*
+ * The backend registry. Backends register from library constructors (before
+ * main, single-threaded), so lookups after that need no lock.
+ */
+#include <string.h>
+
+#include "backend/backend.h"
+
+static const dt__backend *registered[8];
+static int nregistered;
+
+void dt__backend_register(const dt__backend *backend) {
+    if (nregistered < (int)(sizeof registered / sizeof registered[0]))
+        registered[nregistered++] = backend;
+}
+
+const dt__backend *dt__backend_find(const char *name) {
+    if (!name) {
+        const dt__backend *torch = dt__backend_find("torch");
+        return torch ? torch : &dt__backend_ref;
+    }
+    if (strcmp(name, "ref") == 0)
+        return &dt__backend_ref;
+    for (int i = 0; i < nregistered; i++)
+        if (strcmp(registered[i]->name, name) == 0)
+            return registered[i];
+    return NULL;
+}

@@ -1,0 +1,605 @@
+/*
+ * The LibTorch compute backend: the only C++ in dtorch.
+ *
+ * It implements the dt__backend vtable of backend.h on top of ATen. An impl is
+ * an `at::Tensor *` made with `new` and released with `delete`; the tensor is
+ * dense, contiguous and never written after the entry that made it returns,
+ * which is why a whole-tensor SLICE or a one-input SUM_N may hand out a second
+ * at::Tensor sharing the same storage.
+ *
+ * Threads: every entry may run on any thread, concurrently with any other
+ * entry - the kernel ops on worker threads (one per device stream), from_host,
+ * to_host and assemble also on the client and controller threads. Nothing is
+ * shared between calls: each call builds its own tensors (and, for
+ * RAND/RANDN, its own generator), so this file holds no lock and no mutable
+ * global. worker_init changes only the calling thread's intra-op thread count
+ * (plus ATen's process-wide default for threads that start later).
+ *
+ * No exception may cross into C: every entry body is wrapped in
+ * DT_TORCH_TRY/DT_TORCH_CATCH, which turns c10::Error, std::exception and
+ * anything else into a status and the first line of the message. Entries that
+ * cannot report (free, nbytes, dlpack_delete, worker_init, default_dtype)
+ * swallow errors instead.
+ *
+ * Builds against LibTorch 1.13 and 2.x: only ATen calls whose C++ signatures
+ * are the same in both are used.
+ */
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/DLConvertor.h>
+#include <ATen/Parallel.h>
+#include <ATen/dlpack.h>
+#include <c10/core/DefaultDtype.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/backend.h"
+
+extern "C" {
+extern const dt__backend dt__backend_torch;
+}
+
+namespace {
+
+/* ------------------------------------------------------------ error mapping */
+
+/* A caller mistake caught by this file (bad dtype, rank, op, pointer) rather
+ * than by ATen: it maps to DT_EINVAL instead of DT_EBACKEND. */
+struct invalid_arg : std::runtime_error {
+    explicit invalid_arg(const std::string &m) : std::runtime_error(m) {}
+};
+
+[[noreturn]] void fail(const std::string &m) { throw invalid_arg(m); }
+
+/* Copies the first line of `msg` into err: ATen messages often continue with
+ * context lines that only repeat what the core already reports. */
+dt_status report(char *err, size_t errlen, dt_status st, const char *msg) noexcept {
+    if (err && errlen > 0) {
+        if (!msg) msg = "unknown error";
+        size_t n = std::strcspn(msg, "\n");
+        std::snprintf(err, errlen, "%.*s", (int)std::min(n, (size_t)4096), msg);
+    }
+    return st;
+}
+
+/* Called from inside a catch block: rethrows the exception in flight and maps
+ * it to a status, so every entry shares one translation. */
+dt_status translate_current(char *err, size_t errlen) noexcept {
+    try {
+        throw;
+    } catch (const c10::OutOfMemoryError &e) {
+        return report(err, errlen, DT_ENOMEM, e.what_without_backtrace());
+    } catch (const c10::Error &e) {
+        return report(err, errlen, DT_EBACKEND, e.what_without_backtrace());
+    } catch (const invalid_arg &e) {
+        return report(err, errlen, DT_EINVAL, e.what());
+    } catch (const std::bad_alloc &) {
+        return report(err, errlen, DT_ENOMEM, "torch backend: out of memory");
+    } catch (const std::exception &e) {
+        return report(err, errlen, DT_EBACKEND, e.what());
+    } catch (...) {
+        return report(err, errlen, DT_EBACKEND, "torch backend: unknown C++ exception");
+    }
+}
+
+#define DT_TORCH_TRY try
+#define DT_TORCH_CATCH(err, errlen)                                                                \
+    catch (...) {                                                                                  \
+        return translate_current((err), (errlen));                                                \
+    }
+/* For entries with no error channel: the failure is dropped, `ret` returned. */
+#define DT_TORCH_CATCH_QUIET(ret)                                                                  \
+    catch (...) {                                                                                  \
+        return ret;                                                                                \
+    }
+
+/* ------------------------------------------------------------------- dtypes */
+
+at::ScalarType to_aten(int32_t dtype) {
+    switch (dtype) {
+    case DT_BOOL: return at::kBool;
+    case DT_UINT8: return at::kByte;
+    case DT_INT8: return at::kChar;
+    case DT_INT16: return at::kShort;
+    case DT_INT32: return at::kInt;
+    case DT_INT64: return at::kLong;
+    case DT_FLOAT16: return at::kHalf;
+    case DT_BFLOAT16: return at::kBFloat16;
+    case DT_FLOAT32: return at::kFloat;
+    case DT_FLOAT64: return at::kDouble;
+    default: fail("torch backend: unknown dtype " + std::to_string(dtype));
+    }
+}
+
+/* -1 for an ATen type dtorch has no name for (complex, quantized, ...). */
+int from_aten(at::ScalarType st) {
+    switch (st) {
+    case at::kBool: return DT_BOOL;
+    case at::kByte: return DT_UINT8;
+    case at::kChar: return DT_INT8;
+    case at::kShort: return DT_INT16;
+    case at::kInt: return DT_INT32;
+    case at::kLong: return DT_INT64;
+    case at::kHalf: return DT_FLOAT16;
+    case at::kBFloat16: return DT_BFLOAT16;
+    case at::kFloat: return DT_FLOAT32;
+    case at::kDouble: return DT_FLOAT64;
+    default: return -1;
+    }
+}
+
+/* The kind, not the value, decides torch's type promotion, so the Scalar must
+ * carry the same C++ type a Python bool/int/float would give it. */
+at::Scalar to_scalar(const dt_scalar &s) {
+    switch (s.kind) {
+    case DT_SCALAR_BOOL: return at::Scalar(s.i != 0);
+    case DT_SCALAR_INT: return at::Scalar(static_cast<int64_t>(s.i));
+    case DT_SCALAR_FLOAT: return at::Scalar(s.f);
+    default: fail("torch backend: unknown scalar kind " + std::to_string(s.kind));
+    }
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+const at::Tensor &impl(const void *p) {
+    if (!p) fail("torch backend: NULL tensor impl");
+    return *static_cast<const at::Tensor *>(p);
+}
+
+void check_ndim(int ndim, const char *what) {
+    if (ndim < 0 || ndim > DT_MAX_NDIM)
+        fail(std::string("torch backend: ") + what + " has " + std::to_string(ndim) + " dims (0.." +
+             std::to_string(DT_MAX_NDIM) + " allowed)");
+}
+
+at::IntArrayRef dims_of(const int64_t *shape, int ndim) {
+    return ndim > 0 ? at::IntArrayRef(shape, (size_t)ndim) : at::IntArrayRef();
+}
+
+/* A fresh contiguous copy in `st`: the result owns compact storage, so it
+ * never keeps a larger source alive. */
+at::Tensor fresh(const at::Tensor &x, at::ScalarType st) {
+    return x.to(st, /*non_blocking=*/false, /*copy=*/true, at::MemoryFormat::Contiguous);
+}
+
+/* Kernel results in the attr dtype, contiguous. The cast normally does not
+ * happen (the core infers the dtype torch infers); it is a guard, not a
+ * semantic step. */
+at::Tensor finish(const at::Tensor &r, at::ScalarType st) {
+    if (r.scalar_type() != st) return r.to(st, false, false, at::MemoryFormat::Contiguous);
+    return r.contiguous();
+}
+
+/* The view of x[start[d] : start[d] + shape[d]] for every d; *whole tells
+ * whether that is all of x. Bounds are checked by narrow (c10::Error). */
+at::Tensor region(const at::Tensor &x, int ndim, const int64_t *start, const int64_t *shape, bool *whole) {
+    check_ndim(ndim, "region");
+    if (x.dim() != ndim)
+        fail("torch backend: region of " + std::to_string(ndim) + " dims on a tensor of " +
+             std::to_string(x.dim()) + " dims");
+    at::Tensor v = x;
+    *whole = true;
+    for (int d = 0; d < ndim; ++d) {
+        if (start[d] != 0 || shape[d] != x.size(d)) *whole = false;
+        v = v.narrow(d, start[d], shape[d]);
+    }
+    return v;
+}
+
+void need_inputs(int kop, int n_in, int lo, int hi) {
+    if (n_in < lo || (hi >= 0 && n_in > hi))
+        fail("torch backend: kernel op " + std::to_string(kop) + " got " + std::to_string(n_in) + " inputs");
+}
+
+bool is_integral_no_bool(at::ScalarType st) { return at::isIntegralType(st, /*includeBool=*/false); }
+
+/* torch.arange with integer dtype sees Python ints; pass int64 scalars when the
+ * doubles are exact integers so the Scalars are those torch would get.
+ * Otherwise keep doubles (ATen converts or rejects them as torch does). */
+at::Tensor arange_global(const double f[3], at::ScalarType st) {
+    bool ints = is_integral_no_bool(st);
+    for (int i = 0; i < 3 && ints; ++i)
+        ints = std::isfinite(f[i]) && f[i] == std::trunc(f[i]) && std::fabs(f[i]) < 9.2e18;
+    at::TensorOptions o = at::TensorOptions().dtype(st);
+    if (ints)
+        return at::arange(at::Scalar(static_cast<int64_t>(f[0])), at::Scalar(static_cast<int64_t>(f[1])),
+                          at::Scalar(static_cast<int64_t>(f[2])), o);
+    return at::arange(at::Scalar(f[0]), at::Scalar(f[1]), at::Scalar(f[2]), o);
+}
+
+/* The whole global random tensor, then the region. Generating everything and
+ * slicing is what makes the values independent of mesh and placements. Half
+ * and bfloat16 draw in float32 and round (so the values are float32's, cast);
+ * float64 draws in float64. */
+at::Tensor random_region(bool normal, const dt__kattr *a, at::ScalarType st) {
+    if (!at::isFloatingType(st)) fail("torch backend: rand/randn need a floating dtype");
+    check_ndim(a->gndim, "rand global shape");
+    at::ScalarType gen_st = st == at::kDouble ? at::kDouble : at::kFloat;
+    at::Generator gen = at::detail::createCPUGenerator(a->seed);
+    at::IntArrayRef gshape = dims_of(a->gshape, a->gndim);
+    at::TensorOptions o = at::TensorOptions().dtype(gen_st);
+    at::Tensor g = normal ? at::randn(gshape, gen, o) : at::rand(gshape, gen, o);
+    bool whole = false;
+    at::Tensor v = region(g, a->gndim, a->start, a->shape, &whole); // the region has gndim dims
+    if (whole && gen_st == st) return g;
+    return fresh(v, st);
+}
+
+at::Tensor binary(int sub, const at::Tensor &x, const at::Tensor &y) {
+    switch (sub) {
+    case DT_BINARY_ADD: return at::add(x, y);
+    case DT_BINARY_SUB: return at::sub(x, y);
+    case DT_BINARY_MUL: return at::mul(x, y);
+    case DT_BINARY_DIV: return at::div(x, y);
+    default: fail("torch backend: unknown binary op " + std::to_string(sub));
+    }
+}
+
+/* Mirrors torch's Tensor operators: t op s is at::op(t, s); s op t uses
+ * __radd__/__rmul__ (commutative: add/mul), __rsub__ (rsub) and __rtruediv__,
+ * which torch/_tensor.py defines as reciprocal(t) * s - hence the same here,
+ * so results (including rounding) match eager torch bit for bit. */
+at::Tensor binary_scalar(int sub, const at::Tensor &x, const at::Scalar &s, bool reversed) {
+    switch (sub) {
+    case DT_BINARY_ADD: return at::add(x, s);
+    case DT_BINARY_SUB: return reversed ? at::rsub(x, s) : at::sub(x, s);
+    case DT_BINARY_MUL: return at::mul(x, s);
+    case DT_BINARY_DIV: return reversed ? at::mul(at::reciprocal(x), s) : at::div(x, s);
+    default: fail("torch backend: unknown binary op " + std::to_string(sub));
+    }
+}
+
+at::Tensor sum(const at::Tensor &x, const dt__kattr *a, at::ScalarType st) {
+    bool keep = (a->flags & DT_KF_KEEPDIM) != 0;
+    int64_t nd = x.dim();
+    std::vector<int64_t> dims;
+    if (a->flags & DT_KF_ALL) {
+        // torch.sum(x) has no keepdim: it is the 0-d form.
+        if (!keep) return at::sum(x, st);
+        for (int64_t d = 0; d < nd; ++d) dims.push_back(d);
+    } else {
+        if (nd < 64 && (a->dims_mask >> nd) != 0)
+            fail("torch backend: sum dims mask names a dim beyond the tensor's " + std::to_string(nd));
+        for (int64_t d = 0; d < nd; ++d)
+            if (a->dims_mask & (uint64_t(1) << d)) dims.push_back(d);
+        // An empty dim list means "all dims" to ATen; an empty mask means none.
+        if (dims.empty()) return fresh(x, st);
+    }
+    return at::sum(x, at::IntArrayRef(dims), keep, st);
+}
+
+/* ------------------------------------------------------------- the kernels */
+
+dt_status torch_run(int kop, const dt__kattr *a, void *const *in, int n_in, void **out, char *err,
+                    size_t errlen) {
+    DT_TORCH_TRY {
+        if (out) *out = nullptr;
+        if (!a || !out) fail("torch backend: NULL attr or out");
+        if (n_in < 0 || (n_in > 0 && !in)) fail("torch backend: bad input list");
+        at::Tensor r;
+        switch (kop) {
+        case DT_K_SLICE: {
+            need_inputs(kop, n_in, 1, 1);
+            const at::Tensor &x = impl(in[0]);
+            bool whole = false;
+            at::Tensor v = region(x, a->ndim, a->start, a->shape, &whole);
+            // A copy rather than a view: a view would pin the whole source
+            // storage for as long as the slice lives.
+            r = whole ? x : v.clone(at::MemoryFormat::Contiguous);
+            break;
+        }
+        case DT_K_FULL: {
+            check_ndim(a->ndim, "full");
+            r = at::full(dims_of(a->shape, a->ndim), to_scalar(a->scalar),
+                         at::TensorOptions().dtype(to_aten(a->dtype)));
+            break;
+        }
+        case DT_K_EMPTY: {
+            check_ndim(a->ndim, "empty");
+            // Zeros, not at::empty: runs must be reproducible.
+            r = at::zeros(dims_of(a->shape, a->ndim), at::TensorOptions().dtype(to_aten(a->dtype)));
+            break;
+        }
+        case DT_K_ARANGE: {
+            at::ScalarType st = to_aten(a->dtype);
+            // Only start[0], shape[0] and gshape[0] are documented for ARANGE,
+            // so ndim/gndim are not consulted. The length check catches a
+            // client whose arange sizing disagrees with torch's.
+            at::Tensor g = arange_global(a->f, st);
+            if (g.size(0) != a->gshape[0])
+                fail("torch backend: arange has " + std::to_string(g.size(0)) + " values, expected " +
+                     std::to_string(a->gshape[0]));
+            bool whole = false;
+            at::Tensor v = region(g, 1, a->start, a->shape, &whole);
+            r = whole ? g : v.clone(at::MemoryFormat::Contiguous);
+            break;
+        }
+        case DT_K_RAND:
+        case DT_K_RANDN:
+            r = random_region(kop == DT_K_RANDN, a, to_aten(a->dtype));
+            break;
+        case DT_K_BINARY:
+            need_inputs(kop, n_in, 2, 2);
+            r = finish(binary(a->sub, impl(in[0]), impl(in[1])), to_aten(a->dtype));
+            break;
+        case DT_K_BINARY_SCALAR:
+            need_inputs(kop, n_in, 1, 1);
+            r = finish(binary_scalar(a->sub, impl(in[0]), to_scalar(a->scalar), (a->flags & DT_KF_REVERSED) != 0),
+                       to_aten(a->dtype));
+            break;
+        case DT_K_NEG:
+            need_inputs(kop, n_in, 1, 1);
+            r = finish(at::neg(impl(in[0])), to_aten(a->dtype));
+            break;
+        case DT_K_MATMUL:
+            need_inputs(kop, n_in, 2, 2);
+            r = finish(at::matmul(impl(in[0]), impl(in[1])), to_aten(a->dtype));
+            break;
+        case DT_K_SUM: {
+            need_inputs(kop, n_in, 1, 1);
+            at::ScalarType st = to_aten(a->dtype);
+            r = finish(sum(impl(in[0]), a, st), st);
+            break;
+        }
+        case DT_K_CAT: {
+            need_inputs(kop, n_in, 1, -1);
+            std::vector<at::Tensor> list;
+            list.reserve((size_t)n_in);
+            for (int i = 0; i < n_in; ++i) list.push_back(impl(in[i]));
+            r = finish(at::cat(at::TensorList(list), a->dim), to_aten(a->dtype));
+            break;
+        }
+        case DT_K_SUM_N: {
+            need_inputs(kop, n_in, 1, -1);
+            // A left fold in index order: floating-point addition is not
+            // associative, and callers rely on this exact order.
+            at::Tensor acc = impl(in[0]);
+            for (int i = 1; i < n_in; ++i) acc = at::add(acc, impl(in[i]));
+            r = finish(acc, to_aten(a->dtype));
+            break;
+        }
+        case DT_K_ZEROS_LIKE: {
+            need_inputs(kop, n_in, 1, 1);
+            const at::Tensor &x = impl(in[0]);
+            r = at::zeros(x.sizes(), x.options());
+            break;
+        }
+        default:
+            fail("torch backend: unknown kernel op " + std::to_string(kop));
+        }
+        *out = new at::Tensor(std::move(r));
+        return DT_OK;
+    }
+    DT_TORCH_CATCH(err, errlen)
+}
+
+/* ---------------------------------------------------------- other entries */
+
+void torch_free(void *p) {
+    // Destroying a tensor does not throw; the catch is for the boundary rule.
+    DT_TORCH_TRY { delete static_cast<at::Tensor *>(p); }
+    DT_TORCH_CATCH_QUIET()
+}
+
+size_t torch_nbytes(const void *p) {
+    DT_TORCH_TRY {
+        if (!p) return 0;
+        const at::Tensor &t = impl(p);
+        return (size_t)t.numel() * t.element_size();
+    }
+    DT_TORCH_CATCH_QUIET(0)
+}
+
+dt_status torch_from_host(dt_dtype dtype, int ndim, const int64_t *shape, const void *data, void **out, char *err,
+                          size_t errlen) {
+    DT_TORCH_TRY {
+        if (!out) fail("torch backend: NULL out");
+        *out = nullptr;
+        at::ScalarType st = to_aten(dtype);
+        check_ndim(ndim, "from_host");
+        if (ndim > 0 && !shape) fail("torch backend: NULL shape");
+        int64_t numel = 1;
+        for (int d = 0; d < ndim; ++d) {
+            if (shape[d] < 0) fail("torch backend: negative size in from_host");
+            numel *= shape[d];
+        }
+        at::IntArrayRef sizes = dims_of(shape, ndim);
+        at::TensorOptions o = at::TensorOptions().dtype(st);
+        at::Tensor r;
+        if (numel == 0) {
+            r = at::empty(sizes, o); // no bytes to read; data may be NULL
+        } else {
+            if (!data) fail("torch backend: NULL data in from_host");
+            // from_blob borrows the caller's buffer; clone makes it ours.
+            r = at::from_blob(const_cast<void *>(data), sizes, o).clone();
+        }
+        *out = new at::Tensor(std::move(r));
+        return DT_OK;
+    }
+    DT_TORCH_CATCH(err, errlen)
+}
+
+dt_status torch_to_host(const void *p, void *buf, size_t nbytes, char *err, size_t errlen) {
+    DT_TORCH_TRY {
+        at::Tensor t = impl(p);
+        if (!t.device().is_cpu()) t = t.cpu();
+        t = t.contiguous();
+        size_t have = (size_t)t.numel() * t.element_size();
+        if (have != nbytes)
+            fail("torch backend: to_host buffer has " + std::to_string(nbytes) + " bytes, tensor has " +
+                 std::to_string(have));
+        if (have > 0) {
+            if (!buf) fail("torch backend: NULL buffer in to_host");
+            std::memcpy(buf, t.data_ptr(), have);
+        }
+        return DT_OK;
+    }
+    DT_TORCH_CATCH(err, errlen)
+}
+
+void call_dl_deleter(DLManagedTensor *m) {
+    if (m && m->deleter) m->deleter(m);
+}
+
+dt_status torch_from_dlpack(void *dl_managed, void **out, dt_dtype *dtype, int *ndim, int64_t *shape, char *err,
+                            size_t errlen) {
+    DLManagedTensor *m = static_cast<DLManagedTensor *>(dl_managed);
+    /* Until at::fromDLPack has taken `m`, this entry owns it and must call
+     * its deleter on every failure. fromDLPack can only throw before it binds
+     * the deleter for an unsupported device or dtype, so both are checked
+     * here first; after that call, the tensor (alive or unwinding) owns `m`. */
+    bool owned = true;
+    DT_TORCH_TRY {
+        if (!m) fail("torch backend: NULL DLManagedTensor");
+        if (!out || !dtype || !ndim || !shape) fail("torch backend: NULL out parameter");
+        *out = nullptr;
+        const DLTensor &dl = m->dl_tensor;
+        if (dl.ndim < 0 || dl.ndim > DT_MAX_NDIM)
+            fail("torch backend: DLPack tensor has " + std::to_string(dl.ndim) + " dims (at most " +
+                 std::to_string(DT_MAX_NDIM) + ")");
+        if (dl.ndim > 0 && !dl.shape) fail("torch backend: DLPack tensor without shape");
+        bool cpu = dl.device.device_type == kDLCPU;
+        bool cuda = dl.device.device_type == kDLCUDA;
+        if (!cpu && !(cuda && at::hasCUDA()))
+            fail("torch backend: unsupported DLPack device type " + std::to_string((int)dl.device.device_type));
+        int dt = from_aten(at::toScalarType(dl.dtype)); // throws for codes torch lacks
+        if (dt < 0) fail("torch backend: DLPack dtype has no dtorch equivalent");
+
+        owned = false;
+        at::Tensor src = at::fromDLPack(m);
+        // A private snapshot on the same device: the producer may reuse its
+        // buffer once this returns, and `src` (with m) is released here.
+        at::Tensor r = src.clone(at::MemoryFormat::Contiguous);
+        src.reset();
+        int nd = (int)r.dim();
+        *dtype = (dt_dtype)from_aten(r.scalar_type());
+        *ndim = nd;
+        for (int d = 0; d < nd; ++d) shape[d] = r.size(d);
+        *out = new at::Tensor(std::move(r));
+        return DT_OK;
+    }
+    catch (...) {
+        if (owned) call_dl_deleter(m);
+        return translate_current(err, errlen);
+    }
+}
+
+dt_status torch_to_dlpack(const void *p, void **out_dl_managed, char *err, size_t errlen) {
+    DT_TORCH_TRY {
+        if (!out_dl_managed) fail("torch backend: NULL out");
+        *out_dl_managed = nullptr;
+        const at::Tensor &t = impl(p);
+#if !defined(DLPACK_MAJOR_VERSION) && (!defined(DLPACK_VERSION) || DLPACK_VERSION < 80)
+        // DLPack before 0.8 has no bool code; LibTorch 1.13's toDLPack then
+        // throws after allocating its wrapper, which leaks, so refuse first.
+        if (t.scalar_type() == at::kBool)
+            return report(err, errlen, DT_EUNSUPPORTED, "torch backend: this LibTorch's DLPack cannot export bool");
+#endif
+        // The DLManagedTensor holds its own reference to the tensor.
+        *out_dl_managed = at::toDLPack(t);
+        return DT_OK;
+    }
+    DT_TORCH_CATCH(err, errlen)
+}
+
+void torch_dlpack_delete(void *dl_managed) {
+    DT_TORCH_TRY { call_dl_deleter(static_cast<DLManagedTensor *>(dl_managed)); }
+    DT_TORCH_CATCH_QUIET()
+}
+
+dt_status torch_assemble(dt_dtype dtype, int ndim, const int64_t *shape, int n, void *const *pieces,
+                         const int64_t *starts, int accumulate, void **out, char *err, size_t errlen) {
+    DT_TORCH_TRY {
+        if (!out) fail("torch backend: NULL out");
+        *out = nullptr;
+        at::ScalarType st = to_aten(dtype);
+        check_ndim(ndim, "assemble");
+        if (ndim > 0 && !shape) fail("torch backend: NULL shape");
+        if (n < 0 || (n > 0 && !pieces) || (n > 0 && ndim > 0 && !starts))
+            fail("torch backend: bad piece list in assemble");
+        at::IntArrayRef sizes = dims_of(shape, ndim);
+        // The result lives where the pieces live (the first one decides).
+        at::TensorOptions o = at::TensorOptions().dtype(st);
+        if (n > 0) o = o.device(impl(pieces[0]).device());
+
+        if (n == 1 && !accumulate) {
+            // The common single-shard read: one copy instead of zero-fill + copy.
+            const at::Tensor &p = impl(pieces[0]);
+            bool whole = p.dim() == ndim && p.sizes() == sizes;
+            for (int d = 0; d < ndim && whole; ++d) whole = starts[d] == 0;
+            if (whole) {
+                *out = new at::Tensor(fresh(p, st));
+                return DT_OK;
+            }
+        }
+        at::Tensor r = at::zeros(sizes, o);
+        for (int i = 0; i < n; ++i) {
+            const at::Tensor &p = impl(pieces[i]);
+            if (p.dim() != ndim)
+                fail("torch backend: assemble piece " + std::to_string(i) + " has " + std::to_string(p.dim()) +
+                     " dims, expected " + std::to_string(ndim));
+            at::Tensor dst = r;
+            for (int d = 0; d < ndim; ++d) dst = dst.narrow(d, starts[(size_t)i * ndim + d], p.size(d));
+            if (accumulate)
+                dst.add_(p);
+            else
+                dst.copy_(p);
+        }
+        *out = new at::Tensor(std::move(r));
+        return DT_OK;
+    }
+    DT_TORCH_CATCH(err, errlen)
+}
+
+void torch_worker_init(dt_device_type type, int64_t device_id, int live_workers) {
+    DT_TORCH_TRY {
+        (void)type;
+        (void)device_id;
+        // Every worker runs its own kernels in parallel with the others; giving
+        // each an equal share of the cores keeps the process from running
+        // workers x cores threads on a small machine.
+        at::init_num_threads();
+        int hw = (int)std::max(1u, std::thread::hardware_concurrency());
+        at::set_num_threads(std::max(1, hw / std::max(1, live_workers)));
+    }
+    DT_TORCH_CATCH_QUIET()
+}
+
+dt_dtype torch_default_dtype(void) {
+    DT_TORCH_TRY {
+        int dt = from_aten(c10::typeMetaToScalarType(c10::get_default_dtype()));
+        return dt < 0 ? DT_FLOAT32 : (dt_dtype)dt;
+    }
+    DT_TORCH_CATCH_QUIET(DT_FLOAT32)
+}
+
+} // namespace
+
+/* Positional because designated initialisers are C++20; the order is
+ * backend.h's. Constant-initialised, so it is ready before any constructor. */
+const dt__backend dt__backend_torch = {
+    "torch",
+    torch_run,
+    torch_free,
+    torch_nbytes,
+    torch_from_host,
+    torch_to_host,
+    torch_from_dlpack,
+    torch_to_dlpack,
+    torch_dlpack_delete,
+    torch_assemble,
+    torch_worker_init,
+    torch_default_dtype,
+};
+
+/* Registers at load time so the core finds "torch" by name without naming
+ * this file; LibTorch's own libraries are initialised before ours. */
+__attribute__((constructor)) static void dt_torch_register(void) { dt__backend_register(&dt__backend_torch); }

@@ -1,0 +1,51 @@
+/*
+ * Small shared pieces: allocation, thread-local errors, interned strings.
+ * Any thread may call every function here.
+ */
+#ifndef DT_COMMON_H
+#define DT_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtorch/dtorch.h"
+
+#define DT_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Internal invariant check: only for the library's own invariants, never for
+ * caller mistakes (those return a status). */
+#define DT_ASSERT(cond)                                                                             \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            dt__assert_fail(#cond, __FILE__, __LINE__);                                            \
+    } while (0)
+_Noreturn void dt__assert_fail(const char *cond, const char *file, int line);
+
+/* Allocation: aborting on out-of-memory would kill the user's process, so
+ * callers check NULL where they can report DT_ENOMEM. */
+void *dt__malloc(size_t n);
+void *dt__calloc(size_t n, size_t size);
+void *dt__realloc(void *p, size_t n);
+void dt__free(void *p);
+char *dt__strdup(const char *s);
+
+/* Sets the calling thread's error and returns `status` so callers can write
+ * `return dt__error(DT_EINVAL, "...", ...)`. */
+dt_status dt__error(dt_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends to the calling thread's error message. */
+void dt__error_append(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Returns a process-lifetime copy of `s`, the same pointer for equal strings.
+ * Used for call-site file names so kernels can point at them without owning
+ * them. NULL for NULL. */
+const char *dt__intern(const char *s);
+
+/* A small growable string buffer for messages. */
+typedef struct dt__strbuf {
+    char buf[1024];
+    size_t len;
+} dt__strbuf;
+void dt__sb_init(dt__strbuf *sb);
+void dt__sb_printf(dt__strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif /* DT_COMMON_H */

@@ -1,0 +1,354 @@
+/*
+ * The runtime's shared structures: meshes, tensor metadata, the client's
+ * symbols, the node records of the client->controller queue, per-device
+ * blobs, kernels, worker streams, futures, and the lowering context.
+ *
+ * Threads and ownership (who may touch what):
+ *  - dt__meta inside a dt__tval is written once by the client before the node
+ *    that creates it is enqueued, then only read (by any thread).
+ *  - dt__tval.blobs is controller-only.
+ *  - dt__blob.impl/.error are written by the worker that runs the producing
+ *    kernel, before any reader runs (same stream: program order; other
+ *    streams: after a collective's or a future's mutex).
+ *  - Kernels are created by the controller and owned by a stream's queue,
+ *    then by its worker, which frees them after running.
+ *
+ * Lock order (outer first): graph life_lock -> graph queue lock -> stream
+ * lock; collective and future locks are leaves.
+ */
+#ifndef DT_CORE_H
+#define DT_CORE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "common/common.h"
+#include "dtorch/dtorch.h"
+
+/* ---------------------------------------------------------------- mesh */
+
+struct dt_mesh {
+    atomic_int refs;
+    dt_device_type type;
+    int ndim;
+    int names_given; /* the user named the dims (else defaults) */
+    int64_t ndev;
+    int64_t shape[DT_MAX_MESH_NDIM];
+    int64_t strides[DT_MAX_MESH_NDIM]; /* row-major, in devices */
+    char names[DT_MAX_MESH_NDIM][DT_MAX_DIM_NAME];
+    int64_t *ids; /* ndev entries */
+};
+
+/* The coordinate of the device at flat index `idx`. */
+void dt__mesh_coord(const dt_mesh *m, int64_t idx, int64_t *coord);
+
+/* ---------------------------------------------------------------- meta */
+
+typedef struct dt__meta {
+    dt_dtype dtype;
+    int ndim;
+    int64_t shape[DT_MAX_NDIM];
+    dt_mesh *mesh; /* owned reference */
+    dt_placement pl[DT_MAX_MESH_NDIM]; /* normalised: shard dims >= 0 */
+} dt__meta;
+
+int64_t dt__numel(int ndim, const int64_t *shape);
+/* torch.chunk's split of [0, n) into k pieces: piece i is
+ * [min(i*c, n), min((i+1)*c, n)) with c = ceil(n/k). */
+void dt__chunk(int64_t n, int64_t k, int64_t i, int64_t *start, int64_t *len);
+/* The region of the global tensor that the device at `coord` holds: nested
+ * shards split in mesh-dim order. */
+void dt__local_region(const dt__meta *m, const int64_t *coord, int64_t *start, int64_t *len);
+/* 1 when the device at `coord` must hold zeros for a Partial value built from
+ * a full one (its coordinate along some Partial mesh dim is not 0). */
+int dt__partial_zero(const dt__meta *m, const int64_t *coord);
+/* 1 when some tensor dim is sharded by more than one mesh dim. */
+int dt__has_nested_shards(const dt__meta *m);
+
+/* Validates and normalises user placements (NULL = all Replicate) for a
+ * tensor of `ndim` dims on `mesh` into out (size-1 mesh dims become
+ * Replicate). Sets the thread error and returns DT_EINVAL on bad input. */
+dt_status dt__placements_normalize(const dt_mesh *mesh, int ndim, const dt_placement *in, dt_placement *out);
+/* Writes "[Shard(dim=0), Replicate()]" into sb. */
+void dt__placements_format(dt__strbuf *sb, const dt_placement *pl, int n);
+dt_status dt__shape_check(int ndim, const int64_t *shape);
+
+/* torch's type promotion. */
+dt_dtype dt__promote_types(dt_dtype a, dt_dtype b);
+/* Result dtype of a op b for tensors (0-d tensors rank like scalars as in
+ * torch's result_type). */
+dt_dtype dt__result_type2(const dt__meta *a, const dt__meta *b);
+dt_dtype dt__result_type_scalar(const dt__meta *a, dt_scalar s);
+int dt__dtype_is_int(dt_dtype d); /* integers, not bool */
+
+/* ------------------------------------------------------------- values */
+
+/* One dense local tensor on one device. Reference counted: the tensor's
+ * per-device slot and every kernel that reads or writes it hold one. */
+typedef struct dt__blob {
+    atomic_int refs;
+    void *impl;  /* backend value; NULL until produced or when poisoned */
+    char *error; /* non-NULL: the kernel that produced it failed (owned) */
+    const dt__backend *be;
+} dt__blob;
+
+dt__blob *dt__blob_new(const dt__backend *be);
+static inline dt__blob *dt__blob_retain(dt__blob *b) {
+    if (b)
+        atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
+    return b;
+}
+void dt__blob_release(dt__blob *b);
+
+/* The controller's record of a tensor symbol: metadata plus its blobs. */
+typedef struct dt__tval {
+    dt__meta meta;
+    uint64_t id;
+    dt__blob **blobs; /* controller-only; one per mesh device once lowered */
+} dt__tval;
+
+/* Frees a tval and drops its blob references (controller, or any thread once
+ * the controller is gone). */
+void dt__tval_free(dt__tval *v);
+
+/* The client's symbol. */
+struct dt_tensor {
+    atomic_int refs;
+    dt_graph *graph; /* owned reference */
+    dt__tval *v;
+};
+
+/* ---------------------------------------------------------------- ops */
+
+/* Client-level ops: one node record each. Append-only; names in op table. */
+typedef enum dt__op {
+    DT_OP_SOURCE = 0, /* distribute a host impl (from_buffer/from_dlpack) */
+    DT_OP_FULL,
+    DT_OP_RAND,
+    DT_OP_RANDN,
+    DT_OP_ARANGE,
+    DT_OP_BINARY,
+    DT_OP_BINARY_SCALAR,
+    DT_OP_NEG,
+    DT_OP_MATMUL,
+    DT_OP_SUM,
+    DT_OP_REDISTRIBUTE,
+    DT_OP_RELEASE, /* the client dropped a symbol */
+    DT_OP_FETCH,   /* a value read */
+    DT_OP_SYNC,    /* a graph-wide barrier */
+    DT_OP_STOP,    /* shut the controller down */
+    DT_OP_COUNT
+} dt__op;
+
+/* Node attributes. */
+typedef struct dt__nattr {
+    int32_t sub;   /* dt_binary_op */
+    int32_t flags; /* DT_KF_* for scalars/sum */
+    uint64_t dims_mask;
+    uint64_t seed;
+    dt_scalar scalar;
+    double f[3];
+    /* matmul: mesh dims whose combination shards K (partial sums). */
+    uint32_t k_mesh_mask;
+} dt__nattr;
+
+typedef struct dt__node {
+    struct dt__node *next;
+    int32_t op;
+    int32_t n_in;
+    dt__tval *in[2];
+    dt__tval *out;
+    dt__nattr a;
+    const char *site_file; /* interned */
+    int32_t site_line;
+    void *extra; /* SOURCE: host impl; FETCH/SYNC: the dt_future */
+} dt__node;
+
+/* ------------------------------------------------------------ kernels */
+
+/* Core-run kernel kinds beyond the backend's dt__kop. */
+enum {
+    DT_KC_COLLECTIVE = DT_K_COUNT, /* extra = dt__coll */
+    DT_KC_FETCH,                   /* extra = dt_future, rank = piece */
+    DT_KC_SYNC,                    /* extra = dt_future */
+    DT_KC_STOP                     /* the worker exits */
+};
+
+typedef struct dt__kernel {
+    struct dt__kernel *next;
+    int32_t kop;
+    int32_t n_in;
+    int32_t rank;
+    int32_t site_line;
+    dt__blob *in[2];
+    dt__blob *out;
+    const char *opname;
+    const char *site_file;
+    void *extra;
+    dt__kattr attr;
+} dt__kernel;
+
+/* ------------------------------------------------------------ streams */
+
+/* A worker thread with an in-order kernel queue for one device. */
+typedef struct dt__stream {
+    dt_device_type type;
+    int64_t device_id;
+    const dt__backend *be;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    dt__kernel *head, *tail; /* guarded by lock */
+    int sleeping;            /* guarded by lock */
+    /* Controller-only: kernels lowered in this batch, not yet handed over. */
+    dt__kernel *bhead, *btail;
+    struct dt__stream *next_dirty;
+    int dirty;
+} dt__stream;
+
+dt__stream *dt__stream_start(const dt__backend *be, dt_device_type type, int64_t device_id);
+/* Hands over a list of kernels (controller thread). */
+void dt__stream_submit(dt__stream *s, dt__kernel *head, dt__kernel *tail);
+/* Sends the stop kernel, joins the worker and frees the stream. */
+void dt__stream_stop(dt__stream *s);
+
+/* ---------------------------------------------------------------- graph */
+
+struct dt_graph {
+    atomic_int refs;
+    const dt__backend *be;
+    pthread_mutex_t life_lock; /* serialises shutdown */
+    int shut_down;             /* guarded by life_lock */
+
+    pthread_mutex_t qlock;
+    pthread_cond_t qcond;
+    dt__node *qhead, *qtail; /* guarded by qlock */
+    int closed;              /* guarded by qlock: no more submissions */
+    int ctl_sleeping;        /* guarded by qlock */
+    pthread_t ctl;
+
+    /* Controller-only. */
+    dt__stream **streams; /* indexed by device id (CPU) */
+    int64_t nstreams;
+    dt__stream *dirty;
+};
+
+/* Appends a node; DT_ESHUTDOWN (node untouched) once the graph is closed. */
+dt_status dt__graph_submit(dt_graph *g, dt__node *n);
+void *dt__controller_main(void *arg);
+
+/* ------------------------------------------------------------- futures */
+
+struct dt_future {
+    atomic_int refs;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int ready;      /* guarded by lock */
+    int remaining;  /* arrivals still expected */
+    char *error;    /* first kernel error (owned) */
+    dt_status status;
+    void (*cb)(void *);
+    void *cb_arg;
+    /* FETCH: the pieces that assemble the full value. */
+    const dt__backend *be;
+    dt_dtype dtype;
+    int ndim;
+    int64_t shape[DT_MAX_NDIM];
+    int npieces;
+    int accumulate;
+    dt__blob **pieces;
+    int64_t *starts; /* npieces * ndim */
+    void *assembled; /* backend impl, built on first read */
+};
+
+dt_future *dt__future_new(void);
+/* Marks `n` more arrivals expected (controller, before kernels are sent). */
+void dt__future_expect(dt_future *f, int n);
+/* One arrival (worker thread). `piece`, if not NULL, is stored at index i. */
+void dt__future_arrive(dt_future *f, int i, dt__blob *piece);
+/* Completes a future at once with an error status (e.g. shutdown). */
+void dt__future_fail(dt_future *f, dt_status st, const char *msg);
+
+/* ---------------------------------------------------------- collectives */
+
+typedef enum dt__coll_kind {
+    DT_COLL_ALLGATHER = 0, /* cat along dim_a */
+    DT_COLL_ALLREDUCE,     /* sum in rank order */
+    DT_COLL_REDUCESCATTER, /* slice each peer along dim_b to my range, sum */
+    DT_COLL_ALLTOALL       /* slice each peer along dim_b to my range, cat along dim_a */
+} dt__coll_kind;
+
+typedef struct dt__coll {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int n, arrived, departed; /* guarded by lock */
+    int kind;
+    int dim_a, dim_b, ndim;
+    dt_dtype dtype;
+    dt__blob **slots;          /* n: each rank's input */
+    int64_t (*shapes)[DT_MAX_NDIM]; /* n: each rank's input shape */
+    int64_t *starts, *lens;     /* n: each rank's range along dim_b */
+} dt__coll;
+
+dt__coll *dt__coll_new(int kind, int n, int ndim, dt_dtype dtype);
+/* Runs one rank's part of a collective kernel on its worker. */
+void dt__coll_run(dt__kernel *k);
+
+/* ------------------------------------------------------------ lowering */
+
+/* The controller's view while it lowers one batch. */
+typedef struct dt__lower {
+    dt_graph *g;
+    const dt__node *node; /* the node being lowered */
+} dt__lower;
+
+dt__stream *dt__lw_stream(dt__lower *L, const dt_mesh *mesh, int64_t idx);
+/* A new kernel of `kop` carrying the node's op name and call site. */
+dt__kernel *dt__lw_kernel(dt__lower *L, int kop);
+/* Queues `k` on the stream of mesh device `idx`; sets k->out to a new blob
+ * unless already set, and returns that blob with one extra reference for the
+ * caller. */
+dt__blob *dt__lw_push(dt__lower *L, const dt_mesh *mesh, int64_t idx, dt__kernel *k);
+/* Makes sure v has its blob array. */
+void dt__lw_alloc_blobs(dt__tval *v);
+/* A blob holding the region (start, len) of `v` on device `idx`, which must
+ * lie within v's local region there: v's own blob (retained) when the regions
+ * are equal, else the output of a SLICE kernel. */
+dt__blob *dt__lw_region(dt__lower *L, dt__tval *v, int64_t idx, const int64_t *coord, const int64_t *start,
+                        const int64_t *len);
+
+/* Per-op hooks (src/ops/ and src/dist/). */
+typedef void (*dt__lower_fn)(dt__lower *L, dt__node *n);
+typedef struct dt__op_info {
+    const char *name;
+    dt__lower_fn lower;
+} dt__op_info;
+extern const dt__op_info dt__ops[DT_OP_COUNT];
+
+void dt__lower_factory(dt__lower *L, dt__node *n);
+void dt__lower_binary(dt__lower *L, dt__node *n);
+void dt__lower_unary(dt__lower *L, dt__node *n);
+void dt__lower_matmul(dt__lower *L, dt__node *n);
+void dt__lower_sum(dt__lower *L, dt__node *n);
+void dt__lower_redistribute(dt__lower *L, dt__node *n);
+
+/* ------------------------------------------------------------ client */
+
+/* Checks a graph is usable and the mesh/meta are sane. */
+dt_status dt__client_check_graph(dt_graph *g);
+/* Makes a new symbol on `g` with metadata `m` (takes a mesh reference). */
+dt_tensor *dt__tensor_new(dt_graph *g, const dt__meta *m);
+/* A node for `op` with the thread's call site. */
+dt__node *dt__node_new(int op);
+/* Submits `n` whose out is t->v: on failure frees n and t and returns NULL. */
+dt_tensor *dt__client_submit(dt_tensor *t, dt__node *n);
+/* A PlacementError message: "op: placements ... not accepted ...". */
+dt_status dt__placement_error(const char *op, const dt__meta *const *ins, int nin, int mesh_dim,
+                              const char *accepted, int fix_input, const dt_placement *fix);
+
+/* Random stream: (seed, call counter) mixed into one generator seed. */
+uint64_t dt__next_random_seed(void);
+
+#endif /* DT_CORE_H */

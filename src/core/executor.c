@@ -1,0 +1,241 @@
+/*
+ * The controller (EagerGraphExecutor): one thread per graph. It takes the
+ * client's queue whole, lowers each node into per-device kernels, and hands
+ * each stream its kernels once per batch. It never waits on a worker.
+ *
+ * Threads: everything here runs on the controller thread, except that
+ * dt__lw_* helpers are called by op lowering functions on that same thread.
+ * Locks taken: graph qlock (to take the queue), then stream locks one at a
+ * time (inside dt__stream_submit); never two at once.
+ */
+#include <string.h>
+
+#include "core/core.h"
+
+/* ---------------------------------------------------------------- helpers */
+
+dt__stream *dt__lw_stream(dt__lower *L, const dt_mesh *mesh, int64_t idx) {
+    dt_graph *g = L->g;
+    int64_t id = mesh->ids[idx];
+    /* CUDA devices are not driven yet; every id gets a CPU-style worker. */
+    if (id >= g->nstreams) {
+        int64_t ncap = g->nstreams ? g->nstreams : 8;
+        while (ncap <= id)
+            ncap *= 2;
+        dt__stream **ns = dt__realloc(g->streams, (size_t)ncap * sizeof *ns);
+        DT_ASSERT(ns);
+        memset(ns + g->nstreams, 0, (size_t)(ncap - g->nstreams) * sizeof *ns);
+        g->streams = ns;
+        g->nstreams = ncap;
+    }
+    if (!g->streams[id]) {
+        g->streams[id] = dt__stream_start(g->be, mesh->type, id);
+        DT_ASSERT(g->streams[id]);
+    }
+    return g->streams[id];
+}
+
+dt__kernel *dt__lw_kernel(dt__lower *L, int kop) {
+    dt__kernel *k = dt__calloc(1, sizeof *k);
+    DT_ASSERT(k);
+    k->kop = kop;
+    k->opname = dt__ops[L->node->op].name;
+    k->site_file = L->node->site_file;
+    k->site_line = L->node->site_line;
+    return k;
+}
+
+/* Adds k to the stream's batch; the batch is handed over by flush(). */
+static void stream_append(dt_graph *g, dt__stream *s, dt__kernel *k) {
+    k->next = NULL;
+    if (s->btail)
+        s->btail->next = k;
+    else
+        s->bhead = k;
+    s->btail = k;
+    if (!s->dirty) {
+        s->dirty = 1;
+        s->next_dirty = g->dirty;
+        g->dirty = s;
+    }
+}
+
+dt__blob *dt__lw_push(dt__lower *L, const dt_mesh *mesh, int64_t idx, dt__kernel *k) {
+    dt__stream *s = dt__lw_stream(L, mesh, idx);
+    if (!k->out && k->kop != DT_KC_FETCH && k->kop != DT_KC_SYNC) {
+        k->out = dt__blob_new(L->g->be);
+        DT_ASSERT(k->out);
+    }
+    stream_append(L->g, s, k);
+    return dt__blob_retain(k->out);
+}
+
+void dt__lw_alloc_blobs(dt__tval *v) {
+    if (!v->blobs) {
+        v->blobs = dt__calloc((size_t)v->meta.mesh->ndev, sizeof *v->blobs);
+        DT_ASSERT(v->blobs);
+    }
+}
+
+dt__blob *dt__lw_region(dt__lower *L, dt__tval *v, int64_t idx, const int64_t *coord, const int64_t *start,
+                        const int64_t *len) {
+    int64_t ls[DT_MAX_NDIM], ll[DT_MAX_NDIM];
+    dt__local_region(&v->meta, coord, ls, ll);
+    int same = 1;
+    for (int d = 0; d < v->meta.ndim; d++) {
+        DT_ASSERT(start[d] >= ls[d] && start[d] + len[d] <= ls[d] + ll[d]);
+        if (start[d] != ls[d] || len[d] != ll[d])
+            same = 0;
+    }
+    if (same)
+        return dt__blob_retain(v->blobs[idx]);
+    dt__kernel *k = dt__lw_kernel(L, DT_K_SLICE);
+    k->n_in = 1;
+    k->in[0] = dt__blob_retain(v->blobs[idx]);
+    k->attr.dtype = v->meta.dtype;
+    k->attr.ndim = v->meta.ndim;
+    for (int d = 0; d < v->meta.ndim; d++) {
+        k->attr.start[d] = start[d] - ls[d];
+        k->attr.shape[d] = len[d];
+    }
+    return dt__lw_push(L, v->meta.mesh, idx, k);
+}
+
+/* -------------------------------------------------------- reads, syncs */
+
+static void lower_release(dt__lower *L, dt__node *n) {
+    (void)L;
+    dt__tval_free(n->in[0]);
+}
+
+/* A fetch sends one kernel per device holding a distinct piece: devices at
+ * coordinate 0 of every Replicate mesh dim. Partial pieces are summed. */
+static void lower_fetch(dt__lower *L, dt__node *n) {
+    dt__tval *v = n->in[0];
+    dt_future *f = n->extra;
+    const dt__meta *m = &v->meta;
+    const dt_mesh *mesh = m->mesh;
+    int accumulate = 0;
+    for (int md = 0; md < mesh->ndim; md++)
+        if (m->pl[md].kind == DT_PLACEMENT_PARTIAL)
+            accumulate = 1;
+    int64_t coord[DT_MAX_MESH_NDIM], len[DT_MAX_NDIM];
+    int npieces = 0;
+    f->pieces = dt__calloc((size_t)mesh->ndev, sizeof *f->pieces);
+    f->starts = dt__calloc((size_t)mesh->ndev * (size_t)(m->ndim ? m->ndim : 1), sizeof *f->starts);
+    DT_ASSERT(f->pieces && f->starts);
+    f->accumulate = accumulate;
+    for (int64_t i = 0; i < mesh->ndev; i++) {
+        dt__mesh_coord(mesh, i, coord);
+        int skip = 0;
+        for (int md = 0; md < mesh->ndim; md++)
+            if (m->pl[md].kind == DT_PLACEMENT_REPLICATE && coord[md] != 0)
+                skip = 1;
+        if (skip)
+            continue;
+        dt__local_region(m, coord, f->starts + (size_t)npieces * (size_t)m->ndim, len);
+        dt__kernel *k = dt__lw_kernel(L, DT_KC_FETCH);
+        k->n_in = 1;
+        k->in[0] = dt__blob_retain(v->blobs[i]);
+        k->rank = npieces++;
+        k->extra = f;
+        atomic_fetch_add(&f->refs, 1);
+        dt__lw_push(L, mesh, i, k);
+    }
+    f->npieces = npieces;
+    dt__future_expect(f, npieces);
+    dt_future_release(f); /* the node's reference */
+}
+
+static void lower_sync(dt__lower *L, dt__node *n) {
+    dt_graph *g = L->g;
+    dt_future *f = n->extra;
+    int count = 0;
+    for (int64_t id = 0; id < g->nstreams; id++)
+        if (g->streams[id])
+            count++;
+    dt__future_expect(f, count + 1);
+    for (int64_t id = 0; id < g->nstreams; id++) {
+        dt__stream *s = g->streams[id];
+        if (!s)
+            continue;
+        dt__kernel *k = dt__lw_kernel(L, DT_KC_SYNC);
+        k->extra = f;
+        atomic_fetch_add(&f->refs, 1);
+        stream_append(g, s, k);
+    }
+    /* The controller's own arrival: covers a graph with no streams yet. */
+    dt__future_arrive(f, -1, NULL);
+    dt_future_release(f);
+}
+
+/* ------------------------------------------------------------ op table */
+
+const dt__op_info dt__ops[DT_OP_COUNT] = {
+    [DT_OP_SOURCE] = {"tensor", dt__lower_factory},
+    [DT_OP_FULL] = {"full", dt__lower_factory},
+    [DT_OP_RAND] = {"rand", dt__lower_factory},
+    [DT_OP_RANDN] = {"randn", dt__lower_factory},
+    [DT_OP_ARANGE] = {"arange", dt__lower_factory},
+    [DT_OP_BINARY] = {"binary", dt__lower_binary},
+    [DT_OP_BINARY_SCALAR] = {"binary_scalar", dt__lower_binary},
+    [DT_OP_NEG] = {"neg", dt__lower_unary},
+    [DT_OP_MATMUL] = {"matmul", dt__lower_matmul},
+    [DT_OP_SUM] = {"sum", dt__lower_sum},
+    [DT_OP_REDISTRIBUTE] = {"redistribute", dt__lower_redistribute},
+    [DT_OP_RELEASE] = {"release", lower_release},
+    [DT_OP_FETCH] = {"fetch", lower_fetch},
+    [DT_OP_SYNC] = {"sync", lower_sync},
+    [DT_OP_STOP] = {"stop", NULL},
+};
+_Static_assert(DT_OP_COUNT == 15, "update dt__ops when adding an op");
+
+/* -------------------------------------------------------------- the loop */
+
+static void flush(dt_graph *g) {
+    while (g->dirty) {
+        dt__stream *s = g->dirty;
+        g->dirty = s->next_dirty;
+        s->dirty = 0;
+        s->next_dirty = NULL;
+        dt__stream_submit(s, s->bhead, s->btail);
+        s->bhead = s->btail = NULL;
+    }
+}
+
+void *dt__controller_main(void *arg) {
+    dt_graph *g = arg;
+    dt__lower L = {.g = g, .node = NULL};
+    int stop = 0;
+    while (!stop) {
+        pthread_mutex_lock(&g->qlock);
+        while (!g->qhead) {
+            g->ctl_sleeping = 1;
+            pthread_cond_wait(&g->qcond, &g->qlock);
+            g->ctl_sleeping = 0;
+        }
+        dt__node *batch = g->qhead;
+        g->qhead = g->qtail = NULL;
+        pthread_mutex_unlock(&g->qlock);
+        while (batch) {
+            dt__node *n = batch;
+            batch = n->next;
+            if (n->op == DT_OP_STOP) {
+                stop = 1;
+            } else {
+                L.node = n;
+                dt__ops[n->op].lower(&L, n);
+            }
+            dt__free(n);
+        }
+        flush(g);
+    }
+    /* Nodes after STOP cannot exist: the queue is closed before STOP goes in. */
+    for (int64_t id = 0; id < g->nstreams; id++)
+        if (g->streams[id])
+            dt__stream_stop(g->streams[id]);
+    dt__free(g->streams);
+    g->streams = NULL;
+    g->nstreams = 0;
+    return NULL;
+}

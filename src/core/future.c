@@ -1,0 +1,219 @@
+/*
+ * Futures: a value read or a sync. Workers arrive (under the future's lock,
+ * a leaf lock); client threads wait, read and release. The controller holds
+ * one reference from lowering until it has sent the kernels, and each kernel
+ * holds one until it has arrived.
+ */
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/core.h"
+
+dt_future *dt__future_new(void) {
+    dt_future *f = dt__calloc(1, sizeof *f);
+    if (!f)
+        return NULL;
+    atomic_init(&f->refs, 1);
+    pthread_mutex_init(&f->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&f->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    return f;
+}
+
+void dt_future_release(dt_future *f) {
+    if (!f || atomic_fetch_sub_explicit(&f->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    for (int i = 0; i < f->npieces; i++)
+        dt__blob_release(f->pieces[i]);
+    dt__free(f->pieces);
+    dt__free(f->starts);
+    if (f->assembled)
+        f->be->free(f->assembled);
+    dt__free(f->error);
+    pthread_cond_destroy(&f->cond);
+    pthread_mutex_destroy(&f->lock);
+    dt__free(f);
+}
+
+/* Called with the lock held when the last arrival lands; runs the callback
+ * after unlocking so it may take other locks. */
+static void complete_locked(dt_future *f, void (**cb)(void *), void **arg) {
+    f->ready = 1;
+    pthread_cond_broadcast(&f->cond);
+    *cb = f->cb;
+    *arg = f->cb_arg;
+    f->cb = NULL;
+}
+
+void dt__future_expect(dt_future *f, int n) {
+    void (*cb)(void *) = NULL;
+    void *arg = NULL;
+    pthread_mutex_lock(&f->lock);
+    f->remaining += n;
+    if (f->remaining == 0 && !f->ready)
+        complete_locked(f, &cb, &arg);
+    pthread_mutex_unlock(&f->lock);
+    if (cb)
+        cb(arg);
+}
+
+void dt__future_arrive(dt_future *f, int i, dt__blob *piece) {
+    void (*cb)(void *) = NULL;
+    void *arg = NULL;
+    pthread_mutex_lock(&f->lock);
+    if (piece && i >= 0) {
+        f->pieces[i] = dt__blob_retain(piece);
+        if (piece->error && !f->error) {
+            f->error = dt__strdup(piece->error);
+            f->status = DT_EKERNEL;
+        }
+    }
+    if (--f->remaining == 0)
+        complete_locked(f, &cb, &arg);
+    pthread_mutex_unlock(&f->lock);
+    if (cb)
+        cb(arg);
+}
+
+void dt__future_fail(dt_future *f, dt_status st, const char *msg) {
+    void (*cb)(void *) = NULL;
+    void *arg = NULL;
+    pthread_mutex_lock(&f->lock);
+    f->status = st;
+    dt__free(f->error);
+    f->error = dt__strdup(msg);
+    complete_locked(f, &cb, &arg);
+    pthread_mutex_unlock(&f->lock);
+    if (cb)
+        cb(arg);
+}
+
+dt_status dt_future_wait(dt_future *f, int64_t timeout_ms) {
+    if (!f)
+        return dt__error(DT_EINVAL, "future is NULL");
+    pthread_mutex_lock(&f->lock);
+    if (timeout_ms < 0) {
+        while (!f->ready)
+            pthread_cond_wait(&f->cond, &f->lock);
+    } else if (!f->ready) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += timeout_ms / 1000;
+        ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        while (!f->ready)
+            if (pthread_cond_timedwait(&f->cond, &f->lock, &ts) == ETIMEDOUT)
+                break;
+    }
+    int ready = f->ready;
+    pthread_mutex_unlock(&f->lock);
+    return ready ? DT_OK : DT_ETIMEDOUT;
+}
+
+int dt_future_is_ready(const dt_future *f) {
+    dt_future *mf = (dt_future *)f;
+    pthread_mutex_lock(&mf->lock);
+    int r = mf->ready;
+    pthread_mutex_unlock(&mf->lock);
+    return r;
+}
+
+dt_status dt_future_on_ready(dt_future *f, void (*fn)(void *), void *arg) {
+    if (!f || !fn)
+        return dt__error(DT_EINVAL, "future and callback are required");
+    pthread_mutex_lock(&f->lock);
+    if (f->cb) {
+        pthread_mutex_unlock(&f->lock);
+        return dt__error(DT_EINVAL, "future already has a callback");
+    }
+    int ready = f->ready;
+    if (!ready) {
+        f->cb = fn;
+        f->cb_arg = arg;
+    }
+    pthread_mutex_unlock(&f->lock);
+    if (ready)
+        fn(arg);
+    return DT_OK;
+}
+
+dt_status dt_future_status(dt_future *f) {
+    dt_future_wait(f, -1);
+    if (f->status != DT_OK)
+        return dt__error(f->status, "%s", f->error ? f->error : dt_status_str(f->status));
+    return DT_OK;
+}
+
+/* Assembles the full value once (on the calling client thread). */
+static dt_status assemble(dt_future *f) {
+    dt_status st = dt_future_status(f);
+    if (st != DT_OK)
+        return st;
+    if (!f->pieces)
+        return dt__error(DT_EINVAL, "this future is a sync, not a value read");
+    pthread_mutex_lock(&f->lock);
+    if (!f->assembled) {
+        void **impls = dt__malloc((size_t)f->npieces * sizeof *impls);
+        if (!impls) {
+            pthread_mutex_unlock(&f->lock);
+            return dt__error(DT_ENOMEM, "read: out of memory");
+        }
+        for (int i = 0; i < f->npieces; i++)
+            impls[i] = f->pieces[i]->impl;
+        char err[512] = "";
+        st = f->be->assemble(f->dtype, f->ndim, f->shape, f->npieces, impls, f->starts, f->accumulate,
+                             &f->assembled, err, sizeof err);
+        dt__free(impls);
+        if (st != DT_OK) {
+            f->assembled = NULL;
+            pthread_mutex_unlock(&f->lock);
+            return dt__error(st, "read: assembling the value failed: %s", err);
+        }
+    }
+    pthread_mutex_unlock(&f->lock);
+    return DT_OK;
+}
+
+dt_status dt_future_read(dt_future *f, void *buf, size_t nbytes) {
+    if (!f)
+        return dt__error(DT_EINVAL, "future is NULL");
+    dt_status st = assemble(f);
+    if (st != DT_OK)
+        return st;
+    size_t want = (size_t)dt__numel(f->ndim, f->shape) * dt_dtype_size(f->dtype);
+    if (nbytes != want)
+        return dt__error(DT_EINVAL, "read: buffer has %zu bytes, the value needs %zu", nbytes, want);
+    char err[512] = "";
+    st = f->be->to_host(f->assembled, buf, nbytes, err, sizeof err);
+    return st == DT_OK ? DT_OK : dt__error(st, "read: %s", err);
+}
+
+dt_status dt_future_to_dlpack(dt_future *f, void **out) {
+    if (!f || !out)
+        return dt__error(DT_EINVAL, "future and out are required");
+    *out = NULL;
+    if (!f->be || !f->be->to_dlpack)
+        return dt__error(DT_EUNSUPPORTED, "to_dlpack: the '%s' backend has no DLPack support",
+                         f->be ? f->be->name : "?");
+    dt_status st = assemble(f);
+    if (st != DT_OK)
+        return st;
+    char err[512] = "";
+    st = f->be->to_dlpack(f->assembled, out, err, sizeof err);
+    return st == DT_OK ? DT_OK : dt__error(st, "to_dlpack: %s", err);
+}
+
+void dt_dlpack_delete(void *dl_managed) {
+    if (!dl_managed)
+        return;
+    const dt__backend *be = dt__backend_find(NULL);
+    if (be && be->dlpack_delete)
+        be->dlpack_delete(dl_managed);
+}

@@ -1,0 +1,334 @@
+/*
+ * The graph object and the client side of the client->controller queue.
+ *
+ * Threads: dt_graph_* and the tensor functions run on client threads (any
+ * thread); dt__controller_main (executor.c) is the graph's controller thread.
+ * Lock order: life_lock -> qlock. The queue is a mutex-protected list that
+ * the controller takes whole; the client signals only when the controller is
+ * asleep, so a busy controller costs the client one uncontended lock per op.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/core.h"
+
+static _Atomic uint64_t next_tensor_id = 1;
+static _Thread_local const char *tls_site_file;
+static _Thread_local int tls_site_line;
+
+/* ---------------------------------------------------------------- graph */
+
+dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
+    if (!out)
+        return dt__error(DT_EINVAL, "dt_graph_create: out is NULL");
+    *out = NULL;
+    const char *name = options ? options->backend : NULL;
+    const dt__backend *be = dt__backend_find(name);
+    if (!be)
+        return dt__error(DT_EINVAL, "backend: unknown backend '%s' (expected 'torch' or 'ref')", name);
+    dt_graph *g = dt__calloc(1, sizeof *g);
+    if (!g)
+        return dt__error(DT_ENOMEM, "graph: out of memory");
+    atomic_init(&g->refs, 1);
+    g->be = be;
+    pthread_mutex_init(&g->life_lock, NULL);
+    pthread_mutex_init(&g->qlock, NULL);
+    pthread_cond_init(&g->qcond, NULL);
+    if (pthread_create(&g->ctl, NULL, dt__controller_main, g) != 0) {
+        pthread_cond_destroy(&g->qcond);
+        pthread_mutex_destroy(&g->qlock);
+        pthread_mutex_destroy(&g->life_lock);
+        dt__free(g);
+        return dt__error(DT_EINTERNAL, "graph: could not start the controller thread");
+    }
+    if (be->default_dtype)
+        dt_set_default_dtype(be->default_dtype());
+    *out = g;
+    return DT_OK;
+}
+
+void dt_graph_retain(dt_graph *g) {
+    if (g)
+        atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed);
+}
+
+void dt_graph_release(dt_graph *g) {
+    if (!g || atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    dt_graph_shutdown(g);
+    pthread_cond_destroy(&g->qcond);
+    pthread_mutex_destroy(&g->qlock);
+    pthread_mutex_destroy(&g->life_lock);
+    dt__free(g);
+}
+
+static void queue_append_locked(dt_graph *g, dt__node *n) {
+    n->next = NULL;
+    if (g->qtail)
+        g->qtail->next = n;
+    else
+        g->qhead = n;
+    g->qtail = n;
+    if (g->ctl_sleeping)
+        pthread_cond_signal(&g->qcond);
+}
+
+dt_status dt_graph_shutdown(dt_graph *g) {
+    if (!g)
+        return dt__error(DT_EINVAL, "graph is NULL");
+    pthread_mutex_lock(&g->life_lock);
+    if (!g->shut_down) {
+        dt__node *stop = dt__node_new(DT_OP_STOP);
+        DT_ASSERT(stop);
+        pthread_mutex_lock(&g->qlock);
+        g->closed = 1;
+        queue_append_locked(g, stop);
+        pthread_mutex_unlock(&g->qlock);
+        pthread_join(g->ctl, NULL);
+        g->shut_down = 1;
+    }
+    pthread_mutex_unlock(&g->life_lock);
+    return DT_OK;
+}
+
+dt_status dt__graph_submit(dt_graph *g, dt__node *n) {
+    pthread_mutex_lock(&g->qlock);
+    if (g->closed) {
+        pthread_mutex_unlock(&g->qlock);
+        return DT_ESHUTDOWN;
+    }
+    queue_append_locked(g, n);
+    pthread_mutex_unlock(&g->qlock);
+    return DT_OK;
+}
+
+const char *dt_graph_backend(const dt_graph *g) { return g->be->name; }
+
+dt_future *dt_graph_sync_future(dt_graph *g) {
+    if (!g) {
+        dt__error(DT_EINVAL, "graph is NULL");
+        return NULL;
+    }
+    dt_future *f = dt__future_new();
+    dt__node *n = dt__node_new(DT_OP_SYNC);
+    if (!f || !n) {
+        dt_future_release(f);
+        dt__free(n);
+        dt__error(DT_ENOMEM, "sync: out of memory");
+        return NULL;
+    }
+    /* The controller owns one reference until every stream has arrived. */
+    atomic_fetch_add(&f->refs, 1);
+    n->extra = f;
+    if (dt__graph_submit(g, n) != DT_OK) {
+        /* Nothing can be pending on a shut-down graph: the sync is complete. */
+        dt__free(n);
+        dt__future_expect(f, 1);
+        dt__future_arrive(f, -1, NULL);
+        dt_future_release(f);
+    }
+    return f;
+}
+
+dt_status dt_graph_sync(dt_graph *g) {
+    dt_future *f = dt_graph_sync_future(g);
+    if (!f)
+        return dt_last_status();
+    dt_status st = dt_future_wait(f, -1);
+    dt_future_release(f);
+    return st;
+}
+
+/* ------------------------------------------------------------ call sites */
+
+void dt_set_call_site(const char *file, int line) {
+    /* Most calls repeat the previous file: skip the intern lookup then. */
+    if (file && tls_site_file && (file == tls_site_file || strcmp(file, tls_site_file) == 0)) {
+        tls_site_line = line;
+        return;
+    }
+    tls_site_file = dt__intern(file);
+    tls_site_line = line;
+}
+
+/* ---------------------------------------------------------------- seeds */
+
+static _Atomic uint64_t rng_seed = 0x5eed;
+static _Atomic uint64_t rng_counter;
+
+void dt_manual_seed(uint64_t seed) {
+    atomic_store(&rng_seed, seed);
+    atomic_store(&rng_counter, 0);
+}
+
+/* splitmix64 of (seed, call index): each random call gets an independent
+ * generator seed that does not depend on placement. */
+uint64_t dt__next_random_seed(void) {
+    uint64_t z = atomic_load(&rng_seed) * 0x9e3779b97f4a7c15ull + atomic_fetch_add(&rng_counter, 1) + 1;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (z ^ (z >> 31)) & 0x7fffffffffffffffull;
+}
+
+/* -------------------------------------------------------------- tensors */
+
+dt__node *dt__node_new(int op) {
+    dt__node *n = dt__calloc(1, sizeof *n);
+    if (!n)
+        return NULL;
+    n->op = op;
+    n->site_file = tls_site_file;
+    n->site_line = tls_site_line;
+    return n;
+}
+
+dt_status dt__client_check_graph(dt_graph *g) {
+    if (!g)
+        return dt__error(DT_EINVAL, "graph is NULL");
+    return DT_OK;
+}
+
+dt_tensor *dt__tensor_new(dt_graph *g, const dt__meta *m) {
+    dt_tensor *t = dt__malloc(sizeof *t);
+    dt__tval *v = dt__calloc(1, sizeof *v);
+    if (!t || !v) {
+        dt__free(t);
+        dt__free(v);
+        dt__error(DT_ENOMEM, "tensor: out of memory");
+        return NULL;
+    }
+    v->meta = *m;
+    dt_mesh_retain(m->mesh);
+    v->id = atomic_fetch_add_explicit(&next_tensor_id, 1, memory_order_relaxed);
+    atomic_init(&t->refs, 1);
+    t->graph = g;
+    dt_graph_retain(g);
+    t->v = v;
+    return t;
+}
+
+static void tensor_free(dt_tensor *t) {
+    dt_graph_release(t->graph);
+    dt__free(t);
+}
+
+dt_tensor *dt__client_submit(dt_tensor *t, dt__node *n) {
+    if (!n) {
+        dt__error(DT_ENOMEM, "out of memory");
+    } else if (dt__graph_submit(t->graph, n) == DT_OK) {
+        return t;
+    } else {
+        dt__error(DT_ESHUTDOWN, "the graph is shut down");
+        if (n->op == DT_OP_SOURCE && n->extra)
+            t->graph->be->free(n->extra);
+        dt__free(n);
+    }
+    dt__tval_free(t->v);
+    tensor_free(t);
+    return NULL;
+}
+
+void dt__tval_free(dt__tval *v) {
+    if (!v)
+        return;
+    if (v->blobs)
+        for (int64_t i = 0; i < v->meta.mesh->ndev; i++)
+            dt__blob_release(v->blobs[i]);
+    dt__free(v->blobs);
+    dt_mesh_release(v->meta.mesh);
+    dt__free(v);
+}
+
+void dt_tensor_retain(dt_tensor *t) {
+    if (t)
+        atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+}
+
+void dt_tensor_release(dt_tensor *t) {
+    if (!t || atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    dt__node *n = dt__node_new(DT_OP_RELEASE);
+    if (n) {
+        n->in[0] = t->v;
+        n->n_in = 1;
+        if (dt__graph_submit(t->graph, n) != DT_OK) {
+            /* The controller is gone, so nothing else can touch the value. */
+            dt__free(n);
+            dt__tval_free(t->v);
+        }
+    } else {
+        /* Out of memory: leaking the value is safer than racing the
+         * controller that may still lower kernels reading it. */
+    }
+    tensor_free(t);
+}
+
+dt_dtype dt_tensor_dtype(const dt_tensor *t) { return t->v->meta.dtype; }
+int dt_tensor_ndim(const dt_tensor *t) { return t->v->meta.ndim; }
+const int64_t *dt_tensor_shape(const dt_tensor *t) { return t->v->meta.shape; }
+int64_t dt_tensor_numel(const dt_tensor *t) { return dt__numel(t->v->meta.ndim, t->v->meta.shape); }
+dt_mesh *dt_tensor_mesh(const dt_tensor *t) { return t->v->meta.mesh; }
+const dt_placement *dt_tensor_placements(const dt_tensor *t) { return t->v->meta.pl; }
+dt_graph *dt_tensor_graph(const dt_tensor *t) { return t->graph; }
+uint64_t dt_tensor_id(const dt_tensor *t) { return t->v->id; }
+
+/* -------------------------------------------------------------- reads */
+
+dt_future *dt_tensor_fetch(dt_tensor *t) {
+    if (!t) {
+        dt__error(DT_EINVAL, "tensor is NULL");
+        return NULL;
+    }
+    dt_future *f = dt__future_new();
+    dt__node *n = dt__node_new(DT_OP_FETCH);
+    if (!f || !n) {
+        dt_future_release(f);
+        dt__free(n);
+        dt__error(DT_ENOMEM, "fetch: out of memory");
+        return NULL;
+    }
+    const dt__meta *m = &t->v->meta;
+    f->be = t->graph->be;
+    f->dtype = m->dtype;
+    f->ndim = m->ndim;
+    memcpy(f->shape, m->shape, sizeof f->shape);
+    atomic_fetch_add(&f->refs, 1); /* held by the controller and kernels */
+    n->in[0] = t->v;
+    n->n_in = 1;
+    n->extra = f;
+    if (dt__graph_submit(t->graph, n) != DT_OK) {
+        dt__free(n);
+        dt__future_fail(f, DT_ESHUTDOWN, "the graph is shut down");
+        dt_future_release(f);
+    }
+    return f;
+}
+
+dt_status dt_tensor_read(dt_tensor *t, void *buf, size_t nbytes) {
+    dt_future *f = dt_tensor_fetch(t);
+    if (!f)
+        return dt_last_status();
+    dt_status st = dt_future_read(f, buf, nbytes);
+    dt_future_release(f);
+    return st;
+}
+
+/* --------------------------------------------------------------- errors */
+
+dt_status dt__placement_error(const char *op, const dt__meta *const *ins, int nin, int mesh_dim,
+                              const char *accepted, int fix_input, const dt_placement *fix) {
+    dt__strbuf sb;
+    dt__sb_init(&sb);
+    dt__sb_printf(&sb, "%s: placements not accepted on mesh dim %d: ", op, mesh_dim);
+    for (int i = 0; i < nin; i++) {
+        dt__sb_printf(&sb, "%sinput %d has ", i ? ", " : "", i);
+        dt__placements_format(&sb, ins[i]->pl, ins[i]->mesh->ndim);
+    }
+    dt__sb_printf(&sb, ". Accepted per mesh dim: %s.", accepted);
+    if (fix && fix_input >= 0) {
+        dt__sb_printf(&sb, " Fix: call input %d's .redistribute(placements=", fix_input);
+        dt__placements_format(&sb, fix, ins[fix_input]->mesh->ndim);
+        dt__sb_printf(&sb, ") first.");
+    }
+    return dt__error(DT_EPLACEMENT, "%s", sb.buf);
+}

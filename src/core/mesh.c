@@ -1,0 +1,117 @@
+/*
+ * Device meshes: immutable after creation, so any thread may read them; the
+ * reference count is atomic.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/core.h"
+
+dt_status dt_mesh_create(dt_device_type type, int ndim, const int64_t *shape, const int64_t *ids,
+                         const char *const *dim_names, dt_mesh **out) {
+    if (!out)
+        return dt__error(DT_EINVAL, "dt_mesh_create: out is NULL");
+    *out = NULL;
+    if (type != DT_DEVICE_CPU && type != DT_DEVICE_CUDA)
+        return dt__error(DT_EINVAL, "device_type: expected 'cpu' or 'cuda'");
+    if (ndim < 1 || ndim > DT_MAX_MESH_NDIM)
+        return dt__error(DT_EINVAL, "mesh: expected 1 to %d dimensions, got %d", DT_MAX_MESH_NDIM, ndim);
+    if (!shape || !ids)
+        return dt__error(DT_EINVAL, "mesh: shape and ids are required");
+    int64_t ndev = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 1)
+            return dt__error(DT_EINVAL, "mesh: dimension %d has size %lld; every mesh dimension needs at least one device",
+                             d, (long long)shape[d]);
+        ndev *= shape[d];
+        if (ndev > (1 << 20))
+            return dt__error(DT_EINVAL, "mesh: too many devices");
+    }
+    for (int64_t i = 0; i < ndev; i++) {
+        if (ids[i] < 0)
+            return dt__error(DT_EINVAL, "mesh: device id %lld is negative", (long long)ids[i]);
+        for (int64_t j = 0; j < i; j++)
+            if (ids[j] == ids[i])
+                return dt__error(DT_EINVAL, "mesh: device id %lld appears more than once; ids must be unique",
+                                 (long long)ids[i]);
+    }
+    if (dim_names) {
+        for (int d = 0; d < ndim; d++) {
+            if (!dim_names[d] || !dim_names[d][0] || strlen(dim_names[d]) >= DT_MAX_DIM_NAME)
+                return dt__error(DT_EINVAL, "mesh_dim_names: name %d must be a non-empty string shorter than %d bytes",
+                                 d, DT_MAX_DIM_NAME);
+            for (int e = 0; e < d; e++)
+                if (strcmp(dim_names[d], dim_names[e]) == 0)
+                    return dt__error(DT_EINVAL, "mesh_dim_names: '%s' appears more than once", dim_names[d]);
+        }
+    }
+    dt_mesh *m = dt__calloc(1, sizeof *m);
+    int64_t *idcopy = dt__malloc((size_t)ndev * sizeof *idcopy);
+    if (!m || !idcopy) {
+        dt__free(m);
+        dt__free(idcopy);
+        return dt__error(DT_ENOMEM, "mesh: out of memory");
+    }
+    atomic_init(&m->refs, 1);
+    m->type = type;
+    m->ndim = ndim;
+    m->ndev = ndev;
+    m->ids = idcopy;
+    memcpy(m->ids, ids, (size_t)ndev * sizeof *ids);
+    int64_t stride = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        m->shape[d] = shape[d];
+        m->strides[d] = stride;
+        stride *= shape[d];
+    }
+    m->names_given = dim_names != NULL;
+    for (int d = 0; d < ndim; d++) {
+        if (dim_names)
+            snprintf(m->names[d], DT_MAX_DIM_NAME, "%s", dim_names[d]);
+        else
+            snprintf(m->names[d], DT_MAX_DIM_NAME, "dim%d", d);
+    }
+    *out = m;
+    return DT_OK;
+}
+
+void dt_mesh_retain(dt_mesh *mesh) {
+    if (mesh)
+        atomic_fetch_add_explicit(&mesh->refs, 1, memory_order_relaxed);
+}
+
+void dt_mesh_release(dt_mesh *mesh) {
+    if (!mesh || atomic_fetch_sub_explicit(&mesh->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    dt__free(mesh->ids);
+    dt__free(mesh);
+}
+
+dt_device_type dt_mesh_device_type(const dt_mesh *mesh) { return mesh->type; }
+int dt_mesh_ndim(const dt_mesh *mesh) { return mesh->ndim; }
+int64_t dt_mesh_size(const dt_mesh *mesh, int dim) {
+    if (dim < 0)
+        return mesh->ndev;
+    return dim < mesh->ndim ? mesh->shape[dim] : 0;
+}
+const int64_t *dt_mesh_shape(const dt_mesh *mesh) { return mesh->shape; }
+const int64_t *dt_mesh_ids(const dt_mesh *mesh) { return mesh->ids; }
+const char *dt_mesh_dim_name(const dt_mesh *mesh, int dim) {
+    return dim >= 0 && dim < mesh->ndim ? mesh->names[dim] : NULL;
+}
+
+int dt_mesh_equal(const dt_mesh *a, const dt_mesh *b) {
+    if (a == b)
+        return 1;
+    if (!a || !b || a->type != b->type || a->ndim != b->ndim || a->ndev != b->ndev)
+        return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d] || strcmp(a->names[d], b->names[d]) != 0)
+            return 0;
+    return memcmp(a->ids, b->ids, (size_t)a->ndev * sizeof *a->ids) == 0;
+}
+
+void dt__mesh_coord(const dt_mesh *m, int64_t idx, int64_t *coord) {
+    for (int d = 0; d < m->ndim; d++)
+        coord[d] = (idx / m->strides[d]) % m->shape[d];
+}

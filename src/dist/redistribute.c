@@ -1,0 +1,207 @@
+/*
+ * redistribute: moving a tensor between placements on its mesh.
+ *
+ * The planner works one mesh dim at a time over groups of devices that
+ * differ only in that dim's coordinate. Phase 1 removes what must be
+ * communicated: Partial -> Shard reduce-scatter, Shard(i) -> Shard(j)
+ * all-to-all (when j is not sharded by another mesh dim at that moment),
+ * otherwise Partial -> Replicate all-reduce and Shard -> Replicate
+ * all-gather. Phase 2 adds what is local: Replicate -> Shard slices and
+ * Replicate -> Partial (the first coordinate keeps the value, the others
+ * hold zeros). Gathering before slicing keeps every intermediate free of
+ * nested shards, so each collective sees plain torch.chunk pieces.
+ *
+ * Nested shards (several mesh dims on one tensor dim, split in mesh-dim
+ * order) are undone innermost first and redone outermost first.
+ *
+ * Not yet: moves to another mesh (DT_EUNSUPPORTED at the call).
+ *
+ * Threads: dt_redistribute on client threads; dt__lower_redistribute on the
+ * controller.
+ */
+#include <string.h>
+
+#include "core/core.h"
+
+dt_tensor *dt_redistribute(dt_tensor *a, dt_mesh *mesh, const dt_placement *placements) {
+    dt_clear_error();
+    if (!a) {
+        dt__error(DT_EINVAL, "redistribute: tensor argument is NULL");
+        return NULL;
+    }
+    const dt__meta *m = &a->v->meta;
+    if (mesh && !dt_mesh_equal(mesh, m->mesh)) {
+        dt__error(DT_EUNSUPPORTED, "redistribute: moving to another device mesh is not supported yet");
+        return NULL;
+    }
+    dt__meta out = *m;
+    if (dt__placements_normalize(m->mesh, m->ndim, placements, out.pl) != DT_OK) {
+        dt__error_append(" (redistribute)");
+        return NULL;
+    }
+    dt_tensor *t = dt__tensor_new(a->graph, &out);
+    if (!t)
+        return NULL;
+    dt__node *n = dt__node_new(DT_OP_REDISTRIBUTE);
+    if (n) {
+        n->n_in = 1;
+        n->in[0] = a->v;
+        n->out = t->v;
+    }
+    return dt__client_submit(t, n);
+}
+
+/* ------------------------------------------------------------ lowering */
+
+/* The state between steps: placements and one blob per device (owned). */
+typedef struct plan {
+    dt__lower *L;
+    dt__tval cur; /* cur.meta.pl changes step by step; cur.blobs owned */
+} plan;
+
+/* Runs one collective on every group along mesh dim `md`; `to` is the
+ * placement after it. */
+static void collective(plan *p, int md, int kind, int dim_a, int dim_b, dt_placement to) {
+    const dt__meta *m = &p->cur.meta;
+    const dt_mesh *mesh = m->mesh;
+    int64_t size = mesh->shape[md], stride = mesh->strides[md];
+    int64_t coord[DT_MAX_MESH_NDIM], ls[DT_MAX_NDIM], ll[DT_MAX_NDIM];
+    dt__blob **next = dt__calloc((size_t)mesh->ndev, sizeof *next);
+    DT_ASSERT(next);
+    for (int64_t base = 0; base < mesh->ndev; base++) {
+        dt__mesh_coord(mesh, base, coord);
+        if (coord[md] != 0)
+            continue;
+        dt__coll *c = dt__coll_new(kind, (int)size, m->ndim, m->dtype);
+        DT_ASSERT(c);
+        c->dim_a = dim_a;
+        c->dim_b = dim_b;
+        for (int64_t r = 0; r < size; r++) {
+            coord[md] = r;
+            dt__local_region(m, coord, ls, ll);
+            memcpy(c->shapes[r], ll, sizeof c->shapes[r]);
+            if (kind == DT_COLL_REDUCESCATTER || kind == DT_COLL_ALLTOALL)
+                dt__chunk(m->shape[dim_b], size, r, &c->starts[r], &c->lens[r]);
+        }
+        for (int64_t r = 0; r < size; r++) {
+            int64_t idx = base + r * stride;
+            dt__kernel *k = dt__lw_kernel(p->L, DT_KC_COLLECTIVE);
+            k->n_in = 1;
+            k->in[0] = p->cur.blobs[idx]; /* the plan's reference moves into the kernel */
+            p->cur.blobs[idx] = NULL;
+            k->rank = (int)r;
+            k->extra = c;
+            k->attr.dtype = m->dtype;
+            next[idx] = dt__lw_push(p->L, mesh, idx, k);
+        }
+    }
+    dt__free(p->cur.blobs);
+    p->cur.blobs = next;
+    p->cur.meta.pl[md] = to;
+}
+
+/* Replicate -> Shard(dim) or Partial on mesh dim md, without communication. */
+static void local_step(plan *p, int md, dt_placement to) {
+    const dt_mesh *mesh = p->cur.meta.mesh;
+    dt__meta after = p->cur.meta;
+    after.pl[md] = to;
+    int64_t coord[DT_MAX_MESH_NDIM], s[DT_MAX_NDIM], l[DT_MAX_NDIM];
+    dt__blob **next = dt__calloc((size_t)mesh->ndev, sizeof *next);
+    DT_ASSERT(next);
+    for (int64_t i = 0; i < mesh->ndev; i++) {
+        dt__mesh_coord(mesh, i, coord);
+        if (to.kind == DT_PLACEMENT_SHARD) {
+            dt__local_region(&after, coord, s, l);
+            next[i] = dt__lw_region(p->L, &p->cur, i, coord, s, l);
+        } else if (coord[md] == 0) {
+            next[i] = dt__blob_retain(p->cur.blobs[i]);
+        } else {
+            dt__kernel *k = dt__lw_kernel(p->L, DT_K_ZEROS_LIKE);
+            k->n_in = 1;
+            k->in[0] = dt__blob_retain(p->cur.blobs[i]);
+            k->attr.dtype = after.dtype;
+            next[i] = dt__lw_push(p->L, mesh, i, k);
+        }
+    }
+    for (int64_t i = 0; i < mesh->ndev; i++)
+        dt__blob_release(p->cur.blobs[i]);
+    dt__free(p->cur.blobs);
+    p->cur.blobs = next;
+    p->cur.meta.pl[md] = to;
+}
+
+static int same(dt_placement a, dt_placement b) { return a.kind == b.kind && a.dim == b.dim; }
+static int shards(const dt__meta *m, int md, int dim) {
+    return m->pl[md].kind == DT_PLACEMENT_SHARD && m->pl[md].dim == dim;
+}
+
+/* Mesh dim md must go back to Replicate (or move straight to its target)
+ * when its placement changes, or when it shards a tensor dim whose outer
+ * shards (mesh dims before md on the same tensor dim) differ between now and
+ * the target: then md's pieces are pieces of different chunks. */
+static int must_undo(const dt__meta *cur, const dt__meta *dst, int md) {
+    if (!same(cur->pl[md], dst->pl[md]))
+        return 1;
+    if (cur->pl[md].kind != DT_PLACEMENT_SHARD)
+        return 0;
+    int d = cur->pl[md].dim;
+    for (int e = 0; e < md; e++)
+        if (shards(cur, e, d) != shards(dst, e, d))
+            return 1;
+    return 0;
+}
+
+/* Tensor dim `dim` is sharded by no mesh dim but md now, and the target
+ * does not nest it inside an outer mesh dim: a direct collective into
+ * Shard(dim) then splits the full dim, as the target wants. */
+static int direct_ok(const dt__meta *cur, const dt__meta *dst, int md, int dim) {
+    for (int e = 0; e < cur->mesh->ndim; e++)
+        if (e != md && shards(cur, e, dim))
+            return 0;
+    for (int e = 0; e < md; e++)
+        if (shards(dst, e, dim))
+            return 0;
+    return 1;
+}
+
+void dt__lower_redistribute(dt__lower *L, dt__node *n) {
+    dt__tval *src = n->in[0], *dst = n->out;
+    const dt_mesh *mesh = src->meta.mesh;
+    plan p = {.L = L, .cur = {.meta = src->meta}};
+    p.cur.blobs = dt__calloc((size_t)mesh->ndev, sizeof *p.cur.blobs);
+    DT_ASSERT(p.cur.blobs);
+    for (int64_t i = 0; i < mesh->ndev; i++)
+        p.cur.blobs[i] = dt__blob_retain(src->blobs[i]);
+    const dt_placement R = {DT_PLACEMENT_REPLICATE, 0};
+    const dt__meta *to = &dst->meta;
+
+    /* Phase 1, innermost mesh dim first, so that a shard is gathered only
+     * after every shard nested inside it on the same tensor dim. */
+    for (int md = mesh->ndim - 1; md >= 0; md--) {
+        dt__meta *cur = &p.cur.meta;
+        if (!must_undo(cur, to, md))
+            continue;
+        dt_placement s = cur->pl[md], t = to->pl[md];
+        int t_shard = t.kind == DT_PLACEMENT_SHARD && !same(s, t);
+        if (s.kind == DT_PLACEMENT_PARTIAL) {
+            if (t_shard && direct_ok(cur, to, md, t.dim))
+                collective(&p, md, DT_COLL_REDUCESCATTER, 0, t.dim, t);
+            else
+                collective(&p, md, DT_COLL_ALLREDUCE, 0, 0, R);
+        } else if (s.kind == DT_PLACEMENT_SHARD) {
+            if (t_shard && direct_ok(cur, to, md, t.dim) && direct_ok(cur, to, md, s.dim))
+                collective(&p, md, DT_COLL_ALLTOALL, s.dim, t.dim, t);
+            else
+                collective(&p, md, DT_COLL_ALLGATHER, s.dim, 0, R);
+        }
+    }
+    /* Phase 2, outermost first, so nested slices split the right chunk. */
+    for (int md = 0; md < mesh->ndim; md++) {
+        dt_placement s = p.cur.meta.pl[md], t = to->pl[md];
+        if (same(s, t))
+            continue;
+        DT_ASSERT(s.kind == DT_PLACEMENT_REPLICATE);
+        local_step(&p, md, t);
+    }
+    dst->blobs = p.cur.blobs;
+}

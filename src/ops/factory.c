@@ -1,0 +1,253 @@
+/*
+ * Factories: tensors from host data, DLPack, constants, random streams and
+ * ranges. The client validates and records; the controller lowers each into
+ * one kernel per device that builds that device's local region directly (a
+ * Partial placement gets the value on the first coordinate and zeros
+ * elsewhere).
+ *
+ * Threads: dt_* factories on client threads; dt__lower_factory on the
+ * controller.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "core/core.h"
+
+/* Validates the common arguments and builds the symbol and its node. */
+static dt_tensor *factory_begin(dt_graph *g, int op, dt_dtype dtype, int ndim, const int64_t *shape, dt_mesh *mesh,
+                                const dt_placement *placements, dt__node **node) {
+    *node = NULL;
+    dt_clear_error();
+    if (dt__client_check_graph(g) != DT_OK)
+        return NULL;
+    if ((unsigned)dtype >= DT_DTYPE_COUNT) {
+        dt__error(DT_ETYPE, "dtype: unknown dtype %d", (int)dtype);
+        return NULL;
+    }
+    if (!mesh) {
+        dt__error(DT_EINVAL, "device_mesh: a mesh is required");
+        return NULL;
+    }
+    if (dt__shape_check(ndim, shape) != DT_OK)
+        return NULL;
+    dt__meta m;
+    memset(&m, 0, sizeof m);
+    m.dtype = dtype;
+    m.ndim = ndim;
+    for (int d = 0; d < ndim; d++)
+        m.shape[d] = shape[d];
+    m.mesh = mesh;
+    if (dt__placements_normalize(mesh, ndim, placements, m.pl) != DT_OK)
+        return NULL;
+    dt_tensor *t = dt__tensor_new(g, &m);
+    if (!t)
+        return NULL;
+    *node = dt__node_new(op);
+    if (*node)
+        (*node)->out = t->v;
+    return t;
+}
+
+static dt_tensor *factory_source(dt_graph *g, void *impl, dt_dtype dtype, int ndim, const int64_t *shape,
+                                 dt_mesh *mesh, const dt_placement *placements) {
+    dt__node *n;
+    dt_tensor *t = factory_begin(g, DT_OP_SOURCE, dtype, ndim, shape, mesh, placements, &n);
+    if (!t) {
+        g->be->free(impl);
+        return NULL;
+    }
+    if (n)
+        n->extra = impl;
+    else
+        g->be->free(impl);
+    return dt__client_submit(t, n);
+}
+
+dt_tensor *dt_tensor_from_buffer(dt_graph *g, dt_dtype dtype, int ndim, const int64_t *shape, const void *data,
+                                 size_t nbytes, dt_mesh *mesh, const dt_placement *placements) {
+    dt_clear_error();
+    if (dt__client_check_graph(g) != DT_OK || dt__shape_check(ndim, shape) != DT_OK)
+        return NULL;
+    if ((unsigned)dtype >= DT_DTYPE_COUNT) {
+        dt__error(DT_ETYPE, "dtype: unknown dtype %d", (int)dtype);
+        return NULL;
+    }
+    size_t want = (size_t)dt__numel(ndim, shape) * dt_dtype_size(dtype);
+    if (nbytes != want || (want && !data)) {
+        dt__error(DT_EINVAL, "data: %zu bytes given, the shape and dtype need %zu", nbytes, want);
+        return NULL;
+    }
+    /* Validate before copying so a bad call costs nothing. */
+    dt_placement tmp[DT_MAX_MESH_NDIM];
+    if (!mesh) {
+        dt__error(DT_EINVAL, "device_mesh: a mesh is required");
+        return NULL;
+    }
+    if (dt__placements_normalize(mesh, ndim, placements, tmp) != DT_OK)
+        return NULL;
+    void *impl = NULL;
+    char err[512] = "";
+    dt_status st = g->be->from_host(dtype, ndim, shape, data, &impl, err, sizeof err);
+    if (st != DT_OK) {
+        dt__error(st, "from_buffer: %s", err);
+        return NULL;
+    }
+    return factory_source(g, impl, dtype, ndim, shape, mesh, placements);
+}
+
+dt_tensor *dt_tensor_from_dlpack(dt_graph *g, void *dl_managed, dt_mesh *mesh, const dt_placement *placements) {
+    dt_clear_error();
+    if (dt__client_check_graph(g) != DT_OK || !g->be->from_dlpack) {
+        if (g && !g->be->from_dlpack)
+            dt__error(DT_EUNSUPPORTED, "from_dlpack: the '%s' backend has no DLPack support", g->be->name);
+        /* We own it in every case: free it without a backend if needed. */
+        if (g && g->be->dlpack_delete)
+            g->be->dlpack_delete(dl_managed);
+        return NULL;
+    }
+    if (!dl_managed) {
+        dt__error(DT_EINVAL, "from_dlpack: tensor is NULL");
+        return NULL;
+    }
+    void *impl = NULL;
+    dt_dtype dtype;
+    int ndim;
+    int64_t shape[DT_MAX_NDIM];
+    char err[512] = "";
+    dt_status st = g->be->from_dlpack(dl_managed, &impl, &dtype, &ndim, shape, err, sizeof err);
+    if (st != DT_OK) {
+        dt__error(st, "from_dlpack: %s", err);
+        return NULL;
+    }
+    return factory_source(g, impl, dtype, ndim, shape, mesh, placements);
+}
+
+dt_tensor *dt_full(dt_graph *g, dt_dtype dtype, int ndim, const int64_t *shape, dt_scalar value, dt_mesh *mesh,
+                   const dt_placement *placements) {
+    dt__node *n;
+    dt_tensor *t = factory_begin(g, DT_OP_FULL, dtype, ndim, shape, mesh, placements, &n);
+    if (!t)
+        return NULL;
+    if (n)
+        n->a.scalar = value;
+    return dt__client_submit(t, n);
+}
+
+dt_tensor *dt_empty(dt_graph *g, dt_dtype dtype, int ndim, const int64_t *shape, dt_mesh *mesh,
+                    const dt_placement *placements) {
+    dt__node *n;
+    dt_tensor *t = factory_begin(g, DT_OP_FULL, dtype, ndim, shape, mesh, placements, &n);
+    if (!t)
+        return NULL;
+    if (n)
+        n->a.flags = 1; /* empty */
+    return dt__client_submit(t, n);
+}
+
+static dt_tensor *random_factory(int op, dt_graph *g, dt_dtype dtype, int ndim, const int64_t *shape,
+                                 dt_mesh *mesh, const dt_placement *placements) {
+    if (!dt_dtype_is_floating(dtype)) {
+        dt__error(DT_ETYPE, "%s: dtype must be floating, got %s", op == DT_OP_RAND ? "rand" : "randn",
+                  dt_dtype_name(dtype));
+        return NULL;
+    }
+    dt__node *n;
+    dt_tensor *t = factory_begin(g, op, dtype, ndim, shape, mesh, placements, &n);
+    if (!t)
+        return NULL;
+    if (n)
+        n->a.seed = dt__next_random_seed();
+    return dt__client_submit(t, n);
+}
+
+dt_tensor *dt_rand(dt_graph *g, dt_dtype dtype, int ndim, const int64_t *shape, dt_mesh *mesh,
+                   const dt_placement *placements) {
+    return random_factory(DT_OP_RAND, g, dtype, ndim, shape, mesh, placements);
+}
+
+dt_tensor *dt_randn(dt_graph *g, dt_dtype dtype, int ndim, const int64_t *shape, dt_mesh *mesh,
+                    const dt_placement *placements) {
+    return random_factory(DT_OP_RANDN, g, dtype, ndim, shape, mesh, placements);
+}
+
+dt_tensor *dt_arange(dt_graph *g, dt_dtype dtype, double start, double end, double step, dt_mesh *mesh,
+                     const dt_placement *placements) {
+    dt_clear_error();
+    if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step)) {
+        dt__error(DT_EINVAL, "arange: step must be nonzero and start, end, step finite");
+        return NULL;
+    }
+    if ((step > 0 && end < start) || (step < 0 && end > start)) {
+        dt__error(DT_EINVAL, "arange: upper bound and larger bound inconsistent with step sign");
+        return NULL;
+    }
+    if (dtype == DT_BOOL) {
+        dt__error(DT_ETYPE, "arange: dtype bool is not supported");
+        return NULL;
+    }
+    int64_t len = (int64_t)ceil((end - start) / step);
+    dt__node *n;
+    dt_tensor *t = factory_begin(g, DT_OP_ARANGE, dtype, 1, &len, mesh, placements, &n);
+    if (!t)
+        return NULL;
+    if (n) {
+        n->a.f[0] = start;
+        n->a.f[1] = end;
+        n->a.f[2] = step;
+    }
+    return dt__client_submit(t, n);
+}
+
+/* ------------------------------------------------------------ lowering */
+
+void dt__lower_factory(dt__lower *L, dt__node *n) {
+    dt__tval *v = n->out;
+    const dt__meta *m = &v->meta;
+    const dt_mesh *mesh = m->mesh;
+    dt__lw_alloc_blobs(v);
+    dt__blob *source = NULL;
+    if (n->op == DT_OP_SOURCE) {
+        source = dt__blob_new(L->g->be);
+        DT_ASSERT(source);
+        source->impl = n->extra;
+    }
+    int64_t coord[DT_MAX_MESH_NDIM], start[DT_MAX_NDIM], len[DT_MAX_NDIM];
+    for (int64_t i = 0; i < mesh->ndev; i++) {
+        dt__mesh_coord(mesh, i, coord);
+        dt__local_region(m, coord, start, len);
+        int zero = dt__partial_zero(m, coord);
+        int kop;
+        if (zero)
+            kop = DT_K_FULL;
+        else if (n->op == DT_OP_SOURCE)
+            kop = DT_K_SLICE;
+        else if (n->op == DT_OP_FULL)
+            kop = n->a.flags ? DT_K_EMPTY : DT_K_FULL;
+        else if (n->op == DT_OP_RAND)
+            kop = DT_K_RAND;
+        else if (n->op == DT_OP_RANDN)
+            kop = DT_K_RANDN;
+        else
+            kop = DT_K_ARANGE;
+        dt__kernel *k = dt__lw_kernel(L, kop);
+        dt__kattr *a = &k->attr;
+        a->dtype = m->dtype;
+        a->ndim = m->ndim;
+        memcpy(a->shape, len, sizeof len);
+        memcpy(a->start, start, sizeof start);
+        a->gndim = m->ndim;
+        memcpy(a->gshape, m->shape, sizeof a->gshape);
+        if (zero)
+            a->scalar = dt_scalar_int(0);
+        else if (kop == DT_K_FULL)
+            a->scalar = n->a.scalar;
+        a->seed = n->a.seed;
+        memcpy(a->f, n->a.f, sizeof a->f);
+        if (kop == DT_K_SLICE) {
+            k->n_in = 1;
+            k->in[0] = dt__blob_retain(source);
+        }
+        v->blobs[i] = dt__lw_push(L, mesh, i, k);
+    }
+    dt__blob_release(source);
+}

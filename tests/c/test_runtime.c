@@ -1,0 +1,352 @@
+/*
+ * Runtime tests through the public C API on the pure-C 'ref' backend: the
+ * client->controller queue, the controller's lowering, the workers,
+ * collectives, futures, kernel errors, shutdown with work still queued, and
+ * many client threads. Runs under ASan/UBSan and TSan (tools/test.sh).
+ * Expected values are computed here on the host from the inputs, never by
+ * the code under test.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtorch/dtorch.h"
+
+static int failures;
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n", __FILE__, __LINE__, #cond,   \
+                    dt_last_error());                                                              \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+static dt_placement R(void) { return (dt_placement){DT_PLACEMENT_REPLICATE, 0}; }
+static dt_placement S(int d) { return (dt_placement){DT_PLACEMENT_SHARD, d}; }
+static dt_placement P(void) { return (dt_placement){DT_PLACEMENT_PARTIAL, 0}; }
+
+static dt_mesh *mesh1d(int n, int first_id) {
+    int64_t shape[1] = {n}, ids[16];
+    for (int i = 0; i < n; i++)
+        ids[i] = first_id + i;
+    dt_mesh *m = NULL;
+    CHECK(dt_mesh_create(DT_DEVICE_CPU, 1, shape, ids, NULL, &m) == DT_OK);
+    return m;
+}
+
+static dt_graph *ref_graph(void) {
+    dt_graph_options o = {"ref"};
+    dt_graph *g = NULL;
+    CHECK(dt_graph_create(&o, &g) == DT_OK);
+    return g;
+}
+
+/* Compares a read of t with `want` (n floats); prints both on mismatch. */
+static void expect_values(dt_tensor *t, const float *want, int64_t n, const char *what) {
+    float *got = calloc((size_t)(n ? n : 1), sizeof *got);
+    dt_status st = dt_tensor_read(t, got, (size_t)n * sizeof *got);
+    CHECK(st == DT_OK);
+    for (int64_t i = 0; st == DT_OK && i < n; i++) {
+        if (got[i] != want[i]) {
+            fprintf(stderr, "%s: element %lld: got %g, want %g\n", what, (long long)i, got[i], want[i]);
+            failures++;
+            break;
+        }
+    }
+    free(got);
+}
+
+static void fill(float *x, int64_t n, int salt) {
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)((i * 7 + salt) % 11) - 5.0f;
+}
+
+/* ------------------------------------------------------------- tests */
+
+static void test_elementwise_and_sum(void) {
+    dt_graph *g = ref_graph();
+    dt_mesh *m = mesh1d(3, 0);
+    int64_t shape[2] = {5, 7};
+    float x[35], y[7], want[35];
+    fill(x, 35, 1);
+    fill(y, 7, 3);
+    dt_placement px[1] = {S(0)}, py[1] = {R()};
+    dt_tensor *a = dt_tensor_from_buffer(g, DT_FLOAT32, 2, shape, x, sizeof x, m, px);
+    dt_tensor *b = dt_tensor_from_buffer(g, DT_FLOAT32, 1, shape + 1, y, sizeof y, m, py);
+    CHECK(a && b);
+    dt_tensor *c = dt_binary(DT_BINARY_MUL, a, b); /* (S0, R) broadcast -> S0 */
+    CHECK(c && dt_tensor_placements(c)[0].kind == DT_PLACEMENT_SHARD);
+    dt_tensor *d = dt_binary_scalar(DT_BINARY_SUB, c, dt_scalar_float(1.5), 1); /* 1.5 - c */
+    dt_tensor *e = dt_neg(d);
+    for (int i = 0; i < 35; i++)
+        want[i] = -(1.5f - x[i] * y[i % 7]);
+    expect_values(e, want, 35, "neg(1.5 - a*b)");
+
+    int64_t dim0 = 0;
+    dt_tensor *s = dt_sum(e, 1, &dim0, 0); /* S(0) reduced -> Partial */
+    CHECK(s && dt_tensor_placements(s)[0].kind == DT_PLACEMENT_PARTIAL);
+    float ws[7] = {0};
+    for (int i = 0; i < 35; i++)
+        ws[i % 7] += want[i];
+    expect_values(s, ws, 7, "sum(dim=0)");
+    dt_tensor *sr = dt_redistribute(s, NULL, py);
+    expect_values(sr, ws, 7, "sum(dim=0) redistributed");
+
+    dt_tensor *all = dt_sum(e, -1, NULL, 0);
+    CHECK(all && dt_tensor_ndim(all) == 0);
+    float wall = 0;
+    for (int i = 0; i < 35; i++)
+        wall += want[i];
+    expect_values(all, &wall, 1, "sum()");
+
+    dt_tensor *ts[] = {a, b, c, d, e, s, sr, all};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        dt_tensor_release(ts[i]);
+    dt_mesh_release(m);
+    dt_graph_release(g);
+}
+
+/* Every source in {R, S0, S1, P} to every target on meshes of 2 and 3. */
+static void test_redistribute_all(void) {
+    dt_graph *g = ref_graph();
+    const int64_t shapes[3][2] = {{6, 4}, {5, 7}, {1, 3}};
+    dt_placement all[4] = {R(), S(0), S(1), P()};
+    for (int n = 2; n <= 3; n++) {
+        dt_mesh *m = mesh1d(n, 10);
+        for (int si = 0; si < 3; si++) {
+            int64_t numel = shapes[si][0] * shapes[si][1];
+            float x[64];
+            fill(x, numel, si);
+            for (int a = 0; a < 4; a++) {
+                dt_tensor *src = dt_tensor_from_buffer(g, DT_FLOAT32, 2, shapes[si], x, (size_t)numel * 4, m,
+                                                       &all[a]);
+                CHECK(src);
+                for (int b = 0; b < 4; b++) {
+                    dt_tensor *dst = dt_redistribute(src, NULL, &all[b]);
+                    CHECK(dst);
+                    if (!dst)
+                        continue;
+                    CHECK(dt_tensor_placements(dst)[0].kind == all[b].kind);
+                    char what[64];
+                    snprintf(what, sizeof what, "mesh %d shape %d: %d -> %d", n, si, a, b);
+                    expect_values(dst, x, numel, what);
+                    dt_tensor_release(dst);
+                }
+                dt_tensor_release(src);
+            }
+        }
+        dt_mesh_release(m);
+    }
+    dt_graph_release(g);
+}
+
+static void test_matmul(void) {
+    dt_graph *g = ref_graph();
+    dt_mesh *m = mesh1d(2, 0);
+    int64_t sa[2] = {5, 3}, sb[2] = {3, 4};
+    float x[15], y[12], want[20] = {0};
+    fill(x, 15, 2);
+    fill(y, 12, 5);
+    for (int i = 0; i < 5; i++)
+        for (int j = 0; j < 4; j++)
+            for (int k = 0; k < 3; k++)
+                want[i * 4 + j] += x[i * 3 + k] * y[k * 4 + j];
+    dt_placement combos[][3] = {
+        {R(), R(), R()}, {S(0), R(), S(0)}, {R(), S(1), S(1)}, {S(1), S(0), P()}, {S(1), R(), P()},
+        {R(), S(0), P()}, {P(), R(), P()},  {R(), P(), P()},
+    };
+    for (size_t c = 0; c < sizeof combos / sizeof combos[0]; c++) {
+        dt_tensor *a = dt_tensor_from_buffer(g, DT_FLOAT32, 2, sa, x, sizeof x, m, &combos[c][0]);
+        dt_tensor *b = dt_tensor_from_buffer(g, DT_FLOAT32, 2, sb, y, sizeof y, m, &combos[c][1]);
+        dt_tensor *o = dt_matmul(a, b);
+        CHECK(o && dt_tensor_placements(o)[0].kind == combos[c][2].kind);
+        if (o)
+            expect_values(o, want, 20, "matmul");
+        dt_tensor_release(o);
+        dt_tensor_release(a);
+        dt_tensor_release(b);
+    }
+    /* A rejected combination: nothing enqueued, a clear error, runtime fine. */
+    dt_placement s0[1] = {S(0)};
+    dt_tensor *a = dt_tensor_from_buffer(g, DT_FLOAT32, 2, sa, x, sizeof x, m, s0);
+    dt_tensor *b = dt_tensor_from_buffer(g, DT_FLOAT32, 2, sb, y, sizeof y, m, s0);
+    CHECK(dt_matmul(a, b) == NULL && dt_last_status() == DT_EPLACEMENT);
+    CHECK(strstr(dt_last_error(), "matmul") && strstr(dt_last_error(), "redistribute"));
+    dt_tensor_release(a);
+    dt_tensor_release(b);
+    dt_mesh_release(m);
+    dt_graph_release(g);
+}
+
+static void test_bad_input(void) {
+    dt_graph *g = ref_graph();
+    int64_t shape1[1] = {2}, dup[2] = {1, 1};
+    dt_mesh *bad = NULL;
+    CHECK(dt_mesh_create(DT_DEVICE_CPU, 1, shape1, dup, NULL, &bad) == DT_EINVAL && !bad);
+    CHECK(strstr(dt_last_error(), "unique"));
+    dt_mesh *m = mesh1d(2, 0);
+    int64_t shape[2] = {2, 3};
+    float x[6] = {1, 2, 3, 4, 5, 6};
+    dt_placement s5[1] = {S(5)};
+    CHECK(!dt_tensor_from_buffer(g, DT_FLOAT32, 2, shape, x, sizeof x, m, s5) && dt_last_status() == DT_EINVAL);
+    CHECK(!dt_tensor_from_buffer(g, DT_FLOAT32, 2, shape, x, 5, m, NULL) && dt_last_status() == DT_EINVAL);
+    dt_tensor *a = dt_tensor_from_buffer(g, DT_FLOAT32, 2, shape, x, sizeof x, m, NULL);
+    int64_t shape2[1] = {4};
+    dt_tensor *b = dt_full(g, DT_FLOAT32, 1, shape2, dt_scalar_float(1), m, NULL);
+    CHECK(!dt_binary(DT_BINARY_ADD, a, b) && dt_last_status() == DT_ESHAPE);
+    int64_t dim9 = 9;
+    CHECK(!dt_sum(a, 1, &dim9, 0) && dt_last_status() == DT_EINDEX);
+    /* Still working. */
+    dt_tensor *c = dt_binary_scalar(DT_BINARY_ADD, a, dt_scalar_int(1), 0);
+    float want[6] = {2, 3, 4, 5, 6, 7};
+    expect_values(c, want, 6, "after errors");
+    dt_tensor_release(a);
+    dt_tensor_release(b);
+    dt_tensor_release(c);
+    dt_mesh_release(m);
+    dt_graph_release(g);
+}
+
+/* A kernel that fails poisons its outputs; the read names op and call site. */
+static void test_kernel_error(void) {
+    dt_graph *g = ref_graph();
+    dt_mesh *m = mesh1d(2, 0);
+    int64_t shape[1] = {4};
+    dt_set_call_site("test_runtime.c", 4242);
+    /* The ref backend has no float16 arithmetic: the kernel fails. */
+    dt_tensor *h = dt_full(g, DT_FLOAT16, 1, shape, dt_scalar_float(1), m, NULL);
+    dt_tensor *h2 = dt_neg(h);
+    dt_tensor *h3 = dt_binary_scalar(DT_BINARY_MUL, h2, dt_scalar_int(2), 0);
+    dt_set_call_site(NULL, 0);
+    uint16_t buf[4];
+    CHECK(dt_tensor_read(h3, buf, sizeof buf) == DT_EKERNEL);
+    CHECK(strstr(dt_last_error(), "test_runtime.c:4242") != NULL);
+    CHECK(strstr(dt_last_error(), "cpu:") != NULL);
+    /* Unaffected work continues. */
+    dt_tensor *ok = dt_full(g, DT_FLOAT32, 1, shape, dt_scalar_float(2), m, NULL);
+    float want[4] = {2, 2, 2, 2};
+    expect_values(ok, want, 4, "after kernel error");
+    dt_tensor_release(h);
+    dt_tensor_release(h2);
+    dt_tensor_release(h3);
+    dt_tensor_release(ok);
+    dt_mesh_release(m);
+    dt_graph_release(g);
+}
+
+/* Shutting down with thousands of ops queued finishes cleanly. */
+static void test_shutdown_with_work_queued(void) {
+    for (int round = 0; round < 3; round++) {
+        dt_graph *g = ref_graph();
+        dt_mesh *m = mesh1d(4, 0);
+        int64_t shape[1] = {64};
+        dt_placement s0[1] = {S(0)};
+        dt_tensor *x = dt_full(g, DT_FLOAT32, 1, shape, dt_scalar_float(1), m, s0);
+        for (int i = 0; i < 2000; i++) {
+            dt_tensor *y = dt_binary_scalar(DT_BINARY_ADD, x, dt_scalar_float(1), 0);
+            dt_tensor_release(x);
+            x = y;
+        }
+        dt_future *f = dt_tensor_fetch(x);
+        if (round == 0) {
+            CHECK(dt_graph_shutdown(g) == DT_OK);
+            /* After shutdown: ops fail cleanly, releases are harmless. */
+            CHECK(dt_neg(x) == NULL && dt_last_status() == DT_ESHUTDOWN);
+            float want[64];
+            for (int i = 0; i < 64; i++)
+                want[i] = 2001;
+            float got[64];
+            CHECK(dt_future_read(f, got, sizeof got) == DT_OK && memcmp(got, want, sizeof got) == 0);
+        }
+        dt_future_release(f);
+        dt_tensor_release(x);
+        dt_mesh_release(m);
+        dt_graph_release(g); /* rounds 1-2: shutdown through the last release */
+    }
+}
+
+/* Several client threads on one graph and on their own graphs at once. */
+typedef struct worker_arg {
+    dt_graph *g;
+    int seed;
+} worker_arg;
+
+static void *client_thread(void *p) {
+    worker_arg *w = p;
+    dt_mesh *m = mesh1d(3, 3 * (w->seed % 2));
+    int64_t shape[2] = {7, 5};
+    float x[35], want[35];
+    fill(x, 35, w->seed);
+    dt_placement s1[1] = {S(1)}, r[1] = {R()};
+    for (int it = 0; it < 30; it++) {
+        dt_tensor *a = dt_tensor_from_buffer(w->g, DT_FLOAT32, 2, shape, x, sizeof x, m, s1);
+        dt_tensor *b = dt_binary(DT_BINARY_ADD, a, a);
+        dt_tensor *c = dt_redistribute(b, NULL, r);
+        for (int i = 0; i < 35; i++)
+            want[i] = x[i] + x[i];
+        expect_values(c, want, 35, "thread");
+        dt_tensor_release(a);
+        dt_tensor_release(b);
+        dt_tensor_release(c);
+    }
+    dt_mesh_release(m);
+    return NULL;
+}
+
+static void test_many_threads(void) {
+    dt_graph *shared = ref_graph();
+    dt_graph *own[2] = {ref_graph(), ref_graph()};
+    pthread_t th[6];
+    worker_arg args[6];
+    for (int i = 0; i < 6; i++) {
+        args[i] = (worker_arg){i < 4 ? shared : own[i - 4], i};
+        pthread_create(&th[i], NULL, client_thread, &args[i]);
+    }
+    for (int i = 0; i < 6; i++)
+        pthread_join(th[i], NULL);
+    CHECK(dt_graph_sync(shared) == DT_OK);
+    dt_graph_release(shared);
+    dt_graph_release(own[0]);
+    dt_graph_release(own[1]);
+}
+
+static void test_futures(void) {
+    dt_graph *g = ref_graph();
+    dt_mesh *m = mesh1d(2, 0);
+    int64_t shape[1] = {3};
+    dt_tensor *x = dt_arange(g, DT_FLOAT32, 0, 3, 1, m, NULL);
+    dt_future *f = dt_tensor_fetch(x);
+    CHECK(dt_future_wait(f, 10000) == DT_OK && dt_future_is_ready(f));
+    float got[3], want[3] = {0, 1, 2};
+    CHECK(dt_future_read(f, got, sizeof got) == DT_OK && memcmp(got, want, sizeof got) == 0);
+    CHECK(dt_future_read(f, got, 4) == DT_EINVAL);
+    dt_future_release(f);
+    dt_future *s = dt_graph_sync_future(g);
+    CHECK(dt_future_wait(s, -1) == DT_OK && dt_future_status(s) == DT_OK);
+    dt_future_release(s);
+    (void)shape;
+    dt_tensor_release(x);
+    dt_mesh_release(m);
+    dt_graph_release(g);
+}
+
+int main(void) {
+    test_elementwise_and_sum();
+    test_redistribute_all();
+    test_matmul();
+    test_bad_input();
+    test_kernel_error();
+    test_shutdown_with_work_queued();
+    test_many_threads();
+    test_futures();
+    if (failures) {
+        fprintf(stderr, "test_runtime: %d failure(s)\n", failures);
+        return 1;
+    }
+    printf("test_runtime: all passed\n");
+    return 0;
+}

@@ -1,0 +1,46 @@
+"""Shared helpers of the Python tests: meshes, placement lists and torch references."""
+
+import itertools
+
+import torch
+
+import dtorch
+from dtorch import Partial, Replicate, Shard
+
+CPU1 = dtorch.DeviceMesh("cpu", [0])
+CPU2 = dtorch.DeviceMesh("cpu", [0, 1])
+CPU3 = dtorch.DeviceMesh("cpu", [0, 1, 2])
+CPU2x2 = dtorch.DeviceMesh("cpu", [[0, 1], [2, 3]], mesh_dim_names=("dp", "tp"))
+
+
+def placements_1d(ndim, partial=True):
+    """Every single placement for a tensor of ``ndim`` dims: R, S(0..ndim-1) and P."""
+    out = [Replicate()] + [Shard(d) for d in range(ndim)]
+    if partial:
+        out.append(Partial())
+    return out
+
+
+def placements_2d(ndim, partial=True):
+    """Pairs of placements for a 2-D mesh where no tensor dim is sharded twice."""
+    out = []
+    for a, b in itertools.product(placements_1d(ndim, partial), repeat=2):
+        if a.is_shard() and b.is_shard() and a.dim == b.dim:
+            continue
+        out.append([a, b])
+    return out
+
+
+def int_valued(*shape, dtype=torch.float32, low=-5, high=6, seed=0):
+    """Integer-valued floats, so that sums in any order are exact."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(low, high, tuple(shape), generator=g).to(dtype)
+
+
+def randn(*shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(tuple(shape), generator=g, dtype=torch.float64).to(dtype)
+
+
+def has_partial(placements):
+    return any(p.is_partial() for p in placements)

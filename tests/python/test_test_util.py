@@ -1,0 +1,71 @@
+"""dtorch.test.test_util: the assertions pass on equal values and fail, printing both, otherwise."""
+
+import unittest
+
+import torch
+
+import dtorch
+from dtorch import Shard
+from dtorch.test.test_util import assert_tensor_allclose, assert_tensor_equal
+
+from helpers import CPU2
+
+
+class TestAssertions(unittest.TestCase):
+    def test_equal_passes(self):
+        t = torch.arange(6.0).reshape(2, 3)
+        x = dtorch.from_torch(t, CPU2, [Shard(1)])
+        for tc in (self, None):
+            assert_tensor_equal(tc, x, t)
+            assert_tensor_equal(tc, t, x)
+            assert_tensor_equal(tc, x, x)
+            assert_tensor_equal(tc, t, t.clone())
+            assert_tensor_equal(tc, [x, t], [t, x])
+            assert_tensor_equal(tc, (x,), [t])
+
+    def test_equal_fails(self):
+        t = torch.arange(6.0).reshape(2, 3)
+        x = dtorch.from_torch(t, CPU2, [Shard(0)])
+        cases = [
+            (x, t + 1, "values differ"),
+            (x, t.double(), "dtypes differ"),
+            (x, t.reshape(3, 2), "shapes differ"),
+            ([x, x], [t, t + 1], "element 1"),
+            ([x], [t, t], "lengths"),
+            ([x], t, "list"),
+        ]
+        for a, b, why in cases:
+            for tc in (self, None):
+                with self.subTest(why=why, test_case=tc is not None):
+                    with self.assertRaises(AssertionError) as cm:
+                        assert_tensor_equal(tc, a, b)
+                    self.assertIn(why, str(cm.exception))
+        with self.assertRaises(AssertionError) as cm:
+            assert_tensor_equal(None, x, t + 1)
+        self.assertIn(str(t), str(cm.exception))  # both operands are printed
+        self.assertIn(str(t + 1), str(cm.exception))
+        with self.assertRaises(TypeError):
+            assert_tensor_equal(None, x, 3.0)
+
+    def test_allclose(self):
+        t = torch.arange(1.0, 7.0).reshape(2, 3)
+        x = dtorch.from_torch(t, CPU2, [Shard(1)])
+        assert_tensor_allclose(self, x, t * (1 + 1e-6))
+        assert_tensor_allclose(None, [x], [t])
+        assert_tensor_allclose(self, x, t + 0.01, rtol=0, atol=0.02)
+        h = torch.tensor([1.0, 2.0], dtype=torch.float16)
+        assert_tensor_allclose(self, dtorch.from_torch(h), h)
+        with self.assertRaisesRegex(AssertionError, "not close"):
+            assert_tensor_allclose(None, x, t * (1 + 1e-4))
+        with self.assertRaisesRegex(AssertionError, "dtypes differ"):
+            assert_tensor_allclose(self, x, t.double())
+        with self.assertRaisesRegex(AssertionError, "not close"):
+            assert_tensor_allclose(self, x, t + 0.01, rtol=0, atol=0.001)
+        n = torch.tensor([float("nan"), 1.0])
+        with self.assertRaises(AssertionError):
+            assert_tensor_allclose(None, n, n)
+        assert_tensor_allclose(None, n, n, equal_nan=True)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Installs everything, builds, and runs every test:
+#   1. ctest in build/          the C tests and the C quickstart
+#   2. pytest tests/python      with the Python that can import torch
+#   3. ctest in build-asan/     the C tests under AddressSanitizer + UBSan + LeakSanitizer
+#   4. ctest in build-tsan/     the C tests under ThreadSanitizer
+# The sanitizer builds use only the pure-C 'ref' backend (no LibTorch, no Python).
+# Every stage runs even when an earlier one failed, so one run reports all of
+# them; the exit status is non-zero when any stage failed.
+#
+# Environment:
+#   DT_SKIP_SANITIZERS=1   skip stages 3 and 4 (quicker local runs; CI runs them)
+#   DT_JOBS                parallel build jobs (default: nproc)
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+start=$SECONDS
+jobs=${DT_JOBS:-$(nproc)}
+
+tools/setup.sh
+
+py=""
+for c in /usr/bin/python3 "$(command -v python3 || true)"; do
+    if [ -n "$c" ] && [ -x "$c" ] && "$c" -c 'import torch' >/dev/null 2>&1; then
+        py=$c
+        break
+    fi
+done
+[ -n "$py" ] || { echo "test.sh: no Python interpreter can import torch" >&2; exit 1; }
+
+results=()
+failed=0
+record() { # record NAME RC
+    if [ "$2" -eq 0 ]; then
+        results+=("$1=PASS")
+    else
+        results+=("$1=FAIL($2)")
+        failed=1
+    fi
+    echo "test.sh: [$1] $( [ "$2" -eq 0 ] && echo passed || echo "FAILED (exit $2)" ) at $((SECONDS - start)) s"
+}
+
+# ------------------------------------------------------------- 1. C tests
+echo "test.sh: [ctest] build/"
+rc=0
+ctest --test-dir build --output-on-failure -j"$jobs" || rc=$?
+record ctest "$rc"
+
+# -------------------------------------------------------- 2. Python tests
+echo "test.sh: [pytest] tests/python with $py"
+rc=0
+PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" "$py" -m pytest -q tests/python || rc=$?
+if [ "$rc" -eq 5 ]; then
+    echo "test.sh: [pytest] no tests were collected: counted as a failure" >&2
+fi
+record pytest "$rc"
+
+# ---------------------------------------------------- 3-4. sanitizer builds
+san_build() { # san_build NAME SANITIZER
+    local dir=build-$1
+    echo "test.sh: [$1] $dir/ (-DDT_SANITIZE=$2, 'ref' backend only)"
+    cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDT_SANITIZE="$2" \
+        -DDT_WITH_TORCH=OFF -DDT_WITH_PYTHON=OFF -DDT_WITH_CUDA=OFF >/dev/null &&
+        cmake --build "$dir" -j"$jobs" &&
+        ctest --test-dir "$dir" --output-on-failure -j"$jobs"
+}
+if [ "${DT_SKIP_SANITIZERS:-0}" = 1 ]; then
+    results+=("asan=SKIPPED" "tsan=SKIPPED")
+else
+    rc=0
+    ASAN_OPTIONS="detect_leaks=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
+        UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}" \
+        san_build asan address || rc=$?
+    record asan "$rc"
+
+    rc=0
+    TSAN_OPTIONS="halt_on_error=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}" san_build tsan thread || rc=$?
+    record tsan "$rc"
+fi
+
+verdict=PASSED
+[ "$failed" -eq 0 ] || verdict=FAILED
+echo "test.sh: SUMMARY: ${results[*]} -> $verdict in $((SECONDS - start)) s"
+exit "$failed"
