@@ -309,6 +309,23 @@ DT_API dt_tensor *dt_sum(dt_tensor *a, int ndims, const int64_t *dims, int keepd
  * another mesh are not supported yet (DT_EUNSUPPORTED). */
 DT_API dt_tensor *dt_redistribute(dt_tensor *a, dt_mesh *mesh, const dt_placement *placements);
 
+/* ------------------------------------------------------- operator registry */
+
+/* One user-facing operator: its torch name, its family, the placement
+ * combinations it accepts per mesh dim, and whether it redistributes by
+ * itself. docs/operators.md is generated from this table. */
+typedef struct dt_op_doc {
+    const char *name;
+    const char *family;
+    const char *signatures;
+    int redistributes;
+} dt_op_doc;
+
+/* Number of registered operators. */
+DT_API int dt_op_doc_count(void);
+/* Operator i (0 <= i < count), or NULL. Static storage. */
+DT_API const dt_op_doc *dt_op_doc_get(int i);
+
 /* ------------------------------------------------------------ value reads */
 
 /* A pending value: the result of a read or of a graph-wide sync. */

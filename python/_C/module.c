@@ -509,7 +509,30 @@ static PyObject *mod_status_str(PyObject *module, PyObject *arg) {
     return PyUnicode_FromString(dt_status_str((dt_status)s));
 }
 
+/* op_docs() -> list of (name, family, signatures, redistributes) from the
+ * library's operator registry. */
+static PyObject *mod_op_docs(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    int n = dt_op_doc_count();
+    PyObject *list = PyList_New(n);
+    if (list == NULL)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        const dt_op_doc *d = dt_op_doc_get(i);
+        PyObject *row = Py_BuildValue("(sssO)", d->name, d->family, d->signatures,
+                                      d->redistributes ? Py_True : Py_False);
+        if (row == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, row);
+    }
+    return list;
+}
+
 static PyMethodDef module_methods[] = {
+    {"op_docs", mod_op_docs, METH_NOARGS, "op_docs() -> [(name, family, signatures, redistributes)]"},
     {"full", (PyCFunction)(void (*)(void))mod_full, METH_FASTCALL,
      "full(graph, dtype, shape, value, mesh, placements) -> Tensor"},
     {"empty", (PyCFunction)(void (*)(void))mod_empty, METH_FASTCALL,

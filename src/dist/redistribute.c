@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "ops/ops.h"
 
 dt_tensor *dt_redistribute(dt_tensor *a, dt_mesh *mesh, const dt_placement *placements) {
     dt_clear_error();
@@ -205,3 +206,13 @@ void dt__lower_redistribute(dt__lower *L, dt__node *n) {
     }
     dst->blobs = p.cur.blobs;
 }
+
+/* ------------------------------------------------------------ registry */
+
+const dt_op_doc dt__docs_dist[] = {
+    {"redistribute", "distribution",
+     "any -> any on the same mesh: S->R all-gather, P->R all-reduce, P->S reduce-scatter, S(i)->S(j) all-to-all, "
+     "R->S local slice, R->P first coordinate keeps",
+     1},
+    {NULL, NULL, NULL, 0},
+};

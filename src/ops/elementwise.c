@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "ops/ops.h"
 
 static const char *const binary_names[DT_BINARY_COUNT] = {"add", "sub", "mul", "div"};
 
@@ -311,3 +312,16 @@ void dt__lower_unary(dt__lower *L, dt__node *n) {
         o->blobs[i] = dt__lw_push(L, mesh, i, k);
     }
 }
+
+/* ------------------------------------------------------------ registry */
+
+const dt_op_doc dt__docs_elementwise[] = {
+    {"add", "elementwise", "(R,R)->R, (S(d),S(d))->S(d), (S(d),R)->S(d)*, (R,S(d))->S(d)*, (P,P)->P", 0},
+    {"sub", "elementwise", "(R,R)->R, (S(d),S(d))->S(d), (S(d),R)->S(d)*, (R,S(d))->S(d)*, (P,P)->P", 0},
+    {"mul", "elementwise",
+     "(R,R)->R, (S(d),S(d))->S(d), (S(d),R)->S(d)*, (R,S(d))->S(d)*, (P,R)->P, (R,P)->P; scalar: P->P", 0},
+    {"div", "elementwise",
+     "(R,R)->R, (S(d),S(d))->S(d), (S(d),R)->S(d)*, (R,S(d))->S(d)*, (P,R)->P; tensor / scalar: P->P", 0},
+    {"neg", "elementwise", "R->R, S(d)->S(d), P->P", 0},
+    {NULL, NULL, NULL, 0},
+};

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "ops/ops.h"
 
 /* Validates the common arguments and builds the symbol and its node. */
 static dt_tensor *factory_begin(dt_graph *g, int op, dt_dtype dtype, int ndim, const int64_t *shape, dt_mesh *mesh,
@@ -251,3 +252,19 @@ void dt__lower_factory(dt__lower *L, dt__node *n) {
     }
     dt__blob_release(source);
 }
+
+/* ------------------------------------------------------------ registry */
+
+#define CREATION_SIG "any placements; Partial puts the value on the first coordinate, zeros elsewhere"
+const dt_op_doc dt__docs_creation[] = {
+    {"tensor", "creation", CREATION_SIG, 0},
+    {"from_torch", "creation", CREATION_SIG, 0},
+    {"empty", "creation", CREATION_SIG, 0},
+    {"zeros", "creation", CREATION_SIG, 0},
+    {"ones", "creation", CREATION_SIG, 0},
+    {"full", "creation", CREATION_SIG, 0},
+    {"rand", "creation", CREATION_SIG "; values independent of placements", 0},
+    {"randn", "creation", CREATION_SIG "; values independent of placements", 0},
+    {"arange", "creation", CREATION_SIG, 0},
+    {NULL, NULL, NULL, 0},
+};

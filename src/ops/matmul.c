@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "ops/ops.h"
 
 static const char *const matmul_accepts =
     "(R,R)->R, (S(0),R)->S(0), (R,S(1))->S(1), (S(1),S(0))->P, (S(1),R)->P, (R,S(0))->P, (P,R)->P, (R,P)->P";
@@ -173,3 +174,12 @@ void dt__lower_matmul(dt__lower *L, dt__node *n) {
         o->blobs[i] = dt__lw_push(L, mesh, i, k);
     }
 }
+
+/* ------------------------------------------------------------ registry */
+
+const dt_op_doc dt__docs_linalg[] = {
+    {"matmul", "linalg", "(R,R)->R, (S(0),R)->S(0), (R,S(1))->S(1), (S(1),S(0))->P, (S(1),R)->P*, (R,S(0))->P*, "
+                         "(P,R)->P, (R,P)->P",
+     0},
+    {NULL, NULL, NULL, 0},
+};

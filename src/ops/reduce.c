@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "ops/ops.h"
 
 dt_tensor *dt_sum(dt_tensor *a, int ndims, const int64_t *dims, int keepdim) {
     dt_clear_error();
@@ -101,3 +102,10 @@ void dt__lower_sum(dt__lower *L, dt__node *n) {
         o->blobs[i] = dt__lw_push(L, mesh, i, k);
     }
 }
+
+/* ------------------------------------------------------------ registry */
+
+const dt_op_doc dt__docs_reduce[] = {
+    {"sum", "reduction", "R->R, P->P, S(kept d)->S(d'), S(reduced d)->P", 0},
+    {NULL, NULL, NULL, 0},
+};

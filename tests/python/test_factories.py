@@ -13,6 +13,9 @@ import dtorch
 from dtorch import DeviceMesh, Partial, Replicate, Shard
 from dtorch.test.test_util import assert_tensor_allclose, assert_tensor_equal
 
+# Operators this module tests against eager PyTorch (tests/python/test_registry.py).
+TESTED_OPS = {'tensor', 'from_torch', 'empty', 'zeros', 'ones', 'full', 'rand', 'randn', 'arange'}
+
 from helpers import CPU1, CPU2, CPU3, CPU2x2, placements_1d, placements_2d
 
 SHAPES = [(4, 3), (5, 7), (1, 3), (7,), (2, 2), (3, 1, 2)]

@@ -11,6 +11,9 @@ from dtorch.test.test_util import assert_tensor_equal
 
 from helpers import CPU2, CPU3, CPU2x2, int_valued, placements_1d, placements_2d
 
+# Operators this module tests against eager PyTorch (tests/python/test_registry.py).
+TESTED_OPS = {'redistribute'}
+
 R, P = Replicate(), Partial()
 S0, S1 = Shard(0), Shard(1)
 

@@ -41,21 +41,24 @@
 #include <thread>
 #include <vector>
 
-#include "backend/backend.h"
+#include "backend/torch/torch_internal.h"
 
 extern "C" {
 extern const dt__backend dt__backend_torch;
 }
 
-namespace {
+namespace dt_torch {
+
+/* Kernels that operator-family files register (torch_internal.h). The table
+ * is zero-initialised before any dynamic initialiser runs, and each family
+ * file fills its own slots during static initialisation, before main. */
+static kernel_fn kernel_table[DT_K_COUNT];
+
+kernel_registrar::kernel_registrar(int kop, kernel_fn fn) {
+    if (kop >= 0 && kop < DT_K_COUNT) kernel_table[kop] = fn;
+}
 
 /* ------------------------------------------------------------ error mapping */
-
-/* A caller mistake caught by this file (bad dtype, rank, op, pointer) rather
- * than by ATen: it maps to DT_EINVAL instead of DT_EBACKEND. */
-struct invalid_arg : std::runtime_error {
-    explicit invalid_arg(const std::string &m) : std::runtime_error(m) {}
-};
 
 [[noreturn]] void fail(const std::string &m) { throw invalid_arg(m); }
 
@@ -373,7 +376,9 @@ dt_status torch_run(int kop, const dt__kattr *a, void *const *in, int n_in, void
             break;
         }
         default:
-            fail("torch backend: unknown kernel op " + std::to_string(kop));
+            if (kop < 0 || kop >= DT_K_COUNT || !kernel_table[kop])
+                fail("torch backend: unknown kernel op " + std::to_string(kop));
+            r = kernel_table[kop](a, in, n_in);
         }
         *out = new at::Tensor(std::move(r));
         return DT_OK;
@@ -581,7 +586,9 @@ dt_dtype torch_default_dtype(void) {
     DT_TORCH_CATCH_QUIET(DT_FLOAT32)
 }
 
-} // namespace
+} // namespace dt_torch
+
+using namespace dt_torch;
 
 /* Positional because designated initialisers are C++20; the order is
  * backend.h's. Constant-initialised, so it is ready before any constructor. */

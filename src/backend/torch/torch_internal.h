@@ -1,0 +1,61 @@
+/*
+ * Shared pieces of the LibTorch backend, for the operator-family files
+ * (torch_<family>.cpp) that add kernels next to torch_backend.cpp.
+ *
+ * A family file defines kernels as
+ *     at::Tensor my_kernel(const dt__kattr *a, void *const *in, int n_in);
+ * and registers each with DT_TORCH_KERNEL(DT_K_..., my_kernel). The kernel may
+ * throw (c10::Error, or fail() for a caller mistake): torch_run catches
+ * everything at the boundary and turns it into a status. It returns the
+ * result tensor in the attr dtype, contiguous (use finish()).
+ *
+ * Threads: kernels run on worker threads, concurrently; they must not keep
+ * mutable state between calls.
+ */
+#ifndef DT_TORCH_INTERNAL_H
+#define DT_TORCH_INTERNAL_H
+
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "backend/backend.h"
+
+namespace dt_torch {
+
+/* A caller mistake caught by the backend (bad dtype, rank, op, pointer) rather
+ * than by ATen: it maps to DT_EINVAL instead of DT_EBACKEND. */
+struct invalid_arg : std::runtime_error {
+    explicit invalid_arg(const std::string &m) : std::runtime_error(m) {}
+};
+[[noreturn]] void fail(const std::string &m);
+
+at::ScalarType to_aten(int32_t dtype);
+/* -1 for an ATen type dtorch has no name for. */
+int from_aten(at::ScalarType st);
+/* The Scalar a Python bool/int/float of that kind would give torch. */
+at::Scalar to_scalar(const dt_scalar &s);
+/* The tensor behind an impl pointer (fails on NULL). */
+const at::Tensor &impl(const void *p);
+void check_ndim(int ndim, const char *what);
+at::IntArrayRef dims_of(const int64_t *shape, int ndim);
+/* A fresh contiguous copy in `st`. */
+at::Tensor fresh(const at::Tensor &x, at::ScalarType st);
+/* r in dtype st, contiguous (a guard: the core infers torch's dtype). */
+at::Tensor finish(const at::Tensor &r, at::ScalarType st);
+/* The view x[start[d] : start[d] + shape[d]]; *whole tells if that is all of x. */
+at::Tensor region(const at::Tensor &x, int ndim, const int64_t *start, const int64_t *shape, bool *whole);
+/* Fails unless lo <= n_in <= hi (hi < 0: no upper bound). */
+void need_inputs(int kop, int n_in, int lo, int hi);
+
+using kernel_fn = at::Tensor (*)(const dt__kattr *a, void *const *in, int n_in);
+struct kernel_registrar {
+    kernel_registrar(int kop, kernel_fn fn);
+};
+
+} // namespace dt_torch
+
+#define DT_TORCH_KERNEL(kop, fn) static const dt_torch::kernel_registrar dt_torch_reg_##fn((kop), (fn))
+
+#endif /* DT_TORCH_INTERNAL_H */
