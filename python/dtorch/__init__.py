@@ -18,6 +18,7 @@ from ._C import KernelError, PlacementError
 from .distributed_spec import DeviceMesh, Partial, Placement, Replicate, Shard, init_device_mesh
 from ._graph import Graph, TensorFuture, VoidFutureCollect, default_graph
 from ._tensor import Tensor
+from . import _layout  # noqa: F401  (redistribute_by_dict, redistribute_like)
 from ._factories import (
     arange,
     empty,

@@ -89,9 +89,13 @@ int dt__dtype_is_int(dt_dtype d); /* integers, not bool */
  * per-device slot and every kernel that reads or writes it hold one. */
 typedef struct dt__blob {
     atomic_int refs;
+    atomic_int ready; /* 1 once impl or error is set (release store) */
     void *impl;  /* backend value; NULL until produced or when poisoned */
     char *error; /* non-NULL: the kernel that produced it failed (owned) */
     const dt__backend *be;
+    /* Controller-only: the stream whose kernel produces it (NULL: made ready
+     * by the controller itself). A kernel on another stream must wait. */
+    struct dt__stream *producer;
 } dt__blob;
 
 dt__blob *dt__blob_new(const dt__backend *be);
@@ -173,13 +177,23 @@ enum {
     DT_KC_COLLECTIVE = DT_K_COUNT, /* extra = dt__coll */
     DT_KC_FETCH,                   /* extra = dt_future, rank = piece */
     DT_KC_SYNC,                    /* extra = dt_future */
-    DT_KC_STOP                     /* the worker exits */
+    DT_KC_STOP,                    /* the worker exits */
+    DT_KC_ASSEMBLE                 /* extra = dt__assembly: pieces from other devices */
 };
+
+/* The pieces a DT_KC_ASSEMBLE kernel places into one new local tensor: a
+ * cross-mesh copy's destination. */
+typedef struct dt__assembly {
+    int n;
+    dt__blob **pieces;   /* owned references */
+    int64_t *starts;     /* n * ndim offsets inside the result */
+} dt__assembly;
 
 typedef struct dt__kernel {
     struct dt__kernel *next;
     int32_t kop;
-    int32_t n_in;
+    int16_t n_in;
+    int16_t wait; /* some input comes from another stream: wait until ready */
     int32_t rank;
     int32_t site_line;
     dt__blob *in[2];
@@ -192,10 +206,17 @@ typedef struct dt__kernel {
 
 /* ------------------------------------------------------------ streams */
 
+/* Stream kinds: each device has a compute stream and, created on first use,
+ * a communication stream for collectives, so that a redistribute overlaps
+ * independent compute. */
+enum { DT_STREAM_COMPUTE = 0, DT_STREAM_COMM = 1, DT_STREAM_KINDS = 2 };
+
 /* A worker thread with an in-order kernel queue for one device. */
 typedef struct dt__stream {
     dt_device_type type;
     int64_t device_id;
+    int kind;
+    struct dt_graph *g;
     const dt__backend *be;
     pthread_t thread;
     pthread_mutex_t lock;
@@ -208,7 +229,7 @@ typedef struct dt__stream {
     int dirty;
 } dt__stream;
 
-dt__stream *dt__stream_start(const dt__backend *be, dt_device_type type, int64_t device_id);
+dt__stream *dt__stream_start(struct dt_graph *g, dt_device_type type, int64_t device_id, int kind);
 /* Hands over a list of kernels (controller thread). */
 void dt__stream_submit(dt__stream *s, dt__kernel *head, dt__kernel *tail);
 /* Sends the stop kernel, joins the worker and frees the stream. */
@@ -229,8 +250,14 @@ struct dt_graph {
     int ctl_sleeping;        /* guarded by qlock */
     pthread_t ctl;
 
+    /* Cross-stream events: a worker waiting for a blob from another stream
+     * sleeps here; producers broadcast when someone waits. Leaf lock. */
+    pthread_mutex_t ev_lock;
+    pthread_cond_t ev_cond;
+    atomic_int ev_waiters;
+
     /* Controller-only. */
-    dt__stream **streams; /* indexed by device id (CPU) */
+    dt__stream **streams; /* indexed by device id * DT_STREAM_KINDS + kind */
     int64_t nstreams;
     dt__stream *dirty;
 };
@@ -305,12 +332,19 @@ typedef struct dt__lower {
 } dt__lower;
 
 dt__stream *dt__lw_stream(dt__lower *L, const dt_mesh *mesh, int64_t idx);
+dt__stream *dt__lw_stream_kind(dt__lower *L, const dt_mesh *mesh, int64_t idx, int kind);
+/* As dt__lw_push, on the device's communication stream. */
+dt__blob *dt__lw_push_comm(dt__lower *L, const dt_mesh *mesh, int64_t idx, dt__kernel *k);
 /* A new kernel of `kop` carrying the node's op name and call site. */
 dt__kernel *dt__lw_kernel(dt__lower *L, int kop);
 /* Queues `k` on the stream of mesh device `idx`; sets k->out to a new blob
  * unless already set, and returns that blob with one extra reference for the
  * caller. */
 dt__blob *dt__lw_push(dt__lower *L, const dt_mesh *mesh, int64_t idx, dt__kernel *k);
+/* Marks a blob produced and wakes workers waiting for it (worker thread). */
+void dt__blob_set_ready(dt_graph *g, dt__blob *b);
+/* Waits until b is produced (worker thread). */
+void dt__blob_wait(dt_graph *g, dt__blob *b);
 /* Makes sure v has its blob array. */
 void dt__lw_alloc_blobs(dt__tval *v);
 /* A blob holding the region (start, len) of `v` on device `idx`, which must

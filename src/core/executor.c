@@ -14,9 +14,9 @@
 
 /* ---------------------------------------------------------------- helpers */
 
-dt__stream *dt__lw_stream(dt__lower *L, const dt_mesh *mesh, int64_t idx) {
+dt__stream *dt__lw_stream_kind(dt__lower *L, const dt_mesh *mesh, int64_t idx, int kind) {
     dt_graph *g = L->g;
-    int64_t id = mesh->ids[idx];
+    int64_t id = mesh->ids[idx] * DT_STREAM_KINDS + kind;
     /* CUDA devices are not driven yet; every id gets a CPU-style worker. */
     if (id >= g->nstreams) {
         int64_t ncap = g->nstreams ? g->nstreams : 8;
@@ -29,10 +29,14 @@ dt__stream *dt__lw_stream(dt__lower *L, const dt_mesh *mesh, int64_t idx) {
         g->nstreams = ncap;
     }
     if (!g->streams[id]) {
-        g->streams[id] = dt__stream_start(g->be, mesh->type, id);
+        g->streams[id] = dt__stream_start(g, mesh->type, mesh->ids[idx], kind);
         DT_ASSERT(g->streams[id]);
     }
     return g->streams[id];
+}
+
+dt__stream *dt__lw_stream(dt__lower *L, const dt_mesh *mesh, int64_t idx) {
+    return dt__lw_stream_kind(L, mesh, idx, DT_STREAM_COMPUTE);
 }
 
 dt__kernel *dt__lw_kernel(dt__lower *L, int kop) {
@@ -60,14 +64,27 @@ static void stream_append(dt_graph *g, dt__stream *s, dt__kernel *k) {
     }
 }
 
-dt__blob *dt__lw_push(dt__lower *L, const dt_mesh *mesh, int64_t idx, dt__kernel *k) {
-    dt__stream *s = dt__lw_stream(L, mesh, idx);
+static dt__blob *push_on(dt__lower *L, dt__stream *s, dt__kernel *k) {
     if (!k->out && k->kop != DT_KC_FETCH && k->kop != DT_KC_SYNC) {
         k->out = dt__blob_new(L->g->be);
         DT_ASSERT(k->out);
     }
+    if (k->out)
+        k->out->producer = s;
+    /* An input made on another stream may not be ready when this runs. */
+    for (int i = 0; i < k->n_in; i++)
+        if (k->in[i]->producer != s)
+            k->wait = 1;
     stream_append(L->g, s, k);
     return dt__blob_retain(k->out);
+}
+
+dt__blob *dt__lw_push(dt__lower *L, const dt_mesh *mesh, int64_t idx, dt__kernel *k) {
+    return push_on(L, dt__lw_stream(L, mesh, idx), k);
+}
+
+dt__blob *dt__lw_push_comm(dt__lower *L, const dt_mesh *mesh, int64_t idx, dt__kernel *k) {
+    return push_on(L, dt__lw_stream_kind(L, mesh, idx, DT_STREAM_COMM), k);
 }
 
 void dt__lw_alloc_blobs(dt__tval *v) {

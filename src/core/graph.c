@@ -34,7 +34,11 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
     pthread_mutex_init(&g->life_lock, NULL);
     pthread_mutex_init(&g->qlock, NULL);
     pthread_cond_init(&g->qcond, NULL);
+    pthread_mutex_init(&g->ev_lock, NULL);
+    pthread_cond_init(&g->ev_cond, NULL);
     if (pthread_create(&g->ctl, NULL, dt__controller_main, g) != 0) {
+        pthread_cond_destroy(&g->ev_cond);
+        pthread_mutex_destroy(&g->ev_lock);
         pthread_cond_destroy(&g->qcond);
         pthread_mutex_destroy(&g->qlock);
         pthread_mutex_destroy(&g->life_lock);
@@ -56,6 +60,8 @@ void dt_graph_release(dt_graph *g) {
     if (!g || atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1)
         return;
     dt_graph_shutdown(g);
+    pthread_cond_destroy(&g->ev_cond);
+    pthread_mutex_destroy(&g->ev_lock);
     pthread_cond_destroy(&g->qcond);
     pthread_mutex_destroy(&g->qlock);
     pthread_mutex_destroy(&g->life_lock);

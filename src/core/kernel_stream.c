@@ -2,7 +2,9 @@
  * KernelStream: one worker thread per device with an in-order kernel queue.
  *
  * Threads: dt__stream_start/submit/stop run on the controller thread;
- * worker_main runs on the stream's own thread. The queue is guarded by the
+ * worker_main runs on the stream's own thread. A kernel whose input comes
+ * from another stream (a collective on the communication stream, a piece of
+ * a cross-mesh copy) first waits for that blob on the graph's event lock. The queue is guarded by the
  * stream's lock (a leaf lock besides collective/future locks, which the worker
  * takes only while it holds no stream lock). The worker takes the whole list
  * at once and sleeps on the condition variable when it is empty; the
@@ -28,6 +30,28 @@ dt__blob *dt__blob_new(const dt__backend *be) {
     atomic_init(&b->refs, 1);
     b->be = be;
     return b;
+}
+
+void dt__blob_set_ready(dt_graph *g, dt__blob *b) {
+    /* seq_cst on both sides (ready then waiters here, waiters then ready in
+     * dt__blob_wait): one of the two always sees the other's store. */
+    atomic_store(&b->ready, 1);
+    if (atomic_load(&g->ev_waiters) > 0) {
+        pthread_mutex_lock(&g->ev_lock);
+        pthread_cond_broadcast(&g->ev_cond);
+        pthread_mutex_unlock(&g->ev_lock);
+    }
+}
+
+void dt__blob_wait(dt_graph *g, dt__blob *b) {
+    if (atomic_load(&b->ready))
+        return;
+    pthread_mutex_lock(&g->ev_lock);
+    atomic_fetch_add(&g->ev_waiters, 1);
+    while (!atomic_load(&b->ready))
+        pthread_cond_wait(&g->ev_cond, &g->ev_lock);
+    atomic_fetch_sub(&g->ev_waiters, 1);
+    pthread_mutex_unlock(&g->ev_lock);
 }
 
 void dt__blob_release(dt__blob *b) {
@@ -89,7 +113,39 @@ static void run_backend(dt__kernel *k, const dt__stream *s) {
     k->out->impl = out;
 }
 
+/* Places pieces made on other devices into one new local tensor. */
+static void run_assemble(dt__kernel *k, dt__stream *s) {
+    dt__assembly *as = k->extra;
+    void **impls = dt__calloc((size_t)as->n, sizeof *impls);
+    DT_ASSERT(impls);
+    for (int i = 0; i < as->n; i++) {
+        dt__blob_wait(s->g, as->pieces[i]);
+        if (as->pieces[i]->error && !k->out->error)
+            k->out->error = dt__strdup(as->pieces[i]->error);
+        impls[i] = as->pieces[i]->impl;
+    }
+    if (!k->out->error) {
+        char err[512] = "";
+        void *out = NULL;
+        dt_status st = s->be->assemble(k->attr.dtype, k->attr.ndim, k->attr.shape, as->n, impls, as->starts, 0,
+                                       &out, err, sizeof err);
+        if (st == DT_OK)
+            k->out->impl = out;
+        else
+            poison(k, s, err[0] ? err : dt_status_str(st));
+    }
+    dt__free(impls);
+    for (int i = 0; i < as->n; i++)
+        dt__blob_release(as->pieces[i]);
+    dt__free(as->pieces);
+    dt__free(as->starts);
+    dt__free(as);
+}
+
 static void run_kernel(dt__kernel *k, dt__stream *s) {
+    if (k->wait)
+        for (int i = 0; i < k->n_in; i++)
+            dt__blob_wait(s->g, k->in[i]);
     switch (k->kop) {
     case DT_KC_COLLECTIVE:
         dt__coll_run(k);
@@ -104,10 +160,15 @@ static void run_kernel(dt__kernel *k, dt__stream *s) {
         dt__future_arrive(k->extra, -1, NULL);
         dt_future_release(k->extra);
         break;
+    case DT_KC_ASSEMBLE:
+        run_assemble(k, s);
+        break;
     default:
         run_backend(k, s);
         break;
     }
+    if (k->out)
+        dt__blob_set_ready(s->g, k->out);
     for (int i = 0; i < k->n_in; i++)
         dt__blob_release(k->in[i]);
     dt__blob_release(k->out);
@@ -153,11 +214,13 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-dt__stream *dt__stream_start(const dt__backend *be, dt_device_type type, int64_t device_id) {
+dt__stream *dt__stream_start(dt_graph *g, dt_device_type type, int64_t device_id, int kind) {
     dt__stream *s = dt__calloc(1, sizeof *s);
     if (!s)
         return NULL;
-    s->be = be;
+    s->g = g;
+    s->kind = kind;
+    s->be = g->be;
     s->type = type;
     s->device_id = device_id;
     pthread_mutex_init(&s->lock, NULL);

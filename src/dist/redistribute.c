@@ -14,7 +14,12 @@
  * Nested shards (several mesh dims on one tensor dim, split in mesh-dim
  * order) are undone innermost first and redone outermost first.
  *
- * Not yet: moves to another mesh (DT_EUNSUPPORTED at the call).
+ * A move to another mesh (pipeline stages) first finishes Partial sums on
+ * the source mesh, then builds each destination device's region from the
+ * source pieces that overlap it: slices on the source devices, one
+ * assembly kernel on the destination device (point-to-point copies; no
+ * gather through one device). A destination piece that is exactly a source
+ * blob on the same device is shared, not copied.
  *
  * Threads: dt_redistribute on client threads; dt__lower_redistribute on the
  * controller.
@@ -31,12 +36,14 @@ dt_tensor *dt_redistribute(dt_tensor *a, dt_mesh *mesh, const dt_placement *plac
         return NULL;
     }
     const dt__meta *m = &a->v->meta;
-    if (mesh && !dt_mesh_equal(mesh, m->mesh)) {
-        dt__error(DT_EUNSUPPORTED, "redistribute: moving to another device mesh is not supported yet");
+    if (mesh && mesh->type != m->mesh->type) {
+        dt__error(DT_EUNSUPPORTED, "redistribute: moving between device types is not supported yet");
         return NULL;
     }
     dt__meta out = *m;
-    if (dt__placements_normalize(m->mesh, m->ndim, placements, out.pl) != DT_OK) {
+    if (mesh)
+        out.mesh = mesh;
+    if (dt__placements_normalize(out.mesh, m->ndim, placements, out.pl) != DT_OK) {
         dt__error_append(" (redistribute)");
         return NULL;
     }
@@ -93,7 +100,7 @@ static void collective(plan *p, int md, int kind, int dim_a, int dim_b, dt_place
             k->rank = (int)r;
             k->extra = c;
             k->attr.dtype = m->dtype;
-            next[idx] = dt__lw_push(p->L, mesh, idx, k);
+            next[idx] = dt__lw_push_comm(p->L, mesh, idx, k);
         }
     }
     dt__free(p->cur.blobs);
@@ -165,6 +172,105 @@ static int direct_ok(const dt__meta *cur, const dt__meta *dst, int md, int dim) 
     return 1;
 }
 
+/* Source device `i` or the replica of it (same coordinates on every
+ * non-Replicate mesh dim) that lives on device `want_id`, if any. */
+static int64_t pick_replica(const dt__meta *m, int64_t i, int64_t want_id) {
+    const dt_mesh *mesh = m->mesh;
+    int64_t ci[DT_MAX_MESH_NDIM], cj[DT_MAX_MESH_NDIM];
+    dt__mesh_coord(mesh, i, ci);
+    for (int64_t j = 0; j < mesh->ndev; j++) {
+        if (mesh->ids[j] != want_id)
+            continue;
+        dt__mesh_coord(mesh, j, cj);
+        int same_piece = 1;
+        for (int md = 0; md < mesh->ndim; md++)
+            if (m->pl[md].kind != DT_PLACEMENT_REPLICATE && cj[md] != ci[md])
+                same_piece = 0;
+        if (same_piece)
+            return j;
+    }
+    return i;
+}
+
+/* Builds dst's blobs on its own mesh from p's (Partial-free) source state. */
+static void copy_across(plan *p, dt__tval *dst) {
+    const dt__meta *sm = &p->cur.meta, *dm = &dst->meta;
+    const dt_mesh *smesh = sm->mesh, *dmesh = dm->mesh;
+    int nd = sm->ndim;
+    int64_t dc[DT_MAX_MESH_NDIM], sc[DT_MAX_MESH_NDIM];
+    int64_t ts[DT_MAX_NDIM], tl[DT_MAX_NDIM], qs[DT_MAX_NDIM], ql[DT_MAX_NDIM];
+    dt__lw_alloc_blobs(dst);
+    for (int64_t j = 0; j < dmesh->ndev; j++) {
+        dt__mesh_coord(dmesh, j, dc);
+        dt__local_region(dm, dc, ts, tl);
+        if (dt__partial_zero(dm, dc)) {
+            dt__kernel *k = dt__lw_kernel(p->L, DT_K_FULL);
+            k->attr.dtype = dm->dtype;
+            k->attr.ndim = nd;
+            memcpy(k->attr.shape, tl, sizeof tl);
+            k->attr.scalar = dt_scalar_int(0);
+            dst->blobs[j] = dt__lw_push(p->L, dmesh, j, k);
+            continue;
+        }
+        dt__assembly *as = dt__calloc(1, sizeof *as);
+        DT_ASSERT(as);
+        as->pieces = dt__calloc((size_t)smesh->ndev, sizeof *as->pieces);
+        as->starts = dt__calloc((size_t)smesh->ndev * (size_t)(nd ? nd : 1), sizeof *as->starts);
+        DT_ASSERT(as->pieces && as->starts);
+        int shared = 0;
+        for (int64_t i = 0; i < smesh->ndev; i++) {
+            dt__mesh_coord(smesh, i, sc);
+            int representative = 1;
+            for (int md = 0; md < smesh->ndim; md++)
+                if (sm->pl[md].kind == DT_PLACEMENT_REPLICATE && sc[md] != 0)
+                    representative = 0;
+            if (!representative)
+                continue;
+            int64_t src = pick_replica(sm, i, dmesh->ids[j]);
+            dt__mesh_coord(smesh, src, sc);
+            dt__local_region(sm, sc, qs, ql);
+            /* The overlap of the source piece with the destination region. */
+            int64_t os[DT_MAX_NDIM], ol[DT_MAX_NDIM];
+            int empty = 0, whole_piece = 1, whole_target = 1;
+            for (int d = 0; d < nd; d++) {
+                int64_t lo = qs[d] > ts[d] ? qs[d] : ts[d];
+                int64_t hi = qs[d] + ql[d] < ts[d] + tl[d] ? qs[d] + ql[d] : ts[d] + tl[d];
+                if (hi <= lo)
+                    empty = 1;
+                os[d] = lo;
+                ol[d] = hi - lo;
+                whole_piece &= os[d] == qs[d] && ol[d] == ql[d];
+                whole_target &= os[d] == ts[d] && ol[d] == tl[d];
+            }
+            if (empty && nd > 0)
+                continue;
+            if (whole_piece && whole_target && smesh->ids[src] == dmesh->ids[j]) {
+                dst->blobs[j] = dt__blob_retain(p->cur.blobs[src]);
+                shared = 1;
+                break;
+            }
+            dt__blob *piece = dt__lw_region(p->L, &p->cur, src, sc, os, ol);
+            for (int d = 0; d < nd; d++)
+                as->starts[(size_t)as->n * (size_t)nd + (size_t)d] = os[d] - ts[d];
+            as->pieces[as->n++] = piece;
+        }
+        if (shared) {
+            for (int i = 0; i < as->n; i++)
+                dt__blob_release(as->pieces[i]);
+            dt__free(as->pieces);
+            dt__free(as->starts);
+            dt__free(as);
+            continue;
+        }
+        dt__kernel *k = dt__lw_kernel(p->L, DT_KC_ASSEMBLE);
+        k->extra = as;
+        k->attr.dtype = dm->dtype;
+        k->attr.ndim = nd;
+        memcpy(k->attr.shape, tl, sizeof tl);
+        dst->blobs[j] = dt__lw_push(p->L, dmesh, j, k);
+    }
+}
+
 void dt__lower_redistribute(dt__lower *L, dt__node *n) {
     dt__tval *src = n->in[0], *dst = n->out;
     const dt_mesh *mesh = src->meta.mesh;
@@ -175,6 +281,18 @@ void dt__lower_redistribute(dt__lower *L, dt__node *n) {
         p.cur.blobs[i] = dt__blob_retain(src->blobs[i]);
     const dt_placement R = {DT_PLACEMENT_REPLICATE, 0};
     const dt__meta *to = &dst->meta;
+
+    if (!dt_mesh_equal(mesh, to->mesh)) {
+        /* Finish pending sums where they are, then copy across. */
+        for (int md = mesh->ndim - 1; md >= 0; md--)
+            if (p.cur.meta.pl[md].kind == DT_PLACEMENT_PARTIAL)
+                collective(&p, md, DT_COLL_ALLREDUCE, 0, 0, R);
+        copy_across(&p, dst);
+        for (int64_t i = 0; i < mesh->ndev; i++)
+            dt__blob_release(p.cur.blobs[i]);
+        dt__free(p.cur.blobs);
+        return;
+    }
 
     /* Phase 1, innermost mesh dim first, so that a shard is gathered only
      * after every shard nested inside it on the same tensor dim. */

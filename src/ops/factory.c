@@ -211,6 +211,7 @@ void dt__lower_factory(dt__lower *L, dt__node *n) {
         source = dt__blob_new(L->g->be);
         DT_ASSERT(source);
         source->impl = n->extra;
+        atomic_store(&source->ready, 1);
     }
     int64_t coord[DT_MAX_MESH_NDIM], start[DT_MAX_NDIM], len[DT_MAX_NDIM];
     for (int64_t i = 0; i < mesh->ndev; i++) {

@@ -98,9 +98,9 @@ class TestRedistribute1D(unittest.TestCase):
             x.redistribute(placements=["S(0)"])
         with self.assertRaises(TypeError):
             x.redistribute(device_mesh=[0, 1])
-        # Another mesh is not supported yet: a clean error at the call, not a hang.
-        with self.assertRaises((NotImplementedError, ValueError)):
-            x.redistribute(CPU3, [S0])
+        # A placement list for the wrong mesh is refused at the call.
+        with self.assertRaises(ValueError):
+            x.redistribute(CPU2x2, [S0])
         self.check(x.redistribute(placements=[S1]), int_valued(4, 6), [S1])
 
 

@@ -566,6 +566,7 @@ dt_status torch_assemble(dt_dtype dtype, int ndim, const int64_t *shape, int n, 
 
 void torch_worker_init(dt_device_type type, int64_t device_id, int live_workers) {
     DT_TORCH_TRY {
+        mark_worker_thread();
         (void)type;
         (void)device_id;
         // Every worker runs its own kernels in parallel with the others; giving

@@ -49,6 +49,12 @@ at::Tensor region(const at::Tensor &x, int ndim, const int64_t *start, const int
 /* Fails unless lo <= n_in <= hi (hi < 0: no upper bound). */
 void need_inputs(int kop, int n_in, int lo, int hi);
 
+/* Marks the calling thread as a dtorch worker: its large allocations come
+ * from the caching CPU allocator (torch_alloc.cpp), installed on first call. */
+void mark_worker_thread();
+/* Frees every cached block. */
+void empty_cpu_cache();
+
 using kernel_fn = at::Tensor (*)(const dt__kattr *a, void *const *in, int n_in);
 struct kernel_registrar {
     kernel_registrar(int kop, kernel_fn fn);
