@@ -309,6 +309,20 @@ DT_API dt_tensor *dt_sum(dt_tensor *a, int ndims, const int64_t *dims, int keepd
  * another mesh are not supported yet (DT_EUNSUPPORTED). */
 DT_API dt_tensor *dt_redistribute(dt_tensor *a, dt_mesh *mesh, const dt_placement *placements);
 
+/* ------------------------------------------------------------ memory stats */
+
+/* Bytes of live blobs on one device, by dtorch's own accounting: a blob is
+ * counted from the moment its kernel produced it until it is freed (its
+ * tensor released and its last reader run). Process-wide, all graphs.
+ * Returns DT_EINVAL for a negative id. */
+DT_API dt_status dt_memory_stats(dt_device_type type, int64_t device_id, int64_t *current_bytes,
+                                 int64_t *peak_bytes);
+/* Sets every device's peak to its current bytes. */
+DT_API void dt_reset_peak_memory_stats(void);
+/* Returns memory the backends keep cached for reuse (freed blobs' buffers)
+ * to the system. Any thread. */
+DT_API void dt_empty_cache(void);
+
 /* ------------------------------------------------------- operator registry */
 
 /* One user-facing operator: its torch name, its family, the placement

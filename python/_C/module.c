@@ -531,7 +531,37 @@ static PyObject *mod_op_docs(PyObject *self, PyObject *unused) {
     return list;
 }
 
+/* _memory_stats(device_type, id) -> (current_bytes, peak_bytes). */
+static PyObject *mod_memory_stats(PyObject *self, PyObject *args) {
+    (void)self;
+    int type;
+    long long id;
+    if (!PyArg_ParseTuple(args, "iL", &type, &id))
+        return NULL;
+    int64_t cur = 0, peak = 0;
+    if (dt_memory_stats((dt_device_type)type, id, &cur, &peak) != DT_OK)
+        return dtpy_raise_last(get_state(self));
+    return Py_BuildValue("(LL)", (long long)cur, (long long)peak);
+}
+
+static PyObject *mod_reset_peak(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    dt_reset_peak_memory_stats();
+    Py_RETURN_NONE;
+}
+
+static PyObject *mod_empty_cache(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    Py_BEGIN_ALLOW_THREADS dt_empty_cache();
+    Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
+    {"_memory_stats", mod_memory_stats, METH_VARARGS, "_memory_stats(device_type, id) -> (current, peak)"},
+    {"_reset_peak_memory_stats", mod_reset_peak, METH_NOARGS, "Sets every device's peak to its current bytes."},
+    {"_empty_cache", mod_empty_cache, METH_NOARGS, "Returns cached buffers to the system."},
     {"op_docs", mod_op_docs, METH_NOARGS, "op_docs() -> [(name, family, signatures, redistributes)]"},
     {"full", (PyCFunction)(void (*)(void))mod_full, METH_FASTCALL,
      "full(graph, dtype, shape, value, mesh, placements) -> Tensor"},

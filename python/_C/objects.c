@@ -551,7 +551,33 @@ static PyObject *future_wait_for(PyObject *self, PyObject *arg) {
     return PyBool_FromLong(r);
 }
 
+/* Called on the thread that completes the future (a worker, or the caller
+ * when it is already done): one byte into the event loop's wake-up pipe.
+ * No GIL, no allocation: write() is all it does. */
+static void notify_fd_cb(void *arg) {
+    char byte = 1;
+    ssize_t n = write((int)(intptr_t)arg, &byte, 1);
+    (void)n; /* a full pipe already holds a wake-up */
+}
+
+/* _notify_fd(fd): when the future completes, write one byte to fd (the
+ * write end of a non-blocking pipe the asyncio loop reads), so `await` wakes
+ * the loop without polling and without a helper thread. */
+static PyObject *future_notify_fd(PyObject *self, PyObject *arg) {
+    int fd = PyLong_AsLong(arg);
+    if (fd == -1 && PyErr_Occurred())
+        return NULL;
+    if (fd < 0) {
+        PyErr_SetString(PyExc_ValueError, "_notify_fd: fd must be a non-negative file descriptor");
+        return NULL;
+    }
+    if (dt_future_on_ready(((dtpy_future *)self)->f, notify_fd_cb, (void *)(intptr_t)fd) != DT_OK)
+        return dtpy_raise_last(dtpy_state_of_type(Py_TYPE(self)));
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef future_methods[] = {
+    {"_notify_fd", future_notify_fd, METH_O, "_notify_fd(fd): write a byte to fd when the future completes."},
     {"get", future_get, METH_NOARGS,
      "get(): waits and returns the value (a torch.Tensor, or None for a sync future); raises the "
      "failure of the work it waited for."},

@@ -16,7 +16,16 @@ import os as _os
 from . import _C
 from ._C import KernelError, PlacementError
 from .distributed_spec import DeviceMesh, Partial, Placement, Replicate, Shard, init_device_mesh
-from ._graph import Graph, TensorFuture, VoidFutureCollect, default_graph
+from ._graph import (
+    Graph,
+    TensorFuture,
+    VoidFutureCollect,
+    default_graph,
+    empty_cache,
+    memory_stats,
+    reset_peak_memory_stats,
+    synchronize,
+)
 from ._tensor import Tensor
 from . import _layout  # noqa: F401  (redistribute_by_dict, redistribute_like)
 from ._factories import (
@@ -57,6 +66,7 @@ __version__ = "0.1.0"
 __all__ = [
     "DeviceMesh", "init_device_mesh", "Placement", "Shard", "Replicate", "Partial",
     "Graph", "default_graph", "TensorFuture", "VoidFutureCollect",
+    "synchronize", "memory_stats", "reset_peak_memory_stats", "empty_cache",
     "Tensor", "PlacementError", "KernelError",
     "empty", "zeros", "ones", "full", "rand", "randn", "arange", "from_torch", "tensor",
     "empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "manual_seed",

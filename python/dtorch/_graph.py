@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import os
 import threading
 import weakref
 from typing import Iterator, Optional
@@ -21,7 +22,16 @@ import torch
 from . import _C
 from .distributed_spec import DeviceMesh
 
-__all__ = ["Graph", "default_graph", "TensorFuture", "VoidFutureCollect"]
+__all__ = [
+    "Graph",
+    "default_graph",
+    "TensorFuture",
+    "VoidFutureCollect",
+    "synchronize",
+    "memory_stats",
+    "reset_peak_memory_stats",
+    "empty_cache",
+]
 
 # Every graph created and not yet collected: shut down at interpreter exit so
 # no controller or worker thread runs while Python finalises.
@@ -88,6 +98,14 @@ class Graph(_C.GraphBase):
             return True
         return bool(torch.cuda.is_available()) and torch.cuda.device_count() > 0
 
+    def memory_stats(self, device_mesh: Optional[DeviceMesh] = None) -> dict:
+        """Live blob bytes per device (see ``dtorch.memory_stats``)."""
+        return memory_stats(device_mesh)
+
+    def empty_cache(self) -> None:
+        """Returns the buffers kept for reuse to the system."""
+        empty_cache()
+
     def __repr__(self) -> str:
         return f"<dtorch.Graph backend={self.backend!r} at {id(self):#x}>"
 
@@ -97,15 +115,106 @@ def default_graph() -> Graph:
     return Graph.default_graph()
 
 
+_DEVICE_TYPES = {"cpu": 0, "cuda": 1}
+
+
+def memory_stats(device_mesh: Optional[DeviceMesh] = None) -> dict:
+    """Current and peak bytes of live blobs per device, by dtorch's own accounting.
+
+    Returns ``{"cpu:0": {"current": int, "peak": int}, ...}`` for the devices of
+    ``device_mesh``, or for every device that has held memory when it is None.
+
+    >>> dtorch.memory_stats(mesh)["cpu:0"]["peak"]
+    """
+    if device_mesh is not None:
+        if not isinstance(device_mesh, DeviceMesh):
+            raise TypeError(f"device_mesh must be a DeviceMesh, not {type(device_mesh).__name__}")
+        devices = [(device_mesh.device_type, int(i)) for i in device_mesh.mesh.flatten().tolist()]
+    else:
+        devices = [(t, i) for t in _DEVICE_TYPES for i in range(256)]
+    out = {}
+    for dtype_name, i in devices:
+        current, peak = _C._memory_stats(_DEVICE_TYPES[dtype_name], i)
+        if device_mesh is not None or peak:
+            out[f"{dtype_name}:{i}"] = {"current": current, "peak": peak}
+    return out
+
+
+def reset_peak_memory_stats() -> None:
+    """Sets every device's peak to its current bytes."""
+    _C._reset_peak_memory_stats()
+
+
+def empty_cache() -> None:
+    """Returns the buffers dtorch keeps for reuse to the system."""
+    _C._empty_cache()
+
+
+def synchronize() -> None:
+    """Waits until all work issued so far on every live graph has run."""
+    for g in list(_live_graphs):
+        g.sync()
+
+
+# One wake-up pipe per event loop: a completing future writes a byte into it
+# from the thread that completes it (no GIL needed), and the loop's reader
+# callback resolves every awaited future that is ready. No polling, no thread.
+_wakeups: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+class _Wakeup:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.rfd, self.wfd = os.pipe()
+        os.set_blocking(self.rfd, False)
+        os.set_blocking(self.wfd, False)
+        self.pending: list = []
+        loop.add_reader(self.rfd, self._drain)
+
+    def _drain(self) -> None:
+        try:
+            while os.read(self.rfd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        still = []
+        for fut, waiter in self.pending:
+            if waiter.done():
+                continue
+            if fut.is_ready():
+                try:
+                    waiter.set_result(fut.get())
+                except BaseException as e:  # noqa: BLE001 - handed to the awaiting task
+                    waiter.set_exception(e)
+            else:
+                still.append((fut, waiter))
+        self.pending = still
+
+
+def _wakeup_for(loop: asyncio.AbstractEventLoop) -> _Wakeup:
+    w = _wakeups.get(loop)
+    if w is None:
+        w = _wakeups[loop] = _Wakeup(loop)
+    return w
+
+
 class _AwaitableFuture(_C.FutureBase):
     __slots__ = ()
 
     def __await__(self):
-        """``await future`` in asyncio: waits on an executor thread, never on the event loop's."""
+        """``await future`` in asyncio: the event loop keeps running other tasks meanwhile.
+
+        Completion writes to a pipe the loop watches, so the loop wakes exactly
+        once per completion; it never blocks and never polls on a timer.
+        """
         if self.is_ready():
             return self.get()
         loop = asyncio.get_running_loop()
-        return (yield from loop.run_in_executor(None, self.get).__await__())
+        wakeup = _wakeup_for(loop)
+        waiter = loop.create_future()
+        wakeup.pending.append((self, waiter))
+        self._notify_fd(wakeup.wfd)
+        return (yield from waiter.__await__())
 
 
 class TensorFuture(_AwaitableFuture):

@@ -70,7 +70,12 @@ typedef enum dt__kop {
 enum {
     DT_KF_REVERSED = 1 << 0,
     DT_KF_KEEPDIM = 1 << 1,
-    DT_KF_ALL = 1 << 2
+    DT_KF_ALL = 1 << 2,
+    /* Set by the core at run time: nothing else will ever read in[0], so an
+     * elementwise kernel may write its result into in[0]'s buffer when the
+     * backend can see that buffer is unshared and of the result's dtype and
+     * shape. Results must be bit-identical either way. */
+    DT_KF_INPLACE = 1 << 3
 };
 
 /* Attributes of one kernel. Only the fields the op documents are meaningful. */
@@ -130,7 +135,15 @@ typedef struct dt__backend {
     void (*worker_init)(dt_device_type type, int64_t device_id, int live_workers);
     /* torch's current default float dtype, or DT_FLOAT32. May be NULL. */
     dt_dtype (*default_dtype)(void);
+    /* Optional. 1 when the two impls share their element storage (a kernel
+     * wrote in place), so memory is accounted once. */
+    int (*same_storage)(const void *a, const void *b);
+    /* Optional. Returns cached free memory to the system. */
+    void (*empty_cache)(void);
 } dt__backend;
+
+/* Calls every registered backend's empty_cache. */
+void dt__backends_empty_cache(void);
 
 /* The pure-C reference backend (bool/int32/int64/float32/float64 storage;
  * arithmetic on the non-bool ones), always built. */

@@ -26,3 +26,9 @@ const dt__backend *dt__backend_find(const char *name) {
             return registered[i];
     return NULL;
 }
+
+void dt__backends_empty_cache(void) {
+    for (int i = 0; i < nregistered; i++)
+        if (registered[i]->empty_cache)
+            registered[i]->empty_cache();
+}

@@ -96,7 +96,16 @@ typedef struct dt__blob {
     /* Controller-only: the stream whose kernel produces it (NULL: made ready
      * by the controller itself). A kernel on another stream must wait. */
     struct dt__stream *producer;
+    /* Memory accounting: bytes charged to device (mem_type, mem_id) while
+     * the impl lives; 0 when uncounted or handed to a kernel that wrote in
+     * place. Written by the producing worker, read by whoever frees. */
+    int64_t charged;
+    int32_t mem_type;
+    int64_t mem_id;
 } dt__blob;
+
+/* Adds `delta` bytes to a device's live-blob count (any thread). */
+void dt__mem_charge(int type, int64_t id, int64_t delta);
 
 dt__blob *dt__blob_new(const dt__backend *be);
 static inline dt__blob *dt__blob_retain(dt__blob *b) {

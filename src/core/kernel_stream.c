@@ -57,6 +57,8 @@ void dt__blob_wait(dt_graph *g, dt__blob *b) {
 void dt__blob_release(dt__blob *b) {
     if (!b || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1)
         return;
+    if (b->charged)
+        dt__mem_charge(b->mem_type, b->mem_id, -b->charged);
     if (b->impl)
         b->be->free(b->impl);
     dt__free(b->error);
@@ -89,6 +91,30 @@ static void poison(dt__kernel *k, const dt__stream *s, const char *what) {
     k->out->error = dt__strdup(buf);
 }
 
+/* Kernel ops that may write their result into in[0]'s buffer. */
+static int may_donate(int kop) { return kop == DT_K_BINARY || kop == DT_K_BINARY_SCALAR || kop == DT_K_NEG; }
+
+/* Charges a new output to its device; an output written into its donated
+ * input's buffer takes that input's charge over instead. */
+static void account(dt__kernel *k, const dt__stream *s) {
+    dt__blob *out = k->out;
+    if (!out || !out->impl || out->charged)
+        return;
+    if ((k->attr.flags & DT_KF_INPLACE) && k->n_in > 0 && k->in[0]->impl && s->be->same_storage &&
+        s->be->same_storage(out->impl, k->in[0]->impl)) {
+        dt__blob *in = k->in[0];
+        out->charged = in->charged;
+        out->mem_type = in->mem_type;
+        out->mem_id = in->mem_id;
+        in->charged = 0;
+        return;
+    }
+    out->mem_type = (int32_t)s->type;
+    out->mem_id = s->device_id;
+    out->charged = (int64_t)s->be->nbytes(out->impl);
+    dt__mem_charge(out->mem_type, out->mem_id, out->charged);
+}
+
 static void run_backend(dt__kernel *k, const dt__stream *s) {
     void *in[2] = {NULL, NULL};
     for (int i = 0; i < k->n_in; i++) {
@@ -99,6 +125,11 @@ static void run_backend(dt__kernel *k, const dt__stream *s) {
         }
         in[i] = k->in[i]->impl;
     }
+    /* The kernel holds the only reference left to in[0]: its tensor was
+     * released and no other kernel will read it, so its buffer may be reused
+     * (peak memory of a chain of ops stays at one buffer). */
+    if (may_donate(k->kop) && k->n_in > 0 && atomic_load(&k->in[0]->refs) == 1)
+        k->attr.flags |= DT_KF_INPLACE;
     char err[512] = "";
     void *out = NULL;
     dt_status st = s->be->run(k->kop, &k->attr, in, k->n_in, &out, err, sizeof err);
@@ -167,8 +198,10 @@ static void run_kernel(dt__kernel *k, dt__stream *s) {
         run_backend(k, s);
         break;
     }
-    if (k->out)
+    if (k->out) {
+        account(k, s);
         dt__blob_set_ready(s->g, k->out);
+    }
     for (int i = 0; i < k->n_in; i++)
         dt__blob_release(k->in[i]);
     dt__blob_release(k->out);

@@ -279,6 +279,60 @@ at::Tensor sum(const at::Tensor &x, const dt__kattr *a, at::ScalarType st) {
     return at::sum(x, at::IntArrayRef(dims), keep, st);
 }
 
+/* ------------------------------------------------------------ in place */
+
+/* Whether the result may be written into x: the core says nothing else will
+ * read x (DT_KF_INPLACE), x is the only owner of its storage (no view, no
+ * DLPack export), and x already has the result's dtype and shape (the other
+ * operand broadcasts into it). In-place ATen ops run the same kernels as the
+ * out-of-place ones, so the values are bit-identical. */
+bool donatable(const dt__kattr *a, const at::Tensor &x, at::IntArrayRef other_sizes) {
+    if (!(a->flags & DT_KF_INPLACE)) return false;
+    if (!x.defined() || x.use_count() != 1 || !x.has_storage() || x.storage().use_count() != 1) return false;
+    if (!x.is_contiguous() || x.scalar_type() != to_aten(a->dtype) || x.storage_offset() != 0) return false;
+    if ((size_t)x.dim() < other_sizes.size()) return false;
+    for (size_t i = 0; i < other_sizes.size(); ++i) {
+        int64_t o = other_sizes[other_sizes.size() - 1 - i], d = x.size(x.dim() - 1 - (int64_t)i);
+        if (o != d && o != 1) return false;
+    }
+    return true;
+}
+
+at::Tensor binary_inplace(int sub, const at::Tensor &xc, const at::Tensor &y) {
+    at::Tensor x = xc; // shares the TensorImpl: the write goes into x's buffer
+    switch (sub) {
+    case DT_BINARY_ADD: return x.add_(y);
+    case DT_BINARY_SUB: return x.sub_(y);
+    case DT_BINARY_MUL: return x.mul_(y);
+    case DT_BINARY_DIV: return x.div_(y);
+    default: fail("torch backend: unknown binary op " + std::to_string(sub));
+    }
+}
+
+at::Tensor scalar_inplace(int sub, const at::Tensor &xc, const at::Scalar &s) {
+    at::Tensor x = xc;
+    switch (sub) {
+    case DT_BINARY_ADD: return x.add_(s);
+    case DT_BINARY_SUB: return x.sub_(s);
+    case DT_BINARY_MUL: return x.mul_(s);
+    case DT_BINARY_DIV: return x.div_(s);
+    default: fail("torch backend: unknown binary op " + std::to_string(sub));
+    }
+}
+
+void torch_empty_cache(void) {
+    DT_TORCH_TRY { empty_cpu_cache(); }
+    DT_TORCH_CATCH_QUIET()
+}
+
+int torch_same_storage(const void *a, const void *b) {
+    DT_TORCH_TRY {
+        const at::Tensor &x = impl(a), &y = impl(b);
+        return x.has_storage() && y.has_storage() && x.storage().is_alias_of(y.storage()) ? 1 : 0;
+    }
+    DT_TORCH_CATCH_QUIET(0)
+}
+
 /* ------------------------------------------------------------- the kernels */
 
 dt_status torch_run(int kop, const dt__kattr *a, void *const *in, int n_in, void **out, char *err,
@@ -331,15 +385,31 @@ dt_status torch_run(int kop, const dt__kattr *a, void *const *in, int n_in, void
             break;
         case DT_K_BINARY:
             need_inputs(kop, n_in, 2, 2);
+            if (donatable(a, impl(in[0]), impl(in[1]).sizes())) {
+                r = binary_inplace(a->sub, impl(in[0]), impl(in[1]));
+                break;
+            }
             r = finish(binary(a->sub, impl(in[0]), impl(in[1])), to_aten(a->dtype));
             break;
-        case DT_K_BINARY_SCALAR:
+        case DT_K_BINARY_SCALAR: {
             need_inputs(kop, n_in, 1, 1);
-            r = finish(binary_scalar(a->sub, impl(in[0]), to_scalar(a->scalar), (a->flags & DT_KF_REVERSED) != 0),
-                       to_aten(a->dtype));
+            bool reversed = (a->flags & DT_KF_REVERSED) != 0;
+            // s - t and s / t have no in-place form with torch's exact rounding.
+            bool commutes = a->sub == DT_BINARY_ADD || a->sub == DT_BINARY_MUL;
+            if ((!reversed || commutes) && donatable(a, impl(in[0]), impl(in[0]).sizes())) {
+                r = scalar_inplace(a->sub, impl(in[0]), to_scalar(a->scalar));
+                break;
+            }
+            r = finish(binary_scalar(a->sub, impl(in[0]), to_scalar(a->scalar), reversed), to_aten(a->dtype));
             break;
+        }
         case DT_K_NEG:
             need_inputs(kop, n_in, 1, 1);
+            if (donatable(a, impl(in[0]), impl(in[0]).sizes())) {
+                r = impl(in[0]);
+                r.neg_();
+                break;
+            }
             r = finish(at::neg(impl(in[0])), to_aten(a->dtype));
             break;
         case DT_K_MATMUL:
@@ -606,6 +676,8 @@ const dt__backend dt__backend_torch = {
     torch_assemble,
     torch_worker_init,
     torch_default_dtype,
+    torch_same_storage,
+    torch_empty_cache,
 };
 
 /* Registers at load time so the core finds "torch" by name without naming

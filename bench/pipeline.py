@@ -1,0 +1,176 @@
+"""The asynchronous pipeline's four targets, dtorch against eager PyTorch in one process.
+
+  P1  20,000 tiny (1-element float32) adds then one read, one CPU device: total time ratio
+      (target <= 1.0); also on a two-device mesh.
+  P2  client time of that loop (until the last op returns) / torch's loop time (target <= 0.3).
+  P3  large ops: 20 x (1024x1024 add) and 20 x (512x512 @ 512x512): total time ratio
+      (target <= 1.02).
+  P4  peak memory of a chain of 8 elementwise ops on a 64 MiB tensor inside a function
+      (x = rand(...); x = x * 2; x = x + 1; ...): dtorch / torch (target <= 0.6).
+      Both peaks are measured the same way: the process's peak resident memory (VmHWM, reset
+      through /proc/self/clear_refs before each run) above the resident memory at the start of
+      the run, with dtorch's buffer cache emptied first. dtorch's own accounting
+      (dtorch.memory_stats) is printed beside it.
+
+    /usr/bin/python3 bench/pipeline.py
+    /usr/bin/python3 bench/pipeline.py --n 5000 --repeat 3
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import platform
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+
+import torch  # noqa: E402
+
+import dtorch  # noqa: E402
+from dtorch import DeviceMesh, Shard  # noqa: E402
+
+
+def best(fn, repeat):
+    out = None
+    for _ in range(repeat):
+        r = fn()
+        out = r if out is None else tuple(min(a, b) for a, b in zip(out, r))
+    return out
+
+
+def p1_torch(n):
+    a, b = torch.ones(1), torch.ones(1)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        a = a + b
+    t1 = time.perf_counter()
+    assert a.item() == n + 1
+    return (t1 - t0,)
+
+
+def p1_dtorch(n, mesh, placements, numel):
+    a = dtorch.ones(numel, device_mesh=mesh, placements=placements)
+    b = dtorch.ones(numel, device_mesh=mesh, placements=placements)
+    a.graph.sync()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        a = a + b
+    t1 = time.perf_counter()
+    v = a.to_torch()
+    t2 = time.perf_counter()
+    assert bool((v == n + 1).all())
+    return (t1 - t0, t2 - t0)
+
+
+def p3_torch():
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    m, k = torch.randn(512, 512), torch.randn(512, 512)
+    t0 = time.perf_counter()
+    for _ in range(20):
+        a = a + b
+    for _ in range(20):
+        m = m @ k
+    float(a[0, 0]), float(m[0, 0])
+    return (time.perf_counter() - t0,)
+
+
+def p3_dtorch():
+    a, b = dtorch.randn(1024, 1024), dtorch.randn(1024, 1024)
+    m, k = dtorch.randn(512, 512) / 23, dtorch.randn(512, 512) / 23
+    dtorch.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(20):
+        a = a + b
+    for _ in range(20):
+        m = m @ k
+    a.to_torch(), m.to_torch()
+    return (time.perf_counter() - t0,)
+
+
+def _status(key):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(key)
+
+
+def _reset_hwm():
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def chain(lib, numel):
+    x = lib.rand(numel)
+    x = x * 2
+    x = x + 1
+    x = x - 0.5
+    x = x * 3
+    x = -x
+    x = x / 7
+    x = x + 2
+    x = x * 0.25
+    return x
+
+
+def p4(numel):
+    gc.collect()
+    dtorch.synchronize()
+    dtorch.empty_cache()
+    base = _status("VmRSS")
+    _reset_hwm()
+    y = chain(torch, numel)
+    torch_peak = _status("VmHWM") - base
+    del y
+    gc.collect()
+
+    dtorch.synchronize()
+    dtorch.empty_cache()
+    dtorch.reset_peak_memory_stats()
+    base = _status("VmRSS")
+    _reset_hwm()
+    y = chain(dtorch, numel)
+    dtorch.synchronize()
+    dtorch_peak = _status("VmHWM") - base
+    own = dtorch.memory_stats(DeviceMesh("cpu", [0]))["cpu:0"]["peak"]
+    del y
+    return torch_peak, dtorch_peak, own
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=20000)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    print(f"pipeline targets: python {platform.python_version()}, torch {torch.__version__}, "
+          f"{os.cpu_count()} CPUs, {platform.machine()}; best of {args.repeat}")
+    one, two = DeviceMesh("cpu", [0]), DeviceMesh("cpu", [0, 1])
+    p1_torch(1000), p1_dtorch(1000, one, None, 1)  # warm-up
+
+    (tt,) = best(lambda: p1_torch(args.n), args.repeat)
+    c1, t1 = best(lambda: p1_dtorch(args.n, one, None, 1), args.repeat)
+    c2, t2 = best(lambda: p1_dtorch(args.n, two, [Shard(0)], 2), args.repeat)
+    print(f"P1 total, 1 device : torch {tt / args.n * 1e6:6.2f} us/op  dtorch {t1 / args.n * 1e6:6.2f} us/op  "
+          f"ratio {t1 / tt:5.2f}  (target <= 1.0)")
+    print(f"P1 total, 2 devices: torch {tt / args.n * 1e6:6.2f} us/op  dtorch {t2 / args.n * 1e6:6.2f} us/op  "
+          f"ratio {t2 / tt:5.2f}")
+    print(f"P2 client, 1 device: torch {tt / args.n * 1e6:6.2f} us/op  dtorch {c1 / args.n * 1e6:6.2f} us/op  "
+          f"ratio {c1 / tt:5.2f}  (target <= 0.3)")
+
+    p3_torch(), p3_dtorch()
+    (a,) = best(p3_torch, args.repeat)
+    (b,) = best(p3_dtorch, args.repeat)
+    print(f"P3 large ops       : torch {a * 1e3:7.1f} ms     dtorch {b * 1e3:7.1f} ms     ratio {b / a:5.2f}  "
+          f"(target <= 1.02)")
+
+    numel = 64 * (1 << 20) // 4
+    tp, dp, own = p4(numel)
+    print(f"P4 peak memory     : torch {tp / 2**20:7.1f} MiB    dtorch {dp / 2**20:7.1f} MiB    ratio {dp / tp:5.2f}  "
+          f"(target <= 0.6; dtorch's own accounting: {own / 2**20:.1f} MiB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
