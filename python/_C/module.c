@@ -102,6 +102,36 @@ int dtpy_sync_default_dtype(dtpy_state *st) {
 
 /* ------------------------------------------------------------- call sites */
 
+/* PyFrame_GetLineNumber walks the code's line table on every call; a small
+ * direct-mapped cache keyed by (code object, instruction offset) makes the
+ * per-op call-site record cheap in loops. Code objects are compared by
+ * address and kept alive by the frame while we look; a stale entry for a
+ * freed-and-reused address can only give a wrong line, never a crash, and
+ * only for a different code object at the same address and offset. GIL held. */
+#define LINE_CACHE 256
+static struct {
+    const void *code;
+    int lasti;
+    int line;
+} line_cache[LINE_CACHE];
+
+static int cached_line(PyFrameObject *frame) {
+    PyCodeObject *code = PyFrame_GetCode(frame); /* new reference */
+    int lasti = PyFrame_GetLasti(frame);
+    size_t h = (((uintptr_t)code >> 4) ^ (uintptr_t)lasti * 2654435761u) & (LINE_CACHE - 1);
+    int line;
+    if (line_cache[h].code == code && line_cache[h].lasti == lasti) {
+        line = line_cache[h].line;
+    } else {
+        line = PyFrame_GetLineNumber(frame);
+        line_cache[h].code = code;
+        line_cache[h].lasti = lasti;
+        line_cache[h].line = line;
+    }
+    Py_DECREF(code);
+    return line;
+}
+
 void dtpy_record_call_site(dtpy_state *st) {
     PyFrameObject *frame = PyEval_GetFrame(); /* borrowed */
     const char *file = NULL;
@@ -140,7 +170,7 @@ void dtpy_record_call_site(dtpy_state *st) {
         Py_DECREF(code);
         if (!in_package && fn == st->last_user_file) {
             file = st->last_user_utf8;
-            line = PyFrame_GetLineNumber(frame);
+            line = cached_line(frame);
             Py_DECREF(frame);
             break;
         }

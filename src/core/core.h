@@ -232,6 +232,7 @@ typedef struct dt__stream {
     pthread_cond_t cond;
     dt__kernel *head, *tail; /* guarded by lock */
     int sleeping;            /* guarded by lock */
+    atomic_uint pushed;      /* bumped per hand-over: the worker's spin watches it */
     /* Controller-only: kernels lowered in this batch, not yet handed over. */
     dt__kernel *bhead, *btail;
     struct dt__stream *next_dirty;
@@ -257,6 +258,7 @@ struct dt_graph {
     dt__node *qhead, *qtail; /* guarded by qlock */
     int closed;              /* guarded by qlock: no more submissions */
     int ctl_sleeping;        /* guarded by qlock */
+    atomic_uint q_count;     /* bumped per append: the controller's spin watches it */
     pthread_t ctl;
 
     /* Cross-stream events: a worker waiting for a blob from another stream
@@ -270,6 +272,12 @@ struct dt_graph {
     int64_t nstreams;
     dt__stream *dirty;
 };
+
+/* Spins briefly until *counter differs from `seen` (1) or gives up (0). The
+ * spin is bounded (a few tens of microseconds) and yields the core between
+ * probes, so a 2-core machine running more threads than cores is not starved:
+ * it only saves the sleep/wake system calls when work arrives back to back. */
+int dt__spin_until_changed(atomic_uint *counter, unsigned seen);
 
 /* Appends a node; DT_ESHUTDOWN (node untouched) once the graph is closed. */
 dt_status dt__graph_submit(dt_graph *g, dt__node *n);

@@ -225,7 +225,13 @@ void *dt__controller_main(void *arg) {
     dt__lower L = {.g = g, .node = NULL};
     int stop = 0;
     while (!stop) {
+        unsigned seen = atomic_load_explicit(&g->q_count, memory_order_acquire);
         pthread_mutex_lock(&g->qlock);
+        if (!g->qhead) {
+            pthread_mutex_unlock(&g->qlock);
+            dt__spin_until_changed(&g->q_count, seen);
+            pthread_mutex_lock(&g->qlock);
+        }
         while (!g->qhead) {
             g->ctl_sleeping = 1;
             pthread_cond_wait(&g->qcond, &g->qlock);

@@ -75,6 +75,7 @@ static void queue_append_locked(dt_graph *g, dt__node *n) {
     else
         g->qhead = n;
     g->qtail = n;
+    atomic_fetch_add_explicit(&g->q_count, 1, memory_order_release);
     if (g->ctl_sleeping)
         pthread_cond_signal(&g->qcond);
 }

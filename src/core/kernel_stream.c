@@ -10,6 +10,7 @@
  * at once and sleeps on the condition variable when it is empty; the
  * controller signals only when the worker sleeps.
  */
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -19,6 +20,12 @@
  * count changes, so each worker re-bounds its backend's intra-op threads:
  * the sum over workers must not exceed the machine's cores. */
 static atomic_int live_workers;
+
+/* Probes of the bounded spin before a thread sleeps on its condition
+ * variable; each probe yields the core once. */
+#ifndef DT_SPIN_PROBES
+#define DT_SPIN_PROBES 64
+#endif
 static atomic_int workers_gen;
 
 /* ---------------------------------------------------------------- blobs */
@@ -208,6 +215,17 @@ static void run_kernel(dt__kernel *k, dt__stream *s) {
     dt__free(k);
 }
 
+/* ---------------------------------------------------------------- spins */
+
+int dt__spin_until_changed(atomic_uint *counter, unsigned seen) {
+    for (int i = 0; i < DT_SPIN_PROBES; i++) {
+        if (atomic_load_explicit(counter, memory_order_acquire) != seen)
+            return 1;
+        sched_yield();
+    }
+    return 0;
+}
+
 /* ---------------------------------------------------------------- worker */
 
 static void *worker_main(void *arg) {
@@ -222,7 +240,13 @@ static void *worker_main(void *arg) {
             seen_gen = gen;
             s->be->worker_init(s->type, s->device_id, atomic_load(&live_workers));
         }
+        unsigned seen = atomic_load_explicit(&s->pushed, memory_order_acquire);
         pthread_mutex_lock(&s->lock);
+        if (!s->head) {
+            pthread_mutex_unlock(&s->lock);
+            dt__spin_until_changed(&s->pushed, seen);
+            pthread_mutex_lock(&s->lock);
+        }
         while (!s->head) {
             s->sleeping = 1;
             pthread_cond_wait(&s->cond, &s->lock);
@@ -276,6 +300,7 @@ void dt__stream_submit(dt__stream *s, dt__kernel *head, dt__kernel *tail) {
     else
         s->head = head;
     s->tail = tail;
+    atomic_fetch_add_explicit(&s->pushed, 1, memory_order_release);
     if (s->sleeping)
         pthread_cond_signal(&s->cond);
     pthread_mutex_unlock(&s->lock);
