@@ -436,18 +436,25 @@ static dt_tensor *contract(int kind, dt_tensor *const *ts, int nops, dt_tensor *
     for (int64_t i = 0; i < mesh->ndev; i++) {
         dt__mesh_coord(mesh, i, coord);
         dt__local_region(&out, coord, os, ol);
-        int ok = 1;
-        for (int j = 0; j < nops && ok; j++) {
+        int bad = -1;
+        for (int j = 0; j < nops && bad < 0; j++) {
             operand_region(&p, j, mesh, coord, os, ol, s, l);
-            ok = within(ms[j], coord, s, l);
+            if (!within(ms[j], coord, s, l))
+                bad = j;
         }
-        if (ok && bm && adds_bias(bm, &out, coord)) {
+        if (bad < 0 && bm && adds_bias(bm, &out, coord)) {
             addend_region(bm, &out, os, ol, s, l);
-            ok = within(bm, coord, s, l);
+            if (!within(bm, coord, s, l))
+                bad = nin - 1;
         }
-        if (!ok) {
-            dt__placement_error(name, ms, nin, 0, kind_accepts(kind), -1, NULL);
-            dt__error_append(" (nested shards do not line up)");
+        if (bad >= 0) {
+            /* Without its shards the operand can be sliced to any region. */
+            dt_placement fix[DT_MAX_MESH_NDIM];
+            for (int md2 = 0; md2 < mesh->ndim; md2++)
+                fix[md2] = ms[bad]->pl[md2].kind == S_ ? (dt_placement){R_, 0} : ms[bad]->pl[md2];
+            dt__placement_error(name, ms, nin, 0, kind_accepts(kind), bad, fix);
+            dt__error_append(" (the shards of several mesh dims do not line up on one index: each tensor must "
+                             "shard it on the same leading mesh dims)");
             return NULL;
         }
     }
