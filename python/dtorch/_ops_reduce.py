@@ -18,6 +18,7 @@ docs/operators.md).
 
 from __future__ import annotations
 
+import sys
 import types
 from collections import namedtuple
 from typing import Optional, Sequence, Union
@@ -78,13 +79,13 @@ def _max_min(name: str, op: int, pair, input, dim, keepdim):
             raise TypeError(f"{name}(): keepdim needs a dim ({name}(input, dim, keepdim=False))")
         return _C._reduce(input, op, None, False, None)
     if isinstance(dim, _C.TensorBase):
-        # torch.max(input, other) is the elementwise maximum.
-        from . import __dict__ as _pkg
-
-        other = _pkg.get("maximum" if name == "max" else "minimum")
-        if other is None:
-            raise NotImplementedError(f"{name}(input, other) needs dtorch.{'maximum' if name == 'max' else 'minimum'}")
-        return other(input, dim)
+        # torch.max(input, other) is the elementwise maximum: the elementwise
+        # family's op, looked up when called.
+        elementwise = "maximum" if name == "max" else "minimum"
+        fn = getattr(sys.modules[__package__], elementwise, None)
+        if fn is None:
+            raise NotImplementedError(f"{name}(input, other) needs dtorch.{elementwise}, which this build lacks")
+        return fn(input, dim)
     _int_dim(name, dim)
     values, indices = _C._reduce_with_indices(input, op, dim, keepdim)
     return pair(values, indices)

@@ -161,6 +161,15 @@ class TestOneDevice(ReduceTestCase):
         assert_tensor_equal(self, values, a.min(0)[0])
         assert_tensor_equal(self, indices, a.min(0)[1])
         self.assertIsInstance(dtorch.return_types.max(1, 2), tuple)
+        # max(input, other) is the elementwise maximum (the elementwise family's op).
+        b = randn(4, 6, seed=9)
+        for name in ("max", "min"):
+            try:
+                got = getattr(x, name)(dtorch.from_torch(b))
+            except NotImplementedError:
+                self.assertFalse(hasattr(dtorch, "maximum" if name == "max" else "minimum"))
+            else:
+                assert_tensor_equal(self, got, getattr(torch, name)(a, b))
         self.assertEqual(x.max().shape, torch.Size([]))
         assert_tensor_equal(self, dtorch.amax(x, dim=(0, 1)), torch.amax(a, dim=(0, 1)))
         assert_tensor_equal(self, dtorch.sum(x, dim=[0]), torch.sum(a, dim=[0]))
