@@ -23,8 +23,8 @@ static dtpy_tensor *tensor_arg(dtpy_state *st, PyObject *o, const char *name, co
                          "device_mesh=..., placements=...)",
                          name, arg);
         else
-            PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be a dtorch.Tensor, not %.100s", name, arg,
-                         Py_TYPE(o)->tp_name);
+            PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be a dtorch.Tensor, not %.100s", name,
+                         arg, Py_TYPE(o)->tp_name);
         return NULL;
     }
     return (dtpy_tensor *)o;
@@ -33,7 +33,8 @@ static dtpy_tensor *tensor_arg(dtpy_state *st, PyObject *o, const char *name, co
 static int same_graph(dtpy_tensor *a, dtpy_tensor *b, const char *name) {
     if (dt_tensor_graph(a->t) != dt_tensor_graph(b->t)) {
         PyErr_Format(PyExc_ValueError,
-                     "%s: the operands belong to different graphs; a dtorch op takes tensors of one graph", name);
+                     "%s: the operands belong to different graphs; a dtorch op takes tensors of one graph",
+                     name);
         return -1;
     }
     return 0;
@@ -58,8 +59,9 @@ static PyObject *mod_linalg(PyObject *module, PyObject *const *args, Py_ssize_t 
     if (b == NULL || same_graph(a, b, name) < 0)
         return NULL;
     dtpy_record_call_site(st);
-    dt_tensor *t = kind == KIND_MM ? dt_mm(a->t, b->t) : kind == KIND_BMM ? dt_bmm(a->t, b->t)
-                                                                                : dt_outer(a->t, b->t);
+    dt_tensor *t = kind == KIND_MM    ? dt_mm(a->t, b->t)
+                   : kind == KIND_BMM ? dt_bmm(a->t, b->t)
+                                      : dt_outer(a->t, b->t);
     return wrap(st, t, a);
 }
 

@@ -44,7 +44,8 @@ static int parse_dims(PyObject *obj, int64_t *dims, const char *name) {
         for (Py_ssize_t i = 0; i < n; i++) {
             PyObject *v = PySequence_Fast_GET_ITEM(obj, i);
             if (!PyLong_Check(v) || PyBool_Check(v)) {
-                PyErr_Format(PyExc_TypeError, "%s(): dim must contain ints, not %.100s", name, Py_TYPE(v)->tp_name);
+                PyErr_Format(PyExc_TypeError, "%s(): dim must contain ints, not %.100s", name,
+                             Py_TYPE(v)->tp_name);
                 return -2;
             }
             dims[i] = PyLong_AsLongLong(v);
@@ -59,8 +60,8 @@ static int parse_dims(PyObject *obj, int64_t *dims, const char *name) {
 }
 
 static const char *op_name(long op) {
-    static const char *const names[DT_REDUCE_COUNT] = {"sum",    "mean",   "prod", "amax", "amin", "max",
-                                                       "min",    "argmax", "argmin", "any", "all"};
+    static const char *const names[DT_REDUCE_COUNT] = {"sum", "mean",   "prod",   "amax", "amin", "max",
+                                                       "min", "argmax", "argmin", "any",  "all"};
     return op >= 0 && op < DT_REDUCE_COUNT ? names[op] : "reduce";
 }
 
@@ -142,10 +143,12 @@ int dtpy_add_reduce_methods(PyObject *module) {
         const char *name;
         int value;
     } codes[] = {
-        {"REDUCE_SUM", DT_REDUCE_SUM},       {"REDUCE_MEAN", DT_REDUCE_MEAN},     {"REDUCE_PROD", DT_REDUCE_PROD},
-        {"REDUCE_AMAX", DT_REDUCE_AMAX},     {"REDUCE_AMIN", DT_REDUCE_AMIN},     {"REDUCE_MAX", DT_REDUCE_MAX},
-        {"REDUCE_MIN", DT_REDUCE_MIN},       {"REDUCE_ARGMAX", DT_REDUCE_ARGMAX}, {"REDUCE_ARGMIN", DT_REDUCE_ARGMIN},
-        {"REDUCE_ANY", DT_REDUCE_ANY},       {"REDUCE_ALL", DT_REDUCE_ALL},
+        {"REDUCE_SUM", DT_REDUCE_SUM},       {"REDUCE_MEAN", DT_REDUCE_MEAN},
+        {"REDUCE_PROD", DT_REDUCE_PROD},     {"REDUCE_AMAX", DT_REDUCE_AMAX},
+        {"REDUCE_AMIN", DT_REDUCE_AMIN},     {"REDUCE_MAX", DT_REDUCE_MAX},
+        {"REDUCE_MIN", DT_REDUCE_MIN},       {"REDUCE_ARGMAX", DT_REDUCE_ARGMAX},
+        {"REDUCE_ARGMIN", DT_REDUCE_ARGMIN}, {"REDUCE_ANY", DT_REDUCE_ANY},
+        {"REDUCE_ALL", DT_REDUCE_ALL},
     };
     if (PyModule_AddFunctions(module, reduce_methods) < 0)
         return -1;

@@ -30,9 +30,9 @@ static char index_letter(int i) { return (char)(i < 26 ? 'A' + i : 'a' + (i - 26
 
 /* One term: its letters (letter indexes, -1 marking the ellipsis position). */
 typedef struct term {
-    int n;          /* entries in sym */
+    int n; /* entries in sym */
     int sym[DT_MAX_NDIM + 1];
-    int ell;        /* has an ellipsis */
+    int ell; /* has an ellipsis */
 } term;
 
 /* Parses one term [s, e) of the stripped equation; `pos0` is s's index in
@@ -43,16 +43,18 @@ static dt_status parse_term(const char *s, const char *e, int pos0, int operand,
         if (*c == '.') {
             if (e - c < 3 || c[1] != '.' || c[2] != '.') {
                 if (operand >= 0)
-                    return dt__error(DT_EOP, "einsum(): found '.' for operand %d that is not part of any ellipsis",
+                    return dt__error(DT_EOP,
+                                     "einsum(): found '.' for operand %d that is not part of any ellipsis",
                                      operand);
                 return dt__error(DT_EOP, "einsum(): found '.' for output that is not part of any ellipsis");
             }
             if (t->ell) {
                 if (operand >= 0)
-                    return dt__error(DT_EOP,
-                                     "einsum(): found '.' for operand %d for which an ellipsis was already found",
-                                     operand);
-                return dt__error(DT_EOP, "einsum(): found '.' for output for which an ellipsis was already found");
+                    return dt__error(
+                        DT_EOP, "einsum(): found '.' for operand %d for which an ellipsis was already found",
+                        operand);
+                return dt__error(DT_EOP,
+                                 "einsum(): found '.' for output for which an ellipsis was already found");
             }
             t->ell = 1;
             if (t->n > DT_MAX_NDIM)
@@ -63,10 +65,11 @@ static dt_status parse_term(const char *s, const char *e, int pos0, int operand,
         }
         int li = letter_index(*c);
         if (li < 0)
-            return dt__error(DT_EOP,
-                             "einsum(): invalid subscript given at index %d in the equation string, subscripts must "
-                             "be in [a-zA-Z]",
-                             pos0 + (int)(c - s));
+            return dt__error(
+                DT_EOP,
+                "einsum(): invalid subscript given at index %d in the equation string, subscripts must "
+                "be in [a-zA-Z]",
+                pos0 + (int)(c - s));
         if (t->n > DT_MAX_NDIM)
             return dt__error(DT_EUNSUPPORTED, "einsum(): more than %d subscripts in a term", DT_MAX_NDIM);
         t->sym[t->n++] = li;
@@ -88,10 +91,11 @@ static dt_status unify(dt__lplan *p, int l, int64_t size, char letter, int opera
                          "einsum(): subscript %c has size %lld for operand %d which does not broadcast with "
                          "previously seen size %lld",
                          letter, (long long)size, operand, (long long)cur);
-    return dt__error(DT_ESHAPE,
-                     "einsum(): operands do not broadcast: an ellipsis dim has size %lld for operand %d and %lld "
-                     "elsewhere",
-                     (long long)size, operand, (long long)cur);
+    return dt__error(
+        DT_ESHAPE,
+        "einsum(): operands do not broadcast: an ellipsis dim has size %lld for operand %d and %lld "
+        "elsewhere",
+        (long long)size, operand, (long long)cur);
 }
 
 dt_status dt__einsum_plan(const char *equation, int n, const dt__meta *const *ms, dt__lplan *p) {
@@ -142,16 +146,18 @@ dt_status dt__einsum_plan(const char *equation, int n, const dt__meta *const *ms
         int nletters = terms[j].n - terms[j].ell;
         if (terms[j].ell) {
             if (nletters > m->ndim)
-                return dt__error(DT_EOP,
-                                 "einsum(): the number of subscripts in the equation (%d) is more than the number of "
-                                 "dimensions (%d) for operand %d",
-                                 nletters, m->ndim, j);
+                return dt__error(
+                    DT_EOP,
+                    "einsum(): the number of subscripts in the equation (%d) is more than the number of "
+                    "dimensions (%d) for operand %d",
+                    nletters, m->ndim, j);
             ell_dims[j] = m->ndim - nletters;
         } else if (nletters != m->ndim) {
-            return dt__error(DT_EOP,
-                             "einsum(): the number of subscripts in the equation (%d) does not match the number of "
-                             "dimensions (%d) for operand %d and no ellipsis was given",
-                             nletters, m->ndim, j);
+            return dt__error(
+                DT_EOP,
+                "einsum(): the number of subscripts in the equation (%d) does not match the number of "
+                "dimensions (%d) for operand %d and no ellipsis was given",
+                nletters, m->ndim, j);
         }
         if (ell_dims[j] > nell)
             nell = ell_dims[j];
@@ -188,10 +194,11 @@ dt_status dt__einsum_plan(const char *equation, int n, const dt__meta *const *ms
                  * sizes must be equal there. */
                 for (int t2 = 0; t2 < d; t2++)
                     if (p->lab[j][t2] == letter_label[li] && m->shape[t2] != m->shape[d])
-                        return dt__error(DT_ESHAPE,
-                                         "einsum(): subscript %c is repeated for operand %d but the sizes don't "
-                                         "match, %lld != %lld",
-                                         index_letter(li), j, (long long)m->shape[t2], (long long)m->shape[d]);
+                        return dt__error(
+                            DT_ESHAPE,
+                            "einsum(): subscript %c is repeated for operand %d but the sizes don't "
+                            "match, %lld != %lld",
+                            index_letter(li), j, (long long)m->shape[t2], (long long)m->shape[d]);
                 if (unify(p, letter_label[li], m->shape[d], index_letter(li), j) != DT_OK)
                     return DT_ESHAPE;
             }
@@ -210,15 +217,17 @@ dt_status dt__einsum_plan(const char *equation, int n, const dt__meta *const *ms
             if (li < 0) {
                 for (int e = 0; e < nell; e++) {
                     if (p->nout >= DT_MAX_NDIM)
-                        return dt__error(DT_EUNSUPPORTED, "einsum(): the output has more than %d dims", DT_MAX_NDIM);
+                        return dt__error(DT_EUNSUPPORTED, "einsum(): the output has more than %d dims",
+                                         DT_MAX_NDIM);
                     p->olab[p->nout++] = ell_label[e];
                 }
                 continue;
             }
             if (letter_label[li] < 0)
-                return dt__error(DT_EOP,
-                                 "einsum(): output subscript %c does not appear in the equation for any input operand",
-                                 index_letter(li));
+                return dt__error(
+                    DT_EOP,
+                    "einsum(): output subscript %c does not appear in the equation for any input operand",
+                    index_letter(li));
             if (seen[li]++)
                 return dt__error(DT_EOP, "einsum(): output subscript %c appears more than once in the output",
                                  index_letter(li));

@@ -42,19 +42,26 @@
 
 static const char *kind_name(int kind) {
     switch (kind) {
-    case DT_KL_MM: return "mm";
-    case DT_KL_BMM: return "bmm";
-    case DT_KL_OUTER: return "outer";
-    case DT_KL_LINEAR: return "linear";
-    case DT_KL_EINSUM: return "einsum";
-    default: return "matmul";
+    case DT_KL_MM:
+        return "mm";
+    case DT_KL_BMM:
+        return "bmm";
+    case DT_KL_OUTER:
+        return "outer";
+    case DT_KL_LINEAR:
+        return "linear";
+    case DT_KL_EINSUM:
+        return "einsum";
+    default:
+        return "matmul";
     }
 }
 
 static const char *kind_accepts(int kind) {
     switch (kind) {
     case DT_KL_MM:
-        return "(R,R)->R, (S(0),R)->S(0), (R,S(1))->S(1), (S(1),S(0))->P, (S(1),R)->P, (R,S(0))->P, (P,R)->P, "
+        return "(R,R)->R, (S(0),R)->S(0), (R,S(1))->S(1), (S(1),S(0))->P, (S(1),R)->P, (R,S(0))->P, "
+               "(P,R)->P, "
                "(R,P)->P";
     case DT_KL_BMM:
         return "(R,R)->R, (S(0),R)->S(0), (R,S(0))->S(0), (S(0),S(0))->S(0), (S(1),R)->S(1), (R,S(2))->S(2), "
@@ -65,10 +72,12 @@ static const char *kind_accepts(int kind) {
         return "(R,R)->R, (S(batch d),R)->S(d), (R,S(0))->S(-1), (S(-1),S(1))->P, (S(-1),R)->P, (R,S(1))->P, "
                "(P,R)->P, (R,P)->P; bias: R, the output's Shard, or P where the output is P";
     case DT_KL_EINSUM:
-        return "(R,R)->R; a Shard of an index the output keeps -> Shard of that output dim (with R or the same "
+        return "(R,R)->R; a Shard of an index the output keeps -> Shard of that output dim (with R or the "
+               "same "
                "Shard); a Shard of a summed index on one or both -> P; (P,R)->P, (R,P)->P; one operand: P->P";
     default:
-        return "(R,R)->R, (S(batch),R)->S(batch), (S(batch),S(batch))->S(batch), (S(M),R)->S(M), (R,S(N))->S(N), "
+        return "(R,R)->R, (S(batch),R)->S(batch), (S(batch),S(batch))->S(batch), (S(M),R)->S(M), "
+               "(R,S(N))->S(N), "
                "(S(K),S(K))->P, (S(K),R)->P, (R,S(K))->P, (P,R)->P, (R,P)->P";
     }
 }
@@ -94,19 +103,22 @@ static void shape_str(char *buf, size_t n, const dt__meta *m) {
 static dt_status matmul_plan(const char *name, const dt__meta *a, const dt__meta *b, dt__lplan *p) {
     int na = a->ndim, nb = b->ndim;
     if (na == 0 || nb == 0)
-        return dt__error(DT_EOP, "%s: both arguments to matmul need to be at least 1D, but they are %dD and %dD", name,
-                         na, nb);
+        return dt__error(DT_EOP,
+                         "%s: both arguments to matmul need to be at least 1D, but they are %dD and %dD",
+                         name, na, nb);
     int64_t ka = a->shape[na - 1], kb = nb == 1 ? b->shape[0] : b->shape[nb - 2];
     if (ka != kb) {
         if (na == 1 && nb == 1)
-            return dt__error(DT_ESHAPE,
-                             "%s: inconsistent tensor size, expected tensor [%lld] and src [%lld] to have the same "
-                             "number of elements, but got %lld and %lld elements respectively",
-                             name, (long long)ka, (long long)kb, (long long)ka, (long long)kb);
+            return dt__error(
+                DT_ESHAPE,
+                "%s: inconsistent tensor size, expected tensor [%lld] and src [%lld] to have the same "
+                "number of elements, but got %lld and %lld elements respectively",
+                name, (long long)ka, (long long)kb, (long long)ka, (long long)kb);
         char sa[128], sb[128];
         shape_str(sa, sizeof sa, a);
         shape_str(sb, sizeof sb, b);
-        return dt__error(DT_ESHAPE, "%s: mat1 and mat2 shapes cannot be multiplied (%s and %s)", name, sa, sb);
+        return dt__error(DT_ESHAPE, "%s: mat1 and mat2 shapes cannot be multiplied (%s and %s)", name, sa,
+                         sb);
     }
     memset(p, 0, sizeof *p);
     p->nops = 2;
@@ -168,13 +180,15 @@ static dt_status linear_plan(const dt__meta *x, const dt__meta *w, dt__lplan *p)
     if (x->ndim == 0)
         return dt__error(DT_EOP, "linear: input must be at least 1-D, got a 0-d tensor");
     if (w->ndim == 0 || w->ndim > 2)
-        return dt__error(DT_EOP, "linear: weight must be 1-D or 2-D (t() expects a tensor with <= 2 dimensions), "
-                                 "but it is %dD",
+        return dt__error(DT_EOP,
+                         "linear: weight must be 1-D or 2-D (t() expects a tensor with <= 2 dimensions), "
+                         "but it is %dD",
                          w->ndim);
     int64_t k = x->shape[x->ndim - 1];
     if (w->shape[w->ndim - 1] != k) {
         int64_t rows = k ? dt__numel(x->ndim, x->shape) / k : 0;
-        return dt__error(DT_ESHAPE, "linear: mat1 and mat2 shapes cannot be multiplied (%lldx%lld and %lldx%lld)",
+        return dt__error(DT_ESHAPE,
+                         "linear: mat1 and mat2 shapes cannot be multiplied (%lldx%lld and %lldx%lld)",
                          (long long)rows, (long long)k, (long long)w->shape[w->ndim - 1],
                          (long long)(w->ndim == 2 ? w->shape[0] : 1));
     }
@@ -203,10 +217,16 @@ static dt_status linear_plan(const dt__meta *x, const dt__meta *w, dt__lplan *p)
 static dt_status build_plan(int kind, const dt__meta *const *ms, int nops, const char *text, dt__lplan *p) {
     dt_status st;
     switch (kind) {
-    case DT_KL_OUTER: st = outer_plan(ms[0], ms[1], p); break;
-    case DT_KL_LINEAR: st = linear_plan(ms[0], ms[1], p); break;
-    case DT_KL_EINSUM: return dt__einsum_plan(text, nops, ms, p);
-    default: st = matmul_plan(kind_name(kind), ms[0], ms[1], p);
+    case DT_KL_OUTER:
+        st = outer_plan(ms[0], ms[1], p);
+        break;
+    case DT_KL_LINEAR:
+        st = linear_plan(ms[0], ms[1], p);
+        break;
+    case DT_KL_EINSUM:
+        return dt__einsum_plan(text, nops, ms, p);
+    default:
+        st = matmul_plan(kind_name(kind), ms[0], ms[1], p);
     }
     if (st != DT_OK)
         return st;
@@ -279,8 +299,8 @@ static void label_range(const dt__lplan *p, const dt_mesh *mesh, const int64_t *
 }
 
 /* The region of operand j that the device needs. */
-static void operand_region(const dt__lplan *p, int j, const dt_mesh *mesh, const int64_t *coord, const int64_t *os,
-                           const int64_t *ol, int64_t *s, int64_t *len) {
+static void operand_region(const dt__lplan *p, int j, const dt_mesh *mesh, const int64_t *coord,
+                           const int64_t *os, const int64_t *ol, int64_t *s, int64_t *len) {
     const dt__meta *m = p->in[j];
     for (int d = 0; d < m->ndim; d++) {
         int l = p->lab[j][d];
@@ -303,8 +323,8 @@ static int within(const dt__meta *m, const int64_t *coord, const int64_t *s, con
 }
 
 /* The region of an elementwise addend (the bias) for an output region. */
-static void addend_region(const dt__meta *b, const dt__meta *out, const int64_t *os, const int64_t *ol, int64_t *s,
-                          int64_t *len) {
+static void addend_region(const dt__meta *b, const dt__meta *out, const int64_t *os, const int64_t *ol,
+                          int64_t *s, int64_t *len) {
     int off = out->ndim - b->ndim;
     for (int d = 0; d < b->ndim; d++) {
         if (b->shape[d] == 1) {
@@ -400,8 +420,8 @@ static dt_tensor *contract(int kind, dt_tensor *const *ts, int nops, dt_tensor *
     if (bm) {
         /* The bias broadcasts to the output like an addend. */
         if (bm->ndim > out.ndim) {
-            dt__error(DT_ESHAPE, "linear: bias of %d dims does not broadcast to the output of %d dims", bm->ndim,
-                      out.ndim);
+            dt__error(DT_ESHAPE, "linear: bias of %d dims does not broadcast to the output of %d dims",
+                      bm->ndim, out.ndim);
             return NULL;
         }
         for (int d = 0; d < bm->ndim; d++) {
@@ -453,8 +473,9 @@ static dt_tensor *contract(int kind, dt_tensor *const *ts, int nops, dt_tensor *
             for (int md2 = 0; md2 < mesh->ndim; md2++)
                 fix[md2] = ms[bad]->pl[md2].kind == S_ ? (dt_placement){R_, 0} : ms[bad]->pl[md2];
             dt__placement_error(name, ms, nin, 0, kind_accepts(kind), bad, fix);
-            dt__error_append(" (the shards of several mesh dims do not line up on one index: each tensor must "
-                             "shard it on the same leading mesh dims)");
+            dt__error_append(
+                " (the shards of several mesh dims do not line up on one index: each tensor must "
+                "shard it on the same leading mesh dims)");
             return NULL;
         }
     }
@@ -502,11 +523,12 @@ static dt_tensor *binary_product(int kind, dt_tensor *a, dt_tensor *b) {
             return NULL;
         }
         if (mb->shape[0] != ma->shape[0] || mb->shape[1] != ma->shape[2]) {
-            dt__error(DT_ESHAPE,
-                      "bmm: Expected size for first two dimensions of batch2 tensor to be: [%lld, %lld] but got: "
-                      "[%lld, %lld].",
-                      (long long)ma->shape[0], (long long)ma->shape[2], (long long)mb->shape[0],
-                      (long long)mb->shape[1]);
+            dt__error(
+                DT_ESHAPE,
+                "bmm: Expected size for first two dimensions of batch2 tensor to be: [%lld, %lld] but got: "
+                "[%lld, %lld].",
+                (long long)ma->shape[0], (long long)ma->shape[2], (long long)mb->shape[0],
+                (long long)mb->shape[1]);
             return NULL;
         }
     }
@@ -613,16 +635,21 @@ const dt_op_doc dt__docs_linalg[] = {
      "(R,R)->R, (S(batch),R)->S(batch)*, (S(batch),S(batch))->S(batch), (S(M),R)->S(M), (R,S(N))->S(N), "
      "(S(K),S(K))->P, (S(K),R)->P*, (R,S(K))->P*, (P,R)->P, (R,P)->P",
      0},
-    {"mm", "linalg", "(R,R)->R, (S(0),R)->S(0), (R,S(1))->S(1), (S(1),S(0))->P, (S(1),R)->P*, (R,S(0))->P*, (P,R)->P, (R,P)->P",
+    {"mm", "linalg",
+     "(R,R)->R, (S(0),R)->S(0), (R,S(1))->S(1), (S(1),S(0))->P, (S(1),R)->P*, (R,S(0))->P*, (P,R)->P, "
+     "(R,P)->P",
      0},
     {"bmm", "linalg",
-     "(R,R)->R, (S(0),R)->S(0)*, (R,S(0))->S(0)*, (S(0),S(0))->S(0), (S(1),R)->S(1), (R,S(2))->S(2), (S(2),S(1))->P, "
+     "(R,R)->R, (S(0),R)->S(0)*, (R,S(0))->S(0)*, (S(0),S(0))->S(0), (S(1),R)->S(1), (R,S(2))->S(2), "
+     "(S(2),S(1))->P, "
      "(S(2),R)->P*, (R,S(1))->P*, (P,R)->P, (R,P)->P",
      0},
     {"outer", "linalg", "(R,R)->R, (S(0),R)->S(0), (R,S(0))->S(1), (P,R)->P, (R,P)->P", 0},
     {"linear", "linalg",
-     "(x,weight): (R,R)->R, (S(batch),R)->S(batch), (R,S(0))->S(-1), (S(-1),S(1))->P, (S(-1),R)->P*, (R,S(1))->P*, "
-     "(P,R)->P, (R,P)->P; bias: R* (added on the first coordinate where the output is P), the output's Shard, or P "
+     "(x,weight): (R,R)->R, (S(batch),R)->S(batch), (R,S(0))->S(-1), (S(-1),S(1))->P, (S(-1),R)->P*, "
+     "(R,S(1))->P*, "
+     "(P,R)->P, (R,P)->P; bias: R* (added on the first coordinate where the output is P), the output's "
+     "Shard, or P "
      "where the output is P",
      0},
     {"einsum", "linalg",

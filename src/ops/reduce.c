@@ -36,8 +36,7 @@ static const char *const reduce_names[DT_REDUCE_COUNT] = {
     "sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "any", "all",
 };
 
-static const char *const reduce_accepts_linear =
-    "R->R, S(kept d)->S(d'), S(reduced d)->P, P->P";
+static const char *const reduce_accepts_linear = "R->R, S(kept d)->S(d'), S(reduced d)->P, P->P";
 static const char *const reduce_accepts_gather =
     "R->R, S(kept d)->S(d'), S(reduced d)->R (gathered by the op); Partial is not accepted";
 
@@ -59,8 +58,8 @@ static const char *torch_type_name(dt_dtype d) {
 
 /* Validates the op's arguments and fills the output meta. *mask gets the
  * reduced dims, *nodim whether it is torch's no-dim form. */
-static dt_status infer(int op, int mode, const dt__meta *m, int ndims, const int64_t *dims, int keepdim, int dtype,
-                       dt__meta *out, uint64_t *mask, int *nodim) {
+static dt_status infer(int op, int mode, const dt__meta *m, int ndims, const int64_t *dims, int keepdim,
+                       int dtype, dt__meta *out, uint64_t *mask, int *nodim) {
     const char *name = reduce_names[op];
     int nd = ndims < 0 || (ndims == 0 && !one_dim_only(op));
     *mask = 0;
@@ -83,9 +82,10 @@ static dt_status infer(int op, int mode, const dt__meta *m, int ndims, const int
         for (int i = 0; i < ndims; i++) {
             int64_t d = dims[i];
             if (d < -rank || d >= rank)
-                return dt__error(DT_EINDEX,
-                                 "%s(): Dimension out of range (expected to be in range of [%d, %d], but got %lld)",
-                                 name, -rank, rank - 1, (long long)d);
+                return dt__error(
+                    DT_EINDEX,
+                    "%s(): Dimension out of range (expected to be in range of [%d, %d], but got %lld)", name,
+                    -rank, rank - 1, (long long)d);
             if (d < 0)
                 d += rank;
             if (*mask & (1ull << d))
@@ -96,15 +96,15 @@ static dt_status infer(int op, int mode, const dt__meta *m, int ndims, const int
     }
     /* Ops without an identity refuse empty reductions, as torch does. */
     if (needs_elements(op)) {
-        if (nd && dt__numel(m->ndim, m->shape) == 0 && op != DT_REDUCE_AMAX && op != DT_REDUCE_AMIN)
-            return dt__error(op == DT_REDUCE_MAX || op == DT_REDUCE_MIN ? DT_EOP : DT_EINDEX,
+        /* torch: IndexError for argmax/argmin, RuntimeError for the others. */
+        if (nd && dt__numel(m->ndim, m->shape) == 0)
+            return dt__error(is_arg(op) ? DT_EINDEX : DT_EOP,
                              "%s(): Expected reduction dim to be specified for input.numel() == 0.%s", name,
-                             op == DT_REDUCE_MAX || op == DT_REDUCE_MIN
-                                 ? " Specify the reduction dim with the 'dim' argument."
-                                 : "");
+                             is_arg(op) ? "" : " Specify the reduction dim with the 'dim' argument.");
         for (int d = 0; d < m->ndim; d++)
             if ((*mask & (1ull << d)) && m->shape[d] == 0)
-                return dt__error(DT_EINDEX, "%s(): Expected reduction dim %d to have non-zero size.", name, d);
+                return dt__error(DT_EINDEX, "%s(): Expected reduction dim %d to have non-zero size.", name,
+                                 d);
     }
     /* Result dtype. */
     if (dtype >= DT_DTYPE_COUNT || dtype < -1)
@@ -119,15 +119,17 @@ static dt_status infer(int op, int mode, const dt__meta *m, int ndims, const int
         break;
     case DT_REDUCE_MEAN:
         if (dtype >= 0 && !dt_dtype_is_floating((dt_dtype)dtype))
-            return dt__error(DT_EOP,
-                             "mean(): could not infer output dtype. Optional dtype must be either a floating point "
-                             "or complex dtype. Got: %s",
-                             torch_type_name((dt_dtype)dtype));
+            return dt__error(
+                DT_EOP,
+                "mean(): could not infer output dtype. Optional dtype must be either a floating point "
+                "or complex dtype. Got: %s",
+                torch_type_name((dt_dtype)dtype));
         if (dtype < 0 && !dt_dtype_is_floating(m->dtype))
-            return dt__error(DT_EOP,
-                             "mean(): could not infer output dtype. Input dtype must be either a floating point or "
-                             "complex dtype. Got: %s",
-                             torch_type_name(m->dtype));
+            return dt__error(
+                DT_EOP,
+                "mean(): could not infer output dtype. Input dtype must be either a floating point or "
+                "complex dtype. Got: %s",
+                torch_type_name(m->dtype));
         od = dtype >= 0 ? (dt_dtype)dtype : m->dtype;
         break;
     case DT_REDUCE_ARGMAX:
@@ -167,8 +169,8 @@ static dt_status infer(int op, int mode, const dt__meta *m, int ndims, const int
             memcpy(fix, m->pl, sizeof fix);
             fix[md] = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
             const dt__meta *ins[1] = {m};
-            dt__placement_error(name, ins, 1, md, is_linear(op) ? reduce_accepts_linear : reduce_accepts_gather, 0,
-                                fix);
+            dt__placement_error(name, ins, 1, md,
+                                is_linear(op) ? reduce_accepts_linear : reduce_accepts_gather, 0, fix);
             if (is_linear(op))
                 dt__error_append(" (a Partial float cannot be reduced into an integer dtype piece by piece)");
             return DT_EPLACEMENT;
@@ -185,7 +187,8 @@ static dt_status infer(int op, int mode, const dt__meta *m, int ndims, const int
     return DT_OK;
 }
 
-static dt_tensor *submit(int op, int mode, dt_tensor *a, const dt__meta *out, uint64_t mask, int nodim, int keepdim) {
+static dt_tensor *submit(int op, int mode, dt_tensor *a, const dt__meta *out, uint64_t mask, int nodim,
+                         int keepdim) {
     dt_tensor *t = dt__tensor_new(a->graph, out);
     if (!t)
         return NULL;
@@ -201,7 +204,8 @@ static dt_tensor *submit(int op, int mode, dt_tensor *a, const dt__meta *out, ui
     return dt__client_submit(t, n);
 }
 
-static dt_tensor *reduce_op(int op, int mode, dt_tensor *a, int ndims, const int64_t *dims, int keepdim, int dtype) {
+static dt_tensor *reduce_op(int op, int mode, dt_tensor *a, int ndims, const int64_t *dims, int keepdim,
+                            int dtype) {
     dt_clear_error();
     if ((unsigned)op >= DT_REDUCE_COUNT) {
         dt__error(DT_EINVAL, "reduce: unknown op %d", op);
@@ -265,8 +269,8 @@ dt_status dt_reduce_with_indices(dt_reduce_op op, dt_tensor *a, int64_t dim, int
  * replaced by the gathered blobs; the old references move into the kernels.
  * Every collective is queued on all of its ranks before the next one, which
  * keeps the streams' orders consistent (collective.c). */
-static void allgather(dt__lower *L, const dt_mesh *mesh, int md, int dim, int ndim, dt_dtype dtype, dt__blob **blobs,
-                      const char *opname) {
+static void allgather(dt__lower *L, const dt_mesh *mesh, int md, int dim, int ndim, dt_dtype dtype,
+                      dt__blob **blobs, const char *opname) {
     int64_t size = mesh->shape[md], stride = mesh->strides[md];
     int64_t coord[DT_MAX_MESH_NDIM];
     for (int64_t base = 0; base < mesh->ndev; base++) {
@@ -327,7 +331,8 @@ static void lower_local(dt__lower *L, dt__node *n, int op, int mode, int sharded
             k->n_in = 1;
             k->in[0] = x;
             k->attr.dims_mask = (flags & DT_KF_ALL) && !(flags & DT_KF_KEEPDIM) ? 0 : mask;
-            k->attr.flags = (flags & DT_KF_KEEPDIM) | ((flags & DT_KF_ALL) && !(flags & DT_KF_KEEPDIM) ? DT_KF_ALL : 0);
+            k->attr.flags =
+                (flags & DT_KF_KEEPDIM) | ((flags & DT_KF_ALL) && !(flags & DT_KF_KEEPDIM) ? DT_KF_ALL : 0);
             if (m->ndim == 0)
                 k->attr.flags = DT_KF_ALL; /* a 0-d sum with or without dim is the value itself */
             k->attr.dtype = o->meta.dtype;
@@ -354,7 +359,7 @@ static void lower_gathered(dt__lower *L, dt__node *n, int op, int mode, uint32_t
     int arg = is_arg(op) || mode == DT_KR_INDICES;
     int best = op == DT_REDUCE_ARGMAX || op == DT_REDUCE_MAX ? DT_REDUCE_ARGMAX : DT_REDUCE_ARGMIN;
     /* max/min values over gathered pieces are amax/amin of them. */
-    int vop = arg ? (best == DT_REDUCE_ARGMAX ? DT_REDUCE_AMAX : DT_REDUCE_AMIN)
+    int vop = arg                   ? (best == DT_REDUCE_ARGMAX ? DT_REDUCE_AMAX : DT_REDUCE_AMIN)
               : op == DT_REDUCE_MAX ? DT_REDUCE_AMAX
               : op == DT_REDUCE_MIN ? DT_REDUCE_AMIN
                                     : op;
@@ -387,7 +392,8 @@ static void lower_gathered(dt__lower *L, dt__node *n, int op, int mode, uint32_t
                 k->attr.scalar = dt_scalar_int(0);
                 k->opname = reduce_names[op];
             } else if (!which) {
-                k = reduce_kernel(L, vop, DT_KR_PLAIN, dt__blob_retain(in->blobs[i]), vdt, mask, DT_KF_KEEPDIM);
+                k = reduce_kernel(L, vop, DT_KR_PLAIN, dt__blob_retain(in->blobs[i]), vdt, mask,
+                                  DT_KF_KEEPDIM);
             } else {
                 /* Global indices; the no-dim form gives the flat index. */
                 k = reduce_kernel(L, best, DT_KR_GLOBAL_INDEX, dt__blob_retain(in->blobs[i]), DT_INT64, mask,

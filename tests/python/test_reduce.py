@@ -240,6 +240,8 @@ class TestOneDevice(ReduceTestCase):
             (IndexError, lambda: e.max(0)),
             (IndexError, lambda: e.argmax()),
             (RuntimeError, lambda: e.max()),
+            (RuntimeError, lambda: e.amax()),
+            (IndexError, lambda: e.amin((0, 1))),
             (TypeError, lambda: x.prod((0, 1))),
             (TypeError, lambda: x.prod(keepdim=True)),
             (TypeError, lambda: x.max(keepdim=True)),
