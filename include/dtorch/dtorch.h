@@ -295,19 +295,92 @@ DT_API dt_tensor *dt_binary(dt_binary_op op, dt_tensor *a, dt_tensor *b);
 DT_API dt_tensor *dt_binary_scalar(dt_binary_op op, dt_tensor *a, dt_scalar s, int scalar_first);
 /* -a; keeps every placement. */
 DT_API dt_tensor *dt_neg(dt_tensor *a);
-/* 2-D a[M,K] @ b[K,N]. Per mesh dim: (R,R)->R, (S0,R)->S0, (R,S1)->S1,
- * (S1,S0)->P, (S1,R)->P, (R,S0)->P, (P,R)->P, (R,P)->P. */
+/* torch.matmul for every rank (see "linear algebra" below). */
 DT_API dt_tensor *dt_matmul(dt_tensor *a, dt_tensor *b);
-/* Sum over `dims` (`ndims` entries, negative allowed; ndims < 0 means all
- * dims, and so does ndims == 0). Booleans and integers sum to int64. A reduced Shard becomes Partial;
- * Partial stays Partial. */
+/* dt_reduce(DT_REDUCE_SUM, a, ndims, dims, keepdim, -1) (see "reductions"). */
 DT_API dt_tensor *dt_sum(dt_tensor *a, int ndims, const int64_t *dims, int keepdim);
 /* Moves `a` to `placements` on `mesh` (NULL = a's mesh). Per mesh dim:
  * S->R all-gather, P->R all-reduce, P->S reduce-scatter, S(i)->S(j)
  * all-to-all, R->S local slice, R->P keep on the first coordinate, S->P via R;
- * nested shards (several mesh dims on one tensor dim) included. Moves to
- * another mesh are not supported yet (DT_EUNSUPPORTED). */
+ * nested shards (several mesh dims on one tensor dim) included. With another
+ * mesh of the same device type (pipeline stages), Partial sums finish on the
+ * source mesh, then each destination device assembles its region from the
+ * overlapping source pieces (point-to-point copies). */
 DT_API dt_tensor *dt_redistribute(dt_tensor *a, dt_mesh *mesh, const dt_placement *placements);
+
+/* ------------------------------------------------------------ reductions */
+/* torch's reductions. Every op takes `dims` (`ndims` entries, negative values
+ * count from the end; ndims < 0 means "no dim": torch's x.op() form) and
+ * `keepdim`. Placements per mesh dim: R->R; a Shard of a kept dim stays a
+ * Shard (renumbered when dims are dropped); Partial only for SUM and MEAN
+ * (P->P; not when the sum casts floats to an integer dtype). A Shard of a
+ * reduced dim becomes Partial for SUM and MEAN (MEAN divides each local sum
+ * by the global count, so the Partial pieces add up to the mean); every
+ * other op redistributes by itself there: it reduces locally, all-gathers
+ * the per-device results along that mesh dim and reduces them again, giving
+ * Replicate on that mesh dim (ARGMAX/ARGMIN carry global indices and pick the
+ * smallest index among equal best values, as torch does). */
+typedef enum dt_reduce_op {
+    DT_REDUCE_SUM = 0, /* bool/integers sum to int64 */
+    DT_REDUCE_MEAN,    /* floating only (or with a floating `dtype`) */
+    DT_REDUCE_PROD,    /* one dim or none; bool/integers to int64 */
+    DT_REDUCE_AMAX,    /* any dims */
+    DT_REDUCE_AMIN,
+    DT_REDUCE_MAX,     /* no dim: the 0-d max; one dim: the values of max(dim) */
+    DT_REDUCE_MIN,
+    DT_REDUCE_ARGMAX,  /* one dim or none (flattened index); int64 */
+    DT_REDUCE_ARGMIN,
+    DT_REDUCE_ANY,     /* any dims; bool (uint8 for uint8 input, as torch) */
+    DT_REDUCE_ALL,
+    DT_REDUCE_COUNT
+} dt_reduce_op;
+
+/* The reduction `op` of `a`. ndims == 0 also means every dim for the ops
+ * that take several dims (torch's empty dim list). `dtype` is the result
+ * dtype for SUM, MEAN and PROD (torch's dtype= argument) or -1 for torch's
+ * default; it must be -1 for the other ops. Errors as torch raises them: a dim
+ * out of range is DT_EINDEX, an empty reduced dim for AMAX..ARGMIN is
+ * DT_EINDEX, an integer MEAN is DT_EOP. Returns a new reference or NULL. */
+DT_API dt_tensor *dt_reduce(dt_reduce_op op, dt_tensor *a, int ndims, const int64_t *dims, int keepdim,
+                            int dtype);
+/* torch.max(a, dim, keepdim) / torch.min(...) (op DT_REDUCE_MAX or
+ * DT_REDUCE_MIN): *values gets the values and *indices the int64 indices of
+ * the first best element, both new references (both NULL on failure).
+ * Placements as dt_reduce. */
+DT_API dt_status dt_reduce_with_indices(dt_reduce_op op, dt_tensor *a, int64_t dim, int keepdim,
+                                        dt_tensor **values, dt_tensor **indices);
+
+/* -------------------------------------------------------- linear algebra */
+/* Matrix products. Placements are matched per mesh dim through the index
+ * each tensor dim carries (M, K, N, a batch dim, an einsum letter): both
+ * Replicate -> R; a Shard of an index the output keeps -> Shard of that
+ * output dim (the other operand is Replicate, sliced locally, or shards the
+ * same index); a Shard of a contracted index (K) on one or both operands ->
+ * Partial; Partial with Replicate -> Partial. Sharding a size-1 dim that
+ * broadcasts, and nested shards that do not line up, are PlacementErrors.
+ *
+ * dt_matmul (declared above): torch.matmul for every rank: 1-D.1-D dot,
+ * 2-D @ 1-D, 1-D @ 2-D, N-D @ N-D with broadcast batch dims. For 2-D:
+ * (R,R)->R, (S0,R)->S0, (R,S1)->S1, (S1,S0)->P, (S1,R)->P, (R,S0)->P,
+ * (P,R)->P, (R,P)->P; batch-dim shards propagate. Same dtypes, not bool. */
+/* torch.mm: 2-D only. */
+DT_API dt_tensor *dt_mm(dt_tensor *a, dt_tensor *b);
+/* torch.bmm: a[B,M,K] @ b[B,K,N]; batch shards propagate. */
+DT_API dt_tensor *dt_bmm(dt_tensor *a, dt_tensor *b);
+/* torch.outer: a[n] x b[m] -> [n,m] (type promotion as torch). (S0,R)->S0,
+ * (R,S0)->S1, (P,R)->P, (R,P)->P. */
+DT_API dt_tensor *dt_outer(dt_tensor *a, dt_tensor *b);
+/* torch.nn.functional.linear: x[..., in] @ weight[out, in].T (+ bias), weight
+ * 2-D or 1-D, bias NULL or broadcastable to the output. Column parallel:
+ * (S(batch)/R x, S(0) weight) -> S(-1); row parallel: (S(-1), S(1)) -> P.
+ * The bias follows the output: Replicate (sliced to the local output region)
+ * or the output's Shard; on a mesh dim where the output is Partial a
+ * Replicate bias is added on that dim's first coordinate only and a Partial
+ * bias is added everywhere. */
+DT_API dt_tensor *dt_linear(dt_tensor *x, dt_tensor *weight, dt_tensor *bias);
+/* torch.einsum(equation, operands...) for one or two operands (letters
+ * a-zA-Z, "...", implicit or explicit output). The equation is copied. */
+DT_API dt_tensor *dt_einsum(const char *equation, int n, dt_tensor *const *operands);
 
 /* ------------------------------------------------------------ memory stats */
 

@@ -187,4 +187,11 @@ PyObject *dtpy_read_value(dtpy_state *st, dt_future *f, dt_dtype dtype, int ndim
  * reference; cached on the object). */
 PyObject *dtpy_future_value(dtpy_state *st, dtpy_future *fu);
 
+/* ------------------------------------------------ operator families */
+
+/* Each family's file (ops_<family>.c) adds its _C functions and constants to
+ * the module during module_exec. 0 or -1 with an exception set. */
+int dtpy_add_reduce_methods(PyObject *module);
+int dtpy_add_linalg_methods(PyObject *module);
+
 #endif /* DTORCH_PY_H */

@@ -516,7 +516,7 @@ static PyMethodDef tensor_methods[] = {
     {"mul", tensor_mul, METH_O, "mul(other) -> Tensor: self * other."},
     {"div", tensor_div, METH_O, "div(other) -> Tensor: self / other (true division)."},
     {"neg", tensor_neg, METH_NOARGS, "neg() -> Tensor: -self."},
-    {"matmul", tensor_matmul, METH_O, "matmul(other) -> Tensor: self @ other (2-D)."},
+    {"matmul", tensor_matmul, METH_O, "matmul(other) -> Tensor: self @ other (torch.matmul, every rank)."},
     {"sum", (PyCFunction)(void (*)(void))tensor_sum, METH_VARARGS | METH_KEYWORDS,
      "sum(dim=None, keepdim=False) -> Tensor"},
     {"_redistribute", (PyCFunction)(void (*)(void))tensor_redistribute, METH_FASTCALL,

@@ -47,6 +47,9 @@ from ._factories import (
     zeros_like,
 )
 from ._ops import add, div, divide, matmul, mm, mul, multiply, neg, negative, sub, subtract, sum, true_divide
+from ._ops_reduce import *  # noqa: F401,F403  (reductions family; overrides _ops.sum)
+from ._ops_linalg import *  # noqa: F401,F403  (linear algebra family; overrides _ops.matmul/mm)
+from . import nn  # noqa: E402
 
 # Tell the C layer which classes to hand out, and where the package lives so
 # that call sites recorded for error messages skip dtorch's own frames.
@@ -73,3 +76,4 @@ __all__ = [
     "add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide", "neg", "negative",
     "matmul", "mm", "sum",
 ]
+__all__ += _ops_reduce.__all__ + _ops_linalg.__all__  # noqa: F405

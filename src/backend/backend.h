@@ -50,7 +50,8 @@ typedef enum dt__kop {
     DT_K_BINARY_SCALAR,
     /* out = -in[0] */
     DT_K_NEG,
-    /* out = in[0] @ in[1] (2-D). */
+    /* out = in[0] @ in[1] with torch.matmul's semantics (any ranks >= 1,
+     * batch broadcasting; the ref backend does 2-D only). */
     DT_K_MATMUL,
     /* out = sum of in[0] over the dims whose bit is set in `dims_mask`,
      * keeping them when flags & DT_KF_KEEPDIM; result dtype `dtype`. A zero mask
@@ -64,6 +65,31 @@ typedef enum dt__kop {
     DT_K_SUM_N,
     /* out = zeros shaped and typed like in[0]. */
     DT_K_ZEROS_LIKE,
+    /* ---- reductions family (src/ops/reduce.c, torch_reduce.cpp) ---- */
+    /* out = reduction (sub & 0xff, a dt_reduce_op) of in[0] over the dims set
+     * in `dims_mask`, keeping them when flags & DT_KF_KEEPDIM; with
+     * flags & DT_KF_ALL, torch's no-dim form (x.max(), x.argmax(), ...) giving
+     * a 0-d tensor. A 0-d in[0] takes dims_mask bit 0 as "dim 0". Result dtype
+     * `dtype`. sub >> 8 is a DT_KR_* mode:
+     *  PLAIN: the torch op (MAX/MIN with one dim: the values of max(dim);
+     *    ANY/ALL over several dims: one dim after the other);
+     *  INDICES: MAX/MIN with one dim: the indices of max(dim)/min(dim);
+     *  GLOBAL_INDEX: ARGMAX/ARGMIN (keepdim forced): the local arg index
+     *    turned into a global one: in[0] is the region at `start` (ndim
+     *    dims) of a global tensor of `gshape`; with one dim, the index plus
+     *    start[dim]; with DT_KF_ALL, the flat index in the global tensor
+     *    (the result keeps every dim as size 1);
+     *  COMBINE: ARGMAX/ARGMIN: in[0] gathered candidate values, in[1] their
+     *    global indices (same shape): per reduced position, the smallest
+     *    index among the best values (NaN counts as best, as in torch);
+     *  SUM_DIV: MEAN: the local sum divided by f[0] (the global count), so
+     *    that Partial pieces add up to the global mean. */
+    DT_K_REDUCE,
+    /* ---- linear algebra family (src/ops/matmul.c, einsum.c, torch_linalg.cpp) ---- */
+    /* out = sub (a DT_KL_*) of in[0..n_in): MM at::mm, BMM at::bmm, OUTER
+     * at::outer, LINEAR at::linear(in[0], in[1], in[2] if n_in == 3),
+     * EINSUM at::einsum(`text`, in[0..n_in)). Result dtype `dtype`. */
+    DT_K_LINALG,
     DT_K_COUNT
 } dt__kop;
 
@@ -77,6 +103,11 @@ enum {
      * shape. Results must be bit-identical either way. */
     DT_KF_INPLACE = 1 << 3
 };
+
+/* DT_K_REDUCE modes (sub >> 8). */
+enum { DT_KR_PLAIN = 0, DT_KR_INDICES, DT_KR_GLOBAL_INDEX, DT_KR_COMBINE, DT_KR_SUM_DIV };
+/* DT_K_LINALG sub codes. */
+enum { DT_KL_MM = 0, DT_KL_BMM, DT_KL_OUTER, DT_KL_LINEAR, DT_KL_EINSUM };
 
 /* Attributes of one kernel. Only the fields the op documents are meaningful. */
 typedef struct dt__kattr {
@@ -93,6 +124,7 @@ typedef struct dt__kattr {
     int64_t gshape[DT_MAX_NDIM];
     dt_scalar scalar; /* FULL, BINARY_SCALAR */
     double f[3];      /* ARANGE start, end, step */
+    const char *text; /* LINALG EINSUM: the equation (interned, never freed) */
 } dt__kattr;
 
 typedef struct dt__backend {

@@ -148,6 +148,9 @@ typedef enum dt__op {
     DT_OP_MATMUL,
     DT_OP_SUM,
     DT_OP_REDISTRIBUTE,
+    /* reductions and linear algebra families */
+    DT_OP_REDUCE, /* sub = dt_reduce_op | DT_KR_* mode << 8 */
+    DT_OP_LINALG, /* sub = DT_KL_* (mm, bmm, outer, linear, einsum) */
     DT_OP_RELEASE, /* the client dropped a symbol */
     DT_OP_FETCH,   /* a value read */
     DT_OP_SYNC,    /* a graph-wide barrier */
@@ -165,13 +168,18 @@ typedef struct dt__nattr {
     double f[3];
     /* matmul: mesh dims whose combination shards K (partial sums). */
     uint32_t k_mesh_mask;
+    /* linalg einsum: the equation (interned, never freed). */
+    const char *text;
 } dt__nattr;
+
+/* Most inputs an op node or a kernel takes (linear: input, weight, bias). */
+#define DT_MAX_OP_INPUTS 3
 
 typedef struct dt__node {
     struct dt__node *next;
     int32_t op;
     int32_t n_in;
-    dt__tval *in[2];
+    dt__tval *in[DT_MAX_OP_INPUTS];
     dt__tval *out;
     dt__nattr a;
     const char *site_file; /* interned */
@@ -205,7 +213,7 @@ typedef struct dt__kernel {
     int16_t wait; /* some input comes from another stream: wait until ready */
     int32_t rank;
     int32_t site_line;
-    dt__blob *in[2];
+    dt__blob *in[DT_MAX_OP_INPUTS];
     dt__blob *out;
     const char *opname;
     const char *site_file;
@@ -384,6 +392,8 @@ void dt__lower_unary(dt__lower *L, dt__node *n);
 void dt__lower_matmul(dt__lower *L, dt__node *n);
 void dt__lower_sum(dt__lower *L, dt__node *n);
 void dt__lower_redistribute(dt__lower *L, dt__node *n);
+void dt__lower_reduce(dt__lower *L, dt__node *n);
+void dt__lower_linalg(dt__lower *L, dt__node *n);
 
 /* ------------------------------------------------------------ client */
 

@@ -1,69 +1,316 @@
 /*
- * matmul of 2-D tensors: a[M,K] @ b[K,N].
+ * Linear algebra: matmul (every torch rank, `@`), mm, bmm, outer,
+ * nn.functional.linear and einsum (equation parsing in einsum.c).
  *
- * Placements per mesh dim: (R,R)->R, (S0,R)->S0, (R,S1)->S1, and the
- * K-sharded forms that leave partial sums: (S1,S0)->P, (S1,R)->P and
- * (R,S0)->P (the Replicate side is sliced to the same K range locally);
- * Partial is linear: (P,R)->P, (R,P)->P.
+ * All of them are contractions, described by a label plan (linalg.h): each
+ * operand dim carries a label, the output keeps some labels and sums over the
+ * others. Placements are matched per mesh dim through the labels:
+ *   (R,R)->R;
+ *   a Shard of a label the output keeps -> Shard of that output dim, when the
+ *   other operand is Replicate (sliced locally to the same range) or shards
+ *   the same label (batch dims: (S(b),S(b))->S(b));
+ *   a Shard of a contracted label (K) on one or both operands -> Partial: each
+ *   device contracts its K range, the Replicate side sliced to it;
+ *   (P,R)->P and (R,P)->P (the product is linear in each operand), and a
+ *   single-operand einsum passes Partial through.
+ * Shards of different labels, Partial with anything but Replicate, and a Shard
+ * of a size-1 dim that broadcasts are PlacementErrors. On 2-D meshes every
+ * device's needed operand regions must lie in what it holds (nested shards
+ * must line up), else PlacementError.
  *
- * Threads: dt_matmul on client threads; dt__lower_matmul on the controller.
+ * linear's bias follows the output like an elementwise addend: Replicate
+ * (sliced to the device's output region) or the output's Shard; on a mesh dim
+ * where the output is Partial, a Replicate bias is added only on that dim's
+ * first coordinate and a Partial bias on every device (its pieces add up).
+ *
+ * Lowering: one kernel per device on the operand regions its output region
+ * needs: DT_K_MATMUL (at::matmul) for matmul, DT_K_LINALG for the others.
+ *
+ * Threads: dt_matmul, dt_mm, dt_bmm, dt_outer, dt_linear, dt_einsum run on
+ * client threads; dt__lower_matmul and dt__lower_linalg on the controller.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "core/core.h"
+#include "ops/linalg.h"
 #include "ops/ops.h"
-
-static const char *const matmul_accepts =
-    "(R,R)->R, (S(0),R)->S(0), (R,S(1))->S(1), (S(1),S(0))->P, (S(1),R)->P, (R,S(0))->P, (P,R)->P, (R,P)->P";
 
 #define R_ DT_PLACEMENT_REPLICATE
 #define S_ DT_PLACEMENT_SHARD
 #define P_ DT_PLACEMENT_PARTIAL
 
-/* Output placement for one mesh dim; *k_sharded says K is split there. */
-static int matmul_mesh_dim(dt_placement pa, dt_placement pb, dt_placement *res, int *k_sharded) {
-    int a = pa.kind == S_ ? S_ + pa.dim * 4 : pa.kind; /* R=0, P=2, S0=1, S1=5 */
-    int b = pb.kind == S_ ? S_ + pb.dim * 4 : pb.kind;
-    const int S0 = S_, S1 = S_ + 4;
-    *k_sharded = 0;
-    if (a == R_ && b == R_)
-        *res = (dt_placement){R_, 0};
-    else if (a == S0 && b == R_)
-        *res = (dt_placement){S_, 0};
-    else if (a == R_ && b == S1)
-        *res = (dt_placement){S_, 1};
-    else if ((a == S1 && b == S0) || (a == S1 && b == R_) || (a == R_ && b == S0)) {
-        *res = (dt_placement){P_, 0};
-        *k_sharded = 1;
-    } else if ((a == P_ && b == R_) || (a == R_ && b == P_))
-        *res = (dt_placement){P_, 0};
-    else
-        return -1;
-    return 0;
-}
-
-/* K range of the device at `coord`: K split by the K-sharded mesh dims in
- * mesh-dim order, like a nested shard. */
-static void k_range(const dt__meta *a, uint32_t kmask, const int64_t *coord, int64_t *ks, int64_t *kl) {
-    *ks = 0;
-    *kl = a->shape[1];
-    for (int md = 0; md < a->mesh->ndim; md++) {
-        if (!(kmask & (1u << md)))
-            continue;
-        int64_t s, l;
-        dt__chunk(*kl, a->mesh->shape[md], coord[md], &s, &l);
-        *ks += s;
-        *kl = l;
+static const char *kind_name(int kind) {
+    switch (kind) {
+    case DT_KL_MM:
+        return "mm";
+    case DT_KL_BMM:
+        return "bmm";
+    case DT_KL_OUTER:
+        return "outer";
+    case DT_KL_LINEAR:
+        return "linear";
+    case DT_KL_EINSUM:
+        return "einsum";
+    default:
+        return "matmul";
     }
 }
 
-static void needed(const dt__meta *a, const dt__meta *out, uint32_t kmask, const int64_t *coord, int64_t *as,
-                   int64_t *al, int64_t *bs, int64_t *bl) {
-    int64_t os[DT_MAX_NDIM], ol[DT_MAX_NDIM], ks, kl;
-    dt__local_region(out, coord, os, ol);
-    k_range(a, kmask, coord, &ks, &kl);
-    as[0] = os[0], al[0] = ol[0], as[1] = ks, al[1] = kl;
-    bs[0] = ks, bl[0] = kl, bs[1] = os[1], bl[1] = ol[1];
+static const char *kind_accepts(int kind) {
+    switch (kind) {
+    case DT_KL_MM:
+        return "(R,R)->R, (S(0),R)->S(0), (R,S(1))->S(1), (S(1),S(0))->P, (S(1),R)->P, (R,S(0))->P, "
+               "(P,R)->P, "
+               "(R,P)->P";
+    case DT_KL_BMM:
+        return "(R,R)->R, (S(0),R)->S(0), (R,S(0))->S(0), (S(0),S(0))->S(0), (S(1),R)->S(1), (R,S(2))->S(2), "
+               "(S(2),S(1))->P, (S(2),R)->P, (R,S(1))->P, (P,R)->P, (R,P)->P";
+    case DT_KL_OUTER:
+        return "(R,R)->R, (S(0),R)->S(0), (R,S(0))->S(1), (P,R)->P, (R,P)->P";
+    case DT_KL_LINEAR:
+        return "(R,R)->R, (S(batch d),R)->S(d), (R,S(0))->S(-1), (S(-1),S(1))->P, (S(-1),R)->P, (R,S(1))->P, "
+               "(P,R)->P, (R,P)->P; bias: R, the output's Shard, or P where the output is P";
+    case DT_KL_EINSUM:
+        return "(R,R)->R; a Shard of an index the output keeps -> Shard of that output dim (with R or the "
+               "same "
+               "Shard); a Shard of a summed index on one or both -> P; (P,R)->P, (R,P)->P; one operand: P->P";
+    default:
+        return "(R,R)->R, (S(batch),R)->S(batch), (S(batch),S(batch))->S(batch), (S(M),R)->S(M), "
+               "(R,S(N))->S(N), "
+               "(S(K),S(K))->P, (S(K),R)->P, (R,S(K))->P, (P,R)->P, (R,P)->P";
+    }
+}
+
+/* ------------------------------------------------------------ plans */
+
+static int new_label(dt__lplan *p, int64_t size) {
+    DT_ASSERT(p->nlab < DT_LINALG_MAX_LABELS);
+    p->lsize[p->nlab] = size;
+    p->opos[p->nlab] = -1;
+    p->split[p->nlab] = 0;
+    return p->nlab++;
+}
+
+static void shape_str(char *buf, size_t n, const dt__meta *m) {
+    size_t len = 0;
+    buf[0] = 0;
+    for (int d = 0; d < m->ndim && len < n; d++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%lld", d ? "x" : "", (long long)m->shape[d]);
+}
+
+/* torch.matmul's labels: batch dims broadcast from the right, then M, K / K, N. */
+static dt_status matmul_plan(const char *name, const dt__meta *a, const dt__meta *b, dt__lplan *p) {
+    int na = a->ndim, nb = b->ndim;
+    if (na == 0 || nb == 0)
+        return dt__error(DT_EOP,
+                         "%s: both arguments to matmul need to be at least 1D, but they are %dD and %dD",
+                         name, na, nb);
+    int64_t ka = a->shape[na - 1], kb = nb == 1 ? b->shape[0] : b->shape[nb - 2];
+    if (ka != kb) {
+        if (na == 1 && nb == 1)
+            return dt__error(
+                DT_ESHAPE,
+                "%s: inconsistent tensor size, expected tensor [%lld] and src [%lld] to have the same "
+                "number of elements, but got %lld and %lld elements respectively",
+                name, (long long)ka, (long long)kb, (long long)ka, (long long)kb);
+        char sa[128], sb[128];
+        shape_str(sa, sizeof sa, a);
+        shape_str(sb, sizeof sb, b);
+        return dt__error(DT_ESHAPE, "%s: mat1 and mat2 shapes cannot be multiplied (%s and %s)", name, sa,
+                         sb);
+    }
+    memset(p, 0, sizeof *p);
+    p->nops = 2;
+    p->in[0] = a;
+    p->in[1] = b;
+    int ba = na > 2 ? na - 2 : 0, bb = nb > 2 ? nb - 2 : 0, nbatch = ba > bb ? ba : bb;
+    for (int i = 0; i < nbatch; i++) {
+        int da = i - (nbatch - ba), db = i - (nbatch - bb);
+        int64_t sa = da >= 0 ? a->shape[da] : 1, sb = db >= 0 ? b->shape[db] : 1;
+        if (sa != sb && sa != 1 && sb != 1)
+            return dt__error(DT_ESHAPE,
+                             "%s: The size of tensor a (%lld) must match the size of tensor b (%lld) at "
+                             "non-singleton dimension %d",
+                             name, (long long)sa, (long long)sb, i);
+        int l = new_label(p, sa == 1 ? sb : sa);
+        if (da >= 0)
+            p->lab[0][da] = l;
+        if (db >= 0)
+            p->lab[1][db] = l;
+        p->olab[p->nout++] = l;
+    }
+    int k = new_label(p, ka);
+    if (na >= 2) {
+        int m = new_label(p, a->shape[na - 2]);
+        p->lab[0][na - 2] = m;
+        p->olab[p->nout++] = m;
+    }
+    p->lab[0][na - 1] = k;
+    if (nb >= 2) {
+        int n = new_label(p, b->shape[nb - 1]);
+        p->lab[1][nb - 2] = k;
+        p->lab[1][nb - 1] = n;
+        p->olab[p->nout++] = n;
+    } else {
+        p->lab[1][0] = k;
+    }
+    return DT_OK;
+}
+
+static dt_status outer_plan(const dt__meta *a, const dt__meta *b, dt__lplan *p) {
+    if (a->ndim != 1)
+        return dt__error(DT_EOP, "outer: Expected 1-D argument self, but got %d-D", a->ndim);
+    if (b->ndim != 1)
+        return dt__error(DT_EOP, "outer: Expected 1-D argument vec2, but got %d-D", b->ndim);
+    memset(p, 0, sizeof *p);
+    p->nops = 2;
+    p->in[0] = a;
+    p->in[1] = b;
+    p->lab[0][0] = new_label(p, a->shape[0]);
+    p->lab[1][0] = new_label(p, b->shape[0]);
+    p->olab[0] = 0;
+    p->olab[1] = 1;
+    p->nout = 2;
+    return DT_OK;
+}
+
+/* linear: x[..., K] with weight [N, K] (or [K]): out [..., N] (or [...]). */
+static dt_status linear_plan(const dt__meta *x, const dt__meta *w, dt__lplan *p) {
+    if (x->ndim == 0)
+        return dt__error(DT_EOP, "linear: input must be at least 1-D, got a 0-d tensor");
+    if (w->ndim == 0 || w->ndim > 2)
+        return dt__error(DT_EOP,
+                         "linear: weight must be 1-D or 2-D (t() expects a tensor with <= 2 dimensions), "
+                         "but it is %dD",
+                         w->ndim);
+    int64_t k = x->shape[x->ndim - 1];
+    if (w->shape[w->ndim - 1] != k) {
+        int64_t rows = k ? dt__numel(x->ndim, x->shape) / k : 0;
+        return dt__error(DT_ESHAPE,
+                         "linear: mat1 and mat2 shapes cannot be multiplied (%lldx%lld and %lldx%lld)",
+                         (long long)rows, (long long)k, (long long)w->shape[w->ndim - 1],
+                         (long long)(w->ndim == 2 ? w->shape[0] : 1));
+    }
+    memset(p, 0, sizeof *p);
+    p->nops = 2;
+    p->in[0] = x;
+    p->in[1] = w;
+    for (int d = 0; d < x->ndim - 1; d++) {
+        p->lab[0][d] = new_label(p, x->shape[d]);
+        p->olab[p->nout++] = p->lab[0][d];
+    }
+    int kl = new_label(p, k);
+    p->lab[0][x->ndim - 1] = kl;
+    if (w->ndim == 2) {
+        int n = new_label(p, w->shape[0]);
+        p->lab[1][0] = n;
+        p->lab[1][1] = kl;
+        p->olab[p->nout++] = n;
+    } else {
+        p->lab[1][0] = kl;
+    }
+    return DT_OK;
+}
+
+/* The plan of a node kind over its operands' metas. */
+static dt_status build_plan(int kind, const dt__meta *const *ms, int nops, const char *text, dt__lplan *p) {
+    dt_status st;
+    switch (kind) {
+    case DT_KL_OUTER:
+        st = outer_plan(ms[0], ms[1], p);
+        break;
+    case DT_KL_LINEAR:
+        st = linear_plan(ms[0], ms[1], p);
+        break;
+    case DT_KL_EINSUM:
+        return dt__einsum_plan(text, nops, ms, p);
+    default:
+        st = matmul_plan(kind_name(kind), ms[0], ms[1], p);
+    }
+    if (st != DT_OK)
+        return st;
+    for (int i = 0; i < p->nout; i++)
+        p->opos[p->olab[i]] = i;
+    return DT_OK;
+}
+
+/* ------------------------------------------------------- placements */
+
+/* Fills out->pl and p->split; returns the rejected mesh dim or -1. */
+static int place(dt__lplan *p, dt__meta *out) {
+    const dt_placement R = {R_, 0};
+    for (int l = 0; l < p->nlab; l++)
+        p->split[l] = 0;
+    for (int md = 0; md < out->mesh->ndim; md++) {
+        dt_placement pa = p->in[0]->pl[md], pb = p->nops == 2 ? p->in[1]->pl[md] : R;
+        if (pa.kind == P_ || pb.kind == P_) {
+            if (p->nops == 2 && !((pa.kind == P_ && pb.kind == R_) || (pa.kind == R_ && pb.kind == P_)))
+                return md;
+            out->pl[md] = (dt_placement){P_, 0};
+            continue;
+        }
+        int l = -1;
+        for (int j = 0; j < p->nops; j++) {
+            dt_placement pj = j ? pb : pa;
+            if (pj.kind != S_)
+                continue;
+            int lj = p->lab[j][pj.dim];
+            /* A size-1 dim that broadcasts: the other devices would hold
+             * nothing to broadcast. */
+            if (p->in[j]->shape[pj.dim] != p->lsize[lj])
+                return md;
+            if (l >= 0 && l != lj)
+                return md;
+            l = lj;
+        }
+        if (l < 0) {
+            out->pl[md] = R;
+        } else if (p->opos[l] >= 0) {
+            out->pl[md] = (dt_placement){S_, p->opos[l]};
+        } else {
+            out->pl[md] = (dt_placement){P_, 0};
+            p->split[l] |= 1u << md;
+        }
+    }
+    return -1;
+}
+
+/* The range of label l at the device at `coord` whose output region is
+ * (os, ol): kept labels follow the output, contracted ones are split by the
+ * mesh dims that shard them, in mesh-dim order like a nested shard. */
+static void label_range(const dt__lplan *p, const dt_mesh *mesh, const int64_t *coord, const int64_t *os,
+                        const int64_t *ol, int l, int64_t *s, int64_t *len) {
+    if (p->opos[l] >= 0) {
+        *s = os[p->opos[l]];
+        *len = ol[p->opos[l]];
+        return;
+    }
+    *s = 0;
+    *len = p->lsize[l];
+    for (int md = 0; md < mesh->ndim; md++) {
+        if (!(p->split[l] & (1u << md)))
+            continue;
+        int64_t cs, cl;
+        dt__chunk(*len, mesh->shape[md], coord[md], &cs, &cl);
+        *s += cs;
+        *len = cl;
+    }
+}
+
+/* The region of operand j that the device needs. */
+static void operand_region(const dt__lplan *p, int j, const dt_mesh *mesh, const int64_t *coord,
+                           const int64_t *os, const int64_t *ol, int64_t *s, int64_t *len) {
+    const dt__meta *m = p->in[j];
+    for (int d = 0; d < m->ndim; d++) {
+        int l = p->lab[j][d];
+        if (m->shape[d] != p->lsize[l]) { /* broadcast size-1 dim */
+            s[d] = 0;
+            len[d] = m->shape[d];
+        } else {
+            label_range(p, mesh, coord, os, ol, l, &s[d], &len[d]);
+        }
+    }
 }
 
 static int within(const dt__meta *m, const int64_t *coord, const int64_t *s, const int64_t *l) {
@@ -75,111 +322,339 @@ static int within(const dt__meta *m, const int64_t *coord, const int64_t *s, con
     return 1;
 }
 
-dt_tensor *dt_matmul(dt_tensor *a, dt_tensor *b) {
-    dt_clear_error();
-    if (!a || !b) {
-        dt__error(DT_EINVAL, "matmul: tensor argument is NULL");
-        return NULL;
+/* The region of an elementwise addend (the bias) for an output region. */
+static void addend_region(const dt__meta *b, const dt__meta *out, const int64_t *os, const int64_t *ol,
+                          int64_t *s, int64_t *len) {
+    int off = out->ndim - b->ndim;
+    for (int d = 0; d < b->ndim; d++) {
+        if (b->shape[d] == 1) {
+            s[d] = 0;
+            len[d] = 1;
+        } else {
+            s[d] = os[d + off];
+            len[d] = ol[d + off];
+        }
     }
-    if (a->graph != b->graph) {
-        dt__error(DT_EINVAL, "matmul: the tensors belong to different graphs");
-        return NULL;
+}
+
+/* Whether the device at `coord` adds the bias: not where a Replicate bias
+ * meets a Partial output off the first coordinate. */
+static int adds_bias(const dt__meta *bias, const dt__meta *out, const int64_t *coord) {
+    for (int md = 0; md < out->mesh->ndim; md++)
+        if (out->pl[md].kind == P_ && bias->pl[md].kind == R_ && coord[md] != 0)
+            return 0;
+    return 1;
+}
+
+/* Per mesh dim bias rule; returns the rejected mesh dim or -1. */
+static int place_bias(const dt__meta *bias, const dt__meta *out) {
+    for (int md = 0; md < out->mesh->ndim; md++) {
+        dt_placement pb = bias->pl[md], po = out->pl[md];
+        if (pb.kind == R_)
+            continue;
+        if (pb.kind == P_) {
+            if (po.kind != P_)
+                return md;
+            continue;
+        }
+        int o = pb.dim + out->ndim - bias->ndim;
+        if (po.kind != S_ || po.dim != o || bias->shape[pb.dim] != out->shape[o])
+            return md;
     }
-    const dt__meta *ma = &a->v->meta, *mb = &b->v->meta;
-    if (!dt_mesh_equal(ma->mesh, mb->mesh)) {
-        dt__error(DT_EINVAL, "matmul: the tensors are on different device meshes");
-        return NULL;
+    return -1;
+}
+
+/* ------------------------------------------------------------ client */
+
+static dt_status check_operands(const char *name, dt_tensor *const *ts, int n) {
+    for (int i = 0; i < n; i++)
+        if (!ts[i])
+            return dt__error(DT_EINVAL, "%s: tensor argument %d is NULL", name, i);
+    for (int i = 1; i < n; i++) {
+        if (ts[i]->graph != ts[0]->graph)
+            return dt__error(DT_EINVAL, "%s: the tensors belong to different graphs", name);
+        if (!dt_mesh_equal(ts[i]->v->meta.mesh, ts[0]->v->meta.mesh))
+            return dt__error(DT_EINVAL,
+                             "%s: the tensors are on different device meshes; move one with "
+                             "redistribute(device_mesh=...)",
+                             name);
     }
-    if (ma->ndim != 2 || mb->ndim != 2) {
-        dt__error(DT_EUNSUPPORTED, "matmul: only 2-D @ 2-D is supported so far, got %d-D and %d-D", ma->ndim,
-                  mb->ndim);
+    return DT_OK;
+}
+
+/* The PlacementError for mesh dim md: the fix makes the first operand that
+ * is not Replicate there Replicate. */
+static void reject(const char *name, int kind, const dt__meta *const *ins, int nin, int md, int first) {
+    int which = first;
+    for (int j = first; j < nin; j++)
+        if (ins[j]->pl[md].kind != R_) {
+            which = j;
+            break;
+        }
+    dt_placement fix[DT_MAX_MESH_NDIM];
+    memcpy(fix, ins[which]->pl, sizeof fix);
+    fix[md] = (dt_placement){R_, 0};
+    dt__placement_error(name, ins, nin, md, kind_accepts(kind), which, fix);
+}
+
+/* Shared by every linalg op: plan, output meta, placements, region checks,
+ * then one node. `bias` only for linear. */
+static dt_tensor *contract(int kind, dt_tensor *const *ts, int nops, dt_tensor *bias, const char *text,
+                           dt_dtype dtype) {
+    const char *name = kind_name(kind);
+    const dt__meta *ms[3];
+    for (int i = 0; i < nops; i++)
+        ms[i] = &ts[i]->v->meta;
+    dt__lplan p;
+    if (build_plan(kind, ms, nops, text, &p) != DT_OK)
         return NULL;
-    }
-    if (ma->shape[1] != mb->shape[0]) {
-        dt__error(DT_ESHAPE, "matmul: mat1 and mat2 shapes cannot be multiplied (%lldx%lld and %lldx%lld)",
-                  (long long)ma->shape[0], (long long)ma->shape[1], (long long)mb->shape[0],
-                  (long long)mb->shape[1]);
-        return NULL;
-    }
-    if (ma->dtype != mb->dtype) {
-        dt__error(DT_EOP, "matmul: expected both tensors to have the same dtype, but got %s and %s",
-                  dt_dtype_name(ma->dtype), dt_dtype_name(mb->dtype));
-        return NULL;
-    }
-    if (ma->dtype == DT_BOOL) {
-        dt__error(DT_EOP, "matmul: bool tensors are not supported");
-        return NULL;
-    }
     dt__meta out;
     memset(&out, 0, sizeof out);
-    out.dtype = ma->dtype;
-    out.ndim = 2;
-    out.shape[0] = ma->shape[0];
-    out.shape[1] = mb->shape[1];
-    out.mesh = ma->mesh;
-    uint32_t kmask = 0;
-    const dt__meta *ins[2] = {ma, mb};
-    for (int md = 0; md < out.mesh->ndim; md++) {
-        int ks;
-        if (matmul_mesh_dim(ma->pl[md], mb->pl[md], &out.pl[md], &ks) != 0) {
-            dt_placement fix[DT_MAX_MESH_NDIM];
-            int which = mb->pl[md].kind == R_ ? 0 : 1;
-            memcpy(fix, ins[which]->pl, sizeof fix);
-            fix[md] = (dt_placement){R_, 0};
-            dt__placement_error("matmul", ins, 2, md, matmul_accepts, which, fix);
+    out.mesh = ms[0]->mesh;
+    out.dtype = dtype;
+    out.ndim = p.nout;
+    for (int i = 0; i < p.nout; i++)
+        out.shape[i] = p.lsize[p.olab[i]];
+    const dt__meta *bm = bias ? &bias->v->meta : NULL;
+    int nin = nops;
+    if (bm) {
+        /* The bias broadcasts to the output like an addend. */
+        if (bm->ndim > out.ndim) {
+            dt__error(DT_ESHAPE, "linear: bias of %d dims does not broadcast to the output of %d dims",
+                      bm->ndim, out.ndim);
             return NULL;
         }
-        if (ks)
-            kmask |= 1u << md;
-    }
-    if (out.mesh->ndim > 1) {
-        int64_t coord[DT_MAX_MESH_NDIM], as[2], al[2], bs[2], bl[2];
-        for (int64_t i = 0; i < out.mesh->ndev; i++) {
-            dt__mesh_coord(out.mesh, i, coord);
-            needed(ma, &out, kmask, coord, as, al, bs, bl);
-            if (!within(ma, coord, as, al) || !within(mb, coord, bs, bl)) {
-                dt__placement_error("matmul", ins, 2, 0, matmul_accepts, -1, NULL);
-                dt__error_append(" (nested shards do not line up)");
+        for (int d = 0; d < bm->ndim; d++) {
+            int64_t bs = bm->shape[d], os = out.shape[d + out.ndim - bm->ndim];
+            if (bs != 1 && bs != os) {
+                dt__error(DT_ESHAPE,
+                          "linear: the size of the bias (%lld) must match the size of the output (%lld) at "
+                          "non-singleton dimension %d",
+                          (long long)bs, (long long)os, d);
                 return NULL;
             }
         }
+        if (ms[1]->ndim == 1) {
+            dt__error(DT_EOP, "linear: mat2 must be a matrix, got 1-D tensor (a 1-D weight takes no bias)");
+            return NULL;
+        }
+        ms[nin++] = bm;
     }
-    dt_tensor *t = dt__tensor_new(a->graph, &out);
+    int md = place(&p, &out);
+    if (md >= 0) {
+        reject(name, kind, ms, nin, md, 0);
+        return NULL;
+    }
+    if (bm && (md = place_bias(bm, &out)) >= 0) {
+        reject(name, kind, ms, nin, md, 2);
+        return NULL;
+    }
+    /* Every device's needed regions must lie in what it holds (nested
+     * shards, and operands whose shards disagree with the plan). */
+    const dt_mesh *mesh = out.mesh;
+    int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], s[DT_MAX_NDIM], l[DT_MAX_NDIM];
+    for (int64_t i = 0; i < mesh->ndev; i++) {
+        dt__mesh_coord(mesh, i, coord);
+        dt__local_region(&out, coord, os, ol);
+        int bad = -1;
+        for (int j = 0; j < nops && bad < 0; j++) {
+            operand_region(&p, j, mesh, coord, os, ol, s, l);
+            if (!within(ms[j], coord, s, l))
+                bad = j;
+        }
+        if (bad < 0 && bm && adds_bias(bm, &out, coord)) {
+            addend_region(bm, &out, os, ol, s, l);
+            if (!within(bm, coord, s, l))
+                bad = nin - 1;
+        }
+        if (bad >= 0) {
+            /* Without its shards the operand can be sliced to any region. */
+            dt_placement fix[DT_MAX_MESH_NDIM];
+            for (int md2 = 0; md2 < mesh->ndim; md2++)
+                fix[md2] = ms[bad]->pl[md2].kind == S_ ? (dt_placement){R_, 0} : ms[bad]->pl[md2];
+            dt__placement_error(name, ms, nin, 0, kind_accepts(kind), bad, fix);
+            dt__error_append(
+                " (the shards of several mesh dims do not line up on one index: each tensor must "
+                "shard it on the same leading mesh dims)");
+            return NULL;
+        }
+    }
+    dt_tensor *t = dt__tensor_new(ts[0]->graph, &out);
     if (!t)
         return NULL;
-    dt__node *n = dt__node_new(DT_OP_MATMUL);
+    dt__node *n = dt__node_new(kind == DT_LINALG_MATMUL ? DT_OP_MATMUL : DT_OP_LINALG);
     if (n) {
-        n->n_in = 2;
-        n->in[0] = a->v;
-        n->in[1] = b->v;
+        n->n_in = nin;
+        for (int j = 0; j < nops; j++)
+            n->in[j] = ts[j]->v;
+        if (bm)
+            n->in[2] = bias->v;
         n->out = t->v;
-        n->a.k_mesh_mask = kmask;
+        n->a.sub = kind;
+        n->a.text = text;
     }
     return dt__client_submit(t, n);
 }
 
-void dt__lower_matmul(dt__lower *L, dt__node *n) {
+/* Same dtype, not bool: the checks torch's matrix products make. */
+static dt_status same_dtype(const char *name, const dt__meta *a, const dt__meta *b, int allow_bool) {
+    if (a->dtype != b->dtype)
+        return dt__error(DT_EOP, "%s: expected both tensors to have the same dtype, but got %s and %s", name,
+                         dt_dtype_name(a->dtype), dt_dtype_name(b->dtype));
+    if (!allow_bool && a->dtype == DT_BOOL)
+        return dt__error(DT_EOP, "%s: \"addmm_impl_cpu_\" not implemented for 'Bool'", name);
+    return DT_OK;
+}
+
+static dt_tensor *binary_product(int kind, dt_tensor *a, dt_tensor *b) {
+    dt_clear_error();
+    const char *name = kind_name(kind);
+    dt_tensor *ts[2] = {a, b};
+    if (check_operands(name, ts, 2) != DT_OK)
+        return NULL;
+    const dt__meta *ma = &a->v->meta, *mb = &b->v->meta;
+    if (kind == DT_KL_MM && (ma->ndim != 2 || mb->ndim != 2)) {
+        dt__error(DT_EOP, "mm: %s must be a matrix", ma->ndim != 2 ? "self" : "mat2");
+        return NULL;
+    }
+    if (kind == DT_KL_BMM) {
+        if (ma->ndim != 3 || mb->ndim != 3) {
+            dt__error(DT_EOP, "bmm: %s must be a 3D tensor", ma->ndim != 3 ? "batch1" : "batch2");
+            return NULL;
+        }
+        if (mb->shape[0] != ma->shape[0] || mb->shape[1] != ma->shape[2]) {
+            dt__error(
+                DT_ESHAPE,
+                "bmm: Expected size for first two dimensions of batch2 tensor to be: [%lld, %lld] but got: "
+                "[%lld, %lld].",
+                (long long)ma->shape[0], (long long)ma->shape[2], (long long)mb->shape[0],
+                (long long)mb->shape[1]);
+            return NULL;
+        }
+    }
+    dt_dtype dtype;
+    if (kind == DT_KL_OUTER) {
+        dtype = dt__result_type2(ma, mb);
+    } else {
+        if (same_dtype(name, ma, mb, 0) != DT_OK)
+            return NULL;
+        dtype = ma->dtype;
+    }
+    return contract(kind, ts, 2, NULL, NULL, dtype);
+}
+
+dt_tensor *dt_matmul(dt_tensor *a, dt_tensor *b) { return binary_product(DT_LINALG_MATMUL, a, b); }
+dt_tensor *dt_mm(dt_tensor *a, dt_tensor *b) { return binary_product(DT_KL_MM, a, b); }
+dt_tensor *dt_bmm(dt_tensor *a, dt_tensor *b) { return binary_product(DT_KL_BMM, a, b); }
+dt_tensor *dt_outer(dt_tensor *a, dt_tensor *b) { return binary_product(DT_KL_OUTER, a, b); }
+
+dt_tensor *dt_linear(dt_tensor *x, dt_tensor *weight, dt_tensor *bias) {
+    dt_clear_error();
+    dt_tensor *ts[3] = {x, weight, bias};
+    if (check_operands("linear", ts, bias ? 3 : 2) != DT_OK)
+        return NULL;
+    const dt__meta *mx = &x->v->meta, *mw = &weight->v->meta;
+    if (same_dtype("linear", mx, mw, 0) != DT_OK)
+        return NULL;
+    if (bias && bias->v->meta.dtype != mx->dtype) {
+        dt__error(DT_EOP, "linear: self and mat2 must have the same dtype (bias is %s, input %s)",
+                  dt_dtype_name(bias->v->meta.dtype), dt_dtype_name(mx->dtype));
+        return NULL;
+    }
+    return contract(DT_KL_LINEAR, ts, 2, bias, NULL, mx->dtype);
+}
+
+dt_tensor *dt_einsum(const char *equation, int n, dt_tensor *const *operands) {
+    dt_clear_error();
+    if (!equation) {
+        dt__error(DT_EINVAL, "einsum: equation is NULL");
+        return NULL;
+    }
+    if (n < 1 || n > 2 || !operands) {
+        dt__error(n > 2 ? DT_EUNSUPPORTED : DT_EINVAL,
+                  "einsum: %d operands given; dtorch's einsum takes one or two (contract more in steps)", n);
+        return NULL;
+    }
+    if (check_operands("einsum", operands, n) != DT_OK)
+        return NULL;
+    const dt__meta *ma = &operands[0]->v->meta;
+    if (n == 2 && operands[1]->v->meta.dtype != ma->dtype) {
+        dt__error(DT_EOP, "einsum: expected all operands to have the same dtype, but got %s and %s",
+                  dt_dtype_name(ma->dtype), dt_dtype_name(operands[1]->v->meta.dtype));
+        return NULL;
+    }
+    return contract(DT_KL_EINSUM, operands, n, NULL, dt__intern(equation), ma->dtype);
+}
+
+/* ------------------------------------------------------------ lowering */
+
+void dt__lower_linalg(dt__lower *L, dt__node *n) {
     dt__tval *o = n->out;
-    const dt_mesh *mesh = o->meta.mesh;
+    const dt__meta *out = &o->meta;
+    const dt_mesh *mesh = out->mesh;
+    int kind = n->a.sub;
+    int nops = kind == DT_KL_EINSUM ? n->n_in : 2;
+    const dt__meta *ms[2];
+    for (int j = 0; j < nops; j++)
+        ms[j] = &n->in[j]->meta;
+    dt__lplan p;
+    dt__meta scratch = *out;
+    /* The client validated the same plan; rebuilding it is deterministic. */
+    DT_ASSERT(build_plan(kind, ms, nops, n->a.text, &p) == DT_OK);
+    DT_ASSERT(place(&p, &scratch) < 0);
+    dt__tval *bias = n->n_in == 3 ? n->in[2] : NULL;
     dt__lw_alloc_blobs(o);
-    int64_t coord[DT_MAX_MESH_NDIM], as[2], al[2], bs[2], bl[2];
+    int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], s[DT_MAX_NDIM], l[DT_MAX_NDIM];
     for (int64_t i = 0; i < mesh->ndev; i++) {
         dt__mesh_coord(mesh, i, coord);
-        needed(&n->in[0]->meta, &o->meta, n->a.k_mesh_mask, coord, as, al, bs, bl);
-        dt__kernel *k = dt__lw_kernel(L, DT_K_MATMUL);
-        k->n_in = 2;
-        k->in[0] = dt__lw_region(L, n->in[0], i, coord, as, al);
-        k->in[1] = dt__lw_region(L, n->in[1], i, coord, bs, bl);
-        k->attr.dtype = o->meta.dtype;
+        dt__local_region(out, coord, os, ol);
+        dt__kernel *k = dt__lw_kernel(L, kind == DT_LINALG_MATMUL ? DT_K_MATMUL : DT_K_LINALG);
+        for (int j = 0; j < nops; j++) {
+            operand_region(&p, j, mesh, coord, os, ol, s, l);
+            k->in[j] = dt__lw_region(L, n->in[j], i, coord, s, l);
+        }
+        k->n_in = nops;
+        if (bias && adds_bias(&bias->meta, out, coord)) {
+            addend_region(&bias->meta, out, os, ol, s, l);
+            k->in[k->n_in++] = dt__lw_region(L, bias, i, coord, s, l);
+        }
+        k->attr.sub = kind == DT_LINALG_MATMUL ? 0 : kind;
+        k->attr.dtype = out->dtype;
+        k->attr.text = n->a.text;
+        k->opname = kind_name(kind);
         o->blobs[i] = dt__lw_push(L, mesh, i, k);
     }
 }
 
+void dt__lower_matmul(dt__lower *L, dt__node *n) { dt__lower_linalg(L, n); }
+
 /* ------------------------------------------------------------ registry */
 
 const dt_op_doc dt__docs_linalg[] = {
-    {"matmul", "linalg", "(R,R)->R, (S(0),R)->S(0), (R,S(1))->S(1), (S(1),S(0))->P, (S(1),R)->P*, (R,S(0))->P*, "
-                         "(P,R)->P, (R,P)->P",
+    {"matmul", "linalg",
+     "(R,R)->R, (S(batch),R)->S(batch)*, (S(batch),S(batch))->S(batch), (S(M),R)->S(M), (R,S(N))->S(N), "
+     "(S(K),S(K))->P, (S(K),R)->P*, (R,S(K))->P*, (P,R)->P, (R,P)->P",
+     0},
+    {"mm", "linalg",
+     "(R,R)->R, (S(0),R)->S(0), (R,S(1))->S(1), (S(1),S(0))->P, (S(1),R)->P*, (R,S(0))->P*, (P,R)->P, "
+     "(R,P)->P",
+     0},
+    {"bmm", "linalg",
+     "(R,R)->R, (S(0),R)->S(0)*, (R,S(0))->S(0)*, (S(0),S(0))->S(0), (S(1),R)->S(1), (R,S(2))->S(2), "
+     "(S(2),S(1))->P, "
+     "(S(2),R)->P*, (R,S(1))->P*, (P,R)->P, (R,P)->P",
+     0},
+    {"outer", "linalg", "(R,R)->R, (S(0),R)->S(0), (R,S(0))->S(1), (P,R)->P, (R,P)->P", 0},
+    {"linear", "linalg",
+     "(x,weight): (R,R)->R, (S(batch),R)->S(batch), (R,S(0))->S(-1), (S(-1),S(1))->P, (S(-1),R)->P*, "
+     "(R,S(1))->P*, "
+     "(P,R)->P, (R,P)->P; bias: R* (added on the first coordinate where the output is P), the output's "
+     "Shard, or P "
+     "where the output is P",
+     0},
+    {"einsum", "linalg",
+     "(R,R)->R; S(kept index)->S(its output dim) with R* or the same S; S(summed index) on one or both->P; "
+     "(P,R)->P, (R,P)->P; one operand: P->P",
      0},
     {NULL, NULL, NULL, 0},
 };

@@ -1,111 +1,468 @@
 /*
- * Reductions: sum(dims, keepdim).
+ * Reductions: sum mean prod amax amin max min argmax argmin any all, with
+ * dims, keepdim, torch's dtype rules and the (values, indices) form of
+ * max/min.
  *
- * Placements per mesh dim: R->R, P->P, S(d)->S(d') for a kept dim (renumbered
- * when dims are dropped), and S(d)->P for a reduced dim: each device sums its
- * shard and the pending sum is left as Partial (redistribute to Replicate to
- * finish it). Booleans and integers sum to int64, as in torch.
+ * Placements per mesh dim: R->R; S(kept d)->S(d') (renumbered when dims are
+ * dropped); P->P for sum and mean only (mean is linear too: each device
+ * divides its piece by the same count). For a Shard of a reduced dim:
+ *  - sum: each device sums its shard and the result is Partial;
+ *  - mean: the same, divided by the GLOBAL count of reduced elements, so the
+ *    Partial pieces add up to the global mean;
+ *  - every other op redistributes by itself: each device reduces its shard
+ *    with keepdim, the per-device results are all-gathered along that dim
+ *    (one piece per rank; a rank whose shard is empty contributes an empty
+ *    piece), and the gathered pieces are reduced again. The result is
+ *    Replicate on that mesh dim. argmax/argmin (and the indices of max/min)
+ *    gather the local best values and their GLOBAL indices and keep, per
+ *    position, the smallest index among the best values - torch's first
+ *    occurrence - whatever the order of the pieces.
  *
- * Threads: dt_sum on client threads; dt__lower_sum on the controller.
+ * Node conventions (DT_OP_SUM for sum, DT_OP_REDUCE otherwise): in[0] the
+ * input; a.sub = dt_reduce_op | DT_KR_* << 8 (PLAIN, or INDICES for the
+ * indices of max/min); a.dims_mask the reduced dims (all of them for the
+ * no-dim form; bit 0 for a dim given on a 0-d tensor); a.flags DT_KF_ALL
+ * for the no-dim form, DT_KF_KEEPDIM. The output meta holds the dtype.
+ *
+ * Threads: dt_reduce, dt_sum and dt_reduce_with_indices run on client
+ * threads; dt__lower_sum and dt__lower_reduce on the graph's controller.
  */
 #include <string.h>
 
 #include "core/core.h"
 #include "ops/ops.h"
 
-dt_tensor *dt_sum(dt_tensor *a, int ndims, const int64_t *dims, int keepdim) {
-    dt_clear_error();
-    if (!a) {
-        dt__error(DT_EINVAL, "sum: tensor argument is NULL");
-        return NULL;
-    }
-    const dt__meta *m = &a->v->meta;
-    uint64_t mask = 0;
-    int all = ndims <= 0; /* torch sums everything for an empty dim list too */
-    if (all) {
-        for (int d = 0; d < m->ndim; d++)
-            mask |= 1ull << d;
-    } else {
-        if (ndims > 0 && !dims) {
-            dt__error(DT_EINVAL, "sum: dims is NULL");
-            return NULL;
+static const char *const reduce_names[DT_REDUCE_COUNT] = {
+    "sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "any", "all",
+};
+
+static const char *const reduce_accepts_linear = "R->R, S(kept d)->S(d'), S(reduced d)->P, P->P";
+static const char *const reduce_accepts_gather =
+    "R->R, S(kept d)->S(d'), S(reduced d)->R (gathered by the op); Partial is not accepted";
+
+static int is_linear(int op) { return op == DT_REDUCE_SUM || op == DT_REDUCE_MEAN; }
+static int is_arg(int op) { return op == DT_REDUCE_ARGMAX || op == DT_REDUCE_ARGMIN; }
+/* Ops that take one dim or none (torch has no dim-list overload). */
+static int one_dim_only(int op) {
+    return op == DT_REDUCE_PROD || op == DT_REDUCE_MAX || op == DT_REDUCE_MIN || is_arg(op);
+}
+/* Ops without an identity: an empty reduced dim is an error in torch. */
+static int needs_elements(int op) { return op >= DT_REDUCE_AMAX && op <= DT_REDUCE_ARGMIN; }
+
+/* torch's scalar type names, for messages that copy torch's. */
+static const char *torch_type_name(dt_dtype d) {
+    static const char *const names[DT_DTYPE_COUNT] = {"Bool", "Byte", "Char",     "Short", "Int",
+                                                      "Long", "Half", "BFloat16", "Float", "Double"};
+    return (unsigned)d < DT_DTYPE_COUNT ? names[d] : "invalid";
+}
+
+/* Validates the op's arguments and fills the output meta. *mask gets the
+ * reduced dims, *nodim whether it is torch's no-dim form. */
+static dt_status infer(int op, int mode, const dt__meta *m, int ndims, const int64_t *dims, int keepdim,
+                       int dtype, dt__meta *out, uint64_t *mask, int *nodim) {
+    const char *name = reduce_names[op];
+    int nd = ndims < 0 || (ndims == 0 && !one_dim_only(op));
+    *mask = 0;
+    *nodim = nd;
+    if (nd) {
+        if (op == DT_REDUCE_MAX || op == DT_REDUCE_MIN) {
+            if (keepdim)
+                return dt__error(DT_ETYPE, "%s(): keepdim needs a dim", name);
+            if (mode == DT_KR_INDICES)
+                return dt__error(DT_ETYPE, "%s(): the indices form needs a dim", name);
         }
+        for (int d = 0; d < m->ndim; d++)
+            *mask |= 1ull << d;
+    } else {
+        if (one_dim_only(op) && ndims != 1)
+            return dt__error(DT_ETYPE, "%s(): argument 'dim' must be a single int, got %d dims", name, ndims);
+        if (!dims)
+            return dt__error(DT_EINVAL, "%s(): dims is NULL", name);
         int rank = m->ndim ? m->ndim : 1; /* a 0-d tensor accepts dim 0 and -1 */
         for (int i = 0; i < ndims; i++) {
             int64_t d = dims[i];
-            if (d < -rank || d >= rank) {
-                dt__error(DT_EINDEX, "sum: dim %lld is out of range (expected to be in range of [%d, %d])",
-                          (long long)d, -rank, rank - 1);
-                return NULL;
-            }
+            if (d < -rank || d >= rank)
+                return dt__error(
+                    DT_EINDEX,
+                    "%s(): Dimension out of range (expected to be in range of [%d, %d], but got %lld)", name,
+                    -rank, rank - 1, (long long)d);
             if (d < 0)
                 d += rank;
-            if (m->ndim == 0)
-                continue;
-            if (mask & (1ull << d)) {
-                dt__error(DT_EINVAL, "sum: dim %lld appears multiple times in the list of dims", (long long)d);
-                return NULL;
-            }
-            mask |= 1ull << d;
+            if (*mask & (1ull << d))
+                return dt__error(DT_EOP, "%s(): dim %lld appears multiple times in the list of dims", name,
+                                 (long long)d);
+            *mask |= 1ull << d;
         }
     }
-    dt__meta out;
-    memset(&out, 0, sizeof out);
-    out.mesh = m->mesh;
-    out.dtype = dt_dtype_is_floating(m->dtype) ? m->dtype : DT_INT64;
+    /* Ops without an identity refuse empty reductions, as torch does. */
+    if (needs_elements(op)) {
+        /* torch: IndexError for argmax/argmin, RuntimeError for the others. */
+        if (nd && dt__numel(m->ndim, m->shape) == 0)
+            return dt__error(is_arg(op) ? DT_EINDEX : DT_EOP,
+                             "%s(): Expected reduction dim to be specified for input.numel() == 0.%s", name,
+                             is_arg(op) ? "" : " Specify the reduction dim with the 'dim' argument.");
+        for (int d = 0; d < m->ndim; d++)
+            if ((*mask & (1ull << d)) && m->shape[d] == 0)
+                return dt__error(DT_EINDEX, "%s(): Expected reduction dim %d to have non-zero size.", name,
+                                 d);
+    }
+    /* Result dtype. */
+    if (dtype >= DT_DTYPE_COUNT || dtype < -1)
+        return dt__error(DT_EINVAL, "%s(): unknown dtype %d", name, dtype);
+    if (dtype >= 0 && op != DT_REDUCE_SUM && op != DT_REDUCE_MEAN && op != DT_REDUCE_PROD)
+        return dt__error(DT_ETYPE, "%s(): got an unexpected keyword argument 'dtype'", name);
+    dt_dtype od = m->dtype;
+    switch (op) {
+    case DT_REDUCE_SUM:
+    case DT_REDUCE_PROD:
+        od = dtype >= 0 ? (dt_dtype)dtype : dt_dtype_is_floating(m->dtype) ? m->dtype : DT_INT64;
+        break;
+    case DT_REDUCE_MEAN:
+        if (dtype >= 0 && !dt_dtype_is_floating((dt_dtype)dtype))
+            return dt__error(
+                DT_EOP,
+                "mean(): could not infer output dtype. Optional dtype must be either a floating point "
+                "or complex dtype. Got: %s",
+                torch_type_name((dt_dtype)dtype));
+        if (dtype < 0 && !dt_dtype_is_floating(m->dtype))
+            return dt__error(
+                DT_EOP,
+                "mean(): could not infer output dtype. Input dtype must be either a floating point or "
+                "complex dtype. Got: %s",
+                torch_type_name(m->dtype));
+        od = dtype >= 0 ? (dt_dtype)dtype : m->dtype;
+        break;
+    case DT_REDUCE_ARGMAX:
+    case DT_REDUCE_ARGMIN:
+        if (m->dtype == DT_BOOL)
+            return dt__error(DT_EOP, "\"%s_cpu\" not implemented for 'Bool'", name);
+        od = DT_INT64;
+        break;
+    case DT_REDUCE_ANY:
+    case DT_REDUCE_ALL:
+        od = m->dtype == DT_UINT8 ? DT_UINT8 : DT_BOOL;
+        break;
+    default:
+        od = mode == DT_KR_INDICES ? DT_INT64 : m->dtype;
+    }
+    /* Shape and placements. */
+    memset(out, 0, sizeof *out);
+    out->mesh = m->mesh;
+    out->dtype = od;
     int newdim[DT_MAX_NDIM];
     for (int d = 0; d < m->ndim; d++) {
-        if (mask & (1ull << d)) {
-            newdim[d] = -1;
+        if (*mask & (1ull << d)) {
+            newdim[d] = keepdim ? out->ndim : -1;
             if (keepdim)
-                out.shape[out.ndim++] = 1;
+                out->shape[out->ndim++] = 1;
         } else {
-            newdim[d] = out.ndim;
-            out.shape[out.ndim++] = m->shape[d];
+            newdim[d] = out->ndim;
+            out->shape[out->ndim++] = m->shape[d];
         }
     }
+    /* A Partial float summed into an integer would truncate each piece. */
+    int partial_ok = is_linear(op) && (dt_dtype_is_floating(od) || !dt_dtype_is_floating(m->dtype));
     for (int md = 0; md < m->mesh->ndim; md++) {
         dt_placement p = m->pl[md];
+        if (p.kind == DT_PLACEMENT_PARTIAL && !partial_ok) {
+            dt_placement fix[DT_MAX_MESH_NDIM];
+            memcpy(fix, m->pl, sizeof fix);
+            fix[md] = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
+            const dt__meta *ins[1] = {m};
+            dt__placement_error(name, ins, 1, md,
+                                is_linear(op) ? reduce_accepts_linear : reduce_accepts_gather, 0, fix);
+            if (is_linear(op))
+                dt__error_append(" (a Partial float cannot be reduced into an integer dtype piece by piece)");
+            return DT_EPLACEMENT;
+        }
         if (p.kind == DT_PLACEMENT_SHARD) {
-            if (mask & (1ull << p.dim))
-                p = (dt_placement){DT_PLACEMENT_PARTIAL, 0};
-            else if (!keepdim)
+            if (*mask & (1ull << p.dim))
+                p = is_linear(op) ? (dt_placement){DT_PLACEMENT_PARTIAL, 0}
+                                  : (dt_placement){DT_PLACEMENT_REPLICATE, 0};
+            else
                 p.dim = newdim[p.dim];
         }
-        out.pl[md] = p;
+        out->pl[md] = p;
     }
-    dt_tensor *t = dt__tensor_new(a->graph, &out);
+    return DT_OK;
+}
+
+static dt_tensor *submit(int op, int mode, dt_tensor *a, const dt__meta *out, uint64_t mask, int nodim,
+                         int keepdim) {
+    dt_tensor *t = dt__tensor_new(a->graph, out);
     if (!t)
         return NULL;
-    dt__node *n = dt__node_new(DT_OP_SUM);
+    dt__node *n = dt__node_new(op == DT_REDUCE_SUM ? DT_OP_SUM : DT_OP_REDUCE);
     if (n) {
         n->n_in = 1;
         n->in[0] = a->v;
         n->out = t->v;
+        n->a.sub = op | mode << 8;
         n->a.dims_mask = mask;
-        n->a.flags = (keepdim ? DT_KF_KEEPDIM : 0) | (all && !keepdim ? DT_KF_ALL : 0);
+        n->a.flags = (keepdim ? DT_KF_KEEPDIM : 0) | (nodim ? DT_KF_ALL : 0);
     }
     return dt__client_submit(t, n);
 }
 
-void dt__lower_sum(dt__lower *L, dt__node *n) {
-    dt__tval *o = n->out;
+static dt_tensor *reduce_op(int op, int mode, dt_tensor *a, int ndims, const int64_t *dims, int keepdim,
+                            int dtype) {
+    dt_clear_error();
+    if ((unsigned)op >= DT_REDUCE_COUNT) {
+        dt__error(DT_EINVAL, "reduce: unknown op %d", op);
+        return NULL;
+    }
+    if (!a) {
+        dt__error(DT_EINVAL, "%s: tensor argument is NULL", reduce_names[op]);
+        return NULL;
+    }
+    dt__meta out;
+    uint64_t mask;
+    int nodim;
+    if (infer(op, mode, &a->v->meta, ndims, dims, keepdim, dtype, &out, &mask, &nodim) != DT_OK)
+        return NULL;
+    return submit(op, mode, a, &out, mask, nodim, keepdim);
+}
+
+dt_tensor *dt_reduce(dt_reduce_op op, dt_tensor *a, int ndims, const int64_t *dims, int keepdim, int dtype) {
+    return reduce_op((int)op, DT_KR_PLAIN, a, ndims, dims, keepdim, dtype);
+}
+
+dt_tensor *dt_sum(dt_tensor *a, int ndims, const int64_t *dims, int keepdim) {
+    return reduce_op(DT_REDUCE_SUM, DT_KR_PLAIN, a, ndims, dims, keepdim, -1);
+}
+
+dt_status dt_reduce_with_indices(dt_reduce_op op, dt_tensor *a, int64_t dim, int keepdim, dt_tensor **values,
+                                 dt_tensor **indices) {
+    dt_clear_error();
+    if (!values || !indices)
+        return dt__error(DT_EINVAL, "max/min: NULL output pointer");
+    *values = *indices = NULL;
+    if (op != DT_REDUCE_MAX && op != DT_REDUCE_MIN)
+        return dt__error(DT_EINVAL, "reduce_with_indices: op must be DT_REDUCE_MAX or DT_REDUCE_MIN");
+    if (!a)
+        return dt__error(DT_EINVAL, "%s: tensor argument is NULL", reduce_names[op]);
+    /* Validate both outputs before enqueuing either. */
+    dt__meta vm, im;
+    uint64_t mask;
+    int nodim;
+    if (infer(op, DT_KR_PLAIN, &a->v->meta, 1, &dim, keepdim, -1, &vm, &mask, &nodim) != DT_OK ||
+        infer(op, DT_KR_INDICES, &a->v->meta, 1, &dim, keepdim, -1, &im, &mask, &nodim) != DT_OK)
+        return dt_last_status();
+    dt_tensor *v = submit(op, DT_KR_PLAIN, a, &vm, mask, 0, keepdim);
+    if (!v)
+        return dt_last_status();
+    dt_tensor *i = submit(op, DT_KR_INDICES, a, &im, mask, 0, keepdim);
+    if (!i) {
+        dt_status st = dt_last_status();
+        dt_tensor_release(v);
+        return st;
+    }
+    *values = v;
+    *indices = i;
+    return DT_OK;
+}
+
+/* ------------------------------------------------------------ lowering */
+
+/* All-gathers each device's blob along tensor dim `dim` within every group of
+ * devices that differ only in mesh dim `md`. blobs[] (one per device) is
+ * replaced by the gathered blobs; the old references move into the kernels.
+ * Every collective is queued on all of its ranks before the next one, which
+ * keeps the streams' orders consistent (collective.c). */
+static void allgather(dt__lower *L, const dt_mesh *mesh, int md, int dim, int ndim, dt_dtype dtype,
+                      dt__blob **blobs, const char *opname) {
+    int64_t size = mesh->shape[md], stride = mesh->strides[md];
+    int64_t coord[DT_MAX_MESH_NDIM];
+    for (int64_t base = 0; base < mesh->ndev; base++) {
+        dt__mesh_coord(mesh, base, coord);
+        if (coord[md] != 0)
+            continue;
+        dt__coll *c = dt__coll_new(DT_COLL_ALLGATHER, (int)size, ndim, dtype);
+        DT_ASSERT(c);
+        c->dim_a = dim;
+        for (int64_t r = 0; r < size; r++) {
+            int64_t idx = base + r * stride;
+            dt__kernel *k = dt__lw_kernel(L, DT_KC_COLLECTIVE);
+            k->n_in = 1;
+            k->in[0] = blobs[idx];
+            k->rank = (int)r;
+            k->extra = c;
+            k->attr.dtype = dtype;
+            k->opname = opname;
+            blobs[idx] = dt__lw_push(L, mesh, idx, k);
+        }
+    }
+}
+
+/* A DT_K_REDUCE kernel on one input. */
+static dt__kernel *reduce_kernel(dt__lower *L, int op, int mode, dt__blob *in, dt_dtype dtype, uint64_t mask,
+                                 int flags) {
+    dt__kernel *k = dt__lw_kernel(L, DT_K_REDUCE);
+    k->n_in = 1;
+    k->in[0] = in;
+    k->opname = reduce_names[op];
+    k->attr.sub = op | mode << 8;
+    k->attr.dtype = dtype;
+    k->attr.dims_mask = mask;
+    k->attr.flags = flags;
+    return k;
+}
+
+/* The per-device kernel when no communication is needed: the torch op on the
+ * local piece (for mean over a sharded dim: the local sum over the global
+ * count). */
+static void lower_local(dt__lower *L, dt__node *n, int op, int mode, int sharded_reduce) {
+    dt__tval *in = n->in[0], *o = n->out;
+    const dt__meta *m = &in->meta;
     const dt_mesh *mesh = o->meta.mesh;
-    dt__lw_alloc_blobs(o);
+    uint64_t mask = n->a.dims_mask;
+    int flags = n->a.flags;
+    double count = 1;
+    for (int d = 0; d < m->ndim; d++)
+        if (mask & (1ull << d))
+            count *= (double)m->shape[d];
     for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__kernel *k = dt__lw_kernel(L, DT_K_SUM);
-        k->n_in = 1;
-        k->in[0] = dt__blob_retain(n->in[0]->blobs[i]);
-        k->attr.dtype = o->meta.dtype;
-        k->attr.dims_mask = n->a.dims_mask;
-        k->attr.flags = n->a.flags;
+        dt__blob *x = dt__blob_retain(in->blobs[i]);
+        dt__kernel *k;
+        if (op == DT_REDUCE_SUM) {
+            /* DT_K_SUM: the no-dim form keeps nothing; with keepdim it is
+             * every dim listed. */
+            k = dt__lw_kernel(L, DT_K_SUM);
+            k->n_in = 1;
+            k->in[0] = x;
+            k->attr.dims_mask = (flags & DT_KF_ALL) && !(flags & DT_KF_KEEPDIM) ? 0 : mask;
+            k->attr.flags =
+                (flags & DT_KF_KEEPDIM) | ((flags & DT_KF_ALL) && !(flags & DT_KF_KEEPDIM) ? DT_KF_ALL : 0);
+            if (m->ndim == 0)
+                k->attr.flags = DT_KF_ALL; /* a 0-d sum with or without dim is the value itself */
+            k->attr.dtype = o->meta.dtype;
+            k->opname = "sum";
+        } else if (op == DT_REDUCE_MEAN && sharded_reduce) {
+            k = reduce_kernel(L, op, DT_KR_SUM_DIV, x, o->meta.dtype, mask, flags & DT_KF_KEEPDIM);
+            k->attr.f[0] = count;
+        } else {
+            k = reduce_kernel(L, op, mode, x, o->meta.dtype, mask, flags);
+        }
         o->blobs[i] = dt__lw_push(L, mesh, i, k);
     }
 }
 
+/* Reduction over sharded dims without an additive form: local reduce with
+ * keepdim, all-gather along every mesh dim that shards a reduced dim
+ * (innermost first), reduce the gathered pieces. */
+static void lower_gathered(dt__lower *L, dt__node *n, int op, int mode, uint32_t gmask) {
+    dt__tval *in = n->in[0], *o = n->out;
+    const dt__meta *m = &in->meta;
+    const dt_mesh *mesh = m->mesh;
+    uint64_t mask = n->a.dims_mask;
+    int flags = n->a.flags;
+    int arg = is_arg(op) || mode == DT_KR_INDICES;
+    int best = op == DT_REDUCE_ARGMAX || op == DT_REDUCE_MAX ? DT_REDUCE_ARGMAX : DT_REDUCE_ARGMIN;
+    /* max/min values over gathered pieces are amax/amin of them. */
+    int vop = arg                   ? (best == DT_REDUCE_ARGMAX ? DT_REDUCE_AMAX : DT_REDUCE_AMIN)
+              : op == DT_REDUCE_MAX ? DT_REDUCE_AMAX
+              : op == DT_REDUCE_MIN ? DT_REDUCE_AMIN
+                                    : op;
+    dt_dtype vdt = arg ? m->dtype : o->meta.dtype;
+    dt__blob **vals = dt__calloc((size_t)mesh->ndev, sizeof *vals);
+    dt__blob **idxs = dt__calloc((size_t)mesh->ndev, sizeof *idxs);
+    DT_ASSERT(vals && idxs);
+    int64_t coord[DT_MAX_MESH_NDIM], ls[DT_MAX_NDIM], ll[DT_MAX_NDIM];
+    for (int64_t i = 0; i < mesh->ndev; i++) {
+        dt__mesh_coord(mesh, i, coord);
+        dt__local_region(m, coord, ls, ll);
+        int empty = 0;
+        int64_t pshape[DT_MAX_NDIM];
+        for (int d = 0; d < m->ndim; d++) {
+            pshape[d] = ll[d];
+            if (mask & (1ull << d)) {
+                empty |= ll[d] == 0;
+                pshape[d] = ll[d] ? 1 : 0;
+            }
+        }
+        for (int which = 0; which < 1 + arg; which++) {
+            dt__kernel *k;
+            if (empty) {
+                /* Nothing to reduce here: an empty piece keeps the gather's
+                 * shapes consistent and adds nothing. */
+                k = dt__lw_kernel(L, DT_K_FULL);
+                k->attr.dtype = which ? DT_INT64 : vdt;
+                k->attr.ndim = m->ndim;
+                memcpy(k->attr.shape, pshape, sizeof pshape);
+                k->attr.scalar = dt_scalar_int(0);
+                k->opname = reduce_names[op];
+            } else if (!which) {
+                k = reduce_kernel(L, vop, DT_KR_PLAIN, dt__blob_retain(in->blobs[i]), vdt, mask,
+                                  DT_KF_KEEPDIM);
+            } else {
+                /* Global indices; the no-dim form gives the flat index. */
+                k = reduce_kernel(L, best, DT_KR_GLOBAL_INDEX, dt__blob_retain(in->blobs[i]), DT_INT64, mask,
+                                  DT_KF_KEEPDIM | (flags & DT_KF_ALL));
+                k->attr.ndim = m->ndim;
+                k->attr.gndim = m->ndim;
+                memcpy(k->attr.start, ls, sizeof ls);
+                memcpy(k->attr.gshape, m->shape, sizeof m->shape);
+            }
+            (which ? idxs : vals)[i] = dt__lw_push(L, mesh, i, k);
+        }
+    }
+    for (int md = mesh->ndim - 1; md >= 0; md--) {
+        if (!(gmask & (1u << md)))
+            continue;
+        int d = m->pl[md].dim;
+        allgather(L, mesh, md, d, m->ndim, vdt, vals, reduce_names[op]);
+        if (arg)
+            allgather(L, mesh, md, d, m->ndim, DT_INT64, idxs, reduce_names[op]);
+    }
+    dt__lw_alloc_blobs(o);
+    for (int64_t i = 0; i < mesh->ndev; i++) {
+        dt__kernel *k;
+        if (arg) {
+            k = reduce_kernel(L, best, DT_KR_COMBINE, vals[i], DT_INT64, mask, flags);
+            k->n_in = 2;
+            k->in[1] = idxs[i];
+        } else {
+            k = reduce_kernel(L, vop, DT_KR_PLAIN, vals[i], o->meta.dtype, mask, flags);
+        }
+        k->opname = reduce_names[op];
+        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+    }
+    dt__free(vals);
+    dt__free(idxs);
+}
+
+void dt__lower_reduce(dt__lower *L, dt__node *n) {
+    int op = n->op == DT_OP_SUM ? DT_REDUCE_SUM : n->a.sub & 0xff;
+    int mode = n->op == DT_OP_SUM ? DT_KR_PLAIN : n->a.sub >> 8;
+    const dt__meta *m = &n->in[0]->meta;
+    uint32_t gmask = 0;
+    for (int md = 0; md < m->mesh->ndim; md++)
+        if (m->pl[md].kind == DT_PLACEMENT_SHARD && (n->a.dims_mask & (1ull << m->pl[md].dim)))
+            gmask |= 1u << md;
+    dt__lw_alloc_blobs(n->out);
+    if (is_linear(op) || !gmask)
+        lower_local(L, n, op, mode, gmask != 0);
+    else
+        lower_gathered(L, n, op, mode, gmask);
+}
+
+void dt__lower_sum(dt__lower *L, dt__node *n) { dt__lower_reduce(L, n); }
+
 /* ------------------------------------------------------------ registry */
+
+#define GATHERED "R->R, S(kept d)->S(d'), S(reduced d)->R (local reduce, all-gather, reduce)"
 
 const dt_op_doc dt__docs_reduce[] = {
     {"sum", "reduction", "R->R, P->P, S(kept d)->S(d'), S(reduced d)->P", 0},
+    {"mean", "reduction", "R->R, P->P, S(kept d)->S(d'), S(reduced d)->P (local sum / global count)", 0},
+    {"prod", "reduction", GATHERED, 1},
+    {"amax", "reduction", GATHERED, 1},
+    {"amin", "reduction", GATHERED, 1},
+    {"max", "reduction", GATHERED "; max(dim) gives (values, indices)", 1},
+    {"min", "reduction", GATHERED "; min(dim) gives (values, indices)", 1},
+    {"argmax", "reduction", GATHERED " of values and global indices", 1},
+    {"argmin", "reduction", GATHERED " of values and global indices", 1},
+    {"any", "reduction", GATHERED, 1},
+    {"all", "reduction", GATHERED, 1},
     {NULL, NULL, NULL, 0},
 };

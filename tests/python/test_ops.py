@@ -258,8 +258,8 @@ class TestOneDevice(OpTestCase):
             x.sum(dim=2)
         with self.assertRaises((ValueError, RuntimeError)):
             x.sum(dim=(0, 0))
-        with self.assertRaises((ValueError, TypeError, RuntimeError, NotImplementedError)):
-            dtorch.ones(2, 3, 4) @ dtorch.ones(4, 2)
+        with self.assertRaises(RuntimeError):  # N-D matmul exists; its shapes must fit
+            dtorch.ones(2, 3, 4) @ dtorch.ones(3, 2)
         with self.assertRaises(ValueError):
             x + dtorch.ones(2, 3, device_mesh=CPU2)  # different meshes
         assert_tensor_equal(self, (x + 1).sum(), torch.tensor(12.0))

@@ -1,0 +1,146 @@
+/*
+ * dtorch._C entry points of the linear algebra family:
+ *   _linalg(kind, a, b) -> Tensor   (LINALG_MM, LINALG_BMM, LINALG_OUTER)
+ *   _linear(x, weight, bias_or_None) -> Tensor
+ *   _einsum(equation, operands) -> Tensor
+ * matmul and `@` are TensorBase's (tensor.c). The torch-style signatures live
+ * in dtorch/_ops_linalg.py and dtorch/nn/_linalg.py.
+ *
+ * Every function runs on a Python thread holding the GIL; none waits.
+ */
+#include "dtorch_py.h"
+
+/* The `kind` argument of _linalg (the module's LINALG_* constants). */
+enum { KIND_MM = 0, KIND_BMM, KIND_OUTER };
+
+static dtpy_state *mod_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
+
+static dtpy_tensor *tensor_arg(dtpy_state *st, PyObject *o, const char *name, const char *arg) {
+    if (!DTPY_IS_TENSOR(st, o)) {
+        if (PyObject_TypeCheck(o, (PyTypeObject *)st->torch_tensor_type))
+            PyErr_Format(PyExc_TypeError,
+                         "%s(): argument '%s' is a torch.Tensor; convert it with dtorch.from_torch(t, "
+                         "device_mesh=..., placements=...)",
+                         name, arg);
+        else
+            PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be a dtorch.Tensor, not %.100s", name,
+                         arg, Py_TYPE(o)->tp_name);
+        return NULL;
+    }
+    return (dtpy_tensor *)o;
+}
+
+static int same_graph(dtpy_tensor *a, dtpy_tensor *b, const char *name) {
+    if (dt_tensor_graph(a->t) != dt_tensor_graph(b->t)) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: the operands belong to different graphs; a dtorch op takes tensors of one graph",
+                     name);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *wrap(dtpy_state *st, dt_tensor *t, dtpy_tensor *a) {
+    return dtpy_tensor_wrap(st, t, a->graph, a->mesh, dt_tensor_mesh(a->t));
+}
+
+static PyObject *mod_linalg(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3)
+        return PyErr_Format(PyExc_TypeError, "_linalg takes 3 arguments (%zd given)", nargs);
+    dtpy_state *st = mod_state(module);
+    long kind = PyLong_AsLong(args[0]);
+    if (kind == -1 && PyErr_Occurred())
+        return NULL;
+    const char *name = kind == KIND_MM ? "mm" : kind == KIND_BMM ? "bmm" : "outer";
+    dtpy_tensor *a = tensor_arg(st, args[1], name, "input");
+    if (a == NULL)
+        return NULL;
+    dtpy_tensor *b = tensor_arg(st, args[2], name, kind == KIND_OUTER ? "vec2" : "mat2");
+    if (b == NULL || same_graph(a, b, name) < 0)
+        return NULL;
+    dtpy_record_call_site(st);
+    dt_tensor *t = kind == KIND_MM    ? dt_mm(a->t, b->t)
+                   : kind == KIND_BMM ? dt_bmm(a->t, b->t)
+                                      : dt_outer(a->t, b->t);
+    return wrap(st, t, a);
+}
+
+static PyObject *mod_linear(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3)
+        return PyErr_Format(PyExc_TypeError, "_linear takes 3 arguments (%zd given)", nargs);
+    dtpy_state *st = mod_state(module);
+    dtpy_tensor *x = tensor_arg(st, args[0], "linear", "input");
+    if (x == NULL)
+        return NULL;
+    dtpy_tensor *w = tensor_arg(st, args[1], "linear", "weight");
+    if (w == NULL || same_graph(x, w, "linear") < 0)
+        return NULL;
+    dtpy_tensor *b = NULL;
+    if (args[2] != Py_None) {
+        b = tensor_arg(st, args[2], "linear", "bias");
+        if (b == NULL || same_graph(x, b, "linear") < 0)
+            return NULL;
+    }
+    dtpy_record_call_site(st);
+    return wrap(st, dt_linear(x->t, w->t, b ? b->t : NULL), x);
+}
+
+static PyObject *mod_einsum(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2)
+        return PyErr_Format(PyExc_TypeError, "_einsum takes 2 arguments (%zd given)", nargs);
+    dtpy_state *st = mod_state(module);
+    if (!PyUnicode_Check(args[0]))
+        return PyErr_Format(PyExc_TypeError, "einsum(): argument 'equation' must be str, not %.100s",
+                            Py_TYPE(args[0])->tp_name);
+    const char *eq = PyUnicode_AsUTF8(args[0]);
+    if (eq == NULL)
+        return NULL;
+    PyObject *seq = PySequence_Fast(args[1], "einsum(): operands must be a sequence of dtorch.Tensor");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    dt_tensor *ts[2] = {NULL, NULL};
+    dtpy_tensor *first = NULL;
+    PyObject *result = NULL;
+    if (n < 1 || n > 2) {
+        PyErr_Format(n > 2 ? PyExc_NotImplementedError : PyExc_RuntimeError,
+                     n > 2 ? "einsum(): dtorch takes one or two operands, got %zd; contract them in steps"
+                           : "einsum(): must provide at least one operand (got %zd)",
+                     n);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        dtpy_tensor *t = tensor_arg(st, PySequence_Fast_GET_ITEM(seq, i), "einsum", "operands");
+        if (t == NULL)
+            goto done;
+        if (first && same_graph(first, t, "einsum") < 0)
+            goto done;
+        if (!first)
+            first = t;
+        ts[i] = t->t;
+    }
+    dtpy_record_call_site(st);
+    result = wrap(st, dt_einsum(eq, (int)n, ts), first);
+done:
+    Py_DECREF(seq);
+    return result;
+}
+
+static PyMethodDef linalg_methods[] = {
+    {"_linalg", (PyCFunction)(void (*)(void))mod_linalg, METH_FASTCALL,
+     "_linalg(kind, a, b) -> Tensor: LINALG_MM, LINALG_BMM or LINALG_OUTER."},
+    {"_linear", (PyCFunction)(void (*)(void))mod_linear, METH_FASTCALL,
+     "_linear(x, weight, bias_or_None) -> Tensor: torch.nn.functional.linear."},
+    {"_einsum", (PyCFunction)(void (*)(void))mod_einsum, METH_FASTCALL,
+     "_einsum(equation, operands) -> Tensor: torch.einsum with one or two operands."},
+    {NULL, NULL, 0, NULL},
+};
+
+int dtpy_add_linalg_methods(PyObject *module) {
+    if (PyModule_AddFunctions(module, linalg_methods) < 0 ||
+        PyModule_AddIntConstant(module, "LINALG_MM", KIND_MM) < 0 ||
+        PyModule_AddIntConstant(module, "LINALG_BMM", KIND_BMM) < 0 ||
+        PyModule_AddIntConstant(module, "LINALG_OUTER", KIND_OUTER) < 0)
+        return -1;
+    return 0;
+}

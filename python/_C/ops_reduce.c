@@ -1,0 +1,159 @@
+/*
+ * dtorch._C entry points of the reductions family:
+ *   _reduce(x, op, dim, keepdim, dtype) -> Tensor
+ *   _reduce_with_indices(x, op, dim, keepdim) -> (values, indices)
+ * plus the REDUCE_* op codes (dt_reduce_op). The torch-style signatures
+ * (positional/keyword handling, return types) live in dtorch/_ops_reduce.py.
+ *
+ * Every function runs on a Python thread holding the GIL; none waits.
+ */
+#include "dtorch_py.h"
+
+static dtpy_state *mod_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
+
+static dtpy_tensor *tensor_arg(dtpy_state *st, PyObject *o, const char *name) {
+    if (!DTPY_IS_TENSOR(st, o)) {
+        PyErr_Format(PyExc_TypeError, "%s(): argument 'input' must be a dtorch.Tensor, not %.100s", name,
+                     Py_TYPE(o)->tp_name);
+        return NULL;
+    }
+    return (dtpy_tensor *)o;
+}
+
+static PyObject *wrap(dtpy_state *st, dt_tensor *t, dtpy_tensor *a) {
+    return dtpy_tensor_wrap(st, t, a->graph, a->mesh, dt_tensor_mesh(a->t));
+}
+
+/* None -> -1 (no dim); an int -> 1; a tuple/list of ints -> its length. */
+static int parse_dims(PyObject *obj, int64_t *dims, const char *name) {
+    if (obj == Py_None)
+        return -1;
+    if (PyLong_Check(obj) && !PyBool_Check(obj)) {
+        dims[0] = PyLong_AsLongLong(obj);
+        if (dims[0] == -1 && PyErr_Occurred())
+            return -2;
+        return 1;
+    }
+    if (PyTuple_Check(obj) || PyList_Check(obj)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
+        if (n > DT_MAX_NDIM) {
+            PyErr_Format(PyExc_IndexError, "%s(): dim has %zd entries, more than a tensor's %d dims", name, n,
+                         DT_MAX_NDIM);
+            return -2;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *v = PySequence_Fast_GET_ITEM(obj, i);
+            if (!PyLong_Check(v) || PyBool_Check(v)) {
+                PyErr_Format(PyExc_TypeError, "%s(): dim must contain ints, not %.100s", name,
+                             Py_TYPE(v)->tp_name);
+                return -2;
+            }
+            dims[i] = PyLong_AsLongLong(v);
+            if (dims[i] == -1 && PyErr_Occurred())
+                return -2;
+        }
+        return (int)n;
+    }
+    PyErr_Format(PyExc_TypeError, "%s(): dim must be None, an int or a tuple of ints, not %.100s", name,
+                 Py_TYPE(obj)->tp_name);
+    return -2;
+}
+
+static const char *op_name(long op) {
+    static const char *const names[DT_REDUCE_COUNT] = {"sum", "mean",   "prod",   "amax", "amin", "max",
+                                                       "min", "argmax", "argmin", "any",  "all"};
+    return op >= 0 && op < DT_REDUCE_COUNT ? names[op] : "reduce";
+}
+
+static PyObject *mod_reduce(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5)
+        return PyErr_Format(PyExc_TypeError, "_reduce takes 5 arguments (%zd given)", nargs);
+    dtpy_state *st = mod_state(module);
+    long op = PyLong_AsLong(args[1]);
+    if (op == -1 && PyErr_Occurred())
+        return NULL;
+    const char *name = op_name(op);
+    dtpy_tensor *a = tensor_arg(st, args[0], name);
+    if (a == NULL)
+        return NULL;
+    int64_t dims[DT_MAX_NDIM];
+    int ndims = parse_dims(args[2], dims, name);
+    if (ndims < -1)
+        return NULL;
+    int keepdim = PyObject_IsTrue(args[3]);
+    if (keepdim < 0)
+        return NULL;
+    int dtype = -1;
+    if (args[4] != Py_None && (dtype = dtpy_dtype_from_torch(st, args[4])) < 0)
+        return NULL;
+    dtpy_record_call_site(st);
+    return wrap(st, dt_reduce((dt_reduce_op)op, a->t, ndims, dims, keepdim, dtype), a);
+}
+
+static PyObject *mod_reduce_with_indices(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "_reduce_with_indices takes 4 arguments (%zd given)", nargs);
+    dtpy_state *st = mod_state(module);
+    long op = PyLong_AsLong(args[1]);
+    if (op == -1 && PyErr_Occurred())
+        return NULL;
+    const char *name = op_name(op);
+    dtpy_tensor *a = tensor_arg(st, args[0], name);
+    if (a == NULL)
+        return NULL;
+    if (!PyLong_Check(args[2]) || PyBool_Check(args[2]))
+        return PyErr_Format(PyExc_TypeError, "%s(): argument 'dim' must be int, not %.100s", name,
+                            Py_TYPE(args[2])->tp_name);
+    int64_t dim = PyLong_AsLongLong(args[2]);
+    if (dim == -1 && PyErr_Occurred())
+        return NULL;
+    int keepdim = PyObject_IsTrue(args[3]);
+    if (keepdim < 0)
+        return NULL;
+    dtpy_record_call_site(st);
+    dt_tensor *values = NULL, *indices = NULL;
+    if (dt_reduce_with_indices((dt_reduce_op)op, a->t, dim, keepdim, &values, &indices) != DT_OK)
+        return dtpy_raise_last(st);
+    PyObject *v = wrap(st, values, a);
+    if (v == NULL) {
+        dt_tensor_release(indices);
+        return NULL;
+    }
+    PyObject *i = wrap(st, indices, a);
+    if (i == NULL) {
+        Py_DECREF(v);
+        return NULL;
+    }
+    PyObject *r = PyTuple_Pack(2, v, i);
+    Py_DECREF(v);
+    Py_DECREF(i);
+    return r;
+}
+
+static PyMethodDef reduce_methods[] = {
+    {"_reduce", (PyCFunction)(void (*)(void))mod_reduce, METH_FASTCALL,
+     "_reduce(x, op, dim, keepdim, dtype) -> Tensor: reduction `op` (a REDUCE_* code)."},
+    {"_reduce_with_indices", (PyCFunction)(void (*)(void))mod_reduce_with_indices, METH_FASTCALL,
+     "_reduce_with_indices(x, op, dim, keepdim) -> (values, indices) for REDUCE_MAX / REDUCE_MIN."},
+    {NULL, NULL, 0, NULL},
+};
+
+int dtpy_add_reduce_methods(PyObject *module) {
+    static const struct {
+        const char *name;
+        int value;
+    } codes[] = {
+        {"REDUCE_SUM", DT_REDUCE_SUM},       {"REDUCE_MEAN", DT_REDUCE_MEAN},
+        {"REDUCE_PROD", DT_REDUCE_PROD},     {"REDUCE_AMAX", DT_REDUCE_AMAX},
+        {"REDUCE_AMIN", DT_REDUCE_AMIN},     {"REDUCE_MAX", DT_REDUCE_MAX},
+        {"REDUCE_MIN", DT_REDUCE_MIN},       {"REDUCE_ARGMAX", DT_REDUCE_ARGMAX},
+        {"REDUCE_ARGMIN", DT_REDUCE_ARGMIN}, {"REDUCE_ANY", DT_REDUCE_ANY},
+        {"REDUCE_ALL", DT_REDUCE_ALL},
+    };
+    if (PyModule_AddFunctions(module, reduce_methods) < 0)
+        return -1;
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
+        if (PyModule_AddIntConstant(module, codes[i].name, codes[i].value) < 0)
+            return -1;
+    return 0;
+}

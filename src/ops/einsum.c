@@ -1,0 +1,252 @@
+/*
+ * einsum equations: parsing and checking as torch.einsum does, into the label
+ * plan of linalg.h (placements and lowering are matmul.c's).
+ *
+ * Syntax: operand subscripts separated by ',', optionally "->" and the
+ * output subscripts; letters a-z and A-Z; at most one "..." per term; spaces
+ * are ignored. Without "->" the output is the ellipsis dims followed by the
+ * letters that appear exactly once, in ASCII order (upper case first), as in
+ * torch. With an explicit output that has no "...", the ellipsis dims are
+ * summed. A letter's sizes must agree across its occurrences, or be 1
+ * (broadcast); ellipsis dims broadcast from the right.
+ *
+ * Threads: pure functions, called on client threads and on the controller.
+ */
+#include <string.h>
+
+#include "ops/linalg.h"
+
+#define MAX_EQ 256
+
+static int letter_index(char c) {
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return 26 + (c - 'a');
+    return -1;
+}
+
+static char index_letter(int i) { return (char)(i < 26 ? 'A' + i : 'a' + (i - 26)); }
+
+/* One term: its letters (letter indexes, -1 marking the ellipsis position). */
+typedef struct term {
+    int n; /* entries in sym */
+    int sym[DT_MAX_NDIM + 1];
+    int ell; /* has an ellipsis */
+} term;
+
+/* Parses one term [s, e) of the stripped equation; `pos0` is s's index in
+ * the stripped equation (for messages). `what` names the operand. */
+static dt_status parse_term(const char *s, const char *e, int pos0, int operand, term *t) {
+    memset(t, 0, sizeof *t);
+    for (const char *c = s; c < e; c++) {
+        if (*c == '.') {
+            if (e - c < 3 || c[1] != '.' || c[2] != '.') {
+                if (operand >= 0)
+                    return dt__error(DT_EOP,
+                                     "einsum(): found '.' for operand %d that is not part of any ellipsis",
+                                     operand);
+                return dt__error(DT_EOP, "einsum(): found '.' for output that is not part of any ellipsis");
+            }
+            if (t->ell) {
+                if (operand >= 0)
+                    return dt__error(
+                        DT_EOP, "einsum(): found '.' for operand %d for which an ellipsis was already found",
+                        operand);
+                return dt__error(DT_EOP,
+                                 "einsum(): found '.' for output for which an ellipsis was already found");
+            }
+            t->ell = 1;
+            if (t->n > DT_MAX_NDIM)
+                return dt__error(DT_EUNSUPPORTED, "einsum(): more than %d subscripts in a term", DT_MAX_NDIM);
+            t->sym[t->n++] = -1;
+            c += 2;
+            continue;
+        }
+        int li = letter_index(*c);
+        if (li < 0)
+            return dt__error(
+                DT_EOP,
+                "einsum(): invalid subscript given at index %d in the equation string, subscripts must "
+                "be in [a-zA-Z]",
+                pos0 + (int)(c - s));
+        if (t->n > DT_MAX_NDIM)
+            return dt__error(DT_EUNSUPPORTED, "einsum(): more than %d subscripts in a term", DT_MAX_NDIM);
+        t->sym[t->n++] = li;
+    }
+    return DT_OK;
+}
+
+/* Unifies a label's size with a new occurrence (broadcasting 1). */
+static dt_status unify(dt__lplan *p, int l, int64_t size, char letter, int operand) {
+    int64_t cur = p->lsize[l];
+    if (cur == size || size == 1)
+        return DT_OK;
+    if (cur == 1) {
+        p->lsize[l] = size;
+        return DT_OK;
+    }
+    if (letter)
+        return dt__error(DT_ESHAPE,
+                         "einsum(): subscript %c has size %lld for operand %d which does not broadcast with "
+                         "previously seen size %lld",
+                         letter, (long long)size, operand, (long long)cur);
+    return dt__error(
+        DT_ESHAPE,
+        "einsum(): operands do not broadcast: an ellipsis dim has size %lld for operand %d and %lld "
+        "elsewhere",
+        (long long)size, operand, (long long)cur);
+}
+
+dt_status dt__einsum_plan(const char *equation, int n, const dt__meta *const *ms, dt__lplan *p) {
+    char eq[MAX_EQ];
+    size_t len = 0;
+    for (const char *c = equation; *c; c++) {
+        if (*c == ' ')
+            continue;
+        if (len + 1 >= sizeof eq)
+            return dt__error(DT_EINVAL, "einsum(): the equation is longer than %d characters", MAX_EQ - 1);
+        eq[len++] = *c;
+    }
+    eq[len] = 0;
+    const char *arrow = strstr(eq, "->");
+    const char *lhs_end = arrow ? arrow : eq + len;
+
+    /* Operand terms. */
+    term terms[2];
+    int nterms = 0;
+    const char *s = eq;
+    for (;;) {
+        const char *comma = memchr(s, ',', (size_t)(lhs_end - s));
+        const char *e = comma ? comma : lhs_end;
+        if (nterms == n)
+            return dt__error(DT_EOP, "einsum(): fewer operands were provided than specified in the equation");
+        if (parse_term(s, e, (int)(s - eq), nterms, &terms[nterms]) != DT_OK)
+            return dt_last_status();
+        nterms++;
+        if (!comma)
+            break;
+        s = comma + 1;
+    }
+    if (nterms < n)
+        return dt__error(DT_EOP, "einsum(): more operands were provided than specified in the equation");
+
+    memset(p, 0, sizeof *p);
+    p->nops = n;
+    int letter_label[52];
+    int letter_count[52];
+    for (int i = 0; i < 52; i++)
+        letter_label[i] = -1, letter_count[i] = 0;
+
+    /* Ellipsis dims: as many as the widest operand's, aligned right. */
+    int ell_dims[2] = {0, 0}, nell = 0;
+    for (int j = 0; j < n; j++) {
+        const dt__meta *m = ms[j];
+        p->in[j] = m;
+        int nletters = terms[j].n - terms[j].ell;
+        if (terms[j].ell) {
+            if (nletters > m->ndim)
+                return dt__error(
+                    DT_EOP,
+                    "einsum(): the number of subscripts in the equation (%d) is more than the number of "
+                    "dimensions (%d) for operand %d",
+                    nletters, m->ndim, j);
+            ell_dims[j] = m->ndim - nletters;
+        } else if (nletters != m->ndim) {
+            return dt__error(
+                DT_EOP,
+                "einsum(): the number of subscripts in the equation (%d) does not match the number of "
+                "dimensions (%d) for operand %d and no ellipsis was given",
+                nletters, m->ndim, j);
+        }
+        if (ell_dims[j] > nell)
+            nell = ell_dims[j];
+    }
+    int ell_label[DT_MAX_NDIM];
+    for (int i = 0; i < nell; i++) {
+        ell_label[i] = p->nlab;
+        p->lsize[p->nlab] = 1;
+        p->opos[p->nlab] = -1;
+        p->nlab++;
+    }
+    for (int j = 0; j < n; j++) {
+        const dt__meta *m = ms[j];
+        int d = 0;
+        for (int t = 0; t < terms[j].n; t++) {
+            int li = terms[j].sym[t];
+            if (li < 0) {
+                for (int e = 0; e < ell_dims[j]; e++, d++) {
+                    int l = ell_label[nell - ell_dims[j] + e];
+                    if (unify(p, l, m->shape[d], 0, j) != DT_OK)
+                        return DT_ESHAPE;
+                    p->lab[j][d] = l;
+                }
+                continue;
+            }
+            letter_count[li]++;
+            if (letter_label[li] < 0) {
+                letter_label[li] = p->nlab;
+                p->lsize[p->nlab] = m->shape[d];
+                p->opos[p->nlab] = -1;
+                p->nlab++;
+            } else {
+                /* A letter repeated in one operand takes its diagonal: the
+                 * sizes must be equal there. */
+                for (int t2 = 0; t2 < d; t2++)
+                    if (p->lab[j][t2] == letter_label[li] && m->shape[t2] != m->shape[d])
+                        return dt__error(
+                            DT_ESHAPE,
+                            "einsum(): subscript %c is repeated for operand %d but the sizes don't "
+                            "match, %lld != %lld",
+                            index_letter(li), j, (long long)m->shape[t2], (long long)m->shape[d]);
+                if (unify(p, letter_label[li], m->shape[d], index_letter(li), j) != DT_OK)
+                    return DT_ESHAPE;
+            }
+            p->lab[j][d++] = letter_label[li];
+        }
+    }
+
+    /* Output. */
+    if (arrow) {
+        term out;
+        if (parse_term(arrow + 2, eq + len, (int)(arrow + 2 - eq), -1, &out) != DT_OK)
+            return dt_last_status();
+        int seen[52] = {0};
+        for (int t = 0; t < out.n; t++) {
+            int li = out.sym[t];
+            if (li < 0) {
+                for (int e = 0; e < nell; e++) {
+                    if (p->nout >= DT_MAX_NDIM)
+                        return dt__error(DT_EUNSUPPORTED, "einsum(): the output has more than %d dims",
+                                         DT_MAX_NDIM);
+                    p->olab[p->nout++] = ell_label[e];
+                }
+                continue;
+            }
+            if (letter_label[li] < 0)
+                return dt__error(
+                    DT_EOP,
+                    "einsum(): output subscript %c does not appear in the equation for any input operand",
+                    index_letter(li));
+            if (seen[li]++)
+                return dt__error(DT_EOP, "einsum(): output subscript %c appears more than once in the output",
+                                 index_letter(li));
+            if (p->nout >= DT_MAX_NDIM)
+                return dt__error(DT_EUNSUPPORTED, "einsum(): the output has more than %d dims", DT_MAX_NDIM);
+            p->olab[p->nout++] = letter_label[li];
+        }
+    } else {
+        for (int e = 0; e < nell; e++)
+            p->olab[p->nout++] = ell_label[e];
+        for (int li = 0; li < 52; li++) {
+            if (letter_count[li] != 1)
+                continue;
+            if (p->nout >= DT_MAX_NDIM)
+                return dt__error(DT_EUNSUPPORTED, "einsum(): the output has more than %d dims", DT_MAX_NDIM);
+            p->olab[p->nout++] = letter_label[li];
+        }
+    }
+    for (int i = 0; i < p->nout; i++)
+        p->opos[p->olab[i]] = i;
+    return DT_OK;
+}
