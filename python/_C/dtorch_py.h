@@ -187,4 +187,8 @@ PyObject *dtpy_read_value(dtpy_state *st, dt_future *f, dt_dtype dtype, int ndim
  * reference; cached on the object). */
 PyObject *dtpy_future_value(dtpy_state *st, dtpy_future *fu);
 
+/* Operator families: each python/_C/ops_<family>.c adds its functions to
+ * the module (called from module_exec). 0 or -1. */
+int dtpy_add_views_methods(PyObject *module);
+
 #endif /* DTORCH_PY_H */

@@ -36,6 +36,7 @@ from ._factories import (
     zeros,
     zeros_like,
 )
+from ._ops_views import *  # noqa: F401,F403 - views and shape family (its own __all__)
 from ._ops import add, div, divide, matmul, mm, mul, multiply, neg, negative, sub, subtract, sum, true_divide
 
 # Tell the C layer which classes to hand out, and where the package lives so

@@ -135,6 +135,9 @@ typedef enum dt__op {
     DT_OP_MATMUL,
     DT_OP_SUM,
     DT_OP_REDISTRIBUTE,
+    /* views and shape family (src/ops/views.c): one node op, the kind in
+     * nattr.sub (dt__view_op in ops/views_int.h). */
+    DT_OP_VIEW,
     DT_OP_RELEASE, /* the client dropped a symbol */
     DT_OP_FETCH,   /* a value read */
     DT_OP_SYNC,    /* a graph-wide barrier */
@@ -152,6 +155,14 @@ typedef struct dt__nattr {
     double f[3];
     /* matmul: mesh dims whose combination shards K (partial sums). */
     uint32_t k_mesh_mask;
+    /* views family (src/ops/views_int.h says what each holds per kind). */
+    int64_t v_start[DT_MAX_NDIM];
+    int64_t v_step[DT_MAX_NDIM];
+    int64_t v_len[DT_MAX_NDIM];
+    int64_t v_ints[DT_MAX_NDIM];
+    int32_t v_nints;
+    int32_t v_dim;
+    uint64_t v_mask;
 } dt__nattr;
 
 typedef struct dt__node {
@@ -333,6 +344,7 @@ void dt__lower_unary(dt__lower *L, dt__node *n);
 void dt__lower_matmul(dt__lower *L, dt__node *n);
 void dt__lower_sum(dt__lower *L, dt__node *n);
 void dt__lower_redistribute(dt__lower *L, dt__node *n);
+void dt__lower_view(dt__lower *L, dt__node *n);
 
 /* ------------------------------------------------------------ client */
 

@@ -43,7 +43,8 @@ typedef struct ref_tensor {
 
 static const char *const kop_names[] = {"SLICE", "FULL",   "EMPTY",         "ARANGE",    "RAND",
                                         "RANDN", "BINARY", "BINARY_SCALAR", "NEG",       "MATMUL",
-                                        "SUM",   "CAT",    "SUM_N",         "ZEROS_LIKE"};
+                                        "SUM",   "CAT",    "SUM_N",         "ZEROS_LIKE",
+                                        "VIEW"};
 _Static_assert(sizeof kop_names / sizeof kop_names[0] == DT_K_COUNT, "one name per kernel op");
 
 static const char *const dtype_names[] = {"bool",  "uint8",   "int8",     "int16",   "int32",
@@ -578,8 +579,8 @@ static dt_status ref_run(int kop, const dt__kattr *a, void *const *in, int n_in,
                          size_t errlen) {
     /* Per op: the inputs it takes (-1: one or more), and whether it computes
      * (so needs an arithmetic output dtype rather than any storage dtype). */
-    static const signed char arity[DT_K_COUNT] = {1, 0, 0, 0, 0, 0, 2, 1, 1, 2, 1, -1, -1, 1};
-    static const char computes[DT_K_COUNT] = {0, 0, 0, 1, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0};
+    static const signed char arity[DT_K_COUNT] = {1, 0, 0, 0, 0, 0, 2, 1, 1, 2, 1, -1, -1, 1, -1};
+    static const char computes[DT_K_COUNT] = {0, 0, 0, 1, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0};
     if (out)
         *out = NULL;
     if (!out || !a)
