@@ -182,6 +182,13 @@ def _T(self):
     return _C._v_permute(self, tuple(range(n - 1, -1, -1)))
 
 
+def _t(self):
+    """``x.t()``: transposes a 2-D tensor; 0-D and 1-D tensors come back as they are (as new tensors)."""
+    if self.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}D")
+    return _T(self)
+
+
 def _mT(self):
     if self.ndim < 2:
         raise RuntimeError(f"tensor.mT is only supported on matrices or batches of matrices. Got {self.ndim}-D tensor.")
@@ -579,7 +586,7 @@ def _roll(self, shifts, dims=None):
 for _name, _fn in {
     "view": _view, "reshape": _reshape, "view_as": _view_as, "reshape_as": _view_as, "flatten": _flatten,
     "unflatten": _unflatten, "squeeze": _squeeze, "unsqueeze": _unsqueeze, "permute": _permute,
-    "transpose": _transpose, "swapaxes": _transpose, "swapdims": _transpose, "movedim": _movedim,
+    "transpose": _transpose, "t": _t, "swapaxes": _transpose, "swapdims": _transpose, "movedim": _movedim,
     "moveaxis": _movedim, "expand": _expand, "expand_as": _expand_as, "repeat": _repeat,
     "repeat_interleave": _repeat_interleave, "contiguous": _contiguous, "clone": _clone, "copy_": _copy_,
     "narrow": _narrow, "select": _select, "split": _split, "chunk": _chunk, "unbind": _unbind, "tril": _tril,

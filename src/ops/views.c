@@ -179,21 +179,43 @@ static int blocks_match(const dt__meta *in, const dt__meta *out) {
     return 1;
 }
 
-/* The result dim that holds the most significant digits of input dim d, or
- * -1 when there is none (d has size <= 1). */
-static int leading_out_dim(const dt__meta *in, const dt__meta *out, int d) {
-    if (in->shape[d] <= 1)
+/* The result dim that holds the most significant digits of a block of
+ * length `len` of input dim d (the whole dim, or the chunk an outer mesh dim
+ * left when shards nest), or -1 when there is none. A block of one index
+ * goes to the first size-1 result dim. */
+static int leading_out_dim(const dt__meta *in, const dt__meta *out, int d, int64_t len) {
+    if (len <= 1) {
+        for (int o = 0; o < out->ndim; o++)
+            if (out->shape[o] == 1)
+                return o;
         return -1;
+    }
     int64_t istride = 1;
     for (int j = in->ndim - 1; j > d; j--)
         istride *= in->shape[j];
-    int64_t hi = istride * in->shape[d], ostride = 1;
+    int64_t hi = istride * len, ostride = 1;
     for (int o = out->ndim - 1; o >= 0; o--) {
         if (out->shape[o] > 1 && ostride < hi && hi <= ostride * out->shape[o])
             return o;
         ostride *= out->shape[o];
     }
     return -1;
+}
+
+/* Tries every result dim for each sharding mesh dim (from mesh dim `md` on)
+ * until the blocks match; bounded, and only reached when the leading-digit
+ * choice failed. Returns 1 with out->pl set on success. */
+static int search_placements(const dt__meta *in, dt__meta *out, int md, int *budget) {
+    if (md == in->mesh->ndim)
+        return --*budget >= 0 && blocks_match(in, out);
+    if (in->pl[md].kind != DT_PLACEMENT_SHARD)
+        return search_placements(in, out, md + 1, budget);
+    for (int o = 0; o < out->ndim && *budget > 0; o++) {
+        out->pl[md] = (dt_placement){DT_PLACEMENT_SHARD, o};
+        if (search_placements(in, out, md + 1, budget))
+            return 1;
+    }
+    return 0;
 }
 
 static const char *const reshape_accepts =
@@ -208,24 +230,28 @@ static dt_tensor *reshape_to(const char *op, dt_tensor *a, int ndim, const int64
     dt__meta out = *m;
     out.ndim = ndim;
     memcpy(out.shape, out_shape, sizeof(int64_t) * (size_t)ndim);
-    int64_t numel = dt__numel(m->ndim, m->shape);
+    int64_t numel = dt__numel(m->ndim, m->shape), cur[DT_MAX_NDIM];
+    memcpy(cur, m->shape, sizeof cur);
     for (int md = 0; md < m->mesh->ndim; md++) {
         dt_placement p = m->pl[md];
         if (p.kind != DT_PLACEMENT_SHARD)
             continue;
-        int o = dim_map ? dim_map[p.dim] : leading_out_dim(m, &out, p.dim);
+        int o = dim_map ? dim_map[p.dim] : leading_out_dim(m, &out, p.dim, cur[p.dim]);
+        cur[p.dim] = (cur[p.dim] + m->mesh->shape[md] - 1) / m->mesh->shape[md];
         if (o < 0 && numel == 0 && !dim_map) {
             /* Every block is empty: any placement describes the result. */
             out.pl[md] = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
             continue;
         }
-        if (o < 0) {
+        if (o < 0 && (dim_map || ndim == 0)) {
             dt__view_reject(op, &m, 1, 0, md, reshape_accepts);
             return NULL;
         }
-        out.pl[md] = (dt_placement){DT_PLACEMENT_SHARD, o};
+        /* No leading-digit dim: a placeholder that the search below replaces. */
+        out.pl[md] = (dt_placement){DT_PLACEMENT_SHARD, o < 0 ? 0 : o};
     }
-    if (!blocks_match(m, &out)) {
+    int budget = 4096;
+    if (!blocks_match(m, &out) && (dim_map || !search_placements(m, &out, 0, &budget))) {
         /* Name the first mesh dim that shards, the one to redistribute. */
         int md = 0;
         while (md < m->mesh->ndim && m->pl[md].kind != DT_PLACEMENT_SHARD)
