@@ -365,24 +365,34 @@ def _parse_key(x, key):
     return spec, new_axes, tensors
 
 
-def _mask_flat_index(x, mask, pos: int, nd: int):
-    """Reads a boolean mask (synchronises for a dtorch mask) and returns (flattened x, int64 index)."""
-    m = mask.to_torch() if isinstance(mask, _Base) else mask
-    if m.dtype == torch.uint8:
-        m = m.bool()
-    shape = list(x.shape)
+def _basic_shape(spec, new_axes: int) -> List[int]:
+    """The shape of the basic part of a key's result."""
+    kept = [n for (_, _, n, drop) in spec if not drop]
+    out, it = [], iter(kept)
+    for o in range(len(kept) + bin(new_axes).count("1")):
+        out.append(1 if new_axes >> o & 1 else next(it))
+    return out
+
+
+def _read_mask(mask, shape: List[int], pos: int, nd: int) -> torch.Tensor:
+    """Checks a boolean mask against the dims it indexes, reads it (a dtorch mask synchronises) and
+    returns the flat positions of its True entries."""
     for j in range(nd):
-        if m.shape[j] != shape[pos + j]:
-            raise IndexError(f"The shape of the mask {list(m.shape)} at index {j} does not match the shape of the "
+        if mask.shape[j] != shape[pos + j]:
+            raise IndexError(f"The shape of the mask {list(mask.shape)} at index {j} does not match the shape of the "
                              f"indexed tensor {shape} at index {pos + j}")
-    idx = m.reshape(-1).nonzero().reshape(-1)
+    m = mask.to_torch() if isinstance(mask, _Base) else mask
+    return m.reshape(-1).nonzero().reshape(-1)
+
+
+def _flatten_for_mask(y, pos: int, nd: int):
+    """y with the nd masked dims at pos merged into one (a new size-1 dim for a 0-d mask)."""
     if nd == 0:
-        y = _C._v_unsqueeze(x, pos)
-    elif nd == 1:
-        y = x
-    else:
-        y = _C._v_reshape(x, tuple(shape[:pos] + [math.prod(shape[pos:pos + nd])] + shape[pos + nd:]))
-    return y, idx
+        return _C._v_unsqueeze(y, pos)
+    if nd == 1:
+        return y
+    shape = list(y.shape)
+    return _C._v_reshape(y, tuple(shape[:pos] + [math.prod(shape[pos:pos + nd])] + shape[pos + nd:]))
 
 
 def _getitem(self, key):
@@ -391,20 +401,23 @@ def _getitem(self, key):
     key. A Shard survives on dims taken whole; slicing or indexing a sharded dim is a
     PlacementError."""
     spec, new_axes, tensors = _parse_key(self, key)
+    if not tensors:
+        return _C._v_index(self, spec, new_axes)
     if len(tensors) > 1:
         raise NotImplementedError("dtorch indexing takes at most one tensor index per key")
-    y = _C._v_index(self, spec, new_axes)
-    if not tensors:
-        return y
     pos, k, nd = tensors[0]
-    if k.dtype in (torch.bool, torch.uint8):
-        y, idx = _mask_flat_index(y, k, pos, nd)
-        return _C._v_index_tensor(y, pos, _replicated_like(y, idx))
-    if isinstance(k, torch.Tensor):
-        if k.dtype != torch.int64:
-            raise IndexError("tensors used as indices must be long, byte or bool tensors")
-        k = _replicated_like(y, k)
-    return _C._v_index_tensor(y, pos, k)
+    mask = k.dtype in (torch.bool, torch.uint8)
+    if not mask and k.dtype != torch.int64:
+        raise IndexError("tensors used as indices must be long, byte or bool tensors")
+    idx = _read_mask(k, _basic_shape(spec, new_axes), pos, nd) if mask else k
+    # Only a key with a basic part records that part first.
+    identity = new_axes == 0 and all(s == (0, 1, n, False) for s, n in zip(spec, self.shape))
+    y = self if identity else _C._v_index(self, spec, new_axes)
+    if mask:
+        y = _flatten_for_mask(y, pos, nd)
+    if isinstance(idx, torch.Tensor):
+        idx = _replicated_like(y, idx)
+    return _C._v_index_tensor(y, pos, idx)
 
 
 def _scalar_value(value, what: str):
