@@ -4,7 +4,6 @@ with numbers), narrow and select; one device exactly, meshes for the accepted pl
 the rejected ones. Assignments rebind the Python object: every reference to it sees the new value.
 """
 
-import itertools
 import unittest
 
 import torch
