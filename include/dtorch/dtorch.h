@@ -395,6 +395,116 @@ DT_API void dt_reset_peak_memory_stats(void);
 /* Returns memory the backends keep cached for reuse (freed blobs' buffers)
  * to the system. Any thread. */
 DT_API void dt_empty_cache(void);
+/* ------------------------------------------------------- views and shape */
+/* Data-movement ops (src/ops/views.c, index.c, shape_ops.c). dtorch values
+ * are immutable, so a "view" is a new symbol with its own value; the backend
+ * may share storage underneath (a reshape of a contiguous block copies
+ * nothing). All return a new reference or NULL, and record one node (cat and
+ * stack of more than two inputs: one node per pairwise step).
+ *
+ * Placements, per mesh dim, unless an op says otherwise: Replicate stays
+ * Replicate; Partial stays Partial (these ops are linear); a Shard follows
+ * its tensor dim through the shape change. A Shard whose dim the op slices,
+ * flips, rolls, repeats, indexes or concatenates along is a PlacementError
+ * naming the redistribute() that fixes it. Errors mirror torch: a bad dim is
+ * DT_EINDEX, a bad shape DT_ESHAPE, a bad dtype DT_ETYPE. */
+
+/* a.reshape(shape) (also view, flatten, unflatten): `ndim` sizes, one may be
+ * -1 (inferred). A Shard(d) moves to the result dim holding d's leading
+ * digits, and is accepted only when every device's block of `a`, read in
+ * row-major order, is exactly the block the result's placements give that
+ * device (torch.chunk sizes, nested shards included); checked exactly per
+ * device, else DT_EPLACEMENT. E.g. flatten of (a, b) with Shard(0) on n
+ * devices is accepted when chunking a*b by n gives the same blocks as
+ * chunking a then multiplying by b. */
+DT_API dt_tensor *dt_reshape(dt_tensor *a, int ndim, const int64_t *shape);
+/* Removes the size-1 dims listed in `dims` (ndims entries, negative allowed;
+ * a listed dim of another size stays), or every size-1 dim when ndims < 0.
+ * A Shard on a removed dim is rejected. */
+DT_API dt_tensor *dt_squeeze(dt_tensor *a, int ndims, const int64_t *dims);
+/* Inserts a size-1 dim at `dim` (-ndim-1 <= dim <= ndim). */
+DT_API dt_tensor *dt_unsqueeze(dt_tensor *a, int64_t dim);
+/* a.permute(dims) (also transpose, T, mT): `ndim` must equal a's ndim. Every
+ * placement is accepted; Shard(d) becomes Shard(position of d in dims). */
+DT_API dt_tensor *dt_permute(dt_tensor *a, int ndim, const int64_t *dims);
+/* a.expand(sizes): -1 keeps a size; new leading dims allowed. A Shard on a
+ * dim that grows from 1 is rejected. */
+DT_API dt_tensor *dt_expand(dt_tensor *a, int ndim, const int64_t *sizes);
+/* A value copy that shares the blobs of `a` (no kernel runs). */
+DT_API dt_tensor *dt_clone(dt_tensor *a);
+
+/* One input dim of a basic index: elements start, start+step, ... (`len` of
+ * them, step >= 1, all within the dim); `drop` = 1 for an integer index
+ * (len 1, the dim disappears from the result). */
+typedef struct dt_slice {
+    int64_t start;
+    int64_t step;
+    int64_t len;
+    int32_t drop;
+} dt_slice;
+
+/* a[key] for a basic key (ints, slices, None, ...), given per input dim
+ * (`dims` has ndim(a) entries). `new_axes` has bit i set when result dim i
+ * is a new size-1 axis (None); the other result dims are the kept input dims
+ * in order. Also narrow and select. Accepted: a Shard on a dim taken whole;
+ * a Shard on a sliced or integer-indexed dim is rejected. */
+DT_API dt_tensor *dt_index(dt_tensor *a, const dt_slice *dims, uint64_t new_axes);
+/* a[(:,) * dim + (index,)]: torch advanced indexing along one dim by an int64
+ * tensor of any shape; the result's dims dim .. dim+index.ndim-1 come from
+ * `index`. Indices are read on the devices: out-of-range ones surface as
+ * DT_EKERNEL at the next value read. Per mesh dim (a, index): (R,R)->R,
+ * (S(j),R)->S(j') for j != dim, (R,S(k))->S(dim+k), (P,R)->P. */
+DT_API dt_tensor *dt_index_tensor(dt_tensor *a, int64_t dim, dt_tensor *index);
+/* The value of `a` after a[key] = value for a basic key given as in
+ * dt_index (no new axes: a None only changes how `value` broadcasts, so the
+ * caller drops those dims of `value`). `value` broadcasts to the selected
+ * region (leading size-1 dims beyond it are allowed) and is cast to a's
+ * dtype; value NULL means the scalar `s`. The result keeps a's placements.
+ * Per mesh dim (a, value): (R,R), (S(d),R) (value sliced locally), (S(d),S)
+ * when every device's needed part of value is what it holds, (P,R) and
+ * (P, scalar) (the value lands on coordinate 0, zeros elsewhere), (P,P). */
+DT_API dt_tensor *dt_setitem(dt_tensor *a, const dt_slice *dims, dt_tensor *value, dt_scalar s);
+/* a with a[(:,) * dim + (mask,)] = s: `mask` is bool with the shape of a's
+ * dims dim .. dim+mask.ndim-1. The mask must be Replicate, or sharded like a
+ * on those dims; a Partial a takes s on coordinate 0 and zeros elsewhere. */
+DT_API dt_tensor *dt_setitem_mask(dt_tensor *a, int64_t dim, dt_tensor *mask, dt_scalar s);
+/* a with a[(:,) * dim + (index,)] = s for an int64 index (Replicate); a must
+ * not be sharded on `dim`. */
+DT_API dt_tensor *dt_setitem_index(dt_tensor *a, int64_t dim, dt_tensor *index, dt_scalar s);
+/* The value of dst after dst.copy_(src): src broadcast to dst's shape, cast
+ * to dst's dtype, on dst's placements. Redistributes src by itself when its
+ * placements do not line up with dst's (same mesh required). */
+DT_API dt_tensor *dt_copy(dt_tensor *dst, dt_tensor *src);
+
+/* torch.cat(ts, dim) with type promotion; 1-D empty inputs are skipped as in
+ * torch. Per mesh dim: all inputs Partial -> P; otherwise no Partial, at most
+ * one Shard dim j != dim among the inputs -> S(j) (Replicate inputs sliced
+ * locally), else R. */
+DT_API dt_tensor *dt_cat(int n, dt_tensor *const *ts, int64_t dim);
+/* torch.stack(ts, dim): equal shapes; placements as cat, the new dim never
+ * sharded. */
+DT_API dt_tensor *dt_stack(int n, dt_tensor *const *ts, int64_t dim);
+/* tril (upper = 0) / triu (upper = 1) with `diagonal`. Every placement is
+ * accepted: a device holding rows r0.. and columns c0.. applies the local
+ * diagonal diagonal + r0 - c0. */
+DT_API dt_tensor *dt_tril(dt_tensor *a, int64_t diagonal, int upper);
+/* torch.flip(a, dims); the flipped dims must not be sharded. */
+DT_API dt_tensor *dt_flip(dt_tensor *a, int ndims, const int64_t *dims);
+/* torch.roll(a, shifts, dims) with `n` pairs; dims NULL (n == 1) rolls the
+ * flattened tensor, which then must not be sharded at all. Rolled dims must
+ * not be sharded. */
+DT_API dt_tensor *dt_roll(dt_tensor *a, int n, const int64_t *shifts, const int64_t *dims);
+/* a.repeat(repeats) (n >= ndim(a) entries); a Shard on a dim repeated more
+ * than once is rejected. */
+DT_API dt_tensor *dt_repeat(dt_tensor *a, int n, const int64_t *repeats);
+/* a.repeat_interleave(repeats, dim). A Shard on `dim` is accepted when every
+ * device's output block is exactly its input block repeated (checked per
+ * device; e.g. always when the mesh size divides the dim). */
+DT_API dt_tensor *dt_repeat_interleave(dt_tensor *a, int64_t repeats, int64_t dim);
+/* a.repeat_interleave(repeats, dim, output_size=output_size) with a 1-D int64
+ * `repeats` (Replicate) whose sum the caller passes as output_size; `dim`
+ * must not be sharded. */
+DT_API dt_tensor *dt_repeat_interleave_tensor(dt_tensor *a, dt_tensor *repeats, int64_t dim, int64_t output_size);
 
 /* ------------------------------------------------------- operator registry */
 

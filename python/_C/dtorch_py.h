@@ -193,5 +193,8 @@ PyObject *dtpy_future_value(dtpy_state *st, dtpy_future *fu);
  * the module during module_exec. 0 or -1 with an exception set. */
 int dtpy_add_reduce_methods(PyObject *module);
 int dtpy_add_linalg_methods(PyObject *module);
+/* Operator families: each python/_C/ops_<family>.c adds its functions to
+ * the module (called from module_exec). 0 or -1. */
+int dtpy_add_views_methods(PyObject *module);
 
 #endif /* DTORCH_PY_H */

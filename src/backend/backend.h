@@ -90,6 +90,10 @@ typedef enum dt__kop {
      * at::outer, LINEAR at::linear(in[0], in[1], in[2] if n_in == 3),
      * EINSUM at::einsum(`text`, in[0..n_in)). Result dtype `dtype`. */
     DT_K_LINALG,
+    /* ---- views and shape family (src/ops/views.c, torch_views.cpp) ---- */
+    /* A data-movement kernel; `sub` (a dt__kview) says which, with the exact
+     * semantics listed at dt__kview below. Result dtype `dtype`, contiguous. */
+    DT_K_VIEW,
     DT_K_COUNT
 } dt__kop;
 
@@ -108,6 +112,49 @@ enum {
 enum { DT_KR_PLAIN = 0, DT_KR_INDICES, DT_KR_GLOBAL_INDEX, DT_KR_COMBINE, DT_KR_SUM_DIV };
 /* DT_K_LINALG sub codes. */
 enum { DT_KL_MM = 0, DT_KL_BMM, DT_KL_OUTER, DT_KL_LINEAR, DT_KL_EINSUM };
+/* Sub codes of DT_K_VIEW. "region" means the strided selection
+ * in[0][start[d] : start[d] + step[d] * shape[d] : step[d]] for d < ndim
+ * (shape[d] elements per dim, step[d] >= 1). */
+typedef enum dt__kview {
+    /* out = in[0].reshape(shape[0..ndim)) (same numel). */
+    DT_KV_RESHAPE = 0,
+    /* out = in[0].permute(ints[0..ndim)). */
+    DT_KV_PERMUTE,
+    /* out = in[0].expand(shape[0..ndim)) (torch expand rules). */
+    DT_KV_EXPAND,
+    /* out = region of in[0], reshaped to gshape[0..gndim). */
+    DT_KV_STRIDED,
+    /* out = in[0] with its region := in[1].reshape(gshape[0..gndim))
+     * broadcast to the region and cast to in[0]'s dtype (gndim == ndim). */
+    DT_KV_SET_TENSOR,
+    /* out = in[0] with its region filled with `scalar` (fill_ semantics). */
+    DT_KV_SET_SCALAR,
+    /* out = in[0][:, ..., :, in[1]] with `dim` full slices before the
+     * index: torch advanced indexing by one int64 tensor of any shape
+     * (negative indices wrap; out of range is a kernel error). */
+    DT_KV_INDEX,
+    /* out = in[0] with in[0][(:,) * dim, in[1]] := scalar (index_put_). */
+    DT_KV_INDEX_FILL,
+    /* out = in[0].masked_fill(in[1].reshape(gshape[0..gndim)), scalar). */
+    DT_KV_MASKED_FILL,
+    /* out = cat(x_i, dim) over in[0..n_in) where x_i is in[i] cast to `dtype`
+     * and, when in[i] has ndim - 1 dims, unsqueezed at `dim` first (stack). */
+    DT_KV_CAT,
+    /* out = tril(in[0], ints[0]) / triu(in[0], ints[0]). */
+    DT_KV_TRIL,
+    DT_KV_TRIU,
+    /* out = flip(in[0], dims whose bit is set in dims_mask). */
+    DT_KV_FLIP,
+    /* out = roll(in[0], shifts ints[0..nints), dims start[0..nints)); with
+     * nints == 0: roll of the flattened tensor by ints[0], shape restored. */
+    DT_KV_ROLL,
+    /* out = in[0].repeat(ints[0..nints)). */
+    DT_KV_REPEAT,
+    /* n_in == 1: out = in[0].repeat_interleave(ints[0], dim);
+     * n_in == 2: out = in[0].repeat_interleave(in[1], dim, output_size = ints[1]). */
+    DT_KV_REPEAT_INTERLEAVE,
+    DT_KV_COUNT
+} dt__kview;
 
 /* Attributes of one kernel. Only the fields the op documents are meaningful. */
 typedef struct dt__kattr {
@@ -125,6 +172,11 @@ typedef struct dt__kattr {
     dt_scalar scalar; /* FULL, BINARY_SCALAR */
     double f[3];      /* ARANGE start, end, step */
     const char *text; /* LINALG EINSUM: the equation (interned, never freed) */
+    /* views family (DT_K_VIEW): per-dim steps of a region, and an int list
+     * whose meaning the sub code states. */
+    int64_t step[DT_MAX_NDIM];
+    int64_t ints[DT_MAX_NDIM];
+    int32_t nints;
 } dt__kattr;
 
 typedef struct dt__backend {

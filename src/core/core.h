@@ -151,6 +151,9 @@ typedef enum dt__op {
     /* reductions and linear algebra families */
     DT_OP_REDUCE, /* sub = dt_reduce_op | DT_KR_* mode << 8 */
     DT_OP_LINALG, /* sub = DT_KL_* (mm, bmm, outer, linear, einsum) */
+    /* views and shape family (src/ops/views.c): one node op, the kind in
+     * nattr.sub (dt__view_op in ops/views_int.h). */
+    DT_OP_VIEW,
     DT_OP_RELEASE, /* the client dropped a symbol */
     DT_OP_FETCH,   /* a value read */
     DT_OP_SYNC,    /* a graph-wide barrier */
@@ -170,6 +173,14 @@ typedef struct dt__nattr {
     uint32_t k_mesh_mask;
     /* linalg einsum: the equation (interned, never freed). */
     const char *text;
+    /* views family (src/ops/views_int.h says what each holds per kind). */
+    int64_t v_start[DT_MAX_NDIM];
+    int64_t v_step[DT_MAX_NDIM];
+    int64_t v_len[DT_MAX_NDIM];
+    int64_t v_ints[DT_MAX_NDIM];
+    int32_t v_nints;
+    int32_t v_dim;
+    uint64_t v_mask;
 } dt__nattr;
 
 /* Most inputs an op node or a kernel takes (linear: input, weight, bias). */
@@ -394,6 +405,7 @@ void dt__lower_sum(dt__lower *L, dt__node *n);
 void dt__lower_redistribute(dt__lower *L, dt__node *n);
 void dt__lower_reduce(dt__lower *L, dt__node *n);
 void dt__lower_linalg(dt__lower *L, dt__node *n);
+void dt__lower_view(dt__lower *L, dt__node *n);
 
 /* ------------------------------------------------------------ client */
 

@@ -1,9 +1,593 @@
 /*
- * The views operator family (to be filled by the operator-library issue).
+ * The views and shape family, part 1: reshape (view, flatten, unflatten),
+ * squeeze, unsqueeze, permute (transpose), expand and clone; the helpers the
+ * family shares; the dispatch of DT_OP_VIEW lowering; the registry rows.
+ * Indexing lives in index.c, cat/tril/flip/roll/repeat in shape_ops.c.
+ *
+ * dtorch values are immutable, so a "view" is simply a new symbol: each
+ * device runs the same torch op on its own block and the result is a fresh
+ * contiguous tensor (a reshape of a contiguous block shares its storage, and
+ * an unchanged block is handed on without any kernel; blobs are never
+ * mutated, so sharing is always safe).
+ *
+ * Placements of reshape: a Shard(d) goes to the result dim that holds the
+ * most significant digits of d (the dim o with stride(o) < stride(d)*size(d)
+ * <= stride(o)*size(o)), and the result is accepted only when, for every
+ * device, the flat indices of its input block equal those of its output
+ * block. Both blocks are boxes enumerated in increasing flat order, so equal
+ * sets mean equal sequences and the local op is a plain reshape. The sets are
+ * compared through a canonical form of each box (adjacent dims merged while
+ * the set is unchanged); equal forms imply equal sets, so nothing wrong is
+ * ever accepted.
+ *
+ * Threads: dt_* functions on client threads; lowering on the controller.
  */
-#include "core/core.h"
-#include "ops/ops.h"
+#include <string.h>
 
+#include "ops/ops.h"
+#include "ops/views_int.h"
+
+const char *const dt__view_names[DT_V_COUNT] = {
+    [DT_V_RESHAPE] = "reshape",
+    [DT_V_PERMUTE] = "permute",
+    [DT_V_EXPAND] = "expand",
+    [DT_V_INDEX] = "getitem",
+    [DT_V_INDEX_TENSOR] = "getitem",
+    [DT_V_SETITEM] = "setitem",
+    [DT_V_SETITEM_MASK] = "setitem",
+    [DT_V_SETITEM_INDEX] = "setitem",
+    [DT_V_CAT] = "cat",
+    [DT_V_TRIL] = "tril",
+    [DT_V_FLIP] = "flip",
+    [DT_V_ROLL] = "roll",
+    [DT_V_REPEAT] = "repeat",
+    [DT_V_REPEAT_INTERLEAVE] = "repeat_interleave",
+    [DT_V_CLONE] = "clone",
+};
+
+/* ---------------------------------------------------------- shared helpers */
+
+dt_status dt__view_check(const char *op, const dt_tensor *a) {
+    if (!a)
+        return dt__error(DT_EINVAL, "%s: tensor argument is NULL", op);
+    return DT_OK;
+}
+
+dt_status dt__view_check_pair(const char *op, const dt_tensor *a, const dt_tensor *b) {
+    if (!a || !b)
+        return dt__error(DT_EINVAL, "%s: tensor argument is NULL", op);
+    if (a->graph != b->graph)
+        return dt__error(DT_EINVAL, "%s: the tensors belong to different graphs", op);
+    if (!dt_mesh_equal(a->v->meta.mesh, b->v->meta.mesh))
+        return dt__error(DT_EINVAL,
+                         "%s: the tensors are on different device meshes; move one with redistribute(device_mesh=...)",
+                         op);
+    return DT_OK;
+}
+
+dt_status dt__view_wrap_dim(const char *op, int64_t dim, int ndim, int scalar_ok, int *out) {
+    int n = ndim == 0 && scalar_ok ? 1 : ndim;
+    if (n == 0)
+        return dt__error(DT_EINDEX, "%s: dimension specified as %lld but tensor has no dimensions", op,
+                         (long long)dim);
+    if (dim < -n || dim >= n)
+        return dt__error(DT_EINDEX, "%s: Dimension out of range (expected to be in range of [%d, %d], but got %lld)",
+                         op, -n, n - 1, (long long)dim);
+    *out = (int)(dim < 0 ? dim + n : dim);
+    return DT_OK;
+}
+
+dt_status dt__view_reject(const char *op, const dt__meta *const *ins, int nin, int which, int md,
+                          const char *accepted) {
+    dt_placement fix[DT_MAX_MESH_NDIM];
+    memcpy(fix, ins[which]->pl, sizeof fix);
+    fix[md] = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
+    return dt__placement_error(op, ins, nin, md, accepted, which, fix);
+}
+
+int dt__view_within(const dt__meta *m, const int64_t *coord, const int64_t *s, const int64_t *l) {
+    int64_t ls[DT_MAX_NDIM], ll[DT_MAX_NDIM];
+    for (int d = 0; d < m->ndim; d++)
+        if (l[d] == 0)
+            return 1;
+    dt__local_region(m, coord, ls, ll);
+    for (int d = 0; d < m->ndim; d++)
+        if (s[d] < ls[d] || s[d] + l[d] > ls[d] + ll[d])
+            return 0;
+    return 1;
+}
+
+dt_tensor *dt__view_begin(dt_tensor *a, dt_tensor *b, const dt__meta *out, int kind, dt__node **node) {
+    *node = NULL;
+    dt_tensor *t = dt__tensor_new(a->graph, out);
+    if (!t)
+        return NULL;
+    dt__node *n = dt__node_new(DT_OP_VIEW);
+    if (n) {
+        n->n_in = b ? 2 : 1;
+        n->in[0] = a->v;
+        n->in[1] = b ? b->v : NULL;
+        n->out = t->v;
+        n->a.sub = kind;
+    }
+    *node = n;
+    return t;
+}
+
+dt__kernel *dt__view_kernel(dt__lower *L, const dt__node *n, int sub) {
+    dt__kernel *k = dt__lw_kernel(L, DT_K_VIEW);
+    k->opname = dt__view_names[n->a.sub];
+    k->attr.sub = sub;
+    k->attr.dtype = n->out->meta.dtype;
+    return k;
+}
+
+/* ---------------------------------------------------------------- reshape */
+
+typedef struct box_dim {
+    int64_t n, s, l;
+} box_dim;
+
+/* The canonical form of the box (start, len) of a row-major tensor of
+ * `shape`: size-1 dims dropped, then adjacent dims (a, b) merged while the
+ * set of flat indices stays the same: when b is taken whole, or when a takes
+ * one index. Returns the number of dims, or -1 for an empty box. */
+static int canon_box(int ndim, const int64_t *shape, const int64_t *start, const int64_t *len, box_dim *out) {
+    int k = 0;
+    for (int d = 0; d < ndim; d++) {
+        if (len[d] == 0)
+            return -1;
+        if (shape[d] == 1)
+            continue;
+        out[k++] = (box_dim){shape[d], start[d], len[d]};
+        while (k >= 2) {
+            box_dim *a = &out[k - 2], *b = &out[k - 1];
+            if (b->s == 0 && b->l == b->n) {
+                a->s *= b->n;
+                a->l *= b->n;
+            } else if (a->l == 1) {
+                a->s = a->s * b->n + b->s;
+                a->l = b->l;
+            } else {
+                break;
+            }
+            a->n *= b->n;
+            k--;
+        }
+    }
+    return k;
+}
+
+/* 1 when every device's block of `in` holds the same flat indices as its
+ * block of `out` (same numel). */
+static int blocks_match(const dt__meta *in, const dt__meta *out) {
+    const dt_mesh *mesh = in->mesh;
+    int64_t coord[DT_MAX_MESH_NDIM], is[DT_MAX_NDIM], il[DT_MAX_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM];
+    box_dim bi[DT_MAX_NDIM], bo[DT_MAX_NDIM];
+    for (int64_t i = 0; i < mesh->ndev; i++) {
+        dt__mesh_coord(mesh, i, coord);
+        dt__local_region(in, coord, is, il);
+        dt__local_region(out, coord, os, ol);
+        int ki = canon_box(in->ndim, in->shape, is, il, bi);
+        int ko = canon_box(out->ndim, out->shape, os, ol, bo);
+        if (ki != ko)
+            return 0;
+        for (int d = 0; d < ki; d++)
+            if (bi[d].n != bo[d].n || bi[d].s != bo[d].s || bi[d].l != bo[d].l)
+                return 0;
+    }
+    return 1;
+}
+
+/* The result dim that holds the most significant digits of a block of
+ * length `len` of input dim d (the whole dim, or the chunk an outer mesh dim
+ * left when shards nest), or -1 when there is none. A block of one index
+ * goes to the first size-1 result dim. */
+static int leading_out_dim(const dt__meta *in, const dt__meta *out, int d, int64_t len) {
+    if (len <= 1) {
+        for (int o = 0; o < out->ndim; o++)
+            if (out->shape[o] == 1)
+                return o;
+        return -1;
+    }
+    int64_t istride = 1;
+    for (int j = in->ndim - 1; j > d; j--)
+        istride *= in->shape[j];
+    int64_t hi = istride * len, ostride = 1;
+    for (int o = out->ndim - 1; o >= 0; o--) {
+        if (out->shape[o] > 1 && ostride < hi && hi <= ostride * out->shape[o])
+            return o;
+        ostride *= out->shape[o];
+    }
+    return -1;
+}
+
+/* Tries every result dim for each sharding mesh dim (from mesh dim `md` on)
+ * until the blocks match; bounded, and only reached when the leading-digit
+ * choice failed. Returns 1 with out->pl set on success. */
+static int search_placements(const dt__meta *in, dt__meta *out, int md, int *budget) {
+    if (md == in->mesh->ndim)
+        return --*budget >= 0 && blocks_match(in, out);
+    if (in->pl[md].kind != DT_PLACEMENT_SHARD)
+        return search_placements(in, out, md + 1, budget);
+    for (int o = 0; o < out->ndim && *budget > 0; o++) {
+        out->pl[md] = (dt_placement){DT_PLACEMENT_SHARD, o};
+        if (search_placements(in, out, md + 1, budget))
+            return 1;
+    }
+    return 0;
+}
+
+static const char *const reshape_accepts =
+    "R->R, P->P, S(d)->S(d') when every device's block of the input is, in row-major order, the block the "
+    "result's torch.chunk split gives it (d' is the result dim holding d's leading part)";
+
+/* The reshape of `a` to `out_shape` (sizes already resolved). `dim_map`, when
+ * given, names the result dim of each input dim (-1: removed), as squeeze and
+ * unsqueeze know it; otherwise leading_out_dim decides. */
+static dt_tensor *reshape_to(const char *op, dt_tensor *a, int ndim, const int64_t *out_shape, const int *dim_map) {
+    const dt__meta *m = &a->v->meta;
+    dt__meta out = *m;
+    out.ndim = ndim;
+    memcpy(out.shape, out_shape, sizeof(int64_t) * (size_t)ndim);
+    int64_t numel = dt__numel(m->ndim, m->shape), cur[DT_MAX_NDIM];
+    memcpy(cur, m->shape, sizeof cur);
+    for (int md = 0; md < m->mesh->ndim; md++) {
+        dt_placement p = m->pl[md];
+        if (p.kind != DT_PLACEMENT_SHARD)
+            continue;
+        int o = dim_map ? dim_map[p.dim] : leading_out_dim(m, &out, p.dim, cur[p.dim]);
+        cur[p.dim] = (cur[p.dim] + m->mesh->shape[md] - 1) / m->mesh->shape[md];
+        if (o < 0 && numel == 0 && !dim_map) {
+            /* Every block is empty: any placement describes the result. */
+            out.pl[md] = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
+            continue;
+        }
+        if (o < 0 && (dim_map || ndim == 0)) {
+            dt__view_reject(op, &m, 1, 0, md, reshape_accepts);
+            return NULL;
+        }
+        /* No leading-digit dim: a placeholder that the search below replaces. */
+        out.pl[md] = (dt_placement){DT_PLACEMENT_SHARD, o < 0 ? 0 : o};
+    }
+    int budget = 4096;
+    if (!blocks_match(m, &out) && (dim_map || !search_placements(m, &out, 0, &budget))) {
+        /* Name the first mesh dim that shards, the one to redistribute. */
+        int md = 0;
+        while (md < m->mesh->ndim && m->pl[md].kind != DT_PLACEMENT_SHARD)
+            md++;
+        dt__view_reject(op, &m, 1, 0, md < m->mesh->ndim ? md : 0, reshape_accepts);
+        dt__error_append(" (the shards would not stay contiguous chunk-sized blocks of the result of shape [");
+        for (int d = 0; d < ndim; d++)
+            dt__error_append("%s%lld", d ? ", " : "", (long long)out_shape[d]);
+        dt__error_append("])");
+        return NULL;
+    }
+    dt__node *n;
+    dt_tensor *t = dt__view_begin(a, NULL, &out, DT_V_RESHAPE, &n);
+    return t ? dt__client_submit(t, n) : NULL;
+}
+
+static void format_shape(dt__strbuf *sb, int ndim, const int64_t *shape) {
+    dt__sb_printf(sb, "[");
+    for (int d = 0; d < ndim; d++)
+        dt__sb_printf(sb, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    dt__sb_printf(sb, "]");
+}
+
+dt_tensor *dt_reshape(dt_tensor *a, int ndim, const int64_t *shape) {
+    dt_clear_error();
+    if (dt__view_check("reshape", a) != DT_OK)
+        return NULL;
+    if (ndim < 0 || ndim > DT_MAX_NDIM || (ndim > 0 && !shape)) {
+        dt__error(DT_EINVAL, "reshape: expected at most %d sizes, got %d", DT_MAX_NDIM, ndim);
+        return NULL;
+    }
+    const dt__meta *m = &a->v->meta;
+    int64_t numel = dt__numel(m->ndim, m->shape), known = 1, out_shape[DT_MAX_NDIM];
+    int infer = -1;
+    for (int d = 0; d < ndim; d++) {
+        out_shape[d] = shape[d];
+        if (shape[d] == -1) {
+            if (infer >= 0) {
+                dt__error(DT_ESHAPE, "reshape: only one dimension can be inferred");
+                return NULL;
+            }
+            infer = d;
+        } else if (shape[d] < 0) {
+            dt__error(DT_ESHAPE, "reshape: invalid shape dimension %lld", (long long)shape[d]);
+            return NULL;
+        } else {
+            known *= shape[d];
+        }
+    }
+    int ok = infer >= 0 ? known != 0 && numel % known == 0 : known == numel;
+    if (ok && infer >= 0)
+        out_shape[infer] = numel / known;
+    if (!ok) {
+        dt__strbuf sb;
+        dt__sb_init(&sb);
+        format_shape(&sb, ndim, shape);
+        dt__error(DT_ESHAPE, "reshape: shape '%s' is invalid for input of size %lld", sb.buf, (long long)numel);
+        return NULL;
+    }
+    return reshape_to("reshape", a, ndim, out_shape, NULL);
+}
+
+dt_tensor *dt_squeeze(dt_tensor *a, int ndims, const int64_t *dims) {
+    dt_clear_error();
+    if (dt__view_check("squeeze", a) != DT_OK)
+        return NULL;
+    const dt__meta *m = &a->v->meta;
+    int remove[DT_MAX_NDIM] = {0};
+    if (ndims < 0) {
+        for (int d = 0; d < m->ndim; d++)
+            remove[d] = m->shape[d] == 1;
+    } else {
+        if (ndims > 0 && !dims) {
+            dt__error(DT_EINVAL, "squeeze: dims is NULL");
+            return NULL;
+        }
+        for (int i = 0; i < ndims; i++) {
+            int d;
+            if (dt__view_wrap_dim("squeeze", dims[i], m->ndim, 1, &d) != DT_OK)
+                return NULL;
+            if (m->ndim > 0 && m->shape[d] == 1)
+                remove[d] = 1;
+        }
+    }
+    int map[DT_MAX_NDIM], nd = 0;
+    int64_t shape[DT_MAX_NDIM];
+    for (int d = 0; d < m->ndim; d++) {
+        map[d] = remove[d] ? -1 : nd;
+        if (!remove[d])
+            shape[nd++] = m->shape[d];
+    }
+    return reshape_to("squeeze", a, nd, shape, map);
+}
+
+dt_tensor *dt_unsqueeze(dt_tensor *a, int64_t dim) {
+    dt_clear_error();
+    if (dt__view_check("unsqueeze", a) != DT_OK)
+        return NULL;
+    const dt__meta *m = &a->v->meta;
+    int d;
+    if (m->ndim >= DT_MAX_NDIM) {
+        dt__error(DT_EINVAL, "unsqueeze: the result would have more than %d dimensions", DT_MAX_NDIM);
+        return NULL;
+    }
+    if (dt__view_wrap_dim("unsqueeze", dim, m->ndim + 1, 0, &d) != DT_OK)
+        return NULL;
+    int map[DT_MAX_NDIM];
+    int64_t shape[DT_MAX_NDIM];
+    for (int i = 0, o = 0; o <= m->ndim; o++) {
+        if (o == d) {
+            shape[o] = 1;
+            continue;
+        }
+        map[i] = o;
+        shape[o] = m->shape[i++];
+    }
+    return reshape_to("unsqueeze", a, m->ndim + 1, shape, map);
+}
+
+/* ---------------------------------------------------------------- permute */
+
+dt_tensor *dt_permute(dt_tensor *a, int ndim, const int64_t *dims) {
+    dt_clear_error();
+    if (dt__view_check("permute", a) != DT_OK)
+        return NULL;
+    const dt__meta *m = &a->v->meta;
+    if (ndim != m->ndim || (ndim > 0 && !dims)) {
+        dt__error(DT_EOP,
+                  "permute: number of dimensions in the tensor input does not match the length of the desired "
+                  "ordering of dimensions i.e. input.dim() = %d is not equal to len(dims) = %d",
+                  m->ndim, ndim);
+        return NULL;
+    }
+    int perm[DT_MAX_NDIM], inv[DT_MAX_NDIM], seen[DT_MAX_NDIM] = {0};
+    for (int o = 0; o < ndim; o++) {
+        if (dt__view_wrap_dim("permute", dims[o], ndim, 0, &perm[o]) != DT_OK)
+            return NULL;
+        if (seen[perm[o]]++) {
+            dt__error(DT_EOP, "permute(): duplicate dims are not allowed.");
+            return NULL;
+        }
+        inv[perm[o]] = o;
+    }
+    dt__meta out = *m;
+    for (int o = 0; o < ndim; o++)
+        out.shape[o] = m->shape[perm[o]];
+    for (int md = 0; md < m->mesh->ndim; md++)
+        if (m->pl[md].kind == DT_PLACEMENT_SHARD)
+            out.pl[md].dim = inv[m->pl[md].dim];
+    dt__node *n;
+    dt_tensor *t = dt__view_begin(a, NULL, &out, DT_V_PERMUTE, &n);
+    if (!t)
+        return NULL;
+    if (n)
+        for (int o = 0; o < ndim; o++)
+            n->a.v_ints[o] = perm[o];
+    return dt__client_submit(t, n);
+}
+
+/* ----------------------------------------------------------------- expand */
+
+dt_tensor *dt_expand(dt_tensor *a, int ndim, const int64_t *sizes) {
+    dt_clear_error();
+    if (dt__view_check("expand", a) != DT_OK)
+        return NULL;
+    const dt__meta *m = &a->v->meta;
+    if (ndim < m->ndim || ndim > DT_MAX_NDIM || (ndim > 0 && !sizes)) {
+        dt__error(DT_EOP,
+                  "expand: the number of sizes provided (%d) must be greater or equal to the number of dimensions "
+                  "in the tensor (%d)",
+                  ndim, m->ndim);
+        return NULL;
+    }
+    dt__meta out = *m;
+    out.ndim = ndim;
+    int off = ndim - m->ndim;
+    for (int o = 0; o < ndim; o++) {
+        int64_t want = sizes[o];
+        if (o < off) {
+            if (want < 0) {
+                dt__error(DT_EOP,
+                          "expand: the expanded size of the tensor (%lld) isn't allowed in a leading, non-existing "
+                          "dimension %d",
+                          (long long)want, o);
+                return NULL;
+            }
+            out.shape[o] = want;
+            continue;
+        }
+        int64_t have = m->shape[o - off];
+        if (want == -1)
+            want = have;
+        if (want != have && have != 1) {
+            dt__strbuf sb, sa;
+            dt__sb_init(&sb);
+            dt__sb_init(&sa);
+            format_shape(&sb, ndim, sizes);
+            format_shape(&sa, m->ndim, m->shape);
+            dt__error(DT_EOP,
+                      "expand: the expanded size of the tensor (%lld) must match the existing size (%lld) at "
+                      "non-singleton dimension %d.  Target sizes: %s.  Tensor sizes: %s",
+                      (long long)want, (long long)have, o, sb.buf, sa.buf);
+            return NULL;
+        }
+        if (want < 0) {
+            dt__error(DT_EOP, "expand: invalid size %lld at dimension %d", (long long)want, o);
+            return NULL;
+        }
+        out.shape[o] = want;
+    }
+    for (int md = 0; md < m->mesh->ndim; md++) {
+        dt_placement p = m->pl[md];
+        if (p.kind != DT_PLACEMENT_SHARD)
+            continue;
+        if (out.shape[p.dim + off] != m->shape[p.dim]) {
+            dt__view_reject("expand", &m, 1, 0, md, "R->R, P->P, S(d)->S(d + new dims) when dim d keeps its size");
+            return NULL;
+        }
+        out.pl[md].dim = p.dim + off;
+    }
+    dt__node *n;
+    dt_tensor *t = dt__view_begin(a, NULL, &out, DT_V_EXPAND, &n);
+    return t ? dt__client_submit(t, n) : NULL;
+}
+
+/* ------------------------------------------------------------------ clone */
+
+dt_tensor *dt_clone(dt_tensor *a) {
+    dt_clear_error();
+    if (dt__view_check("clone", a) != DT_OK)
+        return NULL;
+    dt__node *n;
+    dt_tensor *t = dt__view_begin(a, NULL, &a->v->meta, DT_V_CLONE, &n);
+    return t ? dt__client_submit(t, n) : NULL;
+}
+
+/* --------------------------------------------------------------- lowering */
+
+/* One kernel per device from the input's own block to the output's block:
+ * reshape, permute and expand. Unchanged blocks are handed on as they are. */
+static void lower_local(dt__lower *L, dt__node *n) {
+    dt__tval *in = n->in[0], *o = n->out;
+    const dt_mesh *mesh = o->meta.mesh;
+    dt__lw_alloc_blobs(o);
+    int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], is[DT_MAX_NDIM], il[DT_MAX_NDIM];
+    for (int64_t i = 0; i < mesh->ndev; i++) {
+        dt__mesh_coord(mesh, i, coord);
+        dt__local_region(&o->meta, coord, os, ol);
+        if (n->a.sub == DT_V_RESHAPE) {
+            dt__local_region(&in->meta, coord, is, il);
+            if (in->meta.ndim == o->meta.ndim && memcmp(il, ol, sizeof(int64_t) * (size_t)o->meta.ndim) == 0) {
+                o->blobs[i] = dt__blob_retain(in->blobs[i]);
+                continue;
+            }
+        }
+        int sub = n->a.sub == DT_V_RESHAPE ? DT_KV_RESHAPE : n->a.sub == DT_V_PERMUTE ? DT_KV_PERMUTE : DT_KV_EXPAND;
+        dt__kernel *k = dt__view_kernel(L, n, sub);
+        k->n_in = 1;
+        k->in[0] = dt__blob_retain(in->blobs[i]);
+        k->attr.ndim = o->meta.ndim;
+        for (int d = 0; d < o->meta.ndim; d++) {
+            k->attr.shape[d] = ol[d];
+            k->attr.ints[d] = n->a.v_ints[d];
+        }
+        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+    }
+}
+
+/* A clone shares the blobs: values are immutable. */
+static void lower_clone(dt__lower *L, dt__node *n) {
+    (void)L;
+    dt__tval *o = n->out;
+    dt__lw_alloc_blobs(o);
+    for (int64_t i = 0; i < o->meta.mesh->ndev; i++)
+        o->blobs[i] = dt__blob_retain(n->in[0]->blobs[i]);
+}
+
+void dt__lower_view(dt__lower *L, dt__node *n) {
+    switch (n->a.sub) {
+    case DT_V_RESHAPE:
+    case DT_V_PERMUTE:
+    case DT_V_EXPAND: lower_local(L, n); break;
+    case DT_V_INDEX: dt__vlower_index(L, n); break;
+    case DT_V_INDEX_TENSOR: dt__vlower_index_tensor(L, n); break;
+    case DT_V_SETITEM: dt__vlower_setitem(L, n); break;
+    case DT_V_SETITEM_MASK: dt__vlower_setitem_mask(L, n); break;
+    case DT_V_SETITEM_INDEX: dt__vlower_setitem_index(L, n); break;
+    case DT_V_CAT: dt__vlower_cat(L, n); break;
+    case DT_V_TRIL: dt__vlower_tril(L, n); break;
+    case DT_V_FLIP: dt__vlower_flip(L, n); break;
+    case DT_V_ROLL: dt__vlower_roll(L, n); break;
+    case DT_V_REPEAT: dt__vlower_repeat(L, n); break;
+    case DT_V_REPEAT_INTERLEAVE: dt__vlower_repeat_interleave(L, n); break;
+    case DT_V_CLONE: lower_clone(L, n); break;
+    default: DT_ASSERT(!"unknown view kind");
+    }
+}
+
+/* ---------------------------------------------------------------- registry */
+
+#define KEEP "R->R, P->P"
 const dt_op_doc dt__docs_views[] = {
+    {"view", "views", KEEP ", S(d)->S(d') when every shard stays a contiguous chunk-sized block of the result", 0},
+    {"reshape", "views", KEEP ", S(d)->S(d') when every shard stays a contiguous chunk-sized block of the result", 0},
+    {"flatten", "views", KEEP ", S(d)->S(d') when every shard stays a contiguous chunk-sized block of the result", 0},
+    {"unflatten", "views", KEEP ", S(d)->S(d') when every shard stays a contiguous chunk-sized block of the result",
+     0},
+    {"transpose", "views", KEEP ", S(d)->S(d swapped)", 0},
+    {"permute", "views", KEEP ", S(d)->S(position of d in dims)", 0},
+    {"squeeze", "views", KEEP ", S(d)->S(d') for a kept dim (a removed dim must not be sharded)", 0},
+    {"unsqueeze", "views", KEEP ", S(d)->S(d or d+1)", 0},
+    {"expand", "views", KEEP ", S(d)->S(d + new dims) when dim d is not broadcast", 0},
+    {"repeat", "views", KEEP ", S(d)->S(d + new dims) when dim d is repeated once", 0},
+    {"repeat_interleave", "views",
+     KEEP ", S(d)->S(d) for d != dim; S(dim)->S(dim) when every device's block stays its own (int repeats)", 0},
+    {"contiguous", "views", "any (returns the tensor itself)", 0},
+    {"clone", "views", "any (placements kept; shares the immutable blocks)", 0},
+    {"copy_", "views", "dst keeps its placements; src is redistributed to line up when needed", 1},
+    {"narrow", "views", KEEP ", S(d)->S(d) for d != dim", 0},
+    {"__getitem__", "views",
+     KEEP ", S(d)->S(d') for dims taken whole; tensor index: (S(j),R)->S(j'), (R,S(k))->S(dim+k), (P,R)->P; "
+          "boolean masks synchronise",
+     0},
+    {"__setitem__", "views",
+     "(R,R)->R, (S(d),R)->S(d)*, (S(d),S)->S(d) when aligned, (P,R)->P, (P,P)->P, (P,scalar)->P; tensor index or "
+     "mask: scalar values, indexed dims not sharded",
+     0},
+    {"cat", "views", "(all P)->P; S(j)/R mixes->S(j)* for j != dim; R->R", 0},
+    {"concat", "views", "(all P)->P; S(j)/R mixes->S(j)* for j != dim; R->R", 0},
+    {"stack", "views", "(all P)->P; S(j)/R mixes->S(j or j+1)*; R->R", 0},
+    {"chunk", "views", KEEP ", S(d)->S(d) for d != dim", 0},
+    {"split", "views", KEEP ", S(d)->S(d) for d != dim", 0},
+    {"unbind", "views", KEEP ", S(d)->S(d or d-1) for d != dim", 0},
+    {"tril", "views", KEEP ", S(d)->S(d) (any dim: the local diagonal is offset)", 0},
+    {"triu", "views", KEEP ", S(d)->S(d) (any dim: the local diagonal is offset)", 0},
+    {"flip", "views", KEEP ", S(d)->S(d) for d not flipped", 0},
+    {"roll", "views", KEEP ", S(d)->S(d) for d not rolled (flat roll: no Shard)", 0},
     {NULL, NULL, NULL, 0},
 };

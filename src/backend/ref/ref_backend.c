@@ -41,11 +41,15 @@ typedef struct ref_tensor {
     void *data; /* numel elements, row-major; never NULL (at least one byte) */
 } ref_tensor;
 
-static const char *const kop_names[] = {"SLICE", "FULL",   "EMPTY",         "ARANGE",    "RAND",
-                                        "RANDN", "BINARY", "BINARY_SCALAR", "NEG",       "MATMUL",
-                                        "SUM",   "CAT",    "SUM_N",         "ZEROS_LIKE", "REDUCE",
-                                        "LINALG"};
-_Static_assert(sizeof kop_names / sizeof kop_names[0] == DT_K_COUNT, "one name per kernel op");
+/* Designated so that families adding kernel ops append without reordering. */
+static const char *const kop_names[DT_K_COUNT] = {
+    [DT_K_SLICE] = "SLICE",   [DT_K_FULL] = "FULL",     [DT_K_EMPTY] = "EMPTY",
+    [DT_K_ARANGE] = "ARANGE", [DT_K_RAND] = "RAND",     [DT_K_RANDN] = "RANDN",
+    [DT_K_BINARY] = "BINARY", [DT_K_BINARY_SCALAR] = "BINARY_SCALAR",
+    [DT_K_NEG] = "NEG",       [DT_K_MATMUL] = "MATMUL", [DT_K_SUM] = "SUM",
+    [DT_K_CAT] = "CAT",       [DT_K_SUM_N] = "SUM_N",   [DT_K_ZEROS_LIKE] = "ZEROS_LIKE",
+    [DT_K_REDUCE] = "REDUCE", [DT_K_LINALG] = "LINALG", [DT_K_VIEW] = "VIEW",
+};
 
 static const char *const dtype_names[] = {"bool",  "uint8",   "int8",     "int16",   "int32",
                                           "int64", "float16", "bfloat16", "float32", "float64"};
@@ -579,8 +583,8 @@ static dt_status ref_run(int kop, const dt__kattr *a, void *const *in, int n_in,
                          size_t errlen) {
     /* Per op: the inputs it takes (-1: one or more), and whether it computes
      * (so needs an arithmetic output dtype rather than any storage dtype). */
-    static const signed char arity[DT_K_COUNT] = {1, 0, 0, 0, 0, 0, 2, 1, 1, 2, 1, -1, -1, 1};
-    static const char computes[DT_K_COUNT] = {0, 0, 0, 1, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0};
+    static const signed char arity[DT_K_COUNT] = {1, 0, 0, 0, 0, 0, 2, 1, 1, 2, 1, -1, -1, 1, -1};
+    static const char computes[DT_K_COUNT] = {0, 0, 0, 1, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0};
     if (out)
         *out = NULL;
     if (!out || !a)
@@ -588,6 +592,10 @@ static dt_status ref_run(int kop, const dt__kattr *a, void *const *in, int n_in,
     if (kop < 0 || kop >= DT_K_COUNT)
         return fail(err, errlen, DT_EUNSUPPORTED, "ref: unknown kernel op %d", kop);
     const char *name = kop_names[kop];
+    /* The operator families' kernels (DT_K_REDUCE and later) are LibTorch
+     * only; the tables above cover the core kernels. */
+    if (kop > DT_K_ZEROS_LIKE)
+        return fail(err, errlen, DT_EUNSUPPORTED, "ref: %s is not implemented by the reference backend", name);
     if (arity[kop] >= 0 ? n_in != arity[kop] : n_in < 1)
         return fail(err, errlen, DT_EINVAL, "ref: %s takes %s%d inputs, got %d", name,
                     arity[kop] < 0 ? "at least " : "", arity[kop] < 0 ? 1 : arity[kop], n_in);

@@ -1,0 +1,740 @@
+"""Views and shape ops: ``view``/``reshape``/``transpose``/``permute``/..., indexing, ``cat``/``stack``/...
+
+torch's argument conventions live here (varargs sizes, ``-1`` inference, the parsing of ``x[...]``
+keys, chunk/split sizes); the placement rules and the work live in C (src/ops/views.c, index.c,
+shape_ops.c). This module attaches the Tensor methods and defines the ``dtorch.*`` functions.
+
+dtorch values are immutable: ``x.view(...)``, ``x[0]`` and friends return new tensors (the
+backend may share storage underneath), and ``x[key] = v`` / ``x.copy_(src)`` compute the new
+value of ``x`` and rebind ``x`` to it. Every reference to that same Python object sees the new
+value; a tensor taken from ``x`` earlier (``row = x[0]``) keeps its old value, unlike torch,
+where it would be a view that sees the write.
+
+>>> x = dtorch.arange(12, device_mesh=mesh, placements=[dtorch.Shard(0)]).view(4, 3)
+>>> y = x.transpose(0, 1)[:, 1:]          # Shard(0) moved to Shard(1)
+>>> z = dtorch.cat([x, x], dim=1)
+>>> x[:, 0] = 0                           # rebinds x
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+
+from . import _C
+from ._C import PlacementError
+from ._tensor import Tensor
+
+__all__ = [
+    "reshape", "transpose", "swapaxes", "swapdims", "permute", "movedim", "moveaxis", "flatten",
+    "unflatten", "squeeze", "unsqueeze", "narrow", "select", "clone", "cat", "concat", "concatenate", "stack",
+    "chunk", "split", "unbind", "tril", "triu", "flip", "roll", "repeat_interleave",
+]
+
+_Base = _C.TensorBase
+
+
+def _check(name: str, input, what: str = "input") -> None:
+    if not isinstance(input, _Base):
+        raise TypeError(f"{name}(): argument '{what}' must be a dtorch.Tensor, not {type(input).__name__}")
+
+
+def _sizes(args: tuple, name: str) -> Tuple[int, ...]:
+    """torch's size arguments: varargs ints, or one tuple/list/torch.Size."""
+    if len(args) == 1 and isinstance(args[0], (tuple, list, torch.Size)):
+        args = tuple(args[0])
+    out = []
+    for a in args:
+        try:
+            out.append(operator.index(a))
+        except TypeError:
+            raise TypeError(f"{name}(): argument 'size' must be a tuple of ints, but found element of type "
+                            f"{type(a).__name__}") from None
+    return tuple(out)
+
+
+def _wrap(dim: int, ndim: int, scalar_ok: bool = True) -> int:
+    n = max(ndim, 1) if scalar_ok else ndim
+    dim = operator.index(dim)
+    if n == 0:
+        raise IndexError(f"dimension specified as {dim} but tensor has no dimensions")
+    if dim < -n or dim >= n:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
+    return dim + n if dim < 0 else dim
+
+
+def _renamed(name: str, fn, *args):
+    """Runs fn and prefixes a PlacementError with the user-facing op name."""
+    try:
+        return fn(*args)
+    except PlacementError as e:
+        raise PlacementError(f"{name}: {e}") from None
+
+
+def _replicated_like(x, t: torch.Tensor):
+    """A torch tensor distributed as Replicate on x's mesh and graph."""
+    from ._factories import from_torch
+
+    return from_torch(t, device_mesh=x.device_mesh, graph=x.graph)
+
+
+# ---------------------------------------------------------------- reshape family
+
+def _view(self, *shape):
+    """``x.view(2, -1)``, ``x.view((2, -1))``. dtorch tensors are always contiguous, so view never
+    fails where reshape succeeds. ``view(dtype)`` is not supported."""
+    if len(shape) == 1 and isinstance(shape[0], torch.dtype):
+        raise NotImplementedError("view(dtype) is not supported by dtorch; use .to(dtype) for a value cast")
+    return _C._v_reshape(self, _sizes(shape, "view"))
+
+
+def _reshape(self, *shape):
+    """``x.reshape(2, -1)``: the same op as view (one -1 is inferred)."""
+    return _C._v_reshape(self, _sizes(shape, "reshape"))
+
+
+def _view_as(self, other):
+    return _C._v_reshape(self, tuple(other.shape))
+
+
+def _flatten(self, start_dim: int = 0, end_dim: int = -1):
+    """Merges dims start_dim..end_dim. A 0-d tensor becomes 1-D."""
+    shape = list(self.shape)
+    if not shape:
+        return _C._v_reshape(self, (1,))
+    s, e = _wrap(start_dim, len(shape)), _wrap(end_dim, len(shape))
+    if s > e:
+        raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
+    merged = math.prod(shape[s:e + 1])
+    return _C._v_reshape(self, tuple(shape[:s] + [merged] + shape[e + 1:]))
+
+
+def _unflatten(self, dim: int, sizes):
+    """Splits dim into ``sizes`` (one -1 allowed)."""
+    shape = list(self.shape)
+    d = _wrap(dim, len(shape), scalar_ok=False)
+    sizes = [operator.index(s) for s in sizes]
+    if sizes.count(-1) > 1:
+        raise RuntimeError("unflatten: only one dimension can be inferred")
+    known = math.prod(s for s in sizes if s != -1)
+    if -1 in sizes:
+        if known == 0 or shape[d] % known:
+            raise RuntimeError(f"unflatten: Provided sizes {sizes} don't multiply up to the size of dim {d} "
+                               f"({shape[d]}) in the input tensor")
+        sizes[sizes.index(-1)] = shape[d] // known
+    elif known != shape[d]:
+        raise RuntimeError(f"unflatten: Provided sizes {sizes} don't multiply up to the size of dim {d} "
+                           f"({shape[d]}) in the input tensor")
+    return _C._v_reshape(self, tuple(shape[:d] + sizes + shape[d + 1:]))
+
+
+def _squeeze(self, dim=None):
+    """Removes size-1 dims: all of them, one, or a tuple of them (sizes other than 1 stay)."""
+    if dim is None:
+        return _C._v_squeeze(self, None)
+    dims = (dim,) if not isinstance(dim, (tuple, list)) else tuple(dim)
+    return _C._v_squeeze(self, dims)
+
+
+def _unsqueeze(self, dim: int):
+    return _C._v_unsqueeze(self, dim)
+
+
+# ---------------------------------------------------------------- permute family
+
+def _permute(self, *dims):
+    """``x.permute(1, 0)`` or ``x.permute((1, 0))``."""
+    return _C._v_permute(self, _sizes(dims, "permute"))
+
+
+def _transpose(self, dim0: int, dim1: int):
+    n = self.ndim
+    a, b = _wrap(dim0, n), _wrap(dim1, n)
+    if n < 2:
+        return _C._v_permute(self, tuple(range(n)))
+    perm = list(range(n))
+    perm[a], perm[b] = perm[b], perm[a]
+    return _C._v_permute(self, tuple(perm))
+
+
+def _movedim(self, source, destination):
+    src = [source] if isinstance(source, int) else list(source)
+    dst = [destination] if isinstance(destination, int) else list(destination)
+    n = self.ndim
+    if len(src) != len(dst):
+        raise RuntimeError(f"movedim: Invalid source or destination dims: source ({src} dims) should contain the "
+                           f"same number of dims as destination ({dst} dims)")
+    src = [_wrap(s, n) for s in src]
+    dst = [_wrap(d, n) for d in dst]
+    perm = [-1] * n
+    for s, d in zip(src, dst):
+        perm[d] = s
+    rest = iter(d for d in range(n) if d not in src)
+    perm = [p if p >= 0 else next(rest) for p in perm]
+    return _C._v_permute(self, tuple(perm))
+
+
+def _T(self):
+    n = self.ndim
+    return _C._v_permute(self, tuple(range(n - 1, -1, -1)))
+
+
+def _t(self):
+    """``x.t()``: transposes a 2-D tensor; 0-D and 1-D tensors come back as they are (as new tensors)."""
+    if self.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}D")
+    return _T(self)
+
+
+def _mT(self):
+    if self.ndim < 2:
+        raise RuntimeError(f"tensor.mT is only supported on matrices or batches of matrices. Got {self.ndim}-D tensor.")
+    return _transpose(self, -2, -1)
+
+
+# ---------------------------------------------------------------- expand / repeat
+
+def _expand(self, *sizes):
+    return _C._v_expand(self, _sizes(sizes, "expand"))
+
+
+def _expand_as(self, other):
+    return _C._v_expand(self, tuple(other.shape))
+
+
+def _repeat(self, *sizes):
+    return _C._v_repeat(self, _sizes(sizes, "repeat"))
+
+
+def _repeat_interleave(self, repeats, dim: Optional[int] = None, *, output_size: Optional[int] = None):
+    """Int repeats keep a Shard on ``dim`` when every device's block stays its own; tensor repeats
+    (read on the client: a dtorch tensor synchronises) need ``dim`` unsharded."""
+    x = self
+    if dim is None:
+        x = _C._v_reshape(x, (-1,))
+        dim = 0
+    if isinstance(repeats, (_Base, torch.Tensor)):
+        r = repeats.to_torch() if isinstance(repeats, _Base) else repeats
+        if r.dim() == 0 or r.numel() == 1 and r.dim() == 0:
+            return _C._v_repeat_interleave(x, int(r.item()), dim, 0)
+        if r.dim() != 1:
+            raise RuntimeError("repeat_interleave: repeats must be 0-dim or 1-dim tensor")
+        if r.dtype != torch.int64:
+            raise RuntimeError(f"repeat_interleave: repeats has to be Long tensor, got {r.dtype}")
+        n = x.shape[_wrap(dim, x.ndim)]
+        if output_size is None:
+            output_size = int(r.sum()) if r.numel() == n else int(r[0]) * n
+        rt = repeats if isinstance(repeats, _Base) and all(p.is_replicate() for p in repeats.placements) \
+            else _replicated_like(x, r)
+        return _C._v_repeat_interleave(x, rt, dim, output_size)
+    return _C._v_repeat_interleave(x, operator.index(repeats), dim, 0)
+
+
+# ---------------------------------------------------------------- copies
+
+def _contiguous(self, memory_format=torch.contiguous_format):
+    """dtorch tensors are always contiguous: returns the tensor itself."""
+    return self
+
+
+def _clone(self, *, memory_format=None):
+    """A new tensor with the same value (shares the immutable blocks; nothing is copied)."""
+    return _C._v_clone(self)
+
+
+def _as_value(x, value):
+    """A setitem/copy_ operand: a number stays a number, tensors become dtorch tensors."""
+    if isinstance(value, _Base):
+        return value
+    if isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, torch.Tensor):
+        return _replicated_like(x, value)
+    if hasattr(value, "__index__"):
+        return operator.index(value)
+    try:
+        t = torch.tensor(value, dtype=x.dtype)
+    except Exception:
+        raise TypeError(f"can't assign a {type(value).__name__} to a dtorch.Tensor") from None
+    return _replicated_like(x, t)
+
+
+def _copy_(self, src, non_blocking: bool = False):
+    """Copies ``src`` (broadcast, cast to self's dtype) into self, keeping self's placements.
+    A dtorch ``src`` is redistributed by itself when its placements do not line up; a torch
+    tensor is distributed straight onto self's placements."""
+    if isinstance(src, torch.Tensor):
+        from ._factories import from_torch
+
+        if tuple(src.shape) == tuple(self.shape):
+            src = from_torch(src.to(self.dtype), device_mesh=self.device_mesh, placements=self.placements,
+                             graph=self.graph)
+        else:
+            src = _replicated_like(self, src)
+    _check("copy_", src, "src")
+    return _C._v_rebind(self, _C._v_copy(self, src))
+
+
+# ---------------------------------------------------------------- indexing
+
+def _is_tensor_index(k) -> bool:
+    return isinstance(k, (_Base, torch.Tensor, list))
+
+
+def _parse_key(x, key):
+    """Splits a key into (spec per input dim, new-axes mask, tensor-index list).
+
+    The tensor index list holds (position in the basic result, index object, dims it consumes).
+    """
+    if not isinstance(key, tuple):
+        key = (key,)
+    shape = list(x.shape)
+    ndim = len(shape)
+    items = []
+    for k in key:
+        if k is True:
+            k = None
+        elif k is False:
+            raise NotImplementedError("indexing with False is not supported by dtorch")
+        if isinstance(k, list):
+            k = torch.tensor(k) if k else torch.empty(0, dtype=torch.int64)
+        items.append(k)
+    consumed = 0
+    n_ellipsis = 0
+    for k in items:
+        if k is Ellipsis:
+            n_ellipsis += 1
+        elif k is None:
+            pass
+        elif isinstance(k, (_Base, torch.Tensor)) and k.dtype in (torch.bool, torch.uint8):
+            consumed += k.dim()
+        else:
+            consumed += 1
+    if n_ellipsis > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if consumed > ndim:
+        raise IndexError(f"too many indices for tensor of dimension {ndim}")
+    spec = []
+    new_axes = 0
+    tensors = []
+    out = 0  # result dims so far
+    d = 0    # input dims so far
+    for k in items:
+        if k is None:
+            new_axes |= 1 << out
+            out += 1
+        elif k is Ellipsis:
+            for _ in range(ndim - consumed):
+                spec.append((0, 1, shape[d], False))
+                d += 1
+                out += 1
+        elif isinstance(k, slice):
+            size = shape[d]
+            step = 1 if k.step is None else operator.index(k.step)
+            if step <= 0:
+                raise ValueError("step must be greater than zero")
+            start, stop, step = slice(k.start, k.stop, step).indices(size)
+            n = len(range(start, stop, step))
+            spec.append((start if n > 0 else min(start, size), step, n, False))
+            d += 1
+            out += 1
+        elif isinstance(k, (_Base, torch.Tensor)):
+            nd = k.dim() if k.dtype in (torch.bool, torch.uint8) else 1
+            tensors.append((out, k, nd))
+            for _ in range(nd):
+                spec.append((0, 1, shape[d], False))
+                d += 1
+                out += 1
+        else:
+            try:
+                i = operator.index(k)
+            except TypeError:
+                raise IndexError("only integers, slices (`:`), ellipsis (`...`), None and long or byte Variables "
+                                 f"are valid indices (got {type(k).__name__})") from None
+            size = shape[d]
+            if i < -size or i >= size:
+                raise IndexError(f"index {i} is out of bounds for dimension {d} with size {size}")
+            spec.append((i + size if i < 0 else i, 1, 1, True))
+            d += 1
+    while d < ndim:
+        spec.append((0, 1, shape[d], False))
+        d += 1
+    return spec, new_axes, tensors
+
+
+def _basic_shape(spec, new_axes: int) -> List[int]:
+    """The shape of the basic part of a key's result."""
+    kept = [n for (_, _, n, drop) in spec if not drop]
+    out, it = [], iter(kept)
+    for o in range(len(kept) + bin(new_axes).count("1")):
+        out.append(1 if new_axes >> o & 1 else next(it))
+    return out
+
+
+def _read_mask(mask, shape: List[int], pos: int, nd: int) -> torch.Tensor:
+    """Checks a boolean mask against the dims it indexes, reads it (a dtorch mask synchronises) and
+    returns the flat positions of its True entries."""
+    for j in range(nd):
+        if mask.shape[j] != shape[pos + j]:
+            raise IndexError(f"The shape of the mask {list(mask.shape)} at index {j} does not match the shape of the "
+                             f"indexed tensor {shape} at index {pos + j}")
+    m = mask.to_torch() if isinstance(mask, _Base) else mask
+    return m.reshape(-1).nonzero().reshape(-1)
+
+
+def _flatten_for_mask(y, pos: int, nd: int):
+    """y with the nd masked dims at pos merged into one (a new size-1 dim for a 0-d mask)."""
+    if nd == 0:
+        return _C._v_unsqueeze(y, pos)
+    if nd == 1:
+        return y
+    shape = list(y.shape)
+    return _C._v_reshape(y, tuple(shape[:pos] + [math.prod(shape[pos:pos + nd])] + shape[pos + nd:]))
+
+
+def _getitem(self, key):
+    """``x[1:, None, ..., ::2]``, ``x[idx]`` (an int64 tensor along one dim), ``x[mask]`` (a bool
+    mask: synchronises, its nonzero positions decide the result's shape). One tensor index per
+    key. A Shard survives on dims taken whole; slicing or indexing a sharded dim is a
+    PlacementError."""
+    spec, new_axes, tensors = _parse_key(self, key)
+    if not tensors:
+        return _C._v_index(self, spec, new_axes)
+    if len(tensors) > 1:
+        raise NotImplementedError("dtorch indexing takes at most one tensor index per key")
+    pos, k, nd = tensors[0]
+    mask = k.dtype in (torch.bool, torch.uint8)
+    if not mask and k.dtype != torch.int64:
+        raise IndexError("tensors used as indices must be long, byte or bool tensors")
+    idx = _read_mask(k, _basic_shape(spec, new_axes), pos, nd) if mask else k
+    # Only a key with a basic part records that part first.
+    identity = new_axes == 0 and all(s == (0, 1, n, False) for s, n in zip(spec, self.shape))
+    y = self if identity else _C._v_index(self, spec, new_axes)
+    if mask:
+        y = _flatten_for_mask(y, pos, nd)
+    if isinstance(idx, torch.Tensor):
+        idx = _replicated_like(y, idx)
+    return _C._v_index_tensor(y, pos, idx)
+
+
+def _scalar_value(value, what: str):
+    """A number, or the single value of a one-element tensor (a dtorch tensor synchronises)."""
+    if isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, (_Base, torch.Tensor)) and value.numel() == 1:
+        return value.item()
+    raise NotImplementedError(f"{what}: dtorch assigns only numbers (or one-element tensors) through a tensor "
+                              "index; use dtorch.where(mask, value, x) for tensor values")
+
+
+def _setitem(self, key, value):
+    """``x[key] = value``: computes the new value and rebinds ``x`` to it (every reference to this
+    Python object sees it). Basic keys take a number or a tensor broadcast to the selected region;
+    a boolean mask or int64 index (with the other dims taken whole) takes a number."""
+    spec, new_axes, tensors = _parse_key(self, key)
+    value = _as_value(self, value)
+    if tensors:
+        basic_identity = all(s == (0, 1, n, False) for s, n in zip(spec, self.shape)) and new_axes == 0
+        if len(tensors) > 1 or not basic_identity:
+            raise NotImplementedError("dtorch assigns through one tensor index with the other dims taken whole "
+                                      "(x[mask] = v, x[:, idx] = v)")
+        pos, k, nd = tensors[0]
+        s = _scalar_value(value, "setitem")
+        if k.dtype in (torch.bool, torch.uint8):
+            if isinstance(k, torch.Tensor):
+                k = _replicated_like(self, k.bool())
+            elif k.dtype == torch.uint8:
+                raise IndexError("dtorch masks must be bool tensors")
+            new = _C._v_setitem_mask(self, pos, k, s)
+        else:
+            if isinstance(k, torch.Tensor):
+                if k.dtype != torch.int64:
+                    raise IndexError("tensors used as indices must be long, byte or bool tensors")
+                k = _replicated_like(self, k)
+            new = _C._v_setitem_index(self, pos, k, s)
+        _C._v_rebind(self, new)
+        return
+    if new_axes and isinstance(value, _Base):
+        # None only changes how the value broadcasts: drop the value dims that face a new axis.
+        kept = [s[2] for s in spec if not s[3]]
+        out_ndim = len(kept) + bin(new_axes).count("1")
+        vshape = list(value.shape)
+        keep_dims = []
+        for j, n in enumerate(vshape):
+            o = j - (len(vshape) - out_ndim)
+            if o >= 0 and new_axes >> o & 1:
+                if n != 1:
+                    raise RuntimeError(f"shape mismatch: value tensor of shape {vshape} cannot be broadcast to "
+                                       f"indexing result")
+                continue
+            keep_dims.append(n)
+        if len(keep_dims) != len(vshape):
+            value = _C._v_reshape(value, tuple(keep_dims))
+    _C._v_rebind(self, _C._v_setitem(self, spec, value))
+
+
+def _iter(self):
+    if self.ndim == 0:
+        raise TypeError("iteration over a 0-d tensor")
+    return iter(_unbind(self, 0))
+
+
+def _narrow(self, dim: int, start, length: int):
+    """``x.narrow(dim, start, length)``: a slice of ``dim``, which must not be sharded."""
+    d = _wrap(dim, self.ndim, scalar_ok=False)
+    size = self.shape[d]
+    start = operator.index(start.item() if isinstance(start, (torch.Tensor, _Base)) else start)
+    length = operator.index(length)
+    if start < -size or start > size:
+        raise IndexError(f"start out of range (expected to be in range of [{-size}, {size}], but got {start})")
+    if start < 0:
+        start += size
+    if length < 0:
+        raise RuntimeError("narrow(): length must be non-negative.")
+    if start + length > size:
+        raise RuntimeError(f"start ({start}) + length ({length}) exceeds dimension size ({size}).")
+    spec = [(0, 1, n, False) for n in self.shape]
+    spec[d] = (start, 1, length, False)
+    return _renamed("narrow", _C._v_index, self, spec, 0)
+
+
+def _select(self, dim: int, index: int):
+    d = _wrap(dim, self.ndim, scalar_ok=False)
+    size = self.shape[d]
+    i = operator.index(index)
+    if i < -size or i >= size:
+        raise IndexError(f"select(): index {i} out of range for tensor of size {list(self.shape)} at dimension {d}")
+    spec = [(0, 1, n, False) for n in self.shape]
+    spec[d] = (i + size if i < 0 else i, 1, 1, True)
+    return _renamed("select", _C._v_index, self, spec, 0)
+
+
+# ---------------------------------------------------------------- split family
+
+def _pieces(x, name: str, dim: int, sizes: Sequence[int]) -> tuple:
+    d = _wrap(dim, x.ndim, scalar_ok=False)
+    out = []
+    start = 0
+    base = [(0, 1, n, False) for n in x.shape]
+    for n in sizes:
+        spec = list(base)
+        spec[d] = (start, 1, n, False)
+        out.append(_renamed(name, _C._v_index, x, spec, 0))
+        start += n
+    return tuple(out)
+
+
+def _split(self, split_size_or_sections, dim: int = 0):
+    """Pieces of ``split_size`` (the last may be smaller) or of the listed sizes along ``dim``,
+    which must not be sharded (unless one piece covers it)."""
+    d = _wrap(dim, self.ndim, scalar_ok=False)
+    n = self.shape[d]
+    if isinstance(split_size_or_sections, (list, tuple)):
+        sizes = [operator.index(s) for s in split_size_or_sections]
+        if sum(sizes) != n or any(s < 0 for s in sizes):
+            raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size at "
+                               f"dimension {d}), but got split_sizes={sizes}")
+        return _pieces(self, "split", d, sizes)
+    s = operator.index(split_size_or_sections)
+    if s < 0:
+        raise RuntimeError(f"split expects split_size be non-negative, but got split_size={s}")
+    if s == 0 and n != 0:
+        raise RuntimeError(f"split_size can only be 0 if dimension size is 0, but got dimension size of {n}")
+    count = max((n + s - 1) // s, 1) if s > 0 else 1
+    sizes = [min(s, n - i * s) for i in range(count)]
+    return _pieces(self, "split", d, sizes)
+
+
+def _chunk(self, chunks: int, dim: int = 0):
+    """torch.chunk's pieces along ``dim`` (which must not be sharded)."""
+    chunks = operator.index(chunks)
+    if chunks <= 0:
+        raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
+    d = _wrap(dim, self.ndim, scalar_ok=False)
+    n = self.shape[d]
+    s = (n + chunks - 1) // chunks
+    if s == 0 and n == 0:
+        return _pieces(self, "chunk", d, [0] * chunks)
+    count = max((n + s - 1) // s, 1)
+    return _pieces(self, "chunk", d, [min(s, n - i * s) for i in range(count)])
+
+
+def _unbind(self, dim: int = 0):
+    """The slices along ``dim`` (which must not be sharded), as a tuple."""
+    d = _wrap(dim, self.ndim, scalar_ok=False)
+    out = []
+    for i in range(self.shape[d]):
+        spec = [(0, 1, n, False) for n in self.shape]
+        spec[d] = (i, 1, 1, True)
+        out.append(_renamed("unbind", _C._v_index, self, spec, 0))
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- tril / flip / roll
+
+def _tril(self, diagonal: int = 0):
+    return _C._v_tril(self, diagonal, False)
+
+
+def _triu(self, diagonal: int = 0):
+    return _C._v_tril(self, diagonal, True)
+
+
+def _flip(self, *dims):
+    return _C._v_flip(self, _sizes(dims, "flip"))
+
+
+def _roll(self, shifts, dims=None):
+    shifts = (shifts,) if not isinstance(shifts, (tuple, list)) else tuple(shifts)
+    if dims is not None:
+        dims = (dims,) if not isinstance(dims, (tuple, list)) else tuple(dims)
+    return _C._v_roll(self, shifts, dims)
+
+
+# ---------------------------------------------------------------- attach to Tensor
+
+for _name, _fn in {
+    "view": _view, "reshape": _reshape, "view_as": _view_as, "reshape_as": _view_as, "flatten": _flatten,
+    "unflatten": _unflatten, "squeeze": _squeeze, "unsqueeze": _unsqueeze, "permute": _permute,
+    "transpose": _transpose, "t": _t, "swapaxes": _transpose, "swapdims": _transpose, "movedim": _movedim,
+    "moveaxis": _movedim, "expand": _expand, "expand_as": _expand_as, "repeat": _repeat,
+    "repeat_interleave": _repeat_interleave, "contiguous": _contiguous, "clone": _clone, "copy_": _copy_,
+    "narrow": _narrow, "select": _select, "split": _split, "chunk": _chunk, "unbind": _unbind, "tril": _tril,
+    "triu": _triu, "flip": _flip, "roll": _roll, "__getitem__": _getitem, "__setitem__": _setitem,
+    "__iter__": _iter,
+}.items():
+    setattr(Tensor, _name, _fn)
+Tensor.T = property(_T, doc="The dims reversed (x.permute(n-1, ..., 0)).")
+Tensor.mT = property(_mT, doc="The last two dims swapped.")
+
+
+# ---------------------------------------------------------------- module functions
+
+def reshape(input, shape):
+    """``dtorch.reshape(x, (2, -1))``."""
+    _check("reshape", input)
+    return _reshape(input, shape)
+
+
+def transpose(input, dim0: int, dim1: int):
+    _check("transpose", input)
+    return _transpose(input, dim0, dim1)
+
+
+swapaxes = swapdims = transpose
+
+
+def permute(input, dims):
+    _check("permute", input)
+    return _permute(input, dims)
+
+
+def movedim(input, source, destination):
+    _check("movedim", input)
+    return _movedim(input, source, destination)
+
+
+moveaxis = movedim
+
+
+def flatten(input, start_dim: int = 0, end_dim: int = -1):
+    _check("flatten", input)
+    return _flatten(input, start_dim, end_dim)
+
+
+def unflatten(input, dim: int, sizes):
+    _check("unflatten", input)
+    return _unflatten(input, dim, sizes)
+
+
+def squeeze(input, dim=None):
+    _check("squeeze", input)
+    return _squeeze(input, dim)
+
+
+def unsqueeze(input, dim: int):
+    _check("unsqueeze", input)
+    return _unsqueeze(input, dim)
+
+
+def narrow(input, dim: int, start, length: int):
+    _check("narrow", input)
+    return _narrow(input, dim, start, length)
+
+
+def select(input, dim: int, index: int):
+    _check("select", input)
+    return _select(input, dim, index)
+
+
+def clone(input, *, memory_format=None):
+    _check("clone", input)
+    return _clone(input)
+
+
+def _tensor_list(name: str, tensors) -> list:
+    if isinstance(tensors, (_Base, torch.Tensor)):
+        raise TypeError(f"{name}(): argument 'tensors' must be a tuple or list of Tensors, not Tensor")
+    tensors = list(tensors)
+    for i, t in enumerate(tensors):
+        if isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}(): cannot mix dtorch and torch tensors (element {i} is a torch.Tensor); "
+                            "convert it with dtorch.from_torch(t, device_mesh=..., placements=...)")
+    return tensors
+
+
+def cat(tensors, dim: int = 0):
+    """``torch.cat`` with type promotion. Along a sharded dim it is a PlacementError; Replicate
+    inputs next to sharded ones are sliced locally."""
+    return _C._v_cat(_tensor_list("cat", tensors), dim, False)
+
+
+concat = concatenate = cat
+
+
+def stack(tensors, dim: int = 0):
+    """``torch.stack``: equal shapes; placements as for cat (the new dim is never sharded)."""
+    return _C._v_cat(_tensor_list("stack", tensors), dim, True)
+
+
+def chunk(input, chunks: int, dim: int = 0):
+    _check("chunk", input)
+    return _chunk(input, chunks, dim)
+
+
+def split(tensor, split_size_or_sections, dim: int = 0):
+    _check("split", tensor, "tensor")
+    return _split(tensor, split_size_or_sections, dim)
+
+
+def unbind(input, dim: int = 0):
+    _check("unbind", input)
+    return _unbind(input, dim)
+
+
+def tril(input, diagonal: int = 0):
+    _check("tril", input)
+    return _tril(input, diagonal)
+
+
+def triu(input, diagonal: int = 0):
+    _check("triu", input)
+    return _triu(input, diagonal)
+
+
+def flip(input, dims):
+    _check("flip", input)
+    return _flip(input, dims)
+
+
+def roll(input, shifts, dims=None):
+    _check("roll", input)
+    return _roll(input, shifts, dims)
+
+
+def repeat_interleave(input, repeats, dim: Optional[int] = None, *, output_size: Optional[int] = None):
+    _check("repeat_interleave", input)
+    return _repeat_interleave(input, repeats, dim, output_size=output_size)

@@ -1,0 +1,643 @@
+/*
+ * The views and shape family, part 2: indexing. Basic indexing (ints,
+ * slices with positive steps, None, ...) as one strided selection; indexing
+ * along one dim by an int64 tensor; and the assignments behind __setitem__
+ * and copy_, which compute the new value of the whole tensor (values are
+ * immutable; the Python layer rebinds the assigned-to object to it).
+ *
+ * Placements:
+ *  - getitem: a Shard on a dim taken whole follows the dim; a Shard on a dim
+ *    that is sliced or integer-indexed is rejected (the shards would no
+ *    longer be torch.chunk blocks of the result).
+ *  - tensor index along `dim`: (R,R)->R, (S(j),R)->S(j') for j != dim,
+ *    (R,S(k))->S(dim+k), (P,R)->P.
+ *  - setitem keeps the target's placements. Each device writes the part of
+ *    the selected region inside its own block, taking that part of the value
+ *    from what it holds: (R,R), (S(d),R) (the value is sliced locally),
+ *    (S(d),S(e)) when every device holds the part it needs (checked per
+ *    device), (P,P); and (P,R) / (P,scalar), where the device at coordinate
+ *    0 of the Partial mesh dim writes the value and the others write zeros,
+ *    so that the sum is the assigned value.
+ *
+ * Threads: dt_* functions on client threads; dt__vlower_* on the controller.
+ */
+#include <string.h>
+
+#include "ops/ops.h"
+#include "ops/views_int.h"
+
+/* -------------------------------------------------------------- selections */
+
+/* Validates a basic-index spec against a's shape. */
+static dt_status check_spec(const char *op, const dt__meta *m, const dt_slice *dims) {
+    if (m->ndim > 0 && !dims)
+        return dt__error(DT_EINVAL, "%s: dims is NULL", op);
+    for (int d = 0; d < m->ndim; d++) {
+        dt_slice s = dims[d];
+        if (s.step < 1)
+            return dt__error(DT_EINVAL, "%s: step must be greater than zero (dim %d has step %lld)", op, d,
+                             (long long)s.step);
+        if (s.drop && (s.len != 1 || s.start < 0 || s.start >= m->shape[d]))
+            return dt__error(DT_EINDEX, "%s: index %lld is out of bounds for dimension %d with size %lld", op,
+                             (long long)s.start, d, (long long)m->shape[d]);
+        if (s.len < 0 || s.start < 0 || s.start > m->shape[d] ||
+            (s.len > 0 && s.start + (s.len - 1) * s.step >= m->shape[d]))
+            return dt__error(DT_EINDEX, "%s: the selection start=%lld step=%lld len=%lld does not fit dimension %d "
+                                        "of size %lld",
+                             op, (long long)s.start, (long long)s.step, (long long)s.len, d, (long long)m->shape[d]);
+    }
+    return DT_OK;
+}
+
+/* 1 when the selection takes the whole dim in order. */
+static int takes_whole(const dt_slice *s, int64_t size) {
+    return !s->drop && s->start == 0 && s->len == size && (s->step == 1 || size <= 1);
+}
+
+static void store_spec(dt__node *n, int ndim, const dt_slice *dims) {
+    for (int d = 0; d < ndim; d++) {
+        n->a.v_start[d] = dims[d].start;
+        n->a.v_step[d] = dims[d].len <= 1 ? 1 : dims[d].step;
+        n->a.v_len[d] = dims[d].len;
+        if (dims[d].drop)
+            n->a.v_mask |= 1ull << d;
+    }
+}
+
+static int64_t ceil_div0(int64_t x, int64_t s) { return x <= 0 ? 0 : (x + s - 1) / s; }
+
+/* The part of a node's selection inside the block (bs, bl) of dim d: the
+ * selected positions k in [k0, k1), and where the first one lies in the block.
+ * Returns the count. */
+static int64_t part_in_block(const dt__nattr *a, int d, int64_t bs, int64_t bl, int64_t *k0, int64_t *k1,
+                             int64_t *local_start) {
+    int64_t st = a->v_start[d], step = a->v_step[d], len = a->v_len[d];
+    int64_t lo = ceil_div0(bs - st, step), hi = ceil_div0(bs + bl - st, step);
+    *k0 = lo < len ? lo : len;
+    *k1 = hi < len ? hi : len;
+    if (*k1 < *k0)
+        *k1 = *k0;
+    *local_start = st + *k0 * step - bs;
+    return *k1 - *k0;
+}
+
+/* 1 when the device at coord holds a Partial input part that is not the
+ * value's: some mesh dim where `a` is Partial but the value is not, at a
+ * nonzero coordinate. Such a device writes zeros into the region. */
+static int writes_zero(const dt__meta *a, const dt__meta *value, const int64_t *coord) {
+    for (int md = 0; md < a->mesh->ndim; md++)
+        if (a->pl[md].kind == DT_PLACEMENT_PARTIAL && coord[md] != 0 &&
+            (!value || value->pl[md].kind != DT_PLACEMENT_PARTIAL))
+            return 1;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- getitem */
+
+static const char *const index_accepts =
+    "R->R, P->P, S(d)->S(d') when dim d is taken whole (not sliced, not integer-indexed)";
+
+dt_tensor *dt_index(dt_tensor *a, const dt_slice *dims, uint64_t new_axes) {
+    dt_clear_error();
+    if (dt__view_check("getitem", a) != DT_OK)
+        return NULL;
+    const dt__meta *m = &a->v->meta;
+    if (check_spec("getitem", m, dims) != DT_OK)
+        return NULL;
+    int kept = 0;
+    for (int d = 0; d < m->ndim; d++)
+        kept += !dims[d].drop;
+    int out_ndim = kept + __builtin_popcountll(new_axes);
+    if (out_ndim > DT_MAX_NDIM || (out_ndim < 64 && (new_axes >> out_ndim) != 0)) {
+        dt__error(DT_EINVAL, "getitem: the result would have %d dimensions (at most %d)", out_ndim, DT_MAX_NDIM);
+        return NULL;
+    }
+    dt__meta out = *m;
+    out.ndim = out_ndim;
+    int pos[DT_MAX_NDIM];
+    for (int o = 0, d = 0; o < out_ndim; o++) {
+        if (new_axes & (1ull << o)) {
+            out.shape[o] = 1;
+            continue;
+        }
+        while (dims[d].drop)
+            pos[d++] = -1;
+        pos[d] = o;
+        out.shape[o] = dims[d].len;
+        d++;
+    }
+    for (int d = 0; d < m->ndim; d++)
+        if (dims[d].drop)
+            pos[d] = -1;
+    for (int md = 0; md < m->mesh->ndim; md++) {
+        dt_placement p = m->pl[md];
+        if (p.kind != DT_PLACEMENT_SHARD)
+            continue;
+        if (!takes_whole(&dims[p.dim], m->shape[p.dim])) {
+            dt__view_reject("getitem", &m, 1, 0, md, index_accepts);
+            dt__error_append(" (dim %d is sharded and the index %s it)", p.dim,
+                             dims[p.dim].drop ? "selects one element of" : "slices");
+            return NULL;
+        }
+        out.pl[md].dim = pos[p.dim];
+    }
+    dt__node *n;
+    dt_tensor *t = dt__view_begin(a, NULL, &out, DT_V_INDEX, &n);
+    if (!t)
+        return NULL;
+    if (n)
+        store_spec(n, m->ndim, dims);
+    return dt__client_submit(t, n);
+}
+
+void dt__vlower_index(dt__lower *L, dt__node *n) {
+    dt__tval *in = n->in[0], *o = n->out;
+    const dt_mesh *mesh = o->meta.mesh;
+    dt__lw_alloc_blobs(o);
+    int64_t coord[DT_MAX_MESH_NDIM], ls[DT_MAX_NDIM], ll[DT_MAX_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM];
+    for (int64_t i = 0; i < mesh->ndev; i++) {
+        dt__mesh_coord(mesh, i, coord);
+        dt__local_region(&in->meta, coord, ls, ll);
+        dt__local_region(&o->meta, coord, os, ol);
+        dt__kernel *k = dt__view_kernel(L, n, DT_KV_STRIDED);
+        int whole = in->meta.ndim == o->meta.ndim;
+        k->attr.ndim = in->meta.ndim;
+        for (int d = 0; d < in->meta.ndim; d++) {
+            int64_t k0, k1;
+            /* A sharded dim is taken whole, so this is the whole block. */
+            k->attr.shape[d] = part_in_block(&n->a, d, ls[d], ll[d], &k0, &k1, &k->attr.start[d]);
+            k->attr.step[d] = n->a.v_step[d];
+            if (k->attr.start[d] != 0 || k->attr.shape[d] != ll[d] || (k->attr.step[d] != 1 && ll[d] > 1))
+                whole = 0;
+        }
+        k->attr.gndim = o->meta.ndim;
+        for (int d = 0; d < o->meta.ndim; d++) {
+            k->attr.gshape[d] = ol[d];
+            if (whole && ol[d] != ll[d])
+                whole = 0;
+        }
+        if (whole) {
+            /* x[:] and friends: the block is the result. */
+            dt__free(k);
+            o->blobs[i] = dt__blob_retain(in->blobs[i]);
+            continue;
+        }
+        k->n_in = 1;
+        k->in[0] = dt__blob_retain(in->blobs[i]);
+        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+    }
+}
+
+/* ----------------------------------------------------------- tensor index */
+
+static const char *const index_tensor_accepts =
+    "(R,R)->R, (S(j),R)->S(j') for j != dim, (R,S(k))->S(dim+k), (P,R)->P";
+
+dt_tensor *dt_index_tensor(dt_tensor *a, int64_t dim, dt_tensor *index) {
+    dt_clear_error();
+    if (dt__view_check_pair("getitem", a, index) != DT_OK)
+        return NULL;
+    const dt__meta *m = &a->v->meta, *mi = &index->v->meta;
+    if (mi->dtype != DT_INT64) {
+        dt__error(DT_EINDEX, "getitem: tensors used as indices must be long, byte or bool tensors (got %s)",
+                  dt_dtype_name(mi->dtype));
+        return NULL;
+    }
+    if (m->ndim == 0) {
+        dt__error(DT_EINDEX, "getitem: too many indices for tensor of dimension 0");
+        return NULL;
+    }
+    int d;
+    if (dt__view_wrap_dim("getitem", dim, m->ndim, 0, &d) != DT_OK)
+        return NULL;
+    int out_ndim = m->ndim - 1 + mi->ndim;
+    if (out_ndim > DT_MAX_NDIM) {
+        dt__error(DT_EINVAL, "getitem: the result would have %d dimensions (at most %d)", out_ndim, DT_MAX_NDIM);
+        return NULL;
+    }
+    dt__meta out = *m;
+    out.ndim = out_ndim;
+    for (int o = 0; o < out_ndim; o++)
+        out.shape[o] = o < d ? m->shape[o] : o < d + mi->ndim ? mi->shape[o - d] : m->shape[o - mi->ndim + 1];
+    const dt__meta *ins[2] = {m, mi};
+    for (int md = 0; md < m->mesh->ndim; md++) {
+        dt_placement pa = m->pl[md], pi = mi->pl[md];
+        int bad = -1;
+        if (pi.kind == DT_PLACEMENT_PARTIAL)
+            bad = 1;
+        else if (pi.kind == DT_PLACEMENT_SHARD)
+            bad = pa.kind == DT_PLACEMENT_REPLICATE ? -1 : pa.kind == DT_PLACEMENT_SHARD && pa.dim == d ? 0 : 1;
+        else if (pa.kind == DT_PLACEMENT_SHARD && pa.dim == d)
+            bad = 0;
+        if (bad >= 0) {
+            dt__view_reject("getitem", ins, 2, bad, md, index_tensor_accepts);
+            return NULL;
+        }
+        if (pi.kind == DT_PLACEMENT_SHARD)
+            out.pl[md] = (dt_placement){DT_PLACEMENT_SHARD, d + pi.dim};
+        else if (pa.kind == DT_PLACEMENT_SHARD)
+            out.pl[md].dim = pa.dim < d ? pa.dim : pa.dim + mi->ndim - 1;
+        else
+            out.pl[md] = pa;
+    }
+    dt__node *n;
+    dt_tensor *t = dt__view_begin(a, index, &out, DT_V_INDEX_TENSOR, &n);
+    if (!t)
+        return NULL;
+    if (n)
+        n->a.v_dim = d;
+    return dt__client_submit(t, n);
+}
+
+void dt__vlower_index_tensor(dt__lower *L, dt__node *n) {
+    dt__tval *o = n->out;
+    const dt_mesh *mesh = o->meta.mesh;
+    dt__lw_alloc_blobs(o);
+    for (int64_t i = 0; i < mesh->ndev; i++) {
+        dt__kernel *k = dt__view_kernel(L, n, DT_KV_INDEX);
+        k->n_in = 2;
+        k->in[0] = dt__blob_retain(n->in[0]->blobs[i]);
+        k->in[1] = dt__blob_retain(n->in[1]->blobs[i]);
+        k->attr.dim = n->a.v_dim;
+        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+    }
+}
+
+/* ---------------------------------------------------------------- setitem */
+
+static const char *const setitem_accepts =
+    "(R,R)->R, (S(d),R)->S(d), (S(d),S(e))->S(d) when each device holds the part of the value it writes, "
+    "(P,R)->P, (P,P)->P, (P,scalar)->P";
+
+/* The region of `value` the device at coord needs for a setitem node whose
+ * selection has positions [k0[d], k1[d]) of each target dim. */
+static void value_needed(const dt__meta *am, const dt__nattr *na, const dt__meta *vm, const int64_t *k0,
+                         const int64_t *k1, int64_t *vs, int64_t *vl) {
+    int kept[DT_MAX_NDIM], nk = 0;
+    for (int d = 0; d < am->ndim; d++)
+        if (!(na->v_mask & (1ull << d)))
+            kept[nk++] = d;
+    for (int j = 0; j < vm->ndim; j++) {
+        int r = j - (vm->ndim - nk);
+        if (r < 0 || vm->shape[j] == 1) {
+            vs[j] = 0;
+            vl[j] = vm->shape[j];
+        } else {
+            vs[j] = k0[kept[r]];
+            vl[j] = k1[kept[r]] - k0[kept[r]];
+        }
+    }
+}
+
+/* The selection positions of every target dim inside the device's block.
+ * Returns 0 when the device has nothing of the region. */
+static int device_part(const dt__meta *am, const dt__nattr *na, const int64_t *coord, int64_t *k0, int64_t *k1,
+                       int64_t *lstart) {
+    int64_t bs[DT_MAX_NDIM], bl[DT_MAX_NDIM];
+    dt__local_region(am, coord, bs, bl);
+    int nonempty = 1;
+    for (int d = 0; d < am->ndim; d++)
+        if (part_in_block(na, d, bs[d], bl[d], &k0[d], &k1[d], &lstart[d]) == 0)
+            nonempty = 0;
+    return nonempty;
+}
+
+/* Checks and builds a setitem node of kind `kind`; `other` is the value,
+ * mask or index tensor (may be NULL for a scalar value). */
+static dt_tensor *setitem_submit(dt_tensor *a, dt_tensor *other, int kind, dt__node *proto) {
+    dt__node *n;
+    dt_tensor *t = dt__view_begin(a, other, &a->v->meta, kind, &n);
+    if (!t)
+        return NULL;
+    if (n) {
+        int32_t sub = n->a.sub;
+        n->a = proto->a;
+        n->a.sub = sub;
+    }
+    return dt__client_submit(t, n);
+}
+
+dt_tensor *dt_setitem(dt_tensor *a, const dt_slice *dims, dt_tensor *value, dt_scalar s) {
+    dt_clear_error();
+    if (value ? dt__view_check_pair("setitem", a, value) != DT_OK : dt__view_check("setitem", a) != DT_OK)
+        return NULL;
+    const dt__meta *m = &a->v->meta;
+    if (check_spec("setitem", m, dims) != DT_OK)
+        return NULL;
+    if (!value && s.kind != DT_SCALAR_BOOL && s.kind != DT_SCALAR_INT && s.kind != DT_SCALAR_FLOAT) {
+        dt__error(DT_ETYPE, "setitem: unknown scalar kind %d", s.kind);
+        return NULL;
+    }
+    /* A node on the stack carries the spec into the checks and the record. */
+    dt__node proto;
+    memset(&proto, 0, sizeof proto);
+    store_spec(&proto, m->ndim, dims);
+    proto.a.scalar = s;
+    if (value) {
+        const dt__meta *vm = &value->v->meta;
+        int64_t rshape[DT_MAX_NDIM];
+        int nk = 0;
+        for (int d = 0; d < m->ndim; d++)
+            if (!dims[d].drop)
+                rshape[nk++] = dims[d].len;
+        int ok = 1;
+        for (int j = 0; j < vm->ndim; j++) {
+            int r = j - (vm->ndim - nk);
+            if (r < 0 ? vm->shape[j] != 1 : vm->shape[j] != 1 && vm->shape[j] != rshape[r])
+                ok = 0;
+        }
+        if (!ok) {
+            dt__strbuf sv, sr;
+            dt__sb_init(&sv);
+            dt__sb_init(&sr);
+            dt__sb_printf(&sv, "[");
+            for (int j = 0; j < vm->ndim; j++)
+                dt__sb_printf(&sv, "%s%lld", j ? ", " : "", (long long)vm->shape[j]);
+            dt__sb_printf(&sv, "]");
+            dt__sb_printf(&sr, "[");
+            for (int r = 0; r < nk; r++)
+                dt__sb_printf(&sr, "%s%lld", r ? ", " : "", (long long)rshape[r]);
+            dt__sb_printf(&sr, "]");
+            dt__error(DT_ESHAPE, "setitem: shape mismatch: value tensor of shape %s cannot be broadcast to indexing "
+                                 "result of shape %s",
+                      sv.buf, sr.buf);
+            return NULL;
+        }
+    }
+    const dt__meta *vm = value ? &value->v->meta : NULL;
+    const dt__meta *ins[2] = {m, vm};
+    int nin = value ? 2 : 1;
+    for (int md = 0; md < m->mesh->ndim; md++) {
+        int ka = m->pl[md].kind, kv = vm ? vm->pl[md].kind : DT_PLACEMENT_REPLICATE;
+        int bad = -1;
+        if (ka == DT_PLACEMENT_REPLICATE && kv != DT_PLACEMENT_REPLICATE)
+            bad = 1;
+        else if (ka == DT_PLACEMENT_SHARD && kv == DT_PLACEMENT_PARTIAL)
+            bad = 1;
+        else if (ka == DT_PLACEMENT_PARTIAL && kv == DT_PLACEMENT_SHARD)
+            bad = 1;
+        if (bad >= 0) {
+            dt__view_reject("setitem", ins, nin, bad, md, setitem_accepts);
+            return NULL;
+        }
+    }
+    if (vm) {
+        int sharded = 0;
+        for (int md = 0; md < vm->mesh->ndim; md++)
+            sharded |= vm->pl[md].kind == DT_PLACEMENT_SHARD;
+        int64_t coord[DT_MAX_MESH_NDIM], k0[DT_MAX_NDIM], k1[DT_MAX_NDIM], ls[DT_MAX_NDIM];
+        int64_t vs[DT_MAX_NDIM], vl[DT_MAX_NDIM];
+        for (int64_t i = 0; sharded && i < m->mesh->ndev; i++) {
+            dt__mesh_coord(m->mesh, i, coord);
+            if (!device_part(m, &proto.a, coord, k0, k1, ls))
+                continue;
+            value_needed(m, &proto.a, vm, k0, k1, vs, vl);
+            if (!dt__view_within(vm, coord, vs, vl)) {
+                int md = 0;
+                while (vm->pl[md].kind != DT_PLACEMENT_SHARD)
+                    md++;
+                dt__view_reject("setitem", ins, 2, 1, md, setitem_accepts);
+                dt__error_append(" (the value's shards do not line up with the target's)");
+                return NULL;
+            }
+        }
+    }
+    return setitem_submit(a, value, DT_V_SETITEM, &proto);
+}
+
+void dt__vlower_setitem(dt__lower *L, dt__node *n) {
+    dt__tval *a = n->in[0], *v = n->n_in > 1 ? n->in[1] : NULL, *o = n->out;
+    const dt__meta *am = &a->meta;
+    const dt_mesh *mesh = am->mesh;
+    dt__lw_alloc_blobs(o);
+    int64_t coord[DT_MAX_MESH_NDIM], k0[DT_MAX_NDIM], k1[DT_MAX_NDIM], ls[DT_MAX_NDIM];
+    int64_t vs[DT_MAX_NDIM], vl[DT_MAX_NDIM];
+    for (int64_t i = 0; i < mesh->ndev; i++) {
+        dt__mesh_coord(mesh, i, coord);
+        if (!device_part(am, &n->a, coord, k0, k1, ls)) {
+            o->blobs[i] = dt__blob_retain(a->blobs[i]);
+            continue;
+        }
+        int zero = writes_zero(am, v ? &v->meta : NULL, coord);
+        dt__kernel *k = dt__view_kernel(L, n, v && !zero ? DT_KV_SET_TENSOR : DT_KV_SET_SCALAR);
+        k->n_in = 1;
+        k->in[0] = dt__blob_retain(a->blobs[i]);
+        k->attr.ndim = am->ndim;
+        for (int d = 0; d < am->ndim; d++) {
+            k->attr.start[d] = ls[d];
+            k->attr.step[d] = n->a.v_step[d];
+            k->attr.shape[d] = k1[d] - k0[d];
+        }
+        k->attr.scalar = zero ? dt_scalar_int(0) : n->a.scalar;
+        if (v && !zero) {
+            value_needed(am, &n->a, &v->meta, k0, k1, vs, vl);
+            k->n_in = 2;
+            k->in[1] = dt__lw_region(L, v, i, coord, vs, vl);
+            /* The value part seen in the target's dims: 1 where it is
+             * broadcast or the dim is integer-indexed. */
+            int nk = 0;
+            for (int d = 0; d < am->ndim; d++)
+                nk += !(n->a.v_mask & (1ull << d));
+            k->attr.gndim = am->ndim;
+            for (int d = 0, r = 0; d < am->ndim; d++) {
+                k->attr.gshape[d] = 1;
+                if (n->a.v_mask & (1ull << d))
+                    continue;
+                int j = r++ + v->meta.ndim - nk;
+                if (j >= 0 && v->meta.shape[j] != 1)
+                    k->attr.gshape[d] = k1[d] - k0[d];
+            }
+        }
+        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+    }
+}
+
+/* ------------------------------------------------------ setitem with mask */
+
+dt_tensor *dt_setitem_mask(dt_tensor *a, int64_t dim, dt_tensor *mask, dt_scalar s) {
+    dt_clear_error();
+    if (dt__view_check_pair("setitem", a, mask) != DT_OK)
+        return NULL;
+    const dt__meta *m = &a->v->meta, *mm = &mask->v->meta;
+    if (mm->dtype != DT_BOOL) {
+        dt__error(DT_EINDEX, "setitem: a mask must be a bool tensor (got %s)", dt_dtype_name(mm->dtype));
+        return NULL;
+    }
+    if (dim < 0 || dim + mm->ndim > m->ndim) {
+        dt__error(DT_EINDEX, "setitem: too many indices for tensor of dimension %d", m->ndim);
+        return NULL;
+    }
+    for (int j = 0; j < mm->ndim; j++) {
+        if (mm->shape[j] != m->shape[dim + j]) {
+            dt__error(DT_EINDEX,
+                      "setitem: The shape of the mask [%lld] at index %d does not match the shape of the indexed "
+                      "tensor [%lld] at index %lld",
+                      (long long)mm->shape[j], j, (long long)m->shape[dim + j], (long long)(dim + j));
+            return NULL;
+        }
+    }
+    const dt__meta *ins[2] = {m, mm};
+    const char *accepts = "mask Replicate, or sharded like the target on the masked dims; not Partial";
+    for (int md = 0; md < m->mesh->ndim; md++)
+        if (mm->pl[md].kind == DT_PLACEMENT_PARTIAL ||
+            (mm->pl[md].kind == DT_PLACEMENT_SHARD && m->pl[md].kind != DT_PLACEMENT_SHARD)) {
+            dt__view_reject("setitem", ins, 2, 1, md, accepts);
+            return NULL;
+        }
+    int64_t coord[DT_MAX_MESH_NDIM], ls[DT_MAX_NDIM], ll[DT_MAX_NDIM];
+    for (int64_t i = 0; i < m->mesh->ndev; i++) {
+        dt__mesh_coord(m->mesh, i, coord);
+        dt__local_region(m, coord, ls, ll);
+        if (!dt__view_within(mm, coord, ls + dim, ll + dim)) {
+            int md = 0;
+            while (mm->pl[md].kind != DT_PLACEMENT_SHARD)
+                md++;
+            dt__view_reject("setitem", ins, 2, 1, md, accepts);
+            return NULL;
+        }
+    }
+    dt__node proto;
+    memset(&proto, 0, sizeof proto);
+    proto.a.v_dim = (int32_t)dim;
+    proto.a.scalar = s;
+    return setitem_submit(a, mask, DT_V_SETITEM_MASK, &proto);
+}
+
+void dt__vlower_setitem_mask(dt__lower *L, dt__node *n) {
+    dt__tval *a = n->in[0], *mask = n->in[1], *o = n->out;
+    const dt__meta *am = &a->meta;
+    const dt_mesh *mesh = am->mesh;
+    int dim = n->a.v_dim, k_nd = mask->meta.ndim;
+    dt__lw_alloc_blobs(o);
+    int64_t coord[DT_MAX_MESH_NDIM], ls[DT_MAX_NDIM], ll[DT_MAX_NDIM];
+    for (int64_t i = 0; i < mesh->ndev; i++) {
+        dt__mesh_coord(mesh, i, coord);
+        dt__local_region(am, coord, ls, ll);
+        dt__kernel *k = dt__view_kernel(L, n, DT_KV_MASKED_FILL);
+        k->n_in = 2;
+        k->in[0] = dt__blob_retain(a->blobs[i]);
+        k->in[1] = dt__lw_region(L, mask, i, coord, ls + dim, ll + dim);
+        k->attr.scalar = writes_zero(am, NULL, coord) ? dt_scalar_int(0) : n->a.scalar;
+        k->attr.gndim = am->ndim;
+        for (int d = 0; d < am->ndim; d++)
+            k->attr.gshape[d] = d >= dim && d < dim + k_nd ? ll[d] : 1;
+        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+    }
+}
+
+/* ----------------------------------------------------- setitem with index */
+
+dt_tensor *dt_setitem_index(dt_tensor *a, int64_t dim, dt_tensor *index, dt_scalar s) {
+    dt_clear_error();
+    if (dt__view_check_pair("setitem", a, index) != DT_OK)
+        return NULL;
+    const dt__meta *m = &a->v->meta, *mi = &index->v->meta;
+    if (mi->dtype != DT_INT64) {
+        dt__error(DT_EINDEX, "setitem: tensors used as indices must be long, byte or bool tensors (got %s)",
+                  dt_dtype_name(mi->dtype));
+        return NULL;
+    }
+    if (m->ndim == 0) {
+        dt__error(DT_EINDEX, "setitem: too many indices for tensor of dimension 0");
+        return NULL;
+    }
+    int d;
+    if (dt__view_wrap_dim("setitem", dim, m->ndim, 0, &d) != DT_OK)
+        return NULL;
+    const dt__meta *ins[2] = {m, mi};
+    const char *accepts = "index Replicate; target not sharded on the indexed dim";
+    for (int md = 0; md < m->mesh->ndim; md++) {
+        int bad = mi->pl[md].kind != DT_PLACEMENT_REPLICATE ? 1
+                  : m->pl[md].kind == DT_PLACEMENT_SHARD && m->pl[md].dim == d ? 0
+                                                                                : -1;
+        if (bad >= 0) {
+            dt__view_reject("setitem", ins, 2, bad, md, accepts);
+            return NULL;
+        }
+    }
+    dt__node proto;
+    memset(&proto, 0, sizeof proto);
+    proto.a.v_dim = d;
+    proto.a.scalar = s;
+    return setitem_submit(a, index, DT_V_SETITEM_INDEX, &proto);
+}
+
+void dt__vlower_setitem_index(dt__lower *L, dt__node *n) {
+    dt__tval *a = n->in[0], *o = n->out;
+    const dt_mesh *mesh = a->meta.mesh;
+    dt__lw_alloc_blobs(o);
+    int64_t coord[DT_MAX_MESH_NDIM];
+    for (int64_t i = 0; i < mesh->ndev; i++) {
+        dt__mesh_coord(mesh, i, coord);
+        dt__kernel *k = dt__view_kernel(L, n, DT_KV_INDEX_FILL);
+        k->n_in = 2;
+        k->in[0] = dt__blob_retain(a->blobs[i]);
+        k->in[1] = dt__blob_retain(n->in[1]->blobs[i]);
+        k->attr.dim = n->a.v_dim;
+        k->attr.scalar = writes_zero(&a->meta, NULL, coord) ? dt_scalar_int(0) : n->a.scalar;
+        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+    }
+}
+
+/* ------------------------------------------------------------------ copy_ */
+
+dt_tensor *dt_copy(dt_tensor *dst, dt_tensor *src) {
+    dt_clear_error();
+    if (dt__view_check_pair("copy_", dst, src) != DT_OK)
+        return NULL;
+    const dt__meta *m = &dst->v->meta, *ms = &src->v->meta;
+    if (ms->ndim > m->ndim) {
+        dt__error(DT_ESHAPE, "copy_: the source with %d dimensions cannot be broadcast to the destination's %d",
+                  ms->ndim, m->ndim);
+        return NULL;
+    }
+    int off = m->ndim - ms->ndim;
+    for (int j = 0; j < ms->ndim; j++)
+        if (ms->shape[j] != 1 && ms->shape[j] != m->shape[j + off]) {
+            dt__error(DT_ESHAPE,
+                      "copy_: The size of tensor a (%lld) must match the size of tensor b (%lld) at non-singleton "
+                      "dimension %d",
+                      (long long)m->shape[j + off], (long long)ms->shape[j], j + off);
+            return NULL;
+        }
+    /* The placements src needs: what it has when setitem takes it, else the
+     * cheapest that lines up (the matching Shard, or Replicate). */
+    dt_placement want[DT_MAX_MESH_NDIM];
+    int move = 0;
+    for (int md = 0; md < m->mesh->ndim; md++) {
+        dt_placement pd = m->pl[md], ps = ms->pl[md];
+        want[md] = ps;
+        if (pd.kind == DT_PLACEMENT_REPLICATE) {
+            want[md] = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
+        } else if (pd.kind == DT_PLACEMENT_SHARD) {
+            int j = pd.dim - off;
+            int aligned = j >= 0 && ms->shape[j] == m->shape[pd.dim];
+            if (ps.kind == DT_PLACEMENT_PARTIAL || (ps.kind == DT_PLACEMENT_SHARD && !(aligned && ps.dim == j)))
+                want[md] = aligned ? (dt_placement){DT_PLACEMENT_SHARD, j} : (dt_placement){DT_PLACEMENT_REPLICATE, 0};
+        } else if (ps.kind == DT_PLACEMENT_SHARD) {
+            want[md] = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
+        }
+        move |= want[md].kind != ps.kind || want[md].dim != ps.dim;
+    }
+    dt_slice dims[DT_MAX_NDIM];
+    for (int d = 0; d < m->ndim; d++)
+        dims[d] = (dt_slice){0, 1, m->shape[d], 0};
+    dt_tensor *s = src;
+    if (move && !(s = dt_redistribute(src, NULL, want)))
+        return NULL;
+    dt_tensor *t = dt_setitem(dst, dims, s, dt_scalar_int(0));
+    if (!t && dt_last_status() == DT_EPLACEMENT) {
+        /* Nested shards that do not line up: Replicate always does. */
+        for (int md = 0; md < m->mesh->ndim; md++)
+            if (want[md].kind == DT_PLACEMENT_SHARD)
+                want[md] = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
+        dt_tensor *r = dt_redistribute(src, NULL, want);
+        if (r) {
+            t = dt_setitem(dst, dims, r, dt_scalar_int(0));
+            dt_tensor_release(r);
+        }
+    }
+    if (s != src)
+        dt_tensor_release(s);
+    return t;
+}

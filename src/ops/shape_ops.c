@@ -1,0 +1,607 @@
+/*
+ * The views and shape family, part 3: cat and stack, tril/triu, flip, roll,
+ * repeat and repeat_interleave.
+ *
+ * cat and stack of n inputs are a balanced tree of two-input nodes (kernels
+ * take at most two inputs): each level casts its inputs to the final dtype
+ * before concatenating, exactly as torch.cat copies every input into a
+ * result of the promoted dtype, so the values are those of one torch.cat.
+ * The intermediate symbols are released at once; the controller frees their
+ * blocks after the next level has read them.
+ *
+ * Placements: see dtorch.h. tril/triu take every placement: the device that
+ * holds rows r0.. and columns c0.. of the last two dims applies the local
+ * diagonal `diagonal + r0 - c0`, which selects exactly the global triangle.
+ *
+ * Threads: dt_* functions on client threads; dt__vlower_* on the controller.
+ */
+#include <string.h>
+
+#include "ops/ops.h"
+#include "ops/views_int.h"
+
+/* Output placements shared by every lowering in this file: one kernel per
+ * device on its own block, the output block of that device. */
+
+/* ------------------------------------------------------------ cat / stack */
+
+static const char *const cat_accepts =
+    "all P->P; S(j) and R inputs->S(j) for j != dim (Replicate inputs sliced locally); all R->R";
+
+/* One level of the tree: a node concatenating l (and r when not NULL). */
+static dt_tensor *cat_node(dt_tensor *l, dt_tensor *r, const dt__meta *final, int dim, int stack) {
+    dt__meta out = *final;
+    int64_t nl = stack && l->v->meta.ndim < final->ndim ? 1 : l->v->meta.shape[dim];
+    int64_t nr = !r ? 0 : stack && r->v->meta.ndim < final->ndim ? 1 : r->v->meta.shape[dim];
+    out.shape[dim] = nl + nr;
+    dt__node *n;
+    dt_tensor *t = dt__view_begin(l, r, &out, DT_V_CAT, &n);
+    if (!t)
+        return NULL;
+    if (n) {
+        n->a.v_dim = dim;
+        n->a.v_nints = stack;
+    }
+    return dt__client_submit(t, n);
+}
+
+/* The cat of ts[lo..hi) as a new reference (a leaf is retained as is unless
+ * it is the whole list). */
+static dt_tensor *cat_tree(dt_tensor *const *ts, int lo, int hi, int n, const dt__meta *final, int dim, int stack) {
+    if (hi - lo == 1) {
+        if (n == 1)
+            return cat_node(ts[lo], NULL, final, dim, stack);
+        dt_tensor_retain(ts[lo]);
+        return ts[lo];
+    }
+    int mid = lo + (hi - lo) / 2;
+    dt_tensor *l = cat_tree(ts, lo, mid, n, final, dim, stack);
+    if (!l)
+        return NULL;
+    dt_tensor *r = cat_tree(ts, mid, hi, n, final, dim, stack);
+    if (!r) {
+        dt_tensor_release(l);
+        return NULL;
+    }
+    dt_tensor *t = cat_node(l, r, final, dim, stack);
+    dt_tensor_release(l);
+    dt_tensor_release(r);
+    return t;
+}
+
+/* The region of input `in` a device needs for its output block (os, ol). */
+static void cat_needed(const dt__meta *in, const dt__meta *out, int dim, int stack, const int64_t *os,
+                       const int64_t *ol, int64_t *s, int64_t *l) {
+    if (stack && in->ndim < out->ndim) {
+        for (int d = 0, j = 0; d < out->ndim; d++)
+            if (d != dim) {
+                s[j] = os[d];
+                l[j++] = ol[d];
+            }
+        return;
+    }
+    memcpy(s, os, sizeof(int64_t) * (size_t)out->ndim);
+    memcpy(l, ol, sizeof(int64_t) * (size_t)out->ndim);
+    s[dim] = 0;
+    l[dim] = in->shape[dim];
+}
+
+static dt_tensor *cat_impl(const char *op, int n, dt_tensor *const *ts, int64_t dim, int stack) {
+    dt_clear_error();
+    if (n < 1 || !ts) {
+        dt__error(DT_EOP, "%s: expected a non-empty list of Tensors", op);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++)
+        if (dt__view_check_pair(op, ts[0], ts[i]) != DT_OK)
+            return NULL;
+    /* torch.cat skips 1-D empty inputs (legacy), but they still take part in
+     * type promotion. */
+    dt_tensor **keep = dt__malloc(sizeof *keep * (size_t)n);
+    const dt__meta **ins = dt__malloc(sizeof *ins * (size_t)n);
+    if (!keep || !ins) {
+        dt__free(keep);
+        dt__free(ins);
+        dt__error(DT_ENOMEM, "%s: out of memory", op);
+        return NULL;
+    }
+    dt_tensor *result = NULL;
+    int nk = 0;
+    dt_dtype dtype = ts[0]->v->meta.dtype;
+    for (int i = 0; i < n; i++) {
+        const dt__meta *m = &ts[i]->v->meta;
+        dtype = dt__promote_types(dtype, m->dtype);
+        if (stack || !(m->ndim == 1 && m->shape[0] == 0))
+            keep[nk++] = ts[i];
+    }
+    if (nk == 0)
+        keep[nk++] = ts[0];
+    for (int i = 0; i < nk; i++)
+        ins[i] = &keep[i]->v->meta;
+    const dt__meta *ref = ins[0];
+    dt__meta out = *ref;
+    out.dtype = dtype;
+    int d;
+    if (stack) {
+        for (int i = 1; i < nk; i++) {
+            int same = ins[i]->ndim == ref->ndim;
+            for (int j = 0; same && j < ref->ndim; j++)
+                same = ins[i]->shape[j] == ref->shape[j];
+            if (!same) {
+                dt__strbuf a, b;
+                dt__sb_init(&a);
+                dt__sb_init(&b);
+                dt__sb_printf(&a, "[");
+                for (int j = 0; j < ref->ndim; j++)
+                    dt__sb_printf(&a, "%s%lld", j ? ", " : "", (long long)ref->shape[j]);
+                dt__sb_printf(&a, "]");
+                dt__sb_printf(&b, "[");
+                for (int j = 0; j < ins[i]->ndim; j++)
+                    dt__sb_printf(&b, "%s%lld", j ? ", " : "", (long long)ins[i]->shape[j]);
+                dt__sb_printf(&b, "]");
+                dt__error(DT_EOP, "stack expects each tensor to be equal size, but got %s at entry 0 and %s at entry %d",
+                          a.buf, b.buf, i);
+                goto done;
+            }
+        }
+        if (ref->ndim >= DT_MAX_NDIM) {
+            dt__error(DT_EINVAL, "stack: the result would have more than %d dimensions", DT_MAX_NDIM);
+            goto done;
+        }
+        if (dt__view_wrap_dim(op, dim, ref->ndim + 1, 0, &d) != DT_OK)
+            goto done;
+        out.ndim = ref->ndim + 1;
+        for (int j = 0, k = 0; j < out.ndim; j++)
+            out.shape[j] = j == d ? nk : ref->shape[k++];
+    } else {
+        for (int i = 0; i < nk; i++)
+            if (ins[i]->ndim == 0) {
+                dt__error(DT_EOP, "%s: zero-dimensional tensor (at position %d) cannot be concatenated", op, i);
+                goto done;
+            }
+        if (dt__view_wrap_dim(op, dim, ref->ndim, 0, &d) != DT_OK)
+            goto done;
+        int64_t total = 0;
+        for (int i = 0; i < nk; i++) {
+            if (ins[i]->ndim != ref->ndim) {
+                dt__error(DT_EOP, "%s: Tensors must have same number of dimensions: got %d and %d", op, ref->ndim,
+                          ins[i]->ndim);
+                goto done;
+            }
+            for (int j = 0; j < ref->ndim; j++)
+                if (j != d && ins[i]->shape[j] != ref->shape[j]) {
+                    dt__error(DT_EOP,
+                              "%s: Sizes of tensors must match except in dimension %d. Expected size %lld but got "
+                              "size %lld for tensor number %d in the list.",
+                              op, d, (long long)ref->shape[j], (long long)ins[i]->shape[j], i);
+                    goto done;
+                }
+            total += ins[i]->shape[d];
+        }
+        out.shape[d] = total;
+    }
+    /* Placements, per mesh dim. */
+    for (int md = 0; md < out.mesh->ndim; md++) {
+        int npartial = 0, sdim = -1, bad = -1;
+        for (int i = 0; i < nk; i++)
+            npartial += ins[i]->pl[md].kind == DT_PLACEMENT_PARTIAL;
+        for (int i = 0; i < nk && bad < 0; i++) {
+            dt_placement p = ins[i]->pl[md];
+            if (npartial > 0) {
+                if (p.kind != DT_PLACEMENT_PARTIAL)
+                    bad = i;
+                continue;
+            }
+            if (p.kind != DT_PLACEMENT_SHARD)
+                continue;
+            int o = stack && p.dim >= d ? p.dim + 1 : p.dim;
+            if ((!stack && o == d) || (sdim >= 0 && o != sdim))
+                bad = i;
+            else
+                sdim = o;
+        }
+        if (bad >= 0) {
+            dt__view_reject(op, ins, nk, bad, md, cat_accepts);
+            goto done;
+        }
+        out.pl[md] = npartial ? (dt_placement){DT_PLACEMENT_PARTIAL, 0}
+                     : sdim >= 0 ? (dt_placement){DT_PLACEMENT_SHARD, sdim}
+                                 : (dt_placement){DT_PLACEMENT_REPLICATE, 0};
+    }
+    /* Nested shards: every device must hold what it concatenates. */
+    if (out.mesh->ndim > 1) {
+        int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], s[DT_MAX_NDIM], l[DT_MAX_NDIM];
+        for (int64_t i = 0; i < out.mesh->ndev; i++) {
+            dt__mesh_coord(out.mesh, i, coord);
+            dt__local_region(&out, coord, os, ol);
+            for (int j = 0; j < nk; j++) {
+                dt__meta whole = out;
+                whole.shape[d] = stack ? 1 : ins[j]->shape[d];
+                cat_needed(ins[j], &whole, d, stack, os, ol, s, l);
+                if (!dt__view_within(ins[j], coord, s, l)) {
+                    dt__placement_error(op, ins, nk, 0, cat_accepts, -1, NULL);
+                    dt__error_append(" (nested shards do not line up)");
+                    goto done;
+                }
+            }
+        }
+    }
+    result = cat_tree(keep, 0, nk, nk, &out, d, stack);
+done:
+    dt__free(keep);
+    dt__free(ins);
+    return result;
+}
+
+dt_tensor *dt_cat(int n, dt_tensor *const *ts, int64_t dim) { return cat_impl("cat", n, ts, dim, 0); }
+
+dt_tensor *dt_stack(int n, dt_tensor *const *ts, int64_t dim) { return cat_impl("stack", n, ts, dim, 1); }
+
+void dt__vlower_cat(dt__lower *L, dt__node *n) {
+    dt__tval *o = n->out;
+    const dt_mesh *mesh = o->meta.mesh;
+    int dim = n->a.v_dim, stack = n->a.v_nints;
+    dt__lw_alloc_blobs(o);
+    int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], s[DT_MAX_NDIM], l[DT_MAX_NDIM];
+    for (int64_t i = 0; i < mesh->ndev; i++) {
+        dt__mesh_coord(mesh, i, coord);
+        dt__local_region(&o->meta, coord, os, ol);
+        dt__kernel *k = dt__view_kernel(L, n, DT_KV_CAT);
+        k->n_in = n->n_in;
+        for (int j = 0; j < n->n_in; j++) {
+            cat_needed(&n->in[j]->meta, &o->meta, dim, stack, os, ol, s, l);
+            k->in[j] = dt__lw_region(L, n->in[j], i, coord, s, l);
+        }
+        k->attr.dim = dim;
+        k->attr.ndim = o->meta.ndim;
+        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+    }
+}
+
+/* -------------------------------------------------- one kernel per device */
+
+/* A node of `kind` on a with output meta `out`. */
+static dt_tensor *unary_node(dt_tensor *a, const dt__meta *out, int kind, dt__node **n) {
+    dt_tensor *t = dt__view_begin(a, NULL, out, kind, n);
+    return t;
+}
+
+/* ---------------------------------------------------------------- tril/triu */
+
+dt_tensor *dt_tril(dt_tensor *a, int64_t diagonal, int upper) {
+    dt_clear_error();
+    const char *op = upper ? "triu" : "tril";
+    if (dt__view_check(op, a) != DT_OK)
+        return NULL;
+    const dt__meta *m = &a->v->meta;
+    if (m->ndim < 2) {
+        int dummy;
+        dt__view_wrap_dim(op, -2, m->ndim, 1, &dummy);
+        return NULL;
+    }
+    dt__node *n;
+    dt_tensor *t = unary_node(a, m, DT_V_TRIL, &n);
+    if (!t)
+        return NULL;
+    if (n) {
+        n->a.v_ints[0] = diagonal;
+        n->a.v_nints = upper != 0;
+    }
+    return dt__client_submit(t, n);
+}
+
+void dt__vlower_tril(dt__lower *L, dt__node *n) {
+    dt__tval *in = n->in[0], *o = n->out;
+    const dt_mesh *mesh = o->meta.mesh;
+    int nd = o->meta.ndim;
+    dt__lw_alloc_blobs(o);
+    int64_t coord[DT_MAX_MESH_NDIM], ls[DT_MAX_NDIM], ll[DT_MAX_NDIM];
+    for (int64_t i = 0; i < mesh->ndev; i++) {
+        dt__mesh_coord(mesh, i, coord);
+        dt__local_region(&o->meta, coord, ls, ll);
+        dt__kernel *k = dt__view_kernel(L, n, n->a.v_nints ? DT_KV_TRIU : DT_KV_TRIL);
+        if (n->a.v_nints)
+            k->opname = "triu";
+        k->n_in = 1;
+        k->in[0] = dt__blob_retain(in->blobs[i]);
+        k->attr.ints[0] = n->a.v_ints[0] + ls[nd - 2] - ls[nd - 1];
+        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+    }
+}
+
+/* -------------------------------------------------------------------- flip */
+
+/* Rejects a Shard on any dim whose bit is set in `mask`. */
+static dt_status reject_sharded(const char *op, const dt__meta *m, uint64_t mask, const char *accepts,
+                                const char *what) {
+    for (int md = 0; md < m->mesh->ndim; md++)
+        if (m->pl[md].kind == DT_PLACEMENT_SHARD && (mask & (1ull << m->pl[md].dim))) {
+            dt__view_reject(op, &m, 1, 0, md, accepts);
+            dt__error_append(" (dim %d is sharded and %s)", m->pl[md].dim, what);
+            return DT_EPLACEMENT;
+        }
+    return DT_OK;
+}
+
+dt_tensor *dt_flip(dt_tensor *a, int ndims, const int64_t *dims) {
+    dt_clear_error();
+    if (dt__view_check("flip", a) != DT_OK)
+        return NULL;
+    const dt__meta *m = &a->v->meta;
+    if (ndims < 0 || (ndims > 0 && !dims)) {
+        dt__error(DT_EINVAL, "flip: dims is NULL");
+        return NULL;
+    }
+    uint64_t mask = 0;
+    for (int i = 0; i < ndims; i++) {
+        int d;
+        if (dt__view_wrap_dim("flip", dims[i], m->ndim, 1, &d) != DT_OK)
+            return NULL;
+        if (mask & (1ull << d)) {
+            dt__error(DT_EOP, "flip: dim %d appears multiple times in the list of dims", d);
+            return NULL;
+        }
+        mask |= 1ull << d;
+    }
+    if (m->ndim == 0)
+        mask = 0;
+    if (reject_sharded("flip", m, mask, "R->R, P->P, S(d)->S(d) for d not flipped", "flipped") != DT_OK)
+        return NULL;
+    dt__node *n;
+    dt_tensor *t = unary_node(a, m, DT_V_FLIP, &n);
+    if (!t)
+        return NULL;
+    if (n)
+        n->a.v_mask = mask;
+    return dt__client_submit(t, n);
+}
+
+void dt__vlower_flip(dt__lower *L, dt__node *n) {
+    dt__tval *o = n->out;
+    const dt_mesh *mesh = o->meta.mesh;
+    dt__lw_alloc_blobs(o);
+    for (int64_t i = 0; i < mesh->ndev; i++) {
+        dt__kernel *k = dt__view_kernel(L, n, DT_KV_FLIP);
+        k->n_in = 1;
+        k->in[0] = dt__blob_retain(n->in[0]->blobs[i]);
+        k->attr.dims_mask = n->a.v_mask;
+        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+    }
+}
+
+/* -------------------------------------------------------------------- roll */
+
+dt_tensor *dt_roll(dt_tensor *a, int n, const int64_t *shifts, const int64_t *dims) {
+    dt_clear_error();
+    if (dt__view_check("roll", a) != DT_OK)
+        return NULL;
+    const dt__meta *m = &a->v->meta;
+    if (n < 1 || !shifts || (!dims && n != 1)) {
+        dt__error(DT_EOP, "roll: shifts and dimensions must align. shifts: %d, dims:%d", n < 0 ? 0 : n,
+                  dims ? n : 0);
+        return NULL;
+    }
+    /* Rolls along one dim compose by adding their shifts. */
+    int64_t total[DT_MAX_NDIM] = {0};
+    uint64_t mask = 0;
+    if (dims) {
+        for (int i = 0; i < n; i++) {
+            int d;
+            if (dt__view_wrap_dim("roll", dims[i], m->ndim, 1, &d) != DT_OK)
+                return NULL;
+            if (m->ndim == 0)
+                continue;
+            total[d] += shifts[i];
+            mask |= 1ull << d;
+        }
+    } else {
+        mask = m->ndim > 0 ? (1ull << m->ndim) - 1 : 0;
+    }
+    if (reject_sharded("roll", m, mask, "R->R, P->P, S(d)->S(d) for d not rolled", "rolled") != DT_OK)
+        return NULL;
+    dt__node *nd;
+    dt_tensor *t = unary_node(a, m, DT_V_ROLL, &nd);
+    if (!t)
+        return NULL;
+    if (nd) {
+        if (!dims) {
+            nd->a.v_nints = 0;
+            nd->a.v_ints[0] = shifts[0];
+        } else {
+            for (int d = 0; d < m->ndim; d++)
+                if (mask & (1ull << d)) {
+                    nd->a.v_start[nd->a.v_nints] = d;
+                    nd->a.v_ints[nd->a.v_nints++] = total[d];
+                }
+            if (nd->a.v_nints == 0) {
+                /* A 0-d tensor: roll of nothing. */
+                nd->a.v_ints[0] = 0;
+            }
+        }
+    }
+    return dt__client_submit(t, nd);
+}
+
+void dt__vlower_roll(dt__lower *L, dt__node *n) {
+    dt__tval *o = n->out;
+    const dt_mesh *mesh = o->meta.mesh;
+    dt__lw_alloc_blobs(o);
+    for (int64_t i = 0; i < mesh->ndev; i++) {
+        dt__kernel *k = dt__view_kernel(L, n, DT_KV_ROLL);
+        k->n_in = 1;
+        k->in[0] = dt__blob_retain(n->in[0]->blobs[i]);
+        k->attr.nints = n->a.v_nints;
+        for (int j = 0; j < DT_MAX_NDIM; j++) {
+            k->attr.ints[j] = n->a.v_ints[j];
+            k->attr.start[j] = n->a.v_start[j];
+        }
+        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+    }
+}
+
+/* ------------------------------------------------------------------ repeat */
+
+dt_tensor *dt_repeat(dt_tensor *a, int n, const int64_t *repeats) {
+    dt_clear_error();
+    if (dt__view_check("repeat", a) != DT_OK)
+        return NULL;
+    const dt__meta *m = &a->v->meta;
+    if (n < m->ndim || (n > 0 && !repeats)) {
+        dt__error(DT_EOP, "repeat: Number of dimensions of repeat dims can not be smaller than number of dimensions "
+                          "of tensor");
+        return NULL;
+    }
+    if (n > DT_MAX_NDIM) {
+        dt__error(DT_EINVAL, "repeat: the result would have %d dimensions (at most %d)", n, DT_MAX_NDIM);
+        return NULL;
+    }
+    dt__meta out = *m;
+    out.ndim = n;
+    int off = n - m->ndim;
+    for (int o = 0; o < n; o++) {
+        out.shape[o] = repeats[o] * (o < off ? 1 : m->shape[o - off]);
+        if (repeats[o] < 0) {
+            dt__error(DT_EOP, "repeat: Trying to create tensor with negative dimension %lld", (long long)out.shape[o]);
+            return NULL;
+        }
+    }
+    for (int md = 0; md < m->mesh->ndim; md++) {
+        dt_placement p = m->pl[md];
+        if (p.kind != DT_PLACEMENT_SHARD)
+            continue;
+        if (repeats[p.dim + off] != 1) {
+            dt__view_reject("repeat", &m, 1, 0, md, "R->R, P->P, S(d)->S(d + new dims) when dim d is repeated once");
+            return NULL;
+        }
+        out.pl[md].dim = p.dim + off;
+    }
+    dt__node *nd;
+    dt_tensor *t = unary_node(a, &out, DT_V_REPEAT, &nd);
+    if (!t)
+        return NULL;
+    if (nd) {
+        nd->a.v_nints = n;
+        for (int o = 0; o < n; o++)
+            nd->a.v_ints[o] = repeats[o];
+    }
+    return dt__client_submit(t, nd);
+}
+
+void dt__vlower_repeat(dt__lower *L, dt__node *n) {
+    dt__tval *o = n->out;
+    const dt_mesh *mesh = o->meta.mesh;
+    dt__lw_alloc_blobs(o);
+    for (int64_t i = 0; i < mesh->ndev; i++) {
+        dt__kernel *k = dt__view_kernel(L, n, DT_KV_REPEAT);
+        k->n_in = 1;
+        k->in[0] = dt__blob_retain(n->in[0]->blobs[i]);
+        k->attr.nints = n->a.v_nints;
+        memcpy(k->attr.ints, n->a.v_ints, sizeof k->attr.ints);
+        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+    }
+}
+
+/* ------------------------------------------------------- repeat_interleave */
+
+static const char *const ri_accepts =
+    "R->R, P->P, S(d)->S(d) for d != dim; S(dim)->S(dim) when every device's output block is its input block "
+    "repeated (int repeats)";
+
+dt_tensor *dt_repeat_interleave(dt_tensor *a, int64_t repeats, int64_t dim) {
+    dt_clear_error();
+    if (dt__view_check("repeat_interleave", a) != DT_OK)
+        return NULL;
+    const dt__meta *m = &a->v->meta;
+    if (repeats < 0) {
+        dt__error(DT_EOP, "repeat_interleave: repeats can not be negative");
+        return NULL;
+    }
+    int d;
+    if (dt__view_wrap_dim("repeat_interleave", dim, m->ndim, 0, &d) != DT_OK)
+        return NULL;
+    dt__meta out = *m;
+    out.shape[d] = m->shape[d] * repeats;
+    int64_t coord[DT_MAX_MESH_NDIM], is[DT_MAX_NDIM], il[DT_MAX_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM];
+    for (int64_t i = 0; i < m->mesh->ndev; i++) {
+        dt__mesh_coord(m->mesh, i, coord);
+        dt__local_region(m, coord, is, il);
+        dt__local_region(&out, coord, os, ol);
+        if (os[d] != is[d] * repeats || ol[d] != il[d] * repeats) {
+            int md = 0;
+            while (!(m->pl[md].kind == DT_PLACEMENT_SHARD && m->pl[md].dim == d))
+                md++;
+            dt__view_reject("repeat_interleave", &m, 1, 0, md, ri_accepts);
+            return NULL;
+        }
+    }
+    dt__node *nd;
+    dt_tensor *t = unary_node(a, &out, DT_V_REPEAT_INTERLEAVE, &nd);
+    if (!t)
+        return NULL;
+    if (nd) {
+        nd->a.v_dim = d;
+        nd->a.v_ints[0] = repeats;
+    }
+    return dt__client_submit(t, nd);
+}
+
+dt_tensor *dt_repeat_interleave_tensor(dt_tensor *a, dt_tensor *repeats, int64_t dim, int64_t output_size) {
+    dt_clear_error();
+    if (dt__view_check_pair("repeat_interleave", a, repeats) != DT_OK)
+        return NULL;
+    const dt__meta *m = &a->v->meta, *mr = &repeats->v->meta;
+    if (mr->dtype != DT_INT64 || mr->ndim != 1) {
+        dt__error(DT_EOP, "repeat_interleave: repeats must be a 1-D int64 tensor (got %d-D %s)", mr->ndim,
+                  dt_dtype_name(mr->dtype));
+        return NULL;
+    }
+    int d;
+    if (dt__view_wrap_dim("repeat_interleave", dim, m->ndim, 0, &d) != DT_OK)
+        return NULL;
+    if (mr->shape[0] != m->shape[d] && mr->shape[0] != 1) {
+        dt__error(DT_EOP, "repeat_interleave: repeats must have the same size as input along dim");
+        return NULL;
+    }
+    if (output_size < 0) {
+        dt__error(DT_EOP, "repeat_interleave: output_size must be non-negative");
+        return NULL;
+    }
+    const dt__meta *ins[2] = {m, mr};
+    const char *accepts = "repeats Replicate; R->R, P->P, S(d)->S(d) for d != dim";
+    for (int md = 0; md < m->mesh->ndim; md++) {
+        int bad = mr->pl[md].kind != DT_PLACEMENT_REPLICATE ? 1
+                  : m->pl[md].kind == DT_PLACEMENT_SHARD && m->pl[md].dim == d ? 0
+                                                                                : -1;
+        if (bad >= 0) {
+            dt__view_reject("repeat_interleave", ins, 2, bad, md, accepts);
+            return NULL;
+        }
+    }
+    dt__meta out = *m;
+    out.shape[d] = output_size;
+    dt__node *nd;
+    dt_tensor *t = dt__view_begin(a, repeats, &out, DT_V_REPEAT_INTERLEAVE, &nd);
+    if (!t)
+        return NULL;
+    if (nd) {
+        nd->a.v_dim = d;
+        nd->a.v_ints[1] = output_size;
+    }
+    return dt__client_submit(t, nd);
+}
+
+void dt__vlower_repeat_interleave(dt__lower *L, dt__node *n) {
+    dt__tval *o = n->out;
+    const dt_mesh *mesh = o->meta.mesh;
+    dt__lw_alloc_blobs(o);
+    for (int64_t i = 0; i < mesh->ndev; i++) {
+        dt__kernel *k = dt__view_kernel(L, n, DT_KV_REPEAT_INTERLEAVE);
+        k->n_in = n->n_in;
+        for (int j = 0; j < n->n_in; j++)
+            k->in[j] = dt__blob_retain(n->in[j]->blobs[i]);
+        k->attr.dim = n->a.v_dim;
+        k->attr.ints[0] = n->a.v_ints[0];
+        k->attr.ints[1] = n->a.v_ints[1];
+        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+    }
+}

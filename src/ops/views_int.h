@@ -1,0 +1,78 @@
+/*
+ * Private header of the views and shape family (views.c, index.c,
+ * shape_ops.c): the node kinds behind DT_OP_VIEW, what each keeps in the node
+ * attributes, and the helpers the three files share.
+ *
+ * Threads: the dt__view_* client helpers run on client threads; the
+ * dt__vlower_* functions on the graph's controller thread.
+ */
+#ifndef DT_OPS_VIEWS_INT_H
+#define DT_OPS_VIEWS_INT_H
+
+#include "core/core.h"
+
+/* The kind of a DT_OP_VIEW node (nattr.sub), and the node attributes it
+ * uses. "spec" means v_start/v_step/v_len per input dim and v_mask = the
+ * input dims indexed by an integer (dropped). */
+typedef enum dt__view_op {
+    DT_V_RESHAPE = 0,       /* out meta only */
+    DT_V_PERMUTE,           /* v_ints = dims */
+    DT_V_EXPAND,            /* out meta only */
+    DT_V_INDEX,             /* spec */
+    DT_V_INDEX_TENSOR,      /* in[1] = index, v_dim */
+    DT_V_SETITEM,           /* spec; in[1] = value or none (scalar) */
+    DT_V_SETITEM_MASK,      /* in[1] = mask, v_dim, scalar */
+    DT_V_SETITEM_INDEX,     /* in[1] = index, v_dim, scalar */
+    DT_V_CAT,               /* in[0..2), v_dim (output dim), v_nints = 1 for stack */
+    DT_V_TRIL,              /* v_ints[0] = diagonal, v_nints = 1 for triu */
+    DT_V_FLIP,              /* v_mask = dims */
+    DT_V_ROLL,              /* v_ints = shifts, v_start = dims, v_nints pairs (0: flat) */
+    DT_V_REPEAT,            /* v_ints = repeats, v_nints */
+    DT_V_REPEAT_INTERLEAVE, /* v_ints[0] = repeats or v_ints[1] = output_size with in[1], v_dim */
+    DT_V_CLONE,             /* nothing */
+    DT_V_COUNT
+} dt__view_op;
+
+/* The op name of each kind, for kernel error messages. */
+extern const char *const dt__view_names[DT_V_COUNT];
+
+/* ---------------------------------------------------------------- client */
+
+/* Checks `a` is not NULL (DT_EINVAL naming `op`). */
+dt_status dt__view_check(const char *op, const dt_tensor *a);
+/* Checks `b` may be combined with `a`: same graph and mesh. */
+dt_status dt__view_check_pair(const char *op, const dt_tensor *a, const dt_tensor *b);
+/* Wraps a possibly negative dim into [0, ndim) (DT_EINDEX with torch's
+ * message otherwise). A 0-d tensor accepts -1 and 0, as torch does, when
+ * `scalar_ok`. */
+dt_status dt__view_wrap_dim(const char *op, int64_t dim, int ndim, int scalar_ok, int *out);
+/* Reports a PlacementError for input `which` of `ins` on mesh dim `md`,
+ * suggesting that input's placements with mesh dim md made Replicate. */
+dt_status dt__view_reject(const char *op, const dt__meta *const *ins, int nin, int which, int md,
+                          const char *accepted);
+/* 1 when the box (s, l) lies within what the device at `coord` holds of m
+ * (empty boxes always do). */
+int dt__view_within(const dt__meta *m, const int64_t *coord, const int64_t *s, const int64_t *l);
+/* A new symbol with metadata `out` on a's graph and its node of kind `kind`
+ * reading in[0] = a (and in[1] = b when not NULL). *node is NULL when out of
+ * memory; pass both to dt__client_submit. */
+dt_tensor *dt__view_begin(dt_tensor *a, dt_tensor *b, const dt__meta *out, int kind, dt__node **node);
+
+/* ------------------------------------------------------------- lowering */
+
+/* A kernel of sub `sub` for the node being lowered, named after its kind. */
+dt__kernel *dt__view_kernel(dt__lower *L, const dt__node *n, int sub);
+/* Lowering of each kind (views.c dispatches). */
+void dt__vlower_index(dt__lower *L, dt__node *n);
+void dt__vlower_index_tensor(dt__lower *L, dt__node *n);
+void dt__vlower_setitem(dt__lower *L, dt__node *n);
+void dt__vlower_setitem_mask(dt__lower *L, dt__node *n);
+void dt__vlower_setitem_index(dt__lower *L, dt__node *n);
+void dt__vlower_cat(dt__lower *L, dt__node *n);
+void dt__vlower_tril(dt__lower *L, dt__node *n);
+void dt__vlower_flip(dt__lower *L, dt__node *n);
+void dt__vlower_roll(dt__lower *L, dt__node *n);
+void dt__vlower_repeat(dt__lower *L, dt__node *n);
+void dt__vlower_repeat_interleave(dt__lower *L, dt__node *n);
+
+#endif /* DT_OPS_VIEWS_INT_H */
