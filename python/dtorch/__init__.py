@@ -37,6 +37,7 @@ from ._factories import (
     zeros_like,
 )
 from ._ops import add, div, divide, matmul, mm, mul, multiply, neg, negative, sub, subtract, sum, true_divide
+from ._ops_elementwise import *  # noqa: F401,F403 - the elementwise family's functions and Tensor.to
 
 # Tell the C layer which classes to hand out, and where the package lives so
 # that call sites recorded for error messages skip dtorch's own frames.
@@ -61,4 +62,4 @@ __all__ = [
     "empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "manual_seed",
     "add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide", "neg", "negative",
     "matmul", "mm", "sum",
-]
+] + _ops_elementwise.__all__

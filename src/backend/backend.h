@@ -42,11 +42,13 @@ typedef enum dt__kop {
      * seeded with `seed`, then cast to `dtype` if needed. */
     DT_K_RAND,
     DT_K_RANDN,
-    /* out = in[0] (sub) in[1] with broadcasting; sub is a dt_binary_op;
-     * result dtype `dtype`. */
+    /* out = in[0] (sub) in[1] with broadcasting; sub is DT_BINARY_ADD, SUB,
+     * MUL or DIV (the other dt_binary_ops are DT_K_EW_BINARY's); result
+     * dtype `dtype`. */
     DT_K_BINARY,
-    /* out = in[0] (sub) scalar, or scalar (sub) in[0] when flags & DT_KF_REVERSED;
-     * result dtype `dtype`. */
+    /* out = in[0] (sub) scalar, or scalar (sub) in[0] when flags & DT_KF_REVERSED
+     * (as Python's reflected operators: rsub, reciprocal(in[0]) * scalar);
+     * sub as for BINARY; result dtype `dtype`. */
     DT_K_BINARY_SCALAR,
     /* out = -in[0] */
     DT_K_NEG,
@@ -64,6 +66,32 @@ typedef enum dt__kop {
     DT_K_SUM_N,
     /* out = zeros shaped and typed like in[0]. */
     DT_K_ZEROS_LIKE,
+
+    /* ---- elementwise family (src/ops/elementwise*.c, torch_elementwise.cpp) ---- */
+    /* torch.<sub>(x, y) for any dt_binary_op `sub`, result dtype `dtype`:
+     * with two inputs x = in[0], y = in[1] (broadcasting); with one input
+     * x = in[0], y = `scalar`, or x = `scalar`, y = in[0] when
+     * flags & DT_KF_REVERSED (torch's function form, e.g. torch.div(2, t):
+     * the scalar is a wrapped number). ADD and SUB scale y by `scalar2`
+     * (torch's alpha); other subs ignore scalar2. */
+    DT_K_EW_BINARY,
+    /* out = torch.<sub>(in[0]) for a dt_unary_op `sub`, result dtype `dtype`;
+     * ROUND rounds to `scalar.i` decimals. */
+    DT_K_UNARY,
+    /* out = in[0].to(dtype). */
+    DT_K_CAST,
+    /* out = torch.where(in[0], x, y): x is `scalar` when flags &
+     * DT_KF_EW_X_SCALAR, else the next input; y is `scalar2` when flags &
+     * DT_KF_EW_Y_SCALAR, else the next input; result dtype `dtype`. */
+    DT_K_WHERE,
+    /* out = in[0].masked_fill(in[1], v) with v = in[2] (a 0-d tensor) when
+     * n_in == 3, else `scalar`; result dtype `dtype`. */
+    DT_K_MASKED_FILL,
+    /* out = torch.clamp(in[0], min, max): min is `scalar` with flags &
+     * DT_KF_EW_MIN_SCALAR, the next input with DT_KF_EW_MIN_TENSOR, else
+     * None; max likewise with `scalar2` and the *_MAX_* flags (inputs in the
+     * order min, max). A scalar next to a tensor bound is a wrapped number. */
+    DT_K_CLAMP,
     DT_K_COUNT
 } dt__kop;
 
@@ -71,6 +99,17 @@ enum {
     DT_KF_REVERSED = 1 << 0,
     DT_KF_KEEPDIM = 1 << 1,
     DT_KF_ALL = 1 << 2
+};
+
+/* Flags of the elementwise family's kernels (high bits, so that other
+ * families' flags never collide with them). */
+enum {
+    DT_KF_EW_X_SCALAR = 1 << 16,   /* WHERE: x is `scalar` */
+    DT_KF_EW_Y_SCALAR = 1 << 17,   /* WHERE: y is `scalar2` */
+    DT_KF_EW_MIN_SCALAR = 1 << 18, /* CLAMP: min is `scalar` */
+    DT_KF_EW_MIN_TENSOR = 1 << 19, /* CLAMP: min is an input */
+    DT_KF_EW_MAX_SCALAR = 1 << 20, /* CLAMP: max is `scalar2` */
+    DT_KF_EW_MAX_TENSOR = 1 << 21  /* CLAMP: max is an input */
 };
 
 /* Attributes of one kernel. Only the fields the op documents are meaningful. */
@@ -88,6 +127,7 @@ typedef struct dt__kattr {
     int64_t gshape[DT_MAX_NDIM];
     dt_scalar scalar; /* FULL, BINARY_SCALAR */
     double f[3];      /* ARANGE start, end, step */
+    dt_scalar scalar2; /* EW_BINARY alpha, WHERE y, CLAMP max */
 } dt__kattr;
 
 typedef struct dt__backend {

@@ -81,6 +81,8 @@ dt_dtype dt__promote_types(dt_dtype a, dt_dtype b);
  * torch's result_type). */
 dt_dtype dt__result_type2(const dt__meta *a, const dt__meta *b);
 dt_dtype dt__result_type_scalar(const dt__meta *a, dt_scalar s);
+/* torch's result_type over `nt` tensors and `ns` Python scalars. */
+dt_dtype dt__result_type(const dt__meta *const *ts, int nt, const dt_scalar *ss, int ns);
 int dt__dtype_is_int(dt_dtype d); /* integers, not bool */
 
 /* ------------------------------------------------------------- values */
@@ -135,6 +137,12 @@ typedef enum dt__op {
     DT_OP_MATMUL,
     DT_OP_SUM,
     DT_OP_REDISTRIBUTE,
+    /* elementwise family */
+    DT_OP_UNARY,       /* sub = dt_unary_op */
+    DT_OP_CAST,
+    DT_OP_WHERE,       /* flags DT_KF_EW_{X,Y}_SCALAR */
+    DT_OP_MASKED_FILL, /* 2 inputs (scalar value) or 3 (0-d tensor value) */
+    DT_OP_CLAMP,       /* flags DT_KF_EW_{MIN,MAX}_{SCALAR,TENSOR} */
     DT_OP_RELEASE, /* the client dropped a symbol */
     DT_OP_FETCH,   /* a value read */
     DT_OP_SYNC,    /* a graph-wide barrier */
@@ -152,13 +160,18 @@ typedef struct dt__nattr {
     double f[3];
     /* matmul: mesh dims whose combination shards K (partial sums). */
     uint32_t k_mesh_mask;
+    /* elementwise: alpha of add/sub, y of where, max of clamp. */
+    dt_scalar scalar2;
 } dt__nattr;
+
+/* Most tensor inputs of one node or kernel (where() takes three). */
+#define DT__MAX_IN 4
 
 typedef struct dt__node {
     struct dt__node *next;
     int32_t op;
     int32_t n_in;
-    dt__tval *in[2];
+    dt__tval *in[DT__MAX_IN];
     dt__tval *out;
     dt__nattr a;
     const char *site_file; /* interned */
@@ -182,7 +195,7 @@ typedef struct dt__kernel {
     int32_t n_in;
     int32_t rank;
     int32_t site_line;
-    dt__blob *in[2];
+    dt__blob *in[DT__MAX_IN];
     dt__blob *out;
     const char *opname;
     const char *site_file;
@@ -333,6 +346,7 @@ void dt__lower_unary(dt__lower *L, dt__node *n);
 void dt__lower_matmul(dt__lower *L, dt__node *n);
 void dt__lower_sum(dt__lower *L, dt__node *n);
 void dt__lower_redistribute(dt__lower *L, dt__node *n);
+void dt__lower_elementwise(dt__lower *L, dt__node *n);
 
 /* ------------------------------------------------------------ client */
 

@@ -183,12 +183,17 @@ const dt__op_info dt__ops[DT_OP_COUNT] = {
     [DT_OP_MATMUL] = {"matmul", dt__lower_matmul},
     [DT_OP_SUM] = {"sum", dt__lower_sum},
     [DT_OP_REDISTRIBUTE] = {"redistribute", dt__lower_redistribute},
+    [DT_OP_UNARY] = {"unary", dt__lower_elementwise},
+    [DT_OP_CAST] = {"to", dt__lower_elementwise},
+    [DT_OP_WHERE] = {"where", dt__lower_elementwise},
+    [DT_OP_MASKED_FILL] = {"masked_fill", dt__lower_elementwise},
+    [DT_OP_CLAMP] = {"clamp", dt__lower_elementwise},
     [DT_OP_RELEASE] = {"release", lower_release},
     [DT_OP_FETCH] = {"fetch", lower_fetch},
     [DT_OP_SYNC] = {"sync", lower_sync},
     [DT_OP_STOP] = {"stop", NULL},
 };
-_Static_assert(DT_OP_COUNT == 15, "update dt__ops when adding an op");
+_Static_assert(DT_OP_COUNT == 20, "update dt__ops when adding an op");
 
 /* -------------------------------------------------------------- the loop */
 

@@ -43,7 +43,9 @@ typedef struct ref_tensor {
 
 static const char *const kop_names[] = {"SLICE", "FULL",   "EMPTY",         "ARANGE",    "RAND",
                                         "RANDN", "BINARY", "BINARY_SCALAR", "NEG",       "MATMUL",
-                                        "SUM",   "CAT",    "SUM_N",         "ZEROS_LIKE"};
+                                        "SUM",   "CAT",    "SUM_N",         "ZEROS_LIKE",
+                                        /* elementwise family: not implemented by ref */
+                                        "EW_BINARY", "UNARY", "CAST", "WHERE", "MASKED_FILL", "CLAMP"};
 _Static_assert(sizeof kop_names / sizeof kop_names[0] == DT_K_COUNT, "one name per kernel op");
 
 static const char *const dtype_names[] = {"bool",  "uint8",   "int8",     "int16",   "int32",
@@ -343,7 +345,8 @@ static dt_status region_ok(const char *what, int ndim, const int64_t *start, con
 
 static dt_status binary(int op, int dt, const ref_tensor *x, const ref_tensor *y, ref_tensor **out, char *err,
                         size_t errlen) {
-    if (op < 0 || op >= DT_BINARY_COUNT)
+    /* BINARY takes the four arithmetic ops; the others are DT_K_EW_BINARY's. */
+    if (op < 0 || op > DT_BINARY_DIV)
         return fail(err, errlen, DT_EINVAL, "ref: BINARY: bad op %d", op);
     if (op == DT_BINARY_DIV && !is_float(dt))
         return fail(err, errlen, DT_EUNSUPPORTED,
@@ -578,7 +581,8 @@ static dt_status ref_run(int kop, const dt__kattr *a, void *const *in, int n_in,
                          size_t errlen) {
     /* Per op: the inputs it takes (-1: one or more), and whether it computes
      * (so needs an arithmetic output dtype rather than any storage dtype). */
-    static const signed char arity[DT_K_COUNT] = {1, 0, 0, 0, 0, 0, 2, 1, 1, 2, 1, -1, -1, 1};
+    static const signed char arity[DT_K_COUNT] = {1, 0, 0, 0, 0, 0, 2, 1, 1, 2, 1, -1, -1, 1,
+                                                  /* elementwise family */ -1, -1, -1, -1, -1, -1};
     static const char computes[DT_K_COUNT] = {0, 0, 0, 1, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0};
     if (out)
         *out = NULL;
