@@ -97,14 +97,19 @@ static int same_graph(dt_tensor *a, dt_tensor *b, const char *op) {
     return 0;
 }
 
-/* Everything before a C call: torch's default dtype (integer -> float
- * results) and the caller's file:line for kernel errors. */
-static int prepare(dtpy_state *st) {
-    if (dtpy_sync_default_dtype(st) < 0)
+/* Everything before a C call: torch's default dtype, when the result may
+ * depend on it (`uses_default`: an integer or bool tensor that may become
+ * floating, or a float scalar), and the caller's file:line for kernel
+ * errors. */
+static int prepare_ex(dtpy_state *st, int uses_default) {
+    if (uses_default && dtpy_sync_default_dtype(st) < 0)
         return -1;
     dtpy_record_call_site(st);
     return 0;
 }
+static int prepare(dtpy_state *st) { return prepare_ex(st, 1); }
+
+static int not_floating(dt_tensor *t) { return t != NULL && !dt_dtype_is_floating(dt_tensor_dtype(t)); }
 
 /* ----------------------------------------------------------- binary core */
 
@@ -145,7 +150,9 @@ static PyObject *binary_core(dtpy_state *st, PyObject *a, PyObject *b, dt_binary
     }
     if (ta && tb && same_graph(ta, tb, name) < 0)
         return NULL;
-    if (prepare(st) < 0)
+    int uses_default = not_floating(ta) || not_floating(tb) || (!ta && sa.kind == DT_SCALAR_FLOAT) ||
+                       (!tb && sb.kind == DT_SCALAR_FLOAT);
+    if (prepare_ex(st, uses_default) < 0)
         return NULL;
     int flags = inplace ? DT_EW_INPLACE : 0;
     dt_tensor *t;
@@ -211,7 +218,7 @@ Py_hash_t dtpy_ew_hash(PyObject *self) { return PyBaseObject_Type.tp_hash(self);
 
 static PyObject *unary_core(PyObject *self, dt_unary_op op, int inplace) {
     dtpy_state *st = dtpy_find_state(Py_TYPE(self));
-    if (st == NULL || prepare(st) < 0)
+    if (st == NULL || prepare_ex(st, not_floating(((dtpy_tensor *)self)->t)) < 0)
         return NULL;
     dt_tensor *t = dt_unary_ex(op, ((dtpy_tensor *)self)->t, inplace ? DT_EW_INPLACE : 0);
     return finish(st, self, t, inplace);

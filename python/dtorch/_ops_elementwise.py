@@ -136,7 +136,10 @@ clip = clamp
 
 
 def equal(input: Tensor, other: Tensor) -> bool:
-    """True when both have the same shape and equal values (reads the comparison: synchronises).
+    """True when both have the same shape and equal values; reads a value, so it synchronises.
+
+    Placements ``eq`` accepts are compared where they lie and only the boolean result is read;
+    any other combination (Partial, shards on different dims) reads both values.
 
     >>> dtorch.equal(x, x)
     True
@@ -146,7 +149,11 @@ def equal(input: Tensor, other: Tensor) -> bool:
         raise TypeError(f"equal(): argument 'other' must be a dtorch.Tensor, not {type(other).__name__}")
     if input.shape != other.shape:
         return False
-    return bool(input.eq(other).to_torch().all())
+    try:
+        same = input.eq(other)
+    except _C.PlacementError:
+        return torch.equal(input.to_torch(), other.to_torch())
+    return bool(same.to_torch().all())
 
 
 # ------------------------------------------------------------------ Tensor methods

@@ -179,7 +179,19 @@ static dt_status check_nested(const char *op, const dt__meta *const *ins, int ni
             dt__local_region(ins[i], coord, ls, ll);
             for (int d = 0; d < ins[i]->ndim; d++)
                 if (nl[d] > 0 && (ns[d] < ls[d] || ns[d] + nl[d] > ls[d] + ll[d])) {
-                    dt__placement_error(op, ins, nin, 0, accepted, -1, NULL);
+                    /* The fix: give input i the output's placements (its dims
+                     * that broadcast stay Replicate); then its regions are
+                     * the output's. */
+                    dt_placement fix[DT_MAX_MESH_NDIM];
+                    int off = out->ndim - ins[i]->ndim;
+                    for (int md = 0; md < mesh->ndim; md++) {
+                        dt_placement p = out->pl[md];
+                        int id = p.dim - off;
+                        fix[md] = p.kind == S_ && id >= 0 && ins[i]->shape[id] == out->shape[p.dim]
+                                      ? (dt_placement){S_, id}
+                                      : (dt_placement){R_, 0};
+                    }
+                    dt__placement_error(op, ins, nin, 0, accepted, i, fix);
                     dt__error_append(" (nested shards do not line up)");
                     return DT_EPLACEMENT;
                 }
@@ -544,7 +556,7 @@ const dt_op_doc dt__docs_elementwise[] = {
     {"le", "elementwise", SIG_SR, 0},
     {"gt", "elementwise", SIG_SR, 0},
     {"ge", "elementwise", SIG_SR, 0},
-    {"equal", "elementwise", SIG_ARITH "; no Partial (reads the value)", 0},
+    {"equal", "elementwise", SIG_ARITH " compare in place; any other combination reads both values", 1},
     {"logical_and", "elementwise", SIG_ARITH "; no Partial", 0},
     {"logical_or", "elementwise", SIG_ARITH "; no Partial", 0},
     {"logical_xor", "elementwise", SIG_ARITH "; no Partial", 0},
