@@ -318,8 +318,9 @@ typedef enum dt_binary_op {
 DT_API dt_tensor *dt_binary(dt_binary_op op, dt_tensor *a, dt_tensor *b);
 /* a op s, or s op a when `scalar_first` is nonzero, as Python's operators
  * compute them (s - a is torch's rsub, s / a is reciprocal(a) * s, as in
- * torch's __rtruediv__). Any dt_binary_op. Partial inputs are accepted by
- * MUL, and by DIV when the tensor is the dividend. */
+ * torch's __rtruediv__; the ops after DIV compute torch.<op>(s, a), and
+ * MAXIMUM, MINIMUM and the logical ops take no scalar). Partial inputs are
+ * accepted by MUL, and by DIV when the tensor is the dividend. */
 DT_API dt_tensor *dt_binary_scalar(dt_binary_op op, dt_tensor *a, dt_scalar s, int scalar_first);
 /* -a; keeps every placement. Same as dt_unary(DT_UNARY_NEG, a). */
 DT_API dt_tensor *dt_neg(dt_tensor *a);

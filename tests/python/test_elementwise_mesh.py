@@ -292,6 +292,31 @@ class TestSelection(MeshCase):
                     self.check(lambda: x.clamp(l_, h_), a.clamp(lo, hi), [exp] if exp else None, False, "clamp")
 
 
+    def test_masked_fill_and_clamp_2x2(self):
+        a, m, lo = values((5, 6), torch.float32, 34), values((5, 1), torch.bool, 35), values((6,), torch.float32, 36)
+        for pa, pm in itertools.product(placements_2d(2), placements_2d(2)):
+            with self.subTest(pa=pa, pm=pm):
+                x, mk = place(a, CPU2x2, pa), place(m, CPU2x2, pm)
+                exp = expected_sr_mesh((2, 2), [(5, 6), (5, 1)], [pa, pm], (5, 6))
+                self.check(lambda: x.masked_fill(mk, 0.0), a.masked_fill(m, 0.0), exp, False, "masked_fill")
+        for pa, pl in itertools.product(placements_2d(2), placements_2d(1)):
+            with self.subTest(pa=pa, pl=pl):
+                x, l_ = place(a, CPU2x2, pa), place(lo, CPU2x2, pl)
+                exp = expected_sr_mesh((2, 2), [(5, 6), (6,)], [pa, pl], (5, 6))
+                one = torch.tensor(1.0)
+                self.check(lambda: x.clamp(l_, place(one, CPU2x2, [R, R])), a.clamp(lo, one), exp, False, "clamp")
+
+    def test_non_contiguous_sources(self):
+        base = values((7, 5), torch.float32, 37)
+        a = base.t()  # (5, 7), non-contiguous
+        cond = (base > 0).t()
+        for mesh, p in itertools.product(MESHES + (CPU2x2,), (S0, S1)):
+            pl = [p] if mesh.ndim == 1 else [p, R]
+            with self.subTest(mesh=mesh, p=p):
+                x, c = place(a, mesh, pl), place(cond, mesh, pl)
+                self.check(lambda: dtorch.where(c, x.exp(), -x), torch.where(cond, a.exp(), -a), pl, False, "where")
+
+
 class TestInplace(MeshCase):
     def test_placements_follow_the_op(self):
         a, b = values((5, 7), torch.float32, 31), values((5, 7), torch.float32, 32)
