@@ -283,17 +283,46 @@ DT_API dt_tensor *dt_arange(dt_graph *g, dt_dtype dtype, double start, double en
  * accepted combinations and the redistribute() that fixes it. Both tensors of
  * a binary op must belong to the same graph and mesh. */
 
-typedef enum dt_binary_op { DT_BINARY_ADD = 0, DT_BINARY_SUB, DT_BINARY_MUL, DT_BINARY_DIV, DT_BINARY_COUNT } dt_binary_op;
+/* Append-only. The ops after DIV are described with dt_binary_ex below. */
+typedef enum dt_binary_op {
+    DT_BINARY_ADD = 0,
+    DT_BINARY_SUB,
+    DT_BINARY_MUL,
+    DT_BINARY_DIV,       /* true division */
+    DT_BINARY_DIV_TRUNC, /* div(rounding_mode="trunc") */
+    DT_BINARY_DIV_FLOOR, /* div(rounding_mode="floor"), floor_divide, // */
+    DT_BINARY_REMAINDER, /* remainder, % (Python's sign convention) */
+    DT_BINARY_POW,
+    DT_BINARY_MAXIMUM,
+    DT_BINARY_MINIMUM,
+    DT_BINARY_EQ,
+    DT_BINARY_NE,
+    DT_BINARY_LT,
+    DT_BINARY_LE,
+    DT_BINARY_GT,
+    DT_BINARY_GE,
+    DT_BINARY_LOGICAL_AND,
+    DT_BINARY_LOGICAL_OR,
+    DT_BINARY_LOGICAL_XOR,
+    DT_BINARY_BITWISE_AND, /* & */
+    DT_BINARY_BITWISE_OR,  /* | */
+    DT_BINARY_BITWISE_XOR, /* ^ */
+    DT_BINARY_COUNT
+} dt_binary_op;
 
-/* a op b with torch broadcasting and type promotion (DIV is true division).
+/* a op b with torch broadcasting and type promotion (DIV is true division);
+ * any dt_binary_op (see dt_binary_ex for the ops after DIV).
  * Per mesh dim it accepts (R,R)->R, (S,S)->S on the same broadcast dim,
  * (S,R)->S and (R,S)->S (the Replicate side is sliced locally), and for
  * Partial: ADD/SUB (P,P)->P, MUL (P,R)->P and (R,P)->P, DIV (P,R)->P. */
 DT_API dt_tensor *dt_binary(dt_binary_op op, dt_tensor *a, dt_tensor *b);
-/* a op s, or s op a when `scalar_first` is nonzero. Partial inputs are
+/* a op s, or s op a when `scalar_first` is nonzero, as Python's operators
+ * compute them (s - a is torch's rsub, s / a is reciprocal(a) * s, as in
+ * torch's __rtruediv__; the ops after DIV compute torch.<op>(s, a), and
+ * MAXIMUM, MINIMUM and the logical ops take no scalar). Partial inputs are
  * accepted by MUL, and by DIV when the tensor is the dividend. */
 DT_API dt_tensor *dt_binary_scalar(dt_binary_op op, dt_tensor *a, dt_scalar s, int scalar_first);
-/* -a; keeps every placement. */
+/* -a; keeps every placement. Same as dt_unary(DT_UNARY_NEG, a). */
 DT_API dt_tensor *dt_neg(dt_tensor *a);
 /* torch.matmul for every rank (see "linear algebra" below). */
 DT_API dt_tensor *dt_matmul(dt_tensor *a, dt_tensor *b);
@@ -505,6 +534,131 @@ DT_API dt_tensor *dt_repeat_interleave(dt_tensor *a, int64_t repeats, int64_t di
  * `repeats` (Replicate) whose sum the caller passes as output_size; `dim`
  * must not be sharded. */
 DT_API dt_tensor *dt_repeat_interleave_tensor(dt_tensor *a, dt_tensor *repeats, int64_t dim, int64_t output_size);
+/* ------------------------------------------------------ elementwise math */
+/* torch's elementwise operators on distributed tensors: binary ops with
+ * alpha, rounding modes, comparisons, logical and bitwise ops, pow,
+ * maximum/minimum; unary math; casts; where, masked_fill and clamp. Shapes
+ * broadcast and dtypes promote exactly as in torch (dt_binary above).
+ *
+ * Placements, matched per mesh dim (PlacementSignature). Let "broadcast
+ * S/R" be the rule of dt_binary without Partial: (R,..,R)->R; every Shard
+ * input must shard the same output dim d and the others be Replicate (sliced
+ * locally), giving S(d); a Shard of a size-1 dim that broadcasts is
+ * rejected. Then:
+ *  - comparisons, logical, bitwise, pow, maximum, minimum, remainder and the
+ *    rounding divisions: broadcast S/R; Partial is rejected (not linear);
+ *  - add/sub with alpha keep dt_binary's Partial rules ((P,P)->P), and a
+ *    scalar operand keeps those of dt_binary_scalar (mul, div by: P->P);
+ *  - unary ops: R->R, S(d)->S(d); only NEG keeps P (the sole linear one);
+ *  - casts: R->R, S(d)->S(d); a Partial is rejected: rounding each part to
+ *    the new dtype is not rounding the sum, so the result would not be exact
+ *    (casting to the same dtype is a no-op and keeps every placement);
+ *  - where (3 inputs), masked_fill (2), clamp (1 to 3): broadcast S/R over
+ *    their tensor inputs; no Partial.
+ * Violations fail with DT_EPLACEMENT naming the op, the placements, the
+ * accepted combinations and the redistribute() that fixes it. */
+
+/* Flags of dt_binary_ex and the other entries below. */
+typedef enum dt_ew_flags {
+    /* dt_binary_ex with b == NULL: compute op(s, a), torch's function form
+     * torch.<op>(s, a) (the scalar as a wrapped number). */
+    DT_EW_SCALAR_FIRST = 1 << 0,
+    /* In-place form (torch's a.<op>_(...)): the result must have a's shape
+     * and its dtype must be castable to a's dtype under torch's rules (no
+     * float -> integer, no non-bool -> bool); it comes back cast to a's
+     * dtype. The caller rebinds its handle for `a` to the result (dtorch
+     * values are immutable); placements are the op's (they may differ from
+     * a's). */
+    DT_EW_INPLACE = 1 << 1
+} dt_ew_flags;
+
+/* The general binary op: a op b (b not NULL), or a op s (b NULL), or s op a
+ * (b NULL and DT_EW_SCALAR_FIRST). `alpha` scales the second operand of ADD
+ * and SUB (torch's alpha; an integer or bool alpha is required for integer
+ * and bool results, a bool alpha only for bool results); for every other op
+ * it must be dt_scalar_int(1). Errors as torch raises them, at the call: a
+ * bool result for SUB, DIV_TRUNC, DIV_FLOOR, REMAINDER, POW (DT_EOP); a
+ * floating result for the bitwise ops (DT_EOP); an integer tensor to a
+ * negative integer scalar power (DT_EOP); an integer division by a zero
+ * scalar (DT_EOP, "ZeroDivisionError"). Comparisons and logical ops return
+ * bool (compared in the promoted dtype); MAXIMUM, MINIMUM and the logical
+ * ops take two tensors (DT_ETYPE otherwise). `flags`: dt_ew_flags. */
+DT_API dt_tensor *dt_binary_ex(dt_binary_op op, dt_tensor *a, dt_tensor *b, dt_scalar s, dt_scalar alpha,
+                               int flags);
+
+/* Append-only. */
+typedef enum dt_unary_op {
+    DT_UNARY_NEG = 0,    /* keeps dtype; bool rejected */
+    DT_UNARY_ABS,        /* keeps dtype; bool rejected */
+    DT_UNARY_EXP,        /* EXP..EXP2: integer and bool -> default float dtype */
+    DT_UNARY_LOG,
+    DT_UNARY_LOG2,
+    DT_UNARY_LOG10,
+    DT_UNARY_SQRT,
+    DT_UNARY_RSQRT,
+    DT_UNARY_RECIPROCAL,
+    DT_UNARY_SIN,
+    DT_UNARY_COS,
+    DT_UNARY_TANH,
+    DT_UNARY_SIGMOID,
+    DT_UNARY_ERF,
+    DT_UNARY_EXPM1,
+    DT_UNARY_LOG1P,
+    DT_UNARY_EXP2,
+    DT_UNARY_SQUARE,     /* keeps dtype; bool -> int64 (pow(a, 2)) */
+    DT_UNARY_FLOOR,      /* FLOOR..ROUND keep dtype; bool rejected */
+    DT_UNARY_CEIL,
+    DT_UNARY_TRUNC,
+    DT_UNARY_ROUND,      /* see dt_round for decimals */
+    DT_UNARY_SIGN,       /* keeps dtype */
+    DT_UNARY_RELU,       /* keeps dtype; bool rejected */
+    DT_UNARY_ISNAN,      /* ISNAN..LOGICAL_NOT -> bool */
+    DT_UNARY_ISINF,
+    DT_UNARY_ISFINITE,
+    DT_UNARY_LOGICAL_NOT,
+    DT_UNARY_BITWISE_NOT, /* ~; integers and bool only, keeps dtype */
+    DT_UNARY_COUNT
+} dt_unary_op;
+
+/* op(a) with torch's dtype rules (see dt_unary_op). R->R, S(d)->S(d); P->P
+ * only for NEG. */
+DT_API dt_tensor *dt_unary(dt_unary_op op, dt_tensor *a);
+/* dt_unary with dt_ew_flags (DT_EW_INPLACE for a.exp_() etc.). */
+DT_API dt_tensor *dt_unary_ex(dt_unary_op op, dt_tensor *a, int flags);
+/* torch.round(a, decimals=decimals); `flags` as dt_unary_ex. */
+DT_API dt_tensor *dt_round(dt_tensor *a, int64_t decimals, int flags);
+
+/* a.to(dtype): a new reference to `a` itself when the dtype is already
+ * `dtype`. R->R, S(d)->S(d); Partial rejected (see above). */
+DT_API dt_tensor *dt_cast(dt_tensor *a, dt_dtype dtype);
+
+/* torch.where(cond, x, y): `cond` is bool (uint8 accepted, as in torch);
+ * x is `a`, or the scalar `sa` when `a` is NULL; y likewise with b/sb.
+ * The three broadcast; the dtype is torch's result_type(x, y). Broadcast
+ * S/R over the tensor inputs; no Partial. */
+DT_API dt_tensor *dt_where(dt_tensor *cond, dt_tensor *a, dt_scalar sa, dt_tensor *b, dt_scalar sb);
+
+/* a.masked_fill(mask, v): v is the 0-d tensor `value`, or the scalar `s`
+ * when `value` is NULL. `mask` is bool (uint8 accepted); the result has the
+ * broadcast shape of a and mask and a's dtype; a scalar that does not fit
+ * a's dtype fails as in torch ("value cannot be converted ... without
+ * overflow", DT_EOP). Broadcast S/R over (a, mask[, value]); no Partial.
+ * `flags`: DT_EW_INPLACE for masked_fill_. */
+DT_API dt_tensor *dt_masked_fill(dt_tensor *a, dt_tensor *mask, dt_tensor *value, dt_scalar s, int flags);
+
+/* Which bounds dt_clamp takes. */
+typedef enum dt_clamp_flags {
+    DT_CLAMP_MIN = 1 << 8, /* a min bound is given */
+    DT_CLAMP_MAX = 1 << 9  /* a max bound is given */
+} dt_clamp_flags;
+
+/* torch.clamp(a, min, max): each bound, when its DT_CLAMP_* flag is set, is
+ * the tensor (min_t / max_t) or, when that is NULL, the scalar. At least one
+ * bound is required (DT_EOP). The dtype is torch's (a floating `a` keeps its
+ * dtype; otherwise result_type of a and the bounds). Broadcast S/R over the
+ * tensor inputs; no Partial. `flags`: dt_clamp_flags | dt_ew_flags. */
+DT_API dt_tensor *dt_clamp(dt_tensor *a, dt_tensor *min_t, dt_scalar min_s, dt_tensor *max_t, dt_scalar max_s,
+                           int flags);
 
 /* ------------------------------------------------------- operator registry */
 

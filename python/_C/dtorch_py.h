@@ -196,5 +196,32 @@ int dtpy_add_linalg_methods(PyObject *module);
 /* Operator families: each python/_C/ops_<family>.c adds its functions to
  * the module (called from module_exec). 0 or -1. */
 int dtpy_add_views_methods(PyObject *module);
+/* ------------------------------------------------- elementwise family */
+/* ops_elementwise.c: Tensor methods (installed on TensorBase at module
+ * exec) and module functions ew_binary/ew_where; -1 with an exception. */
+int dtpy_add_elementwise_methods(PyObject *module);
+/* Slots of TensorBase (tensor.c's spec points at them). In-place slots
+ * rebind the object to the new value and return it. */
+PyObject *dtpy_ew_floor_divide(PyObject *a, PyObject *b);
+PyObject *dtpy_ew_remainder(PyObject *a, PyObject *b);
+PyObject *dtpy_ew_power(PyObject *a, PyObject *b, PyObject *mod);
+PyObject *dtpy_ew_and(PyObject *a, PyObject *b);
+PyObject *dtpy_ew_or(PyObject *a, PyObject *b);
+PyObject *dtpy_ew_xor(PyObject *a, PyObject *b);
+PyObject *dtpy_ew_iadd(PyObject *a, PyObject *b);
+PyObject *dtpy_ew_isub(PyObject *a, PyObject *b);
+PyObject *dtpy_ew_imul(PyObject *a, PyObject *b);
+PyObject *dtpy_ew_itruediv(PyObject *a, PyObject *b);
+PyObject *dtpy_ew_ifloordiv(PyObject *a, PyObject *b);
+PyObject *dtpy_ew_iremainder(PyObject *a, PyObject *b);
+PyObject *dtpy_ew_ipower(PyObject *a, PyObject *b, PyObject *mod);
+PyObject *dtpy_ew_iand(PyObject *a, PyObject *b);
+PyObject *dtpy_ew_ior(PyObject *a, PyObject *b);
+PyObject *dtpy_ew_ixor(PyObject *a, PyObject *b);
+PyObject *dtpy_ew_absolute(PyObject *self);
+PyObject *dtpy_ew_invert(PyObject *self);
+PyObject *dtpy_ew_positive(PyObject *self);
+PyObject *dtpy_ew_richcompare(PyObject *self, PyObject *other, int op);
+Py_hash_t dtpy_ew_hash(PyObject *self);
 
 #endif /* DTORCH_PY_H */

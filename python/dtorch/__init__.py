@@ -51,6 +51,7 @@ from ._ops import add, div, divide, matmul, mm, mul, multiply, neg, negative, su
 from ._ops_reduce import *  # noqa: F401,F403  (reductions family; overrides _ops.sum)
 from ._ops_linalg import *  # noqa: F401,F403  (linear algebra family; overrides _ops.matmul/mm)
 from . import nn  # noqa: E402
+from ._ops_elementwise import *  # noqa: F401,F403 - the elementwise family's functions and Tensor.to
 
 # Tell the C layer which classes to hand out, and where the package lives so
 # that call sites recorded for error messages skip dtorch's own frames.
@@ -77,4 +78,4 @@ __all__ = [
     "add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide", "neg", "negative",
     "matmul", "mm", "sum",
 ]
-__all__ += _ops_reduce.__all__ + _ops_linalg.__all__  # noqa: F405
+__all__ += _ops_reduce.__all__ + _ops_linalg.__all__ + _ops_elementwise.__all__  # noqa: F405

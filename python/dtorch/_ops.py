@@ -22,29 +22,24 @@ def _check(name: str, input) -> None:
 
 
 def add(input, other, *, alpha=1):
-    """``input + alpha * other``."""
-    _check("add", input)
-    return input.add(other if alpha == 1 else other * alpha)
+    """``input + alpha * other`` (either operand may be a Python number)."""
+    return _C.ew_binary("add", input, other, alpha)
 
 
 def sub(input, other, *, alpha=1):
-    """``input - alpha * other``."""
-    _check("sub", input)
-    return input.sub(other if alpha == 1 else other * alpha)
+    """``input - alpha * other`` (either operand may be a Python number)."""
+    return _C.ew_binary("sub", input, other, alpha)
 
 
 def mul(input, other):
     """``input * other``."""
-    _check("mul", input)
-    return input.mul(other)
+    return _C.ew_binary("mul", input, other)
 
 
 def div(input, other, *, rounding_mode: Optional[str] = None):
-    """``input / other`` (true division; integers divide to the default float dtype)."""
-    _check("div", input)
-    if rounding_mode is not None:
-        raise NotImplementedError(f"div(rounding_mode={rounding_mode!r}) is not supported yet")
-    return input.div(other)
+    """``input / other``: true division (integers divide to the default float dtype), or with
+    ``rounding_mode`` "trunc" / "floor" rounded in the promoted dtype."""
+    return _C.ew_binary("div", input, other, None, rounding_mode)
 
 
 subtract, multiply, divide, true_divide = sub, mul, div, div

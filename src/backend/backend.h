@@ -42,11 +42,13 @@ typedef enum dt__kop {
      * seeded with `seed`, then cast to `dtype` if needed. */
     DT_K_RAND,
     DT_K_RANDN,
-    /* out = in[0] (sub) in[1] with broadcasting; sub is a dt_binary_op;
-     * result dtype `dtype`. */
+    /* out = in[0] (sub) in[1] with broadcasting; sub is DT_BINARY_ADD, SUB,
+     * MUL or DIV (the other dt_binary_ops are DT_K_EW_BINARY's); result
+     * dtype `dtype`. */
     DT_K_BINARY,
-    /* out = in[0] (sub) scalar, or scalar (sub) in[0] when flags & DT_KF_REVERSED;
-     * result dtype `dtype`. */
+    /* out = in[0] (sub) scalar, or scalar (sub) in[0] when flags & DT_KF_REVERSED
+     * (as Python's reflected operators: rsub, reciprocal(in[0]) * scalar);
+     * sub as for BINARY; result dtype `dtype`. */
     DT_K_BINARY_SCALAR,
     /* out = -in[0] */
     DT_K_NEG,
@@ -94,6 +96,32 @@ typedef enum dt__kop {
     /* A data-movement kernel; `sub` (a dt__kview) says which, with the exact
      * semantics listed at dt__kview below. Result dtype `dtype`, contiguous. */
     DT_K_VIEW,
+
+    /* ---- elementwise family (src/ops/elementwise*.c, torch_elementwise.cpp) ---- */
+    /* torch.<sub>(x, y) for any dt_binary_op `sub`, result dtype `dtype`:
+     * with two inputs x = in[0], y = in[1] (broadcasting); with one input
+     * x = in[0], y = `scalar`, or x = `scalar`, y = in[0] when
+     * flags & DT_KF_REVERSED (torch's function form, e.g. torch.div(2, t):
+     * the scalar is a wrapped number). ADD and SUB scale y by `scalar2`
+     * (torch's alpha); other subs ignore scalar2. */
+    DT_K_EW_BINARY,
+    /* out = torch.<sub>(in[0]) for a dt_unary_op `sub`, result dtype `dtype`;
+     * ROUND rounds to `scalar.i` decimals. */
+    DT_K_UNARY,
+    /* out = in[0].to(dtype). */
+    DT_K_CAST,
+    /* out = torch.where(in[0], x, y): x is `scalar` when flags &
+     * DT_KF_EW_X_SCALAR, else the next input; y is `scalar2` when flags &
+     * DT_KF_EW_Y_SCALAR, else the next input; result dtype `dtype`. */
+    DT_K_WHERE,
+    /* out = in[0].masked_fill(in[1], v) with v = in[2] (a 0-d tensor) when
+     * n_in == 3, else `scalar`; result dtype `dtype`. */
+    DT_K_MASKED_FILL,
+    /* out = torch.clamp(in[0], min, max): min is `scalar` with flags &
+     * DT_KF_EW_MIN_SCALAR, the next input with DT_KF_EW_MIN_TENSOR, else
+     * None; max likewise with `scalar2` and the *_MAX_* flags (inputs in the
+     * order min, max). A scalar next to a tensor bound is a wrapped number. */
+    DT_K_CLAMP,
     DT_K_COUNT
 } dt__kop;
 
@@ -155,6 +183,16 @@ typedef enum dt__kview {
     DT_KV_REPEAT_INTERLEAVE,
     DT_KV_COUNT
 } dt__kview;
+/* Flags of the elementwise family's kernels (high bits, so that other
+ * families' flags never collide with them). */
+enum {
+    DT_KF_EW_X_SCALAR = 1 << 16,   /* WHERE: x is `scalar` */
+    DT_KF_EW_Y_SCALAR = 1 << 17,   /* WHERE: y is `scalar2` */
+    DT_KF_EW_MIN_SCALAR = 1 << 18, /* CLAMP: min is `scalar` */
+    DT_KF_EW_MIN_TENSOR = 1 << 19, /* CLAMP: min is an input */
+    DT_KF_EW_MAX_SCALAR = 1 << 20, /* CLAMP: max is `scalar2` */
+    DT_KF_EW_MAX_TENSOR = 1 << 21  /* CLAMP: max is an input */
+};
 
 /* Attributes of one kernel. Only the fields the op documents are meaningful. */
 typedef struct dt__kattr {
@@ -177,6 +215,7 @@ typedef struct dt__kattr {
     int64_t step[DT_MAX_NDIM];
     int64_t ints[DT_MAX_NDIM];
     int32_t nints;
+    dt_scalar scalar2; /* EW_BINARY alpha, WHERE y, CLAMP max */
 } dt__kattr;
 
 typedef struct dt__backend {

@@ -81,6 +81,8 @@ dt_dtype dt__promote_types(dt_dtype a, dt_dtype b);
  * torch's result_type). */
 dt_dtype dt__result_type2(const dt__meta *a, const dt__meta *b);
 dt_dtype dt__result_type_scalar(const dt__meta *a, dt_scalar s);
+/* torch's result_type over `nt` tensors and `ns` Python scalars. */
+dt_dtype dt__result_type(const dt__meta *const *ts, int nt, const dt_scalar *ss, int ns);
 int dt__dtype_is_int(dt_dtype d); /* integers, not bool */
 
 /* ------------------------------------------------------------- values */
@@ -154,6 +156,12 @@ typedef enum dt__op {
     /* views and shape family (src/ops/views.c): one node op, the kind in
      * nattr.sub (dt__view_op in ops/views_int.h). */
     DT_OP_VIEW,
+    /* elementwise family */
+    DT_OP_UNARY,       /* sub = dt_unary_op */
+    DT_OP_CAST,
+    DT_OP_WHERE,       /* flags DT_KF_EW_{X,Y}_SCALAR */
+    DT_OP_MASKED_FILL, /* 2 inputs (scalar value) or 3 (0-d tensor value) */
+    DT_OP_CLAMP,       /* flags DT_KF_EW_{MIN,MAX}_{SCALAR,TENSOR} */
     DT_OP_RELEASE, /* the client dropped a symbol */
     DT_OP_FETCH,   /* a value read */
     DT_OP_SYNC,    /* a graph-wide barrier */
@@ -181,10 +189,13 @@ typedef struct dt__nattr {
     int32_t v_nints;
     int32_t v_dim;
     uint64_t v_mask;
+    /* elementwise: alpha of add/sub, y of where, max of clamp. */
+    dt_scalar scalar2;
 } dt__nattr;
 
-/* Most inputs an op node or a kernel takes (linear: input, weight, bias). */
-#define DT_MAX_OP_INPUTS 3
+/* Most tensor inputs of one node or kernel (batch_norm takes five). */
+#define DT_MAX_OP_INPUTS 6
+#define DT__MAX_IN DT_MAX_OP_INPUTS
 
 typedef struct dt__node {
     struct dt__node *next;
@@ -406,6 +417,7 @@ void dt__lower_redistribute(dt__lower *L, dt__node *n);
 void dt__lower_reduce(dt__lower *L, dt__node *n);
 void dt__lower_linalg(dt__lower *L, dt__node *n);
 void dt__lower_view(dt__lower *L, dt__node *n);
+void dt__lower_elementwise(dt__lower *L, dt__node *n);
 
 /* ------------------------------------------------------------ client */
 

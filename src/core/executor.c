@@ -203,12 +203,17 @@ const dt__op_info dt__ops[DT_OP_COUNT] = {
     [DT_OP_REDUCE] = {"reduce", dt__lower_reduce},
     [DT_OP_LINALG] = {"linalg", dt__lower_linalg},
     [DT_OP_VIEW] = {"view", dt__lower_view},
+    [DT_OP_UNARY] = {"unary", dt__lower_elementwise},
+    [DT_OP_CAST] = {"to", dt__lower_elementwise},
+    [DT_OP_WHERE] = {"where", dt__lower_elementwise},
+    [DT_OP_MASKED_FILL] = {"masked_fill", dt__lower_elementwise},
+    [DT_OP_CLAMP] = {"clamp", dt__lower_elementwise},
     [DT_OP_RELEASE] = {"release", lower_release},
     [DT_OP_FETCH] = {"fetch", lower_fetch},
     [DT_OP_SYNC] = {"sync", lower_sync},
     [DT_OP_STOP] = {"stop", NULL},
 };
-_Static_assert(DT_OP_COUNT == 18, "update dt__ops when adding an op");
+_Static_assert(DT_OP_COUNT == 23, "update dt__ops when adding an op");
 
 /* -------------------------------------------------------------- the loop */
 

@@ -82,8 +82,11 @@ static const char *const kop_names[DT_K_COUNT] = {
     [DT_K_CAT] = "cat",       [DT_K_SUM_N] = "sum_n",   [DT_K_ZEROS_LIKE] = "zeros_like",
     [DT_K_REDUCE] = "reduce", [DT_K_LINALG] = "linalg",
     [DT_K_VIEW] = "view",
+    /* elementwise family */
+    [DT_K_EW_BINARY] = "ew_binary", [DT_K_UNARY] = "unary", [DT_K_CAST] = "cast",
+    [DT_K_WHERE] = "where", [DT_K_MASKED_FILL] = "masked_fill", [DT_K_CLAMP] = "clamp",
 };
-_Static_assert(DT_K_COUNT == 17, "update kop_names when adding a kernel op");
+_Static_assert(DT_K_COUNT == 23, "update kop_names when adding a kernel op");
 
 /* Poisons k->out with a message naming the op, the device and the call site. */
 static void poison(dt__kernel *k, const dt__stream *s, const char *what) {

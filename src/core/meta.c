@@ -92,11 +92,23 @@ dt_dtype dt__result_type2(const dt__meta *a, const dt__meta *b) {
     return rt_result(&s);
 }
 
+static dt_dtype scalar_dtype(dt_scalar sc) {
+    return sc.kind == DT_SCALAR_FLOAT ? dt_get_default_dtype() : sc.kind == DT_SCALAR_INT ? DT_INT64 : DT_BOOL;
+}
+
 dt_dtype dt__result_type_scalar(const dt__meta *a, dt_scalar sc) {
     rt_state s = {-1, -1, -1};
     rt_tensor(&s, a);
-    dt_dtype w = sc.kind == DT_SCALAR_FLOAT ? dt_get_default_dtype() : sc.kind == DT_SCALAR_INT ? DT_INT64 : DT_BOOL;
-    rt_add(&s.wrapped, w);
+    rt_add(&s.wrapped, scalar_dtype(sc));
+    return rt_result(&s);
+}
+
+dt_dtype dt__result_type(const dt__meta *const *ts, int nt, const dt_scalar *ss, int ns) {
+    rt_state s = {-1, -1, -1};
+    for (int i = 0; i < nt; i++)
+        rt_tensor(&s, ts[i]);
+    for (int i = 0; i < ns; i++)
+        rt_add(&s.wrapped, scalar_dtype(ss[i]));
     return rt_result(&s);
 }
 

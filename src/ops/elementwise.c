@@ -1,39 +1,155 @@
 /*
- * Elementwise ops: add, sub, mul, div (tensor-tensor with broadcasting and
- * tensor-scalar) and neg.
+ * Elementwise ops, part 1: the binary ops (add, sub with alpha; mul; div with
+ * rounding modes; remainder, pow, maximum, minimum, comparisons, logical and
+ * bitwise ops; tensor-tensor with broadcasting, tensor-scalar, scalar-tensor
+ * and in-place forms), the planner both elementwise files share
+ * (elementwise.h), the lowering of every elementwise node, and the family's
+ * registry rows. Unary ops, casts, where, masked_fill and clamp are in
+ * elementwise_unary.c.
  *
  * Placements, matched independently per mesh dim (PlacementSignature):
- *   (R,R)->R; (S(d),S(d))->S(d) when both shard the same broadcast output dim;
- *   (S(d),R)->S(d) and (R,S(d))->S(d): the Replicate side is sliced locally
- *   (no communication), unless its dim is broadcast (size 1);
- *   Partial only where the op is linear in that input: add/sub (P,P)->P,
- *   mul (P,R)->P and (R,P)->P, div (P,R)->P; with a scalar: mul, and div with
- *   the tensor as dividend. A shard of a size-1 dim that broadcasts is not
- *   accepted (the other devices would have nothing to broadcast).
+ *   "broadcast S/R": (R,..,R)->R; every Shard input shards the same
+ *   broadcast output dim d and the others are Replicate -> S(d) (the
+ *   Replicate side is sliced locally, no communication). A Shard of a size-1
+ *   dim that broadcasts is rejected (the other devices would have nothing to
+ *   broadcast). Partial only where the op is linear in that input: add/sub
+ *   (P,P)->P, mul (P,R)->P and (R,P)->P, div (P,R)->P; with a scalar: mul,
+ *   and div with the tensor as dividend. Every other binary op rejects P.
  *
- * Threads: dt_binary/dt_binary_scalar/dt_neg on client threads; the lower_*
+ * Threads: the dt_* entries and the planner on client threads; the lower_*
  * functions on the controller.
  */
+#include <math.h>
 #include <string.h>
 
 #include "core/core.h"
+#include "ops/elementwise.h"
 #include "ops/ops.h"
 
-static const char *const binary_names[DT_BINARY_COUNT] = {"add", "sub", "mul", "div"};
+static const char *const binary_names[DT_BINARY_COUNT] = {
+    "add",        "sub",         "mul",         "div",         "div",         "floor_divide",
+    "remainder",  "pow",         "maximum",     "minimum",     "eq",          "ne",
+    "lt",         "le",          "gt",          "ge",          "logical_and", "logical_or",
+    "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
+};
+_Static_assert(DT_ARRAY_LEN(binary_names) == DT_BINARY_COUNT, "one name per binary op");
 
-static const char *const binary_accepts[DT_BINARY_COUNT] = {
-    "(R,R)->R, (S(d),S(d))->S(d), (S(d),R)->S(d), (R,S(d))->S(d), (P,P)->P",
-    "(R,R)->R, (S(d),S(d))->S(d), (S(d),R)->S(d), (R,S(d))->S(d), (P,P)->P",
-    "(R,R)->R, (S(d),S(d))->S(d), (S(d),R)->S(d), (R,S(d))->S(d), (P,R)->P, (R,P)->P",
-    "(R,R)->R, (S(d),S(d))->S(d), (S(d),R)->S(d), (R,S(d))->S(d), (P,R)->P",
+#define ACCEPTS_SR "(R,R)->R, (S(d),S(d))->S(d), (S(d),R)->S(d), (R,S(d))->S(d)"
+
+static const char *const binary_accepts[4] = {
+    ACCEPTS_SR ", (P,P)->P",
+    ACCEPTS_SR ", (P,P)->P",
+    ACCEPTS_SR ", (P,R)->P, (R,P)->P",
+    ACCEPTS_SR ", (P,R)->P",
 };
 
-/* The region of input `in` that output region (ostart, olen) needs. */
+#define R_ DT_PLACEMENT_REPLICATE
+#define S_ DT_PLACEMENT_SHARD
+#define P_ DT_PLACEMENT_PARTIAL
+
+/* ------------------------------------------------------------ helpers */
+
+const char *dt__ew_torch_name(dt_dtype d) {
+    static const char *const names[DT_DTYPE_COUNT] = {
+        [DT_BOOL] = "Bool",     [DT_UINT8] = "Byte",     [DT_INT8] = "Char",         [DT_INT16] = "Short",
+        [DT_INT32] = "Int",     [DT_INT64] = "Long",     [DT_FLOAT16] = "Half",      [DT_BFLOAT16] = "BFloat16",
+        [DT_FLOAT32] = "Float", [DT_FLOAT64] = "Double",
+    };
+    return (unsigned)d < DT_DTYPE_COUNT ? names[d] : "invalid";
+}
+
+int dt__ew_can_cast(dt_dtype from, dt_dtype to) {
+    if (dt_dtype_is_floating(from) && !dt_dtype_is_floating(to))
+        return 0;
+    if (from != DT_BOOL && to == DT_BOOL)
+        return 0;
+    return 1;
+}
+
+/* c10's overflows<To, From>() for the From a Scalar holds (int64_t, double
+ * or bool); the limits of each dtorch dtype. */
+int dt__ew_scalar_fits(dt_scalar s, dt_dtype d) {
+    static const double lo[DT_DTYPE_COUNT] = {
+        [DT_UINT8] = 0,           [DT_INT8] = -128,        [DT_INT16] = -32768,   [DT_INT32] = -2147483648.0,
+        [DT_INT64] = -9223372036854775808.0, [DT_FLOAT16] = -65504.0, [DT_BFLOAT16] = -3.3895313892515355e38,
+        [DT_FLOAT32] = -3.4028234663852886e38, [DT_FLOAT64] = -1.7976931348623157e308,
+    };
+    static const double hi[DT_DTYPE_COUNT] = {
+        [DT_UINT8] = 255,         [DT_INT8] = 127,         [DT_INT16] = 32767,    [DT_INT32] = 2147483647.0,
+        [DT_INT64] = 9223372036854775807.0, [DT_FLOAT16] = 65504.0, [DT_BFLOAT16] = 3.3895313892515355e38,
+        [DT_FLOAT32] = 3.4028234663852886e38, [DT_FLOAT64] = 1.7976931348623157e308,
+    };
+    if (d == DT_BOOL || s.kind == DT_SCALAR_BOOL)
+        return 1;
+    if (s.kind == DT_SCALAR_FLOAT) {
+        /* inf and NaN only exist in floating dtypes. */
+        if (isinf(s.f) || isnan(s.f))
+            return dt_dtype_is_floating(d);
+        return !(s.f < lo[d] || s.f > hi[d]);
+    }
+    /* Integers: unsigned targets let negative values wrap (two's complement),
+     * as long as their magnitude fits. */
+    if (d == DT_UINT8)
+        return s.i <= 255 && (s.i >= 0 || -s.i <= 255);
+    if (d == DT_INT64 || dt_dtype_is_floating(d))
+        return (double)s.i >= lo[d] && (double)s.i <= hi[d];
+    return s.i >= (int64_t)lo[d] && s.i <= (int64_t)hi[d];
+}
+
+static void format_shape(dt__strbuf *sb, int ndim, const int64_t *shape) {
+    dt__sb_printf(sb, "[");
+    for (int d = 0; d < ndim; d++)
+        dt__sb_printf(sb, d ? ", %lld" : "%lld", (long long)shape[d]);
+    dt__sb_printf(sb, "]");
+}
+
+/* ------------------------------------------------------------ planner */
+
+dt_status dt__ew_shape(dt__ew *e) {
+    for (int i = 0; i < e->nin; i++)
+        if (!e->in[i])
+            return dt__error(DT_EINVAL, "%s: tensor argument is NULL", e->name);
+    for (int i = 1; i < e->nin; i++) {
+        if (e->in[i]->graph != e->in[0]->graph)
+            return dt__error(DT_EINVAL, "%s: the tensors belong to different graphs", e->name);
+        if (!dt_mesh_equal(e->in[i]->v->meta.mesh, e->in[0]->v->meta.mesh))
+            return dt__error(DT_EINVAL,
+                             "%s: the tensors are on different device meshes; move one with "
+                             "redistribute(device_mesh=...)",
+                             e->name);
+    }
+    dt__meta *out = &e->out;
+    memset(out, 0, sizeof *out);
+    out->mesh = e->in[0]->v->meta.mesh;
+    /* torch broadcasts pairwise from the left: the running shape is "a". */
+    for (int i = 0; i < e->nin; i++) {
+        const dt__meta *m = &e->in[i]->v->meta;
+        int nd = out->ndim > m->ndim ? out->ndim : m->ndim;
+        int64_t shape[DT_MAX_NDIM];
+        for (int d = 0; d < nd; d++) {
+            int da = d - (nd - out->ndim), db = d - (nd - m->ndim);
+            int64_t sa = da >= 0 ? out->shape[da] : 1, sb = db >= 0 ? m->shape[db] : 1;
+            if (sa != sb && sa != 1 && sb != 1)
+                return dt__error(DT_ESHAPE,
+                                 "%s: the size of tensor a (%lld) must match the size of tensor b (%lld) at "
+                                 "non-singleton dimension %d",
+                                 e->name, (long long)sa, (long long)sb, d);
+            shape[d] = sa == 1 ? sb : sa;
+        }
+        out->ndim = nd;
+        memcpy(out->shape, shape, sizeof shape);
+    }
+    return DT_OK;
+}
+
+/* The region of input `in` that output region (ostart, olen) needs: a dim
+ * that broadcasts (size 1 against a larger output) needs its one element,
+ * every other dim the output's range. */
 static void needed_region(const dt__meta *in, const dt__meta *out, const int64_t *ostart, const int64_t *olen,
                           int64_t *start, int64_t *len) {
     int off = out->ndim - in->ndim;
     for (int d = 0; d < in->ndim; d++) {
-        if (in->shape[d] == 1) {
+        if (in->shape[d] == 1 && out->shape[d + off] != 1) {
             start[d] = 0;
             len[d] = 1;
         } else {
@@ -62,266 +178,431 @@ static dt_status check_nested(const char *op, const dt__meta *const *ins, int ni
             needed_region(ins[i], out, os, ol, ns, nl);
             dt__local_region(ins[i], coord, ls, ll);
             for (int d = 0; d < ins[i]->ndim; d++)
-                if (nl[d] > 0 && (ns[d] < ls[d] || ns[d] + nl[d] > ls[d] + ll[d]))
-                    return dt__placement_error(op, ins, nin, 0, accepted, -1, NULL);
+                if (nl[d] > 0 && (ns[d] < ls[d] || ns[d] + nl[d] > ls[d] + ll[d])) {
+                    /* The fix: give input i the output's placements (its dims
+                     * that broadcast stay Replicate); then its regions are
+                     * the output's. */
+                    dt_placement fix[DT_MAX_MESH_NDIM];
+                    int off = out->ndim - ins[i]->ndim;
+                    for (int md = 0; md < mesh->ndim; md++) {
+                        dt_placement p = out->pl[md];
+                        int id = p.dim - off;
+                        fix[md] = p.kind == S_ && id >= 0 && ins[i]->shape[id] == out->shape[p.dim]
+                                      ? (dt_placement){S_, id}
+                                      : (dt_placement){R_, 0};
+                    }
+                    dt__placement_error(op, ins, nin, 0, accepted, i, fix);
+                    dt__error_append(" (nested shards do not line up)");
+                    return DT_EPLACEMENT;
+                }
         }
     }
     return DT_OK;
 }
 
-/* Output placement for one mesh dim of a binary op, or -1 (rejected). */
-static int binary_mesh_dim(int op, const dt__meta *a, const dt__meta *b, const dt__meta *out, int md,
-                           dt_placement *res) {
-    dt_placement pa = a->pl[md], pb = b->pl[md];
-    int ka = pa.kind, kb = pb.kind;
-    if (ka == DT_PLACEMENT_PARTIAL || kb == DT_PLACEMENT_PARTIAL) {
-        int ok = (ka == DT_PLACEMENT_PARTIAL && kb == DT_PLACEMENT_PARTIAL &&
-                  (op == DT_BINARY_ADD || op == DT_BINARY_SUB)) ||
-                 (ka == DT_PLACEMENT_PARTIAL && kb == DT_PLACEMENT_REPLICATE &&
-                  (op == DT_BINARY_MUL || op == DT_BINARY_DIV)) ||
-                 (ka == DT_PLACEMENT_REPLICATE && kb == DT_PLACEMENT_PARTIAL && op == DT_BINARY_MUL);
-        *res = (dt_placement){DT_PLACEMENT_PARTIAL, 0};
-        return ok ? 0 : -1;
-    }
-    int oa = -1, ob = -1;
-    if (ka == DT_PLACEMENT_SHARD) {
-        oa = pa.dim + out->ndim - a->ndim;
-        if (a->shape[pa.dim] == 1 && out->shape[oa] != 1)
+/* Output placement for one mesh dim, or -1 with *bad the input to
+ * redistribute. */
+static int ew_mesh_dim(const dt__ew *e, int md, dt__ew_partial_fn partial, dt_placement *res, int *bad) {
+    const dt__meta *out = &e->out;
+    for (int i = 0; i < e->nin; i++) {
+        if (e->in[i]->v->meta.pl[md].kind == P_) {
+            *res = (dt_placement){P_, 0};
+            if (partial && partial(e, md))
+                return 0;
+            *bad = i;
             return -1;
+        }
     }
-    if (kb == DT_PLACEMENT_SHARD) {
-        ob = pb.dim + out->ndim - b->ndim;
-        if (b->shape[pb.dim] == 1 && out->shape[ob] != 1)
+    int o = -1;
+    for (int i = 0; i < e->nin; i++) {
+        const dt__meta *m = &e->in[i]->v->meta;
+        if (m->pl[md].kind != S_)
+            continue;
+        int oi = m->pl[md].dim + out->ndim - m->ndim;
+        if ((m->shape[m->pl[md].dim] == 1 && out->shape[oi] != 1) || (o >= 0 && oi != o)) {
+            *bad = i;
             return -1;
+        }
+        o = oi;
     }
-    if (oa >= 0 && ob >= 0 && oa != ob)
-        return -1;
-    int o = oa >= 0 ? oa : ob;
-    *res = o >= 0 ? (dt_placement){DT_PLACEMENT_SHARD, o} : (dt_placement){DT_PLACEMENT_REPLICATE, 0};
+    *res = o >= 0 ? (dt_placement){S_, o} : (dt_placement){R_, 0};
     return 0;
 }
 
-/* Which input to redistribute, and to what, for the error message: the
- * offending input's placements with that mesh dim made Replicate. */
-static void suggest_fix(const dt__meta *a, const dt__meta *b, int md, int *which, dt_placement *fix) {
-    const dt__meta *x = b->pl[md].kind == DT_PLACEMENT_REPLICATE ? a : b;
-    *which = x == a ? 0 : 1;
-    memcpy(fix, x->pl, sizeof x->pl);
-    fix[md] = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
-}
-
-static dt_status check_pair(const char *opname, dt_tensor *a, dt_tensor *b) {
-    if (!a || !b)
-        return dt__error(DT_EINVAL, "%s: tensor argument is NULL", opname);
-    if (a->graph != b->graph)
-        return dt__error(DT_EINVAL, "%s: the tensors belong to different graphs", opname);
-    if (!dt_mesh_equal(a->v->meta.mesh, b->v->meta.mesh))
-        return dt__error(DT_EINVAL,
-                         "%s: the tensors are on different device meshes; move one with redistribute(device_mesh=...)",
-                         opname);
+dt_status dt__ew_placements(dt__ew *e, const char *accepted, dt__ew_partial_fn partial) {
+    const dt__meta *ins[DT__MAX_IN];
+    for (int i = 0; i < e->nin; i++)
+        ins[i] = &e->in[i]->v->meta;
+    for (int md = 0; md < e->out.mesh->ndim; md++) {
+        int bad = 0;
+        if (ew_mesh_dim(e, md, partial, &e->out.pl[md], &bad) != 0) {
+            dt_placement fix[DT_MAX_MESH_NDIM];
+            memcpy(fix, ins[bad]->pl, sizeof fix);
+            fix[md] = (dt_placement){R_, 0};
+            return dt__placement_error(e->name, ins, e->nin, md, accepted, bad, fix);
+        }
+    }
+    if (e->out.mesh->ndim > 1)
+        return check_nested(e->name, ins, e->nin, &e->out, accepted);
     return DT_OK;
 }
 
-dt_tensor *dt_binary(dt_binary_op op, dt_tensor *a, dt_tensor *b) {
-    dt_clear_error();
-    if ((unsigned)op >= DT_BINARY_COUNT) {
-        dt__error(DT_EINVAL, "binary: unknown op %d", (int)op);
-        return NULL;
-    }
-    const char *name = binary_names[op];
-    if (check_pair(name, a, b) != DT_OK)
-        return NULL;
-    const dt__meta *ma = &a->v->meta, *mb = &b->v->meta;
-    dt__meta out;
-    memset(&out, 0, sizeof out);
-    out.ndim = ma->ndim > mb->ndim ? ma->ndim : mb->ndim;
-    for (int d = 0; d < out.ndim; d++) {
-        int da = d - (out.ndim - ma->ndim), db = d - (out.ndim - mb->ndim);
-        int64_t sa = da >= 0 ? ma->shape[da] : 1, sb = db >= 0 ? mb->shape[db] : 1;
-        if (sa != sb && sa != 1 && sb != 1) {
-            dt__error(DT_ESHAPE,
-                      "%s: the size of tensor a (%lld) must match the size of tensor b (%lld) at non-singleton "
-                      "dimension %d",
-                      name, (long long)sa, (long long)sb, d);
-            return NULL;
-        }
-        out.shape[d] = sa == 1 ? sb : sa;
-    }
-    out.dtype = dt__result_type2(ma, mb);
-    if (op == DT_BINARY_DIV && !dt_dtype_is_floating(out.dtype))
-        out.dtype = dt_get_default_dtype();
-    if (op == DT_BINARY_SUB && (ma->dtype == DT_BOOL || mb->dtype == DT_BOOL)) {
-        dt__error(DT_EOP, "sub: subtraction, the `-` operator, with a bool tensor is not supported; use "
-                            "the `~` or logical_not() operator to invert a mask");
-        return NULL;
-    }
-    out.mesh = ma->mesh;
-    for (int md = 0; md < out.mesh->ndim; md++) {
-        if (binary_mesh_dim(op, ma, mb, &out, md, &out.pl[md]) != 0) {
-            const dt__meta *ins[2] = {ma, mb};
-            int which;
-            dt_placement fix[DT_MAX_MESH_NDIM];
-            suggest_fix(ma, mb, md, &which, fix);
-            dt__placement_error(name, ins, 2, md, binary_accepts[op], which, fix);
-            return NULL;
-        }
-    }
-    const dt__meta *ins[2] = {ma, mb};
-    if (out.mesh->ndim > 1 && check_nested(name, ins, 2, &out, binary_accepts[op]) != DT_OK)
-        return NULL;
-    dt_tensor *t = dt__tensor_new(a->graph, &out);
+/* Node for a planned call; the output symbol is *t. */
+static dt_tensor *submit_node(dt__ew *e) {
+    dt_tensor *t = dt__tensor_new(e->in[0]->graph, &e->out);
     if (!t)
         return NULL;
-    dt__node *n = dt__node_new(DT_OP_BINARY);
+    dt__node *n = dt__node_new(e->op);
     if (n) {
-        n->n_in = 2;
-        n->in[0] = a->v;
-        n->in[1] = b->v;
+        n->n_in = e->nin;
+        for (int i = 0; i < e->nin; i++)
+            n->in[i] = e->in[i]->v;
         n->out = t->v;
-        n->a.sub = op;
+        n->a = e->attr;
     }
     return dt__client_submit(t, n);
 }
 
-/* A unary-shaped op: same shape and placements, new dtype. */
-static dt_tensor *unary_like(int op, dt_tensor *a, dt_dtype dtype, dt__node **node) {
-    dt__meta out = a->v->meta;
-    out.dtype = dtype;
-    dt_tensor *t = dt__tensor_new(a->graph, &out);
-    *node = NULL;
-    if (!t)
+dt_tensor *dt__ew_submit(dt__ew *e, int flags) {
+    if (!(flags & DT_EW_INPLACE))
+        return submit_node(e);
+    /* torch's in-place rules, checked before anything is enqueued. */
+    const dt__meta *self = &e->in[0]->v->meta;
+    int same = self->ndim == e->out.ndim;
+    for (int d = 0; same && d < self->ndim; d++)
+        same = self->shape[d] == e->out.shape[d];
+    if (!same) {
+        dt__strbuf a, b;
+        dt__sb_init(&a);
+        dt__sb_init(&b);
+        format_shape(&a, self->ndim, self->shape);
+        format_shape(&b, e->out.ndim, e->out.shape);
+        dt__error(DT_EOP, "%s_: output with shape %s doesn't match the broadcast shape %s", e->name, a.buf, b.buf);
         return NULL;
-    *node = dt__node_new(op);
-    if (*node) {
-        (*node)->n_in = 1;
-        (*node)->in[0] = a->v;
-        (*node)->out = t->v;
     }
-    return t;
+    if (!dt__ew_can_cast(e->out.dtype, self->dtype)) {
+        dt__error(DT_EOP, "%s_: result type %s can't be cast to the desired output type %s", e->name,
+                  dt__ew_torch_name(e->out.dtype), dt__ew_torch_name(self->dtype));
+        return NULL;
+    }
+    int cast = e->out.dtype != self->dtype;
+    if (cast) {
+        for (int md = 0; md < e->out.mesh->ndim; md++) {
+            if (e->out.pl[md].kind == P_) {
+                dt_placement fix[DT_MAX_MESH_NDIM];
+                memcpy(fix, self->pl, sizeof fix);
+                fix[md] = (dt_placement){R_, 0};
+                const dt__meta *ins[1] = {self};
+                dt__placement_error(e->name, ins, 1, md,
+                                    "a Partial result that must be cast back to the input's dtype (casts of "
+                                    "Partial values are not exact)",
+                                    0, fix);
+                return NULL;
+            }
+        }
+    }
+    dt_tensor *t = submit_node(e);
+    if (!t || !cast)
+        return t;
+    dt__ew c = {.name = "to", .op = DT_OP_CAST, .nin = 1, .in = {t}};
+    c.out = t->v->meta;
+    c.out.dtype = self->dtype;
+    dt_tensor *r = submit_node(&c);
+    dt_tensor_release(t);
+    return r;
 }
 
-dt_tensor *dt_binary_scalar(dt_binary_op op, dt_tensor *a, dt_scalar s, int scalar_first) {
+/* ------------------------------------------------------------ binary */
+
+/* Partial rules of the linear binary ops (file comment). */
+static int binary_partial(const dt__ew *e, int md) {
+    int op = e->attr.sub;
+    if (e->nin == 1)
+        return op == DT_BINARY_MUL || (op == DT_BINARY_DIV && !(e->attr.flags & DT_KF_REVERSED));
+    int ka = e->in[0]->v->meta.pl[md].kind, kb = e->in[1]->v->meta.pl[md].kind;
+    return (ka == P_ && kb == P_ && (op == DT_BINARY_ADD || op == DT_BINARY_SUB)) ||
+           (ka == P_ && kb == R_ && (op == DT_BINARY_MUL || op == DT_BINARY_DIV)) ||
+           (ka == R_ && kb == P_ && op == DT_BINARY_MUL);
+}
+
+static int is_one(dt_scalar s) { return s.kind == DT_SCALAR_INT && s.i == 1; }
+
+static int is_compare_or_logical(int op) { return op >= DT_BINARY_EQ && op <= DT_BINARY_LOGICAL_XOR; }
+
+/* The result dtype of op over promoted dtype rt, and torch's call-time
+ * errors. `s` is the scalar operand (NULL for tensor-tensor). */
+static dt_status binary_dtype(int op, const char *name, dt_dtype rt, int has_bool, const dt_scalar *s,
+                              int scalar_first, dt_scalar alpha, dt_dtype *out) {
+    if (op == DT_BINARY_SUB && has_bool)
+        return dt__error(DT_EOP, "sub: subtraction, the `-` operator, with a bool tensor is not supported; use the "
+                                 "`~` or logical_not() operator to invert a mask");
+    if (op == DT_BINARY_ADD || op == DT_BINARY_SUB) {
+        if (alpha.kind == DT_SCALAR_BOOL && rt != DT_BOOL)
+            return dt__error(DT_EOP, "%s: Boolean alpha only supported for Boolean results.", name);
+        if (alpha.kind == DT_SCALAR_FLOAT && !dt_dtype_is_floating(rt))
+            return dt__error(DT_EOP,
+                             "%s: For integral input tensors, argument alpha must not be a floating point number.",
+                             name);
+    } else if (!is_one(alpha)) {
+        return dt__error(DT_EINVAL, "%s: takes no alpha (only add and sub do)", name);
+    }
+    int integral = !dt_dtype_is_floating(rt);
+    switch (op) {
+    case DT_BINARY_DIV:
+        *out = integral ? dt_get_default_dtype() : rt;
+        return DT_OK;
+    case DT_BINARY_DIV_TRUNC:
+    case DT_BINARY_DIV_FLOOR:
+    case DT_BINARY_REMAINDER:
+    case DT_BINARY_POW:
+        if (rt == DT_BOOL)
+            return dt__error(DT_EOP, "%s: \"%s\" not implemented for 'Bool'", name,
+                             op == DT_BINARY_POW         ? "pow"
+                             : op == DT_BINARY_REMAINDER ? "remainder_cpu"
+                             : op == DT_BINARY_DIV_TRUNC ? "div_trunc_cpu"
+                                                         : "div_floor_cpu");
+        if (s && !scalar_first && integral && s->kind != DT_SCALAR_FLOAT) {
+            if (op == DT_BINARY_POW && s->i < 0)
+                return dt__error(DT_EOP, "pow: Integers to negative integer powers are not allowed.");
+            if (op != DT_BINARY_POW && s->i == 0)
+                return dt__error(DT_EOP, "%s: ZeroDivisionError", name);
+        }
+        break;
+    case DT_BINARY_BITWISE_AND:
+    case DT_BINARY_BITWISE_OR:
+    case DT_BINARY_BITWISE_XOR:
+        if (!integral)
+            return dt__error(DT_EOP, "%s: \"%s_cpu\" not implemented for '%s'; bitwise ops take integer and bool "
+                                     "tensors",
+                             name, name, dt__ew_torch_name(rt));
+        break;
+    default:
+        break;
+    }
+    *out = is_compare_or_logical(op) ? DT_BOOL : rt;
+    return DT_OK;
+}
+
+/* Sets DT__NF_EW_KERNEL when the original BINARY kernels cannot compute the
+ * call: ops after DIV, an alpha, or torch's function form of s / a. */
+static void pick_kernel(dt__ew *e, int function_form) {
+    int op = e->attr.sub;
+    int first = (e->attr.flags & DT_KF_REVERSED) != 0;
+    if (op > DT_BINARY_DIV || !is_one(e->attr.scalar2) || (first && function_form && op == DT_BINARY_DIV))
+        e->attr.flags |= DT__NF_EW_KERNEL;
+}
+
+/* The body of every binary entry. `function_form` tells how a scalar-first
+ * call computes (torch.<op>(s, a) rather than Python's reflected operator). */
+static dt_tensor *binary_call(dt_binary_op op, dt_tensor *a, dt_tensor *b, dt_scalar s, dt_scalar alpha, int flags,
+                              int function_form) {
     dt_clear_error();
     if ((unsigned)op >= DT_BINARY_COUNT) {
         dt__error(DT_EINVAL, "binary: unknown op %d", (int)op);
         return NULL;
     }
     const char *name = binary_names[op];
+    int scalar_first = !b && (flags & DT_EW_SCALAR_FIRST);
     if (!a) {
         dt__error(DT_EINVAL, "%s: tensor argument is NULL", name);
         return NULL;
     }
-    if (s.kind != DT_SCALAR_BOOL && s.kind != DT_SCALAR_INT && s.kind != DT_SCALAR_FLOAT) {
+    if (!b && s.kind != DT_SCALAR_BOOL && s.kind != DT_SCALAR_INT && s.kind != DT_SCALAR_FLOAT) {
         dt__error(DT_ETYPE, "%s: unknown scalar kind %d", name, s.kind);
         return NULL;
     }
-    const dt__meta *m = &a->v->meta;
-    dt_dtype dtype = dt__result_type_scalar(m, s);
-    if (op == DT_BINARY_DIV && !dt_dtype_is_floating(dtype))
-        dtype = dt_get_default_dtype();
-    if (op == DT_BINARY_SUB && (m->dtype == DT_BOOL || s.kind == DT_SCALAR_BOOL)) {
-        dt__error(DT_EOP, "sub: subtraction, the `-` operator, with a bool tensor is not supported; use "
-                            "the `~` or logical_not() operator to invert a mask");
+    if (alpha.kind != DT_SCALAR_BOOL && alpha.kind != DT_SCALAR_INT && alpha.kind != DT_SCALAR_FLOAT) {
+        dt__error(DT_ETYPE, "%s: unknown alpha kind %d", name, alpha.kind);
         return NULL;
     }
-    int linear = op == DT_BINARY_MUL || (op == DT_BINARY_DIV && !scalar_first);
-    for (int md = 0; md < m->mesh->ndim; md++) {
-        if (m->pl[md].kind == DT_PLACEMENT_PARTIAL && !linear) {
-            dt_placement fix[DT_MAX_MESH_NDIM];
-            memcpy(fix, m->pl, sizeof fix);
-            fix[md] = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
-            const dt__meta *ins[1] = {m};
-            dt__placement_error(name, ins, 1, md,
-                                "R->R, S(d)->S(d); P->P only for mul, and for div by a scalar", 0, fix);
-            return NULL;
-        }
-    }
-    dt__node *n;
-    dt_tensor *t = unary_like(DT_OP_BINARY_SCALAR, a, dtype, &n);
-    if (!t)
+    if (!b && (op == DT_BINARY_MAXIMUM || op == DT_BINARY_MINIMUM ||
+               (op >= DT_BINARY_LOGICAL_AND && op <= DT_BINARY_LOGICAL_XOR))) {
+        dt__error(DT_ETYPE, "%s(): argument 'other' must be Tensor, not %s", name,
+                  s.kind == DT_SCALAR_FLOAT ? "float" : s.kind == DT_SCALAR_INT ? "int" : "bool");
         return NULL;
-    if (n) {
-        n->a.sub = op;
-        n->a.scalar = s;
-        n->a.flags = scalar_first ? DT_KF_REVERSED : 0;
     }
-    return dt__client_submit(t, n);
+    if ((flags & DT_EW_INPLACE) && scalar_first) {
+        dt__error(DT_EINVAL, "%s_: an in-place op writes into a tensor, not into a scalar", name);
+        return NULL;
+    }
+    /* s < a is a > s: comparisons reverse by swapping the op. */
+    if (scalar_first && op >= DT_BINARY_LT && op <= DT_BINARY_GE) {
+        static const int swapped[] = {DT_BINARY_GT, DT_BINARY_GE, DT_BINARY_LT, DT_BINARY_LE};
+        op = (dt_binary_op)swapped[op - DT_BINARY_LT];
+        scalar_first = 0;
+    } else if (scalar_first && (op == DT_BINARY_EQ || op == DT_BINARY_NE)) {
+        scalar_first = 0;
+    }
+    dt__ew e = {.name = name, .op = b ? DT_OP_BINARY : DT_OP_BINARY_SCALAR, .nin = b ? 2 : 1, .in = {a, b}};
+    if (dt__ew_shape(&e) != DT_OK)
+        return NULL;
+    const dt__meta *ma = &a->v->meta;
+    dt_dtype rt;
+    int has_bool;
+    if (b) {
+        rt = dt__result_type2(ma, &b->v->meta);
+        has_bool = ma->dtype == DT_BOOL || b->v->meta.dtype == DT_BOOL;
+    } else {
+        rt = dt__result_type_scalar(ma, s);
+        has_bool = ma->dtype == DT_BOOL || s.kind == DT_SCALAR_BOOL;
+    }
+    if (binary_dtype(op, name, rt, has_bool, b ? NULL : &s, scalar_first, alpha, &e.out.dtype) != DT_OK)
+        return NULL;
+    e.attr.sub = op;
+    e.attr.scalar = s;
+    e.attr.scalar2 = alpha;
+    e.attr.flags = scalar_first ? DT_KF_REVERSED : 0;
+    pick_kernel(&e, function_form);
+    int linear = op <= DT_BINARY_DIV;
+    const char *accepted = b ? (linear ? binary_accepts[op] : ACCEPTS_SR "; no Partial")
+                             : "R->R, S(d)->S(d); P->P only for mul, and for div by a scalar";
+    if (dt__ew_placements(&e, accepted, linear ? binary_partial : NULL) != DT_OK)
+        return NULL;
+    return dt__ew_submit(&e, flags);
 }
 
-dt_tensor *dt_neg(dt_tensor *a) {
-    dt_clear_error();
-    if (!a) {
-        dt__error(DT_EINVAL, "neg: tensor argument is NULL");
+dt_tensor *dt_binary(dt_binary_op op, dt_tensor *a, dt_tensor *b) {
+    if (!b) {
+        dt_clear_error();
+        dt__error(DT_EINVAL, "binary: tensor argument is NULL");
         return NULL;
     }
-    if (a->v->meta.dtype == DT_BOOL) {
-        dt__error(DT_EOP, "neg: negation, the `-` operator, on a bool tensor is not supported; use ~ or "
-                            "logical_not instead");
-        return NULL;
-    }
-    dt__node *n;
-    dt_tensor *t = unary_like(DT_OP_NEG, a, a->v->meta.dtype, &n);
-    return t ? dt__client_submit(t, n) : NULL;
+    return binary_call(op, a, b, dt_scalar_int(0), dt_scalar_int(1), 0, 0);
+}
+
+dt_tensor *dt_binary_scalar(dt_binary_op op, dt_tensor *a, dt_scalar s, int scalar_first) {
+    return binary_call(op, a, NULL, s, dt_scalar_int(1), scalar_first ? DT_EW_SCALAR_FIRST : 0, 0);
+}
+
+dt_tensor *dt_binary_ex(dt_binary_op op, dt_tensor *a, dt_tensor *b, dt_scalar s, dt_scalar alpha, int flags) {
+    return binary_call(op, a, b, s, alpha, flags, 1);
 }
 
 /* ------------------------------------------------------------ lowering */
 
-void dt__lower_binary(dt__lower *L, dt__node *n) {
+static int kernel_op(const dt__node *n) {
+    int ew = (n->a.flags & DT__NF_EW_KERNEL) != 0;
+    switch (n->op) {
+    case DT_OP_BINARY: return ew ? DT_K_EW_BINARY : DT_K_BINARY;
+    case DT_OP_BINARY_SCALAR: return ew ? DT_K_EW_BINARY : DT_K_BINARY_SCALAR;
+    case DT_OP_NEG: return DT_K_NEG;
+    case DT_OP_UNARY: return DT_K_UNARY;
+    case DT_OP_CAST: return DT_K_CAST;
+    case DT_OP_WHERE: return DT_K_WHERE;
+    case DT_OP_MASKED_FILL: return DT_K_MASKED_FILL;
+    case DT_OP_CLAMP: return DT_K_CLAMP;
+    default: DT_ASSERT(!"not an elementwise node"); return -1;
+    }
+}
+
+/* One kernel per device: each input is sliced (when Replicate or broadcast)
+ * to the region the device's output needs. */
+void dt__lower_elementwise(dt__lower *L, dt__node *n) {
     dt__tval *o = n->out;
     const dt__meta *out = &o->meta;
     const dt_mesh *mesh = out->mesh;
+    int kop = kernel_op(n);
+    const char *opname = NULL;
+    if (n->op == DT_OP_BINARY || n->op == DT_OP_BINARY_SCALAR)
+        opname = binary_names[n->a.sub];
+    else if (n->op == DT_OP_UNARY)
+        opname = dt__ew_unary_name(n->a.sub);
     dt__lw_alloc_blobs(o);
     int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], ns[DT_MAX_NDIM], nl[DT_MAX_NDIM];
     for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__kernel *k;
-        if (n->op == DT_OP_BINARY) {
-            dt__mesh_coord(mesh, i, coord);
-            dt__local_region(out, coord, os, ol);
-            dt__blob *in[2];
-            for (int j = 0; j < 2; j++) {
-                needed_region(&n->in[j]->meta, out, os, ol, ns, nl);
-                in[j] = dt__lw_region(L, n->in[j], i, coord, ns, nl);
-            }
-            k = dt__lw_kernel(L, DT_K_BINARY);
-            k->n_in = 2;
-            k->in[0] = in[0];
-            k->in[1] = in[1];
-        } else {
-            k = dt__lw_kernel(L, DT_K_BINARY_SCALAR);
-            k->n_in = 1;
-            k->in[0] = dt__blob_retain(n->in[0]->blobs[i]);
-            k->attr.scalar = n->a.scalar;
-            k->attr.flags = n->a.flags;
+        dt__mesh_coord(mesh, i, coord);
+        dt__local_region(out, coord, os, ol);
+        dt__kernel *k = dt__lw_kernel(L, kop);
+        k->n_in = n->n_in;
+        for (int j = 0; j < n->n_in; j++) {
+            needed_region(&n->in[j]->meta, out, os, ol, ns, nl);
+            k->in[j] = dt__lw_region(L, n->in[j], i, coord, ns, nl);
         }
-        k->opname = binary_names[n->a.sub];
+        if (opname)
+            k->opname = opname;
         k->attr.dtype = out->dtype;
         k->attr.sub = n->a.sub;
+        k->attr.flags = n->a.flags & ~DT__NF_EW_KERNEL;
+        k->attr.scalar = n->a.scalar;
+        k->attr.scalar2 = n->a.scalar2;
         o->blobs[i] = dt__lw_push(L, mesh, i, k);
     }
 }
 
-void dt__lower_unary(dt__lower *L, dt__node *n) {
-    dt__tval *o = n->out;
-    const dt_mesh *mesh = o->meta.mesh;
-    dt__lw_alloc_blobs(o);
-    for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__kernel *k = dt__lw_kernel(L, DT_K_NEG);
-        k->n_in = 1;
-        k->in[0] = dt__blob_retain(n->in[0]->blobs[i]);
-        k->attr.dtype = o->meta.dtype;
-        o->blobs[i] = dt__lw_push(L, mesh, i, k);
-    }
-}
+void dt__lower_binary(dt__lower *L, dt__node *n) { dt__lower_elementwise(L, n); }
+void dt__lower_unary(dt__lower *L, dt__node *n) { dt__lower_elementwise(L, n); }
 
 /* ------------------------------------------------------------ registry */
 
+#define SIG_ARITH "(R,R)->R, (S(d),S(d))->S(d), (S(d),R)->S(d)*, (R,S(d))->S(d)*"
+#define SIG_SR SIG_ARITH "; scalar: R->R, S(d)->S(d); no Partial"
+#define SIG_UNARY "R->R, S(d)->S(d); no Partial"
+#define SIG_CAST "R->R, S(d)->S(d); no Partial (a cast of a Partial is not exact); same dtype: any"
+
 const dt_op_doc dt__docs_elementwise[] = {
-    {"add", "elementwise", "(R,R)->R, (S(d),S(d))->S(d), (S(d),R)->S(d)*, (R,S(d))->S(d)*, (P,P)->P", 0},
-    {"sub", "elementwise", "(R,R)->R, (S(d),S(d))->S(d), (S(d),R)->S(d)*, (R,S(d))->S(d)*, (P,P)->P", 0},
-    {"mul", "elementwise",
-     "(R,R)->R, (S(d),S(d))->S(d), (S(d),R)->S(d)*, (R,S(d))->S(d)*, (P,R)->P, (R,P)->P; scalar: P->P", 0},
+    {"add", "elementwise", SIG_ARITH ", (P,P)->P", 0},
+    {"sub", "elementwise", SIG_ARITH ", (P,P)->P", 0},
+    {"mul", "elementwise", SIG_ARITH ", (P,R)->P, (R,P)->P; scalar: P->P", 0},
     {"div", "elementwise",
-     "(R,R)->R, (S(d),S(d))->S(d), (S(d),R)->S(d)*, (R,S(d))->S(d)*, (P,R)->P; tensor / scalar: P->P", 0},
+     SIG_ARITH ", (P,R)->P; tensor / scalar: P->P; rounding_mode trunc/floor: no Partial", 0},
+    {"floor_divide", "elementwise", SIG_SR, 0},
+    {"remainder", "elementwise", SIG_SR, 0},
+    {"pow", "elementwise", SIG_SR, 0},
+    {"maximum", "elementwise", SIG_ARITH "; no Partial", 0},
+    {"minimum", "elementwise", SIG_ARITH "; no Partial", 0},
+    {"eq", "elementwise", SIG_SR, 0},
+    {"ne", "elementwise", SIG_SR, 0},
+    {"lt", "elementwise", SIG_SR, 0},
+    {"le", "elementwise", SIG_SR, 0},
+    {"gt", "elementwise", SIG_SR, 0},
+    {"ge", "elementwise", SIG_SR, 0},
+    {"equal", "elementwise", SIG_ARITH " compare in place; any other combination reads both values", 1},
+    {"logical_and", "elementwise", SIG_ARITH "; no Partial", 0},
+    {"logical_or", "elementwise", SIG_ARITH "; no Partial", 0},
+    {"logical_xor", "elementwise", SIG_ARITH "; no Partial", 0},
+    {"logical_not", "elementwise", SIG_UNARY, 0},
+    {"bitwise_and", "elementwise", SIG_SR, 0},
+    {"bitwise_or", "elementwise", SIG_SR, 0},
+    {"bitwise_xor", "elementwise", SIG_SR, 0},
+    {"bitwise_not", "elementwise", SIG_UNARY, 0},
+    {"where", "elementwise", "(R,R,R)->R, S(d) on any inputs (same output dim d, others R)->S(d)*; no Partial", 0},
+    {"masked_fill", "elementwise", "(R,R)->R, (S(d),S(d))->S(d), (S(d),R)->S(d)*, (R,S(d))->S(d)*; no Partial", 0},
+    {"clamp", "elementwise", "R->R, S(d)->S(d); tensor bounds: broadcast as where; no Partial", 0},
+    {"clip", "elementwise", "as clamp", 0},
     {"neg", "elementwise", "R->R, S(d)->S(d), P->P", 0},
+    {"abs", "elementwise", SIG_UNARY, 0},
+    {"exp", "elementwise", SIG_UNARY, 0},
+    {"exp2", "elementwise", SIG_UNARY, 0},
+    {"expm1", "elementwise", SIG_UNARY, 0},
+    {"log", "elementwise", SIG_UNARY, 0},
+    {"log2", "elementwise", SIG_UNARY, 0},
+    {"log10", "elementwise", SIG_UNARY, 0},
+    {"log1p", "elementwise", SIG_UNARY, 0},
+    {"sqrt", "elementwise", SIG_UNARY, 0},
+    {"rsqrt", "elementwise", SIG_UNARY, 0},
+    {"square", "elementwise", SIG_UNARY, 0},
+    {"reciprocal", "elementwise", SIG_UNARY, 0},
+    {"sin", "elementwise", SIG_UNARY, 0},
+    {"cos", "elementwise", SIG_UNARY, 0},
+    {"tanh", "elementwise", SIG_UNARY, 0},
+    {"sigmoid", "elementwise", SIG_UNARY, 0},
+    {"erf", "elementwise", SIG_UNARY, 0},
+    {"floor", "elementwise", SIG_UNARY, 0},
+    {"ceil", "elementwise", SIG_UNARY, 0},
+    {"trunc", "elementwise", SIG_UNARY, 0},
+    {"round", "elementwise", SIG_UNARY, 0},
+    {"sign", "elementwise", SIG_UNARY, 0},
+    {"isnan", "elementwise", SIG_UNARY, 0},
+    {"isinf", "elementwise", SIG_UNARY, 0},
+    {"isfinite", "elementwise", SIG_UNARY, 0},
+    {"to", "elementwise", SIG_CAST, 0},
+    {"type_as", "elementwise", SIG_CAST, 0},
+    {"half", "elementwise", SIG_CAST, 0},
+    {"float", "elementwise", SIG_CAST, 0},
+    {"double", "elementwise", SIG_CAST, 0},
+    {"bfloat16", "elementwise", SIG_CAST, 0},
+    {"int", "elementwise", SIG_CAST, 0},
+    {"long", "elementwise", SIG_CAST, 0},
+    {"bool", "elementwise", SIG_CAST, 0},
     {NULL, NULL, NULL, 0},
 };

@@ -49,7 +49,10 @@ static const char *const kop_names[DT_K_COUNT] = {
     [DT_K_NEG] = "NEG",       [DT_K_MATMUL] = "MATMUL", [DT_K_SUM] = "SUM",
     [DT_K_CAT] = "CAT",       [DT_K_SUM_N] = "SUM_N",   [DT_K_ZEROS_LIKE] = "ZEROS_LIKE",
     [DT_K_REDUCE] = "REDUCE", [DT_K_LINALG] = "LINALG", [DT_K_VIEW] = "VIEW",
+    [DT_K_EW_BINARY] = "EW_BINARY", [DT_K_UNARY] = "UNARY", [DT_K_CAST] = "CAST",
+    [DT_K_WHERE] = "WHERE", [DT_K_MASKED_FILL] = "MASKED_FILL", [DT_K_CLAMP] = "CLAMP",
 };
+
 
 static const char *const dtype_names[] = {"bool",  "uint8",   "int8",     "int16",   "int32",
                                           "int64", "float16", "bfloat16", "float32", "float64"};
@@ -348,7 +351,8 @@ static dt_status region_ok(const char *what, int ndim, const int64_t *start, con
 
 static dt_status binary(int op, int dt, const ref_tensor *x, const ref_tensor *y, ref_tensor **out, char *err,
                         size_t errlen) {
-    if (op < 0 || op >= DT_BINARY_COUNT)
+    /* BINARY takes the four arithmetic ops; the others are DT_K_EW_BINARY's. */
+    if (op < 0 || op > DT_BINARY_DIV)
         return fail(err, errlen, DT_EINVAL, "ref: BINARY: bad op %d", op);
     if (op == DT_BINARY_DIV && !is_float(dt))
         return fail(err, errlen, DT_EUNSUPPORTED,
@@ -583,8 +587,8 @@ static dt_status ref_run(int kop, const dt__kattr *a, void *const *in, int n_in,
                          size_t errlen) {
     /* Per op: the inputs it takes (-1: one or more), and whether it computes
      * (so needs an arithmetic output dtype rather than any storage dtype). */
-    static const signed char arity[DT_K_COUNT] = {1, 0, 0, 0, 0, 0, 2, 1, 1, 2, 1, -1, -1, 1, -1};
-    static const char computes[DT_K_COUNT] = {0, 0, 0, 1, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0};
+    static const signed char arity[DT_K_COUNT] = {1, 0, 0, 0, 0, 0, 2, 1, 1, 2, 1, -1, -1, 1};
+    static const char computes[DT_K_COUNT] = {0, 0, 0, 1, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0};
     if (out)
         *out = NULL;
     if (!out || !a)

@@ -1,0 +1,714 @@
+/*
+ * The elementwise family's Python face: Tensor methods (add with alpha, div
+ * with rounding_mode, comparisons, logical/bitwise ops, pow, maximum,
+ * minimum, where, masked_fill, clamp, unary math, casts and the in-place
+ * forms), the number-protocol and rich-comparison slots that tensor.c's type
+ * spec points at, and the module functions _C.ew_binary / _C.ew_where that
+ * python/dtorch/_ops_elementwise.py builds torch's function forms on.
+ *
+ * In-place forms rebind: dtorch values are immutable, so x.add_(y) (and
+ * x += y) computes the new value and swaps the dt_tensor handle inside the
+ * Python object; every reference to that object sees the new value, and the
+ * method returns the object itself (docs/decisions.md).
+ *
+ * Methods are added to _C.TensorBase by dtpy_add_elementwise_methods, called
+ * once from module_exec before the package subclasses the type; they replace
+ * tensor.c's simpler add/sub/mul/div/neg.
+ *
+ * Every function runs on a Python thread holding the GIL.
+ */
+#include "dtorch_py.h"
+
+#include <string.h>
+
+static const char *const binary_names[DT_BINARY_COUNT] = {
+    "add", "sub", "mul", "div", "div", "floor_divide", "remainder", "pow", "maximum", "minimum", "eq",
+    "ne",  "lt",  "le",  "gt",  "ge",  "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or",
+    "bitwise_xor",
+};
+
+/* ---------------------------------------------------------------- helpers */
+
+static dtpy_state *state_of(PyObject *a, PyObject *b) {
+    dtpy_state *st = dtpy_find_state(Py_TYPE(a));
+    if ((st == NULL || !DTPY_IS_TENSOR(st, a)) && b != NULL) {
+        dtpy_state *sb = dtpy_find_state(Py_TYPE(b));
+        if (sb != NULL)
+            st = sb;
+    }
+    return st;
+}
+
+static PyObject *wrap_like(dtpy_state *st, dt_tensor *t, PyObject *like) {
+    dtpy_tensor *a = (dtpy_tensor *)like;
+    return dtpy_tensor_wrap(st, t, a->graph, a->mesh, dt_tensor_mesh(a->t));
+}
+
+/* The in-place ending: `self` now stands for `t` (a new reference, or NULL
+ * when the call failed). Returns a new reference to self. */
+static PyObject *rebind(dtpy_state *st, PyObject *self, dt_tensor *t) {
+    if (t == NULL)
+        return dtpy_raise_last(st);
+    dtpy_tensor *o = (dtpy_tensor *)self;
+    dt_tensor *old = o->t;
+    o->t = t;
+    /* Same graph and mesh: the cached DeviceMesh stays right. */
+    dt_tensor_release(old);
+    return Py_NewRef(self);
+}
+
+static PyObject *finish(dtpy_state *st, PyObject *self, dt_tensor *t, int inplace) {
+    return inplace ? rebind(st, self, t) : wrap_like(st, t, self);
+}
+
+static const char *type_name(PyObject *o) { return Py_TYPE(o)->tp_name; }
+
+static int is_torch_tensor(dtpy_state *st, PyObject *o) {
+    return PyObject_TypeCheck(o, (PyTypeObject *)st->torch_tensor_type);
+}
+
+static PyObject *torch_operand_error(const char *op) {
+    return PyErr_Format(PyExc_TypeError,
+                        "%s: cannot mix a dtorch.Tensor with a torch.Tensor; convert the torch tensor with "
+                        "dtorch.from_torch(t, device_mesh=..., placements=...) or read the dtorch tensor with "
+                        ".to_torch()",
+                        op);
+}
+
+/* Classifies an operand: 1 dtorch tensor (*t borrowed), 2 Python number
+ * (*s), 0 anything else (no exception), -1 with an exception. */
+static int operand(dtpy_state *st, PyObject *o, dt_tensor **t, dt_scalar *s) {
+    if (DTPY_IS_TENSOR(st, o)) {
+        *t = ((dtpy_tensor *)o)->t;
+        return 1;
+    }
+    int r = dtpy_parse_scalar(o, s);
+    return r < 0 ? -1 : r ? 2 : 0;
+}
+
+static int same_graph(dt_tensor *a, dt_tensor *b, const char *op) {
+    if (dt_tensor_graph(a) != dt_tensor_graph(b)) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: the operands belong to different graphs; a dtorch op takes tensors of one graph "
+                     "(create both with the same graph=...)",
+                     op);
+        return -1;
+    }
+    return 0;
+}
+
+/* Everything before a C call: torch's default dtype, when the result may
+ * depend on it (`uses_default`: an integer or bool tensor that may become
+ * floating, or a float scalar), and the caller's file:line for kernel
+ * errors. */
+static int prepare_ex(dtpy_state *st, int uses_default) {
+    if (uses_default && dtpy_sync_default_dtype(st) < 0)
+        return -1;
+    dtpy_record_call_site(st);
+    return 0;
+}
+static int prepare(dtpy_state *st) { return prepare_ex(st, 1); }
+
+static int not_floating(dt_tensor *t) { return t != NULL && !dt_dtype_is_floating(dt_tensor_dtype(t)); }
+
+/* ----------------------------------------------------------- binary core */
+
+enum { CALL_FUNCTION = 0, CALL_SLOT = 1 };
+
+/* a op b with either operand a number (not both), as torch.<op>(a, b)
+ * computes it. `alpha` may be NULL (1). For CALL_SLOT, operands of foreign
+ * types give NotImplemented so Python can try the other side. */
+static PyObject *binary_core(dtpy_state *st, PyObject *a, PyObject *b, dt_binary_op op, PyObject *alpha,
+                             int inplace, int mode) {
+    const char *name = binary_names[op];
+    dt_tensor *ta = NULL, *tb = NULL;
+    dt_scalar sa, sb, al = dt_scalar_int(1);
+    int ka = operand(st, a, &ta, &sa);
+    if (ka < 0)
+        return NULL;
+    int kb = operand(st, b, &tb, &sb);
+    if (kb < 0)
+        return NULL;
+    if (ka == 0 || kb == 0 || (ka == 2 && kb == 2)) {
+        PyObject *bad = ka == 0 ? a : b;
+        if (is_torch_tensor(st, bad))
+            return torch_operand_error(name);
+        if (mode == CALL_SLOT)
+            Py_RETURN_NOTIMPLEMENTED;
+        if (ka == 2 && kb == 2)
+            return PyErr_Format(PyExc_TypeError, "%s(): expected at least one dtorch.Tensor operand", name);
+        return PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be a dtorch.Tensor or a number, not %.100s",
+                            name, bad == a ? "input" : "other", type_name(bad));
+    }
+    if (alpha != NULL && alpha != Py_None) {
+        int r = dtpy_parse_scalar(alpha, &al);
+        if (r < 0)
+            return NULL;
+        if (r == 0)
+            return PyErr_Format(PyExc_TypeError, "%s(): argument 'alpha' must be a number, not %.100s", name,
+                                type_name(alpha));
+    }
+    if (ta && tb && same_graph(ta, tb, name) < 0)
+        return NULL;
+    int uses_default = not_floating(ta) || not_floating(tb) || (!ta && sa.kind == DT_SCALAR_FLOAT) ||
+                       (!tb && sb.kind == DT_SCALAR_FLOAT);
+    if (prepare_ex(st, uses_default) < 0)
+        return NULL;
+    int flags = inplace ? DT_EW_INPLACE : 0;
+    dt_tensor *t;
+    if (ta && tb)
+        t = dt_binary_ex(op, ta, tb, sb, al, flags);
+    else if (ta)
+        t = dt_binary_ex(op, ta, NULL, sb, al, flags);
+    else
+        t = dt_binary_ex(op, tb, NULL, sa, al, flags | DT_EW_SCALAR_FIRST);
+    return finish(st, ta ? a : b, t, inplace);
+}
+
+/* ------------------------------------------------------------ slots */
+
+static PyObject *slot_binary(PyObject *a, PyObject *b, dt_binary_op op, int inplace) {
+    dtpy_state *st = state_of(a, b);
+    if (st == NULL)
+        Py_RETURN_NOTIMPLEMENTED;
+    return binary_core(st, a, b, op, NULL, inplace, CALL_SLOT);
+}
+
+PyObject *dtpy_ew_floor_divide(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_DIV_FLOOR, 0); }
+PyObject *dtpy_ew_remainder(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_REMAINDER, 0); }
+PyObject *dtpy_ew_and(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_BITWISE_AND, 0); }
+PyObject *dtpy_ew_or(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_BITWISE_OR, 0); }
+PyObject *dtpy_ew_xor(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_BITWISE_XOR, 0); }
+
+PyObject *dtpy_ew_power(PyObject *a, PyObject *b, PyObject *mod) {
+    if (mod != Py_None)
+        return PyErr_Format(PyExc_TypeError, "pow(): a modulo argument is not supported");
+    return slot_binary(a, b, DT_BINARY_POW, 0);
+}
+
+PyObject *dtpy_ew_iadd(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_ADD, 1); }
+PyObject *dtpy_ew_isub(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_SUB, 1); }
+PyObject *dtpy_ew_imul(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_MUL, 1); }
+PyObject *dtpy_ew_itruediv(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_DIV, 1); }
+PyObject *dtpy_ew_ifloordiv(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_DIV_FLOOR, 1); }
+PyObject *dtpy_ew_iremainder(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_REMAINDER, 1); }
+PyObject *dtpy_ew_iand(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_BITWISE_AND, 1); }
+PyObject *dtpy_ew_ior(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_BITWISE_OR, 1); }
+PyObject *dtpy_ew_ixor(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_BITWISE_XOR, 1); }
+
+PyObject *dtpy_ew_ipower(PyObject *a, PyObject *b, PyObject *mod) {
+    if (mod != Py_None)
+        return PyErr_Format(PyExc_TypeError, "pow(): a modulo argument is not supported");
+    return slot_binary(a, b, DT_BINARY_POW, 1);
+}
+
+/* x < y etc. Python calls the reflected form on the tensor (2 < x is
+ * x > 2), so `self` is always a dtorch tensor. Foreign operands give
+ * NotImplemented: == and != then fall back to identity, as for torch. */
+PyObject *dtpy_ew_richcompare(PyObject *self, PyObject *other, int op) {
+    static const dt_binary_op ops[] = {[Py_LT] = DT_BINARY_LT, [Py_LE] = DT_BINARY_LE, [Py_EQ] = DT_BINARY_EQ,
+                                       [Py_NE] = DT_BINARY_NE, [Py_GT] = DT_BINARY_GT, [Py_GE] = DT_BINARY_GE};
+    if (op < 0 || op > Py_GE)
+        Py_RETURN_NOTIMPLEMENTED;
+    return slot_binary(self, other, ops[op], 0);
+}
+
+/* Tensors hash by identity, as torch's do, although == is elementwise. */
+Py_hash_t dtpy_ew_hash(PyObject *self) { return PyBaseObject_Type.tp_hash(self); }
+
+static PyObject *unary_core(PyObject *self, dt_unary_op op, int inplace) {
+    dtpy_state *st = dtpy_find_state(Py_TYPE(self));
+    if (st == NULL || prepare_ex(st, not_floating(((dtpy_tensor *)self)->t)) < 0)
+        return NULL;
+    dt_tensor *t = dt_unary_ex(op, ((dtpy_tensor *)self)->t, inplace ? DT_EW_INPLACE : 0);
+    return finish(st, self, t, inplace);
+}
+
+PyObject *dtpy_ew_absolute(PyObject *self) { return unary_core(self, DT_UNARY_ABS, 0); }
+
+PyObject *dtpy_ew_invert(PyObject *self) {
+    if (dt_dtype_is_floating(dt_tensor_dtype(((dtpy_tensor *)self)->t)))
+        return PyErr_Format(PyExc_TypeError, "~ (operator.invert) is only implemented on integer and Boolean-type "
+                                             "tensors");
+    return unary_core(self, DT_UNARY_BITWISE_NOT, 0);
+}
+
+PyObject *dtpy_ew_positive(PyObject *self) {
+    if (dt_tensor_dtype(((dtpy_tensor *)self)->t) == DT_BOOL)
+        return PyErr_Format(PyExc_RuntimeError, "The `+` operator, on a bool tensor is not supported.");
+    return Py_NewRef(self);
+}
+
+/* ------------------------------------------------------------ methods */
+
+/* x.op(other) and x.op_(other), with alpha for add/sub and rounding_mode for
+ * div. */
+static PyObject *method_binary(PyObject *self, PyObject *args, PyObject *kwargs, dt_binary_op op, int inplace) {
+    static char *kw_other[] = {"other", NULL};
+    static char *kw_exp[] = {"exponent", NULL};
+    static char *kw_alpha[] = {"other", "alpha", NULL};
+    static char *kw_div[] = {"other", "rounding_mode", NULL};
+    PyObject *other, *alpha = NULL, *mode = Py_None;
+    int ok;
+    if (op == DT_BINARY_ADD || op == DT_BINARY_SUB)
+        ok = PyArg_ParseTupleAndKeywords(args, kwargs, "O|$O", kw_alpha, &other, &alpha);
+    else if (op == DT_BINARY_DIV)
+        ok = PyArg_ParseTupleAndKeywords(args, kwargs, "O|$O", kw_div, &other, &mode);
+    else
+        ok = PyArg_ParseTupleAndKeywords(args, kwargs, "O", op == DT_BINARY_POW ? kw_exp : kw_other, &other);
+    if (!ok)
+        return NULL;
+    if (mode != Py_None) {
+        const char *m = PyUnicode_Check(mode) ? PyUnicode_AsUTF8(mode) : NULL;
+        if (m != NULL && strcmp(m, "trunc") == 0)
+            op = DT_BINARY_DIV_TRUNC;
+        else if (m != NULL && strcmp(m, "floor") == 0)
+            op = DT_BINARY_DIV_FLOOR;
+        else
+            return PyErr_Format(PyExc_RuntimeError,
+                                "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found %R",
+                                mode);
+    }
+    dtpy_state *st = dtpy_find_state(Py_TYPE(self));
+    if (st == NULL)
+        return NULL;
+    return binary_core(st, self, other, op, alpha, inplace, CALL_FUNCTION);
+}
+
+#define BINARY_METHOD(fname, OP, INPLACE)                                                                         \
+    static PyObject *fname(PyObject *self, PyObject *args, PyObject *kwargs) {                                    \
+        return method_binary(self, args, kwargs, OP, INPLACE);                                                    \
+    }
+BINARY_METHOD(m_add, DT_BINARY_ADD, 0)
+BINARY_METHOD(m_add_, DT_BINARY_ADD, 1)
+BINARY_METHOD(m_sub, DT_BINARY_SUB, 0)
+BINARY_METHOD(m_sub_, DT_BINARY_SUB, 1)
+BINARY_METHOD(m_mul, DT_BINARY_MUL, 0)
+BINARY_METHOD(m_mul_, DT_BINARY_MUL, 1)
+BINARY_METHOD(m_div, DT_BINARY_DIV, 0)
+BINARY_METHOD(m_div_, DT_BINARY_DIV, 1)
+BINARY_METHOD(m_floor_divide, DT_BINARY_DIV_FLOOR, 0)
+BINARY_METHOD(m_floor_divide_, DT_BINARY_DIV_FLOOR, 1)
+BINARY_METHOD(m_remainder, DT_BINARY_REMAINDER, 0)
+BINARY_METHOD(m_remainder_, DT_BINARY_REMAINDER, 1)
+BINARY_METHOD(m_pow, DT_BINARY_POW, 0)
+BINARY_METHOD(m_pow_, DT_BINARY_POW, 1)
+BINARY_METHOD(m_maximum, DT_BINARY_MAXIMUM, 0)
+BINARY_METHOD(m_minimum, DT_BINARY_MINIMUM, 0)
+BINARY_METHOD(m_eq, DT_BINARY_EQ, 0)
+BINARY_METHOD(m_eq_, DT_BINARY_EQ, 1)
+BINARY_METHOD(m_ne, DT_BINARY_NE, 0)
+BINARY_METHOD(m_ne_, DT_BINARY_NE, 1)
+BINARY_METHOD(m_lt, DT_BINARY_LT, 0)
+BINARY_METHOD(m_lt_, DT_BINARY_LT, 1)
+BINARY_METHOD(m_le, DT_BINARY_LE, 0)
+BINARY_METHOD(m_le_, DT_BINARY_LE, 1)
+BINARY_METHOD(m_gt, DT_BINARY_GT, 0)
+BINARY_METHOD(m_gt_, DT_BINARY_GT, 1)
+BINARY_METHOD(m_ge, DT_BINARY_GE, 0)
+BINARY_METHOD(m_ge_, DT_BINARY_GE, 1)
+BINARY_METHOD(m_logical_and, DT_BINARY_LOGICAL_AND, 0)
+BINARY_METHOD(m_logical_and_, DT_BINARY_LOGICAL_AND, 1)
+BINARY_METHOD(m_logical_or, DT_BINARY_LOGICAL_OR, 0)
+BINARY_METHOD(m_logical_or_, DT_BINARY_LOGICAL_OR, 1)
+BINARY_METHOD(m_logical_xor, DT_BINARY_LOGICAL_XOR, 0)
+BINARY_METHOD(m_logical_xor_, DT_BINARY_LOGICAL_XOR, 1)
+BINARY_METHOD(m_bitwise_and, DT_BINARY_BITWISE_AND, 0)
+BINARY_METHOD(m_bitwise_and_, DT_BINARY_BITWISE_AND, 1)
+BINARY_METHOD(m_bitwise_or, DT_BINARY_BITWISE_OR, 0)
+BINARY_METHOD(m_bitwise_or_, DT_BINARY_BITWISE_OR, 1)
+BINARY_METHOD(m_bitwise_xor, DT_BINARY_BITWISE_XOR, 0)
+BINARY_METHOD(m_bitwise_xor_, DT_BINARY_BITWISE_XOR, 1)
+
+#define UNARY_METHOD(fname, OP, INPLACE)                                                                          \
+    static PyObject *fname(PyObject *self, PyObject *unused) {                                                    \
+        (void)unused;                                                                                             \
+        return unary_core(self, OP, INPLACE);                                                                     \
+    }
+#define UNARY_PAIR(name, OP) UNARY_METHOD(m_##name, OP, 0) UNARY_METHOD(m_##name##_, OP, 1)
+UNARY_PAIR(neg, DT_UNARY_NEG)
+UNARY_PAIR(abs, DT_UNARY_ABS)
+UNARY_PAIR(exp, DT_UNARY_EXP)
+UNARY_PAIR(log, DT_UNARY_LOG)
+UNARY_PAIR(log2, DT_UNARY_LOG2)
+UNARY_PAIR(log10, DT_UNARY_LOG10)
+UNARY_PAIR(sqrt, DT_UNARY_SQRT)
+UNARY_PAIR(rsqrt, DT_UNARY_RSQRT)
+UNARY_PAIR(reciprocal, DT_UNARY_RECIPROCAL)
+UNARY_PAIR(sin, DT_UNARY_SIN)
+UNARY_PAIR(cos, DT_UNARY_COS)
+UNARY_PAIR(tanh, DT_UNARY_TANH)
+UNARY_PAIR(sigmoid, DT_UNARY_SIGMOID)
+UNARY_PAIR(erf, DT_UNARY_ERF)
+UNARY_PAIR(expm1, DT_UNARY_EXPM1)
+UNARY_PAIR(log1p, DT_UNARY_LOG1P)
+UNARY_PAIR(exp2, DT_UNARY_EXP2)
+UNARY_PAIR(square, DT_UNARY_SQUARE)
+UNARY_PAIR(floor, DT_UNARY_FLOOR)
+UNARY_PAIR(ceil, DT_UNARY_CEIL)
+UNARY_PAIR(trunc, DT_UNARY_TRUNC)
+UNARY_PAIR(sign, DT_UNARY_SIGN)
+UNARY_PAIR(relu, DT_UNARY_RELU)
+UNARY_METHOD(m_isnan, DT_UNARY_ISNAN, 0)
+UNARY_METHOD(m_isinf, DT_UNARY_ISINF, 0)
+UNARY_METHOD(m_isfinite, DT_UNARY_ISFINITE, 0)
+UNARY_PAIR(logical_not, DT_UNARY_LOGICAL_NOT)
+UNARY_PAIR(bitwise_not, DT_UNARY_BITWISE_NOT)
+
+static PyObject *round_core(PyObject *self, PyObject *args, PyObject *kwargs, int inplace) {
+    static char *kwlist[] = {"decimals", NULL};
+    long long decimals = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$L", kwlist, &decimals))
+        return NULL;
+    dtpy_state *st = dtpy_find_state(Py_TYPE(self));
+    if (st == NULL || prepare(st) < 0)
+        return NULL;
+    dt_tensor *t = dt_round(((dtpy_tensor *)self)->t, decimals, inplace ? DT_EW_INPLACE : 0);
+    return finish(st, self, t, inplace);
+}
+static PyObject *m_round(PyObject *s, PyObject *a, PyObject *k) { return round_core(s, a, k, 0); }
+static PyObject *m_round_(PyObject *s, PyObject *a, PyObject *k) { return round_core(s, a, k, 1); }
+
+/* x.to(dtype) core: self itself when the dtype is already right. */
+static PyObject *cast_core(PyObject *self, dt_dtype dtype) {
+    dtpy_state *st = dtpy_find_state(Py_TYPE(self));
+    dtpy_tensor *o = (dtpy_tensor *)self;
+    if (st == NULL)
+        return NULL;
+    if (dt_tensor_dtype(o->t) == dtype)
+        return Py_NewRef(self);
+    dtpy_record_call_site(st);
+    return wrap_like(st, dt_cast(o->t, dtype), self);
+}
+
+static PyObject *m_cast(PyObject *self, PyObject *dtype_obj) {
+    dtpy_state *st = dtpy_find_state(Py_TYPE(self));
+    if (st == NULL)
+        return NULL;
+    int dt = dtpy_dtype_from_torch(st, dtype_obj);
+    return dt < 0 ? NULL : cast_core(self, (dt_dtype)dt);
+}
+
+/* _alias(): a new Python object for the same value (to(copy=True)): it keeps
+ * this value when the original is later rebound by an in-place op. */
+static PyObject *m_alias(PyObject *self, PyObject *unused) {
+    (void)unused;
+    dtpy_state *st = dtpy_find_state(Py_TYPE(self));
+    dtpy_tensor *o = (dtpy_tensor *)self;
+    if (st == NULL)
+        return NULL;
+    dt_tensor_retain(o->t);
+    return wrap_like(st, o->t, self);
+}
+
+#define CAST_METHOD(name, DT)                                                                                     \
+    static PyObject *m_##name(PyObject *self, PyObject *unused) {                                                 \
+        (void)unused;                                                                                             \
+        return cast_core(self, DT);                                                                               \
+    }
+CAST_METHOD(half, DT_FLOAT16)
+CAST_METHOD(float, DT_FLOAT32)
+CAST_METHOD(double, DT_FLOAT64)
+CAST_METHOD(bfloat16, DT_BFLOAT16)
+CAST_METHOD(int, DT_INT32)
+CAST_METHOD(long, DT_INT64)
+CAST_METHOD(bool, DT_BOOL)
+CAST_METHOD(short, DT_INT16)
+CAST_METHOD(char, DT_INT8)
+CAST_METHOD(byte, DT_UINT8)
+
+/* A tensor-or-number argument of where/masked_fill/clamp: 1 tensor, 2
+ * number, -1 with TypeError naming the argument. */
+static int tensor_or_number(dtpy_state *st, PyObject *o, const char *op, const char *arg, dt_tensor **t,
+                            dt_scalar *s) {
+    *t = NULL;
+    int k = operand(st, o, t, s);
+    if (k < 0)
+        return -1;
+    if (k == 0) {
+        if (is_torch_tensor(st, o))
+            torch_operand_error(op);
+        else
+            PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be a dtorch.Tensor or a number, not %.100s", op,
+                         arg, type_name(o));
+        return -1;
+    }
+    return k;
+}
+
+static int check_graphs(dt_tensor *const *ts, int n, const char *op) {
+    for (int i = 1; i < n; i++)
+        if (ts[i] && ts[0] && same_graph(ts[0], ts[i], op) < 0)
+            return -1;
+    return 0;
+}
+
+static PyObject *where_core(dtpy_state *st, PyObject *cond, PyObject *x, PyObject *y, PyObject *like) {
+    dt_tensor *tc, *tx, *ty;
+    dt_scalar sc, sx, sy;
+    if (tensor_or_number(st, cond, "where", "condition", &tc, &sc) != 1) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_TypeError, "where(): argument 'condition' must be a dtorch.Tensor, not %.100s",
+                         type_name(cond));
+        return NULL;
+    }
+    if (tensor_or_number(st, x, "where", "input", &tx, &sx) < 0 || tensor_or_number(st, y, "where", "other", &ty, &sy) < 0)
+        return NULL;
+    dt_tensor *all[3] = {tc, tx, ty};
+    if (check_graphs(all, 3, "where") < 0 || prepare(st) < 0)
+        return NULL;
+    PyObject *base = like != NULL ? like : tx ? x : ty ? y : cond;
+    return wrap_like(st, dt_where(tc, tx, sx, ty, sy), base);
+}
+
+/* x.where(condition, y) is torch.where(condition, x, y). */
+static PyObject *m_where(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"condition", "other", NULL};
+    PyObject *cond, *other;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO", kwlist, &cond, &other))
+        return NULL;
+    dtpy_state *st = dtpy_find_state(Py_TYPE(self));
+    return st ? where_core(st, cond, self, other, self) : NULL;
+}
+
+static PyObject *masked_fill_core(PyObject *self, PyObject *args, PyObject *kwargs, int inplace) {
+    static char *kwlist[] = {"mask", "value", NULL};
+    PyObject *mask, *value;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO", kwlist, &mask, &value))
+        return NULL;
+    dtpy_state *st = dtpy_find_state(Py_TYPE(self));
+    if (st == NULL)
+        return NULL;
+    if (!DTPY_IS_TENSOR(st, mask)) {
+        if (is_torch_tensor(st, mask))
+            return torch_operand_error("masked_fill");
+        return PyErr_Format(PyExc_TypeError, "masked_fill(): argument 'mask' must be a dtorch.Tensor, not %.100s",
+                            type_name(mask));
+    }
+    dt_tensor *tv;
+    dt_scalar sv;
+    if (tensor_or_number(st, value, "masked_fill", "value", &tv, &sv) < 0)
+        return NULL;
+    dt_tensor *all[3] = {((dtpy_tensor *)self)->t, ((dtpy_tensor *)mask)->t, tv};
+    if (check_graphs(all, 3, "masked_fill") < 0 || prepare(st) < 0)
+        return NULL;
+    dt_tensor *t = dt_masked_fill(all[0], all[1], tv, sv, inplace ? DT_EW_INPLACE : 0);
+    return finish(st, self, t, inplace);
+}
+static PyObject *m_masked_fill(PyObject *s, PyObject *a, PyObject *k) { return masked_fill_core(s, a, k, 0); }
+static PyObject *m_masked_fill_(PyObject *s, PyObject *a, PyObject *k) { return masked_fill_core(s, a, k, 1); }
+
+/* clamp(min=None, max=None), clamp_min(min), clamp_max(max). */
+static PyObject *clamp_core(PyObject *self, PyObject *lo, PyObject *hi, int inplace) {
+    dtpy_state *st = dtpy_find_state(Py_TYPE(self));
+    if (st == NULL)
+        return NULL;
+    dt_tensor *tl = NULL, *th = NULL;
+    dt_scalar sl = dt_scalar_int(0), sh = dt_scalar_int(0);
+    int flags = inplace ? DT_EW_INPLACE : 0;
+    if (lo != Py_None) {
+        if (tensor_or_number(st, lo, "clamp", "min", &tl, &sl) < 0)
+            return NULL;
+        flags |= DT_CLAMP_MIN;
+    }
+    if (hi != Py_None) {
+        if (tensor_or_number(st, hi, "clamp", "max", &th, &sh) < 0)
+            return NULL;
+        flags |= DT_CLAMP_MAX;
+    }
+    dt_tensor *all[3] = {((dtpy_tensor *)self)->t, tl, th};
+    if (check_graphs(all, 3, "clamp") < 0 || prepare(st) < 0)
+        return NULL;
+    return finish(st, self, dt_clamp(all[0], tl, sl, th, sh, flags), inplace);
+}
+
+static PyObject *clamp_args(PyObject *self, PyObject *args, PyObject *kwargs, int inplace) {
+    static char *kwlist[] = {"min", "max", NULL};
+    PyObject *lo = Py_None, *hi = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OO", kwlist, &lo, &hi))
+        return NULL;
+    return clamp_core(self, lo, hi, inplace);
+}
+static PyObject *m_clamp(PyObject *s, PyObject *a, PyObject *k) { return clamp_args(s, a, k, 0); }
+static PyObject *m_clamp_(PyObject *s, PyObject *a, PyObject *k) { return clamp_args(s, a, k, 1); }
+static PyObject *m_clamp_min(PyObject *s, PyObject *lo) { return clamp_core(s, lo, Py_None, 0); }
+static PyObject *m_clamp_max(PyObject *s, PyObject *hi) { return clamp_core(s, Py_None, hi, 0); }
+
+/* ------------------------------------------------------- module functions */
+
+/* ew_binary(name, input, other, alpha=None, rounding_mode=None,
+ * inplace=False): torch.<name>(input, other) where either may be a number. */
+static PyObject *mod_ew_binary(PyObject *module, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"name", "input", "other", "alpha", "rounding_mode", "inplace", NULL};
+    const char *name;
+    PyObject *a, *b, *alpha = Py_None, *mode = Py_None;
+    int inplace = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sOO|OOp:ew_binary", kwlist, &name, &a, &b, &alpha, &mode,
+                                     &inplace))
+        return NULL;
+    int op = -1;
+    for (int i = 0; i < DT_BINARY_COUNT && op < 0; i++)
+        if (strcmp(binary_names[i], name) == 0)
+            op = i;
+    if (op < 0)
+        return PyErr_Format(PyExc_ValueError, "ew_binary: unknown op '%s'", name);
+    if (mode != Py_None) {
+        const char *m = PyUnicode_Check(mode) ? PyUnicode_AsUTF8(mode) : NULL;
+        if (op == DT_BINARY_DIV && m != NULL && strcmp(m, "trunc") == 0)
+            op = DT_BINARY_DIV_TRUNC;
+        else if (op == DT_BINARY_DIV && m != NULL && strcmp(m, "floor") == 0)
+            op = DT_BINARY_DIV_FLOOR;
+        else
+            return PyErr_Format(PyExc_RuntimeError,
+                                "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found %R",
+                                mode);
+    }
+    dtpy_state *st = (dtpy_state *)PyModule_GetState(module);
+    return binary_core(st, a, b, (dt_binary_op)op, alpha, inplace, CALL_FUNCTION);
+}
+
+/* ew_where(condition, input, other) */
+static PyObject *mod_ew_where(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3)
+        return PyErr_Format(PyExc_TypeError, "ew_where takes 3 arguments (%zd given)", nargs);
+    dtpy_state *st = (dtpy_state *)PyModule_GetState(module);
+    return where_core(st, args[0], args[1], args[2], NULL);
+}
+
+static PyMethodDef module_functions[] = {
+    {"ew_binary", (PyCFunction)(void (*)(void))mod_ew_binary, METH_VARARGS | METH_KEYWORDS,
+     "ew_binary(name, input, other, alpha=None, rounding_mode=None, inplace=False) -> Tensor"},
+    {"ew_where", (PyCFunction)(void (*)(void))mod_ew_where, METH_FASTCALL,
+     "ew_where(condition, input, other) -> Tensor"},
+    {NULL, NULL, 0, NULL},
+};
+
+/* ------------------------------------------------------------ method table */
+
+#define KW(name, fn, doc) {name, (PyCFunction)(void (*)(void))fn, METH_VARARGS | METH_KEYWORDS, doc}
+#define NOARGS(name, fn, doc) {name, (PyCFunction)fn, METH_NOARGS, doc}
+#define UNARY_DEFS(name)                                                                                          \
+    NOARGS(#name, m_##name, #name "() -> Tensor: torch." #name " elementwise."),                                  \
+        NOARGS(#name "_", m_##name##_, #name "_() -> self: in place (rebinds self, see docs/decisions.md).")
+
+static PyMethodDef methods[] = {
+    KW("add", m_add, "add(other, *, alpha=1) -> Tensor: self + alpha * other."),
+    KW("add_", m_add_, "add_(other, *, alpha=1) -> self: in place."),
+    KW("sub", m_sub, "sub(other, *, alpha=1) -> Tensor: self - alpha * other."),
+    KW("sub_", m_sub_, "sub_(other, *, alpha=1) -> self: in place."),
+    KW("subtract", m_sub, "Alias of sub."),
+    KW("mul", m_mul, "mul(other) -> Tensor: self * other."),
+    KW("mul_", m_mul_, "mul_(other) -> self: in place."),
+    KW("multiply", m_mul, "Alias of mul."),
+    KW("div", m_div, "div(other, *, rounding_mode=None) -> Tensor: true division, or 'trunc'/'floor' rounding."),
+    KW("div_", m_div_, "div_(other, *, rounding_mode=None) -> self: in place."),
+    KW("divide", m_div, "Alias of div."),
+    KW("true_divide", m_div, "true_divide(other) -> Tensor: self / other."),
+    KW("floor_divide", m_floor_divide, "floor_divide(other) -> Tensor: self // other."),
+    KW("floor_divide_", m_floor_divide_, "floor_divide_(other) -> self: in place."),
+    KW("remainder", m_remainder, "remainder(other) -> Tensor: self % other (Python's sign convention)."),
+    KW("remainder_", m_remainder_, "remainder_(other) -> self: in place."),
+    KW("pow", m_pow, "pow(exponent) -> Tensor: self ** exponent."),
+    KW("pow_", m_pow_, "pow_(exponent) -> self: in place."),
+    KW("maximum", m_maximum, "maximum(other) -> Tensor: the elementwise maximum of two tensors."),
+    KW("minimum", m_minimum, "minimum(other) -> Tensor: the elementwise minimum of two tensors."),
+    KW("eq", m_eq, "eq(other) -> bool Tensor: self == other."),
+    KW("eq_", m_eq_, "eq_(other) -> self: in place, in self's dtype."),
+    KW("ne", m_ne, "ne(other) -> bool Tensor: self != other."),
+    KW("ne_", m_ne_, "ne_(other) -> self: in place."),
+    KW("not_equal", m_ne, "Alias of ne."),
+    KW("lt", m_lt, "lt(other) -> bool Tensor: self < other."),
+    KW("lt_", m_lt_, "lt_(other) -> self: in place."),
+    KW("less", m_lt, "Alias of lt."),
+    KW("le", m_le, "le(other) -> bool Tensor: self <= other."),
+    KW("le_", m_le_, "le_(other) -> self: in place."),
+    KW("less_equal", m_le, "Alias of le."),
+    KW("gt", m_gt, "gt(other) -> bool Tensor: self > other."),
+    KW("gt_", m_gt_, "gt_(other) -> self: in place."),
+    KW("greater", m_gt, "Alias of gt."),
+    KW("ge", m_ge, "ge(other) -> bool Tensor: self >= other."),
+    KW("ge_", m_ge_, "ge_(other) -> self: in place."),
+    KW("greater_equal", m_ge, "Alias of ge."),
+    KW("logical_and", m_logical_and, "logical_and(other) -> bool Tensor."),
+    KW("logical_and_", m_logical_and_, "logical_and_(other) -> self: in place."),
+    KW("logical_or", m_logical_or, "logical_or(other) -> bool Tensor."),
+    KW("logical_or_", m_logical_or_, "logical_or_(other) -> self: in place."),
+    KW("logical_xor", m_logical_xor, "logical_xor(other) -> bool Tensor."),
+    KW("logical_xor_", m_logical_xor_, "logical_xor_(other) -> self: in place."),
+    KW("bitwise_and", m_bitwise_and, "bitwise_and(other) -> Tensor: self & other."),
+    KW("bitwise_and_", m_bitwise_and_, "bitwise_and_(other) -> self: in place."),
+    KW("bitwise_or", m_bitwise_or, "bitwise_or(other) -> Tensor: self | other."),
+    KW("bitwise_or_", m_bitwise_or_, "bitwise_or_(other) -> self: in place."),
+    KW("bitwise_xor", m_bitwise_xor, "bitwise_xor(other) -> Tensor: self ^ other."),
+    KW("bitwise_xor_", m_bitwise_xor_, "bitwise_xor_(other) -> self: in place."),
+    UNARY_DEFS(neg),
+    NOARGS("negative", m_neg, "Alias of neg."),
+    UNARY_DEFS(abs),
+    NOARGS("absolute", m_abs, "Alias of abs."),
+    UNARY_DEFS(exp),
+    UNARY_DEFS(log),
+    UNARY_DEFS(log2),
+    UNARY_DEFS(log10),
+    UNARY_DEFS(sqrt),
+    UNARY_DEFS(rsqrt),
+    UNARY_DEFS(reciprocal),
+    UNARY_DEFS(sin),
+    UNARY_DEFS(cos),
+    UNARY_DEFS(tanh),
+    UNARY_DEFS(sigmoid),
+    UNARY_DEFS(erf),
+    UNARY_DEFS(expm1),
+    UNARY_DEFS(log1p),
+    UNARY_DEFS(exp2),
+    UNARY_DEFS(square),
+    UNARY_DEFS(floor),
+    UNARY_DEFS(ceil),
+    UNARY_DEFS(trunc),
+    NOARGS("fix", m_trunc, "Alias of trunc."),
+    UNARY_DEFS(sign),
+    UNARY_DEFS(relu),
+    NOARGS("isnan", m_isnan, "isnan() -> bool Tensor."),
+    NOARGS("isinf", m_isinf, "isinf() -> bool Tensor."),
+    NOARGS("isfinite", m_isfinite, "isfinite() -> bool Tensor."),
+    UNARY_DEFS(logical_not),
+    UNARY_DEFS(bitwise_not),
+    KW("round", m_round, "round(*, decimals=0) -> Tensor: round half to even."),
+    KW("round_", m_round_, "round_(*, decimals=0) -> self: in place."),
+    {"_cast", m_cast, METH_O, "_cast(dtype) -> Tensor: self.to(dtype); self when the dtype is already dtype."},
+    NOARGS("_alias", m_alias, "_alias() -> Tensor: a new object for the same value."),
+    NOARGS("half", m_half, "half() -> Tensor: self.to(torch.float16)."),
+    NOARGS("float", m_float, "float() -> Tensor: self.to(torch.float32)."),
+    NOARGS("double", m_double, "double() -> Tensor: self.to(torch.float64)."),
+    NOARGS("bfloat16", m_bfloat16, "bfloat16() -> Tensor: self.to(torch.bfloat16)."),
+    NOARGS("int", m_int, "int() -> Tensor: self.to(torch.int32)."),
+    NOARGS("long", m_long, "long() -> Tensor: self.to(torch.int64)."),
+    NOARGS("bool", m_bool, "bool() -> Tensor: self.to(torch.bool)."),
+    NOARGS("short", m_short, "short() -> Tensor: self.to(torch.int16)."),
+    NOARGS("char", m_char, "char() -> Tensor: self.to(torch.int8)."),
+    NOARGS("byte", m_byte, "byte() -> Tensor: self.to(torch.uint8)."),
+    KW("where", m_where, "where(condition, other) -> Tensor: torch.where(condition, self, other)."),
+    KW("masked_fill", m_masked_fill, "masked_fill(mask, value) -> Tensor: value where mask is True."),
+    KW("masked_fill_", m_masked_fill_, "masked_fill_(mask, value) -> self: in place."),
+    KW("clamp", m_clamp, "clamp(min=None, max=None) -> Tensor"),
+    KW("clamp_", m_clamp_, "clamp_(min=None, max=None) -> self: in place."),
+    KW("clip", m_clamp, "Alias of clamp."),
+    KW("clip_", m_clamp_, "Alias of clamp_."),
+    {"clamp_min", m_clamp_min, METH_O, "clamp_min(min) -> Tensor"},
+    {"clamp_max", m_clamp_max, METH_O, "clamp_max(max) -> Tensor"},
+    {NULL, NULL, 0, NULL},
+};
+
+int dtpy_add_elementwise_methods(PyObject *module) {
+    dtpy_state *st = (dtpy_state *)PyModule_GetState(module);
+    PyTypeObject *tp = st->tensor_base_type;
+    for (PyMethodDef *def = methods; def->ml_name != NULL; def++) {
+        PyObject *descr = PyDescr_NewMethod(tp, def);
+        if (descr == NULL)
+            return -1;
+        int rc = PyObject_SetAttrString((PyObject *)tp, def->ml_name, descr);
+        Py_DECREF(descr);
+        if (rc < 0)
+            return -1;
+    }
+    return PyModule_AddFunctions(module, module_functions);
+}

@@ -1,0 +1,63 @@
+/*
+ * The machinery the elementwise family's two files share (elementwise.c:
+ * binary ops, the shared planner and the lowering; elementwise_unary.c:
+ * unary ops, casts, where, masked_fill, clamp).
+ *
+ * An elementwise call is planned in three steps on the client thread, and
+ * only then submitted, so that a failing call enqueues nothing:
+ *   1. dt__ew_shape: NULL/graph/mesh checks and the broadcast output shape;
+ *   2. the op's own dtype rules (it fills e->out.dtype);
+ *   3. dt__ew_placements: per-mesh-dim placement rules and, on meshes with
+ *      nested shards, the check that every device holds what it needs;
+ * then dt__ew_submit builds the node (and, for in-place forms, a cast back
+ * to the target's dtype). Threads: all of it runs on client threads.
+ */
+#ifndef DT_OPS_ELEMENTWISE_H
+#define DT_OPS_ELEMENTWISE_H
+
+#include "core/core.h"
+
+/* A planned elementwise call. */
+typedef struct dt__ew {
+    const char *name;           /* torch's op name, for messages */
+    int op;                     /* DT_OP_* of the node */
+    int nin;                    /* tensor inputs, in kernel order */
+    dt_tensor *in[DT__MAX_IN];  /* borrowed */
+    dt__nattr attr;             /* sub, flags, scalar, scalar2 */
+    dt__meta out;               /* set by dt__ew_shape, dtype by the op */
+} dt__ew;
+
+/* Node-only flag: lower a BINARY/BINARY_SCALAR node to DT_K_EW_BINARY
+ * (new ops, alpha, torch's function form) rather than the original
+ * DT_K_BINARY/DT_K_BINARY_SCALAR kernels. Never reaches a kernel. */
+#define DT__NF_EW_KERNEL (1 << 30)
+
+/* Placement rule for one mesh dim where at least one input is Partial:
+ * 1 when the op is linear there (the output is Partial), else 0. */
+typedef int (*dt__ew_partial_fn)(const dt__ew *e, int md);
+
+/* Step 1: inputs not NULL, one graph, one mesh; e->out gets the broadcast
+ * shape and the mesh (dtype left to the op). DT_ESHAPE as torch words it. */
+dt_status dt__ew_shape(dt__ew *e);
+/* Step 3: e->out.pl from the per-mesh-dim rules ("broadcast S/R" plus
+ * `partial` for Partial inputs; NULL rejects every Partial); PlacementError
+ * naming `accepted` otherwise. */
+dt_status dt__ew_placements(dt__ew *e, const char *accepted, dt__ew_partial_fn partial);
+/* Submits a planned call; a new reference or NULL. With DT_EW_INPLACE it
+ * first checks torch's in-place rules against e->in[0] (same shape,
+ * castable dtype) and appends a cast to in[0]'s dtype when needed. */
+dt_tensor *dt__ew_submit(dt__ew *e, int flags);
+
+/* torch's C++ name of a dtype in messages ("Float", "Long", "Bool"). */
+const char *dt__ew_torch_name(dt_dtype d);
+/* 1 when torch's canCast(from, to) holds (no float -> integral, no
+ * non-bool -> bool). */
+int dt__ew_can_cast(dt_dtype from, dt_dtype to);
+/* 1 when scalar s converts to dtype d without overflow under c10's rules
+ * (Scalar::to<T>() as masked_fill and clamp use it). */
+int dt__ew_scalar_fits(dt_scalar s, dt_dtype d);
+
+/* Op names for kernels' error messages (elementwise_unary.c). */
+const char *dt__ew_unary_name(int sub);
+
+#endif /* DT_OPS_ELEMENTWISE_H */
