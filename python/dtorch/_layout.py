@@ -1,5 +1,5 @@
-"""Layout conveniences on top of ``Tensor.redistribute``: by mesh-dim name, like another tensor, and
-moves to another mesh of the same shape.
+"""Layout conveniences on top of ``Tensor.redistribute``: by mesh-dim name and like another tensor.
+(``Tensor.to(mesh)`` moves to another mesh of the same shape.)
 
 >>> mesh = dtorch.DeviceMesh("cpu", [[0, 1], [2, 3]], mesh_dim_names=("dp", "tp"))
 >>> x = dtorch.ones(4, 4, device_mesh=mesh)
@@ -15,7 +15,7 @@ from typing import Dict, Optional, Union
 from ._tensor import Tensor
 from .distributed_spec import DeviceMesh, Placement, Replicate
 
-__all__ = ["redistribute_by_dict", "redistribute_like", "to_device_mesh"]
+__all__ = ["redistribute_by_dict", "redistribute_like"]
 
 _MODES = ("raise_error", "replicate", "keep")
 
@@ -87,18 +87,5 @@ def redistribute_like(self: Tensor, other: Tensor) -> Tensor:
     return self.redistribute(device_mesh=other.device_mesh, placements=other.placements)
 
 
-def to_device_mesh(self: Tensor, device_mesh: DeviceMesh) -> Tensor:
-    """The same value with the same placements on another mesh of the same shape (pipeline stages)."""
-    if not isinstance(device_mesh, DeviceMesh):
-        raise TypeError(f"device_mesh must be a DeviceMesh, not {type(device_mesh).__name__}")
-    if device_mesh.shape != self.device_mesh.shape:
-        raise ValueError(
-            f"to(): the target mesh has shape {device_mesh.shape} but the tensor's mesh has shape "
-            f"{self.device_mesh.shape}; use redistribute(device_mesh=..., placements=...) to change the shape"
-        )
-    return self.redistribute(device_mesh=device_mesh, placements=self.placements)
-
-
 Tensor.redistribute_by_dict = redistribute_by_dict
 Tensor.redistribute_like = redistribute_like
-Tensor._to_device_mesh = to_device_mesh

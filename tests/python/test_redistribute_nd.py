@@ -96,11 +96,11 @@ class TestCrossMesh(unittest.TestCase):
         t = int_valued(4, 6)
         a, b = DeviceMesh("cpu", [0, 1]), DeviceMesh("cpu", [2, 3])
         x = dtorch.from_torch(t, a, [Shard(1)])
-        y = x._to_device_mesh(b)
+        y = x.to(b)
         self.assertEqual((y.device_mesh, y.placements), (b, [Shard(1)]))
         assert_tensor_equal(self, y, t)
         with self.assertRaises(ValueError):
-            x._to_device_mesh(DeviceMesh("cpu", [4, 5, 6]))
+            x.to(DeviceMesh("cpu", [4, 5, 6]))
 
     def test_compute_after_move(self):
         t = int_valued(6, 4)
