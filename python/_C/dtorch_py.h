@@ -187,4 +187,9 @@ PyObject *dtpy_read_value(dtpy_state *st, dt_future *f, dt_dtype dtype, int ndim
  * reference; cached on the object). */
 PyObject *dtpy_future_value(dtpy_state *st, dtpy_future *fu);
 
+/* ------------------------------------------------------ operator families */
+
+/* Adds the nn functional family's `_nn_*` functions (ops_nn.c). 0 or -1. */
+int dtpy_add_nn_methods(PyObject *module);
+
 #endif /* DTORCH_PY_H */

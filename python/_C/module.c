@@ -627,6 +627,8 @@ static int module_exec(PyObject *module) {
         return -1;
     if (import_torch(st) < 0)
         return -1;
+    if (dtpy_add_nn_methods(module) < 0)
+        return -1;
     if (PyModule_AddIntConstant(module, "MAX_NDIM", DT_MAX_NDIM) < 0 ||
         PyModule_AddIntConstant(module, "MAX_MESH_NDIM", DT_MAX_MESH_NDIM) < 0 ||
         PyModule_AddIntConstant(module, "PLACEMENT_REPLICATE", DT_PLACEMENT_REPLICATE) < 0 ||

@@ -37,6 +37,7 @@ from ._factories import (
     zeros_like,
 )
 from ._ops import add, div, divide, matmul, mm, mul, multiply, neg, negative, sub, subtract, sum, true_divide
+from . import nn  # dtorch.nn and dtorch.nn.functional
 
 # Tell the C layer which classes to hand out, and where the package lives so
 # that call sites recorded for error messages skip dtorch's own frames.

@@ -135,6 +135,16 @@ typedef enum dt__op {
     DT_OP_MATMUL,
     DT_OP_SUM,
     DT_OP_REDISTRIBUTE,
+    /* nn functional family (src/ops/nn*.c, attention.c): lowered by dt__lower_nn. */
+    DT_OP_ACTIVATION, /* sub = dt_activation_kind */
+    DT_OP_SOFTMAX,
+    DT_OP_NORM, /* sub = DT_NORM_* (ops/nn_internal.h) */
+    DT_OP_EMBEDDING,
+    DT_OP_CONV2D,
+    DT_OP_INTERPOLATE,
+    DT_OP_PAD,
+    DT_OP_DROPOUT,
+    DT_OP_SDPA,
     DT_OP_RELEASE, /* the client dropped a symbol */
     DT_OP_FETCH,   /* a value read */
     DT_OP_SYNC,    /* a graph-wide barrier */
@@ -152,13 +162,19 @@ typedef struct dt__nattr {
     double f[3];
     /* matmul: mesh dims whose combination shards K (partial sums). */
     uint32_t k_mesh_mask;
+    /* nn family: integer arguments (normalized shape, conv stride/padding/
+     * dilation/groups, pad amounts, interpolate sizes). */
+    int64_t ints[2 * DT_MAX_NDIM];
 } dt__nattr;
+
+/* Most inputs one node or kernel takes (batch_norm has five). */
+#define DT_MAX_OP_INPUTS 6
 
 typedef struct dt__node {
     struct dt__node *next;
     int32_t op;
     int32_t n_in;
-    dt__tval *in[2];
+    dt__tval *in[DT_MAX_OP_INPUTS];
     dt__tval *out;
     dt__nattr a;
     const char *site_file; /* interned */
@@ -182,7 +198,7 @@ typedef struct dt__kernel {
     int32_t n_in;
     int32_t rank;
     int32_t site_line;
-    dt__blob *in[2];
+    dt__blob *in[DT_MAX_OP_INPUTS];
     dt__blob *out;
     const char *opname;
     const char *site_file;
@@ -333,6 +349,7 @@ void dt__lower_unary(dt__lower *L, dt__node *n);
 void dt__lower_matmul(dt__lower *L, dt__node *n);
 void dt__lower_sum(dt__lower *L, dt__node *n);
 void dt__lower_redistribute(dt__lower *L, dt__node *n);
+void dt__lower_nn(dt__lower *L, dt__node *n);
 
 /* ------------------------------------------------------------ client */
 

@@ -47,8 +47,12 @@ static const char *const kop_names[DT_K_COUNT] = {
     [DT_K_BINARY] = "binary", [DT_K_BINARY_SCALAR] = "binary_scalar",
     [DT_K_NEG] = "neg",       [DT_K_MATMUL] = "matmul", [DT_K_SUM] = "sum",
     [DT_K_CAT] = "cat",       [DT_K_SUM_N] = "sum_n",   [DT_K_ZEROS_LIKE] = "zeros_like",
+    /* nn functional family */
+    [DT_K_ACTIVATION] = "activation", [DT_K_SOFTMAX] = "softmax", [DT_K_NORM] = "norm",
+    [DT_K_EMBEDDING] = "embedding",   [DT_K_CONV2D] = "conv2d",   [DT_K_INTERPOLATE] = "interpolate",
+    [DT_K_PAD] = "pad",               [DT_K_DROPOUT] = "dropout", [DT_K_SDPA] = "sdpa",
 };
-_Static_assert(DT_K_COUNT == 14, "update kop_names when adding a kernel op");
+_Static_assert(DT_K_COUNT == 23, "update kop_names when adding a kernel op");
 
 /* Poisons k->out with a message naming the op, the device and the call site. */
 static void poison(dt__kernel *k, const dt__stream *s, const char *what) {
@@ -66,7 +70,7 @@ static void poison(dt__kernel *k, const dt__stream *s, const char *what) {
 }
 
 static void run_backend(dt__kernel *k, const dt__stream *s) {
-    void *in[2] = {NULL, NULL};
+    void *in[DT_MAX_OP_INPUTS] = {NULL};
     for (int i = 0; i < k->n_in; i++) {
         if (k->in[i]->error) {
             /* Carry the first failure unchanged to everything downstream. */

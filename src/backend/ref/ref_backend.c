@@ -43,7 +43,10 @@ typedef struct ref_tensor {
 
 static const char *const kop_names[] = {"SLICE", "FULL",   "EMPTY",         "ARANGE",    "RAND",
                                         "RANDN", "BINARY", "BINARY_SCALAR", "NEG",       "MATMUL",
-                                        "SUM",   "CAT",    "SUM_N",         "ZEROS_LIKE"};
+                                        "SUM",   "CAT",    "SUM_N",         "ZEROS_LIKE",
+                                        /* nn functional family: not implemented here */
+                                        "ACTIVATION", "SOFTMAX", "NORM", "EMBEDDING", "CONV2D", "INTERPOLATE",
+                                        "PAD", "DROPOUT", "SDPA"};
 _Static_assert(sizeof kop_names / sizeof kop_names[0] == DT_K_COUNT, "one name per kernel op");
 
 static const char *const dtype_names[] = {"bool",  "uint8",   "int8",     "int16",   "int32",
