@@ -334,8 +334,10 @@ typedef enum dt_activation_kind {
  * Floating dtypes only, except RELU (integers too, not bool) and
  * SIGMOID/TANH (integers and bool give the default float dtype).
  * Per mesh dim: R->R, S(d)->S(d); Partial is rejected (not linear). Shards
- * of GELU_TANH and ELU may differ from the unsharded result in the last bit
- * (ATen's vectorised and scalar paths round differently). */
+ * of GELU, GELU_TANH, SILU, ELU and SIGMOID may differ from the unsharded
+ * result in the last bit: ATen's CPU kernels compute a vectorised body and a
+ * scalar tail that round differently, and a shard moves elements between
+ * the two. RELU, LEAKY_RELU and TANH are exact. */
 DT_API dt_tensor *dt_activation(dt_activation_kind kind, dt_tensor *x, double param);
 
 /* softmax (log_softmax when `log`) over `dim`; `dtype` < 0 keeps x's dtype,
@@ -411,7 +413,9 @@ typedef enum dt_interp_mode {
  * the scales are passed on, as torch.nn.functional.interpolate does without
  * recompute_scale_factor). align_corners: -1 for None (False), 0 or 1; only
  * the linear modes take it. Per mesh dim: R->R, S(0)->S(0), S(1)->S(1),
- * P->P (interpolation is linear); spatial shards are rejected. */
+ * P->P (interpolation is linear); spatial shards are rejected. Channel
+ * shards of the linear modes may differ in the last bit (ATen vectorises
+ * across channels). */
 DT_API dt_tensor *dt_interpolate(dt_tensor *x, dt_interp_mode mode, const int64_t *size,
                                  const double *scale_factors, int align_corners);
 
