@@ -354,6 +354,29 @@ static PyObject *nn_replace(PyObject *m, PyObject *const *args, Py_ssize_t nargs
     return Py_NewRef((PyObject *)x);
 }
 
+/* _nn_alias(x, cls): a new Python tensor of class `cls` (a subclass of
+ * TensorBase with the same layout, e.g. dtorch.nn.Parameter) on x's value. */
+static PyObject *nn_alias(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(2, "_nn_alias");
+    dtpy_state *st = nn_state(m);
+    dtpy_tensor *x;
+    if (tensor_arg(st, args[0], "alias", "data", 0, &x) < 0)
+        return NULL;
+    if (!PyType_Check(args[1]) || !PyType_IsSubtype((PyTypeObject *)args[1], st->tensor_base_type))
+        return PyErr_Format(PyExc_TypeError, "alias: the class must subclass _C.TensorBase");
+    PyTypeObject *cls = (PyTypeObject *)args[1];
+    if (cls->tp_basicsize != st->tensor_cls->tp_basicsize)
+        return PyErr_Format(PyExc_TypeError, "alias: %.100s adds instance fields (use __slots__ = ())", cls->tp_name);
+    dtpy_tensor *o = (dtpy_tensor *)cls->tp_alloc(cls, 0);
+    if (o == NULL)
+        return NULL;
+    dt_tensor_retain(x->t);
+    o->t = x->t;
+    o->graph = Py_NewRef(x->graph);
+    o->mesh = Py_XNewRef(x->mesh);
+    return (PyObject *)o;
+}
+
 #define FASTCALL(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL
 
 static PyMethodDef nn_methods[] = {
@@ -370,6 +393,7 @@ static PyMethodDef nn_methods[] = {
     {"_nn_interpolate", FASTCALL(nn_interpolate), "_nn_interpolate(x, mode, size, scale_factors, align_corners)"},
     {"_nn_pad", FASTCALL(nn_pad), "_nn_pad(x, pad, mode, value)"},
     {"_nn_dropout", FASTCALL(nn_dropout), "_nn_dropout(x, p, training)"},
+    {"_nn_alias", FASTCALL(nn_alias), "_nn_alias(x, cls): a tensor of class cls on x's value"},
     {"_nn_replace", FASTCALL(nn_replace), "_nn_replace(x, y): x takes y's value (inplace=True forms)"},
     {"_nn_sdpa", FASTCALL(nn_sdpa), "_nn_sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale)"},
     {NULL, NULL, 0, NULL},
