@@ -27,10 +27,11 @@ static int tensor_arg(dtpy_state *st, PyObject *o, const char *op, const char *w
         return 0;
     }
     if (PyObject_TypeCheck(o, (PyTypeObject *)st->torch_tensor_type))
-        PyErr_Format(PyExc_TypeError,
-                     "%s(): argument '%s' is a torch.Tensor; convert it with dtorch.from_torch(t, device_mesh=..., "
-                     "placements=...) first",
-                     op, what);
+        PyErr_Format(
+            PyExc_TypeError,
+            "%s(): argument '%s' is a torch.Tensor; convert it with dtorch.from_torch(t, device_mesh=..., "
+            "placements=...) first",
+            op, what);
     else
         PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be a dtorch.Tensor%s, not %.100s", op, what,
                      optional ? " or None" : "", Py_TYPE(o)->tp_name);
@@ -57,7 +58,8 @@ static int float_arg(PyObject *o, const char *op, const char *what, int optional
 
 static int int_arg(PyObject *o, const char *op, const char *what, long long *out) {
     if (!PyLong_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be an int, not %.100s", op, what, Py_TYPE(o)->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be an int, not %.100s", op, what,
+                     Py_TYPE(o)->tp_name);
         return -1;
     }
     *out = PyLong_AsLongLong(o);
@@ -98,7 +100,7 @@ static PyObject *wrap(dtpy_state *st, dt_tensor *t, dtpy_tensor *like) {
 #define NARGS(n, name)                                                                                       \
     do {                                                                                                     \
         if (nargs != (n))                                                                                    \
-            return PyErr_Format(PyExc_TypeError, "_C." name " takes %d arguments (%zd given)", (n), nargs); \
+            return PyErr_Format(PyExc_TypeError, "_C." name " takes %d arguments (%zd given)", (n), nargs);  \
     } while (0)
 
 /* _nn_activation(x, kind, param) */
@@ -108,7 +110,8 @@ static PyObject *nn_activation(PyObject *m, PyObject *const *args, Py_ssize_t na
     dtpy_tensor *x;
     long long kind;
     double param;
-    if (tensor_arg(st, args[0], "activation", "input", 0, &x) < 0 || int_arg(args[1], "activation", "kind", &kind) < 0 ||
+    if (tensor_arg(st, args[0], "activation", "input", 0, &x) < 0 ||
+        int_arg(args[1], "activation", "kind", &kind) < 0 ||
         float_arg(args[2], "activation", "param", 0, &param) < 0)
         return NULL;
     if (dtpy_sync_default_dtype(st) < 0)
@@ -123,7 +126,8 @@ static PyObject *nn_softmax(PyObject *m, PyObject *const *args, Py_ssize_t nargs
     dtpy_state *st = nn_state(m);
     dtpy_tensor *x;
     long long dim;
-    if (tensor_arg(st, args[0], "softmax", "input", 0, &x) < 0 || int_arg(args[1], "softmax", "dim", &dim) < 0)
+    if (tensor_arg(st, args[0], "softmax", "input", 0, &x) < 0 ||
+        int_arg(args[1], "softmax", "dim", &dim) < 0)
         return NULL;
     int log = PyObject_IsTrue(args[2]);
     if (log < 0)
@@ -148,7 +152,8 @@ static PyObject *nn_layer_norm(PyObject *m, PyObject *const *args, Py_ssize_t na
     if (tensor_arg(st, args[0], "layer_norm", "input", 0, &x) < 0 ||
         (n = ints_arg(args[1], "layer_norm", "normalized_shape", ns, DT_MAX_NDIM)) < 0 ||
         tensor_arg(st, args[2], "layer_norm", "weight", 1, &w) < 0 ||
-        tensor_arg(st, args[3], "layer_norm", "bias", 1, &b) < 0 || float_arg(args[4], "layer_norm", "eps", 0, &eps) < 0)
+        tensor_arg(st, args[3], "layer_norm", "bias", 1, &b) < 0 ||
+        float_arg(args[4], "layer_norm", "eps", 0, &eps) < 0)
         return NULL;
     dtpy_record_call_site(st);
     return wrap(st, dt_layer_norm(x->t, n, ns, handle(w), handle(b), eps), x);
@@ -164,7 +169,8 @@ static PyObject *nn_rms_norm(PyObject *m, PyObject *const *args, Py_ssize_t narg
     int n;
     if (tensor_arg(st, args[0], "rms_norm", "input", 0, &x) < 0 ||
         (n = ints_arg(args[1], "rms_norm", "normalized_shape", ns, DT_MAX_NDIM)) < 0 ||
-        tensor_arg(st, args[2], "rms_norm", "weight", 1, &w) < 0 || float_arg(args[3], "rms_norm", "eps", 1, &eps) < 0)
+        tensor_arg(st, args[2], "rms_norm", "weight", 1, &w) < 0 ||
+        float_arg(args[3], "rms_norm", "eps", 1, &eps) < 0)
         return NULL;
     dtpy_record_call_site(st);
     return wrap(st, dt_rms_norm(x->t, n, ns, handle(w), eps), x);
@@ -180,7 +186,8 @@ static PyObject *nn_group_norm(PyObject *m, PyObject *const *args, Py_ssize_t na
     if (tensor_arg(st, args[0], "group_norm", "input", 0, &x) < 0 ||
         int_arg(args[1], "group_norm", "num_groups", &groups) < 0 ||
         tensor_arg(st, args[2], "group_norm", "weight", 1, &w) < 0 ||
-        tensor_arg(st, args[3], "group_norm", "bias", 1, &b) < 0 || float_arg(args[4], "group_norm", "eps", 0, &eps) < 0)
+        tensor_arg(st, args[3], "group_norm", "bias", 1, &b) < 0 ||
+        float_arg(args[4], "group_norm", "eps", 0, &eps) < 0)
         return NULL;
     dtpy_record_call_site(st);
     return wrap(st, dt_group_norm(x->t, groups, handle(w), handle(b), eps), x);
@@ -225,17 +232,21 @@ static PyObject *nn_conv2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     dtpy_tensor *x, *w, *b;
     int64_t stride[2], padding[2] = {0, 0}, dilation[2];
     long long groups, mode;
-    if (tensor_arg(st, args[0], "conv2d", "input", 0, &x) < 0 || tensor_arg(st, args[1], "conv2d", "weight", 0, &w) < 0 ||
-        tensor_arg(st, args[2], "conv2d", "bias", 1, &b) < 0 || ints_arg(args[3], "conv2d", "stride", stride, 2) != 2 ||
+    if (tensor_arg(st, args[0], "conv2d", "input", 0, &x) < 0 ||
+        tensor_arg(st, args[1], "conv2d", "weight", 0, &w) < 0 ||
+        tensor_arg(st, args[2], "conv2d", "bias", 1, &b) < 0 ||
+        ints_arg(args[3], "conv2d", "stride", stride, 2) != 2 ||
         ints_arg(args[4], "conv2d", "padding", padding, 2) != 2 ||
-        ints_arg(args[5], "conv2d", "dilation", dilation, 2) != 2 || int_arg(args[6], "conv2d", "groups", &groups) < 0 ||
+        ints_arg(args[5], "conv2d", "dilation", dilation, 2) != 2 ||
+        int_arg(args[6], "conv2d", "groups", &groups) < 0 ||
         int_arg(args[7], "conv2d", "padding_mode", &mode) < 0) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "conv2d(): stride, padding and dilation need 2 entries each");
         return NULL;
     }
     dtpy_record_call_site(st);
-    return wrap(st, dt_conv2d(x->t, w->t, handle(b), stride, padding, dilation, groups, (dt_conv_padding)mode), x);
+    return wrap(
+        st, dt_conv2d(x->t, w->t, handle(b), stride, padding, dilation, groups, (dt_conv_padding)mode), x);
 }
 
 /* _nn_interpolate(x, mode, size_or_None, scales_or_None, align_corners) */
@@ -247,7 +258,8 @@ static PyObject *nn_interpolate(PyObject *m, PyObject *const *args, Py_ssize_t n
     int64_t size[3];
     double scales[3];
     int have_size = args[2] != Py_None, have_scales = args[3] != Py_None;
-    if (tensor_arg(st, args[0], "interpolate", "input", 0, &x) < 0 || int_arg(args[1], "interpolate", "mode", &mode) < 0 ||
+    if (tensor_arg(st, args[0], "interpolate", "input", 0, &x) < 0 ||
+        int_arg(args[1], "interpolate", "mode", &mode) < 0 ||
         int_arg(args[4], "interpolate", "align_corners", &align) < 0)
         return NULL;
     int nsp = dt_tensor_ndim(x->t) - 2;
@@ -256,7 +268,8 @@ static PyObject *nn_interpolate(PyObject *m, PyObject *const *args, Py_ssize_t n
         if (n < 0)
             return NULL;
         if (n != nsp)
-            return PyErr_Format(PyExc_ValueError, "interpolate(): size has %d entries for %d spatial dims", n, nsp);
+            return PyErr_Format(PyExc_ValueError, "interpolate(): size has %d entries for %d spatial dims", n,
+                                nsp);
     }
     if (have_scales) {
         PyObject *seq = PySequence_Fast(args[3], "interpolate(): scale_factor must be a sequence");
@@ -265,11 +278,12 @@ static PyObject *nn_interpolate(PyObject *m, PyObject *const *args, Py_ssize_t n
         Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
         if (n != nsp || n > 3) {
             Py_DECREF(seq);
-            return PyErr_Format(PyExc_ValueError, "interpolate(): scale_factor has %zd entries for %d spatial dims", n,
-                                nsp);
+            return PyErr_Format(PyExc_ValueError,
+                                "interpolate(): scale_factor has %zd entries for %d spatial dims", n, nsp);
         }
         for (Py_ssize_t i = 0; i < n; i++) {
-            if (float_arg(PySequence_Fast_GET_ITEM(seq, i), "interpolate", "scale_factor", 0, &scales[i]) < 0) {
+            if (float_arg(PySequence_Fast_GET_ITEM(seq, i), "interpolate", "scale_factor", 0, &scales[i]) <
+                0) {
                 Py_DECREF(seq);
                 return NULL;
             }
@@ -278,8 +292,8 @@ static PyObject *nn_interpolate(PyObject *m, PyObject *const *args, Py_ssize_t n
     }
     dtpy_record_call_site(st);
     return wrap(st,
-                dt_interpolate(x->t, (dt_interp_mode)mode, have_size ? size : NULL, have_scales ? scales : NULL,
-                               (int)align),
+                dt_interpolate(x->t, (dt_interp_mode)mode, have_size ? size : NULL,
+                               have_scales ? scales : NULL, (int)align),
                 x);
 }
 
@@ -292,7 +306,8 @@ static PyObject *nn_pad(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     long long mode;
     double value;
     int n;
-    if (tensor_arg(st, args[0], "pad", "input", 0, &x) < 0 || (n = ints_arg(args[1], "pad", "pad", pad, 2 * DT_MAX_NDIM)) < 0 ||
+    if (tensor_arg(st, args[0], "pad", "input", 0, &x) < 0 ||
+        (n = ints_arg(args[1], "pad", "pad", pad, 2 * DT_MAX_NDIM)) < 0 ||
         int_arg(args[2], "pad", "mode", &mode) < 0 || float_arg(args[3], "pad", "value", 1, &value) < 0)
         return NULL;
     dtpy_record_call_site(st);
@@ -305,7 +320,8 @@ static PyObject *nn_dropout(PyObject *m, PyObject *const *args, Py_ssize_t nargs
     dtpy_state *st = nn_state(m);
     dtpy_tensor *x;
     double p;
-    if (tensor_arg(st, args[0], "dropout", "input", 0, &x) < 0 || float_arg(args[1], "dropout", "p", 0, &p) < 0)
+    if (tensor_arg(st, args[0], "dropout", "input", 0, &x) < 0 ||
+        float_arg(args[1], "dropout", "p", 0, &p) < 0)
         return NULL;
     int training = PyObject_IsTrue(args[2]);
     if (training < 0)
@@ -322,7 +338,8 @@ static PyObject *nn_sdpa(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     dtpy_tensor *q, *k, *v, *mask;
     double p, scale;
     if (tensor_arg(st, args[0], op, "query", 0, &q) < 0 || tensor_arg(st, args[1], op, "key", 0, &k) < 0 ||
-        tensor_arg(st, args[2], op, "value", 0, &v) < 0 || tensor_arg(st, args[3], op, "attn_mask", 1, &mask) < 0 ||
+        tensor_arg(st, args[2], op, "value", 0, &v) < 0 ||
+        tensor_arg(st, args[3], op, "attn_mask", 1, &mask) < 0 ||
         float_arg(args[4], op, "dropout_p", 0, &p) < 0 || float_arg(args[6], op, "scale", 1, &scale) < 0)
         return NULL;
     int causal = PyObject_IsTrue(args[5]);
@@ -339,7 +356,8 @@ static PyObject *nn_replace(PyObject *m, PyObject *const *args, Py_ssize_t nargs
     NARGS(2, "_nn_replace");
     dtpy_state *st = nn_state(m);
     dtpy_tensor *x, *y;
-    if (tensor_arg(st, args[0], "inplace", "input", 0, &x) < 0 || tensor_arg(st, args[1], "inplace", "value", 0, &y) < 0)
+    if (tensor_arg(st, args[0], "inplace", "input", 0, &x) < 0 ||
+        tensor_arg(st, args[1], "inplace", "value", 0, &y) < 0)
         return NULL;
     if (dt_tensor_graph(x->t) != dt_tensor_graph(y->t))
         return PyErr_Format(PyExc_ValueError, "inplace: the tensors belong to different graphs");
@@ -366,7 +384,8 @@ static PyObject *nn_alias(PyObject *m, PyObject *const *args, Py_ssize_t nargs) 
         return PyErr_Format(PyExc_TypeError, "alias: the class must subclass _C.TensorBase");
     PyTypeObject *cls = (PyTypeObject *)args[1];
     if (cls->tp_basicsize != st->tensor_cls->tp_basicsize)
-        return PyErr_Format(PyExc_TypeError, "alias: %.100s adds instance fields (use __slots__ = ())", cls->tp_name);
+        return PyErr_Format(PyExc_TypeError, "alias: %.100s adds instance fields (use __slots__ = ())",
+                            cls->tp_name);
     dtpy_tensor *o = (dtpy_tensor *)cls->tp_alloc(cls, 0);
     if (o == NULL)
         return NULL;
@@ -390,7 +409,8 @@ static PyMethodDef nn_methods[] = {
     {"_nn_embedding", FASTCALL(nn_embedding), "_nn_embedding(indices, weight)"},
     {"_nn_conv2d", FASTCALL(nn_conv2d),
      "_nn_conv2d(x, weight, bias, stride, padding, dilation, groups, padding_mode)"},
-    {"_nn_interpolate", FASTCALL(nn_interpolate), "_nn_interpolate(x, mode, size, scale_factors, align_corners)"},
+    {"_nn_interpolate", FASTCALL(nn_interpolate),
+     "_nn_interpolate(x, mode, size, scale_factors, align_corners)"},
     {"_nn_pad", FASTCALL(nn_pad), "_nn_pad(x, pad, mode, value)"},
     {"_nn_dropout", FASTCALL(nn_dropout), "_nn_dropout(x, p, training)"},
     {"_nn_alias", FASTCALL(nn_alias), "_nn_alias(x, cls): a tensor of class cls on x's value"},

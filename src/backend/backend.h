@@ -96,7 +96,8 @@ typedef enum dt__kop {
      * ints[0..ndim) or, with DT_KNN_SCALES, scale factors f[0..ndim) (ndim
      * = spatial dims); align_corners when DT_KNN_ALIGN (modes that take it). */
     DT_K_INTERPOLATE,
-    /* out = pad(in[0], ints[0..ndim), mode sub = dt_pad_mode, value f[0]). */
+    /* out = pad(in[0], ints[0..gndim), mode sub = dt_pad_mode, value f[0], or
+     * torch's default (None) with DT_KNN_DEFAULT). */
     DT_K_PAD,
     /* out = in[0] * mask / (1 - f[0]) where mask is the region (start, shape)
      * of a Bernoulli(1 - f[0]) tensor of the global shape gshape (gndim

@@ -77,18 +77,20 @@ dt_tensor *dt_scaled_dot_product_attention(dt_tensor *q, dt_tensor *k, dt_tensor
     const dt__meta *mq = &q->v->meta, *mk = &k->v->meta, *mv = &v->v->meta;
     int nd = mq->ndim;
     if (nd < 2 || mk->ndim != nd || mv->ndim != nd) {
-        dt__error(DT_EOP,
-                  "%s(): query, key and value must have the same number of dimensions (at least 2), got %d, %d "
-                  "and %d",
-                  op, mq->ndim, mk->ndim, mv->ndim);
+        dt__error(
+            DT_EOP,
+            "%s(): query, key and value must have the same number of dimensions (at least 2), got %d, %d "
+            "and %d",
+            op, mq->ndim, mk->ndim, mv->ndim);
         return NULL;
     }
     for (int d = 0; d < nd - 2; d++) {
         if (mk->shape[d] != mq->shape[d] || mv->shape[d] != mq->shape[d]) {
-            dt__error(DT_EOP,
-                      "%s(): query, key and value must have the same batch and head sizes; dim %d is %lld, %lld "
-                      "and %lld",
-                      op, d, (long long)mq->shape[d], (long long)mk->shape[d], (long long)mv->shape[d]);
+            dt__error(
+                DT_EOP,
+                "%s(): query, key and value must have the same batch and head sizes; dim %d is %lld, %lld "
+                "and %lld",
+                op, d, (long long)mq->shape[d], (long long)mk->shape[d], (long long)mv->shape[d]);
             return NULL;
         }
     }
@@ -110,7 +112,8 @@ dt_tensor *dt_scaled_dot_product_attention(dt_tensor *q, dt_tensor *k, dt_tensor
         return NULL;
     }
     if (!(dropout_p >= 0.0 && dropout_p <= 1.0)) {
-        dt__error(DT_EINVAL, "%s(): dropout probability has to be between 0 and 1, but got %g", op, dropout_p);
+        dt__error(DT_EINVAL, "%s(): dropout probability has to be between 0 and 1, but got %g", op,
+                  dropout_p);
         return NULL;
     }
     if (is_causal && attn_mask) {
@@ -120,10 +123,11 @@ dt_tensor *dt_scaled_dot_product_attention(dt_tensor *q, dt_tensor *k, dt_tensor
     if (attn_mask) {
         const dt__meta *mm = &attn_mask->v->meta;
         if (mm->dtype != DT_BOOL && mm->dtype != mq->dtype) {
-            dt__error(DT_EOP,
-                      "%s(): Expected attn_mask dtype to be bool or to match query dtype, but got attn_mask.dtype: "
-                      "%s and query.dtype: %s instead.",
-                      op, dt_dtype_name(mm->dtype), dt_dtype_name(mq->dtype));
+            dt__error(
+                DT_EOP,
+                "%s(): Expected attn_mask dtype to be bool or to match query dtype, but got attn_mask.dtype: "
+                "%s and query.dtype: %s instead.",
+                op, dt_dtype_name(mm->dtype), dt_dtype_name(mq->dtype));
             return NULL;
         }
         if (mm->ndim > nd) {
@@ -132,12 +136,15 @@ dt_tensor *dt_scaled_dot_product_attention(dt_tensor *q, dt_tensor *k, dt_tensor
         }
         for (int d = 0; d < mm->ndim; d++) {
             int od = d + nd - mm->ndim;
-            int64_t want = od == nd - 2 ? mq->shape[nd - 2] : od == nd - 1 ? mk->shape[nd - 2] : mq->shape[od];
+            int64_t want = od == nd - 2   ? mq->shape[nd - 2]
+                           : od == nd - 1 ? mk->shape[nd - 2]
+                                          : mq->shape[od];
             if (mm->shape[d] != 1 && mm->shape[d] != want) {
-                dt__error(DT_EOP,
-                          "%s(): attn_mask of dim %d size %lld cannot broadcast to the attention weights' size "
-                          "%lld",
-                          op, d, (long long)mm->shape[d], (long long)want);
+                dt__error(
+                    DT_EOP,
+                    "%s(): attn_mask of dim %d size %lld cannot broadcast to the attention weights' size "
+                    "%lld",
+                    op, d, (long long)mm->shape[d], (long long)want);
                 return NULL;
             }
         }
@@ -150,7 +157,8 @@ dt_tensor *dt_scaled_dot_product_attention(dt_tensor *q, dt_tensor *k, dt_tensor
     out.shape[nd - 1] = mv->shape[nd - 1];
     dt__nattr a;
     memset(&a, 0, sizeof a);
-    a.flags = (isnan(scale) ? DT_KNN_DEFAULT : 0) | (is_causal ? DT_KNN_CAUSAL : 0) | (attn_mask ? DT_KNN_MASK : 0);
+    a.flags =
+        (isnan(scale) ? DT_KNN_DEFAULT : 0) | (is_causal ? DT_KNN_CAUSAL : 0) | (attn_mask ? DT_KNN_MASK : 0);
     a.f[0] = dropout_p;
     a.f[1] = isnan(scale) ? 0.0 : scale;
     if (dropout_p > 0.0)

@@ -39,7 +39,8 @@ dt_status dt__nn_need(const char *op, const char *what, const dt_tensor *t) {
 dt_status dt__nn_wrap_dim(const char *op, int64_t dim, int ndim, int *out) {
     int n = ndim > 0 ? ndim : 1;
     if (dim < -n || dim >= n)
-        return dt__error(DT_EINDEX, "%s(): Dimension out of range (expected to be in range of [%d, %d], but got %lld)",
+        return dt__error(DT_EINDEX,
+                         "%s(): Dimension out of range (expected to be in range of [%d, %d], but got %lld)",
                          op, -n, n - 1, (long long)dim);
     *out = (int)(dim < 0 ? dim + n : dim);
     return DT_OK;
@@ -47,16 +48,26 @@ dt_status dt__nn_wrap_dim(const char *op, int64_t dim, int ndim, int *out) {
 
 static const nn_rules *rules_of(int op) {
     switch (op) {
-    case DT_OP_ACTIVATION: return &dt__nn_rules_activation;
-    case DT_OP_SOFTMAX: return &dt__nn_rules_softmax;
-    case DT_OP_NORM: return &dt__nn_rules_norm;
-    case DT_OP_EMBEDDING: return &dt__nn_rules_embedding;
-    case DT_OP_CONV2D: return &dt__nn_rules_conv2d;
-    case DT_OP_INTERPOLATE: return &dt__nn_rules_interpolate;
-    case DT_OP_PAD: return &dt__nn_rules_pad;
-    case DT_OP_DROPOUT: return &dt__nn_rules_dropout;
-    case DT_OP_SDPA: return &dt__nn_rules_sdpa;
-    default: return NULL;
+    case DT_OP_ACTIVATION:
+        return &dt__nn_rules_activation;
+    case DT_OP_SOFTMAX:
+        return &dt__nn_rules_softmax;
+    case DT_OP_NORM:
+        return &dt__nn_rules_norm;
+    case DT_OP_EMBEDDING:
+        return &dt__nn_rules_embedding;
+    case DT_OP_CONV2D:
+        return &dt__nn_rules_conv2d;
+    case DT_OP_INTERPOLATE:
+        return &dt__nn_rules_interpolate;
+    case DT_OP_PAD:
+        return &dt__nn_rules_pad;
+    case DT_OP_DROPOUT:
+        return &dt__nn_rules_dropout;
+    case DT_OP_SDPA:
+        return &dt__nn_rules_sdpa;
+    default:
+        return NULL;
     }
 }
 
@@ -76,7 +87,8 @@ static void needed_region(const nn_rules *r, const nn_ctx *c, int j, const int64
 
 /* Writes the suggested fix: input j's placements with mesh dim md made
  * Replicate. */
-static dt_status reject(const char *name, const nn_rules *r, const dt__meta *const *ins, int nin, int md, int j) {
+static dt_status reject(const char *name, const nn_rules *r, const dt__meta *const *ins, int nin, int md,
+                        int j) {
     dt_placement fix[DT_MAX_MESH_NDIM];
     memcpy(fix, ins[j]->pl, sizeof fix);
     fix[md] = (dt_placement){R_, 0};
@@ -84,8 +96,8 @@ static dt_status reject(const char *name, const nn_rules *r, const dt__meta *con
 }
 
 /* The output placement on mesh dim md, or a PlacementError. */
-static dt_status mesh_dim_rule(const char *name, const nn_rules *r, const nn_ctx *c, uint32_t linear_mask, int md,
-                               dt_placement *res) {
+static dt_status mesh_dim_rule(const char *name, const nn_rules *r, const nn_ctx *c, uint32_t linear_mask,
+                               int md, dt_placement *res) {
     int out_dim = -1, shard_in = -1, partial_in = -1, nonrep = 0;
     for (int j = 0; j < c->nin; j++) {
         dt_placement p = c->in[j]->pl[md];
@@ -240,9 +252,14 @@ static int map_same(const nn_ctx *c, int j, int d) {
 /* ---------------------------------------------------------- activations */
 
 static const char *const act_names[DT_ACT_COUNT] = {
-    [DT_ACT_RELU] = "relu",       [DT_ACT_GELU] = "gelu", [DT_ACT_GELU_TANH] = "gelu",
-    [DT_ACT_SILU] = "silu",       [DT_ACT_LEAKY_RELU] = "leaky_relu",
-    [DT_ACT_ELU] = "elu",         [DT_ACT_SIGMOID] = "sigmoid", [DT_ACT_TANH] = "tanh",
+    [DT_ACT_RELU] = "relu",
+    [DT_ACT_GELU] = "gelu",
+    [DT_ACT_GELU_TANH] = "gelu",
+    [DT_ACT_SILU] = "silu",
+    [DT_ACT_LEAKY_RELU] = "leaky_relu",
+    [DT_ACT_ELU] = "elu",
+    [DT_ACT_SIGMOID] = "sigmoid",
+    [DT_ACT_TANH] = "tanh",
 };
 
 const nn_rules dt__nn_rules_activation = {
@@ -391,7 +408,7 @@ dt_tensor *dt_dropout(dt_tensor *x, double p, int training) {
 
 /* Tensor dim d is padded when pad[2*(ndim-1-d)] or its pair is nonzero. */
 static int pad_touches(const nn_ctx *c, int d) {
-    int nd = c->in[0]->ndim, npad = (int)c->a->ints[2 * DT_MAX_NDIM - 1];
+    int nd = c->in[0]->ndim, npad = (int)c->a->scalar.i;
     int i = nd - 1 - d;
     if (2 * i + 1 >= npad)
         return 0;
@@ -418,10 +435,12 @@ static void needed_pad(const nn_ctx *c, int j, const int64_t *coord, const int64
     }
 }
 
-static void kattr_pad(const nn_ctx *c, const int64_t *coord, const int64_t *os, const int64_t *ol, dt__kattr *k) {
+static void kattr_pad(const nn_ctx *c, const int64_t *coord, const int64_t *os, const int64_t *ol,
+                      dt__kattr *k) {
     (void)coord, (void)os, (void)ol;
-    /* ints holds the amounts; their count travels in the last slot. */
-    k->gndim = (int32_t)c->a->ints[2 * DT_MAX_NDIM - 1];
+    /* ints holds the amounts (up to 2 * DT_MAX_NDIM); their count travels
+     * in the node's scalar, which pad does not otherwise use. */
+    k->gndim = (int32_t)c->a->scalar.i;
 }
 
 const nn_rules dt__nn_rules_pad = {
@@ -459,7 +478,8 @@ dt_tensor *dt_pad(dt_tensor *x, int npad, const int64_t *pad, dt_pad_mode mode, 
     if (mode != DT_PAD_CONSTANT) {
         int pd = npad / 2;
         if (has_value && value != 0.0) {
-            dt__error(DT_EOP, "pad(): Padding mode \"%s\" doesn't take in value argument", pad_mode_names[mode]);
+            dt__error(DT_EOP, "pad(): Padding mode \"%s\" doesn't take in value argument",
+                      pad_mode_names[mode]);
             return NULL;
         }
         has_value = 0;
@@ -492,10 +512,11 @@ dt_tensor *dt_pad(dt_tensor *x, int npad, const int64_t *pad, dt_pad_mode mode, 
         }
         out.shape[d] = n + lo + hi;
         if (out.shape[d] < 0 || (mode != DT_PAD_CONSTANT && out.shape[d] <= 0)) {
-            dt__error(DT_EOP,
-                      "pad(): The input size %lld, plus negative padding %lld and %lld resulted in a negative "
-                      "output size, which is invalid. Check dimension %d of your input.",
-                      (long long)n, (long long)lo, (long long)hi, d);
+            dt__error(
+                DT_EOP,
+                "pad(): The input size %lld, plus negative padding %lld and %lld resulted in a negative "
+                "output size, which is invalid. Check dimension %d of your input.",
+                (long long)n, (long long)lo, (long long)hi, d);
             return NULL;
         }
     }
@@ -506,7 +527,7 @@ dt_tensor *dt_pad(dt_tensor *x, int npad, const int64_t *pad, dt_pad_mode mode, 
     a.f[0] = has_value ? value : 0.0;
     for (int i = 0; i < npad; i++)
         a.ints[i] = pad[i];
-    a.ints[2 * DT_MAX_NDIM - 1] = npad;
+    a.scalar = dt_scalar_int(npad);
     /* Constant padding with a nonzero value is affine, not linear. */
     uint32_t linear = (mode != DT_PAD_CONSTANT || !has_value || value == 0.0) ? 1u : 0u;
     return dt__nn_submit(DT_OP_PAD, "pad", &x, 1, &out, &a, linear);
@@ -552,15 +573,17 @@ dt_tensor *dt_interpolate(dt_tensor *x, dt_interp_mode mode, const int64_t *size
     const dt__meta *m = &x->v->meta;
     int nsp = m->ndim - 2;
     if (nsp < 1 || nsp > 3) {
-        dt__error(DT_EUNSUPPORTED,
-                  "interpolate(): Input Error: Only 3D, 4D and 5D input Tensors supported (got %dD) for the modes: "
-                  "nearest | linear | bilinear | bicubic | trilinear | nearest-exact (got %s)",
-                  m->ndim, interp_names[mode]);
+        dt__error(
+            DT_EUNSUPPORTED,
+            "interpolate(): Input Error: Only 3D, 4D and 5D input Tensors supported (got %dD) for the modes: "
+            "nearest | linear | bilinear | bicubic | trilinear | nearest-exact (got %s)",
+            m->ndim, interp_names[mode]);
         return NULL;
     }
-    int want = mode == DT_INTERP_LINEAR ? 1 : mode == DT_INTERP_BILINEAR || mode == DT_INTERP_BICUBIC ? 2
-               : mode == DT_INTERP_TRILINEAR                                                         ? 3
-                                                                                                     : nsp;
+    int want = mode == DT_INTERP_LINEAR                                  ? 1
+               : mode == DT_INTERP_BILINEAR || mode == DT_INTERP_BICUBIC ? 2
+               : mode == DT_INTERP_TRILINEAR                             ? 3
+                                                                         : nsp;
     if (want != nsp) {
         dt__error(DT_EUNSUPPORTED, "interpolate(): Got %dD input, but %s mode needs %dD input", m->ndim,
                   interp_names[mode], want + 2);
@@ -578,8 +601,9 @@ dt_tensor *dt_interpolate(dt_tensor *x, dt_interp_mode mode, const int64_t *size
         return NULL;
     }
     if (nearest && align_corners >= 0) {
-        dt__error(DT_EINVAL, "interpolate(): align_corners option can only be set with the interpolating modes: "
-                             "linear | bilinear | bicubic | trilinear");
+        dt__error(DT_EINVAL,
+                  "interpolate(): align_corners option can only be set with the interpolating modes: "
+                  "linear | bilinear | bicubic | trilinear");
         return NULL;
     }
     dt__meta out = *m;
@@ -602,10 +626,11 @@ dt_tensor *dt_interpolate(dt_tensor *x, dt_interp_mode mode, const int64_t *size
             a.f[i] = sf;
         }
         if (o <= 0 || m->shape[i + 2] <= 0) {
-            dt__error(DT_EOP,
-                      "interpolate(): Input and output sizes should be greater than 0, but got input size %lld "
-                      "and output size %lld at spatial dim %d",
-                      (long long)m->shape[i + 2], (long long)o, i);
+            dt__error(
+                DT_EOP,
+                "interpolate(): Input and output sizes should be greater than 0, but got input size %lld "
+                "and output size %lld at spatial dim %d",
+                (long long)m->shape[i + 2], (long long)o, i);
             return NULL;
         }
         out.shape[i + 2] = o;
@@ -671,14 +696,16 @@ dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *weight, dt_tensor *bias, const int
     }
     const dt__meta *mx = &x->v->meta, *mw = &weight->v->meta, *mb = bias ? &bias->v->meta : NULL;
     if (mw->ndim != 4) {
-        dt__error(DT_EOP, "conv2d(): weight should have 4 dimensions [out_channels, in_channels/groups, kH, kW], "
-                          "got %d",
+        dt__error(DT_EOP,
+                  "conv2d(): weight should have 4 dimensions [out_channels, in_channels/groups, kH, kW], "
+                  "got %d",
                   mw->ndim);
         return NULL;
     }
     if (mx->ndim != 3 && mx->ndim != 4) {
-        dt__error(DT_EOP, "conv2d(): Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of "
-                          "%d dimensions",
+        dt__error(DT_EOP,
+                  "conv2d(): Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of "
+                  "%d dimensions",
                   mx->ndim);
         return NULL;
     }
@@ -707,22 +734,26 @@ dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *weight, dt_tensor *bias, const int
     int b = mx->ndim == 4 ? 1 : 0; /* batch dims before the channels */
     int64_t cin = mx->shape[b], cout = mw->shape[0];
     if (cout % groups != 0) {
-        dt__error(DT_EOP, "conv2d(): Given groups=%lld, expected weight to be divisible by %lld at dimension 0, "
-                          "but got weight of size [%lld, %lld, %lld, %lld] instead",
+        dt__error(DT_EOP,
+                  "conv2d(): Given groups=%lld, expected weight to be divisible by %lld at dimension 0, "
+                  "but got weight of size [%lld, %lld, %lld, %lld] instead",
                   (long long)groups, (long long)groups, (long long)mw->shape[0], (long long)mw->shape[1],
                   (long long)mw->shape[2], (long long)mw->shape[3]);
         return NULL;
     }
     if (cin != mw->shape[1] * groups) {
-        dt__error(DT_EOP, "conv2d(): Given groups=%lld, weight of size [%lld, %lld, %lld, %lld], expected input to "
-                          "have %lld channels, but got %lld channels instead",
-                  (long long)groups, (long long)mw->shape[0], (long long)mw->shape[1], (long long)mw->shape[2],
-                  (long long)mw->shape[3], (long long)(mw->shape[1] * groups), (long long)cin);
+        dt__error(DT_EOP,
+                  "conv2d(): Given groups=%lld, weight of size [%lld, %lld, %lld, %lld], expected input to "
+                  "have %lld channels, but got %lld channels instead",
+                  (long long)groups, (long long)mw->shape[0], (long long)mw->shape[1],
+                  (long long)mw->shape[2], (long long)mw->shape[3], (long long)(mw->shape[1] * groups),
+                  (long long)cin);
         return NULL;
     }
     if (mb && (mb->ndim != 1 || mb->shape[0] != cout)) {
-        dt__error(DT_EOP, "conv2d(): Given weight of size [%lld, ...], expected bias to be 1-dimensional with %lld "
-                          "elements",
+        dt__error(DT_EOP,
+                  "conv2d(): Given weight of size [%lld, ...], expected bias to be 1-dimensional with %lld "
+                  "elements",
                   (long long)cout, (long long)cout);
         return NULL;
     }
@@ -749,8 +780,9 @@ dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *weight, dt_tensor *bias, const int
             int64_t padded = in + 2 * p;
             o = padded < eff ? 0 : (padded - eff) / stride[i] + 1;
             if (padded < eff) {
-                dt__error(DT_EOP, "conv2d(): Calculated padded input size per channel: (%lld). Kernel size: (%lld). "
-                                  "Kernel size can't be greater than actual input size",
+                dt__error(DT_EOP,
+                          "conv2d(): Calculated padded input size per channel: (%lld). Kernel size: (%lld). "
+                          "Kernel size can't be greater than actual input size",
                           (long long)padded, (long long)eff);
                 return NULL;
             }
@@ -793,14 +825,16 @@ const dt_op_doc dt__docs_nn[] = {
      "(x, weight, bias): (R,R,R)->R, (S(0),R,R)->S(0), (R,S(0),S(0)|R)->S(1) (groups 1); no bias: (P,R)->P, "
      "(R,P)->P",
      0},
-    {"layer_norm", "nn", "(x, weight, bias): (R,R,R)->R, (S(d),R,R)->S(d) for d before the normalized dims", 0},
+    {"layer_norm", "nn", "(x, weight, bias): (R,R,R)->R, (S(d),R,R)->S(d) for d before the normalized dims",
+     0},
     {"rms_norm", "nn", "(x, weight): (R,R)->R, (S(d),R)->S(d) for d before the normalized dims", 0},
     {"group_norm", "nn", "(x, weight, bias): (R,R,R)->R, (S(0),R,R)->S(0)", 0},
     {"batch_norm", "nn",
      "(x, running_mean, running_var, weight, bias): x S(d)->S(d) for any d with the [C] inputs R (sliced) or "
      "S(0) when d is the channel dim 1",
      0},
-    {"embedding", "nn", "(indices, weight): (R,R)->R, (S(d),R)->S(d), (R,S(1))->S(-1), (R,S(0))->P, (R,P)->P", 0},
+    {"embedding", "nn", "(indices, weight): (R,R)->R, (S(d),R)->S(d), (R,S(1))->S(-1), (R,S(0))->P, (R,P)->P",
+     0},
     {"scaled_dot_product_attention", "nn",
      "(q, k, v, mask): R or S(d) on the same batch/head dim d -> S(d); (R,R,P,R)->P", 0},
     {NULL, NULL, NULL, 0},

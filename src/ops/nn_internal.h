@@ -45,14 +45,15 @@ typedef struct nn_rules {
     /* Kernel op names by node sub code (NULL: the op table's name). */
     const char *const *sub_names;
     int (*shard_map)(const nn_ctx *c, int j, int d);
-    void (*needed)(const nn_ctx *c, int j, const int64_t *coord, const int64_t *os, const int64_t *ol, int64_t *s,
-                   int64_t *l);
+    void (*needed)(const nn_ctx *c, int j, const int64_t *coord, const int64_t *os, const int64_t *ol,
+                   int64_t *s, int64_t *l);
     void (*kattr)(const nn_ctx *c, const int64_t *coord, const int64_t *os, const int64_t *ol, dt__kattr *k);
 } nn_rules;
 
 /* The rules of each DT_OP_* of the family (defined next to each op). */
 extern const nn_rules dt__nn_rules_activation, dt__nn_rules_softmax, dt__nn_rules_dropout, dt__nn_rules_pad,
-    dt__nn_rules_interpolate, dt__nn_rules_conv2d, dt__nn_rules_norm, dt__nn_rules_embedding, dt__nn_rules_sdpa;
+    dt__nn_rules_interpolate, dt__nn_rules_conv2d, dt__nn_rules_norm, dt__nn_rules_embedding,
+    dt__nn_rules_sdpa;
 
 /* Validates placements and records the op: `ins` (nin non-NULL tensors, all
  * on one graph and mesh), `out` with dtype, ndim and shape set (mesh and

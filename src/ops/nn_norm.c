@@ -83,12 +83,14 @@ static dt_status check_normalized(const char *op, const dt__meta *x, int nnorm, 
                                   dt_tensor *const *affine, const char *const *what, int naffine) {
     dt__strbuf sb;
     if (nnorm < 1 || !ns)
-        return dt__error(DT_EOP,
-                         "%s(): Expected normalized_shape to be at least 1-dimensional, i.e., containing at least "
-                         "one element, but got normalized_shape = []",
-                         op);
+        return dt__error(
+            DT_EOP,
+            "%s(): Expected normalized_shape to be at least 1-dimensional, i.e., containing at least "
+            "one element, but got normalized_shape = []",
+            op);
     if (nnorm > DT_MAX_NDIM)
-        return dt__error(DT_EOP, "%s(): normalized_shape has %d entries (at most %d)", op, nnorm, DT_MAX_NDIM);
+        return dt__error(DT_EOP, "%s(): normalized_shape has %d entries (at most %d)", op, nnorm,
+                         DT_MAX_NDIM);
     for (int i = 0; i < naffine; i++) {
         if (!affine[i])
             continue;
@@ -98,8 +100,9 @@ static dt_status check_normalized(const char *op, const dt__meta *x, int nnorm, 
             same = w->shape[d] == ns[d];
         if (!same) {
             dt__sb_init(&sb);
-            dt__sb_printf(&sb, "%s(): Expected %s to be of same shape as normalized_shape, but got %s of shape ", op,
-                          what[i], what[i]);
+            dt__sb_printf(&sb,
+                          "%s(): Expected %s to be of same shape as normalized_shape, but got %s of shape ",
+                          op, what[i], what[i]);
             format_shape(&sb, w->ndim, w->shape);
             dt__sb_printf(&sb, " and normalized_shape = ");
             format_shape(&sb, nnorm, ns);
@@ -132,8 +135,8 @@ static dt_status check_dtypes(const char *op, const dt__meta *x, dt_tensor *cons
                          dt_dtype_name(x->dtype));
     for (int i = 0; i < naffine; i++)
         if (affine[i] && affine[i]->v->meta.dtype != x->dtype)
-            return dt__error(DT_EOP, "%s(): expected scalar type %s but found %s", op, dt_dtype_name(x->dtype),
-                             dt_dtype_name(affine[i]->v->meta.dtype));
+            return dt__error(DT_EOP, "%s(): expected scalar type %s but found %s", op,
+                             dt_dtype_name(x->dtype), dt_dtype_name(affine[i]->v->meta.dtype));
     return DT_OK;
 }
 
@@ -154,7 +157,8 @@ static dt_tensor *layer_like(int kind, dt_tensor *x, int nnorm, const int64_t *n
     const dt__meta *m = &x->v->meta;
     dt_tensor *affine[2] = {weight, bias};
     static const char *const what[2] = {"weight", "bias"};
-    if (check_normalized(op, m, nnorm, ns, affine, what, 2) != DT_OK || check_dtypes(op, m, affine, 2) != DT_OK)
+    if (check_normalized(op, m, nnorm, ns, affine, what, 2) != DT_OK ||
+        check_dtypes(op, m, affine, 2) != DT_OK)
         return NULL;
     dt__meta out = *m;
     dt__nattr a;
@@ -182,7 +186,8 @@ dt_tensor *dt_layer_norm(dt_tensor *x, int nnorm, const int64_t *normalized_shap
     return layer_like(DT_KNORM_LAYER, x, nnorm, normalized_shape, weight, bias, eps);
 }
 
-dt_tensor *dt_rms_norm(dt_tensor *x, int nnorm, const int64_t *normalized_shape, dt_tensor *weight, double eps) {
+dt_tensor *dt_rms_norm(dt_tensor *x, int nnorm, const int64_t *normalized_shape, dt_tensor *weight,
+                       double eps) {
     dt_clear_error();
     return layer_like(DT_KNORM_RMS, x, nnorm, normalized_shape, weight, NULL, eps);
 }
@@ -195,9 +200,11 @@ static dt_status check_channels(const char *op, const char *what, const dt_tenso
     if (w->ndim != 1 || w->shape[0] != x->shape[1]) {
         dt__strbuf sb;
         dt__sb_init(&sb);
-        dt__sb_printf(&sb, "%s(): Expected %s to be a vector of size equal to the number of channels in input, but "
-                           "got %s of shape ",
-                      op, what, what);
+        dt__sb_printf(
+            &sb,
+            "%s(): Expected %s to be a vector of size equal to the number of channels in input, but "
+            "got %s of shape ",
+            op, what, what);
         format_shape(&sb, w->ndim, w->shape);
         dt__sb_printf(&sb, " and input of shape ");
         format_shape(&sb, x->ndim, x->shape);
@@ -213,14 +220,16 @@ dt_tensor *dt_group_norm(dt_tensor *x, int64_t num_groups, dt_tensor *weight, dt
         return NULL;
     const dt__meta *m = &x->v->meta;
     if (m->ndim < 2) {
-        dt__error(DT_EOP, "group_norm(): Expected at least 2 dimensions for input tensor but received %d", m->ndim);
+        dt__error(DT_EOP, "group_norm(): Expected at least 2 dimensions for input tensor but received %d",
+                  m->ndim);
         return NULL;
     }
     if (num_groups <= 0 || m->shape[1] % num_groups != 0) {
         dt__strbuf sb;
         dt__sb_init(&sb);
-        dt__sb_printf(&sb, "group_norm(): Expected number of channels in input to be divisible by num_groups, but "
-                           "got input of shape ");
+        dt__sb_printf(&sb,
+                      "group_norm(): Expected number of channels in input to be divisible by num_groups, but "
+                      "got input of shape ");
         format_shape(&sb, m->ndim, m->shape);
         dt__sb_printf(&sb, " and num_groups=%lld", (long long)num_groups);
         dt__error(DT_EOP, "%s", sb.buf);
@@ -254,7 +263,8 @@ dt_tensor *dt_batch_norm(dt_tensor *x, dt_tensor *running_mean, dt_tensor *runni
     }
     const dt__meta *m = &x->v->meta;
     if (m->ndim < 2) {
-        dt__error(DT_EOP, "batch_norm(): Expected at least 2 dimensions for input tensor but received %d", m->ndim);
+        dt__error(DT_EOP, "batch_norm(): Expected at least 2 dimensions for input tensor but received %d",
+                  m->ndim);
         return NULL;
     }
     dt_tensor *per_c[4] = {running_mean, running_var, weight, bias};
@@ -296,8 +306,8 @@ static int map_embedding(const nn_ctx *c, int j, int d) {
     return d == 0 ? NN_PARTIAL : c->in[0]->ndim;
 }
 
-static void needed_embedding(const nn_ctx *c, int j, const int64_t *coord, const int64_t *os, const int64_t *ol,
-                             int64_t *s, int64_t *l) {
+static void needed_embedding(const nn_ctx *c, int j, const int64_t *coord, const int64_t *os,
+                             const int64_t *ol, int64_t *s, int64_t *l) {
     int ni = c->in[0]->ndim;
     if (j == 0) {
         memcpy(s, os, sizeof(int64_t) * (size_t)ni);
@@ -331,14 +341,16 @@ const nn_rules dt__nn_rules_embedding = {
 
 dt_tensor *dt_embedding(dt_tensor *indices, dt_tensor *weight) {
     dt_clear_error();
-    if (dt__nn_need("embedding", "input", indices) != DT_OK || dt__nn_need("embedding", "weight", weight) != DT_OK)
+    if (dt__nn_need("embedding", "input", indices) != DT_OK ||
+        dt__nn_need("embedding", "weight", weight) != DT_OK)
         return NULL;
     const dt__meta *mi = &indices->v->meta, *mw = &weight->v->meta;
     if (mi->dtype != DT_INT64 && mi->dtype != DT_INT32) {
-        dt__error(DT_EOP,
-                  "embedding(): Expected tensor for argument #1 'indices' to have one of the following scalar "
-                  "types: Long, Int; but got %s instead",
-                  dt_dtype_name(mi->dtype));
+        dt__error(
+            DT_EOP,
+            "embedding(): Expected tensor for argument #1 'indices' to have one of the following scalar "
+            "types: Long, Int; but got %s instead",
+            dt_dtype_name(mi->dtype));
         return NULL;
     }
     if (mw->ndim != 2) {

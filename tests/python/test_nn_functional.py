@@ -603,6 +603,9 @@ class TestInterpolatePad(NNTestCase):
         for pad, mode in (((1, 1), "reflect"), ((1, 1, 1, 1, 1, 1, 1, 1), "replicate")):
             with self.subTest(pad=pad, mode=mode):
                 self.same_outcome(lambda: TF.pad(x, pad, mode=mode), lambda: F.pad(dtorch.from_torch(x), pad, mode=mode))
+        x3 = randn(2, 3, 4)
+        assert_tensor_equal(self, F.pad(dtorch.from_torch(x3), (1, 0, 2, 1, 1, 1), value=2.0),
+                            TF.pad(x3, (1, 0, 2, 1, 1, 1), value=2.0))  # every dim padded
         xi = torch.arange(12).reshape(3, 4)
         assert_tensor_equal(self, F.pad(dtorch.from_torch(xi), (1, 1), value=7), TF.pad(xi, (1, 1), value=7))
         xb = xi > 5
