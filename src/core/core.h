@@ -138,7 +138,7 @@ typedef enum dt__op {
     /* nn functional family (src/ops/nn*.c, attention.c): lowered by dt__lower_nn. */
     DT_OP_ACTIVATION, /* sub = dt_activation_kind */
     DT_OP_SOFTMAX,
-    DT_OP_NORM, /* sub = DT_NORM_* (ops/nn_internal.h) */
+    DT_OP_NORM, /* sub = DT_KNORM_* (backend.h) */
     DT_OP_EMBEDDING,
     DT_OP_CONV2D,
     DT_OP_INTERPOLATE,

@@ -14,9 +14,8 @@ placements. Inference only: there is no autograd.
 
 from __future__ import annotations
 
-import itertools
 from collections import OrderedDict, namedtuple
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 import torch
 
