@@ -659,6 +659,142 @@ typedef enum dt_clamp_flags {
  * tensor inputs; no Partial. `flags`: dt_clamp_flags | dt_ew_flags. */
 DT_API dt_tensor *dt_clamp(dt_tensor *a, dt_tensor *min_t, dt_scalar min_s, dt_tensor *max_t, dt_scalar max_s,
                            int flags);
+/* ------------------------------------------------------ nn functional */
+/* torch.nn.functional's operators (inference: no autograd). Like every op
+ * they validate at the call, infer the output and return a new reference or
+ * NULL. All-Replicate inputs are always accepted; placements are matched per
+ * mesh dim as stated per function ("S(d)" a shard of tensor dim d, "P"
+ * Partial). Inputs given as NULL are absent (torch's None). Results on a
+ * one-device mesh equal eager torch's bit for bit; shard-only results are
+ * exact except where a function says otherwise; Partial results are sums. */
+
+typedef enum dt_activation_kind {
+    DT_ACT_RELU = 0,
+    DT_ACT_GELU,       /* approximate="none" */
+    DT_ACT_GELU_TANH,  /* approximate="tanh" */
+    DT_ACT_SILU,
+    DT_ACT_LEAKY_RELU, /* param = negative_slope */
+    DT_ACT_ELU,        /* param = alpha */
+    DT_ACT_SIGMOID,
+    DT_ACT_TANH,
+    DT_ACT_COUNT
+} dt_activation_kind;
+
+/* act(x) elementwise; `param` as noted on the kind (ignored otherwise).
+ * Floating dtypes only, except RELU (integers too, not bool) and
+ * SIGMOID/TANH (integers and bool give the default float dtype).
+ * Per mesh dim: R->R, S(d)->S(d); Partial is rejected (not linear). Shards
+ * of GELU, GELU_TANH, SILU, ELU and SIGMOID may differ from the unsharded
+ * result in the last bit: ATen's CPU kernels compute a vectorised body and a
+ * scalar tail that round differently, and a shard moves elements between
+ * the two. RELU, LEAKY_RELU and TANH are exact. */
+DT_API dt_tensor *dt_activation(dt_activation_kind kind, dt_tensor *x, double param);
+
+/* softmax (log_softmax when `log`) over `dim`; `dtype` < 0 keeps x's dtype,
+ * else x is cast to it first (torch's dtype=). Floating dtypes only.
+ * Per mesh dim: R->R, S(d)->S(d) for d != dim; a shard of `dim` and Partial
+ * are rejected. */
+DT_API dt_tensor *dt_softmax(dt_tensor *x, int dim, int log, int dtype);
+
+/* layer_norm over the last `nnorm` dims, which must equal
+ * `normalized_shape`; `weight`/`bias` (may be NULL) have that shape.
+ * Per mesh dim: x R->R or S(d)->S(d) for a d before the normalized dims;
+ * weight and bias Replicate; Partial rejected. */
+DT_API dt_tensor *dt_layer_norm(dt_tensor *x, int nnorm, const int64_t *normalized_shape, dt_tensor *weight,
+                                dt_tensor *bias, double eps);
+/* rms_norm: x * rsqrt(mean(x^2 over the normalized dims) + eps) * weight,
+ * computed as torch 2.x does (half/bfloat16 upcast to float32, then cast
+ * back before the weight). eps NAN means torch's default, the epsilon of
+ * x's computation type (float32 for half/bfloat16). Placements as
+ * layer_norm. */
+DT_API dt_tensor *dt_rms_norm(dt_tensor *x, int nnorm, const int64_t *normalized_shape, dt_tensor *weight,
+                              double eps);
+/* group_norm of x [N, C, *] with C divisible by num_groups; weight/bias
+ * [C] or NULL. Per mesh dim: x R->R or S(0)->S(0); weight and bias
+ * Replicate; Partial rejected. */
+DT_API dt_tensor *dt_group_norm(dt_tensor *x, int64_t num_groups, dt_tensor *weight, dt_tensor *bias,
+                                double eps);
+/* batch_norm in inference mode (running statistics, training=False) of
+ * x [N, C, *]; running_mean/var required, weight/bias [C] or NULL.
+ * Per mesh dim: x S(d)->S(d) for any d (the op is per channel); the [C]
+ * inputs Replicate (sliced locally) or S(0) together with x S(1);
+ * Partial rejected. */
+DT_API dt_tensor *dt_batch_norm(dt_tensor *x, dt_tensor *running_mean, dt_tensor *running_var,
+                                dt_tensor *weight, dt_tensor *bias, double momentum, double eps);
+
+/* weight[indices]: indices int32/int64 of any shape, weight [V, D]; the
+ * result has indices' shape + [D] and weight's dtype. Per mesh dim
+ * (indices, weight): (R,R)->R, (S(d),R)->S(d), (R,S(1))->S(-1) (output's
+ * last dim), (R,S(0))->P (vocab-parallel: each device looks up the indices
+ * in its vocab range and gives zeros elsewhere), (R,P)->P. An index outside
+ * [0, V) fails the kernel ("index out of range in self"), which surfaces as
+ * a KernelError at the next read. */
+DT_API dt_tensor *dt_embedding(dt_tensor *indices, dt_tensor *weight);
+
+typedef enum dt_conv_padding {
+    DT_CONV_PAD_EXPLICIT = 0, /* the padding array */
+    DT_CONV_PAD_VALID,        /* torch's padding="valid" */
+    DT_CONV_PAD_SAME          /* torch's padding="same" */
+} dt_conv_padding;
+/* conv2d of x [N, Cin, H, W] (or [Cin, H, W]) with weight
+ * [Cout, Cin/groups, kH, kW] and bias [Cout] or NULL; stride, padding and
+ * dilation have 2 entries each (padding read only for EXPLICIT). Per mesh
+ * dim (x, weight, bias): (R,R,R)->R, (S(0),R,R)->S(0) (batch),
+ * (R,S(0),S(0) or R)->S(1) (output channels, groups == 1 only); without
+ * bias also (P,R)->P and (R,P)->P. Shards may differ from the unsharded
+ * result in the last bits (the backend may pick other algorithms for other
+ * sizes). */
+DT_API dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *weight, dt_tensor *bias, const int64_t *stride,
+                            const int64_t *padding, const int64_t *dilation, int64_t groups,
+                            dt_conv_padding padding_mode);
+
+typedef enum dt_interp_mode {
+    DT_INTERP_NEAREST = 0,
+    DT_INTERP_NEAREST_EXACT,
+    DT_INTERP_LINEAR,   /* 3-D input */
+    DT_INTERP_BILINEAR, /* 4-D input */
+    DT_INTERP_BICUBIC,  /* 4-D input */
+    DT_INTERP_TRILINEAR, /* 5-D input */
+    DT_INTERP_COUNT
+} dt_interp_mode;
+/* interpolate x [N, C, *spatial] (1 to 3 spatial dims) to `size` (one
+ * entry per spatial dim) or by `scale_factors` (exactly one of the two is
+ * non-NULL; the output size is trunc(in * scale) as ATen computes it and
+ * the scales are passed on, as torch.nn.functional.interpolate does without
+ * recompute_scale_factor). align_corners: -1 for None (False), 0 or 1; only
+ * the linear modes take it. Per mesh dim: R->R, S(0)->S(0), S(1)->S(1),
+ * P->P (interpolation is linear); spatial shards are rejected. Channel
+ * shards of the linear modes may differ in the last bit (ATen vectorises
+ * across channels). */
+DT_API dt_tensor *dt_interpolate(dt_tensor *x, dt_interp_mode mode, const int64_t *size,
+                                 const double *scale_factors, int align_corners);
+
+typedef enum dt_pad_mode { DT_PAD_CONSTANT = 0, DT_PAD_REFLECT, DT_PAD_REPLICATE, DT_PAD_CIRCULAR, DT_PAD_COUNT } dt_pad_mode;
+/* torch.nn.functional.pad: `npad` (even) amounts, last dim first
+ * (left, right, top, bottom, ...); negative amounts crop in CONSTANT mode.
+ * Per mesh dim: R->R, S(d)->S(d) for a dim that is not padded, P->P unless
+ * the mode is CONSTANT with a nonzero value. */
+DT_API dt_tensor *dt_pad(dt_tensor *x, int npad, const int64_t *pad, dt_pad_mode mode, double value);
+
+/* dropout: with `training`, x * mask / (1 - p) with a Bernoulli(1 - p) mask
+ * drawn from dtorch's random stream (dt_manual_seed) for the global shape,
+ * so the values are the same whatever the mesh and placements; without, x
+ * itself (a new reference to it). Floating dtypes. Per mesh dim: R->R,
+ * S(d)->S(d), P->P (the mask is the same on every device). */
+DT_API dt_tensor *dt_dropout(dt_tensor *x, double p, int training);
+
+/* softmax(q @ k^T * scale + mask) @ v for q [..., L, E], k [..., S, E],
+ * v [..., S, Ev] with equal leading (batch, head) dims; attn_mask (NULL,
+ * bool: True keeps, or q's dtype: added) broadcasts to [..., L, S];
+ * is_causal masks j > i (not with attn_mask); scale NAN means
+ * 1/sqrt(E); dropout_p > 0 drops attention weights with a mask drawn like
+ * dt_dropout's. LibTorch 1.13 computes it from ATen ops; 2.1+ uses the
+ * fused at::scaled_dot_product_attention (when dropout_p == 0). Per mesh
+ * dim: q, k, v (and a mask dim of full size) R or S(d) on a leading dim
+ * (the same d) -> S(d); (R,R,P)->P (linear in v); shards of the sequence or
+ * embedding dims and other Partials are rejected. */
+DT_API dt_tensor *dt_scaled_dot_product_attention(dt_tensor *q, dt_tensor *k, dt_tensor *v, dt_tensor *attn_mask,
+                                                  double dropout_p, int is_causal, double scale);
 
 /* ------------------------------------------------------- operator registry */
 

@@ -223,5 +223,9 @@ PyObject *dtpy_ew_invert(PyObject *self);
 PyObject *dtpy_ew_positive(PyObject *self);
 PyObject *dtpy_ew_richcompare(PyObject *self, PyObject *other, int op);
 Py_hash_t dtpy_ew_hash(PyObject *self);
+/* ------------------------------------------------------ operator families */
+
+/* Adds the nn functional family's `_nn_*` functions (ops_nn.c). 0 or -1. */
+int dtpy_add_nn_methods(PyObject *module);
 
 #endif /* DTORCH_PY_H */

@@ -122,6 +122,54 @@ typedef enum dt__kop {
      * None; max likewise with `scalar2` and the *_MAX_* flags (inputs in the
      * order min, max). A scalar next to a tensor bound is a wrapped number. */
     DT_K_CLAMP,
+
+    /* ---- nn functional family (kernels in backend/torch/torch_nn.cpp). Each
+     * computes what the torch.nn.functional op of the same name computes on
+     * the local tensors it is given; DT_KNN_* below are their flags. For all
+     * of them ndim/shape hold the local output shape (an empty one returns an
+     * empty tensor without computing). */
+    /* out = act(in[0]), sub = dt_activation_kind; f[0] = negative_slope
+     * (LEAKY_RELU) or alpha (ELU); result dtype `dtype`. */
+    DT_K_ACTIVATION,
+    /* out = softmax(in[0], dim), log_softmax when sub == 1; with
+     * DT_KNN_DTYPE the input is cast to `dtype` first (torch's dtype=). */
+    DT_K_SOFTMAX,
+    /* Normalisation, sub = DT_KNORM_*. in[0] = x; BATCH then takes
+     * running_mean, running_var; then weight (DT_KNN_WEIGHT) and bias
+     * (DT_KNN_BIAS) when present. LAYER/RMS: normalized_shape = ints[0..ndim);
+     * GROUP: num_groups = ints[0]; f[0] = eps (RMS: the dtype's default when
+     * DT_KNN_DEFAULT); BATCH: inference statistics, momentum f[1]. */
+    DT_K_NORM,
+    /* out[..., :] = weight[in[0][...], :] with in[1] holding rows
+     * [ints[0], ints[0] + ints[1]) of a vocab of ints[2] rows. With
+     * DT_KNN_MASKED, indices outside that range give zero rows; every index
+     * must lie in [0, ints[2]) or the kernel fails ("index out of range in
+     * self", as ATen). Result dtype `dtype`. */
+    DT_K_EMBEDDING,
+    /* out = conv2d(in[0], in[1], bias in[2] when DT_KNN_BIAS) with stride
+     * ints[0..2), padding ints[2..4), dilation ints[4..6), groups ints[6];
+     * sub = dt_conv_padding (VALID/SAME pass torch's string padding). */
+    DT_K_CONV2D,
+    /* out = interpolate(in[0]) in mode sub = dt_interp_mode: output size
+     * ints[0..ndim) or, with DT_KNN_SCALES, scale factors f[0..ndim) (ndim
+     * = spatial dims); align_corners when DT_KNN_ALIGN (modes that take it). */
+    DT_K_INTERPOLATE,
+    /* out = pad(in[0], ints[0..gndim), mode sub = dt_pad_mode, value f[0], or
+     * torch's default (None) with DT_KNN_DEFAULT). */
+    DT_K_PAD,
+    /* out = in[0] * mask / (1 - f[0]) where mask is the region (start, shape)
+     * of a Bernoulli(1 - f[0]) tensor of the global shape gshape (gndim
+     * dims) drawn from a CPU generator seeded with `seed` (shape is both the
+     * region's and the output's); f[0] == 1 gives zeros. Result dtype `dtype`. */
+    DT_K_DROPOUT,
+    /* out = softmax(q @ k^T * scale + bias) @ v with q, k, v = in[0..3) and
+     * attn_mask in[3] when DT_KNN_MASK (bool: False masks out; float: added);
+     * scale = f[1], or 1/sqrt(q.size(-1)) with DT_KNN_DEFAULT; a causal
+     * lower-triangular mask with DT_KNN_CAUSAL; dropout f[0] on the attention
+     * weights with the mask being a region of a global Bernoulli tensor of
+     * gshape [..., L, S] drawn from `seed` as DT_K_DROPOUT's: it starts at
+     * start[d] and spans shape[d] on the leading dims, all of L and S. */
+    DT_K_SDPA,
     DT_K_COUNT
 } dt__kop;
 
@@ -194,6 +242,20 @@ enum {
     DT_KF_EW_MAX_TENSOR = 1 << 21  /* CLAMP: max is an input */
 };
 
+/* Flags and sub codes of the nn kernels (DT_K_ACTIVATION .. DT_K_SDPA). */
+enum {
+    DT_KNN_WEIGHT = 1 << 0,  /* NORM: a weight input follows */
+    DT_KNN_BIAS = 1 << 1,    /* NORM, CONV2D: a bias input follows */
+    DT_KNN_DEFAULT = 1 << 2, /* NORM (RMS): default eps; SDPA: default scale */
+    DT_KNN_MASKED = 1 << 3,  /* EMBEDDING: vocab-sharded masked lookup */
+    DT_KNN_SCALES = 1 << 4,  /* INTERPOLATE: scale factors, not sizes */
+    DT_KNN_ALIGN = 1 << 5,   /* INTERPOLATE: align_corners=True */
+    DT_KNN_CAUSAL = 1 << 6,  /* SDPA: is_causal */
+    DT_KNN_MASK = 1 << 7,    /* SDPA: attn_mask input */
+    DT_KNN_DTYPE = 1 << 8    /* SOFTMAX: cast to `dtype` first */
+};
+enum { DT_KNORM_LAYER = 0, DT_KNORM_RMS, DT_KNORM_GROUP, DT_KNORM_BATCH };
+
 /* Attributes of one kernel. Only the fields the op documents are meaningful. */
 typedef struct dt__kattr {
     int32_t dtype; /* dt_dtype of the output */
@@ -210,12 +272,13 @@ typedef struct dt__kattr {
     dt_scalar scalar; /* FULL, BINARY_SCALAR */
     double f[3];      /* ARANGE start, end, step */
     const char *text; /* LINALG EINSUM: the equation (interned, never freed) */
-    /* views family (DT_K_VIEW): per-dim steps of a region, and an int list
-     * whose meaning the sub code states. */
+    /* views family (DT_K_VIEW): per-dim steps of a region. */
     int64_t step[DT_MAX_NDIM];
-    int64_t ints[DT_MAX_NDIM];
     int32_t nints;
     dt_scalar scalar2; /* EW_BINARY alpha, WHERE y, CLAMP max */
+    /* An int list whose meaning the kernel op states (views: nints entries;
+     * nn kernels: their integer arguments). */
+    int64_t ints[2 * DT_MAX_NDIM];
 } dt__kattr;
 
 typedef struct dt__backend {

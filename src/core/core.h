@@ -162,6 +162,16 @@ typedef enum dt__op {
     DT_OP_WHERE,       /* flags DT_KF_EW_{X,Y}_SCALAR */
     DT_OP_MASKED_FILL, /* 2 inputs (scalar value) or 3 (0-d tensor value) */
     DT_OP_CLAMP,       /* flags DT_KF_EW_{MIN,MAX}_{SCALAR,TENSOR} */
+    /* nn functional family (src/ops/nn*.c, attention.c): lowered by dt__lower_nn. */
+    DT_OP_ACTIVATION, /* sub = dt_activation_kind */
+    DT_OP_SOFTMAX,
+    DT_OP_NORM, /* sub = DT_KNORM_* (backend.h) */
+    DT_OP_EMBEDDING,
+    DT_OP_CONV2D,
+    DT_OP_INTERPOLATE,
+    DT_OP_PAD,
+    DT_OP_DROPOUT,
+    DT_OP_SDPA,
     DT_OP_RELEASE, /* the client dropped a symbol */
     DT_OP_FETCH,   /* a value read */
     DT_OP_SYNC,    /* a graph-wide barrier */
@@ -191,6 +201,10 @@ typedef struct dt__nattr {
     uint64_t v_mask;
     /* elementwise: alpha of add/sub, y of where, max of clamp. */
     dt_scalar scalar2;
+
+    /* nn family: integer arguments (normalized shape, conv stride/padding/
+     * dilation/groups, pad amounts, interpolate sizes). */
+    int64_t ints[2 * DT_MAX_NDIM];
 } dt__nattr;
 
 /* Most tensor inputs of one node or kernel (batch_norm takes five). */
@@ -418,6 +432,7 @@ void dt__lower_reduce(dt__lower *L, dt__node *n);
 void dt__lower_linalg(dt__lower *L, dt__node *n);
 void dt__lower_view(dt__lower *L, dt__node *n);
 void dt__lower_elementwise(dt__lower *L, dt__node *n);
+void dt__lower_nn(dt__lower *L, dt__node *n);
 
 /* ------------------------------------------------------------ client */
 

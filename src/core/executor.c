@@ -208,12 +208,22 @@ const dt__op_info dt__ops[DT_OP_COUNT] = {
     [DT_OP_WHERE] = {"where", dt__lower_elementwise},
     [DT_OP_MASKED_FILL] = {"masked_fill", dt__lower_elementwise},
     [DT_OP_CLAMP] = {"clamp", dt__lower_elementwise},
+    /* nn functional family */
+    [DT_OP_ACTIVATION] = {"activation", dt__lower_nn},
+    [DT_OP_SOFTMAX] = {"softmax", dt__lower_nn},
+    [DT_OP_NORM] = {"norm", dt__lower_nn},
+    [DT_OP_EMBEDDING] = {"embedding", dt__lower_nn},
+    [DT_OP_CONV2D] = {"conv2d", dt__lower_nn},
+    [DT_OP_INTERPOLATE] = {"interpolate", dt__lower_nn},
+    [DT_OP_PAD] = {"pad", dt__lower_nn},
+    [DT_OP_DROPOUT] = {"dropout", dt__lower_nn},
+    [DT_OP_SDPA] = {"scaled_dot_product_attention", dt__lower_nn},
     [DT_OP_RELEASE] = {"release", lower_release},
     [DT_OP_FETCH] = {"fetch", lower_fetch},
     [DT_OP_SYNC] = {"sync", lower_sync},
     [DT_OP_STOP] = {"stop", NULL},
 };
-_Static_assert(DT_OP_COUNT == 23, "update dt__ops when adding an op");
+_Static_assert(DT_OP_COUNT == 32, "update dt__ops when adding an op");
 
 /* -------------------------------------------------------------- the loop */
 

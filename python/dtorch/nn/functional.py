@@ -1,9 +1,380 @@
-"""dtorch.nn.functional: torch.nn.functional's ops on distributed tensors.
+"""``dtorch.nn.functional``: torch.nn.functional's operators on distributed tensors.
 
-Each operator family adds its functions from its own private module.
+Each function takes torch's arguments and returns what torch returns, computed
+shard by shard without communication; placements each op accepts are listed in
+``docs/operators.md`` (and ``include/dtorch/dtorch.h``). A placement an op
+cannot take raises ``dtorch.PlacementError`` naming the ``redistribute`` that
+fixes it. Inference only: there is no autograd.
 
+>>> import dtorch, torch
 >>> import dtorch.nn.functional as F
->>> y = F.linear(x, weight, bias)
+>>> mesh = dtorch.DeviceMesh("cpu", [0, 1])
+>>> x = dtorch.randn(4, 8, device_mesh=mesh, placements=[dtorch.Shard(0)])
+>>> y = F.softmax(F.gelu(x), dim=-1)        # Shard(0) stays Shard(0)
+>>> w = dtorch.randn(100, 8, device_mesh=mesh, placements=[dtorch.Shard(0)])
+>>> e = F.embedding(dtorch.tensor([[1, 99]]), w)  # vocab-parallel lookup -> Partial()
 """
 
-from ._linalg import linear  # noqa: F401  (linear algebra family)
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+
+from .. import _C
+
+from ._linalg import linear  # noqa: E402  (the linear-algebra family)
+
+__all__ = [
+    "linear",
+    "relu", "gelu", "silu", "leaky_relu", "elu", "sigmoid", "tanh",
+    "softmax", "log_softmax",
+    "layer_norm", "rms_norm", "group_norm", "batch_norm",
+    "embedding", "conv2d", "interpolate", "pad", "dropout",
+    "scaled_dot_product_attention",
+]
+
+_Tensor = _C.TensorBase
+
+# dt_activation_kind, dt_interp_mode, dt_pad_mode, dt_conv_padding (dtorch.h).
+_RELU, _GELU, _GELU_TANH, _SILU, _LEAKY_RELU, _ELU, _SIGMOID, _TANH = range(8)
+_INTERP_MODES = {"nearest": 0, "nearest-exact": 1, "linear": 2, "bilinear": 3, "bicubic": 4, "trilinear": 5}
+_PAD_MODES = {"constant": 0, "reflect": 1, "replicate": 2, "circular": 3}
+_CONV_EXPLICIT, _CONV_VALID, _CONV_SAME = range(3)
+
+
+def _inplace(input, result, inplace: bool):
+    """torch's ``inplace=True`` returns ``input`` holding the result: dtorch values are immutable, so
+    ``input`` is rebound to the new value (every reference to that Python tensor sees it)."""
+    return _C._nn_replace(input, result) if inplace else result
+
+
+def _pair(v, name: str) -> Tuple[int, int]:
+    if isinstance(v, bool):
+        raise TypeError(f"conv2d(): argument '{name}' must be an int or a tuple of two ints, not bool")
+    if isinstance(v, numbers.Integral):
+        return (int(v), int(v))
+    v = tuple(v)
+    if len(v) == 1:
+        return (int(v[0]), int(v[0]))
+    if len(v) != 2:
+        raise RuntimeError(f"conv2d(): expected {name} to be a single integer value or a list of 2 values, "
+                           f"but got {len(v)} values")
+    return (int(v[0]), int(v[1]))
+
+
+# ---------------------------------------------------------------- activations
+
+
+def relu(input, inplace: bool = False):
+    """``max(input, 0)``; keeps every Shard, rejects Partial.
+
+    >>> F.relu(dtorch.tensor([-1.0, 2.0]))   # tensor([0., 2.])
+    """
+    return _inplace(input, _C._nn_activation(input, _RELU, 0.0), inplace)
+
+
+def gelu(input, approximate: str = "none"):
+    """Gaussian error linear unit; ``approximate="tanh"`` for the tanh form.
+
+    >>> F.gelu(x, approximate="tanh")
+    """
+    if approximate not in ("none", "tanh"):
+        raise RuntimeError("approximate argument must be either none or tanh.")
+    return _C._nn_activation(input, _GELU if approximate == "none" else _GELU_TANH, 0.0)
+
+
+def silu(input, inplace: bool = False):
+    """``input * sigmoid(input)``.
+
+    >>> F.silu(x)
+    """
+    return _inplace(input, _C._nn_activation(input, _SILU, 0.0), inplace)
+
+
+def leaky_relu(input, negative_slope: float = 0.01, inplace: bool = False):
+    """``max(input, 0) + negative_slope * min(input, 0)``.
+
+    >>> F.leaky_relu(x, 0.2)
+    """
+    return _inplace(input, _C._nn_activation(input, _LEAKY_RELU, negative_slope), inplace)
+
+
+def elu(input, alpha: float = 1.0, inplace: bool = False):
+    """Exponential linear unit.
+
+    >>> F.elu(x, alpha=0.5)
+    """
+    return _inplace(input, _C._nn_activation(input, _ELU, alpha), inplace)
+
+
+def sigmoid(input):
+    """Logistic sigmoid; integer inputs give the default float dtype, as in torch.
+
+    >>> F.sigmoid(x)
+    """
+    return _C._nn_activation(input, _SIGMOID, 0.0)
+
+
+def tanh(input):
+    """Hyperbolic tangent; integer inputs give the default float dtype, as in torch.
+
+    >>> F.tanh(x)
+    """
+    return _C._nn_activation(input, _TANH, 0.0)
+
+
+# ---------------------------------------------------------------- softmax
+
+
+def _softmax_dim(name: str, ndim: int, stacklevel: int) -> int:
+    warnings.warn(
+        f"Implicit dimension choice for {name} has been deprecated. Change the call to include dim=X as an argument.",
+        stacklevel=stacklevel,
+    )
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def softmax(input, dim: Optional[int] = None, _stacklevel: int = 3, dtype: Optional[torch.dtype] = None):
+    """Softmax over ``dim``; the softmax dim must not be sharded (other shards pass through).
+
+    >>> F.softmax(x, dim=-1, dtype=torch.float64)
+    """
+    if not isinstance(input, _Tensor):
+        raise TypeError(f"softmax(): argument 'input' must be a dtorch.Tensor, not {type(input).__name__}")
+    if dim is None:
+        dim = _softmax_dim("softmax", input.ndim, _stacklevel)
+    return _C._nn_softmax(input, dim, False, dtype)
+
+
+def log_softmax(input, dim: Optional[int] = None, _stacklevel: int = 3, dtype: Optional[torch.dtype] = None):
+    """Log of softmax over ``dim`` (computed as one ATen op, as torch does).
+
+    >>> F.log_softmax(x, dim=1)
+    """
+    if not isinstance(input, _Tensor):
+        raise TypeError(f"log_softmax(): argument 'input' must be a dtorch.Tensor, not {type(input).__name__}")
+    if dim is None:
+        dim = _softmax_dim("log_softmax", input.ndim, _stacklevel)
+    return _C._nn_softmax(input, dim, True, dtype)
+
+
+# ---------------------------------------------------------------- normalisation
+
+
+def _shape_arg(normalized_shape) -> List[int]:
+    if isinstance(normalized_shape, numbers.Integral) and not isinstance(normalized_shape, bool):
+        return [int(normalized_shape)]
+    return [int(s) for s in normalized_shape]
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
+    """Layer normalisation over the trailing ``normalized_shape`` dims (which must not be sharded).
+
+    >>> F.layer_norm(x, (8,), w, b)
+    """
+    return _C._nn_layer_norm(input, _shape_arg(normalized_shape), weight, bias, eps)
+
+
+def rms_norm(input, normalized_shape, weight=None, eps: Optional[float] = None):
+    """``input * rsqrt(mean(input**2, normalized dims) + eps) * weight``, as torch 2.x computes it.
+
+    ``eps=None`` is the epsilon of the computation dtype (float32 for half and bfloat16 inputs).
+
+    >>> F.rms_norm(x, (8,), w, eps=1e-6)
+    """
+    return _C._nn_rms_norm(input, _shape_arg(normalized_shape), weight, eps)
+
+
+def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5):
+    """Group normalisation of ``input`` [N, C, *]; only the batch dim may be sharded.
+
+    >>> F.group_norm(x, 2, w, b)
+    """
+    return _C._nn_group_norm(input, num_groups, weight, bias, eps)
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training: bool = False,
+               momentum: float = 0.1, eps: float = 1e-5):
+    """Batch normalisation with the running statistics (inference); any dim may be sharded.
+
+    >>> F.batch_norm(x, mean, var, w, b)
+    """
+    if training:
+        raise NotImplementedError("batch_norm(training=True) is not supported: dtorch is inference-only here; "
+                                  "pass training=False to use the running statistics")
+    return _C._nn_batch_norm(input, running_mean, running_var, weight, bias, momentum, eps)
+
+
+# ---------------------------------------------------------------- lookups and convolutions
+
+
+def embedding(input, weight, padding_idx: Optional[int] = None, max_norm: Optional[float] = None,
+              norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False):
+    """Rows of ``weight`` [V, D] at ``input``; a vocab-sharded weight (``Shard(0)``) gives ``Partial()``.
+
+    ``padding_idx`` only matters for gradients (there are none here) and is validated like torch.
+
+    >>> F.embedding(ids, w)
+    """
+    if isinstance(weight, _Tensor) and weight.ndim == 2 and padding_idx is not None:
+        if padding_idx > 0 and padding_idx >= weight.shape[0]:
+            raise AssertionError("Padding_idx must be within num_embeddings")
+        if padding_idx < 0 and padding_idx < -weight.shape[0]:
+            raise AssertionError("Padding_idx must be within num_embeddings")
+    if max_norm is not None:
+        raise NotImplementedError("embedding(max_norm=...) renormalises the weight in place; not supported")
+    return _C._nn_embedding(input, weight)
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
+    """2-D convolution; batch shards of ``input`` and output-channel shards of ``weight`` (``Shard(0)``).
+
+    >>> F.conv2d(x, w, b, stride=2, padding=1)
+    """
+    if isinstance(padding, str):
+        if padding not in ("valid", "same"):
+            raise RuntimeError(f"Invalid padding string '{padding}', should be one of {{'valid', 'same'}}")
+        mode = _CONV_VALID if padding == "valid" else _CONV_SAME
+        pad = (0, 0)
+    else:
+        mode, pad = _CONV_EXPLICIT, _pair(padding, "padding")
+    return _C._nn_conv2d(input, weight, bias, _pair(stride, "stride"), pad, _pair(dilation, "dilation"), groups, mode)
+
+
+def interpolate(input, size=None, scale_factor=None, mode: str = "nearest", align_corners: Optional[bool] = None,
+                recompute_scale_factor: Optional[bool] = None, antialias: bool = False):
+    """Resize the spatial dims of ``input`` [N, C, *]; batch and channel shards pass through.
+
+    Modes: nearest, nearest-exact, linear (3-D), bilinear, bicubic (4-D), trilinear (5-D).
+
+    >>> F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False)
+    """
+    if not isinstance(input, _Tensor):
+        raise TypeError(f"interpolate(): argument 'input' must be a dtorch.Tensor, not {type(input).__name__}")
+    if mode in ("nearest", "area", "nearest-exact"):
+        if align_corners is not None:
+            raise ValueError(
+                "align_corners option can only be set with the interpolating modes: linear | bilinear | bicubic | "
+                "trilinear"
+            )
+    elif align_corners is None:
+        align_corners = False
+    if mode == "area":
+        raise NotImplementedError("interpolate(mode='area') is not supported yet")
+    if mode not in _INTERP_MODES:
+        raise NotImplementedError(
+            f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D) for the modes: nearest | "
+            f"linear | bilinear | bicubic | trilinear | area | nearest-exact (got {mode})"
+        )
+    if antialias:
+        raise NotImplementedError("interpolate(antialias=True) is not supported yet")
+    dim = input.ndim - 2
+    if size is not None and scale_factor is not None:
+        raise ValueError("only one of size or scale_factor should be defined")
+    if size is not None:
+        scale_factors = None
+        if isinstance(size, (list, tuple)):
+            if len(size) != dim:
+                raise ValueError(
+                    "Input and output must have the same number of spatial dimensions, but got input with spatial "
+                    f"dimensions of {list(input.shape[2:])} and output size of {size}. Please provide input tensor "
+                    "in (N, C, d1, d2, ...,dK) format and output size in (o1, o2, ...,oK) format."
+                )
+            output_size = [int(s) for s in size]
+        else:
+            output_size = [int(size)] * dim
+    elif scale_factor is not None:
+        output_size = None
+        if isinstance(scale_factor, (list, tuple)):
+            if len(scale_factor) != dim:
+                raise ValueError(
+                    "Input and scale_factor must have the same number of spatial dimensions, but got input with "
+                    f"spatial dimensions of {list(input.shape[2:])} and scale_factor of shape {scale_factor}. "
+                    "Please provide input tensor in (N, C, d1, d2, ...,dK) format and scale_factor in (s1, s2, "
+                    "...,sK) format."
+                )
+            scale_factors = [float(s) for s in scale_factor]
+        else:
+            scale_factors = [float(scale_factor)] * dim
+    else:
+        raise ValueError("either size or scale_factor should be defined")
+    if recompute_scale_factor and size is not None:
+        raise ValueError("recompute_scale_factor is not meaningful with an explicit size.")
+    if recompute_scale_factor:
+        # As torch: the output size from the scales, then the scales are dropped.
+        output_size = [int(math.floor(float(input.shape[i + 2]) * scale_factors[i])) for i in range(dim)]
+        scale_factors = None
+    align = -1 if align_corners is None else int(bool(align_corners))
+    return _C._nn_interpolate(input, _INTERP_MODES[mode], output_size, scale_factors, align)
+
+
+def pad(input, pad: Sequence[int], mode: str = "constant", value: Optional[float] = None):
+    """Pad the last ``len(pad) // 2`` dims (last dim first); padded dims must not be sharded.
+
+    >>> F.pad(x, (1, 1, 2, 0), value=0.5)
+    """
+    if mode not in _PAD_MODES:
+        raise NotImplementedError(f"Unrecognised padding mode {mode}")
+    return _C._nn_pad(input, [int(p) for p in pad], _PAD_MODES[mode], value)
+
+
+def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False):
+    """Zero elements with probability ``p`` and scale the rest by ``1 / (1 - p)`` (identity unless training).
+
+    The mask comes from dtorch's random stream (``dtorch.manual_seed``) for the global shape, so the
+    values are the same on any mesh and placements; ``Partial()`` inputs keep ``Partial()``.
+
+    >>> F.dropout(x, 0.1, training=True)
+    """
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not isinstance(input, _Tensor):
+        raise TypeError(f"dropout(): argument 'input' must be a dtorch.Tensor, not {type(input).__name__}")
+    if not training or p == 0.0 or input.numel() == 0:
+        return input
+    return _inplace(input, _C._nn_dropout(input, p, True), inplace)
+
+
+# ---------------------------------------------------------------- attention
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
+                                 scale: Optional[float] = None):
+    """``softmax(query @ key.transpose(-2, -1) * scale + mask) @ value``.
+
+    Shards of the batch and head dims pass through; the sequence and embedding dims must not be sharded
+    (context parallelism comes with meshes that name a ``ulysess_cp`` or ``ring_cp`` dim, later).
+
+    >>> F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    """
+    return _C._nn_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale)
+
+
+# ---------------------------------------------------------------- Tensor methods
+
+
+def _attach_methods() -> None:
+    """torch.Tensor's methods of these ops; another family's definition, if present, wins."""
+    from .._tensor import Tensor
+
+    def _softmax(self, dim, dtype=None):
+        return softmax(self, dim, dtype=dtype)
+
+    def _log_softmax(self, dim, dtype=None):
+        return log_softmax(self, dim, dtype=dtype)
+
+    def _relu(self):
+        return relu(self)
+
+    for name, fn in (("softmax", _softmax), ("log_softmax", _log_softmax), ("relu", _relu),
+                     ("sigmoid", sigmoid), ("tanh", tanh)):
+        if not hasattr(Tensor, name):
+            fn.__name__ = name
+            setattr(Tensor, name, fn)
+
+
+_attach_methods()

@@ -51,7 +51,11 @@ static const char *const kop_names[DT_K_COUNT] = {
     [DT_K_REDUCE] = "REDUCE", [DT_K_LINALG] = "LINALG", [DT_K_VIEW] = "VIEW",
     [DT_K_EW_BINARY] = "EW_BINARY", [DT_K_UNARY] = "UNARY", [DT_K_CAST] = "CAST",
     [DT_K_WHERE] = "WHERE", [DT_K_MASKED_FILL] = "MASKED_FILL", [DT_K_CLAMP] = "CLAMP",
+    [DT_K_ACTIVATION] = "ACTIVATION", [DT_K_SOFTMAX] = "SOFTMAX", [DT_K_NORM] = "NORM",
+    [DT_K_EMBEDDING] = "EMBEDDING", [DT_K_CONV2D] = "CONV2D", [DT_K_INTERPOLATE] = "INTERPOLATE",
+    [DT_K_PAD] = "PAD", [DT_K_DROPOUT] = "DROPOUT", [DT_K_SDPA] = "SDPA",
 };
+
 
 
 static const char *const dtype_names[] = {"bool",  "uint8",   "int8",     "int16",   "int32",

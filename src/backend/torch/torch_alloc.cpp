@@ -30,6 +30,7 @@
 #include <mutex>
 #include <new>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "backend/torch/torch_internal.h"
@@ -66,8 +67,19 @@ class caching_allocator final : public c10::Allocator {
             static_cast<header *>(base)->size = n;
         }
         void *data = static_cast<char *>(base) + kAlign;
-        return c10::DataPtr(data, base, &caching_allocator::release, c10::Device(c10::DeviceType::CPU));
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            live_.insert(data);
+        }
+        // The context is the data pointer itself, as LibTorch's raw_allocate
+        // requires of every CPU allocation.
+        return c10::DataPtr(data, data, &caching_allocator::release, c10::Device(c10::DeviceType::CPU));
     }
+
+    /* raw_allocate/raw_deallocate (used by some ATen kernels for scratch
+     * memory) free through this: a block of ours goes back to the cache,
+     * anything else to the allocator that made it. */
+    c10::DeleterFnPtr raw_deleter() const override { return &caching_allocator::raw_free; }
 
 #ifdef DT_ALLOC_HAS_COPY_DATA
     void copy_data(void *dest, const void *src, std::size_t count) const override { std::memcpy(dest, src, count); }
@@ -109,11 +121,27 @@ class caching_allocator final : public c10::Allocator {
         return p;
     }
 
-    static void release(void *base) {
+    static void raw_free(void *data) {
         caching_allocator &a = instance();
+        bool ours;
+        {
+            std::lock_guard<std::mutex> g(a.mu_);
+            ours = a.live_.count(data) != 0;
+        }
+        if (ours) {
+            release(data);
+        } else if (c10::DeleterFnPtr d = a.base_->raw_deleter()) {
+            d(data);
+        }
+    }
+
+    static void release(void *data) {
+        caching_allocator &a = instance();
+        void *base = static_cast<char *>(data) - kAlign;
         size_t n = static_cast<header *>(base)->size;
         {
             std::lock_guard<std::mutex> g(a.mu_);
+            a.live_.erase(data);
             if (a.cached_ + n <= a.limit_) {
                 a.free_.emplace(n, base);
                 a.cached_ += n;
@@ -127,6 +155,7 @@ class caching_allocator final : public c10::Allocator {
     size_t limit_ = 0;
     mutable std::mutex mu_;
     mutable std::unordered_multimap<size_t, void *> free_;
+    mutable std::unordered_set<void *> live_; /* data pointers of our blocks in use */
     mutable size_t cached_ = 0;
     std::once_flag installed_;
 };

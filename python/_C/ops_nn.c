@@ -1,0 +1,422 @@
+/*
+ * The nn functional family's entries on dtorch._C (`_nn_*`), called by
+ * python/dtorch/nn/functional.py.
+ *
+ * The Python layer does torch's argument conveniences (keyword arguments,
+ * int-or-tuple sizes, string modes, defaults); these entries take the
+ * normalised positional form, convert it, record the call site and call the
+ * C API. Every error comes back as the Python exception of its dt_status.
+ *
+ * Every function runs on a Python thread holding the GIL.
+ */
+#include "dtorch_py.h"
+
+#include <math.h>
+
+static dtpy_state *nn_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
+
+/* Reads a tensor argument into *out (NULL for None when `optional`).
+ * Returns -1 with TypeError naming the argument. */
+static int tensor_arg(dtpy_state *st, PyObject *o, const char *op, const char *what, int optional,
+                      dtpy_tensor **out) {
+    *out = NULL;
+    if (o == Py_None && optional)
+        return 0;
+    if (DTPY_IS_TENSOR(st, o)) {
+        *out = (dtpy_tensor *)o;
+        return 0;
+    }
+    if (PyObject_TypeCheck(o, (PyTypeObject *)st->torch_tensor_type))
+        PyErr_Format(
+            PyExc_TypeError,
+            "%s(): argument '%s' is a torch.Tensor; convert it with dtorch.from_torch(t, device_mesh=..., "
+            "placements=...) first",
+            op, what);
+    else
+        PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be a dtorch.Tensor%s, not %.100s", op, what,
+                     optional ? " or None" : "", Py_TYPE(o)->tp_name);
+    return -1;
+}
+
+static dt_tensor *handle(dtpy_tensor *t) { return t ? t->t : NULL; }
+
+/* A float argument, or NAN for None when `optional`. */
+static int float_arg(PyObject *o, const char *op, const char *what, int optional, double *out) {
+    if (o == Py_None && optional) {
+        *out = NAN;
+        return 0;
+    }
+    *out = PyFloat_AsDouble(o);
+    if (*out == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be a number, not %.100s", op, what,
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    return 0;
+}
+
+static int int_arg(PyObject *o, const char *op, const char *what, long long *out) {
+    if (!PyLong_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be an int, not %.100s", op, what,
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    *out = PyLong_AsLongLong(o);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* A sequence of ints into out (at most cap); returns the count or -1. */
+static int ints_arg(PyObject *o, const char *op, const char *what, int64_t *out, int cap) {
+    PyObject *seq = PySequence_Fast(o, "");
+    if (seq == NULL) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be a sequence of ints, not %.100s", op, what,
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > cap) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "%s(): argument '%s' has %zd entries (at most %d)", op, what, n, cap);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long v;
+        if (int_arg(PySequence_Fast_GET_ITEM(seq, i), op, what, &v) < 0) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        out[i] = v;
+    }
+    Py_DECREF(seq);
+    return (int)n;
+}
+
+static PyObject *wrap(dtpy_state *st, dt_tensor *t, dtpy_tensor *like) {
+    return dtpy_tensor_wrap(st, t, like->graph, like->mesh, dt_tensor_mesh(like->t));
+}
+
+#define NARGS(n, name)                                                                                       \
+    do {                                                                                                     \
+        if (nargs != (n))                                                                                    \
+            return PyErr_Format(PyExc_TypeError, "_C." name " takes %d arguments (%zd given)", (n), nargs);  \
+    } while (0)
+
+/* _nn_activation(x, kind, param) */
+static PyObject *nn_activation(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(3, "_nn_activation");
+    dtpy_state *st = nn_state(m);
+    dtpy_tensor *x;
+    long long kind;
+    double param;
+    if (tensor_arg(st, args[0], "activation", "input", 0, &x) < 0 ||
+        int_arg(args[1], "activation", "kind", &kind) < 0 ||
+        float_arg(args[2], "activation", "param", 0, &param) < 0)
+        return NULL;
+    if (dtpy_sync_default_dtype(st) < 0)
+        return NULL;
+    dtpy_record_call_site(st);
+    return wrap(st, dt_activation((dt_activation_kind)kind, x->t, param), x);
+}
+
+/* _nn_softmax(x, dim, log, dtype_or_None) */
+static PyObject *nn_softmax(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(4, "_nn_softmax");
+    dtpy_state *st = nn_state(m);
+    dtpy_tensor *x;
+    long long dim;
+    if (tensor_arg(st, args[0], "softmax", "input", 0, &x) < 0 ||
+        int_arg(args[1], "softmax", "dim", &dim) < 0)
+        return NULL;
+    int log = PyObject_IsTrue(args[2]);
+    if (log < 0)
+        return NULL;
+    int dtype = -1;
+    if (args[3] != Py_None && (dtype = dtpy_dtype_from_torch(st, args[3])) < 0)
+        return NULL;
+    if (dim < INT32_MIN || dim > INT32_MAX)
+        return PyErr_Format(PyExc_IndexError, "softmax(): Dimension out of range (got %lld)", dim);
+    dtpy_record_call_site(st);
+    return wrap(st, dt_softmax(x->t, (int)dim, log, dtype), x);
+}
+
+/* _nn_layer_norm(x, normalized_shape, weight, bias, eps) */
+static PyObject *nn_layer_norm(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(5, "_nn_layer_norm");
+    dtpy_state *st = nn_state(m);
+    dtpy_tensor *x, *w, *b;
+    int64_t ns[DT_MAX_NDIM];
+    double eps;
+    int n;
+    if (tensor_arg(st, args[0], "layer_norm", "input", 0, &x) < 0 ||
+        (n = ints_arg(args[1], "layer_norm", "normalized_shape", ns, DT_MAX_NDIM)) < 0 ||
+        tensor_arg(st, args[2], "layer_norm", "weight", 1, &w) < 0 ||
+        tensor_arg(st, args[3], "layer_norm", "bias", 1, &b) < 0 ||
+        float_arg(args[4], "layer_norm", "eps", 0, &eps) < 0)
+        return NULL;
+    dtpy_record_call_site(st);
+    return wrap(st, dt_layer_norm(x->t, n, ns, handle(w), handle(b), eps), x);
+}
+
+/* _nn_rms_norm(x, normalized_shape, weight, eps_or_None) */
+static PyObject *nn_rms_norm(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(4, "_nn_rms_norm");
+    dtpy_state *st = nn_state(m);
+    dtpy_tensor *x, *w;
+    int64_t ns[DT_MAX_NDIM];
+    double eps;
+    int n;
+    if (tensor_arg(st, args[0], "rms_norm", "input", 0, &x) < 0 ||
+        (n = ints_arg(args[1], "rms_norm", "normalized_shape", ns, DT_MAX_NDIM)) < 0 ||
+        tensor_arg(st, args[2], "rms_norm", "weight", 1, &w) < 0 ||
+        float_arg(args[3], "rms_norm", "eps", 1, &eps) < 0)
+        return NULL;
+    dtpy_record_call_site(st);
+    return wrap(st, dt_rms_norm(x->t, n, ns, handle(w), eps), x);
+}
+
+/* _nn_group_norm(x, num_groups, weight, bias, eps) */
+static PyObject *nn_group_norm(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(5, "_nn_group_norm");
+    dtpy_state *st = nn_state(m);
+    dtpy_tensor *x, *w, *b;
+    long long groups;
+    double eps;
+    if (tensor_arg(st, args[0], "group_norm", "input", 0, &x) < 0 ||
+        int_arg(args[1], "group_norm", "num_groups", &groups) < 0 ||
+        tensor_arg(st, args[2], "group_norm", "weight", 1, &w) < 0 ||
+        tensor_arg(st, args[3], "group_norm", "bias", 1, &b) < 0 ||
+        float_arg(args[4], "group_norm", "eps", 0, &eps) < 0)
+        return NULL;
+    dtpy_record_call_site(st);
+    return wrap(st, dt_group_norm(x->t, groups, handle(w), handle(b), eps), x);
+}
+
+/* _nn_batch_norm(x, running_mean, running_var, weight, bias, momentum, eps) */
+static PyObject *nn_batch_norm(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(7, "_nn_batch_norm");
+    dtpy_state *st = nn_state(m);
+    dtpy_tensor *x, *rm, *rv, *w, *b;
+    double momentum, eps;
+    if (tensor_arg(st, args[0], "batch_norm", "input", 0, &x) < 0 ||
+        tensor_arg(st, args[1], "batch_norm", "running_mean", 1, &rm) < 0 ||
+        tensor_arg(st, args[2], "batch_norm", "running_var", 1, &rv) < 0 ||
+        tensor_arg(st, args[3], "batch_norm", "weight", 1, &w) < 0 ||
+        tensor_arg(st, args[4], "batch_norm", "bias", 1, &b) < 0 ||
+        float_arg(args[5], "batch_norm", "momentum", 0, &momentum) < 0 ||
+        float_arg(args[6], "batch_norm", "eps", 0, &eps) < 0)
+        return NULL;
+    dtpy_record_call_site(st);
+    return wrap(st, dt_batch_norm(x->t, handle(rm), handle(rv), handle(w), handle(b), momentum, eps), x);
+}
+
+/* _nn_embedding(indices, weight) */
+static PyObject *nn_embedding(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(2, "_nn_embedding");
+    dtpy_state *st = nn_state(m);
+    dtpy_tensor *idx, *w;
+    if (tensor_arg(st, args[0], "embedding", "input", 0, &idx) < 0 ||
+        tensor_arg(st, args[1], "embedding", "weight", 0, &w) < 0)
+        return NULL;
+    dtpy_record_call_site(st);
+    /* The result lives with the weight's graph and mesh (the same as the
+     * indices', or the call fails). */
+    return wrap(st, dt_embedding(idx->t, w->t), idx);
+}
+
+/* _nn_conv2d(x, weight, bias, stride, padding, dilation, groups, padding_mode) */
+static PyObject *nn_conv2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(8, "_nn_conv2d");
+    dtpy_state *st = nn_state(m);
+    dtpy_tensor *x, *w, *b;
+    int64_t stride[2], padding[2] = {0, 0}, dilation[2];
+    long long groups, mode;
+    if (tensor_arg(st, args[0], "conv2d", "input", 0, &x) < 0 ||
+        tensor_arg(st, args[1], "conv2d", "weight", 0, &w) < 0 ||
+        tensor_arg(st, args[2], "conv2d", "bias", 1, &b) < 0 ||
+        ints_arg(args[3], "conv2d", "stride", stride, 2) != 2 ||
+        ints_arg(args[4], "conv2d", "padding", padding, 2) != 2 ||
+        ints_arg(args[5], "conv2d", "dilation", dilation, 2) != 2 ||
+        int_arg(args[6], "conv2d", "groups", &groups) < 0 ||
+        int_arg(args[7], "conv2d", "padding_mode", &mode) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "conv2d(): stride, padding and dilation need 2 entries each");
+        return NULL;
+    }
+    dtpy_record_call_site(st);
+    return wrap(
+        st, dt_conv2d(x->t, w->t, handle(b), stride, padding, dilation, groups, (dt_conv_padding)mode), x);
+}
+
+/* _nn_interpolate(x, mode, size_or_None, scales_or_None, align_corners) */
+static PyObject *nn_interpolate(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(5, "_nn_interpolate");
+    dtpy_state *st = nn_state(m);
+    dtpy_tensor *x;
+    long long mode, align;
+    int64_t size[3];
+    double scales[3];
+    int have_size = args[2] != Py_None, have_scales = args[3] != Py_None;
+    if (tensor_arg(st, args[0], "interpolate", "input", 0, &x) < 0 ||
+        int_arg(args[1], "interpolate", "mode", &mode) < 0 ||
+        int_arg(args[4], "interpolate", "align_corners", &align) < 0)
+        return NULL;
+    int nsp = dt_tensor_ndim(x->t) - 2;
+    if (have_size) {
+        int n = ints_arg(args[2], "interpolate", "size", size, 3);
+        if (n < 0)
+            return NULL;
+        if (n != nsp)
+            return PyErr_Format(PyExc_ValueError, "interpolate(): size has %d entries for %d spatial dims", n,
+                                nsp);
+    }
+    if (have_scales) {
+        PyObject *seq = PySequence_Fast(args[3], "interpolate(): scale_factor must be a sequence");
+        if (seq == NULL)
+            return NULL;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        if (n != nsp || n > 3) {
+            Py_DECREF(seq);
+            return PyErr_Format(PyExc_ValueError,
+                                "interpolate(): scale_factor has %zd entries for %d spatial dims", n, nsp);
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (float_arg(PySequence_Fast_GET_ITEM(seq, i), "interpolate", "scale_factor", 0, &scales[i]) <
+                0) {
+                Py_DECREF(seq);
+                return NULL;
+            }
+        }
+        Py_DECREF(seq);
+    }
+    dtpy_record_call_site(st);
+    return wrap(st,
+                dt_interpolate(x->t, (dt_interp_mode)mode, have_size ? size : NULL,
+                               have_scales ? scales : NULL, (int)align),
+                x);
+}
+
+/* _nn_pad(x, pad, mode, value_or_None) */
+static PyObject *nn_pad(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(4, "_nn_pad");
+    dtpy_state *st = nn_state(m);
+    dtpy_tensor *x;
+    int64_t pad[2 * DT_MAX_NDIM];
+    long long mode;
+    double value;
+    int n;
+    if (tensor_arg(st, args[0], "pad", "input", 0, &x) < 0 ||
+        (n = ints_arg(args[1], "pad", "pad", pad, 2 * DT_MAX_NDIM)) < 0 ||
+        int_arg(args[2], "pad", "mode", &mode) < 0 || float_arg(args[3], "pad", "value", 1, &value) < 0)
+        return NULL;
+    dtpy_record_call_site(st);
+    return wrap(st, dt_pad(x->t, n, pad, (dt_pad_mode)mode, value), x);
+}
+
+/* _nn_dropout(x, p, training) */
+static PyObject *nn_dropout(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(3, "_nn_dropout");
+    dtpy_state *st = nn_state(m);
+    dtpy_tensor *x;
+    double p;
+    if (tensor_arg(st, args[0], "dropout", "input", 0, &x) < 0 ||
+        float_arg(args[1], "dropout", "p", 0, &p) < 0)
+        return NULL;
+    int training = PyObject_IsTrue(args[2]);
+    if (training < 0)
+        return NULL;
+    dtpy_record_call_site(st);
+    return wrap(st, dt_dropout(x->t, p, training), x);
+}
+
+/* _nn_sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale_or_None) */
+static PyObject *nn_sdpa(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(7, "_nn_sdpa");
+    dtpy_state *st = nn_state(m);
+    const char *op = "scaled_dot_product_attention";
+    dtpy_tensor *q, *k, *v, *mask;
+    double p, scale;
+    if (tensor_arg(st, args[0], op, "query", 0, &q) < 0 || tensor_arg(st, args[1], op, "key", 0, &k) < 0 ||
+        tensor_arg(st, args[2], op, "value", 0, &v) < 0 ||
+        tensor_arg(st, args[3], op, "attn_mask", 1, &mask) < 0 ||
+        float_arg(args[4], op, "dropout_p", 0, &p) < 0 || float_arg(args[6], op, "scale", 1, &scale) < 0)
+        return NULL;
+    int causal = PyObject_IsTrue(args[5]);
+    if (causal < 0)
+        return NULL;
+    dtpy_record_call_site(st);
+    return wrap(st, dt_scaled_dot_product_attention(q->t, k->t, v->t, handle(mask), p, causal, scale), q);
+}
+
+/* _nn_replace(x, y): makes the Python tensor x refer to y's value, which is
+ * how torch's inplace=True forms are emulated (dtorch values are immutable;
+ * every Python reference to x sees the new value). Returns x. */
+static PyObject *nn_replace(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(2, "_nn_replace");
+    dtpy_state *st = nn_state(m);
+    dtpy_tensor *x, *y;
+    if (tensor_arg(st, args[0], "inplace", "input", 0, &x) < 0 ||
+        tensor_arg(st, args[1], "inplace", "value", 0, &y) < 0)
+        return NULL;
+    if (dt_tensor_graph(x->t) != dt_tensor_graph(y->t))
+        return PyErr_Format(PyExc_ValueError, "inplace: the tensors belong to different graphs");
+    if (x != y) {
+        dt_tensor *old = x->t;
+        dt_tensor_retain(y->t);
+        x->t = y->t;
+        if (!dt_mesh_equal(dt_tensor_mesh(old), dt_tensor_mesh(y->t)))
+            Py_CLEAR(x->mesh);
+        dt_tensor_release(old);
+    }
+    return Py_NewRef((PyObject *)x);
+}
+
+/* _nn_alias(x, cls): a new Python tensor of class `cls` (a subclass of
+ * TensorBase with the same layout, e.g. dtorch.nn.Parameter) on x's value. */
+static PyObject *nn_alias(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(2, "_nn_alias");
+    dtpy_state *st = nn_state(m);
+    dtpy_tensor *x;
+    if (tensor_arg(st, args[0], "alias", "data", 0, &x) < 0)
+        return NULL;
+    if (!PyType_Check(args[1]) || !PyType_IsSubtype((PyTypeObject *)args[1], st->tensor_base_type))
+        return PyErr_Format(PyExc_TypeError, "alias: the class must subclass _C.TensorBase");
+    PyTypeObject *cls = (PyTypeObject *)args[1];
+    if (cls->tp_basicsize != st->tensor_cls->tp_basicsize)
+        return PyErr_Format(PyExc_TypeError, "alias: %.100s adds instance fields (use __slots__ = ())",
+                            cls->tp_name);
+    dtpy_tensor *o = (dtpy_tensor *)cls->tp_alloc(cls, 0);
+    if (o == NULL)
+        return NULL;
+    dt_tensor_retain(x->t);
+    o->t = x->t;
+    o->graph = Py_NewRef(x->graph);
+    o->mesh = Py_XNewRef(x->mesh);
+    return (PyObject *)o;
+}
+
+#define FASTCALL(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL
+
+static PyMethodDef nn_methods[] = {
+    {"_nn_activation", FASTCALL(nn_activation), "_nn_activation(x, kind, param)"},
+    {"_nn_softmax", FASTCALL(nn_softmax), "_nn_softmax(x, dim, log, dtype)"},
+    {"_nn_layer_norm", FASTCALL(nn_layer_norm), "_nn_layer_norm(x, normalized_shape, weight, bias, eps)"},
+    {"_nn_rms_norm", FASTCALL(nn_rms_norm), "_nn_rms_norm(x, normalized_shape, weight, eps)"},
+    {"_nn_group_norm", FASTCALL(nn_group_norm), "_nn_group_norm(x, num_groups, weight, bias, eps)"},
+    {"_nn_batch_norm", FASTCALL(nn_batch_norm),
+     "_nn_batch_norm(x, running_mean, running_var, weight, bias, momentum, eps)"},
+    {"_nn_embedding", FASTCALL(nn_embedding), "_nn_embedding(indices, weight)"},
+    {"_nn_conv2d", FASTCALL(nn_conv2d),
+     "_nn_conv2d(x, weight, bias, stride, padding, dilation, groups, padding_mode)"},
+    {"_nn_interpolate", FASTCALL(nn_interpolate),
+     "_nn_interpolate(x, mode, size, scale_factors, align_corners)"},
+    {"_nn_pad", FASTCALL(nn_pad), "_nn_pad(x, pad, mode, value)"},
+    {"_nn_dropout", FASTCALL(nn_dropout), "_nn_dropout(x, p, training)"},
+    {"_nn_alias", FASTCALL(nn_alias), "_nn_alias(x, cls): a tensor of class cls on x's value"},
+    {"_nn_replace", FASTCALL(nn_replace), "_nn_replace(x, y): x takes y's value (inplace=True forms)"},
+    {"_nn_sdpa", FASTCALL(nn_sdpa), "_nn_sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale)"},
+    {NULL, NULL, 0, NULL},
+};
+
+int dtpy_add_nn_methods(PyObject *module) { return PyModule_AddFunctions(module, nn_methods); }
