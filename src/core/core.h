@@ -368,7 +368,22 @@ typedef enum dt__coll_kind {
     DT_COLL_ALLTOALL       /* slice each peer along dim_b to my range, cat along dim_a */
 } dt__coll_kind;
 
+/* A collective back end: how the ranks' workers run one collective. The
+ * in-process one (src/dist/collective.c) reads peer blobs directly on CPU
+ * workers; a NCCL one fills the same slot for CUDA devices. The planner only
+ * builds dt__coll records; the back end decides how bytes move. */
+typedef struct dt__comm_ops {
+    const char *name;
+    /* Runs rank k->rank's part of the collective k->extra on its worker. */
+    void (*run)(dt__kernel *k);
+} dt__comm_ops;
+
+extern const dt__comm_ops dt__comm_inproc;
+/* The back end for collectives among devices of `type`. */
+const dt__comm_ops *dt__comm_for(dt_device_type type);
+
 typedef struct dt__coll {
+    const dt__comm_ops *ops;
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int n, arrived, departed; /* guarded by lock */
@@ -380,9 +395,8 @@ typedef struct dt__coll {
     int64_t *starts, *lens;     /* n: each rank's range along dim_b */
 } dt__coll;
 
-dt__coll *dt__coll_new(int kind, int n, int ndim, dt_dtype dtype);
-/* Runs one rank's part of a collective kernel on its worker. */
-void dt__coll_run(dt__kernel *k);
+/* A collective of `n` ranks on devices of `type`. */
+dt__coll *dt__coll_new(dt_device_type type, int kind, int n, int ndim, dt_dtype dtype);
 
 /* ------------------------------------------------------------ lowering */
 

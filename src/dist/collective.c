@@ -21,7 +21,18 @@
 
 #include "core/core.h"
 
-dt__coll *dt__coll_new(int kind, int n, int ndim, dt_dtype dtype) {
+static void inproc_run(dt__kernel *k);
+
+const dt__comm_ops dt__comm_inproc = {"inproc", inproc_run};
+
+const dt__comm_ops *dt__comm_for(dt_device_type type) {
+    /* CUDA devices are still driven by CPU-style workers, so in-process
+     * collectives serve them too until the NCCL back end lands. */
+    (void)type;
+    return &dt__comm_inproc;
+}
+
+dt__coll *dt__coll_new(dt_device_type type, int kind, int n, int ndim, dt_dtype dtype) {
     dt__coll *c = dt__calloc(1, sizeof *c);
     if (!c)
         return NULL;
@@ -39,6 +50,7 @@ dt__coll *dt__coll_new(int kind, int n, int ndim, dt_dtype dtype) {
     }
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->cond, NULL);
+    c->ops = dt__comm_for(type);
     c->kind = kind;
     c->n = n;
     c->ndim = ndim;
@@ -99,7 +111,7 @@ static dt_status compute(dt__kernel *k, dt__coll *c, int r, void **out, char *er
     return st;
 }
 
-void dt__coll_run(dt__kernel *k) {
+static void inproc_run(dt__kernel *k) {
     dt__coll *c = k->extra;
     int r = k->rank;
     pthread_mutex_lock(&c->lock);

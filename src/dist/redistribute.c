@@ -80,7 +80,7 @@ static void collective(plan *p, int md, int kind, int dim_a, int dim_b, dt_place
         dt__mesh_coord(mesh, base, coord);
         if (coord[md] != 0)
             continue;
-        dt__coll *c = dt__coll_new(kind, (int)size, m->ndim, m->dtype);
+        dt__coll *c = dt__coll_new(mesh->type, kind, (int)size, m->ndim, m->dtype);
         DT_ASSERT(c);
         c->dim_a = dim_a;
         c->dim_b = dim_b;

@@ -277,7 +277,7 @@ static void allgather(dt__lower *L, const dt_mesh *mesh, int md, int dim, int nd
         dt__mesh_coord(mesh, base, coord);
         if (coord[md] != 0)
             continue;
-        dt__coll *c = dt__coll_new(DT_COLL_ALLGATHER, (int)size, ndim, dtype);
+        dt__coll *c = dt__coll_new(mesh->type, DT_COLL_ALLGATHER, (int)size, ndim, dtype);
         DT_ASSERT(c);
         c->dim_a = dim;
         for (int64_t r = 0; r < size; r++) {

@@ -78,6 +78,40 @@ class TestFutures(unittest.TestCase):
         g.shutdown()
 
 
+class TestKernelErrors(unittest.TestCase):
+    def test_out_of_range_embedding_names_op_device_and_line(self):
+        import inspect
+        import os
+
+        import dtorch.nn.functional as F
+
+        mesh = CPU2
+        weight = dtorch.from_torch(torch.randn(10, 4), mesh, [Shard(0)])  # vocab-parallel
+        other = dtorch.from_torch(torch.arange(6.0), mesh, [Shard(0)])
+        idx = dtorch.from_torch(torch.tensor([[1, 12], [3, 4]]), mesh, [Replicate()])
+        line = inspect.currentframe().f_lineno + 1
+        out = F.embedding(idx, weight)  # index 12 is out of range: the kernel fails
+        doubled = out * 2  # depends on the failed value
+        with self.assertRaises(dtorch.KernelError) as cm:
+            doubled.to_torch()
+        message = str(cm.exception)
+        self.assertIn("embedding", message)
+        self.assertIn("cpu:", message)
+        self.assertIn(f"{os.path.basename(__file__)}:{line}", message)
+        self.assertIsInstance(cm.exception, RuntimeError)
+        # Unaffected work continues, and the runtime stays usable.
+        assert_tensor_equal(self, (other + 1).redistribute(placements=[Replicate()]), torch.arange(6.0) + 1)
+        good = dtorch.from_torch(torch.tensor([[1, 9]]), mesh, [Replicate()])
+        ref = torch.nn.functional.embedding(torch.tensor([[1, 9]]), weight.to_torch())
+        assert_tensor_equal(self, F.embedding(good, weight).redistribute(placements=[Replicate()]), ref)
+
+    def test_item_in_python_control_flow(self):
+        x = dtorch.from_torch(torch.tensor([3.0, -1.0]), CPU2, [Shard(0)])
+        total = x.sum()
+        branch = "pos" if total.item() > 0 else "neg"
+        self.assertEqual(branch, "pos")
+
+
 class TestMemory(unittest.TestCase):
     MESH = DeviceMesh("cpu", [40, 41])  # devices no other test uses: exact accounting
 
