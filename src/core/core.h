@@ -25,6 +25,7 @@
 
 #include "backend/backend.h"
 #include "common/common.h"
+#include "common/pool.h"
 #include "dtorch/dtorch.h"
 
 /* ---------------------------------------------------------------- mesh */
@@ -322,6 +323,14 @@ struct dt_graph {
  * probes, so a 2-core machine running more threads than cores is not starved:
  * it only saves the sleep/wake system calls when work arrives back to back. */
 int dt__spin_until_changed(atomic_uint *counter, unsigned seen);
+
+/* Pools of the per-op records (common/pool.h): made on one thread, freed on
+ * another. */
+extern dt__pool dt__node_pool, dt__kernel_pool, dt__blob_pool, dt__tval_pool, dt__tensor_pool;
+/* Frees a node record (any thread). */
+static inline void dt__node_free(dt__node *n) { dt__pool_free(&dt__node_pool, n); }
+/* Frees a kernel record that was never queued (controller). */
+static inline void dt__kernel_free(dt__kernel *k) { dt__pool_free(&dt__kernel_pool, k); }
 
 /* Appends a node; DT_ESHUTDOWN (node untouched) once the graph is closed. */
 dt_status dt__graph_submit(dt_graph *g, dt__node *n);

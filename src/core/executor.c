@@ -40,7 +40,7 @@ dt__stream *dt__lw_stream(dt__lower *L, const dt_mesh *mesh, int64_t idx) {
 }
 
 dt__kernel *dt__lw_kernel(dt__lower *L, int kop) {
-    dt__kernel *k = dt__calloc(1, sizeof *k);
+    dt__kernel *k = dt__pool_alloc(&dt__kernel_pool);
     DT_ASSERT(k);
     k->kop = kop;
     k->opname = dt__ops[L->node->op].name;
@@ -267,7 +267,7 @@ void *dt__controller_main(void *arg) {
                 L.node = n;
                 dt__ops[n->op].lower(&L, n);
             }
-            dt__free(n);
+            dt__node_free(n);
         }
         flush(g);
     }

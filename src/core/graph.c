@@ -13,6 +13,10 @@
 #include "core/core.h"
 
 static _Atomic uint64_t next_tensor_id = 1;
+
+dt__pool dt__node_pool = DT__POOL_INIT(sizeof(dt__node));
+dt__pool dt__tval_pool = DT__POOL_INIT(sizeof(dt__tval));
+dt__pool dt__tensor_pool = DT__POOL_INIT(sizeof(struct dt_tensor));
 static _Thread_local const char *tls_site_file;
 static _Thread_local int tls_site_line;
 
@@ -120,7 +124,7 @@ dt_future *dt_graph_sync_future(dt_graph *g) {
     dt__node *n = dt__node_new(DT_OP_SYNC);
     if (!f || !n) {
         dt_future_release(f);
-        dt__free(n);
+        dt__node_free(n);
         dt__error(DT_ENOMEM, "sync: out of memory");
         return NULL;
     }
@@ -129,7 +133,7 @@ dt_future *dt_graph_sync_future(dt_graph *g) {
     n->extra = f;
     if (dt__graph_submit(g, n) != DT_OK) {
         /* Nothing can be pending on a shut-down graph: the sync is complete. */
-        dt__free(n);
+        dt__node_free(n);
         dt__future_expect(f, 1);
         dt__future_arrive(f, -1, NULL);
         dt_future_release(f);
@@ -180,7 +184,7 @@ uint64_t dt__next_random_seed(void) {
 /* -------------------------------------------------------------- tensors */
 
 dt__node *dt__node_new(int op) {
-    dt__node *n = dt__calloc(1, sizeof *n);
+    dt__node *n = dt__pool_alloc(&dt__node_pool);
     if (!n)
         return NULL;
     n->op = op;
@@ -196,11 +200,11 @@ dt_status dt__client_check_graph(dt_graph *g) {
 }
 
 dt_tensor *dt__tensor_new(dt_graph *g, const dt__meta *m) {
-    dt_tensor *t = dt__malloc(sizeof *t);
-    dt__tval *v = dt__calloc(1, sizeof *v);
+    dt_tensor *t = dt__pool_alloc(&dt__tensor_pool);
+    dt__tval *v = dt__pool_alloc(&dt__tval_pool);
     if (!t || !v) {
-        dt__free(t);
-        dt__free(v);
+        dt__pool_free(&dt__tensor_pool, t);
+        dt__pool_free(&dt__tval_pool, v);
         dt__error(DT_ENOMEM, "tensor: out of memory");
         return NULL;
     }
@@ -216,7 +220,7 @@ dt_tensor *dt__tensor_new(dt_graph *g, const dt__meta *m) {
 
 static void tensor_free(dt_tensor *t) {
     dt_graph_release(t->graph);
-    dt__free(t);
+    dt__pool_free(&dt__tensor_pool, t);
 }
 
 dt_tensor *dt__client_submit(dt_tensor *t, dt__node *n) {
@@ -228,7 +232,7 @@ dt_tensor *dt__client_submit(dt_tensor *t, dt__node *n) {
         dt__error(DT_ESHUTDOWN, "the graph is shut down");
         if (n->op == DT_OP_SOURCE && n->extra)
             t->graph->be->free(n->extra);
-        dt__free(n);
+        dt__node_free(n);
     }
     dt__tval_free(t->v);
     tensor_free(t);
@@ -243,7 +247,7 @@ void dt__tval_free(dt__tval *v) {
             dt__blob_release(v->blobs[i]);
     dt__free(v->blobs);
     dt_mesh_release(v->meta.mesh);
-    dt__free(v);
+    dt__pool_free(&dt__tval_pool, v);
 }
 
 void dt_tensor_retain(dt_tensor *t) {
@@ -260,7 +264,7 @@ void dt_tensor_release(dt_tensor *t) {
         n->n_in = 1;
         if (dt__graph_submit(t->graph, n) != DT_OK) {
             /* The controller is gone, so nothing else can touch the value. */
-            dt__free(n);
+            dt__node_free(n);
             dt__tval_free(t->v);
         }
     } else {
@@ -290,7 +294,7 @@ dt_future *dt_tensor_fetch(dt_tensor *t) {
     dt__node *n = dt__node_new(DT_OP_FETCH);
     if (!f || !n) {
         dt_future_release(f);
-        dt__free(n);
+        dt__node_free(n);
         dt__error(DT_ENOMEM, "fetch: out of memory");
         return NULL;
     }
@@ -304,7 +308,7 @@ dt_future *dt_tensor_fetch(dt_tensor *t) {
     n->n_in = 1;
     n->extra = f;
     if (dt__graph_submit(t->graph, n) != DT_OK) {
-        dt__free(n);
+        dt__node_free(n);
         dt__future_fail(f, DT_ESHUTDOWN, "the graph is shut down");
         dt_future_release(f);
     }

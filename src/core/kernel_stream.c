@@ -30,8 +30,11 @@ static atomic_int workers_gen;
 
 /* ---------------------------------------------------------------- blobs */
 
+dt__pool dt__kernel_pool = DT__POOL_INIT(sizeof(dt__kernel));
+dt__pool dt__blob_pool = DT__POOL_INIT(sizeof(dt__blob));
+
 dt__blob *dt__blob_new(const dt__backend *be) {
-    dt__blob *b = dt__calloc(1, sizeof *b);
+    dt__blob *b = dt__pool_alloc(&dt__blob_pool);
     if (!b)
         return NULL;
     atomic_init(&b->refs, 1);
@@ -69,7 +72,7 @@ void dt__blob_release(dt__blob *b) {
     if (b->impl)
         b->be->free(b->impl);
     dt__free(b->error);
-    dt__free(b);
+    dt__pool_free(&dt__blob_pool, b);
 }
 
 /* ------------------------------------------------------------- kernels */
@@ -221,7 +224,7 @@ static void run_kernel(dt__kernel *k, dt__stream *s) {
     for (int i = 0; i < k->n_in; i++)
         dt__blob_release(k->in[i]);
     dt__blob_release(k->out);
-    dt__free(k);
+    dt__pool_free(&dt__kernel_pool, k);
 }
 
 /* ---------------------------------------------------------------- spins */
@@ -268,7 +271,7 @@ static void *worker_main(void *arg) {
             dt__kernel *next = k->next;
             if (k->kop == DT_KC_STOP) {
                 stop = 1;
-                dt__free(k);
+                dt__pool_free(&dt__kernel_pool, k);
             } else {
                 run_kernel(k, s);
             }
@@ -316,7 +319,7 @@ void dt__stream_submit(dt__stream *s, dt__kernel *head, dt__kernel *tail) {
 }
 
 void dt__stream_stop(dt__stream *s) {
-    dt__kernel *k = dt__calloc(1, sizeof *k);
+    dt__kernel *k = dt__pool_alloc(&dt__kernel_pool);
     DT_ASSERT(k);
     k->kop = DT_KC_STOP;
     dt__stream_submit(s, k, k);

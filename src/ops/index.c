@@ -178,7 +178,7 @@ void dt__vlower_index(dt__lower *L, dt__node *n) {
         }
         if (whole) {
             /* x[:] and friends: the block is the result. */
-            dt__free(k);
+            dt__kernel_free(k);
             o->blobs[i] = dt__blob_retain(in->blobs[i]);
             continue;
         }

@@ -1,0 +1,161 @@
+/*
+ * Object pools for the per-op records (nodes, tensors, values, kernels,
+ * blobs). Each record is made on one thread and freed on another (client ->
+ * controller -> worker), which is malloc's slow path: cross-thread frees
+ * contend on arena locks. A pool keeps freed records on the freeing thread's
+ * own list and moves them to a shared list in batches, and an allocating
+ * thread refills its own list from the shared one a batch at a time, so the
+ * shared lock is taken once per batch, not once per record.
+ *
+ * Threads: any. Lock: each pool's mutex, a leaf lock. A thread's cached
+ * records go back to the shared list when the thread exits (pthread key
+ * destructor), so nothing is lost with short-lived client threads.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/pool.h"
+
+#define BATCH 64
+#define MAX_POOLS 8
+
+typedef struct free_rec {
+    struct free_rec *next;
+} free_rec;
+
+typedef struct tls_list {
+    free_rec *head;
+    int n;
+} tls_list;
+
+static _Thread_local tls_list tls[MAX_POOLS];
+static _Thread_local int tls_registered;
+static dt__pool *pools[MAX_POOLS];
+static pthread_key_t exit_key;
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t register_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void give_back(dt__pool *p, tls_list *l, int keep) {
+    if (l->n <= keep)
+        return;
+    free_rec *first = l->head, *last = first;
+    int moved = 1;
+    while (moved < l->n - keep) {
+        last = last->next;
+        moved++;
+    }
+    l->head = last->next;
+    l->n -= moved;
+    pthread_mutex_lock(&p->lock);
+    last->next = p->head;
+    p->head = first;
+    pthread_mutex_unlock(&p->lock);
+}
+
+static void thread_exit(void *unused) {
+    (void)unused;
+    for (int i = 0; i < MAX_POOLS; i++)
+        if (pools[i])
+            give_back(pools[i], &tls[i], 0);
+}
+
+static void make_key(void) { pthread_key_create(&exit_key, thread_exit); }
+
+static void ensure_registered(dt__pool *p) {
+    if (!__atomic_load_n(&p->registered, __ATOMIC_ACQUIRE)) {
+        pthread_mutex_lock(&register_lock);
+        if (!p->registered) {
+            for (int i = 0; i < MAX_POOLS; i++) {
+                if (!pools[i]) {
+                    pools[i] = p;
+                    p->slot = i;
+                    break;
+                }
+            }
+            __atomic_store_n(&p->registered, 1, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&register_lock);
+    }
+    if (!tls_registered) {
+        pthread_once(&exit_once, make_key);
+        pthread_setspecific(exit_key, (void *)1);
+        tls_registered = 1;
+    }
+}
+
+/* Sanitizer builds use malloc directly, so ASan sees every use after free
+ * and TSan every race on a record, instead of the pool hiding them. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define DT_POOL_DIRECT 1
+#endif
+
+void *dt__pool_alloc(dt__pool *p) {
+#ifdef DT_POOL_DIRECT
+    return calloc(1, p->size);
+#endif
+    ensure_registered(p);
+    tls_list *l = &tls[p->slot];
+    if (!l->head) {
+        pthread_mutex_lock(&p->lock);
+        free_rec *h = p->head;
+        int n = 0;
+        free_rec *last = NULL;
+        for (free_rec *r = h; r && n < BATCH; r = r->next) {
+            last = r;
+            n++;
+        }
+        if (last) {
+            p->head = last->next;
+            last->next = NULL;
+        }
+        pthread_mutex_unlock(&p->lock);
+        l->head = n ? h : NULL;
+        l->n = n;
+    }
+    void *obj;
+    if (l->head) {
+        obj = l->head;
+        l->head = l->head->next;
+        l->n--;
+    } else {
+        obj = malloc(p->size);
+        if (!obj)
+            return NULL;
+    }
+    memset(obj, 0, p->size);
+    return obj;
+}
+
+void dt__pool_free(dt__pool *p, void *obj) {
+    if (!obj)
+        return;
+#ifdef DT_POOL_DIRECT
+    (void)p;
+    free(obj);
+    return;
+#endif
+    ensure_registered(p);
+    tls_list *l = &tls[p->slot];
+    free_rec *r = obj;
+    r->next = l->head;
+    l->head = r;
+    if (++l->n >= 2 * BATCH)
+        give_back(p, l, BATCH);
+}
+
+/* Frees the shared lists at exit so leak checkers see a clean process. */
+__attribute__((destructor)) static void pools_cleanup(void) {
+    for (int i = 0; i < MAX_POOLS; i++) {
+        if (!pools[i])
+            continue;
+        thread_exit(NULL);
+        free_rec *r = pools[i]->head;
+        while (r) {
+            free_rec *next = r->next;
+            free(r);
+            r = next;
+        }
+        pools[i]->head = NULL;
+    }
+}

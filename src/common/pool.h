@@ -1,0 +1,26 @@
+/*
+ * Object pools for fixed-size records made on one thread and freed on
+ * another (see pool.c). Any thread may call these.
+ */
+#ifndef DT_POOL_H
+#define DT_POOL_H
+
+#include <pthread.h>
+#include <stddef.h>
+
+typedef struct dt__pool {
+    pthread_mutex_t lock;
+    void *head; /* shared free list, guarded by lock */
+    size_t size;
+    int slot;       /* index of this pool's thread-local list */
+    int registered; /* set once, then read without the lock */
+} dt__pool;
+
+#define DT__POOL_INIT(record_size) {PTHREAD_MUTEX_INITIALIZER, NULL, (record_size), 0, 0}
+
+/* A zeroed record of the pool's size, or NULL when out of memory. */
+void *dt__pool_alloc(dt__pool *p);
+/* Returns a record to the pool. NULL is ignored. */
+void dt__pool_free(dt__pool *p, void *obj);
+
+#endif /* DT_POOL_H */
