@@ -304,6 +304,15 @@ struct dt_graph {
     int closed;              /* guarded by qlock: no more submissions */
     int ctl_sleeping;        /* guarded by qlock */
     atomic_uint q_count;     /* bumped per append: the controller's spin watches it */
+
+    /* Flow control: node records queued plus kernels not yet run. A client
+     * that finds it above DT_BACKLOG_MAX waits (bl_lock/bl_cond) until the
+     * pipeline has drained to half, so a loop that records faster than the
+     * devices run cannot grow memory without bound. */
+    atomic_long backlog;
+    atomic_int bl_waiters;
+    pthread_mutex_t bl_lock;
+    pthread_cond_t bl_cond;
     pthread_t ctl;
 
     /* Cross-stream events: a worker waiting for a blob from another stream
@@ -331,6 +340,10 @@ extern dt__pool dt__node_pool, dt__kernel_pool, dt__blob_pool, dt__tval_pool, dt
 static inline void dt__node_free(dt__node *n) { dt__pool_free(&dt__node_pool, n); }
 /* Frees a kernel record that was never queued (controller). */
 static inline void dt__kernel_free(dt__kernel *k) { dt__pool_free(&dt__kernel_pool, k); }
+
+#define DT_BACKLOG_MAX 16384
+/* Counts records leaving the pipeline and wakes a waiting client (any thread). */
+void dt__backlog_done(dt_graph *g, long n);
 
 /* Appends a node; DT_ESHUTDOWN (node untouched) once the graph is closed. */
 dt_status dt__graph_submit(dt_graph *g, dt__node *n);

@@ -51,6 +51,7 @@ dt__kernel *dt__lw_kernel(dt__lower *L, int kop) {
 
 /* Adds k to the stream's batch; the batch is handed over by flush(). */
 static void stream_append(dt_graph *g, dt__stream *s, dt__kernel *k) {
+    atomic_fetch_add_explicit(&g->backlog, 1, memory_order_relaxed);
     k->next = NULL;
     if (s->btail)
         s->btail->next = k;
@@ -258,9 +259,11 @@ void *dt__controller_main(void *arg) {
         dt__node *batch = g->qhead;
         g->qhead = g->qtail = NULL;
         pthread_mutex_unlock(&g->qlock);
+        long lowered = 0;
         while (batch) {
             dt__node *n = batch;
             batch = n->next;
+            lowered++;
             if (n->op == DT_OP_STOP) {
                 stop = 1;
             } else {
@@ -270,6 +273,8 @@ void *dt__controller_main(void *arg) {
             dt__node_free(n);
         }
         flush(g);
+        /* STOP was never counted: the queue is closed before it goes in. */
+        dt__backlog_done(g, lowered - stop);
     }
     /* Nodes after STOP cannot exist: the queue is closed before STOP goes in. */
     for (int64_t id = 0; id < g->nstreams; id++)

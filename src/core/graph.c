@@ -40,7 +40,11 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
     pthread_cond_init(&g->qcond, NULL);
     pthread_mutex_init(&g->ev_lock, NULL);
     pthread_cond_init(&g->ev_cond, NULL);
+    pthread_mutex_init(&g->bl_lock, NULL);
+    pthread_cond_init(&g->bl_cond, NULL);
     if (pthread_create(&g->ctl, NULL, dt__controller_main, g) != 0) {
+        pthread_cond_destroy(&g->bl_cond);
+        pthread_mutex_destroy(&g->bl_lock);
         pthread_cond_destroy(&g->ev_cond);
         pthread_mutex_destroy(&g->ev_lock);
         pthread_cond_destroy(&g->qcond);
@@ -64,6 +68,8 @@ void dt_graph_release(dt_graph *g) {
     if (!g || atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1)
         return;
     dt_graph_shutdown(g);
+    pthread_cond_destroy(&g->bl_cond);
+    pthread_mutex_destroy(&g->bl_lock);
     pthread_cond_destroy(&g->ev_cond);
     pthread_mutex_destroy(&g->ev_lock);
     pthread_cond_destroy(&g->qcond);
@@ -102,14 +108,38 @@ dt_status dt_graph_shutdown(dt_graph *g) {
     return DT_OK;
 }
 
+void dt__backlog_done(dt_graph *g, long n) {
+    /* seq_cst pairs with the waiter's increment of bl_waiters then load of
+     * backlog: either it sees the drained count or we see the waiter. */
+    long left = atomic_fetch_sub(&g->backlog, n) - n;
+    if (left <= DT_BACKLOG_MAX / 2 && atomic_load(&g->bl_waiters) > 0) {
+        pthread_mutex_lock(&g->bl_lock);
+        pthread_cond_broadcast(&g->bl_cond);
+        pthread_mutex_unlock(&g->bl_lock);
+    }
+}
+
+/* Waits (client thread) until the pipeline has drained to half its bound. */
+static void wait_backlog(dt_graph *g) {
+    pthread_mutex_lock(&g->bl_lock);
+    atomic_fetch_add(&g->bl_waiters, 1);
+    while (atomic_load(&g->backlog) > DT_BACKLOG_MAX / 2)
+        pthread_cond_wait(&g->bl_cond, &g->bl_lock);
+    atomic_fetch_sub(&g->bl_waiters, 1);
+    pthread_mutex_unlock(&g->bl_lock);
+}
+
 dt_status dt__graph_submit(dt_graph *g, dt__node *n) {
     pthread_mutex_lock(&g->qlock);
     if (g->closed) {
         pthread_mutex_unlock(&g->qlock);
         return DT_ESHUTDOWN;
     }
+    atomic_fetch_add(&g->backlog, 1);
     queue_append_locked(g, n);
     pthread_mutex_unlock(&g->qlock);
+    if (atomic_load_explicit(&g->backlog, memory_order_relaxed) > DT_BACKLOG_MAX)
+        wait_backlog(g);
     return DT_OK;
 }
 

@@ -267,6 +267,7 @@ static void *worker_main(void *arg) {
         dt__kernel *k = s->head;
         s->head = s->tail = NULL;
         pthread_mutex_unlock(&s->lock);
+        long ran = 0;
         while (k) {
             dt__kernel *next = k->next;
             if (k->kop == DT_KC_STOP) {
@@ -274,9 +275,17 @@ static void *worker_main(void *arg) {
                 dt__pool_free(&dt__kernel_pool, k);
             } else {
                 run_kernel(k, s);
+                /* Report progress every so often, so a client waiting on
+                 * the backlog does not wait for a whole long batch. */
+                if (++ran == 256) {
+                    dt__backlog_done(s->g, ran);
+                    ran = 0;
+                }
             }
             k = next;
         }
+        if (ran)
+            dt__backlog_done(s->g, ran);
     }
     atomic_fetch_sub(&live_workers, 1);
     atomic_fetch_add(&workers_gen, 1);

@@ -334,6 +334,37 @@ static void test_futures(void) {
     dt_graph_release(g);
 }
 
+/* More ops than the pipeline's bound (DT_BACKLOG_MAX): the client waits for
+ * the workers to drain instead of queueing without limit, and nothing hangs,
+ * including collectives and reads in the middle of the stream. */
+static void test_backlog_bound(void) {
+    dt_graph *g = ref_graph();
+    dt_mesh *m = mesh1d(2, 0);
+    int64_t shape[1] = {8};
+    dt_placement s0[1] = {S(0)}, r[1] = {R()};
+    dt_tensor *x = dt_full(g, DT_FLOAT32, 1, shape, dt_scalar_float(0), m, s0);
+    int n = 3 * 16384 + 7;
+    for (int i = 0; i < n; i++) {
+        dt_tensor *y = dt_binary_scalar(DT_BINARY_ADD, x, dt_scalar_float(1), 0);
+        dt_tensor_release(x);
+        x = y;
+        if (i % 10000 == 5000) {
+            dt_tensor *z = dt_redistribute(x, NULL, r);
+            dt_tensor *w = dt_redistribute(z, NULL, s0);
+            dt_tensor_release(x);
+            dt_tensor_release(z);
+            x = w;
+        }
+    }
+    float want[8];
+    for (int i = 0; i < 8; i++)
+        want[i] = (float)n;
+    expect_values(x, want, 8, "backlog");
+    dt_tensor_release(x);
+    dt_mesh_release(m);
+    dt_graph_release(g);
+}
+
 int main(void) {
     test_elementwise_and_sum();
     test_redistribute_all();
@@ -343,6 +374,7 @@ int main(void) {
     test_shutdown_with_work_queued();
     test_many_threads();
     test_futures();
+    test_backlog_bound();
     if (failures) {
         fprintf(stderr, "test_runtime: %d failure(s)\n", failures);
         return 1;
