@@ -139,6 +139,11 @@ extern PyType_Spec dtpy_future_spec;
 PyObject *dtpy_raise(dtpy_state *st, dt_status status);
 /* Raises for the calling thread's last failed dtorch call. Returns NULL. */
 PyObject *dtpy_raise_last(dtpy_state *st);
+/* Points the Python tensor `self` at the value of `t` (a reference it
+ * steals). dtorch values are immutable, so in-place ops, assignments and
+ * inplace=True forms rebind the object instead: every Python reference to it
+ * sees the new value. GIL held. */
+void dtpy_tensor_rebind(dtpy_tensor *self, dt_tensor *t);
 
 /* ----------------------------------------------------------------- dtypes */
 

@@ -588,7 +588,28 @@ static PyObject *mod_empty_cache(PyObject *self, PyObject *unused) {
     Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
 
+/* _rebind(x, y): the Python tensor x takes y's value (same graph); returns
+ * x. Used by assignments, copy_ and inplace=True forms written in Python. */
+static PyObject *mod_rebind(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    dtpy_state *st = get_state(self);
+    if (nargs != 2 || !DTPY_IS_TENSOR(st, args[0]) || !DTPY_IS_TENSOR(st, args[1])) {
+        PyErr_SetString(PyExc_TypeError, "_rebind(x, y) takes two dtorch tensors");
+        return NULL;
+    }
+    dtpy_tensor *x = (dtpy_tensor *)args[0], *y = (dtpy_tensor *)args[1];
+    if (dt_tensor_graph(x->t) != dt_tensor_graph(y->t)) {
+        PyErr_SetString(PyExc_ValueError, "_rebind: the tensors belong to different graphs");
+        return NULL;
+    }
+    if (x != y) {
+        dt_tensor_retain(y->t);
+        dtpy_tensor_rebind(x, y->t);
+    }
+    return Py_NewRef(args[0]);
+}
+
 static PyMethodDef module_methods[] = {
+    {"_rebind", (PyCFunction)(void (*)(void))mod_rebind, METH_FASTCALL, "_rebind(x, y) -> x holding y's value"},
     {"_memory_stats", mod_memory_stats, METH_VARARGS, "_memory_stats(device_type, id) -> (current, peak)"},
     {"_reset_peak_memory_stats", mod_reset_peak, METH_NOARGS, "Sets every device's peak to its current bytes."},
     {"_empty_cache", mod_empty_cache, METH_NOARGS, "Returns cached buffers to the system."},

@@ -49,11 +49,7 @@ static PyObject *wrap_like(dtpy_state *st, dt_tensor *t, PyObject *like) {
 static PyObject *rebind(dtpy_state *st, PyObject *self, dt_tensor *t) {
     if (t == NULL)
         return dtpy_raise_last(st);
-    dtpy_tensor *o = (dtpy_tensor *)self;
-    dt_tensor *old = o->t;
-    o->t = t;
-    /* Same graph and mesh: the cached DeviceMesh stays right. */
-    dt_tensor_release(old);
+    dtpy_tensor_rebind((dtpy_tensor *)self, t);
     return Py_NewRef(self);
 }
 

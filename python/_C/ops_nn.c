@@ -349,28 +349,6 @@ static PyObject *nn_sdpa(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     return wrap(st, dt_scaled_dot_product_attention(q->t, k->t, v->t, handle(mask), p, causal, scale), q);
 }
 
-/* _nn_replace(x, y): makes the Python tensor x refer to y's value, which is
- * how torch's inplace=True forms are emulated (dtorch values are immutable;
- * every Python reference to x sees the new value). Returns x. */
-static PyObject *nn_replace(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(2, "_nn_replace");
-    dtpy_state *st = nn_state(m);
-    dtpy_tensor *x, *y;
-    if (tensor_arg(st, args[0], "inplace", "input", 0, &x) < 0 ||
-        tensor_arg(st, args[1], "inplace", "value", 0, &y) < 0)
-        return NULL;
-    if (dt_tensor_graph(x->t) != dt_tensor_graph(y->t))
-        return PyErr_Format(PyExc_ValueError, "inplace: the tensors belong to different graphs");
-    if (x != y) {
-        dt_tensor *old = x->t;
-        dt_tensor_retain(y->t);
-        x->t = y->t;
-        if (!dt_mesh_equal(dt_tensor_mesh(old), dt_tensor_mesh(y->t)))
-            Py_CLEAR(x->mesh);
-        dt_tensor_release(old);
-    }
-    return Py_NewRef((PyObject *)x);
-}
 
 /* _nn_alias(x, cls): a new Python tensor of class `cls` (a subclass of
  * TensorBase with the same layout, e.g. dtorch.nn.Parameter) on x's value. */
@@ -414,7 +392,6 @@ static PyMethodDef nn_methods[] = {
     {"_nn_pad", FASTCALL(nn_pad), "_nn_pad(x, pad, mode, value)"},
     {"_nn_dropout", FASTCALL(nn_dropout), "_nn_dropout(x, p, training)"},
     {"_nn_alias", FASTCALL(nn_alias), "_nn_alias(x, cls): a tensor of class cls on x's value"},
-    {"_nn_replace", FASTCALL(nn_replace), "_nn_replace(x, y): x takes y's value (inplace=True forms)"},
     {"_nn_sdpa", FASTCALL(nn_sdpa), "_nn_sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale)"},
     {NULL, NULL, 0, NULL},
 };

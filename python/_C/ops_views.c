@@ -6,7 +6,7 @@
  * python/dtorch/_ops_views.py, which also attaches the Tensor methods.
  *
  * Assignments (__setitem__, copy_) compute a new value and rebind the Python
- * object to it (_v_rebind): dtorch values are immutable, so every reference
+ * object to it (_rebind): dtorch values are immutable, so every reference
  * to that Python object sees the new value, while tensors made from it
  * earlier (x[0], x.view(...)) keep theirs.
  *
@@ -45,15 +45,6 @@ static int check_nargs(Py_ssize_t nargs, Py_ssize_t want, const char *name) {
         return -1;
     }
     return 0;
-}
-
-/* Points `self` at the value of `t` (stolen): the Python object stays the
- * same, so every reference to it sees the new value. The mesh is unchanged
- * by every assignment, so the cached DeviceMesh stays valid. */
-static void dtpy_tensor_rebind(dtpy_tensor *self, dt_tensor *t) {
-    dt_tensor *old = self->t;
-    self->t = t;
-    dt_tensor_release(old);
 }
 
 /* Parses a sequence of (start, step, len, drop) tuples into `dims`. */
@@ -248,21 +239,6 @@ static PyObject *v_copy(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     return wrap_like(st, dt_copy(a->t, b->t), a);
 }
 
-/* _v_rebind(x, value): x now holds value's value (same graph, mesh, shape
- * and dtype). Returns x. */
-static PyObject *v_rebind(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
-    dtpy_tensor *a, *b;
-    if (check_nargs(nargs, 2, "_v_rebind") < 0 || !(a = tensor_arg(st, args[0], "rebind", "self")) ||
-        !(b = tensor_arg(st, args[1], "rebind", "value")))
-        return NULL;
-    if (dt_tensor_graph(a->t) != dt_tensor_graph(b->t) || !dt_mesh_equal(dt_tensor_mesh(a->t), dt_tensor_mesh(b->t)))
-        return PyErr_Format(PyExc_ValueError, "rebind: the value belongs to another graph or mesh");
-    dt_tensor_retain(b->t);
-    dtpy_tensor_rebind(a, b->t);
-    return Py_NewRef(args[0]);
-}
-
 /* ------------------------------------------------------ cat and friends */
 
 /* _v_cat(tensors, dim, stack) */
@@ -413,7 +389,6 @@ static PyMethodDef views_methods[] = {
     FAST("_v_setitem_mask", v_setitem_mask, "_v_setitem_mask(x, dim, mask, scalar) -> the new value of x"),
     FAST("_v_setitem_index", v_setitem_index, "_v_setitem_index(x, dim, index, scalar) -> the new value of x"),
     FAST("_v_copy", v_copy, "_v_copy(dst, src) -> the new value of dst"),
-    FAST("_v_rebind", v_rebind, "_v_rebind(x, value) -> x, now holding value's value"),
     FAST("_v_cat", v_cat, "_v_cat(tensors, dim, stack) -> Tensor"),
     FAST("_v_tril", v_tril, "_v_tril(x, diagonal, upper) -> Tensor"),
     FAST("_v_flip", v_flip, "_v_flip(x, dims) -> Tensor"),

@@ -22,6 +22,14 @@ static dtpy_state *tensor_state(PyObject *self) { return dtpy_find_state(Py_TYPE
 
 /* --------------------------------------------------------------- wrapping */
 
+void dtpy_tensor_rebind(dtpy_tensor *self, dt_tensor *t) {
+    dt_tensor *old = self->t;
+    self->t = t;
+    if (!dt_mesh_equal(dt_tensor_mesh(old), dt_tensor_mesh(t)))
+        Py_CLEAR(self->mesh); /* the cached DeviceMesh is rebuilt on demand */
+    dt_tensor_release(old);
+}
+
 PyObject *dtpy_tensor_wrap(dtpy_state *st, dt_tensor *t, PyObject *graph, PyObject *mesh_hint, dt_mesh *hint_ptr) {
     if (t == NULL)
         return dtpy_raise_last(st);

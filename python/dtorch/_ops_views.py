@@ -275,7 +275,7 @@ def _copy_(self, src, non_blocking: bool = False):
         else:
             src = _replicated_like(self, src)
     _check("copy_", src, "src")
-    return _C._v_rebind(self, _C._v_copy(self, src))
+    return _C._rebind(self, _C._v_copy(self, src))
 
 
 # ---------------------------------------------------------------- indexing
@@ -455,7 +455,7 @@ def _setitem(self, key, value):
                     raise IndexError("tensors used as indices must be long, byte or bool tensors")
                 k = _replicated_like(self, k)
             new = _C._v_setitem_index(self, pos, k, s)
-        _C._v_rebind(self, new)
+        _C._rebind(self, new)
         return
     if new_axes and isinstance(value, _Base):
         # None only changes how the value broadcasts: drop the value dims that face a new axis.
@@ -473,7 +473,7 @@ def _setitem(self, key, value):
             keep_dims.append(n)
         if len(keep_dims) != len(vshape):
             value = _C._v_reshape(value, tuple(keep_dims))
-    _C._v_rebind(self, _C._v_setitem(self, spec, value))
+    _C._rebind(self, _C._v_setitem(self, spec, value))
 
 
 def _iter(self):

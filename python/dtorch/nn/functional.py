@@ -49,7 +49,7 @@ _CONV_EXPLICIT, _CONV_VALID, _CONV_SAME = range(3)
 def _inplace(input, result, inplace: bool):
     """torch's ``inplace=True`` returns ``input`` holding the result: dtorch values are immutable, so
     ``input`` is rebound to the new value (every reference to that Python tensor sees it)."""
-    return _C._nn_replace(input, result) if inplace else result
+    return _C._rebind(input, result) if inplace else result
 
 
 def _pair(v, name: str) -> Tuple[int, int]:

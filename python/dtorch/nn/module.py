@@ -370,7 +370,7 @@ class Module:
                 new = _cast(value, t.dtype)
                 if new.device_mesh != t.device_mesh or list(new.placements) != list(t.placements):
                     new = new.redistribute(t.device_mesh, t.placements)
-            _C._nn_replace(t, new)
+            _C._rebind(t, new)
         return _IncompatibleKeys(missing, unexpected)
 
     def to(self, *args: Any, **kwargs: Any) -> "Module":
@@ -408,7 +408,7 @@ class Module:
             if mesh is not None and new.device_mesh != mesh:
                 new = new.redistribute(mesh, new.placements)
             if new is not t:
-                _C._nn_replace(t, new)
+                _C._rebind(t, new)
         return self
 
     def _nonpersistent(self) -> Iterator[Tensor]:
