@@ -796,6 +796,53 @@ DT_API dt_tensor *dt_dropout(dt_tensor *x, double p, int training);
 DT_API dt_tensor *dt_scaled_dot_product_attention(dt_tensor *q, dt_tensor *k, dt_tensor *v, dt_tensor *attn_mask,
                                                   double dropout_p, int is_causal, double scale);
 
+/* ------------------------------------- creation and data-dependent ops */
+/* Random integers, scans, sorting and ops whose result shape depends on the
+ * values (src/ops/factory.c, sort_scan.c). Like every op they validate at
+ * the call and return a new reference or NULL (the two-output ops a status
+ * and new references through their out-parameters). */
+
+/* torch.randint(low, high, shape, dtype=dtype): uniform integers in
+ * [low, high) drawn from dtorch's random stream (dt_manual_seed) for the
+ * global shape, so the values are the same whatever the mesh and placements
+ * (each device draws the global tensor and keeps its region). Any dtype;
+ * errors as torch's, at the call: low >= high, or a bound outside an
+ * integer dtype's range (DT_EOP). Placements as the other factories. */
+DT_API dt_tensor *dt_randint(dt_graph *g, dt_dtype dtype, int64_t low, int64_t high, int ndim, const int64_t *shape,
+                             dt_mesh *mesh, const dt_placement *placements);
+
+/* torch.cumsum(a, dim, dtype): `dtype` < 0 means torch's default (bool and
+ * integers accumulate in int64). Per mesh dim: R->R, S(d)->S(d) for d != dim,
+ * P->P (cumsum is linear; not when floats are summed into an integer dtype).
+ * S(dim) redistributes by itself: the devices along that mesh dim all-gather
+ * the dim, each runs the cumsum of the whole dim on its part of the other
+ * dims and keeps its own shard, so the result stays S(dim) and equals the
+ * unsharded cumsum bit for bit. */
+DT_API dt_tensor *dt_cumsum(dt_tensor *a, int64_t dim, int dtype);
+
+/* torch.sort(a, dim, descending, stable): *values (a's dtype) and *indices
+ * (int64); either out-parameter may be NULL when that output is not wanted
+ * (argsort passes values = NULL), but not both. On success the non-NULL ones
+ * hold new references; on failure they are set to NULL. Per mesh dim: R->R,
+ * S(d)->S(d) for d != dim. S(dim) redistributes by itself: the devices along
+ * that mesh dim all-gather the dim and sort it whole, so that mesh dim
+ * becomes Replicate. Partial is rejected (DT_EPLACEMENT): the order of a sum
+ * is not the sum of orders. */
+DT_API dt_status dt_sort(dt_tensor *a, int64_t dim, int descending, int stable, dt_tensor **values,
+                         dt_tensor **indices);
+/* torch.topk(a, k, dim, largest, sorted): values and int64 indices of size k
+ * along dim (0 <= k <= size of dim, else DT_EOP "selected index k out of
+ * range"); out-parameters and placements as dt_sort. */
+DT_API dt_status dt_topk(dt_tensor *a, int64_t k, int64_t dim, int largest, int sorted, dt_tensor **values,
+                         dt_tensor **indices);
+
+/* torch.nonzero(a): the int64 [n, ndim] indices of a's nonzero elements in
+ * row-major order (NaN counts as nonzero, -0.0 as zero). The shape depends
+ * on the values, so this WAITS: it reads a's value (DT_EKERNEL, NULL, when a
+ * kernel it depends on failed), computes the indices on the calling thread
+ * and distributes them on a's mesh, all Replicate. Any input placements. */
+DT_API dt_tensor *dt_nonzero(dt_tensor *a);
+
 /* ------------------------------------------------------- operator registry */
 
 /* One user-facing operator: its torch name, its family, the placement

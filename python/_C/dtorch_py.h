@@ -232,5 +232,8 @@ Py_hash_t dtpy_ew_hash(PyObject *self);
 
 /* Adds the nn functional family's `_nn_*` functions (ops_nn.c). 0 or -1. */
 int dtpy_add_nn_methods(PyObject *module);
+/* Adds the creation and data-dependent family's functions (ops_creation.c:
+ * _randint, _cumsum, _sort, _topk, _nonzero). 0 or -1. */
+int dtpy_add_creation_methods(PyObject *module);
 
 #endif /* DTORCH_PY_H */

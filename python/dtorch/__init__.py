@@ -40,6 +40,8 @@ from ._factories import (
     ones_like,
     rand,
     rand_like,
+    randint,
+    randint_like,
     randn,
     randn_like,
     tensor,
@@ -52,6 +54,7 @@ from ._ops_reduce import *  # noqa: F401,F403  (reductions family; overrides _op
 from ._ops_linalg import *  # noqa: F401,F403  (linear algebra family; overrides _ops.matmul/mm)
 from . import nn  # noqa: E402
 from ._ops_elementwise import *  # noqa: F401,F403 - the elementwise family's functions and Tensor.to
+from ._ops_sort_scan import *  # noqa: F401,F403 - sort, argsort, topk, cumsum, nonzero (creation family)
 
 # Tell the C layer which classes to hand out, and where the package lives so
 # that call sites recorded for error messages skip dtorch's own frames.
@@ -79,3 +82,4 @@ __all__ = [
     "matmul", "mm", "sum",
 ]
 __all__ += _ops_reduce.__all__ + _ops_linalg.__all__ + _ops_elementwise.__all__  # noqa: F405
+__all__ += ["randint", "randint_like"] + _ops_sort_scan.__all__  # noqa: F405

@@ -1,4 +1,4 @@
-"""Tensor factories: ``empty, zeros, ones, full, rand, randn, arange, from_torch, tensor, *_like``.
+"""Tensor factories: ``empty, zeros, ones, full, rand, randn, randint, arange, from_torch, tensor, *_like``.
 
 Each takes torch's arguments plus ``device_mesh``, ``placements`` and
 ``graph``. The mesh defaults to ``device`` (a one-device mesh), else the
@@ -33,6 +33,7 @@ __all__ = [
     "full",
     "rand",
     "randn",
+    "randint",
     "arange",
     "from_torch",
     "tensor",
@@ -42,6 +43,7 @@ __all__ = [
     "full_like",
     "rand_like",
     "randn_like",
+    "randint_like",
     "manual_seed",
 ]
 
@@ -190,6 +192,62 @@ def randn(*size, dtype=None, device=None, device_mesh=None, placements=None, gen
     return _random("randn", size, dtype, device, device_mesh, placements, generator, graph)
 
 
+def _int_bound(name: str, value) -> int:
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"randint(): argument '{name}' must be int, not {type(value).__name__}") from None
+
+
+def _randint(low: int, high: int, size, dtype, device, device_mesh, placements, generator, graph) -> "Tensor":
+    low, high = _int_bound("low", low), _int_bound("high", high)
+    if not isinstance(size, (tuple, list, torch.Size)):
+        raise TypeError(f"randint(): argument 'size' must be tuple of ints, not {type(size).__name__}")
+    g = _graph(graph)
+    mesh = _mesh(g, device, device_mesh)
+    shape = _size((size,))
+    if dtype is None:
+        dtype = torch.int64
+    elif not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype, not {type(dtype).__name__}")
+    if generator is not None:
+        # Values and generator state exactly as torch: draw with torch, then distribute.
+        t = torch.randint(low, high, shape, generator=generator, dtype=dtype)
+        return from_torch(t, device_mesh=mesh, placements=placements, graph=g)
+    return _C._randint(g, dtype, low, high, shape, mesh, _placements_to_raw(placements, mesh, len(shape)))
+
+
+def randint(*args, size=None, low=None, high=None, dtype=None, device=None, device_mesh=None, placements=None,
+            generator=None, graph=None) -> "Tensor":
+    """Uniform integers in ``[low, high)``; int64 unless ``dtype`` says, as ``torch.randint``.
+
+    ``randint(high, size)``, ``randint(low, high, size)`` (or keywords). The values are the same
+    whatever the mesh and placements (see ``manual_seed``); with ``generator=`` they are
+    ``torch.randint(low, high, size, generator=generator)``.
+
+    >>> x = dtorch.randint(0, 10, (4, 3), device_mesh=mesh, placements=[dtorch.Shard(0)])
+    """
+    pos = list(args)
+    if size is None and pos and isinstance(pos[-1], (tuple, list, torch.Size)):
+        size = pos.pop()
+    if len(pos) == 2:
+        if low is not None or high is not None:
+            raise TypeError("randint(): low and high given twice")
+        low, high = pos
+    elif len(pos) == 1:
+        if high is not None:
+            low, high = pos[0], high
+        else:
+            high = pos[0]
+    elif pos:
+        raise TypeError(f"randint() takes (low, high, size) or (high, size), got {len(args)} positional arguments")
+    if high is None or size is None:
+        raise TypeError("randint() missing required arguments: 'high' and 'size'")
+    return _randint(0 if low is None else low, high, size, dtype, device, device_mesh, placements, generator, graph)
+
+
 def arange(start, end=None, step=1, *, dtype=None, device=None, device_mesh=None, placements=None,
            graph=None) -> "Tensor":
     """``start, start + step, ...`` below ``end``; int64 when all arguments are ints, as torch.
@@ -297,6 +355,19 @@ def rand_like(t, *, dtype=None, device=None, device_mesh=None, placements=None, 
 def randn_like(t, *, dtype=None, device=None, device_mesh=None, placements=None, graph=None) -> "Tensor":
     """Normal values with t's shape, dtype, mesh and placements."""
     return randn(t.shape, **_like(t, dtype, device, device_mesh, placements, graph))
+
+
+def randint_like(t, low=0, high=None, *, dtype=None, device=None, device_mesh=None, placements=None,
+                 generator=None, graph=None) -> "Tensor":
+    """Integers in ``[low, high)`` with t's shape, dtype, mesh and placements.
+
+    ``randint_like(t, high)`` or ``randint_like(t, low, high)``, as ``torch.randint_like``.
+    """
+    if high is None:
+        low, high = 0, low
+    kw = _like(t, dtype, device, device_mesh, placements, graph)
+    return _randint(low, high, tuple(t.shape), kw["dtype"], kw["device"], kw["device_mesh"], kw["placements"],
+                    generator, kw["graph"])
 
 
 def manual_seed(seed: int) -> None:

@@ -39,7 +39,8 @@ typedef enum dt__kop {
     DT_K_ARANGE,
     /* out = the region (`start`, `shape`) of a global tensor of `gshape`
      * (`gndim` dims) whose values are rand/randn drawn from a CPU generator
-     * seeded with `seed`, then cast to `dtype` if needed. */
+     * seeded with `seed`, then cast to `dtype` if needed. DT_K_RAND with
+     * sub DT_KRAND_INT draws randint instead (see DT_KRAND_* below). */
     DT_K_RAND,
     DT_K_RANDN,
     /* out = in[0] (sub) in[1] with broadcasting; sub is DT_BINARY_ADD, SUB,
@@ -170,6 +171,21 @@ typedef enum dt__kop {
      * gshape [..., L, S] drawn from `seed` as DT_K_DROPOUT's: it starts at
      * start[d] and spans shape[d] on the leading dims, all of L and S. */
     DT_K_SDPA,
+
+    /* ---- creation and data-dependent family (src/ops/sort_scan.c,
+     * torch_sort.cpp). DT_K_RAND above also takes this family's sub codes
+     * (DT_KRAND_*). ---- */
+    /* One op along `dim` of in[0] (0 <= dim < max(ndim(in[0]), 1)), sub a
+     * DT_KS_*; result dtype `dtype`:
+     *  SORT_VALUES / SORT_INDICES: torch.sort(in[0], dim, descending =
+     *    flags & DT_KS_DESCENDING, stable = flags & DT_KS_STABLE)'s values /
+     *    int64 indices (at::sort with the optional stable argument);
+     *  TOPK_VALUES / TOPK_INDICES: torch.topk(in[0], k = ints[0], dim,
+     *    largest = flags & DT_KS_LARGEST, sorted = flags & DT_KS_SORTED)'s
+     *    values / int64 indices;
+     *  CUMSUM: torch.cumsum(in[0], dim, dtype = `dtype` when flags &
+     *    DT_KS_DTYPE, else None). */
+    DT_K_SORT,
     DT_K_COUNT
 } dt__kop;
 
@@ -255,6 +271,22 @@ enum {
     DT_KNN_DTYPE = 1 << 8    /* SOFTMAX: cast to `dtype` first */
 };
 enum { DT_KNORM_LAYER = 0, DT_KNORM_RMS, DT_KNORM_GROUP, DT_KNORM_BATCH };
+
+/* DT_K_RAND sub codes. UNIFORM (0, what every RAND kernel without a sub
+ * code is) draws rand as documented at DT_K_RAND; INT draws
+ * torch.randint(scalar.i, scalar2.i, gshape, generator, dtype=`dtype`) from
+ * the generator seeded with `seed` (at::randint in `dtype` itself), then
+ * takes the region (`start`, `shape`). */
+enum { DT_KRAND_UNIFORM = 0, DT_KRAND_INT = 1 };
+/* DT_K_SORT sub codes and flags (flags in high bits, clear of DT_KF_*). */
+enum { DT_KS_SORT_VALUES = 0, DT_KS_SORT_INDICES, DT_KS_TOPK_VALUES, DT_KS_TOPK_INDICES, DT_KS_CUMSUM };
+enum {
+    DT_KS_DESCENDING = 1 << 24, /* sort */
+    DT_KS_STABLE = 1 << 25,     /* sort */
+    DT_KS_LARGEST = 1 << 26,    /* topk */
+    DT_KS_SORTED = 1 << 27,     /* topk */
+    DT_KS_DTYPE = 1 << 28       /* cumsum: dtype= given */
+};
 
 /* Attributes of one kernel. Only the fields the op documents are meaningful. */
 typedef struct dt__kattr {

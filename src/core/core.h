@@ -173,6 +173,9 @@ typedef enum dt__op {
     DT_OP_PAD,
     DT_OP_DROPOUT,
     DT_OP_SDPA,
+    /* creation and data-dependent family (src/ops/factory.c, sort_scan.c). */
+    DT_OP_RANDINT,   /* lowered by dt__lower_factory; low/high in scalar/scalar2 */
+    DT_OP_SORT_SCAN, /* sub = DT_KS_* (backend.h); sort_dim, sort_k below */
     DT_OP_RELEASE, /* the client dropped a symbol */
     DT_OP_FETCH,   /* a value read */
     DT_OP_SYNC,    /* a graph-wide barrier */
@@ -206,6 +209,11 @@ typedef struct dt__nattr {
     /* nn family: integer arguments (normalized shape, conv stride/padding/
      * dilation/groups, pad amounts, interpolate sizes). */
     int64_t ints[2 * DT_MAX_NDIM];
+
+    /* creation and data-dependent family: the dim of sort/topk/cumsum
+     * (normalised, >= 0) and k of topk. */
+    int64_t sort_dim;
+    int64_t sort_k;
 } dt__nattr;
 
 /* Most tensor inputs of one node or kernel (batch_norm takes five). */
@@ -469,6 +477,7 @@ void dt__lower_linalg(dt__lower *L, dt__node *n);
 void dt__lower_view(dt__lower *L, dt__node *n);
 void dt__lower_elementwise(dt__lower *L, dt__node *n);
 void dt__lower_nn(dt__lower *L, dt__node *n);
+void dt__lower_sort_scan(dt__lower *L, dt__node *n);
 
 /* ------------------------------------------------------------ client */
 

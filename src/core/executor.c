@@ -219,12 +219,15 @@ const dt__op_info dt__ops[DT_OP_COUNT] = {
     [DT_OP_PAD] = {"pad", dt__lower_nn},
     [DT_OP_DROPOUT] = {"dropout", dt__lower_nn},
     [DT_OP_SDPA] = {"scaled_dot_product_attention", dt__lower_nn},
+    /* creation and data-dependent family */
+    [DT_OP_RANDINT] = {"randint", dt__lower_factory},
+    [DT_OP_SORT_SCAN] = {"sort_scan", dt__lower_sort_scan},
     [DT_OP_RELEASE] = {"release", lower_release},
     [DT_OP_FETCH] = {"fetch", lower_fetch},
     [DT_OP_SYNC] = {"sync", lower_sync},
     [DT_OP_STOP] = {"stop", NULL},
 };
-_Static_assert(DT_OP_COUNT == 32, "update dt__ops when adding an op");
+_Static_assert(DT_OP_COUNT == 34, "update dt__ops when adding an op");
 
 /* -------------------------------------------------------------- the loop */
 

@@ -1,9 +1,9 @@
 /*
- * Factories: tensors from host data, DLPack, constants, random streams and
- * ranges. The client validates and records; the controller lowers each into
- * one kernel per device that builds that device's local region directly (a
- * Partial placement gets the value on the first coordinate and zeros
- * elsewhere).
+ * Factories: tensors from host data, DLPack, constants, random streams
+ * (rand, randn, randint) and ranges. The client validates and records; the
+ * controller lowers each into one kernel per device that builds that
+ * device's local region directly (a Partial placement gets the value on the
+ * first coordinate and zeros elsewhere).
  *
  * Threads: dt_* factories on client threads; dt__lower_factory on the
  * controller.
@@ -171,6 +171,60 @@ dt_tensor *dt_randn(dt_graph *g, dt_dtype dtype, int ndim, const int64_t *shape,
     return random_factory(DT_OP_RANDN, g, dtype, ndim, shape, mesh, placements);
 }
 
+/* torch's names for the integer types in randint's range messages. */
+static const char *c_type_name(dt_dtype d) {
+    switch (d) {
+    case DT_BOOL:
+        return "bool";
+    case DT_UINT8:
+        return "unsigned char";
+    case DT_INT8:
+        return "signed char";
+    case DT_INT16:
+        return "short int";
+    case DT_INT32:
+        return "int";
+    default:
+        return "long";
+    }
+}
+
+dt_tensor *dt_randint(dt_graph *g, dt_dtype dtype, int64_t low, int64_t high, int ndim, const int64_t *shape,
+                      dt_mesh *mesh, const dt_placement *placements) {
+    dt_clear_error();
+    /* torch checks the order first, then that both bounds fit an integer
+     * dtype (floating dtypes only warn about precision). */
+    if (low >= high) {
+        dt__error(DT_EOP, "random_ expects 'from' to be less than 'to', but got from=%lld >= to=%lld",
+                  (long long)low, (long long)high);
+        return NULL;
+    }
+    if ((unsigned)dtype < DT_DTYPE_COUNT && !dt_dtype_is_floating(dtype) && dtype != DT_INT64) {
+        static const int64_t lo[] = {[DT_BOOL] = 0, [DT_UINT8] = 0, [DT_INT8] = -128, [DT_INT16] = -32768,
+                                     [DT_INT32] = -2147483647 - 1};
+        static const int64_t hi[] = {[DT_BOOL] = 1, [DT_UINT8] = 255, [DT_INT8] = 127, [DT_INT16] = 32767,
+                                     [DT_INT32] = 2147483647};
+        if (low < lo[dtype] || low > hi[dtype]) {
+            dt__error(DT_EOP, "from is out of bounds for %s", c_type_name(dtype));
+            return NULL;
+        }
+        if (high - 1 < lo[dtype] || high - 1 > hi[dtype]) {
+            dt__error(DT_EOP, "to - 1 is out of bounds for %s", c_type_name(dtype));
+            return NULL;
+        }
+    }
+    dt__node *n;
+    dt_tensor *t = factory_begin(g, DT_OP_RANDINT, dtype, ndim, shape, mesh, placements, &n);
+    if (!t)
+        return NULL;
+    if (n) {
+        n->a.seed = dt__next_random_seed();
+        n->a.scalar = dt_scalar_int(low);
+        n->a.scalar2 = dt_scalar_int(high);
+    }
+    return dt__client_submit(t, n);
+}
+
 dt_tensor *dt_arange(dt_graph *g, dt_dtype dtype, double start, double end, double step, dt_mesh *mesh,
                      const dt_placement *placements) {
     dt_clear_error();
@@ -225,7 +279,7 @@ void dt__lower_factory(dt__lower *L, dt__node *n) {
             kop = DT_K_SLICE;
         else if (n->op == DT_OP_FULL)
             kop = n->a.flags ? DT_K_EMPTY : DT_K_FULL;
-        else if (n->op == DT_OP_RAND)
+        else if (n->op == DT_OP_RAND || n->op == DT_OP_RANDINT)
             kop = DT_K_RAND;
         else if (n->op == DT_OP_RANDN)
             kop = DT_K_RANDN;
@@ -245,6 +299,11 @@ void dt__lower_factory(dt__lower *L, dt__node *n) {
             a->scalar = n->a.scalar;
         a->seed = n->a.seed;
         memcpy(a->f, n->a.f, sizeof a->f);
+        if (kop == DT_K_RAND && n->op == DT_OP_RANDINT) {
+            a->sub = DT_KRAND_INT;
+            a->scalar = n->a.scalar;
+            a->scalar2 = n->a.scalar2;
+        }
         if (kop == DT_K_SLICE) {
             k->n_in = 1;
             k->in[0] = dt__blob_retain(source);
@@ -267,5 +326,7 @@ const dt_op_doc dt__docs_creation[] = {
     {"rand", "creation", CREATION_SIG "; values independent of placements", 0},
     {"randn", "creation", CREATION_SIG "; values independent of placements", 0},
     {"arange", "creation", CREATION_SIG, 0},
+    {"randint", "creation", CREATION_SIG "; values independent of placements", 0},
+    {"randint_like", "creation", CREATION_SIG "; values independent of placements", 0},
     {NULL, NULL, NULL, 0},
 };

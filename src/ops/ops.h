@@ -14,5 +14,6 @@ extern const dt_op_doc dt__docs_linalg[];      /* matmul.c */
 extern const dt_op_doc dt__docs_views[];       /* views.c */
 extern const dt_op_doc dt__docs_nn[];          /* nn.c */
 extern const dt_op_doc dt__docs_dist[];        /* dist/redistribute.c */
+extern const dt_op_doc dt__docs_sort_scan[];   /* sort_scan.c */
 
 #endif /* DT_OPS_H */

@@ -14,7 +14,8 @@ from dtorch import DeviceMesh, Partial, Replicate, Shard
 from dtorch.test.test_util import assert_tensor_allclose, assert_tensor_equal
 
 # Operators this module tests against eager PyTorch (tests/python/test_registry.py).
-TESTED_OPS = {'tensor', 'from_torch', 'empty', 'zeros', 'ones', 'full', 'rand', 'randn', 'arange'}
+TESTED_OPS = {'tensor', 'from_torch', 'empty', 'zeros', 'ones', 'full', 'rand', 'randn', 'arange', 'randint',
+              'randint_like'}
 
 from helpers import CPU1, CPU2, CPU3, CPU2x2, placements_1d, placements_2d
 
@@ -219,6 +220,30 @@ class TestRoundTrip(unittest.TestCase):
                 self.assertEqual(x.placements, pl)
                 assert_tensor_equal(self, x, t)
 
+    def test_creation_on_2x2_and_uneven_meshes(self):
+        # Every creation op on a 3-device mesh with uneven shards and on a 2x2 mesh with nested shards.
+        for mesh, pl in ((CPU3, [Shard(0)]), (CPU3, [Partial()]), (CPU2x2, [Shard(0), Shard(0)]),
+                         (CPU2x2, [Partial(), Shard(0)]), (CPU2x2, [Replicate(), Replicate()])):
+            with self.subTest(mesh=mesh, pl=pl):
+                assert_tensor_equal(self, dtorch.arange(0, 7, 1, device_mesh=mesh, placements=pl), torch.arange(7))
+                assert_tensor_equal(self, dtorch.arange(0.5, 3.0, 0.5, device_mesh=mesh, placements=pl),
+                                    torch.arange(0.5, 3.0, 0.5))
+                assert_tensor_equal(self, dtorch.tensor([1.5, 2.5, -1.0, 4.0, 5.0], device_mesh=mesh, placements=pl),
+                                    torch.tensor([1.5, 2.5, -1.0, 4.0, 5.0]))
+                assert_tensor_equal(self, dtorch.Tensor(torch.arange(5.0), device_mesh=mesh, placements=pl),
+                                    torch.arange(5.0))
+                e = dtorch.empty(5, dtype=torch.int32, device_mesh=mesh, placements=pl)
+                self.assertEqual((e.shape, e.dtype, e.placements), (torch.Size([5]), torch.int32, pl))
+                self.assertEqual(e.to_torch().shape, torch.Size([5]))
+                assert_tensor_equal(self, dtorch.full((5, 3), 2.5, device_mesh=mesh, placements=pl),
+                                    torch.full((5, 3), 2.5))
+                assert_tensor_equal(self, dtorch.zeros(5, 3, dtype=torch.int64, device_mesh=mesh, placements=pl),
+                                    torch.zeros(5, 3, dtype=torch.int64))
+                assert_tensor_equal(self, dtorch.ones(5, 3, dtype=torch.bfloat16, device_mesh=mesh, placements=pl),
+                                    torch.ones(5, 3, dtype=torch.bfloat16))
+                assert_tensor_equal(self, dtorch.from_torch(torch.arange(15).reshape(5, 3), mesh, pl),
+                                    torch.arange(15).reshape(5, 3))
+
     def test_factories_on_meshes(self):
         for mesh, pl in ((CPU2, [Shard(0)]), (CPU3, [Shard(1)]), (CPU3, [Partial()]), (CPU2x2, [Shard(1), Partial()]),
                          (CPU2x2, [Replicate(), Shard(0)])):
@@ -287,6 +312,95 @@ class TestRandom(unittest.TestCase):
                         self.assertTrue(torch.equal(g1.get_state(), g2.get_state()))
                         x2 = fn((3,), dtype=dtype, device_mesh=mesh, generator=g1)
                         assert_tensor_equal(self, x2, tfn((3,), dtype=dtype, generator=g2))
+
+    def test_randint_placement_invariance(self):
+        for dtype in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool, torch.float32,
+                      torch.float64, torch.float16, torch.bfloat16):
+            low, high = (0, 2) if dtype == torch.bool else (-5, 7) if dtype != torch.uint8 else (3, 200)
+            for shape in ((5, 7), (9,), (3, 1, 2)):
+                dtorch.manual_seed(77)
+                ref = dtorch.randint(low, high, shape, dtype=dtype).to_torch()
+                self.assertEqual(ref.dtype, dtype)
+                self.assertTrue(bool((ref.to(torch.float64) >= low).all()) and bool((ref.to(torch.float64) < high).all()))
+                configs = [(DeviceMesh("cpu", [4]), None)]
+                configs += [(m, [p]) for m in (CPU2, CPU3) for p in placements_1d(len(shape), partial=dtype != torch.bool)]
+                configs += [(CPU2x2, [Shard(0), Shard(0)]), (CPU2x2, [Shard(len(shape) - 1), Replicate()])]
+                if dtype != torch.bool:
+                    configs.append((CPU2x2, [Partial(), Shard(0)]))
+                for mesh, pl in configs:
+                    with self.subTest(dtype=dtype, shape=shape, mesh=mesh, pl=pl):
+                        dtorch.manual_seed(77)
+                        x = dtorch.randint(low, high, shape, dtype=dtype, device_mesh=mesh, placements=pl)
+                        self.assertEqual(x.placements, pl if pl is not None else [Replicate()])
+                        assert_tensor_equal(self, x, ref)
+        # Values spread over the range, and the stream advances.
+        dtorch.manual_seed(5)
+        a = dtorch.randint(0, 10, (2000,)).to_torch()
+        self.assertEqual(set(a.tolist()), set(range(10)))
+        self.assertFalse(torch.equal(a, dtorch.randint(0, 10, (2000,)).to_torch()))
+        big = dtorch.randint(-2**62, 2**62, (100,), device_mesh=CPU3, placements=[Shard(0)]).to_torch()
+        self.assertGreater(big.abs().max().item(), 2**60)
+
+    def test_randint_forms_and_errors(self):
+        dtorch.manual_seed(3)
+        a = dtorch.randint(10, (3, 4))
+        dtorch.manual_seed(3)
+        b = dtorch.randint(0, 10, (3, 4), device_mesh=CPU2, placements=[Shard(1)])
+        dtorch.manual_seed(3)
+        c = dtorch.randint(low=0, high=10, size=(3, 4))
+        dtorch.manual_seed(3)
+        d = dtorch.randint(10, size=torch.Size([3, 4]), device="cpu")
+        self.assertEqual(a.dtype, torch.int64)
+        assert_tensor_equal(self, [b, c, d], [a.to_torch()] * 3)
+        with self.assertRaisesRegex(RuntimeError, "random_ expects 'from' to be less than 'to'"):
+            dtorch.randint(5, 5, (3,))
+        with self.assertRaisesRegex(RuntimeError, "to - 1 is out of bounds for unsigned char"):
+            dtorch.randint(0, 300, (3,), dtype=torch.uint8)
+        with self.assertRaisesRegex(RuntimeError, "from is out of bounds for signed char"):
+            dtorch.randint(-200, 3, (3,), dtype=torch.int8)
+        with self.assertRaisesRegex(RuntimeError, "to - 1 is out of bounds for bool"):
+            dtorch.randint(0, 3, (3,), dtype=torch.bool)
+        for bad in (lambda: dtorch.randint(0, 10, 3), lambda: dtorch.randint(0.5, 10, (3,)),
+                    lambda: dtorch.randint((3,))):
+            with self.assertRaises(TypeError):
+                bad()
+        # torch raises the same way.
+        with self.assertRaises(RuntimeError):
+            torch.randint(0, 300, (3,), dtype=torch.uint8)
+
+    def test_randint_generator_matches_torch(self):
+        for dtype in (torch.int64, torch.int32, torch.float32, torch.uint8):
+            for mesh, pl in ((CPU1, None), (CPU2, [Shard(0)]), (CPU3, [Shard(1)]), (CPU2, [Partial()]),
+                             (CPU2x2, [Shard(1), Shard(0)])):
+                with self.subTest(dtype=dtype, mesh=mesh, pl=pl):
+                    g1 = torch.Generator().manual_seed(42)
+                    g2 = torch.Generator().manual_seed(42)
+                    x = dtorch.randint(2, 50, (5, 7), dtype=dtype, device_mesh=mesh, placements=pl, generator=g1)
+                    assert_tensor_equal(self, x, torch.randint(2, 50, (5, 7), dtype=dtype, generator=g2))
+                    self.assertTrue(torch.equal(g1.get_state(), g2.get_state()))
+                    x2 = dtorch.randint(9, (3,), dtype=dtype, device_mesh=mesh, generator=g1)
+                    assert_tensor_equal(self, x2, torch.randint(9, (3,), dtype=dtype, generator=g2))
+
+    def test_randint_like(self):
+        x = dtorch.from_torch(torch.ones(5, 3, dtype=torch.float64), CPU3, [Shard(0)])
+        dtorch.manual_seed(11)
+        y = dtorch.randint_like(x, 10)
+        self.assertEqual((y.shape, y.dtype, y.device_mesh, y.placements),
+                         (torch.Size([5, 3]), torch.float64, CPU3, [Shard(0)]))
+        dtorch.manual_seed(11)
+        assert_tensor_equal(self, y, dtorch.randint(0, 10, (5, 3), dtype=torch.float64).to_torch())
+        dtorch.manual_seed(11)
+        z = dtorch.randint_like(x, 3, 8, dtype=torch.int32, device_mesh=CPU2x2, placements=[Shard(1), Shard(0)])
+        self.assertEqual((z.dtype, z.placements), (torch.int32, [Shard(1), Shard(0)]))
+        dtorch.manual_seed(11)
+        assert_tensor_equal(self, z, dtorch.randint(3, 8, (5, 3), dtype=torch.int32).to_torch())
+        g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
+        w = dtorch.randint_like(x, 2, 6, generator=g1)
+        assert_tensor_equal(self, w, torch.randint(2, 6, (5, 3), dtype=torch.float64, generator=g2))
+        t = torch.ones(4, 2, dtype=torch.int16)
+        r = dtorch.randint_like(dtorch.from_torch(t, CPU2, [Shard(0)]), 4).to_torch()
+        self.assertEqual(r.dtype, torch.int16)
+        self.assertTrue(bool((r >= 0).all()) and bool((r < 4).all()))
 
     def test_rand_rejects_integers(self):
         with self.assertRaises((TypeError, ValueError, RuntimeError)):

@@ -54,6 +54,7 @@ static const char *const kop_names[DT_K_COUNT] = {
     [DT_K_ACTIVATION] = "ACTIVATION", [DT_K_SOFTMAX] = "SOFTMAX", [DT_K_NORM] = "NORM",
     [DT_K_EMBEDDING] = "EMBEDDING", [DT_K_CONV2D] = "CONV2D", [DT_K_INTERPOLATE] = "INTERPOLATE",
     [DT_K_PAD] = "PAD", [DT_K_DROPOUT] = "DROPOUT", [DT_K_SDPA] = "SDPA",
+    [DT_K_SORT] = "SORT",
 };
 
 
@@ -538,7 +539,13 @@ static double rand_value(int kop, int dt, uint64_t seed, uint64_t g) {
 }
 
 static dt_status rand_region(int kop, const dt__kattr *a, ref_tensor **out, char *err, size_t errlen) {
-    if (!is_float(a->dtype))
+    /* randint (DT_KRAND_INT): low + draw mod (high - low), any stored dtype
+     * (its own stream, not torch's: the ref backend only promises the range). */
+    int randint = kop == DT_K_RAND && a->sub == DT_KRAND_INT;
+    if (randint && (esize(a->dtype) == 0 || a->scalar2.i <= a->scalar.i))
+        return fail(err, errlen, DT_EUNSUPPORTED, "ref: randint of dtype %s in [%lld, %lld)", dtname(a->dtype),
+                    (long long)a->scalar.i, (long long)a->scalar2.i);
+    if (!randint && !is_float(a->dtype))
         return fail(err, errlen, DT_EUNSUPPORTED, "ref: %s does not support dtype %s", kop_names[kop],
                     dtname(a->dtype));
     if (a->gndim != a->ndim || a->ndim < 0 || a->ndim > DT_MAX_NDIM || numel_of(a->gndim, a->gshape, 8) < 0)
@@ -555,7 +562,12 @@ static dt_status rand_region(int kop, const dt__kattr *a, ref_tensor **out, char
     contig(a->ndim, a->gshape, w.stride[1]);
     w.off[1] = dot(a->ndim, a->start, w.stride[1]);
     for (int64_t n = (*out)->numel; n > 0; n--, walk_step(&w))
-        st_f(*out, w.off[0], rand_value(kop, a->dtype, a->seed, (uint64_t)w.off[1]));
+        if (randint)
+            st_i(*out, w.off[0],
+                 (int64_t)((uint64_t)a->scalar.i +
+                           draw(a->seed, (uint64_t)w.off[1], 0) % ((uint64_t)a->scalar2.i - (uint64_t)a->scalar.i)));
+        else
+            st_f(*out, w.off[0], rand_value(kop, a->dtype, a->seed, (uint64_t)w.off[1]));
     return DT_OK;
 }
 

@@ -223,8 +223,18 @@ at::Tensor arange_global(const double f[3], at::ScalarType st) {
  * and bfloat16 draw in float32 and round (so the values are float32's, cast);
  * float64 draws in float64. */
 at::Tensor random_region(bool normal, const dt__kattr *a, at::ScalarType st) {
-    if (!at::isFloatingType(st)) fail("torch backend: rand/randn need a floating dtype");
     check_ndim(a->gndim, "rand global shape");
+    if (!normal && a->sub == DT_KRAND_INT) {
+        // randint draws in the result dtype itself, as torch.randint(dtype=) does.
+        at::Generator gen = at::detail::createCPUGenerator(a->seed);
+        at::Tensor g = at::randint(a->scalar.i, a->scalar2.i, dims_of(a->gshape, a->gndim), gen,
+                                   at::TensorOptions().dtype(st));
+        bool whole = false;
+        at::Tensor v = region(g, a->gndim, a->start, a->shape, &whole);
+        return whole ? g : v.clone(at::MemoryFormat::Contiguous);
+    }
+    if (a->sub != DT_KRAND_UNIFORM) fail("torch backend: unknown rand sub code " + std::to_string(a->sub));
+    if (!at::isFloatingType(st)) fail("torch backend: rand/randn need a floating dtype");
     at::ScalarType gen_st = st == at::kDouble ? at::kDouble : at::kFloat;
     at::Generator gen = at::detail::createCPUGenerator(a->seed);
     at::IntArrayRef gshape = dims_of(a->gshape, a->gndim);

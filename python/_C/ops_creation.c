@@ -1,0 +1,169 @@
+/*
+ * dtorch._C entry points of the creation and data-dependent family:
+ *   _randint(graph, dtype, low, high, shape, mesh, placements) -> Tensor
+ *   _cumsum(x, dim, dtype_or_None) -> Tensor
+ *   _sort(x, dim, descending, stable, with_values) -> (values, indices), or
+ *       indices alone when with_values is false (argsort)
+ *   _topk(x, k, dim, largest, sorted) -> (values, indices)
+ *   _nonzero(x) -> Tensor
+ * The torch-style signatures (argument forms, return types) live in
+ * dtorch/_factories.py and dtorch/_ops_sort_scan.py.
+ *
+ * Every function runs on a Python thread holding the GIL. Only _nonzero
+ * waits (for the input's value), with the GIL released.
+ */
+#include "dtorch_py.h"
+
+static dtpy_state *mod_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
+
+static dtpy_tensor *tensor_arg(dtpy_state *st, PyObject *o, const char *name) {
+    if (!DTPY_IS_TENSOR(st, o)) {
+        PyErr_Format(PyExc_TypeError, "%s(): argument 'input' must be a dtorch.Tensor, not %.100s", name,
+                     Py_TYPE(o)->tp_name);
+        return NULL;
+    }
+    return (dtpy_tensor *)o;
+}
+
+static PyObject *wrap(dtpy_state *st, dt_tensor *t, dtpy_tensor *a) {
+    return dtpy_tensor_wrap(st, t, a->graph, a->mesh, dt_tensor_mesh(a->t));
+}
+
+/* An int argument (bool rejected, as torch's int parameters do). */
+static int int_arg(PyObject *o, const char *name, const char *arg, int64_t *out) {
+    if (!PyLong_Check(o) || PyBool_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be int, not %.100s", name, arg,
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    *out = PyLong_AsLongLong(o);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* A pair of new tensor references as a tuple; steals both (either may be
+ * NULL only when the call failed, which raises). */
+static PyObject *pair(dtpy_state *st, dtpy_tensor *a, dt_tensor *v, dt_tensor *i) {
+    PyObject *pv = wrap(st, v, a);
+    if (pv == NULL) {
+        dt_tensor_release(i);
+        return NULL;
+    }
+    PyObject *pi = wrap(st, i, a);
+    if (pi == NULL) {
+        Py_DECREF(pv);
+        return NULL;
+    }
+    PyObject *r = PyTuple_Pack(2, pv, pi);
+    Py_DECREF(pv);
+    Py_DECREF(pi);
+    return r;
+}
+
+static PyObject *mod_randint(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7)
+        return PyErr_Format(PyExc_TypeError, "_randint takes 7 arguments (%zd given)", nargs);
+    dtpy_state *st = mod_state(module);
+    if (!PyObject_TypeCheck(args[0], st->graph_base_type) || ((dtpy_graph *)args[0])->g == NULL)
+        return PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s",
+                            Py_TYPE(args[0])->tp_name);
+    dt_graph *g = ((dtpy_graph *)args[0])->g;
+    int dtype = dtpy_dtype_from_torch(st, args[1]);
+    if (dtype < 0)
+        return NULL;
+    int64_t low, high;
+    if (int_arg(args[2], "randint", "low", &low) < 0 || int_arg(args[3], "randint", "high", &high) < 0)
+        return NULL;
+    int64_t shape[DT_MAX_NDIM];
+    int ndim = dtpy_parse_shape(args[4], shape, "size");
+    if (ndim < 0)
+        return NULL;
+    dt_mesh *mesh = dtpy_mesh_of(st, args[5]);
+    if (mesh == NULL)
+        return NULL;
+    dt_placement pl[DT_MAX_MESH_NDIM];
+    int pl_null;
+    if (dtpy_parse_placements(args[6], dt_mesh_ndim(mesh), pl, &pl_null) < 0)
+        return NULL;
+    dtpy_record_call_site(st);
+    dt_tensor *t = dt_randint(g, (dt_dtype)dtype, low, high, ndim, shape, mesh, pl_null ? NULL : pl);
+    return dtpy_tensor_wrap(st, t, args[0], args[5], mesh);
+}
+
+static PyObject *mod_cumsum(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3)
+        return PyErr_Format(PyExc_TypeError, "_cumsum takes 3 arguments (%zd given)", nargs);
+    dtpy_state *st = mod_state(module);
+    dtpy_tensor *a = tensor_arg(st, args[0], "cumsum");
+    int64_t dim;
+    if (a == NULL || int_arg(args[1], "cumsum", "dim", &dim) < 0)
+        return NULL;
+    int dtype = -1;
+    if (args[2] != Py_None && (dtype = dtpy_dtype_from_torch(st, args[2])) < 0)
+        return NULL;
+    dtpy_record_call_site(st);
+    return wrap(st, dt_cumsum(a->t, dim, dtype), a);
+}
+
+static PyObject *mod_sort(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5)
+        return PyErr_Format(PyExc_TypeError, "_sort takes 5 arguments (%zd given)", nargs);
+    dtpy_state *st = mod_state(module);
+    int with_values = PyObject_IsTrue(args[4]);
+    const char *name = with_values ? "sort" : "argsort";
+    dtpy_tensor *a = tensor_arg(st, args[0], name);
+    int64_t dim;
+    if (a == NULL || int_arg(args[1], name, "dim", &dim) < 0)
+        return NULL;
+    int descending = PyObject_IsTrue(args[2]), stable = PyObject_IsTrue(args[3]);
+    if (descending < 0 || stable < 0 || with_values < 0)
+        return NULL;
+    dtpy_record_call_site(st);
+    dt_tensor *v = NULL, *i = NULL;
+    if (dt_sort(a->t, dim, descending, stable, with_values ? &v : NULL, &i) != DT_OK)
+        return dtpy_raise_last(st);
+    return with_values ? pair(st, a, v, i) : wrap(st, i, a);
+}
+
+static PyObject *mod_topk(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5)
+        return PyErr_Format(PyExc_TypeError, "_topk takes 5 arguments (%zd given)", nargs);
+    dtpy_state *st = mod_state(module);
+    dtpy_tensor *a = tensor_arg(st, args[0], "topk");
+    int64_t k, dim;
+    if (a == NULL || int_arg(args[1], "topk", "k", &k) < 0 || int_arg(args[2], "topk", "dim", &dim) < 0)
+        return NULL;
+    int largest = PyObject_IsTrue(args[3]), sorted = PyObject_IsTrue(args[4]);
+    if (largest < 0 || sorted < 0)
+        return NULL;
+    dtpy_record_call_site(st);
+    dt_tensor *v = NULL, *i = NULL;
+    if (dt_topk(a->t, k, dim, largest, sorted, &v, &i) != DT_OK)
+        return dtpy_raise_last(st);
+    return pair(st, a, v, i);
+}
+
+static PyObject *mod_nonzero(PyObject *module, PyObject *arg) {
+    dtpy_state *st = mod_state(module);
+    dtpy_tensor *a = tensor_arg(st, arg, "nonzero");
+    if (a == NULL)
+        return NULL;
+    dtpy_record_call_site(st);
+    dt_tensor *t;
+    /* dt_nonzero waits for the input's value; it touches no Python object. */
+    Py_BEGIN_ALLOW_THREADS t = dt_nonzero(a->t);
+    Py_END_ALLOW_THREADS return wrap(st, t, a);
+}
+
+static PyMethodDef creation_methods[] = {
+    {"_randint", (PyCFunction)(void (*)(void))mod_randint, METH_FASTCALL,
+     "_randint(graph, dtype, low, high, shape, mesh, placements) -> Tensor"},
+    {"_cumsum", (PyCFunction)(void (*)(void))mod_cumsum, METH_FASTCALL, "_cumsum(x, dim, dtype) -> Tensor"},
+    {"_sort", (PyCFunction)(void (*)(void))mod_sort, METH_FASTCALL,
+     "_sort(x, dim, descending, stable, with_values) -> (values, indices) or indices"},
+    {"_topk", (PyCFunction)(void (*)(void))mod_topk, METH_FASTCALL,
+     "_topk(x, k, dim, largest, sorted) -> (values, indices)"},
+    {"_nonzero", mod_nonzero, METH_O, "_nonzero(x) -> Tensor (waits for x's value)"},
+    {NULL, NULL, 0, NULL},
+};
+
+int dtpy_add_creation_methods(PyObject *module) { return PyModule_AddFunctions(module, creation_methods); }
