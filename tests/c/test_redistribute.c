@@ -11,18 +11,10 @@
 #include <string.h>
 
 #include "dtorch/dtorch.h"
+#include "test_util.h"
 
-static int failures;
 static long checked;
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n", __FILE__, __LINE__, #cond,   \
-                    dt_last_error());                                                              \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
 
 /* Placement number k of a tensor with `nd` dims: 0 = R, 1..nd = S(k-1), nd+1 = P. */
 static dt_placement placement(int k, int nd) {

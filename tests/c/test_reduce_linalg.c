@@ -10,41 +10,15 @@
 #include <string.h>
 
 #include "dtorch/dtorch.h"
+#include "test_util.h"
 
-static int failures;
 
-#define CHECK(cond)                                                                                          \
-    do {                                                                                                     \
-        if (!(cond)) {                                                                                       \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n", __FILE__, __LINE__, #cond,          \
-                    dt_last_error());                                                                        \
-            failures++;                                                                                      \
-        }                                                                                                    \
-    } while (0)
 
-static dt_placement R(void) { return (dt_placement){DT_PLACEMENT_REPLICATE, 0}; }
-static dt_placement S(int d) { return (dt_placement){DT_PLACEMENT_SHARD, d}; }
-static dt_placement P(void) { return (dt_placement){DT_PLACEMENT_PARTIAL, 0}; }
-
-static int same(dt_placement a, dt_placement b) {
-    return a.kind == b.kind && (a.kind != 1 || a.dim == b.dim);
-}
 
 static dt_tensor *ones(dt_graph *g, dt_dtype dt, int ndim, const int64_t *shape, dt_mesh *m, dt_placement p) {
     dt_tensor *t = dt_full(g, dt, ndim, shape, dt_scalar_int(1), m, &p);
     CHECK(t != NULL);
     return t;
-}
-
-static void check_meta(dt_tensor *t, dt_dtype dt, int ndim, const int64_t *shape, dt_placement p) {
-    CHECK(t != NULL);
-    if (!t)
-        return;
-    CHECK(dt_tensor_dtype(t) == dt);
-    CHECK(dt_tensor_ndim(t) == ndim);
-    for (int d = 0; d < ndim && d < dt_tensor_ndim(t); d++)
-        CHECK(dt_tensor_shape(t)[d] == shape[d]);
-    CHECK(same(dt_tensor_placements(t)[0], p));
 }
 
 static void test_reduce(dt_graph *g, dt_mesh *m) {

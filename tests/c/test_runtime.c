@@ -13,21 +13,9 @@
 #include <string.h>
 
 #include "dtorch/dtorch.h"
+#include "test_util.h"
 
-static int failures;
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n", __FILE__, __LINE__, #cond,   \
-                    dt_last_error());                                                              \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-static dt_placement R(void) { return (dt_placement){DT_PLACEMENT_REPLICATE, 0}; }
-static dt_placement S(int d) { return (dt_placement){DT_PLACEMENT_SHARD, d}; }
-static dt_placement P(void) { return (dt_placement){DT_PLACEMENT_PARTIAL, 0}; }
 
 static dt_mesh *mesh1d(int n, int first_id) {
     int64_t shape[1] = {n}, ids[16];
