@@ -29,8 +29,12 @@ typedef struct tls_list {
     int n;
 } tls_list;
 
-static _Thread_local tls_list tls[MAX_POOLS];
-static _Thread_local int tls_registered;
+/* One thread-local block, so each call resolves thread-local storage once
+ * (in a shared library every distinct TLS variable costs a lookup). */
+static _Thread_local struct {
+    int registered;
+    tls_list lists[MAX_POOLS];
+} tls;
 static dt__pool *pools[MAX_POOLS];
 static pthread_key_t exit_key;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
@@ -57,12 +61,14 @@ static void thread_exit(void *unused) {
     (void)unused;
     for (int i = 0; i < MAX_POOLS; i++)
         if (pools[i])
-            give_back(pools[i], &tls[i], 0);
+            give_back(pools[i], &tls.lists[i], 0);
 }
 
 static void make_key(void) { pthread_key_create(&exit_key, thread_exit); }
 
-static void ensure_registered(dt__pool *p) {
+/* Returns the calling thread's list for pool p, registering the pool and
+ * the thread on first use. */
+static tls_list *my_list(dt__pool *p) {
     if (!__atomic_load_n(&p->registered, __ATOMIC_ACQUIRE)) {
         pthread_mutex_lock(&register_lock);
         if (!p->registered) {
@@ -77,11 +83,12 @@ static void ensure_registered(dt__pool *p) {
         }
         pthread_mutex_unlock(&register_lock);
     }
-    if (!tls_registered) {
+    if (!tls.registered) {
         pthread_once(&exit_once, make_key);
         pthread_setspecific(exit_key, (void *)1);
-        tls_registered = 1;
+        tls.registered = 1;
     }
+    return &tls.lists[p->slot];
 }
 
 /* Sanitizer builds use malloc directly, so ASan sees every use after free
@@ -94,8 +101,7 @@ void *dt__pool_alloc(dt__pool *p) {
 #ifdef DT_POOL_DIRECT
     return calloc(1, p->size);
 #endif
-    ensure_registered(p);
-    tls_list *l = &tls[p->slot];
+    tls_list *l = my_list(p);
     if (!l->head) {
         pthread_mutex_lock(&p->lock);
         free_rec *h = p->head;
@@ -135,8 +141,7 @@ void dt__pool_free(dt__pool *p, void *obj) {
     free(obj);
     return;
 #endif
-    ensure_registered(p);
-    tls_list *l = &tls[p->slot];
+    tls_list *l = my_list(p);
     free_rec *r = obj;
     r->next = l->head;
     l->head = r;
