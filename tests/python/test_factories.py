@@ -15,7 +15,7 @@ from dtorch.test.test_util import assert_tensor_allclose, assert_tensor_equal
 
 # Operators this module tests against eager PyTorch (tests/python/test_registry.py).
 TESTED_OPS = {'tensor', 'from_torch', 'empty', 'zeros', 'ones', 'full', 'rand', 'randn', 'arange', 'randint',
-              'randint_like'}
+              'randint_like', 'zeros_like', 'ones_like', 'full_like', 'empty_like', 'rand_like', 'randn_like'}
 
 from helpers import CPU1, CPU2, CPU3, CPU2x2, placements_1d, placements_2d
 
@@ -149,6 +149,29 @@ class TestFactories(unittest.TestCase):
         self.assertEqual((y.shape, y.dtype, y.placements), (torch.Size([5, 3]), torch.float64, [Shard(0)]))
         y = dtorch.randn_like(x, device_mesh=CPU2)
         self.assertEqual((y.device_mesh, y.placements), (CPU2, [Replicate()]))
+
+    def test_like_factories_one_device_and_2x2(self):
+        t = torch.arange(30, dtype=torch.float32).reshape(5, 6)
+        cases = [(CPU1, [Replicate()]), (CPU2x2, [Shard(0), Shard(1)]), (CPU2x2, [Partial(), Shard(0)]),
+                 (CPU3, [Shard(1)])]
+        for mesh, pl in cases:
+            x = dtorch.from_torch(t, mesh, pl)
+            for fn, ref in ((dtorch.zeros_like, torch.zeros_like), (dtorch.ones_like, torch.ones_like),
+                            (lambda a: dtorch.full_like(a, 2.5), lambda a: torch.full_like(a, 2.5))):
+                y = fn(x)
+                self.assertEqual((y.device_mesh, y.placements), (mesh, pl))
+                assert_tensor_equal(self, y, ref(t))
+            e = dtorch.empty_like(x)
+            self.assertEqual((e.shape, e.dtype, e.device_mesh, e.placements), (t.shape, t.dtype, mesh, pl))
+            dtorch.manual_seed(5)
+            r1 = dtorch.rand_like(x).to_torch()
+            dtorch.manual_seed(5)
+            r2 = dtorch.rand(5, 6, device_mesh=CPU1).to_torch()
+            self.assertTrue(torch.equal(r1, r2), "rand_like values depend on placements")
+            dtorch.manual_seed(6)
+            n1 = dtorch.randn_like(x).to_torch()
+            dtorch.manual_seed(6)
+            self.assertTrue(torch.equal(n1, dtorch.randn(5, 6).to_torch()))
 
 
 class TestRoundTrip(unittest.TestCase):
