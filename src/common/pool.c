@@ -149,8 +149,12 @@ void dt__pool_free(dt__pool *p, void *obj) {
         give_back(p, l, BATCH);
 }
 
-/* Frees the shared lists at exit so leak checkers see a clean process. */
+/* Frees the shared lists at exit so leak checkers see a clean process; not
+ * while a program that never shut its graphs down still has workers running
+ * (they may be using the pools). */
 __attribute__((destructor)) static void pools_cleanup(void) {
+    if (dt__pool_busy && dt__pool_busy())
+        return;
     for (int i = 0; i < MAX_POOLS; i++) {
         if (!pools[i])
             continue;

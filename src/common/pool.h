@@ -22,5 +22,8 @@ typedef struct dt__pool {
 void *dt__pool_alloc(dt__pool *p);
 /* Returns a record to the pool. NULL is ignored. */
 void dt__pool_free(dt__pool *p, void *obj);
+/* Whether worker threads still run (defined by the core; weak so the pool
+ * stands alone): the exit-time cleanup then leaves the pools alone. */
+int dt__pool_busy(void) __attribute__((weak));
 
 #endif /* DT_POOL_H */

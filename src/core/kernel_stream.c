@@ -229,6 +229,8 @@ static void run_kernel(dt__kernel *k, dt__stream *s) {
     dt__pool_free(&dt__kernel_pool, k);
 }
 
+int dt__pool_busy(void) { return atomic_load(&live_workers) > 0; }
+
 /* ---------------------------------------------------------------- spins */
 
 int dt__spin_until_changed(atomic_uint *counter, unsigned seen) {
