@@ -367,31 +367,14 @@ static PyObject *nb_sub(PyObject *a, PyObject *b) { return binary(a, b, DT_BINAR
 static PyObject *nb_mul(PyObject *a, PyObject *b) { return binary(a, b, DT_BINARY_MUL); }
 static PyObject *nb_div(PyObject *a, PyObject *b) { return binary(a, b, DT_BINARY_DIV); }
 
-/* Method forms (x.add(y)): like the operators, but a non-operand is a
- * TypeError rather than NotImplemented. */
-static PyObject *method_binary(PyObject *self, PyObject *other, dt_binary_op op) {
-    PyObject *r = binary(self, other, op);
-    if (r == Py_NotImplemented) {
-        Py_DECREF(r);
-        return PyErr_Format(PyExc_TypeError, "%s(): argument 'other' must be a dtorch.Tensor or a number, not %.100s",
-                            binary_names[op], Py_TYPE(other)->tp_name);
-    }
-    return r;
-}
-static PyObject *tensor_add(PyObject *s, PyObject *o) { return method_binary(s, o, DT_BINARY_ADD); }
-static PyObject *tensor_sub(PyObject *s, PyObject *o) { return method_binary(s, o, DT_BINARY_SUB); }
-static PyObject *tensor_mul(PyObject *s, PyObject *o) { return method_binary(s, o, DT_BINARY_MUL); }
-static PyObject *tensor_div(PyObject *s, PyObject *o) { return method_binary(s, o, DT_BINARY_DIV); }
-
-static PyObject *tensor_neg(PyObject *self, PyObject *unused) {
-    (void)unused;
+/* The method forms (x.add(y, alpha=...), x.neg(), ...) live with the
+ * elementwise family (ops_elementwise.c), which installs them on this type. */
+static PyObject *nb_neg(PyObject *self) {
     dtpy_state *st = tensor_state(self);
     dtpy_tensor *a = (dtpy_tensor *)self;
     dtpy_record_call_site(st);
     return wrap_like(st, dt_neg(a->t), a);
 }
-
-static PyObject *nb_neg(PyObject *self) { return tensor_neg(self, NULL); }
 
 static PyObject *matmul(dtpy_state *st, dtpy_tensor *a, dtpy_tensor *b) {
     if (check_same_graph(a, b, "matmul") < 0)
@@ -519,11 +502,6 @@ static PyMethodDef tensor_methods[] = {
      "to_torch() -> torch.Tensor: waits for the value and returns the full tensor."},
     {"to_torch_async", tensor_to_torch_async, METH_NOARGS,
      "to_torch_async() -> TensorFuture: starts reading the value without waiting."},
-    {"add", tensor_add, METH_O, "add(other) -> Tensor: self + other."},
-    {"sub", tensor_sub, METH_O, "sub(other) -> Tensor: self - other."},
-    {"mul", tensor_mul, METH_O, "mul(other) -> Tensor: self * other."},
-    {"div", tensor_div, METH_O, "div(other) -> Tensor: self / other (true division)."},
-    {"neg", tensor_neg, METH_NOARGS, "neg() -> Tensor: -self."},
     {"matmul", tensor_matmul, METH_O, "matmul(other) -> Tensor: self @ other (torch.matmul, every rank)."},
     {"sum", (PyCFunction)(void (*)(void))tensor_sum, METH_VARARGS | METH_KEYWORDS,
      "sum(dim=None, keepdim=False) -> Tensor"},
