@@ -250,17 +250,8 @@ dt_tensor *dt_index_tensor(dt_tensor *a, int64_t dim, dt_tensor *index) {
 }
 
 void dt__vlower_index_tensor(dt__lower *L, dt__node *n) {
-    dt__tval *o = n->out;
-    const dt_mesh *mesh = o->meta.mesh;
-    dt__lw_alloc_blobs(o);
-    for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__kernel *k = dt__view_kernel(L, n, DT_KV_INDEX);
-        k->n_in = 2;
-        k->in[0] = dt__blob_retain(n->in[0]->blobs[i]);
-        k->in[1] = dt__blob_retain(n->in[1]->blobs[i]);
-        k->attr.dim = n->a.v_dim;
-        o->blobs[i] = dt__lw_push(L, mesh, i, k);
-    }
+    dt__kattr a = {.dim = n->a.v_dim};
+    dt__view_lower_each(L, n, DT_KV_INDEX, &a);
 }
 
 /* ---------------------------------------------------------------- setitem */

@@ -357,16 +357,8 @@ dt_tensor *dt_flip(dt_tensor *a, int ndims, const int64_t *dims) {
 }
 
 void dt__vlower_flip(dt__lower *L, dt__node *n) {
-    dt__tval *o = n->out;
-    const dt_mesh *mesh = o->meta.mesh;
-    dt__lw_alloc_blobs(o);
-    for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__kernel *k = dt__view_kernel(L, n, DT_KV_FLIP);
-        k->n_in = 1;
-        k->in[0] = dt__blob_retain(n->in[0]->blobs[i]);
-        k->attr.dims_mask = n->a.v_mask;
-        o->blobs[i] = dt__lw_push(L, mesh, i, k);
-    }
+    dt__kattr a = {.dims_mask = n->a.v_mask};
+    dt__view_lower_each(L, n, DT_KV_FLIP, &a);
 }
 
 /* -------------------------------------------------------------------- roll */
@@ -423,20 +415,12 @@ dt_tensor *dt_roll(dt_tensor *a, int n, const int64_t *shifts, const int64_t *di
 }
 
 void dt__vlower_roll(dt__lower *L, dt__node *n) {
-    dt__tval *o = n->out;
-    const dt_mesh *mesh = o->meta.mesh;
-    dt__lw_alloc_blobs(o);
-    for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__kernel *k = dt__view_kernel(L, n, DT_KV_ROLL);
-        k->n_in = 1;
-        k->in[0] = dt__blob_retain(n->in[0]->blobs[i]);
-        k->attr.nints = n->a.v_nints;
-        for (int j = 0; j < DT_MAX_NDIM; j++) {
-            k->attr.ints[j] = n->a.v_ints[j];
-            k->attr.start[j] = n->a.v_start[j];
-        }
-        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+    dt__kattr a = {.nints = n->a.v_nints};
+    for (int j = 0; j < DT_MAX_NDIM; j++) {
+        a.ints[j] = n->a.v_ints[j];
+        a.start[j] = n->a.v_start[j];
     }
+    dt__view_lower_each(L, n, DT_KV_ROLL, &a);
 }
 
 /* ------------------------------------------------------------------ repeat */
@@ -488,17 +472,9 @@ dt_tensor *dt_repeat(dt_tensor *a, int n, const int64_t *repeats) {
 }
 
 void dt__vlower_repeat(dt__lower *L, dt__node *n) {
-    dt__tval *o = n->out;
-    const dt_mesh *mesh = o->meta.mesh;
-    dt__lw_alloc_blobs(o);
-    for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__kernel *k = dt__view_kernel(L, n, DT_KV_REPEAT);
-        k->n_in = 1;
-        k->in[0] = dt__blob_retain(n->in[0]->blobs[i]);
-        k->attr.nints = n->a.v_nints;
-        memcpy(k->attr.ints, n->a.v_ints, sizeof k->attr.ints);
-        o->blobs[i] = dt__lw_push(L, mesh, i, k);
-    }
+    dt__kattr a = {.nints = n->a.v_nints};
+    memcpy(a.ints, n->a.v_ints, sizeof n->a.v_ints);
+    dt__view_lower_each(L, n, DT_KV_REPEAT, &a);
 }
 
 /* ------------------------------------------------------- repeat_interleave */
@@ -591,17 +567,8 @@ dt_tensor *dt_repeat_interleave_tensor(dt_tensor *a, dt_tensor *repeats, int64_t
 }
 
 void dt__vlower_repeat_interleave(dt__lower *L, dt__node *n) {
-    dt__tval *o = n->out;
-    const dt_mesh *mesh = o->meta.mesh;
-    dt__lw_alloc_blobs(o);
-    for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__kernel *k = dt__view_kernel(L, n, DT_KV_REPEAT_INTERLEAVE);
-        k->n_in = n->n_in;
-        for (int j = 0; j < n->n_in; j++)
-            k->in[j] = dt__blob_retain(n->in[j]->blobs[i]);
-        k->attr.dim = n->a.v_dim;
-        k->attr.ints[0] = n->a.v_ints[0];
-        k->attr.ints[1] = n->a.v_ints[1];
-        o->blobs[i] = dt__lw_push(L, mesh, i, k);
-    }
+    dt__kattr a = {.dim = n->a.v_dim};
+    a.ints[0] = n->a.v_ints[0];
+    a.ints[1] = n->a.v_ints[1];
+    dt__view_lower_each(L, n, DT_KV_REPEAT_INTERLEAVE, &a);
 }

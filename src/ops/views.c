@@ -122,6 +122,23 @@ dt__kernel *dt__view_kernel(dt__lower *L, const dt__node *n, int sub) {
     return k;
 }
 
+void dt__view_lower_each(dt__lower *L, dt__node *n, int sub, const dt__kattr *attr) {
+    dt__tval *o = n->out;
+    const dt_mesh *mesh = o->meta.mesh;
+    dt__lw_alloc_blobs(o);
+    for (int64_t i = 0; i < mesh->ndev; i++) {
+        dt__kernel *k = dt__view_kernel(L, n, sub);
+        int32_t dtype = k->attr.dtype;
+        k->attr = *attr;
+        k->attr.dtype = dtype;
+        k->attr.sub = sub;
+        k->n_in = (int16_t)n->n_in;
+        for (int j = 0; j < n->n_in; j++)
+            k->in[j] = dt__blob_retain(n->in[j]->blobs[i]);
+        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+    }
+}
+
 /* ---------------------------------------------------------------- reshape */
 
 typedef struct box_dim {

@@ -62,6 +62,10 @@ dt_tensor *dt__view_begin(dt_tensor *a, dt_tensor *b, const dt__meta *out, int k
 
 /* A kernel of sub `sub` for the node being lowered, named after its kind. */
 dt__kernel *dt__view_kernel(dt__lower *L, const dt__node *n, int sub);
+/* Lowers n as one DT_K_VIEW kernel `sub` per device that reads every input's
+ * own blob there, with `attr` (dtype and sub are set here). For the ops
+ * whose local computation does not depend on the device. */
+void dt__view_lower_each(dt__lower *L, dt__node *n, int sub, const dt__kattr *attr);
 /* Lowering of each kind (views.c dispatches). */
 void dt__vlower_index(dt__lower *L, dt__node *n);
 void dt__vlower_index_tensor(dt__lower *L, dt__node *n);
