@@ -143,6 +143,12 @@ PyObject *dtpy_raise_last(dtpy_state *st);
  * steals). dtorch values are immutable, so in-place ops, assignments and
  * inplace=True forms rebind the object instead: every Python reference to it
  * sees the new value. GIL held. */
+/* Wraps the new reference t (NULL: raise the library error) as a Python
+ * tensor on `like`'s graph and mesh. */
+PyObject *dtpy_tensor_wrap_like(dtpy_state *st, dt_tensor *t, dtpy_tensor *like);
+/* (values, indices) as a tuple of Python tensors like `like`; steals both
+ * references (NULL only when the call failed, which raises). */
+PyObject *dtpy_tensor_pair(dtpy_state *st, dtpy_tensor *like, dt_tensor *v, dt_tensor *i);
 void dtpy_tensor_rebind(dtpy_tensor *self, dt_tensor *t);
 
 /* ----------------------------------------------------------------- dtypes */

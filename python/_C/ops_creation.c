@@ -25,10 +25,6 @@ static dtpy_tensor *tensor_arg(dtpy_state *st, PyObject *o, const char *name) {
     return (dtpy_tensor *)o;
 }
 
-static PyObject *wrap(dtpy_state *st, dt_tensor *t, dtpy_tensor *a) {
-    return dtpy_tensor_wrap(st, t, a->graph, a->mesh, dt_tensor_mesh(a->t));
-}
-
 /* An int argument (bool rejected, as torch's int parameters do). */
 static int int_arg(PyObject *o, const char *name, const char *arg, int64_t *out) {
     if (!PyLong_Check(o) || PyBool_Check(o)) {
@@ -38,25 +34,6 @@ static int int_arg(PyObject *o, const char *name, const char *arg, int64_t *out)
     }
     *out = PyLong_AsLongLong(o);
     return *out == -1 && PyErr_Occurred() ? -1 : 0;
-}
-
-/* A pair of new tensor references as a tuple; steals both (either may be
- * NULL only when the call failed, which raises). */
-static PyObject *pair(dtpy_state *st, dtpy_tensor *a, dt_tensor *v, dt_tensor *i) {
-    PyObject *pv = wrap(st, v, a);
-    if (pv == NULL) {
-        dt_tensor_release(i);
-        return NULL;
-    }
-    PyObject *pi = wrap(st, i, a);
-    if (pi == NULL) {
-        Py_DECREF(pv);
-        return NULL;
-    }
-    PyObject *r = PyTuple_Pack(2, pv, pi);
-    Py_DECREF(pv);
-    Py_DECREF(pi);
-    return r;
 }
 
 static PyObject *mod_randint(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -101,7 +78,7 @@ static PyObject *mod_cumsum(PyObject *module, PyObject *const *args, Py_ssize_t 
     if (args[2] != Py_None && (dtype = dtpy_dtype_from_torch(st, args[2])) < 0)
         return NULL;
     dtpy_record_call_site(st);
-    return wrap(st, dt_cumsum(a->t, dim, dtype), a);
+    return dtpy_tensor_wrap_like(st, dt_cumsum(a->t, dim, dtype), a);
 }
 
 static PyObject *mod_sort(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -121,7 +98,7 @@ static PyObject *mod_sort(PyObject *module, PyObject *const *args, Py_ssize_t na
     dt_tensor *v = NULL, *i = NULL;
     if (dt_sort(a->t, dim, descending, stable, with_values ? &v : NULL, &i) != DT_OK)
         return dtpy_raise_last(st);
-    return with_values ? pair(st, a, v, i) : wrap(st, i, a);
+    return with_values ? dtpy_tensor_pair(st, a, v, i) : dtpy_tensor_wrap_like(st, i, a);
 }
 
 static PyObject *mod_topk(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -139,7 +116,7 @@ static PyObject *mod_topk(PyObject *module, PyObject *const *args, Py_ssize_t na
     dt_tensor *v = NULL, *i = NULL;
     if (dt_topk(a->t, k, dim, largest, sorted, &v, &i) != DT_OK)
         return dtpy_raise_last(st);
-    return pair(st, a, v, i);
+    return dtpy_tensor_pair(st, a, v, i);
 }
 
 static PyObject *mod_nonzero(PyObject *module, PyObject *arg) {
@@ -151,7 +128,7 @@ static PyObject *mod_nonzero(PyObject *module, PyObject *arg) {
     dt_tensor *t;
     /* dt_nonzero waits for the input's value; it touches no Python object. */
     Py_BEGIN_ALLOW_THREADS t = dt_nonzero(a->t);
-    Py_END_ALLOW_THREADS return wrap(st, t, a);
+    Py_END_ALLOW_THREADS return dtpy_tensor_wrap_like(st, t, a);
 }
 
 static PyMethodDef creation_methods[] = {

@@ -40,8 +40,7 @@ static dtpy_state *state_of(PyObject *a, PyObject *b) {
 }
 
 static PyObject *wrap_like(dtpy_state *st, dt_tensor *t, PyObject *like) {
-    dtpy_tensor *a = (dtpy_tensor *)like;
-    return dtpy_tensor_wrap(st, t, a->graph, a->mesh, dt_tensor_mesh(a->t));
+    return dtpy_tensor_wrap_like(st, t, (dtpy_tensor *)like);
 }
 
 /* The in-place ending: `self` now stands for `t` (a new reference, or NULL

@@ -40,10 +40,6 @@ static int same_graph(dtpy_tensor *a, dtpy_tensor *b, const char *name) {
     return 0;
 }
 
-static PyObject *wrap(dtpy_state *st, dt_tensor *t, dtpy_tensor *a) {
-    return dtpy_tensor_wrap(st, t, a->graph, a->mesh, dt_tensor_mesh(a->t));
-}
-
 static PyObject *mod_linalg(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3)
         return PyErr_Format(PyExc_TypeError, "_linalg takes 3 arguments (%zd given)", nargs);
@@ -62,7 +58,7 @@ static PyObject *mod_linalg(PyObject *module, PyObject *const *args, Py_ssize_t 
     dt_tensor *t = kind == KIND_MM    ? dt_mm(a->t, b->t)
                    : kind == KIND_BMM ? dt_bmm(a->t, b->t)
                                       : dt_outer(a->t, b->t);
-    return wrap(st, t, a);
+    return dtpy_tensor_wrap_like(st, t, a);
 }
 
 static PyObject *mod_linear(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -82,7 +78,7 @@ static PyObject *mod_linear(PyObject *module, PyObject *const *args, Py_ssize_t 
             return NULL;
     }
     dtpy_record_call_site(st);
-    return wrap(st, dt_linear(x->t, w->t, b ? b->t : NULL), x);
+    return dtpy_tensor_wrap_like(st, dt_linear(x->t, w->t, b ? b->t : NULL), x);
 }
 
 static PyObject *mod_einsum(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -120,7 +116,7 @@ static PyObject *mod_einsum(PyObject *module, PyObject *const *args, Py_ssize_t 
         ts[i] = t->t;
     }
     dtpy_record_call_site(st);
-    result = wrap(st, dt_einsum(eq, (int)n, ts), first);
+    result = dtpy_tensor_wrap_like(st, dt_einsum(eq, (int)n, ts), first);
 done:
     Py_DECREF(seq);
     return result;

@@ -93,10 +93,6 @@ static int ints_arg(PyObject *o, const char *op, const char *what, int64_t *out,
     return (int)n;
 }
 
-static PyObject *wrap(dtpy_state *st, dt_tensor *t, dtpy_tensor *like) {
-    return dtpy_tensor_wrap(st, t, like->graph, like->mesh, dt_tensor_mesh(like->t));
-}
-
 #define NARGS(n, name)                                                                                       \
     do {                                                                                                     \
         if (nargs != (n))                                                                                    \
@@ -117,7 +113,7 @@ static PyObject *nn_activation(PyObject *m, PyObject *const *args, Py_ssize_t na
     if (dtpy_sync_default_dtype(st) < 0)
         return NULL;
     dtpy_record_call_site(st);
-    return wrap(st, dt_activation((dt_activation_kind)kind, x->t, param), x);
+    return dtpy_tensor_wrap_like(st, dt_activation((dt_activation_kind)kind, x->t, param), x);
 }
 
 /* _nn_softmax(x, dim, log, dtype_or_None) */
@@ -138,7 +134,7 @@ static PyObject *nn_softmax(PyObject *m, PyObject *const *args, Py_ssize_t nargs
     if (dim < INT32_MIN || dim > INT32_MAX)
         return PyErr_Format(PyExc_IndexError, "softmax(): Dimension out of range (got %lld)", dim);
     dtpy_record_call_site(st);
-    return wrap(st, dt_softmax(x->t, (int)dim, log, dtype), x);
+    return dtpy_tensor_wrap_like(st, dt_softmax(x->t, (int)dim, log, dtype), x);
 }
 
 /* _nn_layer_norm(x, normalized_shape, weight, bias, eps) */
@@ -156,7 +152,7 @@ static PyObject *nn_layer_norm(PyObject *m, PyObject *const *args, Py_ssize_t na
         float_arg(args[4], "layer_norm", "eps", 0, &eps) < 0)
         return NULL;
     dtpy_record_call_site(st);
-    return wrap(st, dt_layer_norm(x->t, n, ns, handle(w), handle(b), eps), x);
+    return dtpy_tensor_wrap_like(st, dt_layer_norm(x->t, n, ns, handle(w), handle(b), eps), x);
 }
 
 /* _nn_rms_norm(x, normalized_shape, weight, eps_or_None) */
@@ -173,7 +169,7 @@ static PyObject *nn_rms_norm(PyObject *m, PyObject *const *args, Py_ssize_t narg
         float_arg(args[3], "rms_norm", "eps", 1, &eps) < 0)
         return NULL;
     dtpy_record_call_site(st);
-    return wrap(st, dt_rms_norm(x->t, n, ns, handle(w), eps), x);
+    return dtpy_tensor_wrap_like(st, dt_rms_norm(x->t, n, ns, handle(w), eps), x);
 }
 
 /* _nn_group_norm(x, num_groups, weight, bias, eps) */
@@ -190,7 +186,7 @@ static PyObject *nn_group_norm(PyObject *m, PyObject *const *args, Py_ssize_t na
         float_arg(args[4], "group_norm", "eps", 0, &eps) < 0)
         return NULL;
     dtpy_record_call_site(st);
-    return wrap(st, dt_group_norm(x->t, groups, handle(w), handle(b), eps), x);
+    return dtpy_tensor_wrap_like(st, dt_group_norm(x->t, groups, handle(w), handle(b), eps), x);
 }
 
 /* _nn_batch_norm(x, running_mean, running_var, weight, bias, momentum, eps) */
@@ -208,7 +204,7 @@ static PyObject *nn_batch_norm(PyObject *m, PyObject *const *args, Py_ssize_t na
         float_arg(args[6], "batch_norm", "eps", 0, &eps) < 0)
         return NULL;
     dtpy_record_call_site(st);
-    return wrap(st, dt_batch_norm(x->t, handle(rm), handle(rv), handle(w), handle(b), momentum, eps), x);
+    return dtpy_tensor_wrap_like(st, dt_batch_norm(x->t, handle(rm), handle(rv), handle(w), handle(b), momentum, eps), x);
 }
 
 /* _nn_embedding(indices, weight) */
@@ -222,7 +218,7 @@ static PyObject *nn_embedding(PyObject *m, PyObject *const *args, Py_ssize_t nar
     dtpy_record_call_site(st);
     /* The result lives with the weight's graph and mesh (the same as the
      * indices', or the call fails). */
-    return wrap(st, dt_embedding(idx->t, w->t), idx);
+    return dtpy_tensor_wrap_like(st, dt_embedding(idx->t, w->t), idx);
 }
 
 /* _nn_conv2d(x, weight, bias, stride, padding, dilation, groups, padding_mode) */
@@ -245,7 +241,7 @@ static PyObject *nn_conv2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     dtpy_record_call_site(st);
-    return wrap(
+    return dtpy_tensor_wrap_like(
         st, dt_conv2d(x->t, w->t, handle(b), stride, padding, dilation, groups, (dt_conv_padding)mode), x);
 }
 
@@ -291,7 +287,7 @@ static PyObject *nn_interpolate(PyObject *m, PyObject *const *args, Py_ssize_t n
         Py_DECREF(seq);
     }
     dtpy_record_call_site(st);
-    return wrap(st,
+    return dtpy_tensor_wrap_like(st,
                 dt_interpolate(x->t, (dt_interp_mode)mode, have_size ? size : NULL,
                                have_scales ? scales : NULL, (int)align),
                 x);
@@ -311,7 +307,7 @@ static PyObject *nn_pad(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
         int_arg(args[2], "pad", "mode", &mode) < 0 || float_arg(args[3], "pad", "value", 1, &value) < 0)
         return NULL;
     dtpy_record_call_site(st);
-    return wrap(st, dt_pad(x->t, n, pad, (dt_pad_mode)mode, value), x);
+    return dtpy_tensor_wrap_like(st, dt_pad(x->t, n, pad, (dt_pad_mode)mode, value), x);
 }
 
 /* _nn_dropout(x, p, training) */
@@ -327,7 +323,7 @@ static PyObject *nn_dropout(PyObject *m, PyObject *const *args, Py_ssize_t nargs
     if (training < 0)
         return NULL;
     dtpy_record_call_site(st);
-    return wrap(st, dt_dropout(x->t, p, training), x);
+    return dtpy_tensor_wrap_like(st, dt_dropout(x->t, p, training), x);
 }
 
 /* _nn_sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale_or_None) */
@@ -346,7 +342,7 @@ static PyObject *nn_sdpa(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     if (causal < 0)
         return NULL;
     dtpy_record_call_site(st);
-    return wrap(st, dt_scaled_dot_product_attention(q->t, k->t, v->t, handle(mask), p, causal, scale), q);
+    return dtpy_tensor_wrap_like(st, dt_scaled_dot_product_attention(q->t, k->t, v->t, handle(mask), p, causal, scale), q);
 }
 
 

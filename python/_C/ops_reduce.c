@@ -20,10 +20,6 @@ static dtpy_tensor *tensor_arg(dtpy_state *st, PyObject *o, const char *name) {
     return (dtpy_tensor *)o;
 }
 
-static PyObject *wrap(dtpy_state *st, dt_tensor *t, dtpy_tensor *a) {
-    return dtpy_tensor_wrap(st, t, a->graph, a->mesh, dt_tensor_mesh(a->t));
-}
-
 /* None -> -1 (no dim); an int -> 1; a tuple/list of ints -> its length. */
 static int parse_dims(PyObject *obj, int64_t *dims, const char *name) {
     if (obj == Py_None)
@@ -87,7 +83,7 @@ static PyObject *mod_reduce(PyObject *module, PyObject *const *args, Py_ssize_t 
     if (args[4] != Py_None && (dtype = dtpy_dtype_from_torch(st, args[4])) < 0)
         return NULL;
     dtpy_record_call_site(st);
-    return wrap(st, dt_reduce((dt_reduce_op)op, a->t, ndims, dims, keepdim, dtype), a);
+    return dtpy_tensor_wrap_like(st, dt_reduce((dt_reduce_op)op, a->t, ndims, dims, keepdim, dtype), a);
 }
 
 static PyObject *mod_reduce_with_indices(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -114,20 +110,7 @@ static PyObject *mod_reduce_with_indices(PyObject *module, PyObject *const *args
     dt_tensor *values = NULL, *indices = NULL;
     if (dt_reduce_with_indices((dt_reduce_op)op, a->t, dim, keepdim, &values, &indices) != DT_OK)
         return dtpy_raise_last(st);
-    PyObject *v = wrap(st, values, a);
-    if (v == NULL) {
-        dt_tensor_release(indices);
-        return NULL;
-    }
-    PyObject *i = wrap(st, indices, a);
-    if (i == NULL) {
-        Py_DECREF(v);
-        return NULL;
-    }
-    PyObject *r = PyTuple_Pack(2, v, i);
-    Py_DECREF(v);
-    Py_DECREF(i);
-    return r;
+    return dtpy_tensor_pair(st, a, values, indices);
 }
 
 static PyMethodDef reduce_methods[] = {

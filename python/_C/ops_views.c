@@ -34,10 +34,6 @@ static int64_t int_arg(PyObject *o, int *err) {
     return (int64_t)v;
 }
 
-/* Wraps a result that inherits graph and mesh from `a`. */
-static PyObject *wrap_like(dtpy_state *st, dt_tensor *t, dtpy_tensor *a) {
-    return dtpy_tensor_wrap(st, t, a->graph, a->mesh, dt_tensor_mesh(a->t));
-}
 
 static int check_nargs(Py_ssize_t nargs, Py_ssize_t want, const char *name) {
     if (nargs != want) {
@@ -85,7 +81,7 @@ static PyObject *v_reshape(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
         (nd = dtpy_parse_shape(args[1], shape, "shape")) < 0)
         return NULL;
     dtpy_record_call_site(st);
-    return wrap_like(st, dt_reshape(a->t, nd, shape), a);
+    return dtpy_tensor_wrap_like(st, dt_reshape(a->t, nd, shape), a);
 }
 
 static PyObject *v_squeeze(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
@@ -98,7 +94,7 @@ static PyObject *v_squeeze(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     if (args[1] != Py_None && (nd = dtpy_parse_shape(args[1], dims, "dim")) < 0)
         return NULL;
     dtpy_record_call_site(st);
-    return wrap_like(st, dt_squeeze(a->t, nd, dims), a);
+    return dtpy_tensor_wrap_like(st, dt_squeeze(a->t, nd, dims), a);
 }
 
 static PyObject *v_unsqueeze(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
@@ -111,7 +107,7 @@ static PyObject *v_unsqueeze(PyObject *m, PyObject *const *args, Py_ssize_t narg
     if (err)
         return NULL;
     dtpy_record_call_site(st);
-    return wrap_like(st, dt_unsqueeze(a->t, dim), a);
+    return dtpy_tensor_wrap_like(st, dt_unsqueeze(a->t, dim), a);
 }
 
 static PyObject *v_permute(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
@@ -123,7 +119,7 @@ static PyObject *v_permute(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
         (nd = dtpy_parse_shape(args[1], dims, "dims")) < 0)
         return NULL;
     dtpy_record_call_site(st);
-    return wrap_like(st, dt_permute(a->t, nd, dims), a);
+    return dtpy_tensor_wrap_like(st, dt_permute(a->t, nd, dims), a);
 }
 
 static PyObject *v_expand(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
@@ -135,7 +131,7 @@ static PyObject *v_expand(PyObject *m, PyObject *const *args, Py_ssize_t nargs) 
         (nd = dtpy_parse_shape(args[1], sizes, "size")) < 0)
         return NULL;
     dtpy_record_call_site(st);
-    return wrap_like(st, dt_expand(a->t, nd, sizes), a);
+    return dtpy_tensor_wrap_like(st, dt_expand(a->t, nd, sizes), a);
 }
 
 static PyObject *v_clone(PyObject *m, PyObject *arg) {
@@ -144,7 +140,7 @@ static PyObject *v_clone(PyObject *m, PyObject *arg) {
     if (a == NULL)
         return NULL;
     dtpy_record_call_site(st);
-    return wrap_like(st, dt_clone(a->t), a);
+    return dtpy_tensor_wrap_like(st, dt_clone(a->t), a);
 }
 
 /* ------------------------------------------------------------- indexing */
@@ -161,7 +157,7 @@ static PyObject *v_index(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     if (mask == (unsigned long long)-1 && PyErr_Occurred())
         return NULL;
     dtpy_record_call_site(st);
-    return wrap_like(st, dt_index(a->t, dims, (uint64_t)mask), a);
+    return dtpy_tensor_wrap_like(st, dt_index(a->t, dims, (uint64_t)mask), a);
 }
 
 /* _v_index_tensor(x, dim, index) */
@@ -176,7 +172,7 @@ static PyObject *v_index_tensor(PyObject *m, PyObject *const *args, Py_ssize_t n
     if (err)
         return NULL;
     dtpy_record_call_site(st);
-    return wrap_like(st, dt_index_tensor(a->t, dim, idx->t), a);
+    return dtpy_tensor_wrap_like(st, dt_index_tensor(a->t, dim, idx->t), a);
 }
 
 /* A Python scalar operand, or a TypeError naming `op`. */
@@ -202,7 +198,7 @@ static PyObject *v_setitem(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     else if (scalar_arg(args[2], &s, "setitem") < 0)
         return NULL;
     dtpy_record_call_site(st);
-    return wrap_like(st, dt_setitem(a->t, dims, value, s), a);
+    return dtpy_tensor_wrap_like(st, dt_setitem(a->t, dims, value, s), a);
 }
 
 /* _v_setitem_mask(x, dim, mask, scalar) / _v_setitem_index(x, dim, index, scalar) */
@@ -219,7 +215,7 @@ static PyObject *setitem_tensor(PyObject *m, PyObject *const *args, Py_ssize_t n
     if (err)
         return NULL;
     dtpy_record_call_site(st);
-    return wrap_like(st, mask ? dt_setitem_mask(a->t, dim, t->t, s) : dt_setitem_index(a->t, dim, t->t, s), a);
+    return dtpy_tensor_wrap_like(st, mask ? dt_setitem_mask(a->t, dim, t->t, s) : dt_setitem_index(a->t, dim, t->t, s), a);
 }
 static PyObject *v_setitem_mask(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     return setitem_tensor(m, args, nargs, 1);
@@ -236,7 +232,7 @@ static PyObject *v_copy(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
         !(b = tensor_arg(st, args[1], "copy_", "src")))
         return NULL;
     dtpy_record_call_site(st);
-    return wrap_like(st, dt_copy(a->t, b->t), a);
+    return dtpy_tensor_wrap_like(st, dt_copy(a->t, b->t), a);
 }
 
 /* ------------------------------------------------------ cat and friends */
@@ -282,7 +278,7 @@ static PyObject *v_cat(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     }
     dtpy_record_call_site(st);
     dt_tensor *t = stack ? dt_stack((int)n, ts, dim) : dt_cat((int)n, ts, dim);
-    PyObject *r = first ? wrap_like(st, t, first) : dtpy_raise_last(st);
+    PyObject *r = first ? dtpy_tensor_wrap_like(st, t, first) : dtpy_raise_last(st);
     PyMem_Free(ts);
     Py_DECREF(seq);
     return r;
@@ -300,7 +296,7 @@ static PyObject *v_tril(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     if (err || upper < 0)
         return NULL;
     dtpy_record_call_site(st);
-    return wrap_like(st, dt_tril(a->t, diag, upper), a);
+    return dtpy_tensor_wrap_like(st, dt_tril(a->t, diag, upper), a);
 }
 
 /* _v_flip(x, dims) */
@@ -313,7 +309,7 @@ static PyObject *v_flip(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
         (nd = dtpy_parse_shape(args[1], dims, "dims")) < 0)
         return NULL;
     dtpy_record_call_site(st);
-    return wrap_like(st, dt_flip(a->t, nd, dims), a);
+    return dtpy_tensor_wrap_like(st, dt_flip(a->t, nd, dims), a);
 }
 
 /* _v_roll(x, shifts, dims_or_None) */
@@ -330,7 +326,7 @@ static PyObject *v_roll(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     if (args[2] != Py_None && nd != ns)
         return PyErr_Format(PyExc_RuntimeError, "roll: shifts and dimensions must align. shifts: %d, dims:%d", ns, nd);
     dtpy_record_call_site(st);
-    return wrap_like(st, dt_roll(a->t, ns, shifts, args[2] == Py_None ? NULL : dims), a);
+    return dtpy_tensor_wrap_like(st, dt_roll(a->t, ns, shifts, args[2] == Py_None ? NULL : dims), a);
 }
 
 /* _v_repeat(x, repeats) */
@@ -343,7 +339,7 @@ static PyObject *v_repeat(PyObject *m, PyObject *const *args, Py_ssize_t nargs) 
         (nd = dtpy_parse_shape(args[1], reps, "repeats")) < 0)
         return NULL;
     dtpy_record_call_site(st);
-    return wrap_like(st, dt_repeat(a->t, nd, reps), a);
+    return dtpy_tensor_wrap_like(st, dt_repeat(a->t, nd, reps), a);
 }
 
 /* _v_repeat_interleave(x, repeats, dim, output_size): repeats an int or a
@@ -363,13 +359,13 @@ static PyObject *v_repeat_interleave(PyObject *m, PyObject *const *args, Py_ssiz
         if (err)
             return NULL;
         dtpy_record_call_site(st);
-        return wrap_like(st, dt_repeat_interleave_tensor(a->t, ((dtpy_tensor *)args[1])->t, dim, size), a);
+        return dtpy_tensor_wrap_like(st, dt_repeat_interleave_tensor(a->t, ((dtpy_tensor *)args[1])->t, dim, size), a);
     }
     int64_t r = int_arg(args[1], &err);
     if (err)
         return NULL;
     dtpy_record_call_site(st);
-    return wrap_like(st, dt_repeat_interleave(a->t, r, dim), a);
+    return dtpy_tensor_wrap_like(st, dt_repeat_interleave(a->t, r, dim), a);
 }
 
 /* ------------------------------------------------------------ registration */

@@ -50,8 +50,25 @@ PyObject *dtpy_tensor_wrap(dtpy_state *st, dt_tensor *t, PyObject *graph, PyObje
 }
 
 /* Wraps an op result that inherits graph and mesh from input `a`. */
-static PyObject *wrap_like(dtpy_state *st, dt_tensor *t, dtpy_tensor *a) {
+PyObject *dtpy_tensor_wrap_like(dtpy_state *st, dt_tensor *t, dtpy_tensor *a) {
     return dtpy_tensor_wrap(st, t, a->graph, a->mesh, dt_tensor_mesh(a->t));
+}
+
+PyObject *dtpy_tensor_pair(dtpy_state *st, dtpy_tensor *like, dt_tensor *v, dt_tensor *i) {
+    PyObject *pv = dtpy_tensor_wrap_like(st, v, like);
+    if (pv == NULL) {
+        dt_tensor_release(i);
+        return NULL;
+    }
+    PyObject *pi = dtpy_tensor_wrap_like(st, i, like);
+    if (pi == NULL) {
+        Py_DECREF(pv);
+        return NULL;
+    }
+    PyObject *r = PyTuple_Pack(2, pv, pi);
+    Py_DECREF(pv);
+    Py_DECREF(pi);
+    return r;
 }
 
 /* ------------------------------------------------------------ lifecycle */
@@ -341,7 +358,7 @@ static PyObject *binary(PyObject *a, PyObject *b, dt_binary_op op) {
         if (op == DT_BINARY_DIV && dtpy_sync_default_dtype(st) < 0)
             return NULL;
         dtpy_record_call_site(st);
-        return wrap_like(st, dt_binary(op, ta->t, tb->t), ta);
+        return dtpy_tensor_wrap_like(st, dt_binary(op, ta->t, tb->t), ta);
     }
     if (!at && !bt)
         Py_RETURN_NOTIMPLEMENTED;
@@ -359,7 +376,7 @@ static PyObject *binary(PyObject *a, PyObject *b, dt_binary_op op) {
     if ((op == DT_BINARY_DIV || s.kind == DT_SCALAR_FLOAT) && dtpy_sync_default_dtype(st) < 0)
         return NULL;
     dtpy_record_call_site(st);
-    return wrap_like(st, dt_binary_scalar(op, tensor->t, s, !at), tensor);
+    return dtpy_tensor_wrap_like(st, dt_binary_scalar(op, tensor->t, s, !at), tensor);
 }
 
 static PyObject *nb_add(PyObject *a, PyObject *b) { return binary(a, b, DT_BINARY_ADD); }
@@ -373,14 +390,14 @@ static PyObject *nb_neg(PyObject *self) {
     dtpy_state *st = tensor_state(self);
     dtpy_tensor *a = (dtpy_tensor *)self;
     dtpy_record_call_site(st);
-    return wrap_like(st, dt_neg(a->t), a);
+    return dtpy_tensor_wrap_like(st, dt_neg(a->t), a);
 }
 
 static PyObject *matmul(dtpy_state *st, dtpy_tensor *a, dtpy_tensor *b) {
     if (check_same_graph(a, b, "matmul") < 0)
         return NULL;
     dtpy_record_call_site(st);
-    return wrap_like(st, dt_matmul(a->t, b->t), a);
+    return dtpy_tensor_wrap_like(st, dt_matmul(a->t, b->t), a);
 }
 
 static PyObject *nb_matmul(PyObject *a, PyObject *b) {
@@ -454,7 +471,7 @@ static PyObject *tensor_sum(PyObject *self, PyObject *args, PyObject *kwargs) {
         ndims = ndim;
     }
     dtpy_record_call_site(st);
-    return wrap_like(st, dt_sum(a->t, ndims, dims, keepdim), a);
+    return dtpy_tensor_wrap_like(st, dt_sum(a->t, ndims, dims, keepdim), a);
 }
 
 /* _redistribute(mesh_or_None, placements_or_None): the Python method
@@ -486,7 +503,7 @@ static PyObject *tensor_redistribute(PyObject *self, PyObject *const *args, Py_s
     dt_tensor *t = dt_redistribute(a->t, mesh, pl);
     if (mesh_obj != Py_None)
         return dtpy_tensor_wrap(st, t, a->graph, mesh_obj, mesh);
-    return wrap_like(st, t, a);
+    return dtpy_tensor_wrap_like(st, t, a);
 }
 
 /* ---------------------------------------------------------------- type */
