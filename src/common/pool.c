@@ -20,8 +20,14 @@
 #define BATCH 64
 #define MAX_POOLS 8
 
+/* A free record. The shared list holds whole batches: the first record of
+ * each carries the link to the next batch and its record count, so moving a
+ * batch in or out under the lock is O(1) and never walks records that
+ * another core touched last (each would be a cache miss). */
 typedef struct free_rec {
     struct free_rec *next;
+    struct free_rec *next_batch; /* first record of a shared batch only */
+    long n;                      /* first record of a shared batch only */
 } free_rec;
 
 typedef struct tls_list {
@@ -51,8 +57,10 @@ static void give_back(dt__pool *p, tls_list *l, int keep) {
     }
     l->head = last->next;
     l->n -= moved;
+    last->next = NULL;
+    first->n = moved;
     pthread_mutex_lock(&p->lock);
-    last->next = p->head;
+    first->next_batch = p->head;
     p->head = first;
     pthread_mutex_unlock(&p->lock);
 }
@@ -104,20 +112,12 @@ void *dt__pool_alloc(dt__pool *p) {
     tls_list *l = my_list(p);
     if (!l->head) {
         pthread_mutex_lock(&p->lock);
-        free_rec *h = p->head;
-        int n = 0;
-        free_rec *last = NULL;
-        for (free_rec *r = h; r && n < BATCH; r = r->next) {
-            last = r;
-            n++;
-        }
-        if (last) {
-            p->head = last->next;
-            last->next = NULL;
-        }
+        free_rec *b = p->head;
+        if (b)
+            p->head = b->next_batch;
         pthread_mutex_unlock(&p->lock);
-        l->head = n ? h : NULL;
-        l->n = n;
+        l->head = b;
+        l->n = b ? (int)b->n : 0;
     }
     void *obj;
     if (l->head) {
@@ -125,7 +125,7 @@ void *dt__pool_alloc(dt__pool *p) {
         l->head = l->head->next;
         l->n--;
     } else {
-        obj = malloc(p->size);
+        obj = malloc(p->size < sizeof(free_rec) ? sizeof(free_rec) : p->size);
         if (!obj)
             return NULL;
     }
@@ -159,11 +159,15 @@ __attribute__((destructor)) static void pools_cleanup(void) {
         if (!pools[i])
             continue;
         thread_exit(NULL);
-        free_rec *r = pools[i]->head;
-        while (r) {
-            free_rec *next = r->next;
-            free(r);
-            r = next;
+        free_rec *b = pools[i]->head;
+        while (b) {
+            free_rec *next_batch = b->next_batch, *r = b;
+            while (r) {
+                free_rec *next = r->next;
+                free(r);
+                r = next;
+            }
+            b = next_batch;
         }
         pools[i]->head = NULL;
     }

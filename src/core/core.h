@@ -31,7 +31,6 @@
 /* ---------------------------------------------------------------- mesh */
 
 struct dt_mesh {
-    atomic_int refs;
     dt_device_type type;
     int ndim;
     int names_given; /* the user named the dims (else defaults) */
@@ -40,6 +39,10 @@ struct dt_mesh {
     int64_t strides[DT_MAX_MESH_NDIM]; /* row-major, in devices */
     char names[DT_MAX_MESH_NDIM][DT_MAX_DIM_NAME];
     int64_t *ids; /* ndev entries */
+    /* Every value retains its mesh on the client and the controller drops
+     * it: the count lives away from the fields the controller reads. */
+    char pad_[64];
+    atomic_int refs;
 };
 
 /* The coordinate of the device at flat index `idx`. */
@@ -123,11 +126,17 @@ typedef struct dt__tval {
     dt__meta meta;
     uint64_t id;
     dt__blob **blobs; /* controller-only; one per mesh device once lowered */
+    struct dt__tval *next_release; /* link in the graph's release stack */
 } dt__tval;
 
 /* Frees a tval and drops its blob references (controller, or any thread once
  * the controller is gone). */
 void dt__tval_free(dt__tval *v);
+/* The controller's form: the mesh reference is dropped later, in a batch
+ * (dt__graph_flush_releases), so the mesh's count does not move between the
+ * client's core and the controller's on every op. */
+void dt__tval_free_deferred(struct dt_graph *g, dt__tval *v);
+void dt__graph_flush_releases(struct dt_graph *g);
 
 /* The client's symbol. */
 struct dt_tensor {
@@ -176,7 +185,6 @@ typedef enum dt__op {
     /* creation and data-dependent family (src/ops/factory.c, sort_scan.c). */
     DT_OP_RANDINT,   /* lowered by dt__lower_factory; low/high in scalar/scalar2 */
     DT_OP_SORT_SCAN, /* sub = DT_KS_* (backend.h); sort_dim, sort_k below */
-    DT_OP_RELEASE, /* the client dropped a symbol */
     DT_OP_FETCH,   /* a value read */
     DT_OP_SYNC,    /* a graph-wide barrier */
     DT_OP_STOP,    /* shut the controller down */
@@ -300,40 +308,64 @@ void dt__stream_stop(dt__stream *s);
 
 /* ---------------------------------------------------------------- graph */
 
+/* Fields are grouped by the threads that write them, each group on its own
+ * cache line: a line written by the client and read by the controller (or
+ * the other way round) moves between cores on every access, which costs more
+ * than the rest of recording an op. */
+#define DT_CACHE_LINE 64
 struct dt_graph {
-    atomic_int refs;
+    /* Read-mostly. */
     const dt__backend *be;
+    pthread_t ctl;
     pthread_mutex_t life_lock; /* serialises shutdown */
     int shut_down;             /* guarded by life_lock */
 
-    pthread_mutex_t qlock;
-    pthread_cond_t qcond;
-    dt__node *qhead, *qtail; /* guarded by qlock */
-    int closed;              /* guarded by qlock: no more submissions */
-    int ctl_sleeping;        /* guarded by qlock */
-    atomic_uint q_count;     /* bumped per append: the controller's spin watches it */
+    /* Client-written. The queue is a lock-free stack of nodes (newest
+     * first) that the controller takes whole; a head tagged with bit 0 (a
+     * STOP node) marks a closed queue, after which no push can succeed. */
+    _Alignas(DT_CACHE_LINE) _Atomic(dt__node *) qhead;
+    /* Values the client dropped: a second lock-free stack (DT__R_CLOSED once
+     * closed). Dropping a symbol is as frequent as making one, so it costs
+     * a push, not a node. */
+    _Atomic(dt__tval *) rhead;
+    atomic_int ctl_sleeping; /* the controller sleeps (or is about to) on qcond */
+    atomic_long submitted;   /* nodes pushed */
 
-    /* Flow control: node records queued plus kernels not yet run. A client
-     * that finds it above DT_BACKLOG_MAX waits (bl_lock/bl_cond) until the
-     * pipeline has drained to half, so a loop that records faster than the
-     * devices run cannot grow memory without bound. */
-    atomic_long backlog;
-    atomic_int bl_waiters;
+    _Alignas(DT_CACHE_LINE) atomic_int refs;
+
+    /* Controller-written: kernels handed to streams. */
+    _Alignas(DT_CACHE_LINE) atomic_long kqueued;
+    long kqueued_local; /* controller-only: kqueued before it is published */
+    dt_mesh *defer_mesh;  /* controller-only: mesh references not yet dropped */
+    int defer_n;
+
+    /* Flow control: the backlog is submitted + kqueued - retired, node
+     * records queued plus kernels not yet run. A client that finds it above
+     * DT_BACKLOG_MAX waits (bl_lock/bl_cond) until the pipeline has drained
+     * to half, so a loop that records faster than the devices run cannot grow
+     * memory without bound. */
+    _Alignas(DT_CACHE_LINE) atomic_long retired; /* nodes lowered + kernels run */
+    _Alignas(DT_CACHE_LINE) atomic_int bl_waiters;
     pthread_mutex_t bl_lock;
     pthread_cond_t bl_cond;
-    pthread_t ctl;
+    /* The controller's sleep; clients take qlock only to wake it. */
+    pthread_mutex_t qlock;
+    pthread_cond_t qcond;
 
     /* Cross-stream events: a worker waiting for a blob from another stream
      * sleeps here; producers broadcast when someone waits. Leaf lock. */
-    pthread_mutex_t ev_lock;
+    _Alignas(DT_CACHE_LINE) pthread_mutex_t ev_lock;
     pthread_cond_t ev_cond;
     atomic_int ev_waiters;
 
     /* Controller-only. */
-    dt__stream **streams; /* indexed by device id * DT_STREAM_KINDS + kind */
+    _Alignas(DT_CACHE_LINE) dt__stream **streams; /* indexed by device id * DT_STREAM_KINDS + kind */
     int64_t nstreams;
     dt__stream *dirty;
 };
+
+#define DT__Q_IS_CLOSED(h) (((uintptr_t)(h) & 1) != 0)
+#define DT__R_CLOSED ((dt__tval *)(uintptr_t)1)
 
 /* Spins briefly until *counter differs from `seen` (1) or gives up (0). The
  * spin is bounded (a few tens of microseconds) and yields the core between
@@ -349,12 +381,22 @@ static inline void dt__node_free(dt__node *n) { dt__pool_free(&dt__node_pool, n)
 /* Frees a kernel record that was never queued (controller). */
 static inline void dt__kernel_free(dt__kernel *k) { dt__pool_free(&dt__kernel_pool, k); }
 
-#define DT_BACKLOG_MAX 16384
+#define DT_BACKLOG_MAX 65536
 /* Counts records leaving the pipeline and wakes a waiting client (any thread). */
 void dt__backlog_done(dt_graph *g, long n);
+/* Spins briefly until the graph's queue is not empty (1) or gives up (0). */
+int dt__spin_until_queued(dt_graph *g);
 
 /* Appends a node; DT_ESHUTDOWN (node untouched) once the graph is closed. */
 dt_status dt__graph_submit(dt_graph *g, dt__node *n);
+/* Controller: waits until the queue holds something, then takes it whole
+ * (oldest first); *closed is set for the closing batch, which ends in STOP. */
+void dt__graph_wait_queue(dt_graph *g);
+dt__node *dt__graph_take(dt_graph *g, int *closed);
+/* Controller: takes the dropped values (any order). Taken before the nodes
+ * of the same round, so every node that reads one of them was pushed before
+ * and is lowered first. */
+dt__tval *dt__graph_take_releases(dt_graph *g);
 void *dt__controller_main(void *arg);
 
 /* ------------------------------------------------------------- futures */

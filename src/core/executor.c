@@ -5,8 +5,8 @@
  *
  * Threads: everything here runs on the controller thread, except that
  * dt__lw_* helpers are called by op lowering functions on that same thread.
- * Locks taken: graph qlock (to take the queue), then stream locks one at a
- * time (inside dt__stream_submit); never two at once.
+ * Locks taken: graph qlock (only to sleep on an empty queue), stream locks
+ * one at a time (inside dt__stream_submit); never two at once.
  */
 #include <string.h>
 
@@ -51,7 +51,7 @@ dt__kernel *dt__lw_kernel(dt__lower *L, int kop) {
 
 /* Adds k to the stream's batch; the batch is handed over by flush(). */
 static void stream_append(dt_graph *g, dt__stream *s, dt__kernel *k) {
-    atomic_fetch_add_explicit(&g->backlog, 1, memory_order_relaxed);
+    g->kqueued_local++;
     k->next = NULL;
     if (s->btail)
         s->btail->next = k;
@@ -120,11 +120,6 @@ dt__blob *dt__lw_region(dt__lower *L, dt__tval *v, int64_t idx, const int64_t *c
 }
 
 /* -------------------------------------------------------- reads, syncs */
-
-static void lower_release(dt__lower *L, dt__node *n) {
-    (void)L;
-    dt__tval_free(n->in[0]);
-}
 
 /* A fetch sends one kernel per device holding a distinct piece: devices at
  * coordinate 0 of every Replicate mesh dim. Partial pieces are summed. */
@@ -222,12 +217,11 @@ const dt__op_info dt__ops[DT_OP_COUNT] = {
     /* creation and data-dependent family */
     [DT_OP_RANDINT] = {"randint", dt__lower_factory},
     [DT_OP_SORT_SCAN] = {"sort_scan", dt__lower_sort_scan},
-    [DT_OP_RELEASE] = {"release", lower_release},
     [DT_OP_FETCH] = {"fetch", lower_fetch},
     [DT_OP_SYNC] = {"sync", lower_sync},
     [DT_OP_STOP] = {"stop", NULL},
 };
-_Static_assert(DT_OP_COUNT == 34, "update dt__ops when adding an op");
+_Static_assert(DT_OP_COUNT == 33, "update dt__ops when adding an op");
 
 /* -------------------------------------------------------------- the loop */
 
@@ -247,38 +241,41 @@ void *dt__controller_main(void *arg) {
     dt__lower L = {.g = g, .node = NULL};
     int stop = 0;
     while (!stop) {
-        unsigned seen = atomic_load_explicit(&g->q_count, memory_order_acquire);
-        pthread_mutex_lock(&g->qlock);
-        if (!g->qhead) {
-            pthread_mutex_unlock(&g->qlock);
-            dt__spin_until_changed(&g->q_count, seen);
-            pthread_mutex_lock(&g->qlock);
-        }
-        while (!g->qhead) {
-            g->ctl_sleeping = 1;
-            pthread_cond_wait(&g->qcond, &g->qlock);
-            g->ctl_sleeping = 0;
-        }
-        dt__node *batch = g->qhead;
-        g->qhead = g->qtail = NULL;
-        pthread_mutex_unlock(&g->qlock);
+        dt__graph_wait_queue(g);
+        dt__tval *released = dt__graph_take_releases(g);
+        int closed;
+        dt__node *batch = dt__graph_take(g, &closed);
         long lowered = 0;
         while (batch) {
             dt__node *n = batch;
             batch = n->next;
             lowered++;
             if (n->op == DT_OP_STOP) {
+                /* Last of the closing batch: the values dropped before the
+                 * close travel on it. */
                 stop = 1;
+                for (dt__tval *v = n->extra, *next; v; v = next) {
+                    next = v->next_release;
+                    dt__tval_free_deferred(g, v);
+                }
             } else {
                 L.node = n;
                 dt__ops[n->op].lower(&L, n);
             }
             dt__node_free(n);
         }
+        while (released) {
+            dt__tval *v = released;
+            released = v->next_release;
+            dt__tval_free_deferred(g, v);
+        }
+        /* Published before the kernels can run and retire. */
+        atomic_store_explicit(&g->kqueued, g->kqueued_local, memory_order_relaxed);
         flush(g);
-        /* STOP was never counted: the queue is closed before it goes in. */
+        /* STOP was never counted: it does not go through dt__graph_submit. */
         dt__backlog_done(g, lowered - stop);
     }
+    dt__graph_flush_releases(g);
     /* Nodes after STOP cannot exist: the queue is closed before STOP goes in. */
     for (int64_t id = 0; id < g->nstreams; id++)
         if (g->streams[id])

@@ -3,11 +3,12 @@
  *
  * Threads: dt_graph_* and the tensor functions run on client threads (any
  * thread); dt__controller_main (executor.c) is the graph's controller thread.
- * Lock order: life_lock -> qlock. The queue is a mutex-protected list that
- * the controller takes whole; the client signals only when the controller is
- * asleep, so a busy controller costs the client one uncontended lock per op.
+ * Lock order: life_lock -> qlock. The queue is a lock-free stack that the
+ * controller takes whole (and reverses); a push is one compare-and-swap, and
+ * the client takes qlock only to wake a controller that sleeps.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
@@ -30,7 +31,11 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
     const dt__backend *be = dt__backend_find(name);
     if (!be)
         return dt__error(DT_EINVAL, "backend: unknown backend '%s' (expected 'torch' or 'ref')", name);
-    dt_graph *g = dt__calloc(1, sizeof *g);
+    /* Aligned, so the cache-line groups of struct dt_graph are real. */
+    size_t size = (sizeof(dt_graph) + DT_CACHE_LINE - 1) / DT_CACHE_LINE * DT_CACHE_LINE;
+    dt_graph *g = aligned_alloc(DT_CACHE_LINE, size);
+    if (g)
+        memset(g, 0, size);
     if (!g)
         return dt__error(DT_ENOMEM, "graph: out of memory");
     atomic_init(&g->refs, 1);
@@ -78,16 +83,76 @@ void dt_graph_release(dt_graph *g) {
     dt__free(g);
 }
 
-static void queue_append_locked(dt_graph *g, dt__node *n) {
-    n->next = NULL;
-    if (g->qtail)
-        g->qtail->next = n;
-    else
-        g->qhead = n;
-    g->qtail = n;
-    atomic_fetch_add_explicit(&g->q_count, 1, memory_order_release);
-    if (g->ctl_sleeping)
+/* seq_cst pairs with the controller's store of ctl_sleeping then load of
+ * the stacks: either it sees the push or the pusher sees it sleeping. */
+static void wake_controller(dt_graph *g) {
+    if (atomic_load(&g->ctl_sleeping)) {
+        pthread_mutex_lock(&g->qlock);
         pthread_cond_signal(&g->qcond);
+        pthread_mutex_unlock(&g->qlock);
+    }
+}
+
+/* Pushes n; DT_ESHUTDOWN once the queue is closed (the head is tagged). */
+static dt_status queue_push(dt_graph *g, dt__node *n) {
+    dt__node *h = atomic_load_explicit(&g->qhead, memory_order_relaxed);
+    do {
+        if (DT__Q_IS_CLOSED(h))
+            return DT_ESHUTDOWN;
+        n->next = h;
+    } while (!atomic_compare_exchange_weak_explicit(&g->qhead, &h, n, memory_order_seq_cst,
+                                                    memory_order_relaxed));
+    wake_controller(g);
+    return DT_OK;
+}
+
+dt__node *dt__graph_take(dt_graph *g, int *closed) {
+    dt__node *h = atomic_load_explicit(&g->qhead, memory_order_acquire);
+    while (h && !DT__Q_IS_CLOSED(h) &&
+           !atomic_compare_exchange_weak_explicit(&g->qhead, &h, NULL, memory_order_acquire,
+                                                  memory_order_acquire))
+        ;
+    /* A closed queue keeps its tagged head, so pushes keep failing; the
+     * controller takes it once, and STOP ends that batch. */
+    *closed = DT__Q_IS_CLOSED(h);
+    if (*closed)
+        h = (dt__node *)((uintptr_t)h & ~(uintptr_t)1);
+    dt__node *rev = NULL;
+    while (h) {
+        dt__node *next = h->next;
+        h->next = rev;
+        rev = h;
+        h = next;
+    }
+    return rev;
+}
+
+dt__tval *dt__graph_take_releases(dt_graph *g) {
+    dt__tval *h = atomic_load_explicit(&g->rhead, memory_order_acquire);
+    while (h && h != DT__R_CLOSED &&
+           !atomic_compare_exchange_weak_explicit(&g->rhead, &h, NULL, memory_order_acquire,
+                                                  memory_order_acquire))
+        ;
+    /* Once closed, what the stack held travels on the STOP node. */
+    return h == DT__R_CLOSED ? NULL : h;
+}
+
+static int has_work(dt_graph *g) {
+    dt__tval *r = atomic_load(&g->rhead);
+    return atomic_load(&g->qhead) || (r && r != DT__R_CLOSED);
+}
+
+/* Waits (controller) until the queue holds a node or a dropped value. */
+void dt__graph_wait_queue(dt_graph *g) {
+    if (has_work(g) || dt__spin_until_queued(g))
+        return;
+    dt__graph_flush_releases(g);
+    pthread_mutex_lock(&g->qlock);
+    atomic_store(&g->ctl_sleeping, 1);
+    while (!has_work(g))
+        pthread_cond_wait(&g->qcond, &g->qlock);
+    atomic_store(&g->ctl_sleeping, 0);
+    pthread_mutex_unlock(&g->qlock);
 }
 
 dt_status dt_graph_shutdown(dt_graph *g) {
@@ -97,9 +162,18 @@ dt_status dt_graph_shutdown(dt_graph *g) {
     if (!g->shut_down) {
         dt__node *stop = dt__node_new(DT_OP_STOP);
         DT_ASSERT(stop);
+        /* Close the release stack, then the queue: STOP carries the dropped
+         * values and goes in last, with the closed tag, in one step, so no
+         * push succeeds afterwards and the controller finds everything on
+         * the tagged list. */
+        stop->extra = atomic_exchange(&g->rhead, DT__R_CLOSED);
+        dt__node *h = atomic_load(&g->qhead);
+        do {
+            DT_ASSERT(!DT__Q_IS_CLOSED(h));
+            stop->next = h;
+        } while (!atomic_compare_exchange_weak(&g->qhead, &h, (dt__node *)((uintptr_t)stop | 1)));
         pthread_mutex_lock(&g->qlock);
-        g->closed = 1;
-        queue_append_locked(g, stop);
+        pthread_cond_signal(&g->qcond);
         pthread_mutex_unlock(&g->qlock);
         pthread_join(g->ctl, NULL);
         g->shut_down = 1;
@@ -108,11 +182,15 @@ dt_status dt_graph_shutdown(dt_graph *g) {
     return DT_OK;
 }
 
+static long backlog(dt_graph *g) {
+    return atomic_load(&g->submitted) + atomic_load(&g->kqueued) - atomic_load(&g->retired);
+}
+
 void dt__backlog_done(dt_graph *g, long n) {
     /* seq_cst pairs with the waiter's increment of bl_waiters then load of
-     * backlog: either it sees the drained count or we see the waiter. */
-    long left = atomic_fetch_sub(&g->backlog, n) - n;
-    if (left <= DT_BACKLOG_MAX / 2 && atomic_load(&g->bl_waiters) > 0) {
+     * the counts: either it sees the retired count or we see the waiter. */
+    atomic_fetch_add(&g->retired, n);
+    if (atomic_load(&g->bl_waiters) > 0 && backlog(g) <= DT_BACKLOG_MAX / 2) {
         pthread_mutex_lock(&g->bl_lock);
         pthread_cond_broadcast(&g->bl_cond);
         pthread_mutex_unlock(&g->bl_lock);
@@ -123,22 +201,25 @@ void dt__backlog_done(dt_graph *g, long n) {
 static void wait_backlog(dt_graph *g) {
     pthread_mutex_lock(&g->bl_lock);
     atomic_fetch_add(&g->bl_waiters, 1);
-    while (atomic_load(&g->backlog) > DT_BACKLOG_MAX / 2)
+    while (backlog(g) > DT_BACKLOG_MAX / 2)
         pthread_cond_wait(&g->bl_cond, &g->bl_lock);
     atomic_fetch_sub(&g->bl_waiters, 1);
     pthread_mutex_unlock(&g->bl_lock);
 }
 
+/* The backlog is checked every DT_BACKLOG_STRIDE submissions of a thread:
+ * reading the controller's and workers' counters costs a cache miss each. */
+#define DT_BACKLOG_STRIDE 64
+static _Thread_local unsigned tls_submits;
+
 dt_status dt__graph_submit(dt_graph *g, dt__node *n) {
-    pthread_mutex_lock(&g->qlock);
-    if (g->closed) {
-        pthread_mutex_unlock(&g->qlock);
+    /* Counted first: the controller may retire the node as soon as it is in. */
+    atomic_fetch_add_explicit(&g->submitted, 1, memory_order_relaxed);
+    if (queue_push(g, n) != DT_OK) {
+        atomic_fetch_sub_explicit(&g->submitted, 1, memory_order_relaxed);
         return DT_ESHUTDOWN;
     }
-    atomic_fetch_add(&g->backlog, 1);
-    queue_append_locked(g, n);
-    pthread_mutex_unlock(&g->qlock);
-    if (atomic_load_explicit(&g->backlog, memory_order_relaxed) > DT_BACKLOG_MAX)
+    if (++tls_submits % DT_BACKLOG_STRIDE == 0 && backlog(g) > DT_BACKLOG_MAX)
         wait_backlog(g);
     return DT_OK;
 }
@@ -269,15 +350,39 @@ dt_tensor *dt__client_submit(dt_tensor *t, dt__node *n) {
     return NULL;
 }
 
-void dt__tval_free(dt__tval *v) {
-    if (!v)
-        return;
+static void tval_free_keep_mesh(dt__tval *v) {
     if (v->blobs)
         for (int64_t i = 0; i < v->meta.mesh->ndev; i++)
             dt__blob_release(v->blobs[i]);
     dt__free(v->blobs);
-    dt_mesh_release(v->meta.mesh);
     dt__pool_free(&dt__tval_pool, v);
+}
+
+void dt__tval_free(dt__tval *v) {
+    if (!v)
+        return;
+    dt_mesh *mesh = v->meta.mesh;
+    tval_free_keep_mesh(v);
+    dt_mesh_release(mesh);
+}
+
+void dt__graph_flush_releases(dt_graph *g) {
+    if (g->defer_n) {
+        if (atomic_fetch_sub_explicit(&g->defer_mesh->refs, g->defer_n - 1, memory_order_acq_rel) == g->defer_n - 1)
+            DT_ASSERT(!"a deferred mesh reference was not counted");
+        dt_mesh_release(g->defer_mesh);
+    }
+    g->defer_mesh = NULL;
+    g->defer_n = 0;
+}
+
+void dt__tval_free_deferred(dt_graph *g, dt__tval *v) {
+    dt_mesh *mesh = v->meta.mesh;
+    tval_free_keep_mesh(v);
+    if (mesh != g->defer_mesh || g->defer_n >= 4096)
+        dt__graph_flush_releases(g);
+    g->defer_mesh = mesh;
+    g->defer_n++;
 }
 
 void dt_tensor_retain(dt_tensor *t) {
@@ -288,18 +393,22 @@ void dt_tensor_retain(dt_tensor *t) {
 void dt_tensor_release(dt_tensor *t) {
     if (!t || atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
         return;
-    dt__node *n = dt__node_new(DT_OP_RELEASE);
-    if (n) {
-        n->in[0] = t->v;
-        n->n_in = 1;
-        if (dt__graph_submit(t->graph, n) != DT_OK) {
-            /* The controller is gone, so nothing else can touch the value. */
-            dt__node_free(n);
-            dt__tval_free(t->v);
-        }
+    dt_graph *g = t->graph;
+    dt__tval *v = t->v;
+    dt__tval *h = atomic_load_explicit(&g->rhead, memory_order_relaxed);
+    do {
+        if (h == DT__R_CLOSED)
+            break;
+        v->next_release = h;
+    } while (!atomic_compare_exchange_weak_explicit(&g->rhead, &h, v, memory_order_seq_cst, memory_order_relaxed));
+    if (h == DT__R_CLOSED) {
+        /* Shut down: once the controller has finished (shutdown holds
+         * life_lock until then), nothing else can touch the value. */
+        pthread_mutex_lock(&g->life_lock);
+        pthread_mutex_unlock(&g->life_lock);
+        dt__tval_free(v);
     } else {
-        /* Out of memory: leaking the value is safer than racing the
-         * controller that may still lower kernels reading it. */
+        wake_controller(g);
     }
     tensor_free(t);
 }

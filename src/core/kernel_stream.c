@@ -233,6 +233,16 @@ int dt__pool_busy(void) { return atomic_load(&live_workers) > 0; }
 
 /* ---------------------------------------------------------------- spins */
 
+int dt__spin_until_queued(dt_graph *g) {
+    for (int i = 0; i < DT_SPIN_PROBES; i++) {
+        dt__tval *r = atomic_load_explicit(&g->rhead, memory_order_acquire);
+        if (atomic_load_explicit(&g->qhead, memory_order_acquire) || (r && r != DT__R_CLOSED))
+            return 1;
+        sched_yield();
+    }
+    return 0;
+}
+
 int dt__spin_until_changed(atomic_uint *counter, unsigned seen) {
     for (int i = 0; i < DT_SPIN_PROBES; i++) {
         if (atomic_load_explicit(counter, memory_order_acquire) != seen)

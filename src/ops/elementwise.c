@@ -258,7 +258,10 @@ static dt_tensor *submit_node(dt__ew *e) {
         for (int i = 0; i < e->nin; i++)
             n->in[i] = e->in[i]->v;
         n->out = t->v;
-        n->a = e->attr;
+        n->a.sub = e->attr.sub;
+        n->a.flags = e->attr.flags;
+        n->a.scalar = e->attr.scalar;
+        n->a.scalar2 = e->attr.scalar2;
     }
     return dt__client_submit(t, n);
 }

@@ -18,12 +18,19 @@
 #include "core/core.h"
 
 /* A planned elementwise call. */
+/* The node attributes an elementwise op sets (the rest of dt__nattr stays
+ * zero): kept small, since every tiny op builds one on the stack. */
+typedef struct dt__ew_attr {
+    int32_t sub, flags;
+    dt_scalar scalar, scalar2;
+} dt__ew_attr;
+
 typedef struct dt__ew {
     const char *name;           /* torch's op name, for messages */
     int op;                     /* DT_OP_* of the node */
     int nin;                    /* tensor inputs, in kernel order */
     dt_tensor *in[DT__MAX_IN];  /* borrowed */
-    dt__nattr attr;             /* sub, flags, scalar, scalar2 */
+    dt__ew_attr attr;
     dt__meta out;               /* set by dt__ew_shape, dtype by the op */
 } dt__ew;
 
