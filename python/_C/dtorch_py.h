@@ -61,6 +61,11 @@ typedef struct dtpy_state {
     /* Call-site cache: filenames last classified as user code / package code. */
     PyObject *last_user_file;
     const char *last_user_utf8; /* borrowed from last_user_file */
+    /* The last call site recorded from a user frame: a repeat (same thread,
+     * code object and instruction) needs no frame walk and no C call. */
+    PyObject *site_code;        /* strong */
+    int site_lasti;
+    PyThreadState *site_tstate;
     PyObject *last_pkg_file;
 
     /* Interned attribute names. */

@@ -134,8 +134,17 @@ static int cached_line(PyFrameObject *frame) {
 
 void dtpy_record_call_site(dtpy_state *st) {
     PyFrameObject *frame = PyEval_GetFrame(); /* borrowed */
+    PyThreadState *tstate = PyThreadState_Get();
+    if (frame != NULL && tstate == st->site_tstate && st->site_code != NULL) {
+        PyCodeObject *code = PyFrame_GetCode(frame); /* new reference */
+        int same = (PyObject *)code == st->site_code && PyFrame_GetLasti(frame) == st->site_lasti;
+        Py_DECREF(code);
+        if (same)
+            return;
+    }
     const char *file = NULL;
     int line = 0;
+    PyFrameObject *innermost = frame;
     Py_XINCREF(frame);
     while (frame != NULL) {
         PyCodeObject *code = PyFrame_GetCode(frame); /* new reference */
@@ -171,9 +180,20 @@ void dtpy_record_call_site(dtpy_state *st) {
         if (!in_package && fn == st->last_user_file) {
             file = st->last_user_utf8;
             line = cached_line(frame);
+            /* Only a user frame's own (code, instruction) fixes the site; a
+             * package frame's callers may differ between calls. */
+            if (frame == innermost) {
+                Py_XSETREF(st->site_code, (PyObject *)PyFrame_GetCode(frame));
+                st->site_lasti = PyFrame_GetLasti(frame);
+                st->site_tstate = tstate;
+            } else {
+                Py_CLEAR(st->site_code);
+            }
             Py_DECREF(frame);
             break;
         }
+        if (frame == innermost)
+            Py_CLEAR(st->site_code);
         PyFrameObject *back = PyFrame_GetBack(frame); /* new reference */
         Py_DECREF(frame);
         frame = back;
@@ -730,7 +750,7 @@ static int module_exec(PyObject *module) {
     X(kernel_error) X(tensor_cls) X(tensor_future_cls) X(sync_future_cls) X(mesh_from_handle) X(shard_cls) \
     X(replicate_obj) X(partial_obj) X(package_dir) X(torch_size_type) X(torch_tensor_type)               \
     X(torch_device_type) X(torch_device_cpu) X(torch_empty) X(torch_get_default_dtype) X(from_dlpack)     \
-    X(to_dlpack) X(last_default_dtype) X(last_user_file) X(last_pkg_file) X(str_handle) X(str_dtype)      \
+    X(to_dlpack) X(last_default_dtype) X(last_user_file) X(last_pkg_file) X(site_code) X(str_handle) X(str_dtype)      \
     X(str_data_ptr)
 
 static int module_traverse(PyObject *module, visitproc visit, void *arg) {

@@ -41,6 +41,7 @@ struct dt_mesh {
     int64_t *ids; /* ndev entries */
     /* Every value retains its mesh on the client and the controller drops
      * it: the count lives away from the fields the controller reads. */
+    uint64_t uid; /* unique per mesh ever made: a reused address is not the same mesh */
     char pad_[64];
     atomic_int refs;
 };
@@ -59,6 +60,8 @@ typedef struct dt__meta {
 } dt__meta;
 
 int64_t dt__numel(int ndim, const int64_t *shape);
+/* 1 when two metas describe the same layout (dtype, shape, mesh, placements). */
+int dt__meta_same(const dt__meta *a, const dt__meta *b);
 /* torch.chunk's split of [0, n) into k pieces: piece i is
  * [min(i*c, n), min((i+1)*c, n)) with c = ceil(n/k). */
 void dt__chunk(int64_t n, int64_t k, int64_t i, int64_t *start, int64_t *len);
@@ -191,37 +194,42 @@ typedef enum dt__op {
     DT_OP_COUNT
 } dt__op;
 
-/* Node attributes. */
+/* Node attributes: the fields any family may set first, then one block per
+ * family that needs many ints (a union: every node belongs to one family).
+ * The common fields lead so that an elementwise node's are in the node's
+ * first cache lines, the ones the controller reads. */
 typedef struct dt__nattr {
     int32_t sub;   /* dt_binary_op */
     int32_t flags; /* DT_KF_* for scalars/sum */
-    uint64_t dims_mask;
-    uint64_t seed;
     dt_scalar scalar;
-    double f[3];
-    /* matmul: mesh dims whose combination shards K (partial sums). */
-    uint32_t k_mesh_mask;
-    /* linalg einsum: the equation (interned, never freed). */
-    const char *text;
-    /* views family (src/ops/views_int.h says what each holds per kind). */
-    int64_t v_start[DT_MAX_NDIM];
-    int64_t v_step[DT_MAX_NDIM];
-    int64_t v_len[DT_MAX_NDIM];
-    int64_t v_ints[DT_MAX_NDIM];
-    int32_t v_nints;
-    int32_t v_dim;
-    uint64_t v_mask;
     /* elementwise: alpha of add/sub, y of where, max of clamp. */
     dt_scalar scalar2;
-
-    /* nn family: integer arguments (normalized shape, conv stride/padding/
-     * dilation/groups, pad amounts, interpolate sizes). */
-    int64_t ints[2 * DT_MAX_NDIM];
-
-    /* creation and data-dependent family: the dim of sort/topk/cumsum
-     * (normalised, >= 0) and k of topk. */
-    int64_t sort_dim;
-    int64_t sort_k;
+    uint64_t dims_mask;
+    uint64_t seed;
+    double f[3];
+    /* linalg einsum: the equation (interned, never freed). */
+    const char *text;
+    union {
+        /* views family (src/ops/views_int.h says what each holds per kind). */
+        struct {
+            int64_t v_start[DT_MAX_NDIM];
+            int64_t v_step[DT_MAX_NDIM];
+            int64_t v_len[DT_MAX_NDIM];
+            int64_t v_ints[DT_MAX_NDIM];
+            int32_t v_nints;
+            int32_t v_dim;
+            uint64_t v_mask;
+        };
+        /* nn family: integer arguments (normalized shape, conv stride/
+         * padding/dilation/groups, pad amounts, interpolate sizes). */
+        int64_t ints[2 * DT_MAX_NDIM];
+        /* creation and data-dependent family: the dim of sort/topk/cumsum
+         * (normalised, >= 0) and k of topk. */
+        struct {
+            int64_t sort_dim;
+            int64_t sort_k;
+        };
+    };
 } dt__nattr;
 
 /* Most tensor inputs of one node or kernel (batch_norm takes five). */
@@ -232,12 +240,12 @@ typedef struct dt__node {
     struct dt__node *next;
     int32_t op;
     int32_t n_in;
-    dt__tval *in[DT_MAX_OP_INPUTS];
     dt__tval *out;
-    dt__nattr a;
+    dt__tval *in[DT_MAX_OP_INPUTS];
     const char *site_file; /* interned */
     int32_t site_line;
     void *extra; /* SOURCE: host impl; FETCH/SYNC: the dt_future */
+    dt__nattr a;
 } dt__node;
 
 /* ------------------------------------------------------------ kernels */

@@ -7,6 +7,8 @@
 
 #include "core/core.h"
 
+static _Atomic uint64_t next_mesh_uid = 1;
+
 dt_status dt_mesh_create(dt_device_type type, int ndim, const int64_t *shape, const int64_t *ids,
                          const char *const *dim_names, dt_mesh **out) {
     if (!out)
@@ -53,6 +55,7 @@ dt_status dt_mesh_create(dt_device_type type, int ndim, const int64_t *shape, co
         return dt__error(DT_ENOMEM, "mesh: out of memory");
     }
     atomic_init(&m->refs, 1);
+    m->uid = atomic_fetch_add_explicit(&next_mesh_uid, 1, memory_order_relaxed);
     m->type = type;
     m->ndim = ndim;
     m->ndev = ndev;

@@ -114,6 +114,18 @@ dt_dtype dt__result_type(const dt__meta *const *ts, int nt, const dt_scalar *ss,
 
 /* -------------------------------------------------------------- shapes */
 
+int dt__meta_same(const dt__meta *a, const dt__meta *b) {
+    if (a->dtype != b->dtype || a->ndim != b->ndim || a->mesh != b->mesh || a->mesh->uid != b->mesh->uid)
+        return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d])
+            return 0;
+    for (int md = 0; md < a->mesh->ndim; md++)
+        if (a->pl[md].kind != b->pl[md].kind || a->pl[md].dim != b->pl[md].dim)
+            return 0;
+    return 1;
+}
+
 int64_t dt__numel(int ndim, const int64_t *shape) {
     int64_t n = 1;
     for (int d = 0; d < ndim; d++)

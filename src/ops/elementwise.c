@@ -119,8 +119,22 @@ dt_status dt__ew_shape(dt__ew *e) {
                              e->name);
     }
     dt__meta *out = &e->out;
+    const dt__meta *m0 = &e->in[0]->v->meta;
+    /* The common case, inputs of one shape (or one input): that shape. */
+    int same = 1;
+    for (int i = 1; i < e->nin && same; i++) {
+        const dt__meta *m = &e->in[i]->v->meta;
+        same = m->ndim == m0->ndim && memcmp(m->shape, m0->shape, (size_t)m0->ndim * sizeof *m0->shape) == 0;
+    }
+    if (same) {
+        memset(out, 0, sizeof *out);
+        out->ndim = m0->ndim;
+        memcpy(out->shape, m0->shape, (size_t)m0->ndim * sizeof *m0->shape);
+        out->mesh = m0->mesh;
+        return DT_OK;
+    }
     memset(out, 0, sizeof *out);
-    out->mesh = e->in[0]->v->meta.mesh;
+    out->mesh = m0->mesh;
     /* torch broadcasts pairwise from the left: the running shape is "a". */
     for (int i = 0; i < e->nin; i++) {
         const dt__meta *m = &e->in[i]->v->meta;
@@ -397,6 +411,55 @@ static void pick_kernel(dt__ew *e, int function_form) {
 
 /* The body of every binary entry. `function_form` tells how a scalar-first
  * call computes (torch.<op>(s, a) rather than Python's reflected operator). */
+/* A per-thread memo of the last planned call per op: a loop repeats one
+ * (op, input layouts, scalars) combination, and its output layout, dtype and
+ * kernel choice are a function of exactly those, so a repeat skips shape,
+ * dtype and placement inference. Errors are never memoised. */
+#define BIN_MEMO 8
+typedef struct bin_memo {
+    int valid, op, nin, flags, function_form;
+    dt_dtype default_dtype; /* promotion of Python scalars depends on it */
+    dt_scalar s, alpha;
+    dt__meta in[2];
+    dt__meta out;
+    int32_t attr_flags;
+} bin_memo;
+static _Thread_local bin_memo tls_memo[BIN_MEMO];
+
+static int same_scalar(dt_scalar x, dt_scalar y) {
+    return x.kind == y.kind && (x.kind == DT_SCALAR_FLOAT ? memcmp(&x.f, &y.f, sizeof x.f) == 0 : x.i == y.i);
+}
+
+static int memo_hit(const bin_memo *m, const dt__ew *e, int flags, int function_form) {
+    if (!m->valid || m->op != e->attr.sub || m->nin != e->nin || m->flags != flags ||
+        m->function_form != function_form || !same_scalar(m->alpha, e->attr.scalar2) ||
+        m->default_dtype != dt_get_default_dtype())
+        return 0;
+    if (e->nin == 1 && !same_scalar(m->s, e->attr.scalar))
+        return 0;
+    if (e->nin == 2 && e->in[1]->graph != e->in[0]->graph)
+        return 0;
+    for (int i = 0; i < e->nin; i++)
+        if (!dt__meta_same(&m->in[i], &e->in[i]->v->meta))
+            return 0;
+    return 1;
+}
+
+static void memo_store(bin_memo *m, const dt__ew *e, int flags, int function_form) {
+    m->valid = 1;
+    m->op = e->attr.sub;
+    m->nin = e->nin;
+    m->flags = flags;
+    m->function_form = function_form;
+    m->default_dtype = dt_get_default_dtype();
+    m->s = e->attr.scalar;
+    m->alpha = e->attr.scalar2;
+    for (int i = 0; i < e->nin; i++)
+        m->in[i] = e->in[i]->v->meta;
+    m->out = e->out;
+    m->attr_flags = e->attr.flags;
+}
+
 static dt_tensor *binary_call(dt_binary_op op, dt_tensor *a, dt_tensor *b, dt_scalar s, dt_scalar alpha, int flags,
                               int function_form) {
     dt_clear_error();
@@ -437,6 +500,15 @@ static dt_tensor *binary_call(dt_binary_op op, dt_tensor *a, dt_tensor *b, dt_sc
         scalar_first = 0;
     }
     dt__ew e = {.name = name, .op = b ? DT_OP_BINARY : DT_OP_BINARY_SCALAR, .nin = b ? 2 : 1, .in = {a, b}};
+    e.attr.sub = op;
+    e.attr.scalar = s;
+    e.attr.scalar2 = alpha;
+    bin_memo *memo = &tls_memo[op & (BIN_MEMO - 1)];
+    if (memo_hit(memo, &e, flags, function_form)) {
+        e.out = memo->out;
+        e.attr.flags = memo->attr_flags;
+        return dt__ew_submit(&e, flags);
+    }
     if (dt__ew_shape(&e) != DT_OK)
         return NULL;
     const dt__meta *ma = &a->v->meta;
@@ -461,6 +533,7 @@ static dt_tensor *binary_call(dt_binary_op op, dt_tensor *a, dt_tensor *b, dt_sc
                              : "R->R, S(d)->S(d); P->P only for mul, and for div by a scalar";
     if (dt__ew_placements(&e, accepted, linear ? binary_partial : NULL) != DT_OK)
         return NULL;
+    memo_store(memo, &e, flags, function_form);
     return dt__ew_submit(&e, flags);
 }
 
