@@ -389,7 +389,7 @@ static inline void dt__node_free(dt__node *n) { dt__pool_free(&dt__node_pool, n)
 /* Frees a kernel record that was never queued (controller). */
 static inline void dt__kernel_free(dt__kernel *k) { dt__pool_free(&dt__kernel_pool, k); }
 
-#define DT_BACKLOG_MAX 65536
+#define DT_BACKLOG_MAX 32768
 /* Counts records leaving the pipeline and wakes a waiting client (any thread). */
 void dt__backlog_done(dt_graph *g, long n);
 /* Spins briefly until the graph's queue is not empty (1) or gives up (0). */

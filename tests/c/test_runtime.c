@@ -199,6 +199,31 @@ static void test_bad_input(void) {
     dt_graph_release(g);
 }
 
+/* The binary-call memo must not let a plan made for one graph's tensors
+ * accept a tensor of another graph with the same layout. */
+static void test_memo_keeps_graph_check(void) {
+    dt_graph *g1 = ref_graph(), *g2 = ref_graph();
+    dt_mesh *m = mesh1d(2, 0);
+    int64_t shape[1] = {4};
+    dt_tensor *a = dt_full(g1, DT_FLOAT32, 1, shape, dt_scalar_float(1), m, NULL);
+    dt_tensor *b = dt_full(g2, DT_FLOAT32, 1, shape, dt_scalar_float(1), m, NULL);
+    for (int i = 0; i < 2; i++) {
+        dt_tensor *c = dt_binary(DT_BINARY_ADD, a, a);
+        CHECK(c);
+        dt_tensor_release(c);
+        CHECK(!dt_binary(DT_BINARY_ADD, a, b) && dt_last_status() == DT_EINVAL);
+    }
+    /* Values dropped after a shutdown are freed by the releasing thread. */
+    dt_tensor *d = dt_binary(DT_BINARY_ADD, b, b);
+    CHECK(dt_graph_shutdown(g2) == DT_OK);
+    dt_tensor_release(d);
+    dt_tensor_release(a);
+    dt_tensor_release(b);
+    dt_mesh_release(m);
+    dt_graph_release(g1);
+    dt_graph_release(g2);
+}
+
 /* A kernel that fails poisons its outputs; the read names op and call site. */
 static void test_kernel_error(void) {
     dt_graph *g = ref_graph();
@@ -358,6 +383,7 @@ int main(void) {
     test_redistribute_all();
     test_matmul();
     test_bad_input();
+    test_memo_keeps_graph_check();
     test_kernel_error();
     test_shutdown_with_work_queued();
     test_many_threads();

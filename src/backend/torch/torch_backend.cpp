@@ -308,8 +308,43 @@ bool donatable(const dt__kattr *a, const at::Tensor &x, at::IntArrayRef other_si
     return true;
 }
 
+/* Tiny same-dtype float operands: a plain loop instead of ATen's dispatch and
+ * TensorIterator set-up, which cost far more than the arithmetic for a few
+ * elements. Each element is x op y in the operands' own precision, exactly as
+ * ATen's kernels compute it (add/sub with alpha 1: x + 1*y is x + y), so the
+ * values are bit-identical. */
+template <typename T> bool tiny_binary(int sub, T *x, const T *y, int64_t n, bool y_scalar) {
+    for (int64_t i = 0; i < n; ++i) {
+        T b = y[y_scalar ? 0 : i];
+        switch (sub) {
+        case DT_BINARY_ADD: x[i] = x[i] + b; break;
+        case DT_BINARY_SUB: x[i] = x[i] - b; break;
+        case DT_BINARY_MUL: x[i] = x[i] * b; break;
+        case DT_BINARY_DIV: x[i] = x[i] / b; break;
+        default: return false;
+        }
+    }
+    return true;
+}
+
+bool tiny_binary_inplace(int sub, at::Tensor &x, const at::Tensor &y) {
+    constexpr int64_t kTiny = 4096;
+    int64_t n = x.numel();
+    if (n > kTiny || sub > DT_BINARY_DIV || !y.is_contiguous() || y.scalar_type() != x.scalar_type() ||
+        y.device() != x.device() || !x.device().is_cpu())
+        return false;
+    bool y_scalar = y.numel() == 1;
+    if (!y_scalar && !y.sizes().equals(x.sizes())) return false;
+    switch (x.scalar_type()) {
+    case at::kFloat: return tiny_binary(sub, x.data_ptr<float>(), y.data_ptr<float>(), n, y_scalar);
+    case at::kDouble: return tiny_binary(sub, x.data_ptr<double>(), y.data_ptr<double>(), n, y_scalar);
+    default: return false;
+    }
+}
+
 at::Tensor binary_inplace(int sub, const at::Tensor &xc, const at::Tensor &y) {
     at::Tensor x = xc; // shares the TensorImpl: the write goes into x's buffer
+    if (tiny_binary_inplace(sub, x, y)) return x;
     switch (sub) {
     case DT_BINARY_ADD: return x.add_(y);
     case DT_BINARY_SUB: return x.sub_(y);
