@@ -383,7 +383,7 @@ int dt__spin_until_changed(atomic_uint *counter, unsigned seen);
 
 /* Pools of the per-op records (common/pool.h): made on one thread, freed on
  * another. */
-extern dt__pool dt__node_pool, dt__kernel_pool, dt__blob_pool, dt__tval_pool, dt__tensor_pool;
+extern dt__pool dt__node_pool, dt__kernel_pool, dt__blob_pool, dt__tval_pool;
 /* Frees a node record (any thread). */
 static inline void dt__node_free(dt__node *n) { dt__pool_free(&dt__node_pool, n); }
 /* Frees a kernel record that was never queued (controller). */

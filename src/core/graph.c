@@ -16,8 +16,14 @@
 static _Atomic uint64_t next_tensor_id = 1;
 
 dt__pool dt__node_pool = DT__POOL_INIT(sizeof(dt__node));
-dt__pool dt__tval_pool = DT__POOL_INIT(sizeof(dt__tval));
-dt__pool dt__tensor_pool = DT__POOL_INIT(sizeof(struct dt_tensor));
+/* A symbol and its value share one record, value first: the client never
+ * touches the record after dropping the symbol, and the controller frees it
+ * with the value, so one allocation serves both. */
+typedef struct dt__symrec {
+    dt__tval v;
+    struct dt_tensor t;
+} dt__symrec;
+dt__pool dt__tval_pool = DT__POOL_INIT(sizeof(dt__symrec));
 static _Thread_local const char *tls_site_file;
 static _Thread_local int tls_site_line;
 
@@ -311,14 +317,13 @@ dt_status dt__client_check_graph(dt_graph *g) {
 }
 
 dt_tensor *dt__tensor_new(dt_graph *g, const dt__meta *m) {
-    dt_tensor *t = dt__pool_alloc(&dt__tensor_pool);
-    dt__tval *v = dt__pool_alloc(&dt__tval_pool);
-    if (!t || !v) {
-        dt__pool_free(&dt__tensor_pool, t);
-        dt__pool_free(&dt__tval_pool, v);
+    dt__symrec *rec = dt__pool_alloc(&dt__tval_pool);
+    if (!rec) {
         dt__error(DT_ENOMEM, "tensor: out of memory");
         return NULL;
     }
+    dt_tensor *t = &rec->t;
+    dt__tval *v = &rec->v;
     v->meta = *m;
     dt_mesh_retain(m->mesh);
     v->id = atomic_fetch_add_explicit(&next_tensor_id, 1, memory_order_relaxed);
@@ -327,11 +332,6 @@ dt_tensor *dt__tensor_new(dt_graph *g, const dt__meta *m) {
     dt_graph_retain(g);
     t->v = v;
     return t;
-}
-
-static void tensor_free(dt_tensor *t) {
-    dt_graph_release(t->graph);
-    dt__pool_free(&dt__tensor_pool, t);
 }
 
 dt_tensor *dt__client_submit(dt_tensor *t, dt__node *n) {
@@ -345,8 +345,9 @@ dt_tensor *dt__client_submit(dt_tensor *t, dt__node *n) {
             t->graph->be->free(n->extra);
         dt__node_free(n);
     }
-    dt__tval_free(t->v);
-    tensor_free(t);
+    dt_graph *g = t->graph;
+    dt__tval_free(t->v); /* the symbol's record too */
+    dt_graph_release(g);
     return NULL;
 }
 
@@ -410,7 +411,8 @@ void dt_tensor_release(dt_tensor *t) {
     } else {
         wake_controller(g);
     }
-    tensor_free(t);
+    /* t shares v's record: the controller may have freed it by now. */
+    dt_graph_release(g);
 }
 
 dt_dtype dt_tensor_dtype(const dt_tensor *t) { return t->v->meta.dtype; }
