@@ -37,10 +37,13 @@ typedef struct tls_list {
 
 /* One thread-local block, so each call resolves thread-local storage once
  * (in a shared library every distinct TLS variable costs a lookup). */
-static _Thread_local struct {
+typedef struct tls_block {
     int registered;
     tls_list lists[MAX_POOLS];
-} tls;
+} tls_block;
+static _Thread_local tls_block tls;
+
+__attribute__((noinline)) static tls_block *my_block(void) { return &tls; }
 static dt__pool *pools[MAX_POOLS];
 static pthread_key_t exit_key;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
@@ -91,12 +94,13 @@ static tls_list *my_list(dt__pool *p) {
         }
         pthread_mutex_unlock(&register_lock);
     }
-    if (!tls.registered) {
+    tls_block *b = my_block();
+    if (!b->registered) {
         pthread_once(&exit_once, make_key);
         pthread_setspecific(exit_key, (void *)1);
-        tls.registered = 1;
+        b->registered = 1;
     }
-    return &tls.lists[p->slot];
+    return &b->lists[p->slot];
 }
 
 /* Sanitizer builds use malloc directly, so ASan sees every use after free
@@ -125,7 +129,10 @@ void *dt__pool_alloc(dt__pool *p) {
         l->head = l->head->next;
         l->n--;
     } else {
-        obj = malloc(p->size < sizeof(free_rec) ? sizeof(free_rec) : p->size);
+        /* Cache-line aligned: a record handed between threads then spans
+         * as few lines as its size allows, and shares none with another. */
+        size_t size = p->size < sizeof(free_rec) ? sizeof(free_rec) : p->size;
+        obj = aligned_alloc(64, (size + 63) / 64 * 64);
         if (!obj)
             return NULL;
     }

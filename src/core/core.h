@@ -30,6 +30,11 @@
 
 /* ---------------------------------------------------------------- mesh */
 
+/* Fields written by different threads are kept on different cache lines: a
+ * line that one core writes and another reads moves between them on every
+ * access. */
+#define DT_CACHE_LINE 64
+
 struct dt_mesh {
     dt_device_type type;
     int ndim;
@@ -39,11 +44,11 @@ struct dt_mesh {
     int64_t strides[DT_MAX_MESH_NDIM]; /* row-major, in devices */
     char names[DT_MAX_MESH_NDIM][DT_MAX_DIM_NAME];
     int64_t *ids; /* ndev entries */
-    /* Every value retains its mesh on the client and the controller drops
-     * it: the count lives away from the fields the controller reads. */
     uint64_t uid; /* unique per mesh ever made: a reused address is not the same mesh */
-    char pad_[64];
-    atomic_int refs;
+    /* Every value retains its mesh on the client and the controller drops
+     * it: the count has a cache line of its own (the struct is allocated
+     * aligned), away from the fields and the ids array the controller reads. */
+    _Alignas(DT_CACHE_LINE) atomic_int refs;
 };
 
 /* The coordinate of the device at flat index `idx`. */
@@ -320,7 +325,6 @@ void dt__stream_stop(dt__stream *s);
  * cache line: a line written by the client and read by the controller (or
  * the other way round) moves between cores on every access, which costs more
  * than the rest of recording an op. */
-#define DT_CACHE_LINE 64
 struct dt_graph {
     /* Read-mostly. */
     const dt__backend *be;

@@ -3,6 +3,7 @@
  * reference count is atomic.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
@@ -47,7 +48,9 @@ dt_status dt_mesh_create(dt_device_type type, int ndim, const int64_t *shape, co
                     return dt__error(DT_EINVAL, "mesh_dim_names: '%s' appears more than once", dim_names[d]);
         }
     }
-    dt_mesh *m = dt__calloc(1, sizeof *m);
+    dt_mesh *m = aligned_alloc(DT_CACHE_LINE, sizeof *m); /* sizeof is a multiple of the alignment */
+    if (m)
+        memset(m, 0, sizeof *m);
     int64_t *idcopy = dt__malloc((size_t)ndev * sizeof *idcopy);
     if (!m || !idcopy) {
         dt__free(m);

@@ -426,6 +426,10 @@ typedef struct bin_memo {
 } bin_memo;
 static _Thread_local bin_memo tls_memo[BIN_MEMO];
 
+/* One thread-local lookup per call (each access to a thread-local of a shared
+ * library is a call into the dynamic linker). */
+__attribute__((noinline)) static bin_memo *memo_slot(int op) { return &tls_memo[op & (BIN_MEMO - 1)]; }
+
 static int same_scalar(dt_scalar x, dt_scalar y) {
     return x.kind == y.kind && (x.kind == DT_SCALAR_FLOAT ? memcmp(&x.f, &y.f, sizeof x.f) == 0 : x.i == y.i);
 }
@@ -503,7 +507,7 @@ static dt_tensor *binary_call(dt_binary_op op, dt_tensor *a, dt_tensor *b, dt_sc
     e.attr.sub = op;
     e.attr.scalar = s;
     e.attr.scalar2 = alpha;
-    bin_memo *memo = &tls_memo[op & (BIN_MEMO - 1)];
+    bin_memo *memo = memo_slot(op);
     if (memo_hit(memo, &e, flags, function_form)) {
         e.out = memo->out;
         e.attr.flags = memo->attr_flags;
