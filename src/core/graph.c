@@ -317,19 +317,26 @@ dt_status dt__client_check_graph(dt_graph *g) {
 }
 
 dt_tensor *dt__tensor_new(dt_graph *g, const dt__meta *m) {
+    /* The atomic operations come before the record is written: each one
+     * waits until earlier stores have reached the cache, and the record's
+     * lines usually arrive from the controller's core (it freed them). The
+     * stores then complete in the background until the queue push. */
+    uint64_t id = atomic_fetch_add_explicit(&next_tensor_id, 1, memory_order_relaxed);
+    dt_mesh_retain(m->mesh);
+    dt_graph_retain(g);
     dt__symrec *rec = dt__pool_alloc(&dt__tval_pool);
     if (!rec) {
+        dt_graph_release(g);
+        dt_mesh_release(m->mesh);
         dt__error(DT_ENOMEM, "tensor: out of memory");
         return NULL;
     }
     dt_tensor *t = &rec->t;
     dt__tval *v = &rec->v;
     v->meta = *m;
-    dt_mesh_retain(m->mesh);
-    v->id = atomic_fetch_add_explicit(&next_tensor_id, 1, memory_order_relaxed);
+    v->id = id;
     atomic_init(&t->refs, 1);
     t->graph = g;
-    dt_graph_retain(g);
     t->v = v;
     return t;
 }
