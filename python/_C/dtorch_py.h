@@ -76,9 +76,17 @@ typedef struct dtpy_state {
 
 extern PyModuleDef dtpy_module_def;
 
+/* The class every tensor is handed out as (dtorch.Tensor) and its module's
+ * state: set when the package registers the class, cleared with the module.
+ * The op paths check this pair first instead of walking the MRO. */
+extern PyTypeObject *dtpy_fast_tensor_cls;
+extern struct dtpy_state *dtpy_fast_state;
+
 /* The module state of the extension that defined `tp` or one of its bases;
  * NULL (no exception set) when `tp` is not one of ours. */
 static inline dtpy_state *dtpy_find_state(PyTypeObject *tp) {
+    if (tp == dtpy_fast_tensor_cls)
+        return dtpy_fast_state;
     PyObject *mro = tp->tp_mro;
     if (mro == NULL)
         return NULL;
@@ -135,7 +143,7 @@ extern PyType_Spec dtpy_mesh_spec;
 extern PyType_Spec dtpy_graph_spec;
 extern PyType_Spec dtpy_future_spec;
 
-#define DTPY_IS_TENSOR(st, o) PyObject_TypeCheck((o), (st)->tensor_base_type)
+#define DTPY_IS_TENSOR(st, o) (Py_IS_TYPE((o), (st)->tensor_cls) || PyObject_TypeCheck((o), (st)->tensor_base_type))
 
 /* ----------------------------------------------------------------- errors */
 

@@ -538,6 +538,8 @@ static PyObject *mod_register(PyObject *module, PyObject *const *args, Py_ssize_
     if (!PyUnicode_Check(args[7]))
         return PyErr_Format(PyExc_TypeError, "package_dir must be a str");
     Py_XSETREF(st->tensor_cls, (PyTypeObject *)Py_NewRef(args[0]));
+    dtpy_fast_tensor_cls = st->tensor_cls;
+    dtpy_fast_state = st;
     Py_XSETREF(st->tensor_future_cls, (PyTypeObject *)Py_NewRef(args[1]));
     Py_XSETREF(st->sync_future_cls, (PyTypeObject *)Py_NewRef(args[2]));
     Py_XSETREF(st->mesh_from_handle, Py_NewRef(args[3]));
@@ -763,8 +765,15 @@ static int module_traverse(PyObject *module, visitproc visit, void *arg) {
     return 0;
 }
 
+PyTypeObject *dtpy_fast_tensor_cls;
+dtpy_state *dtpy_fast_state;
+
 static int module_clear(PyObject *module) {
     dtpy_state *st = get_state(module);
+    if (dtpy_fast_state == st) {
+        dtpy_fast_tensor_cls = NULL;
+        dtpy_fast_state = NULL;
+    }
 #define CLEAR(f) Py_CLEAR(st->f);
     STATE_OBJECTS(CLEAR)
 #undef CLEAR

@@ -109,6 +109,37 @@ static tls_list *my_list(dt__pool *p) {
 #define DT_POOL_DIRECT 1
 #endif
 
+/* New records come in slabs of BATCH, cache-line aligned: a record handed
+ * between threads then spans as few lines as its size allows and shares none
+ * with another, and a thread that runs ahead of the one freeing pays one
+ * allocation per BATCH records. Slabs go back to the system only at exit. */
+typedef struct slab {
+    struct slab *next;
+} slab;
+#define LINE 64
+
+static int refill_from_slab(dt__pool *p, tls_list *l) {
+    size_t rsize = (p->size < sizeof(free_rec) ? sizeof(free_rec) : p->size);
+    rsize = (rsize + LINE - 1) / LINE * LINE;
+    char *mem = aligned_alloc(LINE, (BATCH + 1) * rsize); /* the first slot holds the slab link */
+    if (!mem)
+        return -1;
+    slab *sl = (slab *)mem;
+    pthread_mutex_lock(&p->lock);
+    sl->next = p->slabs;
+    p->slabs = sl;
+    pthread_mutex_unlock(&p->lock);
+    free_rec *head = NULL;
+    for (int i = BATCH; i >= 1; i--) {
+        free_rec *r = (free_rec *)(mem + (size_t)i * rsize);
+        r->next = head;
+        head = r;
+    }
+    l->head = head;
+    l->n = BATCH;
+    return 0;
+}
+
 void *dt__pool_alloc(dt__pool *p) {
 #ifdef DT_POOL_DIRECT
     return calloc(1, p->size);
@@ -123,19 +154,11 @@ void *dt__pool_alloc(dt__pool *p) {
         l->head = b;
         l->n = b ? (int)b->n : 0;
     }
-    void *obj;
-    if (l->head) {
-        obj = l->head;
-        l->head = l->head->next;
-        l->n--;
-    } else {
-        /* Cache-line aligned: a record handed between threads then spans
-         * as few lines as its size allows, and shares none with another. */
-        size_t size = p->size < sizeof(free_rec) ? sizeof(free_rec) : p->size;
-        obj = aligned_alloc(64, (size + 63) / 64 * 64);
-        if (!obj)
-            return NULL;
-    }
+    if (!l->head && refill_from_slab(p, l) != 0)
+        return NULL;
+    free_rec *obj = l->head;
+    l->head = obj->next;
+    l->n--;
     memset(obj, 0, p->size);
     return obj;
 }
@@ -156,7 +179,7 @@ void dt__pool_free(dt__pool *p, void *obj) {
         give_back(p, l, BATCH);
 }
 
-/* Frees the shared lists at exit so leak checkers see a clean process; not
+/* Frees the slabs at exit so leak checkers see a clean process; not
  * while a program that never shut its graphs down still has workers running
  * (they may be using the pools). */
 __attribute__((destructor)) static void pools_cleanup(void) {
@@ -166,16 +189,11 @@ __attribute__((destructor)) static void pools_cleanup(void) {
         if (!pools[i])
             continue;
         thread_exit(NULL);
-        free_rec *b = pools[i]->head;
-        while (b) {
-            free_rec *next_batch = b->next_batch, *r = b;
-            while (r) {
-                free_rec *next = r->next;
-                free(r);
-                r = next;
-            }
-            b = next_batch;
+        for (slab *sl = pools[i]->slabs, *next; sl; sl = next) {
+            next = sl->next;
+            free(sl);
         }
+        pools[i]->slabs = NULL;
         pools[i]->head = NULL;
     }
 }

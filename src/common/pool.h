@@ -10,13 +10,14 @@
 
 typedef struct dt__pool {
     pthread_mutex_t lock;
-    void *head; /* shared free list, guarded by lock */
+    void *head;  /* shared free list, guarded by lock */
+    void *slabs; /* every slab of records, guarded by lock (freed at exit) */
     size_t size;
     int slot;       /* index of this pool's thread-local list */
     int registered; /* set once, then read without the lock */
 } dt__pool;
 
-#define DT__POOL_INIT(record_size) {PTHREAD_MUTEX_INITIALIZER, NULL, (record_size), 0, 0}
+#define DT__POOL_INIT(record_size) {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, (record_size), 0, 0}
 
 /* A zeroed record of the pool's size, or NULL when out of memory. */
 void *dt__pool_alloc(dt__pool *p);

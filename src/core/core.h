@@ -6,15 +6,19 @@
  * Threads and ownership (who may touch what):
  *  - dt__meta inside a dt__tval is written once by the client before the node
  *    that creates it is enqueued, then only read (by any thread).
- *  - dt__tval.blobs is controller-only.
+ *  - dt__tval.blobs is controller-only; dt__tval.next_release is written by
+ *    the client that drops the symbol, then read by the controller.
+ *  - A symbol and its value share one record (graph.c): the client must not
+ *    touch the symbol after pushing the value onto the release stack.
  *  - dt__blob.impl/.error are written by the worker that runs the producing
  *    kernel, before any reader runs (same stream: program order; other
  *    streams: after a collective's or a future's mutex).
  *  - Kernels are created by the controller and owned by a stream's queue,
  *    then by its worker, which frees them after running.
  *
- * Lock order (outer first): graph life_lock -> graph queue lock -> stream
- * lock; collective and future locks are leaves.
+ * Lock order (outer first): graph life_lock -> graph qlock (only for the
+ * controller's sleep; the queue itself is lock-free) -> stream lock;
+ * collective and future locks are leaves.
  */
 #ifndef DT_CORE_H
 #define DT_CORE_H
