@@ -434,19 +434,38 @@ static int same_scalar(dt_scalar x, dt_scalar y) {
     return x.kind == y.kind && (x.kind == DT_SCALAR_FLOAT ? memcmp(&x.f, &y.f, sizeof x.f) == 0 : x.i == y.i);
 }
 
-static int memo_hit(const bin_memo *m, const dt__ew *e, int flags, int function_form) {
-    if (!m->valid || m->op != e->attr.sub || m->nin != e->nin || m->flags != flags ||
-        m->function_form != function_form || !same_scalar(m->alpha, e->attr.scalar2) ||
-        m->default_dtype != dt_get_default_dtype())
+static int memo_hit(const bin_memo *m, int op, dt_tensor *a, dt_tensor *b, dt_scalar s, dt_scalar alpha, int flags,
+                    int function_form) {
+    int nin = b ? 2 : 1;
+    if (!m->valid || m->op != op || m->nin != nin || m->flags != flags || m->function_form != function_form ||
+        !same_scalar(m->alpha, alpha) || m->default_dtype != dt_get_default_dtype())
         return 0;
-    if (e->nin == 1 && !same_scalar(m->s, e->attr.scalar))
+    if (!b && !same_scalar(m->s, s))
         return 0;
-    if (e->nin == 2 && e->in[1]->graph != e->in[0]->graph)
+    if (b && b->graph != a->graph)
         return 0;
-    for (int i = 0; i < e->nin; i++)
-        if (!dt__meta_same(&m->in[i], &e->in[i]->v->meta))
-            return 0;
-    return 1;
+    return dt__meta_same(&m->in[0], &a->v->meta) && (!b || dt__meta_same(&m->in[1], &b->v->meta));
+}
+
+/* A repeat of a memoised plan (not in-place: those check against self):
+ * the node goes out without building the planning record. */
+static dt_tensor *memo_submit(const bin_memo *m, int op, dt_tensor *a, dt_tensor *b, dt_scalar s, dt_scalar alpha) {
+    dt_tensor *t = dt__tensor_new(a->graph, &m->out);
+    if (!t)
+        return NULL;
+    dt__node *n = dt__node_new(b ? DT_OP_BINARY : DT_OP_BINARY_SCALAR);
+    if (n) {
+        n->n_in = b ? 2 : 1;
+        n->in[0] = a->v;
+        if (b)
+            n->in[1] = b->v;
+        n->out = t->v;
+        n->a.sub = op;
+        n->a.flags = m->attr_flags;
+        n->a.scalar = s;
+        n->a.scalar2 = alpha;
+    }
+    return dt__client_submit(t, n);
 }
 
 static void memo_store(bin_memo *m, const dt__ew *e, int flags, int function_form) {
@@ -503,16 +522,19 @@ static dt_tensor *binary_call(dt_binary_op op, dt_tensor *a, dt_tensor *b, dt_sc
     } else if (scalar_first && (op == DT_BINARY_EQ || op == DT_BINARY_NE)) {
         scalar_first = 0;
     }
+    bin_memo *memo = memo_slot(op);
+    if (memo_hit(memo, op, a, b, s, alpha, flags, function_form)) {
+        if (!(flags & DT_EW_INPLACE))
+            return memo_submit(memo, op, a, b, s, alpha);
+        dt__ew e = {.name = name, .op = b ? DT_OP_BINARY : DT_OP_BINARY_SCALAR, .nin = b ? 2 : 1, .in = {a, b}};
+        e.attr = (dt__ew_attr){.sub = op, .flags = memo->attr_flags, .scalar = s, .scalar2 = alpha};
+        e.out = memo->out;
+        return dt__ew_submit(&e, flags);
+    }
     dt__ew e = {.name = name, .op = b ? DT_OP_BINARY : DT_OP_BINARY_SCALAR, .nin = b ? 2 : 1, .in = {a, b}};
     e.attr.sub = op;
     e.attr.scalar = s;
     e.attr.scalar2 = alpha;
-    bin_memo *memo = memo_slot(op);
-    if (memo_hit(memo, &e, flags, function_form)) {
-        e.out = memo->out;
-        e.attr.flags = memo->attr_flags;
-        return dt__ew_submit(&e, flags);
-    }
     if (dt__ew_shape(&e) != DT_OK)
         return NULL;
     const dt__meta *ma = &a->v->meta;
