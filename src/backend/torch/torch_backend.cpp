@@ -685,11 +685,18 @@ void torch_worker_init(dt_device_type type, int64_t device_id, int live_workers)
         (void)type;
         (void)device_id;
         // Every worker runs its own kernels in parallel with the others; giving
-        // each an equal share of the cores keeps the process from running
-        // workers x cores threads on a small machine.
+        // each an equal share of the intra-op threads eager torch would use
+        // (its process default, read once before any worker changes it)
+        // keeps the process from running workers x cores threads on a small
+        // machine, and a large op from getting more threads than in eager.
+        static const int budget = [] {
+            at::init_num_threads();
+            int hw = (int)std::max(1u, std::thread::hardware_concurrency());
+            int n = at::get_num_threads();
+            return n > 0 ? std::min(n, hw) : hw;
+        }();
         at::init_num_threads();
-        int hw = (int)std::max(1u, std::thread::hardware_concurrency());
-        at::set_num_threads(std::max(1, hw / std::max(1, live_workers)));
+        at::set_num_threads(std::max(1, budget / std::max(1, live_workers)));
     }
     DT_TORCH_CATCH_QUIET()
 }
