@@ -146,6 +146,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--p3-repeat", type=int, default=11, help="turns for P3 (default 11)")
     args = ap.parse_args()
     print(f"pipeline targets: python {platform.python_version()}, torch {torch.__version__}, "
           f"{os.cpu_count()} CPUs, {platform.machine()}; best of {args.repeat}, interleaved")
@@ -163,9 +164,11 @@ def main() -> int:
           f"ratio {c1 / tt:5.2f}  (target <= 0.3)")
 
     p3_torch(), p3_dtorch()
-    (a,), (b,) = interleaved([p3_torch, p3_dtorch], args.repeat)
+    # A large op's time swings by tens of percent on a shared machine (the same 20 matmuls took
+    # 1.3 to 2.6 s back to back): more turns, so both minima are reached.
+    (a,), (b,) = interleaved([p3_torch, p3_dtorch], max(args.repeat, args.p3_repeat))
     print(f"P3 large ops       : torch {a * 1e3:7.1f} ms     dtorch {b * 1e3:7.1f} ms     ratio {b / a:5.2f}  "
-          f"(target <= 1.02)")
+          f"(target <= 1.02; best of {max(args.repeat, args.p3_repeat)})")
 
     numel = 64 * (1 << 20) // 4
     tp, dp, own = p4(numel)
