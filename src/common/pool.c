@@ -140,8 +140,11 @@ static int refill_from_slab(dt__pool *p, tls_list *l) {
     return 0;
 }
 
-void *dt__pool_alloc(dt__pool *p) {
+void *dt__pool_alloc(dt__pool *p) { return dt__pool_alloc_prefix(p, p->size); }
+
+void *dt__pool_alloc_prefix(dt__pool *p, size_t zeroed) {
 #ifdef DT_POOL_DIRECT
+    (void)zeroed;
     return calloc(1, p->size);
 #endif
     tls_list *l = my_list(p);
@@ -159,7 +162,7 @@ void *dt__pool_alloc(dt__pool *p) {
     free_rec *obj = l->head;
     l->head = obj->next;
     l->n--;
-    memset(obj, 0, p->size);
+    memset(obj, 0, zeroed < p->size ? zeroed : p->size);
     return obj;
 }
 

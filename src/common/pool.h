@@ -21,6 +21,9 @@ typedef struct dt__pool {
 
 /* A zeroed record of the pool's size, or NULL when out of memory. */
 void *dt__pool_alloc(dt__pool *p);
+/* A record whose first `zeroed` bytes are zero and the rest undefined (for
+ * hot paths that set every other field themselves). */
+void *dt__pool_alloc_prefix(dt__pool *p, size_t zeroed);
 /* Returns a record to the pool. NULL is ignored. */
 void dt__pool_free(dt__pool *p, void *obj);
 /* Whether worker threads still run (defined by the core; weak so the pool

@@ -25,6 +25,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
@@ -545,6 +546,11 @@ dt_status dt__client_check_graph(dt_graph *g);
 dt_tensor *dt__tensor_new(dt_graph *g, const dt__meta *m);
 /* A node for `op` with the thread's call site. */
 dt__node *dt__node_new(int op);
+/* The same with only the first `zeroed` bytes zeroed. DT__NODE_COMMON_BYTES
+ * leaves the family union of the attributes (a.v_*, a.ints, a.sort_*)
+ * undefined: for the elementwise family, which reads none of it. */
+#define DT__NODE_COMMON_BYTES (offsetof(dt__node, a) + offsetof(dt__nattr, ints))
+dt__node *dt__node_new_prefix(int op, size_t zeroed);
 /* Submits `n` whose out is t->v: on failure frees n and t and returns NULL. */
 dt_tensor *dt__client_submit(dt_tensor *t, dt__node *n);
 /* A PlacementError message: "op: placements ... not accepted ...". */

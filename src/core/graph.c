@@ -300,8 +300,10 @@ uint64_t dt__next_random_seed(void) {
 
 /* -------------------------------------------------------------- tensors */
 
-dt__node *dt__node_new(int op) {
-    dt__node *n = dt__pool_alloc(&dt__node_pool);
+dt__node *dt__node_new(int op) { return dt__node_new_prefix(op, sizeof(dt__node)); }
+
+dt__node *dt__node_new_prefix(int op, size_t zeroed) {
+    dt__node *n = dt__pool_alloc_prefix(&dt__node_pool, zeroed);
     if (!n)
         return NULL;
     n->op = op;
@@ -324,7 +326,8 @@ dt_tensor *dt__tensor_new(dt_graph *g, const dt__meta *m) {
     uint64_t id = atomic_fetch_add_explicit(&next_tensor_id, 1, memory_order_relaxed);
     dt_mesh_retain(m->mesh);
     dt_graph_retain(g);
-    dt__symrec *rec = dt__pool_alloc(&dt__tval_pool);
+    /* Every field is set below: no zeroing first. */
+    dt__symrec *rec = dt__pool_alloc_prefix(&dt__tval_pool, 0);
     if (!rec) {
         dt_graph_release(g);
         dt_mesh_release(m->mesh);
@@ -335,6 +338,8 @@ dt_tensor *dt__tensor_new(dt_graph *g, const dt__meta *m) {
     dt__tval *v = &rec->v;
     v->meta = *m;
     v->id = id;
+    v->blobs = NULL;
+    v->next_release = NULL;
     atomic_init(&t->refs, 1);
     t->graph = g;
     t->v = v;

@@ -266,7 +266,7 @@ static dt_tensor *submit_node(dt__ew *e) {
     dt_tensor *t = dt__tensor_new(e->in[0]->graph, &e->out);
     if (!t)
         return NULL;
-    dt__node *n = dt__node_new(e->op);
+    dt__node *n = dt__node_new_prefix(e->op, DT__NODE_COMMON_BYTES);
     if (n) {
         n->n_in = e->nin;
         for (int i = 0; i < e->nin; i++)
@@ -453,7 +453,7 @@ static dt_tensor *memo_submit(const bin_memo *m, int op, dt_tensor *a, dt_tensor
     dt_tensor *t = dt__tensor_new(a->graph, &m->out);
     if (!t)
         return NULL;
-    dt__node *n = dt__node_new(b ? DT_OP_BINARY : DT_OP_BINARY_SCALAR);
+    dt__node *n = dt__node_new_prefix(b ? DT_OP_BINARY : DT_OP_BINARY_SCALAR, DT__NODE_COMMON_BYTES);
     if (n) {
         n->n_in = b ? 2 : 1;
         n->in[0] = a->v;
