@@ -63,6 +63,15 @@ typedef struct dtpy_state {
     const char *last_user_utf8; /* borrowed from last_user_file */
     /* The last call site recorded from a user frame: a repeat (same thread,
      * code object and instruction) needs no frame walk and no C call. */
+    /* Deallocated tensor objects of exactly tensor_cls kept for reuse
+     * (untracked by the GC, no references held): an op's result object then
+     * skips the allocator and the GC's allocation path, which cost more than
+     * recording the op. Only when tensor_cls adds nothing to the base's
+     * layout (reuse_ok). */
+#define DTPY_FREE_TENSORS 64
+    PyObject *free_tensors[DTPY_FREE_TENSORS];
+    int n_free_tensors;
+    int reuse_ok;
     PyObject *site_code;        /* strong */
     int site_lasti;
     PyThreadState *site_tstate;

@@ -524,6 +524,15 @@ static PyObject *mod_set_call_site(PyObject *module, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+PyTypeObject *dtpy_fast_tensor_cls;
+dtpy_state *dtpy_fast_state;
+
+/* Frees the tensor objects kept for reuse (tensor.c). */
+static void free_kept_tensors(dtpy_state *st) {
+    while (st->n_free_tensors > 0)
+        PyObject_GC_Del(st->free_tensors[--st->n_free_tensors]);
+}
+
 /* _register(tensor_cls, tensor_future_cls, sync_future_cls, mesh_from_handle,
  *           shard_cls, replicate, partial, package_dir) */
 static PyObject *mod_register(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -540,6 +549,14 @@ static PyObject *mod_register(PyObject *module, PyObject *const *args, Py_ssize_
     Py_XSETREF(st->tensor_cls, (PyTypeObject *)Py_NewRef(args[0]));
     dtpy_fast_tensor_cls = st->tensor_cls;
     dtpy_fast_state = st;
+    free_kept_tensors(st);
+    /* Objects are reused only when the registered class adds no instance
+     * fields (no __dict__, no slots): then zeroing the base's fields resets
+     * an object completely. */
+    st->reuse_ok = st->tensor_cls->tp_basicsize == st->tensor_base_type->tp_basicsize &&
+                   st->tensor_cls->tp_itemsize == 0 && st->tensor_cls->tp_dictoffset == 0 &&
+                   st->tensor_cls->tp_weaklistoffset == st->tensor_base_type->tp_weaklistoffset &&
+                   st->tensor_cls->tp_finalize == NULL;
     Py_XSETREF(st->tensor_future_cls, (PyTypeObject *)Py_NewRef(args[1]));
     Py_XSETREF(st->sync_future_cls, (PyTypeObject *)Py_NewRef(args[2]));
     Py_XSETREF(st->mesh_from_handle, Py_NewRef(args[3]));
@@ -765,8 +782,6 @@ static int module_traverse(PyObject *module, visitproc visit, void *arg) {
     return 0;
 }
 
-PyTypeObject *dtpy_fast_tensor_cls;
-dtpy_state *dtpy_fast_state;
 
 static int module_clear(PyObject *module) {
     dtpy_state *st = get_state(module);
@@ -774,6 +789,8 @@ static int module_clear(PyObject *module) {
         dtpy_fast_tensor_cls = NULL;
         dtpy_fast_state = NULL;
     }
+    free_kept_tensors(st);
+    st->reuse_ok = 0;
 #define CLEAR(f) Py_CLEAR(st->f);
     STATE_OBJECTS(CLEAR)
 #undef CLEAR

@@ -34,7 +34,16 @@ PyObject *dtpy_tensor_wrap(dtpy_state *st, dt_tensor *t, PyObject *graph, PyObje
     if (t == NULL)
         return dtpy_raise_last(st);
     PyTypeObject *cls = st->tensor_cls;
-    dtpy_tensor *o = (dtpy_tensor *)cls->tp_alloc(cls, 0);
+    dtpy_tensor *o;
+    if (st->n_free_tensors > 0) {
+        /* A kept object: it is all zero past its header, untracked, and holds
+         * no reference, its type's included. */
+        o = (dtpy_tensor *)st->free_tensors[--st->n_free_tensors];
+        PyObject_Init((PyObject *)o, cls); /* type (a new reference) and refcount */
+        PyObject_GC_Track(o);
+    } else {
+        o = (dtpy_tensor *)cls->tp_alloc(cls, 0);
+    }
     if (o == NULL) {
         dt_tensor_release(t);
         return NULL;
@@ -100,7 +109,13 @@ static void tensor_dealloc(PyObject *self) {
     o->t = NULL;
     dt_tensor_release(t);
     tensor_clear(self);
-    tp->tp_free(self);
+    dtpy_state *st = dtpy_fast_state;
+    if (st != NULL && tp == st->tensor_cls && st->reuse_ok && st->n_free_tensors < DTPY_FREE_TENSORS &&
+        o->weakreflist == NULL && !PyObject_GC_IsFinalized(self)) {
+        st->free_tensors[st->n_free_tensors++] = self; /* every field is NULL again */
+    } else {
+        tp->tp_free(self);
+    }
     Py_DECREF(tp);
 }
 

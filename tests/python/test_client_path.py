@@ -173,3 +173,26 @@ class TestReleases(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestResultObjects(unittest.TestCase):
+    """Result objects are recycled: a recycled object must be indistinguishable from a new one."""
+
+    def test_recycled_objects_are_fresh(self):
+        import weakref
+
+        a = dtorch.arange(4.0, device_mesh=TWO, placements=[Shard(0)])
+        refs = []
+        for i in range(200):
+            x = a * float(i)
+            if i % 7 == 0:
+                refs.append(weakref.ref(x))
+            self.assertEqual(list(x.placements), [Shard(0)])
+            self.assertEqual(x.device_mesh, TWO)
+            assert_tensor_equal(self, x, torch.arange(4.0) * float(i))
+            del x
+        gc.collect()
+        self.assertTrue(all(r() is None for r in refs))
+        y = dtorch.ones(3, device_mesh=ONE)  # another mesh: no stale cached mesh on a reused object
+        self.assertEqual(y.device_mesh, ONE)
+        self.assertTrue(gc.is_tracked(y))
