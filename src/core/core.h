@@ -389,6 +389,11 @@ struct dt_graph {
  * probes, so a 2-core machine running more threads than cores is not starved:
  * it only saves the sleep/wake system calls when work arrives back to back. */
 int dt__spin_until_changed(atomic_uint *counter, unsigned seen);
+/* Probes of the bounded spins before a thread sleeps on its condition
+ * variable; each probe yields the core once. */
+#ifndef DT_SPIN_PROBES
+#define DT_SPIN_PROBES 64
+#endif
 
 /* Pools of the per-op records (common/pool.h): made on one thread, freed on
  * another. */
@@ -401,15 +406,13 @@ static inline void dt__kernel_free(dt__kernel *k) { dt__pool_free(&dt__kernel_po
 #define DT_BACKLOG_MAX 32768
 /* Counts records leaving the pipeline and wakes a waiting client (any thread). */
 void dt__backlog_done(dt_graph *g, long n);
-/* Spins briefly until the graph's queue is not empty (1) or gives up (0). */
-int dt__spin_until_queued(dt_graph *g);
 
 /* Appends a node; DT_ESHUTDOWN (node untouched) once the graph is closed. */
 dt_status dt__graph_submit(dt_graph *g, dt__node *n);
 /* Controller: waits until the queue holds something, then takes it whole
- * (oldest first); *closed is set for the closing batch, which ends in STOP. */
+ * (oldest first); the closing batch ends in STOP. */
 void dt__graph_wait_queue(dt_graph *g);
-dt__node *dt__graph_take(dt_graph *g, int *closed);
+dt__node *dt__graph_take(dt_graph *g);
 /* Controller: takes the dropped values (any order). Taken before the nodes
  * of the same round, so every node that reads one of them was pushed before
  * and is lowered first. */

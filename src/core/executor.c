@@ -243,8 +243,7 @@ void *dt__controller_main(void *arg) {
     while (!stop) {
         dt__graph_wait_queue(g);
         dt__tval *released = dt__graph_take_releases(g);
-        int closed;
-        dt__node *batch = dt__graph_take(g, &closed);
+        dt__node *batch = dt__graph_take(g);
         long lowered = 0;
         while (batch) {
             dt__node *n = batch;

@@ -7,6 +7,7 @@
  * controller takes whole (and reverses); a push is one compare-and-swap, and
  * the client takes qlock only to wake a controller that sleeps.
  */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,7 +113,7 @@ static dt_status queue_push(dt_graph *g, dt__node *n) {
     return DT_OK;
 }
 
-dt__node *dt__graph_take(dt_graph *g, int *closed) {
+dt__node *dt__graph_take(dt_graph *g) {
     dt__node *h = atomic_load_explicit(&g->qhead, memory_order_acquire);
     while (h && !DT__Q_IS_CLOSED(h) &&
            !atomic_compare_exchange_weak_explicit(&g->qhead, &h, NULL, memory_order_acquire,
@@ -120,9 +121,7 @@ dt__node *dt__graph_take(dt_graph *g, int *closed) {
         ;
     /* A closed queue keeps its tagged head, so pushes keep failing; the
      * controller takes it once, and STOP ends that batch. */
-    *closed = DT__Q_IS_CLOSED(h);
-    if (*closed)
-        h = (dt__node *)((uintptr_t)h & ~(uintptr_t)1);
+    h = (dt__node *)((uintptr_t)h & ~(uintptr_t)1);
     dt__node *rev = NULL;
     while (h) {
         dt__node *next = h->next;
@@ -148,10 +147,14 @@ static int has_work(dt_graph *g) {
     return atomic_load(&g->qhead) || (r && r != DT__R_CLOSED);
 }
 
-/* Waits (controller) until the queue holds a node or a dropped value. */
+/* Waits (controller) until the queue holds a node or a dropped value: a
+ * bounded spin first (see dt__spin_until_changed), then the condition. */
 void dt__graph_wait_queue(dt_graph *g) {
-    if (has_work(g) || dt__spin_until_queued(g))
-        return;
+    for (int i = 0; i < DT_SPIN_PROBES; i++) {
+        if (has_work(g))
+            return;
+        sched_yield();
+    }
     dt__graph_flush_releases(g);
     pthread_mutex_lock(&g->qlock);
     atomic_store(&g->ctl_sleeping, 1);

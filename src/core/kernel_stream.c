@@ -21,11 +21,6 @@
  * the sum over workers must not exceed the machine's cores. */
 static atomic_int live_workers;
 
-/* Probes of the bounded spin before a thread sleeps on its condition
- * variable; each probe yields the core once. */
-#ifndef DT_SPIN_PROBES
-#define DT_SPIN_PROBES 64
-#endif
 static atomic_int workers_gen;
 
 /* ---------------------------------------------------------------- blobs */
@@ -232,16 +227,6 @@ static void run_kernel(dt__kernel *k, dt__stream *s) {
 int dt__pool_busy(void) { return atomic_load(&live_workers) > 0; }
 
 /* ---------------------------------------------------------------- spins */
-
-int dt__spin_until_queued(dt_graph *g) {
-    for (int i = 0; i < DT_SPIN_PROBES; i++) {
-        dt__tval *r = atomic_load_explicit(&g->rhead, memory_order_acquire);
-        if (atomic_load_explicit(&g->qhead, memory_order_acquire) || (r && r != DT__R_CLOSED))
-            return 1;
-        sched_yield();
-    }
-    return 0;
-}
 
 int dt__spin_until_changed(atomic_uint *counter, unsigned seen) {
     for (int i = 0; i < DT_SPIN_PROBES; i++) {

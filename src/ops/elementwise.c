@@ -261,24 +261,27 @@ dt_status dt__ew_placements(dt__ew *e, const char *accepted, dt__ew_partial_fn p
     return DT_OK;
 }
 
-/* Node for a planned call; the output symbol is *t. */
-static dt_tensor *submit_node(dt__ew *e) {
-    dt_tensor *t = dt__tensor_new(e->in[0]->graph, &e->out);
+/* The node of a planned call (node op, inputs, output layout, attributes);
+ * returns the output symbol. */
+static dt_tensor *submit_planned(int node_op, int nin, dt_tensor *const *in, const dt__meta *out, dt__ew_attr attr) {
+    dt_tensor *t = dt__tensor_new(in[0]->graph, out);
     if (!t)
         return NULL;
-    dt__node *n = dt__node_new_prefix(e->op, DT__NODE_COMMON_BYTES);
+    dt__node *n = dt__node_new_prefix(node_op, DT__NODE_COMMON_BYTES);
     if (n) {
-        n->n_in = e->nin;
-        for (int i = 0; i < e->nin; i++)
-            n->in[i] = e->in[i]->v;
+        n->n_in = nin;
+        for (int i = 0; i < nin; i++)
+            n->in[i] = in[i]->v;
         n->out = t->v;
-        n->a.sub = e->attr.sub;
-        n->a.flags = e->attr.flags;
-        n->a.scalar = e->attr.scalar;
-        n->a.scalar2 = e->attr.scalar2;
+        n->a.sub = attr.sub;
+        n->a.flags = attr.flags;
+        n->a.scalar = attr.scalar;
+        n->a.scalar2 = attr.scalar2;
     }
     return dt__client_submit(t, n);
 }
+
+static dt_tensor *submit_node(dt__ew *e) { return submit_planned(e->op, e->nin, e->in, &e->out, e->attr); }
 
 dt_tensor *dt__ew_submit(dt__ew *e, int flags) {
     if (!(flags & DT_EW_INPLACE))
@@ -447,27 +450,6 @@ static int memo_hit(const bin_memo *m, int op, dt_tensor *a, dt_tensor *b, dt_sc
     return dt__meta_same(&m->in[0], &a->v->meta) && (!b || dt__meta_same(&m->in[1], &b->v->meta));
 }
 
-/* A repeat of a memoised plan (not in-place: those check against self):
- * the node goes out without building the planning record. */
-static dt_tensor *memo_submit(const bin_memo *m, int op, dt_tensor *a, dt_tensor *b, dt_scalar s, dt_scalar alpha) {
-    dt_tensor *t = dt__tensor_new(a->graph, &m->out);
-    if (!t)
-        return NULL;
-    dt__node *n = dt__node_new_prefix(b ? DT_OP_BINARY : DT_OP_BINARY_SCALAR, DT__NODE_COMMON_BYTES);
-    if (n) {
-        n->n_in = b ? 2 : 1;
-        n->in[0] = a->v;
-        if (b)
-            n->in[1] = b->v;
-        n->out = t->v;
-        n->a.sub = op;
-        n->a.flags = m->attr_flags;
-        n->a.scalar = s;
-        n->a.scalar2 = alpha;
-    }
-    return dt__client_submit(t, n);
-}
-
 static void memo_store(bin_memo *m, const dt__ew *e, int flags, int function_form) {
     m->valid = 1;
     m->op = e->attr.sub;
@@ -524,10 +506,14 @@ static dt_tensor *binary_call(dt_binary_op op, dt_tensor *a, dt_tensor *b, dt_sc
     }
     bin_memo *memo = memo_slot(op);
     if (memo_hit(memo, op, a, b, s, alpha, flags, function_form)) {
-        if (!(flags & DT_EW_INPLACE))
-            return memo_submit(memo, op, a, b, s, alpha);
+        dt__ew_attr attr = {.sub = op, .flags = memo->attr_flags, .scalar = s, .scalar2 = alpha};
+        if (!(flags & DT_EW_INPLACE)) {
+            /* The node goes out without building the planning record. */
+            dt_tensor *in[2] = {a, b};
+            return submit_planned(b ? DT_OP_BINARY : DT_OP_BINARY_SCALAR, b ? 2 : 1, in, &memo->out, attr);
+        }
         dt__ew e = {.name = name, .op = b ? DT_OP_BINARY : DT_OP_BINARY_SCALAR, .nin = b ? 2 : 1, .in = {a, b}};
-        e.attr = (dt__ew_attr){.sub = op, .flags = memo->attr_flags, .scalar = s, .scalar2 = alpha};
+        e.attr = attr;
         e.out = memo->out;
         return dt__ew_submit(&e, flags);
     }

@@ -91,32 +91,32 @@ class Identity(Module):
         return input
 
 
-class ReLU(Module):
+class _InplaceActivation(Module):
+    """An activation module with torch's ``inplace`` flag; subclasses name the function."""
+
+    _fn = None  # the F.* function, set by each subclass
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, input):
+        return self._fn(input, inplace=self.inplace)
+
+    def extra_repr(self) -> str:
+        return "inplace=True" if self.inplace else ""
+
+
+class ReLU(_InplaceActivation):
     """``F.relu``."""
 
-    def __init__(self, inplace: bool = False) -> None:
-        super().__init__()
-        self.inplace = inplace
-
-    def forward(self, input):
-        return F.relu(input, inplace=self.inplace)
-
-    def extra_repr(self) -> str:
-        return "inplace=True" if self.inplace else ""
+    _fn = staticmethod(F.relu)
 
 
-class SiLU(Module):
+class SiLU(_InplaceActivation):
     """``F.silu``."""
 
-    def __init__(self, inplace: bool = False) -> None:
-        super().__init__()
-        self.inplace = inplace
-
-    def forward(self, input):
-        return F.silu(input, inplace=self.inplace)
-
-    def extra_repr(self) -> str:
-        return "inplace=True" if self.inplace else ""
+    _fn = staticmethod(F.silu)
 
 
 class GELU(Module):
