@@ -24,8 +24,6 @@ import sys
 import time
 from typing import Callable, Tuple
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-
 import torch  # noqa: E402
 
 import dtorch  # noqa: E402

@@ -24,8 +24,6 @@ import platform
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-
 import torch  # noqa: E402
 
 import dtorch  # noqa: E402

@@ -11,11 +11,8 @@ than --slack-mib.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 
 import dtorch  # noqa: E402
 from dtorch import DeviceMesh, Shard  # noqa: E402

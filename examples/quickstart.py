@@ -2,13 +2,8 @@
 
 Run from a fresh clone after the build (tools/demo.sh does both):
 
-    /usr/bin/python3 examples/quickstart.py
+    .venv/bin/python examples/quickstart.py
 """
-import os
-import sys
-
-# Use the in-tree package (python/dtorch), so no install step is needed.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 
 import dtorch
 

@@ -1,15 +1,13 @@
 #!/usr/bin/env python3
 """Writes docs/operators.md from the library's operator registry (dtorch._C.op_docs()).
 
-Usage (after building): /usr/bin/python3 tools/gen_operators_md.py [--check]
+Usage (after tools/setup.sh): .venv/bin/python tools/gen_operators_md.py [--check]
 With --check it only compares and exits 1 when docs/operators.md is out of date.
 """
 import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "python"))
-
 import dtorch  # noqa: E402
 
 

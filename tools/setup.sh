@@ -1,30 +1,37 @@
 #!/usr/bin/env bash
-# Installs what dtorch needs from Debian's archive (only what is missing), then
-# configures and builds the project into build/. Safe to run again: a second run
-# installs nothing and rebuilds only what changed.
+# Makes a fresh machine ready to build, test and run dtorch, then builds it.
+# Safe to run again: a second run installs nothing and rebuilds only what changed.
 #
-#   tools/setup.sh            # install + configure + build
+#   1. Debian packages, only for what pip does not provide (compiler, CMake,
+#      pkg-config, ZeroMQ, valgrind), and only those missing (root or sudo).
+#   2. The project's virtual environment .venv (python3 on PATH, -m venv) with
+#      requirements.txt (torch==2.13.0 and the libraries the tests, benchmarks
+#      and examples use); skipped while requirements.txt is unchanged.
+#   3. A .pth file in .venv pointing at python/, so `import dtorch` works from
+#      any directory with .venv/bin/python (no PYTHONPATH), the development
+#      tree's sources and the extension built next to them.
+#   4. CMake configure + build into build/ against .venv's torch.
 #
 # Environment:
+#   DT_VENV        the virtual environment (default: .venv)
 #   DT_BUILD_DIR   build folder (default: build)
 #   DT_BUILD_TYPE  CMake build type (default: RelWithDebInfo)
 #   DT_JOBS        parallel build jobs (default: nproc)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$PWD
 
-packages=(cmake build-essential libtorch-dev python3-torch python3-dev python3-numpy
-          python3-pytest libzmq3-dev valgrind)
-
+# ------------------------------------------------------------ 1. Debian
+packages=(cmake build-essential pkg-config libzmq3-dev valgrind)
 missing=()
 for p in "${packages[@]}"; do
     if ! dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed'; then
         missing+=("$p")
     fi
 done
-
 if ((${#missing[@]})); then
-    echo "setup.sh: installing ${missing[*]}"
+    echo "setup.sh: installing Debian packages: ${missing[*]}"
     sudo=()
     if [ "$(id -u)" -ne 0 ]; then
         if ! command -v sudo >/dev/null 2>&1; then
@@ -35,25 +42,28 @@ if ((${#missing[@]})); then
     fi
     "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
     "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
-else
-    echo "setup.sh: all Debian packages present"
 fi
 
-# The python3 first on PATH may be another interpreter without torch; Debian's
-# torch lives in /usr/bin/python3.
-torch_python=""
-for py in /usr/bin/python3 "$(command -v python3 || true)"; do
-    if [ -n "$py" ] && [ -x "$py" ] && "$py" -c 'import torch' >/dev/null 2>&1; then
-        torch_python=$py
-        break
-    fi
-done
-if [ -z "$torch_python" ]; then
-    echo "setup.sh: no Python interpreter can import torch (is python3-torch installed?)" >&2
-    exit 1
+# ------------------------------------------------------ 2. the venv
+venv=${DT_VENV:-$root/.venv}
+if [ ! -x "$venv/bin/python" ]; then
+    echo "setup.sh: creating $venv with $(command -v python3)"
+    python3 -m venv "$venv"
+fi
+py=$venv/bin/python
+stamp=$venv/.dtorch-requirements
+if ! cmp -s requirements.txt "$stamp"; then
+    echo "setup.sh: pip install -r requirements.txt into $venv"
+    "$py" -m pip install -q --disable-pip-version-check -r requirements.txt
+    cp requirements.txt "$stamp"
 fi
 
+# ------------------------------------------------- 3. import dtorch from anywhere
+site=$("$py" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+echo "$root/python" >"$site/dtorch-dev.pth"
+
+# ------------------------------------------------------------ 4. build
 build_dir=${DT_BUILD_DIR:-build}
-cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="${DT_BUILD_TYPE:-RelWithDebInfo}" -DDT_PYTHON="$torch_python"
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="${DT_BUILD_TYPE:-RelWithDebInfo}" -DDT_PYTHON="$py" >/dev/null
 cmake --build "$build_dir" -j"${DT_JOBS:-$(nproc)}"
-echo "setup.sh: built into $build_dir/ (Python with torch: $torch_python)"
+echo "setup.sh: built into $build_dir/ against torch $("$py" -c 'import torch; print(torch.__version__)') ($py)"

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Installs everything, builds, and runs every test:
 #   1. ctest in build/          the C tests and the C quickstart
-#   2. pytest tests/python      with the Python that can import torch
-#   3. ctest in build-asan/     the C tests under AddressSanitizer + UBSan + LeakSanitizer
-#   4. ctest in build-tsan/     the C tests under ThreadSanitizer
+#   2. pytest tests/python      with the project's .venv (torch 2.13.0 from pip)
+#   3. package                  pip install . into a fresh venv, then import dtorch
+#                               from / and build a C program with pkg-config
+#   4. ctest in build-asan/     the C tests under AddressSanitizer + UBSan + LeakSanitizer
+#   5. ctest in build-tsan/     the C tests under ThreadSanitizer
 # The sanitizer builds use only the pure-C 'ref' backend (no LibTorch, no Python).
 # Every stage runs even when an earlier one failed, so one run reports all of
 # them; the exit status is non-zero when any stage failed.
 #
 # Environment:
-#   DT_SKIP_SANITIZERS=1   skip stages 3 and 4 (quicker local runs; CI runs them)
+#   DT_SKIP_SANITIZERS=1   skip stages 4 and 5 (quicker local runs; CI runs them)
+#   DT_SKIP_PACKAGE=1      skip stage 3 (quicker local runs; CI runs it)
 #   DT_JOBS                parallel build jobs (default: nproc)
 set -euo pipefail
 
@@ -19,14 +22,7 @@ jobs=${DT_JOBS:-$(nproc)}
 
 tools/setup.sh
 
-py=""
-for c in /usr/bin/python3 "$(command -v python3 || true)"; do
-    if [ -n "$c" ] && [ -x "$c" ] && "$c" -c 'import torch' >/dev/null 2>&1; then
-        py=$c
-        break
-    fi
-done
-[ -n "$py" ] || { echo "test.sh: no Python interpreter can import torch" >&2; exit 1; }
+py=${DT_VENV:-$PWD/.venv}/bin/python
 
 results=()
 failed=0
@@ -47,15 +43,24 @@ ctest --test-dir build --output-on-failure -j"$jobs" || rc=$?
 record ctest "$rc"
 
 # -------------------------------------------------------- 2. Python tests
-echo "test.sh: [pytest] tests/python with $py"
+echo "test.sh: [pytest] tests/python with $py ($("$py" -c 'import torch; print("torch", torch.__version__)'))"
 rc=0
-PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" "$py" -m pytest -q tests/python || rc=$?
+"$py" -m pytest -q -p no:cacheprovider tests/python || rc=$?
 if [ "$rc" -eq 5 ]; then
     echo "test.sh: [pytest] no tests were collected: counted as a failure" >&2
 fi
 record pytest "$rc"
 
-# ---------------------------------------------------- 3-4. sanitizer builds
+# ------------------------------------------------------------ 3. package
+if [ "${DT_SKIP_PACKAGE:-0}" = 1 ]; then
+    results+=("package=SKIPPED")
+else
+    rc=0
+    tools/check_package.sh || rc=$?
+    record package "$rc"
+fi
+
+# ---------------------------------------------------- 4-5. sanitizer builds
 san_build() { # san_build NAME SANITIZER
     local dir=build-$1
     echo "test.sh: [$1] $dir/ (-DDT_SANITIZE=$2, 'ref' backend only)"

@@ -13,7 +13,24 @@ Ops return at once; only reading a value waits.
 
 import os as _os
 
+import torch as _torch  # first: the extension links the libraries this torch loaded
+
 from . import _C
+
+
+def _check_torch_version():
+    # The extension is C++-ABI-bound to the torch it was built against: a
+    # different major.minor would fail later in obscure ways, so say it now.
+    built = _C.TORCH_BUILD_VERSION.split(".")[:2]
+    running = _torch.__version__.split("+")[0].split(".")[:2]
+    if built != running:
+        raise ImportError(
+            f"dtorch was built against torch {_C.TORCH_BUILD_VERSION} but torch {_torch.__version__} is "
+            f"installed; rebuild dtorch (tools/setup.sh, or pip install . again) against this torch"
+        )
+
+
+_check_torch_version()
 from ._C import KernelError, PlacementError
 from .distributed_spec import DeviceMesh, Partial, Placement, Replicate, Shard, init_device_mesh
 from ._graph import (
@@ -69,7 +86,7 @@ _C._register(
     _os.path.join(_os.path.dirname(__file__), ""),
 )
 
-__version__ = "0.1.0"
+__version__ = _C.__version__
 
 __all__ = [
     "DeviceMesh", "init_device_mesh", "Placement", "Shard", "Replicate", "Partial",

@@ -21,9 +21,6 @@
  */
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
-#if __has_include(<torch/version.h>)
-#include <torch/version.h>
-#endif
 
 #include <cstdlib>
 #include <cstring>
@@ -35,13 +32,6 @@
 
 #include "backend/torch/torch_internal.h"
 
-/* LibTorch 2.3 made Allocator::allocate non-const and added copy_data. */
-#if defined(TORCH_VERSION_MAJOR) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3))
-#define DT_ALLOC_CONST
-#define DT_ALLOC_HAS_COPY_DATA 1
-#else
-#define DT_ALLOC_CONST const
-#endif
 
 namespace dt_torch {
 namespace {
@@ -59,7 +49,7 @@ struct header {
 
 class caching_allocator final : public c10::Allocator {
   public:
-    c10::DataPtr allocate(size_t n) DT_ALLOC_CONST override {
+    c10::DataPtr allocate(size_t n) override {
         if (!tls_worker || n < kMinCached) return base_->allocate(n);
         void *base = take(n);
         if (!base) {
@@ -81,9 +71,7 @@ class caching_allocator final : public c10::Allocator {
      * anything else to the allocator that made it. */
     c10::DeleterFnPtr raw_deleter() const override { return &caching_allocator::raw_free; }
 
-#ifdef DT_ALLOC_HAS_COPY_DATA
     void copy_data(void *dest, const void *src, std::size_t count) const override { std::memcpy(dest, src, count); }
-#endif
 
     static caching_allocator &instance() {
         static caching_allocator a;

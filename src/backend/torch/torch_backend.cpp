@@ -21,8 +21,7 @@
  * cannot report (free, nbytes, dlpack_delete, worker_init, default_dtype)
  * swallow errors instead.
  *
- * Builds against LibTorch 1.13 and 2.x: only ATen calls whose C++ signatures
- * are the same in both are used.
+ * Builds against LibTorch >= 2.4 (CMake checks the version).
  */
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -617,12 +616,6 @@ dt_status torch_to_dlpack(const void *p, void **out_dl_managed, char *err, size_
         if (!out_dl_managed) fail("torch backend: NULL out");
         *out_dl_managed = nullptr;
         const at::Tensor &t = impl(p);
-#if !defined(DLPACK_MAJOR_VERSION) && (!defined(DLPACK_VERSION) || DLPACK_VERSION < 80)
-        // DLPack before 0.8 has no bool code; LibTorch 1.13's toDLPack then
-        // throws after allocating its wrapper, which leaks, so refuse first.
-        if (t.scalar_type() == at::kBool)
-            return report(err, errlen, DT_EUNSUPPORTED, "torch backend: this LibTorch's DLPack cannot export bool");
-#endif
         // The DLManagedTensor holds its own reference to the tensor.
         *out_dl_managed = at::toDLPack(t);
         return DT_OK;

@@ -3,10 +3,10 @@
  * .. DT_K_SDPA).
  *
  * Each kernel makes the same ATen call that torch.nn.functional makes for
- * the op, so a one-device result equals eager torch bit for bit. Where
- * LibTorch 1.13 lacks an op (rms_norm, scaled_dot_product_attention), the
- * kernel composes ATen ops with the math torch 2.x uses, and calls the
- * fused op when built against a LibTorch that has it.
+ * the op, so a one-device result equals eager torch bit for bit (fused
+ * at::rms_norm and at::scaled_dot_product_attention included). Attention
+ * with dropout is the one composition: the fused op would draw its own mask,
+ * which depends on the placements (see apply_dropout).
  *
  * Random masks (dropout, attention dropout) are drawn for the global shape
  * from a generator seeded by the core, then sliced to the device's region:
@@ -17,17 +17,12 @@
  */
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/version.h>
 
-#include <cfloat>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "backend/torch/torch_internal.h"
-
-#define DT_TORCH_AT_LEAST(maj, min)                                                                \
-    (TORCH_VERSION_MAJOR > (maj) || (TORCH_VERSION_MAJOR == (maj) && TORCH_VERSION_MINOR >= (min)))
 
 namespace dt_torch {
 namespace {
@@ -103,30 +98,6 @@ DT_TORCH_KERNEL(DT_K_SOFTMAX, softmax_kernel);
 
 /* ------------------------------------------------------- normalisations */
 
-/* torch 2.x's rms_norm (aten/src/ATen/native/layer_norm.cpp): half and
- * bfloat16 compute in float32; eps is rounded to the input's scalar type
- * (its default is the epsilon of the computation type); the weight
- * multiplies after the cast back. */
-at::Tensor rms_norm_math(const at::Tensor &x, at::IntArrayRef normalized_shape, const c10::optional<at::Tensor> &w,
-                         bool default_eps, double eps) {
-    at::ScalarType st = x.scalar_type();
-    at::ScalarType opmath = (st == at::kHalf || st == at::kBFloat16) ? at::kFloat : st;
-    if (default_eps) eps = opmath == at::kDouble ? DBL_EPSILON : FLT_EPSILON;
-    switch (st) {
-    case at::kHalf: eps = static_cast<float>(c10::Half(static_cast<float>(eps))); break;
-    case at::kBFloat16: eps = static_cast<float>(c10::BFloat16(static_cast<float>(eps))); break;
-    case at::kFloat: eps = static_cast<float>(eps); break;
-    default: break;
-    }
-    std::vector<int64_t> dims;
-    for (size_t i = 0; i < normalized_shape.size(); ++i) dims.push_back(x.dim() - (int64_t)i - 1);
-    at::Tensor up = x.to(opmath);
-    at::Tensor rs = at::rsqrt(at::pow(up, 2).mean(at::IntArrayRef(dims), /*keepdim=*/true).add_(eps));
-    at::Tensor r = up.mul(rs).type_as(x);
-    if (w) r = r.mul(*w);
-    return r;
-}
-
 at::Tensor norm_kernel(const dt__kattr *a, void *const *in, int n_in) {
     need_inputs(DT_K_NORM, n_in, 1, 5);
     const at::Tensor &x = impl(in[0]);
@@ -157,13 +128,9 @@ at::Tensor norm_kernel(const dt__kattr *a, void *const *in, int n_in) {
     case DT_KNORM_RMS: {
         check_ndim(a->gndim, "rms_norm normalized_shape");
         bool dflt = (a->flags & DT_KNN_DEFAULT) != 0;
-#if DT_TORCH_AT_LEAST(2, 4)
         c10::optional<double> eps;
         if (!dflt) eps = a->f[0];
         r = at::rms_norm(x, dims_of(a->ints, a->gndim), w, eps);
-#else
-        r = rms_norm_math(x, dims_of(a->ints, a->gndim), w, dflt, a->f[0]);
-#endif
         break;
     }
     case DT_KNORM_GROUP:
@@ -331,7 +298,6 @@ at::Tensor sdpa_kernel(const dt__kattr *a, void *const *in, int n_in) {
     bool causal = (a->flags & DT_KNN_CAUSAL) != 0;
     bool dflt = (a->flags & DT_KNN_DEFAULT) != 0;
     at::Tensor r;
-#if DT_TORCH_AT_LEAST(2, 1)
     // The fused op draws its own dropout mask, which would depend on the
     // placements: with dropout the composition runs instead.
     if (a->f[0] == 0) {
@@ -340,7 +306,6 @@ at::Tensor sdpa_kernel(const dt__kattr *a, void *const *in, int n_in) {
         r = at::scaled_dot_product_attention(q, k, v, mask, 0.0, causal, scale);
         return finish(r, to_aten(a->dtype));
     }
-#endif
     double scale = dflt ? 1.0 / std::sqrt((double)q.size(-1)) : a->f[1];
     r = sdpa_math(q, k, v, mask, causal, scale, a);
     return finish(r, to_aten(a->dtype));
