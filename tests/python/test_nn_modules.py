@@ -102,8 +102,8 @@ class TestModuleBasics(unittest.TestCase):
         d.eval()
         self.assertFalse(d.layers[1].training)
         r = repr(d)
-        self.assertIn("(norm): LayerNorm((6,), eps=1e-05, elementwise_affine=True)", r)
-        self.assertIn("(0): GroupNorm(2, 4, eps=1e-05, affine=True)", r)
+        self.assertIn("(norm): LayerNorm((6,), eps=1e-05, elementwise_affine=True, bias=True)", r)  # torch 2.13's
+        self.assertIn("(0): GroupNorm(2, 4, eps=1e-05, affine=True, bias=True)", r)
         self.assertEqual(repr(nn.GELU("tanh")), "GELU(approximate='tanh')")
 
     def test_parameter(self):

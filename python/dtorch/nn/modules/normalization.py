@@ -47,7 +47,8 @@ class LayerNorm(Module):
         return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
-        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+                f"bias={self.bias is not None}")
 
 
 class RMSNorm(Module):
@@ -84,7 +85,7 @@ class GroupNorm(Module):
     """
 
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
-                 device: Any = None, dtype: Optional[torch.dtype] = None, *,
+                 device: Any = None, dtype: Optional[torch.dtype] = None, *, bias: bool = True,
                  device_mesh: Optional[DeviceMesh] = None, graph: Any = None) -> None:
         super().__init__()
         if num_channels % num_groups != 0:
@@ -94,7 +95,10 @@ class GroupNorm(Module):
         if affine:
             _check_sizes((num_channels,))
             self.weight = _const((num_channels,), 1.0, w)
-            self.bias = _const((num_channels,), 0.0, w)
+            if bias:
+                self.bias = _const((num_channels,), 0.0, w)
+            else:
+                self.register_parameter("bias", None)
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
@@ -103,4 +107,5 @@ class GroupNorm(Module):
         return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
-        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+        return (f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, "
+                f"bias={self.bias is not None}")
