@@ -90,7 +90,8 @@ class TestNames(unittest.TestCase):
         self.assertIs(F, nn.functional)
 
     def test_nn_names(self):
-        for name in ["Module", "Parameter", "Buffer", "Sequential", "ModuleList"] + NN_LAYERS + NN_LINEAR + NN_EMBEDDING:
+        basics = ["Module", "Parameter", "Buffer", "Sequential", "ModuleList"]
+        for name in basics + NN_LAYERS + NN_LINEAR + NN_EMBEDDING:
             with self.subTest(name=name):
                 self.assertTrue(hasattr(nn, name), f"dtorch.nn.{name} is missing")
                 self.assertTrue(issubclass(getattr(nn, name), nn.Module) or name in ("Parameter", "Buffer"))
@@ -354,7 +355,8 @@ class TestLayersOneDevice(unittest.TestCase):
         _same_module(self, d, t, torch.tensor([[0, 3, 10], [5, 5, 1]]))
         w = randn(6, 3)
         pre = nn.Embedding.from_pretrained(w)
-        assert_tensor_equal(self, pre(dtorch.tensor([5, 0])), torch.nn.Embedding.from_pretrained(w)(torch.tensor([5, 0])))
+        ids = torch.tensor([5, 0])
+        assert_tensor_equal(self, pre(dtorch.from_torch(ids)), torch.nn.Embedding.from_pretrained(w)(ids))
         assert_tensor_equal(self, nn.Embedding(6, 3, _weight=w).weight, w)
 
     def test_conv_and_flatten(self):
@@ -377,7 +379,8 @@ class TestLayersOneDevice(unittest.TestCase):
         for d, t in ((nn.LayerNorm(3), torch.nn.LayerNorm(3)), (nn.LayerNorm((5, 3), eps=1e-3, bias=False),
                                                                 torch.nn.LayerNorm((5, 3), eps=1e-3, bias=False)),
                      (nn.LayerNorm(3, elementwise_affine=False), torch.nn.LayerNorm(3, elementwise_affine=False)),
-                     (nn.RMSNorm(3), torch.nn.RMSNorm(3)), (nn.RMSNorm((5, 3), eps=1e-6), torch.nn.RMSNorm((5, 3), eps=1e-6)),
+                     (nn.RMSNorm(3), torch.nn.RMSNorm(3)),
+                     (nn.RMSNorm((5, 3), eps=1e-6), torch.nn.RMSNorm((5, 3), eps=1e-6)),
                      (nn.GroupNorm(3, 6), torch.nn.GroupNorm(3, 6)),
                      (nn.GroupNorm(2, 6, affine=False), torch.nn.GroupNorm(2, 6, affine=False)),
                      (nn.GroupNorm(2, 6, bias=False), torch.nn.GroupNorm(2, 6, bias=False))):

@@ -16,7 +16,7 @@ Calling a module runs ``redistribute_input``, ``forward`` and ``redistribute_out
 from __future__ import annotations
 
 from collections import OrderedDict, namedtuple
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
