@@ -22,7 +22,7 @@ import torch
 
 from ... import _C
 from ..._tensor import Tensor
-from ...distributed_spec import DeviceMesh
+from ...distributed_spec import DeviceMesh, Replicate
 from ..parameter import Buffer, Parameter
 
 __all__ = ["Module"]
@@ -47,8 +47,6 @@ def _cast(t: Tensor, dtype: torch.dtype) -> Tensor:
     if t.dtype == dtype:
         return t
     if any(p.is_partial() for p in t.placements):
-        from ...distributed_spec import Replicate
-
         whole = [Replicate() if p.is_partial() else p for p in t.placements]
         return _cast(t.redistribute(placements=whole), dtype).redistribute(placements=t.placements)
     to = getattr(type(t), "to", None)
