@@ -70,6 +70,7 @@ from ._ops import add, div, divide, matmul, mm, mul, multiply, neg, negative, su
 from ._ops_reduce import *  # noqa: F401,F403  (reductions family; overrides _ops.sum)
 from ._ops_linalg import *  # noqa: F401,F403  (linear algebra family; overrides _ops.matmul/mm)
 from . import nn  # noqa: E402
+from .nn.functional import SdpaOption  # noqa: E402
 from ._ops_elementwise import *  # noqa: F401,F403 - the elementwise family's functions and Tensor.to
 from ._ops_sort_scan import *  # noqa: F401,F403 - sort, argsort, topk, cumsum, nonzero (creation family)
 
@@ -96,7 +97,7 @@ __all__ = [
     "empty", "zeros", "ones", "full", "rand", "randn", "arange", "from_torch", "tensor",
     "empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "manual_seed",
     "add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide", "neg", "negative",
-    "matmul", "mm", "sum",
+    "matmul", "mm", "sum", "SdpaOption",
 ]
 __all__ += _ops_reduce.__all__ + _ops_linalg.__all__ + _ops_elementwise.__all__  # noqa: F405
 __all__ += ["randint", "randint_like"] + _ops_sort_scan.__all__  # noqa: F405

@@ -96,14 +96,14 @@ class TestModuleBasics(unittest.TestCase):
 
     def test_train_eval_and_repr(self):
         d = DBlock()
+        self.assertFalse(any(m.training for m in d.modules()))  # inference first: eval mode by default
+        self.assertIs(d.train(), d)
         self.assertTrue(all(m.training for m in d.modules()))
-        self.assertIs(d.eval(), d)
-        self.assertFalse(any(m.training for m in d.modules()))
-        d.train()
-        self.assertTrue(d.layers[1].training)
+        d.eval()
+        self.assertFalse(d.layers[1].training)
         r = repr(d)
-        self.assertIn("(norm): LayerNorm((6,), eps=1e-05, elementwise_affine=True)", r)
-        self.assertIn("(0): GroupNorm(2, 4, eps=1e-05, affine=True)", r)
+        self.assertIn("(norm): LayerNorm((6,), eps=1e-05, elementwise_affine=True, bias=True)", r)  # torch 2.13's
+        self.assertIn("(0): GroupNorm(2, 4, eps=1e-05, affine=True, bias=True)", r)
         self.assertEqual(repr(nn.GELU("tanh")), "GELU(approximate='tanh')")
 
     def test_parameter(self):
@@ -202,10 +202,10 @@ class TestLoadStateDict(unittest.TestCase):
                 rms.load_state_dict({"weight": rms_w})
                 e = emb(dtorch.from_torch(ids, mesh, ipl))
                 tp = mesh.has_dim_name("tp")
-                self.assertEqual(emb.weight.placements[-1], Shard(0) if tp else R)
-                self.assertEqual(e.placements[-1], P if tp else R)
-                assert_tensor_equal(self, e, temb(ids).detach())  # partial sums of zeros: exact
-                e = e.redistribute(placements=[p if not p.is_partial() else R for p in e.placements])
+                self.assertEqual(emb.weight.placements[-1], Shard(1) if tp else R)  # embedding dim on "tp"
+                self.assertEqual(e.placements[-1], Shard(2) if tp else R)
+                assert_tensor_equal(self, e, temb(ids).detach())
+                e = e.redistribute(placements=[R if p == Shard(2) else p for p in e.placements])
                 out = rms(F.gelu(ln(e)))
                 if mesh is CPU1:
                     assert_tensor_equal(self, out, expected)
@@ -263,7 +263,7 @@ class TestLoadStateDict(unittest.TestCase):
 
     def test_dropout_module(self):
         x = randn(6, 8)
-        drop = nn.Dropout(0.5)
+        drop = nn.Dropout(0.5).train()
         dtorch.manual_seed(2)
         y = drop(dtorch.from_torch(x)).to_torch()
         self.assertTrue(bool((y == 0).any()))

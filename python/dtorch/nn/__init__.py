@@ -1,8 +1,10 @@
-"""``dtorch.nn``: torch.nn's building blocks on distributed tensors (inference, no autograd).
+"""``dtorch.nn``: torch.nn's building blocks on distributed tensors (inference first, no autograd).
 
-``Module``, ``Parameter``, ``ModuleList``, ``Sequential``, the layers (``Linear`` and its
-tensor-parallel forms, ``Embedding``, ``LayerNorm``, ``RMSNorm``, ``GroupNorm``, ``Conv2d``,
-activations, ``Dropout``) and ``dtorch.nn.functional``.
+``Module`` (eval mode by default; ``__call__`` runs ``redistribute_input``, ``forward`` and
+``redistribute_output``), ``Parameter``, ``Buffer``, ``ModuleList``, ``Sequential``, the layers
+(``Linear`` and its tensor-parallel forms, ``Embedding``, the norms, ``Conv2d``, activations,
+``Dropout``, ``Flatten``) and ``dtorch.nn.functional``. The module paths are torch's:
+``dtorch.nn.parameter``, ``dtorch.nn.modules.<family>``.
 
 >>> import torch, dtorch
 >>> from dtorch import nn
@@ -12,32 +14,9 @@ activations, ``Dropout``) and ``dtorch.nn.functional``.
 """
 
 from . import functional
-from .layers import (
-    GELU,
-    ColumnParallelLinear,
-    ColumnParallelLinearWithReplicateOutput,
-    Conv2d,
-    Dropout,
-    Embedding,
-    EmbeddingWithReplicateOutput,
-    GroupNorm,
-    Identity,
-    LayerNorm,
-    Linear,
-    ReLU,
-    RMSNorm,
-    RowParallelLinear,
-    RowParallelLinearWithReplicateOutput,
-    Sigmoid,
-    SiLU,
-    Softmax,
-    Tanh,
-)
-from .module import Module, ModuleList, Parameter, Sequential
+from . import parameter
+from . import modules
+from .parameter import Buffer, Parameter
+from .modules import *  # noqa: F401,F403  (the layers; modules.__all__)
 
-__all__ = [
-    "functional", "Module", "Parameter", "ModuleList", "Sequential",
-    "Identity", "Linear", "ColumnParallelLinear", "RowParallelLinear", "ColumnParallelLinearWithReplicateOutput",
-    "RowParallelLinearWithReplicateOutput", "Embedding", "EmbeddingWithReplicateOutput", "LayerNorm", "RMSNorm",
-    "GroupNorm", "Conv2d", "ReLU", "SiLU", "GELU", "Sigmoid", "Tanh", "Softmax", "Dropout",
-]
+__all__ = ["functional", "parameter", "modules", "Parameter", "Buffer"] + modules.__all__

@@ -13,10 +13,16 @@ fixes it. Inference only: there is no autograd.
 >>> y = F.softmax(F.gelu(x), dim=-1)        # Shard(0) stays Shard(0)
 >>> w = dtorch.randn(100, 8, device_mesh=mesh, placements=[dtorch.Shard(0)])
 >>> e = F.embedding(dtorch.tensor([[1, 99]]), w)  # vocab-parallel lookup -> Partial()
+
+The naming rule of the original DTorch holds: every public function here exists in
+``torch.nn.functional`` (with torch's meaning); dtorch's own fused helpers are private
+(``_apply_rotary_emb``, ``_layer_norm_mul_add``, ``_silu_linear_chunk``), and ``SdpaOption`` (the
+option type of ``scaled_dot_product_attention``, also ``dtorch.SdpaOption``) stays out of ``__all__``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import warnings
@@ -342,16 +348,104 @@ def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False)
 # ---------------------------------------------------------------- attention
 
 
+@dataclasses.dataclass
+class SdpaOption:
+    """Which mesh dims ``scaled_dot_product_attention`` treats as context-parallel, by name.
+
+    ``ulysess_cp_dim`` names the dim of Ulysses attention (all-to-all between heads and sequence),
+    ``ring_cp_dim`` the dim of ring attention (sequence blocks with online-softmax merging); None,
+    or a name the mesh lacks, turns that algorithm off. Also exported as ``dtorch.SdpaOption``.
+
+    >>> opt = dtorch.SdpaOption(ulysess_cp_dim="cp", ring_cp_dim=None)
+    >>> y = F.scaled_dot_product_attention(q, k, v, is_causal=True, sdpa_option=opt)
+    """
+
+    ulysess_cp_dim: Optional[str] = "ulysess_cp"
+    ring_cp_dim: Optional[str] = "ring_cp"
+
+
+def _gqa_repeat(query, key, value):
+    """``key`` and ``value`` with their heads (dim -3) repeated to the query's, as torch's
+    ``enable_gqa=True`` does (``repeat_interleave``: query head h reads kv head h // (Hq // Hkv))."""
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, _Tensor):
+            raise TypeError(f"scaled_dot_product_attention(): argument '{name}' must be a dtorch.Tensor, not "
+                            f"{type(t).__name__}")
+        if t.ndim < 3:
+            raise IndexError(f"Dimension out of range (expected to be in range of [{-t.ndim}, {t.ndim - 1}], but "
+                             "got -3)")
+    hq, hk, hv = query.shape[-3], key.shape[-3], value.shape[-3]
+    if hk == 0 or hv == 0 or hq % hk != 0 or hq % hv != 0:
+        raise RuntimeError("Number of heads in key and value must divide the number of heads in query")
+    if hk != hq:
+        key = key.repeat_interleave(hq // hk, -3)
+    if hv != hq:
+        value = value.repeat_interleave(hq // hv, -3)
+    return key, value
+
+
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
-                                 scale: Optional[float] = None):
+                                 scale: Optional[float] = None, enable_gqa: bool = False,
+                                 sdpa_option: Optional[SdpaOption] = None):
     """``softmax(query @ key.transpose(-2, -1) * scale + mask) @ value``.
 
-    Shards of the batch and head dims pass through; the sequence and embedding dims must not be sharded
-    (context parallelism comes with meshes that name a ``ulysess_cp`` or ``ring_cp`` dim, later).
+    ``enable_gqa=True`` (grouped-query attention, torch 2.5+) repeats the key and value heads to the
+    query's (``repeat_interleave`` on dim -3, as torch). ``sdpa_option`` names the context-parallel
+    mesh dims (``SdpaOption``). Shards of the batch and head dims pass through; the sequence and
+    embedding dims must not be sharded (the context-parallel algorithms come later).
 
     >>> F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    >>> F.scaled_dot_product_attention(q, k_grouped, v_grouped, enable_gqa=True)
     """
+    if sdpa_option is not None and not isinstance(sdpa_option, SdpaOption):
+        raise TypeError(f"scaled_dot_product_attention(): sdpa_option must be a dtorch.SdpaOption, not "
+                        f"{type(sdpa_option).__name__}")
+    if enable_gqa:
+        key, value = _gqa_repeat(query, key, value)
     return _C._nn_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale)
+
+
+# ---------------------------------------------------------------- fused helpers (dtorch's own, private)
+
+
+def _rotate_half(x):
+    """``cat(-x2, x1)`` on the last dim, where ``x1, x2`` are its first and second halves."""
+    from .. import _ops_views
+
+    half = x.shape[-1] // 2
+    return _ops_views.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+
+def _apply_rotary_emb(x, cos, sin):
+    """Rotary position embedding: ``x * cos + rotate_half(x) * sin``, where ``rotate_half(x)`` is
+    ``cat(-x[..., d//2:], x[..., :d//2], dim=-1)`` (the halves layout of GPT-NeoX / Hugging Face
+    Llama, not interleaved pairs). ``cos`` and ``sin`` broadcast against ``x`` (e.g. [S, D] against
+    [B, H, S, D]). Equal (``torch.equal``) to that composition in torch; the last dim of ``x`` must
+    not be sharded.
+
+    >>> q = F._apply_rotary_emb(q, cos, sin)
+    """
+    return x * cos + _rotate_half(x) * sin
+
+
+def _layer_norm_mul_add(x, normalized_shape, weight, bias, eps, scale, shift):
+    """Adaptive layer norm (DiT / SD3 modulation): ``layer_norm(x, normalized_shape, weight, bias, eps)
+    * (1 + scale) + shift``, evaluated in that order; equal to that composition in torch.
+
+    >>> h = F._layer_norm_mul_add(x, (1536,), None, None, 1e-6, scale_msa, shift_msa)
+    """
+    return layer_norm(x, normalized_shape, weight, bias, eps) * (1 + scale) + shift
+
+
+def _silu_linear_chunk(input, weight, bias=None):
+    """SwiGLU with a fused gate/up projection: ``a, b = linear(input, weight, bias).chunk(2, dim=-1)``,
+    then ``silu(a) * b``; equal to that composition in torch. ``weight`` is [2 * hidden, in] with the
+    gate rows first; the output's last dim must not be sharded.
+
+    >>> h = F._silu_linear_chunk(x, w_gate_up)
+    """
+    a, b = linear(input, weight, bias).chunk(2, dim=-1)
+    return silu(a) * b
 
 
 # ---------------------------------------------------------------- Tensor methods

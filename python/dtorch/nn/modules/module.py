@@ -1,9 +1,10 @@
-"""``Module``, ``Parameter``, ``ModuleList`` and ``Sequential``: torch.nn's containers for distributed tensors.
+"""``Module``: the base class of dtorch layers, as ``torch.nn.Module``, for distributed tensors.
 
 A dtorch ``Module`` holds parameters (``Parameter``, a ``dtorch.Tensor`` on some mesh and placements),
 buffers and submodules under the names torch would give them, so a torch ``state_dict`` loads into the
 same architecture: ``load_state_dict`` distributes each full torch tensor to its parameter's mesh and
-placements. Inference only: there is no autograd.
+placements. Inference first: there is no autograd and ``training`` is False until ``train()``.
+Calling a module runs ``redistribute_input``, ``forward`` and ``redistribute_output`` in that order.
 
 >>> import torch, dtorch
 >>> from dtorch import nn
@@ -15,54 +16,16 @@ placements. Inference only: there is no autograd.
 from __future__ import annotations
 
 from collections import OrderedDict, namedtuple
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
-from .. import _C
-from .._tensor import Tensor
-from ..distributed_spec import DeviceMesh
+from ... import _C
+from ..._tensor import Tensor
+from ...distributed_spec import DeviceMesh, Replicate
+from ..parameter import Buffer, Parameter
 
-__all__ = ["Parameter", "Module", "ModuleList", "Sequential"]
-
-
-class Parameter(Tensor):
-    """A ``dtorch.Tensor`` that a ``Module`` registers as a parameter when assigned as an attribute.
-
-    ``Parameter(data)`` takes a dtorch tensor (the parameter shares its value) or a torch tensor
-    (distributed with ``device_mesh`` and ``placements``, as ``dtorch.from_torch``).
-
-    >>> w = nn.Parameter(torch.ones(3, 4), device_mesh=mesh, placements=[dtorch.Shard(0)])
-    """
-
-    __slots__ = ()
-
-    def __new__(cls, data=None, requires_grad: bool = True, *, device_mesh: Optional[DeviceMesh] = None,
-                placements=None) -> "Parameter":
-        from .. import _factories
-
-        if data is None:
-            data = _factories.empty(0, device_mesh=device_mesh)
-        elif isinstance(data, torch.Tensor):
-            data = _factories.from_torch(data, device_mesh=device_mesh, placements=placements)
-        elif not isinstance(data, _C.TensorBase):
-            raise TypeError(f"Parameter(data): data must be a dtorch or torch tensor, not {type(data).__name__}")
-        elif device_mesh is not None or placements is not None:
-            data = data.redistribute(device_mesh, placements)
-        return _C._nn_alias(data, cls)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    @property
-    def requires_grad(self) -> bool:
-        """Always False: dtorch has no autograd yet."""
-        return False
-
-    def __repr__(self) -> str:
-        return "Parameter containing:\n" + super().__repr__()
-
-    __str__ = __repr__
+__all__ = ["Module"]
 
 
 _IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
@@ -76,14 +39,21 @@ def _addindent(s: str, n: int) -> str:
 
 
 def _cast(t: Tensor, dtype: torch.dtype) -> Tensor:
-    """``t`` in ``dtype`` on the same mesh and placements."""
+    """``t`` in ``dtype`` on the same mesh and placements.
+
+    A cast rejects ``Partial()`` (the cast of a sum is not the sum of the casts), so a Partial tensor
+    (a row-parallel bias) is summed to Replicate, cast, and made Partial again (a local step: the
+    value stays on the first coordinate of those mesh dims)."""
     if t.dtype == dtype:
         return t
+    if any(p.is_partial() for p in t.placements):
+        whole = [Replicate() if p.is_partial() else p for p in t.placements]
+        return _cast(t.redistribute(placements=whole), dtype).redistribute(placements=t.placements)
     to = getattr(type(t), "to", None)
     if to is not None:
         return to(t, dtype)
     # Without a cast op (another family's), go through the host value once.
-    from .. import _factories
+    from ... import _factories
 
     return _factories.from_torch(t.to_torch().to(dtype), t.device_mesh, t.placements, graph=t.graph)
 
@@ -103,7 +73,8 @@ class Module:
     training: bool
 
     def __init__(self) -> None:
-        object.__setattr__(self, "training", True)
+        # Inference first, as the original DTorch: a module is in eval mode until train().
+        object.__setattr__(self, "training", False)
         object.__setattr__(self, "_parameters", OrderedDict())
         object.__setattr__(self, "_buffers", OrderedDict())
         object.__setattr__(self, "_non_persistent_buffers", set())
@@ -114,8 +85,41 @@ class Module:
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function')
 
+    def redistribute_input(self, *args: Any, **kwargs: Any) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
+        """Runs before ``forward`` on the call's arguments and returns ``(args, kwargs)`` for it: the
+        place to lay inputs out as ``forward`` needs them (the identity by default).
+
+        >>> class Gathered(nn.Linear):
+        ...     def redistribute_input(self, x):
+        ...         return (x.redistribute(placements=[dtorch.Replicate()]),), {}
+        """
+        return args, kwargs
+
+    def redistribute_output(self, output: Any) -> Any:
+        """Runs after ``forward`` on its result and returns the module's result (the identity by
+        default).
+
+        >>> class ReplicatedOut(nn.RowParallelLinear):
+        ...     def redistribute_output(self, y):
+        ...         return y.redistribute(placements=[dtorch.Replicate()])
+        """
+        return output
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.forward(*args, **kwargs)
+        args, kwargs = self.redistribute_input(*args, **kwargs)
+        return self.redistribute_output(self.forward(*args, **kwargs))
+
+    def first_param_device_mesh(self) -> Optional[DeviceMesh]:
+        """The device mesh of the first parameter (torch's order), else of the first buffer, else None.
+
+        >>> nn.Linear(4, 4, device_mesh=mesh).first_param_device_mesh() == mesh
+        True
+        """
+        for p in self.parameters():
+            return p.device_mesh
+        for b in self.buffers():
+            return b.device_mesh
+        return None
 
     # ------------------------------------------------------------ registration
 
@@ -144,7 +148,7 @@ class Module:
             raise KeyError(f"attribute '{name}' already exists")
         if tensor is not None and not isinstance(tensor, _C.TensorBase):
             raise TypeError(f"cannot assign '{type(tensor).__name__}' object to buffer '{name}' "
-                            "(dtorch.Tensor or None required)")
+                            "(dtorch.nn.Buffer, dtorch.Tensor or None required)")
         self._buffers[name] = tensor
         if persistent:
             self._non_persistent_buffers.discard(name)
@@ -197,10 +201,18 @@ class Module:
                 modules[name] = value
             else:
                 buffers = d.get("_buffers")
-                if buffers is not None and name in buffers:
+                if isinstance(value, Buffer):
+                    # As torch.nn.Buffer: assigning one registers it, with its own persistence.
+                    if buffers is None:
+                        raise AttributeError("cannot assign buffers before Module.__init__() call")
+                    if name in buffers:
+                        del buffers[name]  # re-registering under the same name is allowed
+                    d.pop(name, None)
+                    self.register_buffer(name, value, value.persistent)
+                elif buffers is not None and name in buffers:
                     if value is not None and not isinstance(value, _C.TensorBase):
                         raise TypeError(f"cannot assign '{type(value).__name__}' as buffer '{name}' "
-                                        "(dtorch.Tensor or None expected)")
+                                        "(dtorch.nn.Buffer, dtorch.Tensor or None expected)")
                     buffers[name] = value
                 else:
                     object.__setattr__(self, name, value)
@@ -331,7 +343,7 @@ class Module:
 
         >>> model.load_state_dict(torch_model.state_dict())
         """
-        from .. import _factories
+        from ... import _factories
 
         if not isinstance(state_dict, dict):
             raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}.")
@@ -374,16 +386,20 @@ class Module:
         return _IncompatibleKeys(missing, unexpected)
 
     def to(self, *args: Any, **kwargs: Any) -> "Module":
-        """``to(dtype)`` casts floating parameters and buffers; ``to(device_mesh)`` (or ``device=``) moves
-        them, keeping their placements. Parameters keep their identity.
+        """``to(dtype)`` casts floating parameters and buffers; ``to(device_mesh)`` (or ``device=``, or a
+        dtorch tensor for both) moves them to a mesh of the same shape, each keeping its placements
+        (a ``redistribute`` onto the new mesh). Parameters and buffers keep their identity.
 
         >>> model.to(torch.float64)
+        >>> model.to(dtorch.DeviceMesh("cpu", [2, 3], mesh_dim_names=("tp",)))
         """
-        from .. import _factories
+        from ... import _factories
 
         dtype = kwargs.pop("dtype", None)
         mesh = kwargs.pop("device_mesh", None)
         device = kwargs.pop("device", None)
+        kwargs.pop("non_blocking", None)
+        kwargs.pop("memory_format", None)
         if kwargs:
             raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
         for a in args:
@@ -393,15 +409,27 @@ class Module:
                 mesh = a
             elif isinstance(a, (str, torch.device)):
                 device = a
+            elif isinstance(a, _C.TensorBase):
+                dtype, mesh = a.dtype, a.device_mesh
+            elif isinstance(a, bool):
+                pass  # non_blocking, as torch's positional form
             else:
-                raise TypeError(f"to() takes a dtype, a DeviceMesh or a device, not {type(a).__name__}")
+                raise TypeError(f"to() takes a dtype, a DeviceMesh, a device or a tensor, not {type(a).__name__}")
         if device is not None:
             if mesh is not None:
                 raise ValueError("pass either a device or a device_mesh, not both")
             mesh = _factories._mesh_of_device(device)
-        if dtype is not None and not dtype.is_floating_point:
-            raise TypeError(f"nn.Module.to only accepts floating point dtypes, but got desired dtype={dtype}")
-        for _, t, _ in list(self._state_items()) + [(None, b, False) for b in self._nonpersistent()]:
+        if dtype is not None and not (dtype.is_floating_point or dtype.is_complex):
+            raise TypeError(f"nn.Module.to only accepts floating point or complex dtypes, but got desired "
+                            f"dtype={dtype}")
+        tensors = [t for _, t, _ in self._state_items()] + list(self._nonpersistent())
+        if mesh is not None:
+            # Check every tensor first, so that an error leaves the module as it was.
+            for t in tensors:
+                if tuple(t.device_mesh.shape) != tuple(mesh.shape):
+                    raise ValueError(f"to(device_mesh): {mesh!r} has another shape than the module's mesh "
+                                     f"{t.device_mesh!r}; placements only carry over to a mesh of the same shape")
+        for t in tensors:
             new = t
             if dtype is not None and t.is_floating_point():
                 new = _cast(new, dtype)
@@ -449,107 +477,3 @@ class Module:
                 main += "\n  " + "\n  ".join(lines) + "\n"
         return main + ")"
 
-
-class ModuleList(Module):
-    """A list of submodules, registered as ``"0"``, ``"1"``, ... as in torch.
-
-    >>> layers = nn.ModuleList([nn.LayerNorm(8) for _ in range(2)])
-    """
-
-    def __init__(self, modules: Optional[Iterable[Module]] = None) -> None:
-        super().__init__()
-        if modules is not None:
-            self.extend(modules)
-
-    def _index(self, idx: int) -> int:
-        n = len(self)
-        if not -n <= idx < n:
-            raise IndexError(f"index {idx} is out of range")
-        return idx + n if idx < 0 else idx
-
-    def __getitem__(self, idx: Union[int, slice]) -> Union[Module, "ModuleList"]:
-        if isinstance(idx, slice):
-            return type(self)(list(self._modules.values())[idx])
-        return self._modules[str(self._index(idx))]
-
-    def __setitem__(self, idx: int, module: Module) -> None:
-        self.add_module(str(self._index(idx)), module)
-
-    def __delitem__(self, idx: Union[int, slice]) -> None:
-        mods = list(self._modules.values())
-        if isinstance(idx, slice):
-            del mods[idx]
-        else:
-            del mods[self._index(idx)]
-        self._modules.clear()
-        for i, m in enumerate(mods):
-            self._modules[str(i)] = m
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self) -> Iterator[Module]:
-        return iter(self._modules.values())
-
-    def __iadd__(self, modules: Iterable[Module]) -> "ModuleList":
-        return self.extend(modules)
-
-    def append(self, module: Module) -> "ModuleList":
-        self.add_module(str(len(self)), module)
-        return self
-
-    def extend(self, modules: Iterable[Module]) -> "ModuleList":
-        if isinstance(modules, Module) and not isinstance(modules, ModuleList):
-            raise TypeError("ModuleList.extend should be called with an iterable, but got " + type(modules).__name__)
-        for m in list(modules):
-            self.append(m)
-        return self
-
-    def insert(self, index: int, module: Module) -> None:
-        mods = list(self._modules.values())
-        mods.insert(index, module)
-        self._modules.clear()
-        for i, m in enumerate(mods):
-            self.add_module(str(i), m)
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("ModuleList has no forward: iterate over it")
-
-
-class Sequential(Module):
-    """Submodules applied in order; built from modules or from an ``OrderedDict`` of named modules.
-
-    >>> block = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.GroupNorm(2, 8), nn.SiLU())
-    """
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__()
-        if len(args) == 1 and isinstance(args[0], OrderedDict):
-            for name, m in args[0].items():
-                self.add_module(name, m)
-        else:
-            for i, m in enumerate(args):
-                self.add_module(str(i), m)
-
-    def __getitem__(self, idx: Union[int, slice]) -> Union[Module, "Sequential"]:
-        if isinstance(idx, slice):
-            return Sequential(OrderedDict(list(self._modules.items())[idx]))
-        n = len(self)
-        if not -n <= idx < n:
-            raise IndexError(f"index {idx} is out of range")
-        return list(self._modules.values())[idx % n]
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self) -> Iterator[Module]:
-        return iter(self._modules.values())
-
-    def append(self, module: Module) -> "Sequential":
-        self.add_module(str(len(self)), module)
-        return self
-
-    def forward(self, input: Any) -> Any:
-        for m in self._modules.values():
-            input = m(input)
-        return input
