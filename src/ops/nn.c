@@ -66,6 +66,8 @@ static const nn_rules *rules_of(int op) {
         return &dt__nn_rules_dropout;
     case DT_OP_SDPA:
         return &dt__nn_rules_sdpa;
+    case DT_OP_POOL2D:
+        return &dt__nn_rules_pool2d;
     default:
         return NULL;
     }
