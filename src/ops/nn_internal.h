@@ -1,6 +1,6 @@
 /*
  * Shared machinery of the nn functional family (nn.c, nn_norm.c,
- * attention.c): one placement engine and one lowering for ops whose every
+ * attention.c, nn_pool.c): one placement engine and one lowering for ops whose every
  * device computes its output region from regions of its inputs, with no
  * communication.
  *

@@ -1,6 +1,6 @@
 /*
  * LibTorch kernels of the nn functional family (backend.h, DT_K_ACTIVATION
- * .. DT_K_SDPA).
+ * .. DT_K_SDPA, and DT_K_POOL2D).
  *
  * Each kernel makes the same ATen call that torch.nn.functional makes for
  * the op, so a one-device result equals eager torch bit for bit (fused

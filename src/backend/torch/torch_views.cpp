@@ -1,6 +1,7 @@
 /*
  * LibTorch kernels of the views and shape family: DT_K_VIEW and its sub
- * codes (backend.h states each one's exact semantics).
+ * codes, and DT_K_MASKED_SCATTER (backend.h states each one's exact
+ * semantics).
  *
  * Each kernel calls the ATen op eager torch calls for the same Python
  * expression, on the device's own block, so a one-device mesh gives exactly
