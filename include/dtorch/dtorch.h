@@ -840,8 +840,8 @@ DT_API dt_tensor *dt_scaled_dot_product_attention(dt_tensor *q, dt_tensor *k, dt
  * at::max_pool2d_with_indices). `values` must not be NULL. On success the
  * out-parameters hold new references; on failure they are NULL. */
 DT_API dt_status dt_max_pool2d(dt_tensor *x, const int64_t *kernel_size, const int64_t *stride,
-                               const int64_t *padding, const int64_t *dilation, int ceil_mode, dt_tensor **values,
-                               dt_tensor **indices);
+                               const int64_t *padding, const int64_t *dilation, int ceil_mode,
+                               dt_tensor **values, dt_tensor **indices);
 /* avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
  * divisor_override): `divisor_override` NULL for None (0 is torch's
  * "divisor must be not zero", DT_EOP). */

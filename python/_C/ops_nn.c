@@ -345,7 +345,6 @@ static PyObject *nn_sdpa(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     return dtpy_tensor_wrap_like(st, dt_scaled_dot_product_attention(q->t, k->t, v->t, handle(mask), p, causal, scale), q);
 }
 
-
 /* --------------------------------------------------------------- pooling */
 
 /* A pair of ints (the Python layer has already expanded single ints). */
@@ -368,15 +367,16 @@ static PyObject *nn_max_pool2d(PyObject *m, PyObject *const *args, Py_ssize_t na
     dtpy_tensor *x;
     int64_t k[2], s[2], p[2], d[2];
     if (tensor_arg(st, args[0], op, "input", 0, &x) < 0 || pair_arg(args[1], op, "kernel_size", k) < 0 ||
-        (args[2] != Py_None && pair_arg(args[2], op, "stride", s) < 0) || pair_arg(args[3], op, "padding", p) < 0 ||
-        pair_arg(args[4], op, "dilation", d) < 0)
+        (args[2] != Py_None && pair_arg(args[2], op, "stride", s) < 0) ||
+        pair_arg(args[3], op, "padding", p) < 0 || pair_arg(args[4], op, "dilation", d) < 0)
         return NULL;
     int ceil = PyObject_IsTrue(args[5]), with_indices = PyObject_IsTrue(args[6]);
     if (ceil < 0 || with_indices < 0)
         return NULL;
     dtpy_record_call_site(st);
     dt_tensor *v = NULL, *i = NULL;
-    if (dt_max_pool2d(x->t, k, args[2] != Py_None ? s : NULL, p, d, ceil, &v, with_indices ? &i : NULL) != DT_OK)
+    if (dt_max_pool2d(x->t, k, args[2] != Py_None ? s : NULL, p, d, ceil, &v, with_indices ? &i : NULL) !=
+        DT_OK)
         return dtpy_raise_last(st);
     return with_indices ? dtpy_tensor_pair(st, x, v, i) : dtpy_tensor_wrap_like(st, v, x);
 }
@@ -390,7 +390,8 @@ static PyObject *nn_avg_pool2d(PyObject *m, PyObject *const *args, Py_ssize_t na
     int64_t k[2], s[2], p[2];
     long long divisor = 0;
     if (tensor_arg(st, args[0], op, "input", 0, &x) < 0 || pair_arg(args[1], op, "kernel_size", k) < 0 ||
-        (args[2] != Py_None && pair_arg(args[2], op, "stride", s) < 0) || pair_arg(args[3], op, "padding", p) < 0 ||
+        (args[2] != Py_None && pair_arg(args[2], op, "stride", s) < 0) ||
+        pair_arg(args[3], op, "padding", p) < 0 ||
         (args[6] != Py_None && int_arg(args[6], op, "divisor_override", &divisor) < 0))
         return NULL;
     int ceil = PyObject_IsTrue(args[4]), count_pad = PyObject_IsTrue(args[5]);
@@ -398,9 +399,10 @@ static PyObject *nn_avg_pool2d(PyObject *m, PyObject *const *args, Py_ssize_t na
         return NULL;
     int64_t div = divisor;
     dtpy_record_call_site(st);
-    return dtpy_tensor_wrap_like(
-        st, dt_avg_pool2d(x->t, k, args[2] != Py_None ? s : NULL, p, ceil, count_pad, args[6] != Py_None ? &div : NULL),
-        x);
+    return dtpy_tensor_wrap_like(st,
+                                 dt_avg_pool2d(x->t, k, args[2] != Py_None ? s : NULL, p, ceil, count_pad,
+                                               args[6] != Py_None ? &div : NULL),
+                                 x);
 }
 
 /* _nn_adaptive_pool2d(x, output_size, kind): kind 0 avg, 1 max, 2 max with indices */

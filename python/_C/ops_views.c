@@ -383,7 +383,8 @@ static PyObject *v_masked_scatter(PyObject *m, PyObject *const *args, Py_ssize_t
         !(src = tensor_arg(st, args[2], op, "source")))
         return NULL;
     dtpy_record_call_site(st);
-    return dtpy_tensor_wrap_like(st, dt_masked_scatter(a->t, mask->t, src->t, inplace ? DT_EW_INPLACE : 0), a);
+    return dtpy_tensor_wrap_like(st, dt_masked_scatter(a->t, mask->t, src->t, inplace ? DT_EW_INPLACE : 0),
+                                 a);
 }
 
 /* ------------------------------------------------------------ registration */

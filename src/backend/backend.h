@@ -340,9 +340,9 @@ enum {
 };
 /* DT_K_MASKED_SCATTER flags. */
 enum {
-    DT_KMS_REGION = 1 << 12,      /* a region of the result, not all of it */
-    DT_KMS_ZERO_INPUT = 1 << 13,  /* zeros where the input shows */
-    DT_KMS_ZERO_SOURCE = 1 << 14  /* zeros where the source goes */
+    DT_KMS_REGION = 1 << 12,     /* a region of the result, not all of it */
+    DT_KMS_ZERO_INPUT = 1 << 13, /* zeros where the input shows */
+    DT_KMS_ZERO_SOURCE = 1 << 14 /* zeros where the source goes */
 };
 
 /* Attributes of one kernel. Only the fields the op documents are meaningful. */

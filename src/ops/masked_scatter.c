@@ -52,10 +52,11 @@ static dt_status broadcast(const dt__meta *mm, const dt__meta *ma, dt__meta *out
         int dm = d - (nd - mm->ndim), da = d - (nd - ma->ndim);
         int64_t sm = dm >= 0 ? mm->shape[dm] : 1, sa = da >= 0 ? ma->shape[da] : 1;
         if (sm != sa && sm != 1 && sa != 1)
-            return dt__error(DT_ESHAPE,
-                             "masked_scatter: The size of tensor a (%lld) must match the size of tensor b (%lld) "
-                             "at non-singleton dimension %d",
-                             (long long)sm, (long long)sa, d);
+            return dt__error(
+                DT_ESHAPE,
+                "masked_scatter: The size of tensor a (%lld) must match the size of tensor b (%lld) "
+                "at non-singleton dimension %d",
+                (long long)sm, (long long)sa, d);
         out->shape[d] = sm == 1 ? sa : sm;
     }
     out->ndim = nd;
@@ -68,16 +69,18 @@ static dt_status expands_to(const dt__meta *mm, const dt__meta *ma) {
     dt__sb_init(&sb);
     if (mm->ndim > ma->ndim) {
         format_shape(&sb, mm->ndim, mm->shape);
-        return dt__error(DT_EOP,
-                         "masked_scatter_: expand(mask %s, size=[...]): the number of sizes provided (%d) must be "
-                         "greater or equal to the number of dimensions in the tensor (%d)",
-                         sb.buf, ma->ndim, mm->ndim);
+        return dt__error(
+            DT_EOP,
+            "masked_scatter_: expand(mask %s, size=[...]): the number of sizes provided (%d) must be "
+            "greater or equal to the number of dimensions in the tensor (%d)",
+            sb.buf, ma->ndim, mm->ndim);
     }
     int off = ma->ndim - mm->ndim;
     for (int j = mm->ndim - 1; j >= 0; j--)
         if (mm->shape[j] != 1 && mm->shape[j] != ma->shape[j + off]) {
-            dt__sb_printf(&sb, "masked_scatter_: The expanded size of the tensor (%lld) must match the existing "
-                               "size (%lld) at non-singleton dimension %d.  Target sizes: ",
+            dt__sb_printf(&sb,
+                          "masked_scatter_: The expanded size of the tensor (%lld) must match the existing "
+                          "size (%lld) at non-singleton dimension %d.  Target sizes: ",
                           (long long)ma->shape[j + off], (long long)mm->shape[j], j + off);
             format_shape(&sb, ma->ndim, ma->shape);
             dt__sb_printf(&sb, ".  Tensor sizes: ");
@@ -171,7 +174,8 @@ dt_tensor *dt_masked_scatter(dt_tensor *a, dt_tensor *mask, dt_tensor *source, i
             input_region(ma, &out, os, ol, s, l);
             if (!dt__view_within(ma, coord, s, l)) {
                 dt__placement_error(op, ins, 3, 0, accepts, -1, NULL);
-                dt__error_append(" (the shards of the input do not line up with the result's on every device)");
+                dt__error_append(
+                    " (the shards of the input do not line up with the result's on every device)");
                 return NULL;
             }
         }

@@ -94,8 +94,8 @@ static dt_status check_range(const char *op, const char *what, const int64_t *v)
 }
 
 /* ATen's pooling_output_shape for one spatial dim, with its checks. */
-static dt_status pool_out(const char *op, int64_t in, int64_t k, int64_t pad, int64_t s, int64_t dil, int ceil,
-                          int64_t *out) {
+static dt_status pool_out(const char *op, int64_t in, int64_t k, int64_t pad, int64_t s, int64_t dil,
+                          int ceil, int64_t *out) {
     if (s == 0)
         return dt__error(DT_EOP, "%s(): stride should not be zero", op);
     if (pad < 0)
@@ -117,15 +117,15 @@ static dt_status pool_out(const char *op, int64_t in, int64_t k, int64_t pad, in
 static dt_status pool_shape_check(const char *op, const dt__meta *m, const int64_t *k, const int64_t *s,
                                   const int64_t *pad, const int64_t *dil, const int64_t *o) {
     if (k[0] <= 0 || k[1] <= 0)
-        return dt__error(DT_EOP, "%s(): kernel size should be greater than zero, but got kH: %lld kW: %lld", op,
-                         (long long)k[0], (long long)k[1]);
+        return dt__error(DT_EOP, "%s(): kernel size should be greater than zero, but got kH: %lld kW: %lld",
+                         op, (long long)k[0], (long long)k[1]);
     if (s[0] <= 0 || s[1] <= 0)
         return dt__error(DT_EOP, "%s(): stride should be greater than zero, but got dH: %lld dW: %lld", op,
                          (long long)s[0], (long long)s[1]);
     if (dil[0] <= 0 || dil[1] <= 0)
-        return dt__error(DT_EOP,
-                         "%s(): dilation should be greater than zero, but got dilationH: %lld dilationW: %lld", op,
-                         (long long)dil[0], (long long)dil[1]);
+        return dt__error(
+            DT_EOP, "%s(): dilation should be greater than zero, but got dilationH: %lld dilationW: %lld", op,
+            (long long)dil[0], (long long)dil[1]);
     const int64_t *sh = m->shape;
     int valid = (m->ndim == 3 && sh[0] != 0 && sh[1] != 0 && sh[2] != 0) ||
                 (m->ndim == 4 && sh[1] != 0 && sh[2] != 0 && sh[3] != 0);
@@ -133,23 +133,26 @@ static dt_status pool_shape_check(const char *op, const dt__meta *m, const int64
         dt__strbuf sb;
         dt__sb_init(&sb);
         format_shape(&sb, m);
-        return dt__error(DT_EOP,
-                         "%s(): Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input, "
-                         "but got:%s",
-                         op, sb.buf);
+        return dt__error(
+            DT_EOP,
+            "%s(): Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input, "
+            "but got:%s",
+            op, sb.buf);
     }
     if (k[1] / 2 < pad[1] || k[0] / 2 < pad[0])
-        return dt__error(DT_EOP,
-                         "%s(): pad should be smaller than or equal to half of kernel size, but got padW = %lld, "
-                         "padH = %lld, kW = %lld, kH = %lld",
-                         op, (long long)pad[1], (long long)pad[0], (long long)k[1], (long long)k[0]);
+        return dt__error(
+            DT_EOP,
+            "%s(): pad should be smaller than or equal to half of kernel size, but got padW = %lld, "
+            "padH = %lld, kW = %lld, kH = %lld",
+            op, (long long)pad[1], (long long)pad[0], (long long)k[1], (long long)k[0]);
     if (o[0] < 1 || o[1] < 1) {
         int nd = m->ndim;
-        return dt__error(DT_EOP,
-                         "%s(): Given input size: (%lldx%lldx%lld). Calculated output size: (%lldx%lldx%lld). "
-                         "Output size is too small",
-                         op, (long long)sh[nd - 3], (long long)sh[nd - 2], (long long)sh[nd - 1],
-                         (long long)sh[nd - 3], (long long)o[0], (long long)o[1]);
+        return dt__error(
+            DT_EOP,
+            "%s(): Given input size: (%lldx%lldx%lld). Calculated output size: (%lldx%lldx%lld). "
+            "Output size is too small",
+            op, (long long)sh[nd - 3], (long long)sh[nd - 2], (long long)sh[nd - 1], (long long)sh[nd - 3],
+            (long long)o[0], (long long)o[1]);
     }
     return DT_OK;
 }
@@ -173,8 +176,8 @@ static dt_status windowed(const char *op, const dt__meta *m, const int64_t *k, c
     return DT_OK;
 }
 
-static void store_window(dt__nattr *a, const int64_t *k, const int64_t *s, const int64_t *pad, const int64_t *dil,
-                         int ceil) {
+static void store_window(dt__nattr *a, const int64_t *k, const int64_t *s, const int64_t *pad,
+                         const int64_t *dil, int ceil) {
     memset(a, 0, sizeof *a);
     for (int i = 0; i < 2; i++) {
         a->ints[i] = k[i];
@@ -230,8 +233,9 @@ static dt_status begin_two(const char *op, dt_tensor *x, const void *arg, dt_ten
 
 /* ----------------------------------------------------------- entries */
 
-dt_status dt_max_pool2d(dt_tensor *x, const int64_t *kernel_size, const int64_t *stride, const int64_t *padding,
-                        const int64_t *dilation, int ceil_mode, dt_tensor **values, dt_tensor **indices) {
+dt_status dt_max_pool2d(dt_tensor *x, const int64_t *kernel_size, const int64_t *stride,
+                        const int64_t *padding, const int64_t *dilation, int ceil_mode, dt_tensor **values,
+                        dt_tensor **indices) {
     dt_clear_error();
     const char *op = "max_pool2d";
     dt_status st = begin_two(op, x, kernel_size && padding && dilation ? kernel_size : NULL, values, indices);
@@ -253,8 +257,9 @@ dt_status dt_max_pool2d(dt_tensor *x, const int64_t *kernel_size, const int64_t 
     return two_outputs(op, x, &out, &a, DT_KPOOL_MAX_WI, DT_KPOOL_MAX_WI_INDICES, values, indices);
 }
 
-dt_tensor *dt_avg_pool2d(dt_tensor *x, const int64_t *kernel_size, const int64_t *stride, const int64_t *padding,
-                         int ceil_mode, int count_include_pad, const int64_t *divisor_override) {
+dt_tensor *dt_avg_pool2d(dt_tensor *x, const int64_t *kernel_size, const int64_t *stride,
+                         const int64_t *padding, int ceil_mode, int count_include_pad,
+                         const int64_t *divisor_override) {
     dt_clear_error();
     const char *op = "avg_pool2d";
     if (dt__nn_need(op, "input", x) != DT_OK)
@@ -273,8 +278,9 @@ dt_tensor *dt_avg_pool2d(dt_tensor *x, const int64_t *kernel_size, const int64_t
         if (m->ndim == 0)
             dt__error(DT_EINDEX, "%s(): Dimension specified as -3 but tensor has no dimensions", op);
         else
-            dt__error(DT_EINDEX, "%s(): Dimension out of range (expected to be in range of [%d, %d], but got -3)",
-                      op, -m->ndim, m->ndim - 1);
+            dt__error(DT_EINDEX,
+                      "%s(): Dimension out of range (expected to be in range of [%d, %d], but got -3)", op,
+                      -m->ndim, m->ndim - 1);
         return NULL;
     }
     const int64_t *s = stride ? stride : kernel_size;
@@ -311,9 +317,10 @@ dt_tensor *dt_adaptive_avg_pool2d(dt_tensor *x, const int64_t *output_size) {
     }
     const int64_t *os = output_size;
     if (os[0] < 0 || os[1] < 0) {
-        dt__error(DT_EOP,
-                  "%s(): elements of output_size must be greater than or equal to 0 but received {%lld, %lld}", op,
-                  (long long)os[0], (long long)os[1]);
+        dt__error(
+            DT_EOP,
+            "%s(): elements of output_size must be greater than or equal to 0 but received {%lld, %lld}", op,
+            (long long)os[0], (long long)os[1]);
         return NULL;
     }
     const dt__meta *m = &x->v->meta;
@@ -324,15 +331,16 @@ dt_tensor *dt_adaptive_avg_pool2d(dt_tensor *x, const int64_t *output_size) {
         /* ATen's adaptive_avg_pool2d is input.mean({-1, -2}, keepdim=true)
          * here, with mean's checks. */
         if (!dt_dtype_is_floating(m->dtype)) {
-            dt__error(DT_EOP,
-                      "%s(): mean(): could not infer output dtype. Input dtype must be either a floating point or "
-                      "complex dtype. Got: %s",
-                      op, dt__ew_torch_name(m->dtype));
+            dt__error(
+                DT_EOP,
+                "%s(): mean(): could not infer output dtype. Input dtype must be either a floating point or "
+                "complex dtype. Got: %s",
+                op, dt__ew_torch_name(m->dtype));
             return NULL;
         }
         if (m->ndim < 2) {
-            dt__error(DT_EINDEX, "%s(): Dimension out of range (expected to be in range of [-1, 0], but got -2)",
-                      op);
+            dt__error(DT_EINDEX,
+                      "%s(): Dimension out of range (expected to be in range of [-1, 0], but got -2)", op);
             return NULL;
         }
     } else {
@@ -342,10 +350,11 @@ dt_tensor *dt_adaptive_avg_pool2d(dt_tensor *x, const int64_t *output_size) {
         }
         for (int d = m->ndim - 2; d < m->ndim; d++)
             if (m->shape[d] <= 0) {
-                dt__error(DT_EOP,
-                          "%s(): Expected input to have non-zero size for non-batch dimensions, but input has "
-                          "sizes %s with dimension %d being empty",
-                          op, sb.buf, d);
+                dt__error(
+                    DT_EOP,
+                    "%s(): Expected input to have non-zero size for non-batch dimensions, but input has "
+                    "sizes %s with dimension %d being empty",
+                    op, sb.buf, d);
                 return NULL;
             }
         if (!dt_dtype_is_floating(m->dtype)) {
@@ -379,10 +388,11 @@ dt_status dt_adaptive_max_pool2d(dt_tensor *x, const int64_t *output_size, dt_te
         return dt__error(DT_EOP, "%s(): Expected 3D or 4D tensor, but got: %s", op, sb.buf);
     for (int d = 1; d < m->ndim; d++)
         if (m->shape[d] <= 0)
-            return dt__error(DT_EOP,
-                             "%s(): Expected input to have non-zero size for non-batch dimensions, but input has "
-                             "sizes %s with dimension %d being empty",
-                             op, sb.buf, d);
+            return dt__error(
+                DT_EOP,
+                "%s(): Expected input to have non-zero size for non-batch dimensions, but input has "
+                "sizes %s with dimension %d being empty",
+                op, sb.buf, d);
     dt__meta out = *m;
     out.shape[m->ndim - 2] = output_size[0];
     out.shape[m->ndim - 1] = output_size[1];
@@ -398,7 +408,8 @@ dt_status dt_adaptive_max_pool2d(dt_tensor *x, const int64_t *output_size, dt_te
     memset(&a, 0, sizeof a);
     a.ints[0] = output_size[0];
     a.ints[1] = output_size[1];
-    return two_outputs(op, x, &out, &a, DT_KPOOL_ADAPTIVE_MAX, DT_KPOOL_ADAPTIVE_MAX_INDICES, values, indices);
+    return two_outputs(op, x, &out, &a, DT_KPOOL_ADAPTIVE_MAX, DT_KPOOL_ADAPTIVE_MAX_INDICES, values,
+                       indices);
 }
 
 /* ------------------------------------------------------------ registry */
@@ -406,9 +417,12 @@ dt_status dt_adaptive_max_pool2d(dt_tensor *x, const int64_t *output_size, dt_te
 const dt_op_doc dt__docs_pool[] = {
     {"max_pool2d", "nn", "R->R, S(d)->S(d) for d before the last two (batch, channels); no Partial", 0},
     {"avg_pool2d", "nn",
-     "R->R, S(d)->S(d) for d before the last two (batch, channels); P->P (floating dtypes: pooling is linear)", 0},
+     "R->R, S(d)->S(d) for d before the last two (batch, channels); P->P (floating dtypes: pooling is "
+     "linear)",
+     0},
     {"adaptive_avg_pool2d", "nn",
      "R->R, S(d)->S(d) for d before the last two (batch, channels); P->P (pooling is linear)", 0},
-    {"adaptive_max_pool2d", "nn", "R->R, S(d)->S(d) for d before the last two (batch, channels); no Partial", 0},
+    {"adaptive_max_pool2d", "nn", "R->R, S(d)->S(d) for d before the last two (batch, channels); no Partial",
+     0},
     {NULL, NULL, NULL, 0},
 };

@@ -78,7 +78,8 @@ static void test_meta(dt_graph *g, dt_mesh *m, dt_mesh *m2) {
     CHECK(t && same(dt_tensor_placements(t)[1], P()));
     dt_tensor_release(t);
 
-    dt_tensor *all[] = {x0, x1, xp, xr, xc, mk, mk_s, mk_row, mk_f, src, src_p, src_s, src_d, mk_bad, a, b, mk2, s2};
+    dt_tensor *all[] = {x0,  x1,    xp,    xr,    xc,     mk, mk_s, mk_row, mk_f,
+                        src, src_p, src_s, src_d, mk_bad, a,  b,    mk2,    s2};
     for (size_t j = 0; j < sizeof all / sizeof all[0]; j++)
         dt_tensor_release(all[j]);
 }

@@ -49,9 +49,10 @@ static void test_max(dt_graph *g, dt_mesh *m) {
     CHECK(dt_max_pool2d(xp, k3, NULL, p0, d1, 0, &v, NULL) == DT_EPLACEMENT && !v);
 
     /* torch's argument errors. */
-    int64_t k0[2] = {0, 0}, kneg[2] = {-1, 2}, sneg[2] = {1, -1}, d0[2] = {0, 1}, p2[2] = {2, 2}, pneg[2] = {-1, 0};
+    int64_t k0[2] = {0, 0}, kneg[2] = {-1, 2}, sneg[2] = {1, -1}, d0[2] = {0, 1}, p2[2] = {2, 2},
+            pneg[2] = {-1, 0};
     int64_t k8[2] = {8, 8}, k13[2] = {1, 3};
-    CHECK(dt_max_pool2d(x0, k0, NULL, p0, d1, 0, &v, NULL) == DT_EOP);   /* stride 0 */
+    CHECK(dt_max_pool2d(x0, k0, NULL, p0, d1, 0, &v, NULL) == DT_EOP); /* stride 0 */
     CHECK(strstr(dt_last_error(), "stride should not be zero") != NULL);
     CHECK(dt_max_pool2d(x0, kneg, d1, p0, d1, 0, &v, NULL) == DT_EOP);
     CHECK(strstr(dt_last_error(), "kernel size should be greater than zero") != NULL);

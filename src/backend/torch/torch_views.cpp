@@ -164,8 +164,9 @@ at::Tensor masked_scatter_kernel(const dt__kattr *a, void *const *in, int n_in) 
     bool whole = false;
     at::Tensor mr = region(m, a->ndim, a->start, a->shape, &whole);
     at::Tensor rr = region(rank, a->ndim, a->start, a->shape, &whole);
-    at::Tensor out = (a->flags & DT_KMS_ZERO_INPUT) ? at::zeros(shape, x.options().dtype(st))
-                                                    : x.expand(shape).to(st).clone(at::MemoryFormat::Contiguous);
+    at::Tensor out = (a->flags & DT_KMS_ZERO_INPUT)
+                         ? at::zeros(shape, x.options().dtype(st))
+                         : x.expand(shape).to(st).clone(at::MemoryFormat::Contiguous);
     at::Tensor pick = rr.masked_select(mr).sub_(1);
     at::Tensor vals = (a->flags & DT_KMS_ZERO_SOURCE) ? at::zeros({pick.numel()}, src.options())
                                                       : src.reshape({-1}).index_select(0, pick);
