@@ -505,6 +505,23 @@ DT_API dt_tensor *dt_setitem_index(dt_tensor *a, int64_t dim, dt_tensor *index, 
  * placements do not line up with dst's (same mesh required). */
 DT_API dt_tensor *dt_copy(dt_tensor *dst, dt_tensor *src);
 
+/* torch.masked_scatter(a, mask, source): a copy of a (broadcast with the
+ * bool `mask`) whose True positions take source's elements in order, the
+ * k-th True element in row-major order taking source.flatten()[k]. source
+ * has a's dtype and any shape. Errors at the call as torch's: shapes that
+ * do not broadcast (DT_ESHAPE), a non-bool mask or another source dtype
+ * (DT_EOP); fewer source elements than True elements is only known from the
+ * values and fails at the read (DT_EKERNEL, ATen's message). `flags`:
+ * DT_EW_INPLACE for a.masked_scatter_(): then mask must broadcast to a's
+ * shape (DT_EOP otherwise, as torch's expand) and the caller rebinds a.
+ * Per mesh dim (a, mask, source): the mask is Replicate and so is the source
+ * unless Partial: (R,R,R)->R, (S(d),R,R)->S(d) for a dim d of a that does not
+ * broadcast, (P,R,R)->P, (R,R,P)->P, (P,R,P)->P. A device of a sharded result
+ * reads the whole mask to know how many True elements precede its block, so
+ * a sharded mask or source is a PlacementError (redistribute it to
+ * Replicate) rather than a hidden exchange. */
+DT_API dt_tensor *dt_masked_scatter(dt_tensor *a, dt_tensor *mask, dt_tensor *source, int flags);
+
 /* torch.cat(ts, dim) with type promotion; 1-D empty inputs are skipped as in
  * torch. Per mesh dim: all inputs Partial -> P; otherwise no Partial, at most
  * one Shard dim j != dim among the inputs -> S(j) (Replicate inputs sliced
@@ -795,6 +812,50 @@ DT_API dt_tensor *dt_dropout(dt_tensor *x, double p, int training);
  * embedding dims and other Partials are rejected. */
 DT_API dt_tensor *dt_scaled_dot_product_attention(dt_tensor *q, dt_tensor *k, dt_tensor *v, dt_tensor *attn_mask,
                                                   double dropout_p, int is_causal, double scale);
+
+/* 2-D pooling over the last two (spatial) dims of x [N, C, H, W] or
+ * [C, H, W], computed by the ATen call torch.nn.functional makes, so a
+ * one-device result equals eager torch bit for bit. kernel_size, padding and
+ * dilation have 2 entries (H, W); stride has 2 or is NULL for kernel_size
+ * (torch's stride=None). Every argument error torch raises is raised at the
+ * call, in torch's order and with its exception kind: bad kernel, stride,
+ * dilation or padding values, a padding over half the kernel, an output
+ * smaller than 1, empty non-batch dims (DT_EOP); an avg_pool2d input of
+ * fewer than 3 dims (DT_EINDEX, as torch's size(-3)); a dtype the ATen
+ * kernel lacks (DT_EUNSUPPORTED: bool for max; avg takes floating dtypes
+ * and int64; the adaptive ones floating dtypes).
+ * Per mesh dim: R->R, and S(d)->S(d) for the dims before the last two
+ * (batch, channels: every window lies inside one plane); a shard of H or W
+ * is rejected (DT_EPLACEMENT naming the redistribute() to Replicate; windows
+ * would cross shard edges and halos are not exchanged). Average pooling is
+ * linear, so for floating dtypes P->P (the pooled parts sum to the pooled
+ * sum up to rounding); max pooling rejects Partial (the max of a sum is not
+ * the sum of maxima), and so does an integer avg_pool2d (it divides with
+ * truncation). */
+
+/* max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode): *values
+ * (x's dtype) and, when `indices` is not NULL, *indices (int64, the flat
+ * index of each maximum in its H*W input plane, as torch's
+ * return_indices=True, which also computes the values through
+ * at::max_pool2d_with_indices). `values` must not be NULL. On success the
+ * out-parameters hold new references; on failure they are NULL. */
+DT_API dt_status dt_max_pool2d(dt_tensor *x, const int64_t *kernel_size, const int64_t *stride,
+                               const int64_t *padding, const int64_t *dilation, int ceil_mode,
+                               dt_tensor **values, dt_tensor **indices);
+/* avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+ * divisor_override): `divisor_override` NULL for None (0 is torch's
+ * "divisor must be not zero", DT_EOP). */
+DT_API dt_tensor *dt_avg_pool2d(dt_tensor *x, const int64_t *kernel_size, const int64_t *stride,
+                                const int64_t *padding, int ceil_mode, int count_include_pad,
+                                const int64_t *divisor_override);
+/* adaptive_avg_pool2d(x, output_size) with 2 sizes >= 0. An output of 1x1 is
+ * torch's mean over the last two dims (keepdim), which takes any x of 2 or
+ * more dims; other sizes take 3-D or 4-D x with nonzero H and W. */
+DT_API dt_tensor *dt_adaptive_avg_pool2d(dt_tensor *x, const int64_t *output_size);
+/* adaptive_max_pool2d(x, output_size): *values and, when `indices` is not
+ * NULL, *indices (int64, as return_indices=True), as dt_max_pool2d. */
+DT_API dt_status dt_adaptive_max_pool2d(dt_tensor *x, const int64_t *output_size, dt_tensor **values,
+                                        dt_tensor **indices);
 
 /* ------------------------------------- creation and data-dependent ops */
 /* Random integers, scans, sorting and ops whose result shape depends on the

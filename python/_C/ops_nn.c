@@ -345,6 +345,86 @@ static PyObject *nn_sdpa(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     return dtpy_tensor_wrap_like(st, dt_scaled_dot_product_attention(q->t, k->t, v->t, handle(mask), p, causal, scale), q);
 }
 
+/* --------------------------------------------------------------- pooling */
+
+/* A pair of ints (the Python layer has already expanded single ints). */
+static int pair_arg(PyObject *o, const char *op, const char *what, int64_t *out) {
+    int n = ints_arg(o, op, what, out, 2);
+    if (n < 0)
+        return -1;
+    if (n != 2) {
+        PyErr_Format(PyExc_ValueError, "%s(): argument '%s' needs 2 entries, got %d", op, what, n);
+        return -1;
+    }
+    return 0;
+}
+
+/* _nn_max_pool2d(x, kernel_size, stride_or_None, padding, dilation, ceil_mode, return_indices) */
+static PyObject *nn_max_pool2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(7, "_nn_max_pool2d");
+    dtpy_state *st = nn_state(m);
+    const char *op = "max_pool2d";
+    dtpy_tensor *x;
+    int64_t k[2], s[2], p[2], d[2];
+    if (tensor_arg(st, args[0], op, "input", 0, &x) < 0 || pair_arg(args[1], op, "kernel_size", k) < 0 ||
+        (args[2] != Py_None && pair_arg(args[2], op, "stride", s) < 0) ||
+        pair_arg(args[3], op, "padding", p) < 0 || pair_arg(args[4], op, "dilation", d) < 0)
+        return NULL;
+    int ceil = PyObject_IsTrue(args[5]), with_indices = PyObject_IsTrue(args[6]);
+    if (ceil < 0 || with_indices < 0)
+        return NULL;
+    dtpy_record_call_site(st);
+    dt_tensor *v = NULL, *i = NULL;
+    if (dt_max_pool2d(x->t, k, args[2] != Py_None ? s : NULL, p, d, ceil, &v, with_indices ? &i : NULL) !=
+        DT_OK)
+        return dtpy_raise_last(st);
+    return with_indices ? dtpy_tensor_pair(st, x, v, i) : dtpy_tensor_wrap_like(st, v, x);
+}
+
+/* _nn_avg_pool2d(x, kernel_size, stride_or_None, padding, ceil_mode, count_include_pad, divisor_or_None) */
+static PyObject *nn_avg_pool2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(7, "_nn_avg_pool2d");
+    dtpy_state *st = nn_state(m);
+    const char *op = "avg_pool2d";
+    dtpy_tensor *x;
+    int64_t k[2], s[2], p[2];
+    long long divisor = 0;
+    if (tensor_arg(st, args[0], op, "input", 0, &x) < 0 || pair_arg(args[1], op, "kernel_size", k) < 0 ||
+        (args[2] != Py_None && pair_arg(args[2], op, "stride", s) < 0) ||
+        pair_arg(args[3], op, "padding", p) < 0 ||
+        (args[6] != Py_None && int_arg(args[6], op, "divisor_override", &divisor) < 0))
+        return NULL;
+    int ceil = PyObject_IsTrue(args[4]), count_pad = PyObject_IsTrue(args[5]);
+    if (ceil < 0 || count_pad < 0)
+        return NULL;
+    int64_t div = divisor;
+    dtpy_record_call_site(st);
+    return dtpy_tensor_wrap_like(st,
+                                 dt_avg_pool2d(x->t, k, args[2] != Py_None ? s : NULL, p, ceil, count_pad,
+                                               args[6] != Py_None ? &div : NULL),
+                                 x);
+}
+
+/* _nn_adaptive_pool2d(x, output_size, kind): kind 0 avg, 1 max, 2 max with indices */
+static PyObject *nn_adaptive_pool2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(3, "_nn_adaptive_pool2d");
+    dtpy_state *st = nn_state(m);
+    long long kind;
+    if (int_arg(args[2], "adaptive_pool2d", "kind", &kind) < 0)
+        return NULL;
+    const char *op = kind ? "adaptive_max_pool2d" : "adaptive_avg_pool2d";
+    dtpy_tensor *x;
+    int64_t size[2];
+    if (tensor_arg(st, args[0], op, "input", 0, &x) < 0 || pair_arg(args[1], op, "output_size", size) < 0)
+        return NULL;
+    dtpy_record_call_site(st);
+    if (kind == 0)
+        return dtpy_tensor_wrap_like(st, dt_adaptive_avg_pool2d(x->t, size), x);
+    dt_tensor *v = NULL, *i = NULL;
+    if (dt_adaptive_max_pool2d(x->t, size, &v, kind == 2 ? &i : NULL) != DT_OK)
+        return dtpy_raise_last(st);
+    return kind == 2 ? dtpy_tensor_pair(st, x, v, i) : dtpy_tensor_wrap_like(st, v, x);
+}
 
 /* _nn_alias(x, cls): a new Python tensor of class `cls` (a subclass of
  * TensorBase with the same layout, e.g. dtorch.nn.Parameter) on x's value. */
@@ -389,6 +469,12 @@ static PyMethodDef nn_methods[] = {
     {"_nn_dropout", FASTCALL(nn_dropout), "_nn_dropout(x, p, training)"},
     {"_nn_alias", FASTCALL(nn_alias), "_nn_alias(x, cls): a tensor of class cls on x's value"},
     {"_nn_sdpa", FASTCALL(nn_sdpa), "_nn_sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale)"},
+    {"_nn_max_pool2d", FASTCALL(nn_max_pool2d),
+     "_nn_max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode, return_indices)"},
+    {"_nn_avg_pool2d", FASTCALL(nn_avg_pool2d),
+     "_nn_avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)"},
+    {"_nn_adaptive_pool2d", FASTCALL(nn_adaptive_pool2d),
+     "_nn_adaptive_pool2d(x, output_size, kind): kind 0 avg, 1 max, 2 max with indices"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -368,6 +368,25 @@ static PyObject *v_repeat_interleave(PyObject *m, PyObject *const *args, Py_ssiz
     return dtpy_tensor_wrap_like(st, dt_repeat_interleave(a->t, r, dim), a);
 }
 
+/* _v_masked_scatter(x, mask, source, inplace): x.masked_scatter(mask, source);
+ * with inplace the new value of x (the caller rebinds x). */
+static PyObject *v_masked_scatter(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    dtpy_state *st = mod_state(m);
+    dtpy_tensor *a, *mask, *src;
+    if (check_nargs(nargs, 4, "_v_masked_scatter") < 0)
+        return NULL;
+    int inplace = PyObject_IsTrue(args[3]);
+    if (inplace < 0)
+        return NULL;
+    const char *op = inplace ? "masked_scatter_" : "masked_scatter";
+    if (!(a = tensor_arg(st, args[0], op, "input")) || !(mask = tensor_arg(st, args[1], op, "mask")) ||
+        !(src = tensor_arg(st, args[2], op, "source")))
+        return NULL;
+    dtpy_record_call_site(st);
+    return dtpy_tensor_wrap_like(st, dt_masked_scatter(a->t, mask->t, src->t, inplace ? DT_EW_INPLACE : 0),
+                                 a);
+}
+
 /* ------------------------------------------------------------ registration */
 
 #define FAST(name, fn, doc) {name, (PyCFunction)(void (*)(void))fn, METH_FASTCALL, doc}
@@ -392,6 +411,8 @@ static PyMethodDef views_methods[] = {
     FAST("_v_repeat", v_repeat, "_v_repeat(x, repeats) -> Tensor"),
     FAST("_v_repeat_interleave", v_repeat_interleave,
          "_v_repeat_interleave(x, repeats (int or Tensor), dim, output_size) -> Tensor"),
+    FAST("_v_masked_scatter", v_masked_scatter,
+         "_v_masked_scatter(x, mask, source, inplace) -> Tensor (with inplace: the new value of x)"),
     {NULL, NULL, 0, NULL},
 };
 

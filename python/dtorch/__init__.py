@@ -66,6 +66,7 @@ from ._factories import (
     zeros_like,
 )
 from ._ops_views import *  # noqa: F401,F403 - views and shape family (its own __all__)
+from ._ops_masked_scatter import masked_scatter  # noqa: F401 - and Tensor.masked_scatter(_)
 from ._ops import add, div, divide, matmul, mm, mul, multiply, neg, negative, sub, subtract, sum, true_divide
 from ._ops_reduce import *  # noqa: F401,F403  (reductions family; overrides _ops.sum)
 from ._ops_linalg import *  # noqa: F401,F403  (linear algebra family; overrides _ops.matmul/mm)

@@ -186,6 +186,39 @@ typedef enum dt__kop {
      *  CUMSUM: torch.cumsum(in[0], dim, dtype = `dtype` when flags &
      *    DT_KS_DTYPE, else None). */
     DT_K_SORT,
+
+    /* ---- pooling, part of the nn functional family (src/ops/nn_pool.c,
+     * torch_nn.cpp): ndim/shape hold the local output shape and an empty one
+     * returns an empty tensor without computing. ---- */
+    /* One ATen pooling call on in[0] [..., C, H, W], sub a DT_KPOOL_*, with
+     * kernel_size ints[0..2), stride ints[2..4), padding ints[4..6),
+     * dilation ints[6..8), ceil_mode = flags & DT_KPOOL_CEIL:
+     *  MAX: at::max_pool2d (torch.nn.functional.max_pool2d's call without
+     *    return_indices);
+     *  MAX_WI / MAX_WI_INDICES: the values / int64 indices of
+     *    at::max_pool2d_with_indices (its call with return_indices=True);
+     *  AVG: at::avg_pool2d(count_include_pad = flags & DT_KPOOL_COUNT_PAD,
+     *    divisor_override = ints[8] when flags & DT_KPOOL_DIVISOR, else None);
+     *  ADAPTIVE_AVG: at::adaptive_avg_pool2d(output_size ints[0..2));
+     *  ADAPTIVE_MAX / ADAPTIVE_MAX_INDICES: the values / int64 indices of
+     *    at::adaptive_max_pool2d(output_size ints[0..2)).
+     * Result dtype `dtype`. */
+    DT_K_POOL2D,
+    /* out = masked_scatter of in[0] (input), in[1] (bool mask), in[2]
+     * (source), result dtype `dtype`. Without DT_KMS_REGION it is
+     * at::masked_scatter(in[0], in[1], in[2]) (both broadcast). With it the
+     * device computes the region (start, shape) (ndim dims) of the result of
+     * global shape gshape (gndim dims): in[0] is the part of the input that
+     * broadcasts to that region, in[1] the whole mask (broadcastable to
+     * gshape) and in[2] the whole source; each True element of the region
+     * takes source.flatten()[r] where r is its rank among the True elements
+     * of the whole broadcast mask in row-major order (torch's semantics).
+     * DT_KMS_ZERO_INPUT puts zeros where the input would show, and
+     * DT_KMS_ZERO_SOURCE zeros where the source would (the pieces of a
+     * Partial result that are not this device's). Fewer source elements than
+     * True elements in the whole mask fail as ATen's "Number of elements of
+     * source < number of ones in mask". */
+    DT_K_MASKED_SCATTER,
     DT_K_COUNT
 } dt__kop;
 
@@ -286,6 +319,30 @@ enum {
     DT_KS_LARGEST = 1 << 26,    /* topk */
     DT_KS_SORTED = 1 << 27,     /* topk */
     DT_KS_DTYPE = 1 << 28       /* cumsum: dtype= given */
+};
+
+/* DT_K_POOL2D sub codes and flags (flags in high bits, clear of DT_KF_* and
+ * DT_KNN_*). */
+enum {
+    DT_KPOOL_MAX = 0,
+    DT_KPOOL_MAX_WI,
+    DT_KPOOL_MAX_WI_INDICES,
+    DT_KPOOL_AVG,
+    DT_KPOOL_ADAPTIVE_AVG,
+    DT_KPOOL_ADAPTIVE_MAX,
+    DT_KPOOL_ADAPTIVE_MAX_INDICES,
+    DT_KPOOL_COUNT
+};
+enum {
+    DT_KPOOL_CEIL = 1 << 12,      /* ceil_mode=True */
+    DT_KPOOL_COUNT_PAD = 1 << 13, /* AVG: count_include_pad=True */
+    DT_KPOOL_DIVISOR = 1 << 14    /* AVG: divisor_override = ints[8] */
+};
+/* DT_K_MASKED_SCATTER flags. */
+enum {
+    DT_KMS_REGION = 1 << 12,     /* a region of the result, not all of it */
+    DT_KMS_ZERO_INPUT = 1 << 13, /* zeros where the input shows */
+    DT_KMS_ZERO_SOURCE = 1 << 14 /* zeros where the source goes */
 };
 
 /* Attributes of one kernel. Only the fields the op documents are meaningful. */

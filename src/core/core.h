@@ -198,6 +198,11 @@ typedef enum dt__op {
     /* creation and data-dependent family (src/ops/factory.c, sort_scan.c). */
     DT_OP_RANDINT,   /* lowered by dt__lower_factory; low/high in scalar/scalar2 */
     DT_OP_SORT_SCAN, /* sub = DT_KS_* (backend.h); sort_dim, sort_k below */
+    /* 2-D pooling (src/ops/nn_pool.c): nn family, lowered by dt__lower_nn;
+     * sub = DT_KPOOL_* (backend.h), arguments in ints. */
+    DT_OP_POOL2D,
+    /* masked_scatter (src/ops/masked_scatter.c): in = input, mask, source. */
+    DT_OP_MASKED_SCATTER,
     DT_OP_FETCH,   /* a value read */
     DT_OP_SYNC,    /* a graph-wide barrier */
     DT_OP_STOP,    /* shut the controller down */
@@ -540,6 +545,7 @@ void dt__lower_view(dt__lower *L, dt__node *n);
 void dt__lower_elementwise(dt__lower *L, dt__node *n);
 void dt__lower_nn(dt__lower *L, dt__node *n);
 void dt__lower_sort_scan(dt__lower *L, dt__node *n);
+void dt__lower_masked_scatter(dt__lower *L, dt__node *n);
 
 /* ------------------------------------------------------------ client */
 

@@ -217,11 +217,13 @@ const dt__op_info dt__ops[DT_OP_COUNT] = {
     /* creation and data-dependent family */
     [DT_OP_RANDINT] = {"randint", dt__lower_factory},
     [DT_OP_SORT_SCAN] = {"sort_scan", dt__lower_sort_scan},
+    [DT_OP_POOL2D] = {"pool2d", dt__lower_nn},
+    [DT_OP_MASKED_SCATTER] = {"masked_scatter", dt__lower_masked_scatter},
     [DT_OP_FETCH] = {"fetch", lower_fetch},
     [DT_OP_SYNC] = {"sync", lower_sync},
     [DT_OP_STOP] = {"stop", NULL},
 };
-_Static_assert(DT_OP_COUNT == 33, "update dt__ops when adding an op");
+_Static_assert(DT_OP_COUNT == 35, "update dt__ops when adding an op");
 
 /* -------------------------------------------------------------- the loop */
 

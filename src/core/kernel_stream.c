@@ -89,8 +89,10 @@ static const char *const kop_names[DT_K_COUNT] = {
     [DT_K_PAD] = "pad",               [DT_K_DROPOUT] = "dropout", [DT_K_SDPA] = "sdpa",
     /* creation and data-dependent family */
     [DT_K_SORT] = "sort",
+    /* pooling (nn family) and masked_scatter */
+    [DT_K_POOL2D] = "pool2d", [DT_K_MASKED_SCATTER] = "masked_scatter",
 };
-_Static_assert(DT_K_COUNT == 33, "update kop_names when adding a kernel op");
+_Static_assert(DT_K_COUNT == 35, "update kop_names when adding a kernel op");
 
 /* Poisons k->out with a message naming the op, the device and the call site. */
 static void poison(dt__kernel *k, const dt__stream *s, const char *what) {

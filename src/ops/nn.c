@@ -2,7 +2,8 @@
  * The nn functional family, part 1: the shared placement engine and lowering
  * (see nn_internal.h), activations, softmax/log_softmax, dropout, pad,
  * interpolate and conv2d, and the family's registry rows. Normalisations and
- * embedding live in nn_norm.c, scaled_dot_product_attention in attention.c.
+ * embedding live in nn_norm.c, scaled_dot_product_attention in attention.c,
+ * pooling in nn_pool.c (with its own registry rows).
  *
  * Every op here is local: a device computes its output region from regions
  * of its inputs, so the lowering is one kernel per device (plus SLICE
@@ -66,6 +67,8 @@ static const nn_rules *rules_of(int op) {
         return &dt__nn_rules_dropout;
     case DT_OP_SDPA:
         return &dt__nn_rules_sdpa;
+    case DT_OP_POOL2D:
+        return &dt__nn_rules_pool2d;
     default:
         return NULL;
     }

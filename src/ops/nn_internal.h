@@ -1,6 +1,6 @@
 /*
  * Shared machinery of the nn functional family (nn.c, nn_norm.c,
- * attention.c): one placement engine and one lowering for ops whose every
+ * attention.c, nn_pool.c): one placement engine and one lowering for ops whose every
  * device computes its output region from regions of its inputs, with no
  * communication.
  *
@@ -54,6 +54,8 @@ typedef struct nn_rules {
 extern const nn_rules dt__nn_rules_activation, dt__nn_rules_softmax, dt__nn_rules_dropout, dt__nn_rules_pad,
     dt__nn_rules_interpolate, dt__nn_rules_conv2d, dt__nn_rules_norm, dt__nn_rules_embedding,
     dt__nn_rules_sdpa;
+/* 2-D pooling (nn_pool.c). */
+extern const nn_rules dt__nn_rules_pool2d;
 
 /* Validates placements and records the op: `ins` (nin non-NULL tensors, all
  * on one graph and mesh), `out` with dtype, ndim and shape set (mesh and

@@ -1,7 +1,8 @@
 /*
  * Private header of the views and shape family (views.c, index.c,
- * shape_ops.c): the node kinds behind DT_OP_VIEW, what each keeps in the node
- * attributes, and the helpers the three files share.
+ * shape_ops.c, masked_scatter.c): the node kinds behind DT_OP_VIEW, what each
+ * keeps in the node attributes, and the helpers the files share
+ * (masked_scatter has a node op of its own and uses only the helpers).
  *
  * Threads: the dt__view_* client helpers run on client threads; the
  * dt__vlower_* functions on the graph's controller thread.

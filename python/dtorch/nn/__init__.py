@@ -3,7 +3,7 @@
 ``Module`` (eval mode by default; ``__call__`` runs ``redistribute_input``, ``forward`` and
 ``redistribute_output``), ``Parameter``, ``Buffer``, ``ModuleList``, ``Sequential``, the layers
 (``Linear`` and its tensor-parallel forms, ``Embedding``, the norms, ``Conv2d``, activations,
-``Dropout``, ``Flatten``) and ``dtorch.nn.functional``. The module paths are torch's:
+``Dropout``, ``Flatten``, pooling) and ``dtorch.nn.functional``. The module paths are torch's:
 ``dtorch.nn.parameter``, ``dtorch.nn.modules.<family>``.
 
 >>> import torch, dtorch

@@ -472,3 +472,161 @@ def _attach_methods() -> None:
 
 
 _attach_methods()
+
+
+# ---------------------------------------------------------------- pooling (2-D)
+#
+# max_pool2d, avg_pool2d, adaptive_avg_pool2d, adaptive_max_pool2d (and the *_with_indices forms) over
+# the last two dims of [N, C, H, W] or [C, H, W]. Shards of the dims before H and W pass through (each
+# device pools its own planes); H and W must be whole (a PlacementError names the redistribute()).
+# Average pooling is linear: a Partial() input of a floating dtype gives a Partial() output. Each op
+# is the ATen call torch.nn.functional makes, so one device gives torch's values bit for bit. The
+# layers are in dtorch.nn.modules.pooling.
+
+__all__ += [
+    "max_pool2d", "max_pool2d_with_indices", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d",
+    "adaptive_max_pool2d_with_indices",
+]
+
+
+def _pool_input(op: str, input) -> None:
+    if not isinstance(input, _Tensor):
+        raise TypeError(f"{op}(): argument 'input' (position 1) must be a dtorch.Tensor, not {type(input).__name__}")
+
+
+def _pool_ints(v, op: str, what: str, pos: int) -> List[int]:
+    """An int or a sequence of ints, as torch's argument parser takes an ``int[2]`` (TypeError otherwise)."""
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+        return [int(v)]
+    if isinstance(v, (list, tuple, torch.Size)):
+        out = []
+        for i, e in enumerate(v):
+            if isinstance(e, bool) or not isinstance(e, numbers.Integral):
+                raise TypeError(f"{op}(): argument '{what}' (position {pos}) must be tuple of ints, but found element "
+                                f"of type {type(e).__name__} at pos {i}")
+            out.append(int(e))
+        return out
+    raise TypeError(f"{op}(): argument '{what}' (position {pos}) must be tuple of ints, not {type(v).__name__}")
+
+
+def _pool_pair(v: List[int], op: str, message: str) -> List[int]:
+    """ATen's rule: one entry stands for both spatial dims, two are (H, W); else RuntimeError."""
+    if len(v) == 1:
+        return v * 2
+    if len(v) == 2:
+        return v
+    raise RuntimeError(f"{op}: {message}")
+
+
+def _window_args(op: str, kernel_size, stride, padding, dilation=None):
+    """kernel_size, stride (None when omitted), padding, dilation as pairs, checked in ATen's order."""
+    k = _pool_ints(kernel_size, op, "kernel_size", 2)
+    s = [] if stride is None else _pool_ints(stride, op, "stride", 3)
+    p = _pool_ints(padding, op, "padding", 4)
+    d = None if dilation is None else _pool_ints(dilation, op, "dilation", 5)
+    k = _pool_pair(k, op, "kernel_size must either be a single int, or a tuple of two ints")
+    s = None if not s else _pool_pair(s, op, "stride must either be omitted, a single int, or a tuple of two ints")
+    p = _pool_pair(p, op, "padding must either be a single int, or a tuple of two ints")
+    if d is not None:
+        d = _pool_pair(d, op, "dilation must be either a single int, or a tuple of two ints")
+    return k, s, p, d
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,
+               return_indices: bool = False):
+    """2-D max pooling of ``input`` [N, C, H, W] or [C, H, W]; ``return_indices=True`` also returns the int64
+    index of each maximum in its H*W plane, as torch does.
+
+    Batch and channel shards pass through; ``Partial()`` is rejected (the max of a sum is not the sum of maxima).
+
+    >>> F.max_pool2d(x, 3, stride=2, padding=1)
+    >>> y, idx = F.max_pool2d(x, 2, return_indices=True)
+    """
+    _pool_input("max_pool2d", input)
+    k, s, p, d = _window_args("max_pool2d", kernel_size, stride, padding, dilation)
+    return _C._nn_max_pool2d(input, k, s, p, d, bool(ceil_mode), bool(return_indices))
+
+
+def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,
+                            return_indices: bool = False):
+    """``max_pool2d(..., return_indices=True)``: (values, indices).
+
+    >>> y, idx = F.max_pool2d_with_indices(x, 2)
+    """
+    _pool_input("max_pool2d_with_indices", input)
+    k, s, p, d = _window_args("max_pool2d_with_indices", kernel_size, stride, padding, dilation)
+    return _C._nn_max_pool2d(input, k, s, p, d, bool(ceil_mode), True)
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: Optional[int] = None):
+    """2-D average pooling of ``input`` [N, C, H, W] or [C, H, W] (floating dtypes and int64, as torch).
+
+    Batch and channel shards pass through; pooling is linear, so a ``Partial()`` input of a floating dtype gives
+    a ``Partial()`` output (each part pooled; the parts add up to the pooled sum up to rounding).
+
+    >>> F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False)
+    """
+    _pool_input("avg_pool2d", input)
+    k, s, p, _ = _window_args("avg_pool2d", kernel_size, stride, padding)
+    if divisor_override is not None and (isinstance(divisor_override, bool) or
+                                         not isinstance(divisor_override, numbers.Integral)):
+        raise TypeError(f"avg_pool2d(): argument 'divisor_override' (position 7) must be int, not "
+                        f"{type(divisor_override).__name__}")
+    div = None if divisor_override is None else int(divisor_override)
+    return _C._nn_avg_pool2d(input, k, s, p, bool(ceil_mode), bool(count_include_pad), div)
+
+
+def _adaptive_size(op: str, input, output_size) -> List[int]:
+    """torch's ``_list_with_default``: None entries take the input's size; then an ``int[2]``."""
+    if isinstance(output_size, numbers.Integral) and not isinstance(output_size, bool):
+        return [int(output_size)] * 2
+    if isinstance(output_size, bool):
+        raise TypeError(f"{op}(): argument 'output_size' (position 2) must be tuple of ints, not bool")
+    defaults = list(input.shape)
+    if len(defaults) <= len(output_size):
+        raise ValueError(f"Input dimension should be at least {len(output_size) + 1}")
+    size = [v if v is not None else d for v, d in zip(output_size, defaults[-len(output_size):])]
+    return _pool_ints(size, op, "output_size", 2)
+
+
+def adaptive_avg_pool2d(input, output_size):
+    """Average pooling to ``output_size`` (an int or (H, W); None keeps the input's size) over the last two dims.
+
+    An output of 1x1 is the mean over H and W (``GlobalAvgPool2d``). Batch and channel shards pass through;
+    ``Partial()`` stays ``Partial()`` (pooling is linear).
+
+    >>> F.adaptive_avg_pool2d(x, (1, 1))
+    """
+    _pool_input("adaptive_avg_pool2d", input)
+    size = _adaptive_size("adaptive_avg_pool2d", input, output_size)
+    if len(size) != 2:
+        raise RuntimeError("adaptive_avg_pool2d: output_size must be 2")
+    return _C._nn_adaptive_pool2d(input, size, 0)
+
+
+def _adaptive_max(op: str, input, output_size, return_indices: bool):
+    _pool_input(op, input)
+    size = _adaptive_size(op, input, output_size)
+    if len(size) != 2:
+        if input.ndim not in (3, 4):
+            raise RuntimeError(f"adaptive_max_pool2d(): Expected 3D or 4D tensor, but got: {list(input.shape)}")
+        raise RuntimeError("adaptive_max_pool2d(): internal error: output_size.size() must be 2")
+    return _C._nn_adaptive_pool2d(input, size, 2 if return_indices else 1)
+
+
+def adaptive_max_pool2d(input, output_size, return_indices: bool = False):
+    """Max pooling to ``output_size`` over the last two dims; ``return_indices=True`` also returns the int64
+    indices. Batch and channel shards pass through; ``Partial()`` is rejected.
+
+    >>> F.adaptive_max_pool2d(x, 1)
+    """
+    return _adaptive_max("adaptive_max_pool2d", input, output_size, return_indices)
+
+
+def adaptive_max_pool2d_with_indices(input, output_size, return_indices: bool = False):
+    """``adaptive_max_pool2d(..., return_indices=True)``: (values, indices).
+
+    >>> y, idx = F.adaptive_max_pool2d_with_indices(x, (2, 2))
+    """
+    return _adaptive_max("adaptive_max_pool2d_with_indices", input, output_size, True)

@@ -55,6 +55,7 @@ static const char *const kop_names[DT_K_COUNT] = {
     [DT_K_EMBEDDING] = "EMBEDDING", [DT_K_CONV2D] = "CONV2D", [DT_K_INTERPOLATE] = "INTERPOLATE",
     [DT_K_PAD] = "PAD", [DT_K_DROPOUT] = "DROPOUT", [DT_K_SDPA] = "SDPA",
     [DT_K_SORT] = "SORT",
+    [DT_K_POOL2D] = "POOL2D", [DT_K_MASKED_SCATTER] = "MASKED_SCATTER",
 };
 
 

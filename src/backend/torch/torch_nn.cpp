@@ -1,6 +1,6 @@
 /*
  * LibTorch kernels of the nn functional family (backend.h, DT_K_ACTIVATION
- * .. DT_K_SDPA).
+ * .. DT_K_SDPA, and DT_K_POOL2D).
  *
  * Each kernel makes the same ATen call that torch.nn.functional makes for
  * the op, so a one-device result equals eager torch bit for bit (fused
@@ -311,6 +311,36 @@ at::Tensor sdpa_kernel(const dt__kattr *a, void *const *in, int n_in) {
     return finish(r, to_aten(a->dtype));
 }
 DT_TORCH_KERNEL(DT_K_SDPA, sdpa_kernel);
+
+/* -------------------------------------------------------------- pooling */
+
+/* The call torch.nn.functional makes for each pooling form (backend.h,
+ * DT_K_POOL2D); the max forms with indices return one of the two outputs. */
+at::Tensor pool2d_kernel(const dt__kattr *a, void *const *in, int n_in) {
+    need_inputs(DT_K_POOL2D, n_in, 1, 1);
+    const at::Tensor &x = impl(in[0]);
+    if (empty_out(a)) return empty_result(a, x);
+    at::IntArrayRef k(a->ints, 2), s(a->ints + 2, 2), p(a->ints + 4, 2), d(a->ints + 6, 2), size(a->ints, 2);
+    bool ceil = (a->flags & DT_KPOOL_CEIL) != 0;
+    at::Tensor r;
+    switch (a->sub) {
+    case DT_KPOOL_MAX: r = at::max_pool2d(x, k, s, p, d, ceil); break;
+    case DT_KPOOL_MAX_WI: r = std::get<0>(at::max_pool2d_with_indices(x, k, s, p, d, ceil)); break;
+    case DT_KPOOL_MAX_WI_INDICES: r = std::get<1>(at::max_pool2d_with_indices(x, k, s, p, d, ceil)); break;
+    case DT_KPOOL_AVG: {
+        c10::optional<int64_t> divisor;
+        if (a->flags & DT_KPOOL_DIVISOR) divisor = a->ints[8];
+        r = at::avg_pool2d(x, k, s, p, ceil, (a->flags & DT_KPOOL_COUNT_PAD) != 0, divisor);
+        break;
+    }
+    case DT_KPOOL_ADAPTIVE_AVG: r = at::adaptive_avg_pool2d(x, size); break;
+    case DT_KPOOL_ADAPTIVE_MAX: r = std::get<0>(at::adaptive_max_pool2d(x, size)); break;
+    case DT_KPOOL_ADAPTIVE_MAX_INDICES: r = std::get<1>(at::adaptive_max_pool2d(x, size)); break;
+    default: fail("torch backend: unknown pooling " + std::to_string(a->sub));
+    }
+    return finish(r, to_aten(a->dtype));
+}
+DT_TORCH_KERNEL(DT_K_POOL2D, pool2d_kernel);
 
 } // namespace
 } // namespace dt_torch

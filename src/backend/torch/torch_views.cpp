@@ -1,6 +1,7 @@
 /*
  * LibTorch kernels of the views and shape family: DT_K_VIEW and its sub
- * codes (backend.h states each one's exact semantics).
+ * codes, and DT_K_MASKED_SCATTER (backend.h states each one's exact
+ * semantics).
  *
  * Each kernel calls the ATen op eager torch calls for the same Python
  * expression, on the device's own block, so a one-device mesh gives exactly
@@ -143,8 +144,39 @@ at::Tensor view_kernel(const dt__kattr *a, void *const *in, int n_in) {
     }
 }
 
+/* DT_K_MASKED_SCATTER (backend.h). The whole result is ATen's own call; a
+ * region ranks the True elements of the whole broadcast mask (a cumsum in
+ * row-major order) and takes its own ones' source elements, which is the
+ * same element-for-element copy. */
+at::Tensor masked_scatter_kernel(const dt__kattr *a, void *const *in, int n_in) {
+    need_inputs(DT_K_MASKED_SCATTER, n_in, 3, 3);
+    const at::Tensor &x = impl(in[0]), &mask = impl(in[1]), &src = impl(in[2]);
+    at::ScalarType st = to_aten(a->dtype);
+    if (!(a->flags & DT_KMS_REGION)) return finish(at::masked_scatter(x, mask, src), st);
+    check_ndim(a->gndim, "masked_scatter result");
+    if (a->ndim != a->gndim) fail("torch backend: masked_scatter region of another rank than the result");
+    at::IntArrayRef gshape = dims_of(a->gshape, a->gndim), shape = dims_of(a->shape, a->ndim);
+    at::Tensor m = mask.expand(gshape);
+    // rank[i] = how many True elements precede element i, plus one.
+    at::Tensor rank = at::cumsum(m.reshape({-1}), 0, at::kLong).view(gshape);
+    int64_t total = rank.numel() ? rank.reshape({-1})[-1].item<int64_t>() : 0;
+    TORCH_CHECK(total <= src.numel(), "Number of elements of source < number of ones in mask");
+    bool whole = false;
+    at::Tensor mr = region(m, a->ndim, a->start, a->shape, &whole);
+    at::Tensor rr = region(rank, a->ndim, a->start, a->shape, &whole);
+    at::Tensor out = (a->flags & DT_KMS_ZERO_INPUT)
+                         ? at::zeros(shape, x.options().dtype(st))
+                         : x.expand(shape).to(st).clone(at::MemoryFormat::Contiguous);
+    at::Tensor pick = rr.masked_select(mr).sub_(1);
+    at::Tensor vals = (a->flags & DT_KMS_ZERO_SOURCE) ? at::zeros({pick.numel()}, src.options())
+                                                      : src.reshape({-1}).index_select(0, pick);
+    out.masked_scatter_(mr, vals);
+    return finish(out, st);
+}
+
 } // namespace
 
 DT_TORCH_KERNEL(DT_K_VIEW, view_kernel);
+DT_TORCH_KERNEL(DT_K_MASKED_SCATTER, masked_scatter_kernel);
 
 } // namespace dt_torch

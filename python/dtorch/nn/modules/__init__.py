@@ -23,6 +23,14 @@ from .embedding import Embedding, EmbeddingWithReplicateOutput
 from .normalization import GroupNorm, LayerNorm, RMSNorm
 from .batchnorm import BatchNorm1d, BatchNorm2d
 from .flatten import Flatten
+from .pooling import (
+    AdaptiveAvgPool2d,
+    AdaptiveMaxPool2d,
+    AvgPool2d,
+    GlobalAvgPool2d,
+    GlobalMaxPool2d,
+    MaxPool2d,
+)
 
 __all__ = [
     "Module", "ModuleList", "Sequential",
@@ -32,4 +40,5 @@ __all__ = [
     "ReplicateParallelLinear",
     "Conv2d", "Dropout", "Embedding", "EmbeddingWithReplicateOutput", "LayerNorm", "RMSNorm", "GroupNorm",
     "BatchNorm1d", "BatchNorm2d", "Flatten",
+    "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "GlobalAvgPool2d", "GlobalMaxPool2d",
 ]

@@ -1,0 +1,252 @@
+/*
+ * The views and shape family, part 4: masked_scatter (DT_OP_MASKED_SCATTER,
+ * kernel DT_K_MASKED_SCATTER).
+ *
+ * torch.masked_scatter(a, mask, source) gives the k-th True position of the
+ * broadcast mask, counted in row-major order, source.flatten()[k]. Which
+ * source elements a block of the result takes therefore depends on how many
+ * True elements precede the block: a data-dependent prefix. dtorch computes
+ * it without communication by giving every device the whole mask (and the
+ * whole source): each device ranks the True elements of the whole mask and
+ * keeps those of its own block. So the mask must be Replicate, and the
+ * source Replicate or Partial (every device holds a full-size part), while
+ * the input may be Shard on any dim that does not broadcast, Replicate or
+ * Partial. A sharded mask would need an exchange of per-device counts (an
+ * all-gather of one number per device); that is left to the user's
+ * redistribute() rather than done behind their back. Partial results are
+ * exact: a device whose Partial part is not the input's (or the source's)
+ * writes zeros in its place, as setitem does.
+ *
+ * On a one-device mesh (or with everything Replicate) the kernel is
+ * at::masked_scatter itself, so results and failures are eager torch's.
+ *
+ * Threads: dt_masked_scatter on client threads; dt__lower_masked_scatter on
+ * the controller.
+ */
+#include <string.h>
+
+#include "ops/elementwise.h"
+#include "ops/ops.h"
+#include "ops/views_int.h"
+
+#define R_ DT_PLACEMENT_REPLICATE
+#define S_ DT_PLACEMENT_SHARD
+#define P_ DT_PLACEMENT_PARTIAL
+
+static const char *const accepts =
+    "(input, mask, source): (R,R,R)->R, (S(d),R,R)->S(d) for a dim d of input that does not broadcast, "
+    "(P,R,R)->P, (R,R,P)->P, (P,R,P)->P (the mask and source are read whole on every device)";
+
+/* Writes "[3, 4]" into sb. */
+static void format_shape(dt__strbuf *sb, int nd, const int64_t *shape) {
+    dt__sb_printf(sb, "[");
+    for (int d = 0; d < nd; d++)
+        dt__sb_printf(sb, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    dt__sb_printf(sb, "]");
+}
+
+/* torch's expand_outplace(mask, a): the broadcast shape into out. */
+static dt_status broadcast(const dt__meta *mm, const dt__meta *ma, dt__meta *out) {
+    int nd = mm->ndim > ma->ndim ? mm->ndim : ma->ndim;
+    for (int d = 0; d < nd; d++) {
+        int dm = d - (nd - mm->ndim), da = d - (nd - ma->ndim);
+        int64_t sm = dm >= 0 ? mm->shape[dm] : 1, sa = da >= 0 ? ma->shape[da] : 1;
+        if (sm != sa && sm != 1 && sa != 1)
+            return dt__error(
+                DT_ESHAPE,
+                "masked_scatter: The size of tensor a (%lld) must match the size of tensor b (%lld) "
+                "at non-singleton dimension %d",
+                (long long)sm, (long long)sa, d);
+        out->shape[d] = sm == 1 ? sa : sm;
+    }
+    out->ndim = nd;
+    return DT_OK;
+}
+
+/* masked_scatter_'s expand_inplace(a, mask): the mask must expand to a. */
+static dt_status expands_to(const dt__meta *mm, const dt__meta *ma) {
+    dt__strbuf sb;
+    dt__sb_init(&sb);
+    if (mm->ndim > ma->ndim) {
+        format_shape(&sb, mm->ndim, mm->shape);
+        return dt__error(
+            DT_EOP,
+            "masked_scatter_: expand(mask %s, size=[...]): the number of sizes provided (%d) must be "
+            "greater or equal to the number of dimensions in the tensor (%d)",
+            sb.buf, ma->ndim, mm->ndim);
+    }
+    int off = ma->ndim - mm->ndim;
+    for (int j = mm->ndim - 1; j >= 0; j--)
+        if (mm->shape[j] != 1 && mm->shape[j] != ma->shape[j + off]) {
+            dt__sb_printf(&sb,
+                          "masked_scatter_: The expanded size of the tensor (%lld) must match the existing "
+                          "size (%lld) at non-singleton dimension %d.  Target sizes: ",
+                          (long long)ma->shape[j + off], (long long)mm->shape[j], j + off);
+            format_shape(&sb, ma->ndim, ma->shape);
+            dt__sb_printf(&sb, ".  Tensor sizes: ");
+            format_shape(&sb, mm->ndim, mm->shape);
+            return dt__error(DT_EOP, "%s", sb.buf);
+        }
+    return DT_OK;
+}
+
+/* The output placement on mesh dim md, or a PlacementError. */
+static dt_status mesh_dim_rule(const dt__meta *const *ins, const dt__meta *out, int md, dt_placement *res) {
+    dt_placement pa = ins[0]->pl[md], pm = ins[1]->pl[md], ps = ins[2]->pl[md];
+    if (pm.kind != R_)
+        return dt__view_reject("masked_scatter", ins, 3, 1, md, accepts);
+    if (ps.kind == S_)
+        return dt__view_reject("masked_scatter", ins, 3, 2, md, accepts);
+    if (pa.kind == S_) {
+        int off = out->ndim - ins[0]->ndim;
+        /* A shard of a broadcast dim is not a block of the result; a Partial
+         * source cannot sit next to a Shard on the same mesh dim. */
+        if (ins[0]->shape[pa.dim] != out->shape[pa.dim + off])
+            return dt__view_reject("masked_scatter", ins, 3, 0, md, accepts);
+        if (ps.kind == P_)
+            return dt__view_reject("masked_scatter", ins, 3, 2, md, accepts);
+        *res = (dt_placement){S_, pa.dim + off};
+    } else if (pa.kind == P_ || ps.kind == P_) {
+        *res = (dt_placement){P_, 0};
+    } else {
+        *res = (dt_placement){R_, 0};
+    }
+    return DT_OK;
+}
+
+/* The part of input `a` that broadcasts to the output region (os, ol). */
+static void input_region(const dt__meta *a, const dt__meta *out, const int64_t *os, const int64_t *ol,
+                         int64_t *s, int64_t *l) {
+    int off = out->ndim - a->ndim;
+    for (int j = 0; j < a->ndim; j++) {
+        int d = j + off;
+        if (a->shape[j] != out->shape[d]) {
+            s[j] = 0;
+            l[j] = a->shape[j];
+        } else {
+            s[j] = os[d];
+            l[j] = ol[d];
+        }
+    }
+}
+
+dt_tensor *dt_masked_scatter(dt_tensor *a, dt_tensor *mask, dt_tensor *source, int flags) {
+    dt_clear_error();
+    const char *op = flags & DT_EW_INPLACE ? "masked_scatter_" : "masked_scatter";
+    if (dt__view_check_pair(op, a, mask) != DT_OK || dt__view_check_pair(op, a, source) != DT_OK)
+        return NULL;
+    const dt__meta *ma = &a->v->meta, *mm = &mask->v->meta, *ms = &source->v->meta;
+    dt__meta out;
+    memset(&out, 0, sizeof out);
+    /* torch's order: the out-of-place form broadcasts first; the in-place
+     * one checks the source dtype before expanding the mask. */
+    int inplace = (flags & DT_EW_INPLACE) != 0;
+    if (!inplace && broadcast(mm, ma, &out) != DT_OK)
+        return NULL;
+    if (ms->dtype != ma->dtype) {
+        dt__error(DT_EOP, "%s: expected self and source to have same dtypes but got %s and %s", op,
+                  dt__ew_torch_name(ma->dtype), dt__ew_torch_name(ms->dtype));
+        return NULL;
+    }
+    if (inplace) {
+        if (expands_to(mm, ma) != DT_OK)
+            return NULL;
+        out.ndim = ma->ndim;
+        memcpy(out.shape, ma->shape, sizeof out.shape);
+    }
+    if (mm->dtype != DT_BOOL) {
+        dt__error(DT_EOP, "%s only supports boolean masks, but got mask with dtype %s", "masked_scatter_",
+                  dt__ew_torch_name(mm->dtype));
+        return NULL;
+    }
+    out.dtype = ma->dtype;
+    out.mesh = ma->mesh;
+    const dt__meta *ins[3] = {ma, mm, ms};
+    for (int md = 0; md < out.mesh->ndim; md++)
+        if (mesh_dim_rule(ins, &out, md, &out.pl[md]) != DT_OK)
+            return NULL;
+    /* Nested shards: every device must hold the input part it reads. */
+    if (dt__has_nested_shards(ma)) {
+        int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], s[DT_MAX_NDIM], l[DT_MAX_NDIM];
+        for (int64_t i = 0; i < out.mesh->ndev; i++) {
+            dt__mesh_coord(out.mesh, i, coord);
+            dt__local_region(&out, coord, os, ol);
+            input_region(ma, &out, os, ol, s, l);
+            if (!dt__view_within(ma, coord, s, l)) {
+                dt__placement_error(op, ins, 3, 0, accepts, -1, NULL);
+                dt__error_append(
+                    " (the shards of the input do not line up with the result's on every device)");
+                return NULL;
+            }
+        }
+    }
+    dt_tensor *t = dt__tensor_new(a->graph, &out);
+    if (!t)
+        return NULL;
+    dt__node *n = dt__node_new(DT_OP_MASKED_SCATTER);
+    if (n) {
+        n->n_in = 3;
+        n->in[0] = a->v;
+        n->in[1] = mask->v;
+        n->in[2] = source->v;
+        n->out = t->v;
+    }
+    return dt__client_submit(t, n);
+}
+
+/* 1 when the device at coord holds a part of the Partial result that is
+ * not `m`'s: a mesh dim where the result is Partial, m is not, and the
+ * coordinate is not 0. */
+static int zero_part(const dt__meta *out, const dt__meta *m, const int64_t *coord) {
+    for (int md = 0; md < out->mesh->ndim; md++)
+        if (out->pl[md].kind == P_ && m->pl[md].kind != P_ && coord[md] != 0)
+            return 1;
+    return 0;
+}
+
+void dt__lower_masked_scatter(dt__lower *L, dt__node *n) {
+    dt__tval *a = n->in[0], *mask = n->in[1], *src = n->in[2], *o = n->out;
+    const dt__meta *out = &o->meta;
+    const dt_mesh *mesh = out->mesh;
+    dt__lw_alloc_blobs(o);
+    int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], s[DT_MAX_NDIM], l[DT_MAX_NDIM];
+    for (int64_t i = 0; i < mesh->ndev; i++) {
+        dt__mesh_coord(mesh, i, coord);
+        dt__local_region(out, coord, os, ol);
+        input_region(&a->meta, out, os, ol, s, l);
+        dt__kernel *k = dt__lw_kernel(L, DT_K_MASKED_SCATTER);
+        k->n_in = 3;
+        k->in[0] = dt__lw_region(L, a, i, coord, s, l);
+        k->in[1] = dt__blob_retain(mask->blobs[i]);
+        k->in[2] = dt__blob_retain(src->blobs[i]);
+        dt__kattr *ka = &k->attr;
+        ka->dtype = out->dtype;
+        ka->ndim = out->ndim;
+        ka->gndim = out->ndim;
+        memcpy(ka->start, os, sizeof ka->start);
+        memcpy(ka->shape, ol, sizeof ka->shape);
+        memcpy(ka->gshape, out->shape, sizeof ka->gshape);
+        int whole = 1;
+        for (int d = 0; d < out->ndim; d++)
+            whole &= os[d] == 0 && ol[d] == out->shape[d];
+        int flags = 0;
+        if (zero_part(out, &a->meta, coord))
+            flags |= DT_KMS_ZERO_INPUT;
+        if (zero_part(out, &src->meta, coord))
+            flags |= DT_KMS_ZERO_SOURCE;
+        if (!whole || flags)
+            flags |= DT_KMS_REGION;
+        ka->flags = flags;
+        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+    }
+}
+
+/* ------------------------------------------------------------ registry */
+
+const dt_op_doc dt__docs_masked_scatter[] = {
+    {"masked_scatter", "views",
+     "(input, mask, source): (R,R,R)->R, (S(d),R,R)->S(d) for d not broadcast, (P,R,R)->P, (R,R,P)->P, "
+     "(P,R,P)->P; the mask and source are read whole on every device",
+     0},
+    {NULL, NULL, NULL, 0},
+};
