@@ -97,6 +97,7 @@ from . import nn  # noqa: E402
 from ._ops_elementwise import *  # noqa: F401,F403 - the elementwise family's functions and Tensor.to
 from ._ops_sort_scan import *  # noqa: F401,F403 - sort, argsort, topk, cumsum, nonzero (creation family)
 from ._ops_nn_top import *  # noqa: F401,F403 - relu, softmax, batch_norm, ... with torch's top-level signatures
+from ._ops_method_forms import *  # noqa: F401,F403 - dtorch.exp_(x), dtorch.numel(x), ... (torch's method forms)
 
 # Tell the C layer which classes to hand out, and where the package lives so
 # that call sites recorded for error messages skip dtorch's own frames.
@@ -146,7 +147,7 @@ __all__ = [
 ]
 __all__ += _ops_reduce.__all__ + _ops_linalg.__all__ + _ops_elementwise.__all__  # noqa: F405
 __all__ += ["randint", "randint_like"] + _ops_sort_scan.__all__  # noqa: F405
-__all__ += _ops_nn_top.__all__ + list(_DTYPE_NAMES) + [  # noqa: F405
+__all__ += _ops_nn_top.__all__ + _ops_method_forms.__all__ + list(_DTYPE_NAMES) + [  # noqa: F405
     "GraphOption", "get_default_device_mesh", "assign_layers_to_stages", "tensors_redistribute_by_dict", "from_numpy",
     "FloatTensor", "HalfTensor", "BFloat16Tensor", "DoubleTensor", "LongTensor", "IntTensor", "ShortTensor",
     "CharTensor", "ByteTensor", "BoolTensor", "MainNode", "GlobalOption", "MemoryStat", "MemoryStats",
