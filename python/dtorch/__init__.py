@@ -133,7 +133,8 @@ from torch import Generator, Size, device, dtype, finfo, iinfo  # noqa: E402
 
 _DTYPE_NAMES = tuple(n for n in dir(_torch) if not n.startswith("_") and isinstance(getattr(_torch, n), _torch.dtype))
 globals().update({n: getattr(_torch, n) for n in _DTYPE_NAMES})
-from . import type  # noqa: E402,F401,A001 - dtorch.type (OperatorFormat, PaddingType, PoolingKind); shadows the builtin here
+# dtorch.type (OperatorFormat, PaddingType, PoolingKind): from here on "type" is that module here.
+from . import type  # noqa: E402,F401,A001
 
 __all__ = [
     "DeviceMesh", "init_device_mesh", "Placement", "Shard", "Replicate", "Partial",

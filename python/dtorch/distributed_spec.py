@@ -481,7 +481,9 @@ class DeviceMesh:
     def check_all_dim_names_in_set(self, names: Iterable[str]) -> bool:
         """Whether every dimension name of the mesh is one of ``names``.
 
-        >>> DeviceMesh("cpu", [[0, 1], [2, 3]], mesh_dim_names=("dp", "tp")).check_all_dim_names_in_set({"dp", "tp", "pp"})
+        >>> mesh = DeviceMesh("cpu", [[0, 1], [2, 3]], mesh_dim_names=("dp", "tp"))
+        >>> mesh.check_all_dim_names_in_set({"dp", "tp", "pp"}), mesh.check_all_dim_names_in_set({"tp"})
+        (True, False)
         True
         """
         if isinstance(names, str):
