@@ -50,7 +50,7 @@ def main() -> int:
     t = torch.randn(rows, numel // rows)
     nbytes = t.numel() * 4
     mesh = dtorch.DeviceMesh("cpu", [0, 1])
-    graph = dtorch.default_graph()
+    graph = dtorch.Graph.default_graph()
 
     buf = torch.empty_like(t)
     t_copy = best(lambda: buf.copy_(t), args.repeat)

@@ -50,7 +50,7 @@ extern "C" {
 /* ---------------------------------------------------------------- limits */
 
 #define DT_MAX_NDIM 8      /* tensor rank */
-#define DT_MAX_MESH_NDIM 4 /* device mesh rank */
+#define DT_MAX_MESH_NDIM 8 /* device mesh rank */
 #define DT_MAX_DIM_NAME 32 /* bytes of a mesh dimension name, NUL included */
 
 /* ---------------------------------------------------------------- status */
@@ -70,7 +70,8 @@ extern "C" {
     X(EBACKEND, -10, "backend error")                                          \
     X(EINTERNAL, -11, "internal error")                                        \
     X(ESHAPE, -12, "shapes do not match")                                      \
-    X(EOP, -13, "the operation does not accept these inputs")
+    X(EOP, -13, "the operation does not accept these inputs")                 \
+    X(EDEVICE, -14, "a device of the mesh is not available")
 
 typedef int dt_status;
 enum {
@@ -211,6 +212,12 @@ DT_API dt_status dt_graph_shutdown(dt_graph *graph);
 DT_API dt_status dt_graph_sync(dt_graph *graph);
 /* Name of the graph's backend ("torch" or "ref"). Borrowed. */
 DT_API const char *dt_graph_backend(const dt_graph *graph);
+/* 1 when the graph's backend can run on every device of `mesh`, else 0 (also
+ * for NULL arguments). CPU ids are virtual devices and always available; a
+ * CUDA id must name a GPU that the backend sees (the "ref" backend has none).
+ * Factories and redistribute onto a mesh that does not satisfy this fail at
+ * the call with DT_EDEVICE, naming the first missing device. Thread-safe. */
+DT_API int dt_graph_satisfy(const dt_graph *graph, const dt_mesh *mesh);
 
 /* Records where the calling thread's next ops come from, so kernel errors can
  * name the user's source line. `file` is copied (interned); NULL clears it. */

@@ -436,7 +436,19 @@ static PyObject *graph_get_backend(PyObject *self, void *c) {
     return PyUnicode_FromString(b ? b : "");
 }
 
+static PyObject *graph_satisfy(PyObject *self, PyObject *mesh) {
+    dtpy_state *st = dtpy_state_of_type(Py_TYPE(self));
+    if (st == NULL)
+        return NULL;
+    dt_mesh *m = dtpy_mesh_of(st, mesh);
+    if (m == NULL)
+        return NULL;
+    return PyBool_FromLong(dt_graph_satisfy(G(self), m));
+}
+
 static PyMethodDef graph_methods[] = {
+    {"_satisfy", graph_satisfy, METH_O,
+     "_satisfy(mesh) -> bool: whether the graph's backend can run on every device of the mesh."},
     {"sync", graph_sync, METH_NOARGS, "sync(): waits until all work issued on the graph so far has run."},
     {"sync_future", graph_sync_future, METH_NOARGS,
      "sync_future() -> VoidFutureCollect: completes when all work issued so far has run."},

@@ -32,9 +32,19 @@ def _check_torch_version():
 
 _check_torch_version()
 from ._C import KernelError, PlacementError
-from .distributed_spec import DeviceMesh, Partial, Placement, Replicate, Shard, init_device_mesh
+from .distributed_spec import (
+    DeviceMesh,
+    Partial,
+    Placement,
+    Replicate,
+    Shard,
+    assign_layers_to_stages,
+    get_default_device_mesh,
+    init_device_mesh,
+)
 from ._graph import (
     Graph,
+    GraphOption,
     TensorFuture,
     VoidFutureCollect,
     default_graph,
@@ -43,12 +53,26 @@ from ._graph import (
     reset_peak_memory_stats,
     synchronize,
 )
-from ._tensor import Tensor
+from ._tensor import (
+    BFloat16Tensor,
+    BoolTensor,
+    ByteTensor,
+    CharTensor,
+    DoubleTensor,
+    FloatTensor,
+    HalfTensor,
+    IntTensor,
+    LongTensor,
+    ShortTensor,
+    Tensor,
+)
 from . import _layout  # noqa: F401  (redistribute_by_dict, redistribute_like)
+from ._layout import tensors_redistribute_by_dict
 from ._factories import (
     arange,
     empty,
     empty_like,
+    from_numpy,
     from_torch,
     full,
     full_like,
@@ -74,6 +98,8 @@ from . import nn  # noqa: E402
 from .nn.functional import SdpaOption  # noqa: E402
 from ._ops_elementwise import *  # noqa: F401,F403 - the elementwise family's functions and Tensor.to
 from ._ops_sort_scan import *  # noqa: F401,F403 - sort, argsort, topk, cumsum, nonzero (creation family)
+from ._ops_nn_top import *  # noqa: F401,F403 - relu, softmax, batch_norm, ... with torch's top-level signatures
+from ._ops_method_forms import *  # noqa: F401,F403 - dtorch.exp_(x), dtorch.numel(x), ... (torch's method forms)
 
 # Tell the C layer which classes to hand out, and where the package lives so
 # that call sites recorded for error messages skip dtorch's own frames.
@@ -90,6 +116,28 @@ _C._register(
 
 __version__ = _C.__version__
 
+# The original DTorch's public module paths. ``dtorch.tensor`` and ``dtorch.memory_stats`` are
+# modules that stay callable as the factory and the function of the same names.
+# (import_module: "from . import tensor" would just bind the function already named tensor here.)
+import importlib as _importlib  # noqa: E402
+
+tensor = _importlib.import_module(".tensor", __name__)
+memory_stats = _importlib.import_module(".memory_stats", __name__)
+from . import graph, global_option, cluster, cuda, util  # noqa: E402
+from .cluster import MainNode  # noqa: E402
+from .global_option import GlobalOption  # noqa: E402
+from .memory_stats import MemoryStat, MemoryStats  # noqa: E402
+
+# torch's names that dtorch code uses as its own: dtypes and the types next to them. After this
+# point the module's globals "bool", "float", "int", ... are torch dtypes, so nothing below may
+# call the builtins of those names.
+from torch import Generator, Size, device, dtype, finfo, iinfo  # noqa: E402
+
+_DTYPE_NAMES = tuple(n for n in dir(_torch) if not n.startswith("_") and isinstance(getattr(_torch, n), _torch.dtype))
+globals().update({n: getattr(_torch, n) for n in _DTYPE_NAMES})
+# dtorch.type (OperatorFormat, PaddingType, PoolingKind): from here on "type" is that module here.
+from . import type  # noqa: E402,F401,A001
+
 __all__ = [
     "DeviceMesh", "init_device_mesh", "Placement", "Shard", "Replicate", "Partial",
     "Graph", "default_graph", "TensorFuture", "VoidFutureCollect",
@@ -102,3 +150,9 @@ __all__ = [
 ]
 __all__ += _ops_reduce.__all__ + _ops_linalg.__all__ + _ops_elementwise.__all__  # noqa: F405
 __all__ += ["randint", "randint_like"] + _ops_sort_scan.__all__  # noqa: F405
+__all__ += _ops_nn_top.__all__ + _ops_method_forms.__all__ + list(_DTYPE_NAMES) + [  # noqa: F405
+    "GraphOption", "get_default_device_mesh", "assign_layers_to_stages", "tensors_redistribute_by_dict", "from_numpy",
+    "FloatTensor", "HalfTensor", "BFloat16Tensor", "DoubleTensor", "LongTensor", "IntTensor", "ShortTensor",
+    "CharTensor", "ByteTensor", "BoolTensor", "MainNode", "GlobalOption", "MemoryStat", "MemoryStats",
+    "Generator", "Size", "device", "dtype", "finfo", "iinfo",
+]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Tuple, Union
 import torch
 
 from . import _C
-from ._graph import Graph
+from ._graph import Graph, _resolve
 from .distributed_spec import DeviceMesh, Placement, _placements_to_raw
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ __all__ = [
     "randint",
     "arange",
     "from_torch",
+    "from_numpy",
     "tensor",
     "empty_like",
     "zeros_like",
@@ -53,6 +54,7 @@ _device_meshes = {}  # str(device) -> one-device DeviceMesh
 def _graph(graph: Optional[Graph]) -> Graph:
     if graph is None:
         return Graph.default_graph()
+    graph = _resolve(graph)
     if not isinstance(graph, _C.GraphBase):
         raise TypeError(f"graph must be a dtorch.Graph, not {type(graph).__name__}")
     return graph
@@ -103,9 +105,10 @@ def _size(size: Tuple[Any, ...], what: str = "size") -> Tuple[int, ...]:
             s = operator.index(s)
         except TypeError:
             raise TypeError(f"{what} must be a sequence of ints, got {type(s).__name__}") from None
-        if s < 0:
-            raise ValueError(f"{what} {list(size)} has a negative dimension {s}")
         out.append(s)
+    for s in out:
+        if s < 0:  # torch's error and class (RuntimeError), raised before anything is recorded
+            raise RuntimeError(f"Trying to create tensor with negative dimension {s}: {out}")
     if len(out) > _C.MAX_NDIM:
         raise ValueError(f"{what} has {len(out)} dimensions; dtorch supports at most {_C.MAX_NDIM}")
     return tuple(out)
@@ -263,11 +266,12 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, device_mesh=None
             raise TypeError("arange takes Python numbers")
         if not isinstance(a, (int, float)):
             raise TypeError(f"arange arguments must be numbers, not {type(a).__name__}")
+    # torch's messages and class (RuntimeError).
     if step == 0:
-        raise ValueError("arange: step must be nonzero")
+        raise RuntimeError("step must be nonzero")
     if (end - start) * step < 0:
-        raise ValueError(f"arange: upper bound and larger bound inconsistent with step sign "
-                         f"(start={start}, end={end}, step={step})")
+        raise RuntimeError(f"upper bound and lower bound inconsistent with step sign "
+                           f"(start={start}, end={end}, step={step})")
     g = _graph(graph)
     mesh = _mesh(g, device, device_mesh)
     if dtype is None:
@@ -298,6 +302,17 @@ def from_torch(tensor: torch.Tensor, device_mesh: Optional[DeviceMesh] = None,
     return _C.from_torch(g, t.contiguous(), mesh, raw)
 
 
+def from_numpy(ndarray, device_mesh: Optional[DeviceMesh] = None, placements: Optional[Sequence[Placement]] = None,
+               *, device=None, graph=None) -> "Tensor":
+    """``torch.from_numpy(ndarray)`` distributed like ``from_torch`` (by default on the default mesh,
+    Replicate). The values are copied: later writes to the array do not reach the tensor.
+
+    >>> dtorch.from_numpy(numpy.arange(6).reshape(2, 3)).dtype
+    torch.int64
+    """
+    return from_torch(torch.from_numpy(ndarray), device_mesh, placements, device=device, graph=graph)
+
+
 def tensor(data, *, dtype=None, device=None, device_mesh=None, placements=None, graph=None) -> "Tensor":
     """Like ``torch.tensor(data, dtype=dtype)``, then distributed.
 
@@ -315,9 +330,9 @@ def tensor(data, *, dtype=None, device=None, device_mesh=None, placements=None, 
     return from_torch(t, device_mesh=device_mesh, placements=placements, device=device, graph=g)
 
 
-def _like(t, dtype, device, device_mesh, placements, graph):
+def _like(t, dtype, device, device_mesh, placements, graph, name: str = "*_like"):
     if not isinstance(t, _C.TensorBase):
-        raise TypeError(f"expected a dtorch.Tensor, not {type(t).__name__}")
+        raise TypeError(f"{name}(): argument 'input' (position 1) must be a dtorch.Tensor, not {type(t).__name__}")
     if device is None and device_mesh is None:
         device_mesh = t.device_mesh
         if placements is None:
@@ -328,33 +343,38 @@ def _like(t, dtype, device, device_mesh, placements, graph):
 
 def empty_like(t, *, dtype=None, device=None, device_mesh=None, placements=None, graph=None) -> "Tensor":
     """An uninitialised tensor with t's shape, dtype, mesh and placements."""
-    return empty(t.shape, **_like(t, dtype, device, device_mesh, placements, graph))
+    kw = _like(t, dtype, device, device_mesh, placements, graph, "empty_like")
+    return empty(t.shape, **kw)
 
 
 def zeros_like(t, *, dtype=None, device=None, device_mesh=None, placements=None, graph=None) -> "Tensor":
     """Zeros with t's shape, dtype, mesh and placements."""
-    return zeros(t.shape, **_like(t, dtype, device, device_mesh, placements, graph))
+    kw = _like(t, dtype, device, device_mesh, placements, graph, "zeros_like")
+    return zeros(t.shape, **kw)
 
 
 def ones_like(t, *, dtype=None, device=None, device_mesh=None, placements=None, graph=None) -> "Tensor":
     """Ones with t's shape, dtype, mesh and placements."""
-    return ones(t.shape, **_like(t, dtype, device, device_mesh, placements, graph))
+    kw = _like(t, dtype, device, device_mesh, placements, graph, "ones_like")
+    return ones(t.shape, **kw)
 
 
 def full_like(t, fill_value, *, dtype=None, device=None, device_mesh=None, placements=None, graph=None) -> "Tensor":
     """``fill_value`` with t's shape, dtype, mesh and placements."""
-    kw = _like(t, dtype, device, device_mesh, placements, graph)
+    kw = _like(t, dtype, device, device_mesh, placements, graph, "full_like")
     return full(t.shape, _fill_scalar(kw["dtype"], fill_value), **kw)
 
 
 def rand_like(t, *, dtype=None, device=None, device_mesh=None, placements=None, graph=None) -> "Tensor":
     """Uniform values with t's shape, dtype, mesh and placements."""
-    return rand(t.shape, **_like(t, dtype, device, device_mesh, placements, graph))
+    kw = _like(t, dtype, device, device_mesh, placements, graph, "rand_like")
+    return rand(t.shape, **kw)
 
 
 def randn_like(t, *, dtype=None, device=None, device_mesh=None, placements=None, graph=None) -> "Tensor":
     """Normal values with t's shape, dtype, mesh and placements."""
-    return randn(t.shape, **_like(t, dtype, device, device_mesh, placements, graph))
+    kw = _like(t, dtype, device, device_mesh, placements, graph, "randn_like")
+    return randn(t.shape, **kw)
 
 
 def randint_like(t, low=0, high=None, *, dtype=None, device=None, device_mesh=None, placements=None,
@@ -365,7 +385,7 @@ def randint_like(t, low=0, high=None, *, dtype=None, device=None, device_mesh=No
     """
     if high is None:
         low, high = 0, low
-    kw = _like(t, dtype, device, device_mesh, placements, graph)
+    kw = _like(t, dtype, device, device_mesh, placements, graph, "randint_like")
     return _randint(low, high, tuple(t.shape), kw["dtype"], kw["device"], kw["device_mesh"], kw["placements"],
                     generator, kw["graph"])
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import dataclasses
+import itertools
 import os
 import threading
 import weakref
@@ -24,6 +26,7 @@ from .distributed_spec import DeviceMesh
 
 __all__ = [
     "Graph",
+    "GraphOption",
     "default_graph",
     "TensorFuture",
     "VoidFutureCollect",
@@ -36,36 +39,65 @@ __all__ = [
 # Every graph created and not yet collected: shut down at interpreter exit so
 # no controller or worker thread runs while Python finalises.
 _live_graphs: "weakref.WeakSet[Graph]" = weakref.WeakSet()
-_default_graph: Optional["Graph"] = None
-_default_lock = threading.Lock()
+# Each Python thread's default graph, created on its first use there.
+_thread_default = threading.local()
+_graph_ids = itertools.count()
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphOption:
+    """How a :class:`Graph` runs.
+
+    ``per_device_per_process`` (the original DTorch's option to run each device's
+    workers in a process of their own) must be False in this build: every device's
+    worker is a thread of this process. ``backend`` is "torch" (the default) or "ref".
+
+    >>> g = dtorch.Graph(dtorch.GraphOption(per_device_per_process=False))
+    """
+
+    per_device_per_process: bool = False
+    backend: Optional[str] = None
 
 
 class Graph(_C.GraphBase):
     """An independent executor: its own controller thread and worker streams.
 
-    Work in different graphs runs concurrently. ``backend`` is "torch" (the
-    default) or "ref" (a small float32 reference backend).
+    Work in different graphs runs concurrently. ``Graph(option)`` takes a
+    :class:`GraphOption`; ``backend`` is "torch" (the default) or "ref" (a small
+    float32 reference backend).
 
     >>> g = Graph()
     >>> with g.device_mesh_guard(DeviceMesh("cpu", [0, 1])):
     ...     x = dtorch.zeros(4, graph=g)   # on the guard's mesh
     """
 
-    def __init__(self, backend: Optional[str] = None) -> None:
+    def __new__(cls, option: Optional[GraphOption] = None, backend: Optional[str] = None) -> "Graph":
+        if option is not None:
+            if isinstance(option, str) and backend is None:
+                option, backend = None, option  # Graph("ref"): the backend, positionally
+            elif not isinstance(option, GraphOption):
+                raise TypeError(f"Graph() takes a dtorch.GraphOption, not {type(option).__name__}")
+            else:
+                if option.per_device_per_process:
+                    raise NotImplementedError(
+                        "GraphOption(per_device_per_process=True): this build runs every device's worker as a "
+                        "thread of this process; pass per_device_per_process=False")
+                if backend is None:
+                    backend = option.backend
+        return super().__new__(cls, backend=backend)
+
+    def __init__(self, option: Optional[GraphOption] = None, backend: Optional[str] = None) -> None:
         self.default_device_mesh: Optional[DeviceMesh] = None
         self.default_dtype: Optional[torch.dtype] = None
+        self.id: int = next(_graph_ids)
         _live_graphs.add(self)
 
     @staticmethod
     def default_graph() -> "Graph":
-        """The process's default graph, created on first use."""
-        global _default_graph
-        g = _default_graph
+        """The calling thread's default graph, created on its first use (each thread has its own)."""
+        g = getattr(_thread_default, "graph", None)
         if g is None:
-            with _default_lock:
-                if _default_graph is None:
-                    _default_graph = Graph()
-                g = _default_graph
+            g = _thread_default.graph = Graph()
         return g
 
     @contextlib.contextmanager
@@ -93,26 +125,94 @@ class Graph(_C.GraphBase):
             self.default_dtype = old
 
     def satisfy(self, mesh: DeviceMesh) -> bool:
-        """Whether the graph can run on ``mesh`` (CUDA: every id maps to an available GPU)."""
-        if mesh.device_type == "cpu":
-            return True
-        return bool(torch.cuda.is_available()) and torch.cuda.device_count() > 0
+        """Whether the graph can run on ``mesh``: CPU ids always; CUDA ids must name GPUs its backend sees.
+
+        >>> dtorch.default_graph.satisfy(dtorch.DeviceMesh("cpu", [0, 1]))
+        True
+        """
+        if not isinstance(mesh, DeviceMesh):
+            raise TypeError(f"satisfy() takes a DeviceMesh, not {type(mesh).__name__}")
+        return self._satisfy(mesh)
 
     def memory_stats(self, device_mesh: Optional[DeviceMesh] = None) -> dict:
         """Live blob bytes per device (see ``dtorch.memory_stats``)."""
         return memory_stats(device_mesh)
+
+    def get_memory_stats(self, device_mesh: Optional[DeviceMesh] = None, reset_peak: bool = False):
+        """Current and peak bytes per device as a :class:`dtorch.memory_stats.MemoryStats`.
+
+        With ``reset_peak`` the peaks are reset (to the current bytes) after they are read.
+
+        >>> stats = dtorch.default_graph.get_memory_stats(mesh)
+        >>> stats["cpu:0"].peak
+        """
+        from .memory_stats import MemoryStats
+
+        stats = MemoryStats.from_dict(memory_stats(device_mesh))
+        if reset_peak:
+            reset_peak_memory_stats()
+        return stats
 
     def empty_cache(self) -> None:
         """Returns the buffers kept for reuse to the system."""
         empty_cache()
 
     def __repr__(self) -> str:
-        return f"<dtorch.Graph backend={self.backend!r} at {id(self):#x}>"
+        return f"<dtorch.Graph id={self.id} backend={self.backend!r}>"
 
 
-def default_graph() -> Graph:
-    """The process's default graph, created on first use (same as ``Graph.default_graph()``)."""
-    return Graph.default_graph()
+class _DefaultGraph:
+    """``dtorch.default_graph``: stands for the calling thread's default graph.
+
+    Attribute reads and writes, method calls, ``==`` and ``isinstance(.., Graph)``
+    all go to the graph of the thread that uses it; calling it returns that graph
+    itself (``dtorch.default_graph() is dtorch.Graph.default_graph()``).
+
+    >>> dtorch.default_graph.sync()
+    >>> with dtorch.default_graph.device_mesh_guard(mesh):
+    ...     x = dtorch.ones(4)
+    """
+
+    __slots__ = ()
+
+    def __call__(self) -> Graph:
+        return Graph.default_graph()
+
+    def __getattr__(self, name: str):
+        return getattr(Graph.default_graph(), name)
+
+    def __setattr__(self, name: str, value) -> None:
+        setattr(Graph.default_graph(), name, value)
+
+    def __delattr__(self, name: str) -> None:
+        delattr(Graph.default_graph(), name)
+
+    def __dir__(self):
+        return dir(Graph.default_graph())
+
+    @property  # isinstance(dtorch.default_graph, dtorch.Graph) is True
+    def __class__(self):
+        return Graph
+
+    def __eq__(self, other) -> bool:
+        g = Graph.default_graph()
+        return g is (other() if isinstance(other, _DefaultGraph) else other)
+
+    def __hash__(self) -> int:
+        return hash(Graph.default_graph())
+
+    def __repr__(self) -> str:
+        return repr(Graph.default_graph())
+
+
+default_graph = _DefaultGraph()
+
+
+def _resolve(graph):
+    """The concrete Graph behind ``graph`` (``dtorch.default_graph`` stands for the thread's)."""
+    if type(graph) is _DefaultGraph:  # noqa: E721 - isinstance would see Graph
+        return Graph.default_graph()
+    return graph
 
 
 _DEVICE_TYPES = {"cpu": 0, "cuda": 1}

@@ -404,7 +404,7 @@ def _getitem(self, key):
     if not tensors:
         return _C._v_index(self, spec, new_axes)
     if len(tensors) > 1:
-        raise NotImplementedError("dtorch indexing takes at most one tensor index per key")
+        return _getitem_many(self, spec, new_axes, tensors)
     pos, k, nd = tensors[0]
     mask = k.dtype in (torch.bool, torch.uint8)
     if not mask and k.dtype != torch.int64:
@@ -416,8 +416,107 @@ def _getitem(self, key):
     if mask:
         y = _flatten_for_mask(y, pos, nd)
     if isinstance(idx, torch.Tensor):
+        _check_bounds(idx, y.shape[pos], pos)
         idx = _replicated_like(y, idx)
     return _C._v_index_tensor(y, pos, idx)
+
+
+def _check_bounds(idx: torch.Tensor, size: int, dim: int) -> None:
+    """torch's IndexError, at the call, for a torch index tensor with an entry out of range."""
+    if idx.numel():
+        lo, hi = int(idx.min()), int(idx.max())
+        bad = lo if lo < -size else hi if hi >= size else None
+        if bad is not None:
+            raise IndexError(f"index {bad} is out of bounds for dimension {dim} with size {size}")
+
+
+def _long_indices(y, spec, new_axes, tensors) -> List[Tuple[int, object]]:
+    """(dim of y, int64 index) per indexed dim: a bool mask over nd dims becomes nd indices (its
+    nonzero coordinates; a dtorch mask synchronises)."""
+    basic = _basic_shape(spec, new_axes)
+    out = []
+    for pos, k, nd in tensors:
+        if k.dtype in (torch.bool, torch.uint8):
+            if nd == 0:
+                raise NotImplementedError("dtorch indexing takes a 0-d mask only as the key's one tensor index")
+            flat = _read_mask(k, basic, pos, nd)
+            for j, coord in enumerate(torch.unravel_index(flat, tuple(basic[pos:pos + nd]))):
+                out.append((pos + j, coord))
+        elif k.dtype != torch.int64:
+            raise IndexError("tensors used as indices must be long, byte or bool tensors")
+        else:
+            out.append((pos, k))
+    return out
+
+
+def _merge_indexed(y, idxs):
+    """Brings the indexed dims of y together (in place when adjacent, else in front), merges them
+    into one and builds the linear index ``sum(idx_j * stride_j)`` broadcast over the indices.
+
+    Returns (merged y, its indexed dim q, linear index, the permutation applied or None, the
+    shape before the merge)."""
+    try:
+        torch.broadcast_shapes(*(tuple(i.shape) for _, i in idxs))
+    except RuntimeError:
+        raise IndexError("shape mismatch: indexing tensors could not be broadcast together with shapes "
+                         + " ".join(str(list(i.shape)) for _, i in idxs)) from None
+    dims = [d for d, _ in idxs]
+    sizes = [y.shape[d] for d in dims]
+    perm = None
+    if dims == list(range(dims[0], dims[0] + len(dims))):
+        q = dims[0]
+    else:
+        q = 0
+        perm = tuple(dims + [d for d in range(y.ndim) if d not in dims])
+        y = _C._v_permute(y, perm)
+    shape = list(y.shape)
+    total = math.prod(sizes)
+    y = _C._v_reshape(y, tuple(shape[:q] + [total] + shape[q + len(dims):]))
+    strides = [math.prod(sizes[j + 1:]) for j in range(len(sizes))]
+    if all(isinstance(i, torch.Tensor) for _, i in idxs):
+        linear = None
+        for (d, i), n, st in zip(idxs, sizes, strides):
+            _check_bounds(i, n, d)
+            term = torch.where(i < 0, i + n, i) * st
+            linear = term if linear is None else linear + term
+        return y, q, _replicated_like(y, linear), perm, shape
+    linear, bad = None, None
+    for (d, i), n, st in zip(idxs, sizes, strides):
+        if isinstance(i, torch.Tensor):
+            _check_bounds(i, n, d)
+            i = _replicated_like(y, torch.where(i < 0, i + n, i))
+        else:
+            i = i + (i < 0) * n
+            out_of_range = (i < 0).logical_or(i >= n)
+            bad = out_of_range if bad is None else bad.logical_or(out_of_range)
+        term = i * st
+        linear = term if linear is None else linear + term
+    if bad is not None:
+        # An entry out of its own dim's range must not land on another valid element: make it fail.
+        linear = linear.masked_fill(bad, total)
+    return y, q, linear, perm, shape
+
+
+def _getitem_many(self, spec, new_axes, tensors):
+    """Several tensor indices, broadcast together as in torch (see _merge_indexed): one index op
+    on the merged dims."""
+    identity = new_axes == 0 and all(s == (0, 1, n, False) for s, n in zip(spec, self.shape))
+    y = self if identity else _C._v_index(self, spec, new_axes)
+    y, q, linear, _, _ = _merge_indexed(y, _long_indices(y, spec, new_axes, tensors))
+    return _C._v_index_tensor(y, q, linear)
+
+
+def _setitem_many(self, spec, new_axes, tensors, s):
+    """``x[i, j] = number`` with several tensor indices (the other dims taken whole): one indexed
+    write on the merged dims, then the merge and the permutation undone."""
+    y, q, linear, perm, shape = _merge_indexed(self, _long_indices(self, spec, new_axes, tensors))
+    new = _C._v_reshape(_C._v_setitem_index(y, q, linear, s), tuple(shape))
+    if perm is not None:
+        inverse = [0] * len(perm)
+        for k, d in enumerate(perm):
+            inverse[d] = k
+        new = _C._v_permute(new, tuple(inverse))
+    return new
 
 
 def _scalar_value(value, what: str):
@@ -438,11 +537,14 @@ def _setitem(self, key, value):
     value = _as_value(self, value)
     if tensors:
         basic_identity = all(s == (0, 1, n, False) for s, n in zip(spec, self.shape)) and new_axes == 0
-        if len(tensors) > 1 or not basic_identity:
-            raise NotImplementedError("dtorch assigns through one tensor index with the other dims taken whole "
-                                      "(x[mask] = v, x[:, idx] = v)")
-        pos, k, nd = tensors[0]
+        if not basic_identity:
+            raise NotImplementedError("dtorch assigns through tensor indices with the other dims taken whole "
+                                      "(x[mask] = v, x[:, idx] = v, x[i, j] = v)")
         s = _scalar_value(value, "setitem")
+        if len(tensors) > 1:
+            _C._rebind(self, _setitem_many(self, spec, new_axes, tensors, s))
+            return
+        pos, k, nd = tensors[0]
         if k.dtype in (torch.bool, torch.uint8):
             if isinstance(k, torch.Tensor):
                 k = _replicated_like(self, k.bool())

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -25,6 +26,8 @@ from . import _C
 __all__ = [
     "DeviceMesh",
     "init_device_mesh",
+    "get_default_device_mesh",
+    "assign_layers_to_stages",
     "Placement",
     "Shard",
     "Replicate",
@@ -39,9 +42,37 @@ _MAX_DIM_NAME = 31  # bytes, without the NUL (DT_MAX_DIM_NAME - 1)
 
 
 class Placement:
-    """Base class of the placements. Placements are immutable values."""
+    """Base class of the placements. Placements are immutable values.
+
+    Each has a short string form, accepted wherever placements are: ``"S{d}"``
+    (``Shard(d)``, ``d`` may be negative), ``"R"`` and ``"P"``.
+
+    >>> Placement.from_str("S1"), Placement.from_str("R").to_str()
+    (Shard(dim=1), 'R')
+    >>> x = dtorch.ones(4, 2, device_mesh=mesh, placements=["S0"])
+    """
 
     __slots__ = ()
+
+    @staticmethod
+    def from_str(text: str) -> "Placement":
+        """The placement of a short string: ``"S0"`` / ``"S-1"`` -> Shard, ``"R"`` -> Replicate, ``"P"`` -> Partial."""
+        if not isinstance(text, str):
+            raise TypeError(f"Placement.from_str() takes a str such as 'S0', 'R' or 'P', not {type(text).__name__}")
+        t = text.strip()
+        if t == "R":
+            return Replicate()
+        if t == "P":
+            return Partial()
+        if len(t) > 1 and t[0] == "S":
+            digits = t[1:]
+            if digits.lstrip("-").isdigit() and digits.count("-") <= 1 and not digits.endswith("-"):
+                return Shard(int(digits))
+        raise ValueError(f"{text!r} is not a placement: expected 'S<dim>' (e.g. 'S0', 'S-1'), 'R' or 'P'")
+
+    def to_str(self) -> str:
+        """The short string form: ``"S0"``, ``"R"`` or ``"P"``."""
+        raise NotImplementedError
 
     def is_shard(self, dim: Optional[int] = None) -> bool:
         """True for ``Shard`` (of ``dim`` when given)."""
@@ -84,6 +115,13 @@ class Shard(Placement):
     def is_shard(self, dim: Optional[int] = None) -> bool:
         return dim is None or dim == self.dim
 
+    def get_shard_index(self) -> int:
+        """The tensor dimension this placement splits (``Shard(1).get_shard_index() == 1``)."""
+        return self.dim
+
+    def to_str(self) -> str:
+        return f"S{self.dim}"
+
     def __eq__(self, other) -> bool:
         if isinstance(other, Shard):
             return self.dim == other.dim
@@ -110,6 +148,9 @@ class Replicate(Placement):
 
     def is_replicate(self) -> bool:
         return True
+
+    def to_str(self) -> str:
+        return "R"
 
     def __eq__(self, other) -> bool:
         if isinstance(other, Replicate):
@@ -142,6 +183,9 @@ class Partial(Placement):
     def is_partial(self) -> bool:
         return True
 
+    def to_str(self) -> str:
+        return "P"
+
     @property
     def reduce_op(self) -> str:
         return "sum"
@@ -166,6 +210,19 @@ _KIND_SHARD = _C.PLACEMENT_SHARD
 _KIND_PARTIAL = _C.PLACEMENT_PARTIAL
 
 
+def _as_placement(p, what: str = "placement") -> Placement:
+    """A Placement, or the placement of a short string ("S0", "R", "P")."""
+    if isinstance(p, Placement):
+        return p
+    if isinstance(p, str):
+        try:
+            return Placement.from_str(p)
+        except ValueError as e:
+            raise ValueError(f"{what}: {e}") from None
+    raise TypeError(f"{what} must be Shard(dim), Replicate(), Partial() or a string 'S<dim>'/'R'/'P', "
+                    f"not {type(p).__name__}")
+
+
 def _placements_to_raw(placements, mesh: "DeviceMesh", ndim: Optional[int], what: str = "placements"):
     """Validates ``placements`` for a tensor of ``ndim`` dims on ``mesh``.
 
@@ -175,7 +232,7 @@ def _placements_to_raw(placements, mesh: "DeviceMesh", ndim: Optional[int], what
     """
     if placements is None:
         return None
-    if isinstance(placements, Placement):
+    if isinstance(placements, (Placement, str)):
         raise TypeError(f"{what} must be a list with one placement per mesh dimension, e.g. [{placements!r}]")
     try:
         placements = list(placements)
@@ -189,6 +246,8 @@ def _placements_to_raw(placements, mesh: "DeviceMesh", ndim: Optional[int], what
         )
     raw = []
     for i, p in enumerate(placements):
+        if isinstance(p, str):
+            p = _as_placement(p, f"{what}[{i}]")
         if isinstance(p, Shard):
             d = p.dim
             if ndim is not None:
@@ -209,7 +268,8 @@ def _placements_to_raw(placements, mesh: "DeviceMesh", ndim: Optional[int], what
         elif isinstance(p, Partial):
             raw.append((_KIND_PARTIAL, 0))
         else:
-            raise TypeError(f"{what}[{i}] must be Shard(dim), Replicate() or Partial(), not {type(p).__name__}")
+            raise TypeError(f"{what}[{i}] must be Shard(dim), Replicate(), Partial() or 'S<dim>'/'R'/'P', "
+                            f"not {type(p).__name__}")
     return tuple(raw)
 
 
@@ -413,6 +473,35 @@ class DeviceMesh:
             raise IndexError(f"mesh dimension {dim} is out of range for a mesh of {n} dimension{'' if n == 1 else 's'}")
         return dim % n
 
+    @property
+    def is_distributed(self) -> bool:
+        """True when the mesh has more than one device."""
+        return len(self._ids) > 1
+
+    def check_all_dim_names_in_set(self, names: Iterable[str]) -> bool:
+        """Whether every dimension name of the mesh is one of ``names``.
+
+        >>> mesh = DeviceMesh("cpu", [[0, 1], [2, 3]], mesh_dim_names=("dp", "tp"))
+        >>> mesh.check_all_dim_names_in_set({"dp", "tp", "pp"}), mesh.check_all_dim_names_in_set({"tp"})
+        (True, False)
+        True
+        """
+        if isinstance(names, str):
+            names = (names,)
+        allowed = set(names)
+        return all(n in allowed for n in self._names)
+
+    def to_device(self) -> torch.device:
+        """The torch.device of a one-device mesh (ValueError for a larger mesh: see ``first_device``).
+
+        >>> DeviceMesh("cuda:1").to_device()
+        device(type='cuda', index=1)
+        """
+        if len(self._ids) != 1:
+            raise ValueError(f"to_device() needs a one-device mesh, but {self!r} has {len(self._ids)} devices; "
+                             f"use first_device() for its first one")
+        return self.first_device()
+
     def first_device(self) -> torch.device:
         """The torch.device of the mesh's first device (``cpu`` for CPU meshes)."""
         if self._device_type == "cpu":
@@ -508,10 +597,56 @@ def init_device_mesh(
     >>> init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
     DeviceMesh('cpu', [[0, 1], [2, 3]], mesh_dim_names=('dp', 'tp'))
     """
-    if isinstance(mesh_shape, int):
+    given = mesh_shape
+    if isinstance(mesh_shape, int) and not isinstance(mesh_shape, bool):
         mesh_shape = (mesh_shape,)
-    mesh_shape = tuple(int(s) for s in mesh_shape)
+    try:
+        if isinstance(mesh_shape, (str, bytes)) or any(isinstance(s, bool) for s in mesh_shape):
+            raise TypeError
+        mesh_shape = tuple(operator.index(s) for s in mesh_shape)
+    except TypeError:
+        raise TypeError(f"init_device_mesh(): mesh_shape must be an int or a tuple of ints, got {given!r}") from None
     if not mesh_shape or any(s < 1 for s in mesh_shape):
         raise ValueError(f"mesh_shape must be non-empty with sizes >= 1, got {mesh_shape}")
     n = math.prod(mesh_shape)
     return DeviceMesh(device_type, _nest(list(range(n)), mesh_shape), mesh_dim_names=mesh_dim_names)
+
+
+def get_default_device_mesh() -> DeviceMesh:
+    """The mesh factories use when given none: the calling thread's default graph's
+    ``default_device_mesh`` (see ``device_mesh_guard``), else one CPU device.
+
+    >>> get_default_device_mesh()
+    DeviceMesh('cpu', [0])
+    """
+    from ._factories import _mesh  # late: the factories import this module
+
+    return _mesh(_default_graph(), None, None)
+
+
+def _default_graph():
+    from ._graph import Graph
+
+    return Graph.default_graph()
+
+
+def assign_layers_to_stages(num_layers: int, num_stages: int) -> List[int]:
+    """The pipeline stage of each of ``num_layers`` layers over ``num_stages`` stages.
+
+    Stages get consecutive layers, as evenly as possible; earlier stages take the extra ones.
+
+    >>> assign_layers_to_stages(5, 2)
+    [0, 0, 0, 1, 1]
+    """
+    for name, v in (("num_layers", num_layers), ("num_stages", num_stages)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"assign_layers_to_stages(): {name} must be an int, not {type(v).__name__}")
+    if num_layers < 0:
+        raise ValueError(f"assign_layers_to_stages(): num_layers must be >= 0, got {num_layers}")
+    if num_stages < 1:
+        raise ValueError(f"assign_layers_to_stages(): num_stages must be >= 1, got {num_stages}")
+    base, extra = divmod(num_layers, num_stages)
+    out: List[int] = []
+    for stage in range(num_stages):
+        out += [stage] * (base + (1 if stage < extra else 0))
+    return out

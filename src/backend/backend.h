@@ -415,6 +415,10 @@ typedef struct dt__backend {
     int (*same_storage)(const void *a, const void *b);
     /* Optional. Returns cached free memory to the system. */
     void (*empty_cache)(void);
+    /* Optional. How many devices of `type` the backend can run kernels on:
+     * ids 0 .. n-1 are usable; a negative n means any id (CPU devices are
+     * virtual). NULL means CPU only. Any thread. */
+    int64_t (*device_count)(dt_device_type type);
 } dt__backend;
 
 /* Calls every registered backend's empty_cache. */

@@ -551,6 +551,9 @@ void dt__lower_masked_scatter(dt__lower *L, dt__node *n);
 
 /* Checks a graph is usable and the mesh/meta are sane. */
 dt_status dt__client_check_graph(dt_graph *g);
+/* DT_EDEVICE (thread error naming the device) when g's backend cannot run on
+ * every device of `mesh` (see dt_graph_satisfy). Client threads. */
+dt_status dt__graph_check_mesh(const dt_graph *g, const dt_mesh *mesh);
 /* Makes a new symbol on `g` with metadata `m` (takes a mesh reference). */
 dt_tensor *dt__tensor_new(dt_graph *g, const dt__meta *m);
 /* A node for `op` with the thread's call site. */

@@ -235,6 +235,39 @@ dt_status dt__graph_submit(dt_graph *g, dt__node *n) {
 
 const char *dt_graph_backend(const dt_graph *g) { return g->be->name; }
 
+/* The first device of `mesh` that g's backend cannot run on: its flat index,
+ * or -1 when all are available; *count is the backend's device count. */
+static int64_t first_missing_device(const dt_graph *g, const dt_mesh *mesh, int64_t *count) {
+    int64_t n = g->be->device_count ? g->be->device_count(mesh->type) : (mesh->type == DT_DEVICE_CPU ? -1 : 0);
+    *count = n;
+    if (n < 0)
+        return -1;
+    for (int64_t i = 0; i < mesh->ndev; i++)
+        if (mesh->ids[i] >= n)
+            return i;
+    return -1;
+}
+
+int dt_graph_satisfy(const dt_graph *g, const dt_mesh *mesh) {
+    int64_t count;
+    return g && mesh && first_missing_device(g, mesh, &count) < 0;
+}
+
+dt_status dt__graph_check_mesh(const dt_graph *g, const dt_mesh *mesh) {
+    int64_t count;
+    int64_t i = first_missing_device(g, mesh, &count);
+    if (i < 0)
+        return DT_OK;
+    const char *type = mesh->type == DT_DEVICE_CUDA ? "cuda" : "cpu";
+    if (count == 0)
+        return dt__error(DT_EDEVICE, "device_mesh: %s:%lld is not available: the '%s' backend sees no %s device on "
+                         "this machine (torch.cuda.is_available() is False); use a 'cpu' mesh",
+                         type, (long long)mesh->ids[i], g->be->name, mesh->type == DT_DEVICE_CUDA ? "CUDA" : type);
+    return dt__error(DT_EDEVICE, "device_mesh: %s:%lld is not available: the '%s' backend sees %lld %s device%s "
+                     "(ids 0 to %lld)", type, (long long)mesh->ids[i], g->be->name, (long long)count,
+                     mesh->type == DT_DEVICE_CUDA ? "CUDA" : type, count == 1 ? "" : "s", (long long)count - 1);
+}
+
 dt_future *dt_graph_sync_future(dt_graph *g) {
     if (!g) {
         dt__error(DT_EINVAL, "graph is NULL");

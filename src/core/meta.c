@@ -138,10 +138,23 @@ dt_status dt__shape_check(int ndim, const int64_t *shape) {
         return dt__error(DT_EINVAL, "size: expected at most %d dimensions, got %d", DT_MAX_NDIM, ndim);
     if (ndim > 0 && !shape)
         return dt__error(DT_EINVAL, "size: shape is NULL");
+    /* torch answers both with a RuntimeError (DT_EOP): a negative dimension,
+     * and an element count that does not fit in int64. */
     for (int d = 0; d < ndim; d++)
         if (shape[d] < 0)
-            return dt__error(DT_EINVAL, "size: dimension %d is %lld; sizes must be non-negative", d,
-                             (long long)shape[d]);
+            return dt__error(DT_EOP, "Trying to create tensor with negative dimension %lld: size dimension %d "
+                             "must be non-negative", (long long)shape[d], d);
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] == 0)
+            return DT_OK;
+        if (n > INT64_MAX / shape[d])
+            n = -1;
+        else if (n >= 0)
+            n *= shape[d];
+    }
+    if (n < 0)
+        return dt__error(DT_EOP, "Storage size calculation overflowed: the shape has more than 2**63-1 elements");
     return DT_OK;
 }
 

@@ -36,6 +36,8 @@ dt_tensor *dt_redistribute(dt_tensor *a, dt_mesh *mesh, const dt_placement *plac
         return NULL;
     }
     const dt__meta *m = &a->v->meta;
+    if (mesh && mesh != m->mesh && dt__graph_check_mesh(a->graph, mesh) != DT_OK)
+        return NULL;
     if (mesh && mesh->type != m->mesh->type) {
         dt__error(DT_EUNSUPPORTED, "redistribute: moving between device types is not supported yet");
         return NULL;

@@ -14,6 +14,16 @@
 #include "core/core.h"
 #include "ops/ops.h"
 
+/* torch's "Storage size calculation overflowed": the bytes of the global
+ * tensor must fit in int64 (the element count already does). */
+static dt_status check_bytes(dt_dtype dtype, int ndim, const int64_t *shape) {
+    int64_t n = dt__numel(ndim, shape), size = (int64_t)dt_dtype_size(dtype);
+    if (size > 0 && n > INT64_MAX / size)
+        return dt__error(DT_EOP, "Storage size calculation overflowed: %lld elements of %lld bytes", (long long)n,
+                         (long long)size);
+    return DT_OK;
+}
+
 /* Validates the common arguments and builds the symbol and its node. */
 static dt_tensor *factory_begin(dt_graph *g, int op, dt_dtype dtype, int ndim, const int64_t *shape, dt_mesh *mesh,
                                 const dt_placement *placements, dt__node **node) {
@@ -29,7 +39,8 @@ static dt_tensor *factory_begin(dt_graph *g, int op, dt_dtype dtype, int ndim, c
         dt__error(DT_EINVAL, "device_mesh: a mesh is required");
         return NULL;
     }
-    if (dt__shape_check(ndim, shape) != DT_OK)
+    if (dt__shape_check(ndim, shape) != DT_OK || check_bytes(dtype, ndim, shape) != DT_OK ||
+        dt__graph_check_mesh(g, mesh) != DT_OK)
         return NULL;
     dt__meta m;
     memset(&m, 0, sizeof m);
@@ -84,7 +95,7 @@ dt_tensor *dt_tensor_from_buffer(dt_graph *g, dt_dtype dtype, int ndim, const in
         dt__error(DT_EINVAL, "device_mesh: a mesh is required");
         return NULL;
     }
-    if (dt__placements_normalize(mesh, ndim, placements, tmp) != DT_OK)
+    if (dt__placements_normalize(mesh, ndim, placements, tmp) != DT_OK || dt__graph_check_mesh(g, mesh) != DT_OK)
         return NULL;
     void *impl = NULL;
     char err[512] = "";

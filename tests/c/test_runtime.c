@@ -378,11 +378,66 @@ static void test_backlog_bound(void) {
     dt_graph_release(g);
 }
 
+/* Meshes of up to DT_MAX_MESH_NDIM (8) dims run ops; devices the backend
+ * lacks (CUDA on 'ref') and sizes torch rejects fail at the call. */
+static void test_mesh_rank_and_devices(void) {
+    dt_graph *g = ref_graph();
+    int64_t shape8[8] = {2, 1, 2, 1, 1, 2, 1, 1}, ids[8];
+    for (int i = 0; i < 8; i++)
+        ids[i] = 7 - i;
+    dt_mesh *m8 = NULL;
+    CHECK(DT_MAX_MESH_NDIM == 8);
+    CHECK(dt_mesh_create(DT_DEVICE_CPU, 8, shape8, ids, NULL, &m8) == DT_OK && dt_mesh_ndim(m8) == 8);
+    CHECK(dt_graph_satisfy(g, m8) == 1);
+    int64_t shape9[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1}, id0 = 0;
+    dt_mesh *m9 = NULL;
+    CHECK(dt_mesh_create(DT_DEVICE_CPU, 9, shape9, &id0, NULL, &m9) == DT_EINVAL && !m9);
+    /* (4, 6) sharded by mesh dims 0 and 5 on tensor dim 1 (nested) and by 2 on dim 0. */
+    float x[24];
+    fill(x, 24, 3);
+    int64_t shape[2] = {4, 6};
+    dt_placement pl[8] = {S(1), R(), S(0), R(), R(), S(1), R(), R()};
+    dt_tensor *a = dt_tensor_from_buffer(g, DT_FLOAT32, 2, shape, x, sizeof x, m8, pl);
+    CHECK(a != NULL);
+    int64_t dim0 = 0;
+    dt_tensor *s = dt_sum(a, 1, &dim0, 0);
+    float want[6] = {0};
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 6; j++)
+            want[j] += x[i * 6 + j];
+    expect_values(s, want, 6, "sum on an 8-dim mesh");
+    dt_tensor *r = dt_redistribute(a, NULL, NULL);
+    expect_values(r, x, 24, "redistribute on an 8-dim mesh");
+    /* A CUDA mesh on the ref backend: refused at the call, naming the device. */
+    dt_mesh *cuda = NULL;
+    int64_t one = 1, id3 = 3;
+    CHECK(dt_mesh_create(DT_DEVICE_CUDA, 1, &one, &id3, NULL, &cuda) == DT_OK);
+    CHECK(dt_graph_satisfy(g, cuda) == 0 && dt_graph_satisfy(NULL, cuda) == 0);
+    CHECK(!dt_full(g, DT_FLOAT32, 1, &one, dt_scalar_float(1), cuda, NULL) && dt_last_status() == DT_EDEVICE);
+    CHECK(strstr(dt_last_error(), "cuda:3") != NULL);
+    CHECK(!dt_tensor_from_buffer(g, DT_FLOAT32, 1, &one, x, sizeof x[0], cuda, NULL) &&
+          dt_last_status() == DT_EDEVICE);
+    CHECK(!dt_redistribute(s, cuda, NULL) && dt_last_status() == DT_EDEVICE);
+    /* Negative sizes and element counts past int64 are torch's RuntimeErrors (DT_EOP). */
+    int64_t neg[2] = {2, -1}, huge[2] = {(int64_t)1 << 62, 4}, bytes[2] = {(int64_t)1 << 61, 2};
+    CHECK(!dt_full(g, DT_FLOAT32, 2, neg, dt_scalar_float(0), m8, NULL) && dt_last_status() == DT_EOP);
+    CHECK(!dt_empty(g, DT_FLOAT32, 2, huge, m8, NULL) && dt_last_status() == DT_EOP);
+    CHECK(!dt_empty(g, DT_FLOAT64, 2, bytes, m8, NULL) && dt_last_status() == DT_EOP);
+    CHECK(strstr(dt_last_error(), "overflow") != NULL);
+    dt_tensor_release(a);
+    dt_tensor_release(s);
+    dt_tensor_release(r);
+    dt_mesh_release(cuda);
+    dt_mesh_release(m8);
+    dt_graph_release(g);
+}
+
 int main(void) {
     test_elementwise_and_sum();
     test_redistribute_all();
     test_matmul();
     test_bad_input();
+    test_mesh_rank_and_devices();
     test_memo_keeps_graph_check();
     test_kernel_error();
     test_shutdown_with_work_queued();

@@ -52,7 +52,7 @@ class TestFutures(unittest.TestCase):
 
             t = asyncio.ensure_future(ticker())
             value = await slow_chain(150).to_torch_async()
-            ready_sync = await dtorch.default_graph().sync_future()
+            ready_sync = await dtorch.default_graph.sync_future()
             stop = True
             await t
             return value, ticks, ready_sync
@@ -174,7 +174,7 @@ class TestMemory(unittest.TestCase):
 
     def test_empty_cache(self):
         dtorch.empty_cache()
-        dtorch.default_graph().empty_cache()
+        dtorch.default_graph.empty_cache()
 
 
 if __name__ == "__main__":

@@ -42,15 +42,18 @@ def run_with_timeout(fn, timeout):
 
 class TestGraph(unittest.TestCase):
     def test_default_graph(self):
-        g = dtorch.default_graph()
-        self.assertIs(g, dtorch.Graph.default_graph())
+        g = dtorch.Graph.default_graph()
         self.assertIsInstance(g, dtorch.Graph)
+        self.assertIsInstance(dtorch.default_graph, dtorch.Graph)  # an object standing for the thread's graph
+        self.assertEqual(dtorch.default_graph, g)
+        self.assertEqual(dtorch.default_graph.id, g.id)
         self.assertIs(dtorch.ones(2).graph, g)
-        self.assertEqual(g.backend, "torch")
+        self.assertEqual(dtorch.default_graph.backend, "torch")
 
     def test_explicit_graph(self):
         g = dtorch.Graph()
-        self.assertIsNot(g, dtorch.default_graph())
+        self.assertNotEqual(g, dtorch.default_graph)
+        self.assertIsNot(g, dtorch.Graph.default_graph())
         t = int_valued(5, 7)
         x = dtorch.from_torch(t, CPU3, [Shard(1)], graph=g)
         self.assertIs(x.graph, g)
@@ -200,7 +203,8 @@ class TestGraph(unittest.TestCase):
             dtorch.Graph(backend="no-such-backend")
 
     def test_satisfy(self):
-        self.assertTrue(dtorch.default_graph().satisfy(CPU3))
+        self.assertTrue(dtorch.default_graph.satisfy(CPU3))
+        self.assertFalse(dtorch.default_graph.satisfy(DeviceMesh("cuda", [0])) and not torch.cuda.is_available())
 
     def test_shutdown_with_work_queued(self):
         g = dtorch.Graph()
@@ -243,7 +247,7 @@ class TestGraph(unittest.TestCase):
             mesh = DeviceMesh("cpu", [0, 1, 2])
             g = dtorch.Graph()
             keep = []
-            for graph in (g, dtorch.default_graph()):
+            for graph in (g, dtorch.default_graph):
                 x = dtorch.ones(128, 128, device_mesh=mesh, placements=[Shard(0)], graph=graph)
                 for _ in range(100):
                     x = (x @ dtorch.ones(128, 128, device_mesh=mesh, graph=graph)) / 128

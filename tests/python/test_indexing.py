@@ -220,8 +220,11 @@ class TestGetitemTensor(IndexTestCase):
             x[torch.tensor([0, 1], dtype=torch.int32)]
         with self.assertRaisesRegex(IndexError, "long, byte or bool"):
             x[dist(torch.tensor([0.0]), CPU1, None)]
-        with self.assertRaises(NotImplementedError):
-            x[torch.tensor([0]), torch.tensor([1])]
+        # Several tensor indices are supported (tests/python/test_compat.py); their shapes must broadcast.
+        with self.assertRaisesRegex(IndexError, "shape mismatch"):
+            x[torch.tensor([0, 1]), torch.tensor([1, 2, 0])]
+        with self.assertRaisesRegex(IndexError, "out of bounds"):
+            x[torch.tensor([0, 4]), torch.tensor([1, 2])]
 
     def test_placements(self):
         t = int_valued(6, 5, 4)

@@ -161,7 +161,7 @@ class TestMeshErrors(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "mesh_dim_names"):
             DeviceMesh("cpu", [[0, 1], [2, 3]], mesh_dim_names=("a", "a"))
         with self.assertRaisesRegex(ValueError, "at most"):
-            dtorch.init_device_mesh("cpu", (1, 1, 1, 1, 2))
+            dtorch.init_device_mesh("cpu", (1, 1, 1, 1, 1, 1, 1, 1, 2))  # 9 dims: at most 8
         self.assertRuntimeWorks()
 
     def test_wrong_placements_length(self):
@@ -199,8 +199,10 @@ class TestMeshErrors(unittest.TestCase):
         assert_tensor_equal(self, x, t)
 
     def test_bad_placement_objects(self):
-        with self.assertRaises(TypeError):
+        with self.assertRaises(ValueError):  # a string that is not a placement's short form ("S0")
             dtorch.ones(2, device_mesh=CPU2, placements=["Shard(0)"])
+        with self.assertRaises(TypeError):
+            dtorch.ones(2, device_mesh=CPU2, placements=[0])
         with self.assertRaises(TypeError):
             dtorch.ones(2, device_mesh=CPU2, placements=Shard(0))
         self.assertRuntimeWorks()

@@ -94,7 +94,7 @@ class TestRedistribute1D(unittest.TestCase):
             x.redistribute(placements=[S0, S1])
         with self.assertRaises(ValueError):
             x.redistribute(placements=[Shard(2)])
-        with self.assertRaises(TypeError):
+        with self.assertRaises(ValueError):  # strings are "S0", "R", "P"
             x.redistribute(placements=["S(0)"])
         with self.assertRaises(TypeError):
             x.redistribute(device_mesh=[0, 1])

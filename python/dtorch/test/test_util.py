@@ -12,13 +12,14 @@ Each side may be a ``torch.Tensor``, a ``dtorch.Tensor`` (read with
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+import itertools
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
 from .._C import TensorBase
 
-__all__ = ["assert_tensor_equal", "assert_tensor_allclose"]
+__all__ = ["assert_tensor_equal", "assert_tensor_allclose", "gen_arg_list", "is_graph_satisfy"]
 
 
 def _to_torch(x: Any, side: str) -> torch.Tensor:
@@ -92,3 +93,46 @@ def assert_tensor_allclose(test_case, a, b, rtol: float = 1e-5, atol: float = 1e
     >>> assert_tensor_allclose(self, x @ w, x_t @ w_t, rtol=1e-4, atol=1e-5)
     """
     _compare(test_case, a, b, close=True, rtol=rtol, atol=atol, equal_nan=equal_nan)
+
+
+def gen_arg_list(*choices: Union[Dict[str, Sequence[Any]], Sequence[Any]],
+                 **named: Sequence[Any]) -> List[Union[Dict[str, Any], Tuple[Any, ...]]]:
+    """Every combination of the given choices, for parametrised tests (first choice varies slowest).
+
+    Keywords (or one dict) give a list of dicts; several positional lists give a list of tuples.
+
+    >>> gen_arg_list(shape=[(2,), (3, 4)], dtype=[torch.float32])
+    [{'shape': (2,), 'dtype': torch.float32}, {'shape': (3, 4), 'dtype': torch.float32}]
+    >>> gen_arg_list([1, 2], ["a"])
+    [(1, 'a'), (2, 'a')]
+    """
+    if len(choices) == 1 and isinstance(choices[0], dict):
+        if named:
+            raise TypeError("gen_arg_list() takes a dict or keywords, not both")
+        named = dict(choices[0])
+        choices = ()
+    if choices and named:
+        raise TypeError("gen_arg_list() takes positional lists or keywords, not both")
+    if named:
+        keys = list(named)
+        for k in keys:
+            if isinstance(named[k], (str, bytes)) or not hasattr(named[k], "__iter__"):
+                raise TypeError(f"gen_arg_list(): the choices for {k!r} must be a list, not {type(named[k]).__name__}")
+        return [dict(zip(keys, combo)) for combo in itertools.product(*(list(named[k]) for k in keys))]
+    for i, c in enumerate(choices):
+        if isinstance(c, (str, bytes)) or not hasattr(c, "__iter__"):
+            raise TypeError(f"gen_arg_list(): argument {i} must be a list of choices, not {type(c).__name__}")
+    return list(itertools.product(*(list(c) for c in choices)))
+
+
+def is_graph_satisfy(device_mesh, graph=None) -> bool:
+    """Whether ``graph`` (default: the thread's default graph) can run on ``device_mesh``, e.g. to
+    skip CUDA tests on a machine without GPUs.
+
+    >>> if not is_graph_satisfy(dtorch.DeviceMesh("cuda", [0, 1])):
+    ...     raise unittest.SkipTest("needs 2 GPUs")
+    """
+    from .._graph import Graph, _resolve
+
+    g = Graph.default_graph() if graph is None else _resolve(graph)
+    return g.satisfy(device_mesh)

@@ -702,6 +702,16 @@ dt_dtype torch_default_dtype(void) {
     DT_TORCH_CATCH_QUIET(DT_FLOAT32)
 }
 
+int64_t torch_device_count(dt_device_type type) {
+    if (type == DT_DEVICE_CPU) return -1;
+    DT_TORCH_TRY {
+        // at::hasCUDA() is false in a CPU build of torch and when no driver is
+        // loaded; getNumGPUs() then counts the GPUs the CUDA runtime sees.
+        return at::hasCUDA() ? (int64_t)at::getNumGPUs() : 0;
+    }
+    DT_TORCH_CATCH_QUIET(0)
+}
+
 } // namespace dt_torch
 
 using namespace dt_torch;
@@ -723,6 +733,7 @@ const dt__backend dt__backend_torch = {
     torch_default_dtype,
     torch_same_storage,
     torch_empty_cache,
+    torch_device_count,
 };
 
 /* Registers at load time so the core finds "torch" by name without naming

@@ -1,0 +1,148 @@
+"""Bad input answered as torch answers it: the same exception class, raised at the call, with
+nothing recorded (the runtime stays usable and no error surfaces later)."""
+
+import unittest
+
+import torch
+
+import dtorch
+from dtorch import DeviceMesh, Shard
+from dtorch.test.test_util import assert_tensor_equal
+
+from helpers import CPU2, CPU3
+
+
+def torch_error(fn):
+    """The exception class torch raises for fn(), or None."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - the class is what we compare
+        return type(e)
+    return None
+
+
+def n_cuda() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+class BadInputCase(unittest.TestCase):
+    def assertSameError(self, dt_call, torch_call, regex=None):
+        """dtorch raises the class torch raises for the same call (and the runtime is fine after)."""
+        expected = torch_error(torch_call)
+        self.assertIsNotNone(expected, "torch accepts this call")
+        with self.assertRaises(expected) as cm:
+            dt_call()
+        if regex is not None:
+            self.assertRegex(str(cm.exception), regex)
+        self.assertRuntimeWorks()
+
+    def assertRuntimeWorks(self):
+        dtorch.default_graph.sync()  # nothing half-recorded fails later
+        assert_tensor_equal(self, dtorch.ones(3, device_mesh=CPU3, placements=[Shard(0)]) + 1, torch.full((3,), 2.0))
+
+
+class TestNegativeSizes(BadInputCase):
+    def test_factories(self):
+        m = CPU2
+        cases = [
+            (lambda: dtorch.zeros(-1, 2), lambda: torch.zeros(-1, 2)),
+            (lambda: dtorch.ones((3, -1)), lambda: torch.ones((3, -1))),
+            (lambda: dtorch.empty(-4), lambda: torch.empty(-4)),
+            (lambda: dtorch.rand(2, -3, device_mesh=m), lambda: torch.rand(2, -3)),
+            (lambda: dtorch.randn(-1, device_mesh=m, placements=[Shard(0)]), lambda: torch.randn(-1)),
+            (lambda: dtorch.full((-2,), 1.0), lambda: torch.full((-2,), 1.0)),
+            (lambda: dtorch.randint(0, 5, (-1,)), lambda: torch.randint(0, 5, (-1,))),
+            (lambda: dtorch.Tensor(2, -1), lambda: torch.Tensor(2, -1)),
+            (lambda: dtorch.rand(2, -3, generator=torch.Generator()), lambda: torch.rand(2, -3)),
+        ]
+        for dt_call, torch_call in cases:
+            with self.subTest(call=dt_call):
+                self.assertSameError(dt_call, torch_call, "negative dimension")
+
+    def test_arange(self):
+        self.assertSameError(lambda: dtorch.arange(0, 10, 0), lambda: torch.arange(0, 10, 0), "nonzero")
+        self.assertSameError(lambda: dtorch.arange(10, 0, 1), lambda: torch.arange(10, 0, 1), "step sign")
+        self.assertSameError(lambda: dtorch.arange(0, 5, -1, device_mesh=CPU2), lambda: torch.arange(0, 5, -1))
+        self.assertSameError(lambda: dtorch.arange(0.0, 1.0, 0.0), lambda: torch.arange(0.0, 1.0, 0.0))
+
+    def test_element_count_overflow(self):
+        self.assertSameError(lambda: dtorch.empty(2**62, 4), lambda: torch.empty(2**62, 4), "overflow")
+        self.assertSameError(lambda: dtorch.zeros(2**40, 2**40, device_mesh=CPU2),
+                             lambda: torch.zeros(2**40, 2**40), "overflow")
+        # The bytes overflow although the element count fits.
+        self.assertSameError(lambda: dtorch.empty(2**61, 2, dtype=torch.float64),
+                             lambda: torch.empty(2**61, 2, dtype=torch.float64), "overflow")
+
+
+class TestLikeOfNonTensors(BadInputCase):
+    def test_every_like(self):
+        cases = {
+            "zeros_like": (lambda: dtorch.zeros_like("x"), lambda: torch.zeros_like("x")),
+            "ones_like": (lambda: dtorch.ones_like("x"), lambda: torch.ones_like("x")),
+            "empty_like": (lambda: dtorch.empty_like("x"), lambda: torch.empty_like("x")),
+            "full_like": (lambda: dtorch.full_like("x", 1.0), lambda: torch.full_like("x", 1.0)),
+            "rand_like": (lambda: dtorch.rand_like("x"), lambda: torch.rand_like("x")),
+            "randn_like": (lambda: dtorch.randn_like("x"), lambda: torch.randn_like("x")),
+            "randint_like": (lambda: dtorch.randint_like("x", 3), lambda: torch.randint_like("x", 3)),
+        }
+        for name, (dt_call, torch_call) in cases.items():
+            with self.subTest(name=name):
+                self.assertSameError(dt_call, torch_call)
+        # A torch tensor is not a dtorch tensor either.
+        with self.assertRaisesRegex(TypeError, "zeros_like"):
+            dtorch.zeros_like(torch.ones(2))
+
+
+class TestMeshArguments(BadInputCase):
+    def test_init_device_mesh_names_mesh_shape(self):
+        with self.assertRaisesRegex(TypeError, "mesh_shape"):
+            dtorch.init_device_mesh("cpu", ("a", 2))
+        with self.assertRaisesRegex(TypeError, "mesh_shape"):
+            dtorch.init_device_mesh("cpu", "ab")
+        with self.assertRaisesRegex(ValueError, "mesh_shape"):
+            dtorch.init_device_mesh("cpu", (2, 0))
+        self.assertRuntimeWorks()
+
+
+@unittest.skipIf(n_cuda() >= 2, "these GPUs are usable: covered by the CUDA tests")
+class TestUnavailableCuda(BadInputCase):
+    def test_factories_name_the_device(self):
+        missing = n_cuda()  # the first id with no GPU behind it
+        mesh = DeviceMesh("cuda", [missing, missing + 1])
+        calls = [
+            lambda: dtorch.ones(2, device=f"cuda:{missing}"),
+            lambda: dtorch.zeros(4, device_mesh=mesh, placements=[Shard(0)]),
+            lambda: dtorch.rand(4, device_mesh=mesh),
+            lambda: dtorch.arange(4, device_mesh=mesh),
+            lambda: dtorch.randint(0, 3, (4,), device_mesh=mesh),
+            lambda: dtorch.from_torch(torch.ones(4), mesh),
+            lambda: dtorch.tensor([1.0, 2.0], device_mesh=mesh),
+            lambda: dtorch.ones(4).redistribute(DeviceMesh("cuda", [missing]), None),
+            lambda: dtorch.ones(4, device_mesh=CPU2).to(mesh),
+            lambda: dtorch.ones(4, device_mesh=CPU2).cuda(),
+        ]
+        if missing == 0:
+            calls.append(lambda: dtorch.ones(2, device="cuda"))
+        for call in calls:
+            with self.subTest(call=call):
+                with self.assertRaisesRegex(RuntimeError, f"cuda:{missing}|cuda"):
+                    call()
+        with self.assertRaisesRegex(RuntimeError, f"cuda:{missing} is not available"):
+            dtorch.zeros(4, device_mesh=mesh)
+        self.assertRuntimeWorks()
+
+    def test_satisfy_is_false(self):
+        missing = n_cuda()
+        self.assertFalse(dtorch.default_graph.satisfy(DeviceMesh("cuda", [missing])))
+        self.assertFalse(dtorch.Graph.default_graph().satisfy(DeviceMesh("cuda", [missing + 3, missing])))
+        self.assertTrue(dtorch.default_graph.satisfy(DeviceMesh("cpu", [0, 1, 5])))
+
+    def test_meshes_themselves_are_fine(self):
+        # Only using one fails: a mesh is a description.
+        m = DeviceMesh("cuda", [0, 1])
+        self.assertEqual(m.first_device(), torch.device("cuda", 0))
+        self.assertEqual(m.unbind(0)[1], DeviceMesh("cuda", [1]))
+
+
+if __name__ == "__main__":
+    unittest.main()
