@@ -261,22 +261,27 @@ class TestGraph(unittest.TestCase):
 
     @unittest.skipIf(sys.platform == "win32", "POSIX signals")
     def test_ctrl_c_interrupts_a_value_read(self):
+        # The work is sized for a fast BLAS (torch's MKL runs 200 256x256 matmuls in about 0.1 s,
+        # less than the parent's wait before the signal): 200 2048x2048 ones take seconds on a
+        # large machine. The child leaves with os._exit once interrupted, since a normal exit
+        # first finishes the queued work (dt_graph_shutdown). "waiting" is printed inside the
+        # try, so an early signal is still caught there.
         script = textwrap.dedent(
             """
-            import sys, time
+            import os, sys
             sys.path.insert(0, %r)
             import dtorch
-            x = dtorch.ones(256, 256)
-            w = dtorch.ones(256, 256)
+            x = dtorch.ones(2048, 2048)
+            w = dtorch.ones(2048, 2048)
             for _ in range(200):
-                x = (x @ w) / 256
-            print("waiting", flush=True)
-            t0 = time.monotonic()
+                x = (x @ w) / 2048
             try:
+                print("waiting", flush=True)
                 x.to_torch()
                 print("finished", flush=True)
             except KeyboardInterrupt:
                 print("interrupted ready=%%s" %% x.to_torch_async().is_ready(), flush=True)
+                os._exit(0)
             """
             % PYTHON_DIR
         )
