@@ -792,8 +792,8 @@ DT_API dt_tensor *dt_dropout(dt_tensor *x, double p, int training);
  * bool: True keeps, or q's dtype: added) broadcasts to [..., L, S];
  * is_causal masks j > i (not with attn_mask); scale NAN means
  * 1/sqrt(E); dropout_p > 0 drops attention weights with a mask drawn like
- * dt_dropout's. LibTorch 1.13 computes it from ATen ops; 2.1+ uses the
- * fused at::scaled_dot_product_attention (when dropout_p == 0). Per mesh
+ * dt_dropout's. Computed by the fused at::scaled_dot_product_attention
+ * when dropout_p == 0, else from ATen ops (torch's math). Per mesh
  * dim: q, k, v (and a mask dim of full size) R or S(d) on a leading dim
  * (the same d) -> S(d); (R,R,P)->P (linear in v); shards of the sequence or
  * embedding dims and other Partials are rejected. */
