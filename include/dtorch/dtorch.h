@@ -601,8 +601,10 @@ typedef enum dt_ew_flags {
  * and SUB (torch's alpha; an integer or bool alpha is required for integer
  * and bool results, a bool alpha only for bool results); for every other op
  * it must be dt_scalar_int(1). Errors as torch raises them, at the call: a
- * bool result for SUB, DIV_TRUNC, DIV_FLOOR, REMAINDER, POW (DT_EOP); a
- * floating result for the bitwise ops (DT_EOP); an integer tensor to a
+ * bool result for SUB (DT_EOP) and for DIV_TRUNC, DIV_FLOOR, REMAINDER, POW
+ * (DT_EUNSUPPORTED, torch's NotImplementedError; a bool tensor to a bool
+ * scalar power is accepted); a floating result for the bitwise ops
+ * (DT_EUNSUPPORTED); an integer tensor to a
  * negative integer scalar power (DT_EOP); an integer division by a zero
  * scalar (DT_EOP, "ZeroDivisionError"). Comparisons and logical ops return
  * bool (compared in the promoted dtype); MAXIMUM, MINIMUM and the logical
@@ -649,7 +651,8 @@ typedef enum dt_unary_op {
 DT_API dt_tensor *dt_unary(dt_unary_op op, dt_tensor *a);
 /* dt_unary with dt_ew_flags (DT_EW_INPLACE for a.exp_() etc.). */
 DT_API dt_tensor *dt_unary_ex(dt_unary_op op, dt_tensor *a, int flags);
-/* torch.round(a, decimals=decimals); `flags` as dt_unary_ex. */
+/* torch.round(a, decimals=decimals); `flags` as dt_unary_ex. A non-zero
+ * `decimals` needs a floating `a` (DT_EUNSUPPORTED otherwise, as torch). */
 DT_API dt_tensor *dt_round(dt_tensor *a, int64_t decimals, int flags);
 
 /* a.to(dtype): a new reference to `a` itself when the dtype is already
@@ -679,7 +682,8 @@ typedef enum dt_clamp_flags {
 /* torch.clamp(a, min, max): each bound, when its DT_CLAMP_* flag is set, is
  * the tensor (min_t / max_t) or, when that is NULL, the scalar. At least one
  * bound is required (DT_EOP). The dtype is torch's (a floating `a` keeps its
- * dtype; otherwise result_type of a and the bounds). Broadcast S/R over the
+ * dtype; otherwise result_type of a and the bounds); a bool result is
+ * DT_EUNSUPPORTED except with one tensor bound. Broadcast S/R over the
  * tensor inputs; no Partial. `flags`: dt_clamp_flags | dt_ew_flags. */
 DT_API dt_tensor *dt_clamp(dt_tensor *a, dt_tensor *min_t, dt_scalar min_s, dt_tensor *max_t, dt_scalar max_s,
                            int flags);
@@ -812,8 +816,8 @@ DT_API dt_tensor *dt_dropout(dt_tensor *x, double p, int training);
  * bool: True keeps, or q's dtype: added) broadcasts to [..., L, S];
  * is_causal masks j > i (not with attn_mask); scale NAN means
  * 1/sqrt(E); dropout_p > 0 drops attention weights with a mask drawn like
- * dt_dropout's. LibTorch 1.13 computes it from ATen ops; 2.1+ uses the
- * fused at::scaled_dot_product_attention (when dropout_p == 0). Per mesh
+ * dt_dropout's. Computed by the fused at::scaled_dot_product_attention
+ * when dropout_p == 0, else from ATen ops (torch's math). Per mesh
  * dim: q, k, v (and a mask dim of full size) R or S(d) on a leading dim
  * (the same d) -> S(d); (R,R,P)->P (linear in v); shards of the sequence or
  * embedding dims and other Partials are rejected. */
@@ -900,7 +904,8 @@ DT_API dt_status dt_sort(dt_tensor *a, int64_t dim, int descending, int stable, 
                          dt_tensor **indices);
 /* torch.topk(a, k, dim, largest, sorted): values and int64 indices of size k
  * along dim (0 <= k <= size of dim, else DT_EOP "selected index k out of
- * range"); out-parameters and placements as dt_sort. */
+ * range"; a bool `a` on a CPU mesh too, as torch has no CPU kernel for it);
+ * out-parameters and placements as dt_sort. */
 DT_API dt_status dt_topk(dt_tensor *a, int64_t k, int64_t dim, int largest, int sorted, dt_tensor **values,
                          dt_tensor **indices);
 

@@ -417,9 +417,9 @@ static PyObject *mod_arange(PyObject *module, PyObject *const *args, Py_ssize_t 
 }
 
 /* from_torch(graph, tensor, mesh, placements): `tensor` is a contiguous
- * torch.Tensor without autograd history; bool tensors, and every tensor for
- * a graph whose backend is not "torch", are on the CPU (the caller sees to
- * it) and are copied from their host buffer instead of through DLPack. */
+ * torch.Tensor without autograd history; for a graph whose backend is not
+ * "torch" it is on the CPU (the caller sees to it) and is copied from its
+ * host buffer instead of through DLPack. */
 static PyObject *mod_from_torch(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     dtpy_state *st = get_state(module);
     if (nargs != 4)
@@ -448,9 +448,8 @@ static PyObject *mod_from_torch(PyObject *module, PyObject *const *args, Py_ssiz
 
     dt_tensor *t;
     const char *backend = dt_graph_backend(g);
-    if (dtype == DT_BOOL || backend == NULL || strcmp(backend, "torch") != 0) {
-        /* torch 1.13 cannot export bool tensors through DLPack, and only the
-         * torch backend imports DLPack: copy the host buffer instead. */
+    if (backend == NULL || strcmp(backend, "torch") != 0) {
+        /* Only the torch backend imports DLPack: copy the host buffer. */
         int64_t shape[DT_MAX_NDIM];
         PyObject *shape_obj = PyObject_GetAttrString(tensor, "shape");
         if (shape_obj == NULL)

@@ -97,8 +97,7 @@ static PyObject *shape_to_tuple(int ndim, const int64_t *shape) {
     return tup;
 }
 
-/* Copies the value into a fresh torch tensor of `dtype` on the host. Used
- * for bool tensors (torch 1.13 cannot import them through DLPack) and for
+/* Copies the value into a fresh torch tensor of `dtype` on the host, for
  * backends without DLPack support ("ref"). */
 static PyObject *read_host(dtpy_state *st, dt_future *f, dt_dtype dtype, int ndim, const int64_t *shape) {
     int64_t numel = 1;
@@ -143,8 +142,6 @@ static PyObject *read_host(dtpy_state *st, dt_future *f, dt_dtype dtype, int ndi
 PyObject *dtpy_read_value(dtpy_state *st, dt_future *f, dt_dtype dtype, int ndim, const int64_t *shape) {
     if (dtpy_wait_future(st, f) < 0)
         return NULL;
-    if (dtype == DT_BOOL)
-        return read_host(st, f, dtype, ndim, shape);
     void *dl = NULL;
     dt_status s;
     Py_BEGIN_ALLOW_THREADS

@@ -375,8 +375,10 @@ static dt_status binary_dtype(int op, const char *name, dt_dtype rt, int has_boo
     case DT_BINARY_DIV_FLOOR:
     case DT_BINARY_REMAINDER:
     case DT_BINARY_POW:
-        if (rt == DT_BOOL)
-            return dt__error(DT_EOP, "%s: \"%s\" not implemented for 'Bool'", name,
+        /* pow(Tensor, Scalar) fills or copies for an exponent of 0 or 1
+         * without a kernel, so a bool tensor to a bool power works. */
+        if (rt == DT_BOOL && !(op == DT_BINARY_POW && s && !scalar_first && s->kind == DT_SCALAR_BOOL))
+            return dt__error(DT_EUNSUPPORTED, "%s: \"%s\" not implemented for 'Bool'", name,
                              op == DT_BINARY_POW         ? "pow"
                              : op == DT_BINARY_REMAINDER ? "remainder_cpu"
                              : op == DT_BINARY_DIV_TRUNC ? "div_trunc_cpu"
@@ -392,9 +394,8 @@ static dt_status binary_dtype(int op, const char *name, dt_dtype rt, int has_boo
     case DT_BINARY_BITWISE_OR:
     case DT_BINARY_BITWISE_XOR:
         if (!integral)
-            return dt__error(DT_EOP, "%s: \"%s_cpu\" not implemented for '%s'; bitwise ops take integer and bool "
-                                     "tensors",
-                             name, name, dt__ew_torch_name(rt));
+            return dt__error(DT_EUNSUPPORTED, "%s: \"%s_cpu\" not implemented for '%s'", name, name,
+                             dt__ew_torch_name(rt));
         break;
     default:
         break;

@@ -86,7 +86,8 @@ static dt_status unary_dtype(int op, dt_dtype in, dt_dtype *out) {
                                      "logical_not instead");
         if (op == DT_UNARY_RELU)
             return dt__error(DT_EOP, "relu: Boolean inputs not supported for relu");
-        return dt__error(DT_EOP, "%s: \"%s\" not implemented for 'Bool'", name, unary_ops[op].bool_kernel);
+        return dt__error(DT_EUNSUPPORTED, "%s: \"%s\" not implemented for 'Bool'", name,
+                         unary_ops[op].bool_kernel);
     case U_FLOAT:
         *out = dt_dtype_is_floating(in) ? in : dt_get_default_dtype();
         return DT_OK;
@@ -98,8 +99,7 @@ static dt_status unary_dtype(int op, dt_dtype in, dt_dtype *out) {
         return DT_OK;
     case U_BITWISE:
         if (dt_dtype_is_floating(in))
-            return dt__error(DT_EOP, "bitwise_not: ~ (operator.invert) is only implemented on integer and "
-                                     "Boolean-type tensors, not %s",
+            return dt__error(DT_EUNSUPPORTED, "bitwise_not: \"bitwise_not_cpu\" not implemented for '%s'",
                              dt__ew_torch_name(in));
         break;
     default:
@@ -119,6 +119,12 @@ static dt_tensor *unary_call(dt_unary_op op, dt_tensor *a, int64_t decimals, int
     dt__ew e = {.name = name, .op = op == DT_UNARY_NEG ? DT_OP_NEG : DT_OP_UNARY, .nin = 1, .in = {a}};
     if (dt__ew_shape(&e) != DT_OK)
         return NULL;
+    if (op == DT_UNARY_ROUND && decimals != 0 && !dt_dtype_is_floating(a->v->meta.dtype)) {
+        /* round.decimals has no integer shortcut: its kernel is float-only. */
+        dt__error(DT_EUNSUPPORTED, "round: \"round_cpu\" not implemented for '%s'",
+                  dt__ew_torch_name(a->v->meta.dtype));
+        return NULL;
+    }
     if (unary_dtype(op, a->v->meta.dtype, &e.out.dtype) != DT_OK)
         return NULL;
     e.attr.sub = op;
@@ -306,6 +312,16 @@ dt_tensor *dt_clamp(dt_tensor *a, dt_tensor *min_t, dt_scalar min_s, dt_tensor *
                           cpp_type(e.out.dtype));
                 return NULL;
             }
+    }
+    if (e.out.dtype == DT_BOOL && (ns > 0 || e.nin == 3)) {
+        /* torch's clamp kernels take no bool; only a single tensor bound,
+         * which clamp computes as maximum or minimum, works. A tensor bound
+         * next to a number is torch's clamp.Scalar (the tensor is 0-d). */
+        dt__error(DT_EUNSUPPORTED, "clamp: \"%s\" not implemented for 'Bool'",
+                  ns == 1 && e.nin == 1 ? (has_min ? "clamp_min_scalar_cpu" : "clamp_max_scalar_cpu")
+                  : ns > 0              ? "clamp_scalar_cpu"
+                                        : "clamp_cpu");
+        return NULL;
     }
     e.attr.flags = kf;
     e.attr.scalar = has_min && !min_t ? min_s : dt_scalar_int(0);

@@ -496,13 +496,27 @@ static dt_tensor *contract(int kind, dt_tensor *const *ts, int nops, dt_tensor *
     return dt__client_submit(t, n);
 }
 
+/* The ATen kernel torch's matrix product of a and b reaches (torch names it
+ * in its "not implemented for 'Bool'" error): matmul folds the batch dims of
+ * a into mm or mv when b has at most 2 dims, and uses bmm otherwise. */
+static const char *product_kernel(int kind, const dt__meta *a, const dt__meta *b) {
+    if (kind == DT_KL_BMM || (kind == DT_LINALG_MATMUL && b->ndim >= 3))
+        return "bmm";
+    if (kind == DT_LINALG_MATMUL && a->ndim == 1 && b->ndim == 1)
+        return "dot";
+    if ((kind == DT_LINALG_MATMUL && a->ndim >= 2 && b->ndim == 1) || (kind == DT_KL_LINEAR && b->ndim == 1))
+        return "addmv_impl_cpu";
+    return "addmm_impl_cpu_";
+}
+
 /* Same dtype, not bool: the checks torch's matrix products make. */
-static dt_status same_dtype(const char *name, const dt__meta *a, const dt__meta *b, int allow_bool) {
+static dt_status same_dtype(int kind, const char *name, const dt__meta *a, const dt__meta *b) {
     if (a->dtype != b->dtype)
         return dt__error(DT_EOP, "%s: expected both tensors to have the same dtype, but got %s and %s", name,
                          dt_dtype_name(a->dtype), dt_dtype_name(b->dtype));
-    if (!allow_bool && a->dtype == DT_BOOL)
-        return dt__error(DT_EOP, "%s: \"addmm_impl_cpu_\" not implemented for 'Bool'", name);
+    if (a->dtype == DT_BOOL)
+        return dt__error(DT_EUNSUPPORTED, "%s: \"%s\" not implemented for 'Bool'", name,
+                         product_kernel(kind, a, b));
     return DT_OK;
 }
 
@@ -536,7 +550,7 @@ static dt_tensor *binary_product(int kind, dt_tensor *a, dt_tensor *b) {
     if (kind == DT_KL_OUTER) {
         dtype = dt__result_type2(ma, mb);
     } else {
-        if (same_dtype(name, ma, mb, 0) != DT_OK)
+        if (same_dtype(kind, name, ma, mb) != DT_OK)
             return NULL;
         dtype = ma->dtype;
     }
@@ -554,7 +568,7 @@ dt_tensor *dt_linear(dt_tensor *x, dt_tensor *weight, dt_tensor *bias) {
     if (check_operands("linear", ts, bias ? 3 : 2) != DT_OK)
         return NULL;
     const dt__meta *mx = &x->v->meta, *mw = &weight->v->meta;
-    if (same_dtype("linear", mx, mw, 0) != DT_OK)
+    if (same_dtype(DT_KL_LINEAR, "linear", mx, mw) != DT_OK)
         return NULL;
     if (bias && bias->v->meta.dtype != mx->dtype) {
         dt__error(DT_EOP, "linear: self and mat2 must have the same dtype (bias is %s, input %s)",

@@ -135,7 +135,7 @@ static dt_status infer(int op, int mode, const dt__meta *m, int ndims, const int
     case DT_REDUCE_ARGMAX:
     case DT_REDUCE_ARGMIN:
         if (m->dtype == DT_BOOL)
-            return dt__error(DT_EOP, "\"%s_cpu\" not implemented for 'Bool'", name);
+            return dt__error(DT_EOP, "%s(): does not support bool input", name);
         od = DT_INT64;
         break;
     case DT_REDUCE_ANY:

@@ -186,6 +186,8 @@ dt_status dt_topk(dt_tensor *a, int64_t k, int64_t dim, int largest, int sorted,
     int64_t d = 0;
     if (norm_dim("topk", m, dim, &d) != DT_OK)
         return dt_last_status();
+    if (m->dtype == DT_BOOL && m->mesh->type == DT_DEVICE_CPU)
+        return dt__error(DT_EOP, "topk(): topk does not support bool dtypes on CPU");
     int64_t size = m->ndim ? m->shape[d] : 1;
     if (k < 0 || k > size)
         return dt__error(DT_EOP, "topk(): selected index k out of range (k = %lld, dim %lld has size %lld)",

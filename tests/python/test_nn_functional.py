@@ -7,7 +7,6 @@ results are exact unless an op documents otherwise; Partial results are compared
 """
 
 import itertools
-import math
 import random
 import unittest
 import warnings
@@ -32,44 +31,9 @@ TESTED_OPS = {
 R, P = Replicate(), Partial()
 S = Shard
 
-TORCH_VERSION = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
-
-
-# ------------------------------------------------------------------ references written with torch ops
-
-
-def ref_rms_norm(x, normalized_shape, weight=None, eps=None):
-    """torch 2.x's rms_norm; before torch had it, the same math from torch ops."""
-    if hasattr(TF, "rms_norm"):
-        return TF.rms_norm(x, normalized_shape, weight, eps)
-    opmath = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
-    if eps is None:
-        eps = torch.finfo(opmath).eps
-    eps = torch.tensor(eps, dtype=x.dtype).item()  # torch rounds eps to the input's scalar type
-    dims = [x.dim() - i - 1 for i in range(len(normalized_shape))]
-    up = x.to(opmath)
-    r = up.mul(torch.rsqrt(up.pow(2).mean(dims, keepdim=True).add_(eps))).type_as(x)
-    return r if weight is None else r.mul(weight)
-
-
-NATIVE_SDPA = TORCH_VERSION >= (2, 1)
-
-
-def ref_sdpa(q, k, v, attn_mask=None, is_causal=False, scale=None):
-    """torch's fused op where it exists (2.1+), else its documented math from torch ops."""
-    if NATIVE_SDPA:
-        return TF.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
-    L, S_ = q.size(-2), k.size(-2)
-    sf = 1 / math.sqrt(q.size(-1)) if scale is None else scale
-    attn = q @ k.transpose(-2, -1) * sf
-    if is_causal:
-        attn = attn.masked_fill(torch.ones(L, S_, dtype=torch.bool).tril(diagonal=0).logical_not(), float("-inf"))
-    if attn_mask is not None:
-        if attn_mask.dtype == torch.bool:
-            attn = attn.masked_fill(attn_mask.logical_not(), float("-inf"))
-        else:
-            attn = attn + attn_mask
-    return torch.softmax(attn, dim=-1) @ v
+# The references: torch's own ops.
+ref_rms_norm = TF.rms_norm
+ref_sdpa = TF.scaled_dot_product_attention
 
 
 # ------------------------------------------------------------------ placement rules (as documented)
@@ -705,11 +669,7 @@ class TestAttention(NNTestCase):
                 randn(b, h, S_, Ev, seed=3, dtype=dtype))
 
     def check_sdpa(self, got, expected):
-        # torch 1.13 has no fused op: the shim and the reference compose the same math.
-        if NATIVE_SDPA:
-            assert_tensor_equal(self, got, expected)
-        else:
-            assert_tensor_allclose(self, got, expected, rtol=1e-5, atol=1e-6)
+        assert_tensor_equal(self, got, expected)
 
     def test_one_device(self):
         q, k, v = self.inputs()

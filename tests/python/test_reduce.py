@@ -39,18 +39,6 @@ def torch_reduce(a, op, dim, keepdim):
         if op in ("argmax", "argmin"):
             return getattr(a, op)(keepdim=True)
         dim = tuple(range(nd))
-    if op in ("any", "all") and isinstance(dim, tuple):
-        # torch 1.13 takes one dim: reduce one after the other.
-        dims = sorted({d % max(nd, 1) for d in dim}, reverse=True)
-        r = a
-        for d in dims:
-            r = getattr(r, op)(d, keepdim=True)
-        if not dims:
-            r = getattr(a, op)().reshape([1] * nd) if keepdim else getattr(a, op)()
-        elif not keepdim:
-            for d in dims:
-                r = r.squeeze(d)
-        return r
     return getattr(a, op)(dim, keepdim=keepdim)
 
 
@@ -137,8 +125,6 @@ class TestOneDevice(ReduceTestCase):
                     continue
                 if op in ("argmax", "argmin") and dtype == torch.bool:
                     continue
-                if op == "prod" and dtype in (torch.float16, torch.bfloat16):
-                    continue  # not implemented on CPU by LibTorch 1.13
                 for dim, keepdim in dim_cases(op):
                     with self.subTest(dtype=dtype, op=op, dim=dim, keepdim=keepdim):
                         ref = torch_reduce(a, op, dim, keepdim)

@@ -37,7 +37,6 @@
 #include <new>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "backend/torch/torch_internal.h"
@@ -677,19 +676,15 @@ void torch_worker_init(dt_device_type type, int64_t device_id, int live_workers)
         mark_worker_thread();
         (void)type;
         (void)device_id;
-        // Every worker runs its own kernels in parallel with the others; giving
-        // each an equal share of the intra-op threads eager torch would use
-        // (its process default, read once before any worker changes it)
-        // keeps the process from running workers x cores threads on a small
-        // machine, and a large op from getting more threads than in eager.
-        static const int budget = [] {
-            at::init_num_threads();
-            int hw = (int)std::max(1u, std::thread::hardware_concurrency());
-            int n = at::get_num_threads();
-            return n > 0 ? std::min(n, hw) : hw;
-        }();
+        (void)live_workers;
+        // Every worker runs its kernels with the intra-op thread count eager
+        // torch uses (torch's process setting, which init_num_threads applies
+        // to this thread), not a share of it: torch 2.x CPU kernels split
+        // their work by thread count and some round differently per split
+        // (softmax along a non-last dim, conv2d), so only the same count
+        // gives eager torch's bits. Re-applied whenever the worker count
+        // changes, so a torch.set_num_threads() before then is followed.
         at::init_num_threads();
-        at::set_num_threads(std::max(1, budget / std::max(1, live_workers)));
     }
     DT_TORCH_CATCH_QUIET()
 }
