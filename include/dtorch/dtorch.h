@@ -643,6 +643,12 @@ typedef enum dt_unary_op {
     DT_UNARY_ISFINITE,
     DT_UNARY_LOGICAL_NOT,
     DT_UNARY_BITWISE_NOT, /* ~; integers and bool only, keeps dtype */
+    DT_UNARY_ASIN,        /* ASIN..COSH: integer and bool -> default float dtype */
+    DT_UNARY_ACOS,
+    DT_UNARY_ATAN,
+    DT_UNARY_TAN,
+    DT_UNARY_SINH,
+    DT_UNARY_COSH,
     DT_UNARY_COUNT
 } dt_unary_op;
 

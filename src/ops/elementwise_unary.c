@@ -62,6 +62,12 @@ static const struct {
     [DT_UNARY_ISFINITE] = {"isfinite", U_BOOL, NULL},
     [DT_UNARY_LOGICAL_NOT] = {"logical_not", U_BOOL, NULL},
     [DT_UNARY_BITWISE_NOT] = {"bitwise_not", U_BITWISE, NULL},
+    [DT_UNARY_ASIN] = {"asin", U_FLOAT, NULL},
+    [DT_UNARY_ACOS] = {"acos", U_FLOAT, NULL},
+    [DT_UNARY_ATAN] = {"atan", U_FLOAT, NULL},
+    [DT_UNARY_TAN] = {"tan", U_FLOAT, NULL},
+    [DT_UNARY_SINH] = {"sinh", U_FLOAT, NULL},
+    [DT_UNARY_COSH] = {"cosh", U_FLOAT, NULL},
 };
 
 const char *dt__ew_unary_name(int sub) {

@@ -15,6 +15,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "ops/elementwise.h"
 #include "ops/nn_internal.h"
 #include "ops/ops.h"
 
@@ -293,8 +294,9 @@ dt_tensor *dt_activation(dt_activation_kind kind, dt_tensor *x, double param) {
             return NULL;
         }
     } else if (!dt_dtype_is_floating(m->dtype)) {
-        dt__error(DT_EOP, "%s(): argument 'input' must be a floating-point tensor, got %s", name,
-                  dt_dtype_name(m->dtype));
+        /* torch 2.x: its CPU kernel has no integer case (NotImplementedError). */
+        dt__error(DT_EUNSUPPORTED, "%s(): \"%s\" not implemented for '%s' (use a floating dtype)", name, name,
+                  dt__ew_torch_name(m->dtype));
         return NULL;
     }
     if (!isfinite(param) && (kind == DT_ACT_LEAKY_RELU || kind == DT_ACT_ELU)) {
@@ -349,8 +351,8 @@ dt_tensor *dt_softmax(dt_tensor *x, int dim, int log, int dtype) {
     if (dtype >= 0)
         out.dtype = (dt_dtype)dtype;
     if (!dt_dtype_is_floating(out.dtype)) {
-        dt__error(DT_EOP, "%s(): %s is not implemented for %s tensors (use a floating dtype)", name, name,
-                  dt_dtype_name(out.dtype));
+        dt__error(DT_EUNSUPPORTED, "%s(): \"%s\" not implemented for '%s' (use a floating dtype)", name, name,
+                  dt__ew_torch_name(out.dtype));
         return NULL;
     }
     dt__nattr a;

@@ -14,6 +14,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "ops/elementwise.h"
 #include "ops/nn_internal.h"
 #include "ops/ops.h"
 
@@ -131,8 +132,8 @@ static dt_status check_normalized(const char *op, const dt__meta *x, int nnorm, 
  * keeps one dtype for predictability). */
 static dt_status check_dtypes(const char *op, const dt__meta *x, dt_tensor *const *affine, int naffine) {
     if (!dt_dtype_is_floating(x->dtype))
-        return dt__error(DT_EOP, "%s(): argument 'input' must be a floating-point tensor, got %s", op,
-                         dt_dtype_name(x->dtype));
+        return dt__error(DT_EUNSUPPORTED, "%s(): \"%s\" not implemented for '%s' (use a floating dtype)", op,
+                         op, dt__ew_torch_name(x->dtype));
     for (int i = 0; i < naffine; i++)
         if (affine[i] && affine[i]->v->meta.dtype != x->dtype)
             return dt__error(DT_EOP, "%s(): expected scalar type %s but found %s", op,

@@ -81,7 +81,7 @@ def position_dependent(fn, args, dims):
 
 
 UNARY = ["neg", "abs", "exp", "log", "log2", "log10", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh",
-         "sigmoid", "erf", "expm1", "log1p", "exp2", "square", "floor", "ceil", "trunc", "round", "sign", "relu",
+         "sigmoid", "erf", "expm1", "asin", "acos", "atan", "tan", "sinh", "cosh", "log1p", "exp2", "square", "floor", "ceil", "trunc", "round", "sign", "relu",
          "isnan", "isinf", "isfinite", "logical_not", "bitwise_not"]
 BINARY = ["add", "sub", "mul", "div", "floor_divide", "remainder", "pow", "maximum", "minimum", "eq", "ne", "lt",
           "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor"]

@@ -146,3 +146,41 @@ class TestUnavailableCuda(BadInputCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestNnDtypes(BadInputCase):
+    """nn ops on integer and bool inputs: torch 2.x's CPU kernels have no case for them
+    (NotImplementedError), raised here at the call."""
+
+    def test_integer_and_bool_inputs(self):
+        import torch.nn.functional as TF
+
+        import dtorch.nn.functional as DF
+
+        calls = {
+            "softmax": lambda F, t: F.softmax(t, 0),
+            "log_softmax": lambda F, t: F.log_softmax(t, 0),
+            "gelu": lambda F, t: F.gelu(t),
+            "silu": lambda F, t: F.silu(t),
+            "leaky_relu": lambda F, t: F.leaky_relu(t),
+            "elu": lambda F, t: F.elu(t),
+            "layer_norm": lambda F, t: F.layer_norm(t, (3,)),
+            "rms_norm": lambda F, t: F.rms_norm(t, (3,)),
+            "group_norm": lambda F, t: F.group_norm(t.reshape(1, 2, 3), 1),
+        }
+        for dtype in (torch.int64, torch.int32, torch.bool):
+            a = torch.ones(2, 3, dtype=dtype)
+            for name, call in calls.items():
+                for mesh in (None, CPU2):
+                    with self.subTest(op=name, dtype=dtype, mesh=mesh):
+                        x = dtorch.from_torch(a, mesh, [Shard(0)]) if mesh else dtorch.from_torch(a)
+                        self.assertSameError(lambda: call(DF, x), lambda: call(TF, a), "not implemented for")
+
+    def test_negative_layer_sizes(self):
+        for dt_call, torch_call in [
+            (lambda: dtorch.nn.Linear(-1, 2), lambda: torch.nn.Linear(-1, 2)),
+            (lambda: dtorch.nn.Linear(2, -3), lambda: torch.nn.Linear(2, -3)),
+            (lambda: dtorch.nn.Embedding(-1, 4), lambda: torch.nn.Embedding(-1, 4)),
+        ]:
+            with self.subTest(call=dt_call):
+                self.assertSameError(dt_call, torch_call)

@@ -54,22 +54,20 @@ TOP_LEVEL = {
     "shape": ["reshape", "cat", "concat", "stack", "chunk", "unbind", "squeeze", "unsqueeze", "flatten", "transpose",
               "permute", "repeat_interleave"],
     "math": ["matmul", "einsum", "outer", "add", "sub", "mul", "div", "neg", "reciprocal", "pow", "abs", "exp", "log",
-             "log2", "log10", "square", "rsqrt", "sin", "cos", "floor", "round", "isinf", "isnan", "sigmoid",
+             "log2", "log10", "square", "rsqrt", "sin", "asin", "cos", "floor", "round", "isinf", "isnan", "sigmoid",
              "tanh", "relu", "softmax"],
     "compare": ["eq", "equal", "gt", "greater", "lt", "less", "ge", "greater_equal", "le", "less_equal",
-                "logical_and", "logical_or", "where", "masked_fill", "nonzero"],
+                "logical_and", "logical_or", "where", "masked_fill", "masked_scatter", "nonzero"],
     "reduce": ["clamp", "clip", "clone", "max", "min", "maximum", "minimum", "argmax", "argmin", "sum", "mean", "any",
                "all"],
     "nn": ["batch_norm", "conv2d", "dropout", "embedding", "group_norm", "layer_norm", "rms_norm"],
     "layout": ["tensors_redistribute_by_dict", "default_graph", "MainNode", "GlobalOption", "MemoryStat",
                "MemoryStats", "GraphOption", "assign_layers_to_stages", "get_default_device_mesh"],
 }
-# Listed in API.md but needing a new C op (asin) or belonging to the nn work (masked_scatter).
-TOP_LEVEL_GAPS = ["asin"]
 
 TENSOR_METHODS = ["data", "graph", "check_placement", "cpu", "cuda", "detach", "type", "type_as", "half", "bfloat16",
                   "float", "double", "bool", "byte", "char", "short", "int", "long", "item", "tolist", "numpy",
-                  "copy_", "clone", "is_contiguous", "contiguous", "expand", "view", "repeat", "masked_fill_",
+                  "copy_", "clone", "is_contiguous", "contiguous", "expand", "view", "repeat", "masked_fill_", "masked_scatter_",
                   "__getitem__", "__setitem__", "redistribute", "redistribute_like", "redistribute_by_dict"]
 
 
@@ -88,12 +86,6 @@ class TestNames(unittest.TestCase):
         for family, names in TOP_LEVEL.items():
             for name in names:
                 self.assertTrue(hasattr(dtorch, name), f"dtorch.{name} ({family}) is missing")
-
-    @unittest.expectedFailure
-    def test_top_level_gaps(self):
-        # asin needs a new elementwise C op (see the report); this fails loudly once it exists.
-        for name in TOP_LEVEL_GAPS:
-            self.assertTrue(hasattr(dtorch, name))
 
     def test_graph_names(self):
         for name in DEFAULT_GRAPH_ATTRS:

@@ -18,12 +18,14 @@ TESTED_OPS = {
     "add", "sub", "mul", "div", "floor_divide", "remainder", "pow", "maximum", "minimum",
     "eq", "ne", "lt", "le", "gt", "ge", "equal", "logical_and", "logical_or", "logical_xor", "logical_not",
     "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "where", "masked_fill", "clamp", "clip",
-    "neg", "abs", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "square",
+    "neg", "abs", "exp", "exp2", "expm1", "asin", "acos", "atan", "tan", "sinh", "cosh",
+    "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "square",
     "reciprocal", "sin", "cos", "tanh", "sigmoid", "erf", "floor", "ceil", "trunc", "round", "sign",
     "isnan", "isinf", "isfinite", "to", "type_as", "half", "float", "double", "bfloat16", "int", "long", "bool",
 }
 
-UNARY = ["neg", "abs", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "square",
+UNARY = ["neg", "abs", "exp", "exp2", "expm1", "asin", "acos", "atan", "tan", "sinh", "cosh",
+         "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "square",
          "reciprocal", "sin", "cos", "tanh", "sigmoid", "erf", "floor", "ceil", "trunc", "round", "sign",
          "relu", "isnan", "isinf", "isfinite", "logical_not", "bitwise_not"]
 

@@ -121,6 +121,12 @@ at::Tensor unary_op(const dt__kattr *a, const at::Tensor &x) {
     case DT_UNARY_EXPM1: return at::expm1(x);
     case DT_UNARY_LOG1P: return at::log1p(x);
     case DT_UNARY_EXP2: return at::exp2(x);
+    case DT_UNARY_ASIN: return at::asin(x);
+    case DT_UNARY_ACOS: return at::acos(x);
+    case DT_UNARY_ATAN: return at::atan(x);
+    case DT_UNARY_TAN: return at::tan(x);
+    case DT_UNARY_SINH: return at::sinh(x);
+    case DT_UNARY_COSH: return at::cosh(x);
     case DT_UNARY_SQUARE: return at::square(x);
     case DT_UNARY_FLOOR: return at::floor(x);
     case DT_UNARY_CEIL: return at::ceil(x);
