@@ -19,6 +19,12 @@ from .module import Module
 __all__ = ["LayerNorm", "RMSNorm", "GroupNorm"]
 
 
+def _affine(m: Module, shape: Any, affine: bool, bias: bool, where: Any) -> None:
+    """torch's affine parameters of a norm: ``weight`` ones and ``bias`` zeros, or None."""
+    m.register_parameter("weight", _const(shape, 1.0, where) if affine else None)
+    m.register_parameter("bias", _const(shape, 0.0, where) if affine and bias else None)
+
+
 class LayerNorm(Module):
     """``F.layer_norm`` over the trailing ``normalized_shape`` dims, with ``weight`` (ones) and ``bias``
     (zeros) replicated.
@@ -32,16 +38,7 @@ class LayerNorm(Module):
         super().__init__()
         self.normalized_shape, self.eps, self.elementwise_affine = _shape(normalized_shape), eps, elementwise_affine
         _check_sizes(self.normalized_shape)
-        w = _where(device, device_mesh, dtype, graph)
-        if elementwise_affine:
-            self.weight = _const(self.normalized_shape, 1.0, w)
-            if bias:
-                self.bias = _const(self.normalized_shape, 0.0, w)
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine(self, self.normalized_shape, elementwise_affine, bias, _where(device, device_mesh, dtype, graph))
 
     def forward(self, input: Any) -> Any:
         return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -91,17 +88,9 @@ class GroupNorm(Module):
         if num_channels % num_groups != 0:
             raise ValueError(f"num_channels ({num_channels}) must be divisible by num_groups ({num_groups})")
         self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
-        w = _where(device, device_mesh, dtype, graph)
         if affine:
             _check_sizes((num_channels,))
-            self.weight = _const((num_channels,), 1.0, w)
-            if bias:
-                self.bias = _const((num_channels,), 0.0, w)
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine(self, (num_channels,), affine, bias, _where(device, device_mesh, dtype, graph))
 
     def forward(self, input: Any) -> Any:
         return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
