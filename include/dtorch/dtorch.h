@@ -947,6 +947,17 @@ typedef struct dt_future dt_future;
 /* Starts reading the full global value of `t`. Never waits. New reference or
  * NULL. */
 DT_API dt_future *dt_tensor_fetch(dt_tensor *t);
+/* Starts reading what ONE device holds of `t`, as stored there: the device at
+ * flat index `mesh_index` of t's mesh (row-major over the mesh shape, the
+ * order of dt_mesh_create's ids). Its shape is the device's local shape
+ * (dt_future_shape); a Replicate mesh dim gives that device's own copy, a
+ * Partial one its own addend. For tests (every replica equal) and debugging.
+ * Never waits. A `mesh_index` out of range is DT_EINDEX. New reference or
+ * NULL. */
+DT_API dt_future *dt_tensor_fetch_local(dt_tensor *t, int64_t mesh_index);
+/* The shape of the value a fetch future reads (`shape` holds DT_MAX_NDIM
+ * entries); returns ndim, or -1 for a sync future. Never waits. */
+DT_API int dt_future_shape(const dt_future *f, int64_t *shape);
 /* A future that completes when all work issued on `g` so far has run. */
 DT_API dt_future *dt_graph_sync_future(dt_graph *g);
 /* Waits up to `timeout_ms` (< 0: without limit). DT_OK when ready,

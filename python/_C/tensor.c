@@ -319,6 +319,23 @@ static PyObject *tensor_to_torch(PyObject *self, PyObject *unused) {
     return r;
 }
 
+/* _local_value(mesh_index): what one device holds, as stored (tests). */
+static PyObject *tensor_local_value(PyObject *self, PyObject *arg) {
+    dtpy_state *st = tensor_state(self);
+    dt_tensor *t = ((dtpy_tensor *)self)->t;
+    long long i = PyLong_AsLongLong(arg);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    dt_future *f = dt_tensor_fetch_local(t, (int64_t)i);
+    if (f == NULL)
+        return dtpy_raise_last(st);
+    int64_t shape[DT_MAX_NDIM];
+    int ndim = dt_future_shape(f, shape);
+    PyObject *r = dtpy_read_value(st, f, dt_tensor_dtype(t), ndim, shape);
+    dt_future_release(f);
+    return r;
+}
+
 static PyObject *tensor_to_torch_async(PyObject *self, PyObject *unused) {
     (void)unused;
     dtpy_state *st = tensor_state(self);
@@ -532,6 +549,9 @@ static PyMethodDef tensor_methods[] = {
     {"is_floating_point", tensor_is_floating_point, METH_NOARGS, "is_floating_point() -> bool"},
     {"to_torch", tensor_to_torch, METH_NOARGS,
      "to_torch() -> torch.Tensor: waits for the value and returns the full tensor."},
+    {"_local_value", tensor_local_value, METH_O,
+     "_local_value(mesh_index) -> torch.Tensor: what the device at flat mesh index `mesh_index` holds, as "
+     "stored (its shard, its own replica, or its Partial addend). Waits. For tests."},
     {"to_torch_async", tensor_to_torch_async, METH_NOARGS,
      "to_torch_async() -> TensorFuture: starts reading the value without waiting."},
     {"matmul", tensor_matmul, METH_O, "matmul(other) -> Tensor: self @ other (torch.matmul, every rank)."},

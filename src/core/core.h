@@ -443,6 +443,7 @@ struct dt_future {
     int64_t shape[DT_MAX_NDIM];
     int npieces;
     int accumulate;
+    int64_t local;   /* dt_tensor_fetch_local's mesh index, or -1 for the global value */
     dt__blob **pieces;
     int64_t *starts; /* npieces * ndim */
     void *assembled; /* backend impl, built on first read */

@@ -134,6 +134,24 @@ static void lower_fetch(dt__lower *L, dt__node *n) {
             accumulate = 1;
     int64_t coord[DT_MAX_MESH_NDIM], len[DT_MAX_NDIM];
     int npieces = 0;
+    if (f->local >= 0) {
+        /* One device's block as stored: no sum, the piece starts at 0. */
+        f->pieces = dt__calloc(1, sizeof *f->pieces);
+        f->starts = dt__calloc((size_t)(m->ndim ? m->ndim : 1), sizeof *f->starts);
+        DT_ASSERT(f->pieces && f->starts);
+        f->accumulate = 0;
+        dt__kernel *k = dt__lw_kernel(L, DT_KC_FETCH);
+        k->n_in = 1;
+        k->in[0] = dt__blob_retain(v->blobs[f->local]);
+        k->rank = 0;
+        k->extra = f;
+        atomic_fetch_add(&f->refs, 1);
+        dt__lw_push(L, mesh, f->local, k);
+        f->npieces = 1;
+        dt__future_expect(f, 1);
+        dt_future_release(f);
+        return;
+    }
     f->pieces = dt__calloc((size_t)mesh->ndev, sizeof *f->pieces);
     f->starts = dt__calloc((size_t)mesh->ndev * (size_t)(m->ndim ? m->ndim : 1), sizeof *f->starts);
     DT_ASSERT(f->pieces && f->starts);

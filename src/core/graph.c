@@ -474,11 +474,7 @@ uint64_t dt_tensor_id(const dt_tensor *t) { return t->v->id; }
 
 /* -------------------------------------------------------------- reads */
 
-dt_future *dt_tensor_fetch(dt_tensor *t) {
-    if (!t) {
-        dt__error(DT_EINVAL, "tensor is NULL");
-        return NULL;
-    }
+static dt_future *fetch(dt_tensor *t, int64_t local) {
     dt_future *f = dt__future_new();
     dt__node *n = dt__node_new(DT_OP_FETCH);
     if (!f || !n) {
@@ -491,7 +487,14 @@ dt_future *dt_tensor_fetch(dt_tensor *t) {
     f->be = t->graph->be;
     f->dtype = m->dtype;
     f->ndim = m->ndim;
-    memcpy(f->shape, m->shape, sizeof f->shape);
+    f->local = local;
+    if (local < 0) {
+        memcpy(f->shape, m->shape, sizeof f->shape);
+    } else {
+        int64_t coord[DT_MAX_MESH_NDIM], start[DT_MAX_NDIM];
+        dt__mesh_coord(m->mesh, local, coord);
+        dt__local_region(m, coord, start, f->shape);
+    }
     atomic_fetch_add(&f->refs, 1); /* held by the controller and kernels */
     n->in[0] = t->v;
     n->n_in = 1;
@@ -502,6 +505,36 @@ dt_future *dt_tensor_fetch(dt_tensor *t) {
         dt_future_release(f);
     }
     return f;
+}
+
+dt_future *dt_tensor_fetch(dt_tensor *t) {
+    if (!t) {
+        dt__error(DT_EINVAL, "tensor is NULL");
+        return NULL;
+    }
+    return fetch(t, -1);
+}
+
+dt_future *dt_tensor_fetch_local(dt_tensor *t, int64_t mesh_index) {
+    if (!t) {
+        dt__error(DT_EINVAL, "tensor is NULL");
+        return NULL;
+    }
+    int64_t n = t->v->meta.mesh->ndev;
+    if (mesh_index < 0 || mesh_index >= n) {
+        dt__error(DT_EINDEX, "fetch_local: mesh index %lld out of range for a mesh of %lld devices",
+                  (long long)mesh_index, (long long)n);
+        return NULL;
+    }
+    return fetch(t, mesh_index);
+}
+
+int dt_future_shape(const dt_future *f, int64_t *shape) {
+    if (!f || !f->be)
+        return -1;
+    for (int d = 0; d < f->ndim; d++)
+        shape[d] = f->shape[d];
+    return f->ndim;
 }
 
 dt_status dt_tensor_read(dt_tensor *t, void *buf, size_t nbytes) {

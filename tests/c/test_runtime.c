@@ -170,6 +170,50 @@ static void test_matmul(void) {
     dt_graph_release(g);
 }
 
+/* dt_tensor_fetch_local: each device's block as stored, shapes by the torch.chunk rule written
+ * here (ceil(5/3) = 2 rows: 2, 2, 1), a Replicate copy on every device, a Partial addend not summed. */
+static void test_fetch_local(void) {
+    dt_graph *g = ref_graph();
+    dt_mesh *m = mesh1d(3, 0);
+    int64_t shape[2] = {5, 7};
+    float x[35];
+    fill(x, 35, 2);
+    dt_placement ps[1] = {S(0)}, pr[1] = {R()}, pp[1] = {P()};
+    dt_tensor *s = dt_tensor_from_buffer(g, DT_FLOAT32, 2, shape, x, sizeof x, m, ps);
+    dt_tensor *r = dt_tensor_from_buffer(g, DT_FLOAT32, 2, shape, x, sizeof x, m, pr);
+    dt_tensor *p = dt_tensor_from_buffer(g, DT_FLOAT32, 2, shape, x, sizeof x, m, pp);
+    CHECK(s && r && p);
+    const int64_t rows[3] = {2, 2, 1}, first[3] = {0, 2, 4};
+    for (int64_t i = 0; i < 3; i++) {
+        float got[35];
+        int64_t ls[DT_MAX_NDIM];
+        dt_future *f = dt_tensor_fetch_local(s, i);
+        CHECK(f && dt_future_shape(f, ls) == 2 && ls[0] == rows[i] && ls[1] == 7);
+        CHECK(f && dt_future_read(f, got, (size_t)(rows[i] * 7) * sizeof *got) == DT_OK);
+        for (int64_t k = 0; f && k < rows[i] * 7; k++)
+            CHECK(got[k] == x[first[i] * 7 + k]);
+        dt_future_release(f);
+        f = dt_tensor_fetch_local(r, i);
+        CHECK(f && dt_future_read(f, got, sizeof got) == DT_OK);
+        for (int k = 0; f && k < 35; k++)
+            CHECK(got[k] == x[k]);
+        dt_future_release(f);
+        f = dt_tensor_fetch_local(p, i);
+        CHECK(f && dt_future_read(f, got, sizeof got) == DT_OK);
+        for (int k = 0; f && k < 35; k++)
+            CHECK(got[k] == (i == 0 ? x[k] : 0.0f));
+        dt_future_release(f);
+    }
+    CHECK(dt_tensor_fetch_local(s, 3) == NULL && dt_last_status() == DT_EINDEX);
+    CHECK(dt_tensor_fetch_local(s, -1) == NULL && dt_last_status() == DT_EINDEX);
+    CHECK(dt_tensor_fetch_local(NULL, 0) == NULL);
+    dt_tensor_release(s);
+    dt_tensor_release(r);
+    dt_tensor_release(p);
+    dt_mesh_release(m);
+    dt_graph_release(g);
+}
+
 static void test_bad_input(void) {
     dt_graph *g = ref_graph();
     int64_t shape1[1] = {2}, dup[2] = {1, 1};
@@ -440,6 +484,7 @@ int main(void) {
     test_mesh_rank_and_devices();
     test_memo_keeps_graph_check();
     test_kernel_error();
+    test_fetch_local();
     test_shutdown_with_work_queued();
     test_many_threads();
     test_futures();

@@ -69,3 +69,47 @@ class TestAssertions(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestLocalValues(unittest.TestCase):
+    """local_values reads each device's own block; assert_replicas_equal compares replicas bitwise."""
+
+    def test_every_device_block(self):
+        from dtorch import DeviceMesh, Partial, Replicate
+        from dtorch.test.test_util import local_values
+
+        t = torch.arange(35.0).reshape(5, 7)
+        m = DeviceMesh("cpu", [[0, 1], [2, 3]])
+        # Shard(0) over the first mesh dim (3 + 2 rows), Shard(1) over the second (4 + 3 columns).
+        got = local_values(dtorch.from_torch(t, m, [Shard(0), Shard(1)]))
+        want = [t[:3, :4], t[:3, 4:], t[3:, :4], t[3:, 4:]]
+        for g, w in zip(got, want):
+            self.assertTrue(torch.equal(g, w), (g, w))
+        # Replicate: every device its own full copy; Partial from a torch tensor: the value on the
+        # first coordinate and zeros elsewhere (API.md), read as stored, not summed.
+        got = local_values(dtorch.from_torch(t, m, [Replicate(), Partial()]))
+        want = [t, torch.zeros_like(t), t, torch.zeros_like(t)]
+        for g, w in zip(got, want):
+            self.assertTrue(torch.equal(g, w), (g, w))
+        with self.assertRaises(IndexError):
+            dtorch.from_torch(t, m, [Shard(0), Shard(1)])._local_value(4)
+
+    def test_replicas(self):
+        from dtorch import DeviceMesh, Replicate
+        from dtorch.test.test_util import assert_replicas_equal
+
+        m = DeviceMesh("cpu", [[0, 1], [2, 3]])
+        x = dtorch.from_torch(torch.tensor([1.0, float("nan"), -0.0]), m, [Replicate(), Replicate()])
+        assert_replicas_equal(self, x)
+
+        # A drifted replica (device 3's -0.0 became 0.0) is found, on the mesh dim where it is.
+        from dtorch.test.test_util import _replica_mismatch
+
+        v = [x._local_value(i) for i in range(4)]
+        self.assertIsNone(_replica_mismatch((2, 2), [Replicate(), Replicate()], v))
+        v[3] = v[3].abs()
+        msg = _replica_mismatch((2, 2), [Replicate(), Replicate()], v)
+        self.assertIn("replicas differ on mesh dim 0", msg)
+        self.assertIn("(1, 1)", msg)
+        self.assertIn("mesh dim 0", _replica_mismatch((2, 2), [Replicate(), Shard(0)], v))
+        self.assertIsNone(_replica_mismatch((2, 2), [Shard(0), Shard(0)], v))

@@ -19,7 +19,8 @@ import torch
 
 from .._C import TensorBase
 
-__all__ = ["assert_tensor_equal", "assert_tensor_allclose", "gen_arg_list", "is_graph_satisfy"]
+__all__ = ["assert_tensor_equal", "assert_tensor_allclose", "gen_arg_list", "is_graph_satisfy", "local_values",
+           "assert_replicas_equal"]
 
 
 def _to_torch(x: Any, side: str) -> torch.Tensor:
@@ -136,3 +137,56 @@ def is_graph_satisfy(device_mesh, graph=None) -> bool:
 
     g = Graph.default_graph() if graph is None else _resolve(graph)
     return g.satisfy(device_mesh)
+
+
+def local_values(t: Any) -> List[torch.Tensor]:
+    """What each device of ``t``'s mesh holds, as stored, in row-major mesh order (the order of
+    the mesh's ids): its shard, its own copy on Replicate mesh dims, its addend on Partial ones.
+
+    >>> m = dtorch.DeviceMesh("cpu", [0, 1])
+    >>> [v.tolist() for v in local_values(dtorch.from_torch(torch.arange(4.0), m, [dtorch.Shard(0)]))]
+    [[0.0, 1.0], [2.0, 3.0]]
+    """
+    if not isinstance(t, TensorBase):
+        raise TypeError(f"local_values: expected a dtorch tensor, got {type(t).__name__}")
+    return [t._local_value(i) for i in range(t.device_mesh.mesh.numel())]
+
+
+def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype.is_floating_point or a.dtype.is_complex:
+        # Bits, so NaN payloads and -0.0 count too.
+        ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+        return torch.equal(a.contiguous().view(ints), b.contiguous().view(ints))
+    return torch.equal(a, b)
+
+
+def assert_replicas_equal(test_case, t: Any) -> None:
+    """Every copy of ``t`` along each ``Replicate()`` mesh dim is bitwise equal to the copy at
+    coordinate 0 of that dim (the one a read returns): replicas that drifted apart would give
+    different results depending on which device a later op reads.
+
+    >>> assert_replicas_equal(None, dtorch.ones(3, device_mesh=m, placements=[dtorch.Replicate()]))
+    """
+    msg = _replica_mismatch(tuple(t.device_mesh.shape), list(t.placements), local_values(t))
+    if msg is not None:
+        _fail(test_case, msg)
+
+
+def _replica_mismatch(shape: Tuple[int, ...], placements: List[Any], values: List[torch.Tensor]) -> Optional[str]:
+    """The first pair of replicas (row-major mesh order ``values``) that are not bitwise equal."""
+    coords = list(itertools.product(*[range(n) for n in shape]))
+    index = {c: i for i, c in enumerate(coords)}
+    for md, p in enumerate(placements):
+        if not p.is_replicate() or shape[md] == 1:
+            continue
+        for c in coords:
+            if c[md] == 0:
+                continue
+            ref = c[:md] + (0,) + c[md + 1:]
+            a, b = values[index[ref]], values[index[c]]
+            if not _bitwise_equal(a, b):
+                return (f"replicas differ on mesh dim {md} ({placements}): device at {ref} holds {a}, "
+                        f"device at {c} holds {b}")
+    return None
