@@ -9,8 +9,12 @@
  * different strides.
  *
  * An impl is a `ref_tensor`: a dense row-major buffer that no one mutates
- * after the kernel that made it returns. Impls never share storage, so
- * `ref_free` is a plain free and no reference counts are needed.
+ * after the kernel that made it returns. The buffer is reference counted
+ * (`ref_buf`) for one reason: an elementwise kernel asked to run in place
+ * (DT_KF_INPLACE, the core's buffer donation) writes its result into its
+ * first input's buffer when that impl is the buffer's only owner, and the
+ * result then shares the buffer (`same_storage`), as the torch backend's
+ * in-place ATen ops do. No other kernel shares storage.
  *
  * Storage dtypes: bool, int32, int64, float32, float64. Arithmetic (BINARY,
  * BINARY_SCALAR, NEG, MATMUL, SUM, ARANGE) produces int32, int64, float32 or
@@ -23,22 +27,32 @@
  * DT_EUNSUPPORTED.
  *
  * Threading: there is no mutable global state, so every entry may run on any
- * thread concurrently; impls are only read after creation.
+ * thread concurrently; impls are only read after creation, and a buffer's
+ * count is atomic (an impl may be freed on any thread).
  */
 #include "backend/backend.h"
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* A reference-counted element buffer: one per impl, except that an in-place
+ * result shares its input's. */
+typedef struct ref_buf {
+    atomic_int refs;
+    _Alignas(16) unsigned char data[];
+} ref_buf;
 
 typedef struct ref_tensor {
     dt_dtype dtype;
     int ndim;
     int64_t shape[DT_MAX_NDIM];
     int64_t numel;
-    void *data; /* numel elements, row-major; never NULL (at least one byte) */
+    void *data;   /* numel elements, row-major; never NULL (at least one byte) */
+    ref_buf *buf; /* owns data; NULL for the stack scalars of scalar_init */
 } ref_tensor;
 
 /* Designated so that families adding kernel ops append without reordering. */
@@ -260,10 +274,10 @@ static dt_status mk(const char *what, int dt, int ndim, const int64_t *shape, re
     if (n < 0)
         return fail(err, errlen, DT_EINVAL, "ref: %s: invalid shape %s", what, fmt_shape(ndim, shape).s);
     ref_tensor *t = calloc(1, sizeof *t);
-    void *data = calloc(n ? (size_t)n : 1, es);
-    if (!t || !data) {
+    ref_buf *buf = calloc(1, sizeof *buf + (n ? (size_t)n : 1) * es);
+    if (!t || !buf) {
         free(t);
-        free(data);
+        free(buf);
         return fail(err, errlen, DT_ENOMEM, "ref: %s: out of memory for shape %s of %s", what,
                     fmt_shape(ndim, shape).s, dtname(dt));
     }
@@ -272,7 +286,9 @@ static dt_status mk(const char *what, int dt, int ndim, const int64_t *shape, re
     if (ndim)
         memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
     t->numel = n;
-    t->data = data;
+    atomic_init(&buf->refs, 1);
+    t->buf = buf;
+    t->data = buf->data;
     *out = t;
     return DT_OK;
 }
@@ -281,8 +297,33 @@ static void ref_free(void *impl) {
     ref_tensor *t = impl;
     if (!t)
         return;
-    free(t->data);
+    if (t->buf && atomic_fetch_sub_explicit(&t->buf->refs, 1, memory_order_acq_rel) == 1)
+        free(t->buf);
     free(t);
+}
+
+static int ref_same_storage(const void *a, const void *b) {
+    const ref_tensor *x = a, *y = b;
+    return x && y && x->buf && x->buf == y->buf;
+}
+
+/* A new impl of x's dtype and shape sharing x's buffer, for a result written
+ * in place into x: only when the core allows it (DT_KF_INPLACE: nothing else
+ * will read x), x is its buffer's only owner, and x already has the result's
+ * dtype and shape (the other operand broadcasts into it). NULL otherwise
+ * (the caller computes out of place). */
+static ref_tensor *donated(const dt__kattr *a, const ref_tensor *x, int dt, int ndim, const int64_t *shape) {
+    if (!(a->flags & DT_KF_INPLACE) || !x->buf || (int)x->dtype != dt || x->ndim != ndim ||
+        atomic_load_explicit(&x->buf->refs, memory_order_acquire) != 1)
+        return NULL;
+    if (ndim && memcmp(x->shape, shape, (size_t)ndim * sizeof *shape) != 0)
+        return NULL;
+    ref_tensor *o = malloc(sizeof *o);
+    if (!o)
+        return NULL;
+    *o = *x;
+    atomic_fetch_add_explicit(&x->buf->refs, 1, memory_order_relaxed);
+    return o;
 }
 
 /* ------------------------------------------------------- strided walks */
@@ -355,8 +396,12 @@ static dt_status region_ok(const char *what, int ndim, const int64_t *start, con
 
 /* ---------------------------------------------------------------- ops */
 
-static dt_status binary(int op, int dt, const ref_tensor *x, const ref_tensor *y, ref_tensor **out, char *err,
-                        size_t errlen) {
+/* o = x (op) y with broadcasting. `a` (may be NULL) carries DT_KF_INPLACE for
+ * a kernel whose first input is `into` (x or y): the result may then reuse
+ * into's buffer (see donated). Each output element reads only the operands'
+ * elements at its own position, so writing over `into` is safe. */
+static dt_status binary(int op, int dt, const ref_tensor *x, const ref_tensor *y, const dt__kattr *a,
+                        const ref_tensor *into, ref_tensor **out, char *err, size_t errlen) {
     /* BINARY takes the four arithmetic ops; the others are DT_K_EW_BINARY's. */
     if (op < 0 || op > DT_BINARY_DIV)
         return fail(err, errlen, DT_EINVAL, "ref: BINARY: bad op %d", op);
@@ -379,7 +424,8 @@ static dt_status binary(int op, int dt, const ref_tensor *x, const ref_tensor *y
         w.stride[1][d] = sx == 1 ? 0 : xs[xd];
         w.stride[2][d] = sy == 1 ? 0 : ys[yd];
     }
-    dt_status st = mk("BINARY", dt, nd, shape, out, err, errlen);
+    *out = a && into ? donated(a, into, dt, nd, shape) : NULL;
+    dt_status st = *out ? DT_OK : mk("BINARY", dt, nd, shape, out, err, errlen);
     if (st)
         return st;
     memcpy(w.shape, shape, sizeof shape);
@@ -658,17 +704,17 @@ static dt_status ref_run(int kop, const dt__kattr *a, void *const *in, int n_in,
         st = rand_region(kop, a, &o, err, errlen);
         break;
     case DT_K_BINARY:
-        st = binary(a->sub, dt, x, in[1], &o, err, errlen);
+        st = binary(a->sub, dt, x, in[1], a, x, &o, err, errlen);
         break;
     case DT_K_BINARY_SCALAR:
         scalar_init(&s, a->scalar);
-        st = a->flags & DT_KF_REVERSED ? binary(a->sub, dt, &s.t, x, &o, err, errlen)
-                                       : binary(a->sub, dt, x, &s.t, &o, err, errlen);
+        st = a->flags & DT_KF_REVERSED ? binary(a->sub, dt, &s.t, x, a, x, &o, err, errlen)
+                                       : binary(a->sub, dt, x, &s.t, a, x, &o, err, errlen);
         break;
     case DT_K_NEG:
         /* x * -1 is exactly -x in every dtype, -0.0 and int wrap-around included. */
         scalar_init(&s, dt_scalar_int(-1));
-        st = binary(DT_BINARY_MUL, dt, x, &s.t, &o, err, errlen);
+        st = binary(DT_BINARY_MUL, dt, x, &s.t, a, x, &o, err, errlen);
         break;
     case DT_K_MATMUL:
         st = matmul(dt, x, in[1], &o, err, errlen);
@@ -781,4 +827,5 @@ const dt__backend dt__backend_ref = {
     .assemble = ref_assemble,
     .worker_init = NULL,
     .default_dtype = ref_default_dtype,
+    .same_storage = ref_same_storage,
 };
