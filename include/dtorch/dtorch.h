@@ -431,6 +431,11 @@ DT_API void dt_reset_peak_memory_stats(void);
 /* Returns memory the backends keep cached for reuse (freed blobs' buffers)
  * to the system. Any thread. */
 DT_API void dt_empty_cache(void);
+/* Bytes of freed buffers the backends keep cached for reuse now, i.e. what
+ * dt_empty_cache would return: the torch backend keeps freed CPU blocks of
+ * 1 MiB and more that its workers allocated; "ref" keeps none (0).
+ * Process-wide, all graphs. Any thread; a snapshot. */
+DT_API int64_t dt_memory_cached_bytes(void);
 /* ------------------------------------------------------- views and shape */
 /* Data-movement ops (src/ops/views.c, index.c, shape_ops.c). dtorch values
  * are immutable, so a "view" is a new symbol with its own value; the backend
@@ -984,6 +989,56 @@ DT_API void dt_future_release(dt_future *f);
 DT_API dt_status dt_tensor_read(dt_tensor *t, void *buf, size_t nbytes);
 /* Calls the DLManagedTensor's deleter. NULL is ignored. */
 DT_API void dt_dlpack_delete(void *dl_managed);
+
+/* ------------------------------------------ diagnostics (tests, debugging) */
+
+/* One graph's pipeline as its flow control sees it. A *record* is a node a
+ * client pushed that the controller has not lowered yet, or a kernel queued
+ * on a worker that has not run yet (dropping a tensor is not a record). A
+ * client thread that finds more than `in_flight_limit` records in flight
+ * waits until half of them have drained; it looks once every
+ * `check_interval` of its own submissions, so on a one-device mesh, where an
+ * elementwise op is one record once lowered, the records in flight stay
+ * below about in_flight_limit + check_interval per recording thread. */
+typedef struct dt_graph_stats {
+    int64_t submitted;       /* node records pushed since the graph was made (op calls, reads, syncs) */
+    int64_t in_flight;       /* records in flight now */
+    int64_t peak_in_flight;  /* the most in flight the controller saw after a batch, since creation or reset */
+    int64_t in_flight_limit; /* flow control's bound (32768) */
+    int64_t check_interval;  /* submissions of a thread between two looks at the bound (64) */
+    int64_t flow_waits;      /* times a client waited for the pipeline to drain */
+} dt_graph_stats;
+
+/* Fills *out with a snapshot of g's counters (each read atomically, not all
+ * at one instant). With `reset_peak` the peak is then set to the records in
+ * flight now. DT_EINVAL for NULL arguments. Any thread. */
+DT_API dt_status dt_graph_get_stats(dt_graph *g, dt_graph_stats *out, int reset_peak);
+
+/* A test-controlled gate. dt_debug_gated(x, gate) is a copy of x whose
+ * kernels wait, asleep on their device's worker, until the gate opens: a
+ * test can hold a value pending, and everything queued behind it on the same
+ * device, for as long as it likes, with no slow computation and no clock.
+ * A gate opens once and stays open. For tests and debugging only.
+ * dt_graph_shutdown opens every gate in the process before it waits for the
+ * workers, so a forgotten gate cannot hang a shutdown. */
+typedef struct dt_debug_gate dt_debug_gate;
+
+/* A new closed gate. *out is a new reference (the caller's, released with
+ * dt_debug_gate_release). Any thread. */
+DT_API dt_status dt_debug_gate_create(dt_debug_gate **out);
+/* Opens the gate and wakes the kernels waiting on it. Idempotent. NULL is
+ * ignored. Any thread. */
+DT_API void dt_debug_gate_open(dt_debug_gate *gate);
+/* 1 once the gate is open, else 0 (also for NULL). Any thread. */
+DT_API int dt_debug_gate_is_open(const dt_debug_gate *gate);
+/* Opens the gate (nobody could open it afterwards), then drops the caller's
+ * reference; kernels that use the gate hold their own. NULL is ignored. */
+DT_API void dt_debug_gate_release(dt_debug_gate *gate);
+/* A new tensor with x's metadata and values that each device of x's mesh
+ * produces (a copy of its block of x) only once `gate` is open. Records one
+ * node; metadata getters answer at once. New reference or NULL (DT_EINVAL
+ * for a NULL argument, DT_ESHUTDOWN). Client threads, as any op. */
+DT_API dt_tensor *dt_debug_gated(dt_tensor *x, dt_debug_gate *gate);
 
 #ifdef __cplusplus
 }

@@ -419,10 +419,15 @@ typedef struct dt__backend {
      * ids 0 .. n-1 are usable; a negative n means any id (CPU devices are
      * virtual). NULL means CPU only. Any thread. */
     int64_t (*device_count)(dt_device_type type);
+    /* Optional. Bytes of cached free memory that empty_cache would return
+     * now. Any thread. */
+    int64_t (*cached_bytes)(void);
 } dt__backend;
 
 /* Calls every registered backend's empty_cache. */
 void dt__backends_empty_cache(void);
+/* The sum of the registered backends' cached_bytes. */
+int64_t dt__backends_cached_bytes(void);
 
 /* The pure-C reference backend (bool/int32/int64/float32/float64 storage;
  * arithmetic on the non-bool ones), always built. */

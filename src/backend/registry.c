@@ -32,3 +32,11 @@ void dt__backends_empty_cache(void) {
         if (registered[i]->empty_cache)
             registered[i]->empty_cache();
 }
+
+int64_t dt__backends_cached_bytes(void) {
+    int64_t n = 0;
+    for (int i = 0; i < nregistered; i++)
+        if (registered[i]->cached_bytes)
+            n += registered[i]->cached_bytes();
+    return n;
+}

@@ -203,6 +203,9 @@ typedef enum dt__op {
     DT_OP_POOL2D,
     /* masked_scatter (src/ops/masked_scatter.c): in = input, mask, source. */
     DT_OP_MASKED_SCATTER,
+    /* test-only (src/core/debug.c): a copy of in[0] made once a gate opens;
+     * extra = the dt_debug_gate (one reference). */
+    DT_OP_DEBUG_GATE,
     DT_OP_FETCH,   /* a value read */
     DT_OP_SYNC,    /* a graph-wide barrier */
     DT_OP_STOP,    /* shut the controller down */
@@ -271,7 +274,8 @@ enum {
     DT_KC_FETCH,                   /* extra = dt_future, rank = piece */
     DT_KC_SYNC,                    /* extra = dt_future */
     DT_KC_STOP,                    /* the worker exits */
-    DT_KC_ASSEMBLE                 /* extra = dt__assembly: pieces from other devices */
+    DT_KC_ASSEMBLE,                /* extra = dt__assembly: pieces from other devices */
+    DT_KC_GATE                     /* extra = dt_debug_gate: wait for it, then copy in[0] */
 };
 
 /* The pieces a DT_KC_ASSEMBLE kernel places into one new local tensor: a
@@ -358,6 +362,9 @@ struct dt_graph {
     /* Controller-written: kernels handed to streams. */
     _Alignas(DT_CACHE_LINE) atomic_long kqueued;
     long kqueued_local; /* controller-only: kqueued before it is published */
+    /* The most records in flight the controller has seen after a batch
+     * (dt_graph_get_stats); a client may reset it. */
+    atomic_long peak_backlog;
     dt_mesh *defer_mesh;  /* controller-only: mesh references not yet dropped */
     int defer_n;
 
@@ -368,6 +375,7 @@ struct dt_graph {
      * memory without bound. */
     _Alignas(DT_CACHE_LINE) atomic_long retired; /* nodes lowered + kernels run */
     _Alignas(DT_CACHE_LINE) atomic_int bl_waiters;
+    atomic_long flow_waits; /* times a client waited on the backlog */
     pthread_mutex_t bl_lock;
     pthread_cond_t bl_cond;
     /* The controller's sleep; clients take qlock only to wake it. */
@@ -409,8 +417,14 @@ static inline void dt__node_free(dt__node *n) { dt__pool_free(&dt__node_pool, n)
 static inline void dt__kernel_free(dt__kernel *k) { dt__pool_free(&dt__kernel_pool, k); }
 
 #define DT_BACKLOG_MAX 32768
+/* A client thread compares the backlog with DT_BACKLOG_MAX once every this
+ * many submissions. */
+#define DT_BACKLOG_STRIDE 64
 /* Counts records leaving the pipeline and wakes a waiting client (any thread). */
 void dt__backlog_done(dt_graph *g, long n);
+/* Records in flight now: nodes pushed + kernels queued - nodes lowered -
+ * kernels run (any thread; a snapshot). */
+long dt__backlog(dt_graph *g);
 
 /* Appends a node; DT_ESHUTDOWN (node untouched) once the graph is closed. */
 dt_status dt__graph_submit(dt_graph *g, dt__node *n);
@@ -547,6 +561,16 @@ void dt__lower_elementwise(dt__lower *L, dt__node *n);
 void dt__lower_nn(dt__lower *L, dt__node *n);
 void dt__lower_sort_scan(dt__lower *L, dt__node *n);
 void dt__lower_masked_scatter(dt__lower *L, dt__node *n);
+void dt__lower_debug_gate(dt__lower *L, dt__node *n);
+
+/* ----------------------------------------------------- test-only gates */
+
+/* Runs a DT_KC_GATE kernel (worker thread): sleeps until its gate opens,
+ * then sets k->out to a copy of k->in[0]. */
+void dt__debug_gate_run(dt__kernel *k, dt__stream *s);
+/* Opens every gate alive in the process (dt_graph_shutdown, before it joins
+ * the workers, so a forgotten gate cannot hang a shutdown). Any thread. */
+void dt__debug_gates_open_all(void);
 
 /* ------------------------------------------------------------ client */
 

@@ -237,11 +237,12 @@ const dt__op_info dt__ops[DT_OP_COUNT] = {
     [DT_OP_SORT_SCAN] = {"sort_scan", dt__lower_sort_scan},
     [DT_OP_POOL2D] = {"pool2d", dt__lower_nn},
     [DT_OP_MASKED_SCATTER] = {"masked_scatter", dt__lower_masked_scatter},
+    [DT_OP_DEBUG_GATE] = {"debug_gate", dt__lower_debug_gate},
     [DT_OP_FETCH] = {"fetch", lower_fetch},
     [DT_OP_SYNC] = {"sync", lower_sync},
     [DT_OP_STOP] = {"stop", NULL},
 };
-_Static_assert(DT_OP_COUNT == 35, "update dt__ops when adding an op");
+_Static_assert(DT_OP_COUNT == 36, "update dt__ops when adding an op");
 
 /* -------------------------------------------------------------- the loop */
 
@@ -293,6 +294,11 @@ void *dt__controller_main(void *arg) {
         flush(g);
         /* STOP was never counted: it does not go through dt__graph_submit. */
         dt__backlog_done(g, lowered - stop);
+        /* Once per batch, for dt_graph_get_stats: the batch's nodes now count
+         * as their kernels only, so this is what flow control bounds. */
+        long in_flight = dt__backlog(g);
+        if (in_flight > atomic_load_explicit(&g->peak_backlog, memory_order_relaxed))
+            atomic_store_explicit(&g->peak_backlog, in_flight, memory_order_relaxed);
     }
     dt__graph_flush_releases(g);
     /* Nodes after STOP cannot exist: the queue is closed before STOP goes in. */

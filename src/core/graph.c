@@ -181,6 +181,8 @@ dt_status dt_graph_shutdown(dt_graph *g) {
             DT_ASSERT(!DT__Q_IS_CLOSED(h));
             stop->next = h;
         } while (!atomic_compare_exchange_weak(&g->qhead, &h, (dt__node *)((uintptr_t)stop | 1)));
+        /* A worker held at a test gate would never reach its stop kernel. */
+        dt__debug_gates_open_all();
         pthread_mutex_lock(&g->qlock);
         pthread_cond_signal(&g->qcond);
         pthread_mutex_unlock(&g->qlock);
@@ -209,6 +211,7 @@ void dt__backlog_done(dt_graph *g, long n) {
 /* Waits (client thread) until the pipeline has drained to half its bound. */
 static void wait_backlog(dt_graph *g) {
     pthread_mutex_lock(&g->bl_lock);
+    atomic_fetch_add_explicit(&g->flow_waits, 1, memory_order_relaxed);
     atomic_fetch_add(&g->bl_waiters, 1);
     while (backlog(g) > DT_BACKLOG_MAX / 2)
         pthread_cond_wait(&g->bl_cond, &g->bl_lock);
@@ -218,7 +221,6 @@ static void wait_backlog(dt_graph *g) {
 
 /* The backlog is checked every DT_BACKLOG_STRIDE submissions of a thread:
  * reading the controller's and workers' counters costs a cache miss each. */
-#define DT_BACKLOG_STRIDE 64
 static _Thread_local unsigned tls_submits;
 
 dt_status dt__graph_submit(dt_graph *g, dt__node *n) {
@@ -232,6 +234,8 @@ dt_status dt__graph_submit(dt_graph *g, dt__node *n) {
         wait_backlog(g);
     return DT_OK;
 }
+
+long dt__backlog(dt_graph *g) { return backlog(g); }
 
 const char *dt_graph_backend(const dt_graph *g) { return g->be->name; }
 

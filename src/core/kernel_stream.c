@@ -212,6 +212,9 @@ static void run_kernel(dt__kernel *k, dt__stream *s) {
     case DT_KC_ASSEMBLE:
         run_assemble(k, s);
         break;
+    case DT_KC_GATE:
+        dt__debug_gate_run(k, s);
+        break;
     default:
         run_backend(k, s);
         break;

@@ -42,3 +42,5 @@ void dt_reset_peak_memory_stats(void) {
 }
 
 void dt_empty_cache(void) { dt__backends_empty_cache(); }
+
+int64_t dt_memory_cached_bytes(void) { return dt__backends_cached_bytes(); }

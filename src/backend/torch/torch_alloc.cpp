@@ -98,6 +98,11 @@ class caching_allocator final : public c10::Allocator {
         for (void *p : drop) std::free(p);
     }
 
+    size_t cached() const {
+        std::lock_guard<std::mutex> g(mu_);
+        return cached_;
+    }
+
   private:
     void *take(size_t n) const {
         std::lock_guard<std::mutex> g(mu_);
@@ -156,5 +161,7 @@ void mark_worker_thread() {
 }
 
 void empty_cpu_cache() { caching_allocator::instance().empty(); }
+
+size_t cpu_cache_bytes() { return caching_allocator::instance().cached(); }
 
 } // namespace dt_torch

@@ -368,6 +368,11 @@ void torch_empty_cache(void) {
     DT_TORCH_CATCH_QUIET()
 }
 
+int64_t torch_cached_bytes(void) {
+    DT_TORCH_TRY { return (int64_t)cpu_cache_bytes(); }
+    DT_TORCH_CATCH_QUIET(0)
+}
+
 int torch_same_storage(const void *a, const void *b) {
     DT_TORCH_TRY {
         const at::Tensor &x = impl(a), &y = impl(b);
@@ -729,6 +734,7 @@ const dt__backend dt__backend_torch = {
     torch_same_storage,
     torch_empty_cache,
     torch_device_count,
+    torch_cached_bytes,
 };
 
 /* Registers at load time so the core finds "torch" by name without naming

@@ -54,6 +54,8 @@ void need_inputs(int kop, int n_in, int lo, int hi);
 void mark_worker_thread();
 /* Frees every cached block. */
 void empty_cpu_cache();
+/* Bytes of free blocks the cache holds now (any thread). */
+size_t cpu_cache_bytes();
 
 using kernel_fn = at::Tensor (*)(const dt__kattr *a, void *const *in, int n_in);
 struct kernel_registrar {

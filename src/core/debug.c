@@ -1,0 +1,214 @@
+/*
+ * Test and debugging aids: a graph's pipeline counters (dt_graph_get_stats)
+ * and test-controlled gates (dt_debug_gate, dt_debug_gated).
+ *
+ * Why gates: the runtime's promises about pending values (a timed wait says
+ * "not yet", metadata does not wait, flow control bounds what is queued
+ * behind a busy device, Ctrl-C interrupts a read) can only be tested without
+ * wall-clock bounds if the test decides when a value becomes ready. A gated
+ * tensor's kernels sleep on the gate's condition variable, on their
+ * device's worker, until the test opens it; nothing spins. Nothing here is
+ * on the path of ordinary ops: the only costs outside this file are one
+ * switch case in the worker and one call in dt_graph_shutdown.
+ *
+ * Threads: gates are created, opened and released on any thread; the gate
+ * kernel runs on a worker (dt__debug_gate_run); dt__lower_debug_gate on the
+ * controller. Lock order: gates_lock (the list of live gates) -> a gate's
+ * lock; both are leaves with respect to the runtime's other locks (a worker
+ * takes a gate's lock holding none of its own).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/core.h"
+
+/* ------------------------------------------------------------ stats */
+
+dt_status dt_graph_get_stats(dt_graph *g, dt_graph_stats *out, int reset_peak) {
+    if (!g || !out)
+        return dt__error(DT_EINVAL, "graph_get_stats: %s is NULL", g ? "out" : "graph");
+    memset(out, 0, sizeof *out);
+    out->submitted = atomic_load(&g->submitted);
+    out->in_flight = dt__backlog(g);
+    out->peak_in_flight = atomic_load(&g->peak_backlog);
+    out->in_flight_limit = DT_BACKLOG_MAX;
+    out->check_interval = DT_BACKLOG_STRIDE;
+    out->flow_waits = atomic_load(&g->flow_waits);
+    if (reset_peak)
+        atomic_store(&g->peak_backlog, out->in_flight);
+    return DT_OK;
+}
+
+/* ------------------------------------------------------------ gates */
+
+struct dt_debug_gate {
+    atomic_int refs; /* the creator's, one per node and kernel that uses it */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int open;                          /* guarded by lock */
+    struct dt_debug_gate *prev, *next; /* guarded by gates_lock */
+};
+
+/* Every gate alive, so dt_graph_shutdown can open them all. */
+static pthread_mutex_t gates_lock = PTHREAD_MUTEX_INITIALIZER;
+static dt_debug_gate *gates;
+
+dt_status dt_debug_gate_create(dt_debug_gate **out) {
+    if (!out)
+        return dt__error(DT_EINVAL, "debug_gate_create: out is NULL");
+    *out = NULL;
+    dt_debug_gate *gate = dt__calloc(1, sizeof *gate);
+    if (!gate)
+        return dt__error(DT_ENOMEM, "debug_gate_create: out of memory");
+    atomic_init(&gate->refs, 1);
+    pthread_mutex_init(&gate->lock, NULL);
+    pthread_cond_init(&gate->cond, NULL);
+    pthread_mutex_lock(&gates_lock);
+    gate->next = gates;
+    if (gates)
+        gates->prev = gate;
+    gates = gate;
+    pthread_mutex_unlock(&gates_lock);
+    *out = gate;
+    return DT_OK;
+}
+
+static dt_debug_gate *gate_retain(dt_debug_gate *gate) {
+    atomic_fetch_add_explicit(&gate->refs, 1, memory_order_relaxed);
+    return gate;
+}
+
+static void gate_unref(dt_debug_gate *gate) {
+    if (atomic_fetch_sub_explicit(&gate->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    pthread_mutex_lock(&gates_lock);
+    if (gate->prev)
+        gate->prev->next = gate->next;
+    else
+        gates = gate->next;
+    if (gate->next)
+        gate->next->prev = gate->prev;
+    pthread_mutex_unlock(&gates_lock);
+    pthread_cond_destroy(&gate->cond);
+    pthread_mutex_destroy(&gate->lock);
+    dt__free(gate);
+}
+
+/* Called with gates_lock held or with a reference (the gate is alive). */
+static void gate_open(dt_debug_gate *gate) {
+    pthread_mutex_lock(&gate->lock);
+    gate->open = 1;
+    pthread_cond_broadcast(&gate->cond);
+    pthread_mutex_unlock(&gate->lock);
+}
+
+void dt_debug_gate_open(dt_debug_gate *gate) {
+    if (gate)
+        gate_open(gate);
+}
+
+int dt_debug_gate_is_open(const dt_debug_gate *gate) {
+    if (!gate)
+        return 0;
+    dt_debug_gate *g = (dt_debug_gate *)gate;
+    pthread_mutex_lock(&g->lock);
+    int open = g->open;
+    pthread_mutex_unlock(&g->lock);
+    return open;
+}
+
+void dt_debug_gate_release(dt_debug_gate *gate) {
+    if (!gate)
+        return;
+    /* Nobody could open it after this: kernels still waiting would hold
+     * their worker forever. */
+    gate_open(gate);
+    gate_unref(gate);
+}
+
+void dt__debug_gates_open_all(void) {
+    pthread_mutex_lock(&gates_lock);
+    for (dt_debug_gate *gate = gates; gate; gate = gate->next)
+        gate_open(gate);
+    pthread_mutex_unlock(&gates_lock);
+}
+
+dt_tensor *dt_debug_gated(dt_tensor *x, dt_debug_gate *gate) {
+    dt_clear_error();
+    if (!x || !gate) {
+        dt__error(DT_EINVAL, "debug_gated: %s is NULL", x ? "gate" : "tensor");
+        return NULL;
+    }
+    dt_tensor *t = dt__tensor_new(x->graph, &x->v->meta);
+    if (!t)
+        return NULL;
+    dt__node *n = dt__node_new(DT_OP_DEBUG_GATE);
+    if (!n) {
+        dt__error(DT_ENOMEM, "debug_gated: out of memory");
+    } else {
+        n->n_in = 1;
+        n->in[0] = x->v;
+        n->out = t->v;
+        n->extra = gate_retain(gate);
+        if (dt__graph_submit(t->graph, n) == DT_OK)
+            return t;
+        gate_unref(gate);
+        dt__node_free(n);
+        dt__error(DT_ESHUTDOWN, "the graph is shut down");
+    }
+    dt_graph *g = t->graph;
+    dt__tval_free(t->v); /* the symbol's record too */
+    dt_graph_release(g);
+    return NULL;
+}
+
+void dt__lower_debug_gate(dt__lower *L, dt__node *n) {
+    dt__tval *x = n->in[0], *y = n->out;
+    dt_debug_gate *gate = n->extra;
+    const dt_mesh *mesh = x->meta.mesh;
+    dt__lw_alloc_blobs(y);
+    int64_t coord[DT_MAX_MESH_NDIM], start[DT_MAX_NDIM], len[DT_MAX_NDIM];
+    for (int64_t i = 0; i < mesh->ndev; i++) {
+        dt__mesh_coord(mesh, i, coord);
+        dt__local_region(&x->meta, coord, start, len);
+        dt__kernel *k = dt__lw_kernel(L, DT_KC_GATE);
+        k->n_in = 1;
+        k->in[0] = dt__blob_retain(x->blobs[i]);
+        k->attr.dtype = x->meta.dtype;
+        k->attr.ndim = x->meta.ndim;
+        memcpy(k->attr.shape, len, sizeof len);
+        k->extra = gate_retain(gate);
+        y->blobs[i] = dt__lw_push(L, mesh, i, k);
+    }
+    gate_unref(gate); /* the node's reference */
+}
+
+void dt__debug_gate_run(dt__kernel *k, dt__stream *s) {
+    dt_debug_gate *gate = k->extra;
+    pthread_mutex_lock(&gate->lock);
+    while (!gate->open)
+        pthread_cond_wait(&gate->cond, &gate->lock);
+    pthread_mutex_unlock(&gate->lock);
+    gate_unref(gate);
+    k->extra = NULL;
+    const dt__blob *in = k->in[0];
+    if (in->error) {
+        k->out->error = dt__strdup(in->error);
+        return;
+    }
+    /* A fresh copy (assemble of one piece covering the whole block), so the
+     * gated value shares no storage with its input. */
+    static const int64_t zero[DT_MAX_NDIM];
+    void *impl = in->impl, *out = NULL;
+    char err[512] = "";
+    dt_status st = s->be->assemble(k->attr.dtype, k->attr.ndim, k->attr.shape, 1, &impl, zero, 0, &out, err,
+                                   sizeof err);
+    if (st == DT_OK) {
+        k->out->impl = out;
+    } else {
+        char buf[700];
+        snprintf(buf, sizeof buf, "%s failed on device %lld: %s", k->opname, (long long)s->device_id,
+                 err[0] ? err : dt_status_str(st));
+        k->out->error = dt__strdup(buf);
+    }
+}
