@@ -1,0 +1,110 @@
+/*
+ * dtorch._C entry points for tests and debugging (private; not part of the
+ * dtorch API):
+ *   _test_gate() -> gate            a closed dt_debug_gate in a capsule; the
+ *                                   capsule's destructor opens it, so a
+ *                                   forgotten gate cannot hold a worker
+ *   _test_gate_open(gate)           opens it (idempotent)
+ *   _test_gate_is_open(gate) -> bool
+ *   _test_gated(x, gate) -> Tensor  a copy of x made once the gate opens
+ *   _graph_stats(graph, reset_peak) -> dict of dt_graph_stats' fields
+ *   _cached_bytes() -> int          dt_memory_cached_bytes()
+ * dtorch.test.test_util wraps the gate in a context manager.
+ *
+ * Every function runs on a Python thread holding the GIL; none waits.
+ */
+#include "dtorch_py.h"
+
+#define GATE_CAPSULE "dtorch._test_gate"
+
+static dtpy_state *mod_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
+
+static void gate_capsule_destructor(PyObject *cap) {
+    dt_debug_gate_release(PyCapsule_GetPointer(cap, GATE_CAPSULE));
+}
+
+static dt_debug_gate *gate_arg(PyObject *o) {
+    if (!PyCapsule_IsValid(o, GATE_CAPSULE)) {
+        PyErr_SetString(PyExc_TypeError, "expected a gate made by dtorch._C._test_gate()");
+        return NULL;
+    }
+    return PyCapsule_GetPointer(o, GATE_CAPSULE);
+}
+
+static PyObject *mod_test_gate(PyObject *module, PyObject *unused) {
+    (void)unused;
+    dt_debug_gate *gate = NULL;
+    if (dt_debug_gate_create(&gate) != DT_OK)
+        return dtpy_raise_last(mod_state(module));
+    PyObject *cap = PyCapsule_New(gate, GATE_CAPSULE, gate_capsule_destructor);
+    if (cap == NULL)
+        dt_debug_gate_release(gate);
+    return cap;
+}
+
+static PyObject *mod_test_gate_open(PyObject *module, PyObject *arg) {
+    (void)module;
+    dt_debug_gate *gate = gate_arg(arg);
+    if (gate == NULL)
+        return NULL;
+    dt_debug_gate_open(gate);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mod_test_gate_is_open(PyObject *module, PyObject *arg) {
+    (void)module;
+    dt_debug_gate *gate = gate_arg(arg);
+    if (gate == NULL)
+        return NULL;
+    return PyBool_FromLong(dt_debug_gate_is_open(gate));
+}
+
+static PyObject *mod_test_gated(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    dtpy_state *st = mod_state(module);
+    if (nargs != 2 || !DTPY_IS_TENSOR(st, args[0]))
+        return PyErr_Format(PyExc_TypeError, "_test_gated(x, gate) takes a dtorch.Tensor and a gate");
+    dt_debug_gate *gate = gate_arg(args[1]);
+    if (gate == NULL)
+        return NULL;
+    dtpy_tensor *x = (dtpy_tensor *)args[0];
+    dtpy_record_call_site(st);
+    return dtpy_tensor_wrap_like(st, dt_debug_gated(x->t, gate), x);
+}
+
+static PyObject *mod_graph_stats(PyObject *module, PyObject *args) {
+    dtpy_state *st = mod_state(module);
+    PyObject *graph;
+    int reset_peak = 0;
+    if (!PyArg_ParseTuple(args, "O|p", &graph, &reset_peak))
+        return NULL;
+    if (!PyObject_TypeCheck(graph, st->graph_base_type) || ((dtpy_graph *)graph)->g == NULL)
+        return PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s", Py_TYPE(graph)->tp_name);
+    dt_graph_stats s;
+    if (dt_graph_get_stats(((dtpy_graph *)graph)->g, &s, reset_peak) != DT_OK)
+        return dtpy_raise_last(st);
+    return Py_BuildValue("{sLsLsLsLsLsL}", "submitted", (long long)s.submitted, "in_flight",
+                         (long long)s.in_flight, "peak_in_flight", (long long)s.peak_in_flight, "in_flight_limit",
+                         (long long)s.in_flight_limit, "check_interval", (long long)s.check_interval, "flow_waits",
+                         (long long)s.flow_waits);
+}
+
+static PyObject *mod_cached_bytes(PyObject *module, PyObject *unused) {
+    (void)module;
+    (void)unused;
+    return PyLong_FromLongLong((long long)dt_memory_cached_bytes());
+}
+
+static PyMethodDef testing_methods[] = {
+    {"_test_gate", mod_test_gate, METH_NOARGS, "_test_gate() -> a closed gate (tests only)"},
+    {"_test_gate_open", mod_test_gate_open, METH_O, "_test_gate_open(gate): opens it"},
+    {"_test_gate_is_open", mod_test_gate_is_open, METH_O, "_test_gate_is_open(gate) -> bool"},
+    {"_test_gated", (PyCFunction)(void (*)(void))mod_test_gated, METH_FASTCALL,
+     "_test_gated(x, gate) -> a copy of x produced once the gate is open"},
+    {"_graph_stats", mod_graph_stats, METH_VARARGS,
+     "_graph_stats(graph, reset_peak=False) -> {submitted, in_flight, peak_in_flight, in_flight_limit, "
+     "check_interval, flow_waits}"},
+    {"_cached_bytes", mod_cached_bytes, METH_NOARGS, "_cached_bytes() -> bytes the backends keep cached"},
+    {NULL, NULL, 0, NULL},
+};
+
+int dtpy_add_testing_methods(PyObject *module) { return PyModule_AddFunctions(module, testing_methods); }

@@ -1,0 +1,89 @@
+"""Probes of the runtime for tests: hold values pending, read the pipeline's counters and the cache.
+
+A :class:`Gate` makes a tensor whose value is produced only once the test opens the gate (its
+kernels sleep on the device's worker until then), so "this read is still pending" is a fact the
+test controls rather than a race against a slow computation:
+
+>>> import dtorch
+>>> from dtorch.test.probes import Gate
+>>> with Gate() as gate:
+...     y = gate.hold(dtorch.ones(3)) * 2
+...     f = y.to_torch_async()
+...     assert f.wait_for(0) is False      # pending for sure
+...     gate.open()
+...     assert f.wait_for(60_000) is True
+
+Leaving the ``with`` block (or dropping the gate) opens it, and so does shutting a graph down,
+so a test that fails half-way cannot leave a worker held.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+from .. import _C
+from .._C import TensorBase
+
+__all__ = ["Gate", "graph_stats", "cached_bytes"]
+
+
+class Gate:
+    """A test-controlled gate (``dt_debug_gate``): closed when made, opened once by :meth:`open`.
+
+    >>> gate = Gate()
+    >>> gate.is_open
+    False
+    >>> gate.open(); gate.is_open
+    True
+    """
+
+    def __init__(self) -> None:
+        self._gate = _C._test_gate()
+
+    def hold(self, x: TensorBase) -> TensorBase:
+        """A copy of ``x`` (same shape, dtype, mesh, placements) produced only once the gate is open.
+
+        Work recorded after it on the same devices waits behind it too.
+        """
+        return _C._test_gated(x, self._gate)
+
+    def open(self) -> None:
+        """Opens the gate: the held kernels run. Idempotent; any thread."""
+        _C._test_gate_open(self._gate)
+
+    @property
+    def is_open(self) -> bool:
+        """Whether :meth:`open` has been called (or a graph shutdown opened it)."""
+        return _C._test_gate_is_open(self._gate)
+
+    def __enter__(self) -> "Gate":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.open()
+
+
+def graph_stats(graph=None, reset_peak: bool = False) -> Dict[str, int]:
+    """A graph's pipeline counters (``dt_graph_get_stats``).
+
+    Keys: ``submitted`` (node records pushed), ``in_flight`` (records not yet lowered or run),
+    ``peak_in_flight`` (the most seen after a controller batch since the last reset),
+    ``in_flight_limit`` and ``check_interval`` (flow control's bound and how often a client looks
+    at it) and ``flow_waits`` (times a client waited for the pipeline to drain).
+
+    >>> graph_stats()["in_flight_limit"]
+    32768
+    """
+    from .._graph import Graph, _resolve
+
+    g: Optional[Graph] = _resolve(graph) if graph is not None else Graph.default_graph()
+    return _C._graph_stats(g, reset_peak)
+
+
+def cached_bytes() -> int:
+    """Bytes of freed buffers the backends keep for reuse now (what ``dtorch.empty_cache()`` returns).
+
+    >>> dtorch.empty_cache(); cached_bytes()
+    0
+    """
+    return _C._cached_bytes()
