@@ -1,24 +1,44 @@
-"""The asynchronous pipeline: futures, asyncio, synchronize, memory accounting and buffer reuse."""
+"""The asynchronous pipeline: futures, asyncio, synchronize, memory accounting and buffer reuse.
+
+Pending values are held with a test gate (``dtorch.test.probes.Gate``), never by a computation that
+is merely slow, so no outcome depends on the machine's speed.
+"""
 
 import asyncio
 import gc
+import os
+import threading
 import unittest
 
 import torch
 
 import dtorch
 from dtorch import DeviceMesh, Replicate, Shard
+from dtorch.test.probes import Gate, cached_bytes
 from dtorch.test.test_util import assert_tensor_equal
 
 CPU2 = DeviceMesh("cpu", [0, 1])
 
 
-def slow_chain(n=100, size=192):
-    """A dtorch value that takes a while to compute (a chain of matmuls)."""
-    x = dtorch.ones(size, size) / size
-    for _ in range(n):
-        x = x @ x + 0.0
-    return x
+def held_gate(test):
+    """A closed gate that the test's cleanup opens, and a watchdog that opens it after 30 s.
+
+    The watchdog only turns a broken promise (a wait that ignores the gate) into a failure instead
+    of a hang: ``dog.is_set()`` says whether it had to fire.
+    """
+    gate = Gate()
+    dog = threading.Event()
+
+    def fire():
+        dog.set()
+        gate.open()
+
+    timer = threading.Timer(30.0, fire)
+    timer.daemon = True
+    timer.start()
+    test.addCleanup(timer.cancel)
+    test.addCleanup(gate.open)
+    return gate, dog
 
 
 class TestFutures(unittest.TestCase):
@@ -31,35 +51,44 @@ class TestFutures(unittest.TestCase):
         self.assertTrue(torch.equal(f.wait(), torch.arange(6) * 2))
 
     def test_wait_for_times_out_then_completes(self):
-        f = slow_chain(150).to_torch_async()
-        ready_early = f.wait_for(0)
-        value = f.get()
-        self.assertTrue(f.wait_for(0))
-        self.assertEqual(value.shape, torch.Size([192, 192]))
-        # Not a timing assertion: only that an immediate wait_for(0) says "not yet" or "ready" consistently.
-        self.assertIn(ready_early, (True, False))
+        gate, dog = held_gate(self)
+        f = (gate.hold(dtorch.arange(6)) * 2).to_torch_async()
+        self.assertIs(f.wait_for(0), False)  # held by the gate: certainly pending
+        self.assertIs(f.wait_for(10), False)
+        self.assertFalse(f.is_ready())
+        self.assertFalse(dog.is_set())
+        gate.open()
+        self.assertTrue(torch.equal(f.get(), torch.arange(6) * 2))
+        self.assertIs(f.wait_for(0), True)
+        self.assertTrue(f.is_ready())
 
     def test_await_keeps_the_loop_running(self):
+        gate, dog = held_gate(self)
+
         async def main():
             ticks = 0
-            stop = False
 
             async def ticker():
+                # Runs while the read is pending, then lets the value through.
                 nonlocal ticks
-                while not stop:
+                for _ in range(50):
                     ticks += 1
                     await asyncio.sleep(0)
+                gate.open()
 
+            value_future = (gate.hold(dtorch.arange(6)) + 1).to_torch_async()
+            sync_future = dtorch.default_graph.sync_future()  # queued behind the gate too
             t = asyncio.ensure_future(ticker())
-            value = await slow_chain(150).to_torch_async()
-            ready_sync = await dtorch.default_graph.sync_future()
-            stop = True
+            value = await value_future
+            ready_sync = await sync_future
             await t
             return value, ticks, ready_sync
 
-        value, ticks, _ = asyncio.run(main())
-        self.assertEqual(value.shape, torch.Size([192, 192]))
-        self.assertGreater(ticks, 0, "the event loop ran nothing while the future was pending")
+        value, ticks, ready_sync = asyncio.run(main())
+        self.assertFalse(dog.is_set(), "the value completed only when the watchdog opened the gate")
+        self.assertTrue(torch.equal(value, torch.arange(6) + 1))
+        self.assertIsNone(ready_sync)
+        self.assertEqual(ticks, 50, "the event loop did not run while the future was pending")
 
     def test_await_many(self):
         async def main():
@@ -172,9 +201,26 @@ class TestMemory(unittest.TestCase):
                 ref = -ref
             assert_tensor_equal(self, y.redistribute(placements=[Replicate()]), ref)
 
+    @unittest.skipIf(os.environ.get("DTORCH_CPU_CACHE_MB", "").strip() == "0", "the CPU cache is disabled")
     def test_empty_cache(self):
-        dtorch.empty_cache()
-        dtorch.default_graph.empty_cache()
+        """Freed buffers of 1 MiB and more are cached; empty_cache returns all of them."""
+        mesh = DeviceMesh("cpu", [43])
+        for empty in (dtorch.empty_cache, dtorch.default_graph.empty_cache):
+            with self.subTest(empty=empty):
+                x = dtorch.ones(1024, 1024, device_mesh=mesh) * 2  # 4 MiB made on a worker
+                self.assertEqual(x.to_torch()[0, 0].item(), 2.0)
+                del x
+                gc.collect()
+                dtorch.synchronize()
+                gc.disable()  # no other value may be freed between the reads
+                try:
+                    before = cached_bytes()
+                    empty()
+                    after = cached_bytes()
+                finally:
+                    gc.enable()
+                self.assertGreaterEqual(before, 4 << 20, "the freed 4 MiB buffer was not cached")
+                self.assertEqual(after, 0, f"empty_cache kept {after} of {before} cached bytes")
 
 
 if __name__ == "__main__":
