@@ -1019,8 +1019,9 @@ DT_API dt_status dt_graph_get_stats(dt_graph *g, dt_graph_stats *out, int reset_
  * test can hold a value pending, and everything queued behind it on the same
  * device, for as long as it likes, with no slow computation and no clock.
  * A gate opens once and stays open. For tests and debugging only.
- * dt_graph_shutdown opens every gate in the process before it waits for the
- * workers, so a forgotten gate cannot hang a shutdown. */
+ * dt_graph_shutdown lets the graph's own gated kernels through before it
+ * waits for its workers (the gate stays closed for other graphs), so a
+ * forgotten gate cannot hang a shutdown. */
 typedef struct dt_debug_gate dt_debug_gate;
 
 /* A new closed gate. *out is a new reference (the caller's, released with

@@ -345,6 +345,7 @@ struct dt_graph {
     pthread_t ctl;
     pthread_mutex_t life_lock; /* serialises shutdown */
     int shut_down;             /* guarded by life_lock */
+    atomic_int gates_bypassed; /* set by shutdown: this graph's gate kernels stop waiting (debug.c) */
 
     /* Client-written. The queue is a lock-free stack of nodes (newest
      * first) that the controller takes whole; a head tagged with bit 0 (a
@@ -565,12 +566,14 @@ void dt__lower_debug_gate(dt__lower *L, dt__node *n);
 
 /* ----------------------------------------------------- test-only gates */
 
-/* Runs a DT_KC_GATE kernel (worker thread): sleeps until its gate opens,
- * then sets k->out to a copy of k->in[0]. */
+/* Runs a DT_KC_GATE kernel (worker thread): sleeps until its gate opens or
+ * its graph shuts down, then sets k->out to a copy of k->in[0]. */
 void dt__debug_gate_run(dt__kernel *k, dt__stream *s);
-/* Opens every gate alive in the process (dt_graph_shutdown, before it joins
- * the workers, so a forgotten gate cannot hang a shutdown). Any thread. */
-void dt__debug_gates_open_all(void);
+/* Lets g's kernels waiting at gates through, and any that reach a gate
+ * later, without opening the gates for other graphs (dt_graph_shutdown,
+ * before it joins the workers, so a forgotten gate cannot hang a shutdown).
+ * Any thread. */
+void dt__debug_gates_bypass(dt_graph *g);
 
 /* ------------------------------------------------------------ client */
 

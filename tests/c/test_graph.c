@@ -7,7 +7,8 @@
  *  - a read held pending by a gate times out (dt_future_wait with 0 and a
  *    small timeout) while the gate is closed and completes once it opens;
  *    metadata getters answer meanwhile;
- *  - dt_graph_shutdown opens the gates, so it never hangs on one;
+ *  - dt_graph_shutdown lets its own gated work through (never hangs on a
+ *    gate) and leaves the gate closed for other graphs;
  *  - every *_release accepts NULL, and a call that fails validation enqueues
  *    nothing (the graph's submitted-record count does not move).
  * Runs on the 'ref' backend under ASan/UBSan and TSan.
@@ -175,33 +176,42 @@ static void test_pending_read(void) {
     dt_graph_release(g);
 }
 
-/* A shutdown with a closed gate in the way opens it and finishes the work. */
-static void test_shutdown_opens_gates(void) {
-    dt_graph *g = ref_graph();
+/* A shutdown with a closed gate in the way lets its own work through and
+ * finishes it; the gate stays closed for another graph. */
+static void test_shutdown_passes_gates(void) {
+    dt_graph *g = ref_graph(), *g2 = ref_graph();
     dt_mesh *m = mesh1d(3, 0);
     int64_t shape[1] = {6};
     dt_tensor *x = dt_arange(g, DT_FLOAT32, 0, 6, 1, m, NULL);
+    dt_tensor *x2 = dt_arange(g2, DT_FLOAT32, 0, 6, 1, m, NULL);
     dt_debug_gate *gate = NULL;
     CHECK(dt_debug_gate_create(&gate) == DT_OK);
-    dt_tensor *t = dt_debug_gated(x, gate);
-    dt_future *f = dt_tensor_fetch(t);
+    dt_tensor *t = dt_debug_gated(x, gate), *t2 = dt_debug_gated(x2, gate);
+    dt_future *f = dt_tensor_fetch(t), *f2 = dt_tensor_fetch(t2);
     CHECK(f && dt_future_wait(f, 0) == DT_ETIMEDOUT);
     CHECK(dt_graph_shutdown(g) == DT_OK);
-    CHECK(dt_debug_gate_is_open(gate));
     float got[6];
     CHECK(dt_future_read(f, got, sizeof got) == DT_OK);
     for (int i = 0; i < 6; i++)
         CHECK(got[i] == (float)i);
+    CHECK(!dt_debug_gate_is_open(gate));
+    CHECK(f2 && dt_future_wait(f2, 10) == DT_ETIMEDOUT);
+    dt_debug_gate_open(gate);
+    CHECK(f2 && dt_future_read(f2, got, sizeof got) == DT_OK && got[5] == 5.0f);
     /* After the shutdown a gated op fails at the call. */
     CHECK(dt_debug_gated(x, gate) == NULL && dt_last_status() == DT_ESHUTDOWN);
     CHECK(dt_debug_gated(NULL, gate) == NULL && dt_last_status() == DT_EINVAL);
     CHECK(dt_debug_gated(x, NULL) == NULL && dt_last_status() == DT_EINVAL);
     (void)shape;
+    dt_future_release(f2);
     dt_future_release(f);
+    dt_tensor_release(t2);
     dt_tensor_release(t);
+    dt_tensor_release(x2);
     dt_tensor_release(x);
     dt_debug_gate_release(gate);
     dt_mesh_release(m);
+    dt_graph_release(g2);
     dt_graph_release(g);
 }
 
@@ -306,7 +316,7 @@ int main(void) {
     test_release_null();
     test_failed_calls_enqueue_nothing();
     test_pending_read();
-    test_shutdown_opens_gates();
+    test_shutdown_passes_gates();
     test_flow_control_bound();
     if (failures) {
         fprintf(stderr, "test_graph: %d failure(s)\n", failures);

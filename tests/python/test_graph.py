@@ -255,8 +255,8 @@ class TestGraph(unittest.TestCase):
 
     def test_interpreter_exit_with_live_graphs(self):
         # The work is held behind a closed test gate, so it is certainly still queued when the
-        # interpreter exits, however fast the machine. atexit shuts the graphs down; the shutdown
-        # opens the gate and finishes the queued work, which a handler registered before dtorch's
+        # interpreter exits, however fast the machine. atexit shuts the graphs down; each shutdown
+        # lets its held work through and finishes it, which a handler registered before dtorch's
         # (atexit runs handlers last-in first-out) then checks. The subprocess timeout only turns
         # a hang into a failure.
         script = textwrap.dedent(

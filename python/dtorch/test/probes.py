@@ -13,8 +13,11 @@ test controls rather than a race against a slow computation:
 ...     gate.open()
 ...     assert f.wait_for(60_000) is True
 
-Leaving the ``with`` block (or dropping the gate) opens it, and so does shutting a graph down,
-so a test that fails half-way cannot leave a worker held.
+Leaving the ``with`` block (or dropping the gate) opens it, and a graph's shutdown lets its own
+held kernels through, so a test that fails half-way cannot leave a worker held.
+
+Do not record more than about 30,000 ops behind a closed gate from Python: flow control would then
+make the recording thread wait, holding the GIL, and no Python thread could open the gate.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ class Gate:
 
     @property
     def is_open(self) -> bool:
-        """Whether :meth:`open` has been called (or a graph shutdown opened it)."""
+        """Whether :meth:`open` has been called."""
         return _C._test_gate_is_open(self._gate)
 
     def __enter__(self) -> "Gate":
