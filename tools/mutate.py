@@ -167,20 +167,35 @@ class Result:
         self.ok, self.timed_out, self.output, self.seconds = ok, timed_out, output, seconds
 
 
+def default_sigint():
+    """In the child before exec: SIGINT back to its default. A shell starts background jobs with
+    SIGINT ignored, the ignored disposition survives exec, and Python then installs no
+    KeyboardInterrupt handler, so the suite's Ctrl-C test would fail under `mutate.py &`."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def kill_group(proc):
+    """Kills the process group this tool started for `proc` (and only that one)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def run(cmd, cwd, env=None, timeout=None, log=None):
     """Runs cmd in its own process group; on timeout the whole group is killed."""
     start = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=default_sigint)
     try:
         out, _ = proc.communicate(timeout=timeout)
         timed_out = False
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_group(proc)
         out, _ = proc.communicate()
         timed_out = True
     except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_group(proc)
         proc.wait()
         raise
     text = out.decode(errors="replace")
@@ -299,6 +314,7 @@ def main(argv=None):
     work = os.path.abspath(args.workdir) if args.workdir else tempfile.mkdtemp(prefix="dtorch-mutate-")
     os.makedirs(work, exist_ok=True)
     runner = Runner(args, work)
+    open(runner.log, "w").close()  # this run's commands and their output
     print(f"mutate.py: {len(mutants)} mutant(s), suite '{args.suite}', python {args.python}, log {runner.log}",
           flush=True)
     t_start = time.monotonic()
