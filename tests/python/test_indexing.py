@@ -290,6 +290,17 @@ class TestSetitem(IndexTestCase):
                     try:
                         ref[key] = value
                     except RuntimeError:
+                        # Where torch raises (a value that does not broadcast to the selection),
+                        # dtorch raises RuntimeError too, at the call, and the target keeps its value.
+                        with self.subTest(dtype=dtype, key=key_repr(key), value=value, torch_raises=True):
+                            x = dist(t, CPU1, None)
+                            with self.assertRaises(RuntimeError):
+                                x[key] = dist(value, CPU1, None) if isinstance(value, torch.Tensor) else value
+                            assert_tensor_equal(self, x, t)
+                            y = dist(t, CPU1, None)
+                            with self.assertRaises(RuntimeError):
+                                y[key] = value
+                            assert_tensor_equal(self, y, t)
                         continue
                     with self.subTest(dtype=dtype, key=key_repr(key), value=value):
                         x = dist(t, CPU1, None)

@@ -1,0 +1,391 @@
+#!/usr/bin/env python3
+"""Mutation testing: does the suite notice the bugs seeded in tests/mutants/*.patch?
+
+For every mutant (a ``git apply``-able patch whose first lines say what it breaks), in a scratch
+copy of the tree -- never in your working tree -- this applies the patch, rebuilds, runs the C
+tests (ctest) and then the Python suite (pytest -x), stopping at the first failure, and restores
+the file. A mutant is *killed* when a test fails (or the suite runs past the timeout: "killed
+(timeout)") and *survives* when everything passes. The score is killed/total.
+
+Usage:
+    tools/mutate.py                      # every mutant, with the Python running this script
+    tools/mutate.py 01 chunk-off-by-one  # only these (number prefix, name, file name or path)
+    tools/mutate.py --list               # the mutants and what each breaks
+    tools/mutate.py --suite c            # C tests only (which mutants do they kill alone?)
+    tools/mutate.py --python .venv/bin/python --workdir /tmp/dtorch-mutate --jobs 4
+
+Options:
+    --python PY     the Python of the build (CMake's -DDT_PYTHON) and of pytest; default: this one.
+                    It needs torch and pytest (the project's .venv has both).
+    --workdir DIR   scratch directory (tree/ and build/ inside); reused between runs, so a second
+                    run rebuilds only what changed. Default: a new temporary directory, removed at
+                    the end unless --keep.
+    --keep          keep the temporary scratch directory and print its path.
+    --jobs N        parallel build and ctest jobs (default: the number of CPUs).
+    --timeout S     per-mutant limit for the tests, in seconds (default: 3 x the unmutated run + 60).
+    --suite WHICH   all (default), c (ctest only) or python (pytest only).
+    --no-baseline   skip the unmutated build-and-test run (then --timeout defaults to 900 s).
+                    Without a passing baseline every mutant would look killed, so it runs by
+                    default and a failing baseline stops the tool.
+    --pytest-args A extra pytest arguments, one shell-quoted string (e.g. "--deselect NODEID" for a
+                    test known to be flaky; say so when you quote the score).
+    --list          print the mutants and exit.
+
+What is copied: the files git lists in your working tree (tracked and untracked-but-not-ignored),
+as they are when the run starts, uncommitted edits included -- so you can check new tests before
+committing them (edits made during the run are not picked up). Only files whose content differs
+are rewritten, and they get a fresh mtime, so rebuilds are incremental; after each mutant its
+files are written back as they were. The CMake build lives in <workdir>/build; the extension lands in
+<workdir>/tree/python/dtorch, and pytest runs with PYTHONPATH=<workdir>/tree/python.
+
+Exit status: 0 when every mutant was killed, 1 when some survived, 2 when the tool could not do
+its job (baseline failed, a patch does not apply or does not build, bad arguments).
+
+Not part of CI: a run builds and runs the whole suite once per mutant (about a minute each on a
+2-core machine after the first build). Run it before resolving an issue that touches the core and
+quote the score. Standard library only.
+"""
+import argparse
+import glob
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MUTANTS = os.path.join(ROOT, "tests", "mutants")
+BASELINE_LIMIT = 3600.0  # seconds: an unmutated suite that hangs is a bug to fix, not to wait on
+
+
+# ------------------------------------------------------------------ mutants
+
+
+class Mutant:
+    def __init__(self, path):
+        self.path = path
+        self.name = os.path.basename(path)[: -len(".patch")]
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        head = text.split("\ndiff --git ", 1)[0] if not text.startswith("diff --git ") else ""
+        first = head.strip().splitlines()[0] if head.strip() else ""
+        self.description = first[len("Mutant: "):] if first.startswith("Mutant: ") else first
+        self.files = sorted(set(re.findall(r"^(?:\+\+\+ b|--- a)/(\S+)", text, flags=re.M)))
+
+
+def all_mutants():
+    return [Mutant(p) for p in sorted(glob.glob(os.path.join(MUTANTS, "*.patch")))]
+
+
+def select(mutants, wanted):
+    if not wanted:
+        return mutants
+    chosen = []
+    for w in wanted:
+        key = os.path.basename(w)
+        key = key[: -len(".patch")] if key.endswith(".patch") else key
+        hits = [m for m in mutants if m.name == key or m.name.split("-", 1)[0] == key
+                or m.name.split("-", 1)[-1] == key]
+        if not hits:
+            hits = [m for m in mutants if key in m.name]
+        if len(hits) != 1:
+            names = ", ".join(m.name for m in hits) or "none"
+            raise SystemExit(f"mutate.py: '{w}' matches {len(hits)} mutants ({names})")
+        if hits[0] not in chosen:
+            chosen.append(hits[0])
+    return chosen
+
+
+# ------------------------------------------------------------------ scratch tree
+
+
+def listed_files():
+    """The working tree's files as git lists them: tracked and untracked-but-not-ignored."""
+    out = subprocess.run(["git", "ls-files", "-z", "-c", "-o", "--exclude-standard"], cwd=ROOT,
+                         check=True, stdout=subprocess.PIPE).stdout
+    names = sorted({n.decode() for n in out.split(b"\0") if n})
+    return [n for n in names if os.path.lexists(os.path.join(ROOT, n))]
+
+
+def same_content(a, b):
+    if os.path.islink(a) or os.path.islink(b):
+        return os.path.islink(a) and os.path.islink(b) and os.readlink(a) == os.readlink(b)
+    try:
+        if os.path.getsize(a) != os.path.getsize(b):
+            return False
+        with open(a, "rb") as fa, open(b, "rb") as fb:
+            return fa.read() == fb.read()
+    except OSError:
+        return False
+
+
+def sync(tree):
+    """Makes `tree` hold the working tree's listed files; returns how many were rewritten.
+
+    A rewritten file gets the current time as mtime (never the source's), so make rebuilds what
+    depends on it -- also when it restores a file a mutant had changed. Files the previous sync
+    wrote that are no longer listed are removed; build outputs in the tree are left alone.
+    """
+    manifest = os.path.join(os.path.dirname(tree), "manifest.txt")
+    previous = set()
+    if os.path.exists(manifest):
+        with open(manifest, encoding="utf-8") as f:
+            previous = {line.rstrip("\n") for line in f if line.strip()}
+    names = listed_files()
+    changed = 0
+    for n in names:
+        src, dst = os.path.join(ROOT, n), os.path.join(tree, n)
+        if os.path.lexists(dst) and same_content(src, dst):
+            continue
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        if os.path.lexists(dst):
+            os.remove(dst)
+        if os.path.islink(src):
+            os.symlink(os.readlink(src), dst)
+        else:
+            shutil.copyfile(src, dst)
+            shutil.copymode(src, dst)
+        changed += 1
+    for n in previous - set(names):
+        p = os.path.join(tree, n)
+        if os.path.lexists(p):
+            os.remove(p)
+    with open(manifest, "w", encoding="utf-8") as f:
+        f.write("".join(n + "\n" for n in names))
+    return changed
+
+
+# ------------------------------------------------------------------ running
+
+
+class Result:
+    def __init__(self, ok, timed_out=False, output="", seconds=0.0):
+        self.ok, self.timed_out, self.output, self.seconds = ok, timed_out, output, seconds
+
+
+def default_sigint():
+    """In the child before exec: SIGINT back to its default. A shell starts background jobs with
+    SIGINT ignored, the ignored disposition survives exec, and Python then installs no
+    KeyboardInterrupt handler, so the suite's Ctrl-C test would fail under `mutate.py &`."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def kill_group(proc):
+    """Kills the process group this tool started for `proc` (and only that one)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def run(cmd, cwd, env=None, timeout=None, log=None):
+    """Runs cmd in its own process group; on timeout the whole group is killed."""
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True, preexec_fn=default_sigint)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        out, _ = proc.communicate()
+        timed_out = True
+    except BaseException:
+        kill_group(proc)
+        proc.wait()
+        raise
+    text = out.decode(errors="replace")
+    if log:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"$ {' '.join(cmd)}  (in {cwd})\n{text}\n")
+    return Result(proc.returncode == 0 and not timed_out, timed_out, text, time.monotonic() - start)
+
+
+def first_failure(stage, output):
+    """A short name of the first failing test in ctest or pytest output."""
+    if stage == "C tests":
+        m = re.search(r"^\s*\d+ - (\S+) \(", output, flags=re.M) or re.search(r"Test\s+#\d+: (\S+) \.+\*+", output)
+    else:
+        m = (re.search(r"^(?:FAILED|ERROR) (\S+)", output, flags=re.M)
+             or re.search(r"^SUBFAILED\(.*\) (\S+)$", output, flags=re.M))
+    return m.group(1) if m else "see the log"
+
+
+class Runner:
+    def __init__(self, args, work):
+        self.args, self.work = args, work
+        self.tree = os.path.join(work, "tree")
+        self.build = os.path.join(work, "build")
+        self.log = os.path.join(work, "mutate.log")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.path.join(self.tree, "python") + (os.pathsep + env["PYTHONPATH"]
+                                                                 if env.get("PYTHONPATH") else "")
+        # The scratch tree is not a repository; stop git from finding one above it.
+        env["GIT_CEILING_DIRECTORIES"] = work
+        self.env = env
+
+    def configure(self):
+        os.makedirs(self.tree, exist_ok=True)
+        n = sync(self.tree)
+        print(f"scratch tree {self.tree}: {n} files copied", flush=True)
+        r = run(["cmake", "-S", self.tree, "-B", self.build, f"-DDT_PYTHON={self.args.python}"], self.work,
+                self.env, log=self.log)
+        if not r.ok:
+            raise SystemExit(f"mutate.py: cmake configure failed (log: {self.log})\n{r.output[-3000:]}")
+
+    def compile(self):
+        return run(["cmake", "--build", self.build, "-j", str(self.args.jobs)], self.work, self.env,
+                   log=self.log)
+
+    def tests(self, timeout):
+        """(verdict, detail): verdict "pass", "fail" or "timeout"."""
+        deadline = time.monotonic() + timeout if timeout else None
+
+        def left():
+            return None if deadline is None else max(1.0, deadline - time.monotonic())
+
+        stages = []
+        if self.args.suite in ("all", "c"):
+            stages.append(("C tests", ["ctest", "--test-dir", self.build, "--output-on-failure",
+                                       "--stop-on-failure", "-j", str(self.args.jobs)]))
+        if self.args.suite in ("all", "python"):
+            stages.append(("Python tests", [self.args.python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
+                           + shlex.split(self.args.pytest_args) + ["tests/python"]))
+        for stage, cmd in stages:
+            r = run(cmd, self.tree, self.env, timeout=left(), log=self.log)
+            if r.timed_out:
+                return "timeout", stage
+            if not r.ok:
+                return "fail", f"{stage}: {first_failure(stage, r.output)}"
+        return "pass", ""
+
+    def apply(self, m):
+        """Applies m; returns (result, saved): saved restores the files as they were."""
+        saved = {}
+        for f in m.files:
+            path = os.path.join(self.tree, f)
+            saved[f] = open(path, "rb").read() if os.path.isfile(path) else None
+        return run(["git", "apply", m.path], self.tree, self.env, log=self.log), saved
+
+    def restore(self, saved):
+        """Puts the mutated files back (written anew, so the next build recompiles them)."""
+        for f, data in saved.items():
+            path = os.path.join(self.tree, f)
+            if os.path.lexists(path):
+                os.remove(path)
+            if data is not None:
+                with open(path, "wb") as out:
+                    out.write(data)
+
+
+# ------------------------------------------------------------------ main
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("mutants", nargs="*", help="mutants to run (number prefix, name or path); default: all")
+    p.add_argument("--python", default=sys.executable)
+    p.add_argument("--workdir")
+    p.add_argument("--keep", action="store_true")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    p.add_argument("--timeout", type=float)
+    p.add_argument("--suite", choices=("all", "c", "python"), default="all")
+    p.add_argument("--no-baseline", action="store_true")
+    p.add_argument("--pytest-args", default="")
+    p.add_argument("--list", action="store_true")
+    args = p.parse_args(argv)
+
+    mutants = select(all_mutants(), args.mutants)
+    if args.list:
+        for m in mutants:
+            print(f"{m.name}\n    {m.description}")
+        return 0
+    if not mutants:
+        print(f"mutate.py: no mutants in {MUTANTS}", file=sys.stderr)
+        return 2
+    args.python = os.path.abspath(args.python) if os.sep in args.python else shutil.which(args.python) or args.python
+
+    temporary = args.workdir is None
+    work = os.path.abspath(args.workdir) if args.workdir else tempfile.mkdtemp(prefix="dtorch-mutate-")
+    os.makedirs(work, exist_ok=True)
+    runner = Runner(args, work)
+    open(runner.log, "w").close()  # this run's commands and their output
+    print(f"mutate.py: {len(mutants)} mutant(s), suite '{args.suite}', python {args.python}, log {runner.log}",
+          flush=True)
+    t_start = time.monotonic()
+    try:
+        return run_all(runner, mutants, args)
+    finally:
+        print(f"mutate.py: done in {time.monotonic() - t_start:.0f} s", flush=True)
+        if temporary and not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"mutate.py: scratch directory kept: {work}")
+
+
+def run_all(runner, mutants, args):
+    runner.configure()
+    timeout = args.timeout
+    if not args.no_baseline:
+        r = runner.compile()
+        if not r.ok:
+            print(f"mutate.py: the unmutated tree does not build (log: {runner.log})\n{r.output[-3000:]}")
+            return 2
+        t0 = time.monotonic()
+        verdict, detail = runner.tests(BASELINE_LIMIT)
+        took = time.monotonic() - t0
+        if verdict != "pass":
+            print(f"mutate.py: the unmutated suite fails ({detail}); fix it first (log: {runner.log}). A test "
+                  "known to be flaky can be left out with --pytest-args='--deselect NODEID'.")
+            return 2
+        print(f"baseline: builds, suite passes in {took:.0f} s", flush=True)
+        if timeout is None:
+            timeout = 3 * took + 60
+    elif timeout is None:
+        timeout = 900.0
+
+    width = max(len(m.name) for m in mutants)
+    results = []
+    for m in mutants:
+        t0 = time.monotonic()
+        applied, saved = runner.apply(m)
+        if not applied.ok:
+            status, detail = "invalid", "the patch does not apply"
+        else:
+            try:
+                b = runner.compile()
+                if not b.ok:
+                    status, detail = "invalid", "does not build"
+                else:
+                    verdict, detail = runner.tests(timeout)
+                    status = {"pass": "survived", "fail": "killed", "timeout": "killed (timeout)"}[verdict]
+                    if verdict == "timeout":
+                        detail = f"{detail} ran past {timeout:.0f} s"
+            finally:
+                runner.restore(saved)
+        results.append((m, status, detail))
+        print(f"{m.name:<{width}}  {status:<16} {time.monotonic() - t0:5.0f} s  {detail}", flush=True)
+
+    killed = [m for m, s, _ in results if s.startswith("killed")]
+    survived = [m for m, s, _ in results if s == "survived"]
+    invalid = [m for m, s, _ in results if s == "invalid"]
+    valid = len(results) - len(invalid)
+    print(f"score: {len(killed)}/{valid} killed" + (f" ({len(invalid)} invalid, not counted)" if invalid else ""))
+    if survived:
+        print("survived: " + ", ".join(m.name for m in survived))
+    if invalid:
+        print("invalid: " + ", ".join(m.name for m in invalid))
+        return 2
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)
