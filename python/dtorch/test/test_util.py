@@ -13,6 +13,7 @@ Each side may be a ``torch.Tensor``, a ``dtorch.Tensor`` (read with
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -20,7 +21,7 @@ import torch
 from .._C import TensorBase
 
 __all__ = ["assert_tensor_equal", "assert_tensor_allclose", "gen_arg_list", "is_graph_satisfy", "local_values",
-           "assert_replicas_equal"]
+           "assert_replicas_equal", "genuine_partial", "local_regions"]
 
 
 def _to_torch(x: Any, side: str) -> torch.Tensor:
@@ -190,3 +191,151 @@ def _replica_mismatch(shape: Tuple[int, ...], placements: List[Any], values: Lis
                 return (f"replicas differ on mesh dim {md} ({placements}): device at {ref} holds {a}, "
                         f"device at {c} holds {b}")
     return None
+
+
+def local_regions(shape: Sequence[int], mesh_shape: Sequence[int], placements: Sequence[Any]) -> List[Tuple[slice, ...]]:
+    """The region of a tensor of ``shape`` that each device holds, in row-major mesh order, written
+    here from DESIGN.md section 2 rather than read from the library: ``torch.chunk`` sizes
+    (``c = ceil(n/k)``, piece i is ``[min(i*c, n), min((i+1)*c, n))``), mesh dims that shard the same
+    tensor dim nesting in mesh-dim order. Replicate and Partial mesh dims hold the whole extent.
+
+    >>> local_regions((5,), (2,), [dtorch.Shard(0)])
+    [(slice(0, 3, None),), (slice(3, 5, None),)]
+    """
+    ndim = len(shape)
+    out = []
+    for coord in itertools.product(*[range(n) for n in mesh_shape]):
+        start, length = [0] * ndim, list(shape)
+        for md, p in enumerate(placements):
+            if not p.is_shard() or mesh_shape[md] == 1:
+                continue
+            d = p.dim % ndim
+            c = -(-length[d] // mesh_shape[md])
+            lo, hi = min(coord[md] * c, length[d]), min((coord[md] + 1) * c, length[d])
+            start[d] += lo
+            length[d] = hi - lo
+        out.append(tuple(slice(a, a + n) for a, n in zip(start, length)))
+    return out
+
+
+def _is_integer_valued(t: torch.Tensor) -> bool:
+    if not (t.dtype.is_floating_point or t.dtype.is_complex):
+        return True
+    return bool(torch.equal(t, t.round())) if not t.dtype.is_complex else bool(torch.equal(t, t.real.round() + 0j))
+
+
+def _split_pieces(t: torch.Tensor, n: int, seed: int, scale: float) -> torch.Tensor:
+    """``n`` pieces of ``t`` (stacked on dim 0) that add up to ``t`` in any order when ``t`` is
+    integer-valued: the first ``n - 1`` hold distinct nonzero small integers (times ``scale``, a power
+    of two) at every element, the last the rest, redrawn where it equals another piece, so that at
+    every element all the pieces differ whenever the value allows it."""
+    g = torch.Generator().manual_seed(seed)
+    k = max(4, n)
+    values = torch.tensor([v * scale for v in range(-k, k + 1) if v != 0], dtype=torch.float64)
+    flat = t.reshape(-1)
+    numel = flat.numel()
+    pieces = torch.empty((n, numel), dtype=t.dtype)
+
+    def draw(count: int) -> torch.Tensor:
+        # A random permutation of the allowed values per element: distinct by construction.
+        order = torch.argsort(torch.rand((count, values.numel()), generator=g), dim=1)[:, : n - 1]
+        return values[order].t().to(t.dtype)
+
+    pieces[: n - 1] = draw(numel)
+    pieces[n - 1] = flat - pieces[: n - 1].sum(dim=0)
+    for _ in range(64):
+        clash = (pieces[: n - 1] == pieces[n - 1]).any(dim=0)
+        if not bool(clash.any()):
+            break
+        idx = clash.nonzero().reshape(-1)
+        pieces[: n - 1, idx] = draw(idx.numel())
+        pieces[n - 1, idx] = flat[idx] - pieces[: n - 1, idx].sum(dim=0)
+    return pieces.reshape((n,) + tuple(t.shape))
+
+
+def genuine_partial(t: torch.Tensor, device_mesh: Any, placements: Sequence[Any], seed: int = 0, *,
+                    graph: Any = None) -> Any:
+    """A dtorch tensor of value ``t`` laid out with ``placements`` whose ``Partial()`` mesh dims hold a
+    different piece on every coordinate, rather than the value on coordinate 0 and zeros elsewhere as
+    ``from_torch`` builds them: an op that handles only the first piece, or adds a term on every piece,
+    then gives a wrong value.
+
+    The value is split at random over every coordinate of the Partial mesh dims together (row-major
+    over them, in mesh-dim order); each device holds its shard of its coordinate's piece, built
+    directly from per-device blocks (``dtorch._factories._from_local``), so no dtorch op is involved.
+    For integer-valued ``t`` (ints, or floats holding integers) the pieces are small integers and add
+    up exactly in any order; for other floats they add up to ``t`` only up to rounding. The result is
+    checked with ``local_values``: every device holds its intended block, and along the Partial mesh
+    dims the blocks differ and add up to ``t``'s region. Without a Partial mesh dim of size > 1 this
+    is ``from_torch``.
+
+    >>> x = genuine_partial(torch.arange(4.0), dtorch.DeviceMesh("cpu", [0, 1]), [dtorch.Partial()])
+    >>> [v.tolist() for v in local_values(x)]   # two different addends of [0, 1, 2, 3]
+    [[-2.0, 1.0, -2.0, -1.0], [2.0, 0.0, 4.0, 4.0]]
+    """
+    from .. import _factories
+
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"genuine_partial: expected a torch.Tensor, got {type(t).__name__}")
+    placements = list(placements)
+    mesh_shape = tuple(device_mesh.shape)
+    pdims = [md for md, p in enumerate(placements) if p.is_partial() and mesh_shape[md] > 1]
+    if not pdims:
+        return _factories.from_torch(t, device_mesh, placements, graph=graph)
+    if t.dtype == torch.bool:
+        raise TypeError("genuine_partial: a bool tensor has no split into addends")
+    t = t.detach().cpu()
+    n = 1
+    for md in pdims:
+        n *= mesh_shape[md]
+    exact = _is_integer_valued(t)
+    # Non-integer floats get pieces of about their own magnitude (a power of two, so the pieces stay
+    # exact multiples), which keeps the rounding of the sum near that of the value itself.
+    scale = 1.0
+    if not exact and t.numel():
+        top = float(t.abs().max())
+        scale = 2.0 ** math.floor(math.log2(top)) if top > 0 and math.isfinite(top) else 1.0
+    pieces = _split_pieces(t, n, seed, scale)
+    coords = list(itertools.product(*[range(k) for k in mesh_shape]))
+    regions = local_regions(tuple(t.shape), mesh_shape, placements)
+
+    def piece_index(c: Tuple[int, ...]) -> int:
+        j = 0
+        for md in pdims:
+            j = j * mesh_shape[md] + c[md]
+        return j
+
+    blocks = [pieces[piece_index(c)][r].contiguous() for c, r in zip(coords, regions)]
+    x = _factories._from_local(blocks, tuple(t.shape), device_mesh, placements, graph=graph)
+    _check_genuine(x, t, blocks, coords, regions, pdims, exact, n * 8 * scale)
+    return x
+
+
+def _check_genuine(x: Any, t: torch.Tensor, blocks: List[torch.Tensor], coords: List[Tuple[int, ...]],
+                   regions: List[Tuple[slice, ...]], pdims: List[int], exact: bool, magnitude: float) -> None:
+    """What genuine_partial promises, read back with local_values: each device holds its block;
+    along the Partial mesh dims the blocks differ and add up to ``t``'s region (exactly for
+    integer-valued ``t``, else to within a few ulps of ``magnitude``, the largest piece)."""
+    values = local_values(x)
+    groups: Dict[Tuple[int, ...], List[int]] = {}
+    for i, (c, block) in enumerate(zip(coords, blocks)):
+        if not _bitwise_equal(values[i], block):
+            raise AssertionError(f"genuine_partial: the device at {c} holds {values[i]}, not its block {block}")
+        groups.setdefault(tuple(v for md, v in enumerate(c) if md not in pdims), []).append(i)
+    for members in groups.values():
+        want = t[regions[members[0]]]
+        total = values[members[0]].clone()
+        for i in members[1:]:
+            total = total + values[i]
+        if want.numel() and any(torch.equal(values[a], values[b]) for a, b in itertools.combinations(members, 2)):
+            raise AssertionError(f"genuine_partial: two devices of {[coords[i] for i in members]} hold equal pieces")
+        if exact:
+            ok = torch.equal(total, want)
+        else:
+            atol = 4 * torch.finfo(t.dtype).eps * magnitude
+            ok = torch.allclose(total.to(torch.complex128 if t.dtype.is_complex else torch.float64),
+                                want.to(torch.complex128 if t.dtype.is_complex else torch.float64),
+                                rtol=0, atol=atol, equal_nan=True)
+        if not ok:
+            raise AssertionError(f"genuine_partial: the pieces on {[coords[i] for i in members]} add up to "
+                                 f"{total}, not {want}")
