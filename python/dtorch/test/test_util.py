@@ -219,36 +219,46 @@ def local_regions(shape: Sequence[int], mesh_shape: Sequence[int], placements: S
 
 
 def _is_integer_valued(t: torch.Tensor) -> bool:
-    if not (t.dtype.is_floating_point or t.dtype.is_complex):
-        return True
-    return bool(torch.equal(t, t.round())) if not t.dtype.is_complex else bool(torch.equal(t, t.real.round() + 0j))
+    if t.dtype.is_complex:
+        return bool(torch.equal(t.real, t.real.round()) and torch.equal(t.imag, t.imag.round()))
+    if t.dtype.is_floating_point:
+        return bool(torch.equal(t, t.round()))
+    return True
 
 
-def _split_pieces(t: torch.Tensor, n: int, seed: int, scale: float) -> torch.Tensor:
-    """``n`` pieces of ``t`` (stacked on dim 0) that add up to ``t`` in any order when ``t`` is
-    integer-valued: the first ``n - 1`` hold distinct nonzero small integers (times ``scale``, a power
-    of two) at every element, the last the rest, redrawn where it equals another piece, so that at
-    every element all the pieces differ whenever the value allows it."""
+def _split_pieces(t: torch.Tensor, n: int, seed: int, exact: bool) -> torch.Tensor:
+    """``n`` pieces of ``t`` (stacked on dim 0) that add up to ``t``: the first ``n - 1`` hold distinct
+    nonzero small integers at every element, the last the rest, redrawn where it equals another
+    piece, so that at every element all the pieces differ whenever the value allows it. For
+    integer-valued ``t`` the pieces are integers and add up exactly in any order; otherwise each
+    element's integers are scaled by a power of two near a quarter of its magnitude, so the pieces
+    are of the value's own size and add up to it within a few ulps (relative, per element)."""
     g = torch.Generator().manual_seed(seed)
     k = max(4, n)
-    values = torch.tensor([v * scale for v in range(-k, k + 1) if v != 0], dtype=torch.float64)
+    values = torch.tensor([v for v in range(-k, k + 1) if v != 0], dtype=torch.float64)
     flat = t.reshape(-1)
     numel = flat.numel()
+    scale = None
+    if not exact:
+        mag = flat.abs().double()
+        ok = torch.isfinite(mag) & (mag > 0)
+        scale = torch.where(ok, torch.exp2(torch.floor(torch.log2(torch.where(ok, mag, 1.0))) - 2), 1.0)
     pieces = torch.empty((n, numel), dtype=t.dtype)
 
-    def draw(count: int) -> torch.Tensor:
+    def draw(idx: torch.Tensor) -> torch.Tensor:
         # A random permutation of the allowed values per element: distinct by construction.
-        order = torch.argsort(torch.rand((count, values.numel()), generator=g), dim=1)[:, : n - 1]
-        return values[order].t().to(t.dtype)
+        order = torch.argsort(torch.rand((idx.numel(), values.numel()), generator=g), dim=1)[:, : n - 1]
+        v = values[order].t()
+        return (v if scale is None else v * scale[idx]).to(t.dtype)
 
-    pieces[: n - 1] = draw(numel)
+    pieces[: n - 1] = draw(torch.arange(numel))
     pieces[n - 1] = flat - pieces[: n - 1].sum(dim=0)
     for _ in range(64):
         clash = (pieces[: n - 1] == pieces[n - 1]).any(dim=0)
         if not bool(clash.any()):
             break
         idx = clash.nonzero().reshape(-1)
-        pieces[: n - 1, idx] = draw(idx.numel())
+        pieces[: n - 1, idx] = draw(idx)
         pieces[n - 1, idx] = flat[idx] - pieces[: n - 1, idx].sum(dim=0)
     return pieces.reshape((n,) + tuple(t.shape))
 
@@ -264,10 +274,10 @@ def genuine_partial(t: torch.Tensor, device_mesh: Any, placements: Sequence[Any]
     over them, in mesh-dim order); each device holds its shard of its coordinate's piece, built
     directly from per-device blocks (``dtorch._factories._from_local``), so no dtorch op is involved.
     For integer-valued ``t`` (ints, or floats holding integers) the pieces are small integers and add
-    up exactly in any order; for other floats they add up to ``t`` only up to rounding. The result is
-    checked with ``local_values``: every device holds its intended block, and along the Partial mesh
-    dims the blocks differ and add up to ``t``'s region. Without a Partial mesh dim of size > 1 this
-    is ``from_torch``.
+    up exactly in any order; for other floats they are of each element's own magnitude and add up to
+    it within a few ulps. The result is checked with ``local_values``: every device holds its
+    intended block, and along the Partial mesh dims the blocks differ and add up to ``t``'s region.
+    Without a Partial mesh dim of size > 1, or for bool, this is ``from_torch``.
 
     >>> x = genuine_partial(torch.arange(4.0), dtorch.DeviceMesh("cpu", [0, 1]), [dtorch.Partial()])
     >>> [v.tolist() for v in local_values(x)]   # two different addends of [0, 1, 2, 3]
@@ -280,22 +290,15 @@ def genuine_partial(t: torch.Tensor, device_mesh: Any, placements: Sequence[Any]
     placements = list(placements)
     mesh_shape = tuple(device_mesh.shape)
     pdims = [md for md, p in enumerate(placements) if p.is_partial() and mesh_shape[md] > 1]
-    if not pdims:
+    if not pdims or t.dtype == torch.bool:
+        # bool has no addends to split into (a bool Partial is only ever built to be rejected).
         return _factories.from_torch(t, device_mesh, placements, graph=graph)
-    if t.dtype == torch.bool:
-        raise TypeError("genuine_partial: a bool tensor has no split into addends")
     t = t.detach().cpu()
     n = 1
     for md in pdims:
         n *= mesh_shape[md]
     exact = _is_integer_valued(t)
-    # Non-integer floats get pieces of about their own magnitude (a power of two, so the pieces stay
-    # exact multiples), which keeps the rounding of the sum near that of the value itself.
-    scale = 1.0
-    if not exact and t.numel():
-        top = float(t.abs().max())
-        scale = 2.0 ** math.floor(math.log2(top)) if top > 0 and math.isfinite(top) else 1.0
-    pieces = _split_pieces(t, n, seed, scale)
+    pieces = _split_pieces(t, n, seed, exact)
     coords = list(itertools.product(*[range(k) for k in mesh_shape]))
     regions = local_regions(tuple(t.shape), mesh_shape, placements)
 
@@ -307,15 +310,15 @@ def genuine_partial(t: torch.Tensor, device_mesh: Any, placements: Sequence[Any]
 
     blocks = [pieces[piece_index(c)][r].contiguous() for c, r in zip(coords, regions)]
     x = _factories._from_local(blocks, tuple(t.shape), device_mesh, placements, graph=graph)
-    _check_genuine(x, t, blocks, coords, regions, pdims, exact, n * 8 * scale)
+    _check_genuine(x, t, blocks, coords, regions, pdims, exact, n)
     return x
 
 
 def _check_genuine(x: Any, t: torch.Tensor, blocks: List[torch.Tensor], coords: List[Tuple[int, ...]],
-                   regions: List[Tuple[slice, ...]], pdims: List[int], exact: bool, magnitude: float) -> None:
+                   regions: List[Tuple[slice, ...]], pdims: List[int], exact: bool, n: int) -> None:
     """What genuine_partial promises, read back with local_values: each device holds its block;
     along the Partial mesh dims the blocks differ and add up to ``t``'s region (exactly for
-    integer-valued ``t``, else to within a few ulps of ``magnitude``, the largest piece)."""
+    integer-valued ``t``, else to within a few ulps per element)."""
     values = local_values(x)
     groups: Dict[Tuple[int, ...], List[int]] = {}
     for i, (c, block) in enumerate(zip(coords, blocks)):
@@ -332,10 +335,9 @@ def _check_genuine(x: Any, t: torch.Tensor, blocks: List[torch.Tensor], coords: 
         if exact:
             ok = torch.equal(total, want)
         else:
-            atol = 4 * torch.finfo(t.dtype).eps * magnitude
-            ok = torch.allclose(total.to(torch.complex128 if t.dtype.is_complex else torch.float64),
-                                want.to(torch.complex128 if t.dtype.is_complex else torch.float64),
-                                rtol=0, atol=atol, equal_nan=True)
+            wide = torch.complex128 if t.dtype.is_complex else torch.float64
+            ok = torch.allclose(total.to(wide), want.to(wide), rtol=8 * n * torch.finfo(t.dtype).eps, atol=0,
+                                equal_nan=True)
         if not ok:
             raise AssertionError(f"genuine_partial: the pieces on {[coords[i] for i in members]} add up to "
                                  f"{total}, not {want}")
