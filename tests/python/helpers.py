@@ -6,6 +6,7 @@ import torch
 
 import dtorch
 from dtorch import Partial, Replicate, Shard
+from dtorch.test.test_util import assert_replicas_equal, assert_tensor_allclose, assert_tensor_equal
 from dtorch.test.test_util import genuine_partial  # noqa: F401  (re-exported for the tests)
 
 CPU1 = dtorch.DeviceMesh("cpu", [0])
@@ -45,3 +46,24 @@ def randn(*shape, dtype=torch.float32, seed=0):
 
 def has_partial(placements):
     return any(p.is_partial() for p in placements)
+
+
+def _dtorch_parts(x):
+    if isinstance(x, (list, tuple)):
+        return [p for item in x for p in _dtorch_parts(item)]
+    return [x] if isinstance(x, dtorch.Tensor) else []
+
+
+def assert_equal_everywhere(tc, got, want):
+    """``assert_tensor_equal``, and every copy of each dtorch result on its Replicate mesh dims
+    bitwise equal (a read looks only at the first)."""
+    for x in _dtorch_parts(got):
+        assert_replicas_equal(tc, x)
+    assert_tensor_equal(tc, got, want)
+
+
+def assert_close_everywhere(tc, got, want, **kw):
+    """``assert_tensor_allclose`` (same keywords), and every replica as ``assert_equal_everywhere``."""
+    for x in _dtorch_parts(got):
+        assert_replicas_equal(tc, x)
+    assert_tensor_allclose(tc, got, want, **kw)
