@@ -21,7 +21,7 @@ import torch
 from .._C import TensorBase
 
 __all__ = ["assert_tensor_equal", "assert_tensor_allclose", "gen_arg_list", "is_graph_satisfy", "local_values",
-           "assert_replicas_equal", "genuine_partial", "local_regions"]
+           "assert_replicas_equal", "genuine_partial", "partial_from_pieces", "local_regions"]
 
 
 def _to_torch(x: Any, side: str) -> torch.Tensor:
@@ -252,14 +252,14 @@ def _split_pieces(t: torch.Tensor, n: int, seed: int, exact: bool) -> torch.Tens
         return (v if scale is None else v * scale[idx]).to(t.dtype)
 
     pieces[: n - 1] = draw(torch.arange(numel))
-    pieces[n - 1] = flat - pieces[: n - 1].sum(dim=0)
+    pieces[n - 1] = flat - pieces[: n - 1].sum(dim=0, dtype=t.dtype)
     for _ in range(64):
         clash = (pieces[: n - 1] == pieces[n - 1]).any(dim=0)
         if not bool(clash.any()):
             break
         idx = clash.nonzero().reshape(-1)
         pieces[: n - 1, idx] = draw(idx)
-        pieces[n - 1, idx] = flat[idx] - pieces[: n - 1, idx].sum(dim=0)
+        pieces[n - 1, idx] = flat[idx] - pieces[: n - 1, idx].sum(dim=0, dtype=t.dtype)
     return pieces.reshape((n,) + tuple(t.shape))
 
 
@@ -271,13 +271,12 @@ def genuine_partial(t: torch.Tensor, device_mesh: Any, placements: Sequence[Any]
     then gives a wrong value.
 
     The value is split at random over every coordinate of the Partial mesh dims together (row-major
-    over them, in mesh-dim order); each device holds its shard of its coordinate's piece, built
-    directly from per-device blocks (``dtorch._factories._from_local``), so no dtorch op is involved.
-    For integer-valued ``t`` (ints, or floats holding integers) the pieces are small integers and add
-    up exactly in any order; for other floats they are of each element's own magnitude and add up to
-    it within a few ulps. The result is checked with ``local_values``: every device holds its
-    intended block, and along the Partial mesh dims the blocks differ and add up to ``t``'s region.
-    Without a Partial mesh dim of size > 1, or for bool, this is ``from_torch``.
+    over them, in mesh-dim order) and laid out by ``partial_from_pieces``, so no dtorch op is
+    involved. For integer-valued ``t`` (ints, or floats holding integers) the pieces are small
+    integers and add up exactly in any order; for other floats they are of each element's own
+    magnitude and add up to it within a few ulps. The result is checked with ``local_values``:
+    every device holds its intended block, and along the Partial mesh dims the blocks differ and add
+    up to ``t``'s region. Without a Partial mesh dim of size > 1, or for bool, this is ``from_torch``.
 
     >>> x = genuine_partial(torch.arange(4.0), dtorch.DeviceMesh("cpu", [0, 1]), [dtorch.Partial()])
     >>> [v.tolist() for v in local_values(x)]   # two different addends of [0, 1, 2, 3]
@@ -289,7 +288,7 @@ def genuine_partial(t: torch.Tensor, device_mesh: Any, placements: Sequence[Any]
         raise TypeError(f"genuine_partial: expected a torch.Tensor, got {type(t).__name__}")
     placements = list(placements)
     mesh_shape = tuple(device_mesh.shape)
-    pdims = [md for md, p in enumerate(placements) if p.is_partial() and mesh_shape[md] > 1]
+    pdims = _partial_dims(mesh_shape, placements)
     if not pdims or t.dtype == torch.bool:
         # bool has no addends to split into (a bool Partial is only ever built to be rejected).
         return _factories.from_torch(t, device_mesh, placements, graph=graph)
@@ -299,8 +298,48 @@ def genuine_partial(t: torch.Tensor, device_mesh: Any, placements: Sequence[Any]
         n *= mesh_shape[md]
     exact = _is_integer_valued(t)
     pieces = _split_pieces(t, n, seed, exact)
+    x, blocks = _from_pieces(pieces, device_mesh, placements, graph)
     coords = list(itertools.product(*[range(k) for k in mesh_shape]))
     regions = local_regions(tuple(t.shape), mesh_shape, placements)
+    _check_genuine(x, t, blocks, coords, regions, pdims, exact, n)
+    return x
+
+
+def partial_from_pieces(pieces: torch.Tensor, device_mesh: Any, placements: Sequence[Any], *,
+                        graph: Any = None) -> Any:
+    """The tensor whose ``Partial()`` mesh dims hold the given addends: ``pieces[j]`` (global shape) is
+    the piece of the ``j``-th coordinate of the Partial mesh dims (of size > 1), row-major over them in
+    mesh-dim order; each device holds its shard of its coordinate's piece, an equal copy along the
+    Replicate mesh dims. The value is the sum of the pieces. Built from per-device blocks
+    (``dtorch._factories._from_local``), so no dtorch op is involved.
+
+    >>> m = dtorch.DeviceMesh("cpu", [0, 1, 2])
+    >>> x = partial_from_pieces(torch.tensor([[1.0], [2.0], [4.0]]), m, [dtorch.Partial()])
+    >>> [v.tolist() for v in local_values(x)], x.to_torch().tolist()
+    ([[1.0], [2.0], [4.0]], [7.0])
+    """
+    pdims = _partial_dims(tuple(device_mesh.shape), list(placements))
+    n = 1
+    for md in pdims:
+        n *= device_mesh.shape[md]
+    if pieces.dim() < 1 or pieces.shape[0] != n:
+        raise ValueError(f"partial_from_pieces: {n} pieces needed on dim 0 for {list(placements)} on a mesh of "
+                         f"shape {tuple(device_mesh.shape)}, got shape {tuple(pieces.shape)}")
+    return _from_pieces(pieces.detach().cpu(), device_mesh, list(placements), graph)[0]
+
+
+def _partial_dims(mesh_shape: Tuple[int, ...], placements: List[Any]) -> List[int]:
+    return [md for md, p in enumerate(placements) if p.is_partial() and mesh_shape[md] > 1]
+
+
+def _from_pieces(pieces: torch.Tensor, device_mesh: Any, placements: List[Any], graph: Any) -> Tuple[Any, List[Any]]:
+    from .. import _factories
+
+    mesh_shape = tuple(device_mesh.shape)
+    pdims = _partial_dims(mesh_shape, placements)
+    shape = tuple(pieces.shape[1:])
+    coords = list(itertools.product(*[range(k) for k in mesh_shape]))
+    regions = local_regions(shape, mesh_shape, placements)
 
     def piece_index(c: Tuple[int, ...]) -> int:
         j = 0
@@ -309,9 +348,7 @@ def genuine_partial(t: torch.Tensor, device_mesh: Any, placements: Sequence[Any]
         return j
 
     blocks = [pieces[piece_index(c)][r].contiguous() for c, r in zip(coords, regions)]
-    x = _factories._from_local(blocks, tuple(t.shape), device_mesh, placements, graph=graph)
-    _check_genuine(x, t, blocks, coords, regions, pdims, exact, n)
-    return x
+    return _factories._from_local(blocks, shape, device_mesh, placements, graph=graph), blocks
 
 
 def _check_genuine(x: Any, t: torch.Tensor, blocks: List[torch.Tensor], coords: List[Tuple[int, ...]],
