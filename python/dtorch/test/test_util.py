@@ -12,8 +12,10 @@ Each side may be a ``torch.Tensor``, a ``dtorch.Tensor`` (read with
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -150,7 +152,7 @@ def local_values(t: Any) -> List[torch.Tensor]:
     """
     if not isinstance(t, TensorBase):
         raise TypeError(f"local_values: expected a dtorch tensor, got {type(t).__name__}")
-    return [t._local_value(i) for i in range(t.device_mesh.mesh.numel())]
+    return t._local_values()
 
 
 def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -221,6 +223,11 @@ def local_regions(shape: Sequence[int], mesh_shape: Sequence[int], placements: S
     return out
 
 
+@functools.lru_cache(maxsize=1024)
+def _regions(shape: Tuple[int, ...], mesh_shape: Tuple[int, ...], placements: Tuple[Any, ...]) -> List[Tuple[slice, ...]]:
+    return local_regions(shape, mesh_shape, placements)
+
+
 def _is_integer_valued(t: torch.Tensor) -> bool:
     if t.dtype.is_complex:
         return bool(torch.equal(t.real, t.real.round()) and torch.equal(t.imag, t.imag.round()))
@@ -239,6 +246,7 @@ def _split_pieces(t: torch.Tensor, n: int, seed: int, exact: bool) -> torch.Tens
     g = torch.Generator().manual_seed(seed)
     k = max(4, n)
     values = torch.tensor([v for v in range(-k, k + 1) if v != 0], dtype=torch.float64)
+    m = values.numel()
     flat = t.reshape(-1)
     numel = flat.numel()
     scale = None
@@ -246,24 +254,49 @@ def _split_pieces(t: torch.Tensor, n: int, seed: int, exact: bool) -> torch.Tens
         mag = flat.abs().double()
         ok = torch.isfinite(mag) & (mag > 0)
         scale = torch.where(ok, torch.exp2(torch.floor(torch.log2(torch.where(ok, mag, 1.0))) - 2), 1.0)
+    steps = torch.arange(n - 1).unsqueeze(1)
+
+    def draw(count: int, idx: Optional[torch.Tensor]) -> torch.Tensor:
+        # n - 1 consecutive entries of the value list from a random start (mod its length): distinct.
+        start = torch.randint(0, m, (1, count), generator=g)
+        v = values[(start + steps) % m]
+        if scale is not None:
+            v = v * (scale if idx is None else scale[idx])
+        return v.to(t.dtype)
+
     pieces = torch.empty((n, numel), dtype=t.dtype)
-
-    def draw(idx: torch.Tensor) -> torch.Tensor:
-        # A random permutation of the allowed values per element: distinct by construction.
-        order = torch.argsort(torch.rand((idx.numel(), values.numel()), generator=g), dim=1)[:, : n - 1]
-        v = values[order].t()
-        return (v if scale is None else v * scale[idx]).to(t.dtype)
-
-    pieces[: n - 1] = draw(torch.arange(numel))
+    pieces[: n - 1] = draw(numel, None)
     pieces[n - 1] = flat - pieces[: n - 1].sum(dim=0, dtype=t.dtype)
     for _ in range(64):
         clash = (pieces[: n - 1] == pieces[n - 1]).any(dim=0)
         if not bool(clash.any()):
             break
         idx = clash.nonzero().reshape(-1)
-        pieces[: n - 1, idx] = draw(idx)
+        pieces[: n - 1, idx] = draw(idx.numel(), idx)
         pieces[n - 1, idx] = flat[idx] - pieces[: n - 1, idx].sum(dim=0, dtype=t.dtype)
     return pieces.reshape((n,) + tuple(t.shape))
+
+
+# Sweeps distribute the same small value over and over: its split (a function of the value, the number
+# of pieces and the seed) is remembered for the last few hundred, and checked once per layout.
+_PIECES: "OrderedDict[Any, torch.Tensor]" = OrderedDict()
+_CHECKED: set = set()           # (pieces key, layout key) whose blocks were checked
+_LAYOUTS_READ_BACK: set = set()  # layout keys whose blocks were read back from the devices
+
+
+def _pieces_of(t: torch.Tensor, n: int, seed: int, exact: bool) -> Tuple[torch.Tensor, Any]:
+    """_split_pieces and a key for it (None when not remembered)."""
+    if t.numel() > 4096 or t.dtype.is_complex:
+        return _split_pieces(t, n, seed, exact), None
+    key = (t.dtype, tuple(t.shape), n, seed, t.contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    hit = _PIECES.get(key)
+    if hit is None:
+        hit = _PIECES[key] = _split_pieces(t, n, seed, exact)
+        if len(_PIECES) > 512:
+            _PIECES.popitem(last=False)
+    else:
+        _PIECES.move_to_end(key)
+    return hit, key
 
 
 def genuine_partial(t: torch.Tensor, device_mesh: Any, placements: Sequence[Any], seed: int = 0, *,
@@ -277,13 +310,14 @@ def genuine_partial(t: torch.Tensor, device_mesh: Any, placements: Sequence[Any]
     over them, in mesh-dim order) and laid out by ``partial_from_pieces``, so no dtorch op is
     involved. For integer-valued ``t`` (ints, or floats holding integers) the pieces are small
     integers and add up exactly in any order; for other floats they are of each element's own
-    magnitude and add up to it within a few ulps. The result is checked with ``local_values``:
-    every device holds its intended block, and along the Partial mesh dims the blocks differ and add
-    up to ``t``'s region. Without a Partial mesh dim of size > 1, or for bool, this is ``from_torch``.
+    magnitude and add up to it within a few ulps. Along the Partial mesh dims the blocks are checked
+    to differ and to add up to ``t``'s region, and (once per layout) read back with ``local_values``
+    to check that every device holds its intended block. Without a Partial mesh dim of size > 1, or
+    for bool, this is ``from_torch``.
 
     >>> x = genuine_partial(torch.arange(4.0), dtorch.DeviceMesh("cpu", [0, 1]), [dtorch.Partial()])
     >>> [v.tolist() for v in local_values(x)]   # two different addends of [0, 1, 2, 3]
-    [[-2.0, 1.0, -2.0, -1.0], [2.0, 0.0, 4.0, 4.0]]
+    [[1.0, 4.0, 2.0, -4.0], [-1.0, -3.0, 0.0, 7.0]]
     """
     from .. import _factories
 
@@ -300,11 +334,24 @@ def genuine_partial(t: torch.Tensor, device_mesh: Any, placements: Sequence[Any]
     for md in pdims:
         n *= mesh_shape[md]
     exact = _is_integer_valued(t)
-    pieces = _split_pieces(t, n, seed, exact)
+    pieces, pieces_key = _pieces_of(t, n, seed, exact)
     x, blocks = _from_pieces(pieces, device_mesh, placements, graph)
-    coords = list(itertools.product(*[range(k) for k in mesh_shape]))
-    regions = local_regions(tuple(t.shape), mesh_shape, placements)
-    _check_genuine(x, t, blocks, coords, regions, pdims, exact, n)
+    # What the devices hold is read back once per layout (it depends on the layout, not on the
+    # values, and the reads would dominate sweeps that build thousands of these); the blocks are
+    # checked once per value and layout.
+    layout = (tuple(t.shape), t.dtype, device_mesh, tuple(repr(p) for p in placements))
+    if pieces_key is None or (pieces_key, layout) not in _CHECKED:
+        values = None
+        if layout not in _LAYOUTS_READ_BACK:
+            values = local_values(x)
+            _LAYOUTS_READ_BACK.add(layout)
+        coords = list(itertools.product(*[range(k) for k in mesh_shape]))
+        regions = _regions(tuple(t.shape), mesh_shape, tuple(placements))
+        _check_genuine(t, blocks, values, coords, regions, pdims, exact, n)
+        if pieces_key is not None:
+            _CHECKED.add((pieces_key, layout))
+            if len(_CHECKED) > 4096:
+                _CHECKED.clear()
     return x
 
 
@@ -342,7 +389,7 @@ def _from_pieces(pieces: torch.Tensor, device_mesh: Any, placements: List[Any], 
     pdims = _partial_dims(mesh_shape, placements)
     shape = tuple(pieces.shape[1:])
     coords = list(itertools.product(*[range(k) for k in mesh_shape]))
-    regions = local_regions(shape, mesh_shape, placements)
+    regions = _regions(shape, mesh_shape, tuple(placements))
 
     def piece_index(c: Tuple[int, ...]) -> int:
         j = 0
@@ -354,15 +401,17 @@ def _from_pieces(pieces: torch.Tensor, device_mesh: Any, placements: List[Any], 
     return _factories._from_local(blocks, shape, device_mesh, placements, graph=graph), blocks
 
 
-def _check_genuine(x: Any, t: torch.Tensor, blocks: List[torch.Tensor], coords: List[Tuple[int, ...]],
-                   regions: List[Tuple[slice, ...]], pdims: List[int], exact: bool, n: int) -> None:
-    """What genuine_partial promises, read back with local_values: each device holds its block;
-    along the Partial mesh dims the blocks differ and add up to ``t``'s region (exactly for
-    integer-valued ``t``, else to within a few ulps per element)."""
-    values = local_values(x)
+def _check_genuine(t: torch.Tensor, blocks: List[torch.Tensor], values: Optional[List[torch.Tensor]],
+                   coords: List[Tuple[int, ...]], regions: List[Tuple[slice, ...]], pdims: List[int], exact: bool,
+                   n: int) -> None:
+    """What genuine_partial promises: each device holds its block (``values``, read back with
+    local_values, when given); along the Partial mesh dims the blocks differ and add up to ``t``'s
+    region (exactly for integer-valued ``t``, else to within a few ulps per element)."""
+    read_back = values is not None
+    values = values if read_back else blocks
     groups: Dict[Tuple[int, ...], List[int]] = {}
     for i, (c, block) in enumerate(zip(coords, blocks)):
-        if not _bitwise_equal(values[i], block):
+        if read_back and not _bitwise_equal(values[i], block):
             raise AssertionError(f"genuine_partial: the device at {c} holds {values[i]}, not its block {block}")
         groups.setdefault(tuple(v for md, v in enumerate(c) if md not in pdims), []).append(i)
     for members in groups.values():
