@@ -267,6 +267,19 @@ DT_API dt_tensor *dt_tensor_from_buffer(dt_graph *g, dt_dtype dtype, int ndim, c
  * DLPack support ("torch"). */
 DT_API dt_tensor *dt_tensor_from_dlpack(dt_graph *g, void *dl_managed, dt_mesh *mesh,
                                         const dt_placement *placements);
+/* Builds a tensor from what each device holds, as DTensor.from_local does:
+ * `data[i]` is the row-major host block of the device at flat mesh index i
+ * (row-major mesh order, as in dt_tensor_fetch_local) and `nbytes[i]` its
+ * size, which must be that device's local shape (the region that `shape` and
+ * the placements give it) times the dtype size. On a Partial mesh dim the
+ * blocks are the addends; on a Replicate one they should be equal copies,
+ * which is not checked (tests use that to build drifted replicas). The blocks
+ * are copied at the call. Mainly for tests: a Partial whose every coordinate
+ * holds a different piece. A size mismatch is DT_EINVAL and enqueues
+ * nothing. */
+DT_API dt_tensor *dt_tensor_from_local_buffers(dt_graph *g, dt_dtype dtype, int ndim, const int64_t *shape,
+                                               dt_mesh *mesh, const dt_placement *placements,
+                                               const void *const *data, const size_t *nbytes);
 DT_API dt_tensor *dt_full(dt_graph *g, dt_dtype dtype, int ndim, const int64_t *shape, dt_scalar value,
                           dt_mesh *mesh, const dt_placement *placements);
 /* Uninitialised values (in practice zeros). */

@@ -493,6 +493,65 @@ static PyObject *mod_from_torch(PyObject *module, PyObject *const *args, Py_ssiz
     return dtpy_tensor_wrap(st, t, args[0], args[2], mesh);
 }
 
+/* _from_local(graph, dtype, shape, blocks, mesh, placements): `blocks` is a
+ * list with one contiguous CPU torch.Tensor of `dtype` per device, in
+ * row-major mesh order, each that device's local block (the caller sees to
+ * contiguity, dtype and device). The blocks are copied at the call. */
+static PyObject *mod_from_local(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    dtpy_state *st = get_state(module);
+    factory_args fa;
+    if (parse_factory(st, args, nargs, 6, "_from_local", 1, &fa) < 0)
+        return NULL;
+    PyObject *blocks = PySequence_Fast(args[3], "_from_local: blocks must be a list of torch.Tensor");
+    if (blocks == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(blocks);
+    PyObject *result = NULL;
+    const void **data = NULL;
+    size_t *nbytes = NULL;
+    if (n != dt_mesh_size(fa.mesh, -1)) {
+        PyErr_Format(PyExc_ValueError, "_from_local: %zd blocks for a mesh of %lld devices", n,
+                     (long long)dt_mesh_size(fa.mesh, -1));
+        goto done;
+    }
+    data = PyMem_Calloc((size_t)n + 1, sizeof *data);
+    nbytes = PyMem_Calloc((size_t)n + 1, sizeof *nbytes);
+    if (data == NULL || nbytes == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *b = PySequence_Fast_GET_ITEM(blocks, i);
+        if (!PyObject_TypeCheck(b, (PyTypeObject *)st->torch_tensor_type)) {
+            PyErr_Format(PyExc_TypeError, "_from_local: block %zd is a %.100s, not a torch.Tensor", i,
+                         Py_TYPE(b)->tp_name);
+            goto done;
+        }
+        PyObject *ptr = PyObject_CallMethodNoArgs(b, st->str_data_ptr);
+        if (ptr == NULL)
+            goto done;
+        data[i] = PyLong_AsVoidPtr(ptr);
+        Py_DECREF(ptr);
+        PyObject *numel = PyObject_CallMethod(b, "numel", NULL);
+        if (numel == NULL)
+            goto done;
+        long long count = PyLong_AsLongLong(numel);
+        Py_DECREF(numel);
+        if (PyErr_Occurred())
+            goto done;
+        nbytes[i] = (size_t)count * dt_dtype_size((dt_dtype)fa.dtype);
+    }
+    dtpy_record_call_site(st);
+    dt_tensor *t = dt_tensor_from_local_buffers(fa.g, (dt_dtype)fa.dtype, fa.ndim, fa.shape, fa.mesh, FA_PL(fa),
+                                                (const void *const *)data, nbytes);
+    result = dtpy_tensor_wrap(st, t, args[0], args[4], fa.mesh);
+done:
+    PyMem_Free(data);
+    PyMem_Free(nbytes);
+    Py_DECREF(blocks);
+    return result;
+}
+
 static PyObject *mod_manual_seed(PyObject *module, PyObject *arg) {
     (void)module;
     /* torch accepts negative seeds and reinterprets them as unsigned. */
@@ -664,6 +723,8 @@ static PyMethodDef module_methods[] = {
      "arange(graph, dtype, start, end, step, mesh, placements) -> Tensor"},
     {"from_torch", (PyCFunction)(void (*)(void))mod_from_torch, METH_FASTCALL,
      "from_torch(graph, tensor, mesh, placements) -> Tensor"},
+    {"_from_local", (PyCFunction)(void (*)(void))mod_from_local, METH_FASTCALL,
+     "_from_local(graph, dtype, shape, blocks, mesh, placements) -> Tensor: one local block per device (tests)"},
     {"manual_seed", mod_manual_seed, METH_O, "manual_seed(seed): seeds dtorch's random factories."},
     {"_sync_default_dtype", mod_sync_default_dtype, METH_NOARGS,
      "Makes dtorch's promotion dtype follow torch.get_default_dtype()."},

@@ -336,6 +336,38 @@ static PyObject *tensor_local_value(PyObject *self, PyObject *arg) {
     return r;
 }
 
+/* _local_values(): every device's block, in flat mesh order (tests). All the
+ * reads are started before the first is waited for, so they overlap. */
+static PyObject *tensor_local_values(PyObject *self, PyObject *unused) {
+    (void)unused;
+    dtpy_state *st = tensor_state(self);
+    dt_tensor *t = ((dtpy_tensor *)self)->t;
+    int64_t n = dt_mesh_size(dt_tensor_mesh(t), -1);
+    dt_future **fs = PyMem_Calloc((size_t)n, sizeof *fs);
+    if (fs == NULL)
+        return PyErr_NoMemory();
+    PyObject *out = PyList_New((Py_ssize_t)n);
+    for (int64_t i = 0; out != NULL && i < n; i++) {
+        if ((fs[i] = dt_tensor_fetch_local(t, i)) == NULL) {
+            Py_CLEAR(out);
+            dtpy_raise_last(st);
+        }
+    }
+    for (int64_t i = 0; out != NULL && i < n; i++) {
+        int64_t shape[DT_MAX_NDIM];
+        int ndim = dt_future_shape(fs[i], shape);
+        PyObject *r = dtpy_read_value(st, fs[i], dt_tensor_dtype(t), ndim, shape);
+        if (r == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, (Py_ssize_t)i, r);
+    }
+    for (int64_t i = 0; i < n; i++)
+        dt_future_release(fs[i]);
+    PyMem_Free(fs);
+    return out;
+}
+
 static PyObject *tensor_to_torch_async(PyObject *self, PyObject *unused) {
     (void)unused;
     dtpy_state *st = tensor_state(self);
@@ -549,6 +581,8 @@ static PyMethodDef tensor_methods[] = {
     {"is_floating_point", tensor_is_floating_point, METH_NOARGS, "is_floating_point() -> bool"},
     {"to_torch", tensor_to_torch, METH_NOARGS,
      "to_torch() -> torch.Tensor: waits for the value and returns the full tensor."},
+    {"_local_values", tensor_local_values, METH_NOARGS,
+     "_local_values() -> list of torch.Tensor: what every device holds, as stored, in flat mesh order (tests)"},
     {"_local_value", tensor_local_value, METH_O,
      "_local_value(mesh_index) -> torch.Tensor: what the device at flat mesh index `mesh_index` holds, as "
      "stored (its shard, its own replica, or its Partial addend). Waits. For tests."},

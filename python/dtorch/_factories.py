@@ -302,6 +302,32 @@ def from_torch(tensor: torch.Tensor, device_mesh: Optional[DeviceMesh] = None,
     return _C.from_torch(g, t.contiguous(), mesh, raw)
 
 
+def _from_local(blocks: Sequence[torch.Tensor], shape: Sequence[int], device_mesh: DeviceMesh,
+                placements: Sequence[Placement], *, graph=None) -> "Tensor":
+    """A tensor of global ``shape`` from what each device holds (as ``DTensor.from_local``): ``blocks[i]``
+    is the local block of the device at flat mesh index ``i`` (row-major mesh order), shaped as the
+    placements lay ``shape`` out. On Partial mesh dims the blocks are the addends; copies on Replicate
+    dims are not checked to agree. Private: tests build genuine Partials with it
+    (``dtorch.test.test_util.genuine_partial``). The blocks are copied at the call.
+
+    >>> m = dtorch.DeviceMesh("cpu", [0, 1])
+    >>> _from_local([torch.ones(2), torch.ones(2)], (2,), m, [dtorch.Partial()]).to_torch()
+    tensor([2., 2.])
+    """
+    blocks = list(blocks)
+    if not blocks or not all(isinstance(b, torch.Tensor) for b in blocks):
+        raise TypeError("_from_local takes a non-empty list of torch.Tensor blocks")
+    dtype = blocks[0].dtype
+    if any(b.dtype != dtype for b in blocks):
+        raise TypeError(f"_from_local: the blocks have different dtypes {sorted({str(b.dtype) for b in blocks})}")
+    g = _graph(graph)
+    mesh = _mesh(g, None, device_mesh)
+    shape = tuple(int(n) for n in shape)
+    raw = _placements_to_raw(placements, mesh, len(shape))
+    host = [b.detach().resolve_neg().resolve_conj().cpu().contiguous() for b in blocks]
+    return _C._from_local(g, dtype, shape, host, mesh, raw)
+
+
 def from_numpy(ndarray, device_mesh: Optional[DeviceMesh] = None, placements: Optional[Sequence[Placement]] = None,
                *, device=None, graph=None) -> "Tensor":
     """``torch.from_numpy(ndarray)`` distributed like ``from_torch`` (by default on the default mesh,

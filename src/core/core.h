@@ -262,7 +262,7 @@ typedef struct dt__node {
     dt__tval *in[DT_MAX_OP_INPUTS];
     const char *site_file; /* interned */
     int32_t site_line;
-    void *extra; /* SOURCE: host impl; FETCH/SYNC: the dt_future */
+    void *extra; /* SOURCE: host impl (or blocks, DT__SOURCE_LOCAL); FETCH/SYNC: the dt_future */
     dt__nattr a;
 } dt__node;
 
@@ -550,6 +550,11 @@ typedef struct dt__op_info {
 extern const dt__op_info dt__ops[DT_OP_COUNT];
 
 void dt__lower_factory(dt__lower *L, dt__node *n);
+/* nattr.flags of a SOURCE node whose extra holds one host block per device
+ * (dt_tensor_from_local_buffers) instead of one global host impl. */
+#define DT__SOURCE_LOCAL 1
+/* Frees what a SOURCE node that was never lowered owns (client thread). */
+void dt__source_free(const dt__backend *be, dt__node *n);
 void dt__lower_binary(dt__lower *L, dt__node *n);
 void dt__lower_unary(dt__lower *L, dt__node *n);
 void dt__lower_matmul(dt__lower *L, dt__node *n);

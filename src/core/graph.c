@@ -393,8 +393,7 @@ dt_tensor *dt__client_submit(dt_tensor *t, dt__node *n) {
         return t;
     } else {
         dt__error(DT_ESHUTDOWN, "the graph is shut down");
-        if (n->op == DT_OP_SOURCE && n->extra)
-            t->graph->be->free(n->extra);
+        dt__source_free(t->graph->be, n);
         dt__node_free(n);
     }
     dt_graph *g = t->graph;

@@ -1,9 +1,10 @@
 /*
- * Factories: tensors from host data, DLPack, constants, random streams
- * (rand, randn, randint) and ranges. The client validates and records; the
- * controller lowers each into one kernel per device that builds that
- * device's local region directly (a Partial placement gets the value on the
- * first coordinate and zeros elsewhere).
+ * Factories: tensors from host data (a global value, or one block per
+ * device), DLPack, constants, random streams (rand, randn, randint) and
+ * ranges. The client validates and records; the controller lowers each into
+ * one kernel per device that builds that device's local region directly (a
+ * Partial placement gets the value on the first coordinate and zeros
+ * elsewhere, except from per-device blocks).
  *
  * Threads: dt_* factories on client threads; dt__lower_factory on the
  * controller.
@@ -132,6 +133,102 @@ dt_tensor *dt_tensor_from_dlpack(dt_graph *g, void *dl_managed, dt_mesh *mesh, c
         return NULL;
     }
     return factory_source(g, impl, dtype, ndim, shape, mesh, placements);
+}
+
+/* The host blocks of dt_tensor_from_local_buffers, one per device in
+ * row-major mesh order. A SOURCE node with flags DT__SOURCE_LOCAL owns one
+ * until it is lowered, when each block passes to its device's source blob. */
+typedef struct local_sources {
+    int64_t n;
+    void *impl[];
+} local_sources;
+
+static void local_sources_free(const dt__backend *be, local_sources *ls) {
+    if (!ls)
+        return;
+    for (int64_t i = 0; i < ls->n; i++)
+        if (ls->impl[i])
+            be->free(ls->impl[i]);
+    dt__free(ls);
+}
+
+void dt__source_free(const dt__backend *be, dt__node *n) {
+    if (n->op != DT_OP_SOURCE || !n->extra)
+        return;
+    if (n->a.flags == DT__SOURCE_LOCAL)
+        local_sources_free(be, n->extra);
+    else
+        be->free(n->extra);
+    n->extra = NULL;
+}
+
+dt_tensor *dt_tensor_from_local_buffers(dt_graph *g, dt_dtype dtype, int ndim, const int64_t *shape, dt_mesh *mesh,
+                                        const dt_placement *placements, const void *const *data,
+                                        const size_t *nbytes) {
+    dt_clear_error();
+    if (dt__client_check_graph(g) != DT_OK || dt__shape_check(ndim, shape) != DT_OK)
+        return NULL;
+    if ((unsigned)dtype >= DT_DTYPE_COUNT) {
+        dt__error(DT_ETYPE, "dtype: unknown dtype %d", (int)dtype);
+        return NULL;
+    }
+    if (!mesh) {
+        dt__error(DT_EINVAL, "device_mesh: a mesh is required");
+        return NULL;
+    }
+    if (!data || !nbytes) {
+        dt__error(DT_EINVAL, "from_local: one buffer and one size per device are required");
+        return NULL;
+    }
+    /* Every block is checked against its device's region before anything is
+     * copied, so a bad call costs nothing and enqueues nothing. */
+    dt__meta m;
+    memset(&m, 0, sizeof m);
+    m.dtype = dtype;
+    m.ndim = ndim;
+    for (int d = 0; d < ndim; d++)
+        m.shape[d] = shape[d];
+    m.mesh = mesh;
+    if (check_bytes(dtype, ndim, shape) != DT_OK || dt__placements_normalize(mesh, ndim, placements, m.pl) != DT_OK ||
+        dt__graph_check_mesh(g, mesh) != DT_OK)
+        return NULL;
+    int64_t ndev = mesh->ndev, coord[DT_MAX_MESH_NDIM], start[DT_MAX_NDIM], len[DT_MAX_NDIM];
+    for (int64_t i = 0; i < ndev; i++) {
+        dt__mesh_coord(mesh, i, coord);
+        dt__local_region(&m, coord, start, len);
+        size_t want = (size_t)dt__numel(ndim, len) * dt_dtype_size(dtype);
+        if (nbytes[i] != want || (want && !data[i])) {
+            dt__error(DT_EINVAL, "from_local: device %lld (mesh index %lld) got %zu bytes, its local block needs %zu",
+                      (long long)mesh->ids[i], (long long)i, nbytes[i], want);
+            return NULL;
+        }
+    }
+    local_sources *ls = dt__calloc(1, sizeof *ls + (size_t)ndev * sizeof(void *));
+    if (!ls) {
+        dt__error(DT_ENOMEM, "out of memory");
+        return NULL;
+    }
+    ls->n = ndev;
+    for (int64_t i = 0; i < ndev; i++) {
+        dt__mesh_coord(mesh, i, coord);
+        dt__local_region(&m, coord, start, len);
+        char err[512] = "";
+        dt_status st = g->be->from_host(dtype, ndim, len, data[i], &ls->impl[i], err, sizeof err);
+        if (st != DT_OK) {
+            local_sources_free(g->be, ls);
+            dt__error(st, "from_local: %s", err);
+            return NULL;
+        }
+    }
+    dt__node *n;
+    dt_tensor *t = factory_begin(g, DT_OP_SOURCE, dtype, ndim, shape, mesh, placements, &n);
+    if (!t || !n) {
+        local_sources_free(g->be, ls);
+        return t ? dt__client_submit(t, n) : NULL; /* the submit reports the lack of memory */
+    }
+    n->a.flags = DT__SOURCE_LOCAL;
+    n->extra = ls;
+    return dt__client_submit(t, n);
 }
 
 dt_tensor *dt_full(dt_graph *g, dt_dtype dtype, int ndim, const int64_t *shape, dt_scalar value, dt_mesh *mesh,
@@ -272,7 +369,8 @@ void dt__lower_factory(dt__lower *L, dt__node *n) {
     const dt_mesh *mesh = m->mesh;
     dt__lw_alloc_blobs(v);
     dt__blob *source = NULL;
-    if (n->op == DT_OP_SOURCE) {
+    local_sources *ls = n->op == DT_OP_SOURCE && n->a.flags == DT__SOURCE_LOCAL ? n->extra : NULL;
+    if (n->op == DT_OP_SOURCE && !ls) {
         source = dt__blob_new(L->g->be);
         DT_ASSERT(source);
         source->impl = n->extra;
@@ -282,7 +380,16 @@ void dt__lower_factory(dt__lower *L, dt__node *n) {
     for (int64_t i = 0; i < mesh->ndev; i++) {
         dt__mesh_coord(mesh, i, coord);
         dt__local_region(m, coord, start, len);
-        int zero = dt__partial_zero(m, coord);
+        int zero = !ls && dt__partial_zero(m, coord);
+        if (ls) {
+            /* from_local: the device's own block, whole (the slice aliases it). */
+            source = dt__blob_new(L->g->be);
+            DT_ASSERT(source);
+            source->impl = ls->impl[i];
+            ls->impl[i] = NULL;
+            atomic_store(&source->ready, 1);
+            memset(start, 0, sizeof start);
+        }
         int kop;
         if (zero)
             kop = DT_K_FULL;
@@ -320,8 +427,16 @@ void dt__lower_factory(dt__lower *L, dt__node *n) {
             k->in[0] = dt__blob_retain(source);
         }
         v->blobs[i] = dt__lw_push(L, mesh, i, k);
+        if (ls) {
+            dt__blob_release(source);
+            source = NULL;
+        }
     }
     dt__blob_release(source);
+    if (ls) {
+        dt__free(ls);
+        n->extra = NULL;
+    }
 }
 
 /* ------------------------------------------------------------ registry */

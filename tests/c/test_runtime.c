@@ -214,6 +214,58 @@ static void test_fetch_local(void) {
     dt_graph_release(g);
 }
 
+/* dt_tensor_from_local_buffers: each device gets its own block, as given; a
+ * Partial is the sum of the blocks; a block of the wrong size fails before
+ * anything is made. */
+static void test_from_local(void) {
+    dt_graph *g = ref_graph();
+    dt_mesh *m = mesh1d(3, 0);
+    int64_t shape[2] = {5, 7};
+    float x[35], pieces[3][35], want[35];
+    fill(x, 35, 4);
+    /* Shard(0): rows 2, 2, 1 (ceil(5/3) = 2). */
+    const int64_t rows[3] = {2, 2, 1}, first[3] = {0, 2, 4};
+    const void *data[3];
+    size_t nbytes[3];
+    for (int i = 0; i < 3; i++) {
+        data[i] = x + first[i] * 7;
+        nbytes[i] = (size_t)(rows[i] * 7) * sizeof(float);
+    }
+    dt_placement ps[1] = {S(0)}, pp[1] = {P()};
+    dt_tensor *s = dt_tensor_from_local_buffers(g, DT_FLOAT32, 2, shape, m, ps, data, nbytes);
+    CHECK(s != NULL);
+    expect_values(s, x, 35, "from_local Shard(0)");
+    /* Partial: three different addends, summed by the read. */
+    for (int i = 0; i < 3; i++) {
+        fill(pieces[i], 35, 5 + i);
+        data[i] = pieces[i];
+        nbytes[i] = sizeof pieces[i];
+    }
+    for (int k = 0; k < 35; k++)
+        want[k] = (pieces[0][k] + pieces[1][k]) + pieces[2][k];
+    dt_tensor *p = dt_tensor_from_local_buffers(g, DT_FLOAT32, 2, shape, m, pp, data, nbytes);
+    CHECK(p != NULL);
+    for (int64_t i = 0; p && i < 3; i++) {
+        float got[35];
+        dt_future *f = dt_tensor_fetch_local(p, i);
+        CHECK(f && dt_future_read(f, got, sizeof got) == DT_OK);
+        for (int k = 0; f && k < 35; k++)
+            CHECK(got[k] == pieces[i][k]);
+        dt_future_release(f);
+    }
+    expect_values(p, want, 35, "from_local Partial");
+    /* A block of the wrong size, or no blocks at all, is DT_EINVAL. */
+    nbytes[2] -= sizeof(float);
+    CHECK(dt_tensor_from_local_buffers(g, DT_FLOAT32, 2, shape, m, pp, data, nbytes) == NULL &&
+          dt_last_status() == DT_EINVAL);
+    CHECK(dt_tensor_from_local_buffers(g, DT_FLOAT32, 2, shape, m, pp, NULL, nbytes) == NULL &&
+          dt_last_status() == DT_EINVAL);
+    dt_tensor_release(s);
+    dt_tensor_release(p);
+    dt_mesh_release(m);
+    dt_graph_release(g);
+}
+
 static void test_bad_input(void) {
     dt_graph *g = ref_graph();
     int64_t shape1[1] = {2}, dup[2] = {1, 1};
@@ -485,6 +537,7 @@ int main(void) {
     test_memo_keeps_graph_check();
     test_kernel_error();
     test_fetch_local();
+    test_from_local();
     test_shutdown_with_work_queued();
     test_many_threads();
     test_futures();

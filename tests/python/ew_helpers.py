@@ -7,6 +7,7 @@ import torch
 
 import dtorch
 from dtorch import Replicate, Shard
+from dtorch.test.test_util import assert_replicas_equal
 
 ALL_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
               torch.bfloat16, torch.float32, torch.float64)
@@ -42,8 +43,10 @@ def outcome(fn):
 
 
 def assert_exact(tc, got, expected, msg=None):
-    """Same dtype, shape and values bit for bit (NaN where torch has NaN)."""
+    """Same dtype, shape and values bit for bit (NaN where torch has NaN); a dtorch result's copies on
+    its Replicate mesh dims are bitwise equal too (a read only looks at the first)."""
     if isinstance(got, dtorch.Tensor):
+        assert_replicas_equal(tc, got)
         got = got.to_torch()
     tc.assertEqual(got.dtype, expected.dtype, msg)
     tc.assertEqual(got.shape, expected.shape, msg)

@@ -6,6 +6,8 @@ import torch
 
 import dtorch
 from dtorch import Partial, Replicate, Shard
+from dtorch.test.test_util import assert_replicas_equal, assert_tensor_allclose, assert_tensor_equal
+from dtorch.test.test_util import genuine_partial  # noqa: F401  (re-exported for the tests)
 
 CPU1 = dtorch.DeviceMesh("cpu", [0])
 CPU2 = dtorch.DeviceMesh("cpu", [0, 1])
@@ -46,32 +48,22 @@ def has_partial(placements):
     return any(p.is_partial() for p in placements)
 
 
-def genuine_partial(t, mesh, placements, seed=0):
-    """A dtorch tensor of value ``t`` whose ``Partial()`` mesh dims hold a different integer-valued piece on
-    every coordinate (not the value on coordinate 0 and zeros elsewhere, as ``from_torch`` builds them).
+def _dtorch_parts(x):
+    if isinstance(x, (list, tuple)):
+        return [p for item in x for p in _dtorch_parts(item)]
+    return [x] if isinstance(x, dtorch.Tensor) else []
 
-    The pieces are stacked along new leading dims, one per Partial mesh dim, which are sharded over those
-    mesh dims and summed away: a sum over a sharded dim leaves each device its own piece, Partial. The
-    other placements apply to ``t``'s own dims. With integer-valued ``t`` the pieces add up exactly.
-    """
-    pdims = [md for md, p in enumerate(placements) if p.is_partial()]
-    if not pdims:
-        return dtorch.from_torch(t, mesh, placements)
-    g = torch.Generator().manual_seed(seed)
-    sizes = [mesh.size(md) for md in pdims]
-    pieces = torch.randint(-4, 5, tuple(sizes) + tuple(t.shape), generator=g).to(t.dtype)
-    flat = pieces.reshape(-1, *t.shape)
-    flat[-1] = t - flat[:-1].sum(dim=0)  # the last piece makes the sum t
-    pieces = flat.reshape(pieces.shape)
-    k = len(pdims)
-    raw = []
-    for md, p in enumerate(placements):
-        if p.is_partial():
-            raw.append(Shard(pdims.index(md)))
-        elif p.is_shard():
-            raw.append(Shard(p.dim % max(t.dim(), 1) + k))
-        else:
-            raw.append(p)
-    x = dtorch.from_torch(pieces, mesh, raw).sum(dim=tuple(range(k)))
-    assert list(x.placements) == list(placements), (x.placements, placements)
-    return x
+
+def assert_equal_everywhere(tc, got, want):
+    """``assert_tensor_equal``, and every copy of each dtorch result on its Replicate mesh dims
+    bitwise equal (a read looks only at the first)."""
+    for x in _dtorch_parts(got):
+        assert_replicas_equal(tc, x)
+    assert_tensor_equal(tc, got, want)
+
+
+def assert_close_everywhere(tc, got, want, **kw):
+    """``assert_tensor_allclose`` (same keywords), and every replica as ``assert_equal_everywhere``."""
+    for x in _dtorch_parts(got):
+        assert_replicas_equal(tc, x)
+    assert_tensor_allclose(tc, got, want, **kw)

@@ -10,7 +10,7 @@ import torch
 
 import dtorch
 from dtorch import Partial, PlacementError, Replicate, Shard
-from dtorch.test.test_util import assert_tensor_allclose
+from dtorch.test.test_util import assert_replicas_equal, genuine_partial
 
 from ew_helpers import assert_exact, broadcast, expected_sr, expected_sr_mesh, values
 from helpers import CPU2, CPU3, CPU2x2, placements_1d, placements_2d
@@ -57,13 +57,30 @@ S0, S1 = Shard(0), Shard(1)
 MESHES = (CPU2, CPU3)
 
 
-def place(t, mesh, pl):
-    return dtorch.from_torch(t, mesh, pl if isinstance(pl, list) else [pl])
+def place(t, mesh, pl, seed=0):
+    """``t`` on ``mesh``; a Partial holds a different piece on every coordinate (genuine_partial)."""
+    return genuine_partial(t, mesh, pl if isinstance(pl, list) else [pl], seed)
+
+
+def ints(t):
+    """Integer-valued floats near ``t``: Partial pieces and linear ops on them are exact."""
+    return t.round() if t.dtype.is_floating_point else t
+
+
+# Ops whose value on integer-valued operands is computed exactly piece by piece, so that a Partial
+# result (or a sum over its pieces) equals torch's bit for bit.
+EXACT_ON_INTEGERS = {"neg", "add", "sub", "mul", "to"}
+
+
+def integer_valued(t):
+    return not t.dtype.is_floating_point or bool(torch.equal(t, t.round()))
 
 
 class MeshCase(unittest.TestCase):
     def check(self, got_fn, ref, expected, partial_in, op, inexact=False):
-        """expected: list of placements, or None (PlacementError); inexact: position_dependent()."""
+        """expected: list of placements, or None (PlacementError); inexact: position_dependent().
+        A pending sum is compared with allclose, or bit for bit when ``op`` is exact on the
+        integer-valued values given; every result's replicas are compared bitwise."""
         if expected is None:
             with self.assertRaises(PlacementError) as cm:
                 got_fn()
@@ -73,7 +90,11 @@ class MeshCase(unittest.TestCase):
             return
         z = got_fn()
         self.assertEqual(z.placements, expected)
-        if partial_in or any(p.is_partial() for p in expected) or inexact:
+        assert_replicas_equal(self, z)
+        summed = partial_in or any(p.is_partial() for p in expected)
+        if summed and op in EXACT_ON_INTEGERS and integer_valued(ref):
+            assert_exact(self, z, ref, op)
+        elif summed or inexact:
             got = z.to_torch()
             self.assertEqual(got.dtype, ref.dtype)
             self.assertEqual(got.shape, ref.shape)
@@ -92,18 +113,20 @@ class TestUnary(MeshCase):
         a = values((5, 7), torch.float32, 1)
         for mesh, p, (name, fn) in itertools.product(MESHES, placements_1d(2), self.OPS.items()):
             with self.subTest(mesh=mesh, p=p, op=name):
-                x = place(a, mesh, p)
+                v = ints(a) if p.is_partial() else a  # a pending sum of integers: neg is exact
+                x = place(v, mesh, p)
                 exp = [p] if not p.is_partial() or name == "neg" else None
-                self.check(lambda: getattr(dtorch, name)(x), fn(a), exp, p.is_partial(), name,
+                self.check(lambda: getattr(dtorch, name)(x), fn(v), exp, p.is_partial(), name,
                            position_dependent(name, a.dtype))
 
     def test_2x2(self):
         a = values((5, 7), torch.float32, 2)
         for pl, name in itertools.product(placements_2d(2), ("neg", "exp", "isnan")):
             with self.subTest(pl=pl, op=name):
-                x = place(a, CPU2x2, pl)
+                v = ints(a) if P in pl else a
+                x = place(v, CPU2x2, pl)
                 exp = pl if name == "neg" or not any(p.is_partial() for p in pl) else None
-                self.check(lambda: getattr(x, name)(), getattr(a, name)(), exp, P in pl, name,
+                self.check(lambda: getattr(x, name)(), getattr(v, name)(), exp, P in pl, name,
                            position_dependent(name, a.dtype))
 
     def test_int_and_bool(self):
@@ -122,6 +145,7 @@ class TestCasts(MeshCase):
             with self.subTest(mesh=mesh, p=p, dtype=dt):
                 # nan/inf/-0.0 only where the value is not a pending sum (-0.0 + 0.0 is 0.0).
                 a = values((5, 7), torch.float32, 4, special=not p.is_partial())
+                a = ints(a) if p.is_partial() else a
                 x = place(a, mesh, p)
                 exp = [p] if not p.is_partial() or dt == torch.float32 else None
                 self.check(lambda: x.to(dt), a.to(dt), exp, p.is_partial(), "to")
@@ -167,11 +191,13 @@ class TestBinary(MeshCase):
     def test_linear_with_alpha(self):
         """add/sub with alpha keep (P,P)->P; mul (P,R), (R,P); div (P,R)."""
         rules = {"add": {(P, P)}, "sub": {(P, P)}, "mul": {(P, R), (R, P)}, "div": {(P, R)}}
-        a, b = values((5, 7), torch.float32, 9), values((7,), torch.float32, 10, positive=True)
+        a0, b0 = values((5, 7), torch.float32, 9), values((7,), torch.float32, 10, positive=True)
         for mesh, name, pa, pb in itertools.product(MESHES, rules, placements_1d(2), placements_1d(1)):
             kw = {"alpha": 3} if name in ("add", "sub") else {}
             with self.subTest(mesh=mesh, op=name, pa=pa, pb=pb):
-                x, y = place(a, mesh, pa), place(b, mesh, pb)
+                # With a pending sum, integer values (b >= 1): add, sub and mul are then exact piece by piece.
+                a, b = (ints(a0), b0.ceil()) if P in (pa, pb) else (a0, b0)
+                x, y = place(a, mesh, pa), place(b, mesh, pb, seed=1)
                 if pa.is_partial() or pb.is_partial():
                     exp = [P] if (pa, pb) in rules[name] else None
                 else:
@@ -210,9 +236,10 @@ class TestBinary(MeshCase):
                            "bitwise_and")
         for mesh, p, (name, tf, df, linear, inexact) in itertools.product(MESHES, placements_1d(2), cases):
             with self.subTest(mesh=mesh, p=p, op=name):
-                x = place(a, mesh, p)
+                v = a.ceil() if p.is_partial() else a  # integer-valued: mul of a pending sum is exact
+                x = place(v, mesh, p)
                 exp = [p] if not p.is_partial() or linear else None
-                self.check(lambda: df(x), tf(a), exp, p.is_partial(), name, inexact)
+                self.check(lambda: df(x), tf(v), exp, p.is_partial(), name, inexact)
 
     def test_2x2(self):
         shapes = [((4, 6), (4, 6)), ((5, 6), (6,)), ((5, 1), (5, 6))]
@@ -364,15 +391,15 @@ class TestInplace(MeshCase):
         x.mul_(2).clamp_(min=0.0)
         self.assertEqual(x.placements, [S1])
         assert_exact(self, x, ((a + b) * 2).clamp(min=0.0))
-        p = place(a, CPU3, P)
-        p += place(b, CPU3, P)
+        p = place(ints(a), CPU3, P)
+        p += place(ints(b), CPU3, P, seed=1)
         p *= 3
         self.assertEqual(p.placements, [P])
-        assert_tensor_allclose(self, p, (a + b) * 3)
+        assert_exact(self, p, (ints(a) + ints(b)) * 3)
 
     def test_rejections_leave_self_alone(self):
         a = values((5, 7), torch.float32, 33)
-        x = place(a, CPU2, P)
+        x = place(ints(a), CPU2, P)
         with self.assertRaises(PlacementError):
             x.exp_()
         with self.assertRaises(PlacementError):
@@ -382,7 +409,7 @@ class TestInplace(MeshCase):
             h += place(a, CPU2, P)
         self.assertEqual(h.dtype, torch.float16)
         self.assertEqual(x.placements, [P])
-        assert_tensor_allclose(self, x, a)
+        assert_exact(self, x, ints(a))
         # masked_fill_ on a shard, cast back from a wider result on shards.
         y = place(a.half(), CPU3, S0)
         y.masked_fill_(place(a > 0, CPU3, S0), 0.0)

@@ -11,13 +11,14 @@ import torch
 
 import dtorch
 from dtorch import DeviceMesh, Partial, Replicate, Shard
-from dtorch.test.test_util import assert_tensor_allclose, assert_tensor_equal
+from dtorch.test.test_util import assert_tensor_allclose
 
 # Operators this module tests against eager PyTorch (tests/python/test_registry.py).
 TESTED_OPS = {'tensor', 'from_torch', 'empty', 'zeros', 'ones', 'full', 'rand', 'randn', 'arange', 'randint',
               'randint_like', 'zeros_like', 'ones_like', 'full_like', 'empty_like', 'rand_like', 'randn_like'}
 
-from helpers import CPU1, CPU2, CPU3, CPU2x2, placements_1d, placements_2d
+from helpers import CPU1, CPU2, CPU3, CPU2x2, genuine_partial, placements_1d, placements_2d
+from helpers import assert_equal_everywhere as assert_tensor_equal  # and every replica bitwise
 
 SHAPES = [(4, 3), (5, 7), (1, 3), (7,), (2, 2), (3, 1, 2)]
 ONE_DEVICE = [CPU1, DeviceMesh("cpu", [5])]
@@ -155,7 +156,7 @@ class TestFactories(unittest.TestCase):
         cases = [(CPU1, [Replicate()]), (CPU2x2, [Shard(0), Shard(1)]), (CPU2x2, [Partial(), Shard(0)]),
                  (CPU3, [Shard(1)])]
         for mesh, pl in cases:
-            x = dtorch.from_torch(t, mesh, pl)
+            x = genuine_partial(t, mesh, pl)  # a Partial input's pieces must not leak into the result
             for fn, ref in ((dtorch.zeros_like, torch.zeros_like), (dtorch.ones_like, torch.ones_like),
                             (lambda a: dtorch.full_like(a, 2.5), lambda a: torch.full_like(a, 2.5))):
                 y = fn(x)

@@ -10,9 +10,9 @@ import torch
 
 import dtorch
 from dtorch import Partial, PlacementError, Replicate, Shard
-from dtorch.test.test_util import assert_tensor_equal
 
 from helpers import CPU1, CPU2, CPU3, CPU2x2, int_valued, randn
+from helpers import assert_equal_everywhere as assert_tensor_equal  # and every replica bitwise
 from test_views import dist, local_box, mesh_coords, shard_placements
 
 # Operators this module tests against eager PyTorch (tests/python/test_registry.py).

@@ -17,7 +17,8 @@ import dtorch.nn.functional as F
 from dtorch import Partial, PlacementError, Replicate, Shard
 from dtorch.test.test_util import assert_tensor_allclose, assert_tensor_equal
 
-from helpers import CPU1, CPU2, CPU3, CPU2x2, int_valued, placements_1d, placements_2d, randn
+from helpers import (CPU1, CPU2, CPU3, CPU2x2, assert_close_everywhere, assert_equal_everywhere, genuine_partial, int_valued,
+                     placements_1d, placements_2d, randn)
 
 # Operators this module tests against eager PyTorch (tests/python/test_registry.py).
 TESTED_OPS = {"matmul", "mm", "bmm", "outer", "einsum", "linear"}
@@ -90,7 +91,7 @@ class LinalgTestCase(unittest.TestCase):
         ref = ref_fn(*tensors)
         for pls in placement_lists:
             with self.subTest(op=op, mesh=mesh, placements=pls, shapes=shapes):
-                xs = [dtorch.from_torch(t, mesh, pl) for t, pl in zip(tensors, pls)]
+                xs = [genuine_partial(t, mesh, pl, seed=i) for i, (t, pl) in enumerate(zip(tensors, pls))]
                 exp = expected_placements(spec_in, spec_out, shapes, pls)
                 if exp is None:
                     with self.assertRaises(PlacementError) as cm:
@@ -100,7 +101,7 @@ class LinalgTestCase(unittest.TestCase):
                 z = fn(*xs)
                 self.assertEqual(z.placements, exp)
                 self.assertEqual(z.shape, ref.shape)
-                assert_tensor_equal(self, z, ref)
+                assert_equal_everywhere(self, z, ref)
 
 
 # (shape a, shape b, labels a, labels b, labels out) for torch.matmul's ranks.
@@ -340,8 +341,8 @@ class TestMeshes(LinalgTestCase):
             for px, pw, pb, po_bias, po_plain in cases:
                 for with_bias in (True, False):
                     with self.subTest(mesh=mesh, x=px, w=pw, b=pb, bias=with_bias):
-                        xd, wd = dtorch.from_torch(x, mesh, px), dtorch.from_torch(w, mesh, pw)
-                        bd = dtorch.from_torch(b, mesh, pb) if with_bias else None
+                        xd, wd = genuine_partial(x, mesh, px), genuine_partial(w, mesh, pw, seed=1)
+                        bd = genuine_partial(b, mesh, pb, seed=2) if with_bias else None
                         po = po_bias if with_bias else po_plain
                         if po is None:
                             with self.assertRaises(PlacementError) as cm:
@@ -350,7 +351,7 @@ class TestMeshes(LinalgTestCase):
                             continue
                         z = F.linear(xd, wd, bd)
                         self.assertEqual(z.placements, po)
-                        assert_tensor_equal(self, z, ref if with_bias else ref_nb)
+                        assert_equal_everywhere(self, z, ref if with_bias else ref_nb)
 
     def test_linear_2x2_and_3d_input(self):
         x, w, b = values((2, 6, 8), seed=63), values((10, 8), seed=64), values((10,), seed=65)
@@ -365,29 +366,29 @@ class TestMeshes(LinalgTestCase):
         ]
         for px, pw, pb, po in cases:
             with self.subTest(x=px, w=pw, b=pb):
-                xd, wd, bd = (dtorch.from_torch(t, CPU2x2, p) for t, p in ((x, px), (w, pw), (b, pb)))
+                xd, wd, bd = (genuine_partial(t, CPU2x2, p, seed=i) for i, (t, p) in enumerate(((x, px), (w, pw), (b, pb))))
                 if po is None:
                     with self.assertRaises(PlacementError):
                         F.linear(xd, wd, bd)
                     continue
                 z = F.linear(xd, wd, bd)
                 self.assertEqual(z.placements, po)
-                assert_tensor_equal(self, z, ref)
+                assert_equal_everywhere(self, z, ref)
 
     def test_low_precision_and_partial_values(self):
         a, b = randn(6, 8, seed=70).bfloat16(), randn(8, 5, seed=71).bfloat16()
         for pa, pb in ((S0, R), (R, S1), (S1, S0), (P, R)):
             with self.subTest(pa=pa, pb=pb):
-                z = dtorch.from_torch(a, CPU3, [pa]) @ dtorch.from_torch(b, CPU3, [pb])
-                assert_tensor_allclose(self, z, a @ b, rtol=2e-2, atol=5e-2)
+                z = genuine_partial(a, CPU3, [pa]) @ genuine_partial(b, CPU3, [pb], seed=1)
+                assert_close_everywhere(self, z, a @ b, rtol=2e-2, atol=5e-2)
         a, b = randn(6, 8, seed=72), randn(8, 5, seed=73)
         z = dtorch.from_torch(a, CPU3, [S1]) @ dtorch.from_torch(b, CPU3, [S0])
         self.assertEqual(z.placements, [P])
         assert_tensor_allclose(self, z, a @ b, rtol=1e-5, atol=1e-5)
-        assert_tensor_allclose(self, z.redistribute(placements=[R]), a @ b, rtol=1e-5, atol=1e-5)
+        assert_close_everywhere(self, z.redistribute(placements=[R]), a @ b, rtol=1e-5, atol=1e-5)
         # Shard-only results are exact even for general floats.
         z = dtorch.from_torch(a, CPU3, [S0]) @ dtorch.from_torch(b, CPU3, [R])
-        assert_tensor_equal(self, z, a @ b)
+        assert_equal_everywhere(self, z, a @ b)
 
 
 if __name__ == "__main__":

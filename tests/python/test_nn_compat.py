@@ -20,9 +20,11 @@ import torch.nn.functional as TF
 import dtorch
 import dtorch.nn.functional as F
 from dtorch import Partial, Replicate, Shard, nn
-from dtorch.test.test_util import assert_tensor_allclose, assert_tensor_equal
+# Every dtorch result is also checked on every replica (helpers.assert_*_everywhere).
 
-from helpers import CPU1, CPU2, CPU2x2, int_valued, randn
+from helpers import CPU1, CPU2, CPU2x2, genuine_partial, int_valued, randn
+from helpers import assert_close_everywhere as assert_tensor_allclose
+from helpers import assert_equal_everywhere as assert_tensor_equal
 
 # The layers run the functional ops that test_nn_functional.py claims (and repeat_interleave for GQA).
 TESTED_OPS = set()
@@ -678,7 +680,7 @@ class TestTensorParallel(unittest.TestCase):
                 with self.subTest(mesh=mesh.shape, input=xp):
                     d = nn.ColumnParallelLinearWithReplicateInputOutput(7, 5, device_mesh=mesh)
                     d.load_state_dict(t.state_dict())
-                    y = d(dtorch.from_torch(x, mesh, self.on_tp(mesh, xp)))
+                    y = d(genuine_partial(x, mesh, self.on_tp(mesh, xp)))
                     self.assertEqual(y.placements, [R] * mesh.ndim)
                     assert_tensor_equal(self, y, expected)
             with self.subTest(mesh=mesh.shape, form="ReplicateParallelLinear"):
@@ -703,11 +705,11 @@ class TestTensorParallel(unittest.TestCase):
             for bad in (Shard(0), Shard(1), P):
                 with self.subTest(mesh=mesh.shape, form="col", input=bad):
                     with self.assertRaisesRegex(dtorch.PlacementError, "must be Replicate"):
-                        col(dtorch.from_torch(x, mesh, self.on_tp(mesh, bad)))
+                        col(genuine_partial(x, mesh, self.on_tp(mesh, bad)))
             for bad in (Shard(0), P):
                 with self.subTest(mesh=mesh.shape, form="row", input=bad):
                     with self.assertRaisesRegex(dtorch.PlacementError, r"must be Shard\(-1\)"):
-                        row(dtorch.from_torch(x, mesh, self.on_tp(mesh, bad)))
+                        row(genuine_partial(x, mesh, self.on_tp(mesh, bad)))
             with self.subTest(mesh=mesh.shape, form="row", input=R):
                 row.load_state_dict(t.state_dict())
                 y = row(dtorch.from_torch(x, mesh))  # sliced locally

@@ -17,7 +17,7 @@ import torch.nn.functional as TF
 import dtorch
 import dtorch.nn.functional as F
 from dtorch import KernelError, Partial, PlacementError, Replicate, Shard
-from dtorch.test.test_util import assert_tensor_allclose, assert_tensor_equal
+from dtorch.test.test_util import assert_replicas_equal, assert_tensor_allclose, assert_tensor_equal, genuine_partial
 
 from helpers import CPU1, CPU2, CPU3, CPU2x2, randn
 from test_views import local_box, mesh_coords
@@ -117,6 +117,9 @@ class Case:
 
 class NNTestCase(unittest.TestCase):
     def check(self, got, expected, close):
+        """Against torch (allclose or equal); a dtorch result's replicas bitwise equal."""
+        if isinstance(got, dtorch.Tensor):
+            assert_replicas_equal(self, got)
         if close:
             assert_tensor_allclose(self, got, expected, rtol=1e-4, atol=1e-5)
         else:
@@ -135,7 +138,7 @@ class NNTestCase(unittest.TestCase):
     def run_combo(self, case, mesh, pls_per_input, expected_pl, full, misaligned=False):
         """``expected_pl`` None: a PlacementError naming the op and the fix; ``misaligned``: accepted
         per mesh dim, but the nested shards do not line up (a PlacementError that says so)."""
-        dins = [dtorch.from_torch(t, mesh, pl) for t, pl in zip(case.inputs, pls_per_input)]
+        dins = [genuine_partial(t, mesh, pl, seed=j) for j, (t, pl) in enumerate(zip(case.inputs, pls_per_input))]
         if expected_pl is None or misaligned:
             with self.assertRaises(PlacementError) as cm:
                 case.fn(*dins)
@@ -662,7 +665,7 @@ class TestDropout(NNTestCase):
             for pl in pls:
                 with self.subTest(mesh=mesh.shape, placements=pl):
                     dtorch.manual_seed(3)
-                    out = F.dropout(dtorch.from_torch(x, mesh, pl), 0.4)
+                    out = F.dropout(genuine_partial(x, mesh, pl), 0.4)
                     self.assertEqual(out.placements, pl)
                     self.check(out, full, close=any(p.is_partial() for p in pl))
         xb = x.to(torch.bfloat16)

@@ -10,9 +10,11 @@ import torch.nn.functional as TF
 import dtorch
 import dtorch.nn.functional as F
 from dtorch import Partial, Replicate, Shard, nn
-from dtorch.test.test_util import assert_tensor_allclose, assert_tensor_equal
+# Every dtorch result is also checked on every replica (helpers.assert_*_everywhere).
 
 from helpers import CPU1, CPU2, CPU2x2, randn
+from helpers import assert_close_everywhere as assert_tensor_allclose
+from helpers import assert_equal_everywhere as assert_tensor_equal
 from test_nn_functional import ref_rms_norm
 
 # The modules run the functional ops that test_nn_functional.py claims; no operator of their own.

@@ -25,7 +25,7 @@ from dtorch.nn.modules.pooling import (
     GlobalMaxPool2d,
     MaxPool2d,
 )
-from dtorch.test.test_util import assert_tensor_allclose, assert_tensor_equal
+from dtorch.test.test_util import assert_replicas_equal, assert_tensor_allclose, assert_tensor_equal
 
 from helpers import CPU1, CPU2, CPU3, CPU2x2, genuine_partial, int_valued, randn
 
@@ -92,6 +92,8 @@ class PoolTestCase(unittest.TestCase):
             for g, e in zip(got, expected):
                 self.check(g, e, close and e.dtype.is_floating_point)
             return
+        if isinstance(got, dtorch.Tensor):
+            assert_replicas_equal(self, got)  # a read looks only at the first copy
         if close:
             assert_tensor_allclose(self, got, expected, rtol=1e-5, atol=1e-5)
         elif expected.dtype.is_floating_point and expected.isnan().any():

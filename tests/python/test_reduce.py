@@ -13,7 +13,7 @@ import torch
 
 import dtorch
 from dtorch import Partial, PlacementError, Replicate, Shard
-from dtorch.test.test_util import assert_tensor_allclose, assert_tensor_equal
+from dtorch.test.test_util import assert_replicas_equal, assert_tensor_allclose, assert_tensor_equal, genuine_partial
 
 from helpers import CPU1, CPU2, CPU3, CPU2x2, int_valued, placements_1d, placements_2d, randn
 
@@ -96,7 +96,10 @@ def result_parts(r):
 
 class ReduceTestCase(unittest.TestCase):
     def check(self, got, ref, exact=True):
+        """Each result against torch (bit for bit, or allclose); a dtorch result's replicas bitwise."""
         for g, e in zip(result_parts(got), result_parts(ref)):
+            if isinstance(g, dtorch.Tensor):
+                assert_replicas_equal(self, g)
             if exact:
                 assert_tensor_equal(self, g, e)
             else:
@@ -258,7 +261,7 @@ class TestOneDevice(ReduceTestCase):
 
 class TestMeshes(ReduceTestCase):
     def run_case(self, mesh, a, placements, op, dim, keepdim, exact=True):
-        x = dtorch.from_torch(a, mesh, placements)
+        x = genuine_partial(a, mesh, placements)
         dims = reduced_dims(dim, a.dim())
         expected = [expected_placement(op, p, dims, keepdim) for p in placements]
         if None in expected:
@@ -371,7 +374,7 @@ class TestMeshes(ReduceTestCase):
     def test_mean_of_partial_and_sharded_is_global(self):
         a = randn(6, 10, seed=17)
         for p in (Shard(0), Shard(1), P):
-            x = dtorch.from_torch(a, CPU3, [p])
+            x = genuine_partial(a, CPU3, [p])
             for dim in (NODIM, 0, 1, (0, 1)):
                 with self.subTest(p=p, dim=dim):
                     got = x.mean() if dim is NODIM else x.mean(dim)
@@ -384,18 +387,18 @@ class TestMeshes(ReduceTestCase):
 
     def test_sum_dtype_on_partial(self):
         a = int_valued(4, 5, seed=18)
-        x = dtorch.from_torch(a, CPU2, [P])
+        x = genuine_partial(a, CPU2, [P])
         z = x.sum(1, dtype=torch.float64)
         self.assertEqual(z.placements, [P])
         assert_tensor_equal(self, z, a.sum(1, dtype=torch.float64))
         with self.assertRaises(PlacementError) as cm:
             x.sum(dtype=torch.int64)  # truncating each piece would be wrong
         self.assertPlacementError(cm.exception, "sum")
-        i = dtorch.from_torch(a.long(), CPU2, [P])
+        i = genuine_partial(a.long(), CPU2, [P])
         assert_tensor_equal(self, i.sum(0, dtype=torch.int32), a.long().sum(0, dtype=torch.int32))
 
     def test_rejected_partial_names_op_and_fix(self):
-        x = dtorch.from_torch(randn(4, 4, seed=19), CPU2x2, [Shard(0), P])
+        x = genuine_partial(randn(4, 4, seed=19), CPU2x2, [Shard(0), P])
         for op in ("amax", "max", "argmax", "prod", "any"):
             with self.subTest(op=op):
                 with self.assertRaises(PlacementError) as cm:

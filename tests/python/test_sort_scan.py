@@ -14,9 +14,10 @@ import torch
 
 import dtorch
 from dtorch import Partial, PlacementError, Replicate, Shard
-from dtorch.test.test_util import assert_tensor_equal
+from dtorch.test.test_util import assert_replicas_equal
 
 from helpers import CPU1, CPU2, CPU3, CPU2x2, int_valued
+from helpers import assert_equal_everywhere as assert_tensor_equal  # and every replica bitwise
 from test_views import dist, shard_placements
 
 # Operators this module tests against eager PyTorch (tests/python/test_registry.py).
@@ -71,6 +72,7 @@ class SortScanCase(unittest.TestCase):
         self.assertEqual(type(got), type(ref))
         if ref.values.is_floating_point() and bool(ref.values.isnan().any()):
             # NaN sorts last (first when descending) in torch; compare exactly, NaN positions included.
+            assert_replicas_equal(self, got.values)
             torch.testing.assert_close(got.values.to_torch(), ref.values, rtol=0, atol=0, equal_nan=True)
         else:
             assert_tensor_equal(self, got.values, ref.values)

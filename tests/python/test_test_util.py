@@ -113,3 +113,83 @@ class TestLocalValues(unittest.TestCase):
         self.assertIn("(1, 1)", msg)
         self.assertIn("mesh dim 0", _replica_mismatch((2, 2), [Replicate(), Shard(0)], v))
         self.assertIsNone(_replica_mismatch((2, 2), [Shard(0), Shard(0)], v))
+
+
+class TestGenuinePartial(unittest.TestCase):
+    """_from_local builds a tensor from per-device blocks; genuine_partial splits a value into a
+    different piece on every coordinate of the Partial mesh dims; local_regions is the chunk rule."""
+
+    def test_from_local(self):
+        from dtorch import DeviceMesh, Partial, Replicate
+        from dtorch._factories import _from_local
+        from dtorch.test.test_util import assert_replicas_equal, local_values
+
+        m = DeviceMesh("cpu", [[0, 1], [2, 3]])
+        blocks = [torch.full((3, 2), float(i)) for i in range(4)]
+        x = _from_local(blocks, (3, 4), m, [Partial(), Shard(1)])
+        self.assertEqual(list(x.placements), [Partial(), Shard(1)])
+        for got, want in zip(local_values(x), blocks):
+            self.assertTrue(torch.equal(got, want), (got, want))
+        want = torch.cat([torch.full((3, 2), 0.0 + 2), torch.full((3, 2), 1.0 + 3)], dim=1)
+        self.assertTrue(torch.equal(x.to_torch(), want), x.to_torch())
+        # Copies along a Replicate mesh dim are not checked at the call: a drifted replica can be built,
+        # and assert_replicas_equal finds it.
+        y = _from_local([torch.zeros(2), torch.zeros(2), torch.zeros(2), torch.tensor([0.0, -0.0])], (2,), m,
+                        [Replicate(), Replicate()])
+        with self.assertRaisesRegex(AssertionError, "replicas differ on mesh dim 0"):
+            assert_replicas_equal(None, y)
+        with self.assertRaisesRegex(ValueError, "local block needs"):
+            _from_local([torch.ones(3, 2)] * 3 + [torch.ones(2, 2)], (3, 4), m, [Partial(), Shard(1)])
+        with self.assertRaisesRegex(ValueError, "4 devices"):
+            _from_local([torch.ones(3)] * 3, (3,), m, [Partial(), Partial()])
+        with self.assertRaises(TypeError):
+            _from_local([torch.ones(3), torch.ones(3, dtype=torch.int64)], (3,), CPU2, [Partial()])
+
+    def test_local_regions_match_the_layout(self):
+        from dtorch import DeviceMesh, Replicate
+        from dtorch.test.test_util import local_regions, local_values
+
+        t = torch.arange(7 * 5.0).reshape(7, 5)
+        m = DeviceMesh("cpu", [[0, 1, 2], [3, 4, 5]])
+        for pls in ([Shard(0), Shard(0)], [Shard(0), Shard(1)], [Replicate(), Shard(0)], [Shard(1), Replicate()]):
+            with self.subTest(placements=pls):
+                got = local_values(dtorch.from_torch(t, m, pls))
+                for g, r in zip(got, local_regions(t.shape, m.shape, pls)):
+                    self.assertTrue(torch.equal(g, t[r]), (g, t[r]))
+
+    def test_pieces_differ_and_add_up(self):
+        from dtorch import DeviceMesh, Partial, Replicate
+        from dtorch.test.test_util import genuine_partial, local_regions, local_values
+
+        m = DeviceMesh("cpu", [[0, 1], [2, 3]])
+        cases = [
+            (CPU2, [Partial()]),
+            (DeviceMesh("cpu", [0, 1, 2]), [Partial()]),
+            (m, [Partial(), Partial()]),
+            (m, [Partial(), Shard(0)]),
+            (m, [Shard(1), Partial()]),
+            (m, [Replicate(), Partial()]),
+        ]
+        for dtype in (torch.float32, torch.int64, torch.float16):
+            for mesh, pls in cases:
+                with self.subTest(dtype=dtype, placements=pls, mesh=mesh.shape):
+                    t = torch.randint(-6, 7, (5, 3)).to(dtype)
+                    x = genuine_partial(t, mesh, pls, seed=1)
+                    self.assertEqual(list(x.placements), pls)
+                    self.assertTrue(torch.equal(x.to_torch(), t))
+                    values = local_values(x)
+                    regions = local_regions(t.shape, mesh.shape, pls)
+                    # The devices that share a region hold different, nonzero-sum pieces of it; a Replicate
+                    # mesh dim holds equal copies.
+                    for a in range(len(values)):
+                        for b in range(a + 1, len(values)):
+                            if regions[a] == regions[b] and not (pls[0].is_replicate() and b - a == 2):
+                                self.assertFalse(torch.equal(values[a], values[b]), (a, b, values))
+                    # Not the value on coordinate 0 and zeros elsewhere.
+                    self.assertTrue(all(bool(v.ne(0).any()) for v in values), values)
+        # Non-integer floats: the pieces add up to within rounding; no Partial: from_torch.
+        t = torch.randn(4, 4)
+        self.assertTrue(torch.allclose(genuine_partial(t, m, [Partial(), Partial()]).to_torch(), t, atol=1e-5))
+        self.assertTrue(torch.equal(local_values(genuine_partial(t, CPU2, [Shard(0)]))[1], t[2:]))
+        self.assertEqual(local_values(genuine_partial(torch.ones(2, dtype=torch.bool), CPU2, [Partial()]))[1].tolist(),
+                         [False, False])

@@ -15,9 +15,9 @@ import torch
 
 import dtorch
 from dtorch import Partial, PlacementError, Replicate, Shard
-from dtorch.test.test_util import assert_tensor_equal
 
-from helpers import CPU1, CPU2, CPU3, CPU2x2, int_valued, randn
+from helpers import CPU1, CPU2, CPU3, CPU2x2, genuine_partial, int_valued, randn
+from helpers import assert_equal_everywhere as assert_tensor_equal  # and every replica bitwise
 
 # Operators this module tests against eager PyTorch (tests/python/test_registry.py).
 TESTED_OPS = {"view", "reshape", "flatten", "unflatten", "transpose", "permute", "squeeze", "unsqueeze", "expand",
@@ -28,8 +28,9 @@ R, P = Replicate(), Partial()
 MESHES_1D = (CPU2, CPU3)
 
 
-def dist(t, mesh, placements):
-    return dtorch.from_torch(t, device_mesh=mesh, placements=placements)
+def dist(t, mesh, placements, seed=0):
+    """``t`` on ``mesh``; a Partial holds a different piece on every coordinate (genuine_partial)."""
+    return genuine_partial(t, mesh, placements, seed) if placements else dtorch.from_torch(t, mesh)
 
 
 def chunk_range(n, k, i):
@@ -330,7 +331,7 @@ class TestExpandRepeat(ViewTestCase):
 
 class TestCopies(ViewTestCase):
     def test_contiguous_clone(self):
-        t = randn(4, 3)
+        t = int_valued(4, 3, seed=5)  # the Partial's pieces add up exactly
         for mesh, pl in [(CPU1, None), (CPU2, [Shard(0)]), (CPU3, [P]), (CPU2x2, [Shard(1), Shard(0)])]:
             x = dist(t, mesh, pl)
             self.assertIs(x.contiguous(), x)
