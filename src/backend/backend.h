@@ -422,7 +422,47 @@ typedef struct dt__backend {
     /* Optional. Bytes of cached free memory that empty_cache would return
      * now. Any thread. */
     int64_t (*cached_bytes)(void);
+
+    /* ---- Devices, streams and events (api_version >= 2) ----
+     *
+     * The interface version this table was written against: 0 or 1 for a
+     * table without the slots below (the core then ignores them), 2 for
+     * DT_BACKEND_API_VERSION. Every slot below is optional: a NULL slot
+     * means the core's host implementation (a worker thread per stream;
+     * an event is "kernel n of stream s has completed", waited on with the
+     * producing stream's mutex and condition variable, streams.c).
+     *
+     * Streams: a device (type, id) has one stream per kind (0 compute, 1
+     * communication). stream_new makes the backend's context for one
+     * (controller thread); stream_enter is called on the stream's worker
+     * thread before its first kernel (a backend whose current stream is
+     * thread-local, as ATen's CUDA stream, binds it there, so `run` needs no
+     * context); stream_free is called after the worker has stopped.
+     *
+     * Events: with event_new and event_record set, the worker of a stream
+     * records a new event after each kernel that has an output (the
+     * backend should pool them), before the core publishes the kernel as
+     * completed on the host. A kernel on another stream that reads that
+     * output first waits for the host completion (for an asynchronous
+     * backend: the launch and the record), then calls event_wait on its own
+     * stream (CUDA: cudaStreamWaitEvent), so the device queue, not the
+     * thread, waits for the data. event_query says 1 once the work before
+     * the record has finished; event_free is called when the blob dies (any
+     * thread). */
+    int api_version;
+    dt_status (*stream_new)(dt_device_type type, int64_t device_id, int kind, void **ctx, char *err,
+                            size_t errlen);
+    void (*stream_enter)(void *ctx);
+    void (*stream_free)(void *ctx);
+    dt_status (*event_new)(void *stream_ctx, void **ev);
+    dt_status (*event_record)(void *ev, void *stream_ctx);
+    dt_status (*event_wait)(void *stream_ctx, void *ev);
+    int (*event_query)(void *ev);
+    void (*event_free)(void *ev);
 } dt__backend;
+
+/* The version of the device/stream/event slots above. */
+#define DT_BACKEND_API_VERSION 2
 
 /* Calls every registered backend's empty_cache. */
 void dt__backends_empty_cache(void);

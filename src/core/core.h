@@ -12,13 +12,16 @@
  *    touch the symbol after pushing the value onto the release stack.
  *  - dt__blob.impl/.error are written by the worker that runs the producing
  *    kernel, before any reader runs (same stream: program order; other
- *    streams: after a collective's or a future's mutex).
+ *    streams: the reader waits on the blob's event, streams.c, which
+ *    publishes the producer's completed count with release/acquire).
  *  - Kernels are created by the controller and owned by a stream's queue,
  *    then by its worker, which frees them after running.
  *
  * Lock order (outer first): graph life_lock -> graph qlock (only for the
  * controller's sleep; the queue itself is lock-free) -> stream lock;
- * collective and future locks are leaves.
+ * collective, future and stream event (ev_lock) locks are leaves. No lock is
+ * graph-wide on the kernel path: a cross-stream wait sleeps on the
+ * producing stream's ev_lock only.
  */
 #ifndef DT_CORE_H
 #define DT_CORE_H
@@ -104,27 +107,41 @@ int dt__dtype_is_int(dt_dtype d); /* integers, not bool */
 
 /* ------------------------------------------------------------- values */
 
+/* One device's live-blob byte counts (memstats.c): one record per
+ * (device type, id) ever charged, made on first use and kept for the
+ * process's life, so a pointer to it stays valid in any blob. */
+typedef struct dt__memdev dt__memdev;
+/* The record of device (type, id), made on first use; NULL when out of
+ * memory (thread error set). Any thread. */
+dt__memdev *dt__memdev_get(int type, int64_t id);
+/* Adds `delta` bytes to a device's live-blob count (any thread). */
+void dt__mem_charge(dt__memdev *dev, int64_t delta);
+
 /* One dense local tensor on one device. Reference counted: the tensor's
- * per-device slot and every kernel that reads or writes it hold one. */
+ * per-device slot and every kernel that reads or writes it hold one.
+ *
+ * Its event is (producer, seq): the blob exists once kernel number `seq` of
+ * stream `producer` has completed (streams.c). Both are written by the
+ * controller when it queues the producing kernel, before any consumer is
+ * queued, then only read. */
 typedef struct dt__blob {
     atomic_int refs;
-    atomic_int ready; /* 1 once impl or error is set (release store) */
     void *impl;  /* backend value; NULL until produced or when poisoned */
     char *error; /* non-NULL: the kernel that produced it failed (owned) */
-    const dt__backend *be;
-    /* Controller-only: the stream whose kernel produces it (NULL: made ready
-     * by the controller itself). A kernel on another stream must wait. */
+    const dt__backend *be; /* the backend that made it (its device type's) */
+    /* NULL: made by the controller itself (a source), ready at once. */
     struct dt__stream *producer;
-    /* Memory accounting: bytes charged to device (mem_type, mem_id) while
-     * the impl lives; 0 when uncounted or handed to a kernel that wrote in
-     * place. Written by the producing worker, read by whoever frees. */
+    uint64_t seq;
+    /* The backend's event recorded after the producing kernel (backends
+     * with event slots only; NULL otherwise). Written by the producing
+     * worker before it publishes its completed count; freed with the blob. */
+    void *bev;
+    /* Memory accounting: bytes charged to `mem` while the impl lives; 0
+     * when uncounted or handed to a kernel that wrote in place. Written by
+     * the producing worker, read by whoever frees. */
     int64_t charged;
-    int32_t mem_type;
-    int64_t mem_id;
+    dt__memdev *mem;
 } dt__blob;
-
-/* Adds `delta` bytes to a device's live-blob count (any thread). */
-void dt__mem_charge(int type, int64_t id, int64_t delta);
 
 dt__blob *dt__blob_new(const dt__backend *be);
 static inline dt__blob *dt__blob_retain(dt__blob *b) {
@@ -284,13 +301,14 @@ typedef struct dt__assembly {
     int n;
     dt__blob **pieces;   /* owned references */
     int64_t *starts;     /* n * ndim offsets inside the result */
+    int64_t *lens;       /* n * ndim: each piece's shape (to stage it through host memory) */
 } dt__assembly;
 
 typedef struct dt__kernel {
     struct dt__kernel *next;
     int32_t kop;
     int16_t n_in;
-    int16_t wait; /* some input comes from another stream: wait until ready */
+    int16_t wait; /* some input comes from another stream: wait on its event */
     int32_t rank;
     int32_t site_line;
     dt__blob *in[DT_MAX_OP_INPUTS];
@@ -308,30 +326,76 @@ typedef struct dt__kernel {
  * independent compute. */
 enum { DT_STREAM_COMPUTE = 0, DT_STREAM_COMM = 1, DT_STREAM_KINDS = 2 };
 
-/* A worker thread with an in-order kernel queue for one device. */
+/* Device types a graph serves (dt_device_type values). */
+#define DT_DEVICE_TYPES 2
+
+/* A worker thread with an in-order kernel queue for one (device type, id,
+ * kind). Streams live in the graph's stream map (streams.c), made on first
+ * use, and stop with the graph.
+ *
+ * Events (streams.c): the worker counts the kernels it has completed in
+ * `done` (every kernel the controller appended, in order), so "kernel n of
+ * this stream has completed" is an event that costs nothing to record. A
+ * worker of another stream that needs such an event spins briefly, then
+ * sleeps on this stream's ev_lock/ev_cond; the worker broadcasts there only
+ * when ev_waiters says someone sleeps. ev_lock is a leaf lock. */
 typedef struct dt__stream {
     dt_device_type type;
     int64_t device_id;
     int kind;
     struct dt_graph *g;
     const dt__backend *be;
+    void *ctx;           /* the backend's stream context (stream_new), or NULL */
+    int record_events;   /* the backend has event_new/record/free: record one per output */
+    dt__memdev *mem;     /* the device's memory record */
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cond;
     dt__kernel *head, *tail; /* guarded by lock */
     int sleeping;            /* guarded by lock */
     atomic_uint pushed;      /* bumped per hand-over: the worker's spin watches it */
-    /* Controller-only: kernels lowered in this batch, not yet handed over. */
+    /* Controller-only: kernels lowered in this batch, not yet handed over;
+     * kernels appended ever (the last one's number is its event). */
     dt__kernel *bhead, *btail;
     struct dt__stream *next_dirty;
     int dirty;
+    uint64_t appended;
+    struct dt__stream *next_all; /* controller-only: the graph's streams, oldest first */
+    /* Worker-written, read by consumers on other streams. */
+    _Alignas(DT_CACHE_LINE) _Atomic uint64_t done;
+    uint64_t completed; /* worker-only: what it last stored into done */
+    atomic_int ev_waiters;
+    pthread_mutex_t ev_lock;
+    pthread_cond_t ev_cond;
+    /* Test-only counts (dt__graph_debug_stream): kernels run, and of those
+     * collectives and cross-mesh assemblies. Worker-written, relaxed. */
+    atomic_long n_run, n_comm;
 } dt__stream;
 
+/* Starts a stream (controller thread). NULL with the thread error set when
+ * memory, the backend's stream or the thread cannot be had. */
 dt__stream *dt__stream_start(struct dt_graph *g, dt_device_type type, int64_t device_id, int kind);
 /* Hands over a list of kernels (controller thread). */
 void dt__stream_submit(dt__stream *s, dt__kernel *head, dt__kernel *tail);
 /* Sends the stop kernel, joins the worker and frees the stream. */
 void dt__stream_stop(dt__stream *s);
+
+/* The stream map (streams.c; controller thread): the stream of (type, id,
+ * kind), started on first use; NULL with the thread error set on failure. */
+dt__stream *dt__graph_stream(struct dt_graph *g, dt_device_type type, int64_t id, int kind);
+/* Stops every stream, oldest first, and frees the map (controller, at exit). */
+void dt__graph_streams_stop(struct dt_graph *g);
+
+/* Events (streams.c). The producing worker publishes a completed kernel
+ * (after recording the backend's event, if any, for its output). */
+void dt__event_complete(dt__stream *s, uint64_t n);
+/* Makes stream `s` wait for blob b's event (worker of s): returns once the
+ * producer has completed b's kernel on the host, and has the backend make
+ * s's device queue wait on b's backend event if there is one. */
+void dt__event_wait(dt__stream *s, const dt__blob *b);
+/* 1 when b's event has completed (any thread): the host count, and the
+ * backend's event_query for backends with events. */
+int dt__event_query(const dt__blob *b);
 
 /* ---------------------------------------------------------------- graph */
 
@@ -340,8 +404,12 @@ void dt__stream_stop(dt__stream *s);
  * the other way round) moves between cores on every access, which costs more
  * than the rest of recording an op. */
 struct dt_graph {
-    /* Read-mostly. */
-    const dt__backend *be;
+    /* Read-mostly. One backend per device type: lowering picks the one of
+     * the mesh's type, and every blob keeps the backend that made it. */
+    const dt__backend *be[DT_DEVICE_TYPES];
+    /* Collectives on the communication stream (1, the default) or on the
+     * compute stream (0): DTORCH_OVERLAP=0 at graph creation. */
+    int overlap;
     pthread_t ctl;
     pthread_mutex_t life_lock; /* serialises shutdown */
     int shut_down;             /* guarded by life_lock */
@@ -383,17 +451,17 @@ struct dt_graph {
     pthread_mutex_t qlock;
     pthread_cond_t qcond;
 
-    /* Cross-stream events: a worker waiting for a blob from another stream
-     * sleeps here; producers broadcast when someone waits. Leaf lock. */
-    _Alignas(DT_CACHE_LINE) pthread_mutex_t ev_lock;
-    pthread_cond_t ev_cond;
-    atomic_int ev_waiters;
-
-    /* Controller-only. */
-    _Alignas(DT_CACHE_LINE) dt__stream **streams; /* indexed by device id * DT_STREAM_KINDS + kind */
-    int64_t nstreams;
+    /* Controller-only: the stream map, an open-addressing table keyed by
+     * (device type, id, kind) with linear probing (smap_cap a power of two,
+     * at most half full), and the streams in creation order. */
+    _Alignas(DT_CACHE_LINE) dt__stream **smap;
+    size_t smap_cap, smap_n;
+    dt__stream *streams, *streams_last;
     dt__stream *dirty;
 };
+
+/* The backend serving device type `t` on g (any thread). */
+static inline const dt__backend *dt__graph_be(const dt_graph *g, dt_device_type t) { return g->be[t]; }
 
 #define DT__Q_IS_CLOSED(h) (((uintptr_t)(h) & 1) != 0)
 #define DT__R_CLOSED ((dt__tval *)(uintptr_t)1)
@@ -529,10 +597,6 @@ dt__kernel *dt__lw_kernel(dt__lower *L, int kop);
  * unless already set, and returns that blob with one extra reference for the
  * caller. */
 dt__blob *dt__lw_push(dt__lower *L, const dt_mesh *mesh, int64_t idx, dt__kernel *k);
-/* Marks a blob produced and wakes workers waiting for it (worker thread). */
-void dt__blob_set_ready(dt_graph *g, dt__blob *b);
-/* Waits until b is produced (worker thread). */
-void dt__blob_wait(dt_graph *g, dt__blob *b);
 /* Makes sure v has its blob array. */
 void dt__lw_alloc_blobs(dt__tval *v);
 /* A blob holding the region (start, len) of `v` on device `idx`, which must
@@ -579,6 +643,18 @@ void dt__debug_gate_run(dt__kernel *k, dt__stream *s);
  * before it joins the workers, so a forgotten gate cannot hang a shutdown).
  * Any thread. */
 void dt__debug_gates_bypass(dt_graph *g);
+
+/* ------------------------------------------------ test-only stream hooks */
+
+/* Test-only: serves device type `type` on g with `be` (for a C test that
+ * runs a second device type on a copy of the ref backend). Call right after
+ * dt_graph_create, before any op on that type. */
+void dt__graph_set_backend_for_test(dt_graph *g, dt_device_type type, const dt__backend *be);
+/* Test-only: kernels run so far on stream (type, id, kind), and of those
+ * collectives and cross-mesh assemblies; -1 when the stream does not exist.
+ * Call only after dt_graph_sync with no op recorded since (it reads the
+ * controller's map; the sync orders it). */
+int dt__graph_debug_stream(dt_graph *g, dt_device_type type, int64_t id, int kind, long *run, long *comm);
 
 /* ------------------------------------------------------------ client */
 

@@ -15,24 +15,12 @@
 /* ---------------------------------------------------------------- helpers */
 
 dt__stream *dt__lw_stream_kind(dt__lower *L, const dt_mesh *mesh, int64_t idx, int kind) {
-    dt_graph *g = L->g;
-    int64_t id = mesh->ids[idx] * DT_STREAM_KINDS + kind;
-    /* CUDA devices are not driven yet; every id gets a CPU-style worker. */
-    if (id >= g->nstreams) {
-        int64_t ncap = g->nstreams ? g->nstreams : 8;
-        while (ncap <= id)
-            ncap *= 2;
-        dt__stream **ns = dt__realloc(g->streams, (size_t)ncap * sizeof *ns);
-        DT_ASSERT(ns);
-        memset(ns + g->nstreams, 0, (size_t)(ncap - g->nstreams) * sizeof *ns);
-        g->streams = ns;
-        g->nstreams = ncap;
-    }
-    if (!g->streams[id]) {
-        g->streams[id] = dt__stream_start(g, mesh->type, mesh->ids[idx], kind);
-        DT_ASSERT(g->streams[id]);
-    }
-    return g->streams[id];
+    /* Without overlap (DTORCH_OVERLAP=0) collectives share the compute
+     * stream, so they serialise with compute: the baseline overlap is
+     * measured against. */
+    if (!L->g->overlap)
+        kind = DT_STREAM_COMPUTE;
+    return dt__graph_stream(L->g, mesh->type, mesh->ids[idx], kind);
 }
 
 dt__stream *dt__lw_stream(dt__lower *L, const dt_mesh *mesh, int64_t idx) {
@@ -52,6 +40,7 @@ dt__kernel *dt__lw_kernel(dt__lower *L, int kop) {
 /* Adds k to the stream's batch; the batch is handed over by flush(). */
 static void stream_append(dt_graph *g, dt__stream *s, dt__kernel *k) {
     g->kqueued_local++;
+    s->appended++;
     k->next = NULL;
     if (s->btail)
         s->btail->next = k;
@@ -66,12 +55,17 @@ static void stream_append(dt_graph *g, dt__stream *s, dt__kernel *k) {
 }
 
 static dt__blob *push_on(dt__lower *L, dt__stream *s, dt__kernel *k) {
+    DT_ASSERT(s); /* lowering becomes fallible separately; until then a missing stream is fatal */
     if (!k->out && k->kop != DT_KC_FETCH && k->kop != DT_KC_SYNC) {
-        k->out = dt__blob_new(L->g->be);
+        k->out = dt__blob_new(s->be);
         DT_ASSERT(k->out);
     }
-    if (k->out)
+    /* The output's event: this kernel's number on s (stream_append counts
+     * it), completed when s's worker has run it. */
+    if (k->out) {
         k->out->producer = s;
+        k->out->seq = s->appended + 1;
+    }
     /* An input made on another stream may not be ready when this runs. */
     for (int i = 0; i < k->n_in; i++)
         if (k->in[i]->producer != s)
@@ -182,14 +176,10 @@ static void lower_sync(dt__lower *L, dt__node *n) {
     dt_graph *g = L->g;
     dt_future *f = n->extra;
     int count = 0;
-    for (int64_t id = 0; id < g->nstreams; id++)
-        if (g->streams[id])
-            count++;
+    for (dt__stream *s = g->streams; s; s = s->next_all)
+        count++;
     dt__future_expect(f, count + 1);
-    for (int64_t id = 0; id < g->nstreams; id++) {
-        dt__stream *s = g->streams[id];
-        if (!s)
-            continue;
+    for (dt__stream *s = g->streams; s; s = s->next_all) {
         dt__kernel *k = dt__lw_kernel(L, DT_KC_SYNC);
         k->extra = f;
         atomic_fetch_add(&f->refs, 1);
@@ -302,11 +292,6 @@ void *dt__controller_main(void *arg) {
     }
     dt__graph_flush_releases(g);
     /* Nodes after STOP cannot exist: the queue is closed before STOP goes in. */
-    for (int64_t id = 0; id < g->nstreams; id++)
-        if (g->streams[id])
-            dt__stream_stop(g->streams[id]);
-    dt__free(g->streams);
-    g->streams = NULL;
-    g->nstreams = 0;
+    dt__graph_streams_stop(g);
     return NULL;
 }

@@ -46,19 +46,22 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
     if (!g)
         return dt__error(DT_ENOMEM, "graph: out of memory");
     atomic_init(&g->refs, 1);
-    g->be = be;
+    /* The named backend serves every device type; a type it cannot run
+     * (device_count) is refused at the call (dt__graph_check_mesh). */
+    for (int t = 0; t < DT_DEVICE_TYPES; t++)
+        g->be[t] = be;
+    /* DTORCH_OVERLAP=0 puts collectives on the compute stream (to measure
+     * what the communication stream's overlap buys). */
+    const char *ov = getenv("DTORCH_OVERLAP");
+    g->overlap = !(ov && ov[0] == '0' && ov[1] == 0);
     pthread_mutex_init(&g->life_lock, NULL);
     pthread_mutex_init(&g->qlock, NULL);
     pthread_cond_init(&g->qcond, NULL);
-    pthread_mutex_init(&g->ev_lock, NULL);
-    pthread_cond_init(&g->ev_cond, NULL);
     pthread_mutex_init(&g->bl_lock, NULL);
     pthread_cond_init(&g->bl_cond, NULL);
     if (pthread_create(&g->ctl, NULL, dt__controller_main, g) != 0) {
         pthread_cond_destroy(&g->bl_cond);
         pthread_mutex_destroy(&g->bl_lock);
-        pthread_cond_destroy(&g->ev_cond);
-        pthread_mutex_destroy(&g->ev_lock);
         pthread_cond_destroy(&g->qcond);
         pthread_mutex_destroy(&g->qlock);
         pthread_mutex_destroy(&g->life_lock);
@@ -82,8 +85,6 @@ void dt_graph_release(dt_graph *g) {
     dt_graph_shutdown(g);
     pthread_cond_destroy(&g->bl_cond);
     pthread_mutex_destroy(&g->bl_lock);
-    pthread_cond_destroy(&g->ev_cond);
-    pthread_mutex_destroy(&g->ev_lock);
     pthread_cond_destroy(&g->qcond);
     pthread_mutex_destroy(&g->qlock);
     pthread_mutex_destroy(&g->life_lock);
@@ -237,12 +238,13 @@ dt_status dt__graph_submit(dt_graph *g, dt__node *n) {
 
 long dt__backlog(dt_graph *g) { return backlog(g); }
 
-const char *dt_graph_backend(const dt_graph *g) { return g->be->name; }
+const char *dt_graph_backend(const dt_graph *g) { return g->be[DT_DEVICE_CPU]->name; }
 
 /* The first device of `mesh` that g's backend cannot run on: its flat index,
  * or -1 when all are available; *count is the backend's device count. */
 static int64_t first_missing_device(const dt_graph *g, const dt_mesh *mesh, int64_t *count) {
-    int64_t n = g->be->device_count ? g->be->device_count(mesh->type) : (mesh->type == DT_DEVICE_CPU ? -1 : 0);
+    const dt__backend *be = dt__graph_be(g, mesh->type);
+    int64_t n = be->device_count ? be->device_count(mesh->type) : (mesh->type == DT_DEVICE_CPU ? -1 : 0);
     *count = n;
     if (n < 0)
         return -1;
@@ -266,9 +268,9 @@ dt_status dt__graph_check_mesh(const dt_graph *g, const dt_mesh *mesh) {
     if (count == 0)
         return dt__error(DT_EDEVICE, "device_mesh: %s:%lld is not available: the '%s' backend sees no %s device on "
                          "this machine (torch.cuda.is_available() is False); use a 'cpu' mesh",
-                         type, (long long)mesh->ids[i], g->be->name, mesh->type == DT_DEVICE_CUDA ? "CUDA" : type);
+                         type, (long long)mesh->ids[i], dt__graph_be(g, mesh->type)->name, mesh->type == DT_DEVICE_CUDA ? "CUDA" : type);
     return dt__error(DT_EDEVICE, "device_mesh: %s:%lld is not available: the '%s' backend sees %lld %s device%s "
-                     "(ids 0 to %lld)", type, (long long)mesh->ids[i], g->be->name, (long long)count,
+                     "(ids 0 to %lld)", type, (long long)mesh->ids[i], dt__graph_be(g, mesh->type)->name, (long long)count,
                      mesh->type == DT_DEVICE_CUDA ? "CUDA" : type, count == 1 ? "" : "s", (long long)count - 1);
 }
 
@@ -393,7 +395,7 @@ dt_tensor *dt__client_submit(dt_tensor *t, dt__node *n) {
         return t;
     } else {
         dt__error(DT_ESHUTDOWN, "the graph is shut down");
-        dt__source_free(t->graph->be, n);
+        dt__source_free(dt__graph_be(t->graph, t->v->meta.mesh->type), n);
         dt__node_free(n);
     }
     dt_graph *g = t->graph;
@@ -487,7 +489,7 @@ static dt_future *fetch(dt_tensor *t, int64_t local) {
         return NULL;
     }
     const dt__meta *m = &t->v->meta;
-    f->be = t->graph->be;
+    f->be = dt__graph_be(t->graph, t->v->meta.mesh->type);
     f->dtype = m->dtype;
     f->ndim = m->ndim;
     f->local = local;

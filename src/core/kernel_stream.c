@@ -1,14 +1,17 @@
 /*
- * KernelStream: one worker thread per device with an in-order kernel queue.
+ * KernelStream: one worker thread per (device type, id, kind) with an
+ * in-order kernel queue (the map of them and their events: streams.c).
  *
  * Threads: dt__stream_start/submit/stop run on the controller thread;
  * worker_main runs on the stream's own thread. A kernel whose input comes
  * from another stream (a collective on the communication stream, a piece of
- * a cross-mesh copy) first waits for that blob on the graph's event lock. The queue is guarded by the
- * stream's lock (a leaf lock besides collective/future locks, which the worker
- * takes only while it holds no stream lock). The worker takes the whole list
- * at once and sleeps on the condition variable when it is empty; the
- * controller signals only when the worker sleeps.
+ * a cross-mesh copy) first waits on that blob's event (dt__event_wait),
+ * which sleeps on the producing stream's ev_lock, never on a graph-wide one.
+ * The queue is guarded by the stream's lock (a leaf lock besides
+ * collective/future/event locks, which the worker takes only while it holds
+ * no stream lock). The worker takes the whole list at once and sleeps on
+ * the condition variable when it is empty; the controller signals only when
+ * the worker sleeps.
  */
 #include <sched.h>
 #include <stdio.h>
@@ -37,35 +40,15 @@ dt__blob *dt__blob_new(const dt__backend *be) {
     return b;
 }
 
-void dt__blob_set_ready(dt_graph *g, dt__blob *b) {
-    /* seq_cst on both sides (ready then waiters here, waiters then ready in
-     * dt__blob_wait): one of the two always sees the other's store. */
-    atomic_store(&b->ready, 1);
-    if (atomic_load(&g->ev_waiters) > 0) {
-        pthread_mutex_lock(&g->ev_lock);
-        pthread_cond_broadcast(&g->ev_cond);
-        pthread_mutex_unlock(&g->ev_lock);
-    }
-}
-
-void dt__blob_wait(dt_graph *g, dt__blob *b) {
-    if (atomic_load(&b->ready))
-        return;
-    pthread_mutex_lock(&g->ev_lock);
-    atomic_fetch_add(&g->ev_waiters, 1);
-    while (!atomic_load(&b->ready))
-        pthread_cond_wait(&g->ev_cond, &g->ev_lock);
-    atomic_fetch_sub(&g->ev_waiters, 1);
-    pthread_mutex_unlock(&g->ev_lock);
-}
-
 void dt__blob_release(dt__blob *b) {
     if (!b || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1)
         return;
     if (b->charged)
-        dt__mem_charge(b->mem_type, b->mem_id, -b->charged);
+        dt__mem_charge(b->mem, -b->charged);
     if (b->impl)
         b->be->free(b->impl);
+    if (b->bev && b->be->event_free)
+        b->be->event_free(b->bev);
     dt__free(b->error);
     dt__pool_free(&dt__blob_pool, b);
 }
@@ -122,15 +105,15 @@ static void account(dt__kernel *k, const dt__stream *s) {
         s->be->same_storage(out->impl, k->in[0]->impl)) {
         dt__blob *in = k->in[0];
         out->charged = in->charged;
-        out->mem_type = in->mem_type;
-        out->mem_id = in->mem_id;
+        out->mem = in->mem;
         in->charged = 0;
         return;
     }
-    out->mem_type = (int32_t)s->type;
-    out->mem_id = s->device_id;
+    if (!s->mem)
+        return;
+    out->mem = s->mem;
     out->charged = (int64_t)s->be->nbytes(out->impl);
-    dt__mem_charge(out->mem_type, out->mem_id, out->charged);
+    dt__mem_charge(out->mem, out->charged);
 }
 
 static void run_backend(dt__kernel *k, const dt__stream *s) {
@@ -162,19 +145,52 @@ static void run_backend(dt__kernel *k, const dt__stream *s) {
     k->out->impl = out;
 }
 
-/* Places pieces made on other devices into one new local tensor. */
+/* A copy of piece i made by s's backend: the piece is staged through host
+ * memory (to_host on its backend, from_host on s's) when another backend
+ * made it, as when a value moves between device types. *tmp is the new impl
+ * to free after use (NULL when the piece's own impl serves). */
+static dt_status stage_piece(const dt__assembly *as, int i, const dt__kernel *k, const dt__stream *s, void **impl,
+                             void **tmp, char *err, size_t errlen) {
+    dt__blob *p = as->pieces[i];
+    *tmp = NULL;
+    *impl = p->impl;
+    if (p->be == s->be)
+        return DT_OK;
+    size_t nbytes = p->be->nbytes(p->impl);
+    void *buf = dt__malloc(nbytes ? nbytes : 1);
+    if (!buf) {
+        snprintf(err, errlen, "out of memory staging a piece through host memory");
+        return DT_ENOMEM;
+    }
+    dt_status st = p->be->to_host(p->impl, buf, nbytes, err, errlen);
+    if (st == DT_OK)
+        st = s->be->from_host(k->attr.dtype, k->attr.ndim, as->lens + (size_t)i * (size_t)k->attr.ndim, buf, tmp,
+                              err, errlen);
+    dt__free(buf);
+    *impl = st == DT_OK ? *tmp : NULL;
+    return st;
+}
+
+/* Places pieces made on other devices (of any type) into one new local
+ * tensor. */
 static void run_assemble(dt__kernel *k, dt__stream *s) {
     dt__assembly *as = k->extra;
     void **impls = dt__calloc((size_t)as->n, sizeof *impls);
-    DT_ASSERT(impls);
-    for (int i = 0; i < as->n; i++) {
-        dt__blob_wait(s->g, as->pieces[i]);
+    void **tmps = dt__calloc((size_t)as->n, sizeof *tmps);
+    char err[512] = "";
+    if (!impls || !tmps)
+        poison(k, s, "out of memory");
+    for (int i = 0; i < as->n && impls && tmps; i++) {
+        dt__event_wait(s, as->pieces[i]);
         if (as->pieces[i]->error && !k->out->error)
             k->out->error = dt__strdup(as->pieces[i]->error);
-        impls[i] = as->pieces[i]->impl;
+        if (!k->out->error) {
+            dt_status st = stage_piece(as, i, k, s, &impls[i], &tmps[i], err, sizeof err);
+            if (st != DT_OK)
+                poison(k, s, err[0] ? err : dt_status_str(st));
+        }
     }
     if (!k->out->error) {
-        char err[512] = "";
         void *out = NULL;
         dt_status st = s->be->assemble(k->attr.dtype, k->attr.ndim, k->attr.shape, as->n, impls, as->starts, 0,
                                        &out, err, sizeof err);
@@ -183,20 +199,26 @@ static void run_assemble(dt__kernel *k, dt__stream *s) {
         else
             poison(k, s, err[0] ? err : dt_status_str(st));
     }
+    for (int i = 0; tmps && i < as->n; i++)
+        if (tmps[i])
+            s->be->free(tmps[i]);
+    dt__free(tmps);
     dt__free(impls);
     for (int i = 0; i < as->n; i++)
         dt__blob_release(as->pieces[i]);
     dt__free(as->pieces);
     dt__free(as->starts);
+    dt__free(as->lens);
     dt__free(as);
 }
 
 static void run_kernel(dt__kernel *k, dt__stream *s) {
     if (k->wait)
         for (int i = 0; i < k->n_in; i++)
-            dt__blob_wait(s->g, k->in[i]);
+            dt__event_wait(s, k->in[i]);
     switch (k->kop) {
     case DT_KC_COLLECTIVE:
+        atomic_fetch_add_explicit(&s->n_comm, 1, memory_order_relaxed);
         ((dt__coll *)k->extra)->ops->run(k);
         if (k->out && !k->out->impl && !k->out->error)
             poison(k, s, "collective produced no value");
@@ -210,6 +232,7 @@ static void run_kernel(dt__kernel *k, dt__stream *s) {
         dt_future_release(k->extra);
         break;
     case DT_KC_ASSEMBLE:
+        atomic_fetch_add_explicit(&s->n_comm, 1, memory_order_relaxed);
         run_assemble(k, s);
         break;
     case DT_KC_GATE:
@@ -221,8 +244,20 @@ static void run_kernel(dt__kernel *k, dt__stream *s) {
     }
     if (k->out) {
         account(k, s);
-        dt__blob_set_ready(s->g, k->out);
+        /* The backend's event (when it has events) is recorded before the
+         * host count says the kernel completed: a consumer that sees the
+         * count finds the event. */
+        if (s->record_events && (k->out->impl || k->out->error) &&
+            s->be->event_new(s->ctx, &k->out->bev) == DT_OK &&
+            s->be->event_record(k->out->bev, s->ctx) != DT_OK) {
+            s->be->event_free(k->out->bev);
+            k->out->bev = NULL;
+        }
     }
+    /* Every kernel the controller appended counts, in order: this one's
+     * number is its output's event (streams.c). */
+    dt__event_complete(s, ++s->completed);
+    atomic_fetch_add_explicit(&s->n_run, 1, memory_order_relaxed);
     for (int i = 0; i < k->n_in; i++)
         dt__blob_release(k->in[i]);
     dt__blob_release(k->out);
@@ -248,6 +283,8 @@ static void *worker_main(void *arg) {
     dt__stream *s = arg;
     atomic_fetch_add(&live_workers, 1);
     atomic_fetch_add(&workers_gen, 1);
+    if (s->ctx && s->be->stream_enter)
+        s->be->stream_enter(s->ctx);
     int seen_gen = -1;
     int stop = 0;
     while (!stop) {
@@ -298,19 +335,45 @@ static void *worker_main(void *arg) {
 
 dt__stream *dt__stream_start(dt_graph *g, dt_device_type type, int64_t device_id, int kind) {
     dt__stream *s = dt__calloc(1, sizeof *s);
-    if (!s)
+    if (!s) {
+        dt__error(DT_ENOMEM, "streams: out of memory");
         return NULL;
+    }
     s->g = g;
     s->kind = kind;
-    s->be = g->be;
+    s->be = dt__graph_be(g, type);
     s->type = type;
     s->device_id = device_id;
+    s->mem = dt__memdev_get(type, device_id);
+    if (!s->mem) {
+        dt__free(s);
+        return NULL;
+    }
+    const dt__backend *be = s->be;
+    if (be->api_version >= 2 && be->stream_new) {
+        char err[512] = "";
+        dt_status st = be->stream_new(type, device_id, kind, &s->ctx, err, sizeof err);
+        if (st != DT_OK) {
+            dt__error(st, "streams: the '%s' backend could not make a stream for device %lld: %s", be->name,
+                      (long long)device_id, err[0] ? err : dt_status_str(st));
+            dt__free(s);
+            return NULL;
+        }
+    }
+    s->record_events = be->api_version >= 2 && be->event_new && be->event_record && be->event_free;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->cond, NULL);
+    pthread_mutex_init(&s->ev_lock, NULL);
+    pthread_cond_init(&s->ev_cond, NULL);
     if (pthread_create(&s->thread, NULL, worker_main, s) != 0) {
+        pthread_cond_destroy(&s->ev_cond);
+        pthread_mutex_destroy(&s->ev_lock);
         pthread_cond_destroy(&s->cond);
         pthread_mutex_destroy(&s->lock);
+        if (s->ctx && be->stream_free)
+            be->stream_free(s->ctx);
         dt__free(s);
+        dt__error(DT_EINTERNAL, "streams: could not start a worker thread");
         return NULL;
     }
     return s;
@@ -337,7 +400,11 @@ void dt__stream_stop(dt__stream *s) {
     k->kop = DT_KC_STOP;
     dt__stream_submit(s, k, k);
     pthread_join(s->thread, NULL);
+    pthread_cond_destroy(&s->ev_cond);
+    pthread_mutex_destroy(&s->ev_lock);
     pthread_cond_destroy(&s->cond);
     pthread_mutex_destroy(&s->lock);
+    if (s->ctx && s->be->stream_free)
+        s->be->stream_free(s->ctx);
     dt__free(s);
 }

@@ -38,10 +38,8 @@ dt_tensor *dt_redistribute(dt_tensor *a, dt_mesh *mesh, const dt_placement *plac
     const dt__meta *m = &a->v->meta;
     if (mesh && mesh != m->mesh && dt__graph_check_mesh(a->graph, mesh) != DT_OK)
         return NULL;
-    if (mesh && mesh->type != m->mesh->type) {
-        dt__error(DT_EUNSUPPORTED, "redistribute: moving between device types is not supported yet");
-        return NULL;
-    }
+    /* Between device types the pieces are staged through host memory when
+     * the types' backends differ (DT_KC_ASSEMBLE, kernel_stream.c). */
     dt__meta out = *m;
     if (mesh)
         out.mesh = mesh;
@@ -218,7 +216,8 @@ static void copy_across(plan *p, dt__tval *dst) {
         DT_ASSERT(as);
         as->pieces = dt__calloc((size_t)smesh->ndev, sizeof *as->pieces);
         as->starts = dt__calloc((size_t)smesh->ndev * (size_t)(nd ? nd : 1), sizeof *as->starts);
-        DT_ASSERT(as->pieces && as->starts);
+        as->lens = dt__calloc((size_t)smesh->ndev * (size_t)(nd ? nd : 1), sizeof *as->lens);
+        DT_ASSERT(as->pieces && as->starts && as->lens);
         int shared = 0;
         for (int64_t i = 0; i < smesh->ndev; i++) {
             dt__mesh_coord(smesh, i, sc);
@@ -246,14 +245,16 @@ static void copy_across(plan *p, dt__tval *dst) {
             }
             if (empty && nd > 0)
                 continue;
-            if (whole_piece && whole_target && smesh->ids[src] == dmesh->ids[j]) {
+            if (whole_piece && whole_target && smesh->type == dmesh->type && smesh->ids[src] == dmesh->ids[j]) {
                 dst->blobs[j] = dt__blob_retain(p->cur.blobs[src]);
                 shared = 1;
                 break;
             }
             dt__blob *piece = dt__lw_region(p->L, &p->cur, src, sc, os, ol);
-            for (int d = 0; d < nd; d++)
+            for (int d = 0; d < nd; d++) {
                 as->starts[(size_t)as->n * (size_t)nd + (size_t)d] = os[d] - ts[d];
+                as->lens[(size_t)as->n * (size_t)nd + (size_t)d] = ol[d];
+            }
             as->pieces[as->n++] = piece;
         }
         if (shared) {
@@ -261,6 +262,7 @@ static void copy_across(plan *p, dt__tval *dst) {
                 dt__blob_release(as->pieces[i]);
             dt__free(as->pieces);
             dt__free(as->starts);
+            dt__free(as->lens);
             dt__free(as);
             continue;
         }
@@ -269,7 +271,9 @@ static void copy_across(plan *p, dt__tval *dst) {
         k->attr.dtype = dm->dtype;
         k->attr.ndim = nd;
         memcpy(k->attr.shape, tl, sizeof tl);
-        dst->blobs[j] = dt__lw_push(p->L, dmesh, j, k);
+        /* Communication: on the destination's communication stream, so the
+         * copy overlaps its compute; readers wait on its event. */
+        dst->blobs[j] = dt__lw_push_comm(p->L, dmesh, j, k);
     }
 }
 

@@ -65,14 +65,15 @@ static dt_tensor *factory_source(dt_graph *g, void *impl, dt_dtype dtype, int nd
                                  dt_mesh *mesh, const dt_placement *placements) {
     dt__node *n;
     dt_tensor *t = factory_begin(g, DT_OP_SOURCE, dtype, ndim, shape, mesh, placements, &n);
+    const dt__backend *be = dt__graph_be(g, mesh->type);
     if (!t) {
-        g->be->free(impl);
+        be->free(impl);
         return NULL;
     }
     if (n)
         n->extra = impl;
     else
-        g->be->free(impl);
+        be->free(impl);
     return dt__client_submit(t, n);
 }
 
@@ -100,7 +101,7 @@ dt_tensor *dt_tensor_from_buffer(dt_graph *g, dt_dtype dtype, int ndim, const in
         return NULL;
     void *impl = NULL;
     char err[512] = "";
-    dt_status st = g->be->from_host(dtype, ndim, shape, data, &impl, err, sizeof err);
+    dt_status st = dt__graph_be(g, mesh->type)->from_host(dtype, ndim, shape, data, &impl, err, sizeof err);
     if (st != DT_OK) {
         dt__error(st, "from_buffer: %s", err);
         return NULL;
@@ -110,12 +111,14 @@ dt_tensor *dt_tensor_from_buffer(dt_graph *g, dt_dtype dtype, int ndim, const in
 
 dt_tensor *dt_tensor_from_dlpack(dt_graph *g, void *dl_managed, dt_mesh *mesh, const dt_placement *placements) {
     dt_clear_error();
-    if (dt__client_check_graph(g) != DT_OK || !g->be->from_dlpack) {
-        if (g && !g->be->from_dlpack)
-            dt__error(DT_EUNSUPPORTED, "from_dlpack: the '%s' backend has no DLPack support", g->be->name);
+    /* The backend of the mesh's device type (CPU when no mesh: rejected later). */
+    const dt__backend *be = g ? dt__graph_be(g, mesh ? mesh->type : DT_DEVICE_CPU) : NULL;
+    if (dt__client_check_graph(g) != DT_OK || !be->from_dlpack) {
+        if (g && !be->from_dlpack)
+            dt__error(DT_EUNSUPPORTED, "from_dlpack: the '%s' backend has no DLPack support", be->name);
         /* We own it in every case: free it without a backend if needed. */
-        if (g && g->be->dlpack_delete)
-            g->be->dlpack_delete(dl_managed);
+        if (g && be->dlpack_delete)
+            be->dlpack_delete(dl_managed);
         return NULL;
     }
     if (!dl_managed) {
@@ -127,7 +130,7 @@ dt_tensor *dt_tensor_from_dlpack(dt_graph *g, void *dl_managed, dt_mesh *mesh, c
     int ndim;
     int64_t shape[DT_MAX_NDIM];
     char err[512] = "";
-    dt_status st = g->be->from_dlpack(dl_managed, &impl, &dtype, &ndim, shape, err, sizeof err);
+    dt_status st = be->from_dlpack(dl_managed, &impl, &dtype, &ndim, shape, err, sizeof err);
     if (st != DT_OK) {
         dt__error(st, "from_dlpack: %s", err);
         return NULL;
@@ -213,9 +216,9 @@ dt_tensor *dt_tensor_from_local_buffers(dt_graph *g, dt_dtype dtype, int ndim, c
         dt__mesh_coord(mesh, i, coord);
         dt__local_region(&m, coord, start, len);
         char err[512] = "";
-        dt_status st = g->be->from_host(dtype, ndim, len, data[i], &ls->impl[i], err, sizeof err);
+        dt_status st = dt__graph_be(g, mesh->type)->from_host(dtype, ndim, len, data[i], &ls->impl[i], err, sizeof err);
         if (st != DT_OK) {
-            local_sources_free(g->be, ls);
+            local_sources_free(dt__graph_be(g, mesh->type), ls);
             dt__error(st, "from_local: %s", err);
             return NULL;
         }
@@ -223,7 +226,7 @@ dt_tensor *dt_tensor_from_local_buffers(dt_graph *g, dt_dtype dtype, int ndim, c
     dt__node *n;
     dt_tensor *t = factory_begin(g, DT_OP_SOURCE, dtype, ndim, shape, mesh, placements, &n);
     if (!t || !n) {
-        local_sources_free(g->be, ls);
+        local_sources_free(dt__graph_be(g, mesh->type), ls);
         return t ? dt__client_submit(t, n) : NULL; /* the submit reports the lack of memory */
     }
     n->a.flags = DT__SOURCE_LOCAL;
@@ -371,10 +374,9 @@ void dt__lower_factory(dt__lower *L, dt__node *n) {
     dt__blob *source = NULL;
     local_sources *ls = n->op == DT_OP_SOURCE && n->a.flags == DT__SOURCE_LOCAL ? n->extra : NULL;
     if (n->op == DT_OP_SOURCE && !ls) {
-        source = dt__blob_new(L->g->be);
+        source = dt__blob_new(dt__graph_be(L->g, mesh->type));
         DT_ASSERT(source);
         source->impl = n->extra;
-        atomic_store(&source->ready, 1);
     }
     int64_t coord[DT_MAX_MESH_NDIM], start[DT_MAX_NDIM], len[DT_MAX_NDIM];
     for (int64_t i = 0; i < mesh->ndev; i++) {
@@ -383,11 +385,10 @@ void dt__lower_factory(dt__lower *L, dt__node *n) {
         int zero = !ls && dt__partial_zero(m, coord);
         if (ls) {
             /* from_local: the device's own block, whole (the slice aliases it). */
-            source = dt__blob_new(L->g->be);
+            source = dt__blob_new(dt__graph_be(L->g, mesh->type));
             DT_ASSERT(source);
             source->impl = ls->impl[i];
             ls->impl[i] = NULL;
-            atomic_store(&source->ready, 1);
             memset(start, 0, sizeof start);
         }
         int kop;

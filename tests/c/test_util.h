@@ -21,6 +21,27 @@ static int failures;
         }                                                                                          \
     } while (0)
 
+/* CHECK_EQ(a, b): integer operands, both printed on failure (as libuv's
+ * ASSERT_EQ); CHECK_FEQ for floating-point ones (exact comparison). */
+#define CHECK_EQ(a, b)                                                                             \
+    do {                                                                                           \
+        long long check_a_ = (long long)(a), check_b_ = (long long)(b);                            \
+        if (check_a_ != check_b_) {                                                                \
+            fprintf(stderr, "%s:%d: CHECK_EQ(%s, %s) failed: %lld != %lld; last error: %s\n",       \
+                    __FILE__, __LINE__, #a, #b, check_a_, check_b_, dt_last_error());              \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+#define CHECK_FEQ(a, b)                                                                            \
+    do {                                                                                           \
+        double check_a_ = (double)(a), check_b_ = (double)(b);                                     \
+        if (check_a_ != check_b_) {                                                                \
+            fprintf(stderr, "%s:%d: CHECK_FEQ(%s, %s) failed: %.17g != %.17g\n", __FILE__,          \
+                    __LINE__, #a, #b, check_a_, check_b_);                                         \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
 __attribute__((unused)) static dt_placement R(void) { return (dt_placement){DT_PLACEMENT_REPLICATE, 0}; }
 __attribute__((unused)) static dt_placement S(int d) { return (dt_placement){DT_PLACEMENT_SHARD, d}; }
 __attribute__((unused)) static dt_placement P(void) { return (dt_placement){DT_PLACEMENT_PARTIAL, 0}; }

@@ -828,4 +828,6 @@ const dt__backend dt__backend_ref = {
     .worker_init = NULL,
     .default_dtype = ref_default_dtype,
     .same_storage = ref_same_storage,
+    /* CPU: the core's host streams and events serve (NULL slots). */
+    .api_version = DT_BACKEND_API_VERSION,
 };

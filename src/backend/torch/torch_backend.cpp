@@ -735,6 +735,10 @@ const dt__backend dt__backend_torch = {
     torch_empty_cache,
     torch_device_count,
     torch_cached_bytes,
+    /* Devices, streams, events: CPU devices use the core's host streams and
+     * events (NULL slots); CUDA streams/events fill these later. */
+    DT_BACKEND_API_VERSION,
+    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
 };
 
 /* Registers at load time so the core finds "torch" by name without naming
