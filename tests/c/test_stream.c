@@ -320,6 +320,11 @@ static dt_status tstream_new(dt_device_type type, int64_t id, int kind, void **c
     *ctx = c;
     return DT_OK;
 }
+static atomic_long streams_entered;
+static void tstream_enter(void *ctx) {
+    CHECK(ctx != NULL);
+    atomic_fetch_add(&streams_entered, 1);
+}
 static void tstream_free(void *ctx) {
     atomic_fetch_add(&streams_freed, 1);
     free(ctx);
@@ -333,11 +338,22 @@ static void test_second_device_type(void) {
     fake_cuda.api_version = DT_BACKEND_API_VERSION;
     fake_cuda.stream_new = tstream_new;
     fake_cuda.stream_free = tstream_free;
+    fake_cuda.stream_enter = tstream_enter;
     fake_cuda.event_new = tev_new;
     fake_cuda.event_record = tev_record;
     fake_cuda.event_wait = tev_wait;
     fake_cuda.event_query = tev_query;
     fake_cuda.event_free = tev_free;
+
+    /* The core's query asks the backend's event once the host count is done. */
+    void *ev = NULL;
+    CHECK_EQ(tev_new(NULL, &ev), DT_OK);
+    dt__blob eb = {.producer = NULL, .bev = ev, .be = &fake_cuda};
+    CHECK_EQ(dt__event_query(&eb), 0);
+    CHECK_EQ(tev_record(ev, NULL), DT_OK);
+    CHECK_EQ(dt__event_query(&eb), 1);
+    CHECK_EQ(atomic_load(&ev_queried), 2);
+    tev_free(ev);
 
     dt_graph *g = ref_graph();
     /* Without the hook a CUDA mesh is refused at the call (no GPU here). */
@@ -384,6 +400,7 @@ static void test_second_device_type(void) {
     dt_mesh_release(m);
     dt_graph_release(g);
     CHECK_EQ(atomic_load(&streams_freed), 4);
+    CHECK_EQ(atomic_load(&streams_entered), 4);
     CHECK_EQ(atomic_load(&ev_freed), atomic_load(&ev_made));
 }
 
