@@ -162,7 +162,8 @@ static void run_collectives(dt_graph *g, dt_device_type type, int n, const int64
     dt_tensor *a2a = dt_redistribute(rs, NULL, &s0);    /* all-to-all */
     dt_tensor *neg = dt_neg(a2a);                       /* compute */
     dt_tensor *np = dt_redistribute(neg, NULL, &r);     /* all-gather */
-    dt_tensor *pp = dt_binary_scalar(DT_BINARY_MUL, dt_redistribute(np, NULL, &p), dt_scalar_float(3), 0);
+    dt_tensor *npp = dt_redistribute(np, NULL, &p);     /* R -> P: local */
+    dt_tensor *pp = dt_binary_scalar(DT_BINARY_MUL, npp, dt_scalar_float(3), 0);
     dt_tensor *ar = dt_redistribute(pp, NULL, &r);      /* all-reduce */
     for (int64_t i = 0; i < numel; i++)
         want[i] = -(x[i] * 2 + 1) * 3;
@@ -185,7 +186,7 @@ static void run_collectives(dt_graph *g, dt_device_type type, int n, const int64
             CHECK(ccomm >= 5);
         }
     }
-    dt_tensor *all[] = {t, y, gathered, z, zp, rs, a2a, neg, np, pp, ar};
+    dt_tensor *all[] = {t, y, gathered, z, zp, rs, a2a, neg, np, npp, pp, ar};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         dt_tensor_release(all[i]);
     dt_mesh_release(m);
