@@ -28,6 +28,8 @@
 
 #include "core/core.h"
 
+_Static_assert(DT_DEVICE_CUDA < DT_DEVICE_TYPES, "a graph has one backend slot per dt_device_type");
+
 /* ------------------------------------------------------------ the map */
 
 static size_t key_hash(dt_device_type type, int64_t id, int kind) {
