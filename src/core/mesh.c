@@ -93,17 +93,21 @@ void dt_mesh_release(dt_mesh *mesh) {
     dt__free(mesh);
 }
 
-dt_device_type dt_mesh_device_type(const dt_mesh *mesh) { return mesh->type; }
-int dt_mesh_ndim(const dt_mesh *mesh) { return mesh->ndim; }
+/* The getters take NULL (a caller's missing check) and return a neutral
+ * value: 0, NULL or the CPU type. */
+dt_device_type dt_mesh_device_type(const dt_mesh *mesh) { return mesh ? mesh->type : DT_DEVICE_CPU; }
+int dt_mesh_ndim(const dt_mesh *mesh) { return mesh ? mesh->ndim : 0; }
 int64_t dt_mesh_size(const dt_mesh *mesh, int dim) {
+    if (!mesh)
+        return 0;
     if (dim < 0)
         return mesh->ndev;
     return dim < mesh->ndim ? mesh->shape[dim] : 0;
 }
-const int64_t *dt_mesh_shape(const dt_mesh *mesh) { return mesh->shape; }
-const int64_t *dt_mesh_ids(const dt_mesh *mesh) { return mesh->ids; }
+const int64_t *dt_mesh_shape(const dt_mesh *mesh) { return mesh ? mesh->shape : NULL; }
+const int64_t *dt_mesh_ids(const dt_mesh *mesh) { return mesh ? mesh->ids : NULL; }
 const char *dt_mesh_dim_name(const dt_mesh *mesh, int dim) {
-    return dim >= 0 && dim < mesh->ndim ? mesh->names[dim] : NULL;
+    return mesh && dim >= 0 && dim < mesh->ndim ? mesh->names[dim] : NULL;
 }
 
 int dt_mesh_equal(const dt_mesh *a, const dt_mesh *b) {
