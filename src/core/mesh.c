@@ -10,6 +10,28 @@
 
 static _Atomic uint64_t next_mesh_uid = 1;
 
+static int cmp_id(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* DT_EINVAL naming a repeated id. Sorting a copy keeps a mesh of a million
+ * devices at n log n (pairwise comparison would take hours). */
+static dt_status check_unique(const int64_t *ids, int64_t n) {
+    int64_t *sorted = dt__malloc((size_t)n * sizeof *sorted);
+    if (!sorted)
+        return dt__error(DT_ENOMEM, "mesh: out of memory");
+    memcpy(sorted, ids, (size_t)n * sizeof *sorted);
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_id);
+    dt_status st = DT_OK;
+    for (int64_t i = 1; i < n && st == DT_OK; i++)
+        if (sorted[i] == sorted[i - 1])
+            st = dt__error(DT_EINVAL, "mesh: device id %lld appears more than once; ids must be unique",
+                           (long long)sorted[i]);
+    dt__free(sorted);
+    return st;
+}
+
 dt_status dt_mesh_create(dt_device_type type, int ndim, const int64_t *shape, const int64_t *ids,
                          const char *const *dim_names, dt_mesh **out) {
     if (!out)
@@ -30,14 +52,12 @@ dt_status dt_mesh_create(dt_device_type type, int ndim, const int64_t *shape, co
         if (ndev > (1 << 20))
             return dt__error(DT_EINVAL, "mesh: too many devices");
     }
-    for (int64_t i = 0; i < ndev; i++) {
+    for (int64_t i = 0; i < ndev; i++)
         if (ids[i] < 0)
             return dt__error(DT_EINVAL, "mesh: device id %lld is negative", (long long)ids[i]);
-        for (int64_t j = 0; j < i; j++)
-            if (ids[j] == ids[i])
-                return dt__error(DT_EINVAL, "mesh: device id %lld appears more than once; ids must be unique",
-                                 (long long)ids[i]);
-    }
+    dt_status st = check_unique(ids, ndev);
+    if (st != DT_OK)
+        return st;
     if (dim_names) {
         for (int d = 0; d < ndim; d++) {
             if (!dim_names[d] || !dim_names[d][0] || strlen(dim_names[d]) >= DT_MAX_DIM_NAME)
