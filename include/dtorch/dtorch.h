@@ -47,6 +47,24 @@ extern "C" {
 #define DT_API __attribute__((visibility("default")))
 #endif
 
+/* --------------------------------------------------------------- version */
+
+/* The version of this header. dt_version() reports the library's: a program
+ * built against one header and run with another library can compare them. */
+#define DT_VERSION_MAJOR 0
+#define DT_VERSION_MINOR 1
+#define DT_VERSION_PATCH 0
+#define DT__STR2(x) #x
+#define DT__STR(x) DT__STR2(x)
+#define DT_VERSION_STRING DT__STR(DT_VERSION_MAJOR) "." DT__STR(DT_VERSION_MINOR) "." DT__STR(DT_VERSION_PATCH)
+/* major * 10000 + minor * 100 + patch: 0.1.0 is 100. */
+#define DT_VERSION_NUMBER (DT_VERSION_MAJOR * 10000 + DT_VERSION_MINOR * 100 + DT_VERSION_PATCH)
+
+/* The library's version, "MAJOR.MINOR.PATCH" (static storage). Any thread. */
+DT_API const char *dt_version(void);
+/* The library's DT_VERSION_NUMBER. Any thread. */
+DT_API int dt_version_number(void);
+
 /* ---------------------------------------------------------------- limits */
 
 #define DT_MAX_NDIM 8      /* tensor rank */

@@ -820,7 +820,7 @@ static int module_exec(PyObject *module) {
         PyModule_AddIntConstant(module, "PLACEMENT_PARTIAL", DT_PLACEMENT_PARTIAL) < 0 ||
         PyModule_AddIntConstant(module, "DEVICE_CPU", DT_DEVICE_CPU) < 0 ||
         PyModule_AddIntConstant(module, "DEVICE_CUDA", DT_DEVICE_CUDA) < 0 ||
-        PyModule_AddStringConstant(module, "__version__", DT_VERSION) < 0 ||
+        PyModule_AddStringConstant(module, "__version__", dt_version()) < 0 ||
         PyModule_AddStringConstant(module, "TORCH_BUILD_VERSION", DT_TORCH_BUILD_VERSION) < 0)
         return -1;
     return 0;

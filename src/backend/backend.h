@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-/* Kernel ops: append-only; names in dt__kop_name (core/kernel.c). */
+/* Kernel ops: append-only; names in kop_names (core/kernel_stream.c). */
 typedef enum dt__kop {
     /* out = contiguous copy of in[0][start[d] : start[d] + shape[d]] for d < ndim.
      * May alias in[0] when the region is the whole tensor. */

@@ -78,11 +78,13 @@ static void thread_exit(void *unused) {
 static void make_key(void) { pthread_key_create(&exit_key, thread_exit); }
 
 /* Returns the calling thread's list for pool p, registering the pool and
- * the thread on first use. */
+ * the thread on first use; NULL for a pool that found no slot (more than
+ * MAX_POOLS pools), which then allocates with calloc and frees with free. */
 static tls_list *my_list(dt__pool *p) {
     if (!__atomic_load_n(&p->registered, __ATOMIC_ACQUIRE)) {
         pthread_mutex_lock(&register_lock);
         if (!p->registered) {
+            p->slot = -1; /* no slot left: the pool uses malloc directly */
             for (int i = 0; i < MAX_POOLS; i++) {
                 if (!pools[i]) {
                     pools[i] = p;
@@ -94,6 +96,8 @@ static tls_list *my_list(dt__pool *p) {
         }
         pthread_mutex_unlock(&register_lock);
     }
+    if (p->slot < 0)
+        return NULL;
     tls_block *b = my_block();
     if (!b->registered) {
         pthread_once(&exit_once, make_key);
@@ -148,6 +152,8 @@ void *dt__pool_alloc_prefix(dt__pool *p, size_t zeroed) {
     return calloc(1, p->size);
 #endif
     tls_list *l = my_list(p);
+    if (!l)
+        return calloc(1, p->size);
     if (!l->head) {
         pthread_mutex_lock(&p->lock);
         free_rec *b = p->head;
@@ -175,6 +181,10 @@ void dt__pool_free(dt__pool *p, void *obj) {
     return;
 #endif
     tls_list *l = my_list(p);
+    if (!l) {
+        free(obj);
+        return;
+    }
     free_rec *r = obj;
     r->next = l->head;
     l->head = r;

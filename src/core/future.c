@@ -118,6 +118,8 @@ dt_status dt_future_wait(dt_future *f, int64_t timeout_ms) {
 }
 
 int dt_future_is_ready(const dt_future *f) {
+    if (!f)
+        return 0;
     dt_future *mf = (dt_future *)f;
     pthread_mutex_lock(&mf->lock);
     int r = mf->ready;
@@ -145,6 +147,8 @@ dt_status dt_future_on_ready(dt_future *f, void (*fn)(void *), void *arg) {
 }
 
 dt_status dt_future_status(dt_future *f) {
+    if (!f)
+        return dt__error(DT_EINVAL, "future is NULL");
     dt_future_wait(f, -1);
     if (f->status != DT_OK)
         return dt__error(f->status, "%s", f->error ? f->error : dt_status_str(f->status));

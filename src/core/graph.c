@@ -238,7 +238,7 @@ dt_status dt__graph_submit(dt_graph *g, dt__node *n) {
 
 long dt__backlog(dt_graph *g) { return backlog(g); }
 
-const char *dt_graph_backend(const dt_graph *g) { return g->be[DT_DEVICE_CPU]->name; }
+const char *dt_graph_backend(const dt_graph *g) { return g ? g->be[DT_DEVICE_CPU]->name : NULL; }
 
 /* The first device of `mesh` that g's backend cannot run on: its flat index,
  * or -1 when all are available; *count is the backend's device count. */
@@ -468,14 +468,15 @@ void dt_tensor_release(dt_tensor *t) {
     dt_graph_release(g);
 }
 
-dt_dtype dt_tensor_dtype(const dt_tensor *t) { return t->v->meta.dtype; }
-int dt_tensor_ndim(const dt_tensor *t) { return t->v->meta.ndim; }
-const int64_t *dt_tensor_shape(const dt_tensor *t) { return t->v->meta.shape; }
-int64_t dt_tensor_numel(const dt_tensor *t) { return dt__numel(t->v->meta.ndim, t->v->meta.shape); }
-dt_mesh *dt_tensor_mesh(const dt_tensor *t) { return t->v->meta.mesh; }
-const dt_placement *dt_tensor_placements(const dt_tensor *t) { return t->v->meta.pl; }
-dt_graph *dt_tensor_graph(const dt_tensor *t) { return t->graph; }
-uint64_t dt_tensor_id(const dt_tensor *t) { return t->v->id; }
+dt_dtype dt_tensor_dtype(const dt_tensor *t) { return t ? t->v->meta.dtype : DT_FLOAT32; }
+/* The getters take NULL and return a neutral value (0 or NULL). */
+int dt_tensor_ndim(const dt_tensor *t) { return t ? t->v->meta.ndim : 0; }
+const int64_t *dt_tensor_shape(const dt_tensor *t) { return t ? t->v->meta.shape : NULL; }
+int64_t dt_tensor_numel(const dt_tensor *t) { return t ? dt__numel(t->v->meta.ndim, t->v->meta.shape) : 0; }
+dt_mesh *dt_tensor_mesh(const dt_tensor *t) { return t ? t->v->meta.mesh : NULL; }
+const dt_placement *dt_tensor_placements(const dt_tensor *t) { return t ? t->v->meta.pl : NULL; }
+dt_graph *dt_tensor_graph(const dt_tensor *t) { return t ? t->graph : NULL; }
+uint64_t dt_tensor_id(const dt_tensor *t) { return t ? t->v->id : 0; }
 
 /* -------------------------------------------------------------- reads */
 

@@ -10,6 +10,28 @@
 
 static _Atomic uint64_t next_mesh_uid = 1;
 
+static int cmp_id(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* DT_EINVAL naming a repeated id. Sorting a copy keeps a mesh of a million
+ * devices at n log n (pairwise comparison would take hours). */
+static dt_status check_unique(const int64_t *ids, int64_t n) {
+    int64_t *sorted = dt__malloc((size_t)n * sizeof *sorted);
+    if (!sorted)
+        return dt__error(DT_ENOMEM, "mesh: out of memory");
+    memcpy(sorted, ids, (size_t)n * sizeof *sorted);
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_id);
+    dt_status st = DT_OK;
+    for (int64_t i = 1; i < n && st == DT_OK; i++)
+        if (sorted[i] == sorted[i - 1])
+            st = dt__error(DT_EINVAL, "mesh: device id %lld appears more than once; ids must be unique",
+                           (long long)sorted[i]);
+    dt__free(sorted);
+    return st;
+}
+
 dt_status dt_mesh_create(dt_device_type type, int ndim, const int64_t *shape, const int64_t *ids,
                          const char *const *dim_names, dt_mesh **out) {
     if (!out)
@@ -30,14 +52,12 @@ dt_status dt_mesh_create(dt_device_type type, int ndim, const int64_t *shape, co
         if (ndev > (1 << 20))
             return dt__error(DT_EINVAL, "mesh: too many devices");
     }
-    for (int64_t i = 0; i < ndev; i++) {
+    for (int64_t i = 0; i < ndev; i++)
         if (ids[i] < 0)
             return dt__error(DT_EINVAL, "mesh: device id %lld is negative", (long long)ids[i]);
-        for (int64_t j = 0; j < i; j++)
-            if (ids[j] == ids[i])
-                return dt__error(DT_EINVAL, "mesh: device id %lld appears more than once; ids must be unique",
-                                 (long long)ids[i]);
-    }
+    dt_status st = check_unique(ids, ndev);
+    if (st != DT_OK)
+        return st;
     if (dim_names) {
         for (int d = 0; d < ndim; d++) {
             if (!dim_names[d] || !dim_names[d][0] || strlen(dim_names[d]) >= DT_MAX_DIM_NAME)
@@ -93,17 +113,21 @@ void dt_mesh_release(dt_mesh *mesh) {
     dt__free(mesh);
 }
 
-dt_device_type dt_mesh_device_type(const dt_mesh *mesh) { return mesh->type; }
-int dt_mesh_ndim(const dt_mesh *mesh) { return mesh->ndim; }
+/* The getters take NULL (a caller's missing check) and return a neutral
+ * value: 0, NULL or the CPU type. */
+dt_device_type dt_mesh_device_type(const dt_mesh *mesh) { return mesh ? mesh->type : DT_DEVICE_CPU; }
+int dt_mesh_ndim(const dt_mesh *mesh) { return mesh ? mesh->ndim : 0; }
 int64_t dt_mesh_size(const dt_mesh *mesh, int dim) {
+    if (!mesh)
+        return 0;
     if (dim < 0)
         return mesh->ndev;
     return dim < mesh->ndim ? mesh->shape[dim] : 0;
 }
-const int64_t *dt_mesh_shape(const dt_mesh *mesh) { return mesh->shape; }
-const int64_t *dt_mesh_ids(const dt_mesh *mesh) { return mesh->ids; }
+const int64_t *dt_mesh_shape(const dt_mesh *mesh) { return mesh ? mesh->shape : NULL; }
+const int64_t *dt_mesh_ids(const dt_mesh *mesh) { return mesh ? mesh->ids : NULL; }
 const char *dt_mesh_dim_name(const dt_mesh *mesh, int dim) {
-    return dim >= 0 && dim < mesh->ndim ? mesh->names[dim] : NULL;
+    return mesh && dim >= 0 && dim < mesh->ndim ? mesh->names[dim] : NULL;
 }
 
 int dt_mesh_equal(const dt_mesh *a, const dt_mesh *b) {

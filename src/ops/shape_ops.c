@@ -88,7 +88,9 @@ static void cat_needed(const dt__meta *in, const dt__meta *out, int dim, int sta
 
 static dt_tensor *cat_impl(const char *op, int n, dt_tensor *const *ts, int64_t dim, int stack) {
     dt_clear_error();
-    if (n < 1 || !ts) {
+    if (n > 0 && !ts)
+        return dt__error(DT_EINVAL, "%s: the tensor list is NULL", op), NULL;
+    if (n < 1) {
         dt__error(DT_EOP, "%s: expected a non-empty list of Tensors", op);
         return NULL;
     }

@@ -275,7 +275,25 @@ static void test_device_blocks(void) {
     dt_graph_release(g);
 }
 
+/* The library reports the version of the header it was built with, in both
+ * forms, and they agree with each other. */
+static void test_version(void) {
+    char want[32];
+    snprintf(want, sizeof want, "%d.%d.%d", DT_VERSION_MAJOR, DT_VERSION_MINOR, DT_VERSION_PATCH);
+    if (strcmp(dt_version(), want) != 0 || strcmp(DT_VERSION_STRING, want) != 0) {
+        fprintf(stderr, "%s:%d: dt_version() \"%s\", DT_VERSION_STRING \"%s\", expected \"%s\"\n", __FILE__,
+                __LINE__, dt_version(), DT_VERSION_STRING, want);
+        failures++;
+    }
+    int num = DT_VERSION_MAJOR * 10000 + DT_VERSION_MINOR * 100 + DT_VERSION_PATCH;
+    if (dt_version_number() != num) {
+        fprintf(stderr, "%s:%d: dt_version_number() %d, expected %d\n", __FILE__, __LINE__, dt_version_number(), num);
+        failures++;
+    }
+}
+
 int main(void) {
+    test_version();
     test_chunk_rule();
     test_nested_tables();
     test_region_rule();

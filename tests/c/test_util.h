@@ -7,6 +7,7 @@
 #define DT_TEST_UTIL_H
 
 #include <stdio.h>
+#include <string.h>
 
 #include "dtorch/dtorch.h"
 
@@ -21,17 +22,29 @@ static int failures;
         }                                                                                          \
     } while (0)
 
-/* CHECK_EQ(a, b): integer operands, both printed on failure (as libuv's
- * ASSERT_EQ); CHECK_FEQ for floating-point ones (exact comparison). */
+/* Compare two integers (as long long) and print both operands on failure,
+ * as libuv's ASSERT_EQ does. */
 #define CHECK_EQ(a, b)                                                                             \
     do {                                                                                           \
         long long check_a_ = (long long)(a), check_b_ = (long long)(b);                            \
         if (check_a_ != check_b_) {                                                                \
-            fprintf(stderr, "%s:%d: CHECK_EQ(%s, %s) failed: %lld != %lld; last error: %s\n",       \
+            fprintf(stderr, "%s:%d: CHECK_EQ(%s, %s) failed: %lld != %lld; last error: %s\n",        \
                     __FILE__, __LINE__, #a, #b, check_a_, check_b_, dt_last_error());              \
             failures++;                                                                            \
         }                                                                                          \
     } while (0)
+/* Compare two C strings (NULL allowed) and print both on failure. */
+#define CHECK_STREQ(a, b)                                                                          \
+    do {                                                                                           \
+        const char *check_a_ = (a), *check_b_ = (b);                                               \
+        if (!check_a_ || !check_b_ ? check_a_ != check_b_ : strcmp(check_a_, check_b_) != 0) {    \
+            fprintf(stderr, "%s:%d: CHECK_STREQ(%s, %s) failed: \"%s\" != \"%s\"\n", __FILE__,    \
+                    __LINE__, #a, #b, check_a_ ? check_a_ : "(null)", check_b_ ? check_b_ : "(null)"); \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+/* Compare two floating-point values exactly and print both on failure. */
 #define CHECK_FEQ(a, b)                                                                            \
     do {                                                                                           \
         double check_a_ = (double)(a), check_b_ = (double)(b);                                     \

@@ -78,6 +78,13 @@ class TestNames(unittest.TestCase):
             for name in names:
                 self.assertTrue(hasattr(m, name), f"{module}.{name} is missing")
         self.assertIsInstance(dtorch.__version__, str)
+        # One version everywhere: the library's (the header's macros) and the package's metadata.
+        import os
+        import re
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        with open(os.path.join(root, "pyproject.toml")) as f:
+            declared = re.search(r'^version = "([^"]+)"', f.read(), re.M).group(1)
+        self.assertEqual(dtorch.__version__, declared)
         from dtorch.graph import Graph, GraphOption, VoidFutureCollect  # noqa: F401
         from dtorch.tensor import Tensor, TensorFuture, tensor  # noqa: F401
         self.assertIs(Tensor, dtorch.Tensor)

@@ -303,7 +303,10 @@ class TestGraph(unittest.TestCase):
         # os._exit once interrupted.
         script = textwrap.dedent(
             """
-            import os, sys, threading
+            import os, signal, sys, threading
+            # A child started from a shell without job control inherits SIGINT ignored, and
+            # Python then installs no handler: restore the default one explicitly.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             sys.path.insert(0, %r)
             import dtorch
             from dtorch.test.probes import Gate
