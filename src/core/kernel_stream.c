@@ -166,8 +166,9 @@ static void run_backend(dt__kernel *k, const dt__stream *s) {
 static void run_assemble(dt__kernel *k, dt__stream *s) {
     dt__assembly *as = k->extra;
     void **impls = dt__calloc((size_t)as->n, sizeof *impls);
-    DT_ASSERT(impls);
-    for (int i = 0; i < as->n; i++) {
+    if (!impls)
+        poison(k, s, "out of memory (assembly pieces)");
+    for (int i = 0; impls && i < as->n; i++) {
         dt__blob_wait(s->g, as->pieces[i]);
         if (as->pieces[i]->error && !k->out->error)
             k->out->error = dt__strdup(as->pieces[i]->error);
@@ -300,6 +301,11 @@ dt__stream *dt__stream_start(dt_graph *g, dt_device_type type, int64_t device_id
     dt__stream *s = dt__calloc(1, sizeof *s);
     if (!s)
         return NULL;
+    s->stop_k = dt__pool_alloc(&dt__kernel_pool);
+    if (!s->stop_k) {
+        dt__free(s);
+        return NULL;
+    }
     s->g = g;
     s->kind = kind;
     s->be = g->be;
@@ -310,6 +316,7 @@ dt__stream *dt__stream_start(dt_graph *g, dt_device_type type, int64_t device_id
     if (pthread_create(&s->thread, NULL, worker_main, s) != 0) {
         pthread_cond_destroy(&s->cond);
         pthread_mutex_destroy(&s->lock);
+        dt__pool_free(&dt__kernel_pool, s->stop_k);
         dt__free(s);
         return NULL;
     }
@@ -332,8 +339,8 @@ void dt__stream_submit(dt__stream *s, dt__kernel *head, dt__kernel *tail) {
 }
 
 void dt__stream_stop(dt__stream *s) {
-    dt__kernel *k = dt__pool_alloc(&dt__kernel_pool);
-    DT_ASSERT(k);
+    dt__kernel *k = s->stop_k; /* made with the stream: stopping cannot fail */
+    s->stop_k = NULL;
     k->kop = DT_KC_STOP;
     dt__stream_submit(s, k, k);
     pthread_join(s->thread, NULL);

@@ -363,17 +363,24 @@ dt_tensor *dt_arange(dt_graph *g, dt_dtype dtype, double start, double end, doub
 
 /* ------------------------------------------------------------ lowering */
 
-void dt__lower_factory(dt__lower *L, dt__node *n) {
+dt_status dt__lower_factory(dt__lower *L, dt__node *n) {
     dt__tval *v = n->out;
     const dt__meta *m = &v->meta;
     const dt_mesh *mesh = m->mesh;
-    dt__lw_alloc_blobs(v);
+    if (dt__lw_alloc_blobs(L, v) != DT_OK) {
+        dt__source_free(L->g->be, n);
+        return L->status;
+    }
     dt__blob *source = NULL;
     local_sources *ls = n->op == DT_OP_SOURCE && n->a.flags == DT__SOURCE_LOCAL ? n->extra : NULL;
     if (n->op == DT_OP_SOURCE && !ls) {
         source = dt__blob_new(L->g->be);
-        DT_ASSERT(source);
+        if (!source) {
+            dt__source_free(L->g->be, n);
+            return dt__lw_fail(L, DT_ENOMEM, "out of memory (blob record)");
+        }
         source->impl = n->extra;
+        n->extra = NULL; /* the blob owns the host impl now */
         atomic_store(&source->ready, 1);
     }
     int64_t coord[DT_MAX_MESH_NDIM], start[DT_MAX_NDIM], len[DT_MAX_NDIM];
@@ -384,7 +391,10 @@ void dt__lower_factory(dt__lower *L, dt__node *n) {
         if (ls) {
             /* from_local: the device's own block, whole (the slice aliases it). */
             source = dt__blob_new(L->g->be);
-            DT_ASSERT(source);
+            if (!source) {
+                dt__lw_fail(L, DT_ENOMEM, "out of memory (blob record)");
+                break;
+            }
             source->impl = ls->impl[i];
             ls->impl[i] = NULL;
             atomic_store(&source->ready, 1);
@@ -404,6 +414,8 @@ void dt__lower_factory(dt__lower *L, dt__node *n) {
         else
             kop = DT_K_ARANGE;
         dt__kernel *k = dt__lw_kernel(L, kop);
+        if (!k)
+            break;
         dt__kattr *a = &k->attr;
         a->dtype = m->dtype;
         a->ndim = m->ndim;
@@ -434,9 +446,11 @@ void dt__lower_factory(dt__lower *L, dt__node *n) {
     }
     dt__blob_release(source);
     if (ls) {
-        dt__free(ls);
+        /* After a failure some host blocks were not taken yet. */
+        dt__source_free(L->g->be, n);
         n->extra = NULL;
     }
+    return L->status;
 }
 
 /* ------------------------------------------------------------ registry */
