@@ -580,6 +580,7 @@ static int kernel_op(const dt__node *n) {
     case DT_OP_WHERE: return DT_K_WHERE;
     case DT_OP_MASKED_FILL: return DT_K_MASKED_FILL;
     case DT_OP_CLAMP: return DT_K_CLAMP;
+    /* Invariant: dt__ops sends only these ops here. */
     default: DT_ASSERT(!"not an elementwise node"); return -1;
     }
 }

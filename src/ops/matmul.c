@@ -85,6 +85,7 @@ static const char *kind_accepts(int kind) {
 /* ------------------------------------------------------------ plans */
 
 static int new_label(dt__lplan *p, int64_t size) {
+    /* Invariant: two operands and the output have at most 3 * DT_MAX_NDIM dims. */
     DT_ASSERT(p->nlab < DT_LINALG_MAX_LABELS);
     p->lsize[p->nlab] = size;
     p->opos[p->nlab] = -1;
