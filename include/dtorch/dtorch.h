@@ -108,6 +108,16 @@ DT_API dt_status dt_last_status(void);
 /* Clears the calling thread's error. */
 DT_API void dt_clear_error(void);
 
+/* Sets the function the library calls, on the failing thread, when it finds
+ * one of its own invariants broken (a bug in dtorch, never a caller mistake
+ * or a resource failure: those return a status or poison a value) just
+ * before it calls abort(), as ggml's ggml_set_abort_callback: an embedder
+ * can log `msg` or flush its own state. `cb` must not return into dtorch
+ * (it may exit the process itself); NULL restores the default, which prints
+ * `msg` to stderr. `ud` is passed through. Any thread; takes effect for
+ * aborts that start afterwards. */
+DT_API void dt_set_abort_callback(void (*cb)(const char *msg, void *ud), void *ud);
+
 /* ---------------------------------------------------------------- dtypes */
 
 typedef enum dt_dtype {
@@ -1071,6 +1081,16 @@ DT_API void dt_debug_gate_release(dt_debug_gate *gate);
  * node; metadata getters answer at once. New reference or NULL (DT_EINVAL
  * for a NULL argument, DT_ESHUTDOWN). Client threads, as any op. */
 DT_API dt_tensor *dt_debug_gated(dt_tensor *x, dt_debug_gate *gate);
+
+/* Fault injection: after `after_n` more successful allocations made by a
+ * controller thread while it lowers a node (any graph), the next one fails,
+ * once; the node's output is then poisoned with an error naming the op, "on
+ * the controller" and the call site, raised at the next read. A negative
+ * value disarms. Allocations of client and worker threads never fail. For
+ * tests only. Any thread. */
+DT_API void dt_debug_fail_allocs(int64_t after_n);
+/* 1 while an armed failure has not happened yet, else 0. Any thread. */
+DT_API int dt_debug_fail_allocs_pending(void);
 
 #ifdef __cplusplus
 }

@@ -9,6 +9,10 @@
  *   _test_gated(x, gate) -> Tensor  a copy of x made once the gate opens
  *   _graph_stats(graph, reset_peak) -> dict of dt_graph_stats' fields
  *   _cached_bytes() -> int          dt_memory_cached_bytes()
+ *   _fail_allocs(n)                 dt_debug_fail_allocs(n): the controller's
+ *                                   (n+1)-th allocation while lowering fails
+ *                                   once (negative disarms)
+ *   _fail_allocs_pending() -> bool  dt_debug_fail_allocs_pending()
  * dtorch.test.test_util wraps the gate in a context manager.
  *
  * Every function runs on a Python thread holding the GIL; none waits.
@@ -94,6 +98,21 @@ static PyObject *mod_cached_bytes(PyObject *module, PyObject *unused) {
     return PyLong_FromLongLong((long long)dt_memory_cached_bytes());
 }
 
+static PyObject *mod_fail_allocs(PyObject *module, PyObject *arg) {
+    (void)module;
+    long long n = PyLong_AsLongLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    dt_debug_fail_allocs((int64_t)n);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mod_fail_allocs_pending(PyObject *module, PyObject *unused) {
+    (void)module;
+    (void)unused;
+    return PyBool_FromLong(dt_debug_fail_allocs_pending());
+}
+
 static PyMethodDef testing_methods[] = {
     {"_test_gate", mod_test_gate, METH_NOARGS, "_test_gate() -> a closed gate (tests only)"},
     {"_test_gate_open", mod_test_gate_open, METH_O, "_test_gate_open(gate): opens it"},
@@ -104,6 +123,8 @@ static PyMethodDef testing_methods[] = {
      "_graph_stats(graph, reset_peak=False) -> {submitted, in_flight, peak_in_flight, in_flight_limit, "
      "check_interval, flow_waits}"},
     {"_cached_bytes", mod_cached_bytes, METH_NOARGS, "_cached_bytes() -> bytes the backends keep cached"},
+    {"_fail_allocs", mod_fail_allocs, METH_O, "_fail_allocs(n): the controller's (n+1)-th lowering allocation fails"},
+    {"_fail_allocs_pending", mod_fail_allocs_pending, METH_NOARGS, "_fail_allocs_pending() -> bool"},
     {NULL, NULL, 0, NULL},
 };
 

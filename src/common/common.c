@@ -6,25 +6,74 @@
 #include "common/common.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-void dt__assert_fail(const char *cond, const char *file, int line) {
-    fprintf(stderr, "dtorch: internal invariant failed: %s (%s:%d)\n", cond, file, line);
+/* The embedder's last word before abort (dt_set_abort_callback). Set once,
+ * read by any thread that aborts. */
+static void (*_Atomic abort_cb)(const char *msg, void *ud);
+static void *_Atomic abort_ud;
+
+void dt_set_abort_callback(void (*cb)(const char *msg, void *ud), void *ud) {
+    atomic_store(&abort_ud, ud);
+    atomic_store(&abort_cb, cb);
+}
+
+static _Noreturn void die(const char *msg) {
+    void (*cb)(const char *, void *) = atomic_load(&abort_cb);
+    if (cb)
+        cb(msg, atomic_load(&abort_ud));
+    else
+        fprintf(stderr, "%s\n", msg);
     abort();
 }
 
-void *dt__malloc(size_t n) { return malloc(n ? n : 1); }
-void *dt__calloc(size_t n, size_t size) { return calloc(n ? n : 1, size ? size : 1); }
-void *dt__realloc(void *p, size_t n) { return realloc(p, n ? n : 1); }
+void dt__assert_fail(const char *cond, const char *file, int line) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "dtorch: internal invariant failed: %s (%s:%d)", cond, file, line);
+    die(msg);
+}
+
+void dt__fatal(const char *what, const char *detail) {
+    char msg[1200];
+    snprintf(msg, sizeof msg, "dtorch: %s: %s", what, detail ? detail : "");
+    die(msg);
+}
+
+/* ---------------------------------------------------- allocation faults */
+
+/* Successes left before the armed failure; -1 when disarmed. One failure
+ * per arming: the failing allocation disarms it. */
+static atomic_long fault_left = -1;
+static _Thread_local int fault_on;
+
+void dt__fault_scope(int on) { fault_on = on; }
+
+int dt__fault_hit(void) {
+    if (!fault_on)
+        return 0;
+    long v = atomic_load(&fault_left);
+    while (v >= 0)
+        if (atomic_compare_exchange_weak(&fault_left, &v, v - 1))
+            return v == 0;
+    return 0;
+}
+
+void dt_debug_fail_allocs(int64_t after_n) { atomic_store(&fault_left, after_n < 0 ? -1 : (long)after_n); }
+int dt_debug_fail_allocs_pending(void) { return atomic_load(&fault_left) >= 0; }
+
+void *dt__malloc(size_t n) { return dt__fault_hit() ? NULL : malloc(n ? n : 1); }
+void *dt__calloc(size_t n, size_t size) { return dt__fault_hit() ? NULL : calloc(n ? n : 1, size ? size : 1); }
+void *dt__realloc(void *p, size_t n) { return dt__fault_hit() ? NULL : realloc(p, n ? n : 1); }
 void dt__free(void *p) { free(p); }
 char *dt__strdup(const char *s) {
     if (!s)
         return NULL;
     size_t n = strlen(s) + 1;
-    char *d = malloc(n);
+    char *d = dt__fault_hit() ? NULL : malloc(n);
     if (d)
         memcpy(d, s, n);
     return d;

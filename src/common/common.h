@@ -20,6 +20,10 @@
             dt__assert_fail(#cond, __FILE__, __LINE__);                                            \
     } while (0)
 _Noreturn void dt__assert_fail(const char *cond, const char *file, int line);
+/* Ends the process for a state the library cannot report (e.g. out of
+ * memory while reporting an out-of-memory failure): calls the abort
+ * callback (dt_set_abort_callback), then abort(). */
+_Noreturn void dt__fatal(const char *what, const char *detail);
 
 /* Allocation: aborting on out-of-memory would kill the user's process, so
  * callers check NULL where they can report DT_ENOMEM. */
@@ -28,6 +32,13 @@ void *dt__calloc(size_t n, size_t size);
 void *dt__realloc(void *p, size_t n);
 void dt__free(void *p);
 char *dt__strdup(const char *s);
+
+/* Test-only allocation faults (dt_debug_fail_allocs): the calling thread's
+ * allocations may be made to fail while its scope is on (the controller
+ * turns it on around each lowering). dt__fault_hit() is 1 when the next
+ * allocation must fail; it also serves the pools. Any thread. */
+void dt__fault_scope(int on);
+int dt__fault_hit(void);
 
 /* Sets the calling thread's error and returns `status` so callers can write
  * `return dt__error(DT_EINVAL, "...", ...)`. */

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/common.h"
 #include "common/pool.h"
 
 #define BATCH 64
@@ -147,6 +148,8 @@ static int refill_from_slab(dt__pool *p, tls_list *l) {
 void *dt__pool_alloc(dt__pool *p) { return dt__pool_alloc_prefix(p, p->size); }
 
 void *dt__pool_alloc_prefix(dt__pool *p, size_t zeroed) {
+    if (dt__fault_hit())
+        return NULL;
 #ifdef DT_POOL_DIRECT
     (void)zeroed;
     return calloc(1, p->size);

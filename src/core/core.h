@@ -370,6 +370,7 @@ typedef struct dt__stream {
     /* Test-only counts (dt__graph_debug_stream): kernels run, and of those
      * collectives and cross-mesh assemblies. Worker-written, relaxed. */
     atomic_long n_run, n_comm;
+    dt__kernel *stop_k; /* the stop kernel, made with the stream */
 } dt__stream;
 
 /* Starts a stream (controller thread). NULL with the thread error set when
@@ -576,8 +577,10 @@ typedef struct dt__coll {
     int64_t *starts, *lens;     /* n: each rank's range along dim_b */
 } dt__coll;
 
-/* A collective of `n` ranks on devices of `type`. */
+/* A collective of `n` ranks on devices of `type`; NULL when out of memory. */
 dt__coll *dt__coll_new(dt_device_type type, int kind, int n, int ndim, dt_dtype dtype);
+/* Frees a collective no rank was queued for (controller). */
+void dt__coll_free(dt__coll *c);
 
 /* ------------------------------------------------------------ lowering */
 
@@ -585,53 +588,84 @@ dt__coll *dt__coll_new(dt_device_type type, int kind, int n, int ndim, dt_dtype 
 typedef struct dt__lower {
     dt_graph *g;
     const dt__node *node; /* the node being lowered */
+    /* The node's first failure (sticky, reset per node): once set, the
+     * dt__lw_* helpers make nothing more and every push discards its kernel,
+     * so a lowering function may check only where it must release what it
+     * holds. Its detail is the controller thread's dt_last_error(). */
+    dt_status status;
 } dt__lower;
 
+/* Records a lowering failure (the first one wins) with its reason in the
+ * thread error; returns L->status. */
+dt_status dt__lw_fail(dt__lower *L, dt_status st, const char *what);
+
+/* The stream of mesh device `idx`, started on first use; NULL (L->status
+ * set) when it cannot be made. */
 dt__stream *dt__lw_stream(dt__lower *L, const dt_mesh *mesh, int64_t idx);
 dt__stream *dt__lw_stream_kind(dt__lower *L, const dt_mesh *mesh, int64_t idx, int kind);
 /* As dt__lw_push, on the device's communication stream. */
 dt__blob *dt__lw_push_comm(dt__lower *L, const dt_mesh *mesh, int64_t idx, dt__kernel *k);
-/* A new kernel of `kop` carrying the node's op name and call site. */
+/* A new kernel of `kop` carrying the node's op name and call site; NULL
+ * (L->status set) when out of memory or after an earlier failure. */
 dt__kernel *dt__lw_kernel(dt__lower *L, int kop);
 /* Queues `k` on the stream of mesh device `idx`; sets k->out to a new blob
  * unless already set, and returns that blob with one extra reference for the
- * caller. */
+ * caller. Always takes k: NULL k, a NULL input (an earlier failure) or a
+ * failure here discards it (its references and extra go, see
+ * dt__lw_discard) and returns NULL with L->status set. */
 dt__blob *dt__lw_push(dt__lower *L, const dt_mesh *mesh, int64_t idx, dt__kernel *k);
-/* Makes sure v has its blob array. */
-void dt__lw_alloc_blobs(dt__tval *v);
+/* As dt__lw_push on a stream the caller already holds. */
+dt__blob *dt__lw_push_on(dt__lower *L, dt__stream *s, dt__kernel *k);
+/* Frees a kernel that will not be queued with its input and output
+ * references and what its extra owns (future reference, assembly, gate
+ * reference); a collective's dt__coll is its caller's. NULL is ignored. */
+void dt__lw_discard(dt__kernel *k);
+/* Queues collective `c` on all of its c->n ranks or on none: rank r is mesh
+ * device base + r * stride, on its `stream_kind` stream. Every rank's stream,
+ * kernel and output are made before any is queued, so a failure leaves no
+ * rank waiting for peers that never come. On success the inputs
+ * blobs[idx] move into the kernels (set NULL) and next[idx] get the outputs
+ * (next may be blobs); on failure c is freed, blobs untouched. */
+dt_status dt__lw_collective(dt__lower *L, const dt_mesh *mesh, int stream_kind, dt__coll *c, int64_t base,
+                            int64_t stride, dt__blob **blobs, dt__blob **next, dt_dtype dtype, const char *opname);
+/* Makes sure v has its blob array; DT_ENOMEM (L->status set) if not. */
+dt_status dt__lw_alloc_blobs(dt__lower *L, dt__tval *v);
 /* A blob holding the region (start, len) of `v` on device `idx`, which must
  * lie within v's local region there: v's own blob (retained) when the regions
- * are equal, else the output of a SLICE kernel. */
+ * are equal, else the output of a SLICE kernel (NULL on failure, as
+ * dt__lw_push). */
 dt__blob *dt__lw_region(dt__lower *L, dt__tval *v, int64_t idx, const int64_t *coord, const int64_t *start,
                         const int64_t *len);
 
 /* Per-op hooks (src/ops/ and src/dist/). */
-typedef void (*dt__lower_fn)(dt__lower *L, dt__node *n);
+/* Returns DT_OK, or the failure (L->status) after which the controller
+ * poisons the node's output (dt__lower_node). */
+typedef dt_status (*dt__lower_fn)(dt__lower *L, dt__node *n);
 typedef struct dt__op_info {
     const char *name;
     dt__lower_fn lower;
 } dt__op_info;
 extern const dt__op_info dt__ops[DT_OP_COUNT];
 
-void dt__lower_factory(dt__lower *L, dt__node *n);
+dt_status dt__lower_factory(dt__lower *L, dt__node *n);
 /* nattr.flags of a SOURCE node whose extra holds one host block per device
  * (dt_tensor_from_local_buffers) instead of one global host impl. */
 #define DT__SOURCE_LOCAL 1
 /* Frees what a SOURCE node that was never lowered owns (client thread). */
 void dt__source_free(const dt__backend *be, dt__node *n);
-void dt__lower_binary(dt__lower *L, dt__node *n);
-void dt__lower_unary(dt__lower *L, dt__node *n);
-void dt__lower_matmul(dt__lower *L, dt__node *n);
-void dt__lower_sum(dt__lower *L, dt__node *n);
-void dt__lower_redistribute(dt__lower *L, dt__node *n);
-void dt__lower_reduce(dt__lower *L, dt__node *n);
-void dt__lower_linalg(dt__lower *L, dt__node *n);
-void dt__lower_view(dt__lower *L, dt__node *n);
-void dt__lower_elementwise(dt__lower *L, dt__node *n);
-void dt__lower_nn(dt__lower *L, dt__node *n);
-void dt__lower_sort_scan(dt__lower *L, dt__node *n);
-void dt__lower_masked_scatter(dt__lower *L, dt__node *n);
-void dt__lower_debug_gate(dt__lower *L, dt__node *n);
+dt_status dt__lower_binary(dt__lower *L, dt__node *n);
+dt_status dt__lower_unary(dt__lower *L, dt__node *n);
+dt_status dt__lower_matmul(dt__lower *L, dt__node *n);
+dt_status dt__lower_sum(dt__lower *L, dt__node *n);
+dt_status dt__lower_redistribute(dt__lower *L, dt__node *n);
+dt_status dt__lower_reduce(dt__lower *L, dt__node *n);
+dt_status dt__lower_linalg(dt__lower *L, dt__node *n);
+dt_status dt__lower_view(dt__lower *L, dt__node *n);
+dt_status dt__lower_elementwise(dt__lower *L, dt__node *n);
+dt_status dt__lower_nn(dt__lower *L, dt__node *n);
+dt_status dt__lower_sort_scan(dt__lower *L, dt__node *n);
+dt_status dt__lower_masked_scatter(dt__lower *L, dt__node *n);
+dt_status dt__lower_debug_gate(dt__lower *L, dt__node *n);
 
 /* ----------------------------------------------------- test-only gates */
 
@@ -643,6 +677,8 @@ void dt__debug_gate_run(dt__kernel *k, dt__stream *s);
  * before it joins the workers, so a forgotten gate cannot hang a shutdown).
  * Any thread. */
 void dt__debug_gates_bypass(dt_graph *g);
+/* Drops one reference to a gate (a discarded gate kernel's). */
+void dt__debug_gate_unref(void *gate);
 
 /* ------------------------------------------------ test-only stream hooks */
 

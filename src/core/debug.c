@@ -168,16 +168,23 @@ dt_tensor *dt_debug_gated(dt_tensor *x, dt_debug_gate *gate) {
     return NULL;
 }
 
-void dt__lower_debug_gate(dt__lower *L, dt__node *n) {
+void dt__debug_gate_unref(void *gate) { gate_unref(gate); }
+
+dt_status dt__lower_debug_gate(dt__lower *L, dt__node *n) {
     dt__tval *x = n->in[0], *y = n->out;
     dt_debug_gate *gate = n->extra;
     const dt_mesh *mesh = x->meta.mesh;
-    dt__lw_alloc_blobs(y);
+    if (dt__lw_alloc_blobs(L, y) != DT_OK) {
+        gate_unref(gate);
+        return L->status;
+    }
     int64_t coord[DT_MAX_MESH_NDIM], start[DT_MAX_NDIM], len[DT_MAX_NDIM];
     for (int64_t i = 0; i < mesh->ndev; i++) {
         dt__mesh_coord(mesh, i, coord);
         dt__local_region(&x->meta, coord, start, len);
         dt__kernel *k = dt__lw_kernel(L, DT_KC_GATE);
+        if (!k)
+            break;
         k->n_in = 1;
         k->in[0] = dt__blob_retain(x->blobs[i]);
         k->attr.dtype = x->meta.dtype;
@@ -187,6 +194,7 @@ void dt__lower_debug_gate(dt__lower *L, dt__node *n) {
         y->blobs[i] = dt__lw_push(L, mesh, i, k);
     }
     gate_unref(gate); /* the node's reference */
+    return L->status;
 }
 
 void dt__debug_gate_run(dt__kernel *k, dt__stream *s) {

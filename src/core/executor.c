@@ -8,11 +8,20 @@
  * Locks taken: graph qlock (only to sleep on an empty queue), stream locks
  * one at a time (inside dt__stream_submit); never two at once.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "core/core.h"
 
 /* ---------------------------------------------------------------- helpers */
+
+dt_status dt__lw_fail(dt__lower *L, dt_status st, const char *what) {
+    if (L->status == DT_OK) {
+        L->status = st;
+        dt__error(st, "%s", what);
+    }
+    return L->status;
+}
 
 dt__stream *dt__lw_stream_kind(dt__lower *L, const dt_mesh *mesh, int64_t idx, int kind) {
     /* Without overlap (DTORCH_OVERLAP=0) collectives share the compute
@@ -20,7 +29,11 @@ dt__stream *dt__lw_stream_kind(dt__lower *L, const dt_mesh *mesh, int64_t idx, i
      * measured against. */
     if (!L->g->overlap)
         kind = DT_STREAM_COMPUTE;
-    return dt__graph_stream(L->g, mesh->type, mesh->ids[idx], kind);
+    dt__stream *s = dt__graph_stream(L->g, mesh->type, mesh->ids[idx], kind);
+    if (!s)
+        dt__lw_fail(L, dt_last_status() != DT_OK ? dt_last_status() : DT_ENOMEM,
+                    "cannot start a stream (out of memory or threads)");
+    return s;
 }
 
 dt__stream *dt__lw_stream(dt__lower *L, const dt_mesh *mesh, int64_t idx) {
@@ -28,13 +41,42 @@ dt__stream *dt__lw_stream(dt__lower *L, const dt_mesh *mesh, int64_t idx) {
 }
 
 dt__kernel *dt__lw_kernel(dt__lower *L, int kop) {
+    if (L->status != DT_OK)
+        return NULL;
     dt__kernel *k = dt__pool_alloc(&dt__kernel_pool);
-    DT_ASSERT(k);
+    if (!k) {
+        dt__lw_fail(L, DT_ENOMEM, "out of memory (kernel record)");
+        return NULL;
+    }
     k->kop = kop;
     k->opname = dt__ops[L->node->op].name;
     k->site_file = L->node->site_file;
     k->site_line = L->node->site_line;
     return k;
+}
+
+void dt__lw_discard(dt__kernel *k) {
+    if (!k)
+        return;
+    for (int i = 0; i < k->n_in; i++)
+        dt__blob_release(k->in[i]);
+    dt__blob_release(k->out);
+    if (k->extra) {
+        if (k->kop == DT_KC_FETCH || k->kop == DT_KC_SYNC) {
+            dt_future_release(k->extra);
+        } else if (k->kop == DT_KC_ASSEMBLE) {
+            dt__assembly *as = k->extra;
+            for (int i = 0; i < as->n; i++)
+                dt__blob_release(as->pieces[i]);
+            dt__free(as->pieces);
+            dt__free(as->starts);
+            dt__free(as->lens);
+            dt__free(as);
+        } else if (k->kop == DT_KC_GATE) {
+            dt__debug_gate_unref(k->extra);
+        }
+    }
+    dt__kernel_free(k);
 }
 
 /* Adds k to the stream's batch; the batch is handed over by flush(). */
@@ -54,11 +96,24 @@ static void stream_append(dt_graph *g, dt__stream *s, dt__kernel *k) {
     }
 }
 
-static dt__blob *push_on(dt__lower *L, dt__stream *s, dt__kernel *k) {
-    DT_ASSERT(s); /* lowering becomes fallible separately; until then a missing stream is fatal */
-    if (!k->out && k->kop != DT_KC_FETCH && k->kop != DT_KC_SYNC) {
+dt__blob *dt__lw_push_on(dt__lower *L, dt__stream *s, dt__kernel *k) {
+    if (!k)
+        return NULL;
+    int bad = L->status != DT_OK || !s;
+    for (int i = 0; i < k->n_in; i++)
+        if (!k->in[i])
+            bad = 1;
+    if (!bad && !k->out && k->kop != DT_KC_FETCH && k->kop != DT_KC_SYNC) {
         k->out = dt__blob_new(s->be);
-        DT_ASSERT(k->out);
+        if (!k->out)
+            dt__lw_fail(L, DT_ENOMEM, "out of memory (blob record)");
+        bad = !k->out;
+    }
+    if (bad) {
+        /* A NULL input or stream means an earlier step failed. */
+        dt__lw_fail(L, DT_ENOMEM, "out of memory");
+        dt__lw_discard(k);
+        return NULL;
     }
     /* The output's event: this kernel's number on s (stream_append counts
      * it), completed when s's worker has run it. */
@@ -75,18 +130,61 @@ static dt__blob *push_on(dt__lower *L, dt__stream *s, dt__kernel *k) {
 }
 
 dt__blob *dt__lw_push(dt__lower *L, const dt_mesh *mesh, int64_t idx, dt__kernel *k) {
-    return push_on(L, dt__lw_stream(L, mesh, idx), k);
+    return dt__lw_push_on(L, k && L->status == DT_OK ? dt__lw_stream(L, mesh, idx) : NULL, k);
 }
 
 dt__blob *dt__lw_push_comm(dt__lower *L, const dt_mesh *mesh, int64_t idx, dt__kernel *k) {
-    return push_on(L, dt__lw_stream_kind(L, mesh, idx, DT_STREAM_COMM), k);
+    return dt__lw_push_on(L, k && L->status == DT_OK ? dt__lw_stream_kind(L, mesh, idx, DT_STREAM_COMM) : NULL, k);
 }
 
-void dt__lw_alloc_blobs(dt__tval *v) {
-    if (!v->blobs) {
+dt_status dt__lw_alloc_blobs(dt__lower *L, dt__tval *v) {
+    if (!v->blobs && L->status == DT_OK) {
         v->blobs = dt__calloc((size_t)v->meta.mesh->ndev, sizeof *v->blobs);
-        DT_ASSERT(v->blobs);
+        if (!v->blobs)
+            dt__lw_fail(L, DT_ENOMEM, "out of memory (blob array)");
     }
+    return L->status;
+}
+
+dt_status dt__lw_collective(dt__lower *L, const dt_mesh *mesh, int stream_kind, dt__coll *c, int64_t base,
+                            int64_t stride, dt__blob **blobs, dt__blob **next, dt_dtype dtype, const char *opname) {
+    dt__kernel **ks = c && L->status == DT_OK ? dt__calloc((size_t)c->n, sizeof *ks) : NULL;
+    dt__stream **ss = ks ? dt__calloc((size_t)c->n, sizeof *ss) : NULL;
+    int ok = ss != NULL;
+    for (int r = 0; ok && r < c->n; r++) {
+        int64_t idx = base + r * stride;
+        ss[r] = dt__lw_stream_kind(L, mesh, idx, stream_kind);
+        ks[r] = ss[r] ? dt__lw_kernel(L, DT_KC_COLLECTIVE) : NULL;
+        if (ks[r])
+            ks[r]->out = dt__blob_new(ss[r]->be);
+        ok = ks[r] && ks[r]->out && blobs[idx];
+    }
+    if (!ok) {
+        dt__lw_fail(L, DT_ENOMEM, "out of memory (collective)");
+        for (int r = 0; ks && r < c->n; r++)
+            dt__lw_discard(ks[r]);
+        if (c)
+            dt__coll_free(c);
+        dt__free(ks);
+        dt__free(ss);
+        return L->status;
+    }
+    for (int r = 0; r < c->n; r++) {
+        int64_t idx = base + r * stride;
+        dt__kernel *k = ks[r];
+        k->n_in = 1;
+        k->in[0] = blobs[idx]; /* the caller's reference moves into the kernel */
+        blobs[idx] = NULL;
+        k->rank = r;
+        k->extra = c;
+        k->attr.dtype = dtype;
+        if (opname)
+            k->opname = opname;
+        next[idx] = dt__lw_push_on(L, ss[r], k); /* cannot fail: stream, out and input are there */
+    }
+    dt__free(ks);
+    dt__free(ss);
+    return DT_OK;
 }
 
 dt__blob *dt__lw_region(dt__lower *L, dt__tval *v, int64_t idx, const int64_t *coord, const int64_t *start,
@@ -95,6 +193,7 @@ dt__blob *dt__lw_region(dt__lower *L, dt__tval *v, int64_t idx, const int64_t *c
     dt__local_region(&v->meta, coord, ls, ll);
     int same = 1;
     for (int d = 0; d < v->meta.ndim; d++) {
+        /* Invariant: the planners ask only for parts of the local region. */
         DT_ASSERT(start[d] >= ls[d] && start[d] + len[d] <= ls[d] + ll[d]);
         if (start[d] != ls[d] || len[d] != ll[d])
             same = 0;
@@ -102,6 +201,8 @@ dt__blob *dt__lw_region(dt__lower *L, dt__tval *v, int64_t idx, const int64_t *c
     if (same)
         return dt__blob_retain(v->blobs[idx]);
     dt__kernel *k = dt__lw_kernel(L, DT_K_SLICE);
+    if (!k)
+        return NULL;
     k->n_in = 1;
     k->in[0] = dt__blob_retain(v->blobs[idx]);
     k->attr.dtype = v->meta.dtype;
@@ -116,8 +217,10 @@ dt__blob *dt__lw_region(dt__lower *L, dt__tval *v, int64_t idx, const int64_t *c
 /* -------------------------------------------------------- reads, syncs */
 
 /* A fetch sends one kernel per device holding a distinct piece: devices at
- * coordinate 0 of every Replicate mesh dim. Partial pieces are summed. */
-static void lower_fetch(dt__lower *L, dt__node *n) {
+ * coordinate 0 of every Replicate mesh dim. Partial pieces are summed. Every
+ * piece's stream and kernel are made before any is queued: on failure no
+ * kernel holds the future and the controller completes it with the error. */
+static dt_status lower_fetch(dt__lower *L, dt__node *n) {
     dt__tval *v = n->in[0];
     dt_future *f = n->extra;
     const dt__meta *m = &v->meta;
@@ -127,67 +230,158 @@ static void lower_fetch(dt__lower *L, dt__node *n) {
         if (m->pl[md].kind == DT_PLACEMENT_PARTIAL)
             accumulate = 1;
     int64_t coord[DT_MAX_MESH_NDIM], len[DT_MAX_NDIM];
-    int npieces = 0;
-    if (f->local >= 0) {
-        /* One device's block as stored: no sum, the piece starts at 0. */
-        f->pieces = dt__calloc(1, sizeof *f->pieces);
-        f->starts = dt__calloc((size_t)(m->ndim ? m->ndim : 1), sizeof *f->starts);
-        DT_ASSERT(f->pieces && f->starts);
-        f->accumulate = 0;
-        dt__kernel *k = dt__lw_kernel(L, DT_KC_FETCH);
-        k->n_in = 1;
-        k->in[0] = dt__blob_retain(v->blobs[f->local]);
-        k->rank = 0;
-        k->extra = f;
-        atomic_fetch_add(&f->refs, 1);
-        dt__lw_push(L, mesh, f->local, k);
-        f->npieces = 1;
-        dt__future_expect(f, 1);
-        dt_future_release(f);
-        return;
+    int64_t nslots = f->local >= 0 ? 1 : mesh->ndev;
+    f->pieces = dt__calloc((size_t)nslots, sizeof *f->pieces);
+    f->starts = dt__calloc((size_t)nslots * (size_t)(m->ndim ? m->ndim : 1), sizeof *f->starts);
+    dt__kernel **ks = dt__calloc((size_t)nslots, sizeof *ks);
+    dt__stream **ss = dt__calloc((size_t)nslots, sizeof *ss);
+    if (!f->pieces || !f->starts || !ks || !ss) {
+        dt__lw_fail(L, DT_ENOMEM, "out of memory (fetch pieces)");
+        goto fail;
     }
-    f->pieces = dt__calloc((size_t)mesh->ndev, sizeof *f->pieces);
-    f->starts = dt__calloc((size_t)mesh->ndev * (size_t)(m->ndim ? m->ndim : 1), sizeof *f->starts);
-    DT_ASSERT(f->pieces && f->starts);
-    f->accumulate = accumulate;
-    for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__mesh_coord(mesh, i, coord);
-        int skip = 0;
-        for (int md = 0; md < mesh->ndim; md++)
-            if (m->pl[md].kind == DT_PLACEMENT_REPLICATE && coord[md] != 0)
-                skip = 1;
-        if (skip)
-            continue;
-        dt__local_region(m, coord, f->starts + (size_t)npieces * (size_t)m->ndim, len);
-        dt__kernel *k = dt__lw_kernel(L, DT_KC_FETCH);
+    /* f->local: one device's block as stored, no sum, the piece starts at 0. */
+    f->accumulate = f->local >= 0 ? 0 : accumulate;
+    int npieces = 0;
+    for (int64_t i = f->local >= 0 ? f->local : 0; i < (f->local >= 0 ? f->local + 1 : mesh->ndev); i++) {
+        if (f->local < 0) {
+            dt__mesh_coord(mesh, i, coord);
+            int skip = 0;
+            for (int md = 0; md < mesh->ndim; md++)
+                if (m->pl[md].kind == DT_PLACEMENT_REPLICATE && coord[md] != 0)
+                    skip = 1;
+            if (skip)
+                continue;
+            dt__local_region(m, coord, f->starts + (size_t)npieces * (size_t)m->ndim, len);
+        }
+        ss[npieces] = dt__lw_stream(L, mesh, i);
+        dt__kernel *k = ss[npieces] ? dt__lw_kernel(L, DT_KC_FETCH) : NULL;
+        if (!k)
+            goto fail;
         k->n_in = 1;
         k->in[0] = dt__blob_retain(v->blobs[i]);
-        k->rank = npieces++;
-        k->extra = f;
+        k->rank = npieces;
+        ks[npieces++] = k;
+    }
+    for (int r = 0; r < npieces; r++) {
+        ks[r]->extra = f;
         atomic_fetch_add(&f->refs, 1);
-        dt__lw_push(L, mesh, i, k);
+        dt__lw_push_on(L, ss[r], ks[r]); /* cannot fail: stream and input are there */
     }
     f->npieces = npieces;
     dt__future_expect(f, npieces);
+    dt__free(ks);
+    dt__free(ss);
     dt_future_release(f); /* the node's reference */
+    return DT_OK;
+fail:
+    for (int64_t r = 0; ks && r < nslots; r++)
+        dt__lw_discard(ks[r]);
+    dt__free(ks);
+    dt__free(ss);
+    dt__free(f->pieces);
+    dt__free(f->starts);
+    f->pieces = NULL;
+    f->starts = NULL;
+    return L->status;
 }
 
-static void lower_sync(dt__lower *L, dt__node *n) {
+static dt_status lower_sync(dt__lower *L, dt__node *n) {
     dt_graph *g = L->g;
     dt_future *f = n->extra;
     int count = 0;
     for (dt__stream *s = g->streams; s; s = s->next_all)
         count++;
+    /* Every kernel first: a sync with some streams missing would complete
+     * before their work. */
+    dt__kernel **ks = dt__calloc((size_t)(count ? count : 1), sizeof *ks);
+    if (!ks)
+        return dt__lw_fail(L, DT_ENOMEM, "out of memory (sync)");
+    for (int i = 0; i < count; i++) {
+        ks[i] = dt__lw_kernel(L, DT_KC_SYNC);
+        if (!ks[i]) {
+            for (int j = 0; j < i; j++)
+                dt__lw_discard(ks[j]);
+            dt__free(ks);
+            return L->status;
+        }
+    }
     dt__future_expect(f, count + 1);
+    int i = 0;
     for (dt__stream *s = g->streams; s; s = s->next_all) {
-        dt__kernel *k = dt__lw_kernel(L, DT_KC_SYNC);
+        dt__kernel *k = ks[i++];
         k->extra = f;
         atomic_fetch_add(&f->refs, 1);
         stream_append(g, s, k);
     }
+    dt__free(ks);
     /* The controller's own arrival: covers a graph with no streams yet. */
     dt__future_arrive(f, -1, NULL);
     dt_future_release(f);
+    return DT_OK;
+}
+
+/* ------------------------------------------------------ failed lowering */
+
+/* A blob that is ready with an error (controller): it has no producer
+ * stream, so its event has completed. */
+static dt__blob *error_blob(const dt__backend *be, const char *msg) {
+    dt__blob *b = dt__blob_new(be);
+    if (!b)
+        return NULL;
+    b->error = dt__strdup(msg);
+    if (!b->error) {
+        dt__blob_release(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* After a failed lowering: every device blob of the node's output becomes an
+ * error blob, so the next read raises it as it would a kernel failure and
+ * everything downstream inherits it; a read or sync completes its future
+ * with it. Kernels already queued for the node may still run; their outputs
+ * are released here, not used. Allocation faults are off meanwhile. */
+static void lower_failed(dt__lower *L, dt__node *n, dt_status st) {
+    char msg[1024];
+    const char *why = dt_last_error()[0] ? dt_last_error() : dt_status_str(st);
+    if (n->site_file)
+        snprintf(msg, sizeof msg, "%s failed on the controller (created at %s:%d): %s", dt__ops[n->op].name,
+                 n->site_file, n->site_line, why);
+    else
+        snprintf(msg, sizeof msg, "%s failed on the controller: %s", dt__ops[n->op].name, why);
+    if (n->op == DT_OP_FETCH || n->op == DT_OP_SYNC) {
+        dt__future_fail(n->extra, DT_EKERNEL, msg);
+        dt_future_release(n->extra); /* the node's reference */
+        return;
+    }
+    dt__tval *v = n->out;
+    if (!v)
+        return;
+    if (!v->blobs)
+        v->blobs = dt__calloc((size_t)v->meta.mesh->ndev, sizeof *v->blobs);
+    if (!v->blobs)
+        dt__fatal("out of memory while reporting a failed lowering", msg);
+    for (int64_t i = 0; i < v->meta.mesh->ndev; i++) {
+        dt__blob_release(v->blobs[i]);
+        v->blobs[i] = error_blob(dt__graph_be(L->g, v->meta.mesh->type), msg);
+        if (!v->blobs[i])
+            dt__fatal("out of memory while reporting a failed lowering", msg);
+    }
+}
+
+/* Lowers one node; a failure poisons its output (lower_failed). The one
+ * place the controller loop handles a lowering's status. */
+static void lower_node(dt__lower *L, dt__node *n) {
+    L->node = n;
+    L->status = DT_OK;
+    dt_clear_error();
+    dt__fault_scope(1);
+    dt_status st = dt__ops[n->op].lower(L, n);
+    dt__fault_scope(0);
+    if (st == DT_OK)
+        st = L->status; /* a helper failed and the function missed it */
+    if (st != DT_OK)
+        lower_failed(L, n, st);
 }
 
 /* ------------------------------------------------------------ op table */
@@ -269,8 +463,7 @@ void *dt__controller_main(void *arg) {
                     dt__tval_free_deferred(g, v);
                 }
             } else {
-                L.node = n;
-                dt__ops[n->op].lower(&L, n);
+                lower_node(&L, n);
             }
             dt__node_free(n);
         }

@@ -171,7 +171,10 @@ dt_status dt_graph_shutdown(dt_graph *g) {
     pthread_mutex_lock(&g->life_lock);
     if (!g->shut_down) {
         dt__node *stop = dt__node_new(DT_OP_STOP);
-        DT_ASSERT(stop);
+        if (!stop) {
+            pthread_mutex_unlock(&g->life_lock);
+            return dt__error(DT_ENOMEM, "shutdown: out of memory (try again)");
+        }
         /* Close the release stack, then the queue: STOP carries the dropped
          * values and goes in last, with the closed tag, in one step, so no
          * push succeeds afterwards and the controller finds everything on
@@ -179,7 +182,7 @@ dt_status dt_graph_shutdown(dt_graph *g) {
         stop->extra = atomic_exchange(&g->rhead, DT__R_CLOSED);
         dt__node *h = atomic_load(&g->qhead);
         do {
-            DT_ASSERT(!DT__Q_IS_CLOSED(h));
+            DT_ASSERT(!DT__Q_IS_CLOSED(h)); /* invariant: only this, under life_lock, closes it */
             stop->next = h;
         } while (!atomic_compare_exchange_weak(&g->qhead, &h, (dt__node *)((uintptr_t)stop | 1)));
         /* A worker held at a test gate would never reach its stop kernel. */
@@ -423,7 +426,7 @@ void dt__tval_free(dt__tval *v) {
 void dt__graph_flush_releases(dt_graph *g) {
     if (g->defer_n) {
         if (atomic_fetch_sub_explicit(&g->defer_mesh->refs, g->defer_n - 1, memory_order_acq_rel) == g->defer_n - 1)
-            DT_ASSERT(!"a deferred mesh reference was not counted");
+            DT_ASSERT(!"a deferred mesh reference was not counted"); /* invariant: refcount bug */
         dt_mesh_release(g->defer_mesh);
     }
     g->defer_mesh = NULL;

@@ -339,6 +339,13 @@ dt__stream *dt__stream_start(dt_graph *g, dt_device_type type, int64_t device_id
         dt__error(DT_ENOMEM, "streams: out of memory");
         return NULL;
     }
+    /* The stop kernel is made with the stream, so stopping cannot fail. */
+    s->stop_k = dt__pool_alloc(&dt__kernel_pool);
+    if (!s->stop_k) {
+        dt__free(s);
+        dt__error(DT_ENOMEM, "streams: out of memory");
+        return NULL;
+    }
     s->g = g;
     s->kind = kind;
     s->be = dt__graph_be(g, type);
@@ -346,6 +353,7 @@ dt__stream *dt__stream_start(dt_graph *g, dt_device_type type, int64_t device_id
     s->device_id = device_id;
     s->mem = dt__memdev_get(type, device_id);
     if (!s->mem) {
+        dt__pool_free(&dt__kernel_pool, s->stop_k);
         dt__free(s);
         return NULL;
     }
@@ -356,6 +364,7 @@ dt__stream *dt__stream_start(dt_graph *g, dt_device_type type, int64_t device_id
         if (st != DT_OK) {
             dt__error(st, "streams: the '%s' backend could not make a stream for device %lld: %s", be->name,
                       (long long)device_id, err[0] ? err : dt_status_str(st));
+            dt__pool_free(&dt__kernel_pool, s->stop_k);
             dt__free(s);
             return NULL;
         }
@@ -372,6 +381,7 @@ dt__stream *dt__stream_start(dt_graph *g, dt_device_type type, int64_t device_id
         pthread_mutex_destroy(&s->lock);
         if (s->ctx && be->stream_free)
             be->stream_free(s->ctx);
+        dt__pool_free(&dt__kernel_pool, s->stop_k);
         dt__free(s);
         dt__error(DT_EINTERNAL, "streams: could not start a worker thread");
         return NULL;
@@ -395,8 +405,8 @@ void dt__stream_submit(dt__stream *s, dt__kernel *head, dt__kernel *tail) {
 }
 
 void dt__stream_stop(dt__stream *s) {
-    dt__kernel *k = dt__pool_alloc(&dt__kernel_pool);
-    DT_ASSERT(k);
+    dt__kernel *k = s->stop_k; /* made with the stream: stopping cannot fail */
+    s->stop_k = NULL;
     k->kop = DT_KC_STOP;
     dt__stream_submit(s, k, k);
     pthread_join(s->thread, NULL);

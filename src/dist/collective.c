@@ -70,6 +70,8 @@ static void coll_free(dt__coll *c) {
     dt__free(c);
 }
 
+void dt__coll_free(dt__coll *c) { coll_free(c); }
+
 /* Slices peer p's input along dim_b to rank r's range. */
 static dt_status slice_peer(const dt__kernel *k, const dt__coll *c, int p, int r, void **out, char *err,
                             size_t errlen) {

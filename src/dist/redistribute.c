@@ -69,53 +69,59 @@ typedef struct plan {
 
 /* Runs one collective on every group along mesh dim `md`; `to` is the
  * placement after it. */
-static void collective(plan *p, int md, int kind, int dim_a, int dim_b, dt_placement to) {
+static dt_status collective(plan *p, int md, int kind, int dim_a, int dim_b, dt_placement to) {
     const dt__meta *m = &p->cur.meta;
     const dt_mesh *mesh = m->mesh;
     int64_t size = mesh->shape[md], stride = mesh->strides[md];
     int64_t coord[DT_MAX_MESH_NDIM], ls[DT_MAX_NDIM], ll[DT_MAX_NDIM];
     dt__blob **next = dt__calloc((size_t)mesh->ndev, sizeof *next);
-    DT_ASSERT(next);
+    if (!next)
+        return dt__lw_fail(p->L, DT_ENOMEM, "out of memory (redistribute plan)");
     for (int64_t base = 0; base < mesh->ndev; base++) {
         dt__mesh_coord(mesh, base, coord);
         if (coord[md] != 0)
             continue;
         dt__coll *c = dt__coll_new(mesh->type, kind, (int)size, m->ndim, m->dtype);
-        DT_ASSERT(c);
-        c->dim_a = dim_a;
-        c->dim_b = dim_b;
-        for (int64_t r = 0; r < size; r++) {
-            coord[md] = r;
-            dt__local_region(m, coord, ls, ll);
-            memcpy(c->shapes[r], ll, sizeof c->shapes[r]);
-            if (kind == DT_COLL_REDUCESCATTER || kind == DT_COLL_ALLTOALL)
-                dt__chunk(m->shape[dim_b], size, r, &c->starts[r], &c->lens[r]);
+        if (c) {
+            c->dim_a = dim_a;
+            c->dim_b = dim_b;
+            for (int64_t r = 0; r < size; r++) {
+                coord[md] = r;
+                dt__local_region(m, coord, ls, ll);
+                memcpy(c->shapes[r], ll, sizeof c->shapes[r]);
+                if (kind == DT_COLL_REDUCESCATTER || kind == DT_COLL_ALLTOALL)
+                    dt__chunk(m->shape[dim_b], size, r, &c->starts[r], &c->lens[r]);
+            }
         }
-        for (int64_t r = 0; r < size; r++) {
-            int64_t idx = base + r * stride;
-            dt__kernel *k = dt__lw_kernel(p->L, DT_KC_COLLECTIVE);
-            k->n_in = 1;
-            k->in[0] = p->cur.blobs[idx]; /* the plan's reference moves into the kernel */
-            p->cur.blobs[idx] = NULL;
-            k->rank = (int)r;
-            k->extra = c;
-            k->attr.dtype = m->dtype;
-            next[idx] = dt__lw_push_comm(p->L, mesh, idx, k);
+        /* The plan's references move into the kernels. */
+        if (dt__lw_collective(p->L, mesh, DT_STREAM_COMM, c, base, stride, p->cur.blobs, next, m->dtype, NULL) !=
+            DT_OK) {
+            /* Groups already queued run; the plan keeps what is left. */
+            for (int64_t i = 0; i < mesh->ndev; i++) {
+                if (!p->cur.blobs[i])
+                    p->cur.blobs[i] = next[i];
+                else
+                    dt__blob_release(next[i]);
+            }
+            dt__free(next);
+            return p->L->status;
         }
     }
     dt__free(p->cur.blobs);
     p->cur.blobs = next;
     p->cur.meta.pl[md] = to;
+    return DT_OK;
 }
 
 /* Replicate -> Shard(dim) or Partial on mesh dim md, without communication. */
-static void local_step(plan *p, int md, dt_placement to) {
+static dt_status local_step(plan *p, int md, dt_placement to) {
     const dt_mesh *mesh = p->cur.meta.mesh;
     dt__meta after = p->cur.meta;
     after.pl[md] = to;
     int64_t coord[DT_MAX_MESH_NDIM], s[DT_MAX_NDIM], l[DT_MAX_NDIM];
     dt__blob **next = dt__calloc((size_t)mesh->ndev, sizeof *next);
-    DT_ASSERT(next);
+    if (!next)
+        return dt__lw_fail(p->L, DT_ENOMEM, "out of memory (redistribute plan)");
     for (int64_t i = 0; i < mesh->ndev; i++) {
         dt__mesh_coord(mesh, i, coord);
         if (to.kind == DT_PLACEMENT_SHARD) {
@@ -125,17 +131,22 @@ static void local_step(plan *p, int md, dt_placement to) {
             next[i] = dt__blob_retain(p->cur.blobs[i]);
         } else {
             dt__kernel *k = dt__lw_kernel(p->L, DT_K_ZEROS_LIKE);
+            if (!k)
+                break;
             k->n_in = 1;
             k->in[0] = dt__blob_retain(p->cur.blobs[i]);
             k->attr.dtype = after.dtype;
             next[i] = dt__lw_push(p->L, mesh, i, k);
         }
     }
+    /* On failure next holds NULLs where nothing was made: the plan's old
+     * blobs are released either way, and the caller frees next. */
     for (int64_t i = 0; i < mesh->ndev; i++)
         dt__blob_release(p->cur.blobs[i]);
     dt__free(p->cur.blobs);
     p->cur.blobs = next;
     p->cur.meta.pl[md] = to;
+    return p->L->status;
 }
 
 static int same(dt_placement a, dt_placement b) { return a.kind == b.kind && a.dim == b.dim; }
@@ -193,18 +204,21 @@ static int64_t pick_replica(const dt__meta *m, int64_t i, int64_t want_id) {
 }
 
 /* Builds dst's blobs on its own mesh from p's (Partial-free) source state. */
-static void copy_across(plan *p, dt__tval *dst) {
+static dt_status copy_across(plan *p, dt__tval *dst) {
     const dt__meta *sm = &p->cur.meta, *dm = &dst->meta;
     const dt_mesh *smesh = sm->mesh, *dmesh = dm->mesh;
     int nd = sm->ndim;
     int64_t dc[DT_MAX_MESH_NDIM], sc[DT_MAX_MESH_NDIM];
     int64_t ts[DT_MAX_NDIM], tl[DT_MAX_NDIM], qs[DT_MAX_NDIM], ql[DT_MAX_NDIM];
-    dt__lw_alloc_blobs(dst);
+    if (dt__lw_alloc_blobs(p->L, dst) != DT_OK)
+        return p->L->status;
     for (int64_t j = 0; j < dmesh->ndev; j++) {
         dt__mesh_coord(dmesh, j, dc);
         dt__local_region(dm, dc, ts, tl);
         if (dt__partial_zero(dm, dc)) {
             dt__kernel *k = dt__lw_kernel(p->L, DT_K_FULL);
+            if (!k)
+                return p->L->status;
             k->attr.dtype = dm->dtype;
             k->attr.ndim = nd;
             memcpy(k->attr.shape, tl, sizeof tl);
@@ -213,11 +227,20 @@ static void copy_across(plan *p, dt__tval *dst) {
             continue;
         }
         dt__assembly *as = dt__calloc(1, sizeof *as);
-        DT_ASSERT(as);
-        as->pieces = dt__calloc((size_t)smesh->ndev, sizeof *as->pieces);
-        as->starts = dt__calloc((size_t)smesh->ndev * (size_t)(nd ? nd : 1), sizeof *as->starts);
-        as->lens = dt__calloc((size_t)smesh->ndev * (size_t)(nd ? nd : 1), sizeof *as->lens);
-        DT_ASSERT(as->pieces && as->starts && as->lens);
+        if (as) {
+            as->pieces = dt__calloc((size_t)smesh->ndev, sizeof *as->pieces);
+            as->starts = dt__calloc((size_t)smesh->ndev * (size_t)(nd ? nd : 1), sizeof *as->starts);
+            as->lens = dt__calloc((size_t)smesh->ndev * (size_t)(nd ? nd : 1), sizeof *as->lens);
+        }
+        if (!as || !as->pieces || !as->starts || !as->lens) {
+            if (as) {
+                dt__free(as->pieces);
+                dt__free(as->starts);
+                dt__free(as->lens);
+            }
+            dt__free(as);
+            return dt__lw_fail(p->L, DT_ENOMEM, "out of memory (assembly)");
+        }
         int shared = 0;
         for (int64_t i = 0; i < smesh->ndev; i++) {
             dt__mesh_coord(smesh, i, sc);
@@ -251,22 +274,35 @@ static void copy_across(plan *p, dt__tval *dst) {
                 break;
             }
             dt__blob *piece = dt__lw_region(p->L, &p->cur, src, sc, os, ol);
+            if (!piece)
+                break;
             for (int d = 0; d < nd; d++) {
                 as->starts[(size_t)as->n * (size_t)nd + (size_t)d] = os[d] - ts[d];
                 as->lens[(size_t)as->n * (size_t)nd + (size_t)d] = ol[d];
             }
             as->pieces[as->n++] = piece;
         }
-        if (shared) {
+        if (shared || p->L->status != DT_OK) {
             for (int i = 0; i < as->n; i++)
                 dt__blob_release(as->pieces[i]);
             dt__free(as->pieces);
             dt__free(as->starts);
             dt__free(as->lens);
             dt__free(as);
+            if (p->L->status != DT_OK)
+                return p->L->status;
             continue;
         }
         dt__kernel *k = dt__lw_kernel(p->L, DT_KC_ASSEMBLE);
+        if (!k) {
+            for (int i = 0; i < as->n; i++)
+                dt__blob_release(as->pieces[i]);
+            dt__free(as->pieces);
+            dt__free(as->starts);
+            dt__free(as->lens);
+            dt__free(as);
+            return p->L->status;
+        }
         k->extra = as;
         k->attr.dtype = dm->dtype;
         k->attr.ndim = nd;
@@ -275,14 +311,26 @@ static void copy_across(plan *p, dt__tval *dst) {
          * copy overlaps its compute; readers wait on its event. */
         dst->blobs[j] = dt__lw_push_comm(p->L, dmesh, j, k);
     }
+    return p->L->status;
 }
 
-void dt__lower_redistribute(dt__lower *L, dt__node *n) {
+/* Releases the plan's blobs. */
+static dt_status plan_free(plan *p, dt_status st) {
+    if (p->cur.blobs)
+        for (int64_t i = 0; i < p->cur.meta.mesh->ndev; i++)
+            dt__blob_release(p->cur.blobs[i]);
+    dt__free(p->cur.blobs);
+    p->cur.blobs = NULL;
+    return st;
+}
+
+dt_status dt__lower_redistribute(dt__lower *L, dt__node *n) {
     dt__tval *src = n->in[0], *dst = n->out;
     const dt_mesh *mesh = src->meta.mesh;
     plan p = {.L = L, .cur = {.meta = src->meta}};
     p.cur.blobs = dt__calloc((size_t)mesh->ndev, sizeof *p.cur.blobs);
-    DT_ASSERT(p.cur.blobs);
+    if (!p.cur.blobs)
+        return dt__lw_fail(L, DT_ENOMEM, "out of memory (redistribute plan)");
     for (int64_t i = 0; i < mesh->ndev; i++)
         p.cur.blobs[i] = dt__blob_retain(src->blobs[i]);
     const dt_placement R = {DT_PLACEMENT_REPLICATE, 0};
@@ -291,13 +339,10 @@ void dt__lower_redistribute(dt__lower *L, dt__node *n) {
     if (!dt_mesh_equal(mesh, to->mesh)) {
         /* Finish pending sums where they are, then copy across. */
         for (int md = mesh->ndim - 1; md >= 0; md--)
-            if (p.cur.meta.pl[md].kind == DT_PLACEMENT_PARTIAL)
-                collective(&p, md, DT_COLL_ALLREDUCE, 0, 0, R);
-        copy_across(&p, dst);
-        for (int64_t i = 0; i < mesh->ndev; i++)
-            dt__blob_release(p.cur.blobs[i]);
-        dt__free(p.cur.blobs);
-        return;
+            if (p.cur.meta.pl[md].kind == DT_PLACEMENT_PARTIAL &&
+                collective(&p, md, DT_COLL_ALLREDUCE, 0, 0, R) != DT_OK)
+                return plan_free(&p, L->status);
+        return plan_free(&p, copy_across(&p, dst));
     }
 
     /* Phase 1, innermost mesh dim first, so that a shard is gathered only
@@ -308,27 +353,33 @@ void dt__lower_redistribute(dt__lower *L, dt__node *n) {
             continue;
         dt_placement s = cur->pl[md], t = to->pl[md];
         int t_shard = t.kind == DT_PLACEMENT_SHARD && !same(s, t);
+        dt_status st = DT_OK;
         if (s.kind == DT_PLACEMENT_PARTIAL) {
             if (t_shard && direct_ok(cur, to, md, t.dim))
-                collective(&p, md, DT_COLL_REDUCESCATTER, 0, t.dim, t);
+                st = collective(&p, md, DT_COLL_REDUCESCATTER, 0, t.dim, t);
             else
-                collective(&p, md, DT_COLL_ALLREDUCE, 0, 0, R);
+                st = collective(&p, md, DT_COLL_ALLREDUCE, 0, 0, R);
         } else if (s.kind == DT_PLACEMENT_SHARD) {
             if (t_shard && direct_ok(cur, to, md, t.dim) && direct_ok(cur, to, md, s.dim))
-                collective(&p, md, DT_COLL_ALLTOALL, s.dim, t.dim, t);
+                st = collective(&p, md, DT_COLL_ALLTOALL, s.dim, t.dim, t);
             else
-                collective(&p, md, DT_COLL_ALLGATHER, s.dim, 0, R);
+                st = collective(&p, md, DT_COLL_ALLGATHER, s.dim, 0, R);
         }
+        if (st != DT_OK)
+            return plan_free(&p, st);
     }
     /* Phase 2, outermost first, so nested slices split the right chunk. */
     for (int md = 0; md < mesh->ndim; md++) {
         dt_placement s = p.cur.meta.pl[md], t = to->pl[md];
         if (same(s, t))
             continue;
+        /* Invariant: phase 1 left every changing mesh dim Replicate. */
         DT_ASSERT(s.kind == DT_PLACEMENT_REPLICATE);
-        local_step(&p, md, t);
+        if (local_step(&p, md, t) != DT_OK)
+            return plan_free(&p, L->status);
     }
     dst->blobs = p.cur.blobs;
+    return DT_OK;
 }
 
 /* ------------------------------------------------------------ registry */

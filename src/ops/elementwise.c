@@ -580,13 +580,14 @@ static int kernel_op(const dt__node *n) {
     case DT_OP_WHERE: return DT_K_WHERE;
     case DT_OP_MASKED_FILL: return DT_K_MASKED_FILL;
     case DT_OP_CLAMP: return DT_K_CLAMP;
+    /* Invariant: dt__ops sends only these ops here. */
     default: DT_ASSERT(!"not an elementwise node"); return -1;
     }
 }
 
 /* One kernel per device: each input is sliced (when Replicate or broadcast)
  * to the region the device's output needs. */
-void dt__lower_elementwise(dt__lower *L, dt__node *n) {
+dt_status dt__lower_elementwise(dt__lower *L, dt__node *n) {
     dt__tval *o = n->out;
     const dt__meta *out = &o->meta;
     const dt_mesh *mesh = out->mesh;
@@ -596,12 +597,15 @@ void dt__lower_elementwise(dt__lower *L, dt__node *n) {
         opname = binary_names[n->a.sub];
     else if (n->op == DT_OP_UNARY)
         opname = dt__ew_unary_name(n->a.sub);
-    dt__lw_alloc_blobs(o);
+    if (dt__lw_alloc_blobs(L, o) != DT_OK)
+        return L->status;
     int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], ns[DT_MAX_NDIM], nl[DT_MAX_NDIM];
     for (int64_t i = 0; i < mesh->ndev; i++) {
         dt__mesh_coord(mesh, i, coord);
         dt__local_region(out, coord, os, ol);
         dt__kernel *k = dt__lw_kernel(L, kop);
+        if (!k)
+            break;
         k->n_in = n->n_in;
         for (int j = 0; j < n->n_in; j++) {
             needed_region(&n->in[j]->meta, out, os, ol, ns, nl);
@@ -616,10 +620,11 @@ void dt__lower_elementwise(dt__lower *L, dt__node *n) {
         k->attr.scalar2 = n->a.scalar2;
         o->blobs[i] = dt__lw_push(L, mesh, i, k);
     }
+    return L->status;
 }
 
-void dt__lower_binary(dt__lower *L, dt__node *n) { dt__lower_elementwise(L, n); }
-void dt__lower_unary(dt__lower *L, dt__node *n) { dt__lower_elementwise(L, n); }
+dt_status dt__lower_binary(dt__lower *L, dt__node *n) { return dt__lower_elementwise(L, n); }
+dt_status dt__lower_unary(dt__lower *L, dt__node *n) { return dt__lower_elementwise(L, n); }
 
 /* ------------------------------------------------------------ registry */
 

@@ -366,17 +366,24 @@ dt_tensor *dt_arange(dt_graph *g, dt_dtype dtype, double start, double end, doub
 
 /* ------------------------------------------------------------ lowering */
 
-void dt__lower_factory(dt__lower *L, dt__node *n) {
+dt_status dt__lower_factory(dt__lower *L, dt__node *n) {
     dt__tval *v = n->out;
     const dt__meta *m = &v->meta;
     const dt_mesh *mesh = m->mesh;
-    dt__lw_alloc_blobs(v);
+    if (dt__lw_alloc_blobs(L, v) != DT_OK) {
+        dt__source_free(dt__graph_be(L->g, mesh->type), n);
+        return L->status;
+    }
     dt__blob *source = NULL;
     local_sources *ls = n->op == DT_OP_SOURCE && n->a.flags == DT__SOURCE_LOCAL ? n->extra : NULL;
     if (n->op == DT_OP_SOURCE && !ls) {
         source = dt__blob_new(dt__graph_be(L->g, mesh->type));
-        DT_ASSERT(source);
+        if (!source) {
+            dt__source_free(dt__graph_be(L->g, mesh->type), n);
+            return dt__lw_fail(L, DT_ENOMEM, "out of memory (blob record)");
+        }
         source->impl = n->extra;
+        n->extra = NULL; /* the blob owns the host impl now */
     }
     int64_t coord[DT_MAX_MESH_NDIM], start[DT_MAX_NDIM], len[DT_MAX_NDIM];
     for (int64_t i = 0; i < mesh->ndev; i++) {
@@ -386,7 +393,10 @@ void dt__lower_factory(dt__lower *L, dt__node *n) {
         if (ls) {
             /* from_local: the device's own block, whole (the slice aliases it). */
             source = dt__blob_new(dt__graph_be(L->g, mesh->type));
-            DT_ASSERT(source);
+            if (!source) {
+                dt__lw_fail(L, DT_ENOMEM, "out of memory (blob record)");
+                break;
+            }
             source->impl = ls->impl[i];
             ls->impl[i] = NULL;
             memset(start, 0, sizeof start);
@@ -405,6 +415,8 @@ void dt__lower_factory(dt__lower *L, dt__node *n) {
         else
             kop = DT_K_ARANGE;
         dt__kernel *k = dt__lw_kernel(L, kop);
+        if (!k)
+            break;
         dt__kattr *a = &k->attr;
         a->dtype = m->dtype;
         a->ndim = m->ndim;
@@ -435,9 +447,11 @@ void dt__lower_factory(dt__lower *L, dt__node *n) {
     }
     dt__blob_release(source);
     if (ls) {
-        dt__free(ls);
+        /* After a failure some host blocks were not taken yet. */
+        dt__source_free(dt__graph_be(L->g, mesh->type), n);
         n->extra = NULL;
     }
+    return L->status;
 }
 
 /* ------------------------------------------------------------ registry */

@@ -153,13 +153,16 @@ dt_tensor *dt_index(dt_tensor *a, const dt_slice *dims, uint64_t new_axes) {
 void dt__vlower_index(dt__lower *L, dt__node *n) {
     dt__tval *in = n->in[0], *o = n->out;
     const dt_mesh *mesh = o->meta.mesh;
-    dt__lw_alloc_blobs(o);
+    if (dt__lw_alloc_blobs(L, o) != DT_OK)
+        return;
     int64_t coord[DT_MAX_MESH_NDIM], ls[DT_MAX_NDIM], ll[DT_MAX_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM];
     for (int64_t i = 0; i < mesh->ndev; i++) {
         dt__mesh_coord(mesh, i, coord);
         dt__local_region(&in->meta, coord, ls, ll);
         dt__local_region(&o->meta, coord, os, ol);
         dt__kernel *k = dt__view_kernel(L, n, DT_KV_STRIDED);
+        if (!k)
+            break;
         int whole = in->meta.ndim == o->meta.ndim;
         k->attr.ndim = in->meta.ndim;
         for (int d = 0; d < in->meta.ndim; d++) {
@@ -400,7 +403,8 @@ void dt__vlower_setitem(dt__lower *L, dt__node *n) {
     dt__tval *a = n->in[0], *v = n->n_in > 1 ? n->in[1] : NULL, *o = n->out;
     const dt__meta *am = &a->meta;
     const dt_mesh *mesh = am->mesh;
-    dt__lw_alloc_blobs(o);
+    if (dt__lw_alloc_blobs(L, o) != DT_OK)
+        return;
     int64_t coord[DT_MAX_MESH_NDIM], k0[DT_MAX_NDIM], k1[DT_MAX_NDIM], ls[DT_MAX_NDIM];
     int64_t vs[DT_MAX_NDIM], vl[DT_MAX_NDIM];
     for (int64_t i = 0; i < mesh->ndev; i++) {
@@ -411,6 +415,8 @@ void dt__vlower_setitem(dt__lower *L, dt__node *n) {
         }
         int zero = writes_zero(am, v ? &v->meta : NULL, coord);
         dt__kernel *k = dt__view_kernel(L, n, v && !zero ? DT_KV_SET_TENSOR : DT_KV_SET_SCALAR);
+        if (!k)
+            break;
         k->n_in = 1;
         k->in[0] = dt__blob_retain(a->blobs[i]);
         k->attr.ndim = am->ndim;
@@ -499,12 +505,15 @@ void dt__vlower_setitem_mask(dt__lower *L, dt__node *n) {
     const dt__meta *am = &a->meta;
     const dt_mesh *mesh = am->mesh;
     int dim = n->a.v_dim, k_nd = mask->meta.ndim;
-    dt__lw_alloc_blobs(o);
+    if (dt__lw_alloc_blobs(L, o) != DT_OK)
+        return;
     int64_t coord[DT_MAX_MESH_NDIM], ls[DT_MAX_NDIM], ll[DT_MAX_NDIM];
     for (int64_t i = 0; i < mesh->ndev; i++) {
         dt__mesh_coord(mesh, i, coord);
         dt__local_region(am, coord, ls, ll);
         dt__kernel *k = dt__view_kernel(L, n, DT_KV_MASKED_FILL);
+        if (!k)
+            break;
         k->n_in = 2;
         k->in[0] = dt__blob_retain(a->blobs[i]);
         k->in[1] = dt__lw_region(L, mask, i, coord, ls + dim, ll + dim);
@@ -556,11 +565,14 @@ dt_tensor *dt_setitem_index(dt_tensor *a, int64_t dim, dt_tensor *index, dt_scal
 void dt__vlower_setitem_index(dt__lower *L, dt__node *n) {
     dt__tval *a = n->in[0], *o = n->out;
     const dt_mesh *mesh = a->meta.mesh;
-    dt__lw_alloc_blobs(o);
+    if (dt__lw_alloc_blobs(L, o) != DT_OK)
+        return;
     int64_t coord[DT_MAX_MESH_NDIM];
     for (int64_t i = 0; i < mesh->ndev; i++) {
         dt__mesh_coord(mesh, i, coord);
         dt__kernel *k = dt__view_kernel(L, n, DT_KV_INDEX_FILL);
+        if (!k)
+            break;
         k->n_in = 2;
         k->in[0] = dt__blob_retain(a->blobs[i]);
         k->in[1] = dt__blob_retain(n->in[1]->blobs[i]);

@@ -204,17 +204,20 @@ static int zero_part(const dt__meta *out, const dt__meta *m, const int64_t *coor
     return 0;
 }
 
-void dt__lower_masked_scatter(dt__lower *L, dt__node *n) {
+dt_status dt__lower_masked_scatter(dt__lower *L, dt__node *n) {
     dt__tval *a = n->in[0], *mask = n->in[1], *src = n->in[2], *o = n->out;
     const dt__meta *out = &o->meta;
     const dt_mesh *mesh = out->mesh;
-    dt__lw_alloc_blobs(o);
+    if (dt__lw_alloc_blobs(L, o) != DT_OK)
+        return L->status;
     int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], s[DT_MAX_NDIM], l[DT_MAX_NDIM];
     for (int64_t i = 0; i < mesh->ndev; i++) {
         dt__mesh_coord(mesh, i, coord);
         dt__local_region(out, coord, os, ol);
         input_region(&a->meta, out, os, ol, s, l);
         dt__kernel *k = dt__lw_kernel(L, DT_K_MASKED_SCATTER);
+        if (!k)
+            break;
         k->n_in = 3;
         k->in[0] = dt__lw_region(L, a, i, coord, s, l);
         k->in[1] = dt__blob_retain(mask->blobs[i]);
@@ -239,6 +242,7 @@ void dt__lower_masked_scatter(dt__lower *L, dt__node *n) {
         ka->flags = flags;
         o->blobs[i] = dt__lw_push(L, mesh, i, k);
     }
+    return L->status;
 }
 
 /* ------------------------------------------------------------ registry */

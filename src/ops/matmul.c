@@ -85,6 +85,7 @@ static const char *kind_accepts(int kind) {
 /* ------------------------------------------------------------ plans */
 
 static int new_label(dt__lplan *p, int64_t size) {
+    /* Invariant: two operands and the output have at most 3 * DT_MAX_NDIM dims. */
     DT_ASSERT(p->nlab < DT_LINALG_MAX_LABELS);
     p->lsize[p->nlab] = size;
     p->opos[p->nlab] = -1;
@@ -602,7 +603,7 @@ dt_tensor *dt_einsum(const char *equation, int n, dt_tensor *const *operands) {
 
 /* ------------------------------------------------------------ lowering */
 
-void dt__lower_linalg(dt__lower *L, dt__node *n) {
+dt_status dt__lower_linalg(dt__lower *L, dt__node *n) {
     dt__tval *o = n->out;
     const dt__meta *out = &o->meta;
     const dt_mesh *mesh = out->mesh;
@@ -617,12 +618,15 @@ void dt__lower_linalg(dt__lower *L, dt__node *n) {
     DT_ASSERT(build_plan(kind, ms, nops, n->a.text, &p) == DT_OK);
     DT_ASSERT(place(&p, &scratch) < 0);
     dt__tval *bias = n->n_in == 3 ? n->in[2] : NULL;
-    dt__lw_alloc_blobs(o);
+    if (dt__lw_alloc_blobs(L, o) != DT_OK)
+        return L->status;
     int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], s[DT_MAX_NDIM], l[DT_MAX_NDIM];
     for (int64_t i = 0; i < mesh->ndev; i++) {
         dt__mesh_coord(mesh, i, coord);
         dt__local_region(out, coord, os, ol);
         dt__kernel *k = dt__lw_kernel(L, kind == DT_LINALG_MATMUL ? DT_K_MATMUL : DT_K_LINALG);
+        if (!k)
+            break;
         for (int j = 0; j < nops; j++) {
             operand_region(&p, j, mesh, coord, os, ol, s, l);
             k->in[j] = dt__lw_region(L, n->in[j], i, coord, s, l);
@@ -638,9 +642,10 @@ void dt__lower_linalg(dt__lower *L, dt__node *n) {
         k->opname = kind_name(kind);
         o->blobs[i] = dt__lw_push(L, mesh, i, k);
     }
+    return L->status;
 }
 
-void dt__lower_matmul(dt__lower *L, dt__node *n) { dt__lower_linalg(L, n); }
+dt_status dt__lower_matmul(dt__lower *L, dt__node *n) { return dt__lower_linalg(L, n); }
 
 /* ------------------------------------------------------------ registry */
 

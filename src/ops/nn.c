@@ -82,6 +82,7 @@ static void needed_region(const nn_rules *r, const nn_ctx *c, int j, const int64
         r->needed(c, j, coord, os, ol, s, l);
         return;
     }
+    /* Invariant: ops without a `needed` rule keep the rank (nn_rules). */
     DT_ASSERT(c->in[j]->ndim == c->out->ndim);
     memcpy(s, os, sizeof(int64_t) * (size_t)c->out->ndim);
     memcpy(l, ol, sizeof(int64_t) * (size_t)c->out->ndim);
@@ -169,10 +170,14 @@ static dt_status check_regions(const char *name, const nn_rules *r, const nn_ctx
 dt_tensor *dt__nn_submit(int op, const char *name, dt_tensor *const *ins, int nin, dt__meta *out,
                          const dt__nattr *a, uint32_t linear_mask) {
     const nn_rules *r = rules_of(op);
+    /* Invariant: the family's own entry points pass their op and count. */
     DT_ASSERT(r && nin >= 1 && nin <= DT_MAX_OP_INPUTS);
     nn_ctx c = {.op = op, .a = a, .nin = nin, .out = out};
     for (int j = 0; j < nin; j++) {
-        DT_ASSERT(ins[j]);
+        if (!ins[j]) {
+            dt__error(DT_EINVAL, "%s(): tensor argument %d is NULL", name, j);
+            return NULL;
+        }
         if (ins[j]->graph != ins[0]->graph) {
             dt__error(DT_EINVAL, "%s(): the tensors belong to different graphs", name);
             return NULL;
@@ -207,21 +212,24 @@ dt_tensor *dt__nn_submit(int op, const char *name, dt_tensor *const *ins, int ni
     return dt__client_submit(t, n);
 }
 
-void dt__lower_nn(dt__lower *L, dt__node *n) {
+dt_status dt__lower_nn(dt__lower *L, dt__node *n) {
     const nn_rules *r = rules_of(n->op);
-    DT_ASSERT(r);
+    DT_ASSERT(r); /* invariant: dt__ops sends only nn ops here */
     dt__tval *o = n->out;
     const dt__meta *out = &o->meta;
     const dt_mesh *mesh = out->mesh;
     nn_ctx c = {.op = n->op, .a = &n->a, .nin = n->n_in, .out = out};
     for (int j = 0; j < n->n_in; j++)
         c.in[j] = &n->in[j]->meta;
-    dt__lw_alloc_blobs(o);
+    if (dt__lw_alloc_blobs(L, o) != DT_OK)
+        return L->status;
     int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], ns[DT_MAX_NDIM], nl[DT_MAX_NDIM];
     for (int64_t i = 0; i < mesh->ndev; i++) {
         dt__mesh_coord(mesh, i, coord);
         dt__local_region(out, coord, os, ol);
         dt__kernel *k = dt__lw_kernel(L, r->kop);
+        if (!k)
+            break;
         k->n_in = n->n_in;
         for (int j = 0; j < n->n_in; j++) {
             needed_region(r, &c, j, coord, os, ol, ns, nl);
@@ -244,6 +252,7 @@ void dt__lower_nn(dt__lower *L, dt__node *n) {
             r->kattr(&c, coord, os, ol, ka);
         o->blobs[i] = dt__lw_push(L, mesh, i, k);
     }
+    return L->status;
 }
 
 /* Shard rule of same-shaped elementwise ops: every dim passes through. */

@@ -269,8 +269,8 @@ dt_status dt_reduce_with_indices(dt_reduce_op op, dt_tensor *a, int64_t dim, int
  * replaced by the gathered blobs; the old references move into the kernels.
  * Every collective is queued on all of its ranks before the next one, which
  * keeps the streams' orders consistent (collective.c). */
-static void allgather(dt__lower *L, const dt_mesh *mesh, int md, int dim, int ndim, dt_dtype dtype,
-                      dt__blob **blobs, const char *opname) {
+static dt_status allgather(dt__lower *L, const dt_mesh *mesh, int md, int dim, int ndim, dt_dtype dtype,
+                           dt__blob **blobs, const char *opname) {
     int64_t size = mesh->shape[md], stride = mesh->strides[md];
     int64_t coord[DT_MAX_MESH_NDIM];
     for (int64_t base = 0; base < mesh->ndev; base++) {
@@ -278,26 +278,22 @@ static void allgather(dt__lower *L, const dt_mesh *mesh, int md, int dim, int nd
         if (coord[md] != 0)
             continue;
         dt__coll *c = dt__coll_new(mesh->type, DT_COLL_ALLGATHER, (int)size, ndim, dtype);
-        DT_ASSERT(c);
-        c->dim_a = dim;
-        for (int64_t r = 0; r < size; r++) {
-            int64_t idx = base + r * stride;
-            dt__kernel *k = dt__lw_kernel(L, DT_KC_COLLECTIVE);
-            k->n_in = 1;
-            k->in[0] = blobs[idx];
-            k->rank = (int)r;
-            k->extra = c;
-            k->attr.dtype = dtype;
-            k->opname = opname;
-            blobs[idx] = dt__lw_push(L, mesh, idx, k);
-        }
+        if (c)
+            c->dim_a = dim;
+        if (dt__lw_collective(L, mesh, DT_STREAM_COMPUTE, c, base, stride, blobs, blobs, dtype, opname) != DT_OK)
+            return L->status;
     }
+    return DT_OK;
 }
 
 /* A DT_K_REDUCE kernel on one input. */
 static dt__kernel *reduce_kernel(dt__lower *L, int op, int mode, dt__blob *in, dt_dtype dtype, uint64_t mask,
                                  int flags) {
     dt__kernel *k = dt__lw_kernel(L, DT_K_REDUCE);
+    if (!k) {
+        dt__blob_release(in);
+        return NULL;
+    }
     k->n_in = 1;
     k->in[0] = in;
     k->opname = reduce_names[op];
@@ -328,6 +324,10 @@ static void lower_local(dt__lower *L, dt__node *n, int op, int mode, int sharded
             /* DT_K_SUM: the no-dim form keeps nothing; with keepdim it is
              * every dim listed. */
             k = dt__lw_kernel(L, DT_K_SUM);
+            if (!k) {
+                dt__blob_release(x);
+                return;
+            }
             k->n_in = 1;
             k->in[0] = x;
             k->attr.dims_mask = (flags & DT_KF_ALL) && !(flags & DT_KF_KEEPDIM) ? 0 : mask;
@@ -339,6 +339,8 @@ static void lower_local(dt__lower *L, dt__node *n, int op, int mode, int sharded
             k->opname = "sum";
         } else if (op == DT_REDUCE_MEAN && sharded_reduce) {
             k = reduce_kernel(L, op, DT_KR_SUM_DIV, x, o->meta.dtype, mask, flags & DT_KF_KEEPDIM);
+            if (!k)
+                return;
             k->attr.f[0] = count;
         } else {
             k = reduce_kernel(L, op, mode, x, o->meta.dtype, mask, flags);
@@ -366,7 +368,10 @@ static void lower_gathered(dt__lower *L, dt__node *n, int op, int mode, uint32_t
     dt_dtype vdt = arg ? m->dtype : o->meta.dtype;
     dt__blob **vals = dt__calloc((size_t)mesh->ndev, sizeof *vals);
     dt__blob **idxs = dt__calloc((size_t)mesh->ndev, sizeof *idxs);
-    DT_ASSERT(vals && idxs);
+    if (!vals || !idxs) {
+        dt__lw_fail(L, DT_ENOMEM, "out of memory (reduction)");
+        goto out;
+    }
     int64_t coord[DT_MAX_MESH_NDIM], ls[DT_MAX_NDIM], ll[DT_MAX_NDIM];
     for (int64_t i = 0; i < mesh->ndev; i++) {
         dt__mesh_coord(mesh, i, coord);
@@ -386,6 +391,8 @@ static void lower_gathered(dt__lower *L, dt__node *n, int op, int mode, uint32_t
                 /* Nothing to reduce here: an empty piece keeps the gather's
                  * shapes consistent and adds nothing. */
                 k = dt__lw_kernel(L, DT_K_FULL);
+                if (!k)
+                    goto out;
                 k->attr.dtype = which ? DT_INT64 : vdt;
                 k->attr.ndim = m->ndim;
                 memcpy(k->attr.shape, pshape, sizeof pshape);
@@ -398,6 +405,8 @@ static void lower_gathered(dt__lower *L, dt__node *n, int op, int mode, uint32_t
                 /* Global indices; the no-dim form gives the flat index. */
                 k = reduce_kernel(L, best, DT_KR_GLOBAL_INDEX, dt__blob_retain(in->blobs[i]), DT_INT64, mask,
                                   DT_KF_KEEPDIM | (flags & DT_KF_ALL));
+                if (!k)
+                    goto out;
                 k->attr.ndim = m->ndim;
                 k->attr.gndim = m->ndim;
                 memcpy(k->attr.start, ls, sizeof ls);
@@ -410,28 +419,45 @@ static void lower_gathered(dt__lower *L, dt__node *n, int op, int mode, uint32_t
         if (!(gmask & (1u << md)))
             continue;
         int d = m->pl[md].dim;
-        allgather(L, mesh, md, d, m->ndim, vdt, vals, reduce_names[op]);
-        if (arg)
-            allgather(L, mesh, md, d, m->ndim, DT_INT64, idxs, reduce_names[op]);
+        if (allgather(L, mesh, md, d, m->ndim, vdt, vals, reduce_names[op]) != DT_OK ||
+            (arg && allgather(L, mesh, md, d, m->ndim, DT_INT64, idxs, reduce_names[op]) != DT_OK))
+            goto out;
     }
-    dt__lw_alloc_blobs(o);
+    if (dt__lw_alloc_blobs(L, o) != DT_OK)
+        goto out;
     for (int64_t i = 0; i < mesh->ndev; i++) {
         dt__kernel *k;
+        /* The references in vals/idxs move into the kernels. */
         if (arg) {
             k = reduce_kernel(L, best, DT_KR_COMBINE, vals[i], DT_INT64, mask, flags);
+            vals[i] = NULL;
+            if (!k)
+                goto out;
             k->n_in = 2;
             k->in[1] = idxs[i];
+            idxs[i] = NULL;
         } else {
             k = reduce_kernel(L, vop, DT_KR_PLAIN, vals[i], o->meta.dtype, mask, flags);
+            vals[i] = NULL;
+            if (!k)
+                goto out;
         }
         k->opname = reduce_names[op];
         o->blobs[i] = dt__lw_push(L, mesh, i, k);
+    }
+out:
+    /* What a failure left behind. */
+    for (int64_t i = 0; i < mesh->ndev; i++) {
+        if (vals)
+            dt__blob_release(vals[i]);
+        if (idxs)
+            dt__blob_release(idxs[i]);
     }
     dt__free(vals);
     dt__free(idxs);
 }
 
-void dt__lower_reduce(dt__lower *L, dt__node *n) {
+dt_status dt__lower_reduce(dt__lower *L, dt__node *n) {
     int op = n->op == DT_OP_SUM ? DT_REDUCE_SUM : n->a.sub & 0xff;
     int mode = n->op == DT_OP_SUM ? DT_KR_PLAIN : n->a.sub >> 8;
     const dt__meta *m = &n->in[0]->meta;
@@ -439,14 +465,16 @@ void dt__lower_reduce(dt__lower *L, dt__node *n) {
     for (int md = 0; md < m->mesh->ndim; md++)
         if (m->pl[md].kind == DT_PLACEMENT_SHARD && (n->a.dims_mask & (1ull << m->pl[md].dim)))
             gmask |= 1u << md;
-    dt__lw_alloc_blobs(n->out);
+    if (dt__lw_alloc_blobs(L, n->out) != DT_OK)
+        return L->status;
     if (is_linear(op) || !gmask)
         lower_local(L, n, op, mode, gmask != 0);
     else
         lower_gathered(L, n, op, mode, gmask);
+    return L->status;
 }
 
-void dt__lower_sum(dt__lower *L, dt__node *n) { dt__lower_reduce(L, n); }
+dt_status dt__lower_sum(dt__lower *L, dt__node *n) { return dt__lower_reduce(L, n); }
 
 /* ------------------------------------------------------------ registry */
 

@@ -243,12 +243,15 @@ void dt__vlower_cat(dt__lower *L, dt__node *n) {
     dt__tval *o = n->out;
     const dt_mesh *mesh = o->meta.mesh;
     int dim = n->a.v_dim, stack = n->a.v_nints;
-    dt__lw_alloc_blobs(o);
+    if (dt__lw_alloc_blobs(L, o) != DT_OK)
+        return;
     int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], s[DT_MAX_NDIM], l[DT_MAX_NDIM];
     for (int64_t i = 0; i < mesh->ndev; i++) {
         dt__mesh_coord(mesh, i, coord);
         dt__local_region(&o->meta, coord, os, ol);
         dt__kernel *k = dt__view_kernel(L, n, DT_KV_CAT);
+        if (!k)
+            break;
         k->n_in = n->n_in;
         for (int j = 0; j < n->n_in; j++) {
             cat_needed(&n->in[j]->meta, &o->meta, dim, stack, os, ol, s, l);
@@ -296,12 +299,15 @@ void dt__vlower_tril(dt__lower *L, dt__node *n) {
     dt__tval *in = n->in[0], *o = n->out;
     const dt_mesh *mesh = o->meta.mesh;
     int nd = o->meta.ndim;
-    dt__lw_alloc_blobs(o);
+    if (dt__lw_alloc_blobs(L, o) != DT_OK)
+        return;
     int64_t coord[DT_MAX_MESH_NDIM], ls[DT_MAX_NDIM], ll[DT_MAX_NDIM];
     for (int64_t i = 0; i < mesh->ndev; i++) {
         dt__mesh_coord(mesh, i, coord);
         dt__local_region(&o->meta, coord, ls, ll);
         dt__kernel *k = dt__view_kernel(L, n, n->a.v_nints ? DT_KV_TRIU : DT_KV_TRIL);
+        if (!k)
+            break;
         if (n->a.v_nints)
             k->opname = "triu";
         k->n_in = 1;

@@ -282,7 +282,7 @@ dt_tensor *dt_nonzero(dt_tensor *a) {
 
 /* ------------------------------------------------------------ lowering */
 
-void dt__lower_sort_scan(dt__lower *L, dt__node *n) {
+dt_status dt__lower_sort_scan(dt__lower *L, dt__node *n) {
     dt__tval *in = n->in[0], *o = n->out;
     const dt__meta *m = &in->meta;
     const dt_mesh *mesh = m->mesh;
@@ -307,7 +307,8 @@ void dt__lower_sort_scan(dt__lower *L, dt__node *n) {
         step.n_in = 1;
         step.in[0] = in;
         step.out = &whole;
-        dt__lower_redistribute(L, &step);
+        if (dt__lower_redistribute(L, &step) != DT_OK)
+            return L->status;
         x = &whole;
     }
 
@@ -318,12 +319,16 @@ void dt__lower_sort_scan(dt__lower *L, dt__node *n) {
     res.meta.dtype = o->meta.dtype;
     if (slice_back) {
         res.blobs = dt__calloc((size_t)mesh->ndev, sizeof *res.blobs);
-        DT_ASSERT(res.blobs);
+        if (!res.blobs)
+            dt__lw_fail(L, DT_ENOMEM, "out of memory (blob array)");
     }
-    dt__lw_alloc_blobs(o);
+    if (L->status == DT_OK)
+        dt__lw_alloc_blobs(L, o);
     int64_t coord[DT_MAX_MESH_NDIM], start[DT_MAX_NDIM], len[DT_MAX_NDIM];
-    for (int64_t i = 0; i < mesh->ndev; i++) {
+    for (int64_t i = 0; L->status == DT_OK && i < mesh->ndev; i++) {
         dt__kernel *k = dt__lw_kernel(L, DT_K_SORT);
+        if (!k)
+            break;
         k->n_in = 1;
         k->in[0] = dt__blob_retain(x->blobs[i]);
         k->opname = kind_names[kind];
@@ -344,12 +349,13 @@ void dt__lower_sort_scan(dt__lower *L, dt__node *n) {
     if (gather) {
         for (int64_t i = 0; i < mesh->ndev; i++) {
             dt__blob_release(whole.blobs[i]);
-            if (slice_back)
+            if (res.blobs)
                 dt__blob_release(res.blobs[i]);
         }
         dt__free(whole.blobs);
         dt__free(res.blobs);
     }
+    return L->status;
 }
 
 /* ------------------------------------------------------------ registry */

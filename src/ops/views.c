@@ -125,9 +125,12 @@ dt__kernel *dt__view_kernel(dt__lower *L, const dt__node *n, int sub) {
 void dt__view_lower_each(dt__lower *L, dt__node *n, int sub, const dt__kattr *attr) {
     dt__tval *o = n->out;
     const dt_mesh *mesh = o->meta.mesh;
-    dt__lw_alloc_blobs(o);
+    if (dt__lw_alloc_blobs(L, o) != DT_OK)
+        return;
     for (int64_t i = 0; i < mesh->ndev; i++) {
         dt__kernel *k = dt__view_kernel(L, n, sub);
+        if (!k)
+            break;
         int32_t dtype = k->attr.dtype;
         k->attr = *attr;
         k->attr.dtype = dtype;
@@ -512,7 +515,8 @@ dt_tensor *dt_clone(dt_tensor *a) {
 static void lower_local(dt__lower *L, dt__node *n) {
     dt__tval *in = n->in[0], *o = n->out;
     const dt_mesh *mesh = o->meta.mesh;
-    dt__lw_alloc_blobs(o);
+    if (dt__lw_alloc_blobs(L, o) != DT_OK)
+        return;
     int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], is[DT_MAX_NDIM], il[DT_MAX_NDIM];
     for (int64_t i = 0; i < mesh->ndev; i++) {
         dt__mesh_coord(mesh, i, coord);
@@ -526,6 +530,8 @@ static void lower_local(dt__lower *L, dt__node *n) {
         }
         int sub = n->a.sub == DT_V_RESHAPE ? DT_KV_RESHAPE : n->a.sub == DT_V_PERMUTE ? DT_KV_PERMUTE : DT_KV_EXPAND;
         dt__kernel *k = dt__view_kernel(L, n, sub);
+        if (!k)
+            break;
         k->n_in = 1;
         k->in[0] = dt__blob_retain(in->blobs[i]);
         k->attr.ndim = o->meta.ndim;
@@ -541,12 +547,13 @@ static void lower_local(dt__lower *L, dt__node *n) {
 static void lower_clone(dt__lower *L, dt__node *n) {
     (void)L;
     dt__tval *o = n->out;
-    dt__lw_alloc_blobs(o);
+    if (dt__lw_alloc_blobs(L, o) != DT_OK)
+        return;
     for (int64_t i = 0; i < o->meta.mesh->ndev; i++)
         o->blobs[i] = dt__blob_retain(n->in[0]->blobs[i]);
 }
 
-void dt__lower_view(dt__lower *L, dt__node *n) {
+dt_status dt__lower_view(dt__lower *L, dt__node *n) {
     switch (n->a.sub) {
     case DT_V_RESHAPE:
     case DT_V_PERMUTE:
@@ -563,8 +570,10 @@ void dt__lower_view(dt__lower *L, dt__node *n) {
     case DT_V_REPEAT: dt__vlower_repeat(L, n); break;
     case DT_V_REPEAT_INTERLEAVE: dt__vlower_repeat_interleave(L, n); break;
     case DT_V_CLONE: lower_clone(L, n); break;
+    /* Invariant: the client makes only the kinds above. */
     default: DT_ASSERT(!"unknown view kind");
     }
+    return L->status;
 }
 
 /* ---------------------------------------------------------------- registry */

@@ -225,3 +225,32 @@ class TestMemory(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestLoweringErrors(unittest.TestCase):
+    """A host-side failure while the controller lowers an op (dt_debug_fail_allocs) poisons the op's
+    value: the next read raises KernelError naming the op, "controller" and the user's line."""
+
+    def test_failed_lowering_raises_at_read_with_op_and_line(self):
+        import inspect
+
+        from dtorch.test.probes import fail_allocs, fail_allocs_pending
+
+        x = dtorch.from_torch(torch.arange(8.0), CPU2, [Shard(0)])
+        x.to_torch()  # lowered and read before arming: only the sum below can fail
+        try:
+            fail_allocs(0)
+            line = inspect.currentframe().f_lineno + 1
+            total = x.sum()  # its lowering's first allocation fails
+            doubled = total * 2  # inherits the failure
+            with self.assertRaises(dtorch.KernelError) as cm:
+                doubled.to_torch()
+            self.assertFalse(fail_allocs_pending())
+        finally:
+            fail_allocs(-1)
+        message = str(cm.exception)
+        self.assertRegex(message, r"\b(sum|reduce) failed on the controller")
+        self.assertIn("out of memory", message)
+        self.assertIn(f"{os.path.basename(__file__)}:{line}", message)
+        # The runtime keeps working, on the same input.
+        assert_tensor_equal(self, x.sum() * 2, torch.tensor(56.0))

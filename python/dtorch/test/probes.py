@@ -27,7 +27,7 @@ from typing import Dict, Optional
 from .. import _C
 from .._C import TensorBase
 
-__all__ = ["Gate", "graph_stats", "cached_bytes"]
+__all__ = ["Gate", "graph_stats", "cached_bytes", "fail_allocs", "fail_allocs_pending"]
 
 
 class Gate:
@@ -90,3 +90,21 @@ def cached_bytes() -> int:
     0
     """
     return _C._cached_bytes()
+
+
+def fail_allocs(after_n: int) -> None:
+    """Makes the controller's next lowering allocation after ``after_n`` successes fail, once.
+
+    The node being lowered then gets an error naming the op, "on the controller" and the Python
+    line that recorded it, raised as ``KernelError`` at the next read (``dt_debug_fail_allocs``).
+    A negative value disarms. Only controller allocations made while lowering ever fail.
+
+    >>> fail_allocs(0); y = dtorch.ones(3) + 1   # the add's lowering fails
+    >>> fail_allocs(-1)
+    """
+    _C._fail_allocs(int(after_n))
+
+
+def fail_allocs_pending() -> bool:
+    """Whether the failure armed by :func:`fail_allocs` has not happened yet."""
+    return _C._fail_allocs_pending()
