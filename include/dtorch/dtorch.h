@@ -1020,6 +1020,12 @@ typedef struct dt_graph_stats {
     int64_t in_flight_limit; /* flow control's bound (32768) */
     int64_t check_interval;  /* submissions of a thread between two looks at the bound (64) */
     int64_t flow_waits;      /* times a client waited for the pipeline to drain */
+    /* Node records never lowered because their result was dropped unread in
+     * the controller round that took them (the window's dce pass). */
+    int64_t nodes_eliminated;
+    /* Kernels that wrote their result into their first input's buffer (the
+     * window's reuse pass and the workers' last-reference check). */
+    int64_t kernels_in_place;
 } dt_graph_stats;
 
 /* Fills *out with a snapshot of g's counters (each read atomically, not all

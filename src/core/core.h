@@ -366,6 +366,7 @@ struct dt_graph {
     /* The most records in flight the controller has seen after a batch
      * (dt_graph_get_stats); a client may reset it. */
     atomic_long peak_backlog;
+    atomic_long nodes_eliminated; /* never lowered (passes/dce.c) */
     dt_mesh *defer_mesh;  /* controller-only: mesh references not yet dropped */
     int defer_n;
 
@@ -388,6 +389,7 @@ struct dt_graph {
     _Alignas(DT_CACHE_LINE) pthread_mutex_t ev_lock;
     pthread_cond_t ev_cond;
     atomic_int ev_waiters;
+    atomic_long kernels_in_place; /* workers: kernels that wrote into in[0]'s buffer */
 
     /* Controller-only. */
     _Alignas(DT_CACHE_LINE) dt__stream **streams; /* indexed by device id * DT_STREAM_KINDS + kind */
@@ -517,6 +519,7 @@ dt__coll *dt__coll_new(dt_device_type type, int kind, int n, int ndim, dt_dtype 
 typedef struct dt__lower {
     dt_graph *g;
     const dt__node *node; /* the node being lowered */
+    int32_t kflags;       /* DT_KF_* the window's passes put on its backend kernels */
 } dt__lower;
 
 dt__stream *dt__lw_stream(dt__lower *L, const dt_mesh *mesh, int64_t idx);

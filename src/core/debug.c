@@ -34,6 +34,8 @@ dt_status dt_graph_get_stats(dt_graph *g, dt_graph_stats *out, int reset_peak) {
     out->in_flight_limit = DT_BACKLOG_MAX;
     out->check_interval = DT_BACKLOG_STRIDE;
     out->flow_waits = atomic_load(&g->flow_waits);
+    out->nodes_eliminated = atomic_load(&g->nodes_eliminated);
+    out->kernels_in_place = atomic_load(&g->kernels_in_place);
     if (reset_peak)
         atomic_store(&g->peak_backlog, out->in_flight);
     return DT_OK;
