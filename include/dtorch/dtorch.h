@@ -1033,6 +1033,14 @@ typedef struct dt_graph_stats {
  * flight now. DT_EINVAL for NULL arguments. Any thread. */
 DT_API dt_status dt_graph_get_stats(dt_graph *g, dt_graph_stats *out, int reset_peak);
 
+/* Test-only: with `hold` set, g's controller takes nothing more from its
+ * queue (what it already took is lowered) until called again with 0 or the
+ * graph shuts down; everything recorded meanwhile is then taken in one
+ * round, so a test can place a value's creation and its drop in the same
+ * window. A client that records more than the flow-control bound while held
+ * waits for ever. DT_EINVAL for NULL. Any thread. */
+DT_API dt_status dt_debug_hold_controller(dt_graph *g, int hold);
+
 /* A test-controlled gate. dt_debug_gated(x, gate) is a copy of x whose
  * kernels wait, asleep on their device's worker, until the gate opens: a
  * test can hold a value pending, and everything queued behind it on the same

@@ -346,6 +346,7 @@ struct dt_graph {
     pthread_mutex_t life_lock; /* serialises shutdown */
     int shut_down;             /* guarded by life_lock */
     atomic_int gates_bypassed; /* set by shutdown: this graph's gate kernels stop waiting (debug.c) */
+    atomic_int held;           /* dt_debug_hold_controller: the controller takes nothing (debug.c) */
 
     /* Client-written. The queue is a lock-free stack of nodes (newest
      * first) that the controller takes whole; a head tagged with bit 0 (a
@@ -582,6 +583,9 @@ void dt__debug_gate_run(dt__kernel *k, dt__stream *s);
  * before it joins the workers, so a forgotten gate cannot hang a shutdown).
  * Any thread. */
 void dt__debug_gates_bypass(dt_graph *g);
+/* Controller: waits while a test holds it (dt_debug_hold_controller), until
+ * released or the graph shuts down. */
+void dt__debug_wait_held(dt_graph *g);
 
 /* ------------------------------------------------------------ client */
 

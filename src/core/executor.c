@@ -287,6 +287,8 @@ void *dt__controller_main(void *arg) {
     int stop = 0;
     while (!stop) {
         dt__graph_wait_queue(g);
+        if (atomic_load_explicit(&g->held, memory_order_relaxed))
+            dt__debug_wait_held(g); /* tests only */
         dt__tval *released = dt__graph_take_releases(g);
         dt__node *batch = dt__graph_take(g);
         /* Without a window (out of memory) or after a failed pass, the

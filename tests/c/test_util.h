@@ -21,6 +21,28 @@ static int failures;
         }                                                                                          \
     } while (0)
 
+/* Equal integers; prints both operands when they differ. */
+#define CHECK_EQ_INT(a, b)                                                                         \
+    do {                                                                                           \
+        long long va_ = (long long)(a), vb_ = (long long)(b);                                      \
+        if (va_ != vb_) {                                                                          \
+            fprintf(stderr, "%s:%d: CHECK_EQ_INT(%s, %s) failed: %lld != %lld; last error: %s\n",  \
+                    __FILE__, __LINE__, #a, #b, va_, vb_, dt_last_error());                        \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+/* Equal floats, bit for bit (both NaN counts as equal); prints both. */
+#define CHECK_EQ_FLOAT(a, b)                                                                       \
+    do {                                                                                           \
+        double va_ = (double)(a), vb_ = (double)(b);                                               \
+        if (!(va_ == vb_ || (va_ != va_ && vb_ != vb_))) {                                         \
+            fprintf(stderr, "%s:%d: CHECK_EQ_FLOAT(%s, %s) failed: %.17g != %.17g; last error: %s\n", \
+                    __FILE__, __LINE__, #a, #b, va_, vb_, dt_last_error());                        \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
 __attribute__((unused)) static dt_placement R(void) { return (dt_placement){DT_PLACEMENT_REPLICATE, 0}; }
 __attribute__((unused)) static dt_placement S(int d) { return (dt_placement){DT_PLACEMENT_SHARD, d}; }
 __attribute__((unused)) static dt_placement P(void) { return (dt_placement){DT_PLACEMENT_PARTIAL, 0}; }

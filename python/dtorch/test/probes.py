@@ -22,12 +22,13 @@ make the recording thread wait, holding the GIL, and no Python thread could open
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+import contextlib
+from typing import Dict, Iterator, Optional
 
 from .. import _C
 from .._C import TensorBase
 
-__all__ = ["Gate", "graph_stats", "cached_bytes"]
+__all__ = ["Gate", "graph_stats", "cached_bytes", "held_controller"]
 
 
 class Gate:
@@ -92,3 +93,21 @@ def cached_bytes() -> int:
     0
     """
     return _C._cached_bytes()
+
+
+@contextlib.contextmanager
+def held_controller(graph=None) -> Iterator[None]:
+    """Holds a graph's controller (``dt_debug_hold_controller``): what is recorded inside the block is
+    taken in one controller round when it ends, so a value made and dropped inside is in one window.
+
+    >>> with held_controller():
+    ...     y = dtorch.ones(3).exp(); del y   # made and dropped unread: never lowered
+    """
+    from .._graph import Graph, _resolve
+
+    g: Optional[Graph] = _resolve(graph) if graph is not None else Graph.default_graph()
+    _C._hold_controller(g, True)
+    try:
+        yield
+    finally:
+        _C._hold_controller(g, False)
