@@ -1048,12 +1048,26 @@ typedef struct dt_graph_stats {
     int64_t in_flight_limit; /* flow control's bound (32768) */
     int64_t check_interval;  /* submissions of a thread between two looks at the bound (64) */
     int64_t flow_waits;      /* times a client waited for the pipeline to drain */
+    /* Node records never lowered because their result was dropped unread in
+     * the controller round that took them (the window's dce pass). */
+    int64_t nodes_eliminated;
+    /* Kernels that wrote their result into their first input's buffer (the
+     * window's reuse pass and the workers' last-reference check). */
+    int64_t kernels_in_place;
 } dt_graph_stats;
 
 /* Fills *out with a snapshot of g's counters (each read atomically, not all
  * at one instant). With `reset_peak` the peak is then set to the records in
  * flight now. DT_EINVAL for NULL arguments. Any thread. */
 DT_API dt_status dt_graph_get_stats(dt_graph *g, dt_graph_stats *out, int reset_peak);
+
+/* Test-only: with `hold` set, g's controller takes nothing more from its
+ * queue (what it already took is lowered) until called again with 0 or the
+ * graph shuts down; everything recorded meanwhile is then taken in one
+ * round, so a test can place a value's creation and its drop in the same
+ * window. A client that records more than the flow-control bound while held
+ * waits for ever. DT_EINVAL for NULL. Any thread. */
+DT_API dt_status dt_debug_hold_controller(dt_graph *g, int hold);
 
 /* A test-controlled gate. dt_debug_gated(x, gate) is a copy of x whose
  * kernels wait, asleep on their device's worker, until the gate opens: a

@@ -226,11 +226,17 @@ enum {
     DT_KF_REVERSED = 1 << 0,
     DT_KF_KEEPDIM = 1 << 1,
     DT_KF_ALL = 1 << 2,
-    /* Set by the core at run time: nothing else will ever read in[0], so an
-     * elementwise kernel may write its result into in[0]'s buffer when the
-     * backend can see that buffer is unshared and of the result's dtype and
-     * shape. Results must be bit-identical either way. */
-    DT_KF_INPLACE = 1 << 3
+    /* Set by the core (the window's reuse pass, src/core/passes/reuse.c):
+     * the kernel's op computes each output element from the inputs'
+     * elements at its position, so it may write into in[0]'s buffer. */
+    DT_KF_REUSE = 1 << 29,
+    /* Set by the core at run time, on a DT_KF_REUSE kernel only: nothing
+     * else will ever read in[0], so an elementwise kernel may write its
+     * result into in[0]'s buffer when the backend can see that buffer is
+     * unshared and of the result's dtype and shape. Results must be
+     * bit-identical either way; a backend may ignore it. Both bits are high
+     * so that no family's own flags collide with them. */
+    DT_KF_INPLACE = 1 << 30
 };
 
 /* DT_K_REDUCE modes (sub >> 8). */

@@ -415,6 +415,7 @@ struct dt_graph {
     pthread_mutex_t life_lock; /* serialises shutdown */
     int shut_down;             /* guarded by life_lock */
     atomic_int gates_bypassed; /* set by shutdown: this graph's gate kernels stop waiting (debug.c) */
+    atomic_int held;           /* dt_debug_hold_controller: the controller takes nothing (debug.c) */
 
     /* Client-written. The queue is a lock-free stack of nodes (newest
      * first) that the controller takes whole; a head tagged with bit 0 (a
@@ -435,6 +436,7 @@ struct dt_graph {
     /* The most records in flight the controller has seen after a batch
      * (dt_graph_get_stats); a client may reset it. */
     atomic_long peak_backlog;
+    atomic_long nodes_eliminated; /* never lowered (passes/dce.c) */
     dt_mesh *defer_mesh;  /* controller-only: mesh references not yet dropped */
     int defer_n;
 
@@ -451,6 +453,9 @@ struct dt_graph {
     /* The controller's sleep; clients take qlock only to wake it. */
     pthread_mutex_t qlock;
     pthread_cond_t qcond;
+
+    /* Workers: kernels that wrote into in[0]'s buffer (dt_graph_get_stats). */
+    _Alignas(DT_CACHE_LINE) atomic_long kernels_in_place;
 
     /* Controller-only: the stream map, an open-addressing table keyed by
      * (device type, id, kind) with linear probing (smap_cap a power of two,
@@ -593,6 +598,7 @@ typedef struct dt__lower {
      * so a lowering function may check only where it must release what it
      * holds. Its detail is the controller thread's dt_last_error(). */
     dt_status status;
+    int32_t kflags;       /* DT_KF_* the window's passes put on its backend kernels */
 } dt__lower;
 
 /* Records a lowering failure (the first one wins) with its reason in the
@@ -691,6 +697,9 @@ void dt__graph_set_backend_for_test(dt_graph *g, dt_device_type type, const dt__
  * Call only after dt_graph_sync with no op recorded since (it reads the
  * controller's map; the sync orders it). */
 int dt__graph_debug_stream(dt_graph *g, dt_device_type type, int64_t id, int kind, long *run, long *comm);
+/* Controller: waits while a test holds it (dt_debug_hold_controller), until
+ * released or the graph shuts down. */
+void dt__debug_wait_held(dt_graph *g);
 
 /* ------------------------------------------------------------ client */
 

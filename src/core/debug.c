@@ -34,9 +34,32 @@ dt_status dt_graph_get_stats(dt_graph *g, dt_graph_stats *out, int reset_peak) {
     out->in_flight_limit = DT_BACKLOG_MAX;
     out->check_interval = DT_BACKLOG_STRIDE;
     out->flow_waits = atomic_load(&g->flow_waits);
+    out->nodes_eliminated = atomic_load(&g->nodes_eliminated);
+    out->kernels_in_place = atomic_load(&g->kernels_in_place);
     if (reset_peak)
         atomic_store(&g->peak_backlog, out->in_flight);
     return DT_OK;
+}
+
+/* ------------------------------------------------------------ hold */
+
+/* The controller sleeps on the queue's condition (qlock/qcond), which both
+ * the release here and dt_graph_shutdown signal. */
+dt_status dt_debug_hold_controller(dt_graph *g, int hold) {
+    if (!g)
+        return dt__error(DT_EINVAL, "debug_hold_controller: graph is NULL");
+    pthread_mutex_lock(&g->qlock);
+    atomic_store(&g->held, hold ? 1 : 0);
+    pthread_cond_broadcast(&g->qcond);
+    pthread_mutex_unlock(&g->qlock);
+    return DT_OK;
+}
+
+void dt__debug_wait_held(dt_graph *g) {
+    pthread_mutex_lock(&g->qlock);
+    while (atomic_load(&g->held) && !atomic_load(&g->gates_bypassed))
+        pthread_cond_wait(&g->qcond, &g->qlock);
+    pthread_mutex_unlock(&g->qlock);
 }
 
 /* ------------------------------------------------------------ gates */

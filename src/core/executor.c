@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/window.h"
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -121,6 +122,9 @@ dt__blob *dt__lw_push_on(dt__lower *L, dt__stream *s, dt__kernel *k) {
         k->out->producer = s;
         k->out->seq = s->appended + 1;
     }
+    /* The node's reuse mark (passes/reuse.c) goes on its backend kernels. */
+    if (k->kop < DT_K_COUNT)
+        k->attr.flags |= L->kflags;
     /* An input made on another stream may not be ready when this runs. */
     for (int i = 0; i < k->n_in; i++)
         if (k->in[i]->producer != s)
@@ -371,8 +375,18 @@ static void lower_failed(dt__lower *L, dt__node *n, dt_status st) {
 
 /* Lowers one node; a failure poisons its output (lower_failed). The one
  * place the controller loop handles a lowering's status. */
-static void lower_node(dt__lower *L, dt__node *n) {
+static int lower_node(dt__lower *L, dt__node *n, int32_t kflags) {
+    if (n->op == DT_OP_STOP) {
+        /* Last of the closing batch: the values dropped before the close
+         * travel on it. */
+        for (dt__tval *v = n->extra, *next; v; v = next) {
+            next = v->next_release;
+            dt__tval_free_deferred(L->g, v);
+        }
+        return 1;
+    }
     L->node = n;
+    L->kflags = kflags;
     L->status = DT_OK;
     dt_clear_error();
     dt__fault_scope(1);
@@ -382,6 +396,7 @@ static void lower_node(dt__lower *L, dt__node *n) {
         st = L->status; /* a helper failed and the function missed it */
     if (st != DT_OK)
         lower_failed(L, n, st);
+    return 0;
 }
 
 /* ------------------------------------------------------------ op table */
@@ -441,32 +456,43 @@ static void flush(dt_graph *g) {
     }
 }
 
+/* Lowers one node (or, for STOP, frees the values that travel on it);
+ * returns 1 for STOP. `kflags` goes on the node's backend kernels. */
+
 void *dt__controller_main(void *arg) {
     dt_graph *g = arg;
     dt__lower L = {.g = g, .node = NULL};
+    /* The round's window (window.h); its arrays are kept across rounds. */
+    dt__window w = {0};
     int stop = 0;
     while (!stop) {
         dt__graph_wait_queue(g);
+        if (atomic_load_explicit(&g->held, memory_order_relaxed))
+            dt__debug_wait_held(g); /* tests only */
         dt__tval *released = dt__graph_take_releases(g);
         dt__node *batch = dt__graph_take(g);
-        long lowered = 0;
-        while (batch) {
-            dt__node *n = batch;
-            batch = n->next;
-            lowered++;
-            if (n->op == DT_OP_STOP) {
-                /* Last of the closing batch: the values dropped before the
-                 * close travel on it. */
-                stop = 1;
-                for (dt__tval *v = n->extra, *next; v; v = next) {
-                    next = v->next_release;
-                    dt__tval_free_deferred(g, v);
-                }
-            } else {
-                lower_node(&L, n);
-            }
-            dt__node_free(n);
+        /* Without a window (out of memory) or after a failed pass, the
+         * nodes are lowered as the passes before left the marks. */
+        int windowed = dt__window_fill(&w, batch, released) == DT_OK;
+        if (windowed)
+            (void)dt__window_run_passes(&w);
+        long taken = 0;
+        for (int i = 0; batch; i++) {
+            dt__node *orig = batch, *n = orig;
+            batch = orig->next;
+            taken++;
+            uint8_t f = windowed ? w.flags[i] : 0;
+            if (windowed)
+                n = w.nodes[i]; /* a pass may have put another node in the slot */
+            if (!(f & DT__WS_DEAD))
+                stop |= lower_node(&L, n, (f & DT__WS_REUSE) ? DT_KF_REUSE : 0);
+            /* A substitute is a node_pool record the window hands over. */
+            if (n != orig)
+                dt__node_free(n);
+            dt__node_free(orig);
         }
+        if (windowed && w.eliminated)
+            atomic_fetch_add_explicit(&g->nodes_eliminated, w.eliminated, memory_order_relaxed);
         while (released) {
             dt__tval *v = released;
             released = v->next_release;
@@ -475,14 +501,16 @@ void *dt__controller_main(void *arg) {
         /* Published before the kernels can run and retire. */
         atomic_store_explicit(&g->kqueued, g->kqueued_local, memory_order_relaxed);
         flush(g);
-        /* STOP was never counted: it does not go through dt__graph_submit. */
-        dt__backlog_done(g, lowered - stop);
+        /* Every node taken leaves the backlog, lowered or not; STOP was never
+         * counted: it does not go through dt__graph_submit. */
+        dt__backlog_done(g, taken - stop);
         /* Once per batch, for dt_graph_get_stats: the batch's nodes now count
          * as their kernels only, so this is what flow control bounds. */
         long in_flight = dt__backlog(g);
         if (in_flight > atomic_load_explicit(&g->peak_backlog, memory_order_relaxed))
             atomic_store_explicit(&g->peak_backlog, in_flight, memory_order_relaxed);
     }
+    dt__window_free(&w);
     dt__graph_flush_releases(g);
     /* Nodes after STOP cannot exist: the queue is closed before STOP goes in. */
     dt__graph_streams_stop(g);

@@ -92,9 +92,6 @@ static void poison(dt__kernel *k, const dt__stream *s, const char *what) {
     k->out->error = dt__strdup(buf);
 }
 
-/* Kernel ops that may write their result into in[0]'s buffer. */
-static int may_donate(int kop) { return kop == DT_K_BINARY || kop == DT_K_BINARY_SCALAR || kop == DT_K_NEG; }
-
 /* Charges a new output to its device; an output written into its donated
  * input's buffer takes that input's charge over instead. */
 static void account(dt__kernel *k, const dt__stream *s) {
@@ -107,6 +104,7 @@ static void account(dt__kernel *k, const dt__stream *s) {
         out->charged = in->charged;
         out->mem = in->mem;
         in->charged = 0;
+        atomic_fetch_add_explicit(&s->g->kernels_in_place, 1, memory_order_relaxed);
         return;
     }
     if (!s->mem)
@@ -128,8 +126,9 @@ static void run_backend(dt__kernel *k, const dt__stream *s) {
     }
     /* The kernel holds the only reference left to in[0]: its tensor was
      * released and no other kernel will read it, so its buffer may be reused
-     * (peak memory of a chain of ops stays at one buffer). */
-    if (may_donate(k->kop) && k->n_in > 0 && atomic_load(&k->in[0]->refs) == 1)
+     * (peak memory of a chain of ops stays at one buffer). Which kernels may
+     * is the window's reuse pass's call (DT_KF_REUSE). */
+    if ((k->attr.flags & DT_KF_REUSE) && k->n_in > 0 && atomic_load(&k->in[0]->refs) == 1)
         k->attr.flags |= DT_KF_INPLACE;
     char err[512] = "";
     void *out = NULL;

@@ -22,12 +22,13 @@ make the recording thread wait, holding the GIL, and no Python thread could open
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+import contextlib
+from typing import Dict, Iterator, Optional
 
 from .. import _C
 from .._C import TensorBase
 
-__all__ = ["Gate", "graph_stats", "cached_bytes", "fail_allocs", "fail_allocs_pending"]
+__all__ = ["Gate", "graph_stats", "cached_bytes", "fail_allocs", "fail_allocs_pending", "held_controller"]
 
 
 class Gate:
@@ -72,7 +73,9 @@ def graph_stats(graph=None, reset_peak: bool = False) -> Dict[str, int]:
     Keys: ``submitted`` (node records pushed), ``in_flight`` (records not yet lowered or run),
     ``peak_in_flight`` (the most seen after a controller batch since the last reset),
     ``in_flight_limit`` and ``check_interval`` (flow control's bound and how often a client looks
-    at it) and ``flow_waits`` (times a client waited for the pipeline to drain).
+    at it), ``flow_waits`` (times a client waited for the pipeline to drain), ``nodes_eliminated``
+    (nodes never lowered: their result was dropped unread, the window's dce pass) and
+    ``kernels_in_place`` (kernels that wrote into their first input's buffer, the reuse pass).
 
     >>> graph_stats()["in_flight_limit"]
     32768
@@ -108,3 +111,19 @@ def fail_allocs(after_n: int) -> None:
 def fail_allocs_pending() -> bool:
     """Whether the failure armed by :func:`fail_allocs` has not happened yet."""
     return _C._fail_allocs_pending()
+@contextlib.contextmanager
+def held_controller(graph=None) -> Iterator[None]:
+    """Holds a graph's controller (``dt_debug_hold_controller``): what is recorded inside the block is
+    taken in one controller round when it ends, so a value made and dropped inside is in one window.
+
+    >>> with held_controller():
+    ...     y = dtorch.ones(3).exp(); del y   # made and dropped unread: never lowered
+    """
+    from .._graph import Graph, _resolve
+
+    g: Optional[Graph] = _resolve(graph) if graph is not None else Graph.default_graph()
+    _C._hold_controller(g, True)
+    try:
+        yield
+    finally:
+        _C._hold_controller(g, False)

@@ -55,6 +55,42 @@ at::Tensor binary_tt(int sub, const at::Tensor &x, const at::Tensor &y, const at
     }
 }
 
+/* x op= y through the out= form with out = x: the same structured ATen
+ * kernel as binary_tt's, writing into x (x has the result's dtype and
+ * shape; see donatable). false when the op has no such form. */
+bool binary_tt_into(int sub, at::Tensor &x, const at::Tensor &y, const at::Scalar &alpha) {
+    switch (sub) {
+    case DT_BINARY_ADD: at::add_out(x, x, y, alpha); return true;
+    case DT_BINARY_SUB: at::sub_out(x, x, y, alpha); return true;
+    case DT_BINARY_MUL: at::mul_out(x, x, y); return true;
+    case DT_BINARY_DIV: at::div_out(x, x, y); return true;
+    case DT_BINARY_DIV_TRUNC: at::div_out(x, x, y, c10::optional<c10::string_view>("trunc")); return true;
+    case DT_BINARY_DIV_FLOOR: at::floor_divide_out(x, x, y); return true;
+    case DT_BINARY_REMAINDER: at::remainder_out(x, x, y); return true;
+    case DT_BINARY_POW: at::pow_out(x, x, y); return true;
+    case DT_BINARY_MAXIMUM: at::maximum_out(x, x, y); return true;
+    case DT_BINARY_MINIMUM: at::minimum_out(x, x, y); return true;
+    default: return false;
+    }
+}
+
+/* x op= s through the in-place methods of the Scalar overloads binary_ts
+ * calls (the same kernels, into x). */
+bool binary_ts_into(int sub, at::Tensor &x, const dt_scalar &ds, const at::Scalar &alpha) {
+    at::Scalar s = to_scalar(ds);
+    switch (sub) {
+    case DT_BINARY_ADD: x.add_(s, alpha); return true;
+    case DT_BINARY_SUB: x.sub_(s, alpha); return true;
+    case DT_BINARY_MUL: x.mul_(s); return true;
+    case DT_BINARY_DIV: x.div_(s); return true;
+    case DT_BINARY_DIV_TRUNC: x.div_(s, c10::optional<c10::string_view>("trunc")); return true;
+    case DT_BINARY_DIV_FLOOR: x.floor_divide_(s); return true;
+    case DT_BINARY_REMAINDER: x.remainder_(s); return true;
+    case DT_BINARY_POW: x.pow_(s); return true;
+    default: return false;
+    }
+}
+
 /* x op s through the Scalar overloads torch's Python binding picks. */
 at::Tensor binary_ts(int sub, const at::Tensor &x, const dt_scalar &ds, const at::Scalar &alpha) {
     at::Scalar s = to_scalar(ds);
@@ -92,6 +128,14 @@ at::Tensor binary_st(int sub, const dt_scalar &ds, const at::Tensor &x, const at
 at::Tensor ew_binary(const dt__kattr *a, void *const *in, int n_in) {
     need_inputs(DT_K_EW_BINARY, n_in, 1, 2);
     at::Scalar alpha = to_scalar(a->scalar2);
+    // In place into in[0] (DT_KF_INPLACE): s op x has no such form.
+    if (n_in == 2 && donatable(a, impl(in[0]), impl(in[1]).sizes())) {
+        at::Tensor x = impl(in[0]);
+        if (binary_tt_into(a->sub, x, impl(in[1]), alpha)) return x;
+    } else if (n_in == 1 && !(a->flags & DT_KF_REVERSED) && donatable(a, impl(in[0]), impl(in[0]).sizes())) {
+        at::Tensor x = impl(in[0]);
+        if (binary_ts_into(a->sub, x, a->scalar, alpha)) return x;
+    }
     at::Tensor r;
     if (n_in == 2)
         r = binary_tt(a->sub, impl(in[0]), impl(in[1]), alpha);
@@ -144,8 +188,48 @@ at::Tensor unary_op(const dt__kattr *a, const at::Tensor &x) {
     }
 }
 
+/* unary_op's call in its out= form with out = x (the same structured
+ * kernel, into x). false when the op has no such form or changes dtype. */
+bool unary_into(const dt__kattr *a, at::Tensor &x) {
+    switch (a->sub) {
+    case DT_UNARY_NEG: at::neg_out(x, x); return true;
+    case DT_UNARY_ABS: at::abs_out(x, x); return true;
+    case DT_UNARY_EXP: at::exp_out(x, x); return true;
+    case DT_UNARY_LOG: at::log_out(x, x); return true;
+    case DT_UNARY_LOG2: at::log2_out(x, x); return true;
+    case DT_UNARY_LOG10: at::log10_out(x, x); return true;
+    case DT_UNARY_SQRT: at::sqrt_out(x, x); return true;
+    case DT_UNARY_RSQRT: at::rsqrt_out(x, x); return true;
+    case DT_UNARY_RECIPROCAL: at::reciprocal_out(x, x); return true;
+    case DT_UNARY_SIN: at::sin_out(x, x); return true;
+    case DT_UNARY_COS: at::cos_out(x, x); return true;
+    case DT_UNARY_TANH: at::tanh_out(x, x); return true;
+    case DT_UNARY_SIGMOID: at::sigmoid_out(x, x); return true;
+    case DT_UNARY_ERF: at::erf_out(x, x); return true;
+    case DT_UNARY_EXPM1: at::expm1_out(x, x); return true;
+    case DT_UNARY_LOG1P: at::log1p_out(x, x); return true;
+    case DT_UNARY_EXP2: at::exp2_out(x, x); return true;
+    case DT_UNARY_ASIN: at::asin_out(x, x); return true;
+    case DT_UNARY_ACOS: at::acos_out(x, x); return true;
+    case DT_UNARY_ATAN: at::atan_out(x, x); return true;
+    case DT_UNARY_TAN: at::tan_out(x, x); return true;
+    case DT_UNARY_SINH: at::sinh_out(x, x); return true;
+    case DT_UNARY_COSH: at::cosh_out(x, x); return true;
+    case DT_UNARY_FLOOR: at::floor_out(x, x); return true;
+    case DT_UNARY_CEIL: at::ceil_out(x, x); return true;
+    case DT_UNARY_TRUNC: at::trunc_out(x, x); return true;
+    case DT_UNARY_SIGN: at::sign_out(x, x); return true;
+    case DT_UNARY_RELU: at::relu_(x); return true;
+    default: return false; // square, round and the predicates: out of place
+    }
+}
+
 at::Tensor unary(const dt__kattr *a, void *const *in, int n_in) {
     need_inputs(DT_K_UNARY, n_in, 1, 1);
+    if (donatable(a, impl(in[0]), impl(in[0]).sizes())) {
+        at::Tensor x = impl(in[0]);
+        if (unary_into(a, x)) return x;
+    }
     return finish(unary_op(a, impl(in[0])), to_aten(a->dtype));
 }
 
@@ -174,6 +258,13 @@ at::Tensor where(const dt__kattr *a, void *const *in, int n_in) {
 at::Tensor masked_fill(const dt__kattr *a, void *const *in, int n_in) {
     need_inputs(DT_K_MASKED_FILL, n_in, 2, 3);
     const at::Tensor &x = impl(in[0]), &m = impl(in[1]);
+    // masked_fill is a copy then masked_fill_: in place, only the copy goes.
+    if (donatable(a, x, m.sizes()) && (n_in == 2 || donatable(a, x, impl(in[2]).sizes()))) {
+        at::Tensor y = x;
+        if (n_in == 3) y.masked_fill_(m, impl(in[2]));
+        else y.masked_fill_(m, to_scalar(a->scalar));
+        return y;
+    }
     at::Tensor r = n_in == 3 ? at::masked_fill(x, m, impl(in[2])) : at::masked_fill(x, m, to_scalar(a->scalar));
     return finish(r, to_aten(a->dtype));
 }
@@ -190,6 +281,11 @@ at::Tensor clamp(const dt__kattr *a, void *const *in, int n_in) {
         c10::optional<at::Scalar> lo, hi;
         if (min_s) lo = to_scalar(a->scalar);
         if (max_s) hi = to_scalar(a->scalar2);
+        if (donatable(a, x, x.sizes())) {
+            at::Tensor y = x;
+            at::clamp_out(y, x, lo, hi);
+            return y;
+        }
         r = at::clamp(x, lo, hi);
     } else {
         // torch's parser wraps a number given next to a tensor bound.

@@ -46,6 +46,11 @@ at::Tensor fresh(const at::Tensor &x, at::ScalarType st);
 at::Tensor finish(const at::Tensor &r, at::ScalarType st);
 /* The view x[start[d] : start[d] + shape[d]]; *whole tells if that is all of x. */
 at::Tensor region(const at::Tensor &x, int ndim, const int64_t *start, const int64_t *shape, bool *whole);
+/* Whether a kernel may write its result into x (DT_KF_INPLACE): the core
+ * allows it, x is its storage's only owner (no view, no export), contiguous,
+ * of the result's dtype, and an operand of sizes `other_sizes` broadcasts
+ * into it. Pass x's own sizes for a unary op. */
+bool donatable(const dt__kattr *a, const at::Tensor &x, at::IntArrayRef other_sizes);
 /* Fails unless lo <= n_in <= hi (hi < 0: no upper bound). */
 void need_inputs(int kop, int n_in, int lo, int hi);
 

@@ -68,6 +68,19 @@ at::Tensor apply_dropout(const at::Tensor &x, const dt__kattr *a, double p, cons
 at::Tensor activation_kernel(const dt__kattr *a, void *const *in, int n_in) {
     need_inputs(DT_K_ACTIVATION, n_in, 1, 1);
     const at::Tensor &x = impl(in[0]);
+    if (donatable(a, x, x.sizes())) {
+        // The out= (or in-place) form of the same ATen op, into x.
+        at::Tensor y = x;
+        switch (a->sub) {
+        case DT_ACT_RELU: at::relu_(y); return y;
+        case DT_ACT_GELU: at::gelu_out(y, x, "none"); return y;
+        case DT_ACT_GELU_TANH: at::gelu_out(y, x, "tanh"); return y;
+        case DT_ACT_SILU: at::silu_out(y, x); return y;
+        case DT_ACT_SIGMOID: at::sigmoid_out(y, x); return y;
+        case DT_ACT_TANH: at::tanh_out(y, x); return y;
+        default: break; // leaky_relu, elu: out of place
+        }
+    }
     at::Tensor r;
     switch (a->sub) {
     case DT_ACT_RELU: r = at::relu(x); break;

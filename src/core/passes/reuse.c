@@ -1,0 +1,49 @@
+/*
+ * Pass reuse: buffer reuse. Marks the nodes whose result may be written into
+ * the buffer of their first input: ops that compute each output element
+ * from the inputs' elements at the same position only (elementwise binary,
+ * unary, activations, casts between types of one element size, clamp,
+ * where, masked_fill), with in[0] of the result's element size and shape.
+ *
+ * Marking says "may". Whether a kernel does write in place is decided when
+ * it runs (kernel_stream.c, run_backend): only when the kernel holds the
+ * last reference to in[0]'s blob (the value was dropped and nothing queued
+ * reads it any more), and only when the backend finds in[0]'s storage
+ * unshared (no view, no export) and of the result's dtype and local shape.
+ * So the pass needs no knowledge of lifetimes: dropping the value in a later
+ * round is as good as in this one.
+ *
+ * The controller passes the mark on as DT_KF_REUSE on the node's backend
+ * kernels (executor.c, push_on); a backend honours DT_KF_INPLACE for the
+ * kernels it can run in place and ignores it on the others.
+ *
+ * Threads: controller only.
+ */
+#include "core/window.h"
+
+/* Node ops whose kernels may take in[0]'s storage. */
+static const uint8_t reusable[DT_OP_COUNT] = {
+    [DT_OP_BINARY] = 1,  [DT_OP_BINARY_SCALAR] = 1, [DT_OP_NEG] = 1,         [DT_OP_UNARY] = 1,
+    [DT_OP_CAST] = 1,    [DT_OP_CLAMP] = 1,         [DT_OP_WHERE] = 1,       [DT_OP_MASKED_FILL] = 1,
+    [DT_OP_ACTIVATION] = 1,
+};
+
+static int fits(const dt__meta *in, const dt__meta *out) {
+    if (dt_dtype_size(in->dtype) != dt_dtype_size(out->dtype) || in->ndim != out->ndim)
+        return 0;
+    for (int d = 0; d < in->ndim; d++)
+        if (in->shape[d] != out->shape[d])
+            return 0;
+    return 1;
+}
+
+dt_status dt__pass_reuse(dt__window *w) {
+    for (int i = 0; i < w->n; i++) {
+        const dt__node *n = w->nodes[i];
+        if ((w->flags[i] & DT__WS_DEAD) || (unsigned)n->op >= DT_OP_COUNT || !reusable[n->op] || n->n_in < 1 ||
+            !n->out || !fits(&n->in[0]->meta, &n->out->meta))
+            continue;
+        w->flags[i] |= DT__WS_REUSE;
+    }
+    return DT_OK;
+}

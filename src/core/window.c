@@ -1,0 +1,152 @@
+/*
+ * The window: one round's nodes with their in-window readers and the values
+ * released in the round (window.h says what a pass may rely on and do), and
+ * the list of passes.
+ *
+ * Threads: controller only; no locks.
+ */
+#include <string.h>
+
+#include "core/window.h"
+
+/* ------------------------------------------------------------ passes */
+
+/* dce first: reuse need not look at nodes that are never lowered. */
+const dt__pass dt__passes[] = {
+    {"dce", dt__pass_dce},
+    {"reuse", dt__pass_reuse},
+};
+const int dt__npasses = (int)(sizeof dt__passes / sizeof dt__passes[0]);
+
+/* ------------------------------------------------------------ the table */
+
+static uint32_t hash_ptr(const dt__tval *v, uint32_t mask) {
+    uint64_t h = ((uint64_t)(uintptr_t)v >> 4) * 0x9e3779b97f4a7c15ull;
+    return (uint32_t)(h >> 32) & mask;
+}
+
+static void tab_put(dt__window *w, const dt__tval *v, int32_t slot) {
+    uint32_t mask = w->tab_cap - 1;
+    for (uint32_t i = hash_ptr(v, mask);; i = (i + 1) & mask) {
+        dt__wentry *e = &w->tab[i];
+        if (e->gen != w->gen || e->key == v) {
+            e->key = v;
+            e->slot = slot;
+            e->gen = w->gen;
+            return;
+        }
+    }
+}
+
+int dt__window_producer(const dt__window *w, const dt__tval *v) {
+    if (!w->tab_cap || !v)
+        return -1;
+    uint32_t mask = w->tab_cap - 1;
+    for (uint32_t i = hash_ptr(v, mask);; i = (i + 1) & mask) {
+        const dt__wentry *e = &w->tab[i];
+        if (e->gen != w->gen)
+            return -1;
+        if (e->key == v)
+            return e->slot;
+    }
+}
+
+/* Makes room for `n` slots; the table stays at most half full. */
+static dt_status reserve(dt__window *w, int n) {
+    if (n > w->cap) {
+        int cap = w->cap ? w->cap : 256;
+        while (cap < n)
+            cap *= 2;
+        dt__node **nodes = dt__realloc(w->nodes, (size_t)cap * sizeof *nodes);
+        if (!nodes)
+            return DT_ENOMEM;
+        w->nodes = nodes;
+        uint8_t *flags = dt__realloc(w->flags, (size_t)cap * sizeof *flags);
+        if (!flags)
+            return DT_ENOMEM;
+        w->flags = flags;
+        int32_t *cons = dt__realloc(w->consumers, (size_t)cap * sizeof *cons);
+        if (!cons)
+            return DT_ENOMEM;
+        w->consumers = cons;
+        w->cap = cap;
+    }
+    if (w->tab_cap < 2 * (uint32_t)w->cap) {
+        uint32_t tc = 2 * (uint32_t)w->cap;
+        dt__wentry *tab = dt__calloc(tc, sizeof *tab);
+        if (!tab)
+            return DT_ENOMEM;
+        dt__free(w->tab);
+        w->tab = tab;
+        w->tab_cap = tc;
+        /* A fresh table: generation 0 marks empty entries. */
+        w->gen = 0;
+    }
+    return DT_OK;
+}
+
+static void mark_released(dt__window *w, const dt__tval *list) {
+    for (const dt__tval *v = list; v; v = v->next_release) {
+        int s = dt__window_producer(w, v);
+        if (s >= 0)
+            w->flags[s] |= DT__WS_RELEASED;
+    }
+}
+
+dt_status dt__window_fill(dt__window *w, dt__node *batch, dt__tval *released) {
+    w->n = 0;
+    w->eliminated = 0;
+    w->released = released;
+    w->stop_released = NULL;
+    int n = 0;
+    dt__node *last = NULL;
+    for (dt__node *x = batch; x; x = x->next) {
+        n++;
+        last = x;
+    }
+    if (reserve(w, n) != DT_OK)
+        return dt__error(DT_ENOMEM, "window: out of memory for %d nodes", n);
+    if (++w->gen == 0) {
+        /* Wrapped: stale entries could look current. */
+        memset(w->tab, 0, (size_t)w->tab_cap * sizeof *w->tab);
+        w->gen = 1;
+    }
+    int i = 0;
+    for (dt__node *x = batch; x; x = x->next, i++) {
+        w->nodes[i] = x;
+        w->flags[i] = 0;
+        w->consumers[i] = 0;
+        for (int j = 0; j < x->n_in; j++) {
+            int s = dt__window_producer(w, x->in[j]);
+            if (s >= 0)
+                w->consumers[s]++;
+        }
+        if (x->out)
+            tab_put(w, x->out, i);
+    }
+    w->n = n;
+    mark_released(w, released);
+    /* The closing round: the values dropped before the close travel on STOP. */
+    if (last && last->op == DT_OP_STOP) {
+        w->stop_released = last->extra;
+        mark_released(w, w->stop_released);
+    }
+    return DT_OK;
+}
+
+dt_status dt__window_run_passes(dt__window *w) {
+    for (int p = 0; p < dt__npasses; p++) {
+        dt_status st = dt__passes[p].run(w);
+        if (st != DT_OK)
+            return st;
+    }
+    return DT_OK;
+}
+
+void dt__window_free(dt__window *w) {
+    dt__free(w->nodes);
+    dt__free(w->flags);
+    dt__free(w->consumers);
+    dt__free(w->tab);
+    memset(w, 0, sizeof *w);
+}
