@@ -246,6 +246,22 @@ _Static_assert(DT_OP_COUNT == 36, "update dt__ops when adding an op");
 
 /* -------------------------------------------------------------- the loop */
 
+/* After dt_graph_cancel: frees what node n owns without lowering it. Its
+ * outputs get no blobs (nothing can read them: the graph is closed); a read
+ * or sync fails with DT_ECANCELLED. */
+static void discard(dt_graph *g, dt__node *n) {
+    atomic_fetch_add_explicit(&g->dropped, 1, memory_order_relaxed);
+    if (n->op == DT_OP_FETCH || n->op == DT_OP_SYNC) {
+        dt__future_fail(n->extra, DT_ECANCELLED, "cancelled: the graph was cancelled before this read ran");
+        dt_future_release(n->extra); /* the node's reference */
+        n->extra = NULL;
+    } else if (n->op == DT_OP_DEBUG_GATE) {
+        dt__debug_node_drop(n);
+    } else {
+        dt__source_free(g->be, n);
+    }
+}
+
 static void flush(dt_graph *g) {
     while (g->dirty) {
         dt__stream *s = g->dirty;
@@ -278,6 +294,8 @@ void *dt__controller_main(void *arg) {
                     next = v->next_release;
                     dt__tval_free_deferred(g, v);
                 }
+            } else if (atomic_load_explicit(&g->cancelled, memory_order_relaxed)) {
+                discard(g, n);
             } else {
                 L.node = n;
                 dt__ops[n->op].lower(&L, n);
@@ -308,5 +326,6 @@ void *dt__controller_main(void *arg) {
     dt__free(g->streams);
     g->streams = NULL;
     g->nstreams = 0;
+    dt__graph_controller_exited(g);
     return NULL;
 }
