@@ -72,7 +72,8 @@ def graph_stats(graph=None, reset_peak: bool = False) -> Dict[str, int]:
     Keys: ``submitted`` (node records pushed), ``in_flight`` (records not yet lowered or run),
     ``peak_in_flight`` (the most seen after a controller batch since the last reset),
     ``in_flight_limit`` and ``check_interval`` (flow control's bound and how often a client looks
-    at it) and ``flow_waits`` (times a client waited for the pipeline to drain).
+    at it), ``flow_waits`` (times a client waited for the pipeline to drain) and ``cancelled``
+    (nodes and kernels dropped unrun by ``Graph.cancel``, e.g. at interpreter exit).
 
     >>> graph_stats()["in_flight_limit"]
     32768
