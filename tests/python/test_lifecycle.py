@@ -41,7 +41,6 @@ def report():
     print("READY", f.is_ready())
     print("OUTCOME", outcome)
     print("CANCELLED", graph_stats(state["graph"])["cancelled"])
-    print("GATE_OPEN", state["gate"].is_open())
 
 atexit.register(report)
 """
@@ -57,7 +56,6 @@ for _ in range(2000):
     y = y * 1.0001 + 1
 state["future"] = y.to_torch_async()
 state["graph"] = dtorch.default_graph()
-state["gate"] = gate
 """
 
 
@@ -108,7 +106,6 @@ class TestExit(unittest.TestCase):
         self.assertIn("cancelled", out.split("OUTCOME", 1)[1].splitlines()[0])
         cancelled = int(out.split("CANCELLED", 1)[1].split()[0])
         self.assertGreaterEqual(cancelled, 2000)  # the queued ops were dropped, not run
-        self.assertIn("GATE_OPEN False", out)
 
     def test_exit_with_queued_work_cancels_it(self):
         r = run_script(REPORT + QUEUE)
