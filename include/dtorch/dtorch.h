@@ -224,9 +224,10 @@ DT_API dt_status dt_graph_shutdown(dt_graph *graph);
  * pending values any more.
  * Waits at most `timeout_ms` (< 0: no limit) for the threads to stop:
  * DT_OK once they are joined, DT_ETIMEDOUT before (call again to wait
- * more; the cancellation itself is already in effect). Idempotent, and may
- * follow or race dt_graph_shutdown (which then returns once the threads
- * stop). Client threads; must not be called from a worker. */
+ * more; the cancellation itself is already in effect). Idempotent. During
+ * a dt_graph_shutdown on another thread it drops the rest of the work and
+ * returns once that shutdown has joined the threads. Client threads; must
+ * not be called from a worker. */
 DT_API dt_status dt_graph_cancel(dt_graph *graph, int64_t timeout_ms);
 /* Waits until the graph's pipeline has drained to half its bound (see
  * dt_graph_stats) or `timeout_ms` has passed (< 0: no limit; 0: a poll):

@@ -291,10 +291,11 @@ dt_status dt_graph_cancel(dt_graph *g, int64_t timeout_ms) {
         return dt__error(DT_EINVAL, "graph is NULL");
     if (dt__graph_forked(g))
         return DT_OK;
-    pthread_mutex_lock(&g->life_lock);
-    /* Set before the close, so the controller sees it when it takes the
-     * closing batch; a shutdown already under way is cancelled too. */
+    /* Set before the lock and the close: the controller sees it when it
+     * takes the closing batch, and a shutdown under way (holding life_lock
+     * while it joins) has its remaining work dropped too. */
     atomic_store(&g->cancelled, 1);
+    pthread_mutex_lock(&g->life_lock);
     if (!g->closed)
         close_queue(g);
     else
