@@ -89,7 +89,9 @@ DT_API int dt_version_number(void);
     X(EINTERNAL, -11, "internal error")                                        \
     X(ESHAPE, -12, "shapes do not match")                                      \
     X(EOP, -13, "the operation does not accept these inputs")                 \
-    X(EDEVICE, -14, "a device of the mesh is not available")
+    X(EDEVICE, -14, "a device of the mesh is not available")                  \
+    X(ECANCELLED, -15, "cancelled: the graph was cancelled before this ran")   \
+    X(EFORKED, -16, "the graph belongs to the parent of a fork")
 
 typedef int dt_status;
 enum {
@@ -229,12 +231,52 @@ typedef struct dt_graph_options {
 DT_API dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out);
 DT_API void dt_graph_retain(dt_graph *graph);
 /* Drops a reference. The last one shuts the graph down (see
- * dt_graph_shutdown). Tensors hold references to their graph. */
+ * dt_graph_shutdown). Tensors hold references to their graph.
+ * fork(): a graph made before a fork is dead in the child (its threads do
+ * not exist there, its locks may be held forever): there, ops and reads on
+ * it fail with DT_EFORKED, and releasing it or its tensors leaks them
+ * instead of joining threads. The library's own global locks are taken
+ * around fork() (pthread_atfork), so a fork never inherits them held.
+ * Graphs made in the child work normally. */
 DT_API void dt_graph_release(dt_graph *graph);
 /* Finishes all work issued so far, then stops and joins the graph's threads.
  * Idempotent. Afterwards ops on the graph fail with DT_ESHUTDOWN, while
  * releasing tensors and meshes stays safe. Must not be called from a worker. */
 DT_API dt_status dt_graph_shutdown(dt_graph *graph);
+/* Shuts the graph down WITHOUT finishing its work: queued nodes are freed
+ * unlowered, kernels queued on workers are dropped unrun (their outputs are
+ * poisoned, pending reads and syncs fail with DT_ECANCELLED), gated kernels
+ * are let through, and collectives whose ranks are dropped release the
+ * ranks that wait for them. Only the kernel each worker is running when
+ * this is called still finishes. For exit paths, where nobody can read the
+ * pending values any more.
+ * Waits at most `timeout_ms` (< 0: no limit) for the threads to stop:
+ * DT_OK once they are joined, DT_ETIMEDOUT before (call again to wait
+ * more; the cancellation itself is already in effect). Idempotent. During
+ * a dt_graph_shutdown on another thread it drops the rest of the work and
+ * returns once that shutdown has joined the threads. Client threads; must
+ * not be called from a worker. */
+DT_API dt_status dt_graph_cancel(dt_graph *graph, int64_t timeout_ms);
+/* Waits until the graph's pipeline has drained to half its bound (see
+ * dt_graph_stats) or `timeout_ms` has passed (< 0: no limit; 0: a poll):
+ * DT_OK when there is capacity (also for a graph that is shut down),
+ * DT_ETIMEDOUT otherwise, DT_EINVAL for NULL. Never blocks longer than the
+ * timeout, so a caller may check for signals between slices. Any client
+ * thread. */
+DT_API dt_status dt_graph_wait_capacity(dt_graph *graph, int64_t timeout_ms);
+/* By default (on = 0) a client that outruns the devices waits for pipeline
+ * capacity inside the op call. With on = 1 an op on this graph returns at
+ * once, fully recorded, and the wait is left to the caller:
+ * dt_take_backpressure() names the graph, dt_graph_wait_capacity() waits in
+ * slices. For hosts that must not block inside an op, such as an
+ * interpreter holding a lock that wants to handle signals between slices.
+ * Set it right after dt_graph_create, before the graph is shared. */
+DT_API void dt_graph_set_deferred_backpressure(dt_graph *graph, int on);
+/* For graphs with deferred backpressure: the graph whose pipeline an op
+ * call of this thread found over its bound since the last call (a new
+ * reference: wait with dt_graph_wait_capacity, then dt_graph_release), or
+ * NULL. Thread-local; one thread-local load when there is none. */
+DT_API dt_graph *dt_take_backpressure(void);
 /* Waits until all work issued on the graph so far has run. Returns DT_EKERNEL
  * never: kernel errors surface on value reads of the affected tensors. */
 DT_API dt_status dt_graph_sync(dt_graph *graph);
@@ -990,6 +1032,13 @@ DT_API const dt_op_doc *dt_op_doc_get(int i);
 /* A pending value: the result of a read or of a graph-wide sync. */
 typedef struct dt_future dt_future;
 
+/* dt_nonzero in two steps, for callers that wait their own way (the Python
+ * layer waits in slices with signal checks): `value` is dt_tensor_fetch(a),
+ * borrowed; this waits for it if it is not ready yet (DT_EINVAL, NULL, for
+ * NULL arguments or when `value` is not a whole read of a tensor of a's
+ * dtype and size). */
+DT_API dt_tensor *dt_nonzero_read(dt_tensor *a, dt_future *value);
+
 /* Starts reading the full global value of `t`. Never waits. New reference or
  * NULL. */
 DT_API dt_future *dt_tensor_fetch(dt_tensor *t);
@@ -1054,6 +1103,7 @@ typedef struct dt_graph_stats {
     /* Kernels that wrote their result into their first input's buffer (the
      * window's reuse pass and the workers' last-reference check). */
     int64_t kernels_in_place;
+    int64_t cancelled;       /* nodes and kernels dropped unrun by dt_graph_cancel */
 } dt_graph_stats;
 
 /* Fills *out with a snapshot of g's counters (each read atomically, not all

@@ -211,6 +211,10 @@ int dtpy_parse_shape(PyObject *obj, int64_t *shape, const char *what);
 
 /* Waits for `f` with the GIL released, polling for signals. 0 or -1. */
 int dtpy_wait_future(dtpy_state *st, dt_future *f);
+/* After an op: waits, GIL released and Ctrl-C checked between slices, when
+ * the op found its graph's pipeline over its bound (deferred backpressure).
+ * 0 when done, -1 with an exception set. Cheap when there is nothing. */
+int dtpy_wait_capacity_slow(void);
 /* Creates a future object of `cls` owning `f` (stolen). */
 PyObject *dtpy_future_new(dtpy_state *st, PyTypeObject *cls, dt_future *f, int kind, PyObject *graph);
 /* Reads the value of a fetch future `f` of the given dtype and shape as a

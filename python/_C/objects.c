@@ -36,6 +36,30 @@ int dtpy_wait_future(dtpy_state *st, dt_future *f) {
     }
 }
 
+int dtpy_wait_capacity_slow(void) {
+    dt_graph *g = dt_take_backpressure();
+    if (g == NULL)
+        return 0;
+    int rc = 0;
+    for (;;) {
+        dt_status s;
+        Py_BEGIN_ALLOW_THREADS
+        s = dt_graph_wait_capacity(g, WAIT_SLICE_MS);
+        Py_END_ALLOW_THREADS
+        if (s != DT_ETIMEDOUT)
+            break; /* capacity, or a forked graph whose op already failed */
+        if (PyErr_CheckSignals() < 0) {
+            rc = -1;
+            break;
+        }
+    }
+    /* The last reference may join the graph's threads. */
+    Py_BEGIN_ALLOW_THREADS
+    dt_graph_release(g);
+    Py_END_ALLOW_THREADS
+    return rc;
+}
+
 static int64_t monotonic_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -365,6 +389,9 @@ static PyObject *graph_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         Py_DECREF(self);
         return dtpy_raise(st, s);
     }
+    /* Ops never wait for pipeline capacity holding the GIL: dtpy_tensor_wrap
+     * waits after the op, GIL released, in slices (dtpy_wait_capacity). */
+    dt_graph_set_deferred_backpressure(self->g, 1);
     return (PyObject *)self;
 }
 
@@ -427,6 +454,40 @@ static PyObject *graph_shutdown(PyObject *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+static PyObject *graph_cancel(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    dtpy_state *st = dtpy_state_of_type(Py_TYPE(self));
+    if (st == NULL)
+        return NULL;
+    if (nargs > 1)
+        return PyErr_Format(PyExc_TypeError, "cancel() takes at most 1 argument (%zd given)", nargs);
+    double timeout = -1.0;
+    if (nargs == 1 && args[0] != Py_None) {
+        timeout = PyFloat_AsDouble(args[0]);
+        if (timeout == -1.0 && PyErr_Occurred())
+            return NULL;
+        if (timeout < 0)
+            return PyErr_Format(PyExc_ValueError, "cancel(): timeout must be >= 0 or None");
+    }
+    int64_t deadline = timeout < 0 ? -1 : monotonic_ms() + (int64_t)(timeout * 1000.0);
+    for (;;) {
+        int64_t slice = WAIT_SLICE_MS;
+        if (deadline >= 0 && deadline - monotonic_ms() < slice)
+            slice = deadline - monotonic_ms() > 0 ? deadline - monotonic_ms() : 0;
+        dt_status s;
+        Py_BEGIN_ALLOW_THREADS
+        s = dt_graph_cancel(G(self), slice);
+        Py_END_ALLOW_THREADS
+        if (s == DT_OK)
+            Py_RETURN_TRUE;
+        if (s != DT_ETIMEDOUT)
+            return dtpy_raise(st, s);
+        if (PyErr_CheckSignals() < 0)
+            return NULL;
+        if (deadline >= 0 && monotonic_ms() >= deadline)
+            Py_RETURN_FALSE;
+    }
+}
+
 static PyObject *graph_get_backend(PyObject *self, void *c) {
     (void)c;
     const char *b = dt_graph_backend(G(self));
@@ -451,6 +512,10 @@ static PyMethodDef graph_methods[] = {
      "sync_future() -> VoidFutureCollect: completes when all work issued so far has run."},
     {"shutdown", graph_shutdown, METH_NOARGS,
      "shutdown(): finishes the issued work, then stops the graph's threads. Idempotent."},
+    {"cancel", (PyCFunction)(void (*)(void))graph_cancel, METH_FASTCALL,
+     "cancel(timeout=None) -> bool: shuts the graph down WITHOUT running its pending work (pending reads "
+     "fail as cancelled). Waits up to timeout seconds (None: until done; Ctrl-C interrupts) for the threads "
+     "to stop; True once they have. Idempotent."},
     {NULL, NULL, 0, NULL},
 };
 

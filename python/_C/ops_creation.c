@@ -125,10 +125,22 @@ static PyObject *mod_nonzero(PyObject *module, PyObject *arg) {
     if (a == NULL)
         return NULL;
     dtpy_record_call_site(st);
+    /* The wait for the input's value is the interruptible one (GIL
+     * released in slices, Ctrl-C checked); the count then runs with the
+     * value ready and touches no Python object. */
+    dt_future *f = dt_tensor_fetch(a->t);
+    if (f == NULL)
+        return dtpy_raise_last(st);
+    if (dtpy_wait_future(st, f) < 0) {
+        dt_future_release(f);
+        return NULL;
+    }
     dt_tensor *t;
-    /* dt_nonzero waits for the input's value; it touches no Python object. */
-    Py_BEGIN_ALLOW_THREADS t = dt_nonzero(a->t);
-    Py_END_ALLOW_THREADS return dtpy_tensor_wrap_like(st, t, a);
+    Py_BEGIN_ALLOW_THREADS
+    t = dt_nonzero_read(a->t, f);
+    Py_END_ALLOW_THREADS
+    dt_future_release(f);
+    return dtpy_tensor_wrap_like(st, t, a);
 }
 
 static PyMethodDef creation_methods[] = {

@@ -55,6 +55,11 @@ PyObject *dtpy_tensor_wrap(dtpy_state *st, dt_tensor *t, PyObject *graph, PyObje
         if (m == hint_ptr || dt_mesh_equal(m, hint_ptr))
             o->mesh = Py_NewRef(mesh_hint);
     }
+    /* Every op's result passes here: the place to wait for capacity. */
+    if (dtpy_wait_capacity_slow() < 0) {
+        Py_DECREF(o);
+        return NULL;
+    }
     return (PyObject *)o;
 }
 

@@ -86,11 +86,11 @@ static PyObject *mod_graph_stats(PyObject *module, PyObject *args) {
     dt_graph_stats s;
     if (dt_graph_get_stats(((dtpy_graph *)graph)->g, &s, reset_peak) != DT_OK)
         return dtpy_raise_last(st);
-    return Py_BuildValue("{sLsLsLsLsLsLsLsL}", "submitted", (long long)s.submitted, "in_flight",
+    return Py_BuildValue("{sLsLsLsLsLsLsLsLsL}", "submitted", (long long)s.submitted, "in_flight",
                          (long long)s.in_flight, "peak_in_flight", (long long)s.peak_in_flight, "in_flight_limit",
                          (long long)s.in_flight_limit, "check_interval", (long long)s.check_interval, "flow_waits",
                          (long long)s.flow_waits, "nodes_eliminated", (long long)s.nodes_eliminated,
-                         "kernels_in_place", (long long)s.kernels_in_place);
+                         "kernels_in_place", (long long)s.kernels_in_place, "cancelled", (long long)s.cancelled);
 }
 
 static PyObject *mod_hold_controller(PyObject *module, PyObject *args) {
@@ -135,7 +135,7 @@ static PyMethodDef testing_methods[] = {
      "_test_gated(x, gate) -> a copy of x produced once the gate is open"},
     {"_graph_stats", mod_graph_stats, METH_VARARGS,
      "_graph_stats(graph, reset_peak=False) -> {submitted, in_flight, peak_in_flight, in_flight_limit, "
-     "check_interval, flow_waits, nodes_eliminated, kernels_in_place}"},
+     "check_interval, flow_waits, nodes_eliminated, kernels_in_place, cancelled}"},
     {"_hold_controller", mod_hold_controller, METH_VARARGS,
      "_hold_controller(graph, hold): the controller takes nothing while held (tests only)"},
     {"_cached_bytes", mod_cached_bytes, METH_NOARGS, "_cached_bytes() -> bytes the backends keep cached"},

@@ -98,6 +98,11 @@ class Graph(_C.GraphBase):
         g = getattr(_thread_default, "graph", None)
         if g is None:
             g = _thread_default.graph = Graph()
+            if _inherited and threading.get_ident() == _inherited.get("thread"):
+                # The first default graph in a fork child keeps the parent's settings.
+                g.default_device_mesh = _inherited.get("default_device_mesh")
+                g.default_dtype = _inherited.get("default_dtype")
+                _inherited.clear()
         return g
 
     @contextlib.contextmanager
@@ -340,11 +345,49 @@ class VoidFutureCollect(_AwaitableFuture):
 
 
 def _shutdown_all() -> None:
+    """At interpreter exit: cancel every live graph's pending work.
+
+    Nobody can read a value any more, so queued kernels are dropped unrun and
+    the process ends after the kernels running now (one per worker). The wait
+    is interruptible: Ctrl-C during it ends the process at once.
+    """
     for g in list(_live_graphs):
         try:
-            g.shutdown()
+            g.cancel()
+        except KeyboardInterrupt:
+            # The threads may still be finishing one kernel each; joining them
+            # again at finalisation would make Ctrl-C wait. Leave now.
+            import sys
+
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except Exception:  # noqa: BLE001
+                    pass
+            os._exit(130)
         except Exception:  # noqa: BLE001 - never fail interpreter exit
             pass
 
 
 atexit.register(_shutdown_all)
+
+# The default graph's settings at fork time, for the child's new default graph.
+_inherited: dict = {}
+
+
+def _after_fork_in_child() -> None:
+    """A fork child has only the forking thread: the parent's graphs have no
+    threads here. They stay dead (ops on them raise RuntimeError naming the
+    fork; the C layer leaks them rather than join threads that do not exist)
+    and each thread gets a fresh default graph on first use."""
+    global _thread_default, _live_graphs
+    old = getattr(_thread_default, "graph", None)
+    _inherited.clear()
+    if old is not None:
+        _inherited.update(thread=threading.get_ident(), default_device_mesh=old.default_device_mesh,
+                          default_dtype=old.default_dtype)
+    _thread_default = threading.local()
+    _live_graphs = weakref.WeakSet()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -149,6 +149,13 @@ static pthread_mutex_t intern_lock = PTHREAD_MUTEX_INITIALIZER;
 static char **intern_slots;
 static size_t intern_cap, intern_count;
 
+void dt__intern_fork_lock(int lock) {
+    if (lock)
+        pthread_mutex_lock(&intern_lock);
+    else
+        pthread_mutex_unlock(&intern_lock);
+}
+
 static uint64_t hash_str(const char *s) {
     uint64_t h = 1469598103934665603ull;
     for (; *s; s++)

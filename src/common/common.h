@@ -50,6 +50,8 @@ void dt__error_append(const char *fmt, ...) __attribute__((format(printf, 1, 2))
  * Used for call-site file names so kernels can point at them without owning
  * them. NULL for NULL. */
 const char *dt__intern(const char *s);
+/* Takes (1) or drops (0) the intern table's lock, around fork() (graph.c). */
+void dt__intern_fork_lock(int lock);
 
 /* A small growable string buffer for messages. */
 typedef struct dt__strbuf {

@@ -50,6 +50,22 @@ static pthread_key_t exit_key;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t register_lock = PTHREAD_MUTEX_INITIALIZER;
 
+void dt__pool_fork_lock(int lock) {
+    /* register_lock first (my_list takes no pool lock under it); pool locks
+     * are leaves, so taking them all here cannot deadlock. */
+    if (lock) {
+        pthread_mutex_lock(&register_lock);
+        for (int i = 0; i < MAX_POOLS; i++)
+            if (pools[i])
+                pthread_mutex_lock(&pools[i]->lock);
+    } else {
+        for (int i = MAX_POOLS - 1; i >= 0; i--)
+            if (pools[i])
+                pthread_mutex_unlock(&pools[i]->lock);
+        pthread_mutex_unlock(&register_lock);
+    }
+}
+
 static void give_back(dt__pool *p, tls_list *l, int keep) {
     if (l->n <= keep)
         return;

@@ -30,4 +30,7 @@ void dt__pool_free(dt__pool *p, void *obj);
  * stands alone): the exit-time cleanup then leaves the pools alone. */
 int dt__pool_busy(void) __attribute__((weak));
 
+/* Takes (1) or drops (0) every pool's lock, around fork() (graph.c). */
+void dt__pool_fork_lock(int lock);
+
 #endif /* DT_POOL_H */

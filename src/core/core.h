@@ -413,9 +413,17 @@ struct dt_graph {
     int overlap;
     pthread_t ctl;
     pthread_mutex_t life_lock; /* serialises shutdown */
-    int shut_down;             /* guarded by life_lock */
+    int shut_down;             /* the controller is joined; guarded by life_lock */
+    int closed;                /* STOP is queued; guarded by life_lock */
     atomic_int gates_bypassed; /* set by shutdown: this graph's gate kernels stop waiting (debug.c) */
     atomic_int held;           /* dt_debug_hold_controller: the controller takes nothing (debug.c) */
+    /* Set by dt_graph_cancel before it closes the queue: the controller
+     * frees nodes unlowered, workers drop kernels unrun (drop_kernel). */
+    atomic_int cancelled;
+    atomic_long dropped;       /* nodes and kernels dropped by a cancel */
+    unsigned fork_gen;         /* dt__fork_gen when made: another value means a forked child */
+    int defer_pressure;        /* dt_graph_set_deferred_backpressure */
+    int ctl_exited;            /* the controller has returned; guarded by bl_lock, signalled on bl_cond */
 
     /* Client-written. The queue is a lock-free stack of nodes (newest
      * first) that the controller takes whole; a head tagged with bit 0 (a
@@ -468,6 +476,24 @@ struct dt_graph {
 
 /* The backend serving device type `t` on g (any thread). */
 static inline const dt__backend *dt__graph_be(const dt_graph *g, dt_device_type t) { return g->be[t]; }
+/* Bumped in the child of every fork() (graph.c): a graph whose fork_gen
+ * differs was made by an ancestor process and has no threads here. */
+extern _Atomic unsigned dt__fork_gen;
+static inline int dt__graph_forked(const dt_graph *g) {
+    return g->fork_gen != atomic_load_explicit(&dt__fork_gen, memory_order_relaxed);
+}
+/* The controller's last act: wakes dt_graph_cancel/shutdown waiters. */
+void dt__graph_controller_exited(dt_graph *g);
+/* The error message for a failed dt__graph_submit status; returns st. */
+dt_status dt__submit_error(dt_status st);
+/* Atfork helpers: take (1) or drop (0) every global lock of a module, so a
+ * fork never copies one held by another thread. */
+void dt__debug_fork_lock(int lock);
+/* In a fork child: the parent's workers are gone. */
+void dt__stream_forked(void);
+/* A dropped gate kernel's gate reference (debug.c). */
+void dt__debug_gate_drop(dt__kernel *k);
+void dt__debug_node_drop(dt__node *n);
 
 #define DT__Q_IS_CLOSED(h) (((uintptr_t)(h) & 1) != 0)
 #define DT__R_CLOSED ((dt__tval *)(uintptr_t)1)
@@ -521,6 +547,7 @@ struct dt_future {
     pthread_cond_t cond;
     int ready;      /* guarded by lock */
     int remaining;  /* arrivals still expected */
+    unsigned fork_gen; /* dt__fork_gen when made (see dt__graph_forked) */
     char *error;    /* first kernel error (owned) */
     dt_status status;
     void (*cb)(void *);

@@ -9,7 +9,8 @@
  * tensor's kernels sleep on the gate's condition variable, on their
  * device's worker, until the test opens it; nothing spins. Nothing here is
  * on the path of ordinary ops: the only costs outside this file are one
- * switch case in the worker and one call in dt_graph_shutdown.
+ * switch case in the worker and one call in dt_graph_shutdown (and
+ * dt_graph_cancel, whose dropped gate kernels only drop their reference).
  *
  * Threads: gates are created, opened and released on any thread; the gate
  * kernel runs on a worker (dt__debug_gate_run); dt__lower_debug_gate on the
@@ -36,6 +37,7 @@ dt_status dt_graph_get_stats(dt_graph *g, dt_graph_stats *out, int reset_peak) {
     out->flow_waits = atomic_load(&g->flow_waits);
     out->nodes_eliminated = atomic_load(&g->nodes_eliminated);
     out->kernels_in_place = atomic_load(&g->kernels_in_place);
+    out->cancelled = atomic_load(&g->dropped);
     if (reset_peak)
         atomic_store(&g->peak_backlog, out->in_flight);
     return DT_OK;
@@ -149,6 +151,25 @@ void dt_debug_gate_release(dt_debug_gate *gate) {
     gate_unref(gate);
 }
 
+void dt__debug_fork_lock(int lock) {
+    if (lock)
+        pthread_mutex_lock(&gates_lock);
+    else
+        pthread_mutex_unlock(&gates_lock);
+}
+
+void dt__debug_gate_drop(dt__kernel *k) {
+    if (k->extra)
+        gate_unref(k->extra);
+    k->extra = NULL;
+}
+
+void dt__debug_node_drop(dt__node *n) {
+    if (n->op == DT_OP_DEBUG_GATE && n->extra)
+        gate_unref(n->extra);
+    n->extra = NULL;
+}
+
 void dt__debug_gates_bypass(dt_graph *g) {
     /* Set before the broadcasts: a gate kernel checks the flag holding its
      * gate's lock, so it either sees the flag or is asleep when woken. */
@@ -179,11 +200,12 @@ dt_tensor *dt_debug_gated(dt_tensor *x, dt_debug_gate *gate) {
         n->in[0] = x->v;
         n->out = t->v;
         n->extra = gate_retain(gate);
-        if (dt__graph_submit(t->graph, n) == DT_OK)
+        dt_status st = dt__graph_submit(t->graph, n);
+        if (st == DT_OK)
             return t;
         gate_unref(gate);
         dt__node_free(n);
-        dt__error(DT_ESHUTDOWN, "the graph is shut down");
+        dt__submit_error(st);
     }
     dt_graph *g = t->graph;
     dt__tval_free(t->v); /* the symbol's record too */

@@ -445,6 +445,22 @@ _Static_assert(DT_OP_COUNT == 36, "update dt__ops when adding an op");
 
 /* -------------------------------------------------------------- the loop */
 
+/* After dt_graph_cancel: frees what node n owns without lowering it. Its
+ * outputs get no blobs (nothing can read them: the graph is closed); a read
+ * or sync fails with DT_ECANCELLED. */
+static void discard(dt_graph *g, dt__node *n) {
+    atomic_fetch_add_explicit(&g->dropped, 1, memory_order_relaxed);
+    if (n->op == DT_OP_FETCH || n->op == DT_OP_SYNC) {
+        dt__future_fail(n->extra, DT_ECANCELLED, "cancelled: the graph was cancelled before this read ran");
+        dt_future_release(n->extra); /* the node's reference */
+        n->extra = NULL;
+    } else if (n->op == DT_OP_DEBUG_GATE) {
+        dt__debug_node_drop(n);
+    } else if (n->op == DT_OP_SOURCE) {
+        dt__source_free(dt__graph_be(g, n->out->meta.mesh->type), n);
+    }
+}
+
 static void flush(dt_graph *g) {
     while (g->dirty) {
         dt__stream *s = g->dirty;
@@ -484,7 +500,9 @@ void *dt__controller_main(void *arg) {
             uint8_t f = windowed ? w.flags[i] : 0;
             if (windowed)
                 n = w.nodes[i]; /* a pass may have put another node in the slot */
-            if (!(f & DT__WS_DEAD))
+            if (n->op != DT_OP_STOP && atomic_load_explicit(&g->cancelled, memory_order_relaxed))
+                discard(g, n); /* dt_graph_cancel: freed unlowered */
+            else if (!(f & DT__WS_DEAD))
                 stop |= lower_node(&L, n, (f & DT__WS_REUSE) ? DT_KF_REUSE : 0);
             /* A substitute is a node_pool record the window hands over. */
             if (n != orig)
@@ -514,5 +532,6 @@ void *dt__controller_main(void *arg) {
     dt__graph_flush_releases(g);
     /* Nodes after STOP cannot exist: the queue is closed before STOP goes in. */
     dt__graph_streams_stop(g);
+    dt__graph_controller_exited(g);
     return NULL;
 }

@@ -15,6 +15,7 @@ dt_future *dt__future_new(void) {
     if (!f)
         return NULL;
     atomic_init(&f->refs, 1);
+    f->fork_gen = atomic_load_explicit(&dt__fork_gen, memory_order_relaxed);
     pthread_mutex_init(&f->lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -95,6 +96,12 @@ void dt__future_fail(dt_future *f, dt_status st, const char *msg) {
 dt_status dt_future_wait(dt_future *f, int64_t timeout_ms) {
     if (!f)
         return dt__error(DT_EINVAL, "future is NULL");
+    /* A fork child has only this thread: no worker will complete a read
+     * its parent started, and the lock may have been copied held. A future
+     * that was complete before the fork stays readable. */
+    if (f->fork_gen != atomic_load_explicit(&dt__fork_gen, memory_order_relaxed) &&
+        !__atomic_load_n(&f->ready, __ATOMIC_ACQUIRE))
+        return dt__submit_error(DT_EFORKED);
     pthread_mutex_lock(&f->lock);
     if (timeout_ms < 0) {
         while (!f->ready)
@@ -149,7 +156,9 @@ dt_status dt_future_on_ready(dt_future *f, void (*fn)(void *), void *arg) {
 dt_status dt_future_status(dt_future *f) {
     if (!f)
         return dt__error(DT_EINVAL, "future is NULL");
-    dt_future_wait(f, -1);
+    dt_status w = dt_future_wait(f, -1);
+    if (w != DT_OK)
+        return w; /* DT_EINVAL, DT_EFORKED: the message is set */
     if (f->status != DT_OK)
         return dt__error(f->status, "%s", f->error ? f->error : dt_status_str(f->status));
     return DT_OK;

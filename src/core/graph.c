@@ -3,11 +3,13 @@
  *
  * Threads: dt_graph_* and the tensor functions run on client threads (any
  * thread); dt__controller_main (executor.c) is the graph's controller thread.
- * Lock order: life_lock -> qlock. The queue is a lock-free stack that the
+ * Lock order: life_lock -> qlock; life_lock -> bl_lock. The queue is a lock-free stack that the
  * controller takes whole (and reverses); a push is one compare-and-swap, and
  * the client takes qlock only to wake a controller that sleeps.
  */
+#include <errno.h>
 #include <sched.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,44 @@ dt__pool dt__tval_pool = DT__POOL_INIT(sizeof(dt__symrec));
 static _Thread_local const char *tls_site_file;
 static _Thread_local int tls_site_line;
 
+/* ----------------------------------------------------------------- fork */
+
+/* A forked child has one thread, the one that called fork(). Every global
+ * lock of the library is taken before the fork and dropped on both sides
+ * after it, so the child never inherits one held by a thread it lacks
+ * (order: gates, interned strings, pools; all leaves otherwise). Graphs are
+ * not locked: the child never touches a graph of its parent (fork_gen). */
+_Atomic unsigned dt__fork_gen;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void fork_prepare(void) {
+    dt__debug_fork_lock(1);
+    dt__intern_fork_lock(1);
+    dt__pool_fork_lock(1);
+}
+
+static void fork_parent(void) {
+    dt__pool_fork_lock(0);
+    dt__intern_fork_lock(0);
+    dt__debug_fork_lock(0);
+}
+
+static void fork_child(void) {
+    fork_parent();
+    atomic_fetch_add(&dt__fork_gen, 1);
+    dt__stream_forked();
+}
+
+static void atfork_register(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+
+dt_status dt__submit_error(dt_status st) {
+    if (st == DT_EFORKED)
+        return dt__error(st, "this graph was created before os.fork() in the parent process: its threads do not "
+                             "exist in this child; create a new dtorch.Graph in the child (the default graph is "
+                             "replaced automatically)");
+    return dt__error(st, "the graph is shut down");
+}
+
 /* ---------------------------------------------------------------- graph */
 
 dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
@@ -45,6 +85,7 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
         memset(g, 0, size);
     if (!g)
         return dt__error(DT_ENOMEM, "graph: out of memory");
+    pthread_once(&atfork_once, atfork_register);
     atomic_init(&g->refs, 1);
     /* The named backend serves every device type; a type it cannot run
      * (device_count) is refused at the call (dt__graph_check_mesh). */
@@ -54,11 +95,17 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
      * what the communication stream's overlap buys). */
     const char *ov = getenv("DTORCH_OVERLAP");
     g->overlap = !(ov && ov[0] == '0' && ov[1] == 0);
+    g->fork_gen = atomic_load(&dt__fork_gen);
     pthread_mutex_init(&g->life_lock, NULL);
     pthread_mutex_init(&g->qlock, NULL);
     pthread_cond_init(&g->qcond, NULL);
     pthread_mutex_init(&g->bl_lock, NULL);
-    pthread_cond_init(&g->bl_cond, NULL);
+    /* Monotonic: dt_graph_wait_capacity and dt_graph_cancel time out on it. */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&g->bl_cond, &ca);
+    pthread_condattr_destroy(&ca);
     if (pthread_create(&g->ctl, NULL, dt__controller_main, g) != 0) {
         pthread_cond_destroy(&g->bl_cond);
         pthread_mutex_destroy(&g->bl_lock);
@@ -82,6 +129,8 @@ void dt_graph_retain(dt_graph *g) {
 void dt_graph_release(dt_graph *g) {
     if (!g || atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1)
         return;
+    if (dt__graph_forked(g))
+        return; /* a parent's graph: its threads are not here to join; leaked */
     dt_graph_shutdown(g);
     pthread_cond_destroy(&g->bl_cond);
     pthread_mutex_destroy(&g->bl_lock);
@@ -165,36 +214,113 @@ void dt__graph_wait_queue(dt_graph *g) {
     pthread_mutex_unlock(&g->qlock);
 }
 
+/* Closes the queue with a STOP node and lets gated kernels through; the
+ * caller holds life_lock and the graph is not yet closed. */
+static dt_status close_queue(dt_graph *g) {
+    dt__node *stop = dt__node_new(DT_OP_STOP);
+    if (!stop)
+        return dt__error(DT_ENOMEM, "shutdown: out of memory (try again)");
+    /* Close the release stack, then the queue: STOP carries the dropped
+     * values and goes in last, with the closed tag, in one step, so no
+     * push succeeds afterwards and the controller finds everything on
+     * the tagged list. */
+    stop->extra = atomic_exchange(&g->rhead, DT__R_CLOSED);
+    dt__node *h = atomic_load(&g->qhead);
+    do {
+        DT_ASSERT(!DT__Q_IS_CLOSED(h)); /* invariant: only this, under life_lock, closes it */
+        stop->next = h;
+    } while (!atomic_compare_exchange_weak(&g->qhead, &h, (dt__node *)((uintptr_t)stop | 1)));
+    /* A worker held at a test gate would never reach its stop kernel. */
+    dt__debug_gates_bypass(g);
+    pthread_mutex_lock(&g->qlock);
+    pthread_cond_signal(&g->qcond);
+    pthread_mutex_unlock(&g->qlock);
+    g->closed = 1;
+    return DT_OK;
+}
+
+/* Adds ms to the monotonic clock's now. */
+static struct timespec deadline_after(int64_t ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+/* Waits (life_lock held) up to timeout_ms (< 0: no limit) for the
+ * controller to return, then joins it. The controller stops its workers
+ * before it returns, so a joined controller means no thread is left. */
+static dt_status join_controller(dt_graph *g, int64_t timeout_ms) {
+    if (g->shut_down)
+        return DT_OK;
+    struct timespec ts = deadline_after(timeout_ms < 0 ? 0 : timeout_ms);
+    int timed_out = 0;
+    pthread_mutex_lock(&g->bl_lock);
+    while (!g->ctl_exited && !timed_out) {
+        if (timeout_ms < 0)
+            pthread_cond_wait(&g->bl_cond, &g->bl_lock);
+        else
+            timed_out = pthread_cond_timedwait(&g->bl_cond, &g->bl_lock, &ts) == ETIMEDOUT;
+    }
+    int exited = g->ctl_exited;
+    pthread_mutex_unlock(&g->bl_lock);
+    if (!exited)
+        return DT_ETIMEDOUT;
+    pthread_join(g->ctl, NULL);
+    g->shut_down = 1;
+    return DT_OK;
+}
+
 dt_status dt_graph_shutdown(dt_graph *g) {
     if (!g)
         return dt__error(DT_EINVAL, "graph is NULL");
+    if (dt__graph_forked(g))
+        return DT_OK; /* nothing of it runs in this process */
     pthread_mutex_lock(&g->life_lock);
-    if (!g->shut_down) {
-        dt__node *stop = dt__node_new(DT_OP_STOP);
-        if (!stop) {
-            pthread_mutex_unlock(&g->life_lock);
-            return dt__error(DT_ENOMEM, "shutdown: out of memory (try again)");
-        }
-        /* Close the release stack, then the queue: STOP carries the dropped
-         * values and goes in last, with the closed tag, in one step, so no
-         * push succeeds afterwards and the controller finds everything on
-         * the tagged list. */
-        stop->extra = atomic_exchange(&g->rhead, DT__R_CLOSED);
-        dt__node *h = atomic_load(&g->qhead);
-        do {
-            DT_ASSERT(!DT__Q_IS_CLOSED(h)); /* invariant: only this, under life_lock, closes it */
-            stop->next = h;
-        } while (!atomic_compare_exchange_weak(&g->qhead, &h, (dt__node *)((uintptr_t)stop | 1)));
-        /* A worker held at a test gate would never reach its stop kernel. */
-        dt__debug_gates_bypass(g);
-        pthread_mutex_lock(&g->qlock);
-        pthread_cond_signal(&g->qcond);
-        pthread_mutex_unlock(&g->qlock);
-        pthread_join(g->ctl, NULL);
-        g->shut_down = 1;
+    if (!g->closed && close_queue(g) != DT_OK) {
+        pthread_mutex_unlock(&g->life_lock);
+        return DT_ENOMEM; /* the message is set; the caller may try again */
     }
+    join_controller(g, -1);
     pthread_mutex_unlock(&g->life_lock);
     return DT_OK;
+}
+
+dt_status dt_graph_cancel(dt_graph *g, int64_t timeout_ms) {
+    if (!g)
+        return dt__error(DT_EINVAL, "graph is NULL");
+    if (dt__graph_forked(g))
+        return DT_OK;
+    /* Set before the lock and the close: the controller sees it when it
+     * takes the closing batch, and a shutdown under way (holding life_lock
+     * while it joins) has its remaining work dropped too. */
+    atomic_store(&g->cancelled, 1);
+    pthread_mutex_lock(&g->life_lock);
+    if (g->closed)
+        dt__debug_gates_bypass(g);
+    else if (close_queue(g) != DT_OK) {
+        pthread_mutex_unlock(&g->life_lock);
+        return DT_ENOMEM; /* the message is set; the caller may try again */
+    }
+    /* A client waiting for capacity re-checks and finds the queue closed. */
+    pthread_mutex_lock(&g->bl_lock);
+    pthread_cond_broadcast(&g->bl_cond);
+    pthread_mutex_unlock(&g->bl_lock);
+    dt_status st = join_controller(g, timeout_ms);
+    pthread_mutex_unlock(&g->life_lock);
+    return st == DT_OK ? DT_OK : dt__error(st, "graph cancel: the threads are still stopping");
+}
+
+void dt__graph_controller_exited(dt_graph *g) {
+    pthread_mutex_lock(&g->bl_lock);
+    g->ctl_exited = 1;
+    pthread_cond_broadcast(&g->bl_cond);
+    pthread_mutex_unlock(&g->bl_lock);
 }
 
 static long backlog(dt_graph *g) {
@@ -212,15 +338,52 @@ void dt__backlog_done(dt_graph *g, long n) {
     }
 }
 
-/* Waits (client thread) until the pipeline has drained to half its bound. */
-static void wait_backlog(dt_graph *g) {
+/* Waits (client thread) until the pipeline has drained to half its bound,
+ * the queue is closed, or the deadline (NULL: none) passes; 1 if capacity. */
+static int wait_backlog(dt_graph *g, const struct timespec *deadline) {
+    int timed_out = 0;
     pthread_mutex_lock(&g->bl_lock);
     atomic_fetch_add_explicit(&g->flow_waits, 1, memory_order_relaxed);
     atomic_fetch_add(&g->bl_waiters, 1);
-    while (backlog(g) > DT_BACKLOG_MAX / 2)
-        pthread_cond_wait(&g->bl_cond, &g->bl_lock);
+    /* A closed graph drains or is cancelled: nothing more is worth waiting for. */
+    while (backlog(g) > DT_BACKLOG_MAX / 2 && !DT__Q_IS_CLOSED(atomic_load(&g->qhead)) && !timed_out) {
+        if (deadline)
+            timed_out = pthread_cond_timedwait(&g->bl_cond, &g->bl_lock, deadline) == ETIMEDOUT;
+        else
+            pthread_cond_wait(&g->bl_cond, &g->bl_lock);
+    }
+    int ok = backlog(g) <= DT_BACKLOG_MAX / 2 || DT__Q_IS_CLOSED(atomic_load(&g->qhead));
     atomic_fetch_sub(&g->bl_waiters, 1);
     pthread_mutex_unlock(&g->bl_lock);
+    return ok;
+}
+
+dt_status dt_graph_wait_capacity(dt_graph *g, int64_t timeout_ms) {
+    if (!g)
+        return dt__error(DT_EINVAL, "graph is NULL");
+    if (dt__graph_forked(g))
+        return dt__submit_error(DT_EFORKED);
+    if (backlog(g) <= DT_BACKLOG_MAX / 2)
+        return DT_OK;
+    if (timeout_ms == 0)
+        return DT_ETIMEDOUT;
+    struct timespec ts = deadline_after(timeout_ms > 0 ? timeout_ms : 0);
+    return wait_backlog(g, timeout_ms < 0 ? NULL : &ts) ? DT_OK : DT_ETIMEDOUT;
+}
+
+/* The graph an op of this thread found over its bound (deferred graphs
+ * only), holding a reference; see dt_take_backpressure. */
+static _Thread_local dt_graph *tls_pressure;
+
+void dt_graph_set_deferred_backpressure(dt_graph *g, int on) {
+    if (g)
+        g->defer_pressure = on != 0;
+}
+
+dt_graph *dt_take_backpressure(void) {
+    dt_graph *g = tls_pressure;
+    tls_pressure = NULL;
+    return g;
 }
 
 /* The backlog is checked every DT_BACKLOG_STRIDE submissions of a thread:
@@ -228,14 +391,24 @@ static void wait_backlog(dt_graph *g) {
 static _Thread_local unsigned tls_submits;
 
 dt_status dt__graph_submit(dt_graph *g, dt__node *n) {
+    /* A read-mostly line the submit reads anyway (g->be's); no syscall. */
+    if (dt__graph_forked(g))
+        return DT_EFORKED;
     /* Counted first: the controller may retire the node as soon as it is in. */
     atomic_fetch_add_explicit(&g->submitted, 1, memory_order_relaxed);
     if (queue_push(g, n) != DT_OK) {
         atomic_fetch_sub_explicit(&g->submitted, 1, memory_order_relaxed);
         return DT_ESHUTDOWN;
     }
-    if (++tls_submits % DT_BACKLOG_STRIDE == 0 && backlog(g) > DT_BACKLOG_MAX)
-        wait_backlog(g);
+    if (++tls_submits % DT_BACKLOG_STRIDE == 0 && backlog(g) > DT_BACKLOG_MAX) {
+        if (!g->defer_pressure) {
+            wait_backlog(g, NULL);
+        } else if (!tls_pressure) {
+            /* The node is in: the caller waits after the op returns. */
+            dt_graph_retain(g);
+            tls_pressure = g;
+        }
+    }
     return DT_OK;
 }
 
@@ -293,7 +466,15 @@ dt_future *dt_graph_sync_future(dt_graph *g) {
     /* The controller owns one reference until every stream has arrived. */
     atomic_fetch_add(&f->refs, 1);
     n->extra = f;
-    if (dt__graph_submit(g, n) != DT_OK) {
+    dt_status st = dt__graph_submit(g, n);
+    if (st == DT_EFORKED) {
+        dt__node_free(n);
+        dt_future_release(f);
+        dt_future_release(f);
+        dt__submit_error(st);
+        return NULL;
+    }
+    if (st != DT_OK) {
         /* Nothing can be pending on a shut-down graph: the sync is complete. */
         dt__node_free(n);
         dt__future_expect(f, 1);
@@ -394,10 +575,11 @@ dt_tensor *dt__tensor_new(dt_graph *g, const dt__meta *m) {
 dt_tensor *dt__client_submit(dt_tensor *t, dt__node *n) {
     if (!n) {
         dt__error(DT_ENOMEM, "out of memory");
-    } else if (dt__graph_submit(t->graph, n) == DT_OK) {
-        return t;
     } else {
-        dt__error(DT_ESHUTDOWN, "the graph is shut down");
+        dt_status st = dt__graph_submit(t->graph, n);
+        if (st == DT_OK)
+            return t;
+        dt__submit_error(st);
         dt__source_free(dt__graph_be(t->graph, t->v->meta.mesh->type), n);
         dt__node_free(n);
     }
@@ -451,6 +633,8 @@ void dt_tensor_release(dt_tensor *t) {
     if (!t || atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
         return;
     dt_graph *g = t->graph;
+    if (dt__graph_forked(g))
+        return; /* a parent's graph (fork child): its controller is not here; leaked */
     dt__tval *v = t->v;
     dt__tval *h = atomic_load_explicit(&g->rhead, memory_order_relaxed);
     do {
@@ -459,10 +643,12 @@ void dt_tensor_release(dt_tensor *t) {
         v->next_release = h;
     } while (!atomic_compare_exchange_weak_explicit(&g->rhead, &h, v, memory_order_seq_cst, memory_order_relaxed));
     if (h == DT__R_CLOSED) {
-        /* Shut down: once the controller has finished (shutdown holds
-         * life_lock until then), nothing else can touch the value. */
-        pthread_mutex_lock(&g->life_lock);
-        pthread_mutex_unlock(&g->life_lock);
+        /* Shut down: once the controller has returned, nothing else can
+         * touch the value (a timed-out cancel may return before that). */
+        pthread_mutex_lock(&g->bl_lock);
+        while (!g->ctl_exited)
+            pthread_cond_wait(&g->bl_cond, &g->bl_lock);
+        pthread_mutex_unlock(&g->bl_lock);
         dt__tval_free(v);
     } else {
         wake_controller(g);
@@ -508,9 +694,11 @@ static dt_future *fetch(dt_tensor *t, int64_t local) {
     n->in[0] = t->v;
     n->n_in = 1;
     n->extra = f;
-    if (dt__graph_submit(t->graph, n) != DT_OK) {
+    dt_status st = dt__graph_submit(t->graph, n);
+    if (st != DT_OK) {
         dt__node_free(n);
-        dt__future_fail(f, DT_ESHUTDOWN, "the graph is shut down");
+        dt__submit_error(st);
+        dt__future_fail(f, st, dt_last_error());
         dt_future_release(f);
     }
     return f;

@@ -263,6 +263,62 @@ static void run_kernel(dt__kernel *k, dt__stream *s) {
     dt__pool_free(&dt__kernel_pool, k);
 }
 
+/* After dt_graph_cancel: k is released without running. Its output is
+ * poisoned and made ready (a kernel waiting for it wakes), a read or sync
+ * fails, and a collective still meets its peers, so ranks that do run are
+ * not left waiting for this one. */
+static void drop_kernel(dt__kernel *k, dt__stream *s) {
+    static const char msg[] = "cancelled: the graph was cancelled (dt_graph_cancel) before this ran";
+    atomic_fetch_add_explicit(&s->g->dropped, 1, memory_order_relaxed);
+    if (k->out)
+        poison(k, s, msg);
+    switch (k->kop) {
+    case DT_KC_COLLECTIVE:
+        /* Peers read the published input: it must be ready (producers
+         * elsewhere run or drop, so this wait ends). The poisoned output
+         * tells the collective to meet its peers and compute nothing. */
+        if (k->wait)
+            for (int i = 0; i < k->n_in; i++)
+                dt__event_wait(s, k->in[i]);
+        ((dt__coll *)k->extra)->ops->run(k);
+        break;
+    case DT_KC_FETCH:
+    case DT_KC_SYNC:
+        dt__future_fail(k->extra, DT_ECANCELLED, msg);
+        dt__future_arrive(k->extra, -1, NULL);
+        dt_future_release(k->extra);
+        break;
+    case DT_KC_ASSEMBLE: {
+        dt__assembly *as = k->extra;
+        for (int i = 0; i < as->n; i++)
+            dt__blob_release(as->pieces[i]);
+        dt__free(as->pieces);
+        dt__free(as->starts);
+        dt__free(as->lens);
+        dt__free(as);
+        break;
+    }
+    case DT_KC_GATE:
+        dt__debug_gate_drop(k);
+        break;
+    default:
+        break;
+    }
+    /* A dropped kernel still completes its number: consumers on other
+     * streams wait on it (streams.c). */
+    dt__event_complete(s, ++s->completed);
+    for (int i = 0; i < k->n_in; i++)
+        dt__blob_release(k->in[i]);
+    dt__blob_release(k->out);
+    dt__pool_free(&dt__kernel_pool, k);
+}
+
+void dt__stream_forked(void) {
+    /* The parent's workers do not exist in a fork child. */
+    atomic_store(&live_workers, 0);
+    atomic_fetch_add(&workers_gen, 1);
+}
+
 int dt__pool_busy(void) { return atomic_load(&live_workers) > 0; }
 
 /* ---------------------------------------------------------------- spins */
@@ -314,7 +370,10 @@ static void *worker_main(void *arg) {
                 stop = 1;
                 dt__pool_free(&dt__kernel_pool, k);
             } else {
-                run_kernel(k, s);
+                if (atomic_load_explicit(&s->g->cancelled, memory_order_relaxed))
+                    drop_kernel(k, s);
+                else
+                    run_kernel(k, s);
                 /* Report progress every so often, so a client waiting on
                  * the backlog does not wait for a whole long batch. */
                 if (++ran == 256) {

@@ -127,7 +127,9 @@ static void inproc_run(dt__kernel *k) {
     const char *failed = NULL;
     for (int p = 0; p < c->n && !failed; p++)
         failed = c->slots[p]->error;
-    if (failed) {
+    if (k->out->error) {
+        /* Dropped by dt_graph_cancel (kernel_stream.c): it only met its peers. */
+    } else if (failed) {
         k->out->error = dt__strdup(failed);
     } else {
         char err[512] = "";

@@ -238,16 +238,35 @@ dt_tensor *dt_nonzero(dt_tensor *a) {
         dt__error(DT_EINVAL, "nonzero: tensor argument is NULL");
         return NULL;
     }
+    dt_future *f = dt_tensor_fetch(a);
+    if (!f)
+        return NULL;
+    dt_tensor *t = dt_nonzero_read(a, f);
+    dt_future_release(f);
+    return t;
+}
+
+dt_tensor *dt_nonzero_read(dt_tensor *a, dt_future *value) {
+    dt_clear_error();
+    if (!a || !value) {
+        dt__error(DT_EINVAL, "nonzero: %s argument is NULL", a ? "future" : "tensor");
+        return NULL;
+    }
     const dt__meta *m = &a->v->meta;
     int64_t numel = dt__numel(m->ndim, m->shape);
     size_t nbytes = (size_t)numel * dt_dtype_size(m->dtype);
+    if (value->local >= 0 || value->dtype != m->dtype || value->ndim != m->ndim ||
+        dt__numel(value->ndim, value->shape) != numel) {
+        dt__error(DT_EINVAL, "nonzero: the future is not a whole read of the tensor");
+        return NULL;
+    }
     unsigned char *buf = dt__malloc(nbytes ? nbytes : 1);
     if (!buf) {
         dt__error(DT_ENOMEM, "nonzero: out of memory reading %zu bytes", nbytes);
         return NULL;
     }
     /* The only wait: the result's shape is the number of nonzero values. */
-    if (dt_tensor_read(a, buf, nbytes) != DT_OK) {
+    if (dt_future_read(value, buf, nbytes) != DT_OK) {
         dt__free(buf);
         return NULL;
     }

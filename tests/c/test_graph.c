@@ -9,6 +9,13 @@
  *    metadata getters answer meanwhile;
  *  - dt_graph_shutdown lets its own gated work through (never hangs on a
  *    gate) and leaves the gate closed for other graphs;
+ *  - dt_graph_cancel drops work queued behind a closed gate unrun: a read
+ *    queued behind it fails with DT_ECANCELLED, a collective whose rank 0
+ *    is held behind the gate does not leave rank 1 waiting, the stats count
+ *    the dropped work, ops afterwards fail with DT_ESHUTDOWN;
+ *  - with deferred backpressure an op never waits: the thread is told
+ *    (dt_take_backpressure) and dt_graph_wait_capacity times out while the
+ *    gate holds the pipeline full;
  *  - every *_release accepts NULL, and a call that fails validation enqueues
  *    nothing (the graph's submitted-record count does not move).
  * Runs on the 'ref' backend under ASan/UBSan and TSan.
@@ -314,12 +321,102 @@ static void test_failed_calls_enqueue_nothing(void) {
     dt_graph_release(g);
 }
 
+/* ------------------------------------------------------------ cancel */
+
+static void test_cancel_drops_queued_work(void) {
+    dt_graph *g = ref_graph();
+    dt_mesh *m1 = mesh1d(1, 0), *m2 = mesh1d(2, 0);
+    int64_t shape[1] = {4};
+    dt_placement pp[1] = {P()}, pr[1] = {R()};
+    dt_tensor *a = dt_full(g, DT_FLOAT32, 1, shape, dt_scalar_float(1), m1, NULL);
+    dt_tensor *p = dt_full(g, DT_FLOAT32, 1, shape, dt_scalar_float(1), m2, pp);
+    CHECK(a && p && dt_graph_sync(g) == DT_OK);
+    dt_debug_gate *gate = NULL;
+    CHECK(dt_debug_gate_create(&gate) == DT_OK);
+    /* Device 0's worker waits at the gate; device 1's reaches the allreduce
+     * and waits there for rank 0, which is queued behind the gate. */
+    dt_tensor *t = dt_debug_gated(a, gate);
+    const int n = 1000;
+    for (int i = 0; i < n; i++) {
+        dt_tensor *y = dt_binary_scalar(DT_BINARY_ADD, t, dt_scalar_float(1), 0);
+        dt_tensor_release(t);
+        t = y;
+    }
+    dt_tensor *r = dt_redistribute(p, m2, pr);
+    CHECK(t && r);
+    dt_future *ft = dt_tensor_fetch(t), *fr = dt_tensor_fetch_local(r, 0);
+    CHECK(ft && fr);
+    CHECK(dt_future_wait(ft, 0) == DT_ETIMEDOUT);
+    dt_status st = dt_graph_cancel(g, 0);
+    CHECK(st == DT_OK || st == DT_ETIMEDOUT);
+    CHECK(dt_graph_cancel(g, -1) == DT_OK);
+    CHECK(dt_graph_cancel(g, -1) == DT_OK); /* idempotent */
+    CHECK(dt_graph_shutdown(g) == DT_OK);
+    /* The reads were dropped, not run: the gate was never opened. */
+    CHECK(!dt_debug_gate_is_open(gate));
+    CHECK(dt_future_wait(ft, -1) == DT_OK && dt_future_status(ft) == DT_ECANCELLED);
+    CHECK(dt_future_wait(fr, -1) == DT_OK && dt_future_status(fr) != DT_OK);
+    dt_graph_stats s = stats(g);
+    CHECK(s.cancelled >= n);
+    CHECK(s.in_flight == 0);
+    dt_tensor *late = dt_binary_scalar(DT_BINARY_ADD, a, dt_scalar_float(1), 0);
+    CHECK(late == NULL && dt_last_status() == DT_ESHUTDOWN);
+    dt_future_release(ft);
+    dt_future_release(fr);
+    dt_tensor_release(t);
+    dt_tensor_release(r);
+    dt_tensor_release(a);
+    dt_tensor_release(p);
+    dt_debug_gate_release(gate);
+    dt_mesh_release(m1);
+    dt_mesh_release(m2);
+    dt_graph_release(g);
+    CHECK(dt_graph_cancel(NULL, 0) == DT_EINVAL && dt_graph_wait_capacity(NULL, 0) == DT_EINVAL);
+}
+
+static void test_deferred_backpressure(void) {
+    dt_graph *g = ref_graph();
+    dt_graph_set_deferred_backpressure(g, 1);
+    dt_mesh *m = mesh1d(1, 0);
+    int64_t shape[1] = {1};
+    dt_tensor *x = dt_full(g, DT_FLOAT32, 1, shape, dt_scalar_float(0), m, NULL);
+    CHECK(x && dt_graph_sync(g) == DT_OK);
+    CHECK(dt_graph_wait_capacity(g, 0) == DT_OK);
+    dt_debug_gate *gate = NULL;
+    CHECK(dt_debug_gate_create(&gate) == DT_OK);
+    dt_tensor *t = dt_debug_gated(x, gate);
+    dt_graph *told = NULL;
+    /* No op waits (the gate is never opened before the end): the loop ends
+     * only because the thread is told about the pressure. */
+    for (int i = 0; i < 200000 && !told; i++) {
+        dt_tensor *y = dt_binary_scalar(DT_BINARY_ADD, t, dt_scalar_float(1), 0);
+        dt_tensor_release(t);
+        t = y;
+        told = dt_take_backpressure();
+    }
+    CHECK(told == g);
+    CHECK(dt_take_backpressure() == NULL);
+    CHECK(dt_graph_wait_capacity(g, 0) == DT_ETIMEDOUT);
+    CHECK(dt_graph_wait_capacity(g, 5) == DT_ETIMEDOUT);
+    dt_graph_release(told);
+    dt_debug_gate_open(gate);
+    CHECK(dt_graph_wait_capacity(g, -1) == DT_OK);
+    CHECK(dt_graph_sync(g) == DT_OK);
+    dt_debug_gate_release(gate);
+    dt_tensor_release(t);
+    dt_tensor_release(x);
+    dt_mesh_release(m);
+    dt_graph_release(g);
+}
+
 int main(void) {
     test_release_null();
     test_failed_calls_enqueue_nothing();
     test_pending_read();
     test_shutdown_passes_gates();
     test_flow_control_bound();
+    test_cancel_drops_queued_work();
+    test_deferred_backpressure();
     if (failures) {
         fprintf(stderr, "test_graph: %d failure(s)\n", failures);
         return 1;

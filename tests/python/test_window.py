@@ -104,6 +104,8 @@ class TestReuse(unittest.TestCase):
                     self.assertTrue(torch.equal(got, mixed_chain(self.t)))
                     self.assertTrue(torch.equal(x.to_torch(), self.t))  # the input is kept: never written
                     if held:
+                        # A read of a Replicate value waits for one device's copy only: wait for all.
+                        dtorch.synchronize()
                         # Seven of the eight steps read a dropped value; each runs on every device.
                         self.assertEqual(stats_delta(before)["kernels_in_place"], 7 * mesh.size())
 

@@ -74,8 +74,9 @@ def graph_stats(graph=None, reset_peak: bool = False) -> Dict[str, int]:
     ``peak_in_flight`` (the most seen after a controller batch since the last reset),
     ``in_flight_limit`` and ``check_interval`` (flow control's bound and how often a client looks
     at it), ``flow_waits`` (times a client waited for the pipeline to drain), ``nodes_eliminated``
-    (nodes never lowered: their result was dropped unread, the window's dce pass) and
-    ``kernels_in_place`` (kernels that wrote into their first input's buffer, the reuse pass).
+    (nodes never lowered: their result was dropped unread, the window's dce pass),
+    ``kernels_in_place`` (kernels that wrote into their first input's buffer, the reuse pass) and
+    ``cancelled`` (nodes and kernels dropped unrun by ``Graph.cancel``, e.g. at interpreter exit).
 
     >>> graph_stats()["in_flight_limit"]
     32768

@@ -22,6 +22,8 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 
+#include <pthread.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -84,6 +86,10 @@ class caching_allocator final : public c10::Allocator {
             const char *mb = std::getenv("DTORCH_CPU_CACHE_MB");
             limit_ = (mb ? std::strtoull(mb, nullptr, 10) : 2048ull) << 20;
             c10::SetCPUAllocator(this, /*priority=*/2);
+            /* A worker may hold mu_ when another thread forks: the child
+             * would block on its first allocation. Held across the fork. */
+            pthread_atfork([] { instance().mu_.lock(); }, [] { instance().mu_.unlock(); },
+                           [] { instance().mu_.unlock(); });
         });
     }
 

@@ -1,0 +1,168 @@
+"""Lifecycle as a new user meets it: fork, interpreter exit, Ctrl-C.
+
+Each case runs a small script in a subprocess. The subprocess timeout is a hang guard (a
+generous bound that only turns a hang into a failure), never a timing assertion: work is held
+pending with a closed test gate (``dtorch.test.probes.Gate``), so "it did not run" is proved
+by counters and failed reads, not by clocks.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import unittest
+
+HANG_GUARD_S = 120
+PKG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
+
+
+def run_script(src, **kw):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.abspath(PKG) + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(src)], capture_output=True, text=True,
+                          timeout=HANG_GUARD_S, env=env, **kw)
+
+
+# Registered before dtorch is imported, so it runs after dtorch's own exit handler: it sees what
+# the exit did to the work queued behind the gate.
+REPORT = """
+import atexit
+state = {}
+
+def report():
+    from dtorch.test.probes import graph_stats
+    f = state["future"]
+    try:
+        f.get()
+        outcome = "value"
+    except RuntimeError as e:
+        outcome = "error: " + str(e)
+    print("READY", f.is_ready())
+    print("OUTCOME", outcome)
+    print("CANCELLED", graph_stats(state["graph"])["cancelled"])
+
+atexit.register(report)
+"""
+
+QUEUE = """
+import dtorch
+from dtorch.test.probes import Gate
+x = dtorch.ones(4, 4)
+x.to_torch()
+gate = Gate()
+y = gate.hold(x)
+for _ in range(2000):
+    y = y * 1.0001 + 1
+state["future"] = y.to_torch_async()
+state["graph"] = dtorch.default_graph()
+"""
+
+
+class TestFork(unittest.TestCase):
+    def test_default_graph_works_in_the_child(self):
+        r = run_script("""
+            import os, torch, dtorch
+            x = dtorch.ones(2, 3)
+            assert torch.equal(x.to_torch(), torch.ones(2, 3))
+            explicit = dtorch.Graph()
+            e = dtorch.ones(2, graph=explicit)
+            e.to_torch()
+            pid = os.fork()
+            if pid == 0:
+                code = 0
+                try:
+                    y = (dtorch.arange(6.0).reshape(2, 3) * 3 + 1).to_torch()
+                    want = torch.arange(6.0).reshape(2, 3) * 3 + 1
+                    if not torch.equal(y, want):
+                        code = 3
+                    for make in (lambda: x + 1, lambda: e + 1, lambda: explicit.sync()):
+                        try:
+                            make()
+                            code = 4
+                        except RuntimeError as err:
+                            if "fork" not in str(err):
+                                print("MESSAGE", err, flush=True)
+                                code = 5
+                except BaseException as err:
+                    print("CHILD", repr(err), flush=True)
+                    code = 6
+                os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            print("CHILD_EXIT", os.waitstatus_to_exitcode(status))
+            assert torch.equal((x + 1).to_torch(), torch.full((2, 3), 2.0))
+            print("PARENT_OK")
+        """)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("CHILD_EXIT 0", r.stdout, r.stdout + r.stderr)
+        self.assertIn("PARENT_OK", r.stdout)
+
+
+class TestExit(unittest.TestCase):
+    def check_cancelled(self, r):
+        out = r.stdout
+        self.assertIn("READY True", out, out + r.stderr)
+        self.assertIn("OUTCOME error: ", out)
+        self.assertIn("cancelled", out.split("OUTCOME", 1)[1].splitlines()[0])
+        cancelled = int(out.split("CANCELLED", 1)[1].split()[0])
+        self.assertGreaterEqual(cancelled, 2000)  # the queued ops were dropped, not run
+
+    def test_exit_with_queued_work_cancels_it(self):
+        r = run_script(REPORT + QUEUE)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.check_cancelled(r)
+
+    def test_uncaught_keyboard_interrupt_cancels_the_queue(self):
+        r = run_script(REPORT + QUEUE + "\nraise KeyboardInterrupt\n")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("KeyboardInterrupt", r.stderr)
+        self.check_cancelled(r)
+
+
+class TestInterrupt(unittest.TestCase):
+    def test_sigint_while_waiting_for_capacity(self):
+        src = """
+            import sys, threading, dtorch
+            from dtorch.test.probes import Gate, graph_stats
+            g = dtorch.Graph()
+            x = dtorch.ones(1, graph=g)
+            x.to_torch()
+            gate = Gate()
+            y = gate.hold(x)
+            done = threading.Event()
+
+            def watch():
+                # The main thread waits with the GIL released, so this thread runs.
+                while not done.wait(0.01):
+                    if graph_stats(g)["flow_waits"] > 0:
+                        print("WAITING", flush=True)
+                        return
+
+            threading.Thread(target=watch, daemon=True).start()
+            try:
+                for _ in range(10_000_000):
+                    y = y + 1
+                print("LOOP_ENDED", flush=True)
+            finally:
+                done.set()
+        """
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.path.abspath(PKG) + os.pathsep + env.get("PYTHONPATH", "")
+        p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(src)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            line = p.stdout.readline()
+            self.assertEqual(line.strip(), "WAITING", p.stderr.read() if not line else line)
+            p.send_signal(signal.SIGINT)
+            out, err = p.communicate(timeout=HANG_GUARD_S)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+        self.assertIn("KeyboardInterrupt", err)
+        self.assertNotIn("LOOP_ENDED", out)
+        self.assertNotEqual(p.returncode, 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
