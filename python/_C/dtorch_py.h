@@ -230,11 +230,22 @@ int dtpy_add_linalg_methods(PyObject *module);
  * the module (called from module_exec). 0 or -1. */
 int dtpy_add_views_methods(PyObject *module);
 /* ------------------------------------------------- elementwise family */
-/* ops_elementwise.c: Tensor methods (installed on TensorBase at module
- * exec) and module functions ew_binary/ew_where; -1 with an exception. */
+/* ops_elementwise.c: the module functions ew_binary/ew_where; -1 with an
+ * exception. */
 int dtpy_add_elementwise_methods(PyObject *module);
+/* The elementwise family's rows of TensorBase's method table (NULL-ended). */
+extern PyMethodDef dtpy_ew_methods[];
+/* tensor.c: joins its rows and dtpy_ew_methods into the one table
+ * dtpy_tensor_spec is created with; call before creating the type. 0 or -1
+ * with an exception (a name defined twice). */
+int dtpy_tensor_methods_init(void);
 /* Slots of TensorBase (tensor.c's spec points at them). In-place slots
  * rebind the object to the new value and return it. */
+PyObject *dtpy_ew_add(PyObject *a, PyObject *b);
+PyObject *dtpy_ew_sub(PyObject *a, PyObject *b);
+PyObject *dtpy_ew_mul(PyObject *a, PyObject *b);
+PyObject *dtpy_ew_truediv(PyObject *a, PyObject *b);
+PyObject *dtpy_ew_negative(PyObject *self);
 PyObject *dtpy_ew_floor_divide(PyObject *a, PyObject *b);
 PyObject *dtpy_ew_remainder(PyObject *a, PyObject *b);
 PyObject *dtpy_ew_power(PyObject *a, PyObject *b, PyObject *mod);

@@ -11,9 +11,9 @@
  * Python object; every reference to that object sees the new value, and the
  * method returns the object itself (docs/decisions.md).
  *
- * Methods are added to _C.TensorBase by dtpy_add_elementwise_methods, called
- * once from module_exec before the package subclasses the type; they replace
- * tensor.c's simpler add/sub/mul/div/neg.
+ * The method rows (dtpy_ew_methods) are part of _C.TensorBase's one method
+ * table, joined with tensor.c's when the type is created; the type is not
+ * changed afterwards. dtpy_add_elementwise_methods adds the module functions.
  *
  * Every function runs on a Python thread holding the GIL.
  */
@@ -169,6 +169,10 @@ static PyObject *slot_binary(PyObject *a, PyObject *b, dt_binary_op op, int inpl
     return binary_core(st, a, b, op, NULL, inplace, CALL_SLOT);
 }
 
+PyObject *dtpy_ew_add(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_ADD, 0); }
+PyObject *dtpy_ew_sub(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_SUB, 0); }
+PyObject *dtpy_ew_mul(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_MUL, 0); }
+PyObject *dtpy_ew_truediv(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_DIV, 0); }
 PyObject *dtpy_ew_floor_divide(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_DIV_FLOOR, 0); }
 PyObject *dtpy_ew_remainder(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_REMAINDER, 0); }
 PyObject *dtpy_ew_and(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_BITWISE_AND, 0); }
@@ -220,6 +224,7 @@ static PyObject *unary_core(PyObject *self, dt_unary_op op, int inplace) {
 }
 
 PyObject *dtpy_ew_absolute(PyObject *self) { return unary_core(self, DT_UNARY_ABS, 0); }
+PyObject *dtpy_ew_negative(PyObject *self) { return unary_core(self, DT_UNARY_NEG, 0); }
 
 PyObject *dtpy_ew_invert(PyObject *self) {
     if (dt_dtype_is_floating(dt_tensor_dtype(((dtpy_tensor *)self)->t)))
@@ -592,7 +597,7 @@ static PyMethodDef module_functions[] = {
     NOARGS(#name, m_##name, #name "() -> Tensor: torch." #name " elementwise."),                                  \
         NOARGS(#name "_", m_##name##_, #name "_() -> self: in place (rebinds self, see docs/decisions.md).")
 
-static PyMethodDef methods[] = {
+PyMethodDef dtpy_ew_methods[] = {
     KW("add", m_add, "add(other, *, alpha=1) -> Tensor: self + alpha * other."),
     KW("add_", m_add_, "add_(other, *, alpha=1) -> self: in place."),
     KW("sub", m_sub, "sub(other, *, alpha=1) -> Tensor: self - alpha * other."),
@@ -705,17 +710,4 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int dtpy_add_elementwise_methods(PyObject *module) {
-    dtpy_state *st = (dtpy_state *)PyModule_GetState(module);
-    PyTypeObject *tp = st->tensor_base_type;
-    for (PyMethodDef *def = methods; def->ml_name != NULL; def++) {
-        PyObject *descr = PyDescr_NewMethod(tp, def);
-        if (descr == NULL)
-            return -1;
-        int rc = PyObject_SetAttrString((PyObject *)tp, def->ml_name, descr);
-        Py_DECREF(descr);
-        if (rc < 0)
-            return -1;
-    }
-    return PyModule_AddFunctions(module, module_functions);
-}
+int dtpy_add_elementwise_methods(PyObject *module) { return PyModule_AddFunctions(module, module_functions); }

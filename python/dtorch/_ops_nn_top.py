@@ -21,10 +21,16 @@ __all__ = ["relu", "relu_", "softmax", "log_softmax", "batch_norm", "conv2d", "d
            "group_norm", "layer_norm", "rms_norm"]
 
 
-def _F():
-    from .nn import functional  # late: dtorch.nn imports the package
+_functional = None
 
-    return functional
+
+def _F():
+    global _functional
+    if _functional is None:
+        from .nn import functional  # late: dtorch.nn imports the package
+
+        _functional = functional
+    return _functional
 
 
 def _check(name: str, input) -> None:
