@@ -183,6 +183,30 @@ PyObject *dtpy_dtype_to_torch(dtpy_state *st, dt_dtype dtype);
  * when unchanged. Returns -1 with an exception set on failure. */
 int dtpy_sync_default_dtype(dtpy_state *st);
 
+/* -------------------------------------------------- argument converters */
+
+/* args.c: the converters every ops_<family>.c uses for its arguments. Each
+ * returns 0 (or a count) with the value in *out, or -1 with a torch-style
+ * TypeError/ValueError naming `op` (the function the user called) and
+ * `what` (the argument). */
+
+/* A dtorch tensor (borrowed); None gives *out = NULL when `optional`. */
+int dtpy_tensor_arg(dtpy_state *st, PyObject *o, const char *op, const char *what, int optional,
+                    dtpy_tensor **out);
+/* dtpy_tensor_arg for a required tensor, returning it or NULL. */
+dtpy_tensor *dtpy_tensor_arg_or_null(dtpy_state *st, PyObject *o, const char *op, const char *what);
+/* An int (or an __index__ integer; not bool or float). */
+int dtpy_int_arg(PyObject *o, const char *op, const char *what, int64_t *out);
+/* A sequence of at most `cap` ints; returns their count. */
+int dtpy_ints_arg(PyObject *o, const char *op, const char *what, int64_t *out, int cap);
+/* A Python number as a double; None gives NAN when `optional`. */
+int dtpy_float_arg(PyObject *o, const char *op, const char *what, int optional, double *out);
+/* A reduction's dim: None -> -1 (every dim), an int -> 1, a tuple/list of
+ * ints -> its length; -2 with an exception set. */
+int dtpy_dims_arg(PyObject *obj, const char *op, int64_t *dims);
+/* A torch.dtype as a dt_dtype in *out; None gives -1 when `optional`. */
+int dtpy_dtype_arg(dtpy_state *st, PyObject *o, int optional, int *out);
+
 /* ------------------------------------------------------------- call sites */
 
 /* Records the innermost Python frame outside the dtorch package as the call

@@ -151,7 +151,15 @@ static PyObject *binary_core(dtpy_state *st, PyObject *a, PyObject *b, dt_binary
         return NULL;
     int flags = inplace ? DT_EW_INPLACE : 0;
     dt_tensor *t;
-    if (ta && tb)
+    if (mode == CALL_SLOT && !inplace && op <= DT_BINARY_DIV) {
+        /* The operators + - * / compute as torch's operators do, which is not
+         * always as its functions do (s / x is x.reciprocal() * s): the C
+         * API's operator entry points. */
+        if (ta && tb)
+            t = dt_binary(op, ta, tb);
+        else
+            t = ta ? dt_binary_scalar(op, ta, sb, 0) : dt_binary_scalar(op, tb, sa, 1);
+    } else if (ta && tb)
         t = dt_binary_ex(op, ta, tb, sb, al, flags);
     else if (ta)
         t = dt_binary_ex(op, ta, NULL, sb, al, flags);
