@@ -16,7 +16,6 @@
 
 static dtpy_state *mod_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
 
-/* An int argument (bool rejected, as torch's int parameters do). */
 static PyObject *mod_randint(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 7)
         return PyErr_Format(PyExc_TypeError, "_randint takes 7 arguments (%zd given)", nargs);

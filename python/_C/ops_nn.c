@@ -15,12 +15,9 @@
 
 static dtpy_state *nn_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
 
-/* Reads a tensor argument into *out (NULL for None when `optional`).
- * Returns -1 with TypeError naming the argument. */
+/* Arguments are converted by args.c (dtpy_tensor_arg, dtpy_int_arg, ...). */
 static dt_tensor *handle(dtpy_tensor *t) { return t ? t->t : NULL; }
 
-/* A float argument, or NAN for None when `optional`. */
-/* A sequence of ints into out (at most cap); returns the count or -1. */
 #define NARGS(n, name)                                                                                       \
     do {                                                                                                     \
         if (nargs != (n))                                                                                    \

@@ -18,7 +18,6 @@
 
 static dtpy_state *mod_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
 
-/* args[i] as a dtorch tensor, or NULL with TypeError naming `op`. */
 static int check_nargs(Py_ssize_t nargs, Py_ssize_t want, const char *name) {
     if (nargs != want) {
         PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", name, want, nargs);
