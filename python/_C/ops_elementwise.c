@@ -151,15 +151,7 @@ static PyObject *binary_core(dtpy_state *st, PyObject *a, PyObject *b, dt_binary
         return NULL;
     int flags = inplace ? DT_EW_INPLACE : 0;
     dt_tensor *t;
-    if (mode == CALL_SLOT && !inplace && op <= DT_BINARY_DIV) {
-        /* The operators + - * / compute as torch's operators do, which is not
-         * always as its functions do (s / x is x.reciprocal() * s): the C
-         * API's operator entry points. */
-        if (ta && tb)
-            t = dt_binary(op, ta, tb);
-        else
-            t = ta ? dt_binary_scalar(op, ta, sb, 0) : dt_binary_scalar(op, tb, sa, 1);
-    } else if (ta && tb)
+    if (ta && tb)
         t = dt_binary_ex(op, ta, tb, sb, al, flags);
     else if (ta)
         t = dt_binary_ex(op, ta, NULL, sb, al, flags);
@@ -177,10 +169,41 @@ static PyObject *slot_binary(PyObject *a, PyObject *b, dt_binary_op op, int inpl
     return binary_core(st, a, b, op, NULL, inplace, CALL_SLOT);
 }
 
-PyObject *dtpy_ew_add(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_ADD, 0); }
-PyObject *dtpy_ew_sub(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_SUB, 0); }
-PyObject *dtpy_ew_mul(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_MUL, 0); }
-PyObject *dtpy_ew_truediv(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_DIV, 0); }
+/* + - * /, the commonest ops, on the shortest path to torch's operator forms
+ * (dt_binary, dt_binary_scalar): two tensors, or a tensor and a Python
+ * number. Anything else (errors, NotImplemented) goes through binary_core. */
+static PyObject *slot_arith(PyObject *a, PyObject *b, dt_binary_op op) {
+    dtpy_state *st = state_of(a, b);
+    if (st == NULL)
+        Py_RETURN_NOTIMPLEMENTED;
+    int at = DTPY_IS_TENSOR(st, a), bt = DTPY_IS_TENSOR(st, b);
+    if (at && bt) {
+        dt_tensor *ta = ((dtpy_tensor *)a)->t, *tb = ((dtpy_tensor *)b)->t;
+        if (same_graph(ta, tb, binary_names[op]) < 0 ||
+            prepare_ex(st, op == DT_BINARY_DIV && (not_floating(ta) || not_floating(tb))) < 0)
+            return NULL;
+        return wrap_like(st, dt_binary(op, ta, tb), a);
+    }
+    if (at != bt) {
+        PyObject *self = at ? a : b;
+        dt_scalar s;
+        int r = dtpy_parse_scalar(at ? b : a, &s);
+        if (r < 0)
+            return NULL;
+        if (r == 1) {
+            dt_tensor *t = ((dtpy_tensor *)self)->t;
+            if (prepare_ex(st, op == DT_BINARY_DIV || s.kind == DT_SCALAR_FLOAT || not_floating(t)) < 0)
+                return NULL;
+            return wrap_like(st, dt_binary_scalar(op, t, s, !at), self);
+        }
+    }
+    return binary_core(st, a, b, op, NULL, 0, CALL_SLOT);
+}
+
+PyObject *dtpy_ew_add(PyObject *a, PyObject *b) { return slot_arith(a, b, DT_BINARY_ADD); }
+PyObject *dtpy_ew_sub(PyObject *a, PyObject *b) { return slot_arith(a, b, DT_BINARY_SUB); }
+PyObject *dtpy_ew_mul(PyObject *a, PyObject *b) { return slot_arith(a, b, DT_BINARY_MUL); }
+PyObject *dtpy_ew_truediv(PyObject *a, PyObject *b) { return slot_arith(a, b, DT_BINARY_DIV); }
 PyObject *dtpy_ew_floor_divide(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_DIV_FLOOR, 0); }
 PyObject *dtpy_ew_remainder(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_REMAINDER, 0); }
 PyObject *dtpy_ew_and(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_BITWISE_AND, 0); }

@@ -51,13 +51,17 @@ def relu_(input):
 
 
 def softmax(input, dim: int, dtype: Optional[torch.dtype] = None):
-    """``torch.softmax(input, dim, dtype=None)``."""
+    """``torch.softmax(input, dim, dtype=None)`` (and ``Tensor.softmax``)."""
+    if dim is not None and isinstance(input, _C.TensorBase):
+        return _C._nn_softmax(input, dim, False, dtype)  # F.softmax with an explicit dim, one frame less
     _check("softmax", input)
     return _F().softmax(input, dim=dim, dtype=dtype)
 
 
 def log_softmax(input, dim: int, dtype: Optional[torch.dtype] = None):
-    """``torch.log_softmax(input, dim, dtype=None)``."""
+    """``torch.log_softmax(input, dim, dtype=None)`` (and ``Tensor.log_softmax``)."""
+    if dim is not None and isinstance(input, _C.TensorBase):
+        return _C._nn_softmax(input, dim, True, dtype)  # F.log_softmax with an explicit dim
     _check("log_softmax", input)
     return _F().log_softmax(input, dim=dim, dtype=dtype)
 
