@@ -2,8 +2,8 @@
 
 The Tensor methods (``x.exp()``, ``x.clamp(min=0)``, ``x.add_(y, alpha=2)``, the
 operators ``< <= > >= == != // % ** & | ^ ~ abs()``) live in C
-(``python/_C/ops_elementwise.c``); this module adds the functions, ``Tensor.to``,
-``Tensor.type_as`` and ``Tensor.equal``.
+(``python/_C/ops_elementwise.c``); this module adds the functions and the Python methods
+``Tensor.to``, ``Tensor.type_as`` and ``Tensor.equal`` (made methods by ``_methods.py``).
 
 >>> import dtorch
 >>> x = dtorch.arange(6.0)
