@@ -28,7 +28,8 @@ static PyObject *mod_randint(PyObject *module, PyObject *const *args, Py_ssize_t
     if (dtype < 0)
         return NULL;
     int64_t low, high;
-    if (dtpy_int_arg(args[2], "randint", "low", &low) < 0 || dtpy_int_arg(args[3], "randint", "high", &high) < 0)
+    if (dtpy_int_arg(args[2], "randint", "low", &low) < 0 ||
+        dtpy_int_arg(args[3], "randint", "high", &high) < 0)
         return NULL;
     int64_t shape[DT_MAX_NDIM];
     int ndim = dtpy_parse_shape(args[4], shape, "size");
@@ -87,7 +88,8 @@ static PyObject *mod_topk(PyObject *module, PyObject *const *args, Py_ssize_t na
     dtpy_state *st = mod_state(module);
     dtpy_tensor *a = dtpy_tensor_arg_or_null(st, args[0], "topk", "input");
     int64_t k, dim;
-    if (a == NULL || dtpy_int_arg(args[1], "topk", "k", &k) < 0 || dtpy_int_arg(args[2], "topk", "dim", &dim) < 0)
+    if (a == NULL || dtpy_int_arg(args[1], "topk", "k", &k) < 0 ||
+        dtpy_int_arg(args[2], "topk", "dim", &dim) < 0)
         return NULL;
     int largest = PyObject_IsTrue(args[3]), sorted = PyObject_IsTrue(args[4]);
     if (largest < 0 || sorted < 0)

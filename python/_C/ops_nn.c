@@ -229,7 +229,8 @@ static PyObject *nn_pad(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     int n;
     if (dtpy_tensor_arg(st, args[0], "pad", "input", 0, &x) < 0 ||
         (n = dtpy_ints_arg(args[1], "pad", "pad", pad, 2 * DT_MAX_NDIM)) < 0 ||
-        dtpy_int_arg(args[2], "pad", "mode", &mode) < 0 || dtpy_float_arg(args[3], "pad", "value", 1, &value) < 0)
+        dtpy_int_arg(args[2], "pad", "mode", &mode) < 0 ||
+        dtpy_float_arg(args[3], "pad", "value", 1, &value) < 0)
         return NULL;
     dtpy_record_call_site(st);
     return dtpy_tensor_wrap_like(st, dt_pad(x->t, n, pad, (dt_pad_mode)mode, value), x);
@@ -258,10 +259,12 @@ static PyObject *nn_sdpa(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     const char *op = "scaled_dot_product_attention";
     dtpy_tensor *q, *k, *v, *mask;
     double p, scale;
-    if (dtpy_tensor_arg(st, args[0], op, "query", 0, &q) < 0 || dtpy_tensor_arg(st, args[1], op, "key", 0, &k) < 0 ||
+    if (dtpy_tensor_arg(st, args[0], op, "query", 0, &q) < 0 ||
+        dtpy_tensor_arg(st, args[1], op, "key", 0, &k) < 0 ||
         dtpy_tensor_arg(st, args[2], op, "value", 0, &v) < 0 ||
         dtpy_tensor_arg(st, args[3], op, "attn_mask", 1, &mask) < 0 ||
-        dtpy_float_arg(args[4], op, "dropout_p", 0, &p) < 0 || dtpy_float_arg(args[6], op, "scale", 1, &scale) < 0)
+        dtpy_float_arg(args[4], op, "dropout_p", 0, &p) < 0 ||
+        dtpy_float_arg(args[6], op, "scale", 1, &scale) < 0)
         return NULL;
     int causal = PyObject_IsTrue(args[5]);
     if (causal < 0)
@@ -340,7 +343,8 @@ static PyObject *nn_adaptive_pool2d(PyObject *m, PyObject *const *args, Py_ssize
     const char *op = kind ? "adaptive_max_pool2d" : "adaptive_avg_pool2d";
     dtpy_tensor *x;
     int64_t size[2];
-    if (dtpy_tensor_arg(st, args[0], op, "input", 0, &x) < 0 || pair_arg(args[1], op, "output_size", size) < 0)
+    if (dtpy_tensor_arg(st, args[0], op, "input", 0, &x) < 0 ||
+        pair_arg(args[1], op, "output_size", size) < 0)
         return NULL;
     dtpy_record_call_site(st);
     if (kind == 0)

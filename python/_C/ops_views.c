@@ -60,7 +60,8 @@ static PyObject *v_reshape(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     int64_t shape[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd;
-    if (check_nargs(nargs, 2, "_v_reshape") < 0 || !(a = dtpy_tensor_arg_or_null(st, args[0], "reshape", "input")) ||
+    if (check_nargs(nargs, 2, "_v_reshape") < 0 ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "reshape", "input")) ||
         (nd = dtpy_parse_shape(args[1], shape, "shape")) < 0)
         return NULL;
     dtpy_record_call_site(st);
@@ -72,7 +73,8 @@ static PyObject *v_squeeze(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     int64_t dims[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd = -1;
-    if (check_nargs(nargs, 2, "_v_squeeze") < 0 || !(a = dtpy_tensor_arg_or_null(st, args[0], "squeeze", "input")))
+    if (check_nargs(nargs, 2, "_v_squeeze") < 0 ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "squeeze", "input")))
         return NULL;
     if (args[1] != Py_None && (nd = dtpy_parse_shape(args[1], dims, "dim")) < 0)
         return NULL;
@@ -83,7 +85,8 @@ static PyObject *v_squeeze(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *v_unsqueeze(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     dtpy_state *st = mod_state(m);
     dtpy_tensor *a;
-    if (check_nargs(nargs, 2, "_v_unsqueeze") < 0 || !(a = dtpy_tensor_arg_or_null(st, args[0], "unsqueeze", "input")))
+    if (check_nargs(nargs, 2, "_v_unsqueeze") < 0 ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "unsqueeze", "input")))
         return NULL;
     int64_t dim;
     if (dtpy_int_arg(args[1], "unsqueeze", "dim", &dim) < 0)
@@ -97,7 +100,8 @@ static PyObject *v_permute(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     int64_t dims[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd;
-    if (check_nargs(nargs, 2, "_v_permute") < 0 || !(a = dtpy_tensor_arg_or_null(st, args[0], "permute", "input")) ||
+    if (check_nargs(nargs, 2, "_v_permute") < 0 ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "permute", "input")) ||
         (nd = dtpy_parse_shape(args[1], dims, "dims")) < 0)
         return NULL;
     dtpy_record_call_site(st);
@@ -109,7 +113,8 @@ static PyObject *v_expand(PyObject *m, PyObject *const *args, Py_ssize_t nargs) 
     int64_t sizes[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd;
-    if (check_nargs(nargs, 2, "_v_expand") < 0 || !(a = dtpy_tensor_arg_or_null(st, args[0], "expand", "input")) ||
+    if (check_nargs(nargs, 2, "_v_expand") < 0 ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "expand", "input")) ||
         (nd = dtpy_parse_shape(args[1], sizes, "size")) < 0)
         return NULL;
     dtpy_record_call_site(st);
@@ -132,7 +137,8 @@ static PyObject *v_index(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     dtpy_state *st = mod_state(m);
     dt_slice dims[DT_MAX_NDIM];
     dtpy_tensor *a;
-    if (check_nargs(nargs, 3, "_v_index") < 0 || !(a = dtpy_tensor_arg_or_null(st, args[0], "getitem", "input")) ||
+    if (check_nargs(nargs, 3, "_v_index") < 0 ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "getitem", "input")) ||
         parse_spec(args[1], dt_tensor_ndim(a->t), dims) < 0)
         return NULL;
     unsigned long long mask = PyLong_AsUnsignedLongLong(args[2]);
@@ -146,7 +152,8 @@ static PyObject *v_index(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 static PyObject *v_index_tensor(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     dtpy_state *st = mod_state(m);
     dtpy_tensor *a, *idx;
-    if (check_nargs(nargs, 3, "_v_index_tensor") < 0 || !(a = dtpy_tensor_arg_or_null(st, args[0], "getitem", "input")) ||
+    if (check_nargs(nargs, 3, "_v_index_tensor") < 0 ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "getitem", "input")) ||
         !(idx = dtpy_tensor_arg_or_null(st, args[2], "getitem", "index")))
         return NULL;
     int64_t dim;
@@ -169,7 +176,8 @@ static PyObject *v_setitem(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     dtpy_state *st = mod_state(m);
     dt_slice dims[DT_MAX_NDIM];
     dtpy_tensor *a;
-    if (check_nargs(nargs, 3, "_v_setitem") < 0 || !(a = dtpy_tensor_arg_or_null(st, args[0], "setitem", "input")) ||
+    if (check_nargs(nargs, 3, "_v_setitem") < 0 ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "setitem", "input")) ||
         parse_spec(args[1], dt_tensor_ndim(a->t), dims) < 0)
         return NULL;
     dt_scalar s = dt_scalar_int(0);
@@ -188,7 +196,8 @@ static PyObject *setitem_tensor(PyObject *m, PyObject *const *args, Py_ssize_t n
     dtpy_tensor *a, *t;
     dt_scalar s;
     if (check_nargs(nargs, 4, mask ? "_v_setitem_mask" : "_v_setitem_index") < 0 ||
-        !(a = dtpy_tensor_arg_or_null(st, args[0], "setitem", "input")) || !(t = dtpy_tensor_arg_or_null(st, args[2], "setitem", "index")) ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "setitem", "input")) ||
+        !(t = dtpy_tensor_arg_or_null(st, args[2], "setitem", "index")) ||
         scalar_arg(args[3], &s, "setitem") < 0)
         return NULL;
     int64_t dim;
@@ -208,7 +217,8 @@ static PyObject *v_setitem_index(PyObject *m, PyObject *const *args, Py_ssize_t 
 static PyObject *v_copy(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     dtpy_state *st = mod_state(m);
     dtpy_tensor *a, *b;
-    if (check_nargs(nargs, 2, "_v_copy") < 0 || !(a = dtpy_tensor_arg_or_null(st, args[0], "copy_", "self")) ||
+    if (check_nargs(nargs, 2, "_v_copy") < 0 ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "copy_", "self")) ||
         !(b = dtpy_tensor_arg_or_null(st, args[1], "copy_", "src")))
         return NULL;
     dtpy_record_call_site(st);
@@ -285,7 +295,8 @@ static PyObject *v_flip(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     int64_t dims[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd;
-    if (check_nargs(nargs, 2, "_v_flip") < 0 || !(a = dtpy_tensor_arg_or_null(st, args[0], "flip", "input")) ||
+    if (check_nargs(nargs, 2, "_v_flip") < 0 ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "flip", "input")) ||
         (nd = dtpy_parse_shape(args[1], dims, "dims")) < 0)
         return NULL;
     dtpy_record_call_site(st);
@@ -298,7 +309,8 @@ static PyObject *v_roll(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     int64_t shifts[DT_MAX_NDIM], dims[DT_MAX_NDIM];
     dtpy_tensor *a;
     int ns, nd = 0;
-    if (check_nargs(nargs, 3, "_v_roll") < 0 || !(a = dtpy_tensor_arg_or_null(st, args[0], "roll", "input")) ||
+    if (check_nargs(nargs, 3, "_v_roll") < 0 ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "roll", "input")) ||
         (ns = dtpy_parse_shape(args[1], shifts, "shifts")) < 0)
         return NULL;
     if (args[2] != Py_None && (nd = dtpy_parse_shape(args[2], dims, "dims")) < 0)
@@ -315,7 +327,8 @@ static PyObject *v_repeat(PyObject *m, PyObject *const *args, Py_ssize_t nargs) 
     int64_t reps[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd;
-    if (check_nargs(nargs, 2, "_v_repeat") < 0 || !(a = dtpy_tensor_arg_or_null(st, args[0], "repeat", "input")) ||
+    if (check_nargs(nargs, 2, "_v_repeat") < 0 ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "repeat", "input")) ||
         (nd = dtpy_parse_shape(args[1], reps, "repeats")) < 0)
         return NULL;
     dtpy_record_call_site(st);
@@ -358,7 +371,8 @@ static PyObject *v_masked_scatter(PyObject *m, PyObject *const *args, Py_ssize_t
     if (inplace < 0)
         return NULL;
     const char *op = inplace ? "masked_scatter_" : "masked_scatter";
-    if (!(a = dtpy_tensor_arg_or_null(st, args[0], op, "input")) || !(mask = dtpy_tensor_arg_or_null(st, args[1], op, "mask")) ||
+    if (!(a = dtpy_tensor_arg_or_null(st, args[0], op, "input")) ||
+        !(mask = dtpy_tensor_arg_or_null(st, args[1], op, "mask")) ||
         !(src = dtpy_tensor_arg_or_null(st, args[2], op, "source")))
         return NULL;
     dtpy_record_call_site(st);

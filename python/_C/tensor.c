@@ -521,7 +521,7 @@ int dtpy_tensor_methods_init(void) {
                 }
             }
             if (n + 1 >= sizeof tensor_methods / sizeof *tensor_methods) {
-                PyErr_SetString(PyExc_SystemError, "TensorBase's method table is full: enlarge tensor_methods");
+                PyErr_SetString(PyExc_SystemError, "TensorBase's method table is full");
                 return -1;
             }
             tensor_methods[n++] = *d;
