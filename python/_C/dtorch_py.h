@@ -183,6 +183,30 @@ PyObject *dtpy_dtype_to_torch(dtpy_state *st, dt_dtype dtype);
  * when unchanged. Returns -1 with an exception set on failure. */
 int dtpy_sync_default_dtype(dtpy_state *st);
 
+/* -------------------------------------------------- argument converters */
+
+/* args.c: the converters every ops_<family>.c uses for its arguments. Each
+ * returns 0 (or a count) with the value in *out, or -1 with a torch-style
+ * TypeError/ValueError naming `op` (the function the user called) and
+ * `what` (the argument). */
+
+/* A dtorch tensor (borrowed); None gives *out = NULL when `optional`. */
+int dtpy_tensor_arg(dtpy_state *st, PyObject *o, const char *op, const char *what, int optional,
+                    dtpy_tensor **out);
+/* dtpy_tensor_arg for a required tensor, returning it or NULL. */
+dtpy_tensor *dtpy_tensor_arg_or_null(dtpy_state *st, PyObject *o, const char *op, const char *what);
+/* An int (or an __index__ integer; not bool or float). */
+int dtpy_int_arg(PyObject *o, const char *op, const char *what, int64_t *out);
+/* A sequence of at most `cap` ints; returns their count. */
+int dtpy_ints_arg(PyObject *o, const char *op, const char *what, int64_t *out, int cap);
+/* A Python number as a double; None gives NAN when `optional`. */
+int dtpy_float_arg(PyObject *o, const char *op, const char *what, int optional, double *out);
+/* A reduction's dim: None -> -1 (every dim), an int -> 1, a tuple/list of
+ * ints -> its length; -2 with an exception set. */
+int dtpy_dims_arg(PyObject *obj, const char *op, int64_t *dims);
+/* A torch.dtype as a dt_dtype in *out; None gives -1 when `optional`. */
+int dtpy_dtype_arg(dtpy_state *st, PyObject *o, int optional, int *out);
+
 /* ------------------------------------------------------------- call sites */
 
 /* Records the innermost Python frame outside the dtorch package as the call
@@ -234,11 +258,22 @@ int dtpy_add_linalg_methods(PyObject *module);
  * the module (called from module_exec). 0 or -1. */
 int dtpy_add_views_methods(PyObject *module);
 /* ------------------------------------------------- elementwise family */
-/* ops_elementwise.c: Tensor methods (installed on TensorBase at module
- * exec) and module functions ew_binary/ew_where; -1 with an exception. */
+/* ops_elementwise.c: the module functions ew_binary/ew_where; -1 with an
+ * exception. */
 int dtpy_add_elementwise_methods(PyObject *module);
+/* The elementwise family's rows of TensorBase's method table (NULL-ended). */
+extern PyMethodDef dtpy_ew_methods[];
+/* tensor.c: joins its rows and dtpy_ew_methods into the one table
+ * dtpy_tensor_spec is created with; call before creating the type. 0 or -1
+ * with an exception (a name defined twice). */
+int dtpy_tensor_methods_init(void);
 /* Slots of TensorBase (tensor.c's spec points at them). In-place slots
  * rebind the object to the new value and return it. */
+PyObject *dtpy_ew_add(PyObject *a, PyObject *b);
+PyObject *dtpy_ew_sub(PyObject *a, PyObject *b);
+PyObject *dtpy_ew_mul(PyObject *a, PyObject *b);
+PyObject *dtpy_ew_truediv(PyObject *a, PyObject *b);
+PyObject *dtpy_ew_negative(PyObject *self);
 PyObject *dtpy_ew_floor_divide(PyObject *a, PyObject *b);
 PyObject *dtpy_ew_remainder(PyObject *a, PyObject *b);
 PyObject *dtpy_ew_power(PyObject *a, PyObject *b, PyObject *mod);

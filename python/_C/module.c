@@ -780,7 +780,7 @@ done:
 
 static int module_exec(PyObject *module) {
     dtpy_state *st = get_state(module);
-    if (add_type(module, &dtpy_tensor_spec, &st->tensor_base_type) < 0 ||
+    if (dtpy_tensor_methods_init() < 0 || add_type(module, &dtpy_tensor_spec, &st->tensor_base_type) < 0 ||
         add_type(module, &dtpy_mesh_spec, &st->mesh_type) < 0 ||
         add_type(module, &dtpy_graph_spec, &st->graph_base_type) < 0 ||
         add_type(module, &dtpy_future_spec, &st->future_base_type) < 0)

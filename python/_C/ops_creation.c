@@ -16,26 +16,6 @@
 
 static dtpy_state *mod_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
 
-static dtpy_tensor *tensor_arg(dtpy_state *st, PyObject *o, const char *name) {
-    if (!DTPY_IS_TENSOR(st, o)) {
-        PyErr_Format(PyExc_TypeError, "%s(): argument 'input' must be a dtorch.Tensor, not %.100s", name,
-                     Py_TYPE(o)->tp_name);
-        return NULL;
-    }
-    return (dtpy_tensor *)o;
-}
-
-/* An int argument (bool rejected, as torch's int parameters do). */
-static int int_arg(PyObject *o, const char *name, const char *arg, int64_t *out) {
-    if (!PyLong_Check(o) || PyBool_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be int, not %.100s", name, arg,
-                     Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    *out = PyLong_AsLongLong(o);
-    return *out == -1 && PyErr_Occurred() ? -1 : 0;
-}
-
 static PyObject *mod_randint(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 7)
         return PyErr_Format(PyExc_TypeError, "_randint takes 7 arguments (%zd given)", nargs);
@@ -48,7 +28,8 @@ static PyObject *mod_randint(PyObject *module, PyObject *const *args, Py_ssize_t
     if (dtype < 0)
         return NULL;
     int64_t low, high;
-    if (int_arg(args[2], "randint", "low", &low) < 0 || int_arg(args[3], "randint", "high", &high) < 0)
+    if (dtpy_int_arg(args[2], "randint", "low", &low) < 0 ||
+        dtpy_int_arg(args[3], "randint", "high", &high) < 0)
         return NULL;
     int64_t shape[DT_MAX_NDIM];
     int ndim = dtpy_parse_shape(args[4], shape, "size");
@@ -70,12 +51,12 @@ static PyObject *mod_cumsum(PyObject *module, PyObject *const *args, Py_ssize_t 
     if (nargs != 3)
         return PyErr_Format(PyExc_TypeError, "_cumsum takes 3 arguments (%zd given)", nargs);
     dtpy_state *st = mod_state(module);
-    dtpy_tensor *a = tensor_arg(st, args[0], "cumsum");
+    dtpy_tensor *a = dtpy_tensor_arg_or_null(st, args[0], "cumsum", "input");
     int64_t dim;
-    if (a == NULL || int_arg(args[1], "cumsum", "dim", &dim) < 0)
+    if (a == NULL || dtpy_int_arg(args[1], "cumsum", "dim", &dim) < 0)
         return NULL;
     int dtype = -1;
-    if (args[2] != Py_None && (dtype = dtpy_dtype_from_torch(st, args[2])) < 0)
+    if (dtpy_dtype_arg(st, args[2], 1, &dtype) < 0)
         return NULL;
     dtpy_record_call_site(st);
     return dtpy_tensor_wrap_like(st, dt_cumsum(a->t, dim, dtype), a);
@@ -87,9 +68,9 @@ static PyObject *mod_sort(PyObject *module, PyObject *const *args, Py_ssize_t na
     dtpy_state *st = mod_state(module);
     int with_values = PyObject_IsTrue(args[4]);
     const char *name = with_values ? "sort" : "argsort";
-    dtpy_tensor *a = tensor_arg(st, args[0], name);
+    dtpy_tensor *a = dtpy_tensor_arg_or_null(st, args[0], name, "input");
     int64_t dim;
-    if (a == NULL || int_arg(args[1], name, "dim", &dim) < 0)
+    if (a == NULL || dtpy_int_arg(args[1], name, "dim", &dim) < 0)
         return NULL;
     int descending = PyObject_IsTrue(args[2]), stable = PyObject_IsTrue(args[3]);
     if (descending < 0 || stable < 0 || with_values < 0)
@@ -105,9 +86,10 @@ static PyObject *mod_topk(PyObject *module, PyObject *const *args, Py_ssize_t na
     if (nargs != 5)
         return PyErr_Format(PyExc_TypeError, "_topk takes 5 arguments (%zd given)", nargs);
     dtpy_state *st = mod_state(module);
-    dtpy_tensor *a = tensor_arg(st, args[0], "topk");
+    dtpy_tensor *a = dtpy_tensor_arg_or_null(st, args[0], "topk", "input");
     int64_t k, dim;
-    if (a == NULL || int_arg(args[1], "topk", "k", &k) < 0 || int_arg(args[2], "topk", "dim", &dim) < 0)
+    if (a == NULL || dtpy_int_arg(args[1], "topk", "k", &k) < 0 ||
+        dtpy_int_arg(args[2], "topk", "dim", &dim) < 0)
         return NULL;
     int largest = PyObject_IsTrue(args[3]), sorted = PyObject_IsTrue(args[4]);
     if (largest < 0 || sorted < 0)
@@ -121,7 +103,7 @@ static PyObject *mod_topk(PyObject *module, PyObject *const *args, Py_ssize_t na
 
 static PyObject *mod_nonzero(PyObject *module, PyObject *arg) {
     dtpy_state *st = mod_state(module);
-    dtpy_tensor *a = tensor_arg(st, arg, "nonzero");
+    dtpy_tensor *a = dtpy_tensor_arg_or_null(st, arg, "nonzero", "input");
     if (a == NULL)
         return NULL;
     dtpy_record_call_site(st);

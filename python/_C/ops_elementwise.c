@@ -11,9 +11,9 @@
  * Python object; every reference to that object sees the new value, and the
  * method returns the object itself (docs/decisions.md).
  *
- * Methods are added to _C.TensorBase by dtpy_add_elementwise_methods, called
- * once from module_exec before the package subclasses the type; they replace
- * tensor.c's simpler add/sub/mul/div/neg.
+ * The method rows (dtpy_ew_methods) are part of _C.TensorBase's one method
+ * table, joined with tensor.c's when the type is created; the type is not
+ * changed afterwards. dtpy_add_elementwise_methods adds the module functions.
  *
  * Every function runs on a Python thread holding the GIL.
  */
@@ -169,6 +169,41 @@ static PyObject *slot_binary(PyObject *a, PyObject *b, dt_binary_op op, int inpl
     return binary_core(st, a, b, op, NULL, inplace, CALL_SLOT);
 }
 
+/* + - * /, the commonest ops, on the shortest path to torch's operator forms
+ * (dt_binary, dt_binary_scalar): two tensors, or a tensor and a Python
+ * number. Anything else (errors, NotImplemented) goes through binary_core. */
+static PyObject *slot_arith(PyObject *a, PyObject *b, dt_binary_op op) {
+    dtpy_state *st = state_of(a, b);
+    if (st == NULL)
+        Py_RETURN_NOTIMPLEMENTED;
+    int at = DTPY_IS_TENSOR(st, a), bt = DTPY_IS_TENSOR(st, b);
+    if (at && bt) {
+        dt_tensor *ta = ((dtpy_tensor *)a)->t, *tb = ((dtpy_tensor *)b)->t;
+        if (same_graph(ta, tb, binary_names[op]) < 0 ||
+            prepare_ex(st, op == DT_BINARY_DIV && (not_floating(ta) || not_floating(tb))) < 0)
+            return NULL;
+        return wrap_like(st, dt_binary(op, ta, tb), a);
+    }
+    if (at != bt) {
+        PyObject *self = at ? a : b;
+        dt_scalar s;
+        int r = dtpy_parse_scalar(at ? b : a, &s);
+        if (r < 0)
+            return NULL;
+        if (r == 1) {
+            dt_tensor *t = ((dtpy_tensor *)self)->t;
+            if (prepare_ex(st, op == DT_BINARY_DIV || s.kind == DT_SCALAR_FLOAT || not_floating(t)) < 0)
+                return NULL;
+            return wrap_like(st, dt_binary_scalar(op, t, s, !at), self);
+        }
+    }
+    return binary_core(st, a, b, op, NULL, 0, CALL_SLOT);
+}
+
+PyObject *dtpy_ew_add(PyObject *a, PyObject *b) { return slot_arith(a, b, DT_BINARY_ADD); }
+PyObject *dtpy_ew_sub(PyObject *a, PyObject *b) { return slot_arith(a, b, DT_BINARY_SUB); }
+PyObject *dtpy_ew_mul(PyObject *a, PyObject *b) { return slot_arith(a, b, DT_BINARY_MUL); }
+PyObject *dtpy_ew_truediv(PyObject *a, PyObject *b) { return slot_arith(a, b, DT_BINARY_DIV); }
 PyObject *dtpy_ew_floor_divide(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_DIV_FLOOR, 0); }
 PyObject *dtpy_ew_remainder(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_REMAINDER, 0); }
 PyObject *dtpy_ew_and(PyObject *a, PyObject *b) { return slot_binary(a, b, DT_BINARY_BITWISE_AND, 0); }
@@ -220,6 +255,7 @@ static PyObject *unary_core(PyObject *self, dt_unary_op op, int inplace) {
 }
 
 PyObject *dtpy_ew_absolute(PyObject *self) { return unary_core(self, DT_UNARY_ABS, 0); }
+PyObject *dtpy_ew_negative(PyObject *self) { return unary_core(self, DT_UNARY_NEG, 0); }
 
 PyObject *dtpy_ew_invert(PyObject *self) {
     if (dt_dtype_is_floating(dt_tensor_dtype(((dtpy_tensor *)self)->t)))
@@ -592,7 +628,7 @@ static PyMethodDef module_functions[] = {
     NOARGS(#name, m_##name, #name "() -> Tensor: torch." #name " elementwise."),                                  \
         NOARGS(#name "_", m_##name##_, #name "_() -> self: in place (rebinds self, see docs/decisions.md).")
 
-static PyMethodDef methods[] = {
+PyMethodDef dtpy_ew_methods[] = {
     KW("add", m_add, "add(other, *, alpha=1) -> Tensor: self + alpha * other."),
     KW("add_", m_add_, "add_(other, *, alpha=1) -> self: in place."),
     KW("sub", m_sub, "sub(other, *, alpha=1) -> Tensor: self - alpha * other."),
@@ -705,17 +741,4 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int dtpy_add_elementwise_methods(PyObject *module) {
-    dtpy_state *st = (dtpy_state *)PyModule_GetState(module);
-    PyTypeObject *tp = st->tensor_base_type;
-    for (PyMethodDef *def = methods; def->ml_name != NULL; def++) {
-        PyObject *descr = PyDescr_NewMethod(tp, def);
-        if (descr == NULL)
-            return -1;
-        int rc = PyObject_SetAttrString((PyObject *)tp, def->ml_name, descr);
-        Py_DECREF(descr);
-        if (rc < 0)
-            return -1;
-    }
-    return PyModule_AddFunctions(module, module_functions);
-}
+int dtpy_add_elementwise_methods(PyObject *module) { return PyModule_AddFunctions(module, module_functions); }

@@ -15,21 +15,6 @@ enum { KIND_MM = 0, KIND_BMM, KIND_OUTER };
 
 static dtpy_state *mod_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
 
-static dtpy_tensor *tensor_arg(dtpy_state *st, PyObject *o, const char *name, const char *arg) {
-    if (!DTPY_IS_TENSOR(st, o)) {
-        if (PyObject_TypeCheck(o, (PyTypeObject *)st->torch_tensor_type))
-            PyErr_Format(PyExc_TypeError,
-                         "%s(): argument '%s' is a torch.Tensor; convert it with dtorch.from_torch(t, "
-                         "device_mesh=..., placements=...)",
-                         name, arg);
-        else
-            PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be a dtorch.Tensor, not %.100s", name,
-                         arg, Py_TYPE(o)->tp_name);
-        return NULL;
-    }
-    return (dtpy_tensor *)o;
-}
-
 static int same_graph(dtpy_tensor *a, dtpy_tensor *b, const char *name) {
     if (dt_tensor_graph(a->t) != dt_tensor_graph(b->t)) {
         PyErr_Format(PyExc_ValueError,
@@ -48,10 +33,10 @@ static PyObject *mod_linalg(PyObject *module, PyObject *const *args, Py_ssize_t 
     if (kind == -1 && PyErr_Occurred())
         return NULL;
     const char *name = kind == KIND_MM ? "mm" : kind == KIND_BMM ? "bmm" : "outer";
-    dtpy_tensor *a = tensor_arg(st, args[1], name, "input");
+    dtpy_tensor *a = dtpy_tensor_arg_or_null(st, args[1], name, "input");
     if (a == NULL)
         return NULL;
-    dtpy_tensor *b = tensor_arg(st, args[2], name, kind == KIND_OUTER ? "vec2" : "mat2");
+    dtpy_tensor *b = dtpy_tensor_arg_or_null(st, args[2], name, kind == KIND_OUTER ? "vec2" : "mat2");
     if (b == NULL || same_graph(a, b, name) < 0)
         return NULL;
     dtpy_record_call_site(st);
@@ -65,15 +50,15 @@ static PyObject *mod_linear(PyObject *module, PyObject *const *args, Py_ssize_t 
     if (nargs != 3)
         return PyErr_Format(PyExc_TypeError, "_linear takes 3 arguments (%zd given)", nargs);
     dtpy_state *st = mod_state(module);
-    dtpy_tensor *x = tensor_arg(st, args[0], "linear", "input");
+    dtpy_tensor *x = dtpy_tensor_arg_or_null(st, args[0], "linear", "input");
     if (x == NULL)
         return NULL;
-    dtpy_tensor *w = tensor_arg(st, args[1], "linear", "weight");
+    dtpy_tensor *w = dtpy_tensor_arg_or_null(st, args[1], "linear", "weight");
     if (w == NULL || same_graph(x, w, "linear") < 0)
         return NULL;
     dtpy_tensor *b = NULL;
     if (args[2] != Py_None) {
-        b = tensor_arg(st, args[2], "linear", "bias");
+        b = dtpy_tensor_arg_or_null(st, args[2], "linear", "bias");
         if (b == NULL || same_graph(x, b, "linear") < 0)
             return NULL;
     }
@@ -106,7 +91,7 @@ static PyObject *mod_einsum(PyObject *module, PyObject *const *args, Py_ssize_t 
         goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        dtpy_tensor *t = tensor_arg(st, PySequence_Fast_GET_ITEM(seq, i), "einsum", "operands");
+        dtpy_tensor *t = dtpy_tensor_arg_or_null(st, PySequence_Fast_GET_ITEM(seq, i), "einsum", "operands");
         if (t == NULL)
             goto done;
         if (first && same_graph(first, t, "einsum") < 0)

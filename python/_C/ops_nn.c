@@ -15,83 +15,8 @@
 
 static dtpy_state *nn_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
 
-/* Reads a tensor argument into *out (NULL for None when `optional`).
- * Returns -1 with TypeError naming the argument. */
-static int tensor_arg(dtpy_state *st, PyObject *o, const char *op, const char *what, int optional,
-                      dtpy_tensor **out) {
-    *out = NULL;
-    if (o == Py_None && optional)
-        return 0;
-    if (DTPY_IS_TENSOR(st, o)) {
-        *out = (dtpy_tensor *)o;
-        return 0;
-    }
-    if (PyObject_TypeCheck(o, (PyTypeObject *)st->torch_tensor_type))
-        PyErr_Format(
-            PyExc_TypeError,
-            "%s(): argument '%s' is a torch.Tensor; convert it with dtorch.from_torch(t, device_mesh=..., "
-            "placements=...) first",
-            op, what);
-    else
-        PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be a dtorch.Tensor%s, not %.100s", op, what,
-                     optional ? " or None" : "", Py_TYPE(o)->tp_name);
-    return -1;
-}
-
+/* Arguments are converted by args.c (dtpy_tensor_arg, dtpy_int_arg, ...). */
 static dt_tensor *handle(dtpy_tensor *t) { return t ? t->t : NULL; }
-
-/* A float argument, or NAN for None when `optional`. */
-static int float_arg(PyObject *o, const char *op, const char *what, int optional, double *out) {
-    if (o == Py_None && optional) {
-        *out = NAN;
-        return 0;
-    }
-    *out = PyFloat_AsDouble(o);
-    if (*out == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be a number, not %.100s", op, what,
-                     Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    return 0;
-}
-
-static int int_arg(PyObject *o, const char *op, const char *what, long long *out) {
-    if (!PyLong_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be an int, not %.100s", op, what,
-                     Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    *out = PyLong_AsLongLong(o);
-    return *out == -1 && PyErr_Occurred() ? -1 : 0;
-}
-
-/* A sequence of ints into out (at most cap); returns the count or -1. */
-static int ints_arg(PyObject *o, const char *op, const char *what, int64_t *out, int cap) {
-    PyObject *seq = PySequence_Fast(o, "");
-    if (seq == NULL) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be a sequence of ints, not %.100s", op, what,
-                     Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    if (n > cap) {
-        Py_DECREF(seq);
-        PyErr_Format(PyExc_ValueError, "%s(): argument '%s' has %zd entries (at most %d)", op, what, n, cap);
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        long long v;
-        if (int_arg(PySequence_Fast_GET_ITEM(seq, i), op, what, &v) < 0) {
-            Py_DECREF(seq);
-            return -1;
-        }
-        out[i] = v;
-    }
-    Py_DECREF(seq);
-    return (int)n;
-}
 
 #define NARGS(n, name)                                                                                       \
     do {                                                                                                     \
@@ -104,11 +29,11 @@ static PyObject *nn_activation(PyObject *m, PyObject *const *args, Py_ssize_t na
     NARGS(3, "_nn_activation");
     dtpy_state *st = nn_state(m);
     dtpy_tensor *x;
-    long long kind;
+    int64_t kind;
     double param;
-    if (tensor_arg(st, args[0], "activation", "input", 0, &x) < 0 ||
-        int_arg(args[1], "activation", "kind", &kind) < 0 ||
-        float_arg(args[2], "activation", "param", 0, &param) < 0)
+    if (dtpy_tensor_arg(st, args[0], "activation", "input", 0, &x) < 0 ||
+        dtpy_int_arg(args[1], "activation", "kind", &kind) < 0 ||
+        dtpy_float_arg(args[2], "activation", "param", 0, &param) < 0)
         return NULL;
     if (dtpy_sync_default_dtype(st) < 0)
         return NULL;
@@ -121,15 +46,15 @@ static PyObject *nn_softmax(PyObject *m, PyObject *const *args, Py_ssize_t nargs
     NARGS(4, "_nn_softmax");
     dtpy_state *st = nn_state(m);
     dtpy_tensor *x;
-    long long dim;
-    if (tensor_arg(st, args[0], "softmax", "input", 0, &x) < 0 ||
-        int_arg(args[1], "softmax", "dim", &dim) < 0)
+    int64_t dim;
+    if (dtpy_tensor_arg(st, args[0], "softmax", "input", 0, &x) < 0 ||
+        dtpy_int_arg(args[1], "softmax", "dim", &dim) < 0)
         return NULL;
     int log = PyObject_IsTrue(args[2]);
     if (log < 0)
         return NULL;
     int dtype = -1;
-    if (args[3] != Py_None && (dtype = dtpy_dtype_from_torch(st, args[3])) < 0)
+    if (dtpy_dtype_arg(st, args[3], 1, &dtype) < 0)
         return NULL;
     if (dim < INT32_MIN || dim > INT32_MAX)
         return PyErr_Format(PyExc_IndexError, "softmax(): Dimension out of range (got %lld)", dim);
@@ -145,11 +70,11 @@ static PyObject *nn_layer_norm(PyObject *m, PyObject *const *args, Py_ssize_t na
     int64_t ns[DT_MAX_NDIM];
     double eps;
     int n;
-    if (tensor_arg(st, args[0], "layer_norm", "input", 0, &x) < 0 ||
-        (n = ints_arg(args[1], "layer_norm", "normalized_shape", ns, DT_MAX_NDIM)) < 0 ||
-        tensor_arg(st, args[2], "layer_norm", "weight", 1, &w) < 0 ||
-        tensor_arg(st, args[3], "layer_norm", "bias", 1, &b) < 0 ||
-        float_arg(args[4], "layer_norm", "eps", 0, &eps) < 0)
+    if (dtpy_tensor_arg(st, args[0], "layer_norm", "input", 0, &x) < 0 ||
+        (n = dtpy_ints_arg(args[1], "layer_norm", "normalized_shape", ns, DT_MAX_NDIM)) < 0 ||
+        dtpy_tensor_arg(st, args[2], "layer_norm", "weight", 1, &w) < 0 ||
+        dtpy_tensor_arg(st, args[3], "layer_norm", "bias", 1, &b) < 0 ||
+        dtpy_float_arg(args[4], "layer_norm", "eps", 0, &eps) < 0)
         return NULL;
     dtpy_record_call_site(st);
     return dtpy_tensor_wrap_like(st, dt_layer_norm(x->t, n, ns, handle(w), handle(b), eps), x);
@@ -163,10 +88,10 @@ static PyObject *nn_rms_norm(PyObject *m, PyObject *const *args, Py_ssize_t narg
     int64_t ns[DT_MAX_NDIM];
     double eps;
     int n;
-    if (tensor_arg(st, args[0], "rms_norm", "input", 0, &x) < 0 ||
-        (n = ints_arg(args[1], "rms_norm", "normalized_shape", ns, DT_MAX_NDIM)) < 0 ||
-        tensor_arg(st, args[2], "rms_norm", "weight", 1, &w) < 0 ||
-        float_arg(args[3], "rms_norm", "eps", 1, &eps) < 0)
+    if (dtpy_tensor_arg(st, args[0], "rms_norm", "input", 0, &x) < 0 ||
+        (n = dtpy_ints_arg(args[1], "rms_norm", "normalized_shape", ns, DT_MAX_NDIM)) < 0 ||
+        dtpy_tensor_arg(st, args[2], "rms_norm", "weight", 1, &w) < 0 ||
+        dtpy_float_arg(args[3], "rms_norm", "eps", 1, &eps) < 0)
         return NULL;
     dtpy_record_call_site(st);
     return dtpy_tensor_wrap_like(st, dt_rms_norm(x->t, n, ns, handle(w), eps), x);
@@ -177,13 +102,13 @@ static PyObject *nn_group_norm(PyObject *m, PyObject *const *args, Py_ssize_t na
     NARGS(5, "_nn_group_norm");
     dtpy_state *st = nn_state(m);
     dtpy_tensor *x, *w, *b;
-    long long groups;
+    int64_t groups;
     double eps;
-    if (tensor_arg(st, args[0], "group_norm", "input", 0, &x) < 0 ||
-        int_arg(args[1], "group_norm", "num_groups", &groups) < 0 ||
-        tensor_arg(st, args[2], "group_norm", "weight", 1, &w) < 0 ||
-        tensor_arg(st, args[3], "group_norm", "bias", 1, &b) < 0 ||
-        float_arg(args[4], "group_norm", "eps", 0, &eps) < 0)
+    if (dtpy_tensor_arg(st, args[0], "group_norm", "input", 0, &x) < 0 ||
+        dtpy_int_arg(args[1], "group_norm", "num_groups", &groups) < 0 ||
+        dtpy_tensor_arg(st, args[2], "group_norm", "weight", 1, &w) < 0 ||
+        dtpy_tensor_arg(st, args[3], "group_norm", "bias", 1, &b) < 0 ||
+        dtpy_float_arg(args[4], "group_norm", "eps", 0, &eps) < 0)
         return NULL;
     dtpy_record_call_site(st);
     return dtpy_tensor_wrap_like(st, dt_group_norm(x->t, groups, handle(w), handle(b), eps), x);
@@ -195,13 +120,13 @@ static PyObject *nn_batch_norm(PyObject *m, PyObject *const *args, Py_ssize_t na
     dtpy_state *st = nn_state(m);
     dtpy_tensor *x, *rm, *rv, *w, *b;
     double momentum, eps;
-    if (tensor_arg(st, args[0], "batch_norm", "input", 0, &x) < 0 ||
-        tensor_arg(st, args[1], "batch_norm", "running_mean", 1, &rm) < 0 ||
-        tensor_arg(st, args[2], "batch_norm", "running_var", 1, &rv) < 0 ||
-        tensor_arg(st, args[3], "batch_norm", "weight", 1, &w) < 0 ||
-        tensor_arg(st, args[4], "batch_norm", "bias", 1, &b) < 0 ||
-        float_arg(args[5], "batch_norm", "momentum", 0, &momentum) < 0 ||
-        float_arg(args[6], "batch_norm", "eps", 0, &eps) < 0)
+    if (dtpy_tensor_arg(st, args[0], "batch_norm", "input", 0, &x) < 0 ||
+        dtpy_tensor_arg(st, args[1], "batch_norm", "running_mean", 1, &rm) < 0 ||
+        dtpy_tensor_arg(st, args[2], "batch_norm", "running_var", 1, &rv) < 0 ||
+        dtpy_tensor_arg(st, args[3], "batch_norm", "weight", 1, &w) < 0 ||
+        dtpy_tensor_arg(st, args[4], "batch_norm", "bias", 1, &b) < 0 ||
+        dtpy_float_arg(args[5], "batch_norm", "momentum", 0, &momentum) < 0 ||
+        dtpy_float_arg(args[6], "batch_norm", "eps", 0, &eps) < 0)
         return NULL;
     dtpy_record_call_site(st);
     return dtpy_tensor_wrap_like(st, dt_batch_norm(x->t, handle(rm), handle(rv), handle(w), handle(b), momentum, eps), x);
@@ -212,8 +137,8 @@ static PyObject *nn_embedding(PyObject *m, PyObject *const *args, Py_ssize_t nar
     NARGS(2, "_nn_embedding");
     dtpy_state *st = nn_state(m);
     dtpy_tensor *idx, *w;
-    if (tensor_arg(st, args[0], "embedding", "input", 0, &idx) < 0 ||
-        tensor_arg(st, args[1], "embedding", "weight", 0, &w) < 0)
+    if (dtpy_tensor_arg(st, args[0], "embedding", "input", 0, &idx) < 0 ||
+        dtpy_tensor_arg(st, args[1], "embedding", "weight", 0, &w) < 0)
         return NULL;
     dtpy_record_call_site(st);
     /* The result lives with the weight's graph and mesh (the same as the
@@ -227,15 +152,15 @@ static PyObject *nn_conv2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     dtpy_state *st = nn_state(m);
     dtpy_tensor *x, *w, *b;
     int64_t stride[2], padding[2] = {0, 0}, dilation[2];
-    long long groups, mode;
-    if (tensor_arg(st, args[0], "conv2d", "input", 0, &x) < 0 ||
-        tensor_arg(st, args[1], "conv2d", "weight", 0, &w) < 0 ||
-        tensor_arg(st, args[2], "conv2d", "bias", 1, &b) < 0 ||
-        ints_arg(args[3], "conv2d", "stride", stride, 2) != 2 ||
-        ints_arg(args[4], "conv2d", "padding", padding, 2) != 2 ||
-        ints_arg(args[5], "conv2d", "dilation", dilation, 2) != 2 ||
-        int_arg(args[6], "conv2d", "groups", &groups) < 0 ||
-        int_arg(args[7], "conv2d", "padding_mode", &mode) < 0) {
+    int64_t groups, mode;
+    if (dtpy_tensor_arg(st, args[0], "conv2d", "input", 0, &x) < 0 ||
+        dtpy_tensor_arg(st, args[1], "conv2d", "weight", 0, &w) < 0 ||
+        dtpy_tensor_arg(st, args[2], "conv2d", "bias", 1, &b) < 0 ||
+        dtpy_ints_arg(args[3], "conv2d", "stride", stride, 2) != 2 ||
+        dtpy_ints_arg(args[4], "conv2d", "padding", padding, 2) != 2 ||
+        dtpy_ints_arg(args[5], "conv2d", "dilation", dilation, 2) != 2 ||
+        dtpy_int_arg(args[6], "conv2d", "groups", &groups) < 0 ||
+        dtpy_int_arg(args[7], "conv2d", "padding_mode", &mode) < 0) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "conv2d(): stride, padding and dilation need 2 entries each");
         return NULL;
@@ -250,17 +175,17 @@ static PyObject *nn_interpolate(PyObject *m, PyObject *const *args, Py_ssize_t n
     NARGS(5, "_nn_interpolate");
     dtpy_state *st = nn_state(m);
     dtpy_tensor *x;
-    long long mode, align;
+    int64_t mode, align;
     int64_t size[3];
     double scales[3];
     int have_size = args[2] != Py_None, have_scales = args[3] != Py_None;
-    if (tensor_arg(st, args[0], "interpolate", "input", 0, &x) < 0 ||
-        int_arg(args[1], "interpolate", "mode", &mode) < 0 ||
-        int_arg(args[4], "interpolate", "align_corners", &align) < 0)
+    if (dtpy_tensor_arg(st, args[0], "interpolate", "input", 0, &x) < 0 ||
+        dtpy_int_arg(args[1], "interpolate", "mode", &mode) < 0 ||
+        dtpy_int_arg(args[4], "interpolate", "align_corners", &align) < 0)
         return NULL;
     int nsp = dt_tensor_ndim(x->t) - 2;
     if (have_size) {
-        int n = ints_arg(args[2], "interpolate", "size", size, 3);
+        int n = dtpy_ints_arg(args[2], "interpolate", "size", size, 3);
         if (n < 0)
             return NULL;
         if (n != nsp)
@@ -278,7 +203,7 @@ static PyObject *nn_interpolate(PyObject *m, PyObject *const *args, Py_ssize_t n
                                 "interpolate(): scale_factor has %zd entries for %d spatial dims", n, nsp);
         }
         for (Py_ssize_t i = 0; i < n; i++) {
-            if (float_arg(PySequence_Fast_GET_ITEM(seq, i), "interpolate", "scale_factor", 0, &scales[i]) <
+            if (dtpy_float_arg(PySequence_Fast_GET_ITEM(seq, i), "interpolate", "scale_factor", 0, &scales[i]) <
                 0) {
                 Py_DECREF(seq);
                 return NULL;
@@ -299,12 +224,13 @@ static PyObject *nn_pad(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     dtpy_state *st = nn_state(m);
     dtpy_tensor *x;
     int64_t pad[2 * DT_MAX_NDIM];
-    long long mode;
+    int64_t mode;
     double value;
     int n;
-    if (tensor_arg(st, args[0], "pad", "input", 0, &x) < 0 ||
-        (n = ints_arg(args[1], "pad", "pad", pad, 2 * DT_MAX_NDIM)) < 0 ||
-        int_arg(args[2], "pad", "mode", &mode) < 0 || float_arg(args[3], "pad", "value", 1, &value) < 0)
+    if (dtpy_tensor_arg(st, args[0], "pad", "input", 0, &x) < 0 ||
+        (n = dtpy_ints_arg(args[1], "pad", "pad", pad, 2 * DT_MAX_NDIM)) < 0 ||
+        dtpy_int_arg(args[2], "pad", "mode", &mode) < 0 ||
+        dtpy_float_arg(args[3], "pad", "value", 1, &value) < 0)
         return NULL;
     dtpy_record_call_site(st);
     return dtpy_tensor_wrap_like(st, dt_pad(x->t, n, pad, (dt_pad_mode)mode, value), x);
@@ -316,8 +242,8 @@ static PyObject *nn_dropout(PyObject *m, PyObject *const *args, Py_ssize_t nargs
     dtpy_state *st = nn_state(m);
     dtpy_tensor *x;
     double p;
-    if (tensor_arg(st, args[0], "dropout", "input", 0, &x) < 0 ||
-        float_arg(args[1], "dropout", "p", 0, &p) < 0)
+    if (dtpy_tensor_arg(st, args[0], "dropout", "input", 0, &x) < 0 ||
+        dtpy_float_arg(args[1], "dropout", "p", 0, &p) < 0)
         return NULL;
     int training = PyObject_IsTrue(args[2]);
     if (training < 0)
@@ -333,10 +259,12 @@ static PyObject *nn_sdpa(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     const char *op = "scaled_dot_product_attention";
     dtpy_tensor *q, *k, *v, *mask;
     double p, scale;
-    if (tensor_arg(st, args[0], op, "query", 0, &q) < 0 || tensor_arg(st, args[1], op, "key", 0, &k) < 0 ||
-        tensor_arg(st, args[2], op, "value", 0, &v) < 0 ||
-        tensor_arg(st, args[3], op, "attn_mask", 1, &mask) < 0 ||
-        float_arg(args[4], op, "dropout_p", 0, &p) < 0 || float_arg(args[6], op, "scale", 1, &scale) < 0)
+    if (dtpy_tensor_arg(st, args[0], op, "query", 0, &q) < 0 ||
+        dtpy_tensor_arg(st, args[1], op, "key", 0, &k) < 0 ||
+        dtpy_tensor_arg(st, args[2], op, "value", 0, &v) < 0 ||
+        dtpy_tensor_arg(st, args[3], op, "attn_mask", 1, &mask) < 0 ||
+        dtpy_float_arg(args[4], op, "dropout_p", 0, &p) < 0 ||
+        dtpy_float_arg(args[6], op, "scale", 1, &scale) < 0)
         return NULL;
     int causal = PyObject_IsTrue(args[5]);
     if (causal < 0)
@@ -349,7 +277,7 @@ static PyObject *nn_sdpa(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 
 /* A pair of ints (the Python layer has already expanded single ints). */
 static int pair_arg(PyObject *o, const char *op, const char *what, int64_t *out) {
-    int n = ints_arg(o, op, what, out, 2);
+    int n = dtpy_ints_arg(o, op, what, out, 2);
     if (n < 0)
         return -1;
     if (n != 2) {
@@ -366,7 +294,7 @@ static PyObject *nn_max_pool2d(PyObject *m, PyObject *const *args, Py_ssize_t na
     const char *op = "max_pool2d";
     dtpy_tensor *x;
     int64_t k[2], s[2], p[2], d[2];
-    if (tensor_arg(st, args[0], op, "input", 0, &x) < 0 || pair_arg(args[1], op, "kernel_size", k) < 0 ||
+    if (dtpy_tensor_arg(st, args[0], op, "input", 0, &x) < 0 || pair_arg(args[1], op, "kernel_size", k) < 0 ||
         (args[2] != Py_None && pair_arg(args[2], op, "stride", s) < 0) ||
         pair_arg(args[3], op, "padding", p) < 0 || pair_arg(args[4], op, "dilation", d) < 0)
         return NULL;
@@ -388,11 +316,11 @@ static PyObject *nn_avg_pool2d(PyObject *m, PyObject *const *args, Py_ssize_t na
     const char *op = "avg_pool2d";
     dtpy_tensor *x;
     int64_t k[2], s[2], p[2];
-    long long divisor = 0;
-    if (tensor_arg(st, args[0], op, "input", 0, &x) < 0 || pair_arg(args[1], op, "kernel_size", k) < 0 ||
+    int64_t divisor = 0;
+    if (dtpy_tensor_arg(st, args[0], op, "input", 0, &x) < 0 || pair_arg(args[1], op, "kernel_size", k) < 0 ||
         (args[2] != Py_None && pair_arg(args[2], op, "stride", s) < 0) ||
         pair_arg(args[3], op, "padding", p) < 0 ||
-        (args[6] != Py_None && int_arg(args[6], op, "divisor_override", &divisor) < 0))
+        (args[6] != Py_None && dtpy_int_arg(args[6], op, "divisor_override", &divisor) < 0))
         return NULL;
     int ceil = PyObject_IsTrue(args[4]), count_pad = PyObject_IsTrue(args[5]);
     if (ceil < 0 || count_pad < 0)
@@ -409,13 +337,14 @@ static PyObject *nn_avg_pool2d(PyObject *m, PyObject *const *args, Py_ssize_t na
 static PyObject *nn_adaptive_pool2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     NARGS(3, "_nn_adaptive_pool2d");
     dtpy_state *st = nn_state(m);
-    long long kind;
-    if (int_arg(args[2], "adaptive_pool2d", "kind", &kind) < 0)
+    int64_t kind;
+    if (dtpy_int_arg(args[2], "adaptive_pool2d", "kind", &kind) < 0)
         return NULL;
     const char *op = kind ? "adaptive_max_pool2d" : "adaptive_avg_pool2d";
     dtpy_tensor *x;
     int64_t size[2];
-    if (tensor_arg(st, args[0], op, "input", 0, &x) < 0 || pair_arg(args[1], op, "output_size", size) < 0)
+    if (dtpy_tensor_arg(st, args[0], op, "input", 0, &x) < 0 ||
+        pair_arg(args[1], op, "output_size", size) < 0)
         return NULL;
     dtpy_record_call_site(st);
     if (kind == 0)
@@ -432,7 +361,7 @@ static PyObject *nn_alias(PyObject *m, PyObject *const *args, Py_ssize_t nargs) 
     NARGS(2, "_nn_alias");
     dtpy_state *st = nn_state(m);
     dtpy_tensor *x;
-    if (tensor_arg(st, args[0], "alias", "data", 0, &x) < 0)
+    if (dtpy_tensor_arg(st, args[0], "alias", "data", 0, &x) < 0)
         return NULL;
     if (!PyType_Check(args[1]) || !PyType_IsSubtype((PyTypeObject *)args[1], st->tensor_base_type))
         return PyErr_Format(PyExc_TypeError, "alias: the class must subclass _C.TensorBase");

@@ -11,50 +11,6 @@
 
 static dtpy_state *mod_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
 
-static dtpy_tensor *tensor_arg(dtpy_state *st, PyObject *o, const char *name) {
-    if (!DTPY_IS_TENSOR(st, o)) {
-        PyErr_Format(PyExc_TypeError, "%s(): argument 'input' must be a dtorch.Tensor, not %.100s", name,
-                     Py_TYPE(o)->tp_name);
-        return NULL;
-    }
-    return (dtpy_tensor *)o;
-}
-
-/* None -> -1 (no dim); an int -> 1; a tuple/list of ints -> its length. */
-static int parse_dims(PyObject *obj, int64_t *dims, const char *name) {
-    if (obj == Py_None)
-        return -1;
-    if (PyLong_Check(obj) && !PyBool_Check(obj)) {
-        dims[0] = PyLong_AsLongLong(obj);
-        if (dims[0] == -1 && PyErr_Occurred())
-            return -2;
-        return 1;
-    }
-    if (PyTuple_Check(obj) || PyList_Check(obj)) {
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
-        if (n > DT_MAX_NDIM) {
-            PyErr_Format(PyExc_IndexError, "%s(): dim has %zd entries, more than a tensor's %d dims", name, n,
-                         DT_MAX_NDIM);
-            return -2;
-        }
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *v = PySequence_Fast_GET_ITEM(obj, i);
-            if (!PyLong_Check(v) || PyBool_Check(v)) {
-                PyErr_Format(PyExc_TypeError, "%s(): dim must contain ints, not %.100s", name,
-                             Py_TYPE(v)->tp_name);
-                return -2;
-            }
-            dims[i] = PyLong_AsLongLong(v);
-            if (dims[i] == -1 && PyErr_Occurred())
-                return -2;
-        }
-        return (int)n;
-    }
-    PyErr_Format(PyExc_TypeError, "%s(): dim must be None, an int or a tuple of ints, not %.100s", name,
-                 Py_TYPE(obj)->tp_name);
-    return -2;
-}
-
 static const char *op_name(long op) {
     static const char *const names[DT_REDUCE_COUNT] = {"sum", "mean",   "prod",   "amax", "amin", "max",
                                                        "min", "argmax", "argmin", "any",  "all"};
@@ -69,18 +25,18 @@ static PyObject *mod_reduce(PyObject *module, PyObject *const *args, Py_ssize_t 
     if (op == -1 && PyErr_Occurred())
         return NULL;
     const char *name = op_name(op);
-    dtpy_tensor *a = tensor_arg(st, args[0], name);
+    dtpy_tensor *a = dtpy_tensor_arg_or_null(st, args[0], name, "input");
     if (a == NULL)
         return NULL;
     int64_t dims[DT_MAX_NDIM];
-    int ndims = parse_dims(args[2], dims, name);
+    int ndims = dtpy_dims_arg(args[2], name, dims);
     if (ndims < -1)
         return NULL;
     int keepdim = PyObject_IsTrue(args[3]);
     if (keepdim < 0)
         return NULL;
     int dtype = -1;
-    if (args[4] != Py_None && (dtype = dtpy_dtype_from_torch(st, args[4])) < 0)
+    if (dtpy_dtype_arg(st, args[4], 1, &dtype) < 0)
         return NULL;
     dtpy_record_call_site(st);
     return dtpy_tensor_wrap_like(st, dt_reduce((dt_reduce_op)op, a->t, ndims, dims, keepdim, dtype), a);
@@ -94,7 +50,7 @@ static PyObject *mod_reduce_with_indices(PyObject *module, PyObject *const *args
     if (op == -1 && PyErr_Occurred())
         return NULL;
     const char *name = op_name(op);
-    dtpy_tensor *a = tensor_arg(st, args[0], name);
+    dtpy_tensor *a = dtpy_tensor_arg_or_null(st, args[0], name, "input");
     if (a == NULL)
         return NULL;
     if (!PyLong_Check(args[2]) || PyBool_Check(args[2]))

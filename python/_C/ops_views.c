@@ -18,23 +18,6 @@
 
 static dtpy_state *mod_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
 
-/* args[i] as a dtorch tensor, or NULL with TypeError naming `op`. */
-static dtpy_tensor *tensor_arg(dtpy_state *st, PyObject *o, const char *op, const char *what) {
-    if (!DTPY_IS_TENSOR(st, o)) {
-        PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be a dtorch.Tensor, not %.100s", op, what,
-                     Py_TYPE(o)->tp_name);
-        return NULL;
-    }
-    return (dtpy_tensor *)o;
-}
-
-static int64_t int_arg(PyObject *o, int *err) {
-    long long v = PyLong_AsLongLong(o);
-    *err = v == -1 && PyErr_Occurred();
-    return (int64_t)v;
-}
-
-
 static int check_nargs(Py_ssize_t nargs, Py_ssize_t want, const char *name) {
     if (nargs != want) {
         PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", name, want, nargs);
@@ -77,7 +60,8 @@ static PyObject *v_reshape(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     int64_t shape[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd;
-    if (check_nargs(nargs, 2, "_v_reshape") < 0 || !(a = tensor_arg(st, args[0], "reshape", "input")) ||
+    if (check_nargs(nargs, 2, "_v_reshape") < 0 ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "reshape", "input")) ||
         (nd = dtpy_parse_shape(args[1], shape, "shape")) < 0)
         return NULL;
     dtpy_record_call_site(st);
@@ -89,7 +73,8 @@ static PyObject *v_squeeze(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     int64_t dims[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd = -1;
-    if (check_nargs(nargs, 2, "_v_squeeze") < 0 || !(a = tensor_arg(st, args[0], "squeeze", "input")))
+    if (check_nargs(nargs, 2, "_v_squeeze") < 0 ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "squeeze", "input")))
         return NULL;
     if (args[1] != Py_None && (nd = dtpy_parse_shape(args[1], dims, "dim")) < 0)
         return NULL;
@@ -100,11 +85,11 @@ static PyObject *v_squeeze(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *v_unsqueeze(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     dtpy_state *st = mod_state(m);
     dtpy_tensor *a;
-    int err;
-    if (check_nargs(nargs, 2, "_v_unsqueeze") < 0 || !(a = tensor_arg(st, args[0], "unsqueeze", "input")))
+    if (check_nargs(nargs, 2, "_v_unsqueeze") < 0 ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "unsqueeze", "input")))
         return NULL;
-    int64_t dim = int_arg(args[1], &err);
-    if (err)
+    int64_t dim;
+    if (dtpy_int_arg(args[1], "unsqueeze", "dim", &dim) < 0)
         return NULL;
     dtpy_record_call_site(st);
     return dtpy_tensor_wrap_like(st, dt_unsqueeze(a->t, dim), a);
@@ -115,7 +100,8 @@ static PyObject *v_permute(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     int64_t dims[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd;
-    if (check_nargs(nargs, 2, "_v_permute") < 0 || !(a = tensor_arg(st, args[0], "permute", "input")) ||
+    if (check_nargs(nargs, 2, "_v_permute") < 0 ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "permute", "input")) ||
         (nd = dtpy_parse_shape(args[1], dims, "dims")) < 0)
         return NULL;
     dtpy_record_call_site(st);
@@ -127,7 +113,8 @@ static PyObject *v_expand(PyObject *m, PyObject *const *args, Py_ssize_t nargs) 
     int64_t sizes[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd;
-    if (check_nargs(nargs, 2, "_v_expand") < 0 || !(a = tensor_arg(st, args[0], "expand", "input")) ||
+    if (check_nargs(nargs, 2, "_v_expand") < 0 ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "expand", "input")) ||
         (nd = dtpy_parse_shape(args[1], sizes, "size")) < 0)
         return NULL;
     dtpy_record_call_site(st);
@@ -136,7 +123,7 @@ static PyObject *v_expand(PyObject *m, PyObject *const *args, Py_ssize_t nargs) 
 
 static PyObject *v_clone(PyObject *m, PyObject *arg) {
     dtpy_state *st = mod_state(m);
-    dtpy_tensor *a = tensor_arg(st, arg, "clone", "input");
+    dtpy_tensor *a = dtpy_tensor_arg_or_null(st, arg, "clone", "input");
     if (a == NULL)
         return NULL;
     dtpy_record_call_site(st);
@@ -150,7 +137,8 @@ static PyObject *v_index(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     dtpy_state *st = mod_state(m);
     dt_slice dims[DT_MAX_NDIM];
     dtpy_tensor *a;
-    if (check_nargs(nargs, 3, "_v_index") < 0 || !(a = tensor_arg(st, args[0], "getitem", "input")) ||
+    if (check_nargs(nargs, 3, "_v_index") < 0 ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "getitem", "input")) ||
         parse_spec(args[1], dt_tensor_ndim(a->t), dims) < 0)
         return NULL;
     unsigned long long mask = PyLong_AsUnsignedLongLong(args[2]);
@@ -164,12 +152,12 @@ static PyObject *v_index(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 static PyObject *v_index_tensor(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     dtpy_state *st = mod_state(m);
     dtpy_tensor *a, *idx;
-    int err;
-    if (check_nargs(nargs, 3, "_v_index_tensor") < 0 || !(a = tensor_arg(st, args[0], "getitem", "input")) ||
-        !(idx = tensor_arg(st, args[2], "getitem", "index")))
+    if (check_nargs(nargs, 3, "_v_index_tensor") < 0 ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "getitem", "input")) ||
+        !(idx = dtpy_tensor_arg_or_null(st, args[2], "getitem", "index")))
         return NULL;
-    int64_t dim = int_arg(args[1], &err);
-    if (err)
+    int64_t dim;
+    if (dtpy_int_arg(args[1], "getitem", "dim", &dim) < 0)
         return NULL;
     dtpy_record_call_site(st);
     return dtpy_tensor_wrap_like(st, dt_index_tensor(a->t, dim, idx->t), a);
@@ -188,7 +176,8 @@ static PyObject *v_setitem(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     dtpy_state *st = mod_state(m);
     dt_slice dims[DT_MAX_NDIM];
     dtpy_tensor *a;
-    if (check_nargs(nargs, 3, "_v_setitem") < 0 || !(a = tensor_arg(st, args[0], "setitem", "input")) ||
+    if (check_nargs(nargs, 3, "_v_setitem") < 0 ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "setitem", "input")) ||
         parse_spec(args[1], dt_tensor_ndim(a->t), dims) < 0)
         return NULL;
     dt_scalar s = dt_scalar_int(0);
@@ -206,13 +195,13 @@ static PyObject *setitem_tensor(PyObject *m, PyObject *const *args, Py_ssize_t n
     dtpy_state *st = mod_state(m);
     dtpy_tensor *a, *t;
     dt_scalar s;
-    int err;
     if (check_nargs(nargs, 4, mask ? "_v_setitem_mask" : "_v_setitem_index") < 0 ||
-        !(a = tensor_arg(st, args[0], "setitem", "input")) || !(t = tensor_arg(st, args[2], "setitem", "index")) ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "setitem", "input")) ||
+        !(t = dtpy_tensor_arg_or_null(st, args[2], "setitem", "index")) ||
         scalar_arg(args[3], &s, "setitem") < 0)
         return NULL;
-    int64_t dim = int_arg(args[1], &err);
-    if (err)
+    int64_t dim;
+    if (dtpy_int_arg(args[1], "setitem", "dim", &dim) < 0)
         return NULL;
     dtpy_record_call_site(st);
     return dtpy_tensor_wrap_like(st, mask ? dt_setitem_mask(a->t, dim, t->t, s) : dt_setitem_index(a->t, dim, t->t, s), a);
@@ -228,8 +217,9 @@ static PyObject *v_setitem_index(PyObject *m, PyObject *const *args, Py_ssize_t 
 static PyObject *v_copy(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     dtpy_state *st = mod_state(m);
     dtpy_tensor *a, *b;
-    if (check_nargs(nargs, 2, "_v_copy") < 0 || !(a = tensor_arg(st, args[0], "copy_", "self")) ||
-        !(b = tensor_arg(st, args[1], "copy_", "src")))
+    if (check_nargs(nargs, 2, "_v_copy") < 0 ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "copy_", "self")) ||
+        !(b = dtpy_tensor_arg_or_null(st, args[1], "copy_", "src")))
         return NULL;
     dtpy_record_call_site(st);
     return dtpy_tensor_wrap_like(st, dt_copy(a->t, b->t), a);
@@ -240,13 +230,12 @@ static PyObject *v_copy(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 /* _v_cat(tensors, dim, stack) */
 static PyObject *v_cat(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     dtpy_state *st = mod_state(m);
-    int err;
     if (check_nargs(nargs, 3, "_v_cat") < 0)
         return NULL;
     int stack = PyObject_IsTrue(args[2]);
     const char *op = stack ? "stack" : "cat";
-    int64_t dim = int_arg(args[1], &err);
-    if (err || stack < 0)
+    int64_t dim;
+    if (stack < 0 || dtpy_int_arg(args[1], op, "dim", &dim) < 0)
         return NULL;
     PyObject *seq = PySequence_Fast(args[0], "tensors must be a sequence of dtorch tensors");
     if (seq == NULL)
@@ -288,12 +277,13 @@ static PyObject *v_cat(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 static PyObject *v_tril(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     dtpy_state *st = mod_state(m);
     dtpy_tensor *a;
-    int err;
-    if (check_nargs(nargs, 3, "_v_tril") < 0 || !(a = tensor_arg(st, args[0], "tril", "input")))
+    if (check_nargs(nargs, 3, "_v_tril") < 0 || !(a = dtpy_tensor_arg_or_null(st, args[0], "tril", "input")))
         return NULL;
-    int64_t diag = int_arg(args[1], &err);
+    int64_t diag;
+    if (dtpy_int_arg(args[1], "tril", "diagonal", &diag) < 0)
+        return NULL;
     int upper = PyObject_IsTrue(args[2]);
-    if (err || upper < 0)
+    if (upper < 0)
         return NULL;
     dtpy_record_call_site(st);
     return dtpy_tensor_wrap_like(st, dt_tril(a->t, diag, upper), a);
@@ -305,7 +295,8 @@ static PyObject *v_flip(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     int64_t dims[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd;
-    if (check_nargs(nargs, 2, "_v_flip") < 0 || !(a = tensor_arg(st, args[0], "flip", "input")) ||
+    if (check_nargs(nargs, 2, "_v_flip") < 0 ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "flip", "input")) ||
         (nd = dtpy_parse_shape(args[1], dims, "dims")) < 0)
         return NULL;
     dtpy_record_call_site(st);
@@ -318,7 +309,8 @@ static PyObject *v_roll(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     int64_t shifts[DT_MAX_NDIM], dims[DT_MAX_NDIM];
     dtpy_tensor *a;
     int ns, nd = 0;
-    if (check_nargs(nargs, 3, "_v_roll") < 0 || !(a = tensor_arg(st, args[0], "roll", "input")) ||
+    if (check_nargs(nargs, 3, "_v_roll") < 0 ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "roll", "input")) ||
         (ns = dtpy_parse_shape(args[1], shifts, "shifts")) < 0)
         return NULL;
     if (args[2] != Py_None && (nd = dtpy_parse_shape(args[2], dims, "dims")) < 0)
@@ -335,7 +327,8 @@ static PyObject *v_repeat(PyObject *m, PyObject *const *args, Py_ssize_t nargs) 
     int64_t reps[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd;
-    if (check_nargs(nargs, 2, "_v_repeat") < 0 || !(a = tensor_arg(st, args[0], "repeat", "input")) ||
+    if (check_nargs(nargs, 2, "_v_repeat") < 0 ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "repeat", "input")) ||
         (nd = dtpy_parse_shape(args[1], reps, "repeats")) < 0)
         return NULL;
     dtpy_record_call_site(st);
@@ -347,22 +340,21 @@ static PyObject *v_repeat(PyObject *m, PyObject *const *args, Py_ssize_t nargs) 
 static PyObject *v_repeat_interleave(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     dtpy_state *st = mod_state(m);
     dtpy_tensor *a;
-    int err;
     if (check_nargs(nargs, 4, "_v_repeat_interleave") < 0 ||
-        !(a = tensor_arg(st, args[0], "repeat_interleave", "input")))
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "repeat_interleave", "input")))
         return NULL;
-    int64_t dim = int_arg(args[2], &err);
-    if (err)
+    int64_t dim;
+    if (dtpy_int_arg(args[2], "repeat_interleave", "dim", &dim) < 0)
         return NULL;
     if (DTPY_IS_TENSOR(st, args[1])) {
-        int64_t size = int_arg(args[3], &err);
-        if (err)
+        int64_t size;
+        if (dtpy_int_arg(args[3], "repeat_interleave", "size", &size) < 0)
             return NULL;
         dtpy_record_call_site(st);
         return dtpy_tensor_wrap_like(st, dt_repeat_interleave_tensor(a->t, ((dtpy_tensor *)args[1])->t, dim, size), a);
     }
-    int64_t r = int_arg(args[1], &err);
-    if (err)
+    int64_t r;
+    if (dtpy_int_arg(args[1], "repeat_interleave", "repeats", &r) < 0)
         return NULL;
     dtpy_record_call_site(st);
     return dtpy_tensor_wrap_like(st, dt_repeat_interleave(a->t, r, dim), a);
@@ -379,8 +371,9 @@ static PyObject *v_masked_scatter(PyObject *m, PyObject *const *args, Py_ssize_t
     if (inplace < 0)
         return NULL;
     const char *op = inplace ? "masked_scatter_" : "masked_scatter";
-    if (!(a = tensor_arg(st, args[0], op, "input")) || !(mask = tensor_arg(st, args[1], op, "mask")) ||
-        !(src = tensor_arg(st, args[2], op, "source")))
+    if (!(a = dtpy_tensor_arg_or_null(st, args[0], op, "input")) ||
+        !(mask = dtpy_tensor_arg_or_null(st, args[1], op, "mask")) ||
+        !(src = dtpy_tensor_arg_or_null(st, args[2], op, "source")))
         return NULL;
     dtpy_record_call_site(st);
     return dtpy_tensor_wrap_like(st, dt_masked_scatter(a->t, mask->t, src->t, inplace ? DT_EW_INPLACE : 0),

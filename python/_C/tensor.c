@@ -15,8 +15,7 @@
 #include "dtorch_py.h"
 
 #include <structmember.h>
-
-static const char *const binary_names[DT_BINARY_COUNT] = {"add", "sub", "mul", "div"};
+#include <string.h>
 
 static dtpy_state *tensor_state(PyObject *self) { return dtpy_find_state(Py_TYPE(self)); }
 
@@ -412,55 +411,8 @@ static PyObject *torch_operand_error(const char *op, int tensor_first) {
     return NULL;
 }
 
-static PyObject *binary(PyObject *a, PyObject *b, dt_binary_op op) {
-    dtpy_state *st = dtpy_find_state(Py_TYPE(a));
-    if (st == NULL || !DTPY_IS_TENSOR(st, a)) {
-        st = dtpy_find_state(Py_TYPE(b));
-        if (st == NULL)
-            Py_RETURN_NOTIMPLEMENTED;
-    }
-    int at = DTPY_IS_TENSOR(st, a), bt = DTPY_IS_TENSOR(st, b);
-    if (at && bt) {
-        dtpy_tensor *ta = (dtpy_tensor *)a, *tb = (dtpy_tensor *)b;
-        if (check_same_graph(ta, tb, binary_names[op]) < 0)
-            return NULL;
-        if (op == DT_BINARY_DIV && dtpy_sync_default_dtype(st) < 0)
-            return NULL;
-        dtpy_record_call_site(st);
-        return dtpy_tensor_wrap_like(st, dt_binary(op, ta->t, tb->t), ta);
-    }
-    if (!at && !bt)
-        Py_RETURN_NOTIMPLEMENTED;
-    dtpy_tensor *tensor = (dtpy_tensor *)(at ? a : b);
-    PyObject *other = at ? b : a;
-    dt_scalar s;
-    int r = dtpy_parse_scalar(other, &s);
-    if (r < 0)
-        return NULL;
-    if (r == 0) {
-        if (PyObject_TypeCheck(other, (PyTypeObject *)st->torch_tensor_type))
-            return torch_operand_error(binary_names[op], at);
-        Py_RETURN_NOTIMPLEMENTED;
-    }
-    if ((op == DT_BINARY_DIV || s.kind == DT_SCALAR_FLOAT) && dtpy_sync_default_dtype(st) < 0)
-        return NULL;
-    dtpy_record_call_site(st);
-    return dtpy_tensor_wrap_like(st, dt_binary_scalar(op, tensor->t, s, !at), tensor);
-}
-
-static PyObject *nb_add(PyObject *a, PyObject *b) { return binary(a, b, DT_BINARY_ADD); }
-static PyObject *nb_sub(PyObject *a, PyObject *b) { return binary(a, b, DT_BINARY_SUB); }
-static PyObject *nb_mul(PyObject *a, PyObject *b) { return binary(a, b, DT_BINARY_MUL); }
-static PyObject *nb_div(PyObject *a, PyObject *b) { return binary(a, b, DT_BINARY_DIV); }
-
-/* The method forms (x.add(y, alpha=...), x.neg(), ...) live with the
- * elementwise family (ops_elementwise.c), which installs them on this type. */
-static PyObject *nb_neg(PyObject *self) {
-    dtpy_state *st = tensor_state(self);
-    dtpy_tensor *a = (dtpy_tensor *)self;
-    dtpy_record_call_site(st);
-    return dtpy_tensor_wrap_like(st, dt_neg(a->t), a);
-}
+/* The operators + - * / and unary - are the elementwise family's slots
+ * (ops_elementwise.c), as are their method forms; one implementation each. */
 
 static PyObject *matmul(dtpy_state *st, dtpy_tensor *a, dtpy_tensor *b) {
     if (check_same_graph(a, b, "matmul") < 0)
@@ -494,53 +446,6 @@ static PyObject *tensor_matmul(PyObject *self, PyObject *other) {
                             Py_TYPE(other)->tp_name);
     }
     return matmul(st, (dtpy_tensor *)self, (dtpy_tensor *)other);
-}
-
-static PyObject *tensor_sum(PyObject *self, PyObject *args, PyObject *kwargs) {
-    static char *kwlist[] = {"dim", "keepdim", NULL};
-    PyObject *dim_obj = Py_None;
-    int keepdim = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|Op:sum", kwlist, &dim_obj, &keepdim))
-        return NULL;
-    dtpy_state *st = tensor_state(self);
-    dtpy_tensor *a = (dtpy_tensor *)self;
-    int ndim = dt_tensor_ndim(a->t);
-    int64_t dims[DT_MAX_NDIM];
-    int ndims;
-    if (dim_obj == Py_None) {
-        ndims = -1;
-    } else if (PyLong_Check(dim_obj)) {
-        dims[0] = PyLong_AsLongLong(dim_obj);
-        if (dims[0] == -1 && PyErr_Occurred())
-            return NULL;
-        ndims = 1;
-    } else if (PyTuple_Check(dim_obj) || PyList_Check(dim_obj)) {
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(dim_obj);
-        if (n > DT_MAX_NDIM)
-            return PyErr_Format(PyExc_ValueError, "sum(): dim has %zd entries but the tensor has %d dimensions", n,
-                                ndim);
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *v = PySequence_Fast_GET_ITEM(dim_obj, i);
-            if (!PyLong_Check(v))
-                return PyErr_Format(PyExc_TypeError, "sum(): dim must contain ints, not %.100s", Py_TYPE(v)->tp_name);
-            dims[i] = PyLong_AsLongLong(v);
-            if (dims[i] == -1 && PyErr_Occurred())
-                return NULL;
-        }
-        /* torch treats an empty dim list as "all dims". */
-        ndims = n == 0 ? -1 : (int)n;
-    } else {
-        return PyErr_Format(PyExc_TypeError, "sum(): dim must be None, an int or a tuple of ints, not %.100s",
-                            Py_TYPE(dim_obj)->tp_name);
-    }
-    if (ndims < 0 && keepdim) {
-        /* Reducing everything but keeping the dims: name them all. */
-        for (int i = 0; i < ndim; i++)
-            dims[i] = i;
-        ndims = ndim;
-    }
-    dtpy_record_call_site(st);
-    return dtpy_tensor_wrap_like(st, dt_sum(a->t, ndims, dims, keepdim), a);
 }
 
 /* _redistribute(mesh_or_None, placements_or_None): the Python method
@@ -577,7 +482,10 @@ static PyObject *tensor_redistribute(PyObject *self, PyObject *const *args, Py_s
 
 /* ---------------------------------------------------------------- type */
 
-static PyMethodDef tensor_methods[] = {
+/* This file's rows of the type's method table; dtpy_tensor_methods_init joins
+ * them with the elementwise family's (ops_elementwise.c) into the one table the
+ * type is created with. python/dtorch/_methods.py lists every name. */
+static PyMethodDef core_methods[] = {
     {"size", (PyCFunction)(void (*)(void))tensor_size, METH_VARARGS | METH_KEYWORDS,
      "size(dim=None) -> torch.Size or int. Never waits."},
     {"dim", tensor_dim, METH_NOARGS, "dim() -> int: the number of dimensions."},
@@ -594,12 +502,40 @@ static PyMethodDef tensor_methods[] = {
     {"to_torch_async", tensor_to_torch_async, METH_NOARGS,
      "to_torch_async() -> TensorFuture: starts reading the value without waiting."},
     {"matmul", tensor_matmul, METH_O, "matmul(other) -> Tensor: self @ other (torch.matmul, every rank)."},
-    {"sum", (PyCFunction)(void (*)(void))tensor_sum, METH_VARARGS | METH_KEYWORDS,
-     "sum(dim=None, keepdim=False) -> Tensor"},
     {"_redistribute", (PyCFunction)(void (*)(void))tensor_redistribute, METH_FASTCALL,
      "_redistribute(mesh, placements): see Tensor.redistribute."},
     {NULL, NULL, 0, NULL},
 };
+
+/* core_methods, then dtpy_ew_methods, then the sentinel: filled once by
+ * dtpy_tensor_methods_init before the type is created, read-only after. */
+static PyMethodDef tensor_methods[256];
+
+int dtpy_tensor_methods_init(void) {
+    static int done;
+    if (done)
+        return 0;
+    const PyMethodDef *parts[] = {core_methods, dtpy_ew_methods};
+    size_t n = 0;
+    for (size_t p = 0; p < sizeof parts / sizeof *parts; p++) {
+        for (const PyMethodDef *d = parts[p]; d->ml_name != NULL; d++) {
+            for (size_t k = 0; k < n; k++) {
+                if (strcmp(tensor_methods[k].ml_name, d->ml_name) == 0) {
+                    PyErr_Format(PyExc_SystemError, "TensorBase.%s is defined twice", d->ml_name);
+                    return -1;
+                }
+            }
+            if (n + 1 >= sizeof tensor_methods / sizeof *tensor_methods) {
+                PyErr_SetString(PyExc_SystemError, "TensorBase's method table is full");
+                return -1;
+            }
+            tensor_methods[n++] = *d;
+        }
+    }
+    tensor_methods[n] = (PyMethodDef){NULL, NULL, 0, NULL};
+    done = 1;
+    return 0;
+}
 
 static PyGetSetDef tensor_getset[] = {
     {"shape", tensor_get_shape, NULL, "The global shape (torch.Size).", NULL},
@@ -627,12 +563,12 @@ static PyType_Slot tensor_slots[] = {
     {Py_tp_methods, tensor_methods},
     {Py_tp_getset, tensor_getset},
     {Py_tp_members, tensor_members},
-    {Py_nb_add, nb_add},
-    {Py_nb_subtract, nb_sub},
-    {Py_nb_multiply, nb_mul},
-    {Py_nb_true_divide, nb_div},
-    {Py_nb_negative, nb_neg},
     /* elementwise family (ops_elementwise.c); in-place slots rebind self */
+    {Py_nb_add, dtpy_ew_add},
+    {Py_nb_subtract, dtpy_ew_sub},
+    {Py_nb_multiply, dtpy_ew_mul},
+    {Py_nb_true_divide, dtpy_ew_truediv},
+    {Py_nb_negative, dtpy_ew_negative},
     {Py_nb_inplace_add, dtpy_ew_iadd},
     {Py_nb_inplace_subtract, dtpy_ew_isub},
     {Py_nb_inplace_multiply, dtpy_ew_imul},
@@ -662,6 +598,12 @@ static PyType_Slot tensor_slots[] = {
 PyType_Spec dtpy_tensor_spec = {
     .name = "dtorch._C.TensorBase",
     .basicsize = sizeof(dtpy_tensor),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    /* Immutable: no attribute of the type changes after creation (the method
+     * table is complete when it is created). */
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION
+#ifdef Py_TPFLAGS_IMMUTABLETYPE
+             | Py_TPFLAGS_IMMUTABLETYPE
+#endif
+    ,
     .slots = tensor_slots,
 };

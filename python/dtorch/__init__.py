@@ -66,7 +66,6 @@ from ._tensor import (
     ShortTensor,
     Tensor,
 )
-from . import _layout  # noqa: F401  (redistribute_by_dict, redistribute_like)
 from ._layout import tensors_redistribute_by_dict
 from ._factories import (
     arange,
@@ -89,11 +88,13 @@ from ._factories import (
     zeros,
     zeros_like,
 )
+# Each top-level name comes from exactly one module (tests/python/test_method_table.py checks that
+# no two of these export the same name); Tensor's methods come from the table in _methods.py.
 from ._ops_views import *  # noqa: F401,F403 - views and shape family (its own __all__)
-from ._ops_masked_scatter import masked_scatter  # noqa: F401 - and Tensor.masked_scatter(_)
-from ._ops import add, div, divide, matmul, mm, mul, multiply, neg, negative, sub, subtract, sum, true_divide
-from ._ops_reduce import *  # noqa: F401,F403  (reductions family; overrides _ops.sum)
-from ._ops_linalg import *  # noqa: F401,F403  (linear algebra family; overrides _ops.matmul/mm)
+from ._ops_masked_scatter import masked_scatter  # noqa: F401
+from ._ops import add, div, divide, mul, multiply, neg, negative, sub, subtract, true_divide
+from ._ops_reduce import *  # noqa: F401,F403  (reductions family, sum included)
+from ._ops_linalg import *  # noqa: F401,F403  (linear algebra family, matmul and mm included)
 from . import nn  # noqa: E402
 from .nn.functional import SdpaOption  # noqa: E402
 from ._ops_elementwise import *  # noqa: F401,F403 - the elementwise family's functions and Tensor.to
@@ -146,7 +147,7 @@ __all__ = [
     "empty", "zeros", "ones", "full", "rand", "randn", "arange", "from_torch", "tensor",
     "empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "manual_seed",
     "add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide", "neg", "negative",
-    "matmul", "mm", "sum", "SdpaOption",
+    "SdpaOption",
 ]
 __all__ += _ops_reduce.__all__ + _ops_linalg.__all__ + _ops_elementwise.__all__  # noqa: F405
 __all__ += ["randint", "randint_like"] + _ops_sort_scan.__all__  # noqa: F405

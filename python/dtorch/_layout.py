@@ -10,9 +10,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Optional, Union
 
-from ._tensor import Tensor
+from ._C import TensorBase as _TensorBase
+
+if TYPE_CHECKING:  # the class is built from the method table (_methods.py), after this module
+    from ._tensor import Tensor
 from .distributed_spec import DeviceMesh, Placement, Replicate, Shard, _as_placement
 
 __all__ = ["redistribute_by_dict", "redistribute_like", "tensors_redistribute_by_dict"]
@@ -111,7 +114,7 @@ def tensors_redistribute_by_dict(tensors: Any, device_mesh: Optional[DeviceMesh]
 
     >>> q, k, v = dtorch.tensors_redistribute_by_dict([q, k, v], mesh, {"tp": dtorch.Shard(1)})
     """
-    if isinstance(tensors, Tensor):
+    if isinstance(tensors, _TensorBase):
         return tensors.redistribute_by_dict(device_mesh, placements_dict, **kwargs)
     if isinstance(tensors, dict):
         return {k: tensors_redistribute_by_dict(v, device_mesh, placements_dict, **kwargs)
@@ -126,10 +129,7 @@ def tensors_redistribute_by_dict(tensors: Any, device_mesh: Optional[DeviceMesh]
 
 def redistribute_like(self: Tensor, other: Tensor) -> Tensor:
     """The same value laid out like ``other`` (its mesh and placements)."""
-    if not isinstance(other, Tensor):
+    if not isinstance(other, _TensorBase):
         raise TypeError(f"redistribute_like() takes a dtorch.Tensor, not {type(other).__name__}")
     return self.redistribute(device_mesh=other.device_mesh, placements=other.placements)
 
-
-Tensor.redistribute_by_dict = redistribute_by_dict
-Tensor.redistribute_like = redistribute_like

@@ -1,17 +1,16 @@
-"""Module-level ops mirroring torch: ``dtorch.add(x, y)`` is ``x + y``, and so on.
+"""Module-level arithmetic mirroring torch: ``dtorch.add(x, y)`` is ``x + y``, and so on.
+(``dtorch.sum`` is the reductions family's, ``dtorch.matmul``/``mm`` the linear-algebra family's.)
 
->>> z = dtorch.matmul(dtorch.ones(2, 3), dtorch.ones(3, 4))
->>> s = dtorch.sum(z, dim=0, keepdim=True)
+>>> z = dtorch.add(dtorch.ones(2, 3), 1, alpha=2)
 """
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from typing import Optional
 
 from . import _C
 
-__all__ = ["add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide", "neg", "negative",
-           "matmul", "mm", "sum"]
+__all__ = ["add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide", "neg", "negative"]
 
 _Tensor = _C.TensorBase
 
@@ -52,18 +51,3 @@ def neg(input):
 
 
 negative = neg
-
-
-def matmul(input, other):
-    """``input @ other`` for 2-D tensors."""
-    _check("matmul", input)
-    return input.matmul(other)
-
-
-mm = matmul
-
-
-def sum(input, dim: Union[None, int, Sequence[int]] = None, keepdim: bool = False):  # noqa: A001 - torch's name
-    """Sum over ``dim`` (all dims when None). Integers and bools sum to int64."""
-    _check("sum", input)
-    return input.sum(dim, keepdim)

@@ -2,8 +2,8 @@
 
 The Tensor methods (``x.exp()``, ``x.clamp(min=0)``, ``x.add_(y, alpha=2)``, the
 operators ``< <= > >= == != // % ** & | ^ ~ abs()``) live in C
-(``python/_C/ops_elementwise.c``); this module adds the functions, ``Tensor.to``,
-``Tensor.type_as`` and ``Tensor.equal``.
+(``python/_C/ops_elementwise.c``); this module adds the functions and the Python methods
+``Tensor.to``, ``Tensor.type_as`` and ``Tensor.equal`` (made methods by ``_methods.py``).
 
 >>> import dtorch
 >>> x = dtorch.arange(6.0)
@@ -17,17 +17,19 @@ docs/decisions.md.
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 import torch
 
 from . import _C
-from ._tensor import Tensor
+
+if TYPE_CHECKING:  # the class is built from the method table (_methods.py), after this module
+    from ._tensor import Tensor
 from .distributed_spec import DeviceMesh
 
 _Tensor = _C.TensorBase
 Number = Union[bool, int, float]
-Operand = Union[Tensor, Number]
+Operand = Union["Tensor", Number]
 
 _UNARY = (
     "abs", "exp", "exp2", "expm1", "asin", "acos", "atan", "tan", "sinh", "cosh", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "square", "reciprocal",
@@ -227,7 +229,3 @@ def _equal(self: Tensor, other: Tensor) -> bool:
     """``dtorch.equal(self, other)``."""
     return equal(self, other)
 
-
-Tensor.to = _to
-Tensor.type_as = _type_as
-Tensor.equal = _equal

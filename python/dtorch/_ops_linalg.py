@@ -11,8 +11,12 @@ stays a Shard, a Shard of the contracted dim gives Partial (docs/operators.md).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from . import _C
-from ._tensor import Tensor
+
+if TYPE_CHECKING:  # the class is built from the method table (_methods.py), after this module
+    from ._tensor import Tensor
 
 __all__ = ["matmul", "mm", "bmm", "outer", "ger", "einsum"]
 
@@ -48,7 +52,3 @@ def einsum(equation: str, *operands) -> Tensor:
         operands = tuple(operands[0])
     return _C._einsum(equation, operands)
 
-
-for _name in ("mm", "bmm", "outer", "ger"):
-    setattr(Tensor, _name, globals()[_name])
-del _name

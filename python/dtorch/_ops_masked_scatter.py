@@ -14,8 +14,12 @@ mask"). Anything else is a ``dtorch.PlacementError`` naming the ``redistribute()
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from . import _C
-from ._tensor import Tensor
+
+if TYPE_CHECKING:  # the class is built from the method table (_methods.py), after this module
+    from ._tensor import Tensor
 
 __all__ = ["masked_scatter"]
 
@@ -41,5 +45,3 @@ def _masked_scatter_(self: Tensor, mask: Tensor, source: Tensor) -> Tensor:
 
 _masked_scatter.__name__ = "masked_scatter"
 _masked_scatter_.__name__ = "masked_scatter_"
-Tensor.masked_scatter = _masked_scatter
-Tensor.masked_scatter_ = _masked_scatter_

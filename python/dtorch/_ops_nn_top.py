@@ -21,10 +21,16 @@ __all__ = ["relu", "relu_", "softmax", "log_softmax", "batch_norm", "conv2d", "d
            "group_norm", "layer_norm", "rms_norm"]
 
 
-def _F():
-    from .nn import functional  # late: dtorch.nn imports the package
+_functional = None
 
-    return functional
+
+def _F():
+    global _functional
+    if _functional is None:
+        from .nn import functional  # late: dtorch.nn imports the package
+
+        _functional = functional
+    return _functional
 
 
 def _check(name: str, input) -> None:
@@ -45,13 +51,17 @@ def relu_(input):
 
 
 def softmax(input, dim: int, dtype: Optional[torch.dtype] = None):
-    """``torch.softmax(input, dim, dtype=None)``."""
+    """``torch.softmax(input, dim, dtype=None)`` (and ``Tensor.softmax``)."""
+    if dim is not None and isinstance(input, _C.TensorBase):
+        return _C._nn_softmax(input, dim, False, dtype)  # F.softmax with an explicit dim, one frame less
     _check("softmax", input)
     return _F().softmax(input, dim=dim, dtype=dtype)
 
 
 def log_softmax(input, dim: int, dtype: Optional[torch.dtype] = None):
-    """``torch.log_softmax(input, dim, dtype=None)``."""
+    """``torch.log_softmax(input, dim, dtype=None)`` (and ``Tensor.log_softmax``)."""
+    if dim is not None and isinstance(input, _C.TensorBase):
+        return _C._nn_softmax(input, dim, True, dtype)  # F.log_softmax with an explicit dim
     _check("log_softmax", input)
     return _F().log_softmax(input, dim=dim, dtype=dtype)
 

@@ -21,12 +21,14 @@ from __future__ import annotations
 import sys
 import types
 from collections import namedtuple
-from typing import Optional, Sequence, Union
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 import torch
 
 from . import _C
-from ._tensor import Tensor
+
+if TYPE_CHECKING:  # the class is built from the method table (_methods.py), after this module
+    from ._tensor import Tensor
 
 __all__ = ["sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "any", "all", "return_types"]
 
@@ -122,8 +124,3 @@ def all(input: Tensor, dim: _Dims = None, keepdim: bool = False) -> Tensor:  # n
     """Whether every element is nonzero, over ``dim`` (every dim when None)."""
     return _C._reduce(input, _C.REDUCE_ALL, dim, keepdim, None)
 
-
-# Tensor methods: x.mean(dim=1) is mean(x, dim=1).
-for _name in ("sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "any", "all"):
-    setattr(Tensor, _name, globals()[_name])
-del _name

@@ -18,12 +18,14 @@ Replicate indices.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 
 from . import _C
-from ._tensor import Tensor
+
+if TYPE_CHECKING:  # the class is built from the method table (_methods.py), after this module
+    from ._tensor import Tensor
 
 __all__ = ["sort", "argsort", "topk", "cumsum", "nonzero"]
 
@@ -70,7 +72,3 @@ def nonzero(input: Tensor, *, as_tuple: bool = False):
         return (zeros(idx.shape[0], dtype=torch.int64, device_mesh=idx.device_mesh, graph=idx.graph),)
     return tuple(idx[:, d] for d in range(input.dim()))
 
-
-for _name in __all__:
-    setattr(Tensor, _name, globals()[_name])
-del _name

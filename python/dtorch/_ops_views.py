@@ -2,7 +2,7 @@
 
 torch's argument conventions live here (varargs sizes, ``-1`` inference, the parsing of ``x[...]``
 keys, chunk/split sizes); the placement rules and the work live in C (src/ops/views.c, index.c,
-shape_ops.c). This module attaches the Tensor methods and defines the ``dtorch.*`` functions.
+shape_ops.c). This module holds the Tensor methods (listed in _methods.py) and defines the ``dtorch.*`` functions.
 
 dtorch values are immutable: ``x.view(...)``, ``x[0]`` and friends return new tensors (the
 backend may share storage underneath), and ``x[key] = v`` / ``x.copy_(src)`` compute the new
@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 import torch
 
 from . import _C
 from ._C import PlacementError
-from ._tensor import Tensor
+
+if TYPE_CHECKING:  # the class is built from the method table (_methods.py), after this module
+    from ._tensor import Tensor
 
 __all__ = [
     "reshape", "transpose", "swapaxes", "swapdims", "permute", "movedim", "moveaxis", "flatten",
@@ -694,23 +696,6 @@ def _roll(self, shifts, dims=None):
     if dims is not None:
         dims = (dims,) if not isinstance(dims, (tuple, list)) else tuple(dims)
     return _C._v_roll(self, shifts, dims)
-
-
-# ---------------------------------------------------------------- attach to Tensor
-
-for _name, _fn in {
-    "view": _view, "reshape": _reshape, "view_as": _view_as, "reshape_as": _view_as, "flatten": _flatten,
-    "unflatten": _unflatten, "squeeze": _squeeze, "unsqueeze": _unsqueeze, "permute": _permute,
-    "transpose": _transpose, "t": _t, "swapaxes": _transpose, "swapdims": _transpose, "movedim": _movedim,
-    "moveaxis": _movedim, "expand": _expand, "expand_as": _expand_as, "repeat": _repeat,
-    "repeat_interleave": _repeat_interleave, "contiguous": _contiguous, "clone": _clone, "copy_": _copy_,
-    "narrow": _narrow, "select": _select, "split": _split, "chunk": _chunk, "unbind": _unbind, "tril": _tril,
-    "triu": _triu, "flip": _flip, "roll": _roll, "__getitem__": _getitem, "__setitem__": _setitem,
-    "__iter__": _iter,
-}.items():
-    setattr(Tensor, _name, _fn)
-Tensor.T = property(_T, doc="The dims reversed (x.permute(n-1, ..., 0)).")
-Tensor.mT = property(_mT, doc="The last two dims swapped.")
 
 
 # ---------------------------------------------------------------- module functions

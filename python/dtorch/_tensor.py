@@ -1,8 +1,10 @@
 """dtorch.Tensor: a global distributed tensor.
 
-The number protocol, the ops and the metadata live in C (``_C.TensorBase``);
-this class adds the conveniences that read values (``item``, ``tolist``,
-``repr``...) and the argument handling of ``redistribute``.
+The number protocol, the elementwise ops and the metadata live in C
+(``_C.TensorBase``); this class adds the conveniences that read values
+(``item``, ``tolist``, ``repr``...) and the argument handling of
+``redistribute``, and takes every other method from the one method table
+(``_methods.py``) when it is created.
 
 >>> import dtorch
 >>> mesh = dtorch.DeviceMesh("cpu", [0, 1])
@@ -20,6 +22,7 @@ from typing import Any, Optional, Sequence, Union
 import torch
 
 from . import _C
+from . import _methods  # the families; none of them imports this module at import time
 from .distributed_spec import DeviceMesh, Placement, Replicate, Shard, _as_placement, _placements_to_raw
 
 __all__ = [
@@ -305,6 +308,10 @@ class Tensor(_C.TensorBase):
             f"{getattr(func, '__name__', func)}: torch functions do not take dtorch tensors; use the dtorch "
             f"function of the same name, or read the value with .to_torch()"
         )
+
+    # Every family method (views, reductions, ...): exactly the table's PY_METHODS, put into the
+    # class namespace as the class is created (no attribute is set on the class afterwards).
+    locals().update(_methods.PY_METHODS)
 
 
 # ------------------------------------------------------------------ typed tensor classes

@@ -448,30 +448,7 @@ def _silu_linear_chunk(input, weight, bias=None):
     return silu(a) * b
 
 
-# ---------------------------------------------------------------- Tensor methods
-
-
-def _attach_methods() -> None:
-    """torch.Tensor's methods of these ops; another family's definition, if present, wins."""
-    from .._tensor import Tensor
-
-    def _softmax(self, dim, dtype=None):
-        return softmax(self, dim, dtype=dtype)
-
-    def _log_softmax(self, dim, dtype=None):
-        return log_softmax(self, dim, dtype=dtype)
-
-    def _relu(self):
-        return relu(self)
-
-    for name, fn in (("softmax", _softmax), ("log_softmax", _log_softmax), ("relu", _relu),
-                     ("sigmoid", sigmoid), ("tanh", tanh)):
-        if not hasattr(Tensor, name):
-            fn.__name__ = name
-            setattr(Tensor, name, fn)
-
-
-_attach_methods()
+# (x.softmax and x.log_softmax are dtorch.softmax/log_softmax: python/dtorch/_methods.py.)
 
 
 # ---------------------------------------------------------------- pooling (2-D)
