@@ -76,6 +76,10 @@ CASE(graph_backend, dt_graph_backend(NULL) == NULL)
 CASE(graph_satisfy, dt_graph_satisfy(NULL, NULL) == 0)
 CASE(graph_sync_future, einval_obj(dt_graph_sync_future(NULL)))
 CASE(graph_get_stats, einval(dt_graph_get_stats(NULL, NULL, 0)))
+CASE(graph_cancel, einval(dt_graph_cancel(NULL, 0)))
+CASE(graph_wait_capacity, einval(dt_graph_wait_capacity(NULL, 0)))
+CASE(graph_set_deferred_backpressure, (dt_graph_set_deferred_backpressure(NULL, 1), 1))
+CASE(debug_hold_controller, einval(dt_debug_hold_controller(NULL, 1)))
 CASE(tensor_retain, (dt_tensor_retain(NULL), 1))
 CASE(tensor_release, (dt_tensor_release(NULL), 1))
 CASE(tensor_ndim, dt_tensor_ndim(NULL) == 0)
@@ -178,6 +182,7 @@ CASE(cumsum, einval_obj(dt_cumsum(NULL, 0, -1)))
 CASE(sort, einval(dt_sort(NULL, 0, 0, 0, NULL, NULL)))
 CASE(topk, einval(dt_topk(NULL, 1, 0, 1, 1, NULL, NULL)))
 CASE(nonzero, einval_obj(dt_nonzero(NULL)))
+CASE(nonzero_read, einval_obj(dt_nonzero_read(NULL, NULL)))
 #undef CASE
 
 static const struct {
@@ -188,7 +193,8 @@ static const struct {
     C(mesh_retain), C(mesh_release), C(mesh_ndim), C(mesh_size), C(mesh_shape), C(mesh_ids),
     C(mesh_dim_name), C(mesh_equal), C(mesh_device_type), C(tensor_dtype), C(mesh_create_out), C(graph_create_out), C(graph_retain),
     C(graph_release), C(graph_shutdown), C(graph_sync), C(graph_backend), C(graph_satisfy),
-    C(graph_sync_future), C(graph_get_stats), C(tensor_retain), C(tensor_release), C(tensor_ndim),
+    C(graph_sync_future), C(graph_get_stats), C(graph_cancel), C(graph_wait_capacity), C(graph_set_deferred_backpressure),
+    C(debug_hold_controller), C(tensor_retain), C(tensor_release), C(tensor_ndim),
     C(tensor_shape), C(tensor_numel), C(tensor_mesh), C(tensor_placements), C(tensor_graph), C(tensor_id),
     C(tensor_read), C(tensor_fetch), C(tensor_fetch_local), C(future_shape), C(future_wait),
     C(future_is_ready), C(future_on_ready), C(future_read), C(future_to_dlpack), C(future_status),
@@ -202,7 +208,7 @@ static const struct {
     C(repeat_interleave), C(repeat_interleave_tensor), C(unary), C(unary_ex), C(round), C(cast), C(where),
     C(masked_fill), C(clamp), C(activation), C(softmax), C(layer_norm), C(rms_norm), C(group_norm),
     C(batch_norm), C(embedding), C(conv2d), C(interpolate), C(pad), C(dropout), C(sdpa), C(max_pool2d),
-    C(avg_pool2d), C(adaptive_avg_pool2d), C(adaptive_max_pool2d), C(cumsum), C(sort), C(topk), C(nonzero),
+    C(avg_pool2d), C(adaptive_avg_pool2d), C(adaptive_max_pool2d), C(cumsum), C(sort), C(topk), C(nonzero), C(nonzero_read),
 #undef C
 };
 
