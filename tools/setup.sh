@@ -23,7 +23,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
 
 # ------------------------------------------------------------ 1. Debian
-packages=(cmake build-essential pkg-config libzmq3-dev valgrind)
+packages=(cmake build-essential pkg-config libzmq3-dev valgrind clang-format)
 missing=()
 for p in "${packages[@]}"; do
     if ! dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed'; then

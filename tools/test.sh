@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything, builds, and runs every test:
+#   0. format                   clang-format --dry-run -Werror on every C/C++ file
+#                               (tools/check_format.sh; --fix formats them)
 #   1. ctest in build/          the C tests and the C quickstart
 #   2. pytest tests/python      with the project's .venv (torch 2.13.0 from pip)
 #   3. package                  pip install . into a fresh venv, then import dtorch
@@ -35,6 +37,11 @@ record() { # record NAME RC
     fi
     echo "test.sh: [$1] $( [ "$2" -eq 0 ] && echo passed || echo "FAILED (exit $2)" ) at $((SECONDS - start)) s"
 }
+
+# -------------------------------------------------------------- 0. format
+rc=0
+tools/check_format.sh || rc=$?
+record format "$rc"
 
 # ------------------------------------------------------------- 1. C tests
 echo "test.sh: [ctest] build/"

@@ -22,10 +22,11 @@ int dtpy_tensor_arg(dtpy_state *st, PyObject *o, const char *op, const char *wha
         return 0;
     }
     if (PyObject_TypeCheck(o, (PyTypeObject *)st->torch_tensor_type))
-        PyErr_Format(PyExc_TypeError,
-                     "%s(): argument '%s' is a torch.Tensor; convert it with dtorch.from_torch(t, device_mesh=..., "
-                     "placements=...) first",
-                     op, what);
+        PyErr_Format(
+            PyExc_TypeError,
+            "%s(): argument '%s' is a torch.Tensor; convert it with dtorch.from_torch(t, device_mesh=..., "
+            "placements=...) first",
+            op, what);
     else
         PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be a dtorch.Tensor%s, not %.100s", op, what,
                      optional ? " or None" : "", Py_TYPE(o)->tp_name);
@@ -41,7 +42,8 @@ dtpy_tensor *dtpy_tensor_arg_or_null(dtpy_state *st, PyObject *o, const char *op
  * takes them; bool and float are rejected, as torch does. */
 int dtpy_int_arg(PyObject *o, const char *op, const char *what, int64_t *out) {
     if (PyBool_Check(o) || !PyIndex_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be int, not %.100s", op, what, Py_TYPE(o)->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be int, not %.100s", op, what,
+                     Py_TYPE(o)->tp_name);
         return -1;
     }
     long long v = PyLong_AsLongLong(o);
@@ -109,7 +111,8 @@ int dtpy_dims_arg(PyObject *obj, const char *op, int64_t *dims) {
         for (Py_ssize_t i = 0; i < n; i++) {
             PyObject *v = PySequence_Fast_GET_ITEM(obj, i);
             if (!PyLong_Check(v) || PyBool_Check(v)) {
-                PyErr_Format(PyExc_TypeError, "%s(): dim must contain ints, not %.100s", op, Py_TYPE(v)->tp_name);
+                PyErr_Format(PyExc_TypeError, "%s(): dim must contain ints, not %.100s", op,
+                             Py_TYPE(v)->tp_name);
                 return -2;
             }
             dims[i] = PyLong_AsLongLong(v);

@@ -54,8 +54,8 @@ typedef struct dtpy_state {
     PyObject *torch_device_cpu; /* torch.device("cpu") */
     PyObject *torch_empty;
     PyObject *torch_get_default_dtype;
-    PyObject *from_dlpack; /* torch.utils.dlpack.from_dlpack */
-    PyObject *to_dlpack;   /* torch.utils.dlpack.to_dlpack */
+    PyObject *from_dlpack;        /* torch.utils.dlpack.from_dlpack */
+    PyObject *to_dlpack;          /* torch.utils.dlpack.to_dlpack */
     PyObject *last_default_dtype; /* the torch dtype last passed to dt_set_default_dtype */
 
     /* Call-site cache: filenames last classified as user code / package code. */
@@ -72,7 +72,7 @@ typedef struct dtpy_state {
     PyObject *free_tensors[DTPY_FREE_TENSORS];
     int n_free_tensors;
     int reuse_ok;
-    PyObject *site_code;        /* strong */
+    PyObject *site_code; /* strong */
     int site_lasti;
     PyThreadState *site_tstate;
     PyObject *last_pkg_file;
@@ -117,30 +117,26 @@ dtpy_state *dtpy_state_of_type(PyTypeObject *tp);
 /* --------------------------------------------------------------- objects */
 
 typedef struct dtpy_tensor {
-    PyObject_HEAD
-    dt_tensor *t;          /* owned reference */
-    PyObject *graph;       /* the dtorch.Graph the tensor belongs to (strong) */
-    PyObject *mesh;        /* cached DeviceMesh (strong) or NULL until asked for */
+    PyObject_HEAD dt_tensor *t; /* owned reference */
+    PyObject *graph;            /* the dtorch.Graph the tensor belongs to (strong) */
+    PyObject *mesh;             /* cached DeviceMesh (strong) or NULL until asked for */
     PyObject *weakreflist;
 } dtpy_tensor;
 
 typedef struct dtpy_mesh {
-    PyObject_HEAD
-    dt_mesh *m; /* owned reference */
+    PyObject_HEAD dt_mesh *m; /* owned reference */
 } dtpy_mesh;
 
 typedef struct dtpy_graph {
-    PyObject_HEAD
-    dt_graph *g; /* owned reference; NULL only before construction finished */
+    PyObject_HEAD dt_graph *g; /* owned reference; NULL only before construction finished */
 } dtpy_graph;
 
 enum { DTPY_FUTURE_FETCH = 0, DTPY_FUTURE_SYNC = 1 };
 
 typedef struct dtpy_future {
-    PyObject_HEAD
-    dt_future *f;     /* owned reference */
-    int kind;         /* DTPY_FUTURE_* */
-    dt_dtype dtype;   /* of the fetched tensor */
+    PyObject_HEAD dt_future *f; /* owned reference */
+    int kind;                   /* DTPY_FUTURE_* */
+    dt_dtype dtype;             /* of the fetched tensor */
     int ndim;
     int64_t shape[DT_MAX_NDIM];
     PyObject *graph;  /* keeps the Python graph alive while the future is */
@@ -152,7 +148,8 @@ extern PyType_Spec dtpy_mesh_spec;
 extern PyType_Spec dtpy_graph_spec;
 extern PyType_Spec dtpy_future_spec;
 
-#define DTPY_IS_TENSOR(st, o) (Py_IS_TYPE((o), (st)->tensor_cls) || PyObject_TypeCheck((o), (st)->tensor_base_type))
+#define DTPY_IS_TENSOR(st, o)                                                                                \
+    (Py_IS_TYPE((o), (st)->tensor_cls) || PyObject_TypeCheck((o), (st)->tensor_base_type))
 
 /* ----------------------------------------------------------------- errors */
 

@@ -29,14 +29,30 @@ dtpy_state *dtpy_state_of_type(PyTypeObject *tp) {
 PyObject *dtpy_raise(dtpy_state *st, dt_status status) {
     PyObject *exc;
     switch (status) {
-    case DT_EINVAL: exc = PyExc_ValueError; break;
-    case DT_ETYPE: exc = PyExc_TypeError; break;
-    case DT_EINDEX: exc = PyExc_IndexError; break;
-    case DT_EPLACEMENT: exc = st->placement_error; break;
-    case DT_EKERNEL: exc = st->kernel_error; break;
-    case DT_EUNSUPPORTED: exc = PyExc_NotImplementedError; break;
-    case DT_ENOMEM: exc = PyExc_MemoryError; break;
-    default: exc = PyExc_RuntimeError; break;
+    case DT_EINVAL:
+        exc = PyExc_ValueError;
+        break;
+    case DT_ETYPE:
+        exc = PyExc_TypeError;
+        break;
+    case DT_EINDEX:
+        exc = PyExc_IndexError;
+        break;
+    case DT_EPLACEMENT:
+        exc = st->placement_error;
+        break;
+    case DT_EKERNEL:
+        exc = st->kernel_error;
+        break;
+    case DT_EUNSUPPORTED:
+        exc = PyExc_NotImplementedError;
+        break;
+    case DT_ENOMEM:
+        exc = PyExc_MemoryError;
+        break;
+    default:
+        exc = PyExc_RuntimeError;
+        break;
     }
     const char *msg = dt_last_error();
     if (msg == NULL || msg[0] == '\0')
@@ -57,10 +73,9 @@ PyObject *dtpy_raise_last(dtpy_state *st) {
 /* ---------------------------------------------------------------- dtypes */
 
 static const char *const torch_dtype_names[DT_DTYPE_COUNT] = {
-    [DT_BOOL] = "bool",       [DT_UINT8] = "uint8",       [DT_INT8] = "int8",
-    [DT_INT16] = "int16",     [DT_INT32] = "int32",       [DT_INT64] = "int64",
-    [DT_FLOAT16] = "float16", [DT_BFLOAT16] = "bfloat16", [DT_FLOAT32] = "float32",
-    [DT_FLOAT64] = "float64",
+    [DT_BOOL] = "bool",       [DT_UINT8] = "uint8",     [DT_INT8] = "int8",       [DT_INT16] = "int16",
+    [DT_INT32] = "int32",     [DT_INT64] = "int64",     [DT_FLOAT16] = "float16", [DT_BFLOAT16] = "bfloat16",
+    [DT_FLOAT32] = "float32", [DT_FLOAT64] = "float64",
 };
 
 int dtpy_dtype_from_torch(dtpy_state *st, PyObject *dtype) {
@@ -233,7 +248,8 @@ int dtpy_parse_placements(PyObject *obj, int mesh_ndim, dt_placement *out, int *
             Py_DECREF(seq);
             return -1;
         }
-        if (kind < DT_PLACEMENT_REPLICATE || kind > DT_PLACEMENT_PARTIAL || dim < INT32_MIN || dim > INT32_MAX) {
+        if (kind < DT_PLACEMENT_REPLICATE || kind > DT_PLACEMENT_PARTIAL || dim < INT32_MIN ||
+            dim > INT32_MAX) {
             PyErr_SetString(PyExc_ValueError, "invalid placement");
             Py_DECREF(seq);
             return -1;
@@ -275,7 +291,8 @@ int dtpy_parse_shape(PyObject *obj, int64_t *shape, const char *what) {
         return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     if (n > DT_MAX_NDIM) {
-        PyErr_Format(PyExc_ValueError, "%s has %zd dimensions; dtorch supports at most %d", what, n, DT_MAX_NDIM);
+        PyErr_Format(PyExc_ValueError, "%s has %zd dimensions; dtorch supports at most %d", what, n,
+                     DT_MAX_NDIM);
         Py_DECREF(seq);
         return -1;
     }
@@ -358,7 +375,8 @@ static int parse_factory(dtpy_state *st, PyObject *const *args, Py_ssize_t nargs
     fa->mesh = dtpy_mesh_of(st, args[nargs - 2]);
     if (fa->mesh == NULL)
         return -1;
-    return dtpy_parse_placements(args[nargs - 1], dt_mesh_ndim(fa->mesh), fa->placements, &fa->placements_null);
+    return dtpy_parse_placements(args[nargs - 1], dt_mesh_ndim(fa->mesh), fa->placements,
+                                 &fa->placements_null);
 }
 
 #define FA_PL(fa) ((fa).placements_null ? NULL : (fa).placements)
@@ -396,9 +414,15 @@ static PyObject *shape_factory(PyObject *module, PyObject *const *args, Py_ssize
 }
 
 /* empty/rand/randn(graph, dtype, shape, mesh, placements) */
-static PyObject *mod_empty(PyObject *m, PyObject *const *a, Py_ssize_t n) { return shape_factory(m, a, n, "empty", dt_empty); }
-static PyObject *mod_rand(PyObject *m, PyObject *const *a, Py_ssize_t n) { return shape_factory(m, a, n, "rand", dt_rand); }
-static PyObject *mod_randn(PyObject *m, PyObject *const *a, Py_ssize_t n) { return shape_factory(m, a, n, "randn", dt_randn); }
+static PyObject *mod_empty(PyObject *m, PyObject *const *a, Py_ssize_t n) {
+    return shape_factory(m, a, n, "empty", dt_empty);
+}
+static PyObject *mod_rand(PyObject *m, PyObject *const *a, Py_ssize_t n) {
+    return shape_factory(m, a, n, "rand", dt_rand);
+}
+static PyObject *mod_randn(PyObject *m, PyObject *const *a, Py_ssize_t n) {
+    return shape_factory(m, a, n, "randn", dt_randn);
+}
 
 /* arange(graph, dtype, start, end, step, mesh, placements) */
 static PyObject *mod_arange(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -469,8 +493,8 @@ static PyObject *mod_from_torch(PyObject *module, PyObject *const *args, Py_ssiz
         if (PyErr_Occurred())
             return NULL;
         dtpy_record_call_site(st);
-        t = dt_tensor_from_buffer(g, (dt_dtype)dtype, ndim, shape, ptr, (size_t)numel * dt_dtype_size((dt_dtype)dtype),
-                                  mesh, pl_null ? NULL : pl);
+        t = dt_tensor_from_buffer(g, (dt_dtype)dtype, ndim, shape, ptr,
+                                  (size_t)numel * dt_dtype_size((dt_dtype)dtype), mesh, pl_null ? NULL : pl);
     } else {
         PyObject *cap = PyObject_CallOneArg(st->to_dlpack, tensor);
         if (cap == NULL)
@@ -542,8 +566,8 @@ static PyObject *mod_from_local(PyObject *module, PyObject *const *args, Py_ssiz
         nbytes[i] = (size_t)count * dt_dtype_size((dt_dtype)fa.dtype);
     }
     dtpy_record_call_site(st);
-    dt_tensor *t = dt_tensor_from_local_buffers(fa.g, (dt_dtype)fa.dtype, fa.ndim, fa.shape, fa.mesh, FA_PL(fa),
-                                                (const void *const *)data, nbytes);
+    dt_tensor *t = dt_tensor_from_local_buffers(fa.g, (dt_dtype)fa.dtype, fa.ndim, fa.shape, fa.mesh,
+                                                FA_PL(fa), (const void *const *)data, nbytes);
     result = dtpy_tensor_wrap(st, t, args[0], args[4], fa.mesh);
 done:
     PyMem_Free(data);
@@ -647,8 +671,8 @@ static PyObject *mod_op_docs(PyObject *self, PyObject *unused) {
         return NULL;
     for (int i = 0; i < n; i++) {
         const dt_op_doc *d = dt_op_doc_get(i);
-        PyObject *row = Py_BuildValue("(sssO)", d->name, d->family, d->signatures,
-                                      d->redistributes ? Py_True : Py_False);
+        PyObject *row =
+            Py_BuildValue("(sssO)", d->name, d->family, d->signatures, d->redistributes ? Py_True : Py_False);
         if (row == NULL) {
             Py_DECREF(list);
             return NULL;
@@ -706,9 +730,11 @@ static PyObject *mod_rebind(PyObject *self, PyObject *const *args, Py_ssize_t na
 }
 
 static PyMethodDef module_methods[] = {
-    {"_rebind", (PyCFunction)(void (*)(void))mod_rebind, METH_FASTCALL, "_rebind(x, y) -> x holding y's value"},
+    {"_rebind", (PyCFunction)(void (*)(void))mod_rebind, METH_FASTCALL,
+     "_rebind(x, y) -> x holding y's value"},
     {"_memory_stats", mod_memory_stats, METH_VARARGS, "_memory_stats(device_type, id) -> (current, peak)"},
-    {"_reset_peak_memory_stats", mod_reset_peak, METH_NOARGS, "Sets every device's peak to its current bytes."},
+    {"_reset_peak_memory_stats", mod_reset_peak, METH_NOARGS,
+     "Sets every device's peak to its current bytes."},
     {"_empty_cache", mod_empty_cache, METH_NOARGS, "Returns cached buffers to the system."},
     {"op_docs", mod_op_docs, METH_NOARGS, "op_docs() -> [(name, family, signatures, redistributes)]"},
     {"full", (PyCFunction)(void (*)(void))mod_full, METH_FASTCALL,
@@ -724,7 +750,8 @@ static PyMethodDef module_methods[] = {
     {"from_torch", (PyCFunction)(void (*)(void))mod_from_torch, METH_FASTCALL,
      "from_torch(graph, tensor, mesh, placements) -> Tensor"},
     {"_from_local", (PyCFunction)(void (*)(void))mod_from_local, METH_FASTCALL,
-     "_from_local(graph, dtype, shape, blocks, mesh, placements) -> Tensor: one local block per device (tests)"},
+     "_from_local(graph, dtype, shape, blocks, mesh, placements) -> Tensor: one local block per device "
+     "(tests)"},
     {"manual_seed", mod_manual_seed, METH_O, "manual_seed(seed): seeds dtorch's random factories."},
     {"_sync_default_dtype", mod_sync_default_dtype, METH_NOARGS,
      "Makes dtorch's promotion dtype follow torch.get_default_dtype()."},
@@ -790,7 +817,8 @@ static int module_exec(PyObject *module) {
         "An operator cannot take its inputs' placements; the message names the op, the placements "
         "given, the accepted ones and the redistribute() that fixes it.",
         PyExc_ValueError, NULL);
-    if (st->placement_error == NULL || PyModule_AddObjectRef(module, "PlacementError", st->placement_error) < 0)
+    if (st->placement_error == NULL ||
+        PyModule_AddObjectRef(module, "PlacementError", st->placement_error) < 0)
         return -1;
     st->kernel_error = PyErr_NewExceptionWithDoc(
         "dtorch.KernelError",
@@ -826,13 +854,15 @@ static int module_exec(PyObject *module) {
     return 0;
 }
 
+// clang-format off
 #define STATE_OBJECTS(X)                                                                                   \
-    X(tensor_base_type) X(mesh_type) X(graph_base_type) X(future_base_type) X(placement_error)            \
+    X(tensor_base_type) X(mesh_type) X(graph_base_type) X(future_base_type) X(placement_error)             \
     X(kernel_error) X(tensor_cls) X(tensor_future_cls) X(sync_future_cls) X(mesh_from_handle) X(shard_cls) \
-    X(replicate_obj) X(partial_obj) X(package_dir) X(torch_size_type) X(torch_tensor_type)               \
-    X(torch_device_type) X(torch_device_cpu) X(torch_empty) X(torch_get_default_dtype) X(from_dlpack)     \
-    X(to_dlpack) X(last_default_dtype) X(last_user_file) X(last_pkg_file) X(site_code) X(str_handle) X(str_dtype)      \
-    X(str_data_ptr)
+    X(replicate_obj) X(partial_obj) X(package_dir) X(torch_size_type) X(torch_tensor_type)                 \
+    X(torch_device_type) X(torch_device_cpu) X(torch_empty) X(torch_get_default_dtype) X(from_dlpack)      \
+    X(to_dlpack) X(last_default_dtype) X(last_user_file) X(last_pkg_file) X(site_code) X(str_handle)       \
+    X(str_dtype) X(str_data_ptr)
+// clang-format on
 
 static int module_traverse(PyObject *module, visitproc visit, void *arg) {
     dtpy_state *st = get_state(module);
@@ -843,7 +873,6 @@ static int module_traverse(PyObject *module, visitproc visit, void *arg) {
         Py_VISIT(st->torch_dtypes[i]);
     return 0;
 }
-
 
 static int module_clear(PyObject *module) {
     dtpy_state *st = get_state(module);

@@ -22,11 +22,8 @@ int dtpy_wait_future(dtpy_state *st, dt_future *f) {
         return 0;
     for (;;) {
         dt_status s;
-        Py_BEGIN_ALLOW_THREADS
-        s = dt_future_wait(f, WAIT_SLICE_MS);
-        Py_END_ALLOW_THREADS
-        if (s == DT_OK)
-            return 0;
+        Py_BEGIN_ALLOW_THREADS s = dt_future_wait(f, WAIT_SLICE_MS);
+        Py_END_ALLOW_THREADS if (s == DT_OK) return 0;
         if (s != DT_ETIMEDOUT) {
             dtpy_raise(st, s);
             return -1;
@@ -43,21 +40,17 @@ int dtpy_wait_capacity_slow(void) {
     int rc = 0;
     for (;;) {
         dt_status s;
-        Py_BEGIN_ALLOW_THREADS
-        s = dt_graph_wait_capacity(g, WAIT_SLICE_MS);
-        Py_END_ALLOW_THREADS
-        if (s != DT_ETIMEDOUT)
-            break; /* capacity, or a forked graph whose op already failed */
+        Py_BEGIN_ALLOW_THREADS s = dt_graph_wait_capacity(g, WAIT_SLICE_MS);
+        Py_END_ALLOW_THREADS if (s != DT_ETIMEDOUT) break; /* capacity, or a forked graph whose op already
+                                                              failed */
         if (PyErr_CheckSignals() < 0) {
             rc = -1;
             break;
         }
     }
     /* The last reference may join the graph's threads. */
-    Py_BEGIN_ALLOW_THREADS
-    dt_graph_release(g);
-    Py_END_ALLOW_THREADS
-    return rc;
+    Py_BEGIN_ALLOW_THREADS dt_graph_release(g);
+    Py_END_ALLOW_THREADS return rc;
 }
 
 static int64_t monotonic_ms(void) {
@@ -81,11 +74,8 @@ static int wait_for(dtpy_state *st, dt_future *f, long long timeout_ms) {
         if (slice < 0)
             slice = 0;
         dt_status s;
-        Py_BEGIN_ALLOW_THREADS
-        s = dt_future_wait(f, slice);
-        Py_END_ALLOW_THREADS
-        if (s == DT_OK)
-            return 1;
+        Py_BEGIN_ALLOW_THREADS s = dt_future_wait(f, slice);
+        Py_END_ALLOW_THREADS if (s == DT_OK) return 1;
         if (s != DT_ETIMEDOUT) {
             dtpy_raise(st, s);
             return -1;
@@ -140,8 +130,7 @@ static PyObject *read_host(dtpy_state *st, dt_future *f, dt_dtype dtype, int ndi
         return NULL;
     dt_status s;
     if (numel == 0) {
-        Py_BEGIN_ALLOW_THREADS
-        s = dt_future_status(f);
+        Py_BEGIN_ALLOW_THREADS s = dt_future_status(f);
         Py_END_ALLOW_THREADS
     } else {
         PyObject *ptr_obj = PyObject_CallMethodNoArgs(out, st->str_data_ptr);
@@ -152,8 +141,7 @@ static PyObject *read_host(dtpy_state *st, dt_future *f, dt_dtype dtype, int ndi
             return NULL;
         }
         size_t nbytes = (size_t)numel * dt_dtype_size(dtype);
-        Py_BEGIN_ALLOW_THREADS
-        s = dt_future_read(f, ptr, nbytes);
+        Py_BEGIN_ALLOW_THREADS s = dt_future_read(f, ptr, nbytes);
         Py_END_ALLOW_THREADS
     }
     if (s != DT_OK) {
@@ -168,10 +156,8 @@ PyObject *dtpy_read_value(dtpy_state *st, dt_future *f, dt_dtype dtype, int ndim
         return NULL;
     void *dl = NULL;
     dt_status s;
-    Py_BEGIN_ALLOW_THREADS
-    s = dt_future_to_dlpack(f, &dl);
-    Py_END_ALLOW_THREADS
-    if (s == DT_EUNSUPPORTED) {
+    Py_BEGIN_ALLOW_THREADS s = dt_future_to_dlpack(f, &dl);
+    Py_END_ALLOW_THREADS if (s == DT_EUNSUPPORTED) {
         /* Only a fetch of a backend without DLPack gets here. */
         dt_clear_error();
         return read_host(st, f, dtype, ndim, shape);
@@ -225,8 +211,8 @@ static PyObject *mesh_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
     for (int i = 0; i < ndim; i++)
         prod *= shape[i];
     if (prod != nids) {
-        PyErr_Format(PyExc_ValueError, "the mesh shape holds %lld devices but %zd ids were given", (long long)prod,
-                     nids);
+        PyErr_Format(PyExc_ValueError, "the mesh shape holds %lld devices but %zd ids were given",
+                     (long long)prod, nids);
         goto done;
     }
     if (names_obj != Py_None) {
@@ -241,7 +227,8 @@ static PyObject *mesh_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
         for (int i = 0; i < ndim; i++) {
             PyObject *n = PySequence_Fast_GET_ITEM(names_seq, i);
             if (!PyUnicode_Check(n)) {
-                PyErr_Format(PyExc_TypeError, "mesh_dim_names must hold str, not %.100s", Py_TYPE(n)->tp_name);
+                PyErr_Format(PyExc_TypeError, "mesh_dim_names must hold str, not %.100s",
+                             Py_TYPE(n)->tp_name);
                 goto done;
             }
             names[i] = PyUnicode_AsUTF8(n);
@@ -354,7 +341,8 @@ static PyGetSetDef mesh_getset[] = {
 };
 
 static PyType_Slot mesh_slots[] = {
-    {Py_tp_doc, "Mesh(device_type, shape, ids, dim_names=None): a handle on an immutable dtorch device mesh."},
+    {Py_tp_doc,
+     "Mesh(device_type, shape, ids, dim_names=None): a handle on an immutable dtorch device mesh."},
     {Py_tp_new, mesh_new},
     {Py_tp_dealloc, mesh_dealloc},
     {Py_tp_methods, mesh_methods},
@@ -401,8 +389,7 @@ static void graph_dealloc(PyObject *self) {
     ((dtpy_graph *)self)->g = NULL;
     if (g != NULL) {
         /* The last reference shuts the graph down and joins its threads. */
-        Py_BEGIN_ALLOW_THREADS
-        dt_graph_release(g);
+        Py_BEGIN_ALLOW_THREADS dt_graph_release(g);
         Py_END_ALLOW_THREADS
     }
     tp->tp_free(self);
@@ -446,11 +433,8 @@ static PyObject *graph_shutdown(PyObject *self, PyObject *unused) {
     if (st == NULL)
         return NULL;
     dt_status s;
-    Py_BEGIN_ALLOW_THREADS
-    s = dt_graph_shutdown(G(self));
-    Py_END_ALLOW_THREADS
-    if (s != DT_OK)
-        return dtpy_raise(st, s);
+    Py_BEGIN_ALLOW_THREADS s = dt_graph_shutdown(G(self));
+    Py_END_ALLOW_THREADS if (s != DT_OK) return dtpy_raise(st, s);
     Py_RETURN_NONE;
 }
 
@@ -474,11 +458,8 @@ static PyObject *graph_cancel(PyObject *self, PyObject *const *args, Py_ssize_t 
         if (deadline >= 0 && deadline - monotonic_ms() < slice)
             slice = deadline - monotonic_ms() > 0 ? deadline - monotonic_ms() : 0;
         dt_status s;
-        Py_BEGIN_ALLOW_THREADS
-        s = dt_graph_cancel(G(self), slice);
-        Py_END_ALLOW_THREADS
-        if (s == DT_OK)
-            Py_RETURN_TRUE;
+        Py_BEGIN_ALLOW_THREADS s = dt_graph_cancel(G(self), slice);
+        Py_END_ALLOW_THREADS if (s == DT_OK) Py_RETURN_TRUE;
         if (s != DT_ETIMEDOUT)
             return dtpy_raise(st, s);
         if (PyErr_CheckSignals() < 0)
@@ -675,6 +656,7 @@ static PyType_Slot future_slots[] = {
 PyType_Spec dtpy_future_spec = {
     .name = "dtorch._C.FutureBase",
     .basicsize = sizeof(dtpy_future),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .flags =
+        Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION,
     .slots = future_slots,
 };

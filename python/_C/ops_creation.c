@@ -118,10 +118,8 @@ static PyObject *mod_nonzero(PyObject *module, PyObject *arg) {
         return NULL;
     }
     dt_tensor *t;
-    Py_BEGIN_ALLOW_THREADS
-    t = dt_nonzero_read(a->t, f);
-    Py_END_ALLOW_THREADS
-    dt_future_release(f);
+    Py_BEGIN_ALLOW_THREADS t = dt_nonzero_read(a->t, f);
+    Py_END_ALLOW_THREADS dt_future_release(f);
     return dtpy_tensor_wrap_like(st, t, a);
 }
 

@@ -22,9 +22,10 @@
 #include <string.h>
 
 static const char *const binary_names[DT_BINARY_COUNT] = {
-    "add", "sub", "mul", "div", "div", "floor_divide", "remainder", "pow", "maximum", "minimum", "eq",
-    "ne",  "lt",  "le",  "gt",  "ge",  "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or",
-    "bitwise_xor",
+    "add",         "sub",         "mul",        "div",         "div",         "floor_divide",
+    "remainder",   "pow",         "maximum",    "minimum",     "eq",          "ne",
+    "lt",          "le",          "gt",         "ge",          "logical_and", "logical_or",
+    "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
 };
 
 /* ---------------------------------------------------------------- helpers */
@@ -63,11 +64,12 @@ static int is_torch_tensor(dtpy_state *st, PyObject *o) {
 }
 
 static PyObject *torch_operand_error(const char *op) {
-    return PyErr_Format(PyExc_TypeError,
-                        "%s: cannot mix a dtorch.Tensor with a torch.Tensor; convert the torch tensor with "
-                        "dtorch.from_torch(t, device_mesh=..., placements=...) or read the dtorch tensor with "
-                        ".to_torch()",
-                        op);
+    return PyErr_Format(
+        PyExc_TypeError,
+        "%s: cannot mix a dtorch.Tensor with a torch.Tensor; convert the torch tensor with "
+        "dtorch.from_torch(t, device_mesh=..., placements=...) or read the dtorch tensor with "
+        ".to_torch()",
+        op);
 }
 
 /* Classifies an operand: 1 dtorch tensor (*t borrowed), 2 Python number
@@ -132,8 +134,9 @@ static PyObject *binary_core(dtpy_state *st, PyObject *a, PyObject *b, dt_binary
             Py_RETURN_NOTIMPLEMENTED;
         if (ka == 2 && kb == 2)
             return PyErr_Format(PyExc_TypeError, "%s(): expected at least one dtorch.Tensor operand", name);
-        return PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be a dtorch.Tensor or a number, not %.100s",
-                            name, bad == a ? "input" : "other", type_name(bad));
+        return PyErr_Format(PyExc_TypeError,
+                            "%s(): argument '%s' must be a dtorch.Tensor or a number, not %.100s", name,
+                            bad == a ? "input" : "other", type_name(bad));
     }
     if (alpha != NULL && alpha != Py_None) {
         int r = dtpy_parse_scalar(alpha, &al);
@@ -236,8 +239,9 @@ PyObject *dtpy_ew_ipower(PyObject *a, PyObject *b, PyObject *mod) {
  * x > 2), so `self` is always a dtorch tensor. Foreign operands give
  * NotImplemented: == and != then fall back to identity, as for torch. */
 PyObject *dtpy_ew_richcompare(PyObject *self, PyObject *other, int op) {
-    static const dt_binary_op ops[] = {[Py_LT] = DT_BINARY_LT, [Py_LE] = DT_BINARY_LE, [Py_EQ] = DT_BINARY_EQ,
-                                       [Py_NE] = DT_BINARY_NE, [Py_GT] = DT_BINARY_GT, [Py_GE] = DT_BINARY_GE};
+    static const dt_binary_op ops[] = {
+        [Py_LT] = DT_BINARY_LT, [Py_LE] = DT_BINARY_LE, [Py_EQ] = DT_BINARY_EQ,
+        [Py_NE] = DT_BINARY_NE, [Py_GT] = DT_BINARY_GT, [Py_GE] = DT_BINARY_GE};
     if (op < 0 || op > Py_GE)
         Py_RETURN_NOTIMPLEMENTED;
     return slot_binary(self, other, ops[op], 0);
@@ -259,8 +263,9 @@ PyObject *dtpy_ew_negative(PyObject *self) { return unary_core(self, DT_UNARY_NE
 
 PyObject *dtpy_ew_invert(PyObject *self) {
     if (dt_dtype_is_floating(dt_tensor_dtype(((dtpy_tensor *)self)->t)))
-        return PyErr_Format(PyExc_TypeError, "~ (operator.invert) is only implemented on integer and Boolean-type "
-                                             "tensors");
+        return PyErr_Format(PyExc_TypeError,
+                            "~ (operator.invert) is only implemented on integer and Boolean-type "
+                            "tensors");
     return unary_core(self, DT_UNARY_BITWISE_NOT, 0);
 }
 
@@ -274,7 +279,8 @@ PyObject *dtpy_ew_positive(PyObject *self) {
 
 /* x.op(other) and x.op_(other), with alpha for add/sub and rounding_mode for
  * div. */
-static PyObject *method_binary(PyObject *self, PyObject *args, PyObject *kwargs, dt_binary_op op, int inplace) {
+static PyObject *method_binary(PyObject *self, PyObject *args, PyObject *kwargs, dt_binary_op op,
+                               int inplace) {
     static char *kw_other[] = {"other", NULL};
     static char *kw_exp[] = {"exponent", NULL};
     static char *kw_alpha[] = {"other", "alpha", NULL};
@@ -296,9 +302,9 @@ static PyObject *method_binary(PyObject *self, PyObject *args, PyObject *kwargs,
         else if (m != NULL && strcmp(m, "floor") == 0)
             op = DT_BINARY_DIV_FLOOR;
         else
-            return PyErr_Format(PyExc_RuntimeError,
-                                "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found %R",
-                                mode);
+            return PyErr_Format(
+                PyExc_RuntimeError,
+                "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found %R", mode);
     }
     dtpy_state *st = dtpy_find_state(Py_TYPE(self));
     if (st == NULL)
@@ -306,9 +312,9 @@ static PyObject *method_binary(PyObject *self, PyObject *args, PyObject *kwargs,
     return binary_core(st, self, other, op, alpha, inplace, CALL_FUNCTION);
 }
 
-#define BINARY_METHOD(fname, OP, INPLACE)                                                                         \
-    static PyObject *fname(PyObject *self, PyObject *args, PyObject *kwargs) {                                    \
-        return method_binary(self, args, kwargs, OP, INPLACE);                                                    \
+#define BINARY_METHOD(fname, OP, INPLACE)                                                                    \
+    static PyObject *fname(PyObject *self, PyObject *args, PyObject *kwargs) {                               \
+        return method_binary(self, args, kwargs, OP, INPLACE);                                               \
     }
 BINARY_METHOD(m_add, DT_BINARY_ADD, 0)
 BINARY_METHOD(m_add_, DT_BINARY_ADD, 1)
@@ -351,10 +357,10 @@ BINARY_METHOD(m_bitwise_or_, DT_BINARY_BITWISE_OR, 1)
 BINARY_METHOD(m_bitwise_xor, DT_BINARY_BITWISE_XOR, 0)
 BINARY_METHOD(m_bitwise_xor_, DT_BINARY_BITWISE_XOR, 1)
 
-#define UNARY_METHOD(fname, OP, INPLACE)                                                                          \
-    static PyObject *fname(PyObject *self, PyObject *unused) {                                                    \
-        (void)unused;                                                                                             \
-        return unary_core(self, OP, INPLACE);                                                                     \
+#define UNARY_METHOD(fname, OP, INPLACE)                                                                     \
+    static PyObject *fname(PyObject *self, PyObject *unused) {                                               \
+        (void)unused;                                                                                        \
+        return unary_core(self, OP, INPLACE);                                                                \
     }
 #define UNARY_PAIR(name, OP) UNARY_METHOD(m_##name, OP, 0) UNARY_METHOD(m_##name##_, OP, 1)
 UNARY_PAIR(neg, DT_UNARY_NEG)
@@ -438,10 +444,10 @@ static PyObject *m_alias(PyObject *self, PyObject *unused) {
     return wrap_like(st, o->t, self);
 }
 
-#define CAST_METHOD(name, DT)                                                                                     \
-    static PyObject *m_##name(PyObject *self, PyObject *unused) {                                                 \
-        (void)unused;                                                                                             \
-        return cast_core(self, DT);                                                                               \
+#define CAST_METHOD(name, DT)                                                                                \
+    static PyObject *m_##name(PyObject *self, PyObject *unused) {                                            \
+        (void)unused;                                                                                        \
+        return cast_core(self, DT);                                                                          \
     }
 CAST_METHOD(half, DT_FLOAT16)
 CAST_METHOD(float, DT_FLOAT32)
@@ -466,8 +472,9 @@ static int tensor_or_number(dtpy_state *st, PyObject *o, const char *op, const c
         if (is_torch_tensor(st, o))
             torch_operand_error(op);
         else
-            PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be a dtorch.Tensor or a number, not %.100s", op,
-                         arg, type_name(o));
+            PyErr_Format(PyExc_TypeError,
+                         "%s(): argument '%s' must be a dtorch.Tensor or a number, not %.100s", op, arg,
+                         type_name(o));
         return -1;
     }
     return k;
@@ -489,7 +496,8 @@ static PyObject *where_core(dtpy_state *st, PyObject *cond, PyObject *x, PyObjec
                          type_name(cond));
         return NULL;
     }
-    if (tensor_or_number(st, x, "where", "input", &tx, &sx) < 0 || tensor_or_number(st, y, "where", "other", &ty, &sy) < 0)
+    if (tensor_or_number(st, x, "where", "input", &tx, &sx) < 0 ||
+        tensor_or_number(st, y, "where", "other", &ty, &sy) < 0)
         return NULL;
     dt_tensor *all[3] = {tc, tx, ty};
     if (check_graphs(all, 3, "where") < 0 || prepare(st) < 0)
@@ -519,7 +527,8 @@ static PyObject *masked_fill_core(PyObject *self, PyObject *args, PyObject *kwar
     if (!DTPY_IS_TENSOR(st, mask)) {
         if (is_torch_tensor(st, mask))
             return torch_operand_error("masked_fill");
-        return PyErr_Format(PyExc_TypeError, "masked_fill(): argument 'mask' must be a dtorch.Tensor, not %.100s",
+        return PyErr_Format(PyExc_TypeError,
+                            "masked_fill(): argument 'mask' must be a dtorch.Tensor, not %.100s",
                             type_name(mask));
     }
     dt_tensor *tv;
@@ -533,7 +542,9 @@ static PyObject *masked_fill_core(PyObject *self, PyObject *args, PyObject *kwar
     return finish(st, self, t, inplace);
 }
 static PyObject *m_masked_fill(PyObject *s, PyObject *a, PyObject *k) { return masked_fill_core(s, a, k, 0); }
-static PyObject *m_masked_fill_(PyObject *s, PyObject *a, PyObject *k) { return masked_fill_core(s, a, k, 1); }
+static PyObject *m_masked_fill_(PyObject *s, PyObject *a, PyObject *k) {
+    return masked_fill_core(s, a, k, 1);
+}
 
 /* clamp(min=None, max=None), clamp_min(min), clamp_max(max). */
 static PyObject *clamp_core(PyObject *self, PyObject *lo, PyObject *hi, int inplace) {
@@ -596,9 +607,9 @@ static PyObject *mod_ew_binary(PyObject *module, PyObject *args, PyObject *kwarg
         else if (op == DT_BINARY_DIV && m != NULL && strcmp(m, "floor") == 0)
             op = DT_BINARY_DIV_FLOOR;
         else
-            return PyErr_Format(PyExc_RuntimeError,
-                                "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found %R",
-                                mode);
+            return PyErr_Format(
+                PyExc_RuntimeError,
+                "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found %R", mode);
     }
     dtpy_state *st = (dtpy_state *)PyModule_GetState(module);
     return binary_core(st, a, b, (dt_binary_op)op, alpha, inplace, CALL_FUNCTION);
@@ -622,10 +633,12 @@ static PyMethodDef module_functions[] = {
 
 /* ------------------------------------------------------------ method table */
 
-#define KW(name, fn, doc) {name, (PyCFunction)(void (*)(void))fn, METH_VARARGS | METH_KEYWORDS, doc}
-#define NOARGS(name, fn, doc) {name, (PyCFunction)fn, METH_NOARGS, doc}
-#define UNARY_DEFS(name)                                                                                          \
-    NOARGS(#name, m_##name, #name "() -> Tensor: torch." #name " elementwise."),                                  \
+#define KW(name, fn, doc)                                                                                    \
+    { name, (PyCFunction)(void (*)(void))fn, METH_VARARGS | METH_KEYWORDS, doc }
+#define NOARGS(name, fn, doc)                                                                                \
+    { name, (PyCFunction)fn, METH_NOARGS, doc }
+#define UNARY_DEFS(name)                                                                                     \
+    NOARGS(#name, m_##name, #name "() -> Tensor: torch." #name " elementwise."),                             \
         NOARGS(#name "_", m_##name##_, #name "_() -> self: in place (rebinds self, see docs/decisions.md).")
 
 PyMethodDef dtpy_ew_methods[] = {
@@ -637,7 +650,8 @@ PyMethodDef dtpy_ew_methods[] = {
     KW("mul", m_mul, "mul(other) -> Tensor: self * other."),
     KW("mul_", m_mul_, "mul_(other) -> self: in place."),
     KW("multiply", m_mul, "Alias of mul."),
-    KW("div", m_div, "div(other, *, rounding_mode=None) -> Tensor: true division, or 'trunc'/'floor' rounding."),
+    KW("div", m_div,
+       "div(other, *, rounding_mode=None) -> Tensor: true division, or 'trunc'/'floor' rounding."),
     KW("div_", m_div_, "div_(other, *, rounding_mode=None) -> self: in place."),
     KW("divide", m_div, "Alias of div."),
     KW("true_divide", m_div, "true_divide(other) -> Tensor: self / other."),
@@ -717,7 +731,8 @@ PyMethodDef dtpy_ew_methods[] = {
     UNARY_DEFS(bitwise_not),
     KW("round", m_round, "round(*, decimals=0) -> Tensor: round half to even."),
     KW("round_", m_round_, "round_(*, decimals=0) -> self: in place."),
-    {"_cast", m_cast, METH_O, "_cast(dtype) -> Tensor: self.to(dtype); self when the dtype is already dtype."},
+    {"_cast", m_cast, METH_O,
+     "_cast(dtype) -> Tensor: self.to(dtype); self when the dtype is already dtype."},
     NOARGS("_alias", m_alias, "_alias() -> Tensor: a new object for the same value."),
     NOARGS("half", m_half, "half() -> Tensor: self.to(torch.float16)."),
     NOARGS("float", m_float, "float() -> Tensor: self.to(torch.float32)."),

@@ -129,7 +129,8 @@ static PyObject *nn_batch_norm(PyObject *m, PyObject *const *args, Py_ssize_t na
         dtpy_float_arg(args[6], "batch_norm", "eps", 0, &eps) < 0)
         return NULL;
     dtpy_record_call_site(st);
-    return dtpy_tensor_wrap_like(st, dt_batch_norm(x->t, handle(rm), handle(rv), handle(w), handle(b), momentum, eps), x);
+    return dtpy_tensor_wrap_like(
+        st, dt_batch_norm(x->t, handle(rm), handle(rv), handle(w), handle(b), momentum, eps), x);
 }
 
 /* _nn_embedding(indices, weight) */
@@ -203,8 +204,8 @@ static PyObject *nn_interpolate(PyObject *m, PyObject *const *args, Py_ssize_t n
                                 "interpolate(): scale_factor has %zd entries for %d spatial dims", n, nsp);
         }
         for (Py_ssize_t i = 0; i < n; i++) {
-            if (dtpy_float_arg(PySequence_Fast_GET_ITEM(seq, i), "interpolate", "scale_factor", 0, &scales[i]) <
-                0) {
+            if (dtpy_float_arg(PySequence_Fast_GET_ITEM(seq, i), "interpolate", "scale_factor", 0,
+                               &scales[i]) < 0) {
                 Py_DECREF(seq);
                 return NULL;
             }
@@ -213,9 +214,9 @@ static PyObject *nn_interpolate(PyObject *m, PyObject *const *args, Py_ssize_t n
     }
     dtpy_record_call_site(st);
     return dtpy_tensor_wrap_like(st,
-                dt_interpolate(x->t, (dt_interp_mode)mode, have_size ? size : NULL,
-                               have_scales ? scales : NULL, (int)align),
-                x);
+                                 dt_interpolate(x->t, (dt_interp_mode)mode, have_size ? size : NULL,
+                                                have_scales ? scales : NULL, (int)align),
+                                 x);
 }
 
 /* _nn_pad(x, pad, mode, value_or_None) */
@@ -270,7 +271,8 @@ static PyObject *nn_sdpa(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     if (causal < 0)
         return NULL;
     dtpy_record_call_site(st);
-    return dtpy_tensor_wrap_like(st, dt_scaled_dot_product_attention(q->t, k->t, v->t, handle(mask), p, causal, scale), q);
+    return dtpy_tensor_wrap_like(
+        st, dt_scaled_dot_product_attention(q->t, k->t, v->t, handle(mask), p, causal, scale), q);
 }
 
 /* --------------------------------------------------------------- pooling */

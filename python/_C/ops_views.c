@@ -204,7 +204,8 @@ static PyObject *setitem_tensor(PyObject *m, PyObject *const *args, Py_ssize_t n
     if (dtpy_int_arg(args[1], "setitem", "dim", &dim) < 0)
         return NULL;
     dtpy_record_call_site(st);
-    return dtpy_tensor_wrap_like(st, mask ? dt_setitem_mask(a->t, dim, t->t, s) : dt_setitem_index(a->t, dim, t->t, s), a);
+    return dtpy_tensor_wrap_like(
+        st, mask ? dt_setitem_mask(a->t, dim, t->t, s) : dt_setitem_index(a->t, dim, t->t, s), a);
 }
 static PyObject *v_setitem_mask(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     return setitem_tensor(m, args, nargs, 1);
@@ -250,8 +251,9 @@ static PyObject *v_cat(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
         if (!DTPY_IS_TENSOR(st, o)) {
-            PyErr_Format(PyExc_TypeError, "%s(): expected a sequence of dtorch tensors, but element %zd is %.100s", op,
-                         i, Py_TYPE(o)->tp_name);
+            PyErr_Format(PyExc_TypeError,
+                         "%s(): expected a sequence of dtorch tensors, but element %zd is %.100s", op, i,
+                         Py_TYPE(o)->tp_name);
             PyMem_Free(ts);
             Py_DECREF(seq);
             return NULL;
@@ -316,7 +318,8 @@ static PyObject *v_roll(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     if (args[2] != Py_None && (nd = dtpy_parse_shape(args[2], dims, "dims")) < 0)
         return NULL;
     if (args[2] != Py_None && nd != ns)
-        return PyErr_Format(PyExc_RuntimeError, "roll: shifts and dimensions must align. shifts: %d, dims:%d", ns, nd);
+        return PyErr_Format(PyExc_RuntimeError, "roll: shifts and dimensions must align. shifts: %d, dims:%d",
+                            ns, nd);
     dtpy_record_call_site(st);
     return dtpy_tensor_wrap_like(st, dt_roll(a->t, ns, shifts, args[2] == Py_None ? NULL : dims), a);
 }
@@ -351,7 +354,8 @@ static PyObject *v_repeat_interleave(PyObject *m, PyObject *const *args, Py_ssiz
         if (dtpy_int_arg(args[3], "repeat_interleave", "size", &size) < 0)
             return NULL;
         dtpy_record_call_site(st);
-        return dtpy_tensor_wrap_like(st, dt_repeat_interleave_tensor(a->t, ((dtpy_tensor *)args[1])->t, dim, size), a);
+        return dtpy_tensor_wrap_like(
+            st, dt_repeat_interleave_tensor(a->t, ((dtpy_tensor *)args[1])->t, dim, size), a);
     }
     int64_t r;
     if (dtpy_int_arg(args[1], "repeat_interleave", "repeats", &r) < 0)
@@ -382,7 +386,8 @@ static PyObject *v_masked_scatter(PyObject *m, PyObject *const *args, Py_ssize_t
 
 /* ------------------------------------------------------------ registration */
 
-#define FAST(name, fn, doc) {name, (PyCFunction)(void (*)(void))fn, METH_FASTCALL, doc}
+#define FAST(name, fn, doc)                                                                                  \
+    { name, (PyCFunction)(void (*)(void))fn, METH_FASTCALL, doc }
 
 static PyMethodDef views_methods[] = {
     FAST("_v_reshape", v_reshape, "_v_reshape(x, shape) -> Tensor (one -1 allowed)"),
@@ -391,11 +396,13 @@ static PyMethodDef views_methods[] = {
     FAST("_v_permute", v_permute, "_v_permute(x, dims) -> Tensor"),
     FAST("_v_expand", v_expand, "_v_expand(x, sizes) -> Tensor"),
     {"_v_clone", v_clone, METH_O, "_v_clone(x) -> Tensor"},
-    FAST("_v_index", v_index, "_v_index(x, spec, new_axes_mask) -> Tensor; spec: (start, step, len, drop) per dim"),
+    FAST("_v_index", v_index,
+         "_v_index(x, spec, new_axes_mask) -> Tensor; spec: (start, step, len, drop) per dim"),
     FAST("_v_index_tensor", v_index_tensor, "_v_index_tensor(x, dim, index) -> Tensor"),
     FAST("_v_setitem", v_setitem, "_v_setitem(x, spec, value) -> the new value of x"),
     FAST("_v_setitem_mask", v_setitem_mask, "_v_setitem_mask(x, dim, mask, scalar) -> the new value of x"),
-    FAST("_v_setitem_index", v_setitem_index, "_v_setitem_index(x, dim, index, scalar) -> the new value of x"),
+    FAST("_v_setitem_index", v_setitem_index,
+         "_v_setitem_index(x, dim, index, scalar) -> the new value of x"),
     FAST("_v_copy", v_copy, "_v_copy(dst, src) -> the new value of dst"),
     FAST("_v_cat", v_cat, "_v_cat(tensors, dim, stack) -> Tensor"),
     FAST("_v_tril", v_tril, "_v_tril(x, diagonal, upper) -> Tensor"),

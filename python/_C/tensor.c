@@ -14,8 +14,8 @@
  */
 #include "dtorch_py.h"
 
-#include <structmember.h>
 #include <string.h>
+#include <structmember.h>
 
 static dtpy_state *tensor_state(PyObject *self) { return dtpy_find_state(Py_TYPE(self)); }
 
@@ -29,7 +29,8 @@ void dtpy_tensor_rebind(dtpy_tensor *self, dt_tensor *t) {
     dt_tensor_release(old);
 }
 
-PyObject *dtpy_tensor_wrap(dtpy_state *st, dt_tensor *t, PyObject *graph, PyObject *mesh_hint, dt_mesh *hint_ptr) {
+PyObject *dtpy_tensor_wrap(dtpy_state *st, dt_tensor *t, PyObject *graph, PyObject *mesh_hint,
+                           dt_mesh *hint_ptr) {
     if (t == NULL)
         return dtpy_raise_last(st);
     PyTypeObject *cls = st->tensor_cls;
@@ -256,8 +257,9 @@ static PyObject *tensor_get_placements(PyObject *self, void *c) {
 static int wrap_dim(long dim, int ndim, int *out) {
     int n = ndim > 0 ? ndim : 1;
     if (dim < -n || dim >= n) {
-        PyErr_Format(PyExc_IndexError, "Dimension out of range (expected to be in range of [%d, %d], but got %ld)",
-                     -n, n - 1, dim);
+        PyErr_Format(PyExc_IndexError,
+                     "Dimension out of range (expected to be in range of [%d, %d], but got %ld)", -n, n - 1,
+                     dim);
         return -1;
     }
     *out = (int)(dim < 0 ? dim + n : dim);
@@ -379,7 +381,8 @@ static PyObject *tensor_to_torch_async(PyObject *self, PyObject *unused) {
     dt_future *f = dt_tensor_fetch(o->t);
     if (f == NULL)
         return dtpy_raise_last(st);
-    dtpy_future *fu = (dtpy_future *)dtpy_future_new(st, st->tensor_future_cls, f, DTPY_FUTURE_FETCH, o->graph);
+    dtpy_future *fu =
+        (dtpy_future *)dtpy_future_new(st, st->tensor_future_cls, f, DTPY_FUTURE_FETCH, o->graph);
     if (fu == NULL)
         return NULL;
     fu->dtype = dt_tensor_dtype(o->t);
@@ -495,7 +498,8 @@ static PyMethodDef core_methods[] = {
     {"to_torch", tensor_to_torch, METH_NOARGS,
      "to_torch() -> torch.Tensor: waits for the value and returns the full tensor."},
     {"_local_values", tensor_local_values, METH_NOARGS,
-     "_local_values() -> list of torch.Tensor: what every device holds, as stored, in flat mesh order (tests)"},
+     "_local_values() -> list of torch.Tensor: what every device holds, as stored, in flat mesh order "
+     "(tests)"},
     {"_local_value", tensor_local_value, METH_O,
      "_local_value(mesh_index) -> torch.Tensor: what the device at flat mesh index `mesh_index` holds, as "
      "stored (its shard, its own replica, or its Partial addend). Waits. For tests."},

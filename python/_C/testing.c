@@ -82,15 +82,17 @@ static PyObject *mod_graph_stats(PyObject *module, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O|p", &graph, &reset_peak))
         return NULL;
     if (!PyObject_TypeCheck(graph, st->graph_base_type) || ((dtpy_graph *)graph)->g == NULL)
-        return PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s", Py_TYPE(graph)->tp_name);
+        return PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s",
+                            Py_TYPE(graph)->tp_name);
     dt_graph_stats s;
     if (dt_graph_get_stats(((dtpy_graph *)graph)->g, &s, reset_peak) != DT_OK)
         return dtpy_raise_last(st);
     return Py_BuildValue("{sLsLsLsLsLsLsLsLsL}", "submitted", (long long)s.submitted, "in_flight",
-                         (long long)s.in_flight, "peak_in_flight", (long long)s.peak_in_flight, "in_flight_limit",
-                         (long long)s.in_flight_limit, "check_interval", (long long)s.check_interval, "flow_waits",
-                         (long long)s.flow_waits, "nodes_eliminated", (long long)s.nodes_eliminated,
-                         "kernels_in_place", (long long)s.kernels_in_place, "cancelled", (long long)s.cancelled);
+                         (long long)s.in_flight, "peak_in_flight", (long long)s.peak_in_flight,
+                         "in_flight_limit", (long long)s.in_flight_limit, "check_interval",
+                         (long long)s.check_interval, "flow_waits", (long long)s.flow_waits,
+                         "nodes_eliminated", (long long)s.nodes_eliminated, "kernels_in_place",
+                         (long long)s.kernels_in_place, "cancelled", (long long)s.cancelled);
 }
 
 static PyObject *mod_hold_controller(PyObject *module, PyObject *args) {
@@ -100,7 +102,8 @@ static PyObject *mod_hold_controller(PyObject *module, PyObject *args) {
     if (!PyArg_ParseTuple(args, "Op", &graph, &hold))
         return NULL;
     if (!PyObject_TypeCheck(graph, st->graph_base_type) || ((dtpy_graph *)graph)->g == NULL)
-        return PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s", Py_TYPE(graph)->tp_name);
+        return PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s",
+                            Py_TYPE(graph)->tp_name);
     if (dt_debug_hold_controller(((dtpy_graph *)graph)->g, hold) != DT_OK)
         return dtpy_raise_last(st);
     Py_RETURN_NONE;
@@ -139,7 +142,8 @@ static PyMethodDef testing_methods[] = {
     {"_hold_controller", mod_hold_controller, METH_VARARGS,
      "_hold_controller(graph, hold): the controller takes nothing while held (tests only)"},
     {"_cached_bytes", mod_cached_bytes, METH_NOARGS, "_cached_bytes() -> bytes the backends keep cached"},
-    {"_fail_allocs", mod_fail_allocs, METH_O, "_fail_allocs(n): the controller's (n+1)-th lowering allocation fails"},
+    {"_fail_allocs", mod_fail_allocs, METH_O,
+     "_fail_allocs(n): the controller's (n+1)-th lowering allocation fails"},
     {"_fail_allocs_pending", mod_fail_allocs_pending, METH_NOARGS, "_fail_allocs_pending() -> bool"},
     {NULL, NULL, 0, NULL},
 };

@@ -353,12 +353,12 @@ enum {
 
 /* Attributes of one kernel. Only the fields the op documents are meaningful. */
 typedef struct dt__kattr {
-    int32_t dtype; /* dt_dtype of the output */
-    int32_t sub;   /* dt_binary_op for BINARY / BINARY_SCALAR */
-    int32_t flags; /* DT_KF_* */
-    int32_t ndim;  /* entries of shape/start */
-    int32_t dim;   /* CAT */
-    int32_t gndim; /* entries of gshape */
+    int32_t dtype;      /* dt_dtype of the output */
+    int32_t sub;        /* dt_binary_op for BINARY / BINARY_SCALAR */
+    int32_t flags;      /* DT_KF_* */
+    int32_t ndim;       /* entries of shape/start */
+    int32_t dim;        /* CAT */
+    int32_t gndim;      /* entries of gshape */
     uint64_t dims_mask; /* SUM */
     uint64_t seed;      /* RAND/RANDN */
     int64_t shape[DT_MAX_NDIM];

@@ -6,8 +6,8 @@
 #include "common/common.h"
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,7 +66,9 @@ void dt_debug_fail_allocs(int64_t after_n) { atomic_store(&fault_left, after_n <
 int dt_debug_fail_allocs_pending(void) { return atomic_load(&fault_left) >= 0; }
 
 void *dt__malloc(size_t n) { return dt__fault_hit() ? NULL : malloc(n ? n : 1); }
-void *dt__calloc(size_t n, size_t size) { return dt__fault_hit() ? NULL : calloc(n ? n : 1, size ? size : 1); }
+void *dt__calloc(size_t n, size_t size) {
+    return dt__fault_hit() ? NULL : calloc(n ? n : 1, size ? size : 1);
+}
 void *dt__realloc(void *p, size_t n) { return dt__fault_hit() ? NULL : realloc(p, n ? n : 1); }
 void dt__free(void *p) { free(p); }
 char *dt__strdup(const char *s) {
@@ -86,8 +88,8 @@ static _Thread_local dt_status tls_status;
 
 const char *dt_status_str(dt_status status) {
     switch (status) {
-#define DT__STATUS_CASE(name, value, msg)                                                          \
-    case value:                                                                                    \
+#define DT__STATUS_CASE(name, value, msg)                                                                    \
+    case value:                                                                                              \
         return msg;
         DT_STATUS_MAP(DT__STATUS_CASE)
 #undef DT__STATUS_CASE

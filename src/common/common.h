@@ -14,10 +14,10 @@
 
 /* Internal invariant check: only for the library's own invariants, never for
  * caller mistakes (those return a status). */
-#define DT_ASSERT(cond)                                                                             \
-    do {                                                                                           \
-        if (!(cond))                                                                               \
-            dt__assert_fail(#cond, __FILE__, __LINE__);                                            \
+#define DT_ASSERT(cond)                                                                                      \
+    do {                                                                                                     \
+        if (!(cond))                                                                                         \
+            dt__assert_fail(#cond, __FILE__, __LINE__);                                                      \
     } while (0)
 _Noreturn void dt__assert_fail(const char *cond, const char *file, int line);
 /* Ends the process for a state the library cannot report (e.g. out of

@@ -17,7 +17,8 @@ typedef struct dt__pool {
     int registered; /* set once, then read without the lock */
 } dt__pool;
 
-#define DT__POOL_INIT(record_size) {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, (record_size), 0, 0}
+#define DT__POOL_INIT(record_size)                                                                           \
+    { PTHREAD_MUTEX_INITIALIZER, NULL, NULL, (record_size), 0, 0 }
 
 /* A zeroed record of the pool's size, or NULL when out of memory. */
 void *dt__pool_alloc(dt__pool *p);

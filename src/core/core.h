@@ -68,7 +68,7 @@ typedef struct dt__meta {
     dt_dtype dtype;
     int ndim;
     int64_t shape[DT_MAX_NDIM];
-    dt_mesh *mesh; /* owned reference */
+    dt_mesh *mesh;                     /* owned reference */
     dt_placement pl[DT_MAX_MESH_NDIM]; /* normalised: shard dims >= 0 */
 } dt__meta;
 
@@ -126,8 +126,8 @@ void dt__mem_charge(dt__memdev *dev, int64_t delta);
  * queued, then only read. */
 typedef struct dt__blob {
     atomic_int refs;
-    void *impl;  /* backend value; NULL until produced or when poisoned */
-    char *error; /* non-NULL: the kernel that produced it failed (owned) */
+    void *impl;            /* backend value; NULL until produced or when poisoned */
+    char *error;           /* non-NULL: the kernel that produced it failed (owned) */
     const dt__backend *be; /* the backend that made it (its device type's) */
     /* NULL: made by the controller itself (a source), ready at once. */
     struct dt__stream *producer;
@@ -155,7 +155,7 @@ void dt__blob_release(dt__blob *b);
 typedef struct dt__tval {
     dt__meta meta;
     uint64_t id;
-    dt__blob **blobs; /* controller-only; one per mesh device once lowered */
+    dt__blob **blobs;              /* controller-only; one per mesh device once lowered */
     struct dt__tval *next_release; /* link in the graph's release stack */
 } dt__tval;
 
@@ -197,7 +197,7 @@ typedef enum dt__op {
      * nattr.sub (dt__view_op in ops/views_int.h). */
     DT_OP_VIEW,
     /* elementwise family */
-    DT_OP_UNARY,       /* sub = dt_unary_op */
+    DT_OP_UNARY, /* sub = dt_unary_op */
     DT_OP_CAST,
     DT_OP_WHERE,       /* flags DT_KF_EW_{X,Y}_SCALAR */
     DT_OP_MASKED_FILL, /* 2 inputs (scalar value) or 3 (0-d tensor value) */
@@ -223,9 +223,9 @@ typedef enum dt__op {
     /* test-only (src/core/debug.c): a copy of in[0] made once a gate opens;
      * extra = the dt_debug_gate (one reference). */
     DT_OP_DEBUG_GATE,
-    DT_OP_FETCH,   /* a value read */
-    DT_OP_SYNC,    /* a graph-wide barrier */
-    DT_OP_STOP,    /* shut the controller down */
+    DT_OP_FETCH, /* a value read */
+    DT_OP_SYNC,  /* a graph-wide barrier */
+    DT_OP_STOP,  /* shut the controller down */
     DT_OP_COUNT
 } dt__op;
 
@@ -299,9 +299,9 @@ enum {
  * cross-mesh copy's destination. */
 typedef struct dt__assembly {
     int n;
-    dt__blob **pieces;   /* owned references */
-    int64_t *starts;     /* n * ndim offsets inside the result */
-    int64_t *lens;       /* n * ndim: each piece's shape (to stage it through host memory) */
+    dt__blob **pieces; /* owned references */
+    int64_t *starts;   /* n * ndim offsets inside the result */
+    int64_t *lens;     /* n * ndim: each piece's shape (to stage it through host memory) */
 } dt__assembly;
 
 typedef struct dt__kernel {
@@ -345,9 +345,9 @@ typedef struct dt__stream {
     int kind;
     struct dt_graph *g;
     const dt__backend *be;
-    void *ctx;           /* the backend's stream context (stream_new), or NULL */
-    int record_events;   /* the backend has event_new/record/free: record one per output */
-    dt__memdev *mem;     /* the device's memory record */
+    void *ctx;         /* the backend's stream context (stream_new), or NULL */
+    int record_events; /* the backend has event_new/record/free: record one per output */
+    dt__memdev *mem;   /* the device's memory record */
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -420,10 +420,10 @@ struct dt_graph {
     /* Set by dt_graph_cancel before it closes the queue: the controller
      * frees nodes unlowered, workers drop kernels unrun (drop_kernel). */
     atomic_int cancelled;
-    atomic_long dropped;       /* nodes and kernels dropped by a cancel */
-    unsigned fork_gen;         /* dt__fork_gen when made: another value means a forked child */
-    int defer_pressure;        /* dt_graph_set_deferred_backpressure */
-    int ctl_exited;            /* the controller has returned; guarded by bl_lock, signalled on bl_cond */
+    atomic_long dropped; /* nodes and kernels dropped by a cancel */
+    unsigned fork_gen;   /* dt__fork_gen when made: another value means a forked child */
+    int defer_pressure;  /* dt_graph_set_deferred_backpressure */
+    int ctl_exited;      /* the controller has returned; guarded by bl_lock, signalled on bl_cond */
 
     /* Client-written. The queue is a lock-free stack of nodes (newest
      * first) that the controller takes whole; a head tagged with bit 0 (a
@@ -445,7 +445,7 @@ struct dt_graph {
      * (dt_graph_get_stats); a client may reset it. */
     atomic_long peak_backlog;
     atomic_long nodes_eliminated; /* never lowered (passes/dce.c) */
-    dt_mesh *defer_mesh;  /* controller-only: mesh references not yet dropped */
+    dt_mesh *defer_mesh;          /* controller-only: mesh references not yet dropped */
     int defer_n;
 
     /* Flow control: the backlog is submitted + kqueued - retired, node
@@ -495,7 +495,7 @@ void dt__stream_forked(void);
 void dt__debug_gate_drop(dt__kernel *k);
 void dt__debug_node_drop(dt__node *n);
 
-#define DT__Q_IS_CLOSED(h) (((uintptr_t)(h) & 1) != 0)
+#define DT__Q_IS_CLOSED(h) (((uintptr_t)(h)&1) != 0)
 #define DT__R_CLOSED ((dt__tval *)(uintptr_t)1)
 
 /* Spins briefly until *counter differs from `seen` (1) or gives up (0). The
@@ -545,10 +545,10 @@ struct dt_future {
     atomic_int refs;
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    int ready;      /* guarded by lock */
-    int remaining;  /* arrivals still expected */
+    int ready;         /* guarded by lock */
+    int remaining;     /* arrivals still expected */
     unsigned fork_gen; /* dt__fork_gen when made (see dt__graph_forked) */
-    char *error;    /* first kernel error (owned) */
+    char *error;       /* first kernel error (owned) */
     dt_status status;
     void (*cb)(void *);
     void *cb_arg;
@@ -559,7 +559,7 @@ struct dt_future {
     int64_t shape[DT_MAX_NDIM];
     int npieces;
     int accumulate;
-    int64_t local;   /* dt_tensor_fetch_local's mesh index, or -1 for the global value */
+    int64_t local; /* dt_tensor_fetch_local's mesh index, or -1 for the global value */
     dt__blob **pieces;
     int64_t *starts; /* npieces * ndim */
     void *assembled; /* backend impl, built on first read */
@@ -604,9 +604,9 @@ typedef struct dt__coll {
     int kind;
     int dim_a, dim_b, ndim;
     dt_dtype dtype;
-    dt__blob **slots;          /* n: each rank's input */
+    dt__blob **slots;               /* n: each rank's input */
     int64_t (*shapes)[DT_MAX_NDIM]; /* n: each rank's input shape */
-    int64_t *starts, *lens;     /* n: each rank's range along dim_b */
+    int64_t *starts, *lens;         /* n: each rank's range along dim_b */
 } dt__coll;
 
 /* A collective of `n` ranks on devices of `type`; NULL when out of memory. */
@@ -625,7 +625,7 @@ typedef struct dt__lower {
      * so a lowering function may check only where it must release what it
      * holds. Its detail is the controller thread's dt_last_error(). */
     dt_status status;
-    int32_t kflags;       /* DT_KF_* the window's passes put on its backend kernels */
+    int32_t kflags; /* DT_KF_* the window's passes put on its backend kernels */
 } dt__lower;
 
 /* Records a lowering failure (the first one wins) with its reason in the
@@ -660,7 +660,8 @@ void dt__lw_discard(dt__kernel *k);
  * blobs[idx] move into the kernels (set NULL) and next[idx] get the outputs
  * (next may be blobs); on failure c is freed, blobs untouched. */
 dt_status dt__lw_collective(dt__lower *L, const dt_mesh *mesh, int stream_kind, dt__coll *c, int64_t base,
-                            int64_t stride, dt__blob **blobs, dt__blob **next, dt_dtype dtype, const char *opname);
+                            int64_t stride, dt__blob **blobs, dt__blob **next, dt_dtype dtype,
+                            const char *opname);
 /* Makes sure v has its blob array; DT_ENOMEM (L->status set) if not. */
 dt_status dt__lw_alloc_blobs(dt__lower *L, dt__tval *v);
 /* A blob holding the region (start, len) of `v` on device `idx`, which must

@@ -260,8 +260,8 @@ void dt__debug_gate_run(dt__kernel *k, dt__stream *s) {
     static const int64_t zero[DT_MAX_NDIM];
     void *impl = in->impl, *out = NULL;
     char err[512] = "";
-    dt_status st = s->be->assemble(k->attr.dtype, k->attr.ndim, k->attr.shape, 1, &impl, zero, 0, &out, err,
-                                   sizeof err);
+    dt_status st =
+        s->be->assemble(k->attr.dtype, k->attr.ndim, k->attr.shape, 1, &impl, zero, 0, &out, err, sizeof err);
     if (st == DT_OK) {
         k->out->impl = out;
     } else {

@@ -138,7 +138,8 @@ dt__blob *dt__lw_push(dt__lower *L, const dt_mesh *mesh, int64_t idx, dt__kernel
 }
 
 dt__blob *dt__lw_push_comm(dt__lower *L, const dt_mesh *mesh, int64_t idx, dt__kernel *k) {
-    return dt__lw_push_on(L, k && L->status == DT_OK ? dt__lw_stream_kind(L, mesh, idx, DT_STREAM_COMM) : NULL, k);
+    return dt__lw_push_on(
+        L, k && L->status == DT_OK ? dt__lw_stream_kind(L, mesh, idx, DT_STREAM_COMM) : NULL, k);
 }
 
 dt_status dt__lw_alloc_blobs(dt__lower *L, dt__tval *v) {
@@ -151,7 +152,8 @@ dt_status dt__lw_alloc_blobs(dt__lower *L, dt__tval *v) {
 }
 
 dt_status dt__lw_collective(dt__lower *L, const dt_mesh *mesh, int stream_kind, dt__coll *c, int64_t base,
-                            int64_t stride, dt__blob **blobs, dt__blob **next, dt_dtype dtype, const char *opname) {
+                            int64_t stride, dt__blob **blobs, dt__blob **next, dt_dtype dtype,
+                            const char *opname) {
     dt__kernel **ks = c && L->status == DT_OK ? dt__calloc((size_t)c->n, sizeof *ks) : NULL;
     dt__stream **ss = ks ? dt__calloc((size_t)c->n, sizeof *ss) : NULL;
     int ok = ss != NULL;

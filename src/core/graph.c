@@ -9,10 +9,10 @@
  */
 #include <errno.h>
 #include <sched.h>
-#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/core.h"
 
@@ -62,9 +62,10 @@ static void atfork_register(void) { pthread_atfork(fork_prepare, fork_parent, fo
 
 dt_status dt__submit_error(dt_status st) {
     if (st == DT_EFORKED)
-        return dt__error(st, "this graph was created before os.fork() in the parent process: its threads do not "
-                             "exist in this child; create a new dtorch.Graph in the child (the default graph is "
-                             "replaced automatically)");
+        return dt__error(st,
+                         "this graph was created before os.fork() in the parent process: its threads do not "
+                         "exist in this child; create a new dtorch.Graph in the child (the default graph is "
+                         "replaced automatically)");
     return dt__error(st, "the graph is shut down");
 }
 
@@ -157,8 +158,8 @@ static dt_status queue_push(dt_graph *g, dt__node *n) {
         if (DT__Q_IS_CLOSED(h))
             return DT_ESHUTDOWN;
         n->next = h;
-    } while (!atomic_compare_exchange_weak_explicit(&g->qhead, &h, n, memory_order_seq_cst,
-                                                    memory_order_relaxed));
+    } while (
+        !atomic_compare_exchange_weak_explicit(&g->qhead, &h, n, memory_order_seq_cst, memory_order_relaxed));
     wake_controller(g);
     return DT_OK;
 }
@@ -442,12 +443,17 @@ dt_status dt__graph_check_mesh(const dt_graph *g, const dt_mesh *mesh) {
         return DT_OK;
     const char *type = mesh->type == DT_DEVICE_CUDA ? "cuda" : "cpu";
     if (count == 0)
-        return dt__error(DT_EDEVICE, "device_mesh: %s:%lld is not available: the '%s' backend sees no %s device on "
+        return dt__error(DT_EDEVICE,
+                         "device_mesh: %s:%lld is not available: the '%s' backend sees no %s device on "
                          "this machine (torch.cuda.is_available() is False); use a 'cpu' mesh",
-                         type, (long long)mesh->ids[i], dt__graph_be(g, mesh->type)->name, mesh->type == DT_DEVICE_CUDA ? "CUDA" : type);
-    return dt__error(DT_EDEVICE, "device_mesh: %s:%lld is not available: the '%s' backend sees %lld %s device%s "
-                     "(ids 0 to %lld)", type, (long long)mesh->ids[i], dt__graph_be(g, mesh->type)->name, (long long)count,
-                     mesh->type == DT_DEVICE_CUDA ? "CUDA" : type, count == 1 ? "" : "s", (long long)count - 1);
+                         type, (long long)mesh->ids[i], dt__graph_be(g, mesh->type)->name,
+                         mesh->type == DT_DEVICE_CUDA ? "CUDA" : type);
+    return dt__error(DT_EDEVICE,
+                     "device_mesh: %s:%lld is not available: the '%s' backend sees %lld %s device%s "
+                     "(ids 0 to %lld)",
+                     type, (long long)mesh->ids[i], dt__graph_be(g, mesh->type)->name, (long long)count,
+                     mesh->type == DT_DEVICE_CUDA ? "CUDA" : type, count == 1 ? "" : "s",
+                     (long long)count - 1);
 }
 
 dt_future *dt_graph_sync_future(dt_graph *g) {
@@ -607,7 +613,8 @@ void dt__tval_free(dt__tval *v) {
 
 void dt__graph_flush_releases(dt_graph *g) {
     if (g->defer_n) {
-        if (atomic_fetch_sub_explicit(&g->defer_mesh->refs, g->defer_n - 1, memory_order_acq_rel) == g->defer_n - 1)
+        if (atomic_fetch_sub_explicit(&g->defer_mesh->refs, g->defer_n - 1, memory_order_acq_rel) ==
+            g->defer_n - 1)
             DT_ASSERT(!"a deferred mesh reference was not counted"); /* invariant: refcount bug */
         dt_mesh_release(g->defer_mesh);
     }
@@ -641,7 +648,8 @@ void dt_tensor_release(dt_tensor *t) {
         if (h == DT__R_CLOSED)
             break;
         v->next_release = h;
-    } while (!atomic_compare_exchange_weak_explicit(&g->rhead, &h, v, memory_order_seq_cst, memory_order_relaxed));
+    } while (
+        !atomic_compare_exchange_weak_explicit(&g->rhead, &h, v, memory_order_seq_cst, memory_order_relaxed));
     if (h == DT__R_CLOSED) {
         /* Shut down: once the controller has returned, nothing else can
          * touch the value (a timed-out cancel may return before that). */

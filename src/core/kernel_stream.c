@@ -56,24 +56,45 @@ void dt__blob_release(dt__blob *b) {
 /* ------------------------------------------------------------- kernels */
 
 static const char *const kop_names[DT_K_COUNT] = {
-    [DT_K_SLICE] = "slice",   [DT_K_FULL] = "full",     [DT_K_EMPTY] = "empty",
-    [DT_K_ARANGE] = "arange", [DT_K_RAND] = "rand",     [DT_K_RANDN] = "randn",
-    [DT_K_BINARY] = "binary", [DT_K_BINARY_SCALAR] = "binary_scalar",
-    [DT_K_NEG] = "neg",       [DT_K_MATMUL] = "matmul", [DT_K_SUM] = "sum",
-    [DT_K_CAT] = "cat",       [DT_K_SUM_N] = "sum_n",   [DT_K_ZEROS_LIKE] = "zeros_like",
-    [DT_K_REDUCE] = "reduce", [DT_K_LINALG] = "linalg",
+    [DT_K_SLICE] = "slice",
+    [DT_K_FULL] = "full",
+    [DT_K_EMPTY] = "empty",
+    [DT_K_ARANGE] = "arange",
+    [DT_K_RAND] = "rand",
+    [DT_K_RANDN] = "randn",
+    [DT_K_BINARY] = "binary",
+    [DT_K_BINARY_SCALAR] = "binary_scalar",
+    [DT_K_NEG] = "neg",
+    [DT_K_MATMUL] = "matmul",
+    [DT_K_SUM] = "sum",
+    [DT_K_CAT] = "cat",
+    [DT_K_SUM_N] = "sum_n",
+    [DT_K_ZEROS_LIKE] = "zeros_like",
+    [DT_K_REDUCE] = "reduce",
+    [DT_K_LINALG] = "linalg",
     [DT_K_VIEW] = "view",
     /* elementwise family */
-    [DT_K_EW_BINARY] = "ew_binary", [DT_K_UNARY] = "unary", [DT_K_CAST] = "cast",
-    [DT_K_WHERE] = "where", [DT_K_MASKED_FILL] = "masked_fill", [DT_K_CLAMP] = "clamp",
+    [DT_K_EW_BINARY] = "ew_binary",
+    [DT_K_UNARY] = "unary",
+    [DT_K_CAST] = "cast",
+    [DT_K_WHERE] = "where",
+    [DT_K_MASKED_FILL] = "masked_fill",
+    [DT_K_CLAMP] = "clamp",
     /* nn functional family */
-    [DT_K_ACTIVATION] = "activation", [DT_K_SOFTMAX] = "softmax", [DT_K_NORM] = "norm",
-    [DT_K_EMBEDDING] = "embedding",   [DT_K_CONV2D] = "conv2d",   [DT_K_INTERPOLATE] = "interpolate",
-    [DT_K_PAD] = "pad",               [DT_K_DROPOUT] = "dropout", [DT_K_SDPA] = "sdpa",
+    [DT_K_ACTIVATION] = "activation",
+    [DT_K_SOFTMAX] = "softmax",
+    [DT_K_NORM] = "norm",
+    [DT_K_EMBEDDING] = "embedding",
+    [DT_K_CONV2D] = "conv2d",
+    [DT_K_INTERPOLATE] = "interpolate",
+    [DT_K_PAD] = "pad",
+    [DT_K_DROPOUT] = "dropout",
+    [DT_K_SDPA] = "sdpa",
     /* creation and data-dependent family */
     [DT_K_SORT] = "sort",
     /* pooling (nn family) and masked_scatter */
-    [DT_K_POOL2D] = "pool2d", [DT_K_MASKED_SCATTER] = "masked_scatter",
+    [DT_K_POOL2D] = "pool2d",
+    [DT_K_MASKED_SCATTER] = "masked_scatter",
 };
 _Static_assert(DT_K_COUNT == 35, "update kop_names when adding a kernel op");
 
@@ -135,8 +156,8 @@ static void run_backend(dt__kernel *k, const dt__stream *s) {
     dt_status st = s->be->run(k->kop, &k->attr, in, k->n_in, &out, err, sizeof err);
     if (st != DT_OK) {
         char what[600];
-        snprintf(what, sizeof what, "%s (%s kernel: %s)", err[0] ? err : dt_status_str(st),
-                 kop_names[k->kop], dt_status_str(st));
+        snprintf(what, sizeof what, "%s (%s kernel: %s)", err[0] ? err : dt_status_str(st), kop_names[k->kop],
+                 dt_status_str(st));
         poison(k, s, what);
         s->be->free(out);
         return;
@@ -148,8 +169,8 @@ static void run_backend(dt__kernel *k, const dt__stream *s) {
  * memory (to_host on its backend, from_host on s's) when another backend
  * made it, as when a value moves between device types. *tmp is the new impl
  * to free after use (NULL when the piece's own impl serves). */
-static dt_status stage_piece(const dt__assembly *as, int i, const dt__kernel *k, const dt__stream *s, void **impl,
-                             void **tmp, char *err, size_t errlen) {
+static dt_status stage_piece(const dt__assembly *as, int i, const dt__kernel *k, const dt__stream *s,
+                             void **impl, void **tmp, char *err, size_t errlen) {
     dt__blob *p = as->pieces[i];
     *tmp = NULL;
     *impl = p->impl;
@@ -163,8 +184,8 @@ static dt_status stage_piece(const dt__assembly *as, int i, const dt__kernel *k,
     }
     dt_status st = p->be->to_host(p->impl, buf, nbytes, err, errlen);
     if (st == DT_OK)
-        st = s->be->from_host(k->attr.dtype, k->attr.ndim, as->lens + (size_t)i * (size_t)k->attr.ndim, buf, tmp,
-                              err, errlen);
+        st = s->be->from_host(k->attr.dtype, k->attr.ndim, as->lens + (size_t)i * (size_t)k->attr.ndim, buf,
+                              tmp, err, errlen);
     dt__free(buf);
     *impl = st == DT_OK ? *tmp : NULL;
     return st;
@@ -191,8 +212,8 @@ static void run_assemble(dt__kernel *k, dt__stream *s) {
     }
     if (!k->out->error) {
         void *out = NULL;
-        dt_status st = s->be->assemble(k->attr.dtype, k->attr.ndim, k->attr.shape, as->n, impls, as->starts, 0,
-                                       &out, err, sizeof err);
+        dt_status st = s->be->assemble(k->attr.dtype, k->attr.ndim, k->attr.shape, as->n, impls, as->starts,
+                                       0, &out, err, sizeof err);
         if (st == DT_OK)
             k->out->impl = out;
         else

@@ -95,7 +95,8 @@ void dt__mem_charge(dt__memdev *d, int64_t delta) {
     }
 }
 
-dt_status dt_memory_stats(dt_device_type type, int64_t device_id, int64_t *current_bytes, int64_t *peak_bytes) {
+dt_status dt_memory_stats(dt_device_type type, int64_t device_id, int64_t *current_bytes,
+                          int64_t *peak_bytes) {
     if ((type != DT_DEVICE_CPU && type != DT_DEVICE_CUDA) || device_id < 0)
         return dt__error(DT_EINVAL, "memory_stats: device %lld is not a valid device", (long long)device_id);
     int64_t c = 0, p = 0;

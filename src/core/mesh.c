@@ -46,8 +46,9 @@ dt_status dt_mesh_create(dt_device_type type, int ndim, const int64_t *shape, co
     int64_t ndev = 1;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] < 1)
-            return dt__error(DT_EINVAL, "mesh: dimension %d has size %lld; every mesh dimension needs at least one device",
-                             d, (long long)shape[d]);
+            return dt__error(
+                DT_EINVAL, "mesh: dimension %d has size %lld; every mesh dimension needs at least one device",
+                d, (long long)shape[d]);
         ndev *= shape[d];
         if (ndev > (1 << 20))
             return dt__error(DT_EINVAL, "mesh: too many devices");
@@ -61,7 +62,8 @@ dt_status dt_mesh_create(dt_device_type type, int ndim, const int64_t *shape, co
     if (dim_names) {
         for (int d = 0; d < ndim; d++) {
             if (!dim_names[d] || !dim_names[d][0] || strlen(dim_names[d]) >= DT_MAX_DIM_NAME)
-                return dt__error(DT_EINVAL, "mesh_dim_names: name %d must be a non-empty string shorter than %d bytes",
+                return dt__error(DT_EINVAL,
+                                 "mesh_dim_names: name %d must be a non-empty string shorter than %d bytes",
                                  d, DT_MAX_DIM_NAME);
             for (int e = 0; e < d; e++)
                 if (strcmp(dim_names[d], dim_names[e]) == 0)

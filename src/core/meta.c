@@ -13,14 +13,16 @@ static const struct {
     const char *name;
     size_t size;
 } dtype_info[DT_DTYPE_COUNT] = {
-    [DT_BOOL] = {"bool", 1},        [DT_UINT8] = {"uint8", 1},       [DT_INT8] = {"int8", 1},
-    [DT_INT16] = {"int16", 2},      [DT_INT32] = {"int32", 4},       [DT_INT64] = {"int64", 8},
-    [DT_FLOAT16] = {"float16", 2},  [DT_BFLOAT16] = {"bfloat16", 2}, [DT_FLOAT32] = {"float32", 4},
+    [DT_BOOL] = {"bool", 1},       [DT_UINT8] = {"uint8", 1},       [DT_INT8] = {"int8", 1},
+    [DT_INT16] = {"int16", 2},     [DT_INT32] = {"int32", 4},       [DT_INT64] = {"int64", 8},
+    [DT_FLOAT16] = {"float16", 2}, [DT_BFLOAT16] = {"bfloat16", 2}, [DT_FLOAT32] = {"float32", 4},
     [DT_FLOAT64] = {"float64", 8},
 };
 
 size_t dt_dtype_size(dt_dtype d) { return (unsigned)d < DT_DTYPE_COUNT ? dtype_info[d].size : 0; }
-const char *dt_dtype_name(dt_dtype d) { return (unsigned)d < DT_DTYPE_COUNT ? dtype_info[d].name : "invalid"; }
+const char *dt_dtype_name(dt_dtype d) {
+    return (unsigned)d < DT_DTYPE_COUNT ? dtype_info[d].name : "invalid";
+}
 int dt_dtype_is_floating(dt_dtype d) { return d >= DT_FLOAT16 && d <= DT_FLOAT64; }
 int dt__dtype_is_int(dt_dtype d) { return d >= DT_UINT8 && d <= DT_INT64; }
 
@@ -81,9 +83,13 @@ typedef struct rt_state {
     int dim, zero, wrapped;
 } rt_state;
 
-static void rt_add(int *slot, dt_dtype d) { *slot = *slot < 0 ? (int)d : (int)dt__promote_types((dt_dtype)*slot, d); }
+static void rt_add(int *slot, dt_dtype d) {
+    *slot = *slot < 0 ? (int)d : (int)dt__promote_types((dt_dtype)*slot, d);
+}
 static void rt_tensor(rt_state *s, const dt__meta *m) { rt_add(m->ndim ? &s->dim : &s->zero, m->dtype); }
-static dt_dtype rt_result(const rt_state *s) { return (dt_dtype)combine(s->dim, combine(s->zero, s->wrapped)); }
+static dt_dtype rt_result(const rt_state *s) {
+    return (dt_dtype)combine(s->dim, combine(s->zero, s->wrapped));
+}
 
 dt_dtype dt__result_type2(const dt__meta *a, const dt__meta *b) {
     rt_state s = {-1, -1, -1};
@@ -93,7 +99,9 @@ dt_dtype dt__result_type2(const dt__meta *a, const dt__meta *b) {
 }
 
 static dt_dtype scalar_dtype(dt_scalar sc) {
-    return sc.kind == DT_SCALAR_FLOAT ? dt_get_default_dtype() : sc.kind == DT_SCALAR_INT ? DT_INT64 : DT_BOOL;
+    return sc.kind == DT_SCALAR_FLOAT ? dt_get_default_dtype()
+           : sc.kind == DT_SCALAR_INT ? DT_INT64
+                                      : DT_BOOL;
 }
 
 dt_dtype dt__result_type_scalar(const dt__meta *a, dt_scalar sc) {
@@ -142,8 +150,10 @@ dt_status dt__shape_check(int ndim, const int64_t *shape) {
      * and an element count that does not fit in int64. */
     for (int d = 0; d < ndim; d++)
         if (shape[d] < 0)
-            return dt__error(DT_EOP, "Trying to create tensor with negative dimension %lld: size dimension %d "
-                             "must be non-negative", (long long)shape[d], d);
+            return dt__error(DT_EOP,
+                             "Trying to create tensor with negative dimension %lld: size dimension %d "
+                             "must be non-negative",
+                             (long long)shape[d], d);
     int64_t n = 1;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] == 0)
@@ -154,7 +164,8 @@ dt_status dt__shape_check(int ndim, const int64_t *shape) {
             n *= shape[d];
     }
     if (n < 0)
-        return dt__error(DT_EOP, "Storage size calculation overflowed: the shape has more than 2**63-1 elements");
+        return dt__error(DT_EOP,
+                         "Storage size calculation overflowed: the shape has more than 2**63-1 elements");
     return DT_OK;
 }
 
@@ -210,9 +221,10 @@ dt_status dt__placements_normalize(const dt_mesh *mesh, int ndim, const dt_place
             break;
         case DT_PLACEMENT_SHARD:
             if (p.dim < -ndim || p.dim >= ndim)
-                return dt__error(DT_EINVAL,
-                                 "placements[%d]: Shard(dim=%d) is out of range for a tensor with %d dimension%s",
-                                 md, p.dim, ndim, ndim == 1 ? "" : "s");
+                return dt__error(
+                    DT_EINVAL,
+                    "placements[%d]: Shard(dim=%d) is out of range for a tensor with %d dimension%s", md,
+                    p.dim, ndim, ndim == 1 ? "" : "s");
             if (p.dim < 0)
                 p.dim += ndim;
             break;

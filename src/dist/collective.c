@@ -138,7 +138,8 @@ static void inproc_run(dt__kernel *k) {
             k->out->impl = out;
         } else {
             char buf[700];
-            snprintf(buf, sizeof buf, "%s failed in a collective: %s", k->opname, err[0] ? err : "backend error");
+            snprintf(buf, sizeof buf, "%s failed in a collective: %s", k->opname,
+                     err[0] ? err : "backend error");
             k->out->error = dt__strdup(buf);
         }
     }

@@ -94,8 +94,8 @@ static dt_status collective(plan *p, int md, int kind, int dim_a, int dim_b, dt_
             }
         }
         /* The plan's references move into the kernels. */
-        if (dt__lw_collective(p->L, mesh, DT_STREAM_COMM, c, base, stride, p->cur.blobs, next, m->dtype, NULL) !=
-            DT_OK) {
+        if (dt__lw_collective(p->L, mesh, DT_STREAM_COMM, c, base, stride, p->cur.blobs, next, m->dtype,
+                              NULL) != DT_OK) {
             /* Groups already queued run; the plan keeps what is left. */
             for (int64_t i = 0; i < mesh->ndev; i++) {
                 if (!p->cur.blobs[i])
@@ -268,7 +268,8 @@ static dt_status copy_across(plan *p, dt__tval *dst) {
             }
             if (empty && nd > 0)
                 continue;
-            if (whole_piece && whole_target && smesh->type == dmesh->type && smesh->ids[src] == dmesh->ids[j]) {
+            if (whole_piece && whole_target && smesh->type == dmesh->type &&
+                smesh->ids[src] == dmesh->ids[j]) {
                 dst->blobs[j] = dt__blob_retain(p->cur.blobs[src]);
                 shared = 1;
                 break;
@@ -386,7 +387,8 @@ dt_status dt__lower_redistribute(dt__lower *L, dt__node *n) {
 
 const dt_op_doc dt__docs_dist[] = {
     {"redistribute", "distribution",
-     "any -> any on the same mesh: S->R all-gather, P->R all-reduce, P->S reduce-scatter, S(i)->S(j) all-to-all, "
+     "any -> any on the same mesh: S->R all-gather, P->R all-reduce, P->S reduce-scatter, S(i)->S(j) "
+     "all-to-all, "
      "R->S local slice, R->P first coordinate keeps",
      1},
     {NULL, NULL, NULL, 0},

@@ -27,9 +27,9 @@
 #include "ops/ops.h"
 
 static const char *const binary_names[DT_BINARY_COUNT] = {
-    "add",        "sub",         "mul",         "div",         "div",         "floor_divide",
-    "remainder",  "pow",         "maximum",     "minimum",     "eq",          "ne",
-    "lt",         "le",          "gt",          "ge",          "logical_and", "logical_or",
+    "add",         "sub",         "mul",        "div",         "div",         "floor_divide",
+    "remainder",   "pow",         "maximum",    "minimum",     "eq",          "ne",
+    "lt",          "le",          "gt",         "ge",          "logical_and", "logical_or",
     "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
 };
 _Static_assert(DT_ARRAY_LEN(binary_names) == DT_BINARY_COUNT, "one name per binary op");
@@ -51,8 +51,8 @@ static const char *const binary_accepts[4] = {
 
 const char *dt__ew_torch_name(dt_dtype d) {
     static const char *const names[DT_DTYPE_COUNT] = {
-        [DT_BOOL] = "Bool",     [DT_UINT8] = "Byte",     [DT_INT8] = "Char",         [DT_INT16] = "Short",
-        [DT_INT32] = "Int",     [DT_INT64] = "Long",     [DT_FLOAT16] = "Half",      [DT_BFLOAT16] = "BFloat16",
+        [DT_BOOL] = "Bool",     [DT_UINT8] = "Byte",     [DT_INT8] = "Char",    [DT_INT16] = "Short",
+        [DT_INT32] = "Int",     [DT_INT64] = "Long",     [DT_FLOAT16] = "Half", [DT_BFLOAT16] = "BFloat16",
         [DT_FLOAT32] = "Float", [DT_FLOAT64] = "Double",
     };
     return (unsigned)d < DT_DTYPE_COUNT ? names[d] : "invalid";
@@ -70,14 +70,26 @@ int dt__ew_can_cast(dt_dtype from, dt_dtype to) {
  * or bool); the limits of each dtorch dtype. */
 int dt__ew_scalar_fits(dt_scalar s, dt_dtype d) {
     static const double lo[DT_DTYPE_COUNT] = {
-        [DT_UINT8] = 0,           [DT_INT8] = -128,        [DT_INT16] = -32768,   [DT_INT32] = -2147483648.0,
-        [DT_INT64] = -9223372036854775808.0, [DT_FLOAT16] = -65504.0, [DT_BFLOAT16] = -3.3895313892515355e38,
-        [DT_FLOAT32] = -3.4028234663852886e38, [DT_FLOAT64] = -1.7976931348623157e308,
+        [DT_UINT8] = 0,
+        [DT_INT8] = -128,
+        [DT_INT16] = -32768,
+        [DT_INT32] = -2147483648.0,
+        [DT_INT64] = -9223372036854775808.0,
+        [DT_FLOAT16] = -65504.0,
+        [DT_BFLOAT16] = -3.3895313892515355e38,
+        [DT_FLOAT32] = -3.4028234663852886e38,
+        [DT_FLOAT64] = -1.7976931348623157e308,
     };
     static const double hi[DT_DTYPE_COUNT] = {
-        [DT_UINT8] = 255,         [DT_INT8] = 127,         [DT_INT16] = 32767,    [DT_INT32] = 2147483647.0,
-        [DT_INT64] = 9223372036854775807.0, [DT_FLOAT16] = 65504.0, [DT_BFLOAT16] = 3.3895313892515355e38,
-        [DT_FLOAT32] = 3.4028234663852886e38, [DT_FLOAT64] = 1.7976931348623157e308,
+        [DT_UINT8] = 255,
+        [DT_INT8] = 127,
+        [DT_INT16] = 32767,
+        [DT_INT32] = 2147483647.0,
+        [DT_INT64] = 9223372036854775807.0,
+        [DT_FLOAT16] = 65504.0,
+        [DT_BFLOAT16] = 3.3895313892515355e38,
+        [DT_FLOAT32] = 3.4028234663852886e38,
+        [DT_FLOAT64] = 1.7976931348623157e308,
     };
     if (d == DT_BOOL || s.kind == DT_SCALAR_BOOL)
         return 1;
@@ -263,7 +275,8 @@ dt_status dt__ew_placements(dt__ew *e, const char *accepted, dt__ew_partial_fn p
 
 /* The node of a planned call (node op, inputs, output layout, attributes);
  * returns the output symbol. */
-static dt_tensor *submit_planned(int node_op, int nin, dt_tensor *const *in, const dt__meta *out, dt__ew_attr attr) {
+static dt_tensor *submit_planned(int node_op, int nin, dt_tensor *const *in, const dt__meta *out,
+                                 dt__ew_attr attr) {
     dt_tensor *t = dt__tensor_new(in[0]->graph, out);
     if (!t)
         return NULL;
@@ -297,7 +310,8 @@ dt_tensor *dt__ew_submit(dt__ew *e, int flags) {
         dt__sb_init(&b);
         format_shape(&a, self->ndim, self->shape);
         format_shape(&b, e->out.ndim, e->out.shape);
-        dt__error(DT_EOP, "%s_: output with shape %s doesn't match the broadcast shape %s", e->name, a.buf, b.buf);
+        dt__error(DT_EOP, "%s_: output with shape %s doesn't match the broadcast shape %s", e->name, a.buf,
+                  b.buf);
         return NULL;
     }
     if (!dt__ew_can_cast(e->out.dtype, self->dtype)) {
@@ -354,15 +368,16 @@ static int is_compare_or_logical(int op) { return op >= DT_BINARY_EQ && op <= DT
 static dt_status binary_dtype(int op, const char *name, dt_dtype rt, int has_bool, const dt_scalar *s,
                               int scalar_first, dt_scalar alpha, dt_dtype *out) {
     if (op == DT_BINARY_SUB && has_bool)
-        return dt__error(DT_EOP, "sub: subtraction, the `-` operator, with a bool tensor is not supported; use the "
-                                 "`~` or logical_not() operator to invert a mask");
+        return dt__error(DT_EOP,
+                         "sub: subtraction, the `-` operator, with a bool tensor is not supported; use the "
+                         "`~` or logical_not() operator to invert a mask");
     if (op == DT_BINARY_ADD || op == DT_BINARY_SUB) {
         if (alpha.kind == DT_SCALAR_BOOL && rt != DT_BOOL)
             return dt__error(DT_EOP, "%s: Boolean alpha only supported for Boolean results.", name);
         if (alpha.kind == DT_SCALAR_FLOAT && !dt_dtype_is_floating(rt))
-            return dt__error(DT_EOP,
-                             "%s: For integral input tensors, argument alpha must not be a floating point number.",
-                             name);
+            return dt__error(
+                DT_EOP, "%s: For integral input tensors, argument alpha must not be a floating point number.",
+                name);
     } else if (!is_one(alpha)) {
         return dt__error(DT_EINVAL, "%s: takes no alpha (only add and sub do)", name);
     }
@@ -438,8 +453,8 @@ static int same_scalar(dt_scalar x, dt_scalar y) {
     return x.kind == y.kind && (x.kind == DT_SCALAR_FLOAT ? memcmp(&x.f, &y.f, sizeof x.f) == 0 : x.i == y.i);
 }
 
-static int memo_hit(const bin_memo *m, int op, dt_tensor *a, dt_tensor *b, dt_scalar s, dt_scalar alpha, int flags,
-                    int function_form) {
+static int memo_hit(const bin_memo *m, int op, dt_tensor *a, dt_tensor *b, dt_scalar s, dt_scalar alpha,
+                    int flags, int function_form) {
     int nin = b ? 2 : 1;
     if (!m->valid || m->op != op || m->nin != nin || m->flags != flags || m->function_form != function_form ||
         !same_scalar(m->alpha, alpha) || m->default_dtype != dt_get_default_dtype())
@@ -466,8 +481,8 @@ static void memo_store(bin_memo *m, const dt__ew *e, int flags, int function_for
     m->attr_flags = e->attr.flags;
 }
 
-static dt_tensor *binary_call(dt_binary_op op, dt_tensor *a, dt_tensor *b, dt_scalar s, dt_scalar alpha, int flags,
-                              int function_form) {
+static dt_tensor *binary_call(dt_binary_op op, dt_tensor *a, dt_tensor *b, dt_scalar s, dt_scalar alpha,
+                              int flags, int function_form) {
     dt_clear_error();
     if ((unsigned)op >= DT_BINARY_COUNT) {
         dt__error(DT_EINVAL, "binary: unknown op %d", (int)op);
@@ -490,7 +505,9 @@ static dt_tensor *binary_call(dt_binary_op op, dt_tensor *a, dt_tensor *b, dt_sc
     if (!b && (op == DT_BINARY_MAXIMUM || op == DT_BINARY_MINIMUM ||
                (op >= DT_BINARY_LOGICAL_AND && op <= DT_BINARY_LOGICAL_XOR))) {
         dt__error(DT_ETYPE, "%s(): argument 'other' must be Tensor, not %s", name,
-                  s.kind == DT_SCALAR_FLOAT ? "float" : s.kind == DT_SCALAR_INT ? "int" : "bool");
+                  s.kind == DT_SCALAR_FLOAT ? "float"
+                  : s.kind == DT_SCALAR_INT ? "int"
+                                            : "bool");
         return NULL;
     }
     if ((flags & DT_EW_INPLACE) && scalar_first) {
@@ -513,7 +530,8 @@ static dt_tensor *binary_call(dt_binary_op op, dt_tensor *a, dt_tensor *b, dt_sc
             dt_tensor *in[2] = {a, b};
             return submit_planned(b ? DT_OP_BINARY : DT_OP_BINARY_SCALAR, b ? 2 : 1, in, &memo->out, attr);
         }
-        dt__ew e = {.name = name, .op = b ? DT_OP_BINARY : DT_OP_BINARY_SCALAR, .nin = b ? 2 : 1, .in = {a, b}};
+        dt__ew e = {
+            .name = name, .op = b ? DT_OP_BINARY : DT_OP_BINARY_SCALAR, .nin = b ? 2 : 1, .in = {a, b}};
         e.attr = attr;
         e.out = memo->out;
         return dt__ew_submit(&e, flags);
@@ -563,7 +581,8 @@ dt_tensor *dt_binary_scalar(dt_binary_op op, dt_tensor *a, dt_scalar s, int scal
     return binary_call(op, a, NULL, s, dt_scalar_int(1), scalar_first ? DT_EW_SCALAR_FIRST : 0, 0);
 }
 
-dt_tensor *dt_binary_ex(dt_binary_op op, dt_tensor *a, dt_tensor *b, dt_scalar s, dt_scalar alpha, int flags) {
+dt_tensor *dt_binary_ex(dt_binary_op op, dt_tensor *a, dt_tensor *b, dt_scalar s, dt_scalar alpha,
+                        int flags) {
     return binary_call(op, a, b, s, alpha, flags, 1);
 }
 
@@ -572,16 +591,26 @@ dt_tensor *dt_binary_ex(dt_binary_op op, dt_tensor *a, dt_tensor *b, dt_scalar s
 static int kernel_op(const dt__node *n) {
     int ew = (n->a.flags & DT__NF_EW_KERNEL) != 0;
     switch (n->op) {
-    case DT_OP_BINARY: return ew ? DT_K_EW_BINARY : DT_K_BINARY;
-    case DT_OP_BINARY_SCALAR: return ew ? DT_K_EW_BINARY : DT_K_BINARY_SCALAR;
-    case DT_OP_NEG: return DT_K_NEG;
-    case DT_OP_UNARY: return DT_K_UNARY;
-    case DT_OP_CAST: return DT_K_CAST;
-    case DT_OP_WHERE: return DT_K_WHERE;
-    case DT_OP_MASKED_FILL: return DT_K_MASKED_FILL;
-    case DT_OP_CLAMP: return DT_K_CLAMP;
+    case DT_OP_BINARY:
+        return ew ? DT_K_EW_BINARY : DT_K_BINARY;
+    case DT_OP_BINARY_SCALAR:
+        return ew ? DT_K_EW_BINARY : DT_K_BINARY_SCALAR;
+    case DT_OP_NEG:
+        return DT_K_NEG;
+    case DT_OP_UNARY:
+        return DT_K_UNARY;
+    case DT_OP_CAST:
+        return DT_K_CAST;
+    case DT_OP_WHERE:
+        return DT_K_WHERE;
+    case DT_OP_MASKED_FILL:
+        return DT_K_MASKED_FILL;
+    case DT_OP_CLAMP:
+        return DT_K_CLAMP;
     /* Invariant: dt__ops sends only these ops here. */
-    default: DT_ASSERT(!"not an elementwise node"); return -1;
+    default:
+        DT_ASSERT(!"not an elementwise node");
+        return -1;
     }
 }
 
@@ -659,8 +688,10 @@ const dt_op_doc dt__docs_elementwise[] = {
     {"bitwise_or", "elementwise", SIG_SR, 0},
     {"bitwise_xor", "elementwise", SIG_SR, 0},
     {"bitwise_not", "elementwise", SIG_UNARY, 0},
-    {"where", "elementwise", "(R,R,R)->R, S(d) on any inputs (same output dim d, others R)->S(d)*; no Partial", 0},
-    {"masked_fill", "elementwise", "(R,R)->R, (S(d),S(d))->S(d), (S(d),R)->S(d)*, (R,S(d))->S(d)*; no Partial", 0},
+    {"where", "elementwise",
+     "(R,R,R)->R, S(d) on any inputs (same output dim d, others R)->S(d)*; no Partial", 0},
+    {"masked_fill", "elementwise",
+     "(R,R)->R, (S(d),S(d))->S(d), (S(d),R)->S(d)*, (R,S(d))->S(d)*; no Partial", 0},
     {"clamp", "elementwise", "R->R, S(d)->S(d); tensor bounds: broadcast as where; no Partial", 0},
     {"clip", "elementwise", "as clamp", 0},
     {"neg", "elementwise", "R->R, S(d)->S(d), P->P", 0},

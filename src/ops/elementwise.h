@@ -26,12 +26,12 @@ typedef struct dt__ew_attr {
 } dt__ew_attr;
 
 typedef struct dt__ew {
-    const char *name;           /* torch's op name, for messages */
-    int op;                     /* DT_OP_* of the node */
-    int nin;                    /* tensor inputs, in kernel order */
-    dt_tensor *in[DT__MAX_IN];  /* borrowed */
+    const char *name;          /* torch's op name, for messages */
+    int op;                    /* DT_OP_* of the node */
+    int nin;                   /* tensor inputs, in kernel order */
+    dt_tensor *in[DT__MAX_IN]; /* borrowed */
     dt__ew_attr attr;
-    dt__meta out;               /* set by dt__ew_shape, dtype by the op */
+    dt__meta out; /* set by dt__ew_shape, dtype by the op */
 } dt__ew;
 
 /* Node-only flag: lower a BINARY/BINARY_SCALAR node to DT_K_EW_BINARY

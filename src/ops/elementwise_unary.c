@@ -88,8 +88,9 @@ static dt_status unary_dtype(int op, dt_dtype in, dt_dtype *out) {
         if (in != DT_BOOL)
             break;
         if (op == DT_UNARY_NEG)
-            return dt__error(DT_EOP, "neg: negation, the `-` operator, on a bool tensor is not supported; use ~ or "
-                                     "logical_not instead");
+            return dt__error(DT_EOP,
+                             "neg: negation, the `-` operator, on a bool tensor is not supported; use ~ or "
+                             "logical_not instead");
         if (op == DT_UNARY_RELU)
             return dt__error(DT_EOP, "relu: Boolean inputs not supported for relu");
         return dt__error(DT_EUNSUPPORTED, "%s: \"%s\" not implemented for 'Bool'", name,
@@ -167,10 +168,11 @@ dt_tensor *dt_cast(dt_tensor *a, dt_dtype dtype) {
     }
     e.out.dtype = dtype;
     e.attr.scalar2 = dt_scalar_int(1);
-    if (dt__ew_placements(&e,
-                          "R->R, S(d)->S(d); no Partial: a cast rounds each part, and the rounded parts need not "
-                          "sum to the rounded sum",
-                          NULL) != DT_OK)
+    if (dt__ew_placements(
+            &e,
+            "R->R, S(d)->S(d); no Partial: a cast rounds each part, and the rounded parts need not "
+            "sum to the rounded sum",
+            NULL) != DT_OK)
         return NULL;
     return dt__ew_submit(&e, 0);
 }
@@ -191,10 +193,11 @@ static int is_mask_dtype(dt_dtype d) { return d == DT_BOOL || d == DT_UINT8; }
 /* The C++ type torch names in its "value cannot be converted" error. */
 static const char *cpp_type(dt_dtype d) {
     static const char *const names[DT_DTYPE_COUNT] = {
-        [DT_BOOL] = "bool",          [DT_UINT8] = "uint8_t",          [DT_INT8] = "int8_t",
-        [DT_INT16] = "int16_t",      [DT_INT32] = "int",              [DT_INT64] = "int64_t",
-        [DT_FLOAT16] = "at::Half",   [DT_BFLOAT16] = "at::BFloat16",  [DT_FLOAT32] = "float",
-        [DT_FLOAT64] = "double",
+        [DT_BOOL] = "bool",        [DT_UINT8] = "uint8_t",
+        [DT_INT8] = "int8_t",      [DT_INT16] = "int16_t",
+        [DT_INT32] = "int",        [DT_INT64] = "int64_t",
+        [DT_FLOAT16] = "at::Half", [DT_BFLOAT16] = "at::BFloat16",
+        [DT_FLOAT32] = "float",    [DT_FLOAT64] = "double",
     };
     return (unsigned)d < DT_DTYPE_COUNT ? names[d] : "invalid";
 }
@@ -249,14 +252,16 @@ dt_tensor *dt_masked_fill(dt_tensor *a, dt_tensor *mask, dt_tensor *value, dt_sc
         return NULL;
     }
     if (value && value->v->meta.ndim != 0) {
-        dt__error(DT_EOP,
-                  "masked_fill: masked_fill_ only supports a 0-dimensional value tensor, but got tensor with %d "
-                  "dimension(s).",
-                  value->v->meta.ndim);
+        dt__error(
+            DT_EOP,
+            "masked_fill: masked_fill_ only supports a 0-dimensional value tensor, but got tensor with %d "
+            "dimension(s).",
+            value->v->meta.ndim);
         return NULL;
     }
     if (!value && !dt__ew_scalar_fits(s, dtype)) {
-        dt__error(DT_EOP, "masked_fill: value cannot be converted to type %s without overflow", cpp_type(dtype));
+        dt__error(DT_EOP, "masked_fill: value cannot be converted to type %s without overflow",
+                  cpp_type(dtype));
         return NULL;
     }
     e.out.dtype = dtype;
@@ -275,7 +280,8 @@ dt_tensor *dt_clamp(dt_tensor *a, dt_tensor *min_t, dt_scalar min_s, dt_tensor *
         dt__error(DT_EOP, "clamp: At least one of 'min' or 'max' must not be None");
         return NULL;
     }
-    if ((has_min && !min_t && !scalar_ok("clamp", min_s)) || (has_max && !max_t && !scalar_ok("clamp", max_s)))
+    if ((has_min && !min_t && !scalar_ok("clamp", min_s)) ||
+        (has_max && !max_t && !scalar_ok("clamp", max_s)))
         return NULL;
     dt__ew e = {.name = "clamp", .op = DT_OP_CLAMP, .nin = 1, .in = {a}};
     int kf = 0;

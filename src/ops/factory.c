@@ -20,14 +20,14 @@
 static dt_status check_bytes(dt_dtype dtype, int ndim, const int64_t *shape) {
     int64_t n = dt__numel(ndim, shape), size = (int64_t)dt_dtype_size(dtype);
     if (size > 0 && n > INT64_MAX / size)
-        return dt__error(DT_EOP, "Storage size calculation overflowed: %lld elements of %lld bytes", (long long)n,
-                         (long long)size);
+        return dt__error(DT_EOP, "Storage size calculation overflowed: %lld elements of %lld bytes",
+                         (long long)n, (long long)size);
     return DT_OK;
 }
 
 /* Validates the common arguments and builds the symbol and its node. */
-static dt_tensor *factory_begin(dt_graph *g, int op, dt_dtype dtype, int ndim, const int64_t *shape, dt_mesh *mesh,
-                                const dt_placement *placements, dt__node **node) {
+static dt_tensor *factory_begin(dt_graph *g, int op, dt_dtype dtype, int ndim, const int64_t *shape,
+                                dt_mesh *mesh, const dt_placement *placements, dt__node **node) {
     *node = NULL;
     dt_clear_error();
     if (dt__client_check_graph(g) != DT_OK)
@@ -77,8 +77,9 @@ static dt_tensor *factory_source(dt_graph *g, void *impl, dt_dtype dtype, int nd
     return dt__client_submit(t, n);
 }
 
-dt_tensor *dt_tensor_from_buffer(dt_graph *g, dt_dtype dtype, int ndim, const int64_t *shape, const void *data,
-                                 size_t nbytes, dt_mesh *mesh, const dt_placement *placements) {
+dt_tensor *dt_tensor_from_buffer(dt_graph *g, dt_dtype dtype, int ndim, const int64_t *shape,
+                                 const void *data, size_t nbytes, dt_mesh *mesh,
+                                 const dt_placement *placements) {
     dt_clear_error();
     if (dt__client_check_graph(g) != DT_OK || dt__shape_check(ndim, shape) != DT_OK)
         return NULL;
@@ -97,7 +98,8 @@ dt_tensor *dt_tensor_from_buffer(dt_graph *g, dt_dtype dtype, int ndim, const in
         dt__error(DT_EINVAL, "device_mesh: a mesh is required");
         return NULL;
     }
-    if (dt__placements_normalize(mesh, ndim, placements, tmp) != DT_OK || dt__graph_check_mesh(g, mesh) != DT_OK)
+    if (dt__placements_normalize(mesh, ndim, placements, tmp) != DT_OK ||
+        dt__graph_check_mesh(g, mesh) != DT_OK)
         return NULL;
     void *impl = NULL;
     char err[512] = "";
@@ -109,7 +111,8 @@ dt_tensor *dt_tensor_from_buffer(dt_graph *g, dt_dtype dtype, int ndim, const in
     return factory_source(g, impl, dtype, ndim, shape, mesh, placements);
 }
 
-dt_tensor *dt_tensor_from_dlpack(dt_graph *g, void *dl_managed, dt_mesh *mesh, const dt_placement *placements) {
+dt_tensor *dt_tensor_from_dlpack(dt_graph *g, void *dl_managed, dt_mesh *mesh,
+                                 const dt_placement *placements) {
     dt_clear_error();
     /* The backend of the mesh's device type (CPU when no mesh: rejected later). */
     const dt__backend *be = g ? dt__graph_be(g, mesh ? mesh->type : DT_DEVICE_CPU) : NULL;
@@ -165,9 +168,9 @@ void dt__source_free(const dt__backend *be, dt__node *n) {
     n->extra = NULL;
 }
 
-dt_tensor *dt_tensor_from_local_buffers(dt_graph *g, dt_dtype dtype, int ndim, const int64_t *shape, dt_mesh *mesh,
-                                        const dt_placement *placements, const void *const *data,
-                                        const size_t *nbytes) {
+dt_tensor *dt_tensor_from_local_buffers(dt_graph *g, dt_dtype dtype, int ndim, const int64_t *shape,
+                                        dt_mesh *mesh, const dt_placement *placements,
+                                        const void *const *data, const size_t *nbytes) {
     dt_clear_error();
     if (dt__client_check_graph(g) != DT_OK || dt__shape_check(ndim, shape) != DT_OK)
         return NULL;
@@ -192,7 +195,8 @@ dt_tensor *dt_tensor_from_local_buffers(dt_graph *g, dt_dtype dtype, int ndim, c
     for (int d = 0; d < ndim; d++)
         m.shape[d] = shape[d];
     m.mesh = mesh;
-    if (check_bytes(dtype, ndim, shape) != DT_OK || dt__placements_normalize(mesh, ndim, placements, m.pl) != DT_OK ||
+    if (check_bytes(dtype, ndim, shape) != DT_OK ||
+        dt__placements_normalize(mesh, ndim, placements, m.pl) != DT_OK ||
         dt__graph_check_mesh(g, mesh) != DT_OK)
         return NULL;
     int64_t ndev = mesh->ndev, coord[DT_MAX_MESH_NDIM], start[DT_MAX_NDIM], len[DT_MAX_NDIM];
@@ -201,7 +205,8 @@ dt_tensor *dt_tensor_from_local_buffers(dt_graph *g, dt_dtype dtype, int ndim, c
         dt__local_region(&m, coord, start, len);
         size_t want = (size_t)dt__numel(ndim, len) * dt_dtype_size(dtype);
         if (nbytes[i] != want || (want && !data[i])) {
-            dt__error(DT_EINVAL, "from_local: device %lld (mesh index %lld) got %zu bytes, its local block needs %zu",
+            dt__error(DT_EINVAL,
+                      "from_local: device %lld (mesh index %lld) got %zu bytes, its local block needs %zu",
                       (long long)mesh->ids[i], (long long)i, nbytes[i], want);
             return NULL;
         }
@@ -216,7 +221,8 @@ dt_tensor *dt_tensor_from_local_buffers(dt_graph *g, dt_dtype dtype, int ndim, c
         dt__mesh_coord(mesh, i, coord);
         dt__local_region(&m, coord, start, len);
         char err[512] = "";
-        dt_status st = dt__graph_be(g, mesh->type)->from_host(dtype, ndim, len, data[i], &ls->impl[i], err, sizeof err);
+        dt_status st =
+            dt__graph_be(g, mesh->type)->from_host(dtype, ndim, len, data[i], &ls->impl[i], err, sizeof err);
         if (st != DT_OK) {
             local_sources_free(dt__graph_be(g, mesh->type), ls);
             dt__error(st, "from_local: %s", err);
@@ -234,8 +240,8 @@ dt_tensor *dt_tensor_from_local_buffers(dt_graph *g, dt_dtype dtype, int ndim, c
     return dt__client_submit(t, n);
 }
 
-dt_tensor *dt_full(dt_graph *g, dt_dtype dtype, int ndim, const int64_t *shape, dt_scalar value, dt_mesh *mesh,
-                   const dt_placement *placements) {
+dt_tensor *dt_full(dt_graph *g, dt_dtype dtype, int ndim, const int64_t *shape, dt_scalar value,
+                   dt_mesh *mesh, const dt_placement *placements) {
     dt__node *n;
     dt_tensor *t = factory_begin(g, DT_OP_FULL, dtype, ndim, shape, mesh, placements, &n);
     if (!t)
@@ -311,10 +317,13 @@ dt_tensor *dt_randint(dt_graph *g, dt_dtype dtype, int64_t low, int64_t high, in
         return NULL;
     }
     if ((unsigned)dtype < DT_DTYPE_COUNT && !dt_dtype_is_floating(dtype) && dtype != DT_INT64) {
-        static const int64_t lo[] = {[DT_BOOL] = 0, [DT_UINT8] = 0, [DT_INT8] = -128, [DT_INT16] = -32768,
+        static const int64_t lo[] = {[DT_BOOL] = 0,
+                                     [DT_UINT8] = 0,
+                                     [DT_INT8] = -128,
+                                     [DT_INT16] = -32768,
                                      [DT_INT32] = -2147483647 - 1};
-        static const int64_t hi[] = {[DT_BOOL] = 1, [DT_UINT8] = 255, [DT_INT8] = 127, [DT_INT16] = 32767,
-                                     [DT_INT32] = 2147483647};
+        static const int64_t hi[] = {
+            [DT_BOOL] = 1, [DT_UINT8] = 255, [DT_INT8] = 127, [DT_INT16] = 32767, [DT_INT32] = 2147483647};
         if (low < lo[dtype] || low > hi[dtype]) {
             dt__error(DT_EOP, "from is out of bounds for %s", c_type_name(dtype));
             return NULL;
@@ -470,8 +479,10 @@ const dt_op_doc dt__docs_creation[] = {
     {"ones_like", "creation", "the input's mesh and placements unless given", 0},
     {"full_like", "creation", "the input's mesh and placements unless given", 0},
     {"empty_like", "creation", "the input's mesh and placements unless given", 0},
-    {"rand_like", "creation", "the input's mesh and placements unless given; values independent of placements", 0},
-    {"randn_like", "creation", "the input's mesh and placements unless given; values independent of placements", 0},
+    {"rand_like", "creation",
+     "the input's mesh and placements unless given; values independent of placements", 0},
+    {"randn_like", "creation",
+     "the input's mesh and placements unless given; values independent of placements", 0},
     {"arange", "creation", CREATION_SIG, 0},
     {"randint", "creation", CREATION_SIG "; values independent of placements", 0},
     {"randint_like", "creation", CREATION_SIG "; values independent of placements", 0},

@@ -42,9 +42,11 @@ static dt_status check_spec(const char *op, const dt__meta *m, const dt_slice *d
                              (long long)s.start, d, (long long)m->shape[d]);
         if (s.len < 0 || s.start < 0 || s.start > m->shape[d] ||
             (s.len > 0 && s.start + (s.len - 1) * s.step >= m->shape[d]))
-            return dt__error(DT_EINDEX, "%s: the selection start=%lld step=%lld len=%lld does not fit dimension %d "
-                                        "of size %lld",
-                             op, (long long)s.start, (long long)s.step, (long long)s.len, d, (long long)m->shape[d]);
+            return dt__error(DT_EINDEX,
+                             "%s: the selection start=%lld step=%lld len=%lld does not fit dimension %d "
+                             "of size %lld",
+                             op, (long long)s.start, (long long)s.step, (long long)s.len, d,
+                             (long long)m->shape[d]);
     }
     return DT_OK;
 }
@@ -109,7 +111,8 @@ dt_tensor *dt_index(dt_tensor *a, const dt_slice *dims, uint64_t new_axes) {
         kept += !dims[d].drop;
     int out_ndim = kept + __builtin_popcountll(new_axes);
     if (out_ndim > DT_MAX_NDIM || (out_ndim < 64 && (new_axes >> out_ndim) != 0)) {
-        dt__error(DT_EINVAL, "getitem: the result would have %d dimensions (at most %d)", out_ndim, DT_MAX_NDIM);
+        dt__error(DT_EINVAL, "getitem: the result would have %d dimensions (at most %d)", out_ndim,
+                  DT_MAX_NDIM);
         return NULL;
     }
     dt__meta out = *m;
@@ -215,7 +218,8 @@ dt_tensor *dt_index_tensor(dt_tensor *a, int64_t dim, dt_tensor *index) {
         return NULL;
     int out_ndim = m->ndim - 1 + mi->ndim;
     if (out_ndim > DT_MAX_NDIM) {
-        dt__error(DT_EINVAL, "getitem: the result would have %d dimensions (at most %d)", out_ndim, DT_MAX_NDIM);
+        dt__error(DT_EINVAL, "getitem: the result would have %d dimensions (at most %d)", out_ndim,
+                  DT_MAX_NDIM);
         return NULL;
     }
     dt__meta out = *m;
@@ -229,7 +233,9 @@ dt_tensor *dt_index_tensor(dt_tensor *a, int64_t dim, dt_tensor *index) {
         if (pi.kind == DT_PLACEMENT_PARTIAL)
             bad = 1;
         else if (pi.kind == DT_PLACEMENT_SHARD)
-            bad = pa.kind == DT_PLACEMENT_REPLICATE ? -1 : pa.kind == DT_PLACEMENT_SHARD && pa.dim == d ? 0 : 1;
+            bad = pa.kind == DT_PLACEMENT_REPLICATE              ? -1
+                  : pa.kind == DT_PLACEMENT_SHARD && pa.dim == d ? 0
+                                                                 : 1;
         else if (pa.kind == DT_PLACEMENT_SHARD && pa.dim == d)
             bad = 0;
         if (bad >= 0) {
@@ -285,8 +291,8 @@ static void value_needed(const dt__meta *am, const dt__nattr *na, const dt__meta
 
 /* The selection positions of every target dim inside the device's block.
  * Returns 0 when the device has nothing of the region. */
-static int device_part(const dt__meta *am, const dt__nattr *na, const int64_t *coord, int64_t *k0, int64_t *k1,
-                       int64_t *lstart) {
+static int device_part(const dt__meta *am, const dt__nattr *na, const int64_t *coord, int64_t *k0,
+                       int64_t *k1, int64_t *lstart) {
     int64_t bs[DT_MAX_NDIM], bl[DT_MAX_NDIM];
     dt__local_region(am, coord, bs, bl);
     int nonempty = 1;
@@ -352,8 +358,9 @@ dt_tensor *dt_setitem(dt_tensor *a, const dt_slice *dims, dt_tensor *value, dt_s
             for (int r = 0; r < nk; r++)
                 dt__sb_printf(&sr, "%s%lld", r ? ", " : "", (long long)rshape[r]);
             dt__sb_printf(&sr, "]");
-            dt__error(DT_ESHAPE, "setitem: shape mismatch: value tensor of shape %s cannot be broadcast to indexing "
-                                 "result of shape %s",
+            dt__error(DT_ESHAPE,
+                      "setitem: shape mismatch: value tensor of shape %s cannot be broadcast to indexing "
+                      "result of shape %s",
                       sv.buf, sr.buf);
             return NULL;
         }
@@ -466,10 +473,11 @@ dt_tensor *dt_setitem_mask(dt_tensor *a, int64_t dim, dt_tensor *mask, dt_scalar
     }
     for (int j = 0; j < mm->ndim; j++) {
         if (mm->shape[j] != m->shape[dim + j]) {
-            dt__error(DT_EINDEX,
-                      "setitem: The shape of the mask [%lld] at index %d does not match the shape of the indexed "
-                      "tensor [%lld] at index %lld",
-                      (long long)mm->shape[j], j, (long long)m->shape[dim + j], (long long)(dim + j));
+            dt__error(
+                DT_EINDEX,
+                "setitem: The shape of the mask [%lld] at index %d does not match the shape of the indexed "
+                "tensor [%lld] at index %lld",
+                (long long)mm->shape[j], j, (long long)m->shape[dim + j], (long long)(dim + j));
             return NULL;
         }
     }
@@ -547,9 +555,9 @@ dt_tensor *dt_setitem_index(dt_tensor *a, int64_t dim, dt_tensor *index, dt_scal
     const dt__meta *ins[2] = {m, mi};
     const char *accepts = "index Replicate; target not sharded on the indexed dim";
     for (int md = 0; md < m->mesh->ndim; md++) {
-        int bad = mi->pl[md].kind != DT_PLACEMENT_REPLICATE ? 1
+        int bad = mi->pl[md].kind != DT_PLACEMENT_REPLICATE                    ? 1
                   : m->pl[md].kind == DT_PLACEMENT_SHARD && m->pl[md].dim == d ? 0
-                                                                                : -1;
+                                                                               : -1;
         if (bad >= 0) {
             dt__view_reject("setitem", ins, 2, bad, md, accepts);
             return NULL;
@@ -590,17 +598,19 @@ dt_tensor *dt_copy(dt_tensor *dst, dt_tensor *src) {
         return NULL;
     const dt__meta *m = &dst->v->meta, *ms = &src->v->meta;
     if (ms->ndim > m->ndim) {
-        dt__error(DT_ESHAPE, "copy_: the source with %d dimensions cannot be broadcast to the destination's %d",
+        dt__error(DT_ESHAPE,
+                  "copy_: the source with %d dimensions cannot be broadcast to the destination's %d",
                   ms->ndim, m->ndim);
         return NULL;
     }
     int off = m->ndim - ms->ndim;
     for (int j = 0; j < ms->ndim; j++)
         if (ms->shape[j] != 1 && ms->shape[j] != m->shape[j + off]) {
-            dt__error(DT_ESHAPE,
-                      "copy_: The size of tensor a (%lld) must match the size of tensor b (%lld) at non-singleton "
-                      "dimension %d",
-                      (long long)m->shape[j + off], (long long)ms->shape[j], j + off);
+            dt__error(
+                DT_ESHAPE,
+                "copy_: The size of tensor a (%lld) must match the size of tensor b (%lld) at non-singleton "
+                "dimension %d",
+                (long long)m->shape[j + off], (long long)ms->shape[j], j + off);
             return NULL;
         }
     /* The placements src needs: what it has when setitem takes it, else the
@@ -615,8 +625,10 @@ dt_tensor *dt_copy(dt_tensor *dst, dt_tensor *src) {
         } else if (pd.kind == DT_PLACEMENT_SHARD) {
             int j = pd.dim - off;
             int aligned = j >= 0 && ms->shape[j] == m->shape[pd.dim];
-            if (ps.kind == DT_PLACEMENT_PARTIAL || (ps.kind == DT_PLACEMENT_SHARD && !(aligned && ps.dim == j)))
-                want[md] = aligned ? (dt_placement){DT_PLACEMENT_SHARD, j} : (dt_placement){DT_PLACEMENT_REPLICATE, 0};
+            if (ps.kind == DT_PLACEMENT_PARTIAL ||
+                (ps.kind == DT_PLACEMENT_SHARD && !(aligned && ps.dim == j)))
+                want[md] = aligned ? (dt_placement){DT_PLACEMENT_SHARD, j}
+                                   : (dt_placement){DT_PLACEMENT_REPLICATE, 0};
         } else if (ps.kind == DT_PLACEMENT_SHARD) {
             want[md] = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
         }

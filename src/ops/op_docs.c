@@ -8,9 +8,8 @@
 #include "ops/ops.h"
 
 static const dt_op_doc *const families[] = {
-    dt__docs_creation, dt__docs_elementwise, dt__docs_reduce, dt__docs_linalg,
-    dt__docs_views,    dt__docs_nn,          dt__docs_dist,     dt__docs_sort_scan,
-    dt__docs_pool,     dt__docs_masked_scatter,
+    dt__docs_creation, dt__docs_elementwise, dt__docs_reduce,    dt__docs_linalg, dt__docs_views,
+    dt__docs_nn,       dt__docs_dist,        dt__docs_sort_scan, dt__docs_pool,   dt__docs_masked_scatter,
 };
 
 int dt_op_doc_count(void) {

@@ -7,15 +7,15 @@
 
 #include "dtorch/dtorch.h"
 
-extern const dt_op_doc dt__docs_creation[];    /* factory.c */
-extern const dt_op_doc dt__docs_elementwise[]; /* elementwise.c */
-extern const dt_op_doc dt__docs_reduce[];      /* reduce.c */
-extern const dt_op_doc dt__docs_linalg[];      /* matmul.c */
-extern const dt_op_doc dt__docs_views[];       /* views.c */
-extern const dt_op_doc dt__docs_nn[];          /* nn.c */
-extern const dt_op_doc dt__docs_dist[];        /* dist/redistribute.c */
-extern const dt_op_doc dt__docs_sort_scan[];   /* sort_scan.c */
-extern const dt_op_doc dt__docs_pool[];        /* nn_pool.c */
+extern const dt_op_doc dt__docs_creation[];       /* factory.c */
+extern const dt_op_doc dt__docs_elementwise[];    /* elementwise.c */
+extern const dt_op_doc dt__docs_reduce[];         /* reduce.c */
+extern const dt_op_doc dt__docs_linalg[];         /* matmul.c */
+extern const dt_op_doc dt__docs_views[];          /* views.c */
+extern const dt_op_doc dt__docs_nn[];             /* nn.c */
+extern const dt_op_doc dt__docs_dist[];           /* dist/redistribute.c */
+extern const dt_op_doc dt__docs_sort_scan[];      /* sort_scan.c */
+extern const dt_op_doc dt__docs_pool[];           /* nn_pool.c */
 extern const dt_op_doc dt__docs_masked_scatter[]; /* masked_scatter.c */
 
 #endif /* DT_OPS_H */

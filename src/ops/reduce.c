@@ -280,7 +280,8 @@ static dt_status allgather(dt__lower *L, const dt_mesh *mesh, int md, int dim, i
         dt__coll *c = dt__coll_new(mesh->type, DT_COLL_ALLGATHER, (int)size, ndim, dtype);
         if (c)
             c->dim_a = dim;
-        if (dt__lw_collective(L, mesh, DT_STREAM_COMPUTE, c, base, stride, blobs, blobs, dtype, opname) != DT_OK)
+        if (dt__lw_collective(L, mesh, DT_STREAM_COMPUTE, c, base, stride, blobs, blobs, dtype, opname) !=
+            DT_OK)
             return L->status;
     }
     return DT_OK;

@@ -47,7 +47,8 @@ static dt_tensor *cat_node(dt_tensor *l, dt_tensor *r, const dt__meta *final, in
 
 /* The cat of ts[lo..hi) as a new reference (a leaf is retained as is unless
  * it is the whole list). */
-static dt_tensor *cat_tree(dt_tensor *const *ts, int lo, int hi, int n, const dt__meta *final, int dim, int stack) {
+static dt_tensor *cat_tree(dt_tensor *const *ts, int lo, int hi, int n, const dt__meta *final, int dim,
+                           int stack) {
     if (hi - lo == 1) {
         if (n == 1)
             return cat_node(ts[lo], NULL, final, dim, stack);
@@ -141,8 +142,10 @@ static dt_tensor *cat_impl(const char *op, int n, dt_tensor *const *ts, int64_t 
                 for (int j = 0; j < ins[i]->ndim; j++)
                     dt__sb_printf(&b, "%s%lld", j ? ", " : "", (long long)ins[i]->shape[j]);
                 dt__sb_printf(&b, "]");
-                dt__error(DT_EOP, "stack expects each tensor to be equal size, but got %s at entry 0 and %s at entry %d",
-                          a.buf, b.buf, i);
+                dt__error(
+                    DT_EOP,
+                    "stack expects each tensor to be equal size, but got %s at entry 0 and %s at entry %d",
+                    a.buf, b.buf, i);
                 goto done;
             }
         }
@@ -158,7 +161,8 @@ static dt_tensor *cat_impl(const char *op, int n, dt_tensor *const *ts, int64_t 
     } else {
         for (int i = 0; i < nk; i++)
             if (ins[i]->ndim == 0) {
-                dt__error(DT_EOP, "%s: zero-dimensional tensor (at position %d) cannot be concatenated", op, i);
+                dt__error(DT_EOP, "%s: zero-dimensional tensor (at position %d) cannot be concatenated", op,
+                          i);
                 goto done;
             }
         if (dt__view_wrap_dim(op, dim, ref->ndim, 0, &d) != DT_OK)
@@ -166,16 +170,17 @@ static dt_tensor *cat_impl(const char *op, int n, dt_tensor *const *ts, int64_t 
         int64_t total = 0;
         for (int i = 0; i < nk; i++) {
             if (ins[i]->ndim != ref->ndim) {
-                dt__error(DT_EOP, "%s: Tensors must have same number of dimensions: got %d and %d", op, ref->ndim,
-                          ins[i]->ndim);
+                dt__error(DT_EOP, "%s: Tensors must have same number of dimensions: got %d and %d", op,
+                          ref->ndim, ins[i]->ndim);
                 goto done;
             }
             for (int j = 0; j < ref->ndim; j++)
                 if (j != d && ins[i]->shape[j] != ref->shape[j]) {
-                    dt__error(DT_EOP,
-                              "%s: Sizes of tensors must match except in dimension %d. Expected size %lld but got "
-                              "size %lld for tensor number %d in the list.",
-                              op, d, (long long)ref->shape[j], (long long)ins[i]->shape[j], i);
+                    dt__error(
+                        DT_EOP,
+                        "%s: Sizes of tensors must match except in dimension %d. Expected size %lld but got "
+                        "size %lld for tensor number %d in the list.",
+                        op, d, (long long)ref->shape[j], (long long)ins[i]->shape[j], i);
                     goto done;
                 }
             total += ins[i]->shape[d];
@@ -206,7 +211,7 @@ static dt_tensor *cat_impl(const char *op, int n, dt_tensor *const *ts, int64_t 
             dt__view_reject(op, ins, nk, bad, md, cat_accepts);
             goto done;
         }
-        out.pl[md] = npartial ? (dt_placement){DT_PLACEMENT_PARTIAL, 0}
+        out.pl[md] = npartial    ? (dt_placement){DT_PLACEMENT_PARTIAL, 0}
                      : sdim >= 0 ? (dt_placement){DT_PLACEMENT_SHARD, sdim}
                                  : (dt_placement){DT_PLACEMENT_REPLICATE, 0};
     }
@@ -439,8 +444,9 @@ dt_tensor *dt_repeat(dt_tensor *a, int n, const int64_t *repeats) {
         return NULL;
     const dt__meta *m = &a->v->meta;
     if (n < m->ndim || (n > 0 && !repeats)) {
-        dt__error(DT_EOP, "repeat: Number of dimensions of repeat dims can not be smaller than number of dimensions "
-                          "of tensor");
+        dt__error(DT_EOP,
+                  "repeat: Number of dimensions of repeat dims can not be smaller than number of dimensions "
+                  "of tensor");
         return NULL;
     }
     if (n > DT_MAX_NDIM) {
@@ -453,7 +459,8 @@ dt_tensor *dt_repeat(dt_tensor *a, int n, const int64_t *repeats) {
     for (int o = 0; o < n; o++) {
         out.shape[o] = repeats[o] * (o < off ? 1 : m->shape[o - off]);
         if (repeats[o] < 0) {
-            dt__error(DT_EOP, "repeat: Trying to create tensor with negative dimension %lld", (long long)out.shape[o]);
+            dt__error(DT_EOP, "repeat: Trying to create tensor with negative dimension %lld",
+                      (long long)out.shape[o]);
             return NULL;
         }
     }
@@ -462,7 +469,8 @@ dt_tensor *dt_repeat(dt_tensor *a, int n, const int64_t *repeats) {
         if (p.kind != DT_PLACEMENT_SHARD)
             continue;
         if (repeats[p.dim + off] != 1) {
-            dt__view_reject("repeat", &m, 1, 0, md, "R->R, P->P, S(d)->S(d + new dims) when dim d is repeated once");
+            dt__view_reject("repeat", &m, 1, 0, md,
+                            "R->R, P->P, S(d)->S(d + new dims) when dim d is repeated once");
             return NULL;
         }
         out.pl[md].dim = p.dim + off;
@@ -553,9 +561,9 @@ dt_tensor *dt_repeat_interleave_tensor(dt_tensor *a, dt_tensor *repeats, int64_t
     const dt__meta *ins[2] = {m, mr};
     const char *accepts = "repeats Replicate; R->R, P->P, S(d)->S(d) for d != dim";
     for (int md = 0; md < m->mesh->ndim; md++) {
-        int bad = mr->pl[md].kind != DT_PLACEMENT_REPLICATE ? 1
+        int bad = mr->pl[md].kind != DT_PLACEMENT_REPLICATE                    ? 1
                   : m->pl[md].kind == DT_PLACEMENT_SHARD && m->pl[md].dim == d ? 0
-                                                                                : -1;
+                                                                               : -1;
         if (bad >= 0) {
             dt__view_reject("repeat_interleave", ins, 2, bad, md, accepts);
             return NULL;

@@ -59,9 +59,10 @@ dt_status dt__view_check_pair(const char *op, const dt_tensor *a, const dt_tenso
     if (a->graph != b->graph)
         return dt__error(DT_EINVAL, "%s: the tensors belong to different graphs", op);
     if (!dt_mesh_equal(a->v->meta.mesh, b->v->meta.mesh))
-        return dt__error(DT_EINVAL,
-                         "%s: the tensors are on different device meshes; move one with redistribute(device_mesh=...)",
-                         op);
+        return dt__error(
+            DT_EINVAL,
+            "%s: the tensors are on different device meshes; move one with redistribute(device_mesh=...)",
+            op);
     return DT_OK;
 }
 
@@ -71,8 +72,9 @@ dt_status dt__view_wrap_dim(const char *op, int64_t dim, int ndim, int scalar_ok
         return dt__error(DT_EINDEX, "%s: dimension specified as %lld but tensor has no dimensions", op,
                          (long long)dim);
     if (dim < -n || dim >= n)
-        return dt__error(DT_EINDEX, "%s: Dimension out of range (expected to be in range of [%d, %d], but got %lld)",
-                         op, -n, n - 1, (long long)dim);
+        return dt__error(DT_EINDEX,
+                         "%s: Dimension out of range (expected to be in range of [%d, %d], but got %lld)", op,
+                         -n, n - 1, (long long)dim);
     *out = (int)(dim < 0 ? dim + n : dim);
     return DT_OK;
 }
@@ -230,7 +232,7 @@ static int search_placements(const dt__meta *in, dt__meta *out, int md, int *bud
         return --*budget >= 0 && blocks_match(in, out);
     if (in->pl[md].kind != DT_PLACEMENT_SHARD)
         return search_placements(in, out, md + 1, budget);
-    for (int o = 0; o < out->ndim && *budget > 0; o++) {
+    for (int o = 0; o<out->ndim && * budget> 0; o++) {
         out->pl[md] = (dt_placement){DT_PLACEMENT_SHARD, o};
         if (search_placements(in, out, md + 1, budget))
             return 1;
@@ -245,7 +247,8 @@ static const char *const reshape_accepts =
 /* The reshape of `a` to `out_shape` (sizes already resolved). `dim_map`, when
  * given, names the result dim of each input dim (-1: removed), as squeeze and
  * unsqueeze know it; otherwise leading_out_dim decides. */
-static dt_tensor *reshape_to(const char *op, dt_tensor *a, int ndim, const int64_t *out_shape, const int *dim_map) {
+static dt_tensor *reshape_to(const char *op, dt_tensor *a, int ndim, const int64_t *out_shape,
+                             const int *dim_map) {
     const dt__meta *m = &a->v->meta;
     dt__meta out = *m;
     out.ndim = ndim;
@@ -277,7 +280,8 @@ static dt_tensor *reshape_to(const char *op, dt_tensor *a, int ndim, const int64
         while (md < m->mesh->ndim && m->pl[md].kind != DT_PLACEMENT_SHARD)
             md++;
         dt__view_reject(op, &m, 1, 0, md < m->mesh->ndim ? md : 0, reshape_accepts);
-        dt__error_append(" (the shards would not stay contiguous chunk-sized blocks of the result of shape [");
+        dt__error_append(
+            " (the shards would not stay contiguous chunk-sized blocks of the result of shape [");
         for (int d = 0; d < ndim; d++)
             dt__error_append("%s%lld", d ? ", " : "", (long long)out_shape[d]);
         dt__error_append("])");
@@ -328,7 +332,8 @@ dt_tensor *dt_reshape(dt_tensor *a, int ndim, const int64_t *shape) {
         dt__strbuf sb;
         dt__sb_init(&sb);
         format_shape(&sb, ndim, shape);
-        dt__error(DT_ESHAPE, "reshape: shape '%s' is invalid for input of size %lld", sb.buf, (long long)numel);
+        dt__error(DT_ESHAPE, "reshape: shape '%s' is invalid for input of size %lld", sb.buf,
+                  (long long)numel);
         return NULL;
     }
     return reshape_to("reshape", a, ndim, out_shape, NULL);
@@ -399,10 +404,11 @@ dt_tensor *dt_permute(dt_tensor *a, int ndim, const int64_t *dims) {
         return NULL;
     const dt__meta *m = &a->v->meta;
     if (ndim != m->ndim || (ndim > 0 && !dims)) {
-        dt__error(DT_EOP,
-                  "permute: number of dimensions in the tensor input does not match the length of the desired "
-                  "ordering of dimensions i.e. input.dim() = %d is not equal to len(dims) = %d",
-                  m->ndim, ndim);
+        dt__error(
+            DT_EOP,
+            "permute: number of dimensions in the tensor input does not match the length of the desired "
+            "ordering of dimensions i.e. input.dim() = %d is not equal to len(dims) = %d",
+            m->ndim, ndim);
         return NULL;
     }
     int perm[DT_MAX_NDIM], inv[DT_MAX_NDIM], seen[DT_MAX_NDIM] = {0};
@@ -439,10 +445,11 @@ dt_tensor *dt_expand(dt_tensor *a, int ndim, const int64_t *sizes) {
         return NULL;
     const dt__meta *m = &a->v->meta;
     if (ndim < m->ndim || ndim > DT_MAX_NDIM || (ndim > 0 && !sizes)) {
-        dt__error(DT_EOP,
-                  "expand: the number of sizes provided (%d) must be greater or equal to the number of dimensions "
-                  "in the tensor (%d)",
-                  ndim, m->ndim);
+        dt__error(
+            DT_EOP,
+            "expand: the number of sizes provided (%d) must be greater or equal to the number of dimensions "
+            "in the tensor (%d)",
+            ndim, m->ndim);
         return NULL;
     }
     dt__meta out = *m;
@@ -452,10 +459,11 @@ dt_tensor *dt_expand(dt_tensor *a, int ndim, const int64_t *sizes) {
         int64_t want = sizes[o];
         if (o < off) {
             if (want < 0) {
-                dt__error(DT_EOP,
-                          "expand: the expanded size of the tensor (%lld) isn't allowed in a leading, non-existing "
-                          "dimension %d",
-                          (long long)want, o);
+                dt__error(
+                    DT_EOP,
+                    "expand: the expanded size of the tensor (%lld) isn't allowed in a leading, non-existing "
+                    "dimension %d",
+                    (long long)want, o);
                 return NULL;
             }
             out.shape[o] = want;
@@ -487,7 +495,8 @@ dt_tensor *dt_expand(dt_tensor *a, int ndim, const int64_t *sizes) {
         if (p.kind != DT_PLACEMENT_SHARD)
             continue;
         if (out.shape[p.dim + off] != m->shape[p.dim]) {
-            dt__view_reject("expand", &m, 1, 0, md, "R->R, P->P, S(d)->S(d + new dims) when dim d keeps its size");
+            dt__view_reject("expand", &m, 1, 0, md,
+                            "R->R, P->P, S(d)->S(d + new dims) when dim d keeps its size");
             return NULL;
         }
         out.pl[md].dim = p.dim + off;
@@ -523,12 +532,15 @@ static void lower_local(dt__lower *L, dt__node *n) {
         dt__local_region(&o->meta, coord, os, ol);
         if (n->a.sub == DT_V_RESHAPE) {
             dt__local_region(&in->meta, coord, is, il);
-            if (in->meta.ndim == o->meta.ndim && memcmp(il, ol, sizeof(int64_t) * (size_t)o->meta.ndim) == 0) {
+            if (in->meta.ndim == o->meta.ndim &&
+                memcmp(il, ol, sizeof(int64_t) * (size_t)o->meta.ndim) == 0) {
                 o->blobs[i] = dt__blob_retain(in->blobs[i]);
                 continue;
             }
         }
-        int sub = n->a.sub == DT_V_RESHAPE ? DT_KV_RESHAPE : n->a.sub == DT_V_PERMUTE ? DT_KV_PERMUTE : DT_KV_EXPAND;
+        int sub = n->a.sub == DT_V_RESHAPE   ? DT_KV_RESHAPE
+                  : n->a.sub == DT_V_PERMUTE ? DT_KV_PERMUTE
+                                             : DT_KV_EXPAND;
         dt__kernel *k = dt__view_kernel(L, n, sub);
         if (!k)
             break;
@@ -557,21 +569,48 @@ dt_status dt__lower_view(dt__lower *L, dt__node *n) {
     switch (n->a.sub) {
     case DT_V_RESHAPE:
     case DT_V_PERMUTE:
-    case DT_V_EXPAND: lower_local(L, n); break;
-    case DT_V_INDEX: dt__vlower_index(L, n); break;
-    case DT_V_INDEX_TENSOR: dt__vlower_index_tensor(L, n); break;
-    case DT_V_SETITEM: dt__vlower_setitem(L, n); break;
-    case DT_V_SETITEM_MASK: dt__vlower_setitem_mask(L, n); break;
-    case DT_V_SETITEM_INDEX: dt__vlower_setitem_index(L, n); break;
-    case DT_V_CAT: dt__vlower_cat(L, n); break;
-    case DT_V_TRIL: dt__vlower_tril(L, n); break;
-    case DT_V_FLIP: dt__vlower_flip(L, n); break;
-    case DT_V_ROLL: dt__vlower_roll(L, n); break;
-    case DT_V_REPEAT: dt__vlower_repeat(L, n); break;
-    case DT_V_REPEAT_INTERLEAVE: dt__vlower_repeat_interleave(L, n); break;
-    case DT_V_CLONE: lower_clone(L, n); break;
+    case DT_V_EXPAND:
+        lower_local(L, n);
+        break;
+    case DT_V_INDEX:
+        dt__vlower_index(L, n);
+        break;
+    case DT_V_INDEX_TENSOR:
+        dt__vlower_index_tensor(L, n);
+        break;
+    case DT_V_SETITEM:
+        dt__vlower_setitem(L, n);
+        break;
+    case DT_V_SETITEM_MASK:
+        dt__vlower_setitem_mask(L, n);
+        break;
+    case DT_V_SETITEM_INDEX:
+        dt__vlower_setitem_index(L, n);
+        break;
+    case DT_V_CAT:
+        dt__vlower_cat(L, n);
+        break;
+    case DT_V_TRIL:
+        dt__vlower_tril(L, n);
+        break;
+    case DT_V_FLIP:
+        dt__vlower_flip(L, n);
+        break;
+    case DT_V_ROLL:
+        dt__vlower_roll(L, n);
+        break;
+    case DT_V_REPEAT:
+        dt__vlower_repeat(L, n);
+        break;
+    case DT_V_REPEAT_INTERLEAVE:
+        dt__vlower_repeat_interleave(L, n);
+        break;
+    case DT_V_CLONE:
+        lower_clone(L, n);
+        break;
     /* Invariant: the client makes only the kinds above. */
-    default: DT_ASSERT(!"unknown view kind");
+    default:
+        DT_ASSERT(!"unknown view kind");
     }
     return L->status;
 }
@@ -580,11 +619,14 @@ dt_status dt__lower_view(dt__lower *L, dt__node *n) {
 
 #define KEEP "R->R, P->P"
 const dt_op_doc dt__docs_views[] = {
-    {"view", "views", KEEP ", S(d)->S(d') when every shard stays a contiguous chunk-sized block of the result", 0},
-    {"reshape", "views", KEEP ", S(d)->S(d') when every shard stays a contiguous chunk-sized block of the result", 0},
-    {"flatten", "views", KEEP ", S(d)->S(d') when every shard stays a contiguous chunk-sized block of the result", 0},
-    {"unflatten", "views", KEEP ", S(d)->S(d') when every shard stays a contiguous chunk-sized block of the result",
-     0},
+    {"view", "views",
+     KEEP ", S(d)->S(d') when every shard stays a contiguous chunk-sized block of the result", 0},
+    {"reshape", "views",
+     KEEP ", S(d)->S(d') when every shard stays a contiguous chunk-sized block of the result", 0},
+    {"flatten", "views",
+     KEEP ", S(d)->S(d') when every shard stays a contiguous chunk-sized block of the result", 0},
+    {"unflatten", "views",
+     KEEP ", S(d)->S(d') when every shard stays a contiguous chunk-sized block of the result", 0},
     {"transpose", "views", KEEP ", S(d)->S(d swapped)", 0},
     {"permute", "views", KEEP ", S(d)->S(position of d in dims)", 0},
     {"squeeze", "views", KEEP ", S(d)->S(d') for a kept dim (a removed dim must not be sharded)", 0},
@@ -592,7 +634,8 @@ const dt_op_doc dt__docs_views[] = {
     {"expand", "views", KEEP ", S(d)->S(d + new dims) when dim d is not broadcast", 0},
     {"repeat", "views", KEEP ", S(d)->S(d + new dims) when dim d is repeated once", 0},
     {"repeat_interleave", "views",
-     KEEP ", S(d)->S(d) for d != dim; S(dim)->S(dim) when every device's block stays its own (int repeats)", 0},
+     KEEP ", S(d)->S(d) for d != dim; S(dim)->S(dim) when every device's block stays its own (int repeats)",
+     0},
     {"contiguous", "views", "any (returns the tensor itself)", 0},
     {"clone", "views", "any (placements kept; shares the immutable blocks)", 0},
     {"copy_", "views", "dst keeps its placements; src is redistributed to line up when needed", 1},
@@ -602,7 +645,8 @@ const dt_op_doc dt__docs_views[] = {
           "boolean masks synchronise",
      0},
     {"__setitem__", "views",
-     "(R,R)->R, (S(d),R)->S(d)*, (S(d),S)->S(d) when aligned, (P,R)->P, (P,P)->P, (P,scalar)->P; tensor index or "
+     "(R,R)->R, (S(d),R)->S(d)*, (S(d),S)->S(d) when aligned, (P,R)->P, (P,P)->P, (P,scalar)->P; tensor "
+     "index or "
      "mask: scalar values, indexed dims not sharded",
      0},
     {"cat", "views", "(all P)->P; S(j)/R mixes->S(j)* for j != dim; R->R", 0},

@@ -23,8 +23,8 @@
 #error "the expected sums below need float arithmetic evaluated in float"
 #endif
 
-#define N 48    /* elements per piece */
-#define MAXK 6  /* ranks */
+#define N 48   /* elements per piece */
+#define MAXK 6 /* ranks */
 
 static dt_graph *ref_graph(void) {
     dt_graph_options o = {"ref"};

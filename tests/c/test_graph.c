@@ -120,7 +120,8 @@ static void test_flow_control_bound(void) {
         failures++;
     }
     printf("flow control: peak %lld records in flight (limit %lld, bound %lld), %lld wait(s)\n",
-           (long long)s.peak_in_flight, (long long)s.in_flight_limit, (long long)bound, (long long)s.flow_waits);
+           (long long)s.peak_in_flight, (long long)s.in_flight_limit, (long long)bound,
+           (long long)s.flow_waits);
     /* The gate really held the work back: the pipeline filled up (a client may
      * stop a batch's size early: it can see a batch's nodes and kernels at
      * once while the controller hands them over). */
@@ -245,19 +246,19 @@ static void test_release_null(void) {
 
 /* Each failing call: NULL and a non-OK status, and the submitted-record
  * count unchanged. */
-#define EXPECT_FAILS_QUIETLY(call)                                                                         \
-    do {                                                                                                   \
-        int64_t before_ = stats(g).submitted;                                                              \
-        dt_clear_error();                                                                                  \
-        dt_tensor *r_ = (call);                                                                            \
-        CHECK(r_ == NULL && dt_last_status() != DT_OK && dt_last_error()[0] != '\0');                      \
-        dt_tensor_release(r_);                                                                             \
-        int64_t after_ = stats(g).submitted;                                                               \
-        if (after_ != before_) {                                                                           \
-            fprintf(stderr, "%s:%d: %s enqueued %lld record(s) although it failed\n", __FILE__, __LINE__, #call, \
-                    (long long)(after_ - before_));                                                        \
-            failures++;                                                                                    \
-        }                                                                                                  \
+#define EXPECT_FAILS_QUIETLY(call)                                                                           \
+    do {                                                                                                     \
+        int64_t before_ = stats(g).submitted;                                                                \
+        dt_clear_error();                                                                                    \
+        dt_tensor *r_ = (call);                                                                              \
+        CHECK(r_ == NULL && dt_last_status() != DT_OK && dt_last_error()[0] != '\0');                        \
+        dt_tensor_release(r_);                                                                               \
+        int64_t after_ = stats(g).submitted;                                                                 \
+        if (after_ != before_) {                                                                             \
+            fprintf(stderr, "%s:%d: %s enqueued %lld record(s) although it failed\n", __FILE__, __LINE__,    \
+                    #call, (long long)(after_ - before_));                                                   \
+            failures++;                                                                                      \
+        }                                                                                                    \
     } while (0)
 
 static void test_failed_calls_enqueue_nothing(void) {
@@ -287,8 +288,8 @@ static void test_failed_calls_enqueue_nothing(void) {
     EXPECT_FAILS_QUIETLY(dt_binary(DT_BINARY_DIV, b, bp));    /* (R, P) for div: a placement error */
     EXPECT_FAILS_QUIETLY(dt_binary(DT_BINARY_MUL, bp, bp));   /* (P, P) for mul */
     EXPECT_FAILS_QUIETLY(dt_binary(DT_BINARY_ADD, NULL, b));
-    EXPECT_FAILS_QUIETLY(dt_matmul(a, b));                    /* K mismatch */
-    EXPECT_FAILS_QUIETLY(dt_matmul(a, bt));                   /* (S(0), S(1)) */
+    EXPECT_FAILS_QUIETLY(dt_matmul(a, b));  /* K mismatch */
+    EXPECT_FAILS_QUIETLY(dt_matmul(a, bt)); /* (S(0), S(1)) */
     EXPECT_FAILS_QUIETLY(dt_sum(a, 1, &dim9, 0));
     EXPECT_FAILS_QUIETLY(dt_redistribute(a, NULL, s7));
     EXPECT_FAILS_QUIETLY(dt_tensor_from_buffer(g, DT_FLOAT32, 2, shape, host, 7, m, NULL));
@@ -297,7 +298,7 @@ static void test_failed_calls_enqueue_nothing(void) {
     EXPECT_FAILS_QUIETLY(dt_reshape(a, 1, v4));
     dt_tensor *pair[2] = {a, c4};
     EXPECT_FAILS_QUIETLY(dt_cat(2, pair, 0));
-    EXPECT_FAILS_QUIETLY(dt_embedding(idx, b));               /* float indices */
+    EXPECT_FAILS_QUIETLY(dt_embedding(idx, b)); /* float indices */
     dt_tensor *sv = NULL, *si = NULL;
     before = stats(g).submitted;
     CHECK(dt_sort(bp, 0, 0, 0, &sv, &si) == DT_EPLACEMENT && !sv && !si);

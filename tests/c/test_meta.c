@@ -36,8 +36,8 @@ static void test_chunk_rule(void) {
                 chunk_rule(n, k, i, &ws, &wl);
                 if (s != ws || l != wl) {
                     fprintf(stderr, "dt__chunk(n=%lld, k=%lld, i=%lld) = [%lld, +%lld), want [%lld, +%lld)\n",
-                            (long long)n, (long long)k, (long long)i, (long long)s, (long long)l, (long long)ws,
-                            (long long)wl);
+                            (long long)n, (long long)k, (long long)i, (long long)s, (long long)l,
+                            (long long)ws, (long long)wl);
                     failures++;
                 }
                 /* The pieces tile [0, n) in order. */
@@ -64,9 +64,9 @@ static void test_chunk_rule(void) {
             int64_t s, l;
             dt__chunk(table[t].n, table[t].k, i, &s, &l);
             if (s != table[t].want[i][0] || l != table[t].want[i][1]) {
-                fprintf(stderr, "chunk %lld of %lld in %lld: got [%lld, +%lld), want [%lld, +%lld)\n", (long long)i,
-                        (long long)table[t].n, (long long)table[t].k, (long long)s, (long long)l,
-                        (long long)table[t].want[i][0], (long long)table[t].want[i][1]);
+                fprintf(stderr, "chunk %lld of %lld in %lld: got [%lld, +%lld), want [%lld, +%lld)\n",
+                        (long long)i, (long long)table[t].n, (long long)table[t].k, (long long)s,
+                        (long long)l, (long long)table[t].want[i][0], (long long)table[t].want[i][1]);
                 failures++;
             }
         }
@@ -129,8 +129,8 @@ static void test_nested_tables(void) {
         CHECK(coord[0] == i / 3 && coord[1] == i % 3);
         dt__local_region(&m, coord, s, l);
         if (s[0] != rows[i][0] || l[0] != rows[i][1] || s[1] != 0 || l[1] != 4) {
-            fprintf(stderr, "[S(0),S(0)] device %lld: got rows [%lld, +%lld) cols [%lld, +%lld)\n", (long long)i,
-                    (long long)s[0], (long long)l[0], (long long)s[1], (long long)l[1]);
+            fprintf(stderr, "[S(0),S(0)] device %lld: got rows [%lld, +%lld) cols [%lld, +%lld)\n",
+                    (long long)i, (long long)s[0], (long long)l[0], (long long)s[1], (long long)l[1]);
             failures++;
         }
     }
@@ -207,8 +207,8 @@ static void test_region_rule(void) {
                         box_rule(mesh, pl, 2, shape, coord, ws, wl);
                         if (memcmp(s, ws, 2 * sizeof *s) || memcmp(l, wl, 2 * sizeof *l)) {
                             fprintf(stderr, "mesh %lldx%lld pl (%d,%d) rows %lld device %lld: box mismatch\n",
-                                    (long long)mshapes[ms][0], (long long)mshapes[ms][1], a, b, (long long)rows,
-                                    (long long)i);
+                                    (long long)mshapes[ms][0], (long long)mshapes[ms][1], a, b,
+                                    (long long)rows, (long long)i);
                             failures++;
                         }
                     }
@@ -260,8 +260,9 @@ static void test_device_blocks(void) {
                     for (int64_t k = 0; k < wl[1]; k++) {
                         float want = host[(ws[0] + r) * 5 + ws[1] + k] + (which ? 0.5f : 0.0f);
                         if (got[r * wl[1] + k] != want) {
-                            fprintf(stderr, "case %d device %lld (%s): [%lld,%lld] = %g, want %g\n", c, (long long)i,
-                                    which ? "t + 0.5" : "t", (long long)r, (long long)k, got[r * wl[1] + k], want);
+                            fprintf(stderr, "case %d device %lld (%s): [%lld,%lld] = %g, want %g\n", c,
+                                    (long long)i, which ? "t + 0.5" : "t", (long long)r, (long long)k,
+                                    got[r * wl[1] + k], want);
                             failures++;
                         }
                     }
@@ -287,7 +288,8 @@ static void test_version(void) {
     }
     int num = DT_VERSION_MAJOR * 10000 + DT_VERSION_MINOR * 100 + DT_VERSION_PATCH;
     if (dt_version_number() != num) {
-        fprintf(stderr, "%s:%d: dt_version_number() %d, expected %d\n", __FILE__, __LINE__, dt_version_number(), num);
+        fprintf(stderr, "%s:%d: dt_version_number() %d, expected %d\n", __FILE__, __LINE__,
+                dt_version_number(), num);
         failures++;
     }
 }

@@ -15,7 +15,6 @@
 
 static long checked;
 
-
 /* Placement number k of a tensor with `nd` dims: 0 = R, 1..nd = S(k-1), nd+1 = P. */
 static dt_placement placement(int k, int nd) {
     if (k == 0)
@@ -29,7 +28,9 @@ static void format(char *buf, size_t n, const dt_placement *pl, int k) {
     size_t len = 0;
     for (int i = 0; i < k && len < n; i++)
         len += (size_t)snprintf(buf + len, n - len, "%s%c%d", i ? "," : "",
-                                pl[i].kind == DT_PLACEMENT_SHARD ? 'S' : pl[i].kind == DT_PLACEMENT_PARTIAL ? 'P' : 'R',
+                                pl[i].kind == DT_PLACEMENT_SHARD     ? 'S'
+                                : pl[i].kind == DT_PLACEMENT_PARTIAL ? 'P'
+                                                                     : 'R',
                                 pl[i].kind == DT_PLACEMENT_SHARD ? pl[i].dim : 0);
 }
 
@@ -59,7 +60,8 @@ static void run_mesh(dt_graph *g, int mnd, const int64_t *mshape) {
             dt_placement sp[4];
             for (int i = 0, c = a; i < mnd; i++, c /= nk)
                 sp[i] = placement(c % nk, nd);
-            dt_tensor *src = dt_tensor_from_buffer(g, DT_FLOAT32, nd, shapes[si], x, (size_t)numel * 4, mesh, sp);
+            dt_tensor *src =
+                dt_tensor_from_buffer(g, DT_FLOAT32, nd, shapes[si], x, (size_t)numel * 4, mesh, sp);
             CHECK(src);
             if (!src)
                 continue;
@@ -117,11 +119,11 @@ static void test_cross_mesh(dt_graph *g) {
         int64_t sshape[3], dshape[3];
         int64_t sfirst, dfirst;
     } pairs[] = {
-        {1, 1, {2}, {2}, 0, 2},          /* (2,) -> (2,) on other devices */
-        {1, 1, {2}, {3}, 0, 1},          /* (2,) -> (3,), overlapping ids */
-        {2, 2, {2, 2}, {2, 2}, 0, 4},    /* (2,2) -> (2,2) on other devices */
-        {1, 1, {3}, {1}, 0, 7},          /* onto a one-device mesh */
-        {2, 1, {2, 2}, {3}, 0, 2},       /* different ndim and size */
+        {1, 1, {2}, {2}, 0, 2},       /* (2,) -> (2,) on other devices */
+        {1, 1, {2}, {3}, 0, 1},       /* (2,) -> (3,), overlapping ids */
+        {2, 2, {2, 2}, {2, 2}, 0, 4}, /* (2,2) -> (2,2) on other devices */
+        {1, 1, {3}, {1}, 0, 7},       /* onto a one-device mesh */
+        {2, 1, {2, 2}, {3}, 0, 2},    /* different ndim and size */
         {1, 3, {3}, {2, 1, 2}, 0, 1},
     };
     const int64_t shapes[3][2] = {{6, 4}, {5, 7}, {1, 3}};
@@ -142,7 +144,8 @@ static void test_cross_mesh(dt_graph *g) {
                 dt_placement sp[4], dp[4];
                 for (int i = 0, c = a; i < pairs[pi].snd; i++, c /= nk)
                     sp[i] = placement(c % nk, 2);
-                dt_tensor *src = dt_tensor_from_buffer(g, DT_FLOAT32, 2, shapes[si], x, (size_t)numel * 4, sm, sp);
+                dt_tensor *src =
+                    dt_tensor_from_buffer(g, DT_FLOAT32, 2, shapes[si], x, (size_t)numel * 4, sm, sp);
                 CHECK(src);
                 for (int b = 0; src && b < ndst; b++) {
                     for (int i = 0, c = b; i < pairs[pi].dnd; i++, c /= nk)
@@ -157,7 +160,8 @@ static void test_cross_mesh(dt_graph *g) {
                         char s1[64], s2[64];
                         format(s1, sizeof s1, sp, pairs[pi].snd);
                         format(s2, sizeof s2, dp, pairs[pi].dnd);
-                        fprintf(stderr, "cross-mesh mismatch: pair %zu shape %d [%s] -> [%s]\n", pi, si, s1, s2);
+                        fprintf(stderr, "cross-mesh mismatch: pair %zu shape %d [%s] -> [%s]\n", pi, si, s1,
+                                s2);
                         failures++;
                     }
                     checked++;

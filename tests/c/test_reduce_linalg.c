@@ -12,9 +12,6 @@
 #include "dtorch/dtorch.h"
 #include "test_util.h"
 
-
-
-
 static dt_tensor *ones(dt_graph *g, dt_dtype dt, int ndim, const int64_t *shape, dt_mesh *m, dt_placement p) {
     dt_tensor *t = dt_full(g, dt, ndim, shape, dt_scalar_int(1), m, &p);
     CHECK(t != NULL);

@@ -15,8 +15,6 @@
 #include "dtorch/dtorch.h"
 #include "test_util.h"
 
-
-
 static dt_mesh *mesh1d(int n, int first_id) {
     int64_t shape[1] = {n}, ids[16];
     for (int i = 0; i < n; i++)
@@ -110,8 +108,8 @@ static void test_redistribute_all(void) {
             float x[64];
             fill(x, numel, si);
             for (int a = 0; a < 4; a++) {
-                dt_tensor *src = dt_tensor_from_buffer(g, DT_FLOAT32, 2, shapes[si], x, (size_t)numel * 4, m,
-                                                       &all[a]);
+                dt_tensor *src =
+                    dt_tensor_from_buffer(g, DT_FLOAT32, 2, shapes[si], x, (size_t)numel * 4, m, &all[a]);
                 CHECK(src);
                 for (int b = 0; b < 4; b++) {
                     dt_tensor *dst = dt_redistribute(src, NULL, &all[b]);
@@ -144,8 +142,8 @@ static void test_matmul(void) {
             for (int k = 0; k < 3; k++)
                 want[i * 4 + j] += x[i * 3 + k] * y[k * 4 + j];
     dt_placement combos[][3] = {
-        {R(), R(), R()}, {S(0), R(), S(0)}, {R(), S(1), S(1)}, {S(1), S(0), P()}, {S(1), R(), P()},
-        {R(), S(0), P()}, {P(), R(), P()},  {R(), P(), P()},
+        {R(), R(), R()},  {S(0), R(), S(0)}, {R(), S(1), S(1)}, {S(1), S(0), P()},
+        {S(1), R(), P()}, {R(), S(0), P()},  {P(), R(), P()},   {R(), P(), P()},
     };
     for (size_t c = 0; c < sizeof combos / sizeof combos[0]; c++) {
         dt_tensor *a = dt_tensor_from_buffer(g, DT_FLOAT32, 2, sa, x, sizeof x, m, &combos[c][0]);
@@ -276,7 +274,8 @@ static void test_bad_input(void) {
     int64_t shape[2] = {2, 3};
     float x[6] = {1, 2, 3, 4, 5, 6};
     dt_placement s5[1] = {S(5)};
-    CHECK(!dt_tensor_from_buffer(g, DT_FLOAT32, 2, shape, x, sizeof x, m, s5) && dt_last_status() == DT_EINVAL);
+    CHECK(!dt_tensor_from_buffer(g, DT_FLOAT32, 2, shape, x, sizeof x, m, s5) &&
+          dt_last_status() == DT_EINVAL);
     CHECK(!dt_tensor_from_buffer(g, DT_FLOAT32, 2, shape, x, 5, m, NULL) && dt_last_status() == DT_EINVAL);
     dt_tensor *a = dt_tensor_from_buffer(g, DT_FLOAT32, 2, shape, x, sizeof x, m, NULL);
     int64_t shape2[1] = {4};

@@ -14,9 +14,6 @@
 #include "dtorch/dtorch.h"
 #include "test_util.h"
 
-
-
-
 static void test_randint(dt_graph *g, dt_mesh *one, dt_mesh *two) {
     int64_t shape[2] = {5, 7};
     int64_t a[35], b[35];

@@ -74,8 +74,8 @@ static void fake_stream_destroy(dt__stream *s) {
 }
 
 typedef struct waiter {
-    dt__stream *on;     /* the waiting stream */
-    const dt__blob *b;  /* what it waits for */
+    dt__stream *on;    /* the waiting stream */
+    const dt__blob *b; /* what it waits for */
     atomic_int done;
 } waiter;
 
@@ -151,20 +151,21 @@ static void run_collectives(dt_graph *g, dt_device_type type, int n, const int64
     dt_placement s0 = S(0), s1 = S(1), r = R(), p = P();
     dt_tensor *t = dt_tensor_from_buffer(g, DT_FLOAT32, 2, shape2, x, (size_t)numel * sizeof *x, m, &s0);
     dt_tensor *y = dt_binary_scalar(DT_BINARY_MUL, t, dt_scalar_float(2), 0); /* compute */
-    dt_tensor *gathered = dt_redistribute(y, NULL, &r);                        /* all-gather: comm */
-    dt_tensor *z = dt_binary_scalar(DT_BINARY_ADD, gathered, dt_scalar_float(1), 0); /* compute waits on comm */
+    dt_tensor *gathered = dt_redistribute(y, NULL, &r);                       /* all-gather: comm */
+    dt_tensor *z =
+        dt_binary_scalar(DT_BINARY_ADD, gathered, dt_scalar_float(1), 0); /* compute waits on comm */
     for (int64_t i = 0; i < numel; i++)
         want[i] = x[i] * 2 + 1;
     expect_values(z, want, numel, "all-gather then add");
 
-    dt_tensor *zp = dt_redistribute(z, NULL, &p);       /* R -> P: local */
-    dt_tensor *rs = dt_redistribute(zp, NULL, &s1);     /* reduce-scatter */
-    dt_tensor *a2a = dt_redistribute(rs, NULL, &s0);    /* all-to-all */
-    dt_tensor *neg = dt_neg(a2a);                       /* compute */
-    dt_tensor *np = dt_redistribute(neg, NULL, &r);     /* all-gather */
-    dt_tensor *npp = dt_redistribute(np, NULL, &p);     /* R -> P: local */
+    dt_tensor *zp = dt_redistribute(z, NULL, &p);    /* R -> P: local */
+    dt_tensor *rs = dt_redistribute(zp, NULL, &s1);  /* reduce-scatter */
+    dt_tensor *a2a = dt_redistribute(rs, NULL, &s0); /* all-to-all */
+    dt_tensor *neg = dt_neg(a2a);                    /* compute */
+    dt_tensor *np = dt_redistribute(neg, NULL, &r);  /* all-gather */
+    dt_tensor *npp = dt_redistribute(np, NULL, &p);  /* R -> P: local */
     dt_tensor *pp = dt_binary_scalar(DT_BINARY_MUL, npp, dt_scalar_float(3), 0);
-    dt_tensor *ar = dt_redistribute(pp, NULL, &r);      /* all-reduce */
+    dt_tensor *ar = dt_redistribute(pp, NULL, &r); /* all-reduce */
     for (int64_t i = 0; i < numel; i++)
         want[i] = -(x[i] * 2 + 1) * 3;
     expect_values(ar, want, numel, "reduce-scatter, all-to-all, all-gather, all-reduce");
@@ -308,7 +309,8 @@ static int64_t any_device(dt_device_type type) {
     return -1;
 }
 static atomic_long streams_made, streams_freed;
-static dt_status tstream_new(dt_device_type type, int64_t id, int kind, void **ctx, char *err, size_t errlen) {
+static dt_status tstream_new(dt_device_type type, int64_t id, int kind, void **ctx, char *err,
+                             size_t errlen) {
     (void)err;
     (void)errlen;
     CHECK_EQ(type, DT_DEVICE_CUDA);
@@ -371,14 +373,14 @@ static void test_second_device_type(void) {
     dt_mesh *m = mesh_of(DT_DEVICE_CPU, 2, ids);
     dt_placement s0 = S(0), r = R();
     dt_tensor *t = dt_tensor_from_buffer(g, DT_FLOAT32, 1, shape, x, sizeof x, m, &s0);
-    dt_tensor *on_cuda = dt_redistribute(t, cm, &s0);        /* CPU -> cuda: staged pieces */
+    dt_tensor *on_cuda = dt_redistribute(t, cm, &s0); /* CPU -> cuda: staged pieces */
     dt_tensor *c2 = dt_binary_scalar(DT_BINARY_MUL, on_cuda, dt_scalar_float(2), 0);
-    dt_tensor *cr = dt_redistribute(c2, NULL, &r);           /* all-gather on cuda's comm streams */
+    dt_tensor *cr = dt_redistribute(c2, NULL, &r); /* all-gather on cuda's comm streams */
     dt_tensor *c3 = dt_binary_scalar(DT_BINARY_SUB, cr, dt_scalar_float(1), 0); /* waits via events */
     for (int i = 0; i < N; i++)
         want[i] = x[i] * 2 - 1;
     expect_values(c3, want, N, "cuda-typed mesh: 2x - 1");
-    dt_tensor *back = dt_redistribute(c3, m, &s0);           /* cuda -> CPU: staged */
+    dt_tensor *back = dt_redistribute(c3, m, &s0); /* cuda -> CPU: staged */
     dt_tensor *b2 = dt_binary_scalar(DT_BINARY_ADD, back, dt_scalar_float(1), 0);
     for (int i = 0; i < N; i++)
         want[i] = x[i] * 2;

@@ -13,46 +13,46 @@
 
 static int failures;
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n", __FILE__, __LINE__, #cond,   \
-                    dt_last_error());                                                              \
-            failures++;                                                                            \
-        }                                                                                          \
+#define CHECK(cond)                                                                                          \
+    do {                                                                                                     \
+        if (!(cond)) {                                                                                       \
+            fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n", __FILE__, __LINE__, #cond,          \
+                    dt_last_error());                                                                        \
+            failures++;                                                                                      \
+        }                                                                                                    \
     } while (0)
 
 /* Compare two integers (as long long) and print both operands on failure,
  * as libuv's ASSERT_EQ does. */
-#define CHECK_EQ(a, b)                                                                             \
-    do {                                                                                           \
-        long long check_a_ = (long long)(a), check_b_ = (long long)(b);                            \
-        if (check_a_ != check_b_) {                                                                \
-            fprintf(stderr, "%s:%d: CHECK_EQ(%s, %s) failed: %lld != %lld; last error: %s\n",        \
-                    __FILE__, __LINE__, #a, #b, check_a_, check_b_, dt_last_error());              \
-            failures++;                                                                            \
-        }                                                                                          \
+#define CHECK_EQ(a, b)                                                                                       \
+    do {                                                                                                     \
+        long long check_a_ = (long long)(a), check_b_ = (long long)(b);                                      \
+        if (check_a_ != check_b_) {                                                                          \
+            fprintf(stderr, "%s:%d: CHECK_EQ(%s, %s) failed: %lld != %lld; last error: %s\n", __FILE__,      \
+                    __LINE__, #a, #b, check_a_, check_b_, dt_last_error());                                  \
+            failures++;                                                                                      \
+        }                                                                                                    \
     } while (0)
 /* Compare two C strings (NULL allowed) and print both on failure. */
-#define CHECK_STREQ(a, b)                                                                          \
-    do {                                                                                           \
-        const char *check_a_ = (a), *check_b_ = (b);                                               \
-        if (!check_a_ || !check_b_ ? check_a_ != check_b_ : strcmp(check_a_, check_b_) != 0) {    \
-            fprintf(stderr, "%s:%d: CHECK_STREQ(%s, %s) failed: \"%s\" != \"%s\"\n", __FILE__,    \
-                    __LINE__, #a, #b, check_a_ ? check_a_ : "(null)", check_b_ ? check_b_ : "(null)"); \
-            failures++;                                                                            \
-        }                                                                                          \
+#define CHECK_STREQ(a, b)                                                                                    \
+    do {                                                                                                     \
+        const char *check_a_ = (a), *check_b_ = (b);                                                         \
+        if (!check_a_ || !check_b_ ? check_a_ != check_b_ : strcmp(check_a_, check_b_) != 0) {               \
+            fprintf(stderr, "%s:%d: CHECK_STREQ(%s, %s) failed: \"%s\" != \"%s\"\n", __FILE__, __LINE__, #a, \
+                    #b, check_a_ ? check_a_ : "(null)", check_b_ ? check_b_ : "(null)");                     \
+            failures++;                                                                                      \
+        }                                                                                                    \
     } while (0)
 
 /* Compare two floating-point values exactly and print both on failure. */
-#define CHECK_FEQ(a, b)                                                                            \
-    do {                                                                                           \
-        double check_a_ = (double)(a), check_b_ = (double)(b);                                     \
-        if (check_a_ != check_b_) {                                                                \
-            fprintf(stderr, "%s:%d: CHECK_FEQ(%s, %s) failed: %.17g != %.17g\n", __FILE__,          \
-                    __LINE__, #a, #b, check_a_, check_b_);                                         \
-            failures++;                                                                            \
-        }                                                                                          \
+#define CHECK_FEQ(a, b)                                                                                      \
+    do {                                                                                                     \
+        double check_a_ = (double)(a), check_b_ = (double)(b);                                               \
+        if (check_a_ != check_b_) {                                                                          \
+            fprintf(stderr, "%s:%d: CHECK_FEQ(%s, %s) failed: %.17g != %.17g\n", __FILE__, __LINE__, #a, #b, \
+                    check_a_, check_b_);                                                                     \
+            failures++;                                                                                      \
+        }                                                                                                    \
     } while (0)
 
 __attribute__((unused)) static dt_placement R(void) { return (dt_placement){DT_PLACEMENT_REPLICATE, 0}; }

@@ -1,5 +1,5 @@
 """Helpers of the elementwise tests: operands of every dtype, bit-exact comparison with NaNs, and a
-reference model of the documented placement rules (dtorch.h, "elementwise math")."""
+reference model of the documented placement rules (dtorch_ops.h, "elementwise math")."""
 
 import itertools
 

@@ -1,7 +1,7 @@
 """tests/c/test_handles.c must call every public C entry point that takes a handle.
 
 The C test checks that each such entry survives NULL handles; this one keeps its list in step with
-include/dtorch/dtorch.h, so a new entry point without the check fails here.
+include/dtorch/dtorch.h and dtorch_ops.h, so a new entry point without the check fails here.
 """
 import os
 import re
@@ -12,8 +12,10 @@ HANDLE_TYPES = ("dt_tensor", "dt_mesh", "dt_graph", "dt_future", "dt_debug_gate"
 
 
 def public_entries_with_handles():
-    with open(os.path.join(ROOT, "include", "dtorch", "dtorch.h")) as f:
-        text = f.read()
+    text = ""
+    for header in ("dtorch.h", "dtorch_ops.h"):
+        with open(os.path.join(ROOT, "include", "dtorch", header)) as f:
+            text += f.read()
     names = []
     for decl in re.findall(r"^DT_API\s+([^;]*);", text, re.M | re.S):
         m = re.search(r"(\w+)\s*\((.*)\)\s*$", " ".join(decl.split()), re.S)

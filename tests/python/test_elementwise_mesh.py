@@ -1,7 +1,7 @@
 """Elementwise placement rules on 2-, 3-device and 2x2 meshes with uneven shapes: every accepted
 combination computes torch's value (exact for Shard/Replicate, allclose where Partial is involved),
 every other one raises PlacementError at the call. The expected placements come from the rules
-documented in dtorch.h ("elementwise math"), modelled in ew_helpers.py."""
+documented in dtorch_ops.h ("elementwise math"), modelled in ew_helpers.py."""
 
 import itertools
 import unittest

@@ -1,7 +1,7 @@
 """Linear algebra against eager torch: matmul (every rank, @), mm, bmm, outer, einsum, nn.functional.linear.
 
 One-device meshes must match torch bit for bit. On meshes, the expected output
-placement comes from the documented label rule (dtorch.h, "linear algebra"),
+placement comes from the documented label rule (dtorch_ops.h, "linear algebra"),
 re-implemented here from the einsum form of each op; integer-valued data makes
 every summation order exact, so sharded and Partial results are compared exactly.
 """

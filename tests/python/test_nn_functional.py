@@ -2,7 +2,7 @@
 
 One device: torch.equal (and the same failures as torch for unsupported dtypes). 2-device,
 3-device (uneven shards) and 2x2 meshes: every placement combination of the inputs, with the
-output placement each op documents (include/dtorch/dtorch.h) or a PlacementError. Shard-only
+output placement each op documents (include/dtorch/dtorch_ops.h) or a PlacementError. Shard-only
 results are exact unless an op documents otherwise; Partial results are compared with allclose.
 """
 
@@ -545,7 +545,7 @@ class TestInterpolatePad(NNTestCase):
         for shape, kw in (self.INTERP[3], self.INTERP[0], self.INTERP[6]):
             x = randn(3, *shape[1:])
             # The linear modes' CPU kernels vectorise across channels: channel shards may differ in the
-            # last bit (documented in dtorch.h).
+            # last bit (documented in dtorch_ops.h).
             exact = kw.get("mode", "nearest").startswith("nearest")
             self.sweep(Case("interpolate", lambda t, kw=kw: TF.interpolate(t, **kw),
                             lambda t, kw=kw: F.interpolate(t, **kw), [x], rule, exact=exact), grid=len(shape) == 4)

@@ -57,10 +57,10 @@ def broadcast_shape(a, b):
 
 
 def expected_binary(op, pa, pb, sa, sb):
-    """The output placement dtorch documents for one mesh dim (dtorch.h, dt_binary).
+    """The output placement dtorch documents for one mesh dim (dtorch_ops.h, dt_binary).
 
     None: the combination is rejected (PlacementError). That includes a Shard of
-    a size-1 dim that broadcasts (dtorch.h, elementwise math: "a Shard of a
+    a size-1 dim that broadcasts (dtorch_ops.h, elementwise math: "a Shard of a
     size-1 dim that broadcasts is rejected"): the other devices would have
     nothing to broadcast.
     """

@@ -1,7 +1,7 @@
 """Reductions against eager torch: sum mean prod amax amin max min argmax argmin any all.
 
 One-device meshes must match torch bit for bit; on 2-, 3- (uneven) and 2x2 meshes
-every placement is checked against the documented rule (dtorch.h, dt_reduce):
+every placement is checked against the documented rule (dtorch_ops.h, dt_reduce):
 R->R, S(kept)->S(renumbered), S(reduced)->P for sum/mean and ->R (gathered by the
 op) for the others, P only for sum/mean.
 """

@@ -1,7 +1,7 @@
 """Views and shape ops against eager torch: one device (torch.equal), 2/3-device and 2x2 meshes for the
 accepted placements (exact: these ops only move data), PlacementError for the rejected ones.
 
-Expected placements come from the rules as documented (dtorch.h, the views section), restated here;
+Expected placements come from the rules as documented (dtorch_ops.h, the views section), restated here;
 for reshape the oracle is independent: it enumerates every device's flat indices of its input block and
 of each candidate output block (torch.chunk sizes), and accepts exactly when some output placement
 matches on every device.

@@ -57,22 +57,42 @@ typedef struct ref_tensor {
 
 /* Designated so that families adding kernel ops append without reordering. */
 static const char *const kop_names[DT_K_COUNT] = {
-    [DT_K_SLICE] = "SLICE",   [DT_K_FULL] = "FULL",     [DT_K_EMPTY] = "EMPTY",
-    [DT_K_ARANGE] = "ARANGE", [DT_K_RAND] = "RAND",     [DT_K_RANDN] = "RANDN",
-    [DT_K_BINARY] = "BINARY", [DT_K_BINARY_SCALAR] = "BINARY_SCALAR",
-    [DT_K_NEG] = "NEG",       [DT_K_MATMUL] = "MATMUL", [DT_K_SUM] = "SUM",
-    [DT_K_CAT] = "CAT",       [DT_K_SUM_N] = "SUM_N",   [DT_K_ZEROS_LIKE] = "ZEROS_LIKE",
-    [DT_K_REDUCE] = "REDUCE", [DT_K_LINALG] = "LINALG", [DT_K_VIEW] = "VIEW",
-    [DT_K_EW_BINARY] = "EW_BINARY", [DT_K_UNARY] = "UNARY", [DT_K_CAST] = "CAST",
-    [DT_K_WHERE] = "WHERE", [DT_K_MASKED_FILL] = "MASKED_FILL", [DT_K_CLAMP] = "CLAMP",
-    [DT_K_ACTIVATION] = "ACTIVATION", [DT_K_SOFTMAX] = "SOFTMAX", [DT_K_NORM] = "NORM",
-    [DT_K_EMBEDDING] = "EMBEDDING", [DT_K_CONV2D] = "CONV2D", [DT_K_INTERPOLATE] = "INTERPOLATE",
-    [DT_K_PAD] = "PAD", [DT_K_DROPOUT] = "DROPOUT", [DT_K_SDPA] = "SDPA",
+    [DT_K_SLICE] = "SLICE",
+    [DT_K_FULL] = "FULL",
+    [DT_K_EMPTY] = "EMPTY",
+    [DT_K_ARANGE] = "ARANGE",
+    [DT_K_RAND] = "RAND",
+    [DT_K_RANDN] = "RANDN",
+    [DT_K_BINARY] = "BINARY",
+    [DT_K_BINARY_SCALAR] = "BINARY_SCALAR",
+    [DT_K_NEG] = "NEG",
+    [DT_K_MATMUL] = "MATMUL",
+    [DT_K_SUM] = "SUM",
+    [DT_K_CAT] = "CAT",
+    [DT_K_SUM_N] = "SUM_N",
+    [DT_K_ZEROS_LIKE] = "ZEROS_LIKE",
+    [DT_K_REDUCE] = "REDUCE",
+    [DT_K_LINALG] = "LINALG",
+    [DT_K_VIEW] = "VIEW",
+    [DT_K_EW_BINARY] = "EW_BINARY",
+    [DT_K_UNARY] = "UNARY",
+    [DT_K_CAST] = "CAST",
+    [DT_K_WHERE] = "WHERE",
+    [DT_K_MASKED_FILL] = "MASKED_FILL",
+    [DT_K_CLAMP] = "CLAMP",
+    [DT_K_ACTIVATION] = "ACTIVATION",
+    [DT_K_SOFTMAX] = "SOFTMAX",
+    [DT_K_NORM] = "NORM",
+    [DT_K_EMBEDDING] = "EMBEDDING",
+    [DT_K_CONV2D] = "CONV2D",
+    [DT_K_INTERPOLATE] = "INTERPOLATE",
+    [DT_K_PAD] = "PAD",
+    [DT_K_DROPOUT] = "DROPOUT",
+    [DT_K_SDPA] = "SDPA",
     [DT_K_SORT] = "SORT",
-    [DT_K_POOL2D] = "POOL2D", [DT_K_MASKED_SCATTER] = "MASKED_SCATTER",
+    [DT_K_POOL2D] = "POOL2D",
+    [DT_K_MASKED_SCATTER] = "MASKED_SCATTER",
 };
-
-
 
 static const char *const dtype_names[] = {"bool",  "uint8",   "int8",     "int16",   "int32",
                                           "int64", "float16", "bfloat16", "float32", "float64"};
@@ -590,8 +610,8 @@ static dt_status rand_region(int kop, const dt__kattr *a, ref_tensor **out, char
      * (its own stream, not torch's: the ref backend only promises the range). */
     int randint = kop == DT_K_RAND && a->sub == DT_KRAND_INT;
     if (randint && (esize(a->dtype) == 0 || a->scalar2.i <= a->scalar.i))
-        return fail(err, errlen, DT_EUNSUPPORTED, "ref: randint of dtype %s in [%lld, %lld)", dtname(a->dtype),
-                    (long long)a->scalar.i, (long long)a->scalar2.i);
+        return fail(err, errlen, DT_EUNSUPPORTED, "ref: randint of dtype %s in [%lld, %lld)",
+                    dtname(a->dtype), (long long)a->scalar.i, (long long)a->scalar2.i);
     if (!randint && !is_float(a->dtype))
         return fail(err, errlen, DT_EUNSUPPORTED, "ref: %s does not support dtype %s", kop_names[kop],
                     dtname(a->dtype));
@@ -611,8 +631,8 @@ static dt_status rand_region(int kop, const dt__kattr *a, ref_tensor **out, char
     for (int64_t n = (*out)->numel; n > 0; n--, walk_step(&w))
         if (randint)
             st_i(*out, w.off[0],
-                 (int64_t)((uint64_t)a->scalar.i +
-                           draw(a->seed, (uint64_t)w.off[1], 0) % ((uint64_t)a->scalar2.i - (uint64_t)a->scalar.i)));
+                 (int64_t)((uint64_t)a->scalar.i + draw(a->seed, (uint64_t)w.off[1], 0) %
+                                                       ((uint64_t)a->scalar2.i - (uint64_t)a->scalar.i)));
         else
             st_f(*out, w.off[0], rand_value(kop, a->dtype, a->seed, (uint64_t)w.off[1]));
     return DT_OK;
@@ -662,7 +682,8 @@ static dt_status ref_run(int kop, const dt__kattr *a, void *const *in, int n_in,
     /* The operator families' kernels (DT_K_REDUCE and later) are LibTorch
      * only; the tables above cover the core kernels. */
     if (kop > DT_K_ZEROS_LIKE)
-        return fail(err, errlen, DT_EUNSUPPORTED, "ref: %s is not implemented by the reference backend", name);
+        return fail(err, errlen, DT_EUNSUPPORTED, "ref: %s is not implemented by the reference backend",
+                    name);
     if (arity[kop] >= 0 ? n_in != arity[kop] : n_in < 1)
         return fail(err, errlen, DT_EINVAL, "ref: %s takes %s%d inputs, got %d", name,
                     arity[kop] < 0 ? "at least " : "", arity[kop] < 0 ? 1 : arity[kop], n_in);

@@ -34,7 +34,6 @@
 
 #include "backend/torch/torch_internal.h"
 
-
 namespace dt_torch {
 namespace {
 
@@ -52,10 +51,12 @@ struct header {
 class caching_allocator final : public c10::Allocator {
   public:
     c10::DataPtr allocate(size_t n) override {
-        if (!tls_worker || n < kMinCached) return base_->allocate(n);
+        if (!tls_worker || n < kMinCached)
+            return base_->allocate(n);
         void *base = take(n);
         if (!base) {
-            if (posix_memalign(&base, kAlign, n + kAlign) != 0) throw std::bad_alloc();
+            if (posix_memalign(&base, kAlign, n + kAlign) != 0)
+                throw std::bad_alloc();
             static_cast<header *>(base)->size = n;
         }
         void *data = static_cast<char *>(base) + kAlign;
@@ -73,7 +74,9 @@ class caching_allocator final : public c10::Allocator {
      * anything else to the allocator that made it. */
     c10::DeleterFnPtr raw_deleter() const override { return &caching_allocator::raw_free; }
 
-    void copy_data(void *dest, const void *src, std::size_t count) const override { std::memcpy(dest, src, count); }
+    void copy_data(void *dest, const void *src, std::size_t count) const override {
+        std::memcpy(dest, src, count);
+    }
 
     static caching_allocator &instance() {
         static caching_allocator a;
@@ -97,11 +100,13 @@ class caching_allocator final : public c10::Allocator {
         std::vector<void *> drop;
         {
             std::lock_guard<std::mutex> g(mu_);
-            for (auto &kv : free_) drop.push_back(kv.second);
+            for (auto &kv : free_)
+                drop.push_back(kv.second);
             free_.clear();
             cached_ = 0;
         }
-        for (void *p : drop) std::free(p);
+        for (void *p : drop)
+            std::free(p);
     }
 
     size_t cached() const {
@@ -113,7 +118,8 @@ class caching_allocator final : public c10::Allocator {
     void *take(size_t n) const {
         std::lock_guard<std::mutex> g(mu_);
         auto it = free_.find(n);
-        if (it == free_.end()) return nullptr;
+        if (it == free_.end())
+            return nullptr;
         void *p = it->second;
         free_.erase(it);
         cached_ -= n;

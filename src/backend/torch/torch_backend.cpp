@@ -53,7 +53,8 @@ namespace dt_torch {
 static kernel_fn kernel_table[DT_K_COUNT];
 
 kernel_registrar::kernel_registrar(int kop, kernel_fn fn) {
-    if (kop >= 0 && kop < DT_K_COUNT) kernel_table[kop] = fn;
+    if (kop >= 0 && kop < DT_K_COUNT)
+        kernel_table[kop] = fn;
 }
 
 /* ------------------------------------------------------------ error mapping */
@@ -64,7 +65,8 @@ kernel_registrar::kernel_registrar(int kop, kernel_fn fn) {
  * context lines that only repeat what the core already reports. */
 dt_status report(char *err, size_t errlen, dt_status st, const char *msg) noexcept {
     if (err && errlen > 0) {
-        if (!msg) msg = "unknown error";
+        if (!msg)
+            msg = "unknown error";
         size_t n = std::strcspn(msg, "\n");
         std::snprintf(err, errlen, "%.*s", (int)std::min(n, (size_t)4096), msg);
     }
@@ -92,48 +94,70 @@ dt_status translate_current(char *err, size_t errlen) noexcept {
 }
 
 #define DT_TORCH_TRY try
-#define DT_TORCH_CATCH(err, errlen)                                                                \
-    catch (...) {                                                                                  \
-        return translate_current((err), (errlen));                                                \
+#define DT_TORCH_CATCH(err, errlen)                                                                          \
+    catch (...) {                                                                                            \
+        return translate_current((err), (errlen));                                                           \
     }
 /* For entries with no error channel: the failure is dropped, `ret` returned. */
-#define DT_TORCH_CATCH_QUIET(ret)                                                                  \
-    catch (...) {                                                                                  \
-        return ret;                                                                                \
+#define DT_TORCH_CATCH_QUIET(ret)                                                                            \
+    catch (...) {                                                                                            \
+        return ret;                                                                                          \
     }
 
 /* ------------------------------------------------------------------- dtypes */
 
 at::ScalarType to_aten(int32_t dtype) {
     switch (dtype) {
-    case DT_BOOL: return at::kBool;
-    case DT_UINT8: return at::kByte;
-    case DT_INT8: return at::kChar;
-    case DT_INT16: return at::kShort;
-    case DT_INT32: return at::kInt;
-    case DT_INT64: return at::kLong;
-    case DT_FLOAT16: return at::kHalf;
-    case DT_BFLOAT16: return at::kBFloat16;
-    case DT_FLOAT32: return at::kFloat;
-    case DT_FLOAT64: return at::kDouble;
-    default: fail("torch backend: unknown dtype " + std::to_string(dtype));
+    case DT_BOOL:
+        return at::kBool;
+    case DT_UINT8:
+        return at::kByte;
+    case DT_INT8:
+        return at::kChar;
+    case DT_INT16:
+        return at::kShort;
+    case DT_INT32:
+        return at::kInt;
+    case DT_INT64:
+        return at::kLong;
+    case DT_FLOAT16:
+        return at::kHalf;
+    case DT_BFLOAT16:
+        return at::kBFloat16;
+    case DT_FLOAT32:
+        return at::kFloat;
+    case DT_FLOAT64:
+        return at::kDouble;
+    default:
+        fail("torch backend: unknown dtype " + std::to_string(dtype));
     }
 }
 
 /* -1 for an ATen type dtorch has no name for (complex, quantized, ...). */
 int from_aten(at::ScalarType st) {
     switch (st) {
-    case at::kBool: return DT_BOOL;
-    case at::kByte: return DT_UINT8;
-    case at::kChar: return DT_INT8;
-    case at::kShort: return DT_INT16;
-    case at::kInt: return DT_INT32;
-    case at::kLong: return DT_INT64;
-    case at::kHalf: return DT_FLOAT16;
-    case at::kBFloat16: return DT_BFLOAT16;
-    case at::kFloat: return DT_FLOAT32;
-    case at::kDouble: return DT_FLOAT64;
-    default: return -1;
+    case at::kBool:
+        return DT_BOOL;
+    case at::kByte:
+        return DT_UINT8;
+    case at::kChar:
+        return DT_INT8;
+    case at::kShort:
+        return DT_INT16;
+    case at::kInt:
+        return DT_INT32;
+    case at::kLong:
+        return DT_INT64;
+    case at::kHalf:
+        return DT_FLOAT16;
+    case at::kBFloat16:
+        return DT_BFLOAT16;
+    case at::kFloat:
+        return DT_FLOAT32;
+    case at::kDouble:
+        return DT_FLOAT64;
+    default:
+        return -1;
     }
 }
 
@@ -141,17 +165,22 @@ int from_aten(at::ScalarType st) {
  * carry the same C++ type a Python bool/int/float would give it. */
 at::Scalar to_scalar(const dt_scalar &s) {
     switch (s.kind) {
-    case DT_SCALAR_BOOL: return at::Scalar(s.i != 0);
-    case DT_SCALAR_INT: return at::Scalar(static_cast<int64_t>(s.i));
-    case DT_SCALAR_FLOAT: return at::Scalar(s.f);
-    default: fail("torch backend: unknown scalar kind " + std::to_string(s.kind));
+    case DT_SCALAR_BOOL:
+        return at::Scalar(s.i != 0);
+    case DT_SCALAR_INT:
+        return at::Scalar(static_cast<int64_t>(s.i));
+    case DT_SCALAR_FLOAT:
+        return at::Scalar(s.f);
+    default:
+        fail("torch backend: unknown scalar kind " + std::to_string(s.kind));
     }
 }
 
 /* ------------------------------------------------------------------ helpers */
 
 const at::Tensor &impl(const void *p) {
-    if (!p) fail("torch backend: NULL tensor impl");
+    if (!p)
+        fail("torch backend: NULL tensor impl");
     return *static_cast<const at::Tensor *>(p);
 }
 
@@ -175,7 +204,8 @@ at::Tensor fresh(const at::Tensor &x, at::ScalarType st) {
  * happen (the core infers the dtype torch infers); it is a guard, not a
  * semantic step. */
 at::Tensor finish(const at::Tensor &r, at::ScalarType st) {
-    if (r.scalar_type() != st) return r.to(st, false, false, at::MemoryFormat::Contiguous);
+    if (r.scalar_type() != st)
+        return r.to(st, false, false, at::MemoryFormat::Contiguous);
     return r.contiguous();
 }
 
@@ -189,7 +219,8 @@ at::Tensor region(const at::Tensor &x, int ndim, const int64_t *start, const int
     at::Tensor v = x;
     *whole = true;
     for (int d = 0; d < ndim; ++d) {
-        if (start[d] != 0 || shape[d] != x.size(d)) *whole = false;
+        if (start[d] != 0 || shape[d] != x.size(d))
+            *whole = false;
         v = v.narrow(d, start[d], shape[d]);
     }
     return v;
@@ -231,8 +262,10 @@ at::Tensor random_region(bool normal, const dt__kattr *a, at::ScalarType st) {
         at::Tensor v = region(g, a->gndim, a->start, a->shape, &whole);
         return whole ? g : v.clone(at::MemoryFormat::Contiguous);
     }
-    if (a->sub != DT_KRAND_UNIFORM) fail("torch backend: unknown rand sub code " + std::to_string(a->sub));
-    if (!at::isFloatingType(st)) fail("torch backend: rand/randn need a floating dtype");
+    if (a->sub != DT_KRAND_UNIFORM)
+        fail("torch backend: unknown rand sub code " + std::to_string(a->sub));
+    if (!at::isFloatingType(st))
+        fail("torch backend: rand/randn need a floating dtype");
     at::ScalarType gen_st = st == at::kDouble ? at::kDouble : at::kFloat;
     at::Generator gen = at::detail::createCPUGenerator(a->seed);
     at::IntArrayRef gshape = dims_of(a->gshape, a->gndim);
@@ -240,17 +273,23 @@ at::Tensor random_region(bool normal, const dt__kattr *a, at::ScalarType st) {
     at::Tensor g = normal ? at::randn(gshape, gen, o) : at::rand(gshape, gen, o);
     bool whole = false;
     at::Tensor v = region(g, a->gndim, a->start, a->shape, &whole); // the region has gndim dims
-    if (whole && gen_st == st) return g;
+    if (whole && gen_st == st)
+        return g;
     return fresh(v, st);
 }
 
 at::Tensor binary(int sub, const at::Tensor &x, const at::Tensor &y) {
     switch (sub) {
-    case DT_BINARY_ADD: return at::add(x, y);
-    case DT_BINARY_SUB: return at::sub(x, y);
-    case DT_BINARY_MUL: return at::mul(x, y);
-    case DT_BINARY_DIV: return at::div(x, y);
-    default: fail("torch backend: unknown binary op " + std::to_string(sub));
+    case DT_BINARY_ADD:
+        return at::add(x, y);
+    case DT_BINARY_SUB:
+        return at::sub(x, y);
+    case DT_BINARY_MUL:
+        return at::mul(x, y);
+    case DT_BINARY_DIV:
+        return at::div(x, y);
+    default:
+        fail("torch backend: unknown binary op " + std::to_string(sub));
     }
 }
 
@@ -260,11 +299,16 @@ at::Tensor binary(int sub, const at::Tensor &x, const at::Tensor &y) {
  * so results (including rounding) match eager torch bit for bit. */
 at::Tensor binary_scalar(int sub, const at::Tensor &x, const at::Scalar &s, bool reversed) {
     switch (sub) {
-    case DT_BINARY_ADD: return at::add(x, s);
-    case DT_BINARY_SUB: return reversed ? at::rsub(x, s) : at::sub(x, s);
-    case DT_BINARY_MUL: return at::mul(x, s);
-    case DT_BINARY_DIV: return reversed ? at::mul(at::reciprocal(x), s) : at::div(x, s);
-    default: fail("torch backend: unknown binary op " + std::to_string(sub));
+    case DT_BINARY_ADD:
+        return at::add(x, s);
+    case DT_BINARY_SUB:
+        return reversed ? at::rsub(x, s) : at::sub(x, s);
+    case DT_BINARY_MUL:
+        return at::mul(x, s);
+    case DT_BINARY_DIV:
+        return reversed ? at::mul(at::reciprocal(x), s) : at::div(x, s);
+    default:
+        fail("torch backend: unknown binary op " + std::to_string(sub));
     }
 }
 
@@ -274,15 +318,19 @@ at::Tensor sum(const at::Tensor &x, const dt__kattr *a, at::ScalarType st) {
     std::vector<int64_t> dims;
     if (a->flags & DT_KF_ALL) {
         // torch.sum(x) has no keepdim: it is the 0-d form.
-        if (!keep) return at::sum(x, st);
-        for (int64_t d = 0; d < nd; ++d) dims.push_back(d);
+        if (!keep)
+            return at::sum(x, st);
+        for (int64_t d = 0; d < nd; ++d)
+            dims.push_back(d);
     } else {
         if (nd < 64 && (a->dims_mask >> nd) != 0)
             fail("torch backend: sum dims mask names a dim beyond the tensor's " + std::to_string(nd));
         for (int64_t d = 0; d < nd; ++d)
-            if (a->dims_mask & (uint64_t(1) << d)) dims.push_back(d);
+            if (a->dims_mask & (uint64_t(1) << d))
+                dims.push_back(d);
         // An empty dim list means "all dims" to ATen; an empty mask means none.
-        if (dims.empty()) return fresh(x, st);
+        if (dims.empty())
+            return fresh(x, st);
     }
     return at::sum(x, at::IntArrayRef(dims), keep, st);
 }
@@ -295,13 +343,18 @@ at::Tensor sum(const at::Tensor &x, const dt__kattr *a, at::ScalarType st) {
  * operand broadcasts into it). In-place ATen ops run the same kernels as the
  * out-of-place ones, so the values are bit-identical. */
 bool donatable(const dt__kattr *a, const at::Tensor &x, at::IntArrayRef other_sizes) {
-    if (!(a->flags & DT_KF_INPLACE)) return false;
-    if (!x.defined() || x.use_count() != 1 || !x.has_storage() || x.storage().use_count() != 1) return false;
-    if (!x.is_contiguous() || x.scalar_type() != to_aten(a->dtype) || x.storage_offset() != 0) return false;
-    if ((size_t)x.dim() < other_sizes.size()) return false;
+    if (!(a->flags & DT_KF_INPLACE))
+        return false;
+    if (!x.defined() || x.use_count() != 1 || !x.has_storage() || x.storage().use_count() != 1)
+        return false;
+    if (!x.is_contiguous() || x.scalar_type() != to_aten(a->dtype) || x.storage_offset() != 0)
+        return false;
+    if ((size_t)x.dim() < other_sizes.size())
+        return false;
     for (size_t i = 0; i < other_sizes.size(); ++i) {
         int64_t o = other_sizes[other_sizes.size() - 1 - i], d = x.size(x.dim() - 1 - (int64_t)i);
-        if (o != d && o != 1) return false;
+        if (o != d && o != 1)
+            return false;
     }
     return true;
 }
@@ -315,11 +368,20 @@ template <typename T> bool tiny_binary(int sub, T *x, const T *y, int64_t n, boo
     for (int64_t i = 0; i < n; ++i) {
         T b = y[y_scalar ? 0 : i];
         switch (sub) {
-        case DT_BINARY_ADD: x[i] = x[i] + b; break;
-        case DT_BINARY_SUB: x[i] = x[i] - b; break;
-        case DT_BINARY_MUL: x[i] = x[i] * b; break;
-        case DT_BINARY_DIV: x[i] = x[i] / b; break;
-        default: return false;
+        case DT_BINARY_ADD:
+            x[i] = x[i] + b;
+            break;
+        case DT_BINARY_SUB:
+            x[i] = x[i] - b;
+            break;
+        case DT_BINARY_MUL:
+            x[i] = x[i] * b;
+            break;
+        case DT_BINARY_DIV:
+            x[i] = x[i] / b;
+            break;
+        default:
+            return false;
         }
     }
     return true;
@@ -332,40 +394,55 @@ bool tiny_binary_inplace(int sub, at::Tensor &x, const at::Tensor &y) {
         y.device() != x.device() || !x.device().is_cpu())
         return false;
     bool y_scalar = y.numel() == 1;
-    if (!y_scalar && !y.sizes().equals(x.sizes())) return false;
+    if (!y_scalar && !y.sizes().equals(x.sizes()))
+        return false;
     switch (x.scalar_type()) {
-    case at::kFloat: return tiny_binary(sub, x.data_ptr<float>(), y.data_ptr<float>(), n, y_scalar);
-    case at::kDouble: return tiny_binary(sub, x.data_ptr<double>(), y.data_ptr<double>(), n, y_scalar);
-    default: return false;
+    case at::kFloat:
+        return tiny_binary(sub, x.data_ptr<float>(), y.data_ptr<float>(), n, y_scalar);
+    case at::kDouble:
+        return tiny_binary(sub, x.data_ptr<double>(), y.data_ptr<double>(), n, y_scalar);
+    default:
+        return false;
     }
 }
 
 at::Tensor binary_inplace(int sub, const at::Tensor &xc, const at::Tensor &y) {
     at::Tensor x = xc; // shares the TensorImpl: the write goes into x's buffer
-    if (tiny_binary_inplace(sub, x, y)) return x;
+    if (tiny_binary_inplace(sub, x, y))
+        return x;
     switch (sub) {
-    case DT_BINARY_ADD: return x.add_(y);
-    case DT_BINARY_SUB: return x.sub_(y);
-    case DT_BINARY_MUL: return x.mul_(y);
-    case DT_BINARY_DIV: return x.div_(y);
-    default: fail("torch backend: unknown binary op " + std::to_string(sub));
+    case DT_BINARY_ADD:
+        return x.add_(y);
+    case DT_BINARY_SUB:
+        return x.sub_(y);
+    case DT_BINARY_MUL:
+        return x.mul_(y);
+    case DT_BINARY_DIV:
+        return x.div_(y);
+    default:
+        fail("torch backend: unknown binary op " + std::to_string(sub));
     }
 }
 
 at::Tensor scalar_inplace(int sub, const at::Tensor &xc, const at::Scalar &s) {
     at::Tensor x = xc;
     switch (sub) {
-    case DT_BINARY_ADD: return x.add_(s);
-    case DT_BINARY_SUB: return x.sub_(s);
-    case DT_BINARY_MUL: return x.mul_(s);
-    case DT_BINARY_DIV: return x.div_(s);
-    default: fail("torch backend: unknown binary op " + std::to_string(sub));
+    case DT_BINARY_ADD:
+        return x.add_(s);
+    case DT_BINARY_SUB:
+        return x.sub_(s);
+    case DT_BINARY_MUL:
+        return x.mul_(s);
+    case DT_BINARY_DIV:
+        return x.div_(s);
+    default:
+        fail("torch backend: unknown binary op " + std::to_string(sub));
     }
 }
 
-void torch_empty_cache(void) {
-    DT_TORCH_TRY { empty_cpu_cache(); }
-    DT_TORCH_CATCH_QUIET()
+void torch_empty_cache(void){DT_TORCH_TRY{empty_cpu_cache();
+} // namespace dt_torch
+DT_TORCH_CATCH_QUIET()
 }
 
 int64_t torch_cached_bytes(void) {
@@ -373,12 +450,10 @@ int64_t torch_cached_bytes(void) {
     DT_TORCH_CATCH_QUIET(0)
 }
 
-int torch_same_storage(const void *a, const void *b) {
-    DT_TORCH_TRY {
-        const at::Tensor &x = impl(a), &y = impl(b);
-        return x.has_storage() && y.has_storage() && x.storage().is_alias_of(y.storage()) ? 1 : 0;
-    }
-    DT_TORCH_CATCH_QUIET(0)
+int torch_same_storage(const void *a, const void *b){DT_TORCH_TRY{const at::Tensor &x = impl(a), &y = impl(b);
+return x.has_storage() && y.has_storage() && x.storage().is_alias_of(y.storage()) ? 1 : 0;
+}
+DT_TORCH_CATCH_QUIET(0)
 }
 
 /* ------------------------------------------------------------- the kernels */
@@ -386,9 +461,12 @@ int torch_same_storage(const void *a, const void *b) {
 dt_status torch_run(int kop, const dt__kattr *a, void *const *in, int n_in, void **out, char *err,
                     size_t errlen) {
     DT_TORCH_TRY {
-        if (out) *out = nullptr;
-        if (!a || !out) fail("torch backend: NULL attr or out");
-        if (n_in < 0 || (n_in > 0 && !in)) fail("torch backend: bad input list");
+        if (out)
+            *out = nullptr;
+        if (!a || !out)
+            fail("torch backend: NULL attr or out");
+        if (n_in < 0 || (n_in > 0 && !in))
+            fail("torch backend: bad input list");
         at::Tensor r;
         switch (kop) {
         case DT_K_SLICE: {
@@ -474,7 +552,8 @@ dt_status torch_run(int kop, const dt__kattr *a, void *const *in, int n_in, void
             need_inputs(kop, n_in, 1, -1);
             std::vector<at::Tensor> list;
             list.reserve((size_t)n_in);
-            for (int i = 0; i < n_in; ++i) list.push_back(impl(in[i]));
+            for (int i = 0; i < n_in; ++i)
+                list.push_back(impl(in[i]));
             r = finish(at::cat(at::TensorList(list), a->dim), to_aten(a->dtype));
             break;
         }
@@ -483,7 +562,8 @@ dt_status torch_run(int kop, const dt__kattr *a, void *const *in, int n_in, void
             // A left fold in index order: floating-point addition is not
             // associative, and callers rely on this exact order.
             at::Tensor acc = impl(in[0]);
-            for (int i = 1; i < n_in; ++i) acc = at::add(acc, impl(in[i]));
+            for (int i = 1; i < n_in; ++i)
+                acc = at::add(acc, impl(in[i]));
             r = finish(acc, to_aten(a->dtype));
             break;
         }
@@ -506,61 +586,62 @@ dt_status torch_run(int kop, const dt__kattr *a, void *const *in, int n_in, void
 
 /* ---------------------------------------------------------- other entries */
 
-void torch_free(void *p) {
-    // Destroying a tensor does not throw; the catch is for the boundary rule.
-    DT_TORCH_TRY { delete static_cast<at::Tensor *>(p); }
-    DT_TORCH_CATCH_QUIET()
+void torch_free(void *p){// Destroying a tensor does not throw; the catch is for the boundary rule.
+                         DT_TORCH_TRY{delete static_cast<at::Tensor *>(p);
+}
+DT_TORCH_CATCH_QUIET()
 }
 
-size_t torch_nbytes(const void *p) {
-    DT_TORCH_TRY {
-        if (!p) return 0;
-        const at::Tensor &t = impl(p);
-        return (size_t)t.numel() * t.element_size();
-    }
-    DT_TORCH_CATCH_QUIET(0)
+size_t torch_nbytes(const void *p){DT_TORCH_TRY{if (!p) return 0;
+const at::Tensor &t = impl(p);
+return (size_t)t.numel() * t.element_size();
+}
+DT_TORCH_CATCH_QUIET(0)
 }
 
-dt_status torch_from_host(dt_dtype dtype, int ndim, const int64_t *shape, const void *data, void **out, char *err,
-                          size_t errlen) {
-    DT_TORCH_TRY {
-        if (!out) fail("torch backend: NULL out");
-        *out = nullptr;
-        at::ScalarType st = to_aten(dtype);
-        check_ndim(ndim, "from_host");
-        if (ndim > 0 && !shape) fail("torch backend: NULL shape");
-        int64_t numel = 1;
-        for (int d = 0; d < ndim; ++d) {
-            if (shape[d] < 0) fail("torch backend: negative size in from_host");
-            numel *= shape[d];
-        }
-        at::IntArrayRef sizes = dims_of(shape, ndim);
-        at::TensorOptions o = at::TensorOptions().dtype(st);
-        at::Tensor r;
-        if (numel == 0) {
-            r = at::empty(sizes, o); // no bytes to read; data may be NULL
-        } else {
-            if (!data) fail("torch backend: NULL data in from_host");
-            // from_blob borrows the caller's buffer; clone makes it ours.
-            r = at::from_blob(const_cast<void *>(data), sizes, o).clone();
-        }
-        *out = new at::Tensor(std::move(r));
-        return DT_OK;
-    }
-    DT_TORCH_CATCH(err, errlen)
+dt_status torch_from_host(dt_dtype dtype, int ndim, const int64_t *shape, const void *data, void **out,
+                          char *err, size_t errlen){DT_TORCH_TRY{if (!out) fail("torch backend: NULL out");
+*out = nullptr;
+at::ScalarType st = to_aten(dtype);
+check_ndim(ndim, "from_host");
+if (ndim > 0 && !shape)
+    fail("torch backend: NULL shape");
+int64_t numel = 1;
+for (int d = 0; d < ndim; ++d) {
+    if (shape[d] < 0)
+        fail("torch backend: negative size in from_host");
+    numel *= shape[d];
+}
+at::IntArrayRef sizes = dims_of(shape, ndim);
+at::TensorOptions o = at::TensorOptions().dtype(st);
+at::Tensor r;
+if (numel == 0) {
+    r = at::empty(sizes, o); // no bytes to read; data may be NULL
+} else {
+    if (!data)
+        fail("torch backend: NULL data in from_host");
+    // from_blob borrows the caller's buffer; clone makes it ours.
+    r = at::from_blob(const_cast<void *>(data), sizes, o).clone();
+}
+*out = new at::Tensor(std::move(r));
+return DT_OK;
+}
+DT_TORCH_CATCH(err, errlen)
 }
 
 dt_status torch_to_host(const void *p, void *buf, size_t nbytes, char *err, size_t errlen) {
     DT_TORCH_TRY {
         at::Tensor t = impl(p);
-        if (!t.device().is_cpu()) t = t.cpu();
+        if (!t.device().is_cpu())
+            t = t.cpu();
         t = t.contiguous();
         size_t have = (size_t)t.numel() * t.element_size();
         if (have != nbytes)
             fail("torch backend: to_host buffer has " + std::to_string(nbytes) + " bytes, tensor has " +
                  std::to_string(have));
         if (have > 0) {
-            if (!buf) fail("torch backend: NULL buffer in to_host");
+            if (!buf)
+                fail("torch backend: NULL buffer in to_host");
             std::memcpy(buf, t.data_ptr(), have);
         }
         return DT_OK;
@@ -569,11 +650,12 @@ dt_status torch_to_host(const void *p, void *buf, size_t nbytes, char *err, size
 }
 
 void call_dl_deleter(DLManagedTensor *m) {
-    if (m && m->deleter) m->deleter(m);
+    if (m && m->deleter)
+        m->deleter(m);
 }
 
-dt_status torch_from_dlpack(void *dl_managed, void **out, dt_dtype *dtype, int *ndim, int64_t *shape, char *err,
-                            size_t errlen) {
+dt_status torch_from_dlpack(void *dl_managed, void **out, dt_dtype *dtype, int *ndim, int64_t *shape,
+                            char *err, size_t errlen) {
     DLManagedTensor *m = static_cast<DLManagedTensor *>(dl_managed);
     /* Until at::fromDLPack has taken `m`, this entry owns it and must call
      * its deleter on every failure. fromDLPack can only throw before it binds
@@ -581,20 +663,25 @@ dt_status torch_from_dlpack(void *dl_managed, void **out, dt_dtype *dtype, int *
      * here first; after that call, the tensor (alive or unwinding) owns `m`. */
     bool owned = true;
     DT_TORCH_TRY {
-        if (!m) fail("torch backend: NULL DLManagedTensor");
-        if (!out || !dtype || !ndim || !shape) fail("torch backend: NULL out parameter");
+        if (!m)
+            fail("torch backend: NULL DLManagedTensor");
+        if (!out || !dtype || !ndim || !shape)
+            fail("torch backend: NULL out parameter");
         *out = nullptr;
         const DLTensor &dl = m->dl_tensor;
         if (dl.ndim < 0 || dl.ndim > DT_MAX_NDIM)
             fail("torch backend: DLPack tensor has " + std::to_string(dl.ndim) + " dims (at most " +
                  std::to_string(DT_MAX_NDIM) + ")");
-        if (dl.ndim > 0 && !dl.shape) fail("torch backend: DLPack tensor without shape");
+        if (dl.ndim > 0 && !dl.shape)
+            fail("torch backend: DLPack tensor without shape");
         bool cpu = dl.device.device_type == kDLCPU;
         bool cuda = dl.device.device_type == kDLCUDA;
         if (!cpu && !(cuda && at::hasCUDA()))
-            fail("torch backend: unsupported DLPack device type " + std::to_string((int)dl.device.device_type));
+            fail("torch backend: unsupported DLPack device type " +
+                 std::to_string((int)dl.device.device_type));
         int dt = from_aten(at::toScalarType(dl.dtype)); // throws for codes torch lacks
-        if (dt < 0) fail("torch backend: DLPack dtype has no dtorch equivalent");
+        if (dt < 0)
+            fail("torch backend: DLPack dtype has no dtorch equivalent");
 
         owned = false;
         at::Tensor src = at::fromDLPack(m);
@@ -605,19 +692,22 @@ dt_status torch_from_dlpack(void *dl_managed, void **out, dt_dtype *dtype, int *
         int nd = (int)r.dim();
         *dtype = (dt_dtype)from_aten(r.scalar_type());
         *ndim = nd;
-        for (int d = 0; d < nd; ++d) shape[d] = r.size(d);
+        for (int d = 0; d < nd; ++d)
+            shape[d] = r.size(d);
         *out = new at::Tensor(std::move(r));
         return DT_OK;
     }
     catch (...) {
-        if (owned) call_dl_deleter(m);
+        if (owned)
+            call_dl_deleter(m);
         return translate_current(err, errlen);
     }
 }
 
 dt_status torch_to_dlpack(const void *p, void **out_dl_managed, char *err, size_t errlen) {
     DT_TORCH_TRY {
-        if (!out_dl_managed) fail("torch backend: NULL out");
+        if (!out_dl_managed)
+            fail("torch backend: NULL out");
         *out_dl_managed = nullptr;
         const at::Tensor &t = impl(p);
         // The DLManagedTensor holds its own reference to the tensor.
@@ -627,31 +717,36 @@ dt_status torch_to_dlpack(const void *p, void **out_dl_managed, char *err, size_
     DT_TORCH_CATCH(err, errlen)
 }
 
-void torch_dlpack_delete(void *dl_managed) {
-    DT_TORCH_TRY { call_dl_deleter(static_cast<DLManagedTensor *>(dl_managed)); }
-    DT_TORCH_CATCH_QUIET()
+void torch_dlpack_delete(void *dl_managed){
+    DT_TORCH_TRY{call_dl_deleter(static_cast<DLManagedTensor *>(dl_managed));
+}
+DT_TORCH_CATCH_QUIET()
 }
 
 dt_status torch_assemble(dt_dtype dtype, int ndim, const int64_t *shape, int n, void *const *pieces,
                          const int64_t *starts, int accumulate, void **out, char *err, size_t errlen) {
     DT_TORCH_TRY {
-        if (!out) fail("torch backend: NULL out");
+        if (!out)
+            fail("torch backend: NULL out");
         *out = nullptr;
         at::ScalarType st = to_aten(dtype);
         check_ndim(ndim, "assemble");
-        if (ndim > 0 && !shape) fail("torch backend: NULL shape");
+        if (ndim > 0 && !shape)
+            fail("torch backend: NULL shape");
         if (n < 0 || (n > 0 && !pieces) || (n > 0 && ndim > 0 && !starts))
             fail("torch backend: bad piece list in assemble");
         at::IntArrayRef sizes = dims_of(shape, ndim);
         // The result lives where the pieces live (the first one decides).
         at::TensorOptions o = at::TensorOptions().dtype(st);
-        if (n > 0) o = o.device(impl(pieces[0]).device());
+        if (n > 0)
+            o = o.device(impl(pieces[0]).device());
 
         if (n == 1 && !accumulate) {
             // The common single-shard read: one copy instead of zero-fill + copy.
             const at::Tensor &p = impl(pieces[0]);
             bool whole = p.dim() == ndim && p.sizes() == sizes;
-            for (int d = 0; d < ndim && whole; ++d) whole = starts[d] == 0;
+            for (int d = 0; d < ndim && whole; ++d)
+                whole = starts[d] == 0;
             if (whole) {
                 *out = new at::Tensor(fresh(p, st));
                 return DT_OK;
@@ -661,10 +756,11 @@ dt_status torch_assemble(dt_dtype dtype, int ndim, const int64_t *shape, int n, 
         for (int i = 0; i < n; ++i) {
             const at::Tensor &p = impl(pieces[i]);
             if (p.dim() != ndim)
-                fail("torch backend: assemble piece " + std::to_string(i) + " has " + std::to_string(p.dim()) +
-                     " dims, expected " + std::to_string(ndim));
+                fail("torch backend: assemble piece " + std::to_string(i) + " has " +
+                     std::to_string(p.dim()) + " dims, expected " + std::to_string(ndim));
             at::Tensor dst = r;
-            for (int d = 0; d < ndim; ++d) dst = dst.narrow(d, starts[(size_t)i * ndim + d], p.size(d));
+            for (int d = 0; d < ndim; ++d)
+                dst = dst.narrow(d, starts[(size_t)i * ndim + d], p.size(d));
             if (accumulate)
                 dst.add_(p);
             else
@@ -676,34 +772,33 @@ dt_status torch_assemble(dt_dtype dtype, int ndim, const int64_t *shape, int n, 
     DT_TORCH_CATCH(err, errlen)
 }
 
-void torch_worker_init(dt_device_type type, int64_t device_id, int live_workers) {
-    DT_TORCH_TRY {
-        mark_worker_thread();
-        (void)type;
-        (void)device_id;
-        (void)live_workers;
-        // Every worker runs its kernels with the intra-op thread count eager
-        // torch uses (torch's process setting, which init_num_threads applies
-        // to this thread), not a share of it: torch 2.x CPU kernels split
-        // their work by thread count and some round differently per split
-        // (softmax along a non-last dim, conv2d), so only the same count
-        // gives eager torch's bits. Re-applied whenever the worker count
-        // changes, so a torch.set_num_threads() before then is followed.
-        at::init_num_threads();
-    }
-    DT_TORCH_CATCH_QUIET()
+void torch_worker_init(dt_device_type type, int64_t device_id,
+                       int live_workers){DT_TORCH_TRY{mark_worker_thread();
+(void)type;
+(void)device_id;
+(void)live_workers;
+// Every worker runs its kernels with the intra-op thread count eager
+// torch uses (torch's process setting, which init_num_threads applies
+// to this thread), not a share of it: torch 2.x CPU kernels split
+// their work by thread count and some round differently per split
+// (softmax along a non-last dim, conv2d), so only the same count
+// gives eager torch's bits. Re-applied whenever the worker count
+// changes, so a torch.set_num_threads() before then is followed.
+at::init_num_threads();
+}
+DT_TORCH_CATCH_QUIET()
 }
 
-dt_dtype torch_default_dtype(void) {
-    DT_TORCH_TRY {
-        int dt = from_aten(c10::typeMetaToScalarType(c10::get_default_dtype()));
-        return dt < 0 ? DT_FLOAT32 : (dt_dtype)dt;
-    }
-    DT_TORCH_CATCH_QUIET(DT_FLOAT32)
+dt_dtype torch_default_dtype(void){
+    DT_TORCH_TRY{int dt = from_aten(c10::typeMetaToScalarType(c10::get_default_dtype()));
+return dt < 0 ? DT_FLOAT32 : (dt_dtype)dt;
+}
+DT_TORCH_CATCH_QUIET(DT_FLOAT32)
 }
 
 int64_t torch_device_count(dt_device_type type) {
-    if (type == DT_DEVICE_CPU) return -1;
+    if (type == DT_DEVICE_CPU)
+        return -1;
     DT_TORCH_TRY {
         // at::hasCUDA() is false in a CPU build of torch and when no driver is
         // loaded; getNumGPUs() then counts the GPUs the CUDA runtime sees.
@@ -738,7 +833,14 @@ const dt__backend dt__backend_torch = {
     /* Devices, streams, events: CPU devices use the core's host streams and
      * events (NULL slots); CUDA streams/events fill these later. */
     DT_BACKEND_API_VERSION,
-    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
 };
 
 /* Registers at load time so the core finds "torch" by name without naming

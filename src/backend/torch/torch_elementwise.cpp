@@ -29,29 +29,52 @@ at::Tensor wrapped(const dt_scalar &s) { return at::native::wrapped_scalar_tenso
 
 at::Tensor binary_tt(int sub, const at::Tensor &x, const at::Tensor &y, const at::Scalar &alpha) {
     switch (sub) {
-    case DT_BINARY_ADD: return at::add(x, y, alpha);
-    case DT_BINARY_SUB: return at::sub(x, y, alpha);
-    case DT_BINARY_MUL: return at::mul(x, y);
-    case DT_BINARY_DIV: return at::div(x, y);
-    case DT_BINARY_DIV_TRUNC: return at::div(x, y, c10::optional<c10::string_view>("trunc"));
-    case DT_BINARY_DIV_FLOOR: return at::floor_divide(x, y);
-    case DT_BINARY_REMAINDER: return at::remainder(x, y);
-    case DT_BINARY_POW: return at::pow(x, y);
-    case DT_BINARY_MAXIMUM: return at::maximum(x, y);
-    case DT_BINARY_MINIMUM: return at::minimum(x, y);
-    case DT_BINARY_EQ: return at::eq(x, y);
-    case DT_BINARY_NE: return at::ne(x, y);
-    case DT_BINARY_LT: return at::lt(x, y);
-    case DT_BINARY_LE: return at::le(x, y);
-    case DT_BINARY_GT: return at::gt(x, y);
-    case DT_BINARY_GE: return at::ge(x, y);
-    case DT_BINARY_LOGICAL_AND: return at::logical_and(x, y);
-    case DT_BINARY_LOGICAL_OR: return at::logical_or(x, y);
-    case DT_BINARY_LOGICAL_XOR: return at::logical_xor(x, y);
-    case DT_BINARY_BITWISE_AND: return at::bitwise_and(x, y);
-    case DT_BINARY_BITWISE_OR: return at::bitwise_or(x, y);
-    case DT_BINARY_BITWISE_XOR: return at::bitwise_xor(x, y);
-    default: fail("torch backend: unknown binary op " + std::to_string(sub));
+    case DT_BINARY_ADD:
+        return at::add(x, y, alpha);
+    case DT_BINARY_SUB:
+        return at::sub(x, y, alpha);
+    case DT_BINARY_MUL:
+        return at::mul(x, y);
+    case DT_BINARY_DIV:
+        return at::div(x, y);
+    case DT_BINARY_DIV_TRUNC:
+        return at::div(x, y, c10::optional<c10::string_view>("trunc"));
+    case DT_BINARY_DIV_FLOOR:
+        return at::floor_divide(x, y);
+    case DT_BINARY_REMAINDER:
+        return at::remainder(x, y);
+    case DT_BINARY_POW:
+        return at::pow(x, y);
+    case DT_BINARY_MAXIMUM:
+        return at::maximum(x, y);
+    case DT_BINARY_MINIMUM:
+        return at::minimum(x, y);
+    case DT_BINARY_EQ:
+        return at::eq(x, y);
+    case DT_BINARY_NE:
+        return at::ne(x, y);
+    case DT_BINARY_LT:
+        return at::lt(x, y);
+    case DT_BINARY_LE:
+        return at::le(x, y);
+    case DT_BINARY_GT:
+        return at::gt(x, y);
+    case DT_BINARY_GE:
+        return at::ge(x, y);
+    case DT_BINARY_LOGICAL_AND:
+        return at::logical_and(x, y);
+    case DT_BINARY_LOGICAL_OR:
+        return at::logical_or(x, y);
+    case DT_BINARY_LOGICAL_XOR:
+        return at::logical_xor(x, y);
+    case DT_BINARY_BITWISE_AND:
+        return at::bitwise_and(x, y);
+    case DT_BINARY_BITWISE_OR:
+        return at::bitwise_or(x, y);
+    case DT_BINARY_BITWISE_XOR:
+        return at::bitwise_xor(x, y);
+    default:
+        fail("torch backend: unknown binary op " + std::to_string(sub));
     }
 }
 
@@ -60,17 +83,38 @@ at::Tensor binary_tt(int sub, const at::Tensor &x, const at::Tensor &y, const at
  * shape; see donatable). false when the op has no such form. */
 bool binary_tt_into(int sub, at::Tensor &x, const at::Tensor &y, const at::Scalar &alpha) {
     switch (sub) {
-    case DT_BINARY_ADD: at::add_out(x, x, y, alpha); return true;
-    case DT_BINARY_SUB: at::sub_out(x, x, y, alpha); return true;
-    case DT_BINARY_MUL: at::mul_out(x, x, y); return true;
-    case DT_BINARY_DIV: at::div_out(x, x, y); return true;
-    case DT_BINARY_DIV_TRUNC: at::div_out(x, x, y, c10::optional<c10::string_view>("trunc")); return true;
-    case DT_BINARY_DIV_FLOOR: at::floor_divide_out(x, x, y); return true;
-    case DT_BINARY_REMAINDER: at::remainder_out(x, x, y); return true;
-    case DT_BINARY_POW: at::pow_out(x, x, y); return true;
-    case DT_BINARY_MAXIMUM: at::maximum_out(x, x, y); return true;
-    case DT_BINARY_MINIMUM: at::minimum_out(x, x, y); return true;
-    default: return false;
+    case DT_BINARY_ADD:
+        at::add_out(x, x, y, alpha);
+        return true;
+    case DT_BINARY_SUB:
+        at::sub_out(x, x, y, alpha);
+        return true;
+    case DT_BINARY_MUL:
+        at::mul_out(x, x, y);
+        return true;
+    case DT_BINARY_DIV:
+        at::div_out(x, x, y);
+        return true;
+    case DT_BINARY_DIV_TRUNC:
+        at::div_out(x, x, y, c10::optional<c10::string_view>("trunc"));
+        return true;
+    case DT_BINARY_DIV_FLOOR:
+        at::floor_divide_out(x, x, y);
+        return true;
+    case DT_BINARY_REMAINDER:
+        at::remainder_out(x, x, y);
+        return true;
+    case DT_BINARY_POW:
+        at::pow_out(x, x, y);
+        return true;
+    case DT_BINARY_MAXIMUM:
+        at::maximum_out(x, x, y);
+        return true;
+    case DT_BINARY_MINIMUM:
+        at::minimum_out(x, x, y);
+        return true;
+    default:
+        return false;
     }
 }
 
@@ -79,15 +123,32 @@ bool binary_tt_into(int sub, at::Tensor &x, const at::Tensor &y, const at::Scala
 bool binary_ts_into(int sub, at::Tensor &x, const dt_scalar &ds, const at::Scalar &alpha) {
     at::Scalar s = to_scalar(ds);
     switch (sub) {
-    case DT_BINARY_ADD: x.add_(s, alpha); return true;
-    case DT_BINARY_SUB: x.sub_(s, alpha); return true;
-    case DT_BINARY_MUL: x.mul_(s); return true;
-    case DT_BINARY_DIV: x.div_(s); return true;
-    case DT_BINARY_DIV_TRUNC: x.div_(s, c10::optional<c10::string_view>("trunc")); return true;
-    case DT_BINARY_DIV_FLOOR: x.floor_divide_(s); return true;
-    case DT_BINARY_REMAINDER: x.remainder_(s); return true;
-    case DT_BINARY_POW: x.pow_(s); return true;
-    default: return false;
+    case DT_BINARY_ADD:
+        x.add_(s, alpha);
+        return true;
+    case DT_BINARY_SUB:
+        x.sub_(s, alpha);
+        return true;
+    case DT_BINARY_MUL:
+        x.mul_(s);
+        return true;
+    case DT_BINARY_DIV:
+        x.div_(s);
+        return true;
+    case DT_BINARY_DIV_TRUNC:
+        x.div_(s, c10::optional<c10::string_view>("trunc"));
+        return true;
+    case DT_BINARY_DIV_FLOOR:
+        x.floor_divide_(s);
+        return true;
+    case DT_BINARY_REMAINDER:
+        x.remainder_(s);
+        return true;
+    case DT_BINARY_POW:
+        x.pow_(s);
+        return true;
+    default:
+        return false;
     }
 }
 
@@ -95,33 +156,54 @@ bool binary_ts_into(int sub, at::Tensor &x, const dt_scalar &ds, const at::Scala
 at::Tensor binary_ts(int sub, const at::Tensor &x, const dt_scalar &ds, const at::Scalar &alpha) {
     at::Scalar s = to_scalar(ds);
     switch (sub) {
-    case DT_BINARY_ADD: return at::add(x, s, alpha);
-    case DT_BINARY_SUB: return at::sub(x, s, alpha);
-    case DT_BINARY_MUL: return at::mul(x, s);
-    case DT_BINARY_DIV: return at::div(x, s);
-    case DT_BINARY_DIV_TRUNC: return at::div(x, s, c10::optional<c10::string_view>("trunc"));
-    case DT_BINARY_DIV_FLOOR: return at::floor_divide(x, s);
-    case DT_BINARY_REMAINDER: return at::remainder(x, s);
-    case DT_BINARY_POW: return at::pow(x, s);
-    case DT_BINARY_EQ: return at::eq(x, s);
-    case DT_BINARY_NE: return at::ne(x, s);
-    case DT_BINARY_LT: return at::lt(x, s);
-    case DT_BINARY_LE: return at::le(x, s);
-    case DT_BINARY_GT: return at::gt(x, s);
-    case DT_BINARY_GE: return at::ge(x, s);
-    case DT_BINARY_BITWISE_AND: return at::bitwise_and(x, s);
-    case DT_BINARY_BITWISE_OR: return at::bitwise_or(x, s);
-    case DT_BINARY_BITWISE_XOR: return at::bitwise_xor(x, s);
-    default: return binary_tt(sub, x, wrapped(ds), alpha);
+    case DT_BINARY_ADD:
+        return at::add(x, s, alpha);
+    case DT_BINARY_SUB:
+        return at::sub(x, s, alpha);
+    case DT_BINARY_MUL:
+        return at::mul(x, s);
+    case DT_BINARY_DIV:
+        return at::div(x, s);
+    case DT_BINARY_DIV_TRUNC:
+        return at::div(x, s, c10::optional<c10::string_view>("trunc"));
+    case DT_BINARY_DIV_FLOOR:
+        return at::floor_divide(x, s);
+    case DT_BINARY_REMAINDER:
+        return at::remainder(x, s);
+    case DT_BINARY_POW:
+        return at::pow(x, s);
+    case DT_BINARY_EQ:
+        return at::eq(x, s);
+    case DT_BINARY_NE:
+        return at::ne(x, s);
+    case DT_BINARY_LT:
+        return at::lt(x, s);
+    case DT_BINARY_LE:
+        return at::le(x, s);
+    case DT_BINARY_GT:
+        return at::gt(x, s);
+    case DT_BINARY_GE:
+        return at::ge(x, s);
+    case DT_BINARY_BITWISE_AND:
+        return at::bitwise_and(x, s);
+    case DT_BINARY_BITWISE_OR:
+        return at::bitwise_or(x, s);
+    case DT_BINARY_BITWISE_XOR:
+        return at::bitwise_xor(x, s);
+    default:
+        return binary_tt(sub, x, wrapped(ds), alpha);
     }
 }
 
 /* s op x: torch.<op>(s, x) (the function form). */
 at::Tensor binary_st(int sub, const dt_scalar &ds, const at::Tensor &x, const at::Scalar &alpha) {
     switch (sub) {
-    case DT_BINARY_POW: return at::pow(to_scalar(ds), x);
-    case DT_BINARY_REMAINDER: return at::remainder(to_scalar(ds), x);
-    default: return binary_tt(sub, wrapped(ds), x, alpha);
+    case DT_BINARY_POW:
+        return at::pow(to_scalar(ds), x);
+    case DT_BINARY_REMAINDER:
+        return at::remainder(to_scalar(ds), x);
+    default:
+        return binary_tt(sub, wrapped(ds), x, alpha);
     }
 }
 
@@ -131,10 +213,12 @@ at::Tensor ew_binary(const dt__kattr *a, void *const *in, int n_in) {
     // In place into in[0] (DT_KF_INPLACE): s op x has no such form.
     if (n_in == 2 && donatable(a, impl(in[0]), impl(in[1]).sizes())) {
         at::Tensor x = impl(in[0]);
-        if (binary_tt_into(a->sub, x, impl(in[1]), alpha)) return x;
+        if (binary_tt_into(a->sub, x, impl(in[1]), alpha))
+            return x;
     } else if (n_in == 1 && !(a->flags & DT_KF_REVERSED) && donatable(a, impl(in[0]), impl(in[0]).sizes())) {
         at::Tensor x = impl(in[0]);
-        if (binary_ts_into(a->sub, x, a->scalar, alpha)) return x;
+        if (binary_ts_into(a->sub, x, a->scalar, alpha))
+            return x;
     }
     at::Tensor r;
     if (n_in == 2)
@@ -148,43 +232,79 @@ at::Tensor ew_binary(const dt__kattr *a, void *const *in, int n_in) {
 
 at::Tensor unary_op(const dt__kattr *a, const at::Tensor &x) {
     switch (a->sub) {
-    case DT_UNARY_NEG: return at::neg(x);
-    case DT_UNARY_ABS: return at::abs(x);
-    case DT_UNARY_EXP: return at::exp(x);
-    case DT_UNARY_LOG: return at::log(x);
-    case DT_UNARY_LOG2: return at::log2(x);
-    case DT_UNARY_LOG10: return at::log10(x);
-    case DT_UNARY_SQRT: return at::sqrt(x);
-    case DT_UNARY_RSQRT: return at::rsqrt(x);
-    case DT_UNARY_RECIPROCAL: return at::reciprocal(x);
-    case DT_UNARY_SIN: return at::sin(x);
-    case DT_UNARY_COS: return at::cos(x);
-    case DT_UNARY_TANH: return at::tanh(x);
-    case DT_UNARY_SIGMOID: return at::sigmoid(x);
-    case DT_UNARY_ERF: return at::erf(x);
-    case DT_UNARY_EXPM1: return at::expm1(x);
-    case DT_UNARY_LOG1P: return at::log1p(x);
-    case DT_UNARY_EXP2: return at::exp2(x);
-    case DT_UNARY_ASIN: return at::asin(x);
-    case DT_UNARY_ACOS: return at::acos(x);
-    case DT_UNARY_ATAN: return at::atan(x);
-    case DT_UNARY_TAN: return at::tan(x);
-    case DT_UNARY_SINH: return at::sinh(x);
-    case DT_UNARY_COSH: return at::cosh(x);
-    case DT_UNARY_SQUARE: return at::square(x);
-    case DT_UNARY_FLOOR: return at::floor(x);
-    case DT_UNARY_CEIL: return at::ceil(x);
-    case DT_UNARY_TRUNC: return at::trunc(x);
+    case DT_UNARY_NEG:
+        return at::neg(x);
+    case DT_UNARY_ABS:
+        return at::abs(x);
+    case DT_UNARY_EXP:
+        return at::exp(x);
+    case DT_UNARY_LOG:
+        return at::log(x);
+    case DT_UNARY_LOG2:
+        return at::log2(x);
+    case DT_UNARY_LOG10:
+        return at::log10(x);
+    case DT_UNARY_SQRT:
+        return at::sqrt(x);
+    case DT_UNARY_RSQRT:
+        return at::rsqrt(x);
+    case DT_UNARY_RECIPROCAL:
+        return at::reciprocal(x);
+    case DT_UNARY_SIN:
+        return at::sin(x);
+    case DT_UNARY_COS:
+        return at::cos(x);
+    case DT_UNARY_TANH:
+        return at::tanh(x);
+    case DT_UNARY_SIGMOID:
+        return at::sigmoid(x);
+    case DT_UNARY_ERF:
+        return at::erf(x);
+    case DT_UNARY_EXPM1:
+        return at::expm1(x);
+    case DT_UNARY_LOG1P:
+        return at::log1p(x);
+    case DT_UNARY_EXP2:
+        return at::exp2(x);
+    case DT_UNARY_ASIN:
+        return at::asin(x);
+    case DT_UNARY_ACOS:
+        return at::acos(x);
+    case DT_UNARY_ATAN:
+        return at::atan(x);
+    case DT_UNARY_TAN:
+        return at::tan(x);
+    case DT_UNARY_SINH:
+        return at::sinh(x);
+    case DT_UNARY_COSH:
+        return at::cosh(x);
+    case DT_UNARY_SQUARE:
+        return at::square(x);
+    case DT_UNARY_FLOOR:
+        return at::floor(x);
+    case DT_UNARY_CEIL:
+        return at::ceil(x);
+    case DT_UNARY_TRUNC:
+        return at::trunc(x);
     // torch.round(x) and torch.round(x, decimals=d) are different kernels.
-    case DT_UNARY_ROUND: return a->scalar.i == 0 ? at::round(x) : at::round(x, a->scalar.i);
-    case DT_UNARY_SIGN: return at::sign(x);
-    case DT_UNARY_RELU: return at::relu(x);
-    case DT_UNARY_ISNAN: return at::isnan(x);
-    case DT_UNARY_ISINF: return at::isinf(x);
-    case DT_UNARY_ISFINITE: return at::isfinite(x);
-    case DT_UNARY_LOGICAL_NOT: return at::logical_not(x);
-    case DT_UNARY_BITWISE_NOT: return at::bitwise_not(x);
-    default: fail("torch backend: unknown unary op " + std::to_string(a->sub));
+    case DT_UNARY_ROUND:
+        return a->scalar.i == 0 ? at::round(x) : at::round(x, a->scalar.i);
+    case DT_UNARY_SIGN:
+        return at::sign(x);
+    case DT_UNARY_RELU:
+        return at::relu(x);
+    case DT_UNARY_ISNAN:
+        return at::isnan(x);
+    case DT_UNARY_ISINF:
+        return at::isinf(x);
+    case DT_UNARY_ISFINITE:
+        return at::isfinite(x);
+    case DT_UNARY_LOGICAL_NOT:
+        return at::logical_not(x);
+    case DT_UNARY_BITWISE_NOT:
+        return at::bitwise_not(x);
+    default:
+        fail("torch backend: unknown unary op " + std::to_string(a->sub));
     }
 }
 
@@ -192,35 +312,92 @@ at::Tensor unary_op(const dt__kattr *a, const at::Tensor &x) {
  * kernel, into x). false when the op has no such form or changes dtype. */
 bool unary_into(const dt__kattr *a, at::Tensor &x) {
     switch (a->sub) {
-    case DT_UNARY_NEG: at::neg_out(x, x); return true;
-    case DT_UNARY_ABS: at::abs_out(x, x); return true;
-    case DT_UNARY_EXP: at::exp_out(x, x); return true;
-    case DT_UNARY_LOG: at::log_out(x, x); return true;
-    case DT_UNARY_LOG2: at::log2_out(x, x); return true;
-    case DT_UNARY_LOG10: at::log10_out(x, x); return true;
-    case DT_UNARY_SQRT: at::sqrt_out(x, x); return true;
-    case DT_UNARY_RSQRT: at::rsqrt_out(x, x); return true;
-    case DT_UNARY_RECIPROCAL: at::reciprocal_out(x, x); return true;
-    case DT_UNARY_SIN: at::sin_out(x, x); return true;
-    case DT_UNARY_COS: at::cos_out(x, x); return true;
-    case DT_UNARY_TANH: at::tanh_out(x, x); return true;
-    case DT_UNARY_SIGMOID: at::sigmoid_out(x, x); return true;
-    case DT_UNARY_ERF: at::erf_out(x, x); return true;
-    case DT_UNARY_EXPM1: at::expm1_out(x, x); return true;
-    case DT_UNARY_LOG1P: at::log1p_out(x, x); return true;
-    case DT_UNARY_EXP2: at::exp2_out(x, x); return true;
-    case DT_UNARY_ASIN: at::asin_out(x, x); return true;
-    case DT_UNARY_ACOS: at::acos_out(x, x); return true;
-    case DT_UNARY_ATAN: at::atan_out(x, x); return true;
-    case DT_UNARY_TAN: at::tan_out(x, x); return true;
-    case DT_UNARY_SINH: at::sinh_out(x, x); return true;
-    case DT_UNARY_COSH: at::cosh_out(x, x); return true;
-    case DT_UNARY_FLOOR: at::floor_out(x, x); return true;
-    case DT_UNARY_CEIL: at::ceil_out(x, x); return true;
-    case DT_UNARY_TRUNC: at::trunc_out(x, x); return true;
-    case DT_UNARY_SIGN: at::sign_out(x, x); return true;
-    case DT_UNARY_RELU: at::relu_(x); return true;
-    default: return false; // square, round and the predicates: out of place
+    case DT_UNARY_NEG:
+        at::neg_out(x, x);
+        return true;
+    case DT_UNARY_ABS:
+        at::abs_out(x, x);
+        return true;
+    case DT_UNARY_EXP:
+        at::exp_out(x, x);
+        return true;
+    case DT_UNARY_LOG:
+        at::log_out(x, x);
+        return true;
+    case DT_UNARY_LOG2:
+        at::log2_out(x, x);
+        return true;
+    case DT_UNARY_LOG10:
+        at::log10_out(x, x);
+        return true;
+    case DT_UNARY_SQRT:
+        at::sqrt_out(x, x);
+        return true;
+    case DT_UNARY_RSQRT:
+        at::rsqrt_out(x, x);
+        return true;
+    case DT_UNARY_RECIPROCAL:
+        at::reciprocal_out(x, x);
+        return true;
+    case DT_UNARY_SIN:
+        at::sin_out(x, x);
+        return true;
+    case DT_UNARY_COS:
+        at::cos_out(x, x);
+        return true;
+    case DT_UNARY_TANH:
+        at::tanh_out(x, x);
+        return true;
+    case DT_UNARY_SIGMOID:
+        at::sigmoid_out(x, x);
+        return true;
+    case DT_UNARY_ERF:
+        at::erf_out(x, x);
+        return true;
+    case DT_UNARY_EXPM1:
+        at::expm1_out(x, x);
+        return true;
+    case DT_UNARY_LOG1P:
+        at::log1p_out(x, x);
+        return true;
+    case DT_UNARY_EXP2:
+        at::exp2_out(x, x);
+        return true;
+    case DT_UNARY_ASIN:
+        at::asin_out(x, x);
+        return true;
+    case DT_UNARY_ACOS:
+        at::acos_out(x, x);
+        return true;
+    case DT_UNARY_ATAN:
+        at::atan_out(x, x);
+        return true;
+    case DT_UNARY_TAN:
+        at::tan_out(x, x);
+        return true;
+    case DT_UNARY_SINH:
+        at::sinh_out(x, x);
+        return true;
+    case DT_UNARY_COSH:
+        at::cosh_out(x, x);
+        return true;
+    case DT_UNARY_FLOOR:
+        at::floor_out(x, x);
+        return true;
+    case DT_UNARY_CEIL:
+        at::ceil_out(x, x);
+        return true;
+    case DT_UNARY_TRUNC:
+        at::trunc_out(x, x);
+        return true;
+    case DT_UNARY_SIGN:
+        at::sign_out(x, x);
+        return true;
+    case DT_UNARY_RELU:
+        at::relu_(x);
+        return true;
+    default:
+        return false; // square, round and the predicates: out of place
     }
 }
 
@@ -228,7 +405,8 @@ at::Tensor unary(const dt__kattr *a, void *const *in, int n_in) {
     need_inputs(DT_K_UNARY, n_in, 1, 1);
     if (donatable(a, impl(in[0]), impl(in[0]).sizes())) {
         at::Tensor x = impl(in[0]);
-        if (unary_into(a, x)) return x;
+        if (unary_into(a, x))
+            return x;
     }
     return finish(unary_op(a, impl(in[0])), to_aten(a->dtype));
 }
@@ -261,11 +439,14 @@ at::Tensor masked_fill(const dt__kattr *a, void *const *in, int n_in) {
     // masked_fill is a copy then masked_fill_: in place, only the copy goes.
     if (donatable(a, x, m.sizes()) && (n_in == 2 || donatable(a, x, impl(in[2]).sizes()))) {
         at::Tensor y = x;
-        if (n_in == 3) y.masked_fill_(m, impl(in[2]));
-        else y.masked_fill_(m, to_scalar(a->scalar));
+        if (n_in == 3)
+            y.masked_fill_(m, impl(in[2]));
+        else
+            y.masked_fill_(m, to_scalar(a->scalar));
         return y;
     }
-    at::Tensor r = n_in == 3 ? at::masked_fill(x, m, impl(in[2])) : at::masked_fill(x, m, to_scalar(a->scalar));
+    at::Tensor r =
+        n_in == 3 ? at::masked_fill(x, m, impl(in[2])) : at::masked_fill(x, m, to_scalar(a->scalar));
     return finish(r, to_aten(a->dtype));
 }
 
@@ -279,8 +460,10 @@ at::Tensor clamp(const dt__kattr *a, void *const *in, int n_in) {
     at::Tensor r;
     if (!min_t && !max_t) {
         c10::optional<at::Scalar> lo, hi;
-        if (min_s) lo = to_scalar(a->scalar);
-        if (max_s) hi = to_scalar(a->scalar2);
+        if (min_s)
+            lo = to_scalar(a->scalar);
+        if (max_s)
+            hi = to_scalar(a->scalar2);
         if (donatable(a, x, x.sizes())) {
             at::Tensor y = x;
             at::clamp_out(y, x, lo, hi);
@@ -291,10 +474,14 @@ at::Tensor clamp(const dt__kattr *a, void *const *in, int n_in) {
         // torch's parser wraps a number given next to a tensor bound.
         c10::optional<at::Tensor> lo, hi;
         int next = 1;
-        if (min_t) lo = impl(in[next++]);
-        else if (min_s) lo = wrapped(a->scalar);
-        if (max_t) hi = impl(in[next++]);
-        else if (max_s) hi = wrapped(a->scalar2);
+        if (min_t)
+            lo = impl(in[next++]);
+        else if (min_s)
+            lo = wrapped(a->scalar);
+        if (max_t)
+            hi = impl(in[next++]);
+        else if (max_s)
+            hi = wrapped(a->scalar2);
         r = at::clamp(x, lo, hi);
     }
     return finish(r, to_aten(a->dtype));

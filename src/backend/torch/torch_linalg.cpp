@@ -32,13 +32,16 @@ at::Tensor linalg_kernel(const dt__kattr *a, void *const *in, int n_in) {
         return finish(at::outer(impl(in[0]), impl(in[1])), st);
     case DT_KL_LINEAR:
         need_inputs(DT_K_LINALG, n_in, 2, 3);
-        if (n_in == 3) return finish(at::linear(impl(in[0]), impl(in[1]), impl(in[2])), st);
+        if (n_in == 3)
+            return finish(at::linear(impl(in[0]), impl(in[1]), impl(in[2])), st);
         return finish(at::linear(impl(in[0]), impl(in[1])), st);
     case DT_KL_EINSUM: {
         need_inputs(DT_K_LINALG, n_in, 1, -1);
-        if (!a->text) fail("torch backend: einsum without an equation");
+        if (!a->text)
+            fail("torch backend: einsum without an equation");
         std::vector<at::Tensor> ops;
-        for (int i = 0; i < n_in; ++i) ops.push_back(impl(in[i]));
+        for (int i = 0; i < n_in; ++i)
+            ops.push_back(impl(in[i]));
         return finish(at::einsum(a->text, at::TensorList(ops)), st);
     }
     default:

@@ -31,7 +31,8 @@ namespace {
  * empty inputs (reflection padding of an empty channel dim). */
 bool empty_out(const dt__kattr *a) {
     for (int d = 0; d < a->ndim; ++d)
-        if (a->shape[d] == 0) return true;
+        if (a->shape[d] == 0)
+            return true;
     return false;
 }
 
@@ -58,8 +59,10 @@ at::Tensor dropout_noise(const dt__kattr *a, double p, const int64_t *lens, cons
 
 /* ATen's dropout on x with the placement-invariant noise. */
 at::Tensor apply_dropout(const at::Tensor &x, const dt__kattr *a, double p, const int64_t *lens) {
-    if (p == 0) return x;
-    if (p == 1) return at::mul(x, at::zeros({}, x.options()));
+    if (p == 0)
+        return x;
+    if (p == 1)
+        return at::mul(x, at::zeros({}, x.options()));
     return at::mul(x, dropout_noise(a, p, lens, x));
 }
 
@@ -72,28 +75,58 @@ at::Tensor activation_kernel(const dt__kattr *a, void *const *in, int n_in) {
         // The out= (or in-place) form of the same ATen op, into x.
         at::Tensor y = x;
         switch (a->sub) {
-        case DT_ACT_RELU: at::relu_(y); return y;
-        case DT_ACT_GELU: at::gelu_out(y, x, "none"); return y;
-        case DT_ACT_GELU_TANH: at::gelu_out(y, x, "tanh"); return y;
-        case DT_ACT_SILU: at::silu_out(y, x); return y;
-        case DT_ACT_SIGMOID: at::sigmoid_out(y, x); return y;
-        case DT_ACT_TANH: at::tanh_out(y, x); return y;
-        default: break; // leaky_relu, elu: out of place
+        case DT_ACT_RELU:
+            at::relu_(y);
+            return y;
+        case DT_ACT_GELU:
+            at::gelu_out(y, x, "none");
+            return y;
+        case DT_ACT_GELU_TANH:
+            at::gelu_out(y, x, "tanh");
+            return y;
+        case DT_ACT_SILU:
+            at::silu_out(y, x);
+            return y;
+        case DT_ACT_SIGMOID:
+            at::sigmoid_out(y, x);
+            return y;
+        case DT_ACT_TANH:
+            at::tanh_out(y, x);
+            return y;
+        default:
+            break; // leaky_relu, elu: out of place
         }
     }
     at::Tensor r;
     switch (a->sub) {
-    case DT_ACT_RELU: r = at::relu(x); break;
-    case DT_ACT_GELU: r = at::gelu(x, "none"); break;
-    case DT_ACT_GELU_TANH: r = at::gelu(x, "tanh"); break;
-    case DT_ACT_SILU: r = at::silu(x); break;
+    case DT_ACT_RELU:
+        r = at::relu(x);
+        break;
+    case DT_ACT_GELU:
+        r = at::gelu(x, "none");
+        break;
+    case DT_ACT_GELU_TANH:
+        r = at::gelu(x, "tanh");
+        break;
+    case DT_ACT_SILU:
+        r = at::silu(x);
+        break;
     // Python floats reach ATen as double Scalars; the other ELU scales keep
     // their integer defaults, as in torch.nn.functional.
-    case DT_ACT_LEAKY_RELU: r = at::leaky_relu(x, at::Scalar(a->f[0])); break;
-    case DT_ACT_ELU: r = at::elu(x, at::Scalar(a->f[0])); break;
-    case DT_ACT_SIGMOID: r = at::sigmoid(x); break;
-    case DT_ACT_TANH: r = at::tanh(x); break;
-    default: fail("torch backend: unknown activation " + std::to_string(a->sub));
+    case DT_ACT_LEAKY_RELU:
+        r = at::leaky_relu(x, at::Scalar(a->f[0]));
+        break;
+    case DT_ACT_ELU:
+        r = at::elu(x, at::Scalar(a->f[0]));
+        break;
+    case DT_ACT_SIGMOID:
+        r = at::sigmoid(x);
+        break;
+    case DT_ACT_TANH:
+        r = at::tanh(x);
+        break;
+    default:
+        fail("torch backend: unknown activation " + std::to_string(a->sub));
     }
     return finish(r, to_aten(a->dtype));
 }
@@ -103,7 +136,8 @@ at::Tensor softmax_kernel(const dt__kattr *a, void *const *in, int n_in) {
     need_inputs(DT_K_SOFTMAX, n_in, 1, 1);
     const at::Tensor &x = impl(in[0]);
     c10::optional<at::ScalarType> dt;
-    if (a->flags & DT_KNN_DTYPE) dt = to_aten(a->dtype);
+    if (a->flags & DT_KNN_DTYPE)
+        dt = to_aten(a->dtype);
     at::Tensor r = a->sub ? at::log_softmax(x, a->dim, dt) : at::softmax(x, a->dim, dt);
     return finish(r, to_aten(a->dtype));
 }
@@ -114,7 +148,8 @@ DT_TORCH_KERNEL(DT_K_SOFTMAX, softmax_kernel);
 at::Tensor norm_kernel(const dt__kattr *a, void *const *in, int n_in) {
     need_inputs(DT_K_NORM, n_in, 1, 5);
     const at::Tensor &x = impl(in[0]);
-    if (empty_out(a)) return empty_result(a, x);
+    if (empty_out(a))
+        return empty_result(a, x);
     int next = 1;
     c10::optional<at::Tensor> mean, var, w, b;
     if (a->sub == DT_KNORM_BATCH) {
@@ -142,7 +177,8 @@ at::Tensor norm_kernel(const dt__kattr *a, void *const *in, int n_in) {
         check_ndim(a->gndim, "rms_norm normalized_shape");
         bool dflt = (a->flags & DT_KNN_DEFAULT) != 0;
         c10::optional<double> eps;
-        if (!dflt) eps = a->f[0];
+        if (!dflt)
+            eps = a->f[0];
         r = at::rms_norm(x, dims_of(a->ints, a->gndim), w, eps);
         break;
     }
@@ -152,7 +188,8 @@ at::Tensor norm_kernel(const dt__kattr *a, void *const *in, int n_in) {
     case DT_KNORM_BATCH:
         r = at::batch_norm(x, w, b, mean, var, /*training=*/false, a->f[1], a->f[0], /*cudnn_enabled=*/true);
         break;
-    default: fail("torch backend: unknown norm " + std::to_string(a->sub));
+    default:
+        fail("torch backend: unknown norm " + std::to_string(a->sub));
     }
     return finish(r, to_aten(a->dtype));
 }
@@ -164,7 +201,8 @@ at::Tensor embedding_kernel(const dt__kattr *a, void *const *in, int n_in) {
     need_inputs(DT_K_EMBEDDING, n_in, 2, 2);
     const at::Tensor &idx = impl(in[0]);
     const at::Tensor &w = impl(in[1]);
-    if (!(a->flags & DT_KNN_MASKED)) return finish(at::embedding(w, idx), to_aten(a->dtype));
+    if (!(a->flags & DT_KNN_MASKED))
+        return finish(at::embedding(w, idx), to_aten(a->dtype));
     int64_t start = a->ints[0], rows = a->ints[1], vocab = a->ints[2];
     if (idx.numel() > 0) {
         // The device holds only part of the vocab, so ATen's own check would
@@ -174,7 +212,8 @@ at::Tensor embedding_kernel(const dt__kattr *a, void *const *in, int n_in) {
     }
     std::vector<int64_t> shape(idx.sizes().begin(), idx.sizes().end());
     shape.push_back(w.size(1));
-    if (rows == 0 || idx.numel() == 0) return at::zeros(shape, w.options());
+    if (rows == 0 || idx.numel() == 0)
+        return at::zeros(shape, w.options());
     at::Tensor mine = at::logical_and(at::ge(idx, start), at::lt(idx, start + rows));
     at::Tensor local = at::where(mine, at::sub(idx, start), at::zeros({}, idx.options()));
     at::Tensor r = at::embedding(w, local);
@@ -189,18 +228,25 @@ at::Tensor conv2d_kernel(const dt__kattr *a, void *const *in, int n_in) {
     bool has_bias = (a->flags & DT_KNN_BIAS) != 0;
     need_inputs(DT_K_CONV2D, n_in, has_bias ? 3 : 2, has_bias ? 3 : 2);
     const at::Tensor &x = impl(in[0]);
-    if (empty_out(a)) return empty_result(a, x);
+    if (empty_out(a))
+        return empty_result(a, x);
     c10::optional<at::Tensor> bias;
-    if (has_bias) bias = impl(in[2]);
+    if (has_bias)
+        bias = impl(in[2]);
     at::IntArrayRef stride(a->ints, 2), padding(a->ints + 2, 2), dilation(a->ints + 4, 2);
     at::Tensor r;
     switch (a->sub) {
     case DT_CONV_PAD_EXPLICIT:
         r = at::conv2d(x, impl(in[1]), bias, stride, padding, dilation, a->ints[6]);
         break;
-    case DT_CONV_PAD_VALID: r = at::conv2d(x, impl(in[1]), bias, stride, "valid", dilation, a->ints[6]); break;
-    case DT_CONV_PAD_SAME: r = at::conv2d(x, impl(in[1]), bias, stride, "same", dilation, a->ints[6]); break;
-    default: fail("torch backend: unknown conv2d padding mode " + std::to_string(a->sub));
+    case DT_CONV_PAD_VALID:
+        r = at::conv2d(x, impl(in[1]), bias, stride, "valid", dilation, a->ints[6]);
+        break;
+    case DT_CONV_PAD_SAME:
+        r = at::conv2d(x, impl(in[1]), bias, stride, "same", dilation, a->ints[6]);
+        break;
+    default:
+        fail("torch backend: unknown conv2d padding mode " + std::to_string(a->sub));
     }
     return finish(r, to_aten(a->dtype));
 }
@@ -213,9 +259,11 @@ DT_TORCH_KERNEL(DT_K_CONV2D, conv2d_kernel);
 at::Tensor interpolate_kernel(const dt__kattr *a, void *const *in, int n_in) {
     need_inputs(DT_K_INTERPOLATE, n_in, 1, 1);
     const at::Tensor &x = impl(in[0]);
-    if (empty_out(a)) return empty_result(a, x);
+    if (empty_out(a))
+        return empty_result(a, x);
     int64_t nsp = x.dim() - 2;
-    if (nsp < 1 || nsp > 3) fail("torch backend: interpolate needs 3-D to 5-D input");
+    if (nsp < 1 || nsp > 3)
+        fail("torch backend: interpolate needs 3-D to 5-D input");
     bool scales = (a->flags & DT_KNN_SCALES) != 0;
     bool align = (a->flags & DT_KNN_ALIGN) != 0;
     at::OptionalIntArrayRef size;
@@ -227,20 +275,29 @@ at::Tensor interpolate_kernel(const dt__kattr *a, void *const *in, int n_in) {
     at::Tensor r;
     switch (a->sub) {
     case DT_INTERP_NEAREST:
-        r = nsp == 1 ? at::upsample_nearest1d(x, size, sf)
+        r = nsp == 1   ? at::upsample_nearest1d(x, size, sf)
             : nsp == 2 ? at::upsample_nearest2d(x, size, sf)
                        : at::upsample_nearest3d(x, size, sf);
         break;
     case DT_INTERP_NEAREST_EXACT:
-        r = nsp == 1 ? at::_upsample_nearest_exact1d(x, size, sf)
+        r = nsp == 1   ? at::_upsample_nearest_exact1d(x, size, sf)
             : nsp == 2 ? at::_upsample_nearest_exact2d(x, size, sf)
                        : at::_upsample_nearest_exact3d(x, size, sf);
         break;
-    case DT_INTERP_LINEAR: r = at::upsample_linear1d(x, size, align, sf); break;
-    case DT_INTERP_BILINEAR: r = at::upsample_bilinear2d(x, size, align, sf); break;
-    case DT_INTERP_BICUBIC: r = at::upsample_bicubic2d(x, size, align, sf); break;
-    case DT_INTERP_TRILINEAR: r = at::upsample_trilinear3d(x, size, align, sf); break;
-    default: fail("torch backend: unknown interpolate mode " + std::to_string(a->sub));
+    case DT_INTERP_LINEAR:
+        r = at::upsample_linear1d(x, size, align, sf);
+        break;
+    case DT_INTERP_BILINEAR:
+        r = at::upsample_bilinear2d(x, size, align, sf);
+        break;
+    case DT_INTERP_BICUBIC:
+        r = at::upsample_bicubic2d(x, size, align, sf);
+        break;
+    case DT_INTERP_TRILINEAR:
+        r = at::upsample_trilinear3d(x, size, align, sf);
+        break;
+    default:
+        fail("torch backend: unknown interpolate mode " + std::to_string(a->sub));
     }
     return finish(r, to_aten(a->dtype));
 }
@@ -249,12 +306,16 @@ DT_TORCH_KERNEL(DT_K_INTERPOLATE, interpolate_kernel);
 at::Tensor pad_kernel(const dt__kattr *a, void *const *in, int n_in) {
     need_inputs(DT_K_PAD, n_in, 1, 1);
     const at::Tensor &x = impl(in[0]);
-    if (empty_out(a)) return empty_result(a, x);
-    if (a->gndim < 0 || a->gndim > 2 * DT_MAX_NDIM) fail("torch backend: bad pad length");
+    if (empty_out(a))
+        return empty_result(a, x);
+    if (a->gndim < 0 || a->gndim > 2 * DT_MAX_NDIM)
+        fail("torch backend: bad pad length");
     static const char *const modes[] = {"constant", "reflect", "replicate", "circular"};
-    if (a->sub < 0 || a->sub >= DT_PAD_COUNT) fail("torch backend: unknown pad mode " + std::to_string(a->sub));
+    if (a->sub < 0 || a->sub >= DT_PAD_COUNT)
+        fail("torch backend: unknown pad mode " + std::to_string(a->sub));
     c10::optional<double> value;
-    if (!(a->flags & DT_KNN_DEFAULT)) value = a->f[0];
+    if (!(a->flags & DT_KNN_DEFAULT))
+        value = a->f[0];
     at::Tensor r = at::pad(x, at::IntArrayRef(a->ints, (size_t)a->gndim), modes[a->sub], value);
     return finish(r, to_aten(a->dtype));
 }
@@ -265,7 +326,8 @@ DT_TORCH_KERNEL(DT_K_PAD, pad_kernel);
 at::Tensor dropout_kernel(const dt__kattr *a, void *const *in, int n_in) {
     need_inputs(DT_K_DROPOUT, n_in, 1, 1);
     const at::Tensor &x = impl(in[0]);
-    if (empty_out(a)) return empty_result(a, x);
+    if (empty_out(a))
+        return empty_result(a, x);
     return finish(apply_dropout(x, a, a->f[0], a->shape), to_aten(a->dtype));
 }
 DT_TORCH_KERNEL(DT_K_DROPOUT, dropout_kernel);
@@ -295,7 +357,8 @@ at::Tensor sdpa_math(const at::Tensor &q, const at::Tensor &k, const at::Tensor 
         int nd = a->gndim;
         check_ndim(nd, "attention");
         int64_t lens[DT_MAX_NDIM];
-        for (int d = 0; d < nd; ++d) lens[d] = d < nd - 2 ? a->shape[d] : a->gshape[d];
+        for (int d = 0; d < nd; ++d)
+            lens[d] = d < nd - 2 ? a->shape[d] : a->gshape[d];
         attn = apply_dropout(attn, a, p, lens);
     }
     return at::matmul(attn, v);
@@ -305,9 +368,11 @@ at::Tensor sdpa_kernel(const dt__kattr *a, void *const *in, int n_in) {
     bool has_mask = (a->flags & DT_KNN_MASK) != 0;
     need_inputs(DT_K_SDPA, n_in, has_mask ? 4 : 3, has_mask ? 4 : 3);
     const at::Tensor &q = impl(in[0]), &k = impl(in[1]), &v = impl(in[2]);
-    if (empty_out(a)) return empty_result(a, q);
+    if (empty_out(a))
+        return empty_result(a, q);
     c10::optional<at::Tensor> mask;
-    if (has_mask) mask = impl(in[3]);
+    if (has_mask)
+        mask = impl(in[3]);
     bool causal = (a->flags & DT_KNN_CAUSAL) != 0;
     bool dflt = (a->flags & DT_KNN_DEFAULT) != 0;
     at::Tensor r;
@@ -315,7 +380,8 @@ at::Tensor sdpa_kernel(const dt__kattr *a, void *const *in, int n_in) {
     // placements: with dropout the composition runs instead.
     if (a->f[0] == 0) {
         c10::optional<double> scale;
-        if (!dflt) scale = a->f[1];
+        if (!dflt)
+            scale = a->f[1];
         r = at::scaled_dot_product_attention(q, k, v, mask, 0.0, causal, scale);
         return finish(r, to_aten(a->dtype));
     }
@@ -332,24 +398,39 @@ DT_TORCH_KERNEL(DT_K_SDPA, sdpa_kernel);
 at::Tensor pool2d_kernel(const dt__kattr *a, void *const *in, int n_in) {
     need_inputs(DT_K_POOL2D, n_in, 1, 1);
     const at::Tensor &x = impl(in[0]);
-    if (empty_out(a)) return empty_result(a, x);
+    if (empty_out(a))
+        return empty_result(a, x);
     at::IntArrayRef k(a->ints, 2), s(a->ints + 2, 2), p(a->ints + 4, 2), d(a->ints + 6, 2), size(a->ints, 2);
     bool ceil = (a->flags & DT_KPOOL_CEIL) != 0;
     at::Tensor r;
     switch (a->sub) {
-    case DT_KPOOL_MAX: r = at::max_pool2d(x, k, s, p, d, ceil); break;
-    case DT_KPOOL_MAX_WI: r = std::get<0>(at::max_pool2d_with_indices(x, k, s, p, d, ceil)); break;
-    case DT_KPOOL_MAX_WI_INDICES: r = std::get<1>(at::max_pool2d_with_indices(x, k, s, p, d, ceil)); break;
+    case DT_KPOOL_MAX:
+        r = at::max_pool2d(x, k, s, p, d, ceil);
+        break;
+    case DT_KPOOL_MAX_WI:
+        r = std::get<0>(at::max_pool2d_with_indices(x, k, s, p, d, ceil));
+        break;
+    case DT_KPOOL_MAX_WI_INDICES:
+        r = std::get<1>(at::max_pool2d_with_indices(x, k, s, p, d, ceil));
+        break;
     case DT_KPOOL_AVG: {
         c10::optional<int64_t> divisor;
-        if (a->flags & DT_KPOOL_DIVISOR) divisor = a->ints[8];
+        if (a->flags & DT_KPOOL_DIVISOR)
+            divisor = a->ints[8];
         r = at::avg_pool2d(x, k, s, p, ceil, (a->flags & DT_KPOOL_COUNT_PAD) != 0, divisor);
         break;
     }
-    case DT_KPOOL_ADAPTIVE_AVG: r = at::adaptive_avg_pool2d(x, size); break;
-    case DT_KPOOL_ADAPTIVE_MAX: r = std::get<0>(at::adaptive_max_pool2d(x, size)); break;
-    case DT_KPOOL_ADAPTIVE_MAX_INDICES: r = std::get<1>(at::adaptive_max_pool2d(x, size)); break;
-    default: fail("torch backend: unknown pooling " + std::to_string(a->sub));
+    case DT_KPOOL_ADAPTIVE_AVG:
+        r = at::adaptive_avg_pool2d(x, size);
+        break;
+    case DT_KPOOL_ADAPTIVE_MAX:
+        r = std::get<0>(at::adaptive_max_pool2d(x, size));
+        break;
+    case DT_KPOOL_ADAPTIVE_MAX_INDICES:
+        r = std::get<1>(at::adaptive_max_pool2d(x, size));
+        break;
+    default:
+        fail("torch backend: unknown pooling " + std::to_string(a->sub));
     }
     return finish(r, to_aten(a->dtype));
 }

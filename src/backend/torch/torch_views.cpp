@@ -42,7 +42,8 @@ at::Tensor strided_region(const at::Tensor &x, const dt__kattr *a) {
 /* [None] * dim + [index] for at::index / index_put_. */
 c10::List<c10::optional<at::Tensor>> index_list(int dim, const at::Tensor &index) {
     c10::List<c10::optional<at::Tensor>> list;
-    for (int d = 0; d < dim; ++d) list.push_back(c10::optional<at::Tensor>());
+    for (int d = 0; d < dim; ++d)
+        list.push_back(c10::optional<at::Tensor>());
     list.push_back(c10::optional<at::Tensor>(index));
     return list;
 }
@@ -102,8 +103,10 @@ at::Tensor view_kernel(const dt__kattr *a, void *const *in, int n_in) {
         std::vector<at::Tensor> list;
         for (int i = 0; i < n_in; ++i) {
             at::Tensor t = impl(in[i]);
-            if (t.scalar_type() != st) t = t.to(st);
-            if (t.dim() == a->ndim - 1) t = t.unsqueeze(a->dim);
+            if (t.scalar_type() != st)
+                t = t.to(st);
+            if (t.dim() == a->ndim - 1)
+                t = t.unsqueeze(a->dim);
             list.push_back(t);
         }
         return finish(at::cat(at::TensorList(list), a->dim), st);
@@ -119,15 +122,19 @@ at::Tensor view_kernel(const dt__kattr *a, void *const *in, int n_in) {
         const at::Tensor &x = impl(in[0]);
         std::vector<int64_t> dims;
         for (int64_t d = 0; d < x.dim(); ++d)
-            if (a->dims_mask & (uint64_t(1) << d)) dims.push_back(d);
-        if (dims.empty()) return finish(x, st);
+            if (a->dims_mask & (uint64_t(1) << d))
+                dims.push_back(d);
+        if (dims.empty())
+            return finish(x, st);
         return finish(at::flip(x, dims), st);
     }
     case DT_KV_ROLL: {
         need_inputs(DT_K_VIEW, n_in, 1, 1);
         const at::Tensor &x = impl(in[0]);
-        if (a->nints < 0 || a->nints > DT_MAX_NDIM) fail("torch backend: roll with a bad number of dims");
-        if (a->nints == 0) return finish(at::roll(x, {a->ints[0]}), st);
+        if (a->nints < 0 || a->nints > DT_MAX_NDIM)
+            fail("torch backend: roll with a bad number of dims");
+        if (a->nints == 0)
+            return finish(at::roll(x, {a->ints[0]}), st);
         return finish(at::roll(x, dims_of(a->ints, a->nints), dims_of(a->start, a->nints)), st);
     }
     case DT_KV_REPEAT:
@@ -152,9 +159,11 @@ at::Tensor masked_scatter_kernel(const dt__kattr *a, void *const *in, int n_in) 
     need_inputs(DT_K_MASKED_SCATTER, n_in, 3, 3);
     const at::Tensor &x = impl(in[0]), &mask = impl(in[1]), &src = impl(in[2]);
     at::ScalarType st = to_aten(a->dtype);
-    if (!(a->flags & DT_KMS_REGION)) return finish(at::masked_scatter(x, mask, src), st);
+    if (!(a->flags & DT_KMS_REGION))
+        return finish(at::masked_scatter(x, mask, src), st);
     check_ndim(a->gndim, "masked_scatter result");
-    if (a->ndim != a->gndim) fail("torch backend: masked_scatter region of another rank than the result");
+    if (a->ndim != a->gndim)
+        fail("torch backend: masked_scatter region of another rank than the result");
     at::IntArrayRef gshape = dims_of(a->gshape, a->gndim), shape = dims_of(a->shape, a->ndim);
     at::Tensor m = mask.expand(gshape);
     // rank[i] = how many True elements precede element i, plus one.

@@ -23,9 +23,9 @@
 
 /* Node ops whose kernels may take in[0]'s storage. */
 static const uint8_t reusable[DT_OP_COUNT] = {
-    [DT_OP_BINARY] = 1,  [DT_OP_BINARY_SCALAR] = 1, [DT_OP_NEG] = 1,         [DT_OP_UNARY] = 1,
-    [DT_OP_CAST] = 1,    [DT_OP_CLAMP] = 1,         [DT_OP_WHERE] = 1,       [DT_OP_MASKED_FILL] = 1,
-    [DT_OP_ACTIVATION] = 1,
+    [DT_OP_BINARY] = 1, [DT_OP_BINARY_SCALAR] = 1, [DT_OP_NEG] = 1,
+    [DT_OP_UNARY] = 1,  [DT_OP_CAST] = 1,          [DT_OP_CLAMP] = 1,
+    [DT_OP_WHERE] = 1,  [DT_OP_MASKED_FILL] = 1,   [DT_OP_ACTIVATION] = 1,
 };
 
 static int fits(const dt__meta *in, const dt__meta *out) {
@@ -40,8 +40,8 @@ static int fits(const dt__meta *in, const dt__meta *out) {
 dt_status dt__pass_reuse(dt__window *w) {
     for (int i = 0; i < w->n; i++) {
         const dt__node *n = w->nodes[i];
-        if ((w->flags[i] & DT__WS_DEAD) || (unsigned)n->op >= DT_OP_COUNT || !reusable[n->op] || n->n_in < 1 ||
-            !n->out || !fits(&n->in[0]->meta, &n->out->meta))
+        if ((w->flags[i] & DT__WS_DEAD) || (unsigned)n->op >= DT_OP_COUNT || !reusable[n->op] ||
+            n->n_in < 1 || !n->out || !fits(&n->in[0]->meta, &n->out->meta))
             continue;
         w->flags[i] |= DT__WS_REUSE;
     }
