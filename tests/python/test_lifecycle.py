@@ -122,7 +122,10 @@ class TestExit(unittest.TestCase):
 class TestInterrupt(unittest.TestCase):
     def test_sigint_while_waiting_for_capacity(self):
         src = """
-            import sys, threading, dtorch
+            import signal, sys, threading, dtorch
+            # Started from a shell without job control, a child inherits SIGINT ignored (and
+            # Python then installs no handler): restore the default one explicitly.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             from dtorch.test.probes import Gate, graph_stats
             g = dtorch.Graph()
             x = dtorch.ones(1, graph=g)
