@@ -299,6 +299,8 @@ int dtpy_add_nn_methods(PyObject *module);
 /* Adds the creation and data-dependent family's functions (ops_creation.c:
  * _randint, _cumsum, _sort, _topk, _nonzero). 0 or -1. */
 int dtpy_add_creation_methods(PyObject *module);
+/* factories.c: full, empty, rand, randn, arange, from_torch, _from_local. */
+int dtpy_add_factory_methods(PyObject *module);
 /* Adds the private test and debugging functions (testing.c: _test_gate*,
  * _test_gated, _graph_stats, _cached_bytes). 0 or -1. */
 int dtpy_add_testing_methods(PyObject *module);
