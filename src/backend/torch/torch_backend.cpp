@@ -15,11 +15,12 @@
  * global. worker_init changes only the calling thread's intra-op thread count
  * (plus ATen's process-wide default for threads that start later).
  *
- * No exception may cross into C: every entry body is wrapped in
- * DT_TORCH_TRY/DT_TORCH_CATCH, which turns c10::Error, std::exception and
- * anything else into a status and the first line of the message. Entries that
- * cannot report (free, nbytes, dlpack_delete, worker_init, default_dtype)
- * swallow errors instead.
+ * No exception may cross into C: every entry body is a try block whose
+ * catch (...) calls translate_current(), which turns c10::Error,
+ * std::exception and anything else into a status and the first line of the
+ * message. Entries that cannot report (free, nbytes, dlpack_delete,
+ * worker_init, default_dtype) swallow errors instead. (The try/catch is
+ * written out rather than hidden behind macros so clang-format can read it.)
  *
  * Builds against LibTorch >= 2.4 (CMake checks the version).
  */
@@ -92,17 +93,6 @@ dt_status translate_current(char *err, size_t errlen) noexcept {
         return report(err, errlen, DT_EBACKEND, "torch backend: unknown C++ exception");
     }
 }
-
-#define DT_TORCH_TRY try
-#define DT_TORCH_CATCH(err, errlen)                                                                          \
-    catch (...) {                                                                                            \
-        return translate_current((err), (errlen));                                                           \
-    }
-/* For entries with no error channel: the failure is dropped, `ret` returned. */
-#define DT_TORCH_CATCH_QUIET(ret)                                                                            \
-    catch (...) {                                                                                            \
-        return ret;                                                                                          \
-    }
 
 /* ------------------------------------------------------------------- dtypes */
 
@@ -440,27 +430,36 @@ at::Tensor scalar_inplace(int sub, const at::Tensor &xc, const at::Scalar &s) {
     }
 }
 
-void torch_empty_cache(void){DT_TORCH_TRY{empty_cpu_cache();
-} // namespace dt_torch
-DT_TORCH_CATCH_QUIET()
+void torch_empty_cache(void) {
+    try {
+        empty_cpu_cache();
+    } catch (...) {
+        return;
+    }
 }
 
 int64_t torch_cached_bytes(void) {
-    DT_TORCH_TRY { return (int64_t)cpu_cache_bytes(); }
-    DT_TORCH_CATCH_QUIET(0)
+    try {
+        return (int64_t)cpu_cache_bytes();
+    } catch (...) {
+        return 0;
+    }
 }
 
-int torch_same_storage(const void *a, const void *b){DT_TORCH_TRY{const at::Tensor &x = impl(a), &y = impl(b);
-return x.has_storage() && y.has_storage() && x.storage().is_alias_of(y.storage()) ? 1 : 0;
-}
-DT_TORCH_CATCH_QUIET(0)
+int torch_same_storage(const void *a, const void *b) {
+    try {
+        const at::Tensor &x = impl(a), &y = impl(b);
+        return x.has_storage() && y.has_storage() && x.storage().is_alias_of(y.storage()) ? 1 : 0;
+    } catch (...) {
+        return 0;
+    }
 }
 
 /* ------------------------------------------------------------- the kernels */
 
 dt_status torch_run(int kop, const dt__kattr *a, void *const *in, int n_in, void **out, char *err,
                     size_t errlen) {
-    DT_TORCH_TRY {
+    try {
         if (out)
             *out = nullptr;
         if (!a || !out)
@@ -580,57 +579,69 @@ dt_status torch_run(int kop, const dt__kattr *a, void *const *in, int n_in, void
         }
         *out = new at::Tensor(std::move(r));
         return DT_OK;
+    } catch (...) {
+        return translate_current(err, errlen);
     }
-    DT_TORCH_CATCH(err, errlen)
 }
 
 /* ---------------------------------------------------------- other entries */
 
-void torch_free(void *p){// Destroying a tensor does not throw; the catch is for the boundary rule.
-                         DT_TORCH_TRY{delete static_cast<at::Tensor *>(p);
-}
-DT_TORCH_CATCH_QUIET()
+void torch_free(void *p) {
+    // Destroying a tensor does not throw; the catch is for the boundary rule.
+    try {
+        delete static_cast<at::Tensor *>(p);
+    } catch (...) {
+        return;
+    }
 }
 
-size_t torch_nbytes(const void *p){DT_TORCH_TRY{if (!p) return 0;
-const at::Tensor &t = impl(p);
-return (size_t)t.numel() * t.element_size();
-}
-DT_TORCH_CATCH_QUIET(0)
+size_t torch_nbytes(const void *p) {
+    try {
+        if (!p)
+            return 0;
+        const at::Tensor &t = impl(p);
+        return (size_t)t.numel() * t.element_size();
+    } catch (...) {
+        return 0;
+    }
 }
 
 dt_status torch_from_host(dt_dtype dtype, int ndim, const int64_t *shape, const void *data, void **out,
-                          char *err, size_t errlen){DT_TORCH_TRY{if (!out) fail("torch backend: NULL out");
-*out = nullptr;
-at::ScalarType st = to_aten(dtype);
-check_ndim(ndim, "from_host");
-if (ndim > 0 && !shape)
-    fail("torch backend: NULL shape");
-int64_t numel = 1;
-for (int d = 0; d < ndim; ++d) {
-    if (shape[d] < 0)
-        fail("torch backend: negative size in from_host");
-    numel *= shape[d];
-}
-at::IntArrayRef sizes = dims_of(shape, ndim);
-at::TensorOptions o = at::TensorOptions().dtype(st);
-at::Tensor r;
-if (numel == 0) {
-    r = at::empty(sizes, o); // no bytes to read; data may be NULL
-} else {
-    if (!data)
-        fail("torch backend: NULL data in from_host");
-    // from_blob borrows the caller's buffer; clone makes it ours.
-    r = at::from_blob(const_cast<void *>(data), sizes, o).clone();
-}
-*out = new at::Tensor(std::move(r));
-return DT_OK;
-}
-DT_TORCH_CATCH(err, errlen)
+                          char *err, size_t errlen) {
+    try {
+        if (!out)
+            fail("torch backend: NULL out");
+        *out = nullptr;
+        at::ScalarType st = to_aten(dtype);
+        check_ndim(ndim, "from_host");
+        if (ndim > 0 && !shape)
+            fail("torch backend: NULL shape");
+        int64_t numel = 1;
+        for (int d = 0; d < ndim; ++d) {
+            if (shape[d] < 0)
+                fail("torch backend: negative size in from_host");
+            numel *= shape[d];
+        }
+        at::IntArrayRef sizes = dims_of(shape, ndim);
+        at::TensorOptions o = at::TensorOptions().dtype(st);
+        at::Tensor r;
+        if (numel == 0) {
+            r = at::empty(sizes, o); // no bytes to read; data may be NULL
+        } else {
+            if (!data)
+                fail("torch backend: NULL data in from_host");
+            // from_blob borrows the caller's buffer; clone makes it ours.
+            r = at::from_blob(const_cast<void *>(data), sizes, o).clone();
+        }
+        *out = new at::Tensor(std::move(r));
+        return DT_OK;
+    } catch (...) {
+        return translate_current(err, errlen);
+    }
 }
 
 dt_status torch_to_host(const void *p, void *buf, size_t nbytes, char *err, size_t errlen) {
-    DT_TORCH_TRY {
+    try {
         at::Tensor t = impl(p);
         if (!t.device().is_cpu())
             t = t.cpu();
@@ -645,87 +656,14 @@ dt_status torch_to_host(const void *p, void *buf, size_t nbytes, char *err, size
             std::memcpy(buf, t.data_ptr(), have);
         }
         return DT_OK;
-    }
-    DT_TORCH_CATCH(err, errlen)
-}
-
-void call_dl_deleter(DLManagedTensor *m) {
-    if (m && m->deleter)
-        m->deleter(m);
-}
-
-dt_status torch_from_dlpack(void *dl_managed, void **out, dt_dtype *dtype, int *ndim, int64_t *shape,
-                            char *err, size_t errlen) {
-    DLManagedTensor *m = static_cast<DLManagedTensor *>(dl_managed);
-    /* Until at::fromDLPack has taken `m`, this entry owns it and must call
-     * its deleter on every failure. fromDLPack can only throw before it binds
-     * the deleter for an unsupported device or dtype, so both are checked
-     * here first; after that call, the tensor (alive or unwinding) owns `m`. */
-    bool owned = true;
-    DT_TORCH_TRY {
-        if (!m)
-            fail("torch backend: NULL DLManagedTensor");
-        if (!out || !dtype || !ndim || !shape)
-            fail("torch backend: NULL out parameter");
-        *out = nullptr;
-        const DLTensor &dl = m->dl_tensor;
-        if (dl.ndim < 0 || dl.ndim > DT_MAX_NDIM)
-            fail("torch backend: DLPack tensor has " + std::to_string(dl.ndim) + " dims (at most " +
-                 std::to_string(DT_MAX_NDIM) + ")");
-        if (dl.ndim > 0 && !dl.shape)
-            fail("torch backend: DLPack tensor without shape");
-        bool cpu = dl.device.device_type == kDLCPU;
-        bool cuda = dl.device.device_type == kDLCUDA;
-        if (!cpu && !(cuda && at::hasCUDA()))
-            fail("torch backend: unsupported DLPack device type " +
-                 std::to_string((int)dl.device.device_type));
-        int dt = from_aten(at::toScalarType(dl.dtype)); // throws for codes torch lacks
-        if (dt < 0)
-            fail("torch backend: DLPack dtype has no dtorch equivalent");
-
-        owned = false;
-        at::Tensor src = at::fromDLPack(m);
-        // A private snapshot on the same device: the producer may reuse its
-        // buffer once this returns, and `src` (with m) is released here.
-        at::Tensor r = src.clone(at::MemoryFormat::Contiguous);
-        src.reset();
-        int nd = (int)r.dim();
-        *dtype = (dt_dtype)from_aten(r.scalar_type());
-        *ndim = nd;
-        for (int d = 0; d < nd; ++d)
-            shape[d] = r.size(d);
-        *out = new at::Tensor(std::move(r));
-        return DT_OK;
-    }
-    catch (...) {
-        if (owned)
-            call_dl_deleter(m);
+    } catch (...) {
         return translate_current(err, errlen);
     }
 }
 
-dt_status torch_to_dlpack(const void *p, void **out_dl_managed, char *err, size_t errlen) {
-    DT_TORCH_TRY {
-        if (!out_dl_managed)
-            fail("torch backend: NULL out");
-        *out_dl_managed = nullptr;
-        const at::Tensor &t = impl(p);
-        // The DLManagedTensor holds its own reference to the tensor.
-        *out_dl_managed = at::toDLPack(t);
-        return DT_OK;
-    }
-    DT_TORCH_CATCH(err, errlen)
-}
-
-void torch_dlpack_delete(void *dl_managed){
-    DT_TORCH_TRY{call_dl_deleter(static_cast<DLManagedTensor *>(dl_managed));
-}
-DT_TORCH_CATCH_QUIET()
-}
-
 dt_status torch_assemble(dt_dtype dtype, int ndim, const int64_t *shape, int n, void *const *pieces,
                          const int64_t *starts, int accumulate, void **out, char *err, size_t errlen) {
-    DT_TORCH_TRY {
+    try {
         if (!out)
             fail("torch backend: NULL out");
         *out = nullptr;
@@ -768,43 +706,49 @@ dt_status torch_assemble(dt_dtype dtype, int ndim, const int64_t *shape, int n, 
         }
         *out = new at::Tensor(std::move(r));
         return DT_OK;
+    } catch (...) {
+        return translate_current(err, errlen);
     }
-    DT_TORCH_CATCH(err, errlen)
 }
 
-void torch_worker_init(dt_device_type type, int64_t device_id,
-                       int live_workers){DT_TORCH_TRY{mark_worker_thread();
-(void)type;
-(void)device_id;
-(void)live_workers;
-// Every worker runs its kernels with the intra-op thread count eager
-// torch uses (torch's process setting, which init_num_threads applies
-// to this thread), not a share of it: torch 2.x CPU kernels split
-// their work by thread count and some round differently per split
-// (softmax along a non-last dim, conv2d), so only the same count
-// gives eager torch's bits. Re-applied whenever the worker count
-// changes, so a torch.set_num_threads() before then is followed.
-at::init_num_threads();
-}
-DT_TORCH_CATCH_QUIET()
+void torch_worker_init(dt_device_type type, int64_t device_id, int live_workers) {
+    try {
+        mark_worker_thread();
+        (void)type;
+        (void)device_id;
+        (void)live_workers;
+        // Every worker runs its kernels with the intra-op thread count eager
+        // torch uses (torch's process setting, which init_num_threads applies
+        // to this thread), not a share of it: torch 2.x CPU kernels split
+        // their work by thread count and some round differently per split
+        // (softmax along a non-last dim, conv2d), so only the same count
+        // gives eager torch's bits. Re-applied whenever the worker count
+        // changes, so a torch.set_num_threads() before then is followed.
+        at::init_num_threads();
+    } catch (...) {
+        return;
+    }
 }
 
-dt_dtype torch_default_dtype(void){
-    DT_TORCH_TRY{int dt = from_aten(c10::typeMetaToScalarType(c10::get_default_dtype()));
-return dt < 0 ? DT_FLOAT32 : (dt_dtype)dt;
-}
-DT_TORCH_CATCH_QUIET(DT_FLOAT32)
+dt_dtype torch_default_dtype(void) {
+    try {
+        int dt = from_aten(c10::typeMetaToScalarType(c10::get_default_dtype()));
+        return dt < 0 ? DT_FLOAT32 : (dt_dtype)dt;
+    } catch (...) {
+        return DT_FLOAT32;
+    }
 }
 
 int64_t torch_device_count(dt_device_type type) {
     if (type == DT_DEVICE_CPU)
         return -1;
-    DT_TORCH_TRY {
+    try {
         // at::hasCUDA() is false in a CPU build of torch and when no driver is
         // loaded; getNumGPUs() then counts the GPUs the CUDA runtime sees.
         return at::hasCUDA() ? (int64_t)at::getNumGPUs() : 0;
+    } catch (...) {
+        return 0;
     }
-    DT_TORCH_CATCH_QUIET(0)
 }
 
 } // namespace dt_torch

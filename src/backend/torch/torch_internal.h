@@ -53,6 +53,14 @@ at::Tensor region(const at::Tensor &x, int ndim, const int64_t *start, const int
 bool donatable(const dt__kattr *a, const at::Tensor &x, at::IntArrayRef other_sizes);
 /* Fails unless lo <= n_in <= hi (hi < 0: no upper bound). */
 void need_inputs(int kop, int n_in, int lo, int hi);
+/* The current exception (inside a catch) as a status and message. */
+dt_status translate_current(char *err, size_t errlen) noexcept;
+
+/* The DLPack entries (torch_dlpack.cpp). */
+dt_status torch_from_dlpack(void *dl_managed, void **out, dt_dtype *dtype, int *ndim, int64_t *shape,
+                            char *err, size_t errlen);
+dt_status torch_to_dlpack(const void *p, void **out_dl_managed, char *err, size_t errlen);
+void torch_dlpack_delete(void *dl_managed);
 
 /* Marks the calling thread as a dtorch worker: its large allocations come
  * from the caching CPU allocator (torch_alloc.cpp), installed on first call. */
