@@ -304,6 +304,9 @@ typedef struct dt__assembly {
     int64_t *lens;     /* n * ndim: each piece's shape (to stage it through host memory) */
 } dt__assembly;
 
+/* Drops an assembly's piece references and frees it (any thread). */
+void dt__assembly_free(dt__assembly *as);
+
 typedef struct dt__kernel {
     struct dt__kernel *next;
     int32_t kop;
@@ -378,8 +381,12 @@ typedef struct dt__stream {
 dt__stream *dt__stream_start(struct dt_graph *g, dt_device_type type, int64_t device_id, int kind);
 /* Hands over a list of kernels (controller thread). */
 void dt__stream_submit(dt__stream *s, dt__kernel *head, dt__kernel *tail);
-/* Sends the stop kernel, joins the worker and frees the stream. */
-void dt__stream_stop(dt__stream *s);
+/* Queues the stop kernel after everything handed over (controller). */
+void dt__stream_send_stop(dt__stream *s);
+/* Frees a stream whose worker has been joined (controller). Only once every
+ * worker of the graph has exited: a kernel on another stream may read this
+ * one's completed count (its events) until then. */
+void dt__stream_free(dt__stream *s);
 
 /* The stream map (streams.c; controller thread): the stream of (type, id,
  * kind), started on first use; NULL with the thread error set on failure. */

@@ -66,13 +66,7 @@ void dt__lw_discard(dt__kernel *k) {
         if (k->kop == DT_KC_FETCH || k->kop == DT_KC_SYNC) {
             dt_future_release(k->extra);
         } else if (k->kop == DT_KC_ASSEMBLE) {
-            dt__assembly *as = k->extra;
-            for (int i = 0; i < as->n; i++)
-                dt__blob_release(as->pieces[i]);
-            dt__free(as->pieces);
-            dt__free(as->starts);
-            dt__free(as->lens);
-            dt__free(as);
+            dt__assembly_free(k->extra);
         } else if (k->kop == DT_KC_GATE) {
             dt__debug_gate_unref(k->extra);
         }

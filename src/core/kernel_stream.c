@@ -165,6 +165,15 @@ static void run_backend(dt__kernel *k, const dt__stream *s) {
     k->out->impl = out;
 }
 
+void dt__assembly_free(dt__assembly *as) {
+    for (int i = 0; i < as->n; i++)
+        dt__blob_release(as->pieces[i]);
+    dt__free(as->pieces);
+    dt__free(as->starts);
+    dt__free(as->lens);
+    dt__free(as);
+}
+
 /* A copy of piece i made by s's backend: the piece is staged through host
  * memory (to_host on its backend, from_host on s's) when another backend
  * made it, as when a value moves between device types. *tmp is the new impl
@@ -224,12 +233,7 @@ static void run_assemble(dt__kernel *k, dt__stream *s) {
             s->be->free(tmps[i]);
     dt__free(tmps);
     dt__free(impls);
-    for (int i = 0; i < as->n; i++)
-        dt__blob_release(as->pieces[i]);
-    dt__free(as->pieces);
-    dt__free(as->starts);
-    dt__free(as->lens);
-    dt__free(as);
+    dt__assembly_free(as);
 }
 
 static void run_kernel(dt__kernel *k, dt__stream *s) {
@@ -309,16 +313,9 @@ static void drop_kernel(dt__kernel *k, dt__stream *s) {
         dt__future_arrive(k->extra, -1, NULL);
         dt_future_release(k->extra);
         break;
-    case DT_KC_ASSEMBLE: {
-        dt__assembly *as = k->extra;
-        for (int i = 0; i < as->n; i++)
-            dt__blob_release(as->pieces[i]);
-        dt__free(as->pieces);
-        dt__free(as->starts);
-        dt__free(as->lens);
-        dt__free(as);
+    case DT_KC_ASSEMBLE:
+        dt__assembly_free(k->extra);
         break;
-    }
     case DT_KC_GATE:
         dt__debug_gate_drop(k);
         break;
@@ -483,12 +480,14 @@ void dt__stream_submit(dt__stream *s, dt__kernel *head, dt__kernel *tail) {
     pthread_mutex_unlock(&s->lock);
 }
 
-void dt__stream_stop(dt__stream *s) {
+void dt__stream_send_stop(dt__stream *s) {
     dt__kernel *k = s->stop_k; /* made with the stream: stopping cannot fail */
     s->stop_k = NULL;
     k->kop = DT_KC_STOP;
     dt__stream_submit(s, k, k);
-    pthread_join(s->thread, NULL);
+}
+
+void dt__stream_free(dt__stream *s) {
     pthread_cond_destroy(&s->ev_cond);
     pthread_mutex_destroy(&s->ev_lock);
     pthread_cond_destroy(&s->cond);

@@ -95,9 +95,16 @@ dt__stream *dt__graph_stream(dt_graph *g, dt_device_type type, int64_t id, int k
 }
 
 void dt__graph_streams_stop(dt_graph *g) {
+    /* Stop every worker before freeing any stream: a worker still running
+     * may wait on another stream's events (its `done` count), so a stream is
+     * freed only when no worker of the graph is left to read it. */
+    for (dt__stream *s = g->streams; s; s = s->next_all)
+        dt__stream_send_stop(s);
+    for (dt__stream *s = g->streams; s; s = s->next_all)
+        pthread_join(s->thread, NULL);
     for (dt__stream *s = g->streams, *next; s; s = next) {
         next = s->next_all;
-        dt__stream_stop(s);
+        dt__stream_free(s);
     }
     dt__free(g->smap);
     g->smap = NULL;

@@ -284,24 +284,14 @@ static dt_status copy_across(plan *p, dt__tval *dst) {
             as->pieces[as->n++] = piece;
         }
         if (shared || p->L->status != DT_OK) {
-            for (int i = 0; i < as->n; i++)
-                dt__blob_release(as->pieces[i]);
-            dt__free(as->pieces);
-            dt__free(as->starts);
-            dt__free(as->lens);
-            dt__free(as);
+            dt__assembly_free(as);
             if (p->L->status != DT_OK)
                 return p->L->status;
             continue;
         }
         dt__kernel *k = dt__lw_kernel(p->L, DT_KC_ASSEMBLE);
         if (!k) {
-            for (int i = 0; i < as->n; i++)
-                dt__blob_release(as->pieces[i]);
-            dt__free(as->pieces);
-            dt__free(as->starts);
-            dt__free(as->lens);
-            dt__free(as);
+            dt__assembly_free(as);
             return p->L->status;
         }
         k->extra = as;
