@@ -5,8 +5,10 @@
 #ifndef DT_COMMON_H
 #define DT_COMMON_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "dtorch/dtorch.h"
 
@@ -60,5 +62,11 @@ typedef struct dt__strbuf {
 } dt__strbuf;
 void dt__sb_init(dt__strbuf *sb);
 void dt__sb_printf(dt__strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Timed waits: condition variables on the monotonic clock (so a wall-clock
+ * change cannot stretch or cut a timeout), and the absolute deadline `ms`
+ * milliseconds from now on that clock, for pthread_cond_timedwait. */
+void dt__cond_init_monotonic(pthread_cond_t *c);
+struct timespec dt__deadline_after_ms(int64_t ms);
 
 #endif /* DT_COMMON_H */

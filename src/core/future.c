@@ -17,11 +17,7 @@ dt_future *dt__future_new(void) {
     atomic_init(&f->refs, 1);
     f->fork_gen = atomic_load_explicit(&dt__fork_gen, memory_order_relaxed);
     pthread_mutex_init(&f->lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&f->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    dt__cond_init_monotonic(&f->cond);
     return f;
 }
 
@@ -107,14 +103,7 @@ dt_status dt_future_wait(dt_future *f, int64_t timeout_ms) {
         while (!f->ready)
             pthread_cond_wait(&f->cond, &f->lock);
     } else if (!f->ready) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += timeout_ms / 1000;
-        ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = dt__deadline_after_ms(timeout_ms);
         while (!f->ready)
             if (pthread_cond_timedwait(&f->cond, &f->lock, &ts) == ETIMEDOUT)
                 break;

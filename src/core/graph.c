@@ -102,11 +102,7 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
     pthread_cond_init(&g->qcond, NULL);
     pthread_mutex_init(&g->bl_lock, NULL);
     /* Monotonic: dt_graph_wait_capacity and dt_graph_cancel time out on it. */
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&g->bl_cond, &ca);
-    pthread_condattr_destroy(&ca);
+    dt__cond_init_monotonic(&g->bl_cond);
     if (pthread_create(&g->ctl, NULL, dt__controller_main, g) != 0) {
         pthread_cond_destroy(&g->bl_cond);
         pthread_mutex_destroy(&g->bl_lock);
@@ -240,26 +236,13 @@ static dt_status close_queue(dt_graph *g) {
     return DT_OK;
 }
 
-/* Adds ms to the monotonic clock's now. */
-static struct timespec deadline_after(int64_t ms) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
 /* Waits (life_lock held) up to timeout_ms (< 0: no limit) for the
  * controller to return, then joins it. The controller stops its workers
  * before it returns, so a joined controller means no thread is left. */
 static dt_status join_controller(dt_graph *g, int64_t timeout_ms) {
     if (g->shut_down)
         return DT_OK;
-    struct timespec ts = deadline_after(timeout_ms < 0 ? 0 : timeout_ms);
+    struct timespec ts = dt__deadline_after_ms(timeout_ms < 0 ? 0 : timeout_ms);
     int timed_out = 0;
     pthread_mutex_lock(&g->bl_lock);
     while (!g->ctl_exited && !timed_out) {
@@ -368,7 +351,7 @@ dt_status dt_graph_wait_capacity(dt_graph *g, int64_t timeout_ms) {
         return DT_OK;
     if (timeout_ms == 0)
         return DT_ETIMEDOUT;
-    struct timespec ts = deadline_after(timeout_ms > 0 ? timeout_ms : 0);
+    struct timespec ts = dt__deadline_after_ms(timeout_ms > 0 ? timeout_ms : 0);
     return wait_backlog(g, timeout_ms < 0 ? NULL : &ts) ? DT_OK : DT_ETIMEDOUT;
 }
 
