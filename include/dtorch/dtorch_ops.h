@@ -71,30 +71,11 @@ DT_API dt_tensor *dt_arange(dt_graph *g, dt_dtype dtype, double start, double en
  * accepted combinations and the redistribute() that fixes it. Both tensors of
  * a binary op must belong to the same graph and mesh. */
 
-/* Append-only. The ops after DIV are described with dt_binary_ex below. */
+/* Append-only; the rows (and each op's torch name) are in dtorch_ops.def.
+ * The ops after DIV are described with dt_binary_ex below. */
 typedef enum dt_binary_op {
-    DT_BINARY_ADD = 0,
-    DT_BINARY_SUB,
-    DT_BINARY_MUL,
-    DT_BINARY_DIV,       /* true division */
-    DT_BINARY_DIV_TRUNC, /* div(rounding_mode="trunc") */
-    DT_BINARY_DIV_FLOOR, /* div(rounding_mode="floor"), floor_divide, // */
-    DT_BINARY_REMAINDER, /* remainder, % (Python's sign convention) */
-    DT_BINARY_POW,
-    DT_BINARY_MAXIMUM,
-    DT_BINARY_MINIMUM,
-    DT_BINARY_EQ,
-    DT_BINARY_NE,
-    DT_BINARY_LT,
-    DT_BINARY_LE,
-    DT_BINARY_GT,
-    DT_BINARY_GE,
-    DT_BINARY_LOGICAL_AND,
-    DT_BINARY_LOGICAL_OR,
-    DT_BINARY_LOGICAL_XOR,
-    DT_BINARY_BITWISE_AND, /* & */
-    DT_BINARY_BITWISE_OR,  /* | */
-    DT_BINARY_BITWISE_XOR, /* ^ */
+#define DT_BINARY_OP(E, ...) DT_BINARY_##E,
+#include "dtorch/dtorch_ops.def"
     DT_BINARY_COUNT
 } dt_binary_op;
 
@@ -137,18 +118,10 @@ DT_API dt_tensor *dt_redistribute(dt_tensor *a, dt_mesh *mesh, const dt_placemen
  * the per-device results along that mesh dim and reduces them again, giving
  * Replicate on that mesh dim (ARGMAX/ARGMIN carry global indices and pick the
  * smallest index among equal best values, as torch does). */
+/* The rows are in dtorch_ops.def. */
 typedef enum dt_reduce_op {
-    DT_REDUCE_SUM = 0, /* bool/integers sum to int64 */
-    DT_REDUCE_MEAN,    /* floating only (or with a floating `dtype`) */
-    DT_REDUCE_PROD,    /* one dim or none; bool/integers to int64 */
-    DT_REDUCE_AMAX,    /* any dims */
-    DT_REDUCE_AMIN,
-    DT_REDUCE_MAX, /* no dim: the 0-d max; one dim: the values of max(dim) */
-    DT_REDUCE_MIN,
-    DT_REDUCE_ARGMAX, /* one dim or none (flattened index); int64 */
-    DT_REDUCE_ARGMIN,
-    DT_REDUCE_ANY, /* any dims; bool (uint8 for uint8 input, as torch) */
-    DT_REDUCE_ALL,
+#define DT_REDUCE_OP(E, ...) DT_REDUCE_##E,
+#include "dtorch/dtorch_ops.def"
     DT_REDUCE_COUNT
 } dt_reduce_op;
 
@@ -381,43 +354,10 @@ typedef enum dt_ew_flags {
 DT_API dt_tensor *dt_binary_ex(dt_binary_op op, dt_tensor *a, dt_tensor *b, dt_scalar s, dt_scalar alpha,
                                int flags);
 
-/* Append-only. */
+/* Append-only; the rows, with each op's result dtype, are in dtorch_ops.def. */
 typedef enum dt_unary_op {
-    DT_UNARY_NEG = 0, /* keeps dtype; bool rejected */
-    DT_UNARY_ABS,     /* keeps dtype; bool rejected */
-    DT_UNARY_EXP,     /* EXP..EXP2: integer and bool -> default float dtype */
-    DT_UNARY_LOG,
-    DT_UNARY_LOG2,
-    DT_UNARY_LOG10,
-    DT_UNARY_SQRT,
-    DT_UNARY_RSQRT,
-    DT_UNARY_RECIPROCAL,
-    DT_UNARY_SIN,
-    DT_UNARY_COS,
-    DT_UNARY_TANH,
-    DT_UNARY_SIGMOID,
-    DT_UNARY_ERF,
-    DT_UNARY_EXPM1,
-    DT_UNARY_LOG1P,
-    DT_UNARY_EXP2,
-    DT_UNARY_SQUARE, /* keeps dtype; bool -> int64 (pow(a, 2)) */
-    DT_UNARY_FLOOR,  /* FLOOR..ROUND keep dtype; bool rejected */
-    DT_UNARY_CEIL,
-    DT_UNARY_TRUNC,
-    DT_UNARY_ROUND, /* see dt_round for decimals */
-    DT_UNARY_SIGN,  /* keeps dtype */
-    DT_UNARY_RELU,  /* keeps dtype; bool rejected */
-    DT_UNARY_ISNAN, /* ISNAN..LOGICAL_NOT -> bool */
-    DT_UNARY_ISINF,
-    DT_UNARY_ISFINITE,
-    DT_UNARY_LOGICAL_NOT,
-    DT_UNARY_BITWISE_NOT, /* ~; integers and bool only, keeps dtype */
-    DT_UNARY_ASIN,        /* ASIN..COSH: integer and bool -> default float dtype */
-    DT_UNARY_ACOS,
-    DT_UNARY_ATAN,
-    DT_UNARY_TAN,
-    DT_UNARY_SINH,
-    DT_UNARY_COSH,
+#define DT_UNARY_OP(E, ...) DT_UNARY_##E,
+#include "dtorch/dtorch_ops.def"
     DT_UNARY_COUNT
 } dt_unary_op;
 
@@ -471,15 +411,10 @@ DT_API dt_tensor *dt_clamp(dt_tensor *a, dt_tensor *min_t, dt_scalar min_s, dt_t
  * one-device mesh equal eager torch's bit for bit; shard-only results are
  * exact except where a function says otherwise; Partial results are sums. */
 
+/* The rows are in dtorch_ops.def. */
 typedef enum dt_activation_kind {
-    DT_ACT_RELU = 0,
-    DT_ACT_GELU,      /* approximate="none" */
-    DT_ACT_GELU_TANH, /* approximate="tanh" */
-    DT_ACT_SILU,
-    DT_ACT_LEAKY_RELU, /* param = negative_slope */
-    DT_ACT_ELU,        /* param = alpha */
-    DT_ACT_SIGMOID,
-    DT_ACT_TANH,
+#define DT_ACTIVATION(E, ...) DT_ACT_##E,
+#include "dtorch/dtorch_ops.def"
     DT_ACT_COUNT
 } dt_activation_kind;
 
@@ -714,6 +649,14 @@ typedef struct dt_op_doc {
 DT_API int dt_op_doc_count(void);
 /* Operator i (0 <= i < count), or NULL. Static storage. */
 DT_API const dt_op_doc *dt_op_doc_get(int i);
+
+/* The torch name of a sub-op (dtorch_ops.def): "add" for DT_BINARY_ADD,
+ * "div" for DIV and DIV_TRUNC, "floor_divide" for DIV_FLOOR, ...; NULL for
+ * a value out of range. Static storage, any thread. */
+DT_API const char *dt_binary_op_name(dt_binary_op op);
+DT_API const char *dt_unary_op_name(dt_unary_op op);
+DT_API const char *dt_reduce_op_name(dt_reduce_op op);
+DT_API const char *dt_activation_name(dt_activation_kind kind);
 
 #ifdef __cplusplus
 }

@@ -21,12 +21,8 @@
 
 #include <string.h>
 
-static const char *const binary_names[DT_BINARY_COUNT] = {
-    "add",         "sub",         "mul",        "div",         "div",         "floor_divide",
-    "remainder",   "pow",         "maximum",    "minimum",     "eq",          "ne",
-    "lt",          "le",          "gt",         "ge",          "logical_and", "logical_or",
-    "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
-};
+/* The C API's names (include/dtorch/dtorch_ops.def). */
+#define binary_names(op) dt_binary_op_name(op)
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -117,7 +113,7 @@ enum { CALL_FUNCTION = 0, CALL_SLOT = 1 };
  * types give NotImplemented so Python can try the other side. */
 static PyObject *binary_core(dtpy_state *st, PyObject *a, PyObject *b, dt_binary_op op, PyObject *alpha,
                              int inplace, int mode) {
-    const char *name = binary_names[op];
+    const char *name = binary_names(op);
     dt_tensor *ta = NULL, *tb = NULL;
     dt_scalar sa, sb, al = dt_scalar_int(1);
     int ka = operand(st, a, &ta, &sa);
@@ -182,7 +178,7 @@ static PyObject *slot_arith(PyObject *a, PyObject *b, dt_binary_op op) {
     int at = DTPY_IS_TENSOR(st, a), bt = DTPY_IS_TENSOR(st, b);
     if (at && bt) {
         dt_tensor *ta = ((dtpy_tensor *)a)->t, *tb = ((dtpy_tensor *)b)->t;
-        if (same_graph(ta, tb, binary_names[op]) < 0 ||
+        if (same_graph(ta, tb, binary_names(op)) < 0 ||
             prepare_ex(st, op == DT_BINARY_DIV && (not_floating(ta) || not_floating(tb))) < 0)
             return NULL;
         return wrap_like(st, dt_binary(op, ta, tb), a);
@@ -363,40 +359,13 @@ BINARY_METHOD(m_bitwise_xor_, DT_BINARY_BITWISE_XOR, 1)
         return unary_core(self, OP, INPLACE);                                                                \
     }
 #define UNARY_PAIR(name, OP) UNARY_METHOD(m_##name, OP, 0) UNARY_METHOD(m_##name##_, OP, 1)
-UNARY_PAIR(neg, DT_UNARY_NEG)
-UNARY_PAIR(abs, DT_UNARY_ABS)
-UNARY_PAIR(exp, DT_UNARY_EXP)
-UNARY_PAIR(log, DT_UNARY_LOG)
-UNARY_PAIR(log2, DT_UNARY_LOG2)
-UNARY_PAIR(log10, DT_UNARY_LOG10)
-UNARY_PAIR(sqrt, DT_UNARY_SQRT)
-UNARY_PAIR(rsqrt, DT_UNARY_RSQRT)
-UNARY_PAIR(reciprocal, DT_UNARY_RECIPROCAL)
-UNARY_PAIR(sin, DT_UNARY_SIN)
-UNARY_PAIR(cos, DT_UNARY_COS)
-UNARY_PAIR(tanh, DT_UNARY_TANH)
-UNARY_PAIR(sigmoid, DT_UNARY_SIGMOID)
-UNARY_PAIR(erf, DT_UNARY_ERF)
-UNARY_PAIR(expm1, DT_UNARY_EXPM1)
-UNARY_PAIR(asin, DT_UNARY_ASIN)
-UNARY_PAIR(acos, DT_UNARY_ACOS)
-UNARY_PAIR(atan, DT_UNARY_ATAN)
-UNARY_PAIR(tan, DT_UNARY_TAN)
-UNARY_PAIR(sinh, DT_UNARY_SINH)
-UNARY_PAIR(cosh, DT_UNARY_COSH)
-UNARY_PAIR(log1p, DT_UNARY_LOG1P)
-UNARY_PAIR(exp2, DT_UNARY_EXP2)
-UNARY_PAIR(square, DT_UNARY_SQUARE)
-UNARY_PAIR(floor, DT_UNARY_FLOOR)
-UNARY_PAIR(ceil, DT_UNARY_CEIL)
-UNARY_PAIR(trunc, DT_UNARY_TRUNC)
-UNARY_PAIR(sign, DT_UNARY_SIGN)
-UNARY_PAIR(relu, DT_UNARY_RELU)
-UNARY_METHOD(m_isnan, DT_UNARY_ISNAN, 0)
-UNARY_METHOD(m_isinf, DT_UNARY_ISINF, 0)
-UNARY_METHOD(m_isfinite, DT_UNARY_ISFINITE, 0)
-UNARY_PAIR(logical_not, DT_UNARY_LOGICAL_NOT)
-UNARY_PAIR(bitwise_not, DT_UNARY_BITWISE_NOT)
+#define UNARY_FNS_PAIR(E, name) UNARY_PAIR(name, DT_UNARY_##E)
+#define UNARY_FNS_ONE(E, name) UNARY_METHOD(m_##name, DT_UNARY_##E, 0)
+#define UNARY_FNS_NONE(E, name)
+/* The methods of every unary row of include/dtorch/dtorch_ops.def (its py
+ * column; round is written by hand below). */
+#define DT_UNARY_OP(E, name, result, bool_kernel, into, py, doc) UNARY_FNS_##py(E, name)
+#include "dtorch/dtorch_ops.def"
 
 static PyObject *round_core(PyObject *self, PyObject *args, PyObject *kwargs, int inplace) {
     static char *kwlist[] = {"decimals", NULL};
@@ -584,22 +553,19 @@ static PyObject *m_clamp_max(PyObject *s, PyObject *hi) { return clamp_core(s, P
 
 /* ------------------------------------------------------- module functions */
 
-/* ew_binary(name, input, other, alpha=None, rounding_mode=None,
- * inplace=False): torch.<name>(input, other) where either may be a number. */
+/* ew_binary(op, input, other, alpha=None, rounding_mode=None,
+ * inplace=False): torch.<op>(input, other) where either may be a number; op
+ * is a dt_binary_op (the module's BINARY_* constants). */
 static PyObject *mod_ew_binary(PyObject *module, PyObject *args, PyObject *kwargs) {
-    static char *kwlist[] = {"name", "input", "other", "alpha", "rounding_mode", "inplace", NULL};
-    const char *name;
+    static char *kwlist[] = {"op", "input", "other", "alpha", "rounding_mode", "inplace", NULL};
+    int op;
     PyObject *a, *b, *alpha = Py_None, *mode = Py_None;
     int inplace = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sOO|OOp:ew_binary", kwlist, &name, &a, &b, &alpha, &mode,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iOO|OOp:ew_binary", kwlist, &op, &a, &b, &alpha, &mode,
                                      &inplace))
         return NULL;
-    int op = -1;
-    for (int i = 0; i < DT_BINARY_COUNT && op < 0; i++)
-        if (strcmp(binary_names[i], name) == 0)
-            op = i;
-    if (op < 0)
-        return PyErr_Format(PyExc_ValueError, "ew_binary: unknown op '%s'", name);
+    if (op < 0 || op >= DT_BINARY_COUNT)
+        return PyErr_Format(PyExc_ValueError, "ew_binary: unknown op %d", op);
     if (mode != Py_None) {
         const char *m = PyUnicode_Check(mode) ? PyUnicode_AsUTF8(mode) : NULL;
         if (op == DT_BINARY_DIV && m != NULL && strcmp(m, "trunc") == 0)
@@ -625,7 +591,7 @@ static PyObject *mod_ew_where(PyObject *module, PyObject *const *args, Py_ssize_
 
 static PyMethodDef module_functions[] = {
     {"ew_binary", (PyCFunction)(void (*)(void))mod_ew_binary, METH_VARARGS | METH_KEYWORDS,
-     "ew_binary(name, input, other, alpha=None, rounding_mode=None, inplace=False) -> Tensor"},
+     "ew_binary(op, input, other, alpha=None, rounding_mode=None, inplace=False) -> Tensor"},
     {"ew_where", (PyCFunction)(void (*)(void))mod_ew_where, METH_FASTCALL,
      "ew_where(condition, input, other) -> Tensor"},
     {NULL, NULL, 0, NULL},
@@ -692,43 +658,14 @@ PyMethodDef dtpy_ew_methods[] = {
     KW("bitwise_or_", m_bitwise_or_, "bitwise_or_(other) -> self: in place."),
     KW("bitwise_xor", m_bitwise_xor, "bitwise_xor(other) -> Tensor: self ^ other."),
     KW("bitwise_xor_", m_bitwise_xor_, "bitwise_xor_(other) -> self: in place."),
-    UNARY_DEFS(neg),
+#define UNARY_ROWS_PAIR(name) UNARY_DEFS(name),
+#define UNARY_ROWS_ONE(name) NOARGS(#name, m_##name, #name "() -> Tensor: torch." #name " elementwise."),
+#define UNARY_ROWS_NONE(name)
+#define DT_UNARY_OP(E, name, result, bool_kernel, into, py, doc) UNARY_ROWS_##py(name)
+#include "dtorch/dtorch_ops.def"
     NOARGS("negative", m_neg, "Alias of neg."),
-    UNARY_DEFS(abs),
     NOARGS("absolute", m_abs, "Alias of abs."),
-    UNARY_DEFS(exp),
-    UNARY_DEFS(log),
-    UNARY_DEFS(log2),
-    UNARY_DEFS(log10),
-    UNARY_DEFS(sqrt),
-    UNARY_DEFS(rsqrt),
-    UNARY_DEFS(reciprocal),
-    UNARY_DEFS(sin),
-    UNARY_DEFS(cos),
-    UNARY_DEFS(tanh),
-    UNARY_DEFS(sigmoid),
-    UNARY_DEFS(erf),
-    UNARY_DEFS(expm1),
-    UNARY_DEFS(asin),
-    UNARY_DEFS(acos),
-    UNARY_DEFS(atan),
-    UNARY_DEFS(tan),
-    UNARY_DEFS(sinh),
-    UNARY_DEFS(cosh),
-    UNARY_DEFS(log1p),
-    UNARY_DEFS(exp2),
-    UNARY_DEFS(square),
-    UNARY_DEFS(floor),
-    UNARY_DEFS(ceil),
-    UNARY_DEFS(trunc),
     NOARGS("fix", m_trunc, "Alias of trunc."),
-    UNARY_DEFS(sign),
-    UNARY_DEFS(relu),
-    NOARGS("isnan", m_isnan, "isnan() -> bool Tensor."),
-    NOARGS("isinf", m_isinf, "isinf() -> bool Tensor."),
-    NOARGS("isfinite", m_isfinite, "isfinite() -> bool Tensor."),
-    UNARY_DEFS(logical_not),
-    UNARY_DEFS(bitwise_not),
     KW("round", m_round, "round(*, decimals=0) -> Tensor: round half to even."),
     KW("round_", m_round_, "round_(*, decimals=0) -> self: in place."),
     {"_cast", m_cast, METH_O,
@@ -756,4 +693,14 @@ PyMethodDef dtpy_ew_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int dtpy_add_elementwise_methods(PyObject *module) { return PyModule_AddFunctions(module, module_functions); }
+/* The module functions and the BINARY_<op> / UNARY_<op> constants that
+ * Python passes to ew_binary (generated from dtorch_ops.def). */
+int dtpy_add_elementwise_methods(PyObject *module) {
+    if (PyModule_AddFunctions(module, module_functions) < 0)
+        return -1;
+#define DT_BINARY_OP(E, name, doc)                                                                           \
+    if (PyModule_AddIntConstant(module, "BINARY_" #E, DT_BINARY_##E) < 0)                                    \
+        return -1;
+#include "dtorch/dtorch_ops.def"
+    return 0;
+}

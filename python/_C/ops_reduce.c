@@ -12,9 +12,8 @@
 static dtpy_state *mod_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
 
 static const char *op_name(long op) {
-    static const char *const names[DT_REDUCE_COUNT] = {"sum", "mean",   "prod",   "amax", "amin", "max",
-                                                       "min", "argmax", "argmin", "any",  "all"};
-    return op >= 0 && op < DT_REDUCE_COUNT ? names[op] : "reduce";
+    const char *name = op >= 0 && op < DT_REDUCE_COUNT ? dt_reduce_op_name((dt_reduce_op)op) : NULL;
+    return name ? name : "reduce";
 }
 
 static PyObject *mod_reduce(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {

@@ -22,23 +22,23 @@ def _check(name: str, input) -> None:
 
 def add(input, other, *, alpha=1):
     """``input + alpha * other`` (either operand may be a Python number)."""
-    return _C.ew_binary("add", input, other, alpha)
+    return _C.ew_binary(_C.BINARY_ADD, input, other, alpha)
 
 
 def sub(input, other, *, alpha=1):
     """``input - alpha * other`` (either operand may be a Python number)."""
-    return _C.ew_binary("sub", input, other, alpha)
+    return _C.ew_binary(_C.BINARY_SUB, input, other, alpha)
 
 
 def mul(input, other):
     """``input * other``."""
-    return _C.ew_binary("mul", input, other)
+    return _C.ew_binary(_C.BINARY_MUL, input, other)
 
 
 def div(input, other, *, rounding_mode: Optional[str] = None):
     """``input / other``: true division (integers divide to the default float dtype), or with
     ``rounding_mode`` "trunc" / "floor" rounded in the promoted dtype."""
-    return _C.ew_binary("div", input, other, None, rounding_mode)
+    return _C.ew_binary(_C.BINARY_DIV, input, other, None, rounding_mode)
 
 
 subtract, multiply, divide, true_divide = sub, mul, div, div

@@ -67,8 +67,10 @@ def _make_unary(name: str, method: str):
 
 
 def _make_binary(name: str, op_name: str):
+    code = getattr(_C, "BINARY_" + {"floor_divide": "div_floor"}.get(op_name, op_name).upper())
+
     def op(input: Operand, other: Operand) -> Tensor:
-        return _C.ew_binary(op_name, input, other)
+        return _C.ew_binary(code, input, other)
 
     op.__name__ = op.__qualname__ = name
     op.__doc__ = (f"``torch.{op_name}(input, other)`` with broadcasting and torch's type promotion; either "
@@ -91,7 +93,7 @@ def pow(input: Operand, exponent: Operand) -> Tensor:  # noqa: A001 - torch's na
 
     >>> dtorch.pow(dtorch.full((2,), 3.0), 2)
     """
-    return _C.ew_binary("pow", input, exponent)
+    return _C.ew_binary(_C.BINARY_POW, input, exponent)
 
 
 def round(input: Tensor, *, decimals: int = 0) -> Tensor:  # noqa: A001 - torch's name

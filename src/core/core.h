@@ -177,55 +177,11 @@ struct dt_tensor {
 
 /* ---------------------------------------------------------------- ops */
 
-/* Client-level ops: one node record each. Append-only; names in op table. */
+/* Client-level ops: one node record each; the rows (name, lowering) are
+ * src/ops/ops.def. */
 typedef enum dt__op {
-    DT_OP_SOURCE = 0, /* distribute a host impl (from_buffer/from_dlpack) */
-    DT_OP_FULL,
-    DT_OP_RAND,
-    DT_OP_RANDN,
-    DT_OP_ARANGE,
-    DT_OP_BINARY,
-    DT_OP_BINARY_SCALAR,
-    DT_OP_NEG,
-    DT_OP_MATMUL,
-    DT_OP_SUM,
-    DT_OP_REDISTRIBUTE,
-    /* reductions and linear algebra families */
-    DT_OP_REDUCE, /* sub = dt_reduce_op | DT_KR_* mode << 8 */
-    DT_OP_LINALG, /* sub = DT_KL_* (mm, bmm, outer, linear, einsum) */
-    /* views and shape family (src/ops/views.c): one node op, the kind in
-     * nattr.sub (dt__view_op in ops/views_int.h). */
-    DT_OP_VIEW,
-    /* elementwise family */
-    DT_OP_UNARY, /* sub = dt_unary_op */
-    DT_OP_CAST,
-    DT_OP_WHERE,       /* flags DT_KF_EW_{X,Y}_SCALAR */
-    DT_OP_MASKED_FILL, /* 2 inputs (scalar value) or 3 (0-d tensor value) */
-    DT_OP_CLAMP,       /* flags DT_KF_EW_{MIN,MAX}_{SCALAR,TENSOR} */
-    /* nn functional family (src/ops/nn*.c, attention.c): lowered by dt__lower_nn. */
-    DT_OP_ACTIVATION, /* sub = dt_activation_kind */
-    DT_OP_SOFTMAX,
-    DT_OP_NORM, /* sub = DT_KNORM_* (backend.h) */
-    DT_OP_EMBEDDING,
-    DT_OP_CONV2D,
-    DT_OP_INTERPOLATE,
-    DT_OP_PAD,
-    DT_OP_DROPOUT,
-    DT_OP_SDPA,
-    /* creation and data-dependent family (src/ops/factory.c, sort_scan.c). */
-    DT_OP_RANDINT,   /* lowered by dt__lower_factory; low/high in scalar/scalar2 */
-    DT_OP_SORT_SCAN, /* sub = DT_KS_* (backend.h); sort_dim, sort_k below */
-    /* 2-D pooling (src/ops/nn_pool.c): nn family, lowered by dt__lower_nn;
-     * sub = DT_KPOOL_* (backend.h), arguments in ints. */
-    DT_OP_POOL2D,
-    /* masked_scatter (src/ops/masked_scatter.c): in = input, mask, source. */
-    DT_OP_MASKED_SCATTER,
-    /* test-only (src/core/debug.c): a copy of in[0] made once a gate opens;
-     * extra = the dt_debug_gate (one reference). */
-    DT_OP_DEBUG_GATE,
-    DT_OP_FETCH, /* a value read */
-    DT_OP_SYNC,  /* a graph-wide barrier */
-    DT_OP_STOP,  /* shut the controller down */
+#define DT_OP(E, ...) DT_OP_##E,
+#include "ops/ops.def"
     DT_OP_COUNT
 } dt__op;
 

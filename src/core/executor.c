@@ -397,47 +397,11 @@ static int lower_node(dt__lower *L, dt__node *n, int32_t kflags) {
 
 /* ------------------------------------------------------------ op table */
 
+/* Generated from src/ops/ops.def: a row per op, so none can be missing. */
 const dt__op_info dt__ops[DT_OP_COUNT] = {
-    [DT_OP_SOURCE] = {"tensor", dt__lower_factory},
-    [DT_OP_FULL] = {"full", dt__lower_factory},
-    [DT_OP_RAND] = {"rand", dt__lower_factory},
-    [DT_OP_RANDN] = {"randn", dt__lower_factory},
-    [DT_OP_ARANGE] = {"arange", dt__lower_factory},
-    [DT_OP_BINARY] = {"binary", dt__lower_binary},
-    [DT_OP_BINARY_SCALAR] = {"binary_scalar", dt__lower_binary},
-    [DT_OP_NEG] = {"neg", dt__lower_unary},
-    [DT_OP_MATMUL] = {"matmul", dt__lower_matmul},
-    [DT_OP_SUM] = {"sum", dt__lower_sum},
-    [DT_OP_REDISTRIBUTE] = {"redistribute", dt__lower_redistribute},
-    [DT_OP_REDUCE] = {"reduce", dt__lower_reduce},
-    [DT_OP_LINALG] = {"linalg", dt__lower_linalg},
-    [DT_OP_VIEW] = {"view", dt__lower_view},
-    [DT_OP_UNARY] = {"unary", dt__lower_elementwise},
-    [DT_OP_CAST] = {"to", dt__lower_elementwise},
-    [DT_OP_WHERE] = {"where", dt__lower_elementwise},
-    [DT_OP_MASKED_FILL] = {"masked_fill", dt__lower_elementwise},
-    [DT_OP_CLAMP] = {"clamp", dt__lower_elementwise},
-    /* nn functional family */
-    [DT_OP_ACTIVATION] = {"activation", dt__lower_nn},
-    [DT_OP_SOFTMAX] = {"softmax", dt__lower_nn},
-    [DT_OP_NORM] = {"norm", dt__lower_nn},
-    [DT_OP_EMBEDDING] = {"embedding", dt__lower_nn},
-    [DT_OP_CONV2D] = {"conv2d", dt__lower_nn},
-    [DT_OP_INTERPOLATE] = {"interpolate", dt__lower_nn},
-    [DT_OP_PAD] = {"pad", dt__lower_nn},
-    [DT_OP_DROPOUT] = {"dropout", dt__lower_nn},
-    [DT_OP_SDPA] = {"scaled_dot_product_attention", dt__lower_nn},
-    /* creation and data-dependent family */
-    [DT_OP_RANDINT] = {"randint", dt__lower_factory},
-    [DT_OP_SORT_SCAN] = {"sort_scan", dt__lower_sort_scan},
-    [DT_OP_POOL2D] = {"pool2d", dt__lower_nn},
-    [DT_OP_MASKED_SCATTER] = {"masked_scatter", dt__lower_masked_scatter},
-    [DT_OP_DEBUG_GATE] = {"debug_gate", dt__lower_debug_gate},
-    [DT_OP_FETCH] = {"fetch", lower_fetch},
-    [DT_OP_SYNC] = {"sync", lower_sync},
-    [DT_OP_STOP] = {"stop", NULL},
+#define DT_OP(E, name, lower) [DT_OP_##E] = {name, lower},
+#include "ops/ops.def"
 };
-_Static_assert(DT_OP_COUNT == 36, "update dt__ops when adding an op");
 
 /* -------------------------------------------------------------- the loop */
 

@@ -55,48 +55,11 @@ void dt__blob_release(dt__blob *b) {
 
 /* ------------------------------------------------------------- kernels */
 
+/* From backend/kernels.def: a name per kernel op. */
 static const char *const kop_names[DT_K_COUNT] = {
-    [DT_K_SLICE] = "slice",
-    [DT_K_FULL] = "full",
-    [DT_K_EMPTY] = "empty",
-    [DT_K_ARANGE] = "arange",
-    [DT_K_RAND] = "rand",
-    [DT_K_RANDN] = "randn",
-    [DT_K_BINARY] = "binary",
-    [DT_K_BINARY_SCALAR] = "binary_scalar",
-    [DT_K_NEG] = "neg",
-    [DT_K_MATMUL] = "matmul",
-    [DT_K_SUM] = "sum",
-    [DT_K_CAT] = "cat",
-    [DT_K_SUM_N] = "sum_n",
-    [DT_K_ZEROS_LIKE] = "zeros_like",
-    [DT_K_REDUCE] = "reduce",
-    [DT_K_LINALG] = "linalg",
-    [DT_K_VIEW] = "view",
-    /* elementwise family */
-    [DT_K_EW_BINARY] = "ew_binary",
-    [DT_K_UNARY] = "unary",
-    [DT_K_CAST] = "cast",
-    [DT_K_WHERE] = "where",
-    [DT_K_MASKED_FILL] = "masked_fill",
-    [DT_K_CLAMP] = "clamp",
-    /* nn functional family */
-    [DT_K_ACTIVATION] = "activation",
-    [DT_K_SOFTMAX] = "softmax",
-    [DT_K_NORM] = "norm",
-    [DT_K_EMBEDDING] = "embedding",
-    [DT_K_CONV2D] = "conv2d",
-    [DT_K_INTERPOLATE] = "interpolate",
-    [DT_K_PAD] = "pad",
-    [DT_K_DROPOUT] = "dropout",
-    [DT_K_SDPA] = "sdpa",
-    /* creation and data-dependent family */
-    [DT_K_SORT] = "sort",
-    /* pooling (nn family) and masked_scatter */
-    [DT_K_POOL2D] = "pool2d",
-    [DT_K_MASKED_SCATTER] = "masked_scatter",
+#define DT_KOP(E, name) [DT_K_##E] = name,
+#include "backend/kernels.def"
 };
-_Static_assert(DT_K_COUNT == 35, "update kop_names when adding a kernel op");
 
 /* Poisons k->out with a message naming the op, the device and the call site. */
 static void poison(dt__kernel *k, const dt__stream *s, const char *what) {

@@ -27,12 +27,13 @@
 #include "ops/ops.h"
 
 static const char *const binary_names[DT_BINARY_COUNT] = {
-    "add",         "sub",         "mul",        "div",         "div",         "floor_divide",
-    "remainder",   "pow",         "maximum",    "minimum",     "eq",          "ne",
-    "lt",          "le",          "gt",         "ge",          "logical_and", "logical_or",
-    "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
+#define DT_BINARY_OP(E, name, doc) [DT_BINARY_##E] = name,
+#include "dtorch/dtorch_ops.def"
 };
-_Static_assert(DT_ARRAY_LEN(binary_names) == DT_BINARY_COUNT, "one name per binary op");
+
+const char *dt_binary_op_name(dt_binary_op op) {
+    return (unsigned)op < DT_BINARY_COUNT ? binary_names[op] : NULL;
+}
 
 #define ACCEPTS_SR "(R,R)->R, (S(d),S(d))->S(d), (S(d),R)->S(d), (R,S(d))->S(d)"
 
@@ -657,75 +658,24 @@ dt_status dt__lower_unary(dt__lower *L, dt__node *n) { return dt__lower_elementw
 
 /* ------------------------------------------------------------ registry */
 
-#define SIG_ARITH "(R,R)->R, (S(d),S(d))->S(d), (S(d),R)->S(d)*, (R,S(d))->S(d)*"
-#define SIG_SR SIG_ARITH "; scalar: R->R, S(d)->S(d); no Partial"
-#define SIG_UNARY "R->R, S(d)->S(d); no Partial"
+/* The binary and unary rows come from dtorch_ops.def (DT__SIG_* there). */
 #define SIG_CAST "R->R, S(d)->S(d); no Partial (a cast of a Partial is not exact); same dtype: any"
+/* A row with no signature (doc 0) is not an operator of its own: the
+ * registry skips it (op_docs.c). */
+#define DOC_ROW(name, doc) {name, "elementwise", doc, 0},
 
 const dt_op_doc dt__docs_elementwise[] = {
-    {"add", "elementwise", SIG_ARITH ", (P,P)->P", 0},
-    {"sub", "elementwise", SIG_ARITH ", (P,P)->P", 0},
-    {"mul", "elementwise", SIG_ARITH ", (P,R)->P, (R,P)->P; scalar: P->P", 0},
-    {"div", "elementwise",
-     SIG_ARITH ", (P,R)->P; tensor / scalar: P->P; rounding_mode trunc/floor: no Partial", 0},
-    {"floor_divide", "elementwise", SIG_SR, 0},
-    {"remainder", "elementwise", SIG_SR, 0},
-    {"pow", "elementwise", SIG_SR, 0},
-    {"maximum", "elementwise", SIG_ARITH "; no Partial", 0},
-    {"minimum", "elementwise", SIG_ARITH "; no Partial", 0},
-    {"eq", "elementwise", SIG_SR, 0},
-    {"ne", "elementwise", SIG_SR, 0},
-    {"lt", "elementwise", SIG_SR, 0},
-    {"le", "elementwise", SIG_SR, 0},
-    {"gt", "elementwise", SIG_SR, 0},
-    {"ge", "elementwise", SIG_SR, 0},
-    {"equal", "elementwise", SIG_ARITH " compare in place; any other combination reads both values", 1},
-    {"logical_and", "elementwise", SIG_ARITH "; no Partial", 0},
-    {"logical_or", "elementwise", SIG_ARITH "; no Partial", 0},
-    {"logical_xor", "elementwise", SIG_ARITH "; no Partial", 0},
-    {"logical_not", "elementwise", SIG_UNARY, 0},
-    {"bitwise_and", "elementwise", SIG_SR, 0},
-    {"bitwise_or", "elementwise", SIG_SR, 0},
-    {"bitwise_xor", "elementwise", SIG_SR, 0},
-    {"bitwise_not", "elementwise", SIG_UNARY, 0},
+#define DT_BINARY_OP(E, name, doc) DOC_ROW(name, doc)
+#include "dtorch/dtorch_ops.def"
+    {"equal", "elementwise", DT__SIG_ARITH " compare in place; any other combination reads both values", 1},
     {"where", "elementwise",
      "(R,R,R)->R, S(d) on any inputs (same output dim d, others R)->S(d)*; no Partial", 0},
     {"masked_fill", "elementwise",
      "(R,R)->R, (S(d),S(d))->S(d), (S(d),R)->S(d)*, (R,S(d))->S(d)*; no Partial", 0},
     {"clamp", "elementwise", "R->R, S(d)->S(d); tensor bounds: broadcast as where; no Partial", 0},
     {"clip", "elementwise", "as clamp", 0},
-    {"neg", "elementwise", "R->R, S(d)->S(d), P->P", 0},
-    {"abs", "elementwise", SIG_UNARY, 0},
-    {"exp", "elementwise", SIG_UNARY, 0},
-    {"exp2", "elementwise", SIG_UNARY, 0},
-    {"expm1", "elementwise", SIG_UNARY, 0},
-    {"asin", "elementwise", SIG_UNARY, 0},
-    {"acos", "elementwise", SIG_UNARY, 0},
-    {"atan", "elementwise", SIG_UNARY, 0},
-    {"tan", "elementwise", SIG_UNARY, 0},
-    {"sinh", "elementwise", SIG_UNARY, 0},
-    {"cosh", "elementwise", SIG_UNARY, 0},
-    {"log", "elementwise", SIG_UNARY, 0},
-    {"log2", "elementwise", SIG_UNARY, 0},
-    {"log10", "elementwise", SIG_UNARY, 0},
-    {"log1p", "elementwise", SIG_UNARY, 0},
-    {"sqrt", "elementwise", SIG_UNARY, 0},
-    {"rsqrt", "elementwise", SIG_UNARY, 0},
-    {"square", "elementwise", SIG_UNARY, 0},
-    {"reciprocal", "elementwise", SIG_UNARY, 0},
-    {"sin", "elementwise", SIG_UNARY, 0},
-    {"cos", "elementwise", SIG_UNARY, 0},
-    {"tanh", "elementwise", SIG_UNARY, 0},
-    {"sigmoid", "elementwise", SIG_UNARY, 0},
-    {"erf", "elementwise", SIG_UNARY, 0},
-    {"floor", "elementwise", SIG_UNARY, 0},
-    {"ceil", "elementwise", SIG_UNARY, 0},
-    {"trunc", "elementwise", SIG_UNARY, 0},
-    {"round", "elementwise", SIG_UNARY, 0},
-    {"sign", "elementwise", SIG_UNARY, 0},
-    {"isnan", "elementwise", SIG_UNARY, 0},
-    {"isinf", "elementwise", SIG_UNARY, 0},
-    {"isfinite", "elementwise", SIG_UNARY, 0},
+#define DT_UNARY_OP(E, name, result, bool_kernel, into, py, doc) DOC_ROW(#name, doc)
+#include "dtorch/dtorch_ops.def"
     {"to", "elementwise", SIG_CAST, 0},
     {"type_as", "elementwise", SIG_CAST, 0},
     {"half", "elementwise", SIG_CAST, 0},

@@ -18,7 +18,7 @@
 
 #define P_ DT_PLACEMENT_PARTIAL
 
-/* How a unary op types its result (dtorch.h, dt_unary_op). */
+/* How a unary op types its result (the `result` column of dtorch_ops.def). */
 enum {
     U_KEEP,        /* same dtype, bool included */
     U_KEEP_NOBOOL, /* same dtype; bool rejected */
@@ -33,42 +33,14 @@ static const struct {
     int kind;
     const char *bool_kernel; /* torch's kernel name in its "not implemented for 'Bool'" error */
 } unary_ops[DT_UNARY_COUNT] = {
-    [DT_UNARY_NEG] = {"neg", U_KEEP_NOBOOL, NULL},
-    [DT_UNARY_ABS] = {"abs", U_KEEP_NOBOOL, "abs_cpu"},
-    [DT_UNARY_EXP] = {"exp", U_FLOAT, NULL},
-    [DT_UNARY_LOG] = {"log", U_FLOAT, NULL},
-    [DT_UNARY_LOG2] = {"log2", U_FLOAT, NULL},
-    [DT_UNARY_LOG10] = {"log10", U_FLOAT, NULL},
-    [DT_UNARY_SQRT] = {"sqrt", U_FLOAT, NULL},
-    [DT_UNARY_RSQRT] = {"rsqrt", U_FLOAT, NULL},
-    [DT_UNARY_RECIPROCAL] = {"reciprocal", U_FLOAT, NULL},
-    [DT_UNARY_SIN] = {"sin", U_FLOAT, NULL},
-    [DT_UNARY_COS] = {"cos", U_FLOAT, NULL},
-    [DT_UNARY_TANH] = {"tanh", U_FLOAT, NULL},
-    [DT_UNARY_SIGMOID] = {"sigmoid", U_FLOAT, NULL},
-    [DT_UNARY_ERF] = {"erf", U_FLOAT, NULL},
-    [DT_UNARY_EXPM1] = {"expm1", U_FLOAT, NULL},
-    [DT_UNARY_LOG1P] = {"log1p", U_FLOAT, NULL},
-    [DT_UNARY_EXP2] = {"exp2", U_FLOAT, NULL},
-    [DT_UNARY_SQUARE] = {"square", U_SQUARE, NULL},
-    [DT_UNARY_FLOOR] = {"floor", U_KEEP_NOBOOL, "floor_vml_cpu"},
-    [DT_UNARY_CEIL] = {"ceil", U_KEEP_NOBOOL, "ceil_vml_cpu"},
-    [DT_UNARY_TRUNC] = {"trunc", U_KEEP_NOBOOL, "trunc_vml_cpu"},
-    [DT_UNARY_ROUND] = {"round", U_KEEP_NOBOOL, "round_vml_cpu"},
-    [DT_UNARY_SIGN] = {"sign", U_KEEP, NULL},
-    [DT_UNARY_RELU] = {"relu", U_KEEP_NOBOOL, NULL},
-    [DT_UNARY_ISNAN] = {"isnan", U_BOOL, NULL},
-    [DT_UNARY_ISINF] = {"isinf", U_BOOL, NULL},
-    [DT_UNARY_ISFINITE] = {"isfinite", U_BOOL, NULL},
-    [DT_UNARY_LOGICAL_NOT] = {"logical_not", U_BOOL, NULL},
-    [DT_UNARY_BITWISE_NOT] = {"bitwise_not", U_BITWISE, NULL},
-    [DT_UNARY_ASIN] = {"asin", U_FLOAT, NULL},
-    [DT_UNARY_ACOS] = {"acos", U_FLOAT, NULL},
-    [DT_UNARY_ATAN] = {"atan", U_FLOAT, NULL},
-    [DT_UNARY_TAN] = {"tan", U_FLOAT, NULL},
-    [DT_UNARY_SINH] = {"sinh", U_FLOAT, NULL},
-    [DT_UNARY_COSH] = {"cosh", U_FLOAT, NULL},
+#define DT_UNARY_OP(E, name, result, bool_kernel, into, py, doc)                                             \
+    [DT_UNARY_##E] = {#name, U_##result, bool_kernel},
+#include "dtorch/dtorch_ops.def"
 };
+
+const char *dt_unary_op_name(dt_unary_op op) {
+    return (unsigned)op < DT_UNARY_COUNT ? unary_ops[op].name : NULL;
+}
 
 const char *dt__ew_unary_name(int sub) {
     return sub >= 0 && sub < DT_UNARY_COUNT ? unary_ops[sub].name : "unary";

@@ -265,15 +265,13 @@ static int map_same(const nn_ctx *c, int j, int d) {
 /* ---------------------------------------------------------- activations */
 
 static const char *const act_names[DT_ACT_COUNT] = {
-    [DT_ACT_RELU] = "relu",
-    [DT_ACT_GELU] = "gelu",
-    [DT_ACT_GELU_TANH] = "gelu",
-    [DT_ACT_SILU] = "silu",
-    [DT_ACT_LEAKY_RELU] = "leaky_relu",
-    [DT_ACT_ELU] = "elu",
-    [DT_ACT_SIGMOID] = "sigmoid",
-    [DT_ACT_TANH] = "tanh",
+#define DT_ACTIVATION(E, name) [DT_ACT_##E] = name,
+#include "dtorch/dtorch_ops.def"
 };
+
+const char *dt_activation_name(dt_activation_kind kind) {
+    return (unsigned)kind < DT_ACT_COUNT ? act_names[kind] : NULL;
+}
 
 const nn_rules dt__nn_rules_activation = {
     .kop = DT_K_ACTIVATION,

@@ -1,7 +1,8 @@
 /*
  * The operator registry: each family file lists its user-facing operators in
- * a dt__docs_<family> array ended by a {NULL} row; this file strings the
- * families together. Read-only static data: any thread.
+ * a dt__docs_<family> array ended by a {NULL} row (a row without signatures
+ * is a sub-op with no operator of its own, such as div's rounding mode, and
+ * is skipped); this file strings the families together. Read-only static data: any thread.
  */
 #include <stddef.h>
 
@@ -16,7 +17,7 @@ int dt_op_doc_count(void) {
     int n = 0;
     for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
         for (const dt_op_doc *d = families[f]; d->name; d++)
-            n++;
+            n += d->signatures != NULL;
     return n;
 }
 
@@ -25,7 +26,7 @@ const dt_op_doc *dt_op_doc_get(int i) {
         return NULL;
     for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
         for (const dt_op_doc *d = families[f]; d->name; d++)
-            if (i-- == 0)
+            if (d->signatures && i-- == 0)
                 return d;
     return NULL;
 }

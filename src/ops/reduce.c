@@ -33,8 +33,13 @@
 #include "ops/ops.h"
 
 static const char *const reduce_names[DT_REDUCE_COUNT] = {
-    "sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "any", "all",
+#define DT_REDUCE_OP(E, name) [DT_REDUCE_##E] = name,
+#include "dtorch/dtorch_ops.def"
 };
+
+const char *dt_reduce_op_name(dt_reduce_op op) {
+    return (unsigned)op < DT_REDUCE_COUNT ? reduce_names[op] : NULL;
+}
 
 static const char *const reduce_accepts_linear = "R->R, S(kept d)->S(d'), S(reduced d)->P, P->P";
 static const char *const reduce_accepts_gather =

@@ -39,43 +39,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Designated so that families adding kernel ops append without reordering. */
+/* The enum names of backend/kernels.def's rows. */
 static const char *const kop_names[DT_K_COUNT] = {
-    [DT_K_SLICE] = "SLICE",
-    [DT_K_FULL] = "FULL",
-    [DT_K_EMPTY] = "EMPTY",
-    [DT_K_ARANGE] = "ARANGE",
-    [DT_K_RAND] = "RAND",
-    [DT_K_RANDN] = "RANDN",
-    [DT_K_BINARY] = "BINARY",
-    [DT_K_BINARY_SCALAR] = "BINARY_SCALAR",
-    [DT_K_NEG] = "NEG",
-    [DT_K_MATMUL] = "MATMUL",
-    [DT_K_SUM] = "SUM",
-    [DT_K_CAT] = "CAT",
-    [DT_K_SUM_N] = "SUM_N",
-    [DT_K_ZEROS_LIKE] = "ZEROS_LIKE",
-    [DT_K_REDUCE] = "REDUCE",
-    [DT_K_LINALG] = "LINALG",
-    [DT_K_VIEW] = "VIEW",
-    [DT_K_EW_BINARY] = "EW_BINARY",
-    [DT_K_UNARY] = "UNARY",
-    [DT_K_CAST] = "CAST",
-    [DT_K_WHERE] = "WHERE",
-    [DT_K_MASKED_FILL] = "MASKED_FILL",
-    [DT_K_CLAMP] = "CLAMP",
-    [DT_K_ACTIVATION] = "ACTIVATION",
-    [DT_K_SOFTMAX] = "SOFTMAX",
-    [DT_K_NORM] = "NORM",
-    [DT_K_EMBEDDING] = "EMBEDDING",
-    [DT_K_CONV2D] = "CONV2D",
-    [DT_K_INTERPOLATE] = "INTERPOLATE",
-    [DT_K_PAD] = "PAD",
-    [DT_K_DROPOUT] = "DROPOUT",
-    [DT_K_SDPA] = "SDPA",
-    [DT_K_SORT] = "SORT",
-    [DT_K_POOL2D] = "POOL2D",
-    [DT_K_MASKED_SCATTER] = "MASKED_SCATTER",
+#define DT_KOP(E, name) [DT_K_##E] = #E,
+#include "backend/kernels.def"
 };
 
 /* ---------------------------------------------------------------- ops */

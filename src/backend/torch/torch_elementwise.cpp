@@ -230,174 +230,46 @@ at::Tensor ew_binary(const dt__kattr *a, void *const *in, int n_in) {
     return finish(r, to_aten(a->dtype));
 }
 
+// The calls come from include/dtorch/dtorch_ops.def: at::<name>(x) for every
+// row, and its `into` column for the form that writes into x.
+#define ATEN_CALL_OUT(E, name)                                                                               \
+    case DT_UNARY_##E:                                                                                       \
+        return at::name(x);
+#define ATEN_CALL_INPLACE ATEN_CALL_OUT
+#define ATEN_CALL_NONE ATEN_CALL_OUT
+#define ATEN_CALL_CUSTOM(E, name)
+#define ATEN_INTO_OUT(E, name)                                                                               \
+    case DT_UNARY_##E:                                                                                       \
+        at::name##_out(x, x);                                                                                \
+        return true;
+#define ATEN_INTO_INPLACE(E, name)                                                                           \
+    case DT_UNARY_##E:                                                                                       \
+        at::name##_(x);                                                                                      \
+        return true;
+#define ATEN_INTO_NONE(E, name)
+#define ATEN_INTO_CUSTOM(E, name)
+
 at::Tensor unary_op(const dt__kattr *a, const at::Tensor &x) {
     switch (a->sub) {
-    case DT_UNARY_NEG:
-        return at::neg(x);
-    case DT_UNARY_ABS:
-        return at::abs(x);
-    case DT_UNARY_EXP:
-        return at::exp(x);
-    case DT_UNARY_LOG:
-        return at::log(x);
-    case DT_UNARY_LOG2:
-        return at::log2(x);
-    case DT_UNARY_LOG10:
-        return at::log10(x);
-    case DT_UNARY_SQRT:
-        return at::sqrt(x);
-    case DT_UNARY_RSQRT:
-        return at::rsqrt(x);
-    case DT_UNARY_RECIPROCAL:
-        return at::reciprocal(x);
-    case DT_UNARY_SIN:
-        return at::sin(x);
-    case DT_UNARY_COS:
-        return at::cos(x);
-    case DT_UNARY_TANH:
-        return at::tanh(x);
-    case DT_UNARY_SIGMOID:
-        return at::sigmoid(x);
-    case DT_UNARY_ERF:
-        return at::erf(x);
-    case DT_UNARY_EXPM1:
-        return at::expm1(x);
-    case DT_UNARY_LOG1P:
-        return at::log1p(x);
-    case DT_UNARY_EXP2:
-        return at::exp2(x);
-    case DT_UNARY_ASIN:
-        return at::asin(x);
-    case DT_UNARY_ACOS:
-        return at::acos(x);
-    case DT_UNARY_ATAN:
-        return at::atan(x);
-    case DT_UNARY_TAN:
-        return at::tan(x);
-    case DT_UNARY_SINH:
-        return at::sinh(x);
-    case DT_UNARY_COSH:
-        return at::cosh(x);
-    case DT_UNARY_SQUARE:
-        return at::square(x);
-    case DT_UNARY_FLOOR:
-        return at::floor(x);
-    case DT_UNARY_CEIL:
-        return at::ceil(x);
-    case DT_UNARY_TRUNC:
-        return at::trunc(x);
+#define DT_UNARY_OP(E, name, result, bool_kernel, into, py, doc) ATEN_CALL_##into(E, name)
+#include "dtorch/dtorch_ops.def"
     // torch.round(x) and torch.round(x, decimals=d) are different kernels.
     case DT_UNARY_ROUND:
         return a->scalar.i == 0 ? at::round(x) : at::round(x, a->scalar.i);
-    case DT_UNARY_SIGN:
-        return at::sign(x);
-    case DT_UNARY_RELU:
-        return at::relu(x);
-    case DT_UNARY_ISNAN:
-        return at::isnan(x);
-    case DT_UNARY_ISINF:
-        return at::isinf(x);
-    case DT_UNARY_ISFINITE:
-        return at::isfinite(x);
-    case DT_UNARY_LOGICAL_NOT:
-        return at::logical_not(x);
-    case DT_UNARY_BITWISE_NOT:
-        return at::bitwise_not(x);
     default:
         fail("torch backend: unknown unary op " + std::to_string(a->sub));
     }
 }
 
 /* unary_op's call in its out= form with out = x (the same structured
- * kernel, into x). false when the op has no such form or changes dtype. */
+ * kernel, into x). false when the op has no such form or changes dtype
+ * (square, round and the predicates: out of place). */
 bool unary_into(const dt__kattr *a, at::Tensor &x) {
     switch (a->sub) {
-    case DT_UNARY_NEG:
-        at::neg_out(x, x);
-        return true;
-    case DT_UNARY_ABS:
-        at::abs_out(x, x);
-        return true;
-    case DT_UNARY_EXP:
-        at::exp_out(x, x);
-        return true;
-    case DT_UNARY_LOG:
-        at::log_out(x, x);
-        return true;
-    case DT_UNARY_LOG2:
-        at::log2_out(x, x);
-        return true;
-    case DT_UNARY_LOG10:
-        at::log10_out(x, x);
-        return true;
-    case DT_UNARY_SQRT:
-        at::sqrt_out(x, x);
-        return true;
-    case DT_UNARY_RSQRT:
-        at::rsqrt_out(x, x);
-        return true;
-    case DT_UNARY_RECIPROCAL:
-        at::reciprocal_out(x, x);
-        return true;
-    case DT_UNARY_SIN:
-        at::sin_out(x, x);
-        return true;
-    case DT_UNARY_COS:
-        at::cos_out(x, x);
-        return true;
-    case DT_UNARY_TANH:
-        at::tanh_out(x, x);
-        return true;
-    case DT_UNARY_SIGMOID:
-        at::sigmoid_out(x, x);
-        return true;
-    case DT_UNARY_ERF:
-        at::erf_out(x, x);
-        return true;
-    case DT_UNARY_EXPM1:
-        at::expm1_out(x, x);
-        return true;
-    case DT_UNARY_LOG1P:
-        at::log1p_out(x, x);
-        return true;
-    case DT_UNARY_EXP2:
-        at::exp2_out(x, x);
-        return true;
-    case DT_UNARY_ASIN:
-        at::asin_out(x, x);
-        return true;
-    case DT_UNARY_ACOS:
-        at::acos_out(x, x);
-        return true;
-    case DT_UNARY_ATAN:
-        at::atan_out(x, x);
-        return true;
-    case DT_UNARY_TAN:
-        at::tan_out(x, x);
-        return true;
-    case DT_UNARY_SINH:
-        at::sinh_out(x, x);
-        return true;
-    case DT_UNARY_COSH:
-        at::cosh_out(x, x);
-        return true;
-    case DT_UNARY_FLOOR:
-        at::floor_out(x, x);
-        return true;
-    case DT_UNARY_CEIL:
-        at::ceil_out(x, x);
-        return true;
-    case DT_UNARY_TRUNC:
-        at::trunc_out(x, x);
-        return true;
-    case DT_UNARY_SIGN:
-        at::sign_out(x, x);
-        return true;
-    case DT_UNARY_RELU:
-        at::relu_(x);
-        return true;
+#define DT_UNARY_OP(E, name, result, bool_kernel, into, py, doc) ATEN_INTO_##into(E, name)
+#include "dtorch/dtorch_ops.def"
     default:
-        return false; // square, round and the predicates: out of place
+        return false;
     }
 }
 
