@@ -52,7 +52,7 @@ enum {
 /* DT_K_REDUCE modes (sub >> 8). */
 enum { DT_KR_PLAIN = 0, DT_KR_INDICES, DT_KR_GLOBAL_INDEX, DT_KR_COMBINE, DT_KR_SUM_DIV };
 /* DT_K_LINALG sub codes. */
-enum { DT_KL_MM = 0, DT_KL_BMM, DT_KL_OUTER, DT_KL_LINEAR, DT_KL_EINSUM };
+enum { DT_KL_MM = 0, DT_KL_BMM, DT_KL_OUTER, DT_KL_LINEAR, DT_KL_EINSUM, DT_KL_MATMUL };
 /* Sub codes of DT_K_VIEW. "region" means the strided selection
  * in[0][start[d] : start[d] + step[d] * shape[d] : step[d]] for d < ndim
  * (shape[d] elements per dim, step[d] >= 1). */
@@ -104,7 +104,11 @@ enum {
     DT_KF_EW_MIN_SCALAR = 1 << 18, /* CLAMP: min is `scalar` */
     DT_KF_EW_MIN_TENSOR = 1 << 19, /* CLAMP: min is an input */
     DT_KF_EW_MAX_SCALAR = 1 << 20, /* CLAMP: max is `scalar2` */
-    DT_KF_EW_MAX_TENSOR = 1 << 21  /* CLAMP: max is an input */
+    DT_KF_EW_MAX_TENSOR = 1 << 21, /* CLAMP: max is an input */
+    /* EW_BINARY with DT_KF_REVERSED, SUB or DIV: Python's reflected
+     * operator (s - t, s / t), which torch computes as at::rsub(t, s) and
+     * reciprocal(t) * s, not as torch.sub(s, t) / torch.div(s, t). */
+    DT_KF_EW_OPERATOR = 1 << 22
 };
 
 /* Flags and sub codes of the nn kernels (DT_K_ACTIVATION .. DT_K_SDPA). */
@@ -164,17 +168,17 @@ enum {
 /* Attributes of one kernel. Only the fields the op documents are meaningful. */
 typedef struct dt__kattr {
     int32_t dtype;      /* dt_dtype of the output */
-    int32_t sub;        /* dt_binary_op for BINARY / BINARY_SCALAR */
+    int32_t sub;        /* the op within a family kernel (each kernel op says) */
     int32_t flags;      /* DT_KF_* */
     int32_t ndim;       /* entries of shape/start */
     int32_t dim;        /* CAT */
     int32_t gndim;      /* entries of gshape */
-    uint64_t dims_mask; /* SUM */
+    uint64_t dims_mask; /* REDUCE */
     uint64_t seed;      /* RAND/RANDN */
     int64_t shape[DT_MAX_NDIM];
     int64_t start[DT_MAX_NDIM];
     int64_t gshape[DT_MAX_NDIM];
-    dt_scalar scalar; /* FULL, BINARY_SCALAR */
+    dt_scalar scalar; /* FULL, EW_BINARY */
     double f[3];      /* ARANGE start, end, step */
     const char *text; /* LINALG EINSUM: the equation (interned, never freed) */
     /* views family (DT_K_VIEW): per-dim steps of a region. */

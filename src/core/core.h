@@ -650,10 +650,6 @@ dt_status dt__lower_factory(dt__lower *L, dt__node *n);
 #define DT__SOURCE_LOCAL 1
 /* Frees what a SOURCE node that was never lowered owns (client thread). */
 void dt__source_free(const dt__backend *be, dt__node *n);
-dt_status dt__lower_binary(dt__lower *L, dt__node *n);
-dt_status dt__lower_unary(dt__lower *L, dt__node *n);
-dt_status dt__lower_matmul(dt__lower *L, dt__node *n);
-dt_status dt__lower_sum(dt__lower *L, dt__node *n);
 dt_status dt__lower_redistribute(dt__lower *L, dt__node *n);
 dt_status dt__lower_reduce(dt__lower *L, dt__node *n);
 dt_status dt__lower_linalg(dt__lower *L, dt__node *n);

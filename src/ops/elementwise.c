@@ -420,15 +420,6 @@ static dt_status binary_dtype(int op, const char *name, dt_dtype rt, int has_boo
     return DT_OK;
 }
 
-/* Sets DT__NF_EW_KERNEL when the original BINARY kernels cannot compute the
- * call: ops after DIV, an alpha, or torch's function form of s / a. */
-static void pick_kernel(dt__ew *e, int function_form) {
-    int op = e->attr.sub;
-    int first = (e->attr.flags & DT_KF_REVERSED) != 0;
-    if (op > DT_BINARY_DIV || !is_one(e->attr.scalar2) || (first && function_form && op == DT_BINARY_DIV))
-        e->attr.flags |= DT__NF_EW_KERNEL;
-}
-
 /* The body of every binary entry. `function_form` tells how a scalar-first
  * call computes (torch.<op>(s, a) rather than Python's reflected operator). */
 /* A per-thread memo of the last planned call per op: a loop repeats one
@@ -529,15 +520,14 @@ static dt_tensor *binary_call(dt_binary_op op, dt_tensor *a, dt_tensor *b, dt_sc
         if (!(flags & DT_EW_INPLACE)) {
             /* The node goes out without building the planning record. */
             dt_tensor *in[2] = {a, b};
-            return submit_planned(b ? DT_OP_BINARY : DT_OP_BINARY_SCALAR, b ? 2 : 1, in, &memo->out, attr);
+            return submit_planned(DT_OP_EW_BINARY, b ? 2 : 1, in, &memo->out, attr);
         }
-        dt__ew e = {
-            .name = name, .op = b ? DT_OP_BINARY : DT_OP_BINARY_SCALAR, .nin = b ? 2 : 1, .in = {a, b}};
+        dt__ew e = {.name = name, .op = DT_OP_EW_BINARY, .nin = b ? 2 : 1, .in = {a, b}};
         e.attr = attr;
         e.out = memo->out;
         return dt__ew_submit(&e, flags);
     }
-    dt__ew e = {.name = name, .op = b ? DT_OP_BINARY : DT_OP_BINARY_SCALAR, .nin = b ? 2 : 1, .in = {a, b}};
+    dt__ew e = {.name = name, .op = DT_OP_EW_BINARY, .nin = b ? 2 : 1, .in = {a, b}};
     e.attr.sub = op;
     e.attr.scalar = s;
     e.attr.scalar2 = alpha;
@@ -559,7 +549,8 @@ static dt_tensor *binary_call(dt_binary_op op, dt_tensor *a, dt_tensor *b, dt_sc
     e.attr.scalar = s;
     e.attr.scalar2 = alpha;
     e.attr.flags = scalar_first ? DT_KF_REVERSED : 0;
-    pick_kernel(&e, function_form);
+    if (scalar_first && !function_form && (op == DT_BINARY_SUB || op == DT_BINARY_DIV))
+        e.attr.flags |= DT_KF_EW_OPERATOR;
     int linear = op <= DT_BINARY_DIV;
     const char *accepted = b ? (linear ? binary_accepts[op] : ACCEPTS_SR "; no Partial")
                              : "R->R, S(d)->S(d); P->P only for mul, and for div by a scalar";
@@ -590,14 +581,9 @@ dt_tensor *dt_binary_ex(dt_binary_op op, dt_tensor *a, dt_tensor *b, dt_scalar s
 /* ------------------------------------------------------------ lowering */
 
 static int kernel_op(const dt__node *n) {
-    int ew = (n->a.flags & DT__NF_EW_KERNEL) != 0;
     switch (n->op) {
-    case DT_OP_BINARY:
-        return ew ? DT_K_EW_BINARY : DT_K_BINARY;
-    case DT_OP_BINARY_SCALAR:
-        return ew ? DT_K_EW_BINARY : DT_K_BINARY_SCALAR;
-    case DT_OP_NEG:
-        return DT_K_NEG;
+    case DT_OP_EW_BINARY:
+        return DT_K_EW_BINARY;
     case DT_OP_UNARY:
         return DT_K_UNARY;
     case DT_OP_CAST:
@@ -623,7 +609,7 @@ dt_status dt__lower_elementwise(dt__lower *L, dt__node *n) {
     const dt_mesh *mesh = out->mesh;
     int kop = kernel_op(n);
     const char *opname = NULL;
-    if (n->op == DT_OP_BINARY || n->op == DT_OP_BINARY_SCALAR)
+    if (n->op == DT_OP_EW_BINARY)
         opname = binary_names[n->a.sub];
     else if (n->op == DT_OP_UNARY)
         opname = dt__ew_unary_name(n->a.sub);
@@ -645,16 +631,13 @@ dt_status dt__lower_elementwise(dt__lower *L, dt__node *n) {
             k->opname = opname;
         k->attr.dtype = out->dtype;
         k->attr.sub = n->a.sub;
-        k->attr.flags = n->a.flags & ~DT__NF_EW_KERNEL;
+        k->attr.flags = n->a.flags;
         k->attr.scalar = n->a.scalar;
         k->attr.scalar2 = n->a.scalar2;
         o->blobs[i] = dt__lw_push(L, mesh, i, k);
     }
     return L->status;
 }
-
-dt_status dt__lower_binary(dt__lower *L, dt__node *n) { return dt__lower_elementwise(L, n); }
-dt_status dt__lower_unary(dt__lower *L, dt__node *n) { return dt__lower_elementwise(L, n); }
 
 /* ------------------------------------------------------------ registry */
 

@@ -34,11 +34,6 @@ typedef struct dt__ew {
     dt__meta out; /* set by dt__ew_shape, dtype by the op */
 } dt__ew;
 
-/* Node-only flag: lower a BINARY/BINARY_SCALAR node to DT_K_EW_BINARY
- * (new ops, alpha, torch's function form) rather than the original
- * DT_K_BINARY/DT_K_BINARY_SCALAR kernels. Never reaches a kernel. */
-#define DT__NF_EW_KERNEL (1 << 30)
-
 /* Placement rule for one mesh dim where at least one input is Partial:
  * 1 when the op is linear there (the output is Partial), else 0. */
 typedef int (*dt__ew_partial_fn)(const dt__ew *e, int md);

@@ -95,7 +95,7 @@ static dt_tensor *unary_call(dt_unary_op op, dt_tensor *a, int64_t decimals, int
         return NULL;
     }
     const char *name = unary_ops[op].name;
-    dt__ew e = {.name = name, .op = op == DT_UNARY_NEG ? DT_OP_NEG : DT_OP_UNARY, .nin = 1, .in = {a}};
+    dt__ew e = {.name = name, .op = DT_OP_UNARY, .nin = 1, .in = {a}};
     if (dt__ew_shape(&e) != DT_OK)
         return NULL;
     if (op == DT_UNARY_ROUND && decimals != 0 && !dt_dtype_is_floating(a->v->meta.dtype)) {

@@ -15,8 +15,8 @@
 
 #define DT_LINALG_MAX_LABELS (3 * DT_MAX_NDIM)
 
-/* The op a linalg node computes: the DT_KL_* codes, plus matmul. */
-enum { DT_LINALG_MATMUL = 100 };
+/* The op a linalg node computes: a DT_KL_* code (matmul is DT_KL_MATMUL). */
+enum { DT_LINALG_MATMUL = DT_KL_MATMUL };
 
 typedef struct dt__lplan {
     int nops; /* operands taking part in the contraction: 1 or 2 */

@@ -24,10 +24,10 @@
  * first coordinate and a Partial bias on every device (its pieces add up).
  *
  * Lowering: one kernel per device on the operand regions its output region
- * needs: DT_K_MATMUL (at::matmul) for matmul, DT_K_LINALG for the others.
+ * needs: DT_K_LINALG (at::matmul for matmul, DT_KL_MATMUL).
  *
  * Threads: dt_matmul, dt_mm, dt_bmm, dt_outer, dt_linear, dt_einsum run on
- * client threads; dt__lower_matmul and dt__lower_linalg on the controller.
+ * client threads; dt__lower_linalg on the controller.
  */
 #include <stdio.h>
 #include <string.h>
@@ -483,7 +483,7 @@ static dt_tensor *contract(int kind, dt_tensor *const *ts, int nops, dt_tensor *
     dt_tensor *t = dt__tensor_new(ts[0]->graph, &out);
     if (!t)
         return NULL;
-    dt__node *n = dt__node_new(kind == DT_LINALG_MATMUL ? DT_OP_MATMUL : DT_OP_LINALG);
+    dt__node *n = dt__node_new(DT_OP_LINALG);
     if (n) {
         n->n_in = nin;
         for (int j = 0; j < nops; j++)
@@ -624,7 +624,7 @@ dt_status dt__lower_linalg(dt__lower *L, dt__node *n) {
     for (int64_t i = 0; i < mesh->ndev; i++) {
         dt__mesh_coord(mesh, i, coord);
         dt__local_region(out, coord, os, ol);
-        dt__kernel *k = dt__lw_kernel(L, kind == DT_LINALG_MATMUL ? DT_K_MATMUL : DT_K_LINALG);
+        dt__kernel *k = dt__lw_kernel(L, DT_K_LINALG);
         if (!k)
             break;
         for (int j = 0; j < nops; j++) {
@@ -636,7 +636,7 @@ dt_status dt__lower_linalg(dt__lower *L, dt__node *n) {
             addend_region(&bias->meta, out, os, ol, s, l);
             k->in[k->n_in++] = dt__lw_region(L, bias, i, coord, s, l);
         }
-        k->attr.sub = kind == DT_LINALG_MATMUL ? 0 : kind;
+        k->attr.sub = kind;
         k->attr.dtype = out->dtype;
         k->attr.text = n->a.text;
         k->opname = kind_name(kind);
@@ -644,8 +644,6 @@ dt_status dt__lower_linalg(dt__lower *L, dt__node *n) {
     }
     return L->status;
 }
-
-dt_status dt__lower_matmul(dt__lower *L, dt__node *n) { return dt__lower_linalg(L, n); }
 
 /* ------------------------------------------------------------ registry */
 

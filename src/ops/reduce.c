@@ -18,14 +18,14 @@
  *    position, the smallest index among the best values - torch's first
  *    occurrence - whatever the order of the pieces.
  *
- * Node conventions (DT_OP_SUM for sum, DT_OP_REDUCE otherwise): in[0] the
+ * Node conventions (DT_OP_REDUCE, sum included): in[0] the
  * input; a.sub = dt_reduce_op | DT_KR_* << 8 (PLAIN, or INDICES for the
  * indices of max/min); a.dims_mask the reduced dims (all of them for the
  * no-dim form; bit 0 for a dim given on a 0-d tensor); a.flags DT_KF_ALL
  * for the no-dim form, DT_KF_KEEPDIM. The output meta holds the dtype.
  *
  * Threads: dt_reduce, dt_sum and dt_reduce_with_indices run on client
- * threads; dt__lower_sum and dt__lower_reduce on the graph's controller.
+ * threads; dt__lower_reduce on the graph's controller.
  */
 #include <string.h>
 
@@ -197,7 +197,7 @@ static dt_tensor *submit(int op, int mode, dt_tensor *a, const dt__meta *out, ui
     dt_tensor *t = dt__tensor_new(a->graph, out);
     if (!t)
         return NULL;
-    dt__node *n = dt__node_new(op == DT_REDUCE_SUM ? DT_OP_SUM : DT_OP_REDUCE);
+    dt__node *n = dt__node_new(DT_OP_REDUCE);
     if (n) {
         n->n_in = 1;
         n->in[0] = a->v;
@@ -327,22 +327,13 @@ static void lower_local(dt__lower *L, dt__node *n, int op, int mode, int sharded
         dt__blob *x = dt__blob_retain(in->blobs[i]);
         dt__kernel *k;
         if (op == DT_REDUCE_SUM) {
-            /* DT_K_SUM: the no-dim form keeps nothing; with keepdim it is
-             * every dim listed. */
-            k = dt__lw_kernel(L, DT_K_SUM);
-            if (!k) {
-                dt__blob_release(x);
+            /* The no-dim form keeps nothing; with keepdim it is every dim
+             * listed. A 0-d sum with or without dim is the value itself. */
+            int all = m->ndim == 0 || ((flags & DT_KF_ALL) && !(flags & DT_KF_KEEPDIM));
+            k = reduce_kernel(L, op, DT_KR_PLAIN, x, o->meta.dtype, all ? 0 : mask,
+                              all ? DT_KF_ALL : flags & DT_KF_KEEPDIM);
+            if (!k)
                 return;
-            }
-            k->n_in = 1;
-            k->in[0] = x;
-            k->attr.dims_mask = (flags & DT_KF_ALL) && !(flags & DT_KF_KEEPDIM) ? 0 : mask;
-            k->attr.flags =
-                (flags & DT_KF_KEEPDIM) | ((flags & DT_KF_ALL) && !(flags & DT_KF_KEEPDIM) ? DT_KF_ALL : 0);
-            if (m->ndim == 0)
-                k->attr.flags = DT_KF_ALL; /* a 0-d sum with or without dim is the value itself */
-            k->attr.dtype = o->meta.dtype;
-            k->opname = "sum";
         } else if (op == DT_REDUCE_MEAN && sharded_reduce) {
             k = reduce_kernel(L, op, DT_KR_SUM_DIV, x, o->meta.dtype, mask, flags & DT_KF_KEEPDIM);
             if (!k)
@@ -464,8 +455,8 @@ out:
 }
 
 dt_status dt__lower_reduce(dt__lower *L, dt__node *n) {
-    int op = n->op == DT_OP_SUM ? DT_REDUCE_SUM : n->a.sub & 0xff;
-    int mode = n->op == DT_OP_SUM ? DT_KR_PLAIN : n->a.sub >> 8;
+    int op = n->a.sub & 0xff;
+    int mode = n->a.sub >> 8;
     const dt__meta *m = &n->in[0]->meta;
     uint32_t gmask = 0;
     for (int md = 0; md < m->mesh->ndim; md++)
@@ -479,8 +470,6 @@ dt_status dt__lower_reduce(dt__lower *L, dt__node *n) {
         lower_gathered(L, n, op, mode, gmask);
     return L->status;
 }
-
-dt_status dt__lower_sum(dt__lower *L, dt__node *n) { return dt__lower_reduce(L, n); }
 
 /* ------------------------------------------------------------ registry */
 

@@ -17,7 +17,7 @@
 #define N 8
 
 enum { PROG_BINARY, PROG_SUM, PROG_REDIST, PROG_FETCH, PROG_COUNT };
-static const char *const prog_op[PROG_COUNT] = {"binary", "sum", "redistribute", "fetch"};
+static const char *const prog_op[PROG_COUNT] = {"binary", "reduce", "redistribute", "fetch"};
 
 /* Runs program `which` on x (Shard(0) over 2 devices, values 0..N-1); 0 when
  * the read succeeded with the right values, 1 when it failed as it should. */

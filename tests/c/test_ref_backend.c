@@ -152,6 +152,7 @@ static dt__kattr attr(dt_dtype dt) {
     dt__kattr a;
     memset(&a, 0, sizeof a);
     a.dtype = dt;
+    a.scalar2 = dt_scalar_int(1); /* EW_BINARY's alpha */
     return a;
 }
 
@@ -200,84 +201,100 @@ static void test_binary(void) {
     void *bad = T(DT_FLOAT32, 1, S(4), V(0, 0, 0, 0)), *li = T(DT_INT64, 1, S(3), V(1, 2, 3));
     dt__kattr a = attr(DT_FLOAT32);
     a.sub = DT_BINARY_ADD;
-    expect("[2,3] + [3]", run("add", DT_K_BINARY, &a, (void *[]){x, y}, 2, DT_OK, NULL), DT_FLOAT32, 2,
+    expect("[2,3] + [3]", run("add", DT_K_EW_BINARY, &a, (void *[]){x, y}, 2, DT_OK, NULL), DT_FLOAT32, 2,
            S(2, 3), V(11, 22, 33, 14, 25, 36));
-    expect("[3] + [2,3]", run("add", DT_K_BINARY, &a, (void *[]){y, x}, 2, DT_OK, NULL), DT_FLOAT32, 2,
+    expect("[3] + [2,3]", run("add", DT_K_EW_BINARY, &a, (void *[]){y, x}, 2, DT_OK, NULL), DT_FLOAT32, 2,
            S(2, 3), V(11, 22, 33, 14, 25, 36));
     a.sub = DT_BINARY_MUL;
-    expect("[2,1] * [1,3]", run("mul", DT_K_BINARY, &a, (void *[]){col, row}, 2, DT_OK, NULL), DT_FLOAT32, 2,
-           S(2, 3), V(3, 4, 5, 6, 8, 10));
+    expect("[2,1] * [1,3]", run("mul", DT_K_EW_BINARY, &a, (void *[]){col, row}, 2, DT_OK, NULL), DT_FLOAT32,
+           2, S(2, 3), V(3, 4, 5, 6, 8, 10));
     a.sub = DT_BINARY_SUB;
-    expect("mixed int64 - float32", run("sub", DT_K_BINARY, &a, (void *[]){li, x}, 2, DT_OK, NULL),
+    expect("mixed int64 - float32", run("sub", DT_K_EW_BINARY, &a, (void *[]){li, x}, 2, DT_OK, NULL),
            DT_FLOAT32, 2, S(2, 3), V(0, 0, 0, -3, -3, -3));
     a.sub = DT_BINARY_DIV;
     a.dtype = DT_FLOAT64;
-    expect("float64 div", run("div", DT_K_BINARY, &a, (void *[]){x, col}, 2, DT_OK, NULL), DT_FLOAT64, 2,
+    expect("float64 div", run("div", DT_K_EW_BINARY, &a, (void *[]){x, col}, 2, DT_OK, NULL), DT_FLOAT64, 2,
            S(2, 3), V(1, 2, 3, 2, 2.5, 3));
     a.dtype = DT_FLOAT32; /* 1/3 in float32, not double */
-    expect("float32 div rounds", run("div", DT_K_BINARY, &a, (void *[]){col, row}, 2, DT_OK, NULL),
+    expect("float32 div rounds", run("div", DT_K_EW_BINARY, &a, (void *[]){col, row}, 2, DT_OK, NULL),
            DT_FLOAT32, 2, S(2, 3), V((float)(1.0 / 3), 0.25, 0.2f, (float)(2.0 / 3), 0.5, 0.4f));
     /* Each operand is converted to the output dtype before the op. */
     void *fine = T(DT_FLOAT64, 1, S(1), V(1 + 0x1p-30)), *ones = T(DT_FLOAT32, 1, S(1), V(1));
     a.sub = DT_BINARY_SUB;
     expect("float64 operand rounded to float32 first",
-           run("sub", DT_K_BINARY, &a, (void *[]){fine, ones}, 2, DT_OK, NULL), DT_FLOAT32, 1, S(1), V(0));
+           run("sub", DT_K_EW_BINARY, &a, (void *[]){fine, ones}, 2, DT_OK, NULL), DT_FLOAT32, 1, S(1), V(0));
     B->free(fine);
     B->free(ones);
     a.sub = DT_BINARY_DIV;
     a.dtype = DT_INT64;
-    run("int64 div", DT_K_BINARY, &a, (void *[]){li, li}, 2, DT_EUNSUPPORTED, "int64");
+    run("int64 div", DT_K_EW_BINARY, &a, (void *[]){li, li}, 2, DT_EUNSUPPORTED, "int64");
     a.sub = DT_BINARY_MUL;
-    expect("int64 mul", run("int mul", DT_K_BINARY, &a, (void *[]){li, li}, 2, DT_OK, NULL), DT_INT64, 1,
+    expect("int64 mul", run("int mul", DT_K_EW_BINARY, &a, (void *[]){li, li}, 2, DT_OK, NULL), DT_INT64, 1,
            S(3), V(1, 4, 9));
     a.sub = DT_BINARY_ADD;
     a.dtype = DT_FLOAT32;
-    run("[2,3] + [4]", DT_K_BINARY, &a, (void *[]){x, bad}, 2, DT_EBACKEND,
+    run("[2,3] + [4]", DT_K_EW_BINARY, &a, (void *[]){x, bad}, 2, DT_EBACKEND,
         "ref: shapes [2,3] and [4] do not broadcast");
     void *empty = T(DT_FLOAT32, 2, S(0, 3), V(0));
-    expect("[0,3] + [3]", run("empty add", DT_K_BINARY, &a, (void *[]){empty, y}, 2, DT_OK, NULL), DT_FLOAT32,
-           2, S(0, 3), V(0));
+    expect("[0,3] + [3]", run("empty add", DT_K_EW_BINARY, &a, (void *[]){empty, y}, 2, DT_OK, NULL),
+           DT_FLOAT32, 2, S(0, 3), V(0));
     a.dtype = DT_BOOL;
-    run("bool add", DT_K_BINARY, &a, (void *[]){x, y}, 2, DT_EUNSUPPORTED,
-        "BINARY does not support dtype bool");
+    run("bool add", DT_K_EW_BINARY, &a, (void *[]){x, y}, 2, DT_EUNSUPPORTED,
+        "EW_BINARY does not support dtype bool");
     a.dtype = DT_FLOAT32;
-    a.sub = 17;
-    run("bad sub", DT_K_BINARY, &a, (void *[]){x, y}, 2, DT_EINVAL, "bad op 17");
+    a.sub = DT_BINARY_LOGICAL_OR;
+    run("logical_or", DT_K_EW_BINARY, &a, (void *[]){x, y}, 2, DT_EUNSUPPORTED,
+        "EW_BINARY logical_or is not implemented by the reference backend");
+    a.sub = DT_BINARY_COUNT;
+    run("bad sub", DT_K_EW_BINARY, &a, (void *[]){x, y}, 2, DT_EINVAL, "bad op");
+    /* alpha: x + 2 * y, x - 0.5 * y */
+    a.sub = DT_BINARY_ADD;
+    a.scalar2 = dt_scalar_int(2);
+    expect("x + 2 * y", run("add alpha", DT_K_EW_BINARY, &a, (void *[]){x, y}, 2, DT_OK, NULL), DT_FLOAT32, 2,
+           S(2, 3), V(21, 42, 63, 24, 45, 66));
+    a.sub = DT_BINARY_SUB;
+    a.scalar2 = dt_scalar_float(0.5);
+    expect("x - 0.5 * y", run("sub alpha", DT_K_EW_BINARY, &a, (void *[]){x, y}, 2, DT_OK, NULL), DT_FLOAT32,
+           2, S(2, 3), V(-4, -8, -12, -1, -5, -9));
+    a.scalar2 = dt_scalar_int(1);
 
     /* Scalars: tensor op scalar, scalar op tensor, int tensor with float result. */
     a = attr(DT_FLOAT32);
     a.sub = DT_BINARY_MUL;
     a.scalar = dt_scalar_float(2.5);
-    expect("x * 2.5", run("scalar mul", DT_K_BINARY_SCALAR, &a, &y, 1, DT_OK, NULL), DT_FLOAT32, 1, S(3),
+    expect("x * 2.5", run("scalar mul", DT_K_EW_BINARY, &a, &y, 1, DT_OK, NULL), DT_FLOAT32, 1, S(3),
            V(25, 50, 75));
     a.sub = DT_BINARY_SUB;
     a.flags = DT_KF_REVERSED;
     a.scalar = dt_scalar_int(1);
-    expect("1 - x", run("reversed sub", DT_K_BINARY_SCALAR, &a, &y, 1, DT_OK, NULL), DT_FLOAT32, 1, S(3),
+    expect("1 - x", run("reversed sub", DT_K_EW_BINARY, &a, &y, 1, DT_OK, NULL), DT_FLOAT32, 1, S(3),
            V(-9, -19, -29));
     a.sub = DT_BINARY_DIV;
     a.scalar = dt_scalar_float(6.0);
-    expect("6.0 / int64", run("reversed div", DT_K_BINARY_SCALAR, &a, &li, 1, DT_OK, NULL), DT_FLOAT32, 1,
-           S(3), V(6, 3, 2));
+    expect("6.0 / int64", run("reversed div", DT_K_EW_BINARY, &a, &li, 1, DT_OK, NULL), DT_FLOAT32, 1, S(3),
+           V(6, 3, 2));
     a = attr(DT_INT64);
     a.sub = DT_BINARY_ADD;
     a.scalar = dt_scalar_int(INT64_MAX);
-    expect("int64 + max wraps", run("wrap", DT_K_BINARY_SCALAR, &a, &li, 1, DT_OK, NULL), DT_INT64, 1, S(3),
+    expect("int64 + max wraps", run("wrap", DT_K_EW_BINARY, &a, &li, 1, DT_OK, NULL), DT_INT64, 1, S(3),
            V((double)INT64_MIN, (double)(INT64_MIN + 1), (double)(INT64_MIN + 2)));
     a.dtype = DT_FLOAT16;
-    run("float16 scalar", DT_K_BINARY_SCALAR, &a, &li, 1, DT_EUNSUPPORTED,
-        "BINARY_SCALAR does not support dtype float16");
+    run("float16 scalar", DT_K_EW_BINARY, &a, &li, 1, DT_EUNSUPPORTED,
+        "EW_BINARY does not support dtype float16");
 
-    /* NEG: -0.0 keeps its sign; a zero (unset) dtype means the input's. */
+    /* UNARY neg: -0.0 keeps its sign. */
     void *z = T(DT_FLOAT32, 1, S(3), V(0, -1.5, 2));
     a = attr(DT_FLOAT32);
-    expect("neg float32", run("neg", DT_K_NEG, &a, &z, 1, DT_OK, NULL), DT_FLOAT32, 1, S(3),
+    expect("neg float32", run("neg", DT_K_UNARY, &a, &z, 1, DT_OK, NULL), DT_FLOAT32, 1, S(3),
            V(-0.0, 1.5, -2));
+    a = attr(DT_INT64);
+    expect("neg int64", run("neg", DT_K_UNARY, &a, &li, 1, DT_OK, NULL), DT_INT64, 1, S(3), V(-1, -2, -3));
+    a.sub = DT_UNARY_EXP;
+    run("exp", DT_K_UNARY, &a, &li, 1, DT_EUNSUPPORTED,
+        "UNARY exp is not implemented by the reference backend");
     a = attr(DT_BOOL);
-    expect("neg int64 (dtype unset)", run("neg", DT_K_NEG, &a, &li, 1, DT_OK, NULL), DT_INT64, 1, S(3),
-           V(-1, -2, -3));
     void *bo = T(DT_BOOL, 1, S(2), V(1, 0));
-    run("neg bool", DT_K_NEG, &a, &bo, 1, DT_EUNSUPPORTED, "NEG does not support dtype bool");
+    run("neg bool", DT_K_UNARY, &a, &bo, 1, DT_EUNSUPPORTED, "UNARY does not support dtype bool");
     void *all[] = {x, y, col, row, bad, li, empty, z, bo};
     for (int i = 0; i < 9; i++)
         B->free(all[i]);
@@ -289,31 +306,31 @@ static void test_matmul(void) {
     void *a32 = T(DT_FLOAT32, 2, S(2, 3), V(1, 2, 3, 4, 5, 6)),
          *b32 = T(DT_FLOAT32, 2, S(3, 2), V(7, 8, 9, 10, 11, 12));
     dt__kattr a = attr(DT_INT64);
-    expect("int64 matmul", run("matmul", DT_K_MATMUL, &a, (void *[]){a64, b64}, 2, DT_OK, NULL), DT_INT64, 2,
+    expect("int64 matmul", run("matmul", DT_K_LINALG, &a, (void *[]){a64, b64}, 2, DT_OK, NULL), DT_INT64, 2,
            S(2, 2), V(58, 64, 139, 154));
     a.dtype = DT_FLOAT32;
-    expect("float32 matmul", run("matmul", DT_K_MATMUL, &a, (void *[]){a32, b32}, 2, DT_OK, NULL), DT_FLOAT32,
+    expect("float32 matmul", run("matmul", DT_K_LINALG, &a, (void *[]){a32, b32}, 2, DT_OK, NULL), DT_FLOAT32,
            2, S(2, 2), V(58, 64, 139, 154));
     a.dtype = DT_FLOAT64;
-    expect("[3,2] @ [2,3] float64", run("matmul", DT_K_MATMUL, &a, (void *[]){b32, a32}, 2, DT_OK, NULL),
+    expect("[3,2] @ [2,3] float64", run("matmul", DT_K_LINALG, &a, (void *[]){b32, a32}, 2, DT_OK, NULL),
            DT_FLOAT64, 2, S(3, 3), V(39, 54, 69, 49, 68, 87, 59, 82, 105));
     /* float32 accumulates in float32: 1 + 2^-24 + 2^-24 stays 1 (ties to even). */
     void *tiny = T(DT_FLOAT32, 2, S(1, 3), V(1, 0x1p-24, 0x1p-24)),
          *ones = T(DT_FLOAT32, 2, S(3, 1), V(1, 1, 1));
     a.dtype = DT_FLOAT32;
-    expect("float32 accumulation", run("matmul", DT_K_MATMUL, &a, (void *[]){tiny, ones}, 2, DT_OK, NULL),
+    expect("float32 accumulation", run("matmul", DT_K_LINALG, &a, (void *[]){tiny, ones}, 2, DT_OK, NULL),
            DT_FLOAT32, 2, S(1, 1), V(1));
     a.dtype = DT_FLOAT64;
-    expect("float64 accumulation", run("matmul", DT_K_MATMUL, &a, (void *[]){tiny, ones}, 2, DT_OK, NULL),
+    expect("float64 accumulation", run("matmul", DT_K_LINALG, &a, (void *[]){tiny, ones}, 2, DT_OK, NULL),
            DT_FLOAT64, 2, S(1, 1), V(1 + 0x1p-23));
     B->free(tiny);
     B->free(ones);
-    run("K mismatch", DT_K_MATMUL, &a, (void *[]){a32, a32}, 2, DT_EBACKEND, "[2,3] @ [2,3]");
+    run("K mismatch", DT_K_LINALG, &a, (void *[]){a32, a32}, 2, DT_EBACKEND, "[2,3] @ [2,3]");
     void *v = T(DT_FLOAT32, 1, S(3), V(1, 2, 3));
-    run("1-D matmul", DT_K_MATMUL, &a, (void *[]){v, b32}, 2, DT_EBACKEND, "MATMUL");
+    run("1-D matmul", DT_K_LINALG, &a, (void *[]){v, b32}, 2, DT_EBACKEND, "LINALG");
     /* K = 0 gives zeros. */
     void *e1 = T(DT_FLOAT32, 2, S(2, 0), V(0)), *e2 = T(DT_FLOAT32, 2, S(0, 2), V(0));
-    expect("K = 0", run("matmul", DT_K_MATMUL, &a, (void *[]){e1, e2}, 2, DT_OK, NULL), DT_FLOAT64, 2,
+    expect("K = 0", run("matmul", DT_K_LINALG, &a, (void *[]){e1, e2}, 2, DT_OK, NULL), DT_FLOAT64, 2,
            S(2, 2), V(0, 0, 0, 0));
     void *all[] = {a64, b64, a32, b32, v, e1, e2};
     for (int i = 0; i < 7; i++)
@@ -324,39 +341,40 @@ static void test_sum(void) {
     void *x = T(DT_FLOAT32, 2, S(2, 3), V(1, 2, 3, 4, 5, 6));
     dt__kattr a = attr(DT_FLOAT32);
     a.dims_mask = 1;
-    expect("sum dim 0", run("sum", DT_K_SUM, &a, &x, 1, DT_OK, NULL), DT_FLOAT32, 1, S(3), V(5, 7, 9));
+    expect("sum dim 0", run("sum", DT_K_REDUCE, &a, &x, 1, DT_OK, NULL), DT_FLOAT32, 1, S(3), V(5, 7, 9));
     a.flags = DT_KF_KEEPDIM;
-    expect("sum dim 0 keepdim", run("sum", DT_K_SUM, &a, &x, 1, DT_OK, NULL), DT_FLOAT32, 2, S(1, 3),
+    expect("sum dim 0 keepdim", run("sum", DT_K_REDUCE, &a, &x, 1, DT_OK, NULL), DT_FLOAT32, 2, S(1, 3),
            V(5, 7, 9));
     a.dims_mask = 2;
-    expect("sum dim 1 keepdim", run("sum", DT_K_SUM, &a, &x, 1, DT_OK, NULL), DT_FLOAT32, 2, S(2, 1),
+    expect("sum dim 1 keepdim", run("sum", DT_K_REDUCE, &a, &x, 1, DT_OK, NULL), DT_FLOAT32, 2, S(2, 1),
            V(6, 15));
     a.flags = 0;
     a.dtype = DT_FLOAT64;
-    expect("sum dim 1 to float64", run("sum", DT_K_SUM, &a, &x, 1, DT_OK, NULL), DT_FLOAT64, 1, S(2),
+    expect("sum dim 1 to float64", run("sum", DT_K_REDUCE, &a, &x, 1, DT_OK, NULL), DT_FLOAT64, 1, S(2),
            V(6, 15));
     a.dims_mask = 0;
     a.flags = DT_KF_ALL;
-    expect("sum all", run("sum", DT_K_SUM, &a, &x, 1, DT_OK, NULL), DT_FLOAT64, 0, NULL, V(21));
+    expect("sum all", run("sum", DT_K_REDUCE, &a, &x, 1, DT_OK, NULL), DT_FLOAT64, 0, NULL, V(21));
     a.flags = DT_KF_ALL | DT_KF_KEEPDIM;
-    expect("sum all keepdim", run("sum", DT_K_SUM, &a, &x, 1, DT_OK, NULL), DT_FLOAT64, 2, S(1, 1), V(21));
+    expect("sum all keepdim", run("sum", DT_K_REDUCE, &a, &x, 1, DT_OK, NULL), DT_FLOAT64, 2, S(1, 1), V(21));
     a.flags = 0;
     a.dims_mask = 4;
-    run("sum dim 2 of 2-D", DT_K_SUM, &a, &x, 1, DT_EBACKEND, "dims_mask 0x4");
+    run("sum dim 2 of 2-D", DT_K_REDUCE, &a, &x, 1, DT_EBACKEND, "dims_mask 0x4");
     /* 3-D over dims 0 and 2; int32 input summed to int64. */
     void *y = T(DT_INT32, 3, S(2, 2, 2), V(1, 2, 3, 4, 5, 6, 7, 8));
     a = attr(DT_INT64);
     a.dims_mask = 5;
-    expect("sum dims {0,2}", run("sum", DT_K_SUM, &a, &y, 1, DT_OK, NULL), DT_INT64, 1, S(2), V(14, 22));
+    expect("sum dims {0,2}", run("sum", DT_K_REDUCE, &a, &y, 1, DT_OK, NULL), DT_INT64, 1, S(2), V(14, 22));
     void *b = T(DT_BOOL, 1, S(4), V(1, 0, 1, 1));
     a.dims_mask = 1;
-    expect("sum bool", run("sum", DT_K_SUM, &a, &b, 1, DT_OK, NULL), DT_INT64, 0, NULL, V(3));
+    expect("sum bool", run("sum", DT_K_REDUCE, &a, &b, 1, DT_OK, NULL), DT_INT64, 0, NULL, V(3));
     void *e = T(DT_FLOAT32, 2, S(0, 2), V(0));
     a = attr(DT_FLOAT32);
     a.dims_mask = 1;
-    expect("sum over empty dim", run("sum", DT_K_SUM, &a, &e, 1, DT_OK, NULL), DT_FLOAT32, 1, S(2), V(0, 0));
+    expect("sum over empty dim", run("sum", DT_K_REDUCE, &a, &e, 1, DT_OK, NULL), DT_FLOAT32, 1, S(2),
+           V(0, 0));
     a.dtype = DT_BOOL;
-    run("sum to bool", DT_K_SUM, &a, &x, 1, DT_EUNSUPPORTED, "SUM does not support dtype bool");
+    run("sum to bool", DT_K_REDUCE, &a, &x, 1, DT_EUNSUPPORTED, "REDUCE does not support dtype bool");
     B->free(x);
     B->free(y);
     B->free(b);
@@ -600,10 +618,12 @@ static void test_errors(void) {
     dt__kattr a = attr(DT_FLOAT32);
     run("unknown kop", DT_K_COUNT, &a, NULL, 0, DT_EUNSUPPORTED, "unknown kernel op");
     run("negative kop", -1, &a, NULL, 0, DT_EUNSUPPORTED, "unknown kernel op");
-    run("binary with one input", DT_K_BINARY, &a, &x, 1, DT_EINVAL, "BINARY takes 2 inputs, got 1");
+    run("matmul with one input", DT_K_LINALG, &a, &x, 1, DT_EINVAL, "LINALG takes 2 inputs, got 1");
+    run("binary with three inputs", DT_K_EW_BINARY, &a, (void *[]){x, x, x}, 3, DT_EINVAL,
+        "EW_BINARY takes 1 to 2 inputs, got 3");
     run("full with an input", DT_K_FULL, &a, &x, 1, DT_EINVAL, "FULL takes 0 inputs");
-    run("NULL input", DT_K_BINARY, &a, (void *[]){x, NULL}, 2, DT_EINVAL, "input 1 is NULL");
-    run("NULL attrs", DT_K_NEG, NULL, &x, 1, DT_EINVAL, "attributes");
+    run("NULL input", DT_K_EW_BINARY, &a, (void *[]){x, NULL}, 2, DT_EINVAL, "input 1 is NULL");
+    run("NULL attrs", DT_K_UNARY, NULL, &x, 1, DT_EINVAL, "attributes");
     /* No err buffer, or a tiny one: still a status, never a crash. */
     check_status("NULL err", B->run(DT_K_COUNT, &a, NULL, 0, &out, NULL, 0), DT_EUNSUPPORTED, NULL);
     char tiny[4] = "xyz";

@@ -62,7 +62,7 @@ static void test_bookkeeping_and_dce(void) {
     make_node(0, DT_OP_SOURCE, 0, NULL);
     make_node(1, DT_OP_UNARY, 1, (int[]){0, -1});
     make_node(2, DT_OP_UNARY, 2, (int[]){1, -1});
-    make_node(3, DT_OP_BINARY, 3, (int[]){0, 0, -1});
+    make_node(3, DT_OP_EW_BINARY, 3, (int[]){0, 0, -1});
     make_node(4, DT_OP_FETCH, -1, (int[]){3, -1});
     make_node(5, DT_OP_UNARY, 5, (int[]){3, -1});
     make_node(6, DT_OP_DEBUG_GATE, 6, (int[]){3, -1});
@@ -117,7 +117,7 @@ static void test_rounds(void) {
         memset(&big_tv[i], 0, sizeof big_tv[i]);
         big_tv[i].meta.dtype = DT_FLOAT32;
         memset(&big_nd[i], 0, sizeof big_nd[i]);
-        big_nd[i].op = DT_OP_NEG;
+        big_nd[i].op = DT_OP_UNARY;
         big_nd[i].out = &big_tv[i];
         if (i) {
             big_nd[i].in[0] = &big_tv[i - 1];
@@ -137,7 +137,7 @@ static void test_rounds(void) {
     for (int r = 0; r < 3; r++) {
         for (int i = 0; i < NV; i++)
             make_tval(i);
-        make_node(0, DT_OP_NEG, 0, (int[]){-1});
+        make_node(0, DT_OP_UNARY, 0, (int[]){-1});
         CHECK_EQ(dt__window_fill(&w, link(1), NULL), DT_OK);
         CHECK_EQ(w.n, 1);
         CHECK_EQ(dt__window_producer(&w, &big_tv[N - 1]), -1);

@@ -53,12 +53,16 @@ static const char *const kop_names[DT_K_COUNT] = {
  * elements at its own position, so writing over `into` is safe. */
 static dt_status binary(int op, int dt, const ref_tensor *x, const ref_tensor *y, const dt__kattr *a,
                         const ref_tensor *into, ref_tensor **out, char *err, size_t errlen) {
-    /* BINARY takes the four arithmetic ops; the others are DT_K_EW_BINARY's. */
-    if (op < 0 || op > DT_BINARY_DIV)
-        return fail(err, errlen, DT_EINVAL, "ref: BINARY: bad op %d", op);
+    /* The reference backend computes the four arithmetic ops. */
+    if (op < 0 || op >= DT_BINARY_COUNT)
+        return fail(err, errlen, DT_EINVAL, "ref: EW_BINARY: bad op %d", op);
+    if (op > DT_BINARY_DIV)
+        return fail(err, errlen, DT_EUNSUPPORTED,
+                    "ref: EW_BINARY %s is not implemented by the reference backend",
+                    dt_binary_op_name((dt_binary_op)op));
     if (op == DT_BINARY_DIV && !is_float(dt))
         return fail(err, errlen, DT_EUNSUPPORTED,
-                    "ref: BINARY DIV is true division and cannot produce dtype %s", dtname(dt));
+                    "ref: EW_BINARY div is true division and cannot produce dtype %s", dtname(dt));
     int nd = x->ndim > y->ndim ? x->ndim : y->ndim;
     int64_t shape[DT_MAX_NDIM] = {0}, xs[DT_MAX_NDIM], ys[DT_MAX_NDIM];
     walk w = {.ndim = nd, .n = 3};
@@ -76,7 +80,7 @@ static dt_status binary(int op, int dt, const ref_tensor *x, const ref_tensor *y
         w.stride[2][d] = sy == 1 ? 0 : ys[yd];
     }
     *out = a && into ? donated(a, into, dt, nd, shape) : NULL;
-    dt_status st = *out ? DT_OK : mk("BINARY", dt, nd, shape, out, err, errlen);
+    dt_status st = *out ? DT_OK : mk("EW_BINARY", dt, nd, shape, out, err, errlen);
     if (st)
         return st;
     memcpy(w.shape, shape, sizeof shape);
@@ -107,10 +111,10 @@ static void scalar_init(scalar_tensor *s, dt_scalar v) {
 static dt_status matmul(int dt, const ref_tensor *x, const ref_tensor *y, ref_tensor **out, char *err,
                         size_t errlen) {
     if (x->ndim != 2 || y->ndim != 2 || x->shape[1] != y->shape[0])
-        return fail(err, errlen, DT_EBACKEND, "ref: MATMUL needs [M,K] @ [K,N], got %s @ %s", SHAPE(x),
+        return fail(err, errlen, DT_EBACKEND, "ref: LINALG needs [M,K] @ [K,N], got %s @ %s", SHAPE(x),
                     SHAPE(y));
     int64_t M = x->shape[0], K = x->shape[1], N = y->shape[1], shape[2] = {M, N};
-    dt_status st = mk("MATMUL", dt, 2, shape, out, err, errlen);
+    dt_status st = mk("LINALG", dt, 2, shape, out, err, errlen);
     if (st)
         return st;
     /* out[i,j] += x[i,k] * y[k,j] for k ascending, every step in the output
@@ -133,7 +137,7 @@ static dt_status sum(const dt__kattr *a, const ref_tensor *x, ref_tensor **out, 
     if (a->flags & DT_KF_ALL)
         mask = x->ndim ? ~0ull >> (64 - x->ndim) : 0;
     if (mask >> x->ndim)
-        return fail(err, errlen, DT_EBACKEND, "ref: SUM dims_mask 0x%llx names dims beyond shape %s",
+        return fail(err, errlen, DT_EBACKEND, "ref: REDUCE sum dims_mask 0x%llx names dims beyond shape %s",
                     (unsigned long long)mask, SHAPE(x));
     int keep = (a->flags & DT_KF_KEEPDIM) != 0, nd = 0;
     int64_t kshape[DT_MAX_NDIM], kstride[DT_MAX_NDIM], shape[DT_MAX_NDIM];
@@ -147,8 +151,8 @@ static dt_status sum(const dt__kattr *a, const ref_tensor *x, ref_tensor **out, 
      * convert. Walking the input in row-major order adds each output's terms
      * in ascending index order. */
     ref_tensor *acc;
-    dt_status st = mk("SUM", a->dtype, nd, shape, out, err, errlen);
-    if (st || (st = mk("SUM", is_float(a->dtype) ? DT_FLOAT64 : DT_INT64, nd, shape, &acc, err, errlen))) {
+    dt_status st = mk("REDUCE", a->dtype, nd, shape, out, err, errlen);
+    if (st || (st = mk("REDUCE", is_float(a->dtype) ? DT_FLOAT64 : DT_INT64, nd, shape, &acc, err, errlen))) {
         ref_free(*out);
         *out = NULL;
         return st;
@@ -297,12 +301,65 @@ static dt_status slice(const dt__kattr *a, const ref_tensor *x, ref_tensor **out
     return DT_OK;
 }
 
+/* A family kernel's sub-op the reference backend does not compute. */
+static dt_status unsupported_sub(const char *kname, const char *sub_name, int sub, char *err, size_t errlen) {
+    if (sub_name)
+        return fail(err, errlen, DT_EUNSUPPORTED, "ref: %s %s is not implemented by the reference backend",
+                    kname, sub_name);
+    return fail(err, errlen, DT_EUNSUPPORTED, "ref: %s sub-op %d is not implemented by the reference backend",
+                kname, sub);
+}
+
+static int is_one(dt_scalar v) { return v.kind == DT_SCALAR_FLOAT ? v.f == 1.0 : v.i == 1; }
+
+/* EW_BINARY (backend.h): x (sub) y of two inputs, or of the input and
+ * `scalar` (scalar first with DT_KF_REVERSED); ADD and SUB scale y by
+ * `scalar2` (computed as y * alpha in the result dtype, then the op). */
+static dt_status ew_binary(const dt__kattr *a, int dt, void *const *in, int n_in, ref_tensor **out, char *err,
+                           size_t errlen) {
+    const ref_tensor *t = in[0];
+    scalar_tensor s;
+    const ref_tensor *x = t, *y = n_in == 2 ? (const ref_tensor *)in[1] : NULL;
+    if (!y) {
+        scalar_init(&s, a->scalar);
+        if (a->flags & DT_KF_REVERSED) {
+            x = &s.t;
+            y = t;
+        } else {
+            y = &s.t;
+        }
+    }
+    if ((a->sub != DT_BINARY_ADD && a->sub != DT_BINARY_SUB) || is_one(a->scalar2))
+        return binary(a->sub, dt, x, y, a, t, out, err, errlen);
+    scalar_tensor alpha;
+    scalar_init(&alpha, a->scalar2);
+    ref_tensor *scaled;
+    dt_status st = binary(DT_BINARY_MUL, dt, y, &alpha.t, NULL, NULL, &scaled, err, errlen);
+    if (st)
+        return st;
+    st = binary(a->sub, dt, x, scaled, NULL, NULL, out, err, errlen);
+    ref_free(scaled);
+    return st;
+}
+
 static dt_status ref_run(int kop, const dt__kattr *a, void *const *in, int n_in, void **out, char *err,
                          size_t errlen) {
-    /* Per op: the inputs it takes (-1: one or more), and whether it computes
-     * (so needs an arithmetic output dtype rather than any storage dtype). */
-    static const signed char arity[DT_K_COUNT] = {1, 0, 0, 0, 0, 0, 2, 1, 1, 2, 1, -1, -1, 1};
-    static const char computes[DT_K_COUNT] = {0, 0, 0, 1, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0};
+    /* The kernel ops this backend runs: the inputs each takes (min..max; max
+     * -1: any number), and whether it computes (so needs an arithmetic
+     * output dtype rather than any storage dtype). Of the family kernels it
+     * runs the sub-ops the core's own C tests use: EW_BINARY add/sub/mul/div,
+     * UNARY neg, REDUCE sum and LINALG mm/matmul of 2-D operands. */
+    static const struct {
+        char runs;
+        signed char min, max;
+        char computes;
+    } ops[DT_K_COUNT] = {
+        [DT_K_SLICE] = {1, 1, 1, 0},     [DT_K_FULL] = {1, 0, 0, 0},   [DT_K_EMPTY] = {1, 0, 0, 0},
+        [DT_K_ARANGE] = {1, 0, 0, 1},    [DT_K_RAND] = {1, 0, 0, 0},   [DT_K_RANDN] = {1, 0, 0, 0},
+        [DT_K_CAT] = {1, 1, -1, 0},      [DT_K_SUM_N] = {1, 1, -1, 0}, [DT_K_ZEROS_LIKE] = {1, 1, 1, 0},
+        [DT_K_EW_BINARY] = {1, 1, 2, 1}, [DT_K_UNARY] = {1, 1, 1, 1},  [DT_K_REDUCE] = {1, 1, 1, 1},
+        [DT_K_LINALG] = {1, 2, 2, 1},
+    };
     if (out)
         *out = NULL;
     if (!out || !a)
@@ -310,23 +367,24 @@ static dt_status ref_run(int kop, const dt__kattr *a, void *const *in, int n_in,
     if (kop < 0 || kop >= DT_K_COUNT)
         return fail(err, errlen, DT_EUNSUPPORTED, "ref: unknown kernel op %d", kop);
     const char *name = kop_names[kop];
-    /* The operator families' kernels (DT_K_REDUCE and later) are LibTorch
-     * only; the tables above cover the core kernels. */
-    if (kop > DT_K_ZEROS_LIKE)
+    if (!ops[kop].runs)
         return fail(err, errlen, DT_EUNSUPPORTED, "ref: %s is not implemented by the reference backend",
                     name);
-    if (arity[kop] >= 0 ? n_in != arity[kop] : n_in < 1)
-        return fail(err, errlen, DT_EINVAL, "ref: %s takes %s%d inputs, got %d", name,
-                    arity[kop] < 0 ? "at least " : "", arity[kop] < 0 ? 1 : arity[kop], n_in);
+    if (n_in < ops[kop].min || (ops[kop].max >= 0 && n_in > ops[kop].max)) {
+        if (ops[kop].max < 0)
+            return fail(err, errlen, DT_EINVAL, "ref: %s takes at least %d inputs, got %d", name,
+                        ops[kop].min, n_in);
+        if (ops[kop].min == ops[kop].max)
+            return fail(err, errlen, DT_EINVAL, "ref: %s takes %d inputs, got %d", name, ops[kop].min, n_in);
+        return fail(err, errlen, DT_EINVAL, "ref: %s takes %d to %d inputs, got %d", name, ops[kop].min,
+                    ops[kop].max, n_in);
+    }
     for (int i = 0; i < n_in; i++)
         if (!in || !in[i])
             return fail(err, errlen, DT_EINVAL, "ref: %s: input %d is NULL", name, i);
     const ref_tensor *x = n_in ? in[0] : NULL;
-    /* NEG and MATMUL do not document `dtype` in backend.h, so a caller may
-     * leave it zero (DT_BOOL); neither op exists for bool in torch, so zero
-     * means "same as the input". */
-    int dt = (kop == DT_K_NEG || kop == DT_K_MATMUL) && a->dtype == DT_BOOL ? (int)x->dtype : a->dtype;
-    if (computes[kop] && !is_arith(dt))
+    int dt = a->dtype;
+    if (ops[kop].computes && !is_arith(dt))
         return fail(err, errlen, DT_EUNSUPPORTED, "ref: %s does not support dtype %s", name, dtname(dt));
     ref_tensor *o = NULL;
     dt_status st;
@@ -355,23 +413,30 @@ static dt_status ref_run(int kop, const dt__kattr *a, void *const *in, int n_in,
     case DT_K_RANDN:
         st = rand_region(kop, a, &o, err, errlen);
         break;
-    case DT_K_BINARY:
-        st = binary(a->sub, dt, x, in[1], a, x, &o, err, errlen);
+    case DT_K_EW_BINARY:
+        st = ew_binary(a, dt, in, n_in, &o, err, errlen);
         break;
-    case DT_K_BINARY_SCALAR:
-        scalar_init(&s, a->scalar);
-        st = a->flags & DT_KF_REVERSED ? binary(a->sub, dt, &s.t, x, a, x, &o, err, errlen)
-                                       : binary(a->sub, dt, x, &s.t, a, x, &o, err, errlen);
-        break;
-    case DT_K_NEG:
+    case DT_K_UNARY:
+        if (a->sub != DT_UNARY_NEG) {
+            st = unsupported_sub(name, dt_unary_op_name((dt_unary_op)a->sub), a->sub, err, errlen);
+            break;
+        }
         /* x * -1 is exactly -x in every dtype, -0.0 and int wrap-around included. */
         scalar_init(&s, dt_scalar_int(-1));
         st = binary(DT_BINARY_MUL, dt, x, &s.t, a, x, &o, err, errlen);
         break;
-    case DT_K_MATMUL:
+    case DT_K_LINALG:
+        if (a->sub != DT_KL_MM && a->sub != DT_KL_MATMUL) {
+            st = unsupported_sub(name, NULL, a->sub, err, errlen);
+            break;
+        }
         st = matmul(dt, x, in[1], &o, err, errlen);
         break;
-    case DT_K_SUM:
+    case DT_K_REDUCE:
+        if ((a->sub & 0xff) != DT_REDUCE_SUM || a->sub >> 8 != DT_KR_PLAIN) {
+            st = unsupported_sub(name, dt_reduce_op_name((dt_reduce_op)(a->sub & 0xff)), a->sub, err, errlen);
+            break;
+        }
         st = sum(a, x, &o, err, errlen);
         break;
     case DT_K_CAT:

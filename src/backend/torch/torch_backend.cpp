@@ -268,63 +268,6 @@ at::Tensor random_region(bool normal, const dt__kattr *a, at::ScalarType st) {
     return fresh(v, st);
 }
 
-at::Tensor binary(int sub, const at::Tensor &x, const at::Tensor &y) {
-    switch (sub) {
-    case DT_BINARY_ADD:
-        return at::add(x, y);
-    case DT_BINARY_SUB:
-        return at::sub(x, y);
-    case DT_BINARY_MUL:
-        return at::mul(x, y);
-    case DT_BINARY_DIV:
-        return at::div(x, y);
-    default:
-        fail("torch backend: unknown binary op " + std::to_string(sub));
-    }
-}
-
-/* Mirrors torch's Tensor operators: t op s is at::op(t, s); s op t uses
- * __radd__/__rmul__ (commutative: add/mul), __rsub__ (rsub) and __rtruediv__,
- * which torch/_tensor.py defines as reciprocal(t) * s - hence the same here,
- * so results (including rounding) match eager torch bit for bit. */
-at::Tensor binary_scalar(int sub, const at::Tensor &x, const at::Scalar &s, bool reversed) {
-    switch (sub) {
-    case DT_BINARY_ADD:
-        return at::add(x, s);
-    case DT_BINARY_SUB:
-        return reversed ? at::rsub(x, s) : at::sub(x, s);
-    case DT_BINARY_MUL:
-        return at::mul(x, s);
-    case DT_BINARY_DIV:
-        return reversed ? at::mul(at::reciprocal(x), s) : at::div(x, s);
-    default:
-        fail("torch backend: unknown binary op " + std::to_string(sub));
-    }
-}
-
-at::Tensor sum(const at::Tensor &x, const dt__kattr *a, at::ScalarType st) {
-    bool keep = (a->flags & DT_KF_KEEPDIM) != 0;
-    int64_t nd = x.dim();
-    std::vector<int64_t> dims;
-    if (a->flags & DT_KF_ALL) {
-        // torch.sum(x) has no keepdim: it is the 0-d form.
-        if (!keep)
-            return at::sum(x, st);
-        for (int64_t d = 0; d < nd; ++d)
-            dims.push_back(d);
-    } else {
-        if (nd < 64 && (a->dims_mask >> nd) != 0)
-            fail("torch backend: sum dims mask names a dim beyond the tensor's " + std::to_string(nd));
-        for (int64_t d = 0; d < nd; ++d)
-            if (a->dims_mask & (uint64_t(1) << d))
-                dims.push_back(d);
-        // An empty dim list means "all dims" to ATen; an empty mask means none.
-        if (dims.empty())
-            return fresh(x, st);
-    }
-    return at::sum(x, at::IntArrayRef(dims), keep, st);
-}
-
 /* ------------------------------------------------------------ in place */
 
 /* Whether the result may be written into x: the core says nothing else will
@@ -393,40 +336,6 @@ bool tiny_binary_inplace(int sub, at::Tensor &x, const at::Tensor &y) {
         return tiny_binary(sub, x.data_ptr<double>(), y.data_ptr<double>(), n, y_scalar);
     default:
         return false;
-    }
-}
-
-at::Tensor binary_inplace(int sub, const at::Tensor &xc, const at::Tensor &y) {
-    at::Tensor x = xc; // shares the TensorImpl: the write goes into x's buffer
-    if (tiny_binary_inplace(sub, x, y))
-        return x;
-    switch (sub) {
-    case DT_BINARY_ADD:
-        return x.add_(y);
-    case DT_BINARY_SUB:
-        return x.sub_(y);
-    case DT_BINARY_MUL:
-        return x.mul_(y);
-    case DT_BINARY_DIV:
-        return x.div_(y);
-    default:
-        fail("torch backend: unknown binary op " + std::to_string(sub));
-    }
-}
-
-at::Tensor scalar_inplace(int sub, const at::Tensor &xc, const at::Scalar &s) {
-    at::Tensor x = xc;
-    switch (sub) {
-    case DT_BINARY_ADD:
-        return x.add_(s);
-    case DT_BINARY_SUB:
-        return x.sub_(s);
-    case DT_BINARY_MUL:
-        return x.mul_(s);
-    case DT_BINARY_DIV:
-        return x.div_(s);
-    default:
-        fail("torch backend: unknown binary op " + std::to_string(sub));
     }
 }
 
@@ -508,45 +417,6 @@ dt_status torch_run(int kop, const dt__kattr *a, void *const *in, int n_in, void
         case DT_K_RANDN:
             r = random_region(kop == DT_K_RANDN, a, to_aten(a->dtype));
             break;
-        case DT_K_BINARY:
-            need_inputs(kop, n_in, 2, 2);
-            if (donatable(a, impl(in[0]), impl(in[1]).sizes())) {
-                r = binary_inplace(a->sub, impl(in[0]), impl(in[1]));
-                break;
-            }
-            r = finish(binary(a->sub, impl(in[0]), impl(in[1])), to_aten(a->dtype));
-            break;
-        case DT_K_BINARY_SCALAR: {
-            need_inputs(kop, n_in, 1, 1);
-            bool reversed = (a->flags & DT_KF_REVERSED) != 0;
-            // s - t and s / t have no in-place form with torch's exact rounding.
-            bool commutes = a->sub == DT_BINARY_ADD || a->sub == DT_BINARY_MUL;
-            if ((!reversed || commutes) && donatable(a, impl(in[0]), impl(in[0]).sizes())) {
-                r = scalar_inplace(a->sub, impl(in[0]), to_scalar(a->scalar));
-                break;
-            }
-            r = finish(binary_scalar(a->sub, impl(in[0]), to_scalar(a->scalar), reversed), to_aten(a->dtype));
-            break;
-        }
-        case DT_K_NEG:
-            need_inputs(kop, n_in, 1, 1);
-            if (donatable(a, impl(in[0]), impl(in[0]).sizes())) {
-                r = impl(in[0]);
-                r.neg_();
-                break;
-            }
-            r = finish(at::neg(impl(in[0])), to_aten(a->dtype));
-            break;
-        case DT_K_MATMUL:
-            need_inputs(kop, n_in, 2, 2);
-            r = finish(at::matmul(impl(in[0]), impl(in[1])), to_aten(a->dtype));
-            break;
-        case DT_K_SUM: {
-            need_inputs(kop, n_in, 1, 1);
-            at::ScalarType st = to_aten(a->dtype);
-            r = finish(sum(impl(in[0]), a, st), st);
-            break;
-        }
         case DT_K_CAT: {
             need_inputs(kop, n_in, 1, -1);
             std::vector<at::Tensor> list;

@@ -211,9 +211,11 @@ at::Tensor ew_binary(const dt__kattr *a, void *const *in, int n_in) {
     need_inputs(DT_K_EW_BINARY, n_in, 1, 2);
     at::Scalar alpha = to_scalar(a->scalar2);
     // In place into in[0] (DT_KF_INPLACE): s op x has no such form.
+    bool alpha_one = a->scalar2.kind != DT_SCALAR_FLOAT && a->scalar2.i == 1;
     if (n_in == 2 && donatable(a, impl(in[0]), impl(in[1]).sizes())) {
         at::Tensor x = impl(in[0]);
-        if (binary_tt_into(a->sub, x, impl(in[1]), alpha))
+        if ((alpha_one && tiny_binary_inplace(a->sub, x, impl(in[1]))) ||
+            binary_tt_into(a->sub, x, impl(in[1]), alpha))
             return x;
     } else if (n_in == 1 && !(a->flags & DT_KF_REVERSED) && donatable(a, impl(in[0]), impl(in[0]).sizes())) {
         at::Tensor x = impl(in[0]);
@@ -223,6 +225,10 @@ at::Tensor ew_binary(const dt__kattr *a, void *const *in, int n_in) {
     at::Tensor r;
     if (n_in == 2)
         r = binary_tt(a->sub, impl(in[0]), impl(in[1]), alpha);
+    else if ((a->flags & DT_KF_EW_OPERATOR) && a->sub == DT_BINARY_SUB)
+        r = at::rsub(impl(in[0]), to_scalar(a->scalar), alpha); // s - t: torch's __rsub__
+    else if ((a->flags & DT_KF_EW_OPERATOR) && a->sub == DT_BINARY_DIV)
+        r = at::mul(at::reciprocal(impl(in[0])), to_scalar(a->scalar)); // s / t: torch's __rtruediv__
     else if (a->flags & DT_KF_REVERSED)
         r = binary_st(a->sub, a->scalar, impl(in[0]), alpha);
     else

@@ -51,6 +51,10 @@ at::Tensor region(const at::Tensor &x, int ndim, const int64_t *start, const int
  * of the result's dtype, and an operand of sizes `other_sizes` broadcasts
  * into it. Pass x's own sizes for a unary op. */
 bool donatable(const dt__kattr *a, const at::Tensor &x, at::IntArrayRef other_sizes);
+/* x op= y for tiny same-dtype float operands and sub ADD/SUB/MUL/DIV (no
+ * alpha), by a plain loop that is bit-identical to ATen's kernel; false when
+ * it does not apply (torch_backend.cpp). */
+bool tiny_binary_inplace(int sub, at::Tensor &x, const at::Tensor &y);
 /* Fails unless lo <= n_in <= hi (hi < 0: no upper bound). */
 void need_inputs(int kop, int n_in, int lo, int hi);
 /* The current exception (inside a catch) as a status and message. */

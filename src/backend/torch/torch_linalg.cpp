@@ -1,6 +1,6 @@
 /*
  * LibTorch kernels of the linear algebra family: DT_K_LINALG (backend.h).
- * matmul itself runs on the core's DT_K_MATMUL (at::matmul).
+ * matmul is DT_KL_MATMUL (at::matmul).
  *
  * Each sub code calls the ATen function torch's Python API calls (torch.mm ->
  * at::mm, F.linear -> at::linear, torch.einsum -> at::einsum), so a
@@ -35,6 +35,9 @@ at::Tensor linalg_kernel(const dt__kattr *a, void *const *in, int n_in) {
         if (n_in == 3)
             return finish(at::linear(impl(in[0]), impl(in[1]), impl(in[2])), st);
         return finish(at::linear(impl(in[0]), impl(in[1])), st);
+    case DT_KL_MATMUL:
+        need_inputs(DT_K_LINALG, n_in, 2, 2);
+        return finish(at::matmul(impl(in[0]), impl(in[1])), st);
     case DT_KL_EINSUM: {
         need_inputs(DT_K_LINALG, n_in, 1, -1);
         if (!a->text)

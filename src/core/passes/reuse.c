@@ -23,9 +23,8 @@
 
 /* Node ops whose kernels may take in[0]'s storage. */
 static const uint8_t reusable[DT_OP_COUNT] = {
-    [DT_OP_BINARY] = 1, [DT_OP_BINARY_SCALAR] = 1, [DT_OP_NEG] = 1,
-    [DT_OP_UNARY] = 1,  [DT_OP_CAST] = 1,          [DT_OP_CLAMP] = 1,
-    [DT_OP_WHERE] = 1,  [DT_OP_MASKED_FILL] = 1,   [DT_OP_ACTIVATION] = 1,
+    [DT_OP_EW_BINARY] = 1, [DT_OP_UNARY] = 1,       [DT_OP_CAST] = 1,       [DT_OP_CLAMP] = 1,
+    [DT_OP_WHERE] = 1,     [DT_OP_MASKED_FILL] = 1, [DT_OP_ACTIVATION] = 1,
 };
 
 static int fits(const dt__meta *in, const dt__meta *out) {
