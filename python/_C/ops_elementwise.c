@@ -364,7 +364,7 @@ BINARY_METHOD(m_bitwise_xor_, DT_BINARY_BITWISE_XOR, 1)
 #define UNARY_FNS_NONE(E, name)
 /* The methods of every unary row of include/dtorch/dtorch_ops.def (its py
  * column; round is written by hand below). */
-#define DT_UNARY_OP(E, name, result, bool_kernel, into, py, doc) UNARY_FNS_##py(E, name)
+#define DT_UNARY_OP(E, name, result, bool_kernel, into, py, ...) UNARY_FNS_##py(E, name)
 #include "dtorch/dtorch_ops.def"
 
 static PyObject *round_core(PyObject *self, PyObject *args, PyObject *kwargs, int inplace) {
@@ -661,7 +661,7 @@ PyMethodDef dtpy_ew_methods[] = {
 #define UNARY_ROWS_PAIR(name) UNARY_DEFS(name),
 #define UNARY_ROWS_ONE(name) NOARGS(#name, m_##name, #name "() -> Tensor: torch." #name " elementwise."),
 #define UNARY_ROWS_NONE(name)
-#define DT_UNARY_OP(E, name, result, bool_kernel, into, py, doc) UNARY_ROWS_##py(name)
+#define DT_UNARY_OP(E, name, result, bool_kernel, into, py, ...) UNARY_ROWS_##py(name)
 #include "dtorch/dtorch_ops.def"
     NOARGS("negative", m_neg, "Alias of neg."),
     NOARGS("absolute", m_abs, "Alias of abs."),
@@ -698,7 +698,7 @@ PyMethodDef dtpy_ew_methods[] = {
 int dtpy_add_elementwise_methods(PyObject *module) {
     if (PyModule_AddFunctions(module, module_functions) < 0)
         return -1;
-#define DT_BINARY_OP(E, name, doc)                                                                           \
+#define DT_BINARY_OP(E, ...)                                                                                 \
     if (PyModule_AddIntConstant(module, "BINARY_" #E, DT_BINARY_##E) < 0)                                    \
         return -1;
 #include "dtorch/dtorch_ops.def"

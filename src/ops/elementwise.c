@@ -27,7 +27,7 @@
 #include "ops/ops.h"
 
 static const char *const binary_names[DT_BINARY_COUNT] = {
-#define DT_BINARY_OP(E, name, doc) [DT_BINARY_##E] = name,
+#define DT_BINARY_OP(E, name, ...) [DT_BINARY_##E] = name,
 #include "dtorch/dtorch_ops.def"
 };
 
@@ -35,14 +35,28 @@ const char *dt_binary_op_name(dt_binary_op op) {
     return (unsigned)op < DT_BINARY_COUNT ? binary_names[op] : NULL;
 }
 
-#define ACCEPTS_SR "(R,R)->R, (S(d),S(d))->S(d), (S(d),R)->S(d), (R,S(d))->S(d)"
-
-static const char *const binary_accepts[4] = {
-    ACCEPTS_SR ", (P,P)->P",
-    ACCEPTS_SR ", (P,P)->P",
-    ACCEPTS_SR ", (P,R)->P, (R,P)->P",
-    ACCEPTS_SR ", (P,R)->P",
+/* Per binary op, from dtorch_ops.def through the placement sets
+ * (core/placement.h): the Partial combinations it is linear in with two
+ * tensors and with a scalar, and the accepted text of both forms. */
+static const uint32_t binary_tensor_sets[DT_BINARY_COUNT][3] = {
+#define DT_BINARY_OP(E, name, tensors, scalar, row, note) [DT_BINARY_##E] = DT__PS_MASKS(tensors),
+#include "dtorch/dtorch_ops.def"
 };
+static const uint32_t binary_scalar_sets[DT_BINARY_COUNT][2] = {
+#define DT_BINARY_OP(E, name, tensors, scalar, row, note) [DT_BINARY_##E] = DT__PS_MASKS(scalar),
+#include "dtorch/dtorch_ops.def"
+};
+static const char *const binary_tensor_accepts[DT_BINARY_COUNT] = {
+#define DT_BINARY_OP(E, name, tensors, scalar, row, note)                                                    \
+    [DT_BINARY_##E] = DT__PS_SHARDS_2 DT__PS_TEXT(tensors),
+#include "dtorch/dtorch_ops.def"
+};
+static const char *const binary_scalar_accepts[DT_BINARY_COUNT] = {
+#define DT_BINARY_OP(E, name, tensors, scalar, row, note)                                                    \
+    [DT_BINARY_##E] = DT__PS_SHARDS_1 DT__PS_TEXT(scalar),
+#include "dtorch/dtorch_ops.def"
+};
+static const uint32_t no_partial[1] = {0};
 
 #define R_ DT_PLACEMENT_REPLICATE
 #define S_ DT_PLACEMENT_SHARD
@@ -119,18 +133,9 @@ static void format_shape(dt__strbuf *sb, int ndim, const int64_t *shape) {
 /* ------------------------------------------------------------ planner */
 
 dt_status dt__ew_shape(dt__ew *e) {
-    for (int i = 0; i < e->nin; i++)
-        if (!e->in[i])
-            return dt__error(DT_EINVAL, "%s: tensor argument is NULL", e->name);
-    for (int i = 1; i < e->nin; i++) {
-        if (e->in[i]->graph != e->in[0]->graph)
-            return dt__error(DT_EINVAL, "%s: the tensors belong to different graphs", e->name);
-        if (!dt_mesh_equal(e->in[i]->v->meta.mesh, e->in[0]->v->meta.mesh))
-            return dt__error(DT_EINVAL,
-                             "%s: the tensors are on different device meshes; move one with "
-                             "redistribute(device_mesh=...)",
-                             e->name);
-    }
+    dt_status st = dt__check_operands(e->name, e->in, e->nin);
+    if (st != DT_OK)
+        return st;
     dt__meta *out = &e->out;
     const dt__meta *m0 = &e->in[0]->v->meta;
     /* The common case, inputs of one shape (or one input): that shape. */
@@ -186,92 +191,38 @@ static void needed_region(const dt__meta *in, const dt__meta *out, const int64_t
     }
 }
 
-/* When shards nest (several mesh dims on one tensor dim), per-dim rules are
- * not enough: check every device's needed input regions lie in what it has. */
-static dt_status check_nested(const char *op, const dt__meta *const *ins, int nin, const dt__meta *out,
-                              const char *accepted) {
-    int nested = dt__has_nested_shards(out);
-    for (int i = 0; i < nin; i++)
-        nested |= dt__has_nested_shards(ins[i]);
-    if (!nested)
-        return DT_OK;
-    const dt_mesh *mesh = out->mesh;
-    int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM];
-    int64_t ns[DT_MAX_NDIM], nl[DT_MAX_NDIM], ls[DT_MAX_NDIM], ll[DT_MAX_NDIM];
-    for (int64_t idx = 0; idx < mesh->ndev; idx++) {
-        dt__mesh_coord(mesh, idx, coord);
-        dt__local_region(out, coord, os, ol);
-        for (int i = 0; i < nin; i++) {
-            needed_region(ins[i], out, os, ol, ns, nl);
-            dt__local_region(ins[i], coord, ls, ll);
-            for (int d = 0; d < ins[i]->ndim; d++)
-                if (nl[d] > 0 && (ns[d] < ls[d] || ns[d] + nl[d] > ls[d] + ll[d])) {
-                    /* The fix: give input i the output's placements (its dims
-                     * that broadcast stay Replicate); then its regions are
-                     * the output's. */
-                    dt_placement fix[DT_MAX_MESH_NDIM];
-                    int off = out->ndim - ins[i]->ndim;
-                    for (int md = 0; md < mesh->ndim; md++) {
-                        dt_placement p = out->pl[md];
-                        int id = p.dim - off;
-                        fix[md] = p.kind == S_ && id >= 0 && ins[i]->shape[id] == out->shape[p.dim]
-                                      ? (dt_placement){S_, id}
-                                      : (dt_placement){R_, 0};
-                    }
-                    dt__placement_error(op, ins, nin, 0, accepted, i, fix);
-                    dt__error_append(" (nested shards do not line up)");
-                    return DT_EPLACEMENT;
-                }
-        }
-    }
-    return DT_OK;
+static void ew_needed(const dt__pctx *c, int j, const int64_t *coord, const int64_t *os, const int64_t *ol,
+                      int64_t *s, int64_t *l) {
+    (void)coord;
+    needed_region(c->in[j], c->out, os, ol, s, l);
 }
 
-/* Output placement for one mesh dim, or -1 with *bad the input to
- * redistribute. */
-static int ew_mesh_dim(const dt__ew *e, int md, dt__ew_partial_fn partial, dt_placement *res, int *bad) {
-    const dt__meta *out = &e->out;
-    for (int i = 0; i < e->nin; i++) {
-        if (e->in[i]->v->meta.pl[md].kind == P_) {
-            *res = (dt_placement){P_, 0};
-            if (partial && partial(e, md))
-                return 0;
-            *bad = i;
-            return -1;
-        }
-    }
-    int o = -1;
-    for (int i = 0; i < e->nin; i++) {
-        const dt__meta *m = &e->in[i]->v->meta;
-        if (m->pl[md].kind != S_)
-            continue;
-        int oi = m->pl[md].dim + out->ndim - m->ndim;
-        if ((m->shape[m->pl[md].dim] == 1 && out->shape[oi] != 1) || (o >= 0 && oi != o)) {
-            *bad = i;
-            return -1;
-        }
-        o = oi;
-    }
-    *res = o >= 0 ? (dt_placement){S_, o} : (dt_placement){R_, 0};
-    return 0;
-}
-
-dt_status dt__ew_placements(dt__ew *e, const char *accepted, dt__ew_partial_fn partial) {
-    const dt__meta *ins[DT__MAX_IN];
+dt_status dt__ew_placements(dt__ew *e, const char *accepted, const uint32_t *partial) {
+    dt__pctx c = {.op = e->op, .nin = e->nin, .out = &e->out};
     for (int i = 0; i < e->nin; i++)
-        ins[i] = &e->in[i]->v->meta;
-    for (int md = 0; md < e->out.mesh->ndim; md++) {
-        int bad = 0;
-        if (ew_mesh_dim(e, md, partial, &e->out.pl[md], &bad) != 0) {
-            dt_placement fix[DT_MAX_MESH_NDIM];
-            memcpy(fix, ins[bad]->pl, sizeof fix);
-            fix[md] = (dt_placement){R_, 0};
-            return dt__placement_error(e->name, ins, e->nin, md, accepted, bad, fix);
-        }
+        c.in[i] = &e->in[i]->v->meta;
+    const dt__psig sig = {
+        .shard_map = dt__ps_broadcast_map, .needed = ew_needed, .partial = partial, .accepted = accepted};
+    int i;
+    if (dt__ps_apply(e->name, &sig, &c, 0, e->out.pl, &i) == DT_OK)
+        return DT_OK;
+    if (i < 0)
+        return DT_EPLACEMENT;
+    /* Nested shards that do not line up. The fix: give input i the output's
+     * placements (its dims that broadcast stay Replicate); then its regions
+     * are the output's. */
+    const dt__meta *out = &e->out, *in = c.in[i];
+    dt_placement fix[DT_MAX_MESH_NDIM];
+    int off = out->ndim - in->ndim;
+    for (int md = 0; md < out->mesh->ndim; md++) {
+        dt_placement p = out->pl[md];
+        int id = p.dim - off;
+        fix[md] = p.kind == S_ && id >= 0 && in->shape[id] == out->shape[p.dim] ? (dt_placement){S_, id}
+                                                                                : (dt_placement){R_, 0};
     }
-    if (e->out.mesh->ndim > 1)
-        return check_nested(e->name, ins, e->nin, &e->out, accepted);
-    return DT_OK;
+    dt__placement_error(e->name, c.in, c.nin, 0, accepted, i, fix);
+    dt__error_append(" (nested shards do not line up)");
+    return DT_EPLACEMENT;
 }
 
 /* The node of a planned call (node op, inputs, output layout, attributes);
@@ -348,17 +299,6 @@ dt_tensor *dt__ew_submit(dt__ew *e, int flags) {
 }
 
 /* ------------------------------------------------------------ binary */
-
-/* Partial rules of the linear binary ops (file comment). */
-static int binary_partial(const dt__ew *e, int md) {
-    int op = e->attr.sub;
-    if (e->nin == 1)
-        return op == DT_BINARY_MUL || (op == DT_BINARY_DIV && !(e->attr.flags & DT_KF_REVERSED));
-    int ka = e->in[0]->v->meta.pl[md].kind, kb = e->in[1]->v->meta.pl[md].kind;
-    return (ka == P_ && kb == P_ && (op == DT_BINARY_ADD || op == DT_BINARY_SUB)) ||
-           (ka == P_ && kb == R_ && (op == DT_BINARY_MUL || op == DT_BINARY_DIV)) ||
-           (ka == R_ && kb == P_ && op == DT_BINARY_MUL);
-}
 
 static int is_one(dt_scalar s) { return s.kind == DT_SCALAR_INT && s.i == 1; }
 
@@ -551,10 +491,13 @@ static dt_tensor *binary_call(dt_binary_op op, dt_tensor *a, dt_tensor *b, dt_sc
     e.attr.flags = scalar_first ? DT_KF_REVERSED : 0;
     if (scalar_first && !function_form && (op == DT_BINARY_SUB || op == DT_BINARY_DIV))
         e.attr.flags |= DT_KF_EW_OPERATOR;
-    int linear = op <= DT_BINARY_DIV;
-    const char *accepted = b ? (linear ? binary_accepts[op] : ACCEPTS_SR "; no Partial")
-                             : "R->R, S(d)->S(d); P->P only for mul, and for div by a scalar";
-    if (dt__ew_placements(&e, accepted, linear ? binary_partial : NULL) != DT_OK)
+    /* A scalar divided by a Partial tensor is not linear in it. */
+    int rdiv = !b && scalar_first && op == DT_BINARY_DIV;
+    const char *accepted = b      ? binary_tensor_accepts[op]
+                           : rdiv ? DT__PS_SHARDS_1 DT__PS_TEXT(NONE)
+                                  : binary_scalar_accepts[op];
+    const uint32_t *sets = b ? binary_tensor_sets[op] : rdiv ? no_partial : binary_scalar_sets[op];
+    if (dt__ew_placements(&e, accepted, sets) != DT_OK)
         return NULL;
     memo_store(memo, &e, flags, function_form);
     return dt__ew_submit(&e, flags);
@@ -641,23 +584,29 @@ dt_status dt__lower_elementwise(dt__lower *L, dt__node *n) {
 
 /* ------------------------------------------------------------ registry */
 
-/* The binary and unary rows come from dtorch_ops.def (DT__SIG_* there). */
 #define SIG_CAST "R->R, S(d)->S(d); no Partial (a cast of a Partial is not exact); same dtype: any"
-/* A row with no signature (doc 0) is not an operator of its own: the
- * registry skips it (op_docs.c). */
+/* The binary and unary rows come from dtorch_ops.def, their accepted
+ * placements from the same placement sets as the errors' text. */
 #define DOC_ROW(name, doc) {name, "elementwise", doc, 0},
+#define DOC_NOROW(name, doc)
+#define SCALAR_NA ""
+#define SCALAR_NONE "; scalar: " DT__PS_SHARDS_1 DT__PS_TEXT(NONE)
+#define SCALAR_P "; scalar: " DT__PS_SHARDS_1 DT__PS_TEXT(P)
+#define SCALAR_PDIV "; tensor / scalar: " DT__PS_SHARDS_1 DT__PS_TEXT(P) "; scalar / tensor: no Partial"
 
 const dt_op_doc dt__docs_elementwise[] = {
-#define DT_BINARY_OP(E, name, doc) DOC_ROW(name, doc)
+#define DT_BINARY_OP(E, name, tensors, scalar, row, note)                                                    \
+    DOC_##row(name, DT__PS_SHARDS_2 DT__PS_TEXT(tensors) SCALAR_##scalar note)
 #include "dtorch/dtorch_ops.def"
-    {"equal", "elementwise", DT__SIG_ARITH " compare in place; any other combination reads both values", 1},
+    {"equal", "elementwise", DT__PS_SHARDS_2 " compare in place; any other combination reads both values", 1},
     {"where", "elementwise",
      "(R,R,R)->R, S(d) on any inputs (same output dim d, others R)->S(d)*; no Partial", 0},
     {"masked_fill", "elementwise",
      "(R,R)->R, (S(d),S(d))->S(d), (S(d),R)->S(d)*, (R,S(d))->S(d)*; no Partial", 0},
     {"clamp", "elementwise", "R->R, S(d)->S(d); tensor bounds: broadcast as where; no Partial", 0},
     {"clip", "elementwise", "as clamp", 0},
-#define DT_UNARY_OP(E, name, result, bool_kernel, into, py, doc) DOC_ROW(#name, doc)
+#define DT_UNARY_OP(E, name, result, bool_kernel, into, py, partial, row)                                    \
+    DOC_##row(#name, DT__PS_SHARDS_1 DT__PS_TEXT(partial))
 #include "dtorch/dtorch_ops.def"
     {"to", "elementwise", SIG_CAST, 0},
     {"type_as", "elementwise", SIG_CAST, 0},

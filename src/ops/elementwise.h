@@ -16,6 +16,7 @@
 #define DT_OPS_ELEMENTWISE_H
 
 #include "core/core.h"
+#include "core/placement.h"
 
 /* A planned elementwise call. */
 /* The node attributes an elementwise op sets (the rest of dt__nattr stays
@@ -34,17 +35,14 @@ typedef struct dt__ew {
     dt__meta out; /* set by dt__ew_shape, dtype by the op */
 } dt__ew;
 
-/* Placement rule for one mesh dim where at least one input is Partial:
- * 1 when the op is linear there (the output is Partial), else 0. */
-typedef int (*dt__ew_partial_fn)(const dt__ew *e, int md);
-
 /* Step 1: inputs not NULL, one graph, one mesh; e->out gets the broadcast
  * shape and the mesh (dtype left to the op). DT_ESHAPE as torch words it. */
 dt_status dt__ew_shape(dt__ew *e);
-/* Step 3: e->out.pl from the per-mesh-dim rules ("broadcast S/R" plus
- * `partial` for Partial inputs; NULL rejects every Partial); PlacementError
- * naming `accepted` otherwise. */
-dt_status dt__ew_placements(dt__ew *e, const char *accepted, dt__ew_partial_fn partial);
+/* Step 3: e->out.pl from the placement engine (core/placement.h) with the
+ * "broadcast S/R" shard rule and `partial`, the 0-terminated Partial sets
+ * the op is linear in (DT__PS_MASKS; NULL rejects every Partial);
+ * PlacementError naming `accepted` otherwise. */
+dt_status dt__ew_placements(dt__ew *e, const char *accepted, const uint32_t *partial);
 /* Submits a planned call; a new reference or NULL. With DT_EW_INPLACE it
  * first checks torch's in-place rules against e->in[0] (same shape,
  * castable dtype) and appends a cast to in[0]'s dtype when needed. */

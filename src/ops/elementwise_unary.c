@@ -32,9 +32,12 @@ static const struct {
     const char *name;
     int kind;
     const char *bool_kernel; /* torch's kernel name in its "not implemented for 'Bool'" error */
+    uint32_t partial[2];     /* the placement sets (core/placement.h) */
+    const char *accepted;
 } unary_ops[DT_UNARY_COUNT] = {
-#define DT_UNARY_OP(E, name, result, bool_kernel, into, py, doc)                                             \
-    [DT_UNARY_##E] = {#name, U_##result, bool_kernel},
+#define DT_UNARY_OP(E, name, result, bool_kernel, into, py, partial, row)                                    \
+    [DT_UNARY_##                                                                                             \
+        E] = {#name, U_##result, bool_kernel, DT__PS_MASKS(partial), DT__PS_SHARDS_1 DT__PS_TEXT(partial)},
 #include "dtorch/dtorch_ops.def"
 };
 
@@ -44,13 +47,6 @@ const char *dt_unary_op_name(dt_unary_op op) {
 
 const char *dt__ew_unary_name(int sub) {
     return sub >= 0 && sub < DT_UNARY_COUNT ? unary_ops[sub].name : "unary";
-}
-
-/* NEG is the one linear unary op: a Partial input stays Partial. */
-static int neg_partial(const dt__ew *e, int md) {
-    (void)e;
-    (void)md;
-    return 1;
 }
 
 static dt_status unary_dtype(int op, dt_dtype in, dt_dtype *out) {
@@ -109,8 +105,7 @@ static dt_tensor *unary_call(dt_unary_op op, dt_tensor *a, int64_t decimals, int
     e.attr.sub = op;
     e.attr.scalar = dt_scalar_int(decimals);
     e.attr.scalar2 = dt_scalar_int(1);
-    const char *accepted = op == DT_UNARY_NEG ? "R->R, S(d)->S(d), P->P" : "R->R, S(d)->S(d); no Partial";
-    if (dt__ew_placements(&e, accepted, op == DT_UNARY_NEG ? neg_partial : NULL) != DT_OK)
+    if (dt__ew_placements(&e, unary_ops[op].accepted, unary_ops[op].partial) != DT_OK)
         return NULL;
     return dt__ew_submit(&e, flags);
 }

@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/placement.h"
 #include "ops/linalg.h"
 #include "ops/ops.h"
 
@@ -368,19 +369,7 @@ static int place_bias(const dt__meta *bias, const dt__meta *out) {
 /* ------------------------------------------------------------ client */
 
 static dt_status check_operands(const char *name, dt_tensor *const *ts, int n) {
-    for (int i = 0; i < n; i++)
-        if (!ts[i])
-            return dt__error(DT_EINVAL, "%s: tensor argument %d is NULL", name, i);
-    for (int i = 1; i < n; i++) {
-        if (ts[i]->graph != ts[0]->graph)
-            return dt__error(DT_EINVAL, "%s: the tensors belong to different graphs", name);
-        if (!dt_mesh_equal(ts[i]->v->meta.mesh, ts[0]->v->meta.mesh))
-            return dt__error(DT_EINVAL,
-                             "%s: the tensors are on different device meshes; move one with "
-                             "redistribute(device_mesh=...)",
-                             name);
-    }
-    return DT_OK;
+    return dt__check_operands(name, ts, n);
 }
 
 /* The PlacementError for mesh dim md: the fix makes the first operand that

@@ -38,16 +38,6 @@ dt_status dt__nn_need(const char *op, const char *what, const dt_tensor *t) {
     return DT_OK;
 }
 
-dt_status dt__nn_wrap_dim(const char *op, int64_t dim, int ndim, int *out) {
-    int n = ndim > 0 ? ndim : 1;
-    if (dim < -n || dim >= n)
-        return dt__error(DT_EINDEX,
-                         "%s(): Dimension out of range (expected to be in range of [%d, %d], but got %lld)",
-                         op, -n, n - 1, (long long)dim);
-    *out = (int)(dim < 0 ? dim + n : dim);
-    return DT_OK;
-}
-
 static const nn_rules *rules_of(int op) {
     switch (op) {
     case DT_OP_ACTIVATION:
@@ -75,96 +65,19 @@ static const nn_rules *rules_of(int op) {
     }
 }
 
-/* The region of input j needed for output region (os, ol). */
-static void needed_region(const nn_rules *r, const nn_ctx *c, int j, const int64_t *coord, const int64_t *os,
-                          const int64_t *ol, int64_t *s, int64_t *l) {
-    if (r->needed) {
-        r->needed(c, j, coord, os, ol, s, l);
-        return;
-    }
-    /* Invariant: ops without a `needed` rule keep the rank (nn_rules). */
-    DT_ASSERT(c->in[j]->ndim == c->out->ndim);
-    memcpy(s, os, sizeof(int64_t) * (size_t)c->out->ndim);
-    memcpy(l, ol, sizeof(int64_t) * (size_t)c->out->ndim);
-}
-
 /* ------------------------------------------------------------- engine */
 
-/* Writes the suggested fix: input j's placements with mesh dim md made
- * Replicate. */
-static dt_status reject(const char *name, const nn_rules *r, const dt__meta *const *ins, int nin, int md,
-                        int j) {
-    dt_placement fix[DT_MAX_MESH_NDIM];
-    memcpy(fix, ins[j]->pl, sizeof fix);
-    fix[md] = (dt_placement){R_, 0};
-    return dt__placement_error(name, ins, nin, md, r->accepted, j, fix);
-}
-
-/* The output placement on mesh dim md, or a PlacementError. */
-static dt_status mesh_dim_rule(const char *name, const nn_rules *r, const nn_ctx *c, uint32_t linear_mask,
-                               int md, dt_placement *res) {
-    int out_dim = -1, shard_in = -1, partial_in = -1, nonrep = 0;
-    for (int j = 0; j < c->nin; j++) {
-        dt_placement p = c->in[j]->pl[md];
-        if (p.kind == R_)
-            continue;
-        nonrep++;
-        if (p.kind == P_) {
-            if (!(linear_mask & (1u << j)) || partial_in >= 0)
-                return reject(name, r, c->in, c->nin, md, j);
-            partial_in = j;
-            continue;
-        }
-        int od = r->shard_map(c, j, p.dim);
-        if (od == NN_REJECT)
-            return reject(name, r, c->in, c->nin, md, j);
-        if (od == NN_PARTIAL) {
-            if (partial_in >= 0)
-                return reject(name, r, c->in, c->nin, md, j);
-            partial_in = j;
-            continue;
-        }
-        if (out_dim >= 0 && od != out_dim)
-            return reject(name, r, c->in, c->nin, md, j);
-        out_dim = od;
-        shard_in = j;
-    }
-    if (partial_in >= 0) {
-        /* A partial sum stays exact only if the op sees it alone: every other
-         * input must be whole on this mesh dim. */
-        if (nonrep > 1)
-            return reject(name, r, c->in, c->nin, md, shard_in >= 0 ? shard_in : partial_in);
-        *res = (dt_placement){P_, 0};
-    } else if (out_dim >= 0) {
-        *res = (dt_placement){S_, out_dim};
-    } else {
-        *res = (dt_placement){R_, 0};
-    }
-    return DT_OK;
-}
-
-/* Every device must hold every region it reads: with nested shards the
- * per-mesh-dim rule is not enough, and this also guards the lowering. */
-static dt_status check_regions(const char *name, const nn_rules *r, const nn_ctx *c) {
-    const dt_mesh *mesh = c->out->mesh;
-    int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM];
-    int64_t ns[DT_MAX_NDIM], nl[DT_MAX_NDIM], ls[DT_MAX_NDIM], ll[DT_MAX_NDIM];
-    for (int64_t idx = 0; idx < mesh->ndev; idx++) {
-        dt__mesh_coord(mesh, idx, coord);
-        dt__local_region(c->out, coord, os, ol);
-        for (int j = 0; j < c->nin; j++) {
-            needed_region(r, c, j, coord, os, ol, ns, nl);
-            dt__local_region(c->in[j], coord, ls, ll);
-            for (int d = 0; d < c->in[j]->ndim; d++) {
-                if (nl[d] > 0 && (ns[d] < ls[d] || ns[d] + nl[d] > ls[d] + ll[d])) {
-                    dt__placement_error(name, c->in, c->nin, 0, r->accepted, -1, NULL);
-                    dt__error_append(" (the shards of the inputs do not line up on every device)");
-                    return DT_EPLACEMENT;
-                }
-            }
-        }
-    }
-    return DT_OK;
+/* The engine's signature of an nn op: its rules, and the single inputs it
+ * is linear in (`linear_mask`) as Partial sets; `sets` has room for
+ * DT_MAX_OP_INPUTS + 1 entries. */
+static dt__psig signature(const nn_rules *r, uint32_t linear_mask, uint32_t *sets) {
+    int n = 0;
+    for (int j = 0; j < DT_MAX_OP_INPUTS; j++)
+        if (linear_mask & (1u << j))
+            sets[n++] = 1u << j;
+    sets[n] = 0;
+    return (dt__psig){
+        .shard_map = r->shard_map, .needed = r->needed, .partial = sets, .accepted = r->accepted};
 }
 
 dt_tensor *dt__nn_submit(int op, const char *name, dt_tensor *const *ins, int nin, dt__meta *out,
@@ -172,32 +85,23 @@ dt_tensor *dt__nn_submit(int op, const char *name, dt_tensor *const *ins, int ni
     const nn_rules *r = rules_of(op);
     /* Invariant: the family's own entry points pass their op and count. */
     DT_ASSERT(r && nin >= 1 && nin <= DT_MAX_OP_INPUTS);
+    if (dt__check_operands(name, ins, nin) != DT_OK)
+        return NULL;
     nn_ctx c = {.op = op, .a = a, .nin = nin, .out = out};
-    for (int j = 0; j < nin; j++) {
-        if (!ins[j]) {
-            dt__error(DT_EINVAL, "%s(): tensor argument %d is NULL", name, j);
-            return NULL;
-        }
-        if (ins[j]->graph != ins[0]->graph) {
-            dt__error(DT_EINVAL, "%s(): the tensors belong to different graphs", name);
-            return NULL;
-        }
-        if (!dt_mesh_equal(ins[j]->v->meta.mesh, ins[0]->v->meta.mesh)) {
-            dt__error(DT_EINVAL,
-                      "%s(): the tensors are on different device meshes; move one with "
-                      "redistribute(device_mesh=...)",
-                      name);
-            return NULL;
-        }
+    for (int j = 0; j < nin; j++)
         c.in[j] = &ins[j]->v->meta;
-    }
     out->mesh = c.in[0]->mesh;
     memset(out->pl, 0, sizeof out->pl);
-    for (int md = 0; md < out->mesh->ndim; md++)
-        if (mesh_dim_rule(name, r, &c, linear_mask, md, &out->pl[md]) != DT_OK)
-            return NULL;
-    if (out->mesh->ndev > 1 && check_regions(name, r, &c) != DT_OK)
+    uint32_t sets[DT_MAX_OP_INPUTS + 1];
+    const dt__psig sig = signature(r, linear_mask, sets);
+    int bad;
+    if (dt__ps_apply(name, &sig, &c, 1, out->pl, &bad) != DT_OK) {
+        if (bad >= 0) {
+            dt__placement_error(name, c.in, c.nin, 0, r->accepted, -1, NULL);
+            dt__error_append(" (the shards of the inputs do not line up on every device)");
+        }
         return NULL;
+    }
     dt_tensor *t = dt__tensor_new(ins[0]->graph, out);
     if (!t)
         return NULL;
@@ -221,6 +125,7 @@ dt_status dt__lower_nn(dt__lower *L, dt__node *n) {
     nn_ctx c = {.op = n->op, .a = &n->a, .nin = n->n_in, .out = out};
     for (int j = 0; j < n->n_in; j++)
         c.in[j] = &n->in[j]->meta;
+    const dt__psig sig = {.needed = r->needed};
     if (dt__lw_alloc_blobs(L, o) != DT_OK)
         return L->status;
     int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], ns[DT_MAX_NDIM], nl[DT_MAX_NDIM];
@@ -232,7 +137,7 @@ dt_status dt__lower_nn(dt__lower *L, dt__node *n) {
             break;
         k->n_in = n->n_in;
         for (int j = 0; j < n->n_in; j++) {
-            needed_region(r, &c, j, coord, os, ol, ns, nl);
+            dt__ps_needed(&sig, &c, j, coord, os, ol, ns, nl);
             k->in[j] = dt__lw_region(L, n->in[j], i, coord, ns, nl);
         }
         if (r->sub_names)
@@ -348,7 +253,7 @@ dt_tensor *dt_softmax(dt_tensor *x, int dim, int log, int dtype) {
         return NULL;
     const dt__meta *m = &x->v->meta;
     int d = 0;
-    if (dt__nn_wrap_dim(name, dim, m->ndim, &d) != DT_OK)
+    if (dt__wrap_dim(name, dim, m->ndim, &d) != DT_OK)
         return NULL;
     if (dtype >= DT_DTYPE_COUNT) {
         dt__error(DT_ETYPE, "%s(): unknown dtype %d", name, dtype);

@@ -11,7 +11,7 @@
  *  - needed gives the region of input j that the device computing output
  *    region (os, ol) reads (NULL: the same region, for same-shaped inputs);
  *  - kattr fills the device's kernel attributes beyond the common ones.
- * The engine (dt__nn_submit) then applies the family's rule per mesh dim:
+ * dt__nn_submit then applies the placement engine (core/placement.h) per mesh dim:
  * every Shard input must map to the same output dim (the output is Shard of
  * it, Replicate inputs are sliced locally); one NN_PARTIAL shard or one
  * Partial input the op is linear in, with all other inputs Replicate, gives
@@ -25,18 +25,13 @@
 #define DT_OPS_NN_INTERNAL_H
 
 #include "core/core.h"
+#include "core/placement.h"
 
-enum { NN_REJECT = -1, NN_PARTIAL = -2 };
+enum { NN_REJECT = DT__PS_REJECT, NN_PARTIAL = DT__PS_PARTIAL };
 
 /* What the rules of one call see: on the client before the node exists, and
- * on the controller from the node. */
-typedef struct nn_ctx {
-    int op;
-    const dt__nattr *a;
-    int nin;
-    const dt__meta *in[DT_MAX_OP_INPUTS];
-    const dt__meta *out;
-} nn_ctx;
+ * on the controller from the node (the placement engine's context). */
+typedef dt__pctx nn_ctx;
 
 typedef struct nn_rules {
     int kop;
@@ -70,8 +65,5 @@ dt_tensor *dt__nn_submit(int op, const char *name, dt_tensor *const *ins, int ni
 void dt__nn_full(const dt__meta *m, int64_t *s, int64_t *l);
 /* Checks a tensor argument is given: DT_EINVAL naming `what` otherwise. */
 dt_status dt__nn_need(const char *op, const char *what, const dt_tensor *t);
-/* Normalises dim against ndim (torch's wrap rules, 0-d accepts -1 and 0);
- * DT_EINDEX with torch's message when out of range. */
-dt_status dt__nn_wrap_dim(const char *op, int64_t dim, int ndim, int *out);
 
 #endif /* DT_OPS_NN_INTERNAL_H */

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/placement.h"
 #include "ops/ops.h"
 
 static const char *const reduce_names[DT_REDUCE_COUNT] = {
@@ -83,16 +84,11 @@ static dt_status infer(int op, int mode, const dt__meta *m, int ndims, const int
             return dt__error(DT_ETYPE, "%s(): argument 'dim' must be a single int, got %d dims", name, ndims);
         if (!dims)
             return dt__error(DT_EINVAL, "%s(): dims is NULL", name);
-        int rank = m->ndim ? m->ndim : 1; /* a 0-d tensor accepts dim 0 and -1 */
         for (int i = 0; i < ndims; i++) {
-            int64_t d = dims[i];
-            if (d < -rank || d >= rank)
-                return dt__error(
-                    DT_EINDEX,
-                    "%s(): Dimension out of range (expected to be in range of [%d, %d], but got %lld)", name,
-                    -rank, rank - 1, (long long)d);
-            if (d < 0)
-                d += rank;
+            int d; /* a 0-d tensor accepts dim 0 and -1 */
+            dt_status st = dt__wrap_dim(name, dims[i], m->ndim, &d);
+            if (st != DT_OK)
+                return st;
             if (*mask & (1ull << d))
                 return dt__error(DT_EOP, "%s(): dim %lld appears multiple times in the list of dims", name,
                                  (long long)d);

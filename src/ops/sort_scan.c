@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/placement.h"
 #include "ops/ops.h"
 
 static const char *const kind_names[] = {
@@ -49,13 +50,11 @@ static const char *const cumsum_accepts =
 
 /* A 0-d tensor takes dim 0 and -1, as in torch. */
 static dt_status norm_dim(const char *name, const dt__meta *m, int64_t dim, int64_t *out) {
-    int64_t rank = m->ndim ? m->ndim : 1;
-    if (dim < -rank || dim >= rank)
-        return dt__error(
-            DT_EINDEX, "%s(): Dimension out of range (expected to be in range of [%lld, %lld], but got %lld)",
-            name, (long long)-rank, (long long)(rank - 1), (long long)dim);
-    *out = dim < 0 ? dim + rank : dim;
-    return DT_OK;
+    int d;
+    dt_status st = dt__wrap_dim(name, dim, m->ndim, &d);
+    if (st == DT_OK)
+        *out = d;
+    return st;
 }
 
 /* The output placements of an op along `dim`: Shard(dim) becomes Replicate

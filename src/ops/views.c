@@ -24,6 +24,7 @@
  */
 #include <string.h>
 
+#include "core/placement.h"
 #include "ops/ops.h"
 #include "ops/views_int.h"
 
@@ -54,16 +55,8 @@ dt_status dt__view_check(const char *op, const dt_tensor *a) {
 }
 
 dt_status dt__view_check_pair(const char *op, const dt_tensor *a, const dt_tensor *b) {
-    if (!a || !b)
-        return dt__error(DT_EINVAL, "%s: tensor argument is NULL", op);
-    if (a->graph != b->graph)
-        return dt__error(DT_EINVAL, "%s: the tensors belong to different graphs", op);
-    if (!dt_mesh_equal(a->v->meta.mesh, b->v->meta.mesh))
-        return dt__error(
-            DT_EINVAL,
-            "%s: the tensors are on different device meshes; move one with redistribute(device_mesh=...)",
-            op);
-    return DT_OK;
+    dt_tensor *const ins[2] = {(dt_tensor *)a, (dt_tensor *)b};
+    return dt__check_operands(op, ins, 2);
 }
 
 dt_status dt__view_wrap_dim(const char *op, int64_t dim, int ndim, int scalar_ok, int *out) {

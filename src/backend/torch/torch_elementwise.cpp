@@ -254,10 +254,12 @@ at::Tensor ew_binary(const dt__kattr *a, void *const *in, int n_in) {
         return true;
 #define ATEN_INTO_NONE(E, name)
 #define ATEN_INTO_CUSTOM(E, name)
+#define ATEN_CALL(E, name, result, bool_kernel, into, ...) ATEN_CALL_##into(E, name)
+#define ATEN_INTO(E, name, result, bool_kernel, into, ...) ATEN_INTO_##into(E, name)
 
 at::Tensor unary_op(const dt__kattr *a, const at::Tensor &x) {
     switch (a->sub) {
-#define DT_UNARY_OP(E, name, result, bool_kernel, into, py, doc) ATEN_CALL_##into(E, name)
+#define DT_UNARY_OP(E, name, ...) ATEN_CALL(E, name, __VA_ARGS__)
 #include "dtorch/dtorch_ops.def"
     // torch.round(x) and torch.round(x, decimals=d) are different kernels.
     case DT_UNARY_ROUND:
@@ -272,7 +274,7 @@ at::Tensor unary_op(const dt__kattr *a, const at::Tensor &x) {
  * (square, round and the predicates: out of place). */
 bool unary_into(const dt__kattr *a, at::Tensor &x) {
     switch (a->sub) {
-#define DT_UNARY_OP(E, name, result, bool_kernel, into, py, doc) ATEN_INTO_##into(E, name)
+#define DT_UNARY_OP(E, name, ...) ATEN_INTO(E, name, __VA_ARGS__)
 #include "dtorch/dtorch_ops.def"
     default:
         return false;

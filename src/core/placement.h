@@ -1,0 +1,124 @@
+/*
+ * The placement-signature engine: one rule, per mesh dim, for every op whose
+ * devices compute their output region from regions of their inputs with no
+ * communication (the elementwise and nn families), and the checks every
+ * family shares (operands on one graph and mesh, dim wrapping, "does each
+ * device hold the region it reads").
+ *
+ * A signature (dt__psig) says, for one call:
+ *  - shard_map: what a Shard(d) of input j becomes in the output: an output
+ *    dim, DT__PS_PARTIAL (the op sums over that dim, e.g. a vocab-sharded
+ *    embedding) or DT__PS_REJECT;
+ *  - partial: the combinations of Partial inputs the op is linear in, each a
+ *    bit set of inputs (bit j: input j, or a DT__PS_PARTIAL shard of it);
+ *    the others must be Replicate on that mesh dim, and the output is
+ *    Partial (a DT__PS_PARTIAL shard of a single input, with every other
+ *    input Replicate, is accepted without being listed);
+ *  - needed: the region of input j a device computing output region
+ *    (os, ol) reads (NULL: the same region, for same-shaped inputs).
+ * Per mesh dim: every Shard input must map to the same output dim (the
+ * output is Shard of it, Replicate inputs are sliced locally); a Partial
+ * combination in `partial` gives Partial; all Replicate gives Replicate;
+ * anything else is a PlacementError naming the input to redistribute.
+ *
+ * The "accepted" text of the errors and of the registry's doc rows comes
+ * from the same partial sets: DT__PS_SET_* below lists each set once as
+ * X-macro patterns, which expand both to the bit sets (DT__PS_MASKS) and to
+ * the text (DT__PS_TEXT), e.g. DT__PS_SET_MUL gives {0b01, 0b10} and
+ * ", (P,R)->P, (R,P)->P".
+ *
+ * Threads: client threads (the rules are read-only data); the region check
+ * also on the controller through dt__ps_needed.
+ */
+#ifndef DT_CORE_PLACEMENT_H
+#define DT_CORE_PLACEMENT_H
+
+#include "core/core.h"
+
+enum { DT__PS_REJECT = -1, DT__PS_PARTIAL = -2 };
+
+/* ---- Partial sets (X-macro patterns of P and R per input) ---- */
+#define DT__PS_BIT_P 1u
+#define DT__PS_BIT_R 0u
+/* One-input patterns X1(P); two-input patterns X2(a, b). */
+#define DT__PS_SET_NONE(X1, X2)
+#define DT__PS_SET_P(X1, X2) X1(P)
+#define DT__PS_SET_PP(X1, X2) X2(P, P)
+#define DT__PS_SET_PR(X1, X2) X2(P, R)
+#define DT__PS_SET_MUL(X1, X2) X2(P, R) X2(R, P)
+/* P for tensor / scalar only (the caller drops it for scalar / tensor). */
+#define DT__PS_SET_PDIV(X1, X2) X1(P)
+/* No such form (a binary op that takes two tensors). */
+#define DT__PS_SET_NA(X1, X2)
+/* "no Partial" is written out where a set is empty. */
+#define DT__PS_EMPTY_NONE "; no Partial"
+#define DT__PS_EMPTY_P ""
+#define DT__PS_EMPTY_PP ""
+#define DT__PS_EMPTY_PR ""
+#define DT__PS_EMPTY_MUL ""
+#define DT__PS_EMPTY_PDIV ""
+#define DT__PS_EMPTY_NA "; no Partial"
+
+#define DT__PS_MASK1(a) DT__PS_BIT_##a,
+#define DT__PS_MASK2(a, b) (DT__PS_BIT_##a | DT__PS_BIT_##b << 1),
+#define DT__PS_TEXT1(a) ", " #a "->P"
+#define DT__PS_TEXT2(a, b) ", (" #a "," #b ")->P"
+/* The bit sets of a set, as initialisers of a uint32_t array (0-terminated:
+ * the all-Replicate combination is never a Partial one). */
+#define DT__PS_MASKS(set)                                                                                    \
+    { DT__PS_SET_##set(DT__PS_MASK1, DT__PS_MASK2) 0 }
+/* The text after the Shard rules: ", (P,R)->P, ..." or "; no Partial". */
+#define DT__PS_TEXT(set) DT__PS_SET_##set(DT__PS_TEXT1, DT__PS_TEXT2) DT__PS_EMPTY_##set
+
+/* The Shard rules of the elementwise family ("broadcast S/R"), by arity:
+ * a `*` marks a Replicate input sliced locally. */
+#define DT__PS_SHARDS_1 "R->R, S(d)->S(d)"
+#define DT__PS_SHARDS_2 "(R,R)->R, (S(d),S(d))->S(d), (S(d),R)->S(d)*, (R,S(d))->S(d)*"
+
+/* What a signature's functions see: the inputs and the output of the call
+ * (on the client before the node exists, or from the node), and the
+ * family's own context. */
+typedef struct dt__pctx {
+    int op;             /* the DT_OP_* of the call */
+    const dt__nattr *a; /* its node attributes (NULL where a family has none yet) */
+    int nin;
+    const dt__meta *in[DT_MAX_OP_INPUTS];
+    const dt__meta *out;
+} dt__pctx;
+
+typedef struct dt__psig {
+    int (*shard_map)(const dt__pctx *c, int j, int d);
+    void (*needed)(const dt__pctx *c, int j, const int64_t *coord, const int64_t *os, const int64_t *ol,
+                   int64_t *s, int64_t *l);
+    /* 0-terminated bit sets (DT__PS_MASKS), or NULL for none. */
+    const uint32_t *partial;
+    /* The accepted text of the PlacementError. */
+    const char *accepted;
+} dt__psig;
+
+/* The output placement on every mesh dim of c->out's mesh, into out_pl;
+ * then, when `check_regions` (or when shards nest), that every device holds
+ * the regions it reads. A PlacementError (naming `name` and s->accepted) on
+ * failure, with *bad_input the input that does not line up (-1 when the
+ * per-mesh-dim rule failed and the error already suggests a fix). */
+dt_status dt__ps_apply(const char *name, const dt__psig *s, const dt__pctx *c, int check_regions,
+                       dt_placement *out_pl, int *bad_input);
+/* The region of input j that output region (os, ol) reads (s->needed, or
+ * the same region). */
+void dt__ps_needed(const dt__psig *s, const dt__pctx *c, int j, const int64_t *coord, const int64_t *os,
+                   const int64_t *ol, int64_t *st, int64_t *l);
+/* The shard map of the broadcast S/R rule: dim d of input j is output dim
+ * d + (out ndim - in ndim), rejected when it is a size-1 dim that
+ * broadcasts. */
+int dt__ps_broadcast_map(const dt__pctx *c, int j, int d);
+
+/* ---- the shared checks ---- */
+
+/* nin tensor arguments given, on one graph and one mesh: DT_EINVAL with
+ * torch-style messages naming `name` otherwise. */
+dt_status dt__check_operands(const char *name, dt_tensor *const *ins, int nin);
+/* Normalises dim against ndim (torch's wrap rules, 0-d accepts -1 and 0);
+ * DT_EINDEX with torch's message when out of range. */
+dt_status dt__wrap_dim(const char *op, int64_t dim, int ndim, int *out);
+
+#endif /* DT_CORE_PLACEMENT_H */
