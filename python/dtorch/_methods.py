@@ -52,7 +52,7 @@ C_METHODS = (
     # unary
     "neg", "neg_", "negative", "abs", "abs_", "absolute", "exp", "exp_", "log", "log_", "log2", "log2_", "log10",
     "log10_", "sqrt", "sqrt_", "rsqrt", "rsqrt_", "reciprocal", "reciprocal_", "sin", "sin_", "cos", "cos_",
-    "tanh", "tanh_", "sigmoid", "sigmoid_", "erf", "erf_", "expm1", "expm1_", "asin", "asin_", "acos", "acos_",
+    "tanh", "tanh_", "sigmoid", "sigmoid_", "erf", "erf_", "erfc", "erfc_", "expm1", "expm1_", "asin", "asin_", "acos", "acos_",
     "atan", "atan_", "tan", "tan_", "sinh", "sinh_", "cosh", "cosh_", "log1p", "log1p_", "exp2", "exp2_",
     "square", "square_", "floor", "floor_", "ceil", "ceil_", "trunc", "trunc_", "fix", "sign", "sign_", "relu",
     "relu_", "isnan", "isinf", "isfinite", "logical_not", "logical_not_", "bitwise_not", "bitwise_not_",

@@ -33,7 +33,7 @@ Operand = Union["Tensor", Number]
 
 _UNARY = (
     "abs", "exp", "exp2", "expm1", "asin", "acos", "atan", "tan", "sinh", "cosh", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "square", "reciprocal",
-    "sin", "cos", "tanh", "sigmoid", "erf", "floor", "ceil", "trunc", "sign", "isnan", "isinf", "isfinite",
+    "sin", "cos", "tanh", "sigmoid", "erf", "erfc", "floor", "ceil", "trunc", "sign", "isnan", "isinf", "isfinite",
     "logical_not", "bitwise_not",
 )
 _UNARY_ALIASES = {"absolute": "abs", "fix": "trunc"}

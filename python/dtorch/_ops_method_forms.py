@@ -16,7 +16,7 @@ from typing import Any, Callable
 from . import _C
 
 __all__ = [
-    "abs_", "ceil_", "clamp_", "clamp_max", "clamp_min", "clip_", "cos_", "detach", "detach_", "erf_", "exp2_",
+    "abs_", "ceil_", "clamp_", "clamp_max", "clamp_min", "clip_", "cos_", "detach", "detach_", "erf_", "erfc_", "exp2_",
     "exp_", "expm1_", "asin_", "acos_", "atan_", "tan_", "sinh_", "cosh_", "floor_", "is_floating_point", "log10_", "log1p_", "log2_", "log_", "neg_", "numel",
     "reciprocal_", "round_", "rsqrt_", "sigmoid_", "sin_", "sqrt_", "square_", "t", "tanh_", "trunc_",
 ]

@@ -20,13 +20,13 @@ TESTED_OPS = {
     "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "where", "masked_fill", "clamp", "clip",
     "neg", "abs", "exp", "exp2", "expm1", "asin", "acos", "atan", "tan", "sinh", "cosh",
     "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "square",
-    "reciprocal", "sin", "cos", "tanh", "sigmoid", "erf", "floor", "ceil", "trunc", "round", "sign",
+    "reciprocal", "sin", "cos", "tanh", "sigmoid", "erf", "erfc", "floor", "ceil", "trunc", "round", "sign",
     "isnan", "isinf", "isfinite", "to", "type_as", "half", "float", "double", "bfloat16", "int", "long", "bool",
 }
 
 UNARY = ["neg", "abs", "exp", "exp2", "expm1", "asin", "acos", "atan", "tan", "sinh", "cosh",
          "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "square",
-         "reciprocal", "sin", "cos", "tanh", "sigmoid", "erf", "floor", "ceil", "trunc", "round", "sign",
+         "reciprocal", "sin", "cos", "tanh", "sigmoid", "erf", "erfc", "floor", "ceil", "trunc", "round", "sign",
          "relu", "isnan", "isinf", "isfinite", "logical_not", "bitwise_not"]
 
 # name -> torch function of (input, other); dtorch's module function has the same name unless noted.

@@ -19,7 +19,7 @@ from helpers import CPU2, CPU3, CPU2x2, placements_1d, placements_2d
 TESTED_OPS = {"add", "sub", "mul", "div", "floor_divide", "remainder", "pow", "maximum", "minimum", "eq", "ne",
               "lt", "gt", "logical_and", "logical_or", "logical_not", "bitwise_and", "bitwise_not", "where",
               "masked_fill", "clamp", "neg", "abs", "exp", "sqrt", "sigmoid", "floor", "isnan", "to", "half",
-              "float", "long", "bool", "bfloat16", "equal"}
+              "float", "long", "bool", "bfloat16", "equal", "erfc"}
 
 # ATen's CPU kernels of these calls round differently in their vectorised body and their scalar tail,
 # or when a broadcast operand's piece is a single element (torch's own op on a slice can differ
@@ -107,7 +107,8 @@ class MeshCase(unittest.TestCase):
 class TestUnary(MeshCase):
     OPS = {"neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "sqrt": torch.sqrt, "sigmoid": torch.sigmoid,
            "floor": torch.floor, "isnan": torch.isnan, "logical_not": torch.logical_not, "asin": torch.asin,
-           "acos": torch.acos, "atan": torch.atan, "tan": torch.tan, "sinh": torch.sinh, "cosh": torch.cosh}
+           "acos": torch.acos, "atan": torch.atan, "tan": torch.tan, "sinh": torch.sinh, "cosh": torch.cosh,
+           "erfc": torch.erfc}
 
     def test_1d(self):
         a = values((5, 7), torch.float32, 1)
