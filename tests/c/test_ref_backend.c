@@ -375,6 +375,15 @@ static void test_sum(void) {
            V(0, 0));
     a.dtype = DT_BOOL;
     run("sum to bool", DT_K_REDUCE, &a, &x, 1, DT_EUNSUPPORTED, "REDUCE does not support dtype bool");
+    /* Only the plain sum: other reductions and modes are LibTorch's. */
+    a.dtype = DT_FLOAT32;
+    a.sub = DT_REDUCE_MEAN;
+    run("mean", DT_K_REDUCE, &a, &x, 1, DT_EUNSUPPORTED,
+        "REDUCE mean is not implemented by the reference backend");
+    a.sub = DT_REDUCE_SUM | DT_KR_SUM_DIV << 8;
+    run("sum mode", DT_K_REDUCE, &a, &x, 1, DT_EUNSUPPORTED, "REDUCE sum is not implemented");
+    a.sub = DT_KL_BMM;
+    run("bmm", DT_K_LINALG, &a, (void *[]){x, x}, 2, DT_EUNSUPPORTED, "LINALG sub-op 1 is not implemented");
     B->free(x);
     B->free(y);
     B->free(b);

@@ -16,9 +16,10 @@
  * result then shares the buffer (`same_storage`), as the torch backend's
  * in-place ATen ops do. No other kernel shares storage.
  *
- * Storage dtypes: bool, int32, int64, float32, float64. Arithmetic (BINARY,
- * BINARY_SCALAR, NEG, MATMUL, SUM, ARANGE) produces int32, int64, float32 or
- * float64. Everything else returns DT_EUNSUPPORTED.
+ * Storage dtypes: bool, int32, int64, float32, float64. Arithmetic
+ * (EW_BINARY add/sub/mul/div, UNARY neg, REDUCE sum, LINALG mm/matmul of 2-D
+ * operands, ARANGE) produces int32, int64, float32 or float64. Every other
+ * kernel op or sub-op returns DT_EUNSUPPORTED.
  *
  * Status codes: malformed arguments (bad ndim, negative sizes, wrong input
  * count, NULL pointers, a wrong byte count) are DT_EINVAL; shapes that do not
