@@ -9,6 +9,8 @@ own logits warpers; stop tokens as transformers handles them.
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import unittest
 
@@ -149,6 +151,19 @@ class TestLlama(unittest.TestCase):
         self.assertEqual(z.device_mesh, dtorch.DeviceMesh("cpu", [1]))
         assert_equal_everywhere(self, z, t)
 
+    def test_chunked_prefill(self):
+        """The prompt in two chunks through the cache (the second attends to the cached positions with a
+        causal mask offset by them) gives the logits of the whole prompt."""
+        for mesh in (dtorch.DeviceMesh("cpu", [0]), _mesh((2, 2), ("tp", "pp"))):
+            with self.subTest(mesh=mesh):
+                model = LlamaForCausalLM.from_pretrained(self.untied_dir, device_mesh=mesh)
+                cache = model.new_cache(2, 8)
+                first = model(PROMPT[:, :5], cache=cache, start=0).to_torch()
+                second = model(PROMPT[:, 5:], cache=cache, start=5).to_torch()
+                got = torch.cat([first, second], dim=1)
+                self.assertTrue(torch.allclose(got, self.ref_untied, atol=1e-4, rtol=1e-4),
+                                f"max difference {(got - self.ref_untied).abs().max()}")
+
     def test_generate_greedy(self):
         prompt = PROMPT[:1]
         with torch.no_grad():
@@ -214,6 +229,18 @@ class TestLlama(unittest.TestCase):
         a, b = model(ids).to_torch(), model(PROMPT).to_torch()
         self.assertTrue(torch.equal(a, b))
         self.assertEqual(a.shape, (2, 8, 128))
+
+    def test_example_runs_with_its_defaults(self):
+        """examples/llama/run.py: dp2 x tp2 x pp2 on 8 CPU devices, compared with one device by the script."""
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        here = os.path.dirname(os.path.dirname(os.path.abspath(dtorch.__file__)))  # the dtorch this test imports
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
+        r = subprocess.run([sys.executable, os.path.join(root, "examples", "llama", "run.py")], env=env,
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("mesh {'dp': 2, 'tp': 2, 'pp': 2}: 32 new tokens", r.stdout)
+        self.assertIn("matches single-device: True", r.stdout)
+        self.assertEqual(r.stdout.count("ids:"), 2)
 
     def test_errors(self):
         with self.assertRaisesRegex(ValueError, r"num_key_value_heads \(2\) must be divisible by the tp size \(4\)"):
