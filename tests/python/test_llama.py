@@ -17,7 +17,7 @@ import unittest
 import torch
 
 import dtorch
-from dtorch import Replicate, Shard
+from dtorch import Partial, Replicate, Shard
 from dtorch.applications.llama import LlamaConfig, LlamaForCausalLM
 from dtorch.test.test_util import local_values
 
@@ -33,11 +33,11 @@ PROMPT = torch.tensor([[3, 17, 99, 5, 64, 1, 9, 8], [9, 8, 7, 6, 5, 4, 3, 100]])
 NEW = 32
 
 
-def _hf_model(tied, seed):
+def _hf_model(tied, seed, **kw):
     torch.manual_seed(seed)
     cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
                                    num_key_value_heads=2, vocab_size=128, tie_word_embeddings=tied,
-                                   rms_norm_eps=1e-5, rope_theta=500.0)
+                                   rms_norm_eps=1e-5, rope_theta=500.0, **kw)
     return transformers.LlamaForCausalLM(cfg).eval()
 
 
@@ -83,6 +83,12 @@ class TestLlama(unittest.TestCase):
                                        rope_scaling=old.rope_scaling)
         want, _ = transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS["llama3"](hf3, None)
         self.assertTrue(torch.equal(old.inv_freq(), want))
+        lin = LlamaConfig.from_dict({"hidden_size": 64, "num_attention_heads": 4, "rope_parameters": {
+            "rope_type": "linear", "factor": 4.0, "rope_theta": 1e4}})
+        hf_lin = transformers.LlamaConfig(hidden_size=64, num_attention_heads=4,
+                                          rope_parameters={"rope_type": "linear", "factor": 4.0, "rope_theta": 1e4})
+        want, _ = transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS["linear"](hf_lin, None)
+        self.assertTrue(torch.equal(lin.inv_freq(), want))
         with self.assertRaisesRegex(ValueError, "rope type 'yarn'"):
             LlamaConfig.from_dict({"rope_scaling": {"rope_type": "yarn", "factor": 2.0}})
 
@@ -98,6 +104,30 @@ class TestLlama(unittest.TestCase):
                 with self.subTest(folder=os.path.basename(folder), mesh=mesh):
                     model = LlamaForCausalLM.from_pretrained(folder, device_mesh=mesh)
                     assert_equal_everywhere(self, model(PROMPT), ref)
+
+    def test_one_device_bfloat16_equal(self):
+        hf = transformers.LlamaForCausalLM.from_pretrained(self.untied_dir, dtype=torch.bfloat16).eval()
+        with torch.no_grad():
+            want = hf(PROMPT).logits
+        model = LlamaForCausalLM.from_pretrained(self.untied_dir, dtype=torch.bfloat16)
+        self.assertEqual(model.model.layers[0].mlp.up_proj.weight.dtype, torch.bfloat16)
+        assert_equal_everywhere(self, model(PROMPT), want)
+
+    def test_biases(self):
+        """attention_bias and mlp_bias (non-zero): column biases Shard(0), row biases Partial (added once)."""
+        hf = _hf_model(False, 2, attention_bias=True, mlp_bias=True)
+        with torch.no_grad():
+            for name, p in hf.named_parameters():
+                if name.endswith("bias"):
+                    p.normal_()
+            want = hf(PROMPT).logits
+        folder = os.path.join(self.tmp, "bias")
+        hf.save_pretrained(folder)
+        assert_equal_everywhere(self, LlamaForCausalLM.from_pretrained(folder)(PROMPT), want)
+        mesh = _mesh((2, 2), ("dp", "tp"))
+        model = LlamaForCausalLM.from_pretrained(folder, device_mesh=mesh)
+        self.assertEqual(list(model.model.layers[0].self_attn.o_proj.bias.placements), [Replicate(), Partial()])
+        assert_close_everywhere(self, model(PROMPT), want, atol=1e-4, rtol=1e-4)
 
     def test_meshes_allclose(self):
         cases = [((2,), ("dp",)), ((2,), ("tp",)), ((2,), ("pp",)), ((2, 2), ("tp", "pp")),
