@@ -1,9 +1,11 @@
 """Decoding for ``LlamaForCausalLM``: greedy or sampled, with a preallocated KV cache and stop tokens.
 
 The prompt runs once (prefill, causal attention over it), then one position per step reads the
-cache. The model stays on the mesh; each step fetches only the last position's logits [B, vocab]
-and chooses the next tokens on the client with torch, in transformers' order (temperature, top-k,
-top-p, then ``torch.multinomial``), so a seed or generator gives the same tokens every run.
+cache. Greedy decoding takes the argmax on the mesh and feeds it to the next step without waiting;
+the client reads the tokens a few steps behind to check the stop tokens. Sampling fetches the last
+position's logits [B, vocab] each step and chooses the next tokens on the client with torch, in
+transformers' order (temperature, top-k, top-p, then ``torch.multinomial``), so a seed or generator
+gives the same tokens every run.
 
 >>> out = model.generate(torch.tensor([[1, 5, 9]]), max_new_tokens=32)                 # greedy
 >>> out = model.generate(ids, max_new_tokens=32, do_sample=True, top_p=0.9, seed=0)    # sampled
@@ -83,13 +85,12 @@ def generate(model: Any, input_ids: torch.Tensor, max_new_tokens: int = 20, do_s
     unfinished = torch.ones(b, dtype=torch.bool)
     cache = model.new_cache(b, s + max_new_tokens)
     logits = model(out, cache=cache, start=0, logits_to_keep=1)
+    if not do_sample:
+        return _greedy(model, out, logits, cache, max_new_tokens, stop_t, pad_token_id)
     for step in range(max_new_tokens):
         scores = logits.to_torch()[:, -1, :].to(torch.float32)
-        if do_sample:
-            probs = process_logits(scores, temperature, top_k, top_p).softmax(dim=-1)
-            nxt = torch.multinomial(probs, num_samples=1, generator=generator).squeeze(1)
-        else:
-            nxt = scores.argmax(dim=-1)
+        probs = process_logits(scores, temperature, top_k, top_p).softmax(dim=-1)
+        nxt = torch.multinomial(probs, num_samples=1, generator=generator).squeeze(1)
         nxt = torch.where(unfinished, nxt, torch.full_like(nxt, pad_token_id))
         out = torch.cat([out, nxt[:, None]], dim=1)
         if stops:
@@ -98,3 +99,35 @@ def generate(model: Any, input_ids: torch.Tensor, max_new_tokens: int = 20, do_s
             break
         logits = model(nxt[:, None], cache=cache, start=s + step, logits_to_keep=1)
     return out
+
+
+# Greedy steps recorded ahead of the stop-token check: the client records step t + LOOKAHEAD while the
+# devices compute step t, instead of waiting for every token.
+LOOKAHEAD = 4
+
+
+def _greedy(model: Any, out: torch.Tensor, logits: Any, cache: Any, max_new: int, stop_t: torch.Tensor,
+            pad: int) -> torch.Tensor:
+    """Greedy decoding with the argmax on the mesh: each step's tokens feed the next step as a dtorch
+    tensor, and the client reads them (asynchronously) up to LOOKAHEAD steps later to check the stop
+    tokens. A row's tokens after its stop token are replaced by ``pad`` when read; the model saw its
+    own argmax there instead of ``pad``, which only changes that row's later logits, never used (rows
+    do not interact). Steps recorded past the point where every row has stopped are dropped."""
+    b, s = out.shape
+    unfinished = torch.ones(b, dtype=torch.bool)
+    pending = []
+    new = []
+    for step in range(max_new):
+        tok = logits[:, -1, :].argmax(dim=-1)
+        pending.append(tok.to_torch_async())
+        if step < max_new - 1:
+            logits = model(tok[:, None], cache=cache, start=s + step, logits_to_keep=1)
+        while pending and (len(pending) > LOOKAHEAD or step == max_new - 1):
+            nxt = pending.pop(0).get().to(torch.int64)
+            nxt = torch.where(unfinished, nxt, torch.full_like(nxt, pad))
+            new.append(nxt)
+            if stop_t.numel():
+                unfinished &= ~torch.isin(nxt, stop_t)
+            if not bool(unfinished.any()):
+                return torch.cat([out, torch.stack(new, dim=1)], dim=1)
+    return torch.cat([out, torch.stack(new, dim=1)], dim=1)
