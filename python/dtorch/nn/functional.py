@@ -390,9 +390,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     """``softmax(query @ key.transpose(-2, -1) * scale + mask) @ value``.
 
     ``enable_gqa=True`` (grouped-query attention, torch 2.5+) repeats the key and value heads to the
-    query's (``repeat_interleave`` on dim -3, as torch). ``sdpa_option`` names the context-parallel
-    mesh dims (``SdpaOption``). Shards of the batch and head dims pass through; the sequence and
-    embedding dims must not be sharded (the context-parallel algorithms come later).
+    query's (``repeat_interleave`` on dim -3, as torch). Shards of the batch and head dims pass
+    through. ``sdpa_option`` (``SdpaOption``; default: the mesh dims named ``"ulysess_cp"`` and
+    ``"ring_cp"``) names the context-parallel mesh dims: inputs sharded on the sequence dim (-2)
+    along the Ulysses dim run Ulysses attention (all-to-all to heads, local attention, all-to-all
+    back; the heads must divide by the dim's size) and the output keeps the query's sequence shards.
+    The embedding dim must not be sharded.
 
     >>> F.scaled_dot_product_attention(q, k, v, is_causal=True)
     >>> F.scaled_dot_product_attention(q, k_grouped, v_grouped, enable_gqa=True)
@@ -402,6 +405,14 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
                         f"{type(sdpa_option).__name__}")
     if enable_gqa:
         key, value = _gqa_repeat(query, key, value)
+    if isinstance(query, _Tensor) and isinstance(key, _Tensor) and isinstance(value, _Tensor) and query.ndim >= 2:
+        from . import _context_parallel as cp
+
+        option = sdpa_option if sdpa_option is not None else SdpaOption()
+        ulysses_dim, _ring_dim = cp.cp_dims(query, key, value, option)
+        if ulysses_dim >= 0:
+            return cp.ulysses(lambda q, k, v, m: _C._nn_sdpa(q, k, v, m, dropout_p, is_causal, scale), query, key,
+                              value, attn_mask, ulysses_dim, option.ulysess_cp_dim)
     return _C._nn_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale)
 
 

@@ -1,0 +1,83 @@
+"""Context-parallel attention: ``scaled_dot_product_attention`` on sequence-sharded inputs.
+
+``F.scaled_dot_product_attention`` comes here when a query, key or value is sharded on its sequence
+dim (-2) along a mesh dim that ``SdpaOption`` names as context-parallel:
+
+- **Ulysses** (``SdpaOption.ulysess_cp_dim``): on that mesh dim every input goes from
+  ``Shard(seq)`` to ``Shard(heads)`` (an all-to-all), each device runs ordinary attention over the
+  whole sequence for its heads, and the output goes back to ``Shard(seq)`` (the second all-to-all).
+  The heads must divide by the mesh dim's size. The values are torch's: each device's attention
+  sees exactly the rows torch's does.
+
+Other mesh dims keep what the inputs have: data parallel (batch sharded), tensor parallel (heads
+sharded: Ulysses then splits each tensor-parallel group of heads further) and pipeline stages
+(each stage its own mesh) combine with it.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+from .. import _C
+
+_Tensor = _C.TensorBase
+
+
+def _mesh_dim(mesh, name: Optional[str]) -> int:
+    """The index of mesh dim ``name`` when it exists with more than one device, else -1."""
+    names = mesh.mesh_dim_names or ()
+    if name is None or name not in names:
+        return -1
+    i = names.index(name)
+    return i if mesh.shape[i] > 1 else -1
+
+
+def _sharded_on(t, mesh_dim: int, dim: int) -> bool:
+    p = t.placements[mesh_dim]
+    return p.is_shard() and p.dim == dim
+
+
+def cp_dims(query, key, value, option) -> tuple:
+    """(ulysses mesh dim, ring mesh dim) that the inputs' sequence sharding asks for; -1 for none."""
+    mesh = query.device_mesh
+    out = []
+    for name in (option.ulysess_cp_dim, option.ring_cp_dim):
+        md = _mesh_dim(mesh, name)
+        if md >= 0 and not any(_sharded_on(t, md, t.ndim - 2) for t in (query, key, value)):
+            md = -1
+        out.append(md)
+    return tuple(out)
+
+
+def _with(placements, mesh_dim: int, p) -> List:
+    pl = list(placements)
+    pl[mesh_dim] = p
+    return pl
+
+
+def ulysses(sdpa, query, key, value, attn_mask, mesh_dim: int, name: str):
+    """Ulysses attention along ``mesh_dim``; ``sdpa(q, k, v, mask)`` is the local attention."""
+    from .. import Replicate, Shard
+
+    n = query.device_mesh.shape[mesh_dim]
+    for what, t in (("query", query), ("key", key), ("value", value)):
+        heads = t.shape[-3]
+        if heads % n != 0:
+            raise ValueError(
+                f"scaled_dot_product_attention(): Ulysses attention on mesh dim '{name}' (size {n}) needs the "
+                f"number of heads to divide by {n}, but the {what} has {heads} heads; use ring attention "
+                f"(SdpaOption.ring_cp_dim) or a mesh dim whose size divides the heads")
+    if query.device_mesh != key.device_mesh or query.device_mesh != value.device_mesh:
+        raise ValueError("scaled_dot_product_attention(): query, key and value must be on the same mesh")
+
+    def to_heads(t):
+        return t.redistribute(placements=_with(t.placements, mesh_dim, Shard(t.ndim - 3)))
+
+    q, k, v = to_heads(query), to_heads(key), to_heads(value)
+    if attn_mask is not None and not attn_mask.placements[mesh_dim].is_replicate():
+        # Each device attends over the whole sequence: it needs the whole mask (along this mesh dim).
+        attn_mask = attn_mask.redistribute(placements=_with(attn_mask.placements, mesh_dim, Replicate()))
+    out = sdpa(q, k, v, attn_mask)
+    seq = out.ndim - 2
+    back = query.placements[mesh_dim] if _sharded_on(query, mesh_dim, query.ndim - 2) else Shard(seq)
+    return out.redistribute(placements=_with(out.placements, mesh_dim, back))
