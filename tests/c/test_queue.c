@@ -165,10 +165,10 @@ typedef struct racer_arg {
     dt_graph *g;
     dt_tensor *x;
     atomic_int *started;
-    int landed;    /* ops that returned a tensor */
-    int refused;   /* ops refused with DT_ESHUTDOWN */
-    int misorder;  /* a push landed after one was refused */
-    int other;     /* any other failure */
+    int landed;   /* ops that returned a tensor */
+    int refused;  /* ops refused with DT_ESHUTDOWN */
+    int misorder; /* a push landed after one was refused */
+    int other;    /* any other failure */
 } racer_arg;
 
 static void *racer(void *p) {

@@ -9,6 +9,13 @@ dim (-2) along a mesh dim that ``SdpaOption`` names as context-parallel:
   The heads must divide by the mesh dim's size. The values are torch's: each device's attention
   sees exactly the rows torch's does.
 
+- **Ring** (``SdpaOption.ring_cp_dim``): ``dt_sdpa_ring`` (src/ops/ring_attention.c). Each device
+  attends its query block to one key/value block at a time and merges the partial results by
+  log-sum-exp, while the blocks move one step around the ring on the communication stream; key and
+  value are never gathered. Causal blocks wholly in a device's future are skipped. No mask, no
+  dropout (NotImplementedError at the call).
+- **Both**: Ulysses on its mesh dim outside, the ring on its own inside.
+
 Other mesh dims keep what the inputs have: data parallel (batch sharded), tensor parallel (heads
 sharded: Ulysses then splits each tensor-parallel group of heads further) and pipeline stages
 (each stage its own mesh) combine with it.
@@ -78,6 +85,43 @@ def ulysses(sdpa, query, key, value, attn_mask, mesh_dim: int, name: str):
         # Each device attends over the whole sequence: it needs the whole mask (along this mesh dim).
         attn_mask = attn_mask.redistribute(placements=_with(attn_mask.placements, mesh_dim, Replicate()))
     out = sdpa(q, k, v, attn_mask)
-    seq = out.ndim - 2
-    back = query.placements[mesh_dim] if _sharded_on(query, mesh_dim, query.ndim - 2) else Shard(seq)
-    return out.redistribute(placements=_with(out.placements, mesh_dim, back))
+    # Back to the query's placement on this mesh dim (its sequence shard, as a rule).
+    return out.redistribute(placements=_with(out.placements, mesh_dim, query.placements[mesh_dim]))
+
+
+def ring(query, key, value, attn_mask, dropout_p: float, is_causal: bool, scale, mesh_dim: int, name: str):
+    """Ring attention along ``mesh_dim`` (all three brought to the query's placements, sequence-sharded
+    on the ring); the output comes back in the query's placements."""
+    from .. import Shard
+
+    if attn_mask is not None:
+        raise NotImplementedError(
+            f"scaled_dot_product_attention(): ring attention (mesh dim '{name}') does not take attn_mask; "
+            "use is_causal=True, Ulysses attention (SdpaOption.ulysess_cp_dim), or redistribute the sequence "
+            "to Replicate() first")
+    if dropout_p > 0.0:
+        raise NotImplementedError(
+            f"scaled_dot_product_attention(): ring attention (mesh dim '{name}') does not take dropout_p > 0")
+    want = _with(query.placements, mesh_dim, Shard(query.ndim - 2))
+    q = query if list(query.placements) == want else query.redistribute(placements=want)
+    k = key if list(key.placements) == want else key.redistribute(placements=want)
+    v = value if list(value.placements) == want else value.redistribute(placements=want)
+    out = _C._nn_sdpa_ring(q, k, v, is_causal, scale, mesh_dim)
+    if list(out.placements) != list(query.placements):
+        out = out.redistribute(placements=list(query.placements))
+    return out
+
+
+def attention(query, key, value, attn_mask, dropout_p, is_causal, scale, ulysses_dim: int, ring_dim: int,
+              option):
+    """Context-parallel attention: Ulysses on ``ulysses_dim`` (>= 0) outside, the ring on ``ring_dim``
+    (>= 0) inside, plain attention where either is -1."""
+
+    def local(q, k, v, m):
+        if ring_dim >= 0:
+            return ring(q, k, v, m, dropout_p, is_causal, scale, ring_dim, option.ring_cp_dim)
+        return _C._nn_sdpa(q, k, v, m, dropout_p, is_causal, scale)
+
+    if ulysses_dim >= 0:
+        return ulysses(local, query, key, value, attn_mask, ulysses_dim, option.ulysess_cp_dim)
+    return local(query, key, value, attn_mask)
