@@ -3,8 +3,9 @@
  *
  * Each (batch, head) pair is independent, so shards of the leading dims pass
  * through with no communication; the sequence and embedding dims must be
- * whole on every device (context-parallel attention, which shards the
- * sequence, is a later piece). The result is linear in v, so a Partial v
+ * whole on every device here (context-parallel attention, which shards the
+ * sequence, is Ulysses in python/dtorch/nn/_context_parallel.py and the
+ * ring in ring_attention.c). The result is linear in v, so a Partial v
  * with everything else Replicate gives a Partial result. Dropout on the
  * attention weights draws its mask for the global [..., L, S] shape, like
  * dt_dropout, so values do not depend on placements.

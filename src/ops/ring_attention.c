@@ -64,17 +64,18 @@ dt_tensor *dt_sdpa_ring(dt_tensor *q, dt_tensor *k, dt_tensor *v, int is_causal,
         int same = 1;
         for (int j = 1; j < 3; j++)
             same &= ins[j]->pl[md].kind == p.kind && ins[j]->pl[md].dim == p.dim;
-        int ok = same && (md == mesh_dim || mesh->shape[md] == 1
-                              ? p.kind == DT_PLACEMENT_SHARD && p.dim == seq
-                              : p.kind == DT_PLACEMENT_REPLICATE ||
-                                    (p.kind == DT_PLACEMENT_SHARD && p.dim < seq));
-        if (md != mesh_dim && mesh->shape[md] == 1)
-            ok = same; /* a size-1 dim holds everything: any normalised placement */
+        /* A size-1 mesh dim holds everything: its placement is normalised. */
+        int ok = same;
+        if (ok && mesh->shape[md] > 1)
+            ok = md == mesh_dim
+                     ? p.kind == DT_PLACEMENT_SHARD && p.dim == seq
+                     : p.kind == DT_PLACEMENT_REPLICATE || (p.kind == DT_PLACEMENT_SHARD && p.dim < seq);
         if (!ok) {
-            dt__placement_error(op, ins, 3, md,
-                                "ring attention: (q, k, v) all S(seq) on the ring's mesh dim; elsewhere all R or "
-                                "all S(d) on the same batch/head dim d",
-                                -1, NULL);
+            dt__placement_error(
+                op, ins, 3, md,
+                "ring attention: (q, k, v) all S(seq) on the ring's mesh dim; elsewhere all R or "
+                "all S(d) on the same batch/head dim d",
+                -1, NULL);
             return NULL;
         }
     }
@@ -165,7 +166,8 @@ static void attend(ring *R, int step) {
         R->dep[i] = dt__blob_retain(R->acc[i]);
         if (ql[seq] == 0 || kl[seq] == 0 || (causal && k0 > q1 - 1))
             continue; /* nothing to attend to (or all of it in the future) */
-        int flags = DT_KNN_RING | (R->n->a.flags & DT_KNN_DEFAULT) | (causal && k1 - 1 > q0 ? DT_KNN_CAUSAL : 0);
+        int flags =
+            DT_KNN_RING | (R->n->a.flags & DT_KNN_DEFAULT) | (causal && k1 - 1 > q0 ? DT_KNN_CAUSAL : 0);
         int64_t shape[DT_MAX_NDIM];
         memcpy(shape, ql, sizeof shape);
         shape[R->nd - 1] = R->dv + 1;
