@@ -1,7 +1,7 @@
 """dtorch.applications.llama against transformers' LlamaForCausalLM: a tiny random model saved with
 save_pretrained (one safetensors file, and a sharded checkpoint with model.safetensors.index.json),
-loaded with from_pretrained on one device (logits torch.equal) and on dp/tp/pp meshes and a 5-D mesh
-(allclose 1e-4, every replica bitwise equal); greedy generate() tokens equal to transformers'
+loaded with from_pretrained on one device (logits torch.equal) and on dp/tp/pp/context-parallel meshes
+and 5-D meshes (allclose 1e-4, every replica bitwise equal); greedy generate() tokens equal to transformers'
 generate(do_sample=False); sampled generate() equal to a reference sampler built from transformers'
 own logits warpers; stop tokens as transformers handles them.
 """
@@ -141,6 +141,28 @@ class TestLlama(unittest.TestCase):
                     logits = model(PROMPT)
                     assert_close_everywhere(self, logits, ref, atol=1e-4, rtol=1e-4)
                     self.assertEqual(logits.device_mesh, mesh.unbind("pp")[-1])
+
+    def test_context_parallel(self):
+        """The context-parallel attention (Ulysses, ring, both) under the unchanged model: the sequence
+        sharded on the CP dims (9 tokens: uneven), with dp, tp and pp, up to 16 devices."""
+        ids = torch.cat([PROMPT, torch.tensor([[7], [1]])], dim=1)
+        with torch.no_grad():
+            ref = self.hf_untied(ids).logits
+        cases = [((2,), ("ulysess_cp",)), ((2,), ("ring_cp",)), ((2, 2), ("ulysess_cp", "ring_cp")),
+                 ((2, 2, 2, 2), ("dp", "tp", "pp", "ulysess_cp")),
+                 ((1, 2, 1, 2, 2), ("dp", "tp", "pp", "ulysess_cp", "ring_cp"))]
+        for shape, names in cases:
+            with self.subTest(names=names):
+                mesh = _mesh(shape, names)
+                model = LlamaForCausalLM.from_pretrained(self.untied_dir, device_mesh=mesh)
+                logits = model(ids)
+                cp = [i for i, n in enumerate(logits.device_mesh.dim_names) if n in ("ulysess_cp", "ring_cp")]
+                self.assertTrue(all(logits.placements[i] == Shard(1) for i in cp))  # the sequence stays sharded
+                assert_close_everywhere(self, logits, ref, atol=1e-4, rtol=1e-4)
+        with torch.no_grad():
+            want = self.hf_untied.generate(ids[:1], max_new_tokens=12, do_sample=False)
+        model = LlamaForCausalLM.from_pretrained(self.untied_dir, device_mesh=_mesh((2, 2), ("tp", "ring_cp")))
+        self.assertTrue(torch.equal(model.generate(ids[:1], max_new_tokens=12), want))
 
     def test_parameter_layout(self):
         """Each parameter lives on its layer's stage and every device holds only its shard."""
