@@ -774,8 +774,8 @@ def _tensor_list(name: str, tensors) -> list:
 
 
 def cat(tensors, dim: int = 0):
-    """``torch.cat`` with type promotion. Along a sharded dim it is a PlacementError; Replicate
-    inputs next to sharded ones are sliced locally."""
+    """``torch.cat`` with type promotion; Replicate inputs next to sharded ones are sliced locally. Inputs
+    sharded along ``dim`` are all-gathered and the result sliced back to that Shard (docs/decisions.md)."""
     return _C._v_cat(_tensor_list("cat", tensors), dim, False)
 
 

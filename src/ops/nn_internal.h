@@ -65,5 +65,9 @@ dt_tensor *dt__nn_submit(int op, const char *name, dt_tensor *const *ins, int ni
 void dt__nn_full(const dt__meta *m, int64_t *s, int64_t *l);
 /* Checks a tensor argument is given: DT_EINVAL naming `what` otherwise. */
 dt_status dt__nn_need(const char *op, const char *what, const dt_tensor *t);
+/* The argument checks of scaled_dot_product_attention (shapes, dtypes, mask,
+ * dropout, scale) as torch makes them; ring attention shares them. */
+dt_status dt__sdpa_check(const char *op, dt_tensor *q, dt_tensor *k, dt_tensor *v, dt_tensor *attn_mask,
+                         double dropout_p, int is_causal, double scale);
 
 #endif /* DT_OPS_NN_INTERNAL_H */

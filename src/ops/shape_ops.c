@@ -26,7 +26,8 @@
 /* ------------------------------------------------------------ cat / stack */
 
 static const char *const cat_accepts =
-    "all P->P; S(j) and R inputs->S(j) for j != dim (Replicate inputs sliced locally); all R->R";
+    "all P->P; S(j) and R inputs->S(j) for j != dim (Replicate inputs sliced locally); all R->R; "
+    "S(dim) inputs are gathered and the result sliced back to S(dim)";
 
 /* One level of the tree: a node concatenating l (and r when not NULL). */
 static dt_tensor *cat_node(dt_tensor *l, dt_tensor *r, const dt__meta *final, int dim, int stack) {
@@ -85,6 +86,81 @@ static void cat_needed(const dt__meta *in, const dt__meta *out, int dim, int sta
     memcpy(l, ol, sizeof(int64_t) * (size_t)out->ndim);
     s[dim] = 0;
     l[dim] = in->shape[dim];
+}
+
+static dt_tensor *cat_impl(const char *op, int n, dt_tensor *const *ts, int64_t dim, int stack);
+
+/* Whether some input is Shard(dim) on a mesh dim that holds no Partial input
+ * (a Partial next to a Shard stays an error). */
+static int cat_along_shard(const dt__meta *const *ins, int nk, int dim) {
+    for (int md = 0; md < ins[0]->mesh->ndim; md++) {
+        int along = 0, partial = 0;
+        for (int i = 0; i < nk; i++) {
+            along |= ins[i]->pl[md].kind == DT_PLACEMENT_SHARD && ins[i]->pl[md].dim == dim;
+            partial |= ins[i]->pl[md].kind == DT_PLACEMENT_PARTIAL;
+        }
+        if (along && !partial)
+            return 1;
+    }
+    return 0;
+}
+
+/* cat along a dim that inputs shard (see docs/decisions.md): the local blocks
+ * concatenated are a permutation of the result, which no placement describes,
+ * so on each such mesh dim the inputs are all-gathered (Replicate), the cat
+ * runs on whole blocks and the result is sliced back to Shard(dim) locally
+ * (or keeps the other inputs' Shard(j) when some are Shard(j)).
+ * Values are exact; the cost is one all-gather of the sharded inputs. */
+static dt_tensor *cat_gathered(const char *op, int n, dt_tensor *const *ts, int dim) {
+    const dt__meta *m0 = &ts[0]->v->meta;
+    int nmd = m0->mesh->ndim, gather[DT_MAX_MESH_NDIM] = {0};
+    for (int md = 0; md < nmd; md++) {
+        int partial = 0;
+        for (int i = 0; i < n; i++) {
+            const dt_placement p = ts[i]->v->meta.pl[md];
+            gather[md] |= p.kind == DT_PLACEMENT_SHARD && p.dim == dim;
+            partial |= p.kind == DT_PLACEMENT_PARTIAL;
+        }
+        gather[md] &= !partial;
+    }
+    dt_tensor **whole = dt__calloc((size_t)n, sizeof *whole);
+    if (!whole)
+        return dt__error(DT_ENOMEM, "%s: out of memory", op), NULL;
+    dt_tensor *result = NULL;
+    for (int i = 0; i < n; i++) {
+        const dt__meta *m = &ts[i]->v->meta;
+        dt_placement want[DT_MAX_MESH_NDIM];
+        int move = 0;
+        for (int md = 0; md < nmd; md++) {
+            want[md] = m->pl[md];
+            if (gather[md] && want[md].kind == DT_PLACEMENT_SHARD && want[md].dim == dim) {
+                want[md] = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
+                move = 1;
+            }
+        }
+        if (move) {
+            if (!(whole[i] = dt_redistribute(ts[i], NULL, want)))
+                goto out;
+        } else {
+            dt_tensor_retain(ts[i]);
+            whole[i] = ts[i];
+        }
+    }
+    dt_tensor *c = cat_impl(op, n, whole, dim, 0);
+    if (c) {
+        dt_placement back[DT_MAX_MESH_NDIM];
+        for (int md = 0; md < nmd; md++)
+            back[md] = gather[md] && c->v->meta.pl[md].kind == DT_PLACEMENT_REPLICATE
+                           ? (dt_placement){DT_PLACEMENT_SHARD, dim}
+                           : c->v->meta.pl[md];
+        result = dt_redistribute(c, NULL, back);
+        dt_tensor_release(c);
+    }
+out:
+    for (int i = 0; i < n; i++)
+        dt_tensor_release(whole[i]);
+    dt__free(whole);
+    return result;
 }
 
 static dt_tensor *cat_impl(const char *op, int n, dt_tensor *const *ts, int64_t dim, int stack) {
@@ -186,6 +262,10 @@ static dt_tensor *cat_impl(const char *op, int n, dt_tensor *const *ts, int64_t 
             total += ins[i]->shape[d];
         }
         out.shape[d] = total;
+    }
+    if (!stack && cat_along_shard(ins, nk, d)) {
+        result = cat_gathered(op, n, ts, d);
+        goto done;
     }
     /* Placements, per mesh dim. */
     for (int md = 0; md < out.mesh->ndim; md++) {

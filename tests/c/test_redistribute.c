@@ -175,6 +175,59 @@ static void test_cross_mesh(dt_graph *g) {
     }
 }
 
+/* cat along a dim its inputs shard (metadata and lifetimes: the ref backend
+ * has no view kernels, so the values are checked from Python against torch):
+ * the Shard(0) inputs are gathered and the result sliced back to Shard(0),
+ * which it is on every mesh dim where some input was; a Partial next to them
+ * is still a placement error, with nothing left behind. */
+static void test_cat_along_shard(dt_graph *g) {
+    const int64_t m3[] = {3}, m22[] = {2, 2};
+    const int64_t xs[2] = {5, 4}, ys[2] = {2, 4};
+    float x[20] = {0}, y[8] = {0};
+    const dt_placement R = {DT_PLACEMENT_REPLICATE, 0}, S0 = {DT_PLACEMENT_SHARD, 0},
+                       S1 = {DT_PLACEMENT_SHARD, 1}, P = {DT_PLACEMENT_PARTIAL, 0};
+    const struct {
+        int mnd;
+        const int64_t *mshape;
+        dt_placement px[2], py[2], want[2];
+    } cases[] = {
+        {1, m3, {S0}, {S0}, {S0}},
+        {1, m3, {S0}, {R}, {S0}},
+        {1, m3, {S0}, {S1}, {S1}},
+        {2, m22, {S0, S1}, {S0, S1}, {S0, S1}},
+        {2, m22, {R, S0}, {S0, R}, {S0, S0}},
+        {2, m22, {S0, P}, {S0, P}, {S0, P}},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        dt_mesh *mesh = make_mesh(cases[ci].mnd, cases[ci].mshape, 0);
+        dt_tensor *a = dt_tensor_from_buffer(g, DT_FLOAT32, 2, xs, x, sizeof x, mesh, cases[ci].px);
+        dt_tensor *b = dt_tensor_from_buffer(g, DT_FLOAT32, 2, ys, y, sizeof y, mesh, cases[ci].py);
+        dt_tensor *in[3] = {a, b, a};
+        dt_tensor *c = dt_cat(3, in, 0);
+        CHECK(c != NULL);
+        if (c) {
+            const dt_placement *pl = dt_tensor_placements(c);
+            for (int md = 0; md < cases[ci].mnd; md++)
+                CHECK(pl[md].kind == cases[ci].want[md].kind && pl[md].dim == cases[ci].want[md].dim);
+            CHECK(dt_tensor_shape(c)[0] == 12);
+            checked++;
+        }
+        dt_tensor_release(c);
+        dt_tensor_release(b);
+        dt_tensor_release(a);
+        dt_mesh_release(mesh);
+    }
+    dt_mesh *mesh = make_mesh(1, m3, 0);
+    dt_tensor *a = dt_tensor_from_buffer(g, DT_FLOAT32, 2, xs, x, sizeof x, mesh, &S0);
+    dt_tensor *b = dt_tensor_from_buffer(g, DT_FLOAT32, 2, ys, y, sizeof y, mesh, &P);
+    dt_tensor *in[2] = {a, b};
+    CHECK(dt_cat(2, in, 0) == NULL && dt_last_status() == DT_EPLACEMENT);
+    dt_tensor_release(b);
+    dt_tensor_release(a);
+    dt_mesh_release(mesh);
+    CHECK(dt_graph_sync(g) == DT_OK);
+}
+
 /* Partial -> Replicate of float sums is bit-identical run to run and on
  * every device (fixed rank order). */
 static void test_deterministic(dt_graph *g) {
@@ -211,6 +264,7 @@ int main(void) {
     run_mesh(g, 2, m5);
     run_mesh(g, 3, m6);
     test_cross_mesh(g);
+    test_cat_along_shard(g);
     test_deterministic(g);
     dt_graph_release(g);
     printf("test_redistribute: %ld redistributions checked, %d failure(s)\n", checked, failures);
