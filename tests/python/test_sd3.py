@@ -10,7 +10,7 @@ import unittest
 import torch
 
 import dtorch
-from dtorch.applications.sd3 import FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel
+from dtorch.applications.sd3 import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel
 
 from helpers import assert_close_everywhere, assert_equal_everywhere
 
@@ -204,6 +204,65 @@ class SchedulerTest(unittest.TestCase):
             FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True).set_timesteps(4)
         with self.assertRaises(NotImplementedError):
             FlowMatchEulerDiscreteScheduler(use_karras_sigmas=True)
+
+
+# The spec's tiny SD3 VAE (one block, scale factor 1) and a two-block one with an upsampler.
+TINY_VAE = dict(block_out_channels=(4,), layers_per_block=1, latent_channels=4, norm_num_groups=1,
+                use_quant_conv=False, use_post_quant_conv=False, scaling_factor=1.5035, shift_factor=0.0609)
+VAE2 = dict(block_out_channels=(8, 16), layers_per_block=1, latent_channels=4, norm_num_groups=4,
+            down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2)
+
+
+class VaeTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        from diffusers import AutoencoderKL as Ref
+
+        torch.manual_seed(0)
+        cls.tmp = tempfile.mkdtemp()
+        cls.refs = {}
+        for name, cfg in (("tiny", TINY_VAE), ("two", VAE2), ("no_attn", dict(VAE2, mid_block_add_attention=False))):
+            cls.refs[name] = randomize(Ref(**cfg).eval(), scale=0.2)
+            cls.refs[name].save_pretrained(f"{cls.tmp}/{name}")
+        cls.z = torch.randn(2, 4, 8, 8, generator=torch.Generator().manual_seed(3))
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def want(self, name):
+        with torch.no_grad():
+            return self.refs[name].decode(self.z).sample
+
+    def test_one_device(self):
+        m1 = dtorch.DeviceMesh("cpu", [0])
+        # Without the mid-block attention the decode is torch.equal; with it, torch's attention output
+        # is channels-last strided and the convolutions after it round differently (docs/decisions.md).
+        vae = AutoencoderKL.from_pretrained(f"{self.tmp}/no_attn", device_mesh=m1)
+        assert_equal_everywhere(self, vae.decode(dtorch.from_torch(self.z, m1)), self.want("no_attn"))
+        for name in ("tiny", "two"):
+            with self.subTest(name):
+                vae = AutoencoderKL.from_pretrained(f"{self.tmp}/{name}", device_mesh=m1)
+                attn = vae.decoder.mid_block.attentions[0]
+                h = torch.randn(2, vae.decoder.conv_in.weight.shape[0], 8, 8)
+                with torch.no_grad():
+                    want_attn = self.refs[name].decoder.mid_block.attentions[0](h)
+                assert_equal_everywhere(self, attn(dtorch.from_torch(h, m1)), want_attn)
+                got = vae.decode(dtorch.from_torch(self.z, m1))
+                self.assertEqual(tuple(got.shape), tuple(self.want(name).shape))
+                assert_close_everywhere(self, got, self.want(name), rtol=1e-5, atol=1e-5)
+
+    def test_batch_sharded(self):
+        m = dtorch.DeviceMesh("cpu", [0, 1], mesh_dim_names=("dp",))
+        for name in ("tiny", "two"):
+            with self.subTest(name):
+                vae = AutoencoderKL.from_pretrained(f"{self.tmp}/{name}", device_mesh=m)
+                got = vae.decode(dtorch.from_torch(self.z, m, [dtorch.Shard(0)]))
+                self.assertEqual(got.placements, [dtorch.Shard(0)])
+                assert_close_everywhere(self, got, self.want(name), rtol=1e-5, atol=1e-5)
+        self.assertEqual(AutoencoderKL(VAE2, device_mesh=m).vae_scale_factor, 2)
+        with self.assertRaises(NotImplementedError):
+            AutoencoderKL(dict(VAE2, up_block_types=("AttnUpDecoderBlock2D",) * 2), device_mesh=m)
 
 
 if __name__ == "__main__":

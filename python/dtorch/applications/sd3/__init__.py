@@ -18,5 +18,6 @@ The components follow diffusers (keys, configs, op order) and the spec ``specs/s
 
 from .scheduler import FlowMatchEulerDiscreteScheduler
 from .transformer import SD3Transformer2DModel
+from .vae import AutoencoderKL
 
-__all__ = ["SD3Transformer2DModel", "FlowMatchEulerDiscreteScheduler"]
+__all__ = ["SD3Transformer2DModel", "FlowMatchEulerDiscreteScheduler", "AutoencoderKL"]

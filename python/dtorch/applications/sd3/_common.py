@@ -294,6 +294,8 @@ def load_module(module: Module, ckpt: Checkpoint, *, prefix: str = "", dtype: Op
                 missing.append(key)
                 continue
             t = ckpt.get(key)
+            if tuple(t.shape) != shape and tuple(t.shape) == shape + (1,) * (t.ndim - len(shape)):
+                t = t.reshape(shape)  # a 1x1 conv stored for a linear (old VAE attention files)
             if tuple(t.shape) != shape:
                 raise RuntimeError(f"size mismatch for {key}: the checkpoint has shape {tuple(t.shape)}, the model "
                                    f"expects {shape}")
