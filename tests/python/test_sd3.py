@@ -265,5 +265,146 @@ class VaeTest(unittest.TestCase):
             AutoencoderKL(dict(VAE2, up_block_types=("AttnUpDecoderBlock2D",) * 2), device_mesh=m)
 
 
+def psnr(a, b):
+    import numpy as np
+
+    mse = float(((np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)) ** 2).mean())
+    return float("inf") if mse == 0 else 10 * np.log10(1.0 / mse)
+
+
+class TextEncoderTest(unittest.TestCase):
+    """CLIP (with projection) and T5 at tiny configs against transformers (its sdpa attention)."""
+
+    @classmethod
+    def setUpClass(cls):
+        from transformers import CLIPTextConfig, CLIPTextModelWithProjection as RefClip, T5Config, T5EncoderModel as RefT5
+
+        torch.manual_seed(0)
+        cls.tmp = tempfile.mkdtemp()
+        cls.refs = {}
+        for name, eos in (("clip", 599), ("clip_legacy", 2)):  # eos 2: transformers' legacy argmax pooling
+            cfg = CLIPTextConfig(hidden_size=32, intermediate_size=37, num_hidden_layers=3, num_attention_heads=4,
+                                 projection_dim=24, hidden_act="quick_gelu" if eos == 2 else "gelu", vocab_size=600,
+                                 max_position_embeddings=77, eos_token_id=eos, bos_token_id=598, pad_token_id=599)
+            cls.refs[name] = randomize(RefClip(cfg).eval())
+        cls.refs["t5"] = randomize(RefT5(T5Config(vocab_size=300, d_model=32, d_kv=8, d_ff=37, num_layers=2,
+                                                  num_heads=4, feed_forward_proj="gated-gelu",
+                                                  relative_attention_num_buckets=8,
+                                                  relative_attention_max_distance=20)).eval())
+        for name, ref in cls.refs.items():
+            ref.save_pretrained(f"{cls.tmp}/{name}")
+        g = torch.Generator().manual_seed(5)
+        cls.clip_ids = torch.randint(0, 598, (2, 77), generator=g)
+        cls.clip_ids[0, 9:], cls.clip_ids[1, 30:] = 599, 599
+        cls.t5_ids = torch.randint(0, 300, (2, 40), generator=g)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def check(self, name, m, exact):
+        from dtorch.applications.sd3 import CLIPTextModelWithProjection, T5EncoderModel
+
+        ref = self.refs[name]
+        check = assert_equal_everywhere if exact else (lambda tc, a, b: assert_close_everywhere(tc, a, b, rtol=1e-4,
+                                                                                                   atol=1e-4))
+        with torch.no_grad():
+            if name == "t5":
+                want = ref(self.t5_ids).last_hidden_state
+                check(self, T5EncoderModel.from_pretrained(f"{self.tmp}/{name}", device_mesh=m)(self.t5_ids), want)
+                return
+            want = ref(self.clip_ids, output_hidden_states=True)
+        pooled, hidden = CLIPTextModelWithProjection.from_pretrained(f"{self.tmp}/{name}", device_mesh=m)(self.clip_ids)
+        self.assertEqual(len(hidden), len(want.hidden_states))
+        check(self, pooled, want.text_embeds)
+        check(self, hidden[-2], want.hidden_states[-2])
+        check(self, hidden[-1], want.hidden_states[-1])
+
+    def test_one_device_equal(self):
+        for name in self.refs:
+            with self.subTest(name):
+                self.check(name, dtorch.DeviceMesh("cpu", [0]), True)
+
+    def test_meshes(self):
+        for name in self.refs:
+            for mname in ("dp2", "tp2", "dp2*tp2"):
+                with self.subTest(f"{name} on {mname}"):
+                    self.check(name, MESHES[mname], False)
+        with self.assertRaisesRegex(ValueError, "do not split over tp=8"):
+            from dtorch.applications.sd3 import T5EncoderModel
+
+            T5EncoderModel.from_pretrained(f"{self.tmp}/t5", device_mesh=mesh((8,), ("tp",)))
+
+
+class PipelineTest(unittest.TestCase):
+    """The whole pipeline against diffusers' StableDiffusion3Pipeline on a tiny random folder."""
+
+    KW = dict(prompt="a photo of a cat", negative_prompt="blurry", num_inference_steps=3, height=32, width=32,
+              guidance_scale=5.0, max_sequence_length=16)
+
+    @classmethod
+    def setUpClass(cls):
+        from dtorch.applications.sd3.testing import make_tiny_pipeline
+
+        cls.tmp = tempfile.mkdtemp()
+        cls.ref = make_tiny_pipeline(cls.tmp, seed=0)
+        cls.ref.set_progress_bar_config(disable=True)
+        with torch.no_grad():
+            cls.want_latents = cls.ref(**cls.KW, generator=torch.Generator().manual_seed(0),
+                                       output_type="latent").images
+            cls.want_np = cls.ref(**cls.KW, generator=torch.Generator().manual_seed(0), output_type="np").images
+            cls.want_pil = cls.ref(**cls.KW, generator=torch.Generator().manual_seed(0)).images
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def pipe(self, m):
+        from dtorch.applications.sd3 import StableDiffusion3Pipeline
+
+        return StableDiffusion3Pipeline.from_pretrained(self.tmp, device_mesh=m)
+
+    def test_one_device(self):
+        import numpy as np
+
+        pipe = self.pipe(dtorch.DeviceMesh("cpu", [0]))
+        latents = pipe(**self.KW, generator=torch.Generator().manual_seed(0), output_type="latent").images
+        self.assertTrue(torch.equal(latents, self.want_latents))
+        # The decoded floats go through the VAE's mid attention (docs/decisions.md): close, and the
+        # 8-bit PIL image is identical.
+        out = pipe(**self.KW, seed=0, output_type="np").images
+        self.assertGreater(psnr(out, self.want_np), 120)
+        pil = pipe(**self.KW, seed=0, progress=True).images
+        self.assertEqual(len(pil), 1)
+        self.assertTrue(np.array_equal(np.asarray(pil[0]), np.asarray(self.want_pil[0])))
+        # async_call: recorded without waiting, the same image when read.
+        pending = pipe.async_call(**self.KW, seed=0, output_type="np")
+        self.assertTrue(np.array_equal(pending.get().images, out))
+        # Given latents are used as given (diffusers' latents= argument).
+        lat = torch.randn(1, 4, 32, 32, generator=torch.Generator().manual_seed(9))
+        with torch.no_grad():
+            want = self.ref(**self.KW, latents=lat, output_type="latent").images
+        self.assertTrue(torch.equal(pipe(**self.KW, latents=lat, output_type="latent").images, want))
+
+    def test_meshes_psnr(self):
+        for mname in ("dp2", "tp2", "dp2*tp2", "dp2*tp1*cp1*cp1"):
+            with self.subTest(mname):
+                pipe = self.pipe(MESHES[mname])
+                text_mesh = pipe.text_encoder.mesh
+                self.assertFalse(any(n in text_mesh.dim_names for n in ("ulysess_cp", "ring_cp")))
+                self.assertEqual(len(pipe.vae.mesh.device_ids), 1)
+                out = pipe(**self.KW, seed=0, output_type="np").images
+                self.assertGreater(psnr(out, self.want_np), 40)
+
+    def test_bad_input(self):
+        pipe = self.pipe(dtorch.DeviceMesh("cpu", [0]))
+        with self.assertRaisesRegex(ValueError, "divisible by 2"):
+            pipe(**dict(self.KW, height=33))
+        with self.assertRaisesRegex(ValueError, "output_type"):
+            pipe(**dict(self.KW, output_type="jpeg"))
+        with self.assertRaisesRegex(ValueError, "batch size"):
+            pipe(**dict(self.KW, negative_prompt=["x", "y"], prompt=["a cat"]))
+
+
 if __name__ == "__main__":
     unittest.main()

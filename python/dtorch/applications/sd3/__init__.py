@@ -16,8 +16,11 @@ The components follow diffusers (keys, configs, op order) and the spec ``specs/s
 >>> image = pipe("a photo of a cat", num_inference_steps=28, generator=torch.Generator().manual_seed(0)).images[0]
 """
 
+from .pipeline import PipelineFuture, StableDiffusion3Pipeline, StableDiffusion3PipelineOutput
 from .scheduler import FlowMatchEulerDiscreteScheduler
+from .text_encoders import CLIPTextModelWithProjection, T5EncoderModel
 from .transformer import SD3Transformer2DModel
 from .vae import AutoencoderKL
 
-__all__ = ["SD3Transformer2DModel", "FlowMatchEulerDiscreteScheduler", "AutoencoderKL"]
+__all__ = ["SD3Transformer2DModel", "FlowMatchEulerDiscreteScheduler", "AutoencoderKL", "CLIPTextModelWithProjection",
+           "T5EncoderModel", "StableDiffusion3Pipeline", "StableDiffusion3PipelineOutput", "PipelineFuture"]

@@ -82,23 +82,12 @@ def one_device_mesh(mesh: DeviceMesh) -> DeviceMesh:
 
 
 def to_mesh(t: Any, mesh: DeviceMesh, pl: Sequence[Placement]) -> Any:
-    """``t`` on another mesh (possibly of another shape) with placements ``pl``.
-
-    Same-shape meshes use ``redistribute`` (point-to-point copies); otherwise the value is
-    replicated, moved to the new mesh's first device, and laid out there."""
+    """``t`` on ``mesh`` (possibly of another shape) with placements ``pl``: replicated first, moved
+    by ``redistribute`` (point-to-point copies), then laid out on the new mesh (a local slice)."""
     if t.device_mesh == mesh:
         return t.redistribute(placements=list(pl)) if list(t.placements) != list(pl) else t
-    if tuple(t.device_mesh.shape) == tuple(mesh.shape):
-        return t.redistribute(mesh, list(t.placements)).redistribute(placements=list(pl))
-    first = one_device_mesh(t.device_mesh)
-    t = replicated(t)
-    if t.device_mesh != first:
-        t = t.redistribute(first, [Replicate()])
-    dst = one_device_mesh(mesh)
-    if dst != first:
-        t = t.redistribute(dst, [Replicate()])
-    # From one device to a mesh of another shape: through the host (a copy of a small tensor).
-    return _factories.from_torch(t.to_torch(), mesh, list(pl))
+    t = replicated(t).redistribute(mesh, [Replicate()] * mesh.ndim)
+    return t.redistribute(placements=list(pl)) if any(not p.is_replicate() for p in pl) else t
 
 
 # ---------------------------------------------------------------- layers with declared parameters
