@@ -396,6 +396,27 @@ class PipelineTest(unittest.TestCase):
                 out = pipe(**self.KW, seed=0, output_type="np").images
                 self.assertGreater(psnr(out, self.want_np), 40)
 
+    def test_example_runs(self):
+        # examples/sd3/run.py with its defaults: tiny random weights on dp=2 x tp=2, a PNG written.
+        import os
+        import re
+        import subprocess
+        import sys
+
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        out = os.path.join(self.tmp, "example.png")
+        env = dict(os.environ, PYTHONPATH=os.path.join(root, "python"))
+        r = subprocess.run([sys.executable, os.path.join(root, "examples", "sd3", "run.py"), "--out", out],
+                           capture_output=True, text=True, timeout=300, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        from PIL import Image
+
+        self.assertEqual(Image.open(out).size, (32, 32))
+        m = re.search(r"PSNR against one device: ([0-9.]+|inf) dB", r.stdout)
+        self.assertIsNotNone(m, r.stdout)
+        self.assertGreater(float(m.group(1)), 40)
+        self.assertIn("denoising", r.stderr)  # the tqdm bar
+
     def test_bad_input(self):
         pipe = self.pipe(dtorch.DeviceMesh("cpu", [0]))
         with self.assertRaisesRegex(ValueError, "divisible by 2"):
