@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import torch
 
@@ -301,8 +301,3 @@ def load_module(module: Module, ckpt: Checkpoint, *, prefix: str = "", dtype: Op
                            f"{' ...' if len(missing) > 8 else ''}, unexpected keys {unexpected[:8]}"
                            f"{' ...' if len(unexpected) > 8 else ''}")
 
-
-def first_dtype(module: Module) -> torch.dtype:
-    for p in module.parameters():
-        return p.dtype
-    return torch.get_default_dtype()

@@ -24,7 +24,7 @@ from ...distributed_spec import DeviceMesh
 from ...nn import functional as F
 from ...nn.modules.container import ModuleList
 from ...nn.modules.module import Module
-from ._common import (SDPA_OPTION, TP, Checkpoint, Conv2d, Layer, LayerNorm, Linear, batch_placements, load_module,
+from ._common import (SDPA_OPTION, TP, Checkpoint, Conv2d, Layer, Linear, batch_placements, load_module,
                       mesh_size, read_json)
 
 __all__ = ["SD3Transformer2DModel"]
