@@ -315,14 +315,12 @@ class SD3Transformer2DModel(Module):
     def dtype(self) -> torch.dtype:
         return self.proj_out.weight.dtype
 
-    def _input(self, t: Any, dtype: Optional[torch.dtype] = None) -> Any:
-        """A torch tensor (or a number, for the timestep) distributed over ``dp``; a dtorch tensor kept."""
-        if not isinstance(t, torch.Tensor) and not hasattr(t, "device_mesh"):
-            t = torch.tensor([float(t)])
+    def _input(self, t: Any) -> Any:
+        """A torch tensor distributed over ``dp``; a dtorch tensor is used as it is."""
         if isinstance(t, torch.Tensor):
-            if dtype is not None:
-                t = t.to(dtype)
-            t = _factories.from_torch(t, self.mesh, batch_placements(self.mesh))
+            return _factories.from_torch(t, self.mesh, batch_placements(self.mesh))
+        if not hasattr(t, "device_mesh"):
+            raise TypeError(f"SD3Transformer2DModel: expected a torch or dtorch tensor, got {type(t).__name__}")
         return t
 
     def forward(self, hidden_states: Any, encoder_hidden_states: Any, pooled_projections: Any, timestep: Any,
@@ -330,10 +328,13 @@ class SD3Transformer2DModel(Module):
         x = self._input(hidden_states)
         c = self._input(encoder_hidden_states)
         pooled = self._input(pooled_projections)
+        if isinstance(timestep, (int, float)) and not isinstance(timestep, bool):
+            timestep = torch.tensor(timestep)
+        if isinstance(timestep, torch.Tensor) and timestep.numel() == 1:
+            timestep = timestep.reshape(1).expand(x.shape[0]).contiguous()  # one timestep for the whole batch
         t = self._input(timestep)
-        if t.ndim == 0 or t.shape[0] != x.shape[0]:
-            t = t.reshape(-1).expand(x.shape[0])
-            t = t.redistribute(placements=batch_placements(self.mesh)) if t.device_mesh == self.mesh else t
+        if t.ndim != 1 or t.shape[0] != x.shape[0]:
+            raise ValueError(f"timestep must be a number or have shape ({x.shape[0]},), got {tuple(t.shape)}")
         height, width = x.shape[-2:]
         x = self.pos_embed(x).contiguous()
         temb = self.time_text_embed(t, pooled)
