@@ -606,6 +606,18 @@ DT_API dt_tensor *dt_scaled_dot_product_attention(dt_tensor *q, dt_tensor *k, dt
                                                   dt_tensor *attn_mask, double dropout_p, int is_causal,
                                                   double scale);
 
+/* Ring attention: the same attention (no mask, no dropout) with the
+ * sequence dim (-2) of q, k and v sharded along mesh dim `mesh_dim` (the
+ * ring), computed without gathering k and v: each device attends its query
+ * block to one key/value block at a time, merging by log-sum-exp, while the
+ * blocks move one step around the ring on the communication stream (at most
+ * three blocks held per device). Causal blocks wholly in a device's future
+ * are skipped. q, k and v must have equal placements: Shard(seq) on
+ * `mesh_dim`, R or S(d) on a batch/head dim elsewhere; the result has q's.
+ * Values match dt_scaled_dot_product_attention to rounding (allclose). */
+DT_API dt_tensor *dt_sdpa_ring(dt_tensor *q, dt_tensor *k, dt_tensor *v, int is_causal, double scale,
+                               int mesh_dim);
+
 /* 2-D pooling over the last two (spatial) dims of x [N, C, H, W] or
  * [C, H, W], computed by the ATen call torch.nn.functional makes, so a
  * one-device result equals eager torch bit for bit. kernel_size, padding and

@@ -275,6 +275,26 @@ static PyObject *nn_sdpa(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
         st, dt_scaled_dot_product_attention(q->t, k->t, v->t, handle(mask), p, causal, scale), q);
 }
 
+/* _nn_sdpa_ring(q, k, v, is_causal, scale_or_None, mesh_dim) */
+static PyObject *nn_sdpa_ring(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(6, "_nn_sdpa_ring");
+    dtpy_state *st = nn_state(m);
+    const char *op = "scaled_dot_product_attention";
+    dtpy_tensor *q, *k, *v;
+    double scale;
+    int64_t md;
+    if (dtpy_tensor_arg(st, args[0], op, "query", 0, &q) < 0 ||
+        dtpy_tensor_arg(st, args[1], op, "key", 0, &k) < 0 ||
+        dtpy_tensor_arg(st, args[2], op, "value", 0, &v) < 0 ||
+        dtpy_float_arg(args[4], op, "scale", 1, &scale) < 0 || dtpy_int_arg(args[5], op, "mesh_dim", &md) < 0)
+        return NULL;
+    int causal = PyObject_IsTrue(args[3]);
+    if (causal < 0)
+        return NULL;
+    dtpy_record_call_site(st);
+    return dtpy_tensor_wrap_like(st, dt_sdpa_ring(q->t, k->t, v->t, causal, scale, (int)md), q);
+}
+
 /* --------------------------------------------------------------- pooling */
 
 /* A pair of ints (the Python layer has already expanded single ints). */
@@ -400,6 +420,7 @@ static PyMethodDef nn_methods[] = {
     {"_nn_dropout", FASTCALL(nn_dropout), "_nn_dropout(x, p, training)"},
     {"_nn_alias", FASTCALL(nn_alias), "_nn_alias(x, cls): a tensor of class cls on x's value"},
     {"_nn_sdpa", FASTCALL(nn_sdpa), "_nn_sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale)"},
+    {"_nn_sdpa_ring", FASTCALL(nn_sdpa_ring), "_nn_sdpa_ring(q, k, v, is_causal, scale, mesh_dim)"},
     {"_nn_max_pool2d", FASTCALL(nn_max_pool2d),
      "_nn_max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode, return_indices)"},
     {"_nn_avg_pool2d", FASTCALL(nn_avg_pool2d),

@@ -307,7 +307,12 @@ enum {
     DT_KNN_ALIGN = 1 << 5,   /* INTERPOLATE: align_corners=True */
     DT_KNN_CAUSAL = 1 << 6,  /* SDPA: is_causal */
     DT_KNN_MASK = 1 << 7,    /* SDPA: attn_mask input */
-    DT_KNN_DTYPE = 1 << 8    /* SOFTMAX: cast to `dtype` first */
+    DT_KNN_DTYPE = 1 << 8,   /* SOFTMAX: cast to `dtype` first */
+    /* SDPA: one ring-attention step (inputs q, kv packed, [accumulator]) and
+     * the final extraction (input the accumulator); torch_attention.cpp says
+     * what each holds. */
+    DT_KNN_RING = 1 << 9,
+    DT_KNN_RING_FINAL = 1 << 10
 };
 enum { DT_KNORM_LAYER = 0, DT_KNORM_RMS, DT_KNORM_GROUP, DT_KNORM_BATCH };
 

@@ -212,6 +212,7 @@ typedef enum dt__op {
     DT_OP_PAD,
     DT_OP_DROPOUT,
     DT_OP_SDPA,
+    DT_OP_SDPA_RING, /* ring attention (ring_attention.c); a.ints[0] = the ring's mesh dim */
     /* creation and data-dependent family (src/ops/factory.c, sort_scan.c). */
     DT_OP_RANDINT,   /* lowered by dt__lower_factory; low/high in scalar/scalar2 */
     DT_OP_SORT_SCAN, /* sub = DT_KS_* (backend.h); sort_dim, sort_k below */
@@ -586,7 +587,8 @@ typedef enum dt__coll_kind {
     DT_COLL_ALLGATHER = 0, /* cat along dim_a */
     DT_COLL_ALLREDUCE,     /* sum in rank order */
     DT_COLL_REDUCESCATTER, /* slice each peer along dim_b to my range, sum */
-    DT_COLL_ALLTOALL       /* slice each peer along dim_b to my range, cat along dim_a */
+    DT_COLL_ALLTOALL,      /* slice each peer along dim_b to my range, cat along dim_a */
+    DT_COLL_SHIFT          /* a ring step: rank r gets rank r-1's input (mod n); shapes[p] per rank */
 } dt__coll_kind;
 
 /* A collective back end: how the ranks' workers run one collective. The
@@ -669,6 +671,13 @@ void dt__lw_discard(dt__kernel *k);
 dt_status dt__lw_collective(dt__lower *L, const dt_mesh *mesh, int stream_kind, dt__coll *c, int64_t base,
                             int64_t stride, dt__blob **blobs, dt__blob **next, dt_dtype dtype,
                             const char *opname);
+/* As dt__lw_collective; also, where deps[idx] is set, rank idx's kernel
+ * waits for that blob before it runs (its reference moves in, set NULL): an
+ * ordering edge, not an operand (ring attention bounds its blocks in flight
+ * with it). deps may be NULL. */
+dt_status dt__lw_collective_after(dt__lower *L, const dt_mesh *mesh, int stream_kind, dt__coll *c,
+                                  int64_t base, int64_t stride, dt__blob **blobs, dt__blob **deps,
+                                  dt__blob **next, dt_dtype dtype, const char *opname);
 /* Makes sure v has its blob array; DT_ENOMEM (L->status set) if not. */
 dt_status dt__lw_alloc_blobs(dt__lower *L, dt__tval *v);
 /* A blob holding the region (start, len) of `v` on device `idx`, which must
@@ -699,6 +708,7 @@ dt_status dt__lower_unary(dt__lower *L, dt__node *n);
 dt_status dt__lower_matmul(dt__lower *L, dt__node *n);
 dt_status dt__lower_sum(dt__lower *L, dt__node *n);
 dt_status dt__lower_redistribute(dt__lower *L, dt__node *n);
+dt_status dt__lower_sdpa_ring(dt__lower *L, dt__node *n);
 dt_status dt__lower_reduce(dt__lower *L, dt__node *n);
 dt_status dt__lower_linalg(dt__lower *L, dt__node *n);
 dt_status dt__lower_view(dt__lower *L, dt__node *n);

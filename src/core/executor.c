@@ -148,6 +148,12 @@ dt_status dt__lw_alloc_blobs(dt__lower *L, dt__tval *v) {
 dt_status dt__lw_collective(dt__lower *L, const dt_mesh *mesh, int stream_kind, dt__coll *c, int64_t base,
                             int64_t stride, dt__blob **blobs, dt__blob **next, dt_dtype dtype,
                             const char *opname) {
+    return dt__lw_collective_after(L, mesh, stream_kind, c, base, stride, blobs, NULL, next, dtype, opname);
+}
+
+dt_status dt__lw_collective_after(dt__lower *L, const dt_mesh *mesh, int stream_kind, dt__coll *c,
+                                  int64_t base, int64_t stride, dt__blob **blobs, dt__blob **deps,
+                                  dt__blob **next, dt_dtype dtype, const char *opname) {
     dt__kernel **ks = c && L->status == DT_OK ? dt__calloc((size_t)c->n, sizeof *ks) : NULL;
     dt__stream **ss = ks ? dt__calloc((size_t)c->n, sizeof *ss) : NULL;
     int ok = ss != NULL;
@@ -175,6 +181,10 @@ dt_status dt__lw_collective(dt__lower *L, const dt_mesh *mesh, int stream_kind, 
         k->n_in = 1;
         k->in[0] = blobs[idx]; /* the caller's reference moves into the kernel */
         blobs[idx] = NULL;
+        if (deps && deps[idx]) {
+            k->in[k->n_in++] = deps[idx];
+            deps[idx] = NULL;
+        }
         k->rank = r;
         k->extra = c;
         k->attr.dtype = dtype;
@@ -427,6 +437,7 @@ const dt__op_info dt__ops[DT_OP_COUNT] = {
     [DT_OP_PAD] = {"pad", dt__lower_nn},
     [DT_OP_DROPOUT] = {"dropout", dt__lower_nn},
     [DT_OP_SDPA] = {"scaled_dot_product_attention", dt__lower_nn},
+    [DT_OP_SDPA_RING] = {"scaled_dot_product_attention", dt__lower_sdpa_ring},
     /* creation and data-dependent family */
     [DT_OP_RANDINT] = {"randint", dt__lower_factory},
     [DT_OP_SORT_SCAN] = {"sort_scan", dt__lower_sort_scan},
@@ -437,7 +448,7 @@ const dt__op_info dt__ops[DT_OP_COUNT] = {
     [DT_OP_SYNC] = {"sync", lower_sync},
     [DT_OP_STOP] = {"stop", NULL},
 };
-_Static_assert(DT_OP_COUNT == 36, "update dt__ops when adding an op");
+_Static_assert(DT_OP_COUNT == 37, "update dt__ops when adding an op");
 
 /* -------------------------------------------------------------- the loop */
 

@@ -88,8 +88,23 @@ static dt_status slice_peer(const dt__kernel *k, const dt__coll *c, int p, int r
     return c->slots[p]->be->run(DT_K_SLICE, &a, &in, 1, out, err, errlen);
 }
 
+/* A ring step: rank r's output is a copy of rank r-1's input, whole. */
+static dt_status shift(const dt__coll *c, int r, void **out, char *err, size_t errlen) {
+    int p = (r + c->n - 1) % c->n;
+    dt__kattr a;
+    memset(&a, 0, sizeof a);
+    a.dtype = c->dtype;
+    a.ndim = c->ndim;
+    for (int d = 0; d < c->ndim; d++)
+        a.shape[d] = c->shapes[p][d];
+    void *in = c->slots[p]->impl;
+    return c->slots[p]->be->run(DT_K_SLICE, &a, &in, 1, out, err, errlen);
+}
+
 /* Computes rank r's output from the published peers. */
 static dt_status compute(dt__kernel *k, dt__coll *c, int r, void **out, char *err, size_t errlen) {
+    if (c->kind == DT_COLL_SHIFT)
+        return shift(c, r, out, err, errlen);
     const dt__backend *be = c->slots[r]->be;
     void **impls = dt__calloc((size_t)c->n, sizeof *impls);
     if (!impls)

@@ -3,8 +3,9 @@
  *
  * Each (batch, head) pair is independent, so shards of the leading dims pass
  * through with no communication; the sequence and embedding dims must be
- * whole on every device (context-parallel attention, which shards the
- * sequence, is a later piece). The result is linear in v, so a Partial v
+ * whole on every device here (context-parallel attention, which shards the
+ * sequence, is Ulysses in python/dtorch/nn/_context_parallel.py and the
+ * ring in ring_attention.c). The result is linear in v, so a Partial v
  * with everything else Replicate gives a Partial result. Dropout on the
  * attention weights draws its mask for the global [..., L, S] shape, like
  * dt_dropout, so values do not depend on placements.
@@ -67,13 +68,11 @@ const nn_rules dt__nn_rules_sdpa = {
     .kattr = kattr_sdpa,
 };
 
-dt_tensor *dt_scaled_dot_product_attention(dt_tensor *q, dt_tensor *k, dt_tensor *v, dt_tensor *attn_mask,
-                                           double dropout_p, int is_causal, double scale) {
-    dt_clear_error();
-    const char *op = "scaled_dot_product_attention";
+dt_status dt__sdpa_check(const char *op, dt_tensor *q, dt_tensor *k, dt_tensor *v, dt_tensor *attn_mask,
+                         double dropout_p, int is_causal, double scale) {
     if (dt__nn_need(op, "query", q) != DT_OK || dt__nn_need(op, "key", k) != DT_OK ||
         dt__nn_need(op, "value", v) != DT_OK)
-        return NULL;
+        return dt_last_status();
     const dt__meta *mq = &q->v->meta, *mk = &k->v->meta, *mv = &v->v->meta;
     int nd = mq->ndim;
     if (nd < 2 || mk->ndim != nd || mv->ndim != nd) {
@@ -82,7 +81,7 @@ dt_tensor *dt_scaled_dot_product_attention(dt_tensor *q, dt_tensor *k, dt_tensor
             "%s(): query, key and value must have the same number of dimensions (at least 2), got %d, %d "
             "and %d",
             op, mq->ndim, mk->ndim, mv->ndim);
-        return NULL;
+        return dt_last_status();
     }
     for (int d = 0; d < nd - 2; d++) {
         if (mk->shape[d] != mq->shape[d] || mv->shape[d] != mq->shape[d]) {
@@ -91,34 +90,34 @@ dt_tensor *dt_scaled_dot_product_attention(dt_tensor *q, dt_tensor *k, dt_tensor
                 "%s(): query, key and value must have the same batch and head sizes; dim %d is %lld, %lld "
                 "and %lld",
                 op, d, (long long)mq->shape[d], (long long)mk->shape[d], (long long)mv->shape[d]);
-            return NULL;
+            return dt_last_status();
         }
     }
     if (mk->shape[nd - 1] != mq->shape[nd - 1]) {
         dt__error(DT_EOP, "%s(): query and key must have the same embedding size, got %lld and %lld", op,
                   (long long)mq->shape[nd - 1], (long long)mk->shape[nd - 1]);
-        return NULL;
+        return dt_last_status();
     }
     if (mv->shape[nd - 2] != mk->shape[nd - 2]) {
         dt__error(DT_EOP, "%s(): key and value must have the same sequence length, got %lld and %lld", op,
                   (long long)mk->shape[nd - 2], (long long)mv->shape[nd - 2]);
-        return NULL;
+        return dt_last_status();
     }
     if (!dt_dtype_is_floating(mq->dtype) || mk->dtype != mq->dtype || mv->dtype != mq->dtype) {
         dt__error(DT_EOP,
                   "%s(): Expected query, key, and value to have the same floating-point dtype, but got "
                   "query.dtype: %s, key.dtype: %s and value.dtype: %s instead.",
                   op, dt_dtype_name(mq->dtype), dt_dtype_name(mk->dtype), dt_dtype_name(mv->dtype));
-        return NULL;
+        return dt_last_status();
     }
     if (!(dropout_p >= 0.0 && dropout_p <= 1.0)) {
         dt__error(DT_EINVAL, "%s(): dropout probability has to be between 0 and 1, but got %g", op,
                   dropout_p);
-        return NULL;
+        return dt_last_status();
     }
     if (is_causal && attn_mask) {
         dt__error(DT_EOP, "%s(): Explicit attn_mask should not be set when is_causal=True", op);
-        return NULL;
+        return dt_last_status();
     }
     if (attn_mask) {
         const dt__meta *mm = &attn_mask->v->meta;
@@ -128,11 +127,11 @@ dt_tensor *dt_scaled_dot_product_attention(dt_tensor *q, dt_tensor *k, dt_tensor
                 "%s(): Expected attn_mask dtype to be bool or to match query dtype, but got attn_mask.dtype: "
                 "%s and query.dtype: %s instead.",
                 op, dt_dtype_name(mm->dtype), dt_dtype_name(mq->dtype));
-            return NULL;
+            return dt_last_status();
         }
         if (mm->ndim > nd) {
             dt__error(DT_EOP, "%s(): attn_mask has %d dims, more than query's %d", op, mm->ndim, nd);
-            return NULL;
+            return dt_last_status();
         }
         for (int d = 0; d < mm->ndim; d++) {
             int od = d + nd - mm->ndim;
@@ -145,14 +144,25 @@ dt_tensor *dt_scaled_dot_product_attention(dt_tensor *q, dt_tensor *k, dt_tensor
                     "%s(): attn_mask of dim %d size %lld cannot broadcast to the attention weights' size "
                     "%lld",
                     op, d, (long long)mm->shape[d], (long long)want);
-                return NULL;
+                return dt_last_status();
             }
         }
     }
     if (!isnan(scale) && !isfinite(scale)) {
         dt__error(DT_EINVAL, "%s(): scale must be finite", op);
-        return NULL;
+        return dt_last_status();
     }
+    return DT_OK;
+}
+
+dt_tensor *dt_scaled_dot_product_attention(dt_tensor *q, dt_tensor *k, dt_tensor *v, dt_tensor *attn_mask,
+                                           double dropout_p, int is_causal, double scale) {
+    dt_clear_error();
+    const char *op = "scaled_dot_product_attention";
+    if (dt__sdpa_check(op, q, k, v, attn_mask, dropout_p, is_causal, scale) != DT_OK)
+        return NULL;
+    const dt__meta *mq = &q->v->meta, *mv = &v->v->meta;
+    int nd = mq->ndim;
     dt__meta out = *mq;
     out.shape[nd - 1] = mv->shape[nd - 1];
     dt__nattr a;

@@ -446,6 +446,8 @@ const dt_op_doc dt__docs_nn[] = {
     {"embedding", "nn", "(indices, weight): (R,R)->R, (S(d),R)->S(d), (R,S(1))->S(-1), (R,S(0))->P, (R,P)->P",
      0},
     {"scaled_dot_product_attention", "nn",
-     "(q, k, v, mask): R or S(d) on the same batch/head dim d -> S(d); (R,R,P,R)->P", 0},
+     "(q, k, v, mask): R or S(d) on the same batch/head dim d -> S(d); (R,R,P,R)->P; S(seq) on a "
+     "context-parallel mesh dim (SdpaOption) -> S(seq) by Ulysses (all-to-all) or ring attention",
+     0},
     {NULL, NULL, NULL, 0},
 };

@@ -70,6 +70,10 @@ dt_tensor *dt__nn_submit(int op, const char *name, dt_tensor *const *ins, int ni
 void dt__nn_full(const dt__meta *m, int64_t *s, int64_t *l);
 /* Checks a tensor argument is given: DT_EINVAL naming `what` otherwise. */
 dt_status dt__nn_need(const char *op, const char *what, const dt_tensor *t);
+/* The argument checks of scaled_dot_product_attention (shapes, dtypes, mask,
+ * dropout, scale) as torch makes them; ring attention shares them. */
+dt_status dt__sdpa_check(const char *op, dt_tensor *q, dt_tensor *k, dt_tensor *v, dt_tensor *attn_mask,
+                         double dropout_p, int is_causal, double scale);
 /* Normalises dim against ndim (torch's wrap rules, 0-d accepts -1 and 0);
  * DT_EINDEX with torch's message when out of range. */
 dt_status dt__nn_wrap_dim(const char *op, int64_t dim, int ndim, int *out);

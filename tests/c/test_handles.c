@@ -175,6 +175,7 @@ CASE(interpolate, einval_obj(dt_interpolate(NULL, 0, NULL, NULL, 0)))
 CASE(pad, einval_obj(dt_pad(NULL, 0, NULL, 0, 0)))
 CASE(dropout, einval_obj(dt_dropout(NULL, 0.5, 1)))
 CASE(sdpa, einval_obj(dt_scaled_dot_product_attention(NULL, NULL, NULL, NULL, 0, 0, 0)))
+CASE(sdpa_ring, einval_obj(dt_sdpa_ring(NULL, NULL, NULL, 0, 0, 0)))
 CASE(max_pool2d, einval(dt_max_pool2d(NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL)))
 CASE(avg_pool2d, einval_obj(dt_avg_pool2d(NULL, NULL, NULL, NULL, 0, 0, NULL)))
 CASE(adaptive_avg_pool2d, einval_obj(dt_adaptive_avg_pool2d(NULL, NULL)))
@@ -308,6 +309,7 @@ static const struct {
     C(pad),
     C(dropout),
     C(sdpa),
+    C(sdpa_ring),
     C(max_pool2d),
     C(avg_pool2d),
     C(adaptive_avg_pool2d),

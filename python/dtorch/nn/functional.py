@@ -390,9 +390,14 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     """``softmax(query @ key.transpose(-2, -1) * scale + mask) @ value``.
 
     ``enable_gqa=True`` (grouped-query attention, torch 2.5+) repeats the key and value heads to the
-    query's (``repeat_interleave`` on dim -3, as torch). ``sdpa_option`` names the context-parallel
-    mesh dims (``SdpaOption``). Shards of the batch and head dims pass through; the sequence and
-    embedding dims must not be sharded (the context-parallel algorithms come later).
+    query's (``repeat_interleave`` on dim -3, as torch). Shards of the batch and head dims pass
+    through. ``sdpa_option`` (``SdpaOption``; default: the mesh dims named ``"ulysess_cp"`` and
+    ``"ring_cp"``) names the context-parallel mesh dims. Inputs sharded on the sequence dim (-2)
+    along the Ulysses dim run Ulysses attention (all-to-all to heads, local attention, all-to-all
+    back; the heads must divide by the dim's size); along the ring dim they run ring attention
+    (key/value blocks passed around the ring and merged by log-sum-exp, never gathered; causal
+    blocks in a device's future skipped; no mask or dropout); along both, Ulysses outside and the
+    ring inside. The output keeps the query's sequence shards. The embedding dim must not be sharded.
 
     >>> F.scaled_dot_product_attention(q, k, v, is_causal=True)
     >>> F.scaled_dot_product_attention(q, k_grouped, v_grouped, enable_gqa=True)
@@ -402,6 +407,14 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
                         f"{type(sdpa_option).__name__}")
     if enable_gqa:
         key, value = _gqa_repeat(query, key, value)
+    if isinstance(query, _Tensor) and isinstance(key, _Tensor) and isinstance(value, _Tensor) and query.ndim >= 2:
+        from . import _context_parallel as cp
+
+        option = sdpa_option if sdpa_option is not None else SdpaOption()
+        ulysses_dim, ring_dim = cp.cp_dims(query, key, value, option)
+        if ulysses_dim >= 0 or ring_dim >= 0:
+            return cp.attention(query, key, value, attn_mask, dropout_p, is_causal, scale, ulysses_dim, ring_dim,
+                                option)
     return _C._nn_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale)
 
 

@@ -70,6 +70,10 @@ void empty_cpu_cache();
 /* Bytes of free blocks the cache holds now (any thread). */
 size_t cpu_cache_bytes();
 
+/* Ring attention's step and final kernels (torch_attention.cpp): DT_K_SDPA
+ * with DT_KNN_RING or DT_KNN_RING_FINAL. */
+at::Tensor ring_attention_kernel(const dt__kattr *a, void *const *in, int n_in);
+
 using kernel_fn = at::Tensor (*)(const dt__kattr *a, void *const *in, int n_in);
 struct kernel_registrar {
     kernel_registrar(int kop, kernel_fn fn);

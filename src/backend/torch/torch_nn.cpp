@@ -365,6 +365,8 @@ at::Tensor sdpa_math(const at::Tensor &q, const at::Tensor &k, const at::Tensor 
 }
 
 at::Tensor sdpa_kernel(const dt__kattr *a, void *const *in, int n_in) {
+    if (a->flags & (DT_KNN_RING | DT_KNN_RING_FINAL))
+        return ring_attention_kernel(a, in, n_in);
     bool has_mask = (a->flags & DT_KNN_MASK) != 0;
     need_inputs(DT_K_SDPA, n_in, has_mask ? 4 : 3, has_mask ? 4 : 3);
     const at::Tensor &q = impl(in[0]), &k = impl(in[1]), &v = impl(in[2]);
