@@ -658,9 +658,11 @@ dt__blob *dt__lw_push_comm(dt__lower *L, const dt_mesh *mesh, int64_t idx, dt__k
 dt__kernel *dt__lw_kernel(dt__lower *L, int kop);
 /* Queues `k` on the stream of mesh device `idx`; sets k->out to a new blob
  * unless already set, and returns that blob with one extra reference for the
- * caller. Always takes k: NULL k, a NULL input (an earlier failure) or a
- * failure here discards it (its references and extra go, see
- * dt__lw_discard) and returns NULL with L->status set. */
+ * caller. The builder is packed into a queued record (dt__krec, its
+ * references and extra move there) and freed. Always takes k: NULL k, a NULL
+ * input (an earlier failure) or a failure here (out of memory) discards it
+ * (its references and extra go, see dt__lw_discard) and returns NULL with
+ * L->status set. */
 dt__blob *dt__lw_push(dt__lower *L, const dt_mesh *mesh, int64_t idx, dt__kernel *k);
 /* As dt__lw_push on a stream the caller already holds. */
 dt__blob *dt__lw_push_on(dt__lower *L, dt__stream *s, dt__kernel *k);

@@ -448,6 +448,28 @@ static void refused(void) {
     }
     CHECK_EQ(b.n, 0);
     table_free(&tb);
+
+    /* A cross-mesh copy assembles pieces held by pointer: refused too. */
+    int64_t ids2[1] = {1};
+    dt_mesh *mesh2 = NULL;
+    CHECK(dt_mesh_create(DT_DEVICE_CPU, 1, mshape, ids2, NULL, &mesh2) == DT_OK);
+    int before = 0, after = 0;
+    pthread_mutex_lock(&taps.lock);
+    for (int i = 0; i < taps.n; i++)
+        before += taps.st[i] == DT_EINVAL;
+    pthread_mutex_unlock(&taps.lock);
+    dt_placement rr = R();
+    dt_tensor *z = mesh2 ? dt_redistribute(x, mesh2, &rr) : NULL;
+    CHECK(z != NULL);
+    CHECK(dt_tensor_read(z, out, sizeof out) == DT_OK);
+    CHECK_FEQ(out[0], 2.0f);
+    pthread_mutex_lock(&taps.lock);
+    for (int i = 0; i < taps.n; i++)
+        after += taps.st[i] == DT_EINVAL;
+    pthread_mutex_unlock(&taps.lock);
+    CHECK_EQ(after, before + 1);
+    dt_tensor_release(z);
+    dt_mesh_release(mesh2);
     dt_tensor_release(y);
     dt_tensor_release(x);
     dt_debug_gate_release(gate);
