@@ -112,7 +112,11 @@ static void bind(dt_graph *g, dt__stream *s, dt__krec *k) {
 
 /* The queued form of a builder: its references and extra move into it. */
 static dt__krec *pack(const dt__kernel *k) {
-    dt__krec *r = dt__krec_alloc(dt__kattr_pack_size(&k->attr));
+    /* One pass over the attributes into a stack buffer when they have no
+     * text (all but einsum), then a record of the exact size. */
+    uint8_t tmp[DT__KATTR_PACK_MAX];
+    size_t n = k->attr.text ? dt__kattr_pack_size(&k->attr) : dt__kattr_pack(&k->attr, tmp);
+    dt__krec *r = dt__krec_alloc(n);
     if (!r)
         return NULL;
     r->kop = k->kop;
@@ -124,7 +128,10 @@ static dt__krec *pack(const dt__kernel *k) {
     r->opname = k->opname;
     r->site_file = k->site_file;
     r->handle = k->extra;
-    dt__kattr_pack(&k->attr, r->attr);
+    if (k->attr.text)
+        dt__kattr_pack(&k->attr, r->attr);
+    else
+        memcpy(r->attr, tmp, n);
     return r;
 }
 

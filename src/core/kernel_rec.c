@@ -152,8 +152,13 @@ static void kattr_arrays(const dt__kattr *a, const int64_t **arr, int *cap) {
 }
 
 static int used_len(const int64_t *v, int cap) {
+    uint64_t any = 0; /* most arrays are all zero: one vectorised pass */
+    for (int i = 0; i < cap; i++)
+        any |= (uint64_t)v[i];
+    if (!any)
+        return 0;
     int n = cap;
-    while (n > 0 && v[n - 1] == 0)
+    while (v[n - 1] == 0)
         n--;
     return n;
 }
@@ -192,7 +197,7 @@ static void put_scalar(uint8_t **p, const dt_scalar *s) {
     dt__le_put(p, dbits(s->f), 8);
 }
 
-void dt__kattr_pack(const dt__kattr *a, uint8_t *out) {
+size_t dt__kattr_pack(const dt__kattr *a, uint8_t *out) {
     int32_t v[NI32];
     kattr_i32s(a, v);
     const int64_t *arr[5];
@@ -239,6 +244,7 @@ void dt__kattr_pack(const dt__kattr *a, uint8_t *out) {
             for (int i = 0; i < len[j]; i++)
                 dt__le_put(&p, (uint64_t)arr[j][i], 8);
     }
+    return (size_t)(p - out);
 }
 
 /* Parses packed attributes of `n` bytes into a (zeroed by the caller when

@@ -69,7 +69,10 @@ size_t dt__krec_footprint(size_t alen);
  * them (pack). Lossless: every field of the dt__kattr that is not zero is
  * kept, so unpack gives back the same attributes. */
 size_t dt__kattr_pack_size(const dt__kattr *a);
-void dt__kattr_pack(const dt__kattr *a, uint8_t *out);
+/* Returns the bytes written. */
+size_t dt__kattr_pack(const dt__kattr *a, uint8_t *out);
+/* The most bytes pack writes for attributes without text. */
+#define DT__KATTR_PACK_MAX (2 + 7 * 4 + 2 * 8 + 2 * 20 + 3 * 8 + 5 + 8 * (4 * DT_MAX_NDIM + 2 * DT_MAX_NDIM))
 /* 0 when `n` bytes are well-formed packed attributes (decoding). */
 int dt__kattr_check(const uint8_t *buf, size_t n);
 /* Unpacks a backend kernel's attributes onto the caller's dt__kattr (a
