@@ -61,8 +61,8 @@ struct dt__krec {
 dt__krec *dt__krec_alloc(size_t alen);
 /* Frees a record (not what it references). Any thread. */
 void dt__krec_free(dt__krec *k);
-/* Bytes dt__krec_alloc would take for `alen` attribute bytes (tests,
- * dt_graph stats). */
+/* Bytes dt__krec_alloc takes for `alen` attribute bytes (the test that
+ * measures what a kernel costs in memory). */
 size_t dt__krec_footprint(size_t alen);
 
 /* Packs a builder's attributes: the bytes needed (pack_size), then writes
