@@ -141,6 +141,10 @@ typedef struct dt__blob {
      * the producing worker, read by whoever frees. */
     int64_t charged;
     dt__memdev *mem;
+    /* The blob's name in kernels and their encoding (kernel_codec.c): unique
+     * within its graph, given by the controller when a kernel first names
+     * the blob (dt__lw_push_on), 0 until then. Controller-written. */
+    uint64_t id;
 } dt__blob;
 
 dt__blob *dt__blob_new(const dt__backend *be);
@@ -243,12 +247,13 @@ typedef struct dt__node {
 
 /* Core-run kernel kinds beyond the backend's dt__kop. */
 enum {
-    DT_KC_COLLECTIVE = DT_K_COUNT, /* extra = dt__coll */
-    DT_KC_FETCH,                   /* extra = dt_future, rank = piece */
-    DT_KC_SYNC,                    /* extra = dt_future */
+    DT_KC_COLLECTIVE = DT_K_COUNT, /* attributes: dt__collattr; run by the comm (collective.c) */
+    DT_KC_FETCH,                   /* handle = dt_future, rank = piece */
+    DT_KC_SYNC,                    /* handle = dt_future */
     DT_KC_STOP,                    /* the worker exits */
-    DT_KC_ASSEMBLE,                /* extra = dt__assembly: pieces from other devices */
-    DT_KC_GATE                     /* extra = dt_debug_gate: wait for it, then copy in[0] */
+    DT_KC_ASSEMBLE,                /* handle = dt__assembly: pieces from other devices */
+    DT_KC_GATE,                    /* handle = dt_debug_gate: wait for it, then copy in[0] */
+    DT_KC_END
 };
 
 /* The pieces a DT_KC_ASSEMBLE kernel places into one new local tensor: a
@@ -263,11 +268,13 @@ typedef struct dt__assembly {
 /* Drops an assembly's piece references and frees it (any thread). */
 void dt__assembly_free(dt__assembly *as);
 
+/* A kernel as lowering builds it (controller only): the op functions fill
+ * in[], attr and extra, then dt__lw_push packs it into the compact record
+ * below (dt__krec) and frees it. extra: the handle of a FETCH/SYNC (future),
+ * GATE (gate) or ASSEMBLE (assembly) kernel. */
 typedef struct dt__kernel {
-    struct dt__kernel *next;
     int32_t kop;
     int16_t n_in;
-    int16_t wait; /* some input comes from another stream: wait on its event */
     int32_t rank;
     int32_t site_line;
     dt__blob *in[DT_MAX_OP_INPUTS];
@@ -277,6 +284,11 @@ typedef struct dt__kernel {
     void *extra;
     dt__kattr attr;
 } dt__kernel;
+
+/* A kernel as queued on a stream (core/kernel_rec.h). */
+typedef struct dt__krec dt__krec;
+/* Test-only: what dt__graph_set_kernel_tap_for_test calls (kernel_rec.h). */
+typedef void (*dt__ktap_fn)(void *arg, const void *bytes, size_t len, dt_status st);
 
 /* ------------------------------------------------------------ streams */
 
@@ -310,12 +322,12 @@ typedef struct dt__stream {
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    dt__kernel *head, *tail; /* guarded by lock */
-    int sleeping;            /* guarded by lock */
-    atomic_uint pushed;      /* bumped per hand-over: the worker's spin watches it */
+    dt__krec *head, *tail; /* guarded by lock */
+    int sleeping;          /* guarded by lock */
+    atomic_uint pushed;    /* bumped per hand-over: the worker's spin watches it */
     /* Controller-only: kernels lowered in this batch, not yet handed over;
      * kernels appended ever (the last one's number is its event). */
-    dt__kernel *bhead, *btail;
+    dt__krec *bhead, *btail;
     struct dt__stream *next_dirty;
     int dirty;
     uint64_t appended;
@@ -329,14 +341,14 @@ typedef struct dt__stream {
     /* Test-only counts (dt__graph_debug_stream): kernels run, and of those
      * collectives and cross-mesh assemblies. Worker-written, relaxed. */
     atomic_long n_run, n_comm;
-    dt__kernel *stop_k; /* the stop kernel, made with the stream */
+    dt__krec *stop_k; /* the stop kernel, made with the stream */
 } dt__stream;
 
 /* Starts a stream (controller thread). NULL with the thread error set when
  * memory, the backend's stream or the thread cannot be had. */
 dt__stream *dt__stream_start(struct dt_graph *g, dt_device_type type, int64_t device_id, int kind);
 /* Hands over a list of kernels (controller thread). */
-void dt__stream_submit(dt__stream *s, dt__kernel *head, dt__kernel *tail);
+void dt__stream_submit(dt__stream *s, dt__krec *head, dt__krec *tail);
 /* Queues the stop kernel after everything handed over (controller). */
 void dt__stream_send_stop(dt__stream *s);
 /* Frees a stream whose worker has been joined (controller). Only once every
@@ -435,6 +447,14 @@ struct dt_graph {
     size_t smap_cap, smap_n;
     dt__stream *streams, *streams_last;
     dt__stream *dirty;
+    uint64_t blob_ids; /* the last blob id given (dt__blob.id) */
+    /* Controller-only: the collectives' groups made so far (collective.c). */
+    struct dt__group_ref *groups;
+    dt__ktap_fn ktap; /* test-only (dt__graph_set_kernel_tap_for_test) */
+    void *ktap_arg;
+    /* One communication back end per device type, made on first use
+     * (dt__graph_comm); read by workers, freed with the graph. */
+    _Atomic(struct dt__comm *) comm[DT_DEVICE_TYPES];
 };
 
 /* The backend serving device type `t` on g (any thread). */
@@ -455,7 +475,7 @@ void dt__debug_fork_lock(int lock);
 /* In a fork child: the parent's workers are gone. */
 void dt__stream_forked(void);
 /* A dropped gate kernel's gate reference (debug.c). */
-void dt__debug_gate_drop(dt__kernel *k);
+void dt__debug_gate_drop(dt__krec *k);
 void dt__debug_node_drop(dt__node *n);
 
 #define DT__Q_IS_CLOSED(h) (((uintptr_t)(h)&1) != 0)
@@ -477,7 +497,7 @@ int dt__spin_until_changed(atomic_uint *counter, unsigned seen);
 extern dt__pool dt__node_pool, dt__kernel_pool, dt__blob_pool, dt__tval_pool;
 /* Frees a node record (any thread). */
 static inline void dt__node_free(dt__node *n) { dt__pool_free(&dt__node_pool, n); }
-/* Frees a kernel record that was never queued (controller). */
+/* Frees a kernel builder (controller). */
 static inline void dt__kernel_free(dt__kernel *k) { dt__pool_free(&dt__kernel_pool, k); }
 
 #define DT_BACKLOG_MAX 32768
@@ -506,6 +526,7 @@ void *dt__controller_main(void *arg);
 
 struct dt_future {
     atomic_int refs;
+    uint64_t id; /* unique in the process: its name in encoded kernels */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int ready;         /* guarded by lock */
@@ -543,41 +564,28 @@ typedef enum dt__coll_kind {
     DT_COLL_ALLREDUCE,     /* sum in rank order */
     DT_COLL_REDUCESCATTER, /* slice each peer along dim_b to my range, sum */
     DT_COLL_ALLTOALL,      /* slice each peer along dim_b to my range, cat along dim_a */
-    DT_COLL_SHIFT          /* a ring step: rank r gets rank r-1's input (mod n); shapes[p] per rank */
+    DT_COLL_SHIFT,         /* a ring step: rank r gets rank r-1's input (mod n), whole */
+    DT_COLL_KINDS
 } dt__coll_kind;
 
-/* A collective back end: how the ranks' workers run one collective. The
- * in-process one (src/dist/collective.c) reads peer blobs directly on CPU
- * workers; a NCCL one fills the same slot for CUDA devices. The planner only
- * builds dt__coll records; the back end decides how bytes move. */
-typedef struct dt__comm_ops {
-    const char *name;
-    /* Runs rank k->rank's part of the collective k->extra on its worker. */
-    void (*run)(dt__kernel *k);
-} dt__comm_ops;
+/* The communication interface and collective kernels' attributes:
+ * src/dist/comm.h. */
 
-extern const dt__comm_ops dt__comm_inproc;
-/* The back end for collectives among devices of `type`. */
-const dt__comm_ops *dt__comm_for(dt_device_type type);
-
+/* The planner's description of one collective (controller only): lowering
+ * fills it and dt__lw_collective turns it into one kernel per rank. */
 typedef struct dt__coll {
-    const dt__comm_ops *ops;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int n, arrived, departed; /* guarded by lock */
+    int n;
     int kind;
     int dim_a, dim_b, ndim;
+    dt_device_type type;
     dt_dtype dtype;
-    dt__blob **slots;               /* n: each rank's input */
     int64_t (*shapes)[DT_MAX_NDIM]; /* n: each rank's input shape */
     int64_t *starts, *lens;         /* n: each rank's range along dim_b */
 } dt__coll;
 
 /* A collective of `n` ranks on devices of `type`; NULL when out of memory. */
 dt__coll *dt__coll_new(dt_device_type type, int kind, int n, int ndim, dt_dtype dtype);
-/* Frees a collective no rank was queued for (controller). */
 void dt__coll_free(dt__coll *c);
-
 /* ------------------------------------------------------------ lowering */
 
 /* The controller's view while it lowers one batch. */
@@ -607,22 +615,26 @@ dt__blob *dt__lw_push_comm(dt__lower *L, const dt_mesh *mesh, int64_t idx, dt__k
 dt__kernel *dt__lw_kernel(dt__lower *L, int kop);
 /* Queues `k` on the stream of mesh device `idx`; sets k->out to a new blob
  * unless already set, and returns that blob with one extra reference for the
- * caller. Always takes k: NULL k, a NULL input (an earlier failure) or a
- * failure here discards it (its references and extra go, see
- * dt__lw_discard) and returns NULL with L->status set. */
+ * caller. The builder is packed into a queued record (dt__krec, its
+ * references and extra move there) and freed. Always takes k: NULL k, a NULL
+ * input (an earlier failure) or a failure here (out of memory) discards it
+ * (its references and extra go, see dt__lw_discard) and returns NULL with
+ * L->status set. */
 dt__blob *dt__lw_push(dt__lower *L, const dt_mesh *mesh, int64_t idx, dt__kernel *k);
 /* As dt__lw_push on a stream the caller already holds. */
 dt__blob *dt__lw_push_on(dt__lower *L, dt__stream *s, dt__kernel *k);
-/* Frees a kernel that will not be queued with its input and output
+/* Frees a kernel builder that will not be queued with its input and output
  * references and what its extra owns (future reference, assembly, gate
- * reference); a collective's dt__coll is its caller's. NULL is ignored. */
+ * reference). NULL is ignored. */
 void dt__lw_discard(dt__kernel *k);
 /* Queues collective `c` on all of its c->n ranks or on none: rank r is mesh
  * device base + r * stride, on its `stream_kind` stream. Every rank's stream,
  * kernel and output are made before any is queued, so a failure leaves no
  * rank waiting for peers that never come. On success the inputs
  * blobs[idx] move into the kernels (set NULL) and next[idx] get the outputs
- * (next may be blobs); on failure c is freed, blobs untouched. */
+ * (next may be blobs); on failure blobs are untouched. c is freed in either
+ * case. The ranks meet in the comm's group for their devices and stream kind
+ * (dt__lw_group), under the group's next sequence number. */
 dt_status dt__lw_collective(dt__lower *L, const dt_mesh *mesh, int stream_kind, dt__coll *c, int64_t base,
                             int64_t stride, dt__blob **blobs, dt__blob **next, dt_dtype dtype,
                             const char *opname);
@@ -673,7 +685,7 @@ dt_status dt__lower_debug_gate(dt__lower *L, dt__node *n);
 
 /* Runs a DT_KC_GATE kernel (worker thread): sleeps until its gate opens or
  * its graph shuts down, then sets k->out to a copy of k->in[0]. */
-void dt__debug_gate_run(dt__kernel *k, dt__stream *s);
+void dt__debug_gate_run(dt__krec *k, dt__stream *s);
 /* Lets g's kernels waiting at gates through, and any that reach a gate
  * later, without opening the gates for other graphs (dt_graph_shutdown,
  * before it joins the workers, so a forgotten gate cannot hang a shutdown).

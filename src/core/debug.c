@@ -21,7 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/core.h"
+#include "core/kernel_rec.h"
 
 /* ------------------------------------------------------------ stats */
 
@@ -158,10 +158,10 @@ void dt__debug_fork_lock(int lock) {
         pthread_mutex_unlock(&gates_lock);
 }
 
-void dt__debug_gate_drop(dt__kernel *k) {
-    if (k->extra)
-        gate_unref(k->extra);
-    k->extra = NULL;
+void dt__debug_gate_drop(dt__krec *k) {
+    if (k->handle)
+        gate_unref(k->handle);
+    k->handle = NULL;
 }
 
 void dt__debug_node_drop(dt__node *n) {
@@ -242,14 +242,14 @@ dt_status dt__lower_debug_gate(dt__lower *L, dt__node *n) {
     return L->status;
 }
 
-void dt__debug_gate_run(dt__kernel *k, dt__stream *s) {
-    dt_debug_gate *gate = k->extra;
+void dt__debug_gate_run(dt__krec *k, dt__stream *s) {
+    dt_debug_gate *gate = k->handle;
     pthread_mutex_lock(&gate->lock);
     while (!gate->open && !atomic_load(&s->g->gates_bypassed))
         pthread_cond_wait(&gate->cond, &gate->lock);
     pthread_mutex_unlock(&gate->lock);
     gate_unref(gate);
-    k->extra = NULL;
+    k->handle = NULL;
     const dt__blob *in = k->in[0];
     if (in->error) {
         k->out->error = dt__strdup(in->error);
@@ -260,8 +260,9 @@ void dt__debug_gate_run(dt__kernel *k, dt__stream *s) {
     static const int64_t zero[DT_MAX_NDIM];
     void *impl = in->impl, *out = NULL;
     char err[512] = "";
-    dt_status st =
-        s->be->assemble(k->attr.dtype, k->attr.ndim, k->attr.shape, 1, &impl, zero, 0, &out, err, sizeof err);
+    dt__kattr a;
+    dt__kattr_unpack(k, &a);
+    dt_status st = s->be->assemble(a.dtype, a.ndim, a.shape, 1, &impl, zero, 0, &out, err, sizeof err);
     if (st == DT_OK) {
         k->out->impl = out;
     } else {

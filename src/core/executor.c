@@ -13,6 +13,7 @@
 
 #include "core/core.h"
 #include "core/window.h"
+#include "dist/comm.h"
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -75,7 +76,7 @@ void dt__lw_discard(dt__kernel *k) {
 }
 
 /* Adds k to the stream's batch; the batch is handed over by flush(). */
-static void stream_append(dt_graph *g, dt__stream *s, dt__kernel *k) {
+static void stream_append(dt_graph *g, dt__stream *s, dt__krec *k) {
     g->kqueued_local++;
     s->appended++;
     k->next = NULL;
@@ -91,6 +92,49 @@ static void stream_append(dt_graph *g, dt__stream *s, dt__kernel *k) {
     }
 }
 
+/* Binds a queued kernel to stream s: names its blobs (dt__blob.id), makes
+ * its output's event this kernel's number on s, and marks it to wait when
+ * an input comes from another stream. */
+static void bind(dt_graph *g, dt__stream *s, dt__krec *k) {
+    if (k->out) {
+        if (!k->out->id)
+            k->out->id = ++g->blob_ids;
+        k->out->producer = s;
+        k->out->seq = s->appended + 1;
+    }
+    for (int i = 0; i < k->n_in; i++) {
+        if (!k->in[i]->id)
+            k->in[i]->id = ++g->blob_ids; /* a source the controller made */
+        if (k->in[i]->producer != s)
+            k->wait = 1;
+    }
+}
+
+/* The queued form of a builder: its references and extra move into it. */
+static dt__krec *pack(const dt__kernel *k) {
+    /* One pass over the attributes into a stack buffer when they have no
+     * text (all but einsum), then a record of the exact size. */
+    uint8_t tmp[DT__KATTR_PACK_MAX];
+    size_t n = k->attr.text ? dt__kattr_pack_size(&k->attr) : dt__kattr_pack(&k->attr, tmp);
+    dt__krec *r = dt__krec_alloc(n);
+    if (!r)
+        return NULL;
+    r->kop = k->kop;
+    r->n_in = k->n_in;
+    r->rank = k->rank;
+    r->site_line = k->site_line;
+    memcpy(r->in, k->in, sizeof r->in);
+    r->out = k->out;
+    r->opname = k->opname;
+    r->site_file = k->site_file;
+    r->handle = k->extra;
+    if (k->attr.text)
+        dt__kattr_pack(&k->attr, r->attr);
+    else
+        memcpy(r->attr, tmp, n);
+    return r;
+}
+
 dt__blob *dt__lw_push_on(dt__lower *L, dt__stream *s, dt__kernel *k) {
     if (!k)
         return NULL;
@@ -104,27 +148,41 @@ dt__blob *dt__lw_push_on(dt__lower *L, dt__stream *s, dt__kernel *k) {
             dt__lw_fail(L, DT_ENOMEM, "out of memory (blob record)");
         bad = !k->out;
     }
-    if (bad) {
+    /* The node's reuse mark (passes/reuse.c) goes on its backend kernels. */
+    if (k->kop < DT_K_COUNT)
+        k->attr.flags |= L->kflags;
+    dt__krec *r = bad ? NULL : pack(k);
+    if (!r) {
         /* A NULL input or stream means an earlier step failed. */
         dt__lw_fail(L, DT_ENOMEM, "out of memory");
         dt__lw_discard(k);
         return NULL;
     }
-    /* The output's event: this kernel's number on s (stream_append counts
-     * it), completed when s's worker has run it. */
-    if (k->out) {
-        k->out->producer = s;
-        k->out->seq = s->appended + 1;
+    dt__kernel_free(k); /* its references moved into r */
+    bind(L->g, s, r);
+    stream_append(L->g, s, r);
+    return dt__blob_retain(r->out);
+}
+
+/* A core kernel's record with no attributes, carrying the node's op name
+ * and call site; NULL (L->status set) when out of memory. */
+static dt__krec *core_krec(dt__lower *L, int kop) {
+    dt__krec *k = L->status == DT_OK ? dt__krec_alloc(0) : NULL;
+    if (!k) {
+        dt__lw_fail(L, DT_ENOMEM, "out of memory (kernel record)");
+        return NULL;
     }
-    /* The node's reuse mark (passes/reuse.c) goes on its backend kernels. */
-    if (k->kop < DT_K_COUNT)
-        k->attr.flags |= L->kflags;
-    /* An input made on another stream may not be ready when this runs. */
-    for (int i = 0; i < k->n_in; i++)
-        if (k->in[i]->producer != s)
-            k->wait = 1;
-    stream_append(L->g, s, k);
-    return dt__blob_retain(k->out);
+    k->kop = kop;
+    k->opname = dt__ops[L->node->op].name;
+    k->site_file = L->node->site_file;
+    k->site_line = L->node->site_line;
+    return k;
+}
+
+/* Queues a record whose blobs are all there (cannot fail). */
+static void push_krec(dt_graph *g, dt__stream *s, dt__krec *k) {
+    bind(g, s, k);
+    stream_append(g, s, k);
 }
 
 dt__blob *dt__lw_push(dt__lower *L, const dt_mesh *mesh, int64_t idx, dt__kernel *k) {
@@ -154,30 +212,39 @@ dt_status dt__lw_collective(dt__lower *L, const dt_mesh *mesh, int stream_kind, 
 dt_status dt__lw_collective_after(dt__lower *L, const dt_mesh *mesh, int stream_kind, dt__coll *c,
                                   int64_t base, int64_t stride, dt__blob **blobs, dt__blob **deps,
                                   dt__blob **next, dt_dtype dtype, const char *opname) {
-    dt__kernel **ks = c && L->status == DT_OK ? dt__calloc((size_t)c->n, sizeof *ks) : NULL;
+    dt__krec **ks = c && L->status == DT_OK ? dt__calloc((size_t)c->n, sizeof *ks) : NULL;
     dt__stream **ss = ks ? dt__calloc((size_t)c->n, sizeof *ss) : NULL;
     int ok = ss != NULL;
+    uint64_t group = 0, seq = 0;
     for (int r = 0; ok && r < c->n; r++) {
         int64_t idx = base + r * stride;
         ss[r] = dt__lw_stream_kind(L, mesh, idx, stream_kind);
-        ks[r] = ss[r] ? dt__lw_kernel(L, DT_KC_COLLECTIVE) : NULL;
+        ok = ss[r] && blobs[idx];
+    }
+    /* The group of the streams' actual kind (DTORCH_OVERLAP=0 folds
+     * communication into compute): one group's collectives share a stream
+     * per rank, so they run in sequence order on every rank. */
+    if (ok)
+        group = dt__lw_group(L, mesh, base, stride, c->n, ss[0]->kind, &seq);
+    ok = ok && group;
+    for (int r = 0; ok && r < c->n; r++) {
+        ks[r] = dt__coll_krec(c, group, seq, r);
         if (ks[r])
             ks[r]->out = dt__blob_new(ss[r]->be);
-        ok = ks[r] && ks[r]->out && blobs[idx];
+        ok = ks[r] && ks[r]->out;
     }
     if (!ok) {
         dt__lw_fail(L, DT_ENOMEM, "out of memory (collective)");
         for (int r = 0; ks && r < c->n; r++)
-            dt__lw_discard(ks[r]);
-        if (c)
-            dt__coll_free(c);
+            dt__krec_discard(ks[r]);
+        dt__coll_free(c);
         dt__free(ks);
         dt__free(ss);
         return L->status;
     }
     for (int r = 0; r < c->n; r++) {
         int64_t idx = base + r * stride;
-        dt__kernel *k = ks[r];
+        dt__krec *k = ks[r];
         k->n_in = 1;
         k->in[0] = blobs[idx]; /* the caller's reference moves into the kernel */
         blobs[idx] = NULL;
@@ -185,13 +252,15 @@ dt_status dt__lw_collective_after(dt__lower *L, const dt_mesh *mesh, int stream_
             k->in[k->n_in++] = deps[idx];
             deps[idx] = NULL;
         }
-        k->rank = r;
-        k->extra = c;
-        k->attr.dtype = dtype;
-        if (opname)
-            k->opname = opname;
-        next[idx] = dt__lw_push_on(L, ss[r], k); /* cannot fail: stream, out and input are there */
+        k->opname = opname ? opname : dt__ops[L->node->op].name;
+        k->site_file = L->node->site_file;
+        k->site_line = L->node->site_line;
+        bind(L->g, ss[r], k);
+        stream_append(L->g, ss[r], k);
+        next[idx] = dt__blob_retain(k->out);
     }
+    (void)dtype; /* the collective's own dtype (c->dtype) is its kernels' */
+    dt__coll_free(c);
     dt__free(ks);
     dt__free(ss);
     return DT_OK;
@@ -243,7 +312,7 @@ static dt_status lower_fetch(dt__lower *L, dt__node *n) {
     int64_t nslots = f->local >= 0 ? 1 : mesh->ndev;
     f->pieces = dt__calloc((size_t)nslots, sizeof *f->pieces);
     f->starts = dt__calloc((size_t)nslots * (size_t)(m->ndim ? m->ndim : 1), sizeof *f->starts);
-    dt__kernel **ks = dt__calloc((size_t)nslots, sizeof *ks);
+    dt__krec **ks = dt__calloc((size_t)nslots, sizeof *ks);
     dt__stream **ss = dt__calloc((size_t)nslots, sizeof *ss);
     if (!f->pieces || !f->starts || !ks || !ss) {
         dt__lw_fail(L, DT_ENOMEM, "out of memory (fetch pieces)");
@@ -264,7 +333,7 @@ static dt_status lower_fetch(dt__lower *L, dt__node *n) {
             dt__local_region(m, coord, f->starts + (size_t)npieces * (size_t)m->ndim, len);
         }
         ss[npieces] = dt__lw_stream(L, mesh, i);
-        dt__kernel *k = ss[npieces] ? dt__lw_kernel(L, DT_KC_FETCH) : NULL;
+        dt__krec *k = ss[npieces] ? core_krec(L, DT_KC_FETCH) : NULL;
         if (!k)
             goto fail;
         k->n_in = 1;
@@ -273,9 +342,9 @@ static dt_status lower_fetch(dt__lower *L, dt__node *n) {
         ks[npieces++] = k;
     }
     for (int r = 0; r < npieces; r++) {
-        ks[r]->extra = f;
+        ks[r]->handle = f;
         atomic_fetch_add(&f->refs, 1);
-        dt__lw_push_on(L, ss[r], ks[r]); /* cannot fail: stream and input are there */
+        push_krec(L->g, ss[r], ks[r]);
     }
     f->npieces = npieces;
     dt__future_expect(f, npieces);
@@ -285,7 +354,7 @@ static dt_status lower_fetch(dt__lower *L, dt__node *n) {
     return DT_OK;
 fail:
     for (int64_t r = 0; ks && r < nslots; r++)
-        dt__lw_discard(ks[r]);
+        dt__krec_discard(ks[r]);
     dt__free(ks);
     dt__free(ss);
     dt__free(f->pieces);
@@ -303,14 +372,14 @@ static dt_status lower_sync(dt__lower *L, dt__node *n) {
         count++;
     /* Every kernel first: a sync with some streams missing would complete
      * before their work. */
-    dt__kernel **ks = dt__calloc((size_t)(count ? count : 1), sizeof *ks);
+    dt__krec **ks = dt__calloc((size_t)(count ? count : 1), sizeof *ks);
     if (!ks)
         return dt__lw_fail(L, DT_ENOMEM, "out of memory (sync)");
     for (int i = 0; i < count; i++) {
-        ks[i] = dt__lw_kernel(L, DT_KC_SYNC);
+        ks[i] = core_krec(L, DT_KC_SYNC);
         if (!ks[i]) {
             for (int j = 0; j < i; j++)
-                dt__lw_discard(ks[j]);
+                dt__krec_discard(ks[j]);
             dt__free(ks);
             return L->status;
         }
@@ -318,8 +387,8 @@ static dt_status lower_sync(dt__lower *L, dt__node *n) {
     dt__future_expect(f, count + 1);
     int i = 0;
     for (dt__stream *s = g->streams; s; s = s->next_all) {
-        dt__kernel *k = ks[i++];
-        k->extra = f;
+        dt__krec *k = ks[i++];
+        k->handle = f;
         atomic_fetch_add(&f->refs, 1);
         stream_append(g, s, k);
     }
@@ -431,7 +500,32 @@ static void discard(dt_graph *g, dt__node *n) {
     }
 }
 
+/* Test-only: the round's kernels, encoded, to the tap. */
+static void tap(dt_graph *g) {
+    int n = 0;
+    for (dt__stream *s = g->dirty; s; s = s->next_dirty)
+        n++;
+    dt__kbatch b = {.n = n, .s = dt__calloc((size_t)(n ? n : 1), sizeof *b.s)};
+    dt__bytes bytes = {0};
+    dt_status st = b.s ? DT_OK : DT_ENOMEM;
+    int i = n;
+    for (dt__stream *s = g->dirty; s && b.s; s = s->next_dirty)
+        b.s[--i] = (dt__kbatch_stream){s->type, s->device_id, s->kind, s->bhead, s->btail};
+    if (st == DT_OK)
+        st = dt__kernel_encode(g, &b, &bytes);
+    g->ktap(g->ktap_arg, st == DT_OK ? bytes.p : NULL, st == DT_OK ? bytes.len : 0, st);
+    dt__bytes_free(&bytes);
+    dt__free(b.s); /* a view: the kernels stay on their streams */
+}
+
+void dt__graph_set_kernel_tap_for_test(dt_graph *g, dt__ktap_fn fn, void *arg) {
+    g->ktap_arg = arg;
+    g->ktap = fn;
+}
+
 static void flush(dt_graph *g) {
+    if (g->ktap && g->dirty)
+        tap(g);
     while (g->dirty) {
         dt__stream *s = g->dirty;
         g->dirty = s->next_dirty;
@@ -442,8 +536,31 @@ static void flush(dt_graph *g) {
     }
 }
 
-/* Lowers one node (or, for STOP, frees the values that travel on it);
- * returns 1 for STOP. `kflags` goes on the node's backend kernels. */
+dt_status dt__kbatch_push(dt_graph *g, dt__kbatch *b) {
+    dt__stream **ss = dt__calloc((size_t)(b->n ? b->n : 1), sizeof *ss);
+    if (!ss)
+        return dt__error(DT_ENOMEM, "kernel batch: out of memory");
+    /* Every stream first: a failure queues nothing. */
+    for (int i = 0; i < b->n; i++) {
+        ss[i] = dt__graph_stream(g, (dt_device_type)b->s[i].type, b->s[i].device_id, b->s[i].kind);
+        if (!ss[i]) {
+            dt__free(ss);
+            return dt_last_status() != DT_OK ? dt_last_status() : DT_ENOMEM;
+        }
+    }
+    for (int i = 0; i < b->n; i++) {
+        for (dt__krec *k = b->s[i].head, *next; k; k = next) {
+            next = k->next;
+            bind(g, ss[i], k);
+            stream_append(g, ss[i], k);
+        }
+        b->s[i].head = b->s[i].tail = NULL;
+    }
+    dt__free(ss);
+    atomic_store_explicit(&g->kqueued, g->kqueued_local, memory_order_relaxed);
+    flush(g);
+    return DT_OK;
+}
 
 void *dt__controller_main(void *arg) {
     dt_graph *g = arg;
@@ -502,6 +619,7 @@ void *dt__controller_main(void *arg) {
     dt__graph_flush_releases(g);
     /* Nodes after STOP cannot exist: the queue is closed before STOP goes in. */
     dt__graph_streams_stop(g);
+    dt__graph_comm_free(g); /* after every worker: none runs a collective now */
     dt__graph_controller_exited(g);
     return NULL;
 }

@@ -10,11 +10,15 @@
 
 #include "core/core.h"
 
+/* Futures' ids (dt_future.id): unique in the process. */
+static _Atomic uint64_t future_ids;
+
 dt_future *dt__future_new(void) {
     dt_future *f = dt__calloc(1, sizeof *f);
     if (!f)
         return NULL;
     atomic_init(&f->refs, 1);
+    f->id = atomic_fetch_add_explicit(&future_ids, 1, memory_order_relaxed) + 1;
     f->fork_gen = atomic_load_explicit(&dt__fork_gen, memory_order_relaxed);
     pthread_mutex_init(&f->lock, NULL);
     dt__cond_init_monotonic(&f->cond);

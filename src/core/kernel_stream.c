@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/core.h"
+#include "dist/comm.h"
 
 /* Worker threads alive in the process, and a generation bumped whenever that
  * count changes, so each worker re-bounds its backend's intra-op threads:
@@ -62,7 +62,7 @@ static const char *const kop_names[DT_K_COUNT] = {
 };
 
 /* Poisons k->out with a message naming the op, the device and the call site. */
-static void poison(dt__kernel *k, const dt__stream *s, const char *what) {
+static void poison(dt__krec *k, const dt__stream *s, const char *what) {
     if (!k->out || k->out->error)
         return;
     char buf[1024];
@@ -78,11 +78,11 @@ static void poison(dt__kernel *k, const dt__stream *s, const char *what) {
 
 /* Charges a new output to its device; an output written into its donated
  * input's buffer takes that input's charge over instead. */
-static void account(dt__kernel *k, const dt__stream *s) {
+static void account(dt__krec *k, const dt__stream *s, int inplace) {
     dt__blob *out = k->out;
     if (!out || !out->impl || out->charged)
         return;
-    if ((k->attr.flags & DT_KF_INPLACE) && k->n_in > 0 && k->in[0]->impl && s->be->same_storage &&
+    if (inplace && k->n_in > 0 && k->in[0]->impl && s->be->same_storage &&
         s->be->same_storage(out->impl, k->in[0]->impl)) {
         dt__blob *in = k->in[0];
         out->charged = in->charged;
@@ -98,34 +98,39 @@ static void account(dt__kernel *k, const dt__stream *s) {
     dt__mem_charge(out->mem, out->charged);
 }
 
-static void run_backend(dt__kernel *k, const dt__stream *s) {
+/* Runs a backend kernel; returns 1 when it was allowed to write into in[0]
+ * (DT_KF_INPLACE). */
+static int run_backend(dt__krec *k, const dt__stream *s) {
     void *in[DT_MAX_OP_INPUTS] = {NULL};
     for (int i = 0; i < k->n_in; i++) {
         if (k->in[i]->error) {
             /* Carry the first failure unchanged to everything downstream. */
             k->out->error = dt__strdup(k->in[i]->error);
-            return;
+            return 0;
         }
         in[i] = k->in[i]->impl;
     }
+    dt__kattr attr; /* the record's packed attributes, for the backend */
+    dt__kattr_unpack(k, &attr);
     /* The kernel holds the only reference left to in[0]: its tensor was
      * released and no other kernel will read it, so its buffer may be reused
      * (peak memory of a chain of ops stays at one buffer). Which kernels may
      * is the window's reuse pass's call (DT_KF_REUSE). */
-    if ((k->attr.flags & DT_KF_REUSE) && k->n_in > 0 && atomic_load(&k->in[0]->refs) == 1)
-        k->attr.flags |= DT_KF_INPLACE;
+    if ((attr.flags & DT_KF_REUSE) && k->n_in > 0 && atomic_load(&k->in[0]->refs) == 1)
+        attr.flags |= DT_KF_INPLACE;
     char err[512] = "";
     void *out = NULL;
-    dt_status st = s->be->run(k->kop, &k->attr, in, k->n_in, &out, err, sizeof err);
+    dt_status st = s->be->run(k->kop, &attr, in, k->n_in, &out, err, sizeof err);
     if (st != DT_OK) {
         char what[600];
         snprintf(what, sizeof what, "%s (%s kernel: %s)", err[0] ? err : dt_status_str(st), kop_names[k->kop],
                  dt_status_str(st));
         poison(k, s, what);
         s->be->free(out);
-        return;
+        return 0;
     }
     k->out->impl = out;
+    return (attr.flags & DT_KF_INPLACE) != 0;
 }
 
 void dt__assembly_free(dt__assembly *as) {
@@ -141,7 +146,7 @@ void dt__assembly_free(dt__assembly *as) {
  * memory (to_host on its backend, from_host on s's) when another backend
  * made it, as when a value moves between device types. *tmp is the new impl
  * to free after use (NULL when the piece's own impl serves). */
-static dt_status stage_piece(const dt__assembly *as, int i, const dt__kernel *k, const dt__stream *s,
+static dt_status stage_piece(const dt__assembly *as, int i, const dt__kattr *a, const dt__stream *s,
                              void **impl, void **tmp, char *err, size_t errlen) {
     dt__blob *p = as->pieces[i];
     *tmp = NULL;
@@ -156,8 +161,8 @@ static dt_status stage_piece(const dt__assembly *as, int i, const dt__kernel *k,
     }
     dt_status st = p->be->to_host(p->impl, buf, nbytes, err, errlen);
     if (st == DT_OK)
-        st = s->be->from_host(k->attr.dtype, k->attr.ndim, as->lens + (size_t)i * (size_t)k->attr.ndim, buf,
-                              tmp, err, errlen);
+        st = s->be->from_host(a->dtype, a->ndim, as->lens + (size_t)i * (size_t)a->ndim, buf, tmp, err,
+                              errlen);
     dt__free(buf);
     *impl = st == DT_OK ? *tmp : NULL;
     return st;
@@ -165,8 +170,11 @@ static dt_status stage_piece(const dt__assembly *as, int i, const dt__kernel *k,
 
 /* Places pieces made on other devices (of any type) into one new local
  * tensor. */
-static void run_assemble(dt__kernel *k, dt__stream *s) {
-    dt__assembly *as = k->extra;
+static void run_assemble(dt__krec *k, dt__stream *s) {
+    dt__assembly *as = k->handle;
+    k->handle = NULL;
+    dt__kattr a;
+    dt__kattr_unpack(k, &a);
     void **impls = dt__calloc((size_t)as->n, sizeof *impls);
     void **tmps = dt__calloc((size_t)as->n, sizeof *tmps);
     char err[512] = "";
@@ -177,15 +185,15 @@ static void run_assemble(dt__kernel *k, dt__stream *s) {
         if (as->pieces[i]->error && !k->out->error)
             k->out->error = dt__strdup(as->pieces[i]->error);
         if (!k->out->error) {
-            dt_status st = stage_piece(as, i, k, s, &impls[i], &tmps[i], err, sizeof err);
+            dt_status st = stage_piece(as, i, &a, s, &impls[i], &tmps[i], err, sizeof err);
             if (st != DT_OK)
                 poison(k, s, err[0] ? err : dt_status_str(st));
         }
     }
     if (!k->out->error) {
         void *out = NULL;
-        dt_status st = s->be->assemble(k->attr.dtype, k->attr.ndim, k->attr.shape, as->n, impls, as->starts,
-                                       0, &out, err, sizeof err);
+        dt_status st =
+            s->be->assemble(a.dtype, a.ndim, a.shape, as->n, impls, as->starts, 0, &out, err, sizeof err);
         if (st == DT_OK)
             k->out->impl = out;
         else
@@ -199,24 +207,38 @@ static void run_assemble(dt__kernel *k, dt__stream *s) {
     dt__assembly_free(as);
 }
 
-static void run_kernel(dt__kernel *k, dt__stream *s) {
+/* Runs a collective kernel's rank through the graph's comm. */
+static void run_collective(dt__krec *k, dt__stream *s) {
+    dt__collattr a;
+    dt__collattr_read(k, &a);
+    /* Made before the kernel was queued (dt__lw_group, or a decoder's
+     * resolver); the queue's hand-over publishes it. */
+    dt__comm *c = atomic_load_explicit(&s->g->comm[s->type], memory_order_acquire);
+    if (c)
+        c->ops->run(c, &a, k->rank, k->in[0], k->out, k->opname);
+    else if (!k->out->error)
+        poison(k, s, "no communication back end for this device type");
+}
+
+static void run_kernel(dt__krec *k, dt__stream *s) {
     if (k->wait)
         for (int i = 0; i < k->n_in; i++)
             dt__event_wait(s, k->in[i]);
+    int inplace = 0;
     switch (k->kop) {
     case DT_KC_COLLECTIVE:
         atomic_fetch_add_explicit(&s->n_comm, 1, memory_order_relaxed);
-        ((dt__coll *)k->extra)->ops->run(k);
+        run_collective(k, s);
         if (k->out && !k->out->impl && !k->out->error)
             poison(k, s, "collective produced no value");
         break;
     case DT_KC_FETCH:
-        dt__future_arrive(k->extra, k->rank, k->in[0]);
-        dt_future_release(k->extra);
+        dt__future_arrive(k->handle, k->rank, k->in[0]);
+        dt_future_release(k->handle);
         break;
     case DT_KC_SYNC:
-        dt__future_arrive(k->extra, -1, NULL);
-        dt_future_release(k->extra);
+        dt__future_arrive(k->handle, -1, NULL);
+        dt_future_release(k->handle);
         break;
     case DT_KC_ASSEMBLE:
         atomic_fetch_add_explicit(&s->n_comm, 1, memory_order_relaxed);
@@ -226,11 +248,11 @@ static void run_kernel(dt__kernel *k, dt__stream *s) {
         dt__debug_gate_run(k, s);
         break;
     default:
-        run_backend(k, s);
+        inplace = run_backend(k, s);
         break;
     }
     if (k->out) {
-        account(k, s);
+        account(k, s, inplace);
         /* The backend's event (when it has events) is recorded before the
          * host count says the kernel completed: a consumer that sees the
          * count finds the event. */
@@ -248,14 +270,14 @@ static void run_kernel(dt__kernel *k, dt__stream *s) {
     for (int i = 0; i < k->n_in; i++)
         dt__blob_release(k->in[i]);
     dt__blob_release(k->out);
-    dt__pool_free(&dt__kernel_pool, k);
+    dt__krec_free(k);
 }
 
 /* After dt_graph_cancel: k is released without running. Its output is
  * poisoned and made ready (a kernel waiting for it wakes), a read or sync
  * fails, and a collective still meets its peers, so ranks that do run are
  * not left waiting for this one. */
-static void drop_kernel(dt__kernel *k, dt__stream *s) {
+static void drop_kernel(dt__krec *k, dt__stream *s) {
     static const char msg[] = "cancelled: the graph was cancelled (dt_graph_cancel) before this ran";
     atomic_fetch_add_explicit(&s->g->dropped, 1, memory_order_relaxed);
     if (k->out)
@@ -268,16 +290,16 @@ static void drop_kernel(dt__kernel *k, dt__stream *s) {
         if (k->wait)
             for (int i = 0; i < k->n_in; i++)
                 dt__event_wait(s, k->in[i]);
-        ((dt__coll *)k->extra)->ops->run(k);
+        run_collective(k, s);
         break;
     case DT_KC_FETCH:
     case DT_KC_SYNC:
-        dt__future_fail(k->extra, DT_ECANCELLED, msg);
-        dt__future_arrive(k->extra, -1, NULL);
-        dt_future_release(k->extra);
+        dt__future_fail(k->handle, DT_ECANCELLED, msg);
+        dt__future_arrive(k->handle, -1, NULL);
+        dt_future_release(k->handle);
         break;
     case DT_KC_ASSEMBLE:
-        dt__assembly_free(k->extra);
+        dt__assembly_free(k->handle);
         break;
     case DT_KC_GATE:
         dt__debug_gate_drop(k);
@@ -291,7 +313,7 @@ static void drop_kernel(dt__kernel *k, dt__stream *s) {
     for (int i = 0; i < k->n_in; i++)
         dt__blob_release(k->in[i]);
     dt__blob_release(k->out);
-    dt__pool_free(&dt__kernel_pool, k);
+    dt__krec_free(k);
 }
 
 void dt__stream_forked(void) {
@@ -341,15 +363,15 @@ static void *worker_main(void *arg) {
             pthread_cond_wait(&s->cond, &s->lock);
             s->sleeping = 0;
         }
-        dt__kernel *k = s->head;
+        dt__krec *k = s->head;
         s->head = s->tail = NULL;
         pthread_mutex_unlock(&s->lock);
         long ran = 0;
         while (k) {
-            dt__kernel *next = k->next;
+            dt__krec *next = k->next;
             if (k->kop == DT_KC_STOP) {
                 stop = 1;
-                dt__pool_free(&dt__kernel_pool, k);
+                dt__krec_free(k);
             } else {
                 if (atomic_load_explicit(&s->g->cancelled, memory_order_relaxed))
                     drop_kernel(k, s);
@@ -379,7 +401,7 @@ dt__stream *dt__stream_start(dt_graph *g, dt_device_type type, int64_t device_id
         return NULL;
     }
     /* The stop kernel is made with the stream, so stopping cannot fail. */
-    s->stop_k = dt__pool_alloc(&dt__kernel_pool);
+    s->stop_k = dt__krec_alloc(0);
     if (!s->stop_k) {
         dt__free(s);
         dt__error(DT_ENOMEM, "streams: out of memory");
@@ -392,7 +414,7 @@ dt__stream *dt__stream_start(dt_graph *g, dt_device_type type, int64_t device_id
     s->device_id = device_id;
     s->mem = dt__memdev_get(type, device_id);
     if (!s->mem) {
-        dt__pool_free(&dt__kernel_pool, s->stop_k);
+        dt__krec_free(s->stop_k);
         dt__free(s);
         return NULL;
     }
@@ -403,7 +425,7 @@ dt__stream *dt__stream_start(dt_graph *g, dt_device_type type, int64_t device_id
         if (st != DT_OK) {
             dt__error(st, "streams: the '%s' backend could not make a stream for device %lld: %s", be->name,
                       (long long)device_id, err[0] ? err : dt_status_str(st));
-            dt__pool_free(&dt__kernel_pool, s->stop_k);
+            dt__krec_free(s->stop_k);
             dt__free(s);
             return NULL;
         }
@@ -420,7 +442,7 @@ dt__stream *dt__stream_start(dt_graph *g, dt_device_type type, int64_t device_id
         pthread_mutex_destroy(&s->lock);
         if (s->ctx && be->stream_free)
             be->stream_free(s->ctx);
-        dt__pool_free(&dt__kernel_pool, s->stop_k);
+        dt__krec_free(s->stop_k);
         dt__free(s);
         dt__error(DT_EINTERNAL, "streams: could not start a worker thread");
         return NULL;
@@ -428,7 +450,7 @@ dt__stream *dt__stream_start(dt_graph *g, dt_device_type type, int64_t device_id
     return s;
 }
 
-void dt__stream_submit(dt__stream *s, dt__kernel *head, dt__kernel *tail) {
+void dt__stream_submit(dt__stream *s, dt__krec *head, dt__krec *tail) {
     if (!head)
         return;
     pthread_mutex_lock(&s->lock);
@@ -444,7 +466,7 @@ void dt__stream_submit(dt__stream *s, dt__kernel *head, dt__kernel *tail) {
 }
 
 void dt__stream_send_stop(dt__stream *s) {
-    dt__kernel *k = s->stop_k; /* made with the stream: stopping cannot fail */
+    dt__krec *k = s->stop_k; /* made with the stream: stopping cannot fail */
     s->stop_k = NULL;
     k->kop = DT_KC_STOP;
     dt__stream_submit(s, k, k);

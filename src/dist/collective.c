@@ -1,56 +1,60 @@
 /*
- * In-process collectives among CPU workers. Every rank's worker runs one
- * collective kernel: it publishes its input blob in the shared dt__coll,
- * waits until all ranks have published, computes its own output from the
- * peers' blobs (read directly: blobs are immutable once produced), then
- * departs; the last rank to depart frees the collective.
+ * Collectives: the communication interface's in-process back end, and the
+ * controller's cache of groups.
  *
- * Deadlock freedom: the controller enqueues every collective on all of its
- * ranks' streams in one global order, and each stream runs in order, so the
- * earliest unfinished collective always has all its ranks either waiting in
- * it or running local work before it.
+ * A collective kernel carries no pointer: its attributes name a group of the
+ * comm, its sequence number in that group, the kind, dims, dtype and every
+ * rank's input shape and range (dt__collattr). Every rank's worker calls
+ * comm->run with its own input; the in-process back end meets the ranks in
+ * the group's rendezvous for that sequence number, where each rank publishes
+ * its input blob, waits until all have, computes its own output from the
+ * peers' blobs (read directly: blobs are immutable once produced), then
+ * departs; the last to depart empties the rendezvous. Peers' blobs are
+ * shared there, inside the comm, never through a kernel.
+ *
+ * Groups: the controller makes one group per ordered set of devices and
+ * stream kind (a mesh dim's ranks around one coordinate of the others, as
+ * NCCL communicators will be per (mesh, mesh dim), issue 12), caches it for
+ * the graph's life and destroys it with the graph (dt__graph_comm_free).
+ * Each group's collectives are numbered in the order the controller queues
+ * them.
+ *
+ * Deadlock freedom: the controller queues every collective on all of its
+ * ranks' streams (all of one kind) in one global order, and each stream runs
+ * in order, so the earliest unfinished collective always has all its ranks
+ * either waiting in it or running local work before it. A group keeps two
+ * rendezvous, for even and odd sequence numbers: a rank reaches collective
+ * s + 2 of a group only after every rank has arrived at s + 1, hence left s,
+ * so s's rendezvous is free again; a rank that finds its rendezvous still
+ * held by an earlier number waits for peers that have all arrived there.
  *
  * Determinism: reductions add the ranks' blobs in rank order on every rank,
  * so all ranks get bit-identical sums, run after run.
  *
- * Threads: dt__coll_new on the controller; dt__coll_run on the ranks'
- * workers. The collective's lock is a leaf lock.
+ * Threads: dt__coll_new, dt__lw_group and the cache on the controller;
+ * group_create/destroy on any thread (the comm's lock); run on the ranks'
+ * workers. Lock order: comm lock (only to find a group, then dropped) ->
+ * nothing; a group's lock is a leaf.
  */
 #include <stdio.h>
 #include <string.h>
 
-#include "core/core.h"
+#include "dist/comm.h"
 
-static void inproc_run(dt__kernel *k);
-
-const dt__comm_ops dt__comm_inproc = {"inproc", inproc_run};
-
-const dt__comm_ops *dt__comm_for(dt_device_type type) {
-    /* CUDA devices are still driven by CPU-style workers, so in-process
-     * collectives serve them too until the NCCL back end lands. */
-    (void)type;
-    return &dt__comm_inproc;
-}
+/* ---------------------------------------------------------- the planner */
 
 dt__coll *dt__coll_new(dt_device_type type, int kind, int n, int ndim, dt_dtype dtype) {
     dt__coll *c = dt__calloc(1, sizeof *c);
     if (!c)
         return NULL;
-    c->slots = dt__calloc((size_t)n, sizeof *c->slots);
     c->shapes = dt__calloc((size_t)n, sizeof *c->shapes);
     c->starts = dt__calloc((size_t)n, sizeof *c->starts);
     c->lens = dt__calloc((size_t)n, sizeof *c->lens);
-    if (!c->slots || !c->shapes || !c->starts || !c->lens) {
-        dt__free(c->slots);
-        dt__free(c->shapes);
-        dt__free(c->starts);
-        dt__free(c->lens);
-        dt__free(c);
+    if (!c->shapes || !c->starts || !c->lens) {
+        dt__coll_free(c);
         return NULL;
     }
-    pthread_mutex_init(&c->lock, NULL);
-    pthread_cond_init(&c->cond, NULL);
-    c->ops = dt__comm_for(type);
+    c->type = type;
     c->kind = kind;
     c->n = n;
     c->ndim = ndim;
@@ -58,51 +62,166 @@ dt__coll *dt__coll_new(dt_device_type type, int kind, int n, int ndim, dt_dtype 
     return c;
 }
 
-static void coll_free(dt__coll *c) {
-    for (int i = 0; i < c->n; i++)
-        dt__blob_release(c->slots[i]);
-    pthread_cond_destroy(&c->cond);
-    pthread_mutex_destroy(&c->lock);
-    dt__free(c->slots);
+void dt__coll_free(dt__coll *c) {
+    if (!c)
+        return;
     dt__free(c->shapes);
     dt__free(c->starts);
     dt__free(c->lens);
     dt__free(c);
 }
 
-void dt__coll_free(dt__coll *c) { coll_free(c); }
+/* ------------------------------------------------ the in-process back end */
+
+typedef struct rendezvous {
+    uint64_t seq;
+    int busy, arrived, departed;
+    dt__blob **slots; /* n: each rank's input */
+} rendezvous;
+
+typedef struct group {
+    uint64_t id;
+    int n;
+    int64_t *ids;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    rendezvous rv[2]; /* even and odd sequence numbers */
+    struct group *next;
+} group;
+
+typedef struct inproc {
+    dt__comm base;
+    pthread_mutex_t lock; /* guards groups */
+    group *groups;
+} inproc;
+
+/* Group ids are unique in the process, across comms and device types. */
+static _Atomic uint64_t group_ids;
+
+static dt__comm *inproc_create(dt_device_type type) {
+    inproc *c = dt__calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->base.ops = &dt__comm_inproc;
+    c->base.type = type;
+    pthread_mutex_init(&c->lock, NULL);
+    return &c->base;
+}
+
+static void group_free(group *gr) {
+    for (int j = 0; j < 2; j++) {
+        for (int i = 0; gr->rv[j].slots && i < gr->n; i++)
+            dt__blob_release(gr->rv[j].slots[i]);
+        dt__free(gr->rv[j].slots);
+    }
+    pthread_cond_destroy(&gr->cond);
+    pthread_mutex_destroy(&gr->lock);
+    dt__free(gr->ids);
+    dt__free(gr);
+}
+
+static void inproc_destroy(dt__comm *base) {
+    inproc *c = (inproc *)base;
+    for (group *gr = c->groups, *next; gr; gr = next) {
+        next = gr->next;
+        group_free(gr);
+    }
+    pthread_mutex_destroy(&c->lock);
+    dt__free(c);
+}
+
+static dt_status inproc_group_create(dt__comm *base, int n, const int64_t *device_ids, uint64_t *out) {
+    inproc *c = (inproc *)base;
+    group *gr = dt__calloc(1, sizeof *gr);
+    if (gr) {
+        gr->n = n;
+        gr->ids = dt__calloc((size_t)n, sizeof *gr->ids);
+        gr->rv[0].slots = dt__calloc((size_t)n, sizeof *gr->rv[0].slots);
+        gr->rv[1].slots = dt__calloc((size_t)n, sizeof *gr->rv[1].slots);
+    }
+    if (!gr || !gr->ids || !gr->rv[0].slots || !gr->rv[1].slots) {
+        if (gr) {
+            dt__free(gr->ids);
+            dt__free(gr->rv[0].slots);
+            dt__free(gr->rv[1].slots);
+            dt__free(gr);
+        }
+        return dt__error(DT_ENOMEM, "collectives: out of memory (group)");
+    }
+    memcpy(gr->ids, device_ids, (size_t)n * sizeof *gr->ids);
+    pthread_mutex_init(&gr->lock, NULL);
+    pthread_cond_init(&gr->cond, NULL);
+    pthread_mutex_lock(&c->lock);
+    gr->id = atomic_fetch_add(&group_ids, 1) + 1;
+    gr->next = c->groups;
+    c->groups = gr;
+    pthread_mutex_unlock(&c->lock);
+    *out = gr->id;
+    return DT_OK;
+}
+
+static void inproc_group_destroy(dt__comm *base, uint64_t id) {
+    inproc *c = (inproc *)base;
+    pthread_mutex_lock(&c->lock);
+    group **pp = &c->groups;
+    while (*pp && (*pp)->id != id)
+        pp = &(*pp)->next;
+    group *gr = *pp;
+    if (gr)
+        *pp = gr->next;
+    pthread_mutex_unlock(&c->lock);
+    if (gr)
+        group_free(gr);
+}
+
+static group *find_group(inproc *c, uint64_t id) {
+    pthread_mutex_lock(&c->lock);
+    group *gr = c->groups;
+    while (gr && gr->id != id)
+        gr = gr->next;
+    pthread_mutex_unlock(&c->lock);
+    return gr;
+}
+
+/* The view compute() works on: one collective's attributes and the peers'
+ * published inputs. */
+typedef struct coll_view {
+    const dt__collattr *a;
+    int kind, n;
+    dt__blob **slots;
+} coll_view;
 
 /* Slices peer p's input along dim_b to rank r's range. */
-static dt_status slice_peer(const dt__kernel *k, const dt__coll *c, int p, int r, void **out, char *err,
-                            size_t errlen) {
+static dt_status slice_peer(const coll_view *c, int p, int r, void **out, char *err, size_t errlen) {
+    const dt__collattr *ca = c->a;
     dt__kattr a;
     memset(&a, 0, sizeof a);
-    a.dtype = c->dtype;
-    a.ndim = c->ndim;
-    for (int d = 0; d < c->ndim; d++)
-        a.shape[d] = c->shapes[p][d];
-    a.start[c->dim_b] = c->starts[r];
-    a.shape[c->dim_b] = c->lens[r];
+    a.dtype = ca->dtype;
+    a.ndim = ca->ndim;
+    for (int d = 0; d < ca->ndim; d++)
+        a.shape[d] = dt__collattr_at(ca->shapes, (size_t)p * (size_t)ca->ndim + (size_t)d);
+    a.start[ca->dim_b] = dt__collattr_at(ca->starts, (size_t)r);
+    a.shape[ca->dim_b] = dt__collattr_at(ca->lens, (size_t)r);
     void *in = c->slots[p]->impl;
-    (void)k;
     return c->slots[p]->be->run(DT_K_SLICE, &a, &in, 1, out, err, errlen);
 }
 
 /* A ring step: rank r's output is a copy of rank r-1's input, whole. */
-static dt_status shift(const dt__coll *c, int r, void **out, char *err, size_t errlen) {
+static dt_status shift(const coll_view *c, int r, void **out, char *err, size_t errlen) {
+    const dt__collattr *ca = c->a;
     int p = (r + c->n - 1) % c->n;
     dt__kattr a;
     memset(&a, 0, sizeof a);
-    a.dtype = c->dtype;
-    a.ndim = c->ndim;
-    for (int d = 0; d < c->ndim; d++)
-        a.shape[d] = c->shapes[p][d];
+    a.dtype = ca->dtype;
+    a.ndim = ca->ndim;
+    for (int d = 0; d < ca->ndim; d++)
+        a.shape[d] = dt__collattr_at(ca->shapes, (size_t)p * (size_t)ca->ndim + (size_t)d);
     void *in = c->slots[p]->impl;
     return c->slots[p]->be->run(DT_K_SLICE, &a, &in, 1, out, err, errlen);
 }
 
 /* Computes rank r's output from the published peers. */
-static dt_status compute(dt__kernel *k, dt__coll *c, int r, void **out, char *err, size_t errlen) {
+static dt_status compute(const coll_view *c, int r, void **out, char *err, size_t errlen) {
     if (c->kind == DT_COLL_SHIFT)
         return shift(c, r, out, err, errlen);
     const dt__backend *be = c->slots[r]->be;
@@ -112,11 +231,11 @@ static dt_status compute(dt__kernel *k, dt__coll *c, int r, void **out, char *er
     dt_status st = DT_OK;
     dt__kattr a;
     memset(&a, 0, sizeof a);
-    a.dtype = c->dtype;
-    a.dim = c->dim_a;
+    a.dtype = c->a->dtype;
+    a.dim = c->a->dim_a;
     int sliced = c->kind == DT_COLL_REDUCESCATTER || c->kind == DT_COLL_ALLTOALL;
     for (int p = 0; p < c->n && st == DT_OK; p++)
-        st = sliced ? slice_peer(k, c, p, r, &impls[p], err, errlen) : (impls[p] = c->slots[p]->impl, DT_OK);
+        st = sliced ? slice_peer(c, p, r, &impls[p], err, errlen) : (impls[p] = c->slots[p]->impl, DT_OK);
     if (st == DT_OK) {
         int kop = c->kind == DT_COLL_ALLGATHER || c->kind == DT_COLL_ALLTOALL ? DT_K_CAT : DT_K_SUM_N;
         st = be->run(kop, &a, impls, c->n, out, err, errlen);
@@ -128,40 +247,168 @@ static dt_status compute(dt__kernel *k, dt__coll *c, int r, void **out, char *er
     return st;
 }
 
-static void inproc_run(dt__kernel *k) {
-    dt__coll *c = k->extra;
-    int r = k->rank;
-    pthread_mutex_lock(&c->lock);
-    c->slots[r] = dt__blob_retain(k->in[0]);
-    if (++c->arrived == c->n)
-        pthread_cond_broadcast(&c->cond);
-    while (c->arrived < c->n)
-        pthread_cond_wait(&c->cond, &c->lock);
-    pthread_mutex_unlock(&c->lock);
+static void inproc_run(dt__comm *base, const dt__collattr *a, int r, dt__blob *in, dt__blob *out,
+                       const char *opname) {
+    group *gr = find_group((inproc *)base, a->group);
+    if (!gr || gr->n != a->n || r < 0 || r >= a->n) {
+        if (!out->error)
+            out->error = dt__strdup("collective: the kernel names a group this comm does not have");
+        return;
+    }
+    rendezvous *rv = &gr->rv[a->seq & 1];
+    pthread_mutex_lock(&gr->lock);
+    /* Held by an earlier number whose ranks have all arrived: it frees. */
+    while (rv->busy && rv->seq != a->seq)
+        pthread_cond_wait(&gr->cond, &gr->lock);
+    if (!rv->busy) {
+        rv->busy = 1;
+        rv->seq = a->seq;
+        rv->arrived = rv->departed = 0;
+    }
+    rv->slots[r] = dt__blob_retain(in);
+    if (++rv->arrived == a->n)
+        pthread_cond_broadcast(&gr->cond);
+    while (rv->arrived < a->n)
+        pthread_cond_wait(&gr->cond, &gr->lock);
+    pthread_mutex_unlock(&gr->lock);
 
+    coll_view c = {.a = a, .kind = a->kind, .n = a->n, .slots = rv->slots};
     const char *failed = NULL;
-    for (int p = 0; p < c->n && !failed; p++)
-        failed = c->slots[p]->error;
-    if (k->out->error) {
+    for (int p = 0; p < c.n && !failed; p++)
+        failed = c.slots[p]->error;
+    if (out->error) {
         /* Dropped by dt_graph_cancel (kernel_stream.c): it only met its peers. */
     } else if (failed) {
-        k->out->error = dt__strdup(failed);
+        out->error = dt__strdup(failed);
     } else {
         char err[512] = "";
-        void *out = NULL;
-        if (compute(k, c, r, &out, err, sizeof err) == DT_OK) {
-            k->out->impl = out;
+        void *impl = NULL;
+        if (compute(&c, r, &impl, err, sizeof err) == DT_OK) {
+            out->impl = impl;
         } else {
             char buf[700];
-            snprintf(buf, sizeof buf, "%s failed in a collective: %s", k->opname,
+            snprintf(buf, sizeof buf, "%s failed in a collective: %s", opname,
                      err[0] ? err : "backend error");
-            k->out->error = dt__strdup(buf);
+            out->error = dt__strdup(buf);
         }
     }
 
-    pthread_mutex_lock(&c->lock);
-    int last = ++c->departed == c->n;
-    pthread_mutex_unlock(&c->lock);
-    if (last)
-        coll_free(c);
+    pthread_mutex_lock(&gr->lock);
+    if (++rv->departed == a->n) {
+        for (int p = 0; p < a->n; p++) {
+            dt__blob_release(rv->slots[p]);
+            rv->slots[p] = NULL;
+        }
+        rv->busy = 0;
+        pthread_cond_broadcast(&gr->cond);
+    }
+    pthread_mutex_unlock(&gr->lock);
+}
+
+const dt__comm_ops dt__comm_inproc = {
+    "inproc", inproc_create, inproc_destroy, inproc_group_create, inproc_group_destroy, inproc_run,
+};
+
+const dt__comm_ops *dt__comm_for(dt_device_type type) {
+    /* CUDA devices are still driven by CPU-style workers, so in-process
+     * collectives serve them too until the NCCL back end lands. */
+    (void)type;
+    return &dt__comm_inproc;
+}
+
+dt__comm *dt__graph_comm(dt_graph *g, dt_device_type type) {
+    dt__comm *c = atomic_load_explicit(&g->comm[type], memory_order_acquire);
+    if (c)
+        return c;
+    const dt__comm_ops *ops = dt__comm_for(type);
+    dt__comm *made = ops->create(type);
+    if (!made)
+        return NULL;
+    if (!atomic_compare_exchange_strong_explicit(&g->comm[type], &c, made, memory_order_acq_rel,
+                                                 memory_order_acquire)) {
+        ops->destroy(made); /* another thread made it first */
+        return c;
+    }
+    return made;
+}
+
+/* ------------------------------------------------------ the group cache */
+
+/* One cached group (controller-only): its devices, stream kind and the next
+ * sequence number. */
+struct dt__group_ref {
+    uint64_t id, seq;
+    int type, kind, n;
+    int64_t *ids;
+    struct dt__group_ref *next;
+};
+
+uint64_t dt__lw_group(dt__lower *L, const dt_mesh *mesh, int64_t base, int64_t stride, int n, int stream_kind,
+                      uint64_t *seq) {
+    dt_graph *g = L->g;
+    struct dt__group_ref *ref = g->groups;
+    for (; ref; ref = ref->next) {
+        if (ref->type != (int)mesh->type || ref->kind != stream_kind || ref->n != n)
+            continue;
+        int r = 0;
+        while (r < n && ref->ids[r] == mesh->ids[base + r * stride])
+            r++;
+        if (r == n)
+            break;
+    }
+    if (!ref) {
+        dt__comm *c = dt__graph_comm(g, mesh->type);
+        ref = c ? dt__calloc(1, sizeof *ref) : NULL;
+        if (ref)
+            ref->ids = dt__calloc((size_t)n, sizeof *ref->ids);
+        if (!ref || !ref->ids) {
+            if (ref)
+                dt__free(ref);
+            dt__lw_fail(L, DT_ENOMEM, "out of memory (collective group)");
+            return 0;
+        }
+        for (int r = 0; r < n; r++)
+            ref->ids[r] = mesh->ids[base + r * stride];
+        if (c->ops->group_create(c, n, ref->ids, &ref->id) != DT_OK) {
+            dt__free(ref->ids);
+            dt__free(ref);
+            dt__lw_fail(L, DT_ENOMEM, "out of memory (collective group)");
+            return 0;
+        }
+        ref->type = (int)mesh->type;
+        ref->kind = stream_kind;
+        ref->n = n;
+        ref->next = g->groups;
+        g->groups = ref;
+    }
+    *seq = ++ref->seq;
+    return ref->id;
+}
+
+int dt__graph_group_info(dt_graph *g, uint64_t id, int *type, int *n, const int64_t **device_ids) {
+    for (struct dt__group_ref *ref = g->groups; ref; ref = ref->next)
+        if (ref->id == id) {
+            *type = ref->type;
+            *n = ref->n;
+            *device_ids = ref->ids;
+            return 1;
+        }
+    return 0;
+}
+
+void dt__graph_comm_free(dt_graph *g) {
+    for (struct dt__group_ref *ref = g->groups, *next; ref; ref = next) {
+        next = ref->next;
+        dt__comm *c = atomic_load(&g->comm[ref->type]);
+        if (c)
+            c->ops->group_destroy(c, ref->id);
+        dt__free(ref->ids);
+        dt__free(ref);
+    }
+    g->groups = NULL;
+    for (int t = 0; t < DT_DEVICE_TYPES; t++) {
+        dt__comm *c = atomic_exchange(&g->comm[t], NULL);
+        if (c)
+            c->ops->destroy(c);
+    }
 }

@@ -1,12 +1,21 @@
-"""Whole models built on ``dtorch.nn``, loaded from Hugging Face folders.
+"""``dtorch.applications``: whole models built on ``dtorch.nn`` that read Hugging Face folders.
 
-``dtorch.applications.llama``: ``LlamaForCausalLM`` (a ``transformers.LlamaForCausalLM``-compatible
-decoder on a mesh with the dims ``dp, tp, pp, ulysess_cp, ring_cp``, any of them absent or of size 1).
+Each application is a subpackage, imported on demand (``import dtorch.applications.sd3``), so that
+``import dtorch`` stays light:
+
+- ``llama``: ``LlamaForCausalLM``, a ``transformers.LlamaForCausalLM``-compatible decoder with
+  ``generate()`` on a mesh with the dims ``dp, tp, pp, ulysess_cp, ring_cp`` (any of them absent or of
+  size 1);
+- ``sd3``: Stable Diffusion 3 (the MMDiT transformer, the VAE decoder, the CLIP and T5 text
+  encoders, the flow-matching scheduler and ``StableDiffusion3Pipeline``).
 
 >>> from dtorch.applications.llama import LlamaForCausalLM
 >>> mesh = dtorch.init_device_mesh("cpu", (2, 2), mesh_dim_names=("tp", "pp"))
 >>> model = LlamaForCausalLM.from_pretrained("/path/to/hf-llama", device_mesh=mesh)
 >>> ids = model.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=8)
+
+>>> from dtorch.applications.sd3 import StableDiffusion3Pipeline
+>>> pipe = StableDiffusion3Pipeline.from_pretrained("stable-diffusion-3-medium-diffusers", device_mesh=mesh)
 """
 
-__all__ = ["llama"]
+__all__ = ["llama", "sd3"]

@@ -1,0 +1,72 @@
+/*
+ * The communication interface (collective.c): groups of devices and the
+ * collectives their ranks run together, and the attributes a collective
+ * kernel carries instead of pointers.
+ */
+#ifndef DT_COMM_H
+#define DT_COMM_H
+
+#include "core/kernel_rec.h"
+
+/* A collective kernel's attributes, as read from its record (kernel_codec.c):
+ * the per-rank arrays stay in the record, little-endian (dt__collattr_at). */
+typedef struct dt__collattr {
+    uint64_t group, seq; /* the comm's group; the collective's number in it */
+    int kind, ndim, dim_a, dim_b, n;
+    dt_dtype dtype;
+    const uint8_t *shapes; /* n * ndim: each rank's input shape */
+    const uint8_t *starts; /* n: each rank's range along dim_b (sliced kinds) */
+    const uint8_t *lens;
+} dt__collattr;
+/* Entry i of one of a dt__collattr's arrays. */
+int64_t dt__collattr_at(const uint8_t *arr, size_t i);
+/* 0 when `len` bytes hold well-formed collective attributes (a filled,
+ * its arrays pointing into buf). */
+int dt__collattr_parse(const uint8_t *buf, size_t len, dt__collattr *a);
+/* Reads a DT_KC_COLLECTIVE record's attributes. */
+void dt__collattr_read(const dt__krec *k, dt__collattr *a);
+
+/* The communication interface (collective.c): how the ranks of a group run
+ * one collective. A group is an ordered set of devices of one type, made by
+ * group_create; every rank's worker calls run with the same (group, seq) for
+ * one collective and its own input; run leaves the result (or an error) in
+ * `out`. An `out` that already carries an error (a cancelled kernel) still
+ * meets its peers and computes nothing. The in-process back end meets the
+ * peers in memory; a NCCL one (issue 12) fills the same slots. */
+typedef struct dt__comm dt__comm;
+typedef struct dt__comm_ops {
+    const char *name;
+    dt__comm *(*create)(dt_device_type type);
+    /* After every worker has stopped: frees the comm and any group left. */
+    void (*destroy)(dt__comm *c);
+    /* Any thread. */
+    dt_status (*group_create)(dt__comm *c, int n, const int64_t *device_ids, uint64_t *group);
+    void (*group_destroy)(dt__comm *c, uint64_t group);
+    /* A worker: rank `rank`'s part of collective a->seq of group a->group. */
+    void (*run)(dt__comm *c, const dt__collattr *a, int rank, dt__blob *in, dt__blob *out,
+                const char *opname);
+} dt__comm_ops;
+
+struct dt__comm {
+    const dt__comm_ops *ops;
+    dt_device_type type;
+};
+
+extern const dt__comm_ops dt__comm_inproc;
+/* The back end for collectives among devices of `type`. */
+const dt__comm_ops *dt__comm_for(dt_device_type type);
+/* g's comm for `type`, made on first use (any thread); NULL when out of
+ * memory. */
+dt__comm *dt__graph_comm(struct dt_graph *g, dt_device_type type);
+/* Destroys g's groups and comms (controller, after the streams stopped). */
+void dt__graph_comm_free(struct dt_graph *g);
+/* The devices of group `id` of g's cache (controller): 0 when unknown. */
+int dt__graph_group_info(struct dt_graph *g, uint64_t id, int *type, int *n, const int64_t **device_ids);
+
+/* The comm group of mesh devices base + r * stride (r < n) for collectives
+ * on their `stream_kind` streams, made on first use and cached with the
+ * graph until it ends (collective.c); 0 with L->status set on failure.
+ * *seq gets the group's next sequence number. */
+uint64_t dt__lw_group(dt__lower *L, const dt_mesh *mesh, int64_t base, int64_t stride, int n, int stream_kind,
+                      uint64_t *seq);
+#endif /* DT_COMM_H */

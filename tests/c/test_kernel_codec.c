@@ -1,0 +1,491 @@
+/*
+ * Self-contained kernels (src/core/kernel_codec.c): a controller round's
+ * kernels, encoded to bytes, decode in a fresh graph against fresh blobs and
+ * give the same results bit for bit. The round holds elementwise ops (binary,
+ * scalar, broadcast), a reduction, a view (a local slice) and collectives on a
+ * 2-device mesh (all-gather, all-reduce, reduce-scatter), with the 'ref'
+ * backend; its input comes from a host buffer, which the decoder's resolver
+ * rebuilds. Expected values are also computed here from the inputs, so the
+ * comparison cannot pass on two equally wrong runs. Then: packed attributes
+ * are lossless and smaller than the builder; kernels that cannot leave the
+ * process are refused; every truncation of the bytes and random bit flips
+ * decode to an error or a batch, never a crash (ASan/UBSan, TSan).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/comm.h"
+#include "test_util.h"
+
+#define ROWS 4
+#define COLS 6
+
+/* ------------------------------------------------------------ the tap */
+
+#define MAX_ROUNDS 16
+static struct {
+    pthread_mutex_t lock;
+    int n;
+    uint8_t *bytes[MAX_ROUNDS];
+    size_t len[MAX_ROUNDS];
+    dt_status st[MAX_ROUNDS];
+} taps = {PTHREAD_MUTEX_INITIALIZER, 0, {0}, {0}, {0}};
+
+static void on_tap(void *arg, const void *bytes, size_t len, dt_status st) {
+    (void)arg;
+    pthread_mutex_lock(&taps.lock);
+    if (taps.n < MAX_ROUNDS) {
+        taps.st[taps.n] = st;
+        taps.len[taps.n] = len;
+        taps.bytes[taps.n] = len ? malloc(len) : NULL;
+        if (len)
+            memcpy(taps.bytes[taps.n], bytes, len);
+        taps.n++;
+    }
+    pthread_mutex_unlock(&taps.lock);
+}
+
+static void taps_clear(void) {
+    pthread_mutex_lock(&taps.lock);
+    for (int i = 0; i < taps.n; i++)
+        free(taps.bytes[i]);
+    taps.n = 0;
+    pthread_mutex_unlock(&taps.lock);
+}
+
+/* ------------------------------------------------------- the resolver */
+
+static float host_x[ROWS * COLS];
+
+typedef struct table {
+    dt_graph *g;
+    int n;
+    uint64_t ids[256];
+    dt__blob *blobs[256];
+    int externals, groups;
+    int tolerant; /* fuzzing: any name binds to a fresh blob */
+    uint64_t want_future;
+    dt_future *future; /* the decoded syncs' future */
+} table;
+
+static dt__blob *lookup(table *t, uint64_t id) {
+    for (int i = 0; i < t->n; i++)
+        if (t->ids[i] == id)
+            return t->blobs[i];
+    return NULL;
+}
+
+static dt__blob *add(table *t, uint64_t id, dt__blob *b) {
+    if (!b || t->n == 256)
+        return NULL;
+    b->id = id;
+    t->ids[t->n] = id;
+    t->blobs[t->n++] = b;
+    return dt__blob_retain(b);
+}
+
+/* Known ids come from the table (outputs of earlier kernels); the one blob
+ * the batch reads without making it is x's host source, rebuilt here. */
+static dt__blob *res_input(void *ctx, uint64_t id) {
+    table *t = ctx;
+    dt__blob *b = lookup(t, id);
+    if (b)
+        return dt__blob_retain(b);
+    if (t->tolerant) {
+        b = dt__blob_new(&dt__backend_ref);
+        dt__blob *r = add(t, id, b);
+        if (!r)
+            dt__blob_release(b);
+        return r;
+    }
+    if (t->externals++)
+        return NULL;
+    b = dt__blob_new(&dt__backend_ref);
+    char err[256];
+    int64_t shape[2] = {ROWS, COLS};
+    if (b && dt__backend_ref.from_host(DT_FLOAT32, 2, shape, host_x, &b->impl, err, sizeof err) != DT_OK) {
+        dt__blob_release(b);
+        return NULL;
+    }
+    dt__blob *r = add(t, id, b);
+    if (!r)
+        dt__blob_release(b);
+    return r;
+}
+
+static dt__blob *res_output(void *ctx, uint64_t id, int type) {
+    table *t = ctx;
+    if (!t->tolerant)
+        CHECK_EQ(type, DT_DEVICE_CPU);
+    if (lookup(t, id))
+        return NULL; /* an id is made once */
+    dt__blob *b = dt__blob_new(&dt__backend_ref);
+    dt__blob *r = add(t, id, b);
+    if (!r)
+        dt__blob_release(b);
+    return r;
+}
+
+static dt_future *res_future(void *ctx, uint64_t id) {
+    table *t = ctx;
+    CHECK_EQ(id, t->want_future);
+    if (!t->future)
+        t->future = dt__future_new();
+    if (!t->future)
+        return NULL;
+    dt__future_expect(t->future, 1);
+    atomic_fetch_add(&t->future->refs, 1);
+    return t->future;
+}
+
+static dt_status res_group(void *ctx, uint64_t id, int type, int n, const int64_t *ids, uint64_t *local) {
+    table *t = ctx;
+    (void)id;
+    CHECK_EQ(n, 2);
+    CHECK(n == 2 && ids[0] == 0 && ids[1] == 1);
+    t->groups++;
+    dt__comm *c = dt__graph_comm(t->g, (dt_device_type)type);
+    return c ? c->ops->group_create(c, n, ids, local) : DT_ENOMEM;
+}
+
+/* Fuzzing: any future id gets a fresh future, any group id binds as is. */
+static dt_future *any_future(void *ctx, uint64_t id) {
+    (void)ctx, (void)id;
+    return dt__future_new();
+}
+
+static dt_status any_group(void *ctx, uint64_t id, int type, int n, const int64_t *ids, uint64_t *local) {
+    (void)ctx, (void)type, (void)n, (void)ids;
+    *local = id;
+    return DT_OK;
+}
+
+static void table_free(table *t) {
+    for (int i = 0; i < t->n; i++)
+        dt__blob_release(t->blobs[i]);
+    t->n = 0;
+    if (t->future)
+        dt_future_release(t->future);
+    t->future = NULL;
+}
+
+/* --------------------------------------------------------- helpers */
+
+static dt_graph *ref_graph(void) {
+    dt_graph_options o = {"ref"};
+    dt_graph *g = NULL;
+    CHECK(dt_graph_create(&o, &g) == DT_OK);
+    return g;
+}
+
+/* A blob's values as host floats (n of them); 0 on failure. */
+static int blob_floats(const dt__blob *b, float *out, size_t n) {
+    if (!b || !b->impl || b->error) {
+        fprintf(stderr, "blob %p: impl %p error %s\n", (const void *)b, b ? b->impl : NULL,
+                b && b->error ? b->error : "-");
+        return 0;
+    }
+    size_t nb = b->be->nbytes(b->impl);
+    if (nb != n * sizeof(float)) {
+        fprintf(stderr, "blob of %zu bytes, want %zu\n", nb, n * sizeof(float));
+        return 0;
+    }
+    char err[256];
+    return b->be->to_host(b->impl, out, nb, err, sizeof err) == DT_OK;
+}
+
+/* Device i's block of t in the original run, and its decoded twin. */
+static void compare(const char *what, dt_tensor *t, table *tb, const float *want, size_t n) {
+    for (int i = 0; i < 2; i++) {
+        const dt__blob *orig = t->v->blobs[i];
+        const dt__blob *dec = orig ? lookup(tb, orig->id) : NULL;
+        float a[ROWS * COLS], b[ROWS * COLS];
+        int ok_a = blob_floats(orig, a, n), ok_b = blob_floats(dec, b, n);
+        if (!ok_a || !ok_b || memcmp(a, b, n * sizeof(float)) != 0) {
+            fprintf(stderr, "%s, device %d: original (%d) and decoded (%d) differ\n", what, i, ok_a, ok_b);
+            failures++;
+            continue;
+        }
+        for (size_t e = 0; want && e < n; e++)
+            if (a[e] != want[(size_t)i * n + e]) {
+                fprintf(stderr, "%s, device %d, element %zu: %g, want %g\n", what, i, e, a[e],
+                        want[(size_t)i * n + e]);
+                failures++;
+                break;
+            }
+    }
+}
+
+/* ------------------------------------------------------ the round trip */
+
+static void round_trip(void) {
+    dt_graph *g = ref_graph();
+    int64_t ids[2] = {0, 1}, mshape[1] = {2};
+    dt_mesh *mesh = NULL;
+    CHECK(dt_mesh_create(DT_DEVICE_CPU, 1, mshape, ids, NULL, &mesh) == DT_OK);
+    if (!g || !mesh)
+        return;
+    dt__graph_set_kernel_tap_for_test(g, on_tap, NULL);
+    for (int i = 0; i < ROWS * COLS; i++)
+        host_x[i] = (float)(i % 7) - 2.5f + 0.125f * (float)i;
+    int64_t shape[2] = {ROWS, COLS};
+    dt_placement s0 = S(0), r = R(), pp = P();
+
+    /* One round: the controller takes everything recorded while held. */
+    CHECK(dt_debug_hold_controller(g, 1) == DT_OK);
+    dt_tensor *x = dt_tensor_from_buffer(g, DT_FLOAT32, 2, shape, host_x, sizeof host_x, mesh, &s0);
+    dt_tensor *ar = dt_arange(g, DT_FLOAT32, 0, COLS, 1, mesh, &r);
+    dt_tensor *e1 = dt_binary(DT_BINARY_MUL, x, ar); /* S x R -> S, broadcast */
+    dt_tensor *e = dt_binary_scalar(DT_BINARY_ADD, e1, dt_scalar_float(1.5), 0);
+    int64_t d1 = 1, d0 = 0;
+    dt_placement s1 = S(1);
+    dt_tensor *rs = dt_sum(e, 1, &d1, 0);           /* reduction, stays S(0) */
+    dt_tensor *ag = dt_redistribute(e, mesh, &r);   /* all-gather */
+    dt_tensor *sl = dt_redistribute(ag, mesh, &s1); /* R -> S(1): a local slice (view) */
+    dt_tensor *ps = dt_sum(e, 1, &d0, 0);           /* Partial */
+    dt_tensor *aredu = dt_redistribute(ps, mesh, &r);
+    dt_tensor *rsc = dt_redistribute(ps, mesh, &s0); /* reduce-scatter */
+    (void)pp;
+    dt_future *sf = dt_graph_sync_future(g);
+    CHECK(x && ar && e1 && e && rs && ag && sl && ps && aredu && rsc && sf);
+    CHECK(dt_debug_hold_controller(g, 0) == DT_OK);
+    CHECK(dt_future_wait(sf, -1) == DT_OK);
+
+    /* Expected values, from the inputs. */
+    float ev[ROWS * COLS], want_rows[ROWS], want_cols[COLS], want_ag[2 * ROWS * COLS];
+    for (int i = 0; i < ROWS * COLS; i++)
+        ev[i] = host_x[i] * (float)(i % COLS) + 1.5f;
+    float want_sl[ROWS * COLS];
+    for (int dev = 0; dev < 2; dev++)
+        for (int i = 0; i < ROWS; i++)
+            for (int j = 0; j < COLS / 2; j++)
+                want_sl[dev * ROWS * COLS / 2 + i * COLS / 2 + j] = ev[i * COLS + dev * COLS / 2 + j];
+    for (int i = 0; i < ROWS; i++) {
+        want_rows[i] = 0;
+        for (int j = 0; j < COLS; j++)
+            want_rows[i] += ev[i * COLS + j];
+    }
+    float want_ar[2 * COLS], want_rsc[COLS];
+    for (int j = 0; j < COLS; j++) {
+        /* rank-order sum of the two Partial pieces (rows 0-1, rows 2-3) */
+        float p0 = ev[0 * COLS + j] + ev[1 * COLS + j], p1 = ev[2 * COLS + j] + ev[3 * COLS + j];
+        want_cols[j] = p0 + p1;
+        want_ar[j] = want_ar[COLS + j] = want_cols[j];
+        want_rsc[j] = want_cols[j];
+    }
+    memcpy(want_ag, ev, sizeof ev);
+    memcpy(want_ag + ROWS * COLS, ev, sizeof ev);
+
+    pthread_mutex_lock(&taps.lock);
+    int rounds = taps.n;
+    pthread_mutex_unlock(&taps.lock);
+    CHECK_EQ(rounds >= 1, 1);
+    CHECK_EQ(taps.st[0], DT_OK);
+
+    /* Decode in a fresh graph against fresh blobs and run it. */
+    dt_graph *g2 = ref_graph();
+    table tb = {.g = g2, .want_future = sf->id};
+    dt__kresolver res = {&tb, res_input, res_output, res_future, res_group};
+    dt__kbatch b = {0};
+    CHECK_EQ(dt__kernel_decode(taps.bytes[0], taps.len[0], &res, &b), DT_OK);
+    CHECK_EQ(b.n, 4); /* each device's compute and communication streams */
+    CHECK_EQ(tb.externals, 1);
+    CHECK_EQ(tb.groups, 1); /* three collectives, one group (same devices, same stream kind) */
+    CHECK(tb.future != NULL);
+    CHECK_EQ(dt__kbatch_push(g2, &b), DT_OK);
+    dt__kbatch_free(&b);
+    if (tb.future)
+        CHECK_EQ(dt_future_wait(tb.future, -1), DT_OK);
+
+    compare("e", e, &tb, ev, ROWS * COLS / 2);
+    compare("row sums", rs, &tb, want_rows, ROWS / 2);
+    compare("slice", sl, &tb, want_sl, ROWS * COLS / 2);
+    compare("all-gather", ag, &tb, want_ag, ROWS * COLS);
+    compare("all-reduce", aredu, &tb, want_ar, COLS);
+    compare("reduce-scatter", rsc, &tb, want_rsc, COLS / 2);
+
+    /* Fuzz: every truncation fails; bit flips fail or decode, never crash. */
+    const uint8_t *enc = taps.bytes[0];
+    size_t len = taps.len[0];
+    uint8_t *buf = malloc(len);
+    int fuzz_ok = 0;
+    for (size_t cut = 0; cut < len; cut++) {
+        table ft = {.g = g2, .tolerant = 1};
+        dt__kresolver fr = {&ft, res_input, res_output, any_future, any_group};
+        dt__kbatch fb = {0};
+        dt_status st = dt__kernel_decode(enc, cut, &fr, &fb);
+        if (st != DT_EINVAL) {
+            fprintf(stderr, "truncation to %zu of %zu bytes decoded (%d)\n", cut, len, (int)st);
+            failures++;
+        }
+        dt__kbatch_free(&fb);
+        table_free(&ft);
+    }
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    for (int it = 0; it < 3000 && buf; it++) {
+        memcpy(buf, enc, len);
+        int flips = 1 + it % 3;
+        for (int f = 0; f < flips; f++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            size_t at = (size_t)(rng >> 33) % len;
+            buf[at] ^= (uint8_t)(1u << ((rng >> 20) & 7));
+        }
+        /* A tolerant resolver: any name binds, so the decoder's own checks
+         * are what stands between the bytes and the records. */
+        table ft = {.g = g2, .tolerant = 1};
+        dt__kresolver fr = {&ft, res_input, res_output, any_future, any_group};
+        dt__kbatch fb = {0};
+        size_t cut = it % 5 == 0 ? (size_t)(rng >> 40) % len : len;
+        dt_status st = dt__kernel_decode(buf, cut, &fr, &fb);
+        CHECK(st == DT_OK || st == DT_EINVAL);
+        fuzz_ok += st == DT_OK;
+        dt__kbatch_free(&fb);
+        table_free(&ft);
+    }
+    free(buf);
+    /* Flips in values (not in lengths or names) decode: the loop reaches
+     * past the checks. */
+    CHECK(fuzz_ok > 0);
+
+    table_free(&tb);
+    dt_tensor *all[] = {x, ar, e1, e, rs, ag, sl, ps, aredu, rsc};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        dt_tensor_release(all[i]);
+    dt_future_release(sf);
+    dt_graph_release(g2);
+    dt_mesh_release(mesh);
+    dt_graph_release(g);
+    taps_clear();
+}
+
+/* ---------------------------------------------------------- attributes */
+
+static void attrs(void) {
+    dt__kattr a, b;
+    memset(&a, 0, sizeof a);
+    a.dtype = DT_FLOAT64, a.sub = 3, a.flags = DT_KF_KEEPDIM | DT_KF_REUSE, a.ndim = 3, a.dim = 2;
+    a.gndim = 4, a.nints = 16, a.dims_mask = 0x8000000000000005ull, a.seed = 42;
+    a.scalar = dt_scalar_float(-0.0), a.scalar2 = dt_scalar_int(-7);
+    a.f[0] = 1.5, a.f[2] = -1e300;
+    a.text = "ij,jk->ik";
+    for (int d = 0; d < DT_MAX_NDIM; d++) {
+        a.shape[d] = d < 3 ? 5 - d : 0;
+        a.start[d] = d == 7 ? -1 : 0;
+        a.gshape[d] = d * 11;
+        a.step[d] = 1;
+    }
+    for (int i = 0; i < 2 * DT_MAX_NDIM; i++)
+        a.ints[i] = i % 3 == 0 ? 0 : (int64_t)1 << (i * 3);
+    size_t n = dt__kattr_pack_size(&a);
+    dt__krec *k = dt__krec_alloc(n);
+    CHECK(k != NULL);
+    if (!k)
+        return;
+    dt__kattr_pack(&a, k->attr);
+    dt__kattr_unpack(k, &b);
+    CHECK(b.text && strcmp(b.text, a.text) == 0);
+    a.text = b.text = NULL;
+    CHECK(memcmp(&a, &b, sizeof a) == 0); /* -0.0 kept: bits, not values */
+    dt__krec_free(k);
+
+    /* An elementwise kernel's record is a fraction of the builder's. */
+    memset(&a, 0, sizeof a);
+    a.dtype = DT_FLOAT32, a.sub = DT_BINARY_ADD, a.flags = DT_KF_REUSE;
+    size_t small = dt__krec_footprint(dt__kattr_pack_size(&a));
+    printf("kernel record: %zu bytes (elementwise) against %zu for a full dt__kattr kernel\n", small,
+           sizeof(dt__kernel));
+    CHECK(small * 3 <= sizeof(dt__kernel));
+    /* Empty attributes unpack to zeros. */
+    k = dt__krec_alloc(0);
+    CHECK(k != NULL);
+    if (k) {
+        dt__kattr_unpack(k, &b);
+        memset(&a, 0, sizeof a);
+        CHECK(memcmp(&a, &b, sizeof a) == 0);
+        dt__krec_free(k);
+    }
+}
+
+/* ----------------------------------------------- what cannot be encoded */
+
+static void refused(void) {
+    dt_graph *g = ref_graph();
+    int64_t ids[1] = {0}, mshape[1] = {1}, shape[1] = {4};
+    dt_mesh *mesh = NULL;
+    CHECK(dt_mesh_create(DT_DEVICE_CPU, 1, mshape, ids, NULL, &mesh) == DT_OK);
+    if (!g || !mesh)
+        return;
+    dt__graph_set_kernel_tap_for_test(g, on_tap, NULL);
+    dt_debug_gate *gate = NULL;
+    CHECK(dt_debug_gate_create(&gate) == DT_OK);
+    dt_tensor *x = dt_full(g, DT_FLOAT32, 1, shape, dt_scalar_float(2), mesh, NULL);
+    CHECK(dt_graph_sync(g) == DT_OK);
+    dt_tensor *y = dt_debug_gated(x, gate);
+    CHECK(y != NULL);
+    dt_debug_gate_open(gate);
+    CHECK(dt_graph_sync(g) == DT_OK);
+    float out[4]; /* its own round: a read */
+    CHECK(dt_tensor_read(y, out, sizeof out) == DT_OK);
+    CHECK_FEQ(out[3], 2.0f);
+    int saw = 0;
+    pthread_mutex_lock(&taps.lock);
+    for (int i = 0; i < taps.n; i++)
+        saw |= taps.st[i] == DT_EINVAL && !taps.bytes[i];
+    pthread_mutex_unlock(&taps.lock);
+    CHECK_EQ(saw, 1);
+
+    /* A read names its future; a resolver without futures refuses it. */
+    int last = taps.n - 1;
+    dt__kbatch b = {0};
+    table tb = {.g = g, .tolerant = 1};
+    dt__kresolver res = {&tb, res_input, res_output, NULL, res_group};
+    CHECK(last >= 0 && taps.st[last] == DT_OK);
+    if (last >= 0 && taps.st[last] == DT_OK) {
+        CHECK_EQ(dt__kernel_decode(taps.bytes[last], taps.len[last], &res, &b), DT_EINVAL);
+        CHECK(strstr(dt_last_error(), "future") != NULL);
+    }
+    CHECK_EQ(b.n, 0);
+    table_free(&tb);
+
+    /* A cross-mesh copy assembles pieces held by pointer: refused too. */
+    int64_t ids2[1] = {1};
+    dt_mesh *mesh2 = NULL;
+    CHECK(dt_mesh_create(DT_DEVICE_CPU, 1, mshape, ids2, NULL, &mesh2) == DT_OK);
+    int before = 0, after = 0;
+    pthread_mutex_lock(&taps.lock);
+    for (int i = 0; i < taps.n; i++)
+        before += taps.st[i] == DT_EINVAL;
+    pthread_mutex_unlock(&taps.lock);
+    dt_placement rr = R();
+    dt_tensor *z = mesh2 ? dt_redistribute(x, mesh2, &rr) : NULL;
+    CHECK(z != NULL);
+    CHECK(dt_tensor_read(z, out, sizeof out) == DT_OK);
+    CHECK_FEQ(out[0], 2.0f);
+    pthread_mutex_lock(&taps.lock);
+    for (int i = 0; i < taps.n; i++)
+        after += taps.st[i] == DT_EINVAL;
+    pthread_mutex_unlock(&taps.lock);
+    CHECK_EQ(after, before + 1);
+    dt_tensor_release(z);
+    dt_mesh_release(mesh2);
+    dt_tensor_release(y);
+    dt_tensor_release(x);
+    dt_debug_gate_release(gate);
+    dt_mesh_release(mesh);
+    dt_graph_release(g);
+    taps_clear();
+}
+
+int main(void) {
+    attrs();
+    round_trip();
+    refused();
+    if (failures) {
+        fprintf(stderr, "%d failure(s)\n", failures);
+        return 1;
+    }
+    printf("ok\n");
+    return 0;
+}
