@@ -279,7 +279,10 @@ static int kattr_parse(const uint8_t *buf, size_t n, dt__kattr *a) {
         NEED(8);
         seed = dt__le_get(&p, 8);
     }
-    dt_scalar sc[2] = {{0, 0, 0.0}, {0, 0, 0.0}};
+    /* Zeroed whole and copied bytewise: the padding after kind stays 0, so
+     * an unpacked dt__kattr is the same bytes every time. */
+    dt_scalar sc[2];
+    memset(sc, 0, sizeof sc);
     for (int j = 0; j < 2; j++)
         if (present & 1u << (9 + j)) {
             NEED(SCALAR_BYTES);
@@ -306,7 +309,8 @@ static int kattr_parse(const uint8_t *buf, size_t n, dt__kattr *a) {
         a->dtype = v[0], a->sub = v[1], a->flags = v[2], a->ndim = v[3];
         a->dim = v[4], a->gndim = v[5], a->nints = v[6];
         a->dims_mask = mask, a->seed = seed;
-        a->scalar = sc[0], a->scalar2 = sc[1];
+        memcpy(&a->scalar, &sc[0], sizeof sc[0]);
+        memcpy(&a->scalar2, &sc[1], sizeof sc[1]);
         memcpy(a->f, f, sizeof f);
         a->text = text;
     }

@@ -367,7 +367,10 @@ static void attrs(void) {
     memset(&a, 0, sizeof a);
     a.dtype = DT_FLOAT64, a.sub = 3, a.flags = DT_KF_KEEPDIM | DT_KF_REUSE, a.ndim = 3, a.dim = 2;
     a.gndim = 4, a.nints = 16, a.dims_mask = 0x8000000000000005ull, a.seed = 42;
-    a.scalar = dt_scalar_float(-0.0), a.scalar2 = dt_scalar_int(-7);
+    /* Member by member: a struct assignment may leave the padding after
+     * dt_scalar.kind undefined, and the check below compares bytes. */
+    a.scalar.kind = DT_SCALAR_FLOAT, a.scalar.f = -0.0;
+    a.scalar2.kind = DT_SCALAR_INT, a.scalar2.i = -7;
     a.f[0] = 1.5, a.f[2] = -1e300;
     a.text = "ij,jk->ik";
     for (int d = 0; d < DT_MAX_NDIM; d++) {
