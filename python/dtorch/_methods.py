@@ -34,6 +34,7 @@ from . import _ops_masked_scatter as _ms
 from . import _ops_nn_top as _nn
 from . import _ops_reduce as _reduce
 from . import _ops_sort_scan as _sort
+from . import _ops_indexing as _indexing
 from . import _ops_views as _views
 
 __all__ = ["C_METHODS", "CLASS_METHODS", "PY_METHODS"]
@@ -80,8 +81,8 @@ PY_METHODS = {
     "repeat": _views._repeat, "repeat_interleave": _views._repeat_interleave, "contiguous": _views._contiguous,
     "clone": _views._clone, "copy_": _views._copy_, "narrow": _views._narrow, "select": _views._select,
     "split": _views._split, "chunk": _views._chunk, "unbind": _views._unbind, "tril": _views._tril,
-    "triu": _views._triu, "flip": _views._flip, "roll": _views._roll, "__getitem__": _views._getitem,
-    "__setitem__": _views._setitem, "__iter__": _views._iter,
+    "triu": _views._triu, "flip": _views._flip, "roll": _views._roll, "__getitem__": _indexing._getitem,
+    "__setitem__": _indexing._setitem, "__iter__": _indexing._iter,
     "T": property(_views._T, doc="The dims reversed (x.permute(n-1, ..., 0))."),
     "mT": property(_views._mT, doc="The last two dims swapped."),
     # masked_scatter (_ops_masked_scatter.py)
