@@ -355,6 +355,17 @@ void dt__stream_send_stop(dt__stream *s);
  * worker of the graph has exited: a kernel on another stream may read this
  * one's completed count (its events) until then. */
 void dt__stream_free(dt__stream *s);
+/* Runs kernel k on s, then completes its number and drops its references
+ * (s's worker thread; core/kernel_run.c). */
+void dt__kernel_run(dt__krec *k, dt__stream *s);
+/* After dt_graph_cancel: releases k without running it (its output poisoned,
+ * a read or sync failed, a collective still meets its peers), completing
+ * its number (s's worker thread; core/kernel_run.c). */
+void dt__kernel_drop(dt__krec *k, dt__stream *s);
+/* Charges k's new output to s's device; an output written into its donated
+ * input's buffer (inplace) takes that input's charge over instead (s's
+ * worker thread; core/blob.c). */
+void dt__blob_account(dt__krec *k, const dt__stream *s, int inplace);
 
 /* The stream map (streams.c; controller thread): the stream of (type, id,
  * kind), started on first use; NULL with the thread error set on failure. */
@@ -627,6 +638,18 @@ dt__blob *dt__lw_push_on(dt__lower *L, dt__stream *s, dt__kernel *k);
  * references and what its extra owns (future reference, assembly, gate
  * reference). NULL is ignored. */
 void dt__lw_discard(dt__kernel *k);
+/* Shared by core/lower.c, core/fetch.c and the controller loop
+ * (core/executor.c), controller thread: */
+/* Binds a queued kernel to stream s: names its blobs, makes its output's
+ * event its number on s, marks it to wait on inputs from other streams. */
+void dt__lw_bind(dt_graph *g, dt__stream *s, dt__krec *k);
+/* Adds k to s's batch; the controller's flush hands the batch over. */
+void dt__lw_stream_append(dt_graph *g, dt__stream *s, dt__krec *k);
+/* A core kernel's record (DT_KC_*) with no attributes, carrying the node's
+ * op name and call site; NULL (L->status set) when out of memory. */
+dt__krec *dt__lw_core_krec(dt__lower *L, int kop);
+/* Queues a record whose blobs are all there (cannot fail). */
+void dt__lw_push_krec(dt_graph *g, dt__stream *s, dt__krec *k);
 /* Queues collective `c` on all of its c->n ranks or on none: rank r is mesh
  * device base + r * stride, on its `stream_kind` stream. Every rank's stream,
  * kernel and output are made before any is queued, so a failure leaves no
@@ -680,6 +703,9 @@ dt_status dt__lower_nn(dt__lower *L, dt__node *n);
 dt_status dt__lower_sort_scan(dt__lower *L, dt__node *n);
 dt_status dt__lower_masked_scatter(dt__lower *L, dt__node *n);
 dt_status dt__lower_debug_gate(dt__lower *L, dt__node *n);
+/* Value reads and graph-wide barriers (core/fetch.c). */
+dt_status dt__lower_fetch(dt__lower *L, dt__node *n);
+dt_status dt__lower_sync(dt__lower *L, dt__node *n);
 
 /* ----------------------------------------------------- test-only gates */
 

@@ -5,7 +5,7 @@
  * has used, in an open-addressing map made on first use, so a mesh of ids
  * [0, 2**31-1] costs two streams, not a table of two billion slots. The map
  * and the list of streams in creation order are controller-only: lowering
- * looks streams up, lower_sync and shutdown walk the list.
+ * looks streams up, dt__lower_sync and shutdown walk the list.
  *
  * Events: an event is (producer stream, kernel number). The producing worker
  * publishes how many of its kernels have completed (dt__event_complete, a

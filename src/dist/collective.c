@@ -277,7 +277,7 @@ static void inproc_run(dt__comm *base, const dt__collattr *a, int r, dt__blob *i
     for (int p = 0; p < c.n && !failed; p++)
         failed = c.slots[p]->error;
     if (out->error) {
-        /* Dropped by dt_graph_cancel (kernel_stream.c): it only met its peers. */
+        /* Dropped by dt_graph_cancel (kernel_run.c): it only met its peers. */
     } else if (failed) {
         out->error = dt__strdup(failed);
     } else {

@@ -6,7 +6,7 @@
  * where, masked_fill), with in[0] of the result's element size and shape.
  *
  * Marking says "may". Whether a kernel does write in place is decided when
- * it runs (kernel_stream.c, run_backend): only when the kernel holds the
+ * it runs (kernel_run.c, run_backend): only when the kernel holds the
  * last reference to in[0]'s blob (the value was dropped and nothing queued
  * reads it any more), and only when the backend finds in[0]'s storage
  * unshared (no view, no export) and of the result's dtype and local shape.
@@ -14,7 +14,7 @@
  * round is as good as in this one.
  *
  * The controller passes the mark on as DT_KF_REUSE on the node's backend
- * kernels (executor.c, push_on); a backend honours DT_KF_INPLACE for the
+ * kernels (lower.c, dt__lw_push_on); a backend honours DT_KF_INPLACE for the
  * kernels it can run in place and ignores it on the others.
  *
  * Threads: controller only.

@@ -1,0 +1,254 @@
+/*
+ * Running and dropping one kernel record on a stream's worker: the backend
+ * call (charging its output, core/blob.c) and poisoning on failure, assembly of cross-mesh
+ * pieces, collectives, the core kernels (fetch, sync, gate) and, after
+ * dt_graph_cancel, dropping a kernel without running it. The worker loop
+ * that calls dt__kernel_run / dt__kernel_drop is in core/kernel_stream.c.
+ *
+ * Threads: the stream's worker thread. Locks: an input from another stream
+ * is waited for on its producer's ev_lock (dt__event_wait); futures and
+ * collectives take their own locks; no stream lock is held here.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "dist/comm.h"
+
+/* From backend/kernels.def: a name per kernel op. */
+static const char *const kop_names[DT_K_COUNT] = {
+#define DT_KOP(E, name) [DT_K_##E] = name,
+#include "backend/kernels.def"
+};
+
+/* Poisons k->out with a message naming the op, the device and the call site. */
+static void poison(dt__krec *k, const dt__stream *s, const char *what) {
+    if (!k->out || k->out->error)
+        return;
+    char buf[1024];
+    if (k->site_file)
+        snprintf(buf, sizeof buf, "%s failed on %s:%lld (created at %s:%d): %s", k->opname,
+                 s->type == DT_DEVICE_CUDA ? "cuda" : "cpu", (long long)s->device_id, k->site_file,
+                 k->site_line, what);
+    else
+        snprintf(buf, sizeof buf, "%s failed on %s:%lld: %s", k->opname,
+                 s->type == DT_DEVICE_CUDA ? "cuda" : "cpu", (long long)s->device_id, what);
+    k->out->error = dt__strdup(buf);
+}
+
+/* Runs a backend kernel; returns 1 when it was allowed to write into in[0]
+ * (DT_KF_INPLACE). */
+static int run_backend(dt__krec *k, const dt__stream *s) {
+    void *in[DT_MAX_OP_INPUTS] = {NULL};
+    for (int i = 0; i < k->n_in; i++) {
+        if (k->in[i]->error) {
+            /* Carry the first failure unchanged to everything downstream. */
+            k->out->error = dt__strdup(k->in[i]->error);
+            return 0;
+        }
+        in[i] = k->in[i]->impl;
+    }
+    dt__kattr attr; /* the record's packed attributes, for the backend */
+    dt__kattr_unpack(k, &attr);
+    /* The kernel holds the only reference left to in[0]: its tensor was
+     * released and no other kernel will read it, so its buffer may be reused
+     * (peak memory of a chain of ops stays at one buffer). Which kernels may
+     * is the window's reuse pass's call (DT_KF_REUSE). */
+    if ((attr.flags & DT_KF_REUSE) && k->n_in > 0 && atomic_load(&k->in[0]->refs) == 1)
+        attr.flags |= DT_KF_INPLACE;
+    char err[512] = "";
+    void *out = NULL;
+    dt_status st = s->be->run(k->kop, &attr, in, k->n_in, &out, err, sizeof err);
+    if (st != DT_OK) {
+        char what[600];
+        snprintf(what, sizeof what, "%s (%s kernel: %s)", err[0] ? err : dt_status_str(st), kop_names[k->kop],
+                 dt_status_str(st));
+        poison(k, s, what);
+        s->be->free(out);
+        return 0;
+    }
+    k->out->impl = out;
+    return (attr.flags & DT_KF_INPLACE) != 0;
+}
+
+void dt__assembly_free(dt__assembly *as) {
+    for (int i = 0; i < as->n; i++)
+        dt__blob_release(as->pieces[i]);
+    dt__free(as->pieces);
+    dt__free(as->starts);
+    dt__free(as->lens);
+    dt__free(as);
+}
+
+/* A copy of piece i made by s's backend: the piece is staged through host
+ * memory (to_host on its backend, from_host on s's) when another backend
+ * made it, as when a value moves between device types. *tmp is the new impl
+ * to free after use (NULL when the piece's own impl serves). */
+static dt_status stage_piece(const dt__assembly *as, int i, const dt__kattr *a, const dt__stream *s,
+                             void **impl, void **tmp, char *err, size_t errlen) {
+    dt__blob *p = as->pieces[i];
+    *tmp = NULL;
+    *impl = p->impl;
+    if (p->be == s->be)
+        return DT_OK;
+    size_t nbytes = p->be->nbytes(p->impl);
+    void *buf = dt__malloc(nbytes ? nbytes : 1);
+    if (!buf) {
+        snprintf(err, errlen, "out of memory staging a piece through host memory");
+        return DT_ENOMEM;
+    }
+    dt_status st = p->be->to_host(p->impl, buf, nbytes, err, errlen);
+    if (st == DT_OK)
+        st = s->be->from_host(a->dtype, a->ndim, as->lens + (size_t)i * (size_t)a->ndim, buf, tmp, err,
+                              errlen);
+    dt__free(buf);
+    *impl = st == DT_OK ? *tmp : NULL;
+    return st;
+}
+
+/* Places pieces made on other devices (of any type) into one new local
+ * tensor. */
+static void run_assemble(dt__krec *k, dt__stream *s) {
+    dt__assembly *as = k->handle;
+    k->handle = NULL;
+    dt__kattr a;
+    dt__kattr_unpack(k, &a);
+    void **impls = dt__calloc((size_t)as->n, sizeof *impls);
+    void **tmps = dt__calloc((size_t)as->n, sizeof *tmps);
+    char err[512] = "";
+    if (!impls || !tmps)
+        poison(k, s, "out of memory");
+    for (int i = 0; i < as->n && impls && tmps; i++) {
+        dt__event_wait(s, as->pieces[i]);
+        if (as->pieces[i]->error && !k->out->error)
+            k->out->error = dt__strdup(as->pieces[i]->error);
+        if (!k->out->error) {
+            dt_status st = stage_piece(as, i, &a, s, &impls[i], &tmps[i], err, sizeof err);
+            if (st != DT_OK)
+                poison(k, s, err[0] ? err : dt_status_str(st));
+        }
+    }
+    if (!k->out->error) {
+        void *out = NULL;
+        dt_status st =
+            s->be->assemble(a.dtype, a.ndim, a.shape, as->n, impls, as->starts, 0, &out, err, sizeof err);
+        if (st == DT_OK)
+            k->out->impl = out;
+        else
+            poison(k, s, err[0] ? err : dt_status_str(st));
+    }
+    for (int i = 0; tmps && i < as->n; i++)
+        if (tmps[i])
+            s->be->free(tmps[i]);
+    dt__free(tmps);
+    dt__free(impls);
+    dt__assembly_free(as);
+}
+
+/* Runs a collective kernel's rank through the graph's comm. */
+static void run_collective(dt__krec *k, dt__stream *s) {
+    dt__collattr a;
+    dt__collattr_read(k, &a);
+    /* Made before the kernel was queued (dt__lw_group, or a decoder's
+     * resolver); the queue's hand-over publishes it. */
+    dt__comm *c = atomic_load_explicit(&s->g->comm[s->type], memory_order_acquire);
+    if (c)
+        c->ops->run(c, &a, k->rank, k->in[0], k->out, k->opname);
+    else if (!k->out->error)
+        poison(k, s, "no communication back end for this device type");
+}
+
+void dt__kernel_run(dt__krec *k, dt__stream *s) {
+    if (k->wait)
+        for (int i = 0; i < k->n_in; i++)
+            dt__event_wait(s, k->in[i]);
+    int inplace = 0;
+    switch (k->kop) {
+    case DT_KC_COLLECTIVE:
+        atomic_fetch_add_explicit(&s->n_comm, 1, memory_order_relaxed);
+        run_collective(k, s);
+        if (k->out && !k->out->impl && !k->out->error)
+            poison(k, s, "collective produced no value");
+        break;
+    case DT_KC_FETCH:
+        dt__future_arrive(k->handle, k->rank, k->in[0]);
+        dt_future_release(k->handle);
+        break;
+    case DT_KC_SYNC:
+        dt__future_arrive(k->handle, -1, NULL);
+        dt_future_release(k->handle);
+        break;
+    case DT_KC_ASSEMBLE:
+        atomic_fetch_add_explicit(&s->n_comm, 1, memory_order_relaxed);
+        run_assemble(k, s);
+        break;
+    case DT_KC_GATE:
+        dt__debug_gate_run(k, s);
+        break;
+    default:
+        inplace = run_backend(k, s);
+        break;
+    }
+    if (k->out) {
+        dt__blob_account(k, s, inplace);
+        /* The backend's event (when it has events) is recorded before the
+         * host count says the kernel completed: a consumer that sees the
+         * count finds the event. */
+        if (s->record_events && (k->out->impl || k->out->error) &&
+            s->be->event_new(s->ctx, &k->out->bev) == DT_OK &&
+            s->be->event_record(k->out->bev, s->ctx) != DT_OK) {
+            s->be->event_free(k->out->bev);
+            k->out->bev = NULL;
+        }
+    }
+    /* Every kernel the controller appended counts, in order: this one's
+     * number is its output's event (streams.c). */
+    dt__event_complete(s, ++s->completed);
+    atomic_fetch_add_explicit(&s->n_run, 1, memory_order_relaxed);
+    for (int i = 0; i < k->n_in; i++)
+        dt__blob_release(k->in[i]);
+    dt__blob_release(k->out);
+    dt__krec_free(k);
+}
+
+/* After dt_graph_cancel: k is released without running. Its output is
+ * poisoned and made ready (a kernel waiting for it wakes), a read or sync
+ * fails, and a collective still meets its peers, so ranks that do run are
+ * not left waiting for this one. */
+void dt__kernel_drop(dt__krec *k, dt__stream *s) {
+    static const char msg[] = "cancelled: the graph was cancelled (dt_graph_cancel) before this ran";
+    atomic_fetch_add_explicit(&s->g->dropped, 1, memory_order_relaxed);
+    if (k->out)
+        poison(k, s, msg);
+    switch (k->kop) {
+    case DT_KC_COLLECTIVE:
+        /* Peers read the published input: it must be ready (producers
+         * elsewhere run or drop, so this wait ends). The poisoned output
+         * tells the collective to meet its peers and compute nothing. */
+        if (k->wait)
+            for (int i = 0; i < k->n_in; i++)
+                dt__event_wait(s, k->in[i]);
+        run_collective(k, s);
+        break;
+    case DT_KC_FETCH:
+    case DT_KC_SYNC:
+        dt__future_fail(k->handle, DT_ECANCELLED, msg);
+        dt__future_arrive(k->handle, -1, NULL);
+        dt_future_release(k->handle);
+        break;
+    case DT_KC_ASSEMBLE:
+        dt__assembly_free(k->handle);
+        break;
+    case DT_KC_GATE:
+        dt__debug_gate_drop(k);
+        break;
+    default:
+        break;
+    }
+    /* A dropped kernel still completes its number: consumers on other
+     * streams wait on it (streams.c). */
+    dt__event_complete(s, ++s->completed);
+    for (int i = 0; i < k->n_in; i++)
+        dt__blob_release(k->in[i]);
+    dt__blob_release(k->out);
+    dt__krec_free(k);
+}

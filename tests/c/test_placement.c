@@ -1,0 +1,418 @@
+/*
+ * The placement-signature engine (src/core/placement.c) on hand-written
+ * signatures: the per-mesh-dim rule (placement.h: every Shard input maps to
+ * one output dim -> Shard of it; a listed Partial combination, or a
+ * DT__PS_PARTIAL shard of a single input with the others Replicate -> Partial;
+ * all Replicate -> Replicate; anything else is a PlacementError), the Partial
+ * sets and their text, the error message, dim wrapping, the operand checks and
+ * the region check. Every expected value is derived here from those rules.
+ * Runs on the 'ref' backend under ASan/UBSan and TSan (no graph is needed).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/placement.h"
+#include "test_util.h"
+
+/* ---------------------------------------------------------- signatures */
+
+/* Same-shaped elementwise: dim d of any input is dim d of the output. */
+static int same_map(const dt__pctx *c, int j, int d) {
+    (void)c;
+    (void)j;
+    return d;
+}
+
+/* A sum over dim 1 of a 2-D input: a Shard(1) becomes a partial sum, a
+ * Shard(0) stays Shard(0) of the 1-D output. */
+static int sum1_map(const dt__pctx *c, int j, int d) {
+    (void)c;
+    (void)j;
+    return d == 1 ? DT__PS_PARTIAL : 0;
+}
+
+/* A width-3 stencil along dim 0: output rows [s, s+l) read rows
+ * [s-1, s+l+1), clipped to the input. */
+static void halo_needed(const dt__pctx *c, int j, const int64_t *coord, const int64_t *os, const int64_t *ol,
+                        int64_t *s, int64_t *l) {
+    (void)coord;
+    const dt__meta *m = c->in[j];
+    for (int d = 0; d < m->ndim; d++) {
+        s[d] = os[d];
+        l[d] = ol[d];
+    }
+    if (ol[0] > 0) {
+        int64_t lo = os[0] > 0 ? os[0] - 1 : 0, hi = os[0] + ol[0] + 1;
+        if (hi > m->shape[0])
+            hi = m->shape[0];
+        s[0] = lo;
+        l[0] = hi - lo;
+    }
+}
+
+static const uint32_t set_mul[] = DT__PS_MASKS(MUL);
+static const uint32_t set_pp[] = DT__PS_MASKS(PP);
+static const uint32_t set_pr[] = DT__PS_MASKS(PR);
+
+#define MUL_TEXT DT__PS_SHARDS_2 DT__PS_TEXT(MUL)
+static const dt__psig sig_mul = {same_map, NULL, set_mul, MUL_TEXT};
+static const dt__psig sig_pp = {same_map, NULL, set_pp, DT__PS_SHARDS_2 DT__PS_TEXT(PP)};
+static const dt__psig sig_pr = {same_map, NULL, set_pr, DT__PS_SHARDS_2 DT__PS_TEXT(PR)};
+static const dt__psig sig_none = {same_map, NULL, NULL, DT__PS_SHARDS_2 DT__PS_TEXT(NONE)};
+static const dt__psig sig_bcast = {dt__ps_broadcast_map, NULL, set_mul, MUL_TEXT};
+static const dt__psig sig_sum1 = {sum1_map, NULL, NULL, "S(0)->S(0), S(1)->P"};
+static const dt__psig sig_halo = {same_map, halo_needed, NULL, "stencil"};
+
+/* ------------------------------------------------------------- helpers */
+
+static dt_mesh *mesh1, *mesh2, *mesh1b; /* [4]; [2, 2]; [4] on other ids */
+
+static dt_mesh *make_mesh(int ndim, const int64_t *shape, int first_id) {
+    int64_t ids[16], n = 1;
+    for (int d = 0; d < ndim; d++)
+        n *= shape[d];
+    for (int64_t i = 0; i < n; i++)
+        ids[i] = first_id + i;
+    dt_mesh *m = NULL;
+    CHECK_EQ(dt_mesh_create(DT_DEVICE_CPU, ndim, shape, ids, NULL, &m), DT_OK);
+    return m;
+}
+
+static dt__meta meta(dt_mesh *mesh, int ndim, const int64_t *shape, const dt_placement *pl) {
+    dt__meta m;
+    memset(&m, 0, sizeof m);
+    m.dtype = DT_FLOAT32;
+    m.ndim = ndim;
+    memcpy(m.shape, shape, sizeof(int64_t) * (size_t)ndim);
+    m.mesh = mesh;
+    for (int md = 0; md < dt_mesh_ndim(mesh); md++)
+        m.pl[md] = pl[md];
+    return m;
+}
+
+static const int64_t sh46[] = {4, 6}, sh6[] = {6}, sh16[] = {1, 6}, sh4[] = {4}, sh8[] = {8};
+
+/* Applies s to two inputs; returns the status, the output placements in out. */
+static dt_status apply2(const dt__psig *s, dt_mesh *mesh, const int64_t *sha, int nda, const dt_placement *pa,
+                        const int64_t *shb, int ndb, const dt_placement *pb, const int64_t *sho, int ndo,
+                        int check_regions, dt_placement *out, int *bad) {
+    /* As the families do, the rule writes the output meta's placements,
+     * which the region check then reads. */
+    const dt_placement rr[DT_MAX_MESH_NDIM] = {{0}};
+    dt__meta a = meta(mesh, nda, sha, pa), b = meta(mesh, ndb, shb, pb), o = meta(mesh, ndo, sho, rr);
+    dt__pctx c = {.op = 0, .a = NULL, .nin = 2, .in = {&a, &b}, .out = &o};
+    dt_status st = dt__ps_apply("op", s, &c, check_regions, o.pl, bad);
+    memcpy(out, o.pl, sizeof o.pl);
+    return st;
+}
+
+/* On the 1-D mesh, same shape [4, 6]: expect `want` (or DT_EPLACEMENT when
+ * want_ok is 0, with the error's fix naming input `fix`). */
+static void rule1(const dt__psig *s, dt_placement a, dt_placement b, int want_ok, dt_placement want, int fix,
+                  int line) {
+    dt_placement out[DT_MAX_MESH_NDIM] = {{0}};
+    int bad = 99;
+    dt_status st = apply2(s, mesh1, sh46, 2, &a, sh46, 2, &b, sh46, 2, 0, out, &bad);
+    if (want_ok) {
+        if (st != DT_OK || !same(out[0], want)) {
+            fprintf(stderr, "line %d: got status %d, kind %d dim %d; want kind %d dim %d\n", line, st,
+                    out[0].kind, out[0].dim, want.kind, want.dim);
+            failures++;
+        }
+    } else {
+        CHECK_EQ(st, DT_EPLACEMENT);
+        char want_fix[64];
+        snprintf(want_fix, sizeof want_fix, "Fix: call input %d's", fix);
+        if (!strstr(dt_last_error(), want_fix)) {
+            fprintf(stderr, "line %d: error does not contain \"%s\": %s\n", line, want_fix, dt_last_error());
+            failures++;
+        }
+    }
+    CHECK_EQ(bad, -1); /* the rule itself, not the region check */
+}
+
+/* ---------------------------------------------------------------- tests */
+
+static void test_sets(void) {
+    /* MUL: (P,R) is bit 0, (R,P) is bit 1; 0-terminated. */
+    CHECK_EQ(sizeof set_mul / sizeof set_mul[0], 3);
+    CHECK_EQ(set_mul[0], 1);
+    CHECK_EQ(set_mul[1], 2);
+    CHECK_EQ(set_mul[2], 0);
+    CHECK_EQ(sizeof set_pp / sizeof set_pp[0], 2);
+    CHECK_EQ(set_pp[0], 3);
+    CHECK_EQ(set_pr[0], 1);
+    CHECK_EQ(set_pr[1], 0);
+    static const uint32_t set_p[] = DT__PS_MASKS(P), set_none[] = DT__PS_MASKS(NONE);
+    CHECK_EQ(sizeof set_p / sizeof set_p[0], 2);
+    CHECK_EQ(set_p[0], 1);
+    CHECK_EQ(sizeof set_none / sizeof set_none[0], 1);
+    CHECK_EQ(set_none[0], 0);
+    CHECK_STREQ(DT__PS_TEXT(MUL), ", (P,R)->P, (R,P)->P");
+    CHECK_STREQ(DT__PS_TEXT(PP), ", (P,P)->P");
+    CHECK_STREQ(DT__PS_TEXT(PR), ", (P,R)->P");
+    CHECK_STREQ(DT__PS_TEXT(P), ", P->P");
+    CHECK_STREQ(DT__PS_TEXT(PDIV), ", P->P");
+    CHECK_STREQ(DT__PS_TEXT(NONE), "; no Partial");
+    CHECK_STREQ(DT__PS_TEXT(NA), "; no Partial");
+}
+
+static void test_rule_1d(void) {
+    /* Shards that line up. */
+    rule1(&sig_mul, R(), R(), 1, R(), 0, __LINE__);
+    rule1(&sig_mul, S(0), S(0), 1, S(0), 0, __LINE__);
+    rule1(&sig_mul, S(1), S(1), 1, S(1), 0, __LINE__);
+    rule1(&sig_mul, S(1), R(), 1, S(1), 0, __LINE__);
+    rule1(&sig_mul, R(), S(0), 1, S(0), 0, __LINE__);
+    /* Shards on different output dims: the second one is to redistribute. */
+    rule1(&sig_mul, S(0), S(1), 0, R(), 1, __LINE__);
+    rule1(&sig_mul, S(1), S(0), 0, R(), 1, __LINE__);
+    /* MUL is linear in either input alone. */
+    rule1(&sig_mul, P(), R(), 1, P(), 0, __LINE__);
+    rule1(&sig_mul, R(), P(), 1, P(), 0, __LINE__);
+    rule1(&sig_mul, P(), P(), 0, R(), 0, __LINE__);
+    /* A Partial next to a Shard: the Shard input is the one to fix. */
+    rule1(&sig_mul, P(), S(0), 0, R(), 1, __LINE__);
+    rule1(&sig_mul, S(1), P(), 0, R(), 0, __LINE__);
+    /* PP (add-like): only both Partial. */
+    rule1(&sig_pp, P(), P(), 1, P(), 0, __LINE__);
+    rule1(&sig_pp, P(), R(), 0, R(), 0, __LINE__);
+    rule1(&sig_pp, R(), P(), 0, R(), 1, __LINE__);
+    /* PR (div-like): the first input only. */
+    rule1(&sig_pr, P(), R(), 1, P(), 0, __LINE__);
+    rule1(&sig_pr, R(), P(), 0, R(), 1, __LINE__);
+    /* No Partial set at all: Shards still work, any Partial is rejected. */
+    rule1(&sig_none, S(0), R(), 1, S(0), 0, __LINE__);
+    rule1(&sig_none, P(), R(), 0, R(), 0, __LINE__);
+    rule1(&sig_none, R(), P(), 0, R(), 1, __LINE__);
+}
+
+static void test_broadcast(void) {
+    dt_placement out[DT_MAX_MESH_NDIM] = {{0}};
+    int bad;
+    dt_placement s0 = S(0), s1 = S(1), r = R(), p = P();
+    /* [4, 6] * [6]: dim 0 of the [6] input is output dim 1. */
+    CHECK_EQ(apply2(&sig_bcast, mesh1, sh46, 2, &s1, sh6, 1, &s0, sh46, 2, 0, out, &bad), DT_OK);
+    CHECK_EQ(out[0].kind, DT_PLACEMENT_SHARD);
+    CHECK_EQ(out[0].dim, 1);
+    CHECK_EQ(apply2(&sig_bcast, mesh1, sh46, 2, &r, sh6, 1, &s0, sh46, 2, 0, out, &bad), DT_OK);
+    CHECK_EQ(out[0].kind, DT_PLACEMENT_SHARD);
+    CHECK_EQ(out[0].dim, 1);
+    /* S(0) of [4, 6] is output dim 0, S(0) of [6] is output dim 1. */
+    CHECK_EQ(apply2(&sig_bcast, mesh1, sh46, 2, &s0, sh6, 1, &s0, sh46, 2, 0, out, &bad), DT_EPLACEMENT);
+    /* [1, 6]: its dim 0 broadcasts to 4, so a Shard of it cannot map. */
+    CHECK_EQ(apply2(&sig_bcast, mesh1, sh46, 2, &r, sh16, 2, &s0, sh46, 2, 0, out, &bad), DT_EPLACEMENT);
+    CHECK(strstr(dt_last_error(), "Fix: call input 1's .redistribute(placements=[Replicate()]) first.") !=
+          NULL);
+    CHECK_EQ(apply2(&sig_bcast, mesh1, sh46, 2, &s1, sh16, 2, &s1, sh46, 2, 0, out, &bad), DT_OK);
+    CHECK_EQ(out[0].kind, DT_PLACEMENT_SHARD);
+    CHECK_EQ(out[0].dim, 1);
+    /* Partial with a broadcast Replicate operand. */
+    CHECK_EQ(apply2(&sig_bcast, mesh1, sh46, 2, &p, sh16, 2, &r, sh46, 2, 0, out, &bad), DT_OK);
+    CHECK_EQ(out[0].kind, DT_PLACEMENT_PARTIAL);
+    /* The map itself: [4, 6] vs [1, 6] into [4, 6]. */
+    dt__meta a = meta(mesh1, 2, sh46, &r), b = meta(mesh1, 2, sh16, &r), o = meta(mesh1, 2, sh46, &r);
+    dt__meta v = meta(mesh1, 1, sh6, &r);
+    dt__pctx c = {.nin = 2, .in = {&a, &b}, .out = &o};
+    CHECK_EQ(dt__ps_broadcast_map(&c, 0, 0), 0);
+    CHECK_EQ(dt__ps_broadcast_map(&c, 0, 1), 1);
+    CHECK_EQ(dt__ps_broadcast_map(&c, 1, 0), DT__PS_REJECT);
+    CHECK_EQ(dt__ps_broadcast_map(&c, 1, 1), 1);
+    c.in[1] = &v;
+    CHECK_EQ(dt__ps_broadcast_map(&c, 1, 0), 1);
+}
+
+static void test_partial_shard_map(void) {
+    dt_placement out[DT_MAX_MESH_NDIM] = {{0}};
+    int bad;
+    dt_placement s0 = S(0), s1 = S(1), r = R(), p = P();
+    /* One input whose Shard(1) is summed over: Partial without any set. */
+    dt__meta a = meta(mesh1, 2, sh46, &s1), o = meta(mesh1, 1, sh4, &r);
+    dt__pctx c = {.nin = 1, .in = {&a}, .out = &o};
+    CHECK_EQ(dt__ps_apply("sum1", &sig_sum1, &c, 0, o.pl, &bad), DT_OK);
+    CHECK_EQ(o.pl[0].kind, DT_PLACEMENT_PARTIAL);
+    a.pl[0] = s0;
+    CHECK_EQ(dt__ps_apply("sum1", &sig_sum1, &c, 0, o.pl, &bad), DT_OK);
+    CHECK_EQ(o.pl[0].kind, DT_PLACEMENT_SHARD);
+    CHECK_EQ(o.pl[0].dim, 0);
+    /* A Partial input is not a partial-sum shard: not linear without a set. */
+    a.pl[0] = p;
+    CHECK_EQ(dt__ps_apply("sum1", &sig_sum1, &c, 0, o.pl, &bad), DT_EPLACEMENT);
+    /* Two inputs: the shard sum with the other Replicate is Partial; with
+     * the other also a shard sum, or a Shard(0), it is rejected. */
+    CHECK_EQ(apply2(&sig_sum1, mesh1, sh46, 2, &s1, sh46, 2, &r, sh4, 1, 0, out, &bad), DT_OK);
+    CHECK_EQ(out[0].kind, DT_PLACEMENT_PARTIAL);
+    CHECK_EQ(apply2(&sig_sum1, mesh1, sh46, 2, &r, sh46, 2, &s1, sh4, 1, 0, out, &bad), DT_OK);
+    CHECK_EQ(out[0].kind, DT_PLACEMENT_PARTIAL);
+    CHECK_EQ(apply2(&sig_sum1, mesh1, sh46, 2, &s1, sh46, 2, &s1, sh4, 1, 0, out, &bad), DT_EPLACEMENT);
+    CHECK(strstr(dt_last_error(), "Fix: call input 0's") != NULL);
+    CHECK_EQ(apply2(&sig_sum1, mesh1, sh46, 2, &s1, sh46, 2, &s0, sh4, 1, 0, out, &bad), DT_EPLACEMENT);
+    CHECK(strstr(dt_last_error(), "Fix: call input 1's") != NULL);
+}
+
+static void test_rule_2d(void) {
+    dt_placement out[DT_MAX_MESH_NDIM] = {{0}};
+    int bad;
+    /* Each mesh dim on its own. */
+    dt_placement a1[] = {S(0), P()}, b1[] = {S(0), R()};
+    CHECK_EQ(apply2(&sig_mul, mesh2, sh46, 2, a1, sh46, 2, b1, sh46, 2, 0, out, &bad), DT_OK);
+    CHECK(same(out[0], S(0)));
+    CHECK(same(out[1], P()));
+    dt_placement a2[] = {R(), S(1)}, b2[] = {S(0), R()};
+    CHECK_EQ(apply2(&sig_mul, mesh2, sh46, 2, a2, sh46, 2, b2, sh46, 2, 0, out, &bad), DT_OK);
+    CHECK(same(out[0], S(0)));
+    CHECK(same(out[1], S(1)));
+    dt_placement a3[] = {P(), R()}, b3[] = {R(), P()};
+    CHECK_EQ(apply2(&sig_mul, mesh2, sh46, 2, a3, sh46, 2, b3, sh46, 2, 0, out, &bad), DT_OK);
+    CHECK(same(out[0], P()));
+    CHECK(same(out[1], P()));
+    /* Rejected on mesh dim 1 only: the whole message, by hand. */
+    dt_placement a4[] = {S(0), P()}, b4[] = {R(), P()};
+    CHECK_EQ(apply2(&sig_mul, mesh2, sh46, 2, a4, sh46, 2, b4, sh46, 2, 0, out, &bad), DT_EPLACEMENT);
+    CHECK_EQ(bad, -1);
+    CHECK_STREQ(
+        dt_last_error(),
+        "op: placements not accepted on mesh dim 1: input 0 has [Shard(dim=0), Partial()], input 1 has "
+        "[Replicate(), Partial()]. Accepted per mesh dim: (R,R)->R, (S(d),S(d))->S(d), (S(d),R)->S(d)*, "
+        "(R,S(d))->S(d)*, (P,R)->P, (R,P)->P. Fix: call input 0's .redistribute(placements=[Shard(dim=0), "
+        "Replicate()]) first.");
+    /* Rejected on mesh dim 0 (the first failing dim is reported). */
+    dt_placement a5[] = {S(0), S(0)}, b5[] = {S(1), S(1)};
+    CHECK_EQ(apply2(&sig_mul, mesh2, sh46, 2, a5, sh46, 2, b5, sh46, 2, 0, out, &bad), DT_EPLACEMENT);
+    CHECK_STREQ(
+        dt_last_error(),
+        "op: placements not accepted on mesh dim 0: input 0 has [Shard(dim=0), Shard(dim=0)], input 1 "
+        "has [Shard(dim=1), Shard(dim=1)]. Accepted per mesh dim: " MUL_TEXT
+        ". Fix: call input 1's .redistribute(placements=[Replicate(), Shard(dim=1)]) first.");
+    /* The accepted text of a set without Partial. */
+    dt_placement a6[] = {P()}, b6[] = {R()};
+    CHECK_EQ(apply2(&sig_none, mesh1, sh46, 2, a6, sh46, 2, b6, sh46, 2, 0, out, &bad), DT_EPLACEMENT);
+    CHECK_STREQ(dt_last_error(),
+                "op: placements not accepted on mesh dim 0: input 0 has [Partial()], input 1 "
+                "has [Replicate()]. Accepted per mesh dim: (R,R)->R, (S(d),S(d))->S(d), "
+                "(S(d),R)->S(d)*, (R,S(d))->S(d)*; no Partial. Fix: call input 0's "
+                ".redistribute(placements=[Replicate()]) first.");
+}
+
+static void test_regions(void) {
+    dt_placement out[DT_MAX_MESH_NDIM] = {{0}};
+    int bad;
+    /* dt__ps_needed without `needed`: the output region itself. */
+    dt_placement s0 = S(0), r = R();
+    dt__meta a = meta(mesh1, 2, sh46, &s0), o = meta(mesh1, 2, sh46, &s0);
+    dt__pctx c = {.nin = 1, .in = {&a}, .out = &o};
+    int64_t coord[] = {1}, os[] = {1, 2}, ol[] = {1, 3}, st[2] = {-1, -1}, l[2] = {-1, -1};
+    dt__ps_needed(&sig_mul, &c, 0, coord, os, ol, st, l);
+    CHECK_EQ(st[0], 1);
+    CHECK_EQ(st[1], 2);
+    CHECK_EQ(l[0], 1);
+    CHECK_EQ(l[1], 3);
+    /* With `needed`: rows 1..2 read rows 0..3. */
+    dt__ps_needed(&sig_halo, &c, 0, coord, os, ol, st, l);
+    CHECK_EQ(st[0], 0);
+    CHECK_EQ(l[0], 3);
+    CHECK_EQ(st[1], 2);
+    CHECK_EQ(l[1], 3);
+    /* The stencil on S(0) rows of 8 over 4 devices: device 1 holds rows
+     * [2, 4) and needs [1, 5): the input does not line up. */
+    const int64_t sh82[] = {8, 2};
+    a = meta(mesh1, 2, sh82, &s0);
+    o = meta(mesh1, 2, sh82, &s0);
+    CHECK_EQ(dt__ps_apply("stencil", &sig_halo, &c, 1, o.pl, &bad), DT_EPLACEMENT);
+    CHECK_EQ(bad, 0);
+    /* Not checked unless asked (and no nested shards). */
+    bad = 99;
+    CHECK_EQ(dt__ps_apply("stencil", &sig_halo, &c, 0, o.pl, &bad), DT_OK);
+    CHECK_EQ(bad, -1);
+    /* Replicate input: every device holds everything. */
+    a.pl[0] = r;
+    CHECK_EQ(dt__ps_apply("stencil", &sig_halo, &c, 1, o.pl, &bad), DT_OK);
+    CHECK(same(o.pl[0], R()));
+    CHECK_EQ(bad, -1);
+    /* Nested shards force the check: out [S(0), S(0)] of 8 rows on 2x2
+     * puts rows [4i + 2j, +2) on device (i, j); input 1 as [R, S(0)] holds
+     * rows [4j, +4) there, so device (1, 0) (rows 4..6) lacks them. */
+    dt_placement pa[] = {S(0), S(0)}, pb[] = {R(), S(0)}, pc[] = {S(0), R()};
+    CHECK_EQ(apply2(&sig_mul, mesh2, sh8, 1, pa, sh8, 1, pb, sh8, 1, 0, out, &bad), DT_EPLACEMENT);
+    CHECK_EQ(bad, 1);
+    CHECK(same(out[0], S(0)));
+    CHECK(same(out[1], S(0)));
+    /* [S(0), R] holds rows [4i, +4), which contain [4i + 2j, +2). */
+    CHECK_EQ(apply2(&sig_mul, mesh2, sh8, 1, pa, sh8, 1, pc, sh8, 1, 0, out, &bad), DT_OK);
+    CHECK_EQ(bad, -1);
+}
+
+static void test_wrap_dim(void) {
+    int d = 99;
+    for (int64_t dim = -3; dim <= 2; dim++) {
+        CHECK_EQ(dt__wrap_dim("sum", dim, 3, &d), DT_OK);
+        CHECK_EQ(d, dim < 0 ? dim + 3 : dim);
+    }
+    d = 99;
+    CHECK_EQ(dt__wrap_dim("sum", 3, 3, &d), DT_EINDEX);
+    CHECK_STREQ(dt_last_error(),
+                "sum(): Dimension out of range (expected to be in range of [-3, 2], but got 3)");
+    CHECK_EQ(d, 99);
+    CHECK_EQ(dt__wrap_dim("sum", -4, 3, &d), DT_EINDEX);
+    CHECK_STREQ(dt_last_error(),
+                "sum(): Dimension out of range (expected to be in range of [-3, 2], but got -4)");
+    /* A 0-d tensor takes -1 and 0 (torch wraps it as 1-d). */
+    CHECK_EQ(dt__wrap_dim("max", -1, 0, &d), DT_OK);
+    CHECK_EQ(d, 0);
+    CHECK_EQ(dt__wrap_dim("max", 0, 0, &d), DT_OK);
+    CHECK_EQ(d, 0);
+    CHECK_EQ(dt__wrap_dim("max", 1, 0, &d), DT_EINDEX);
+    CHECK_STREQ(dt_last_error(),
+                "max(): Dimension out of range (expected to be in range of [-1, 0], but got 1)");
+    CHECK_EQ(dt__wrap_dim("max", -2, 0, &d), DT_EINDEX);
+}
+
+static void test_operands(void) {
+    /* Only graph and v->meta.mesh are read: symbols built by hand. */
+    static char g1, g2;
+    dt_placement r = R();
+    dt_mesh *mesh1c = NULL;
+    const int64_t shape[] = {4};
+    mesh1c = make_mesh(1, shape, 0); /* equal by value to mesh1 */
+    dt__tval v1 = {.meta = meta(mesh1, 1, sh4, &r)}, v2 = {.meta = meta(mesh1c, 1, sh4, &r)};
+    dt__tval v3 = {.meta = meta(mesh1b, 1, sh4, &r)};
+    dt_tensor t1 = {.graph = (dt_graph *)&g1, .v = &v1}, t2 = {.graph = (dt_graph *)&g1, .v = &v2};
+    dt_tensor t3 = {.graph = (dt_graph *)&g1, .v = &v3}, t4 = {.graph = (dt_graph *)&g2, .v = &v1};
+    dt_tensor *ok[] = {&t1, &t2, &t1};
+    CHECK_EQ(dt__check_operands("add", ok, 3), DT_OK);
+    dt_tensor *null1[] = {&t1, NULL};
+    CHECK_EQ(dt__check_operands("add", null1, 2), DT_EINVAL);
+    CHECK_STREQ(dt_last_error(), "add: tensor argument 1 is NULL");
+    dt_tensor *graphs[] = {&t1, &t4};
+    CHECK_EQ(dt__check_operands("add", graphs, 2), DT_EINVAL);
+    CHECK_STREQ(dt_last_error(), "add: the tensors belong to different graphs");
+    dt_tensor *meshes[] = {&t1, &t2, &t3};
+    CHECK_EQ(dt__check_operands("mul", meshes, 3), DT_EINVAL);
+    CHECK_STREQ(
+        dt_last_error(),
+        "mul: the tensors are on different device meshes; move one with redistribute(device_mesh=...)");
+    dt_mesh_release(mesh1c);
+}
+
+int main(void) {
+    const int64_t s4[] = {4}, s22[] = {2, 2};
+    mesh1 = make_mesh(1, s4, 0);
+    mesh2 = make_mesh(2, s22, 0);
+    mesh1b = make_mesh(1, s4, 4);
+    test_sets();
+    test_rule_1d();
+    test_broadcast();
+    test_partial_shard_map();
+    test_rule_2d();
+    test_regions();
+    test_wrap_dim();
+    test_operands();
+    dt_mesh_release(mesh1);
+    dt_mesh_release(mesh2);
+    dt_mesh_release(mesh1b);
+    if (failures)
+        fprintf(stderr, "test_placement: %d failure(s)\n", failures);
+    else
+        printf("test_placement: ok\n");
+    return failures != 0;
+}
