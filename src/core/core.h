@@ -404,7 +404,7 @@ struct dt_graph {
     atomic_int gates_bypassed; /* set by shutdown: this graph's gate kernels stop waiting (debug.c) */
     atomic_int held;           /* dt_debug_hold_controller: the controller takes nothing (debug.c) */
     /* Set by dt_graph_cancel before it closes the queue: the controller
-     * frees nodes unlowered, workers drop kernels unrun (drop_kernel). */
+     * frees nodes unlowered, workers drop kernels unrun (dt__kernel_drop). */
     atomic_int cancelled;
     atomic_long dropped; /* nodes and kernels dropped by a cancel */
     unsigned fork_gen;   /* dt__fork_gen when made: another value means a forked child */
