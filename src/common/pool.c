@@ -125,7 +125,10 @@ static tls_list *my_list(dt__pool *p) {
 }
 
 /* Sanitizer builds use malloc directly, so ASan sees every use after free
- * and TSan every race on a record, instead of the pool hiding them. */
+ * and TSan every race on a record, instead of the pool hiding them. Stable
+ * pools (handle records) keep their slabs there too, so a released handle's
+ * magic stays readable; ASan then sees the free record poisoned but for its
+ * link and its magic. */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define DT_POOL_DIRECT 1
 #endif

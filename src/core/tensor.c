@@ -195,9 +195,13 @@ dt_dtype dt_tensor_dtype(const dt_tensor *t) { return dt__tensor_ok(t) ? t->v->m
 /* The getters take NULL and return a neutral value (0 or NULL). */
 int dt_tensor_ndim(const dt_tensor *t) { return dt__tensor_ok(t) ? t->v->meta.ndim : 0; }
 const int64_t *dt_tensor_shape(const dt_tensor *t) { return dt__tensor_ok(t) ? t->v->meta.shape : NULL; }
-int64_t dt_tensor_numel(const dt_tensor *t) { return dt__tensor_ok(t) ? dt__numel(t->v->meta.ndim, t->v->meta.shape) : 0; }
+int64_t dt_tensor_numel(const dt_tensor *t) {
+    return dt__tensor_ok(t) ? dt__numel(t->v->meta.ndim, t->v->meta.shape) : 0;
+}
 dt_mesh *dt_tensor_mesh(const dt_tensor *t) { return dt__tensor_ok(t) ? t->v->meta.mesh : NULL; }
-const dt_placement *dt_tensor_placements(const dt_tensor *t) { return dt__tensor_ok(t) ? t->v->meta.pl : NULL; }
+const dt_placement *dt_tensor_placements(const dt_tensor *t) {
+    return dt__tensor_ok(t) ? t->v->meta.pl : NULL;
+}
 dt_graph *dt_tensor_graph(const dt_tensor *t) { return dt__tensor_ok(t) ? t->graph : NULL; }
 uint64_t dt_tensor_id(const dt_tensor *t) { return dt__tensor_ok(t) ? t->v->id : 0; }
 
