@@ -192,7 +192,7 @@ void dt_tensor_release(dt_tensor *t) {
 }
 
 dt_dtype dt_tensor_dtype(const dt_tensor *t) { return dt__tensor_ok(t) ? t->v->meta.dtype : DT_FLOAT32; }
-/* The getters take NULL and return a neutral value (0 or NULL). */
+/* The getters take NULL or a released tensor and return a neutral value (0 or NULL). */
 int dt_tensor_ndim(const dt_tensor *t) { return dt__tensor_ok(t) ? t->v->meta.ndim : 0; }
 const int64_t *dt_tensor_shape(const dt_tensor *t) { return dt__tensor_ok(t) ? t->v->meta.shape : NULL; }
 int64_t dt_tensor_numel(const dt_tensor *t) {
