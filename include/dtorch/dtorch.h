@@ -29,6 +29,14 @@
  *  - Other fallible functions return dt_status (0 = DT_OK, negative = error);
  *    the detail is in the calling thread's dt_last_error().
  *  - Every handle is reference counted; *_release accepts NULL.
+ *  - Misuse armor: every entry point that takes a handle accepts NULL or a
+ *    handle whose last reference was released. Such a call reports DT_EINVAL
+ *    ("... is a released handle"), a getter returns its neutral value (as for
+ *    NULL), and retain/release do nothing (a double release frees nothing
+ *    twice). Detection is best effort, as SQLite's for a closed connection:
+ *    a handle's memory may be reused by a new handle of the same type, and
+ *    the old pointer then names the new object. Not a licence to use
+ *    released handles; a guard against crashes when a program does.
  *  - Unless stated, functions may be called from any thread. Calls on one graph
  *    from several threads are serialised by the graph's queue in call order.
  */

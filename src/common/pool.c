@@ -19,7 +19,7 @@
 #include "common/pool.h"
 
 #define BATCH 64
-#define MAX_POOLS 8
+#define MAX_POOLS 16
 
 /* A free record. The shared list holds whole batches: the first record of
  * each carries the link to the next batch and its record count, so moving a
@@ -125,9 +125,30 @@ static tls_list *my_list(dt__pool *p) {
 }
 
 /* Sanitizer builds use malloc directly, so ASan sees every use after free
- * and TSan every race on a record, instead of the pool hiding them. */
+ * and TSan every race on a record, instead of the pool hiding them. Stable
+ * pools (handle records) keep their slabs there too, so a released handle's
+ * magic stays readable; ASan then sees the free record poisoned but for its
+ * link and its magic. */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define DT_POOL_DIRECT 1
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+/* A stable pool's free record: poisoned but for its link and its magic, so
+ * ASan still reports any other use after free. */
+static void poison_free(const dt__pool *p, char *obj) {
+    size_t lo = (sizeof(free_rec) + 7) / 8 * 8;
+    if (p->keep_off > lo)
+        ASAN_POISON_MEMORY_REGION(obj + lo, p->keep_off - lo);
+    size_t hi = p->keep_off + 8 > lo ? p->keep_off + 8 : lo;
+    if (p->size > hi)
+        ASAN_POISON_MEMORY_REGION(obj + hi, p->size - hi);
+}
+#define POISON_FREE(p, obj) poison_free((p), (char *)(obj))
+#define UNPOISON(p, obj) ASAN_UNPOISON_MEMORY_REGION((obj), (p)->size)
+#else
+#define POISON_FREE(p, obj) ((void)0)
+#define UNPOISON(p, obj) ((void)0)
 #endif
 
 /* New records come in slabs of BATCH, cache-line aligned: a record handed
@@ -167,12 +188,14 @@ void *dt__pool_alloc_prefix(dt__pool *p, size_t zeroed) {
     if (dt__fault_hit())
         return NULL;
 #ifdef DT_POOL_DIRECT
-    (void)zeroed;
-    return calloc(1, p->size);
+    if (!p->stable)
+        return calloc(1, p->size);
 #endif
     tls_list *l = my_list(p);
-    if (!l)
+    if (!l) {
+        DT_ASSERT(!p->stable); /* invariant: MAX_POOLS has a slot for every stable pool */
         return calloc(1, p->size);
+    }
     if (!l->head) {
         pthread_mutex_lock(&p->lock);
         free_rec *b = p->head;
@@ -185,6 +208,7 @@ void *dt__pool_alloc_prefix(dt__pool *p, size_t zeroed) {
     if (!l->head && refill_from_slab(p, l) != 0)
         return NULL;
     free_rec *obj = l->head;
+    UNPOISON(p, obj);
     l->head = obj->next;
     l->n--;
     memset(obj, 0, zeroed < p->size ? zeroed : p->size);
@@ -195,9 +219,10 @@ void dt__pool_free(dt__pool *p, void *obj) {
     if (!obj)
         return;
 #ifdef DT_POOL_DIRECT
-    (void)p;
-    free(obj);
-    return;
+    if (!p->stable) {
+        free(obj);
+        return;
+    }
 #endif
     tls_list *l = my_list(p);
     if (!l) {
@@ -207,6 +232,7 @@ void dt__pool_free(dt__pool *p, void *obj) {
     free_rec *r = obj;
     r->next = l->head;
     l->head = r;
+    POISON_FREE(p, r);
     if (++l->n >= 2 * BATCH)
         give_back(p, l, BATCH);
 }

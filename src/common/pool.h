@@ -15,10 +15,19 @@ typedef struct dt__pool {
     size_t size;
     int slot;       /* index of this pool's thread-local list */
     int registered; /* set once, then read without the lock */
+    /* Type-stable (handle records): always slabs, never malloc, even in the
+     * sanitizer builds, so a released handle's magic stays readable. Under
+     * ASan a free record is poisoned except its free-list link and the 8
+     * bytes at keep_off (where the handle's magic lies). */
+    int stable;
+    size_t keep_off;
 } dt__pool;
 
 #define DT__POOL_INIT(record_size)                                                                           \
-    { PTHREAD_MUTEX_INITIALIZER, NULL, NULL, (record_size), 0, 0 }
+    { PTHREAD_MUTEX_INITIALIZER, NULL, NULL, (record_size), 0, 0, 0, 0 }
+/* A type-stable pool whose records keep the 8 bytes at `magic_off` readable. */
+#define DT__POOL_INIT_STABLE(record_size, magic_off)                                                         \
+    { PTHREAD_MUTEX_INITIALIZER, NULL, NULL, (record_size), 0, 0, 1, (magic_off) }
 
 /* A zeroed record of the pool's size, or NULL when out of memory. */
 void *dt__pool_alloc(dt__pool *p);

@@ -43,7 +43,27 @@
  * access. */
 #define DT_CACHE_LINE 64
 
+/* ------------------------------------------------------------ handles */
+
+/* Every public handle's first field is a magic: its type's LIVE value while
+ * it lives, DEAD once the final release ran. The records are type-stable
+ * (pools whose slabs are never returned while the process lives), so testing
+ * a released handle reads defined memory; a record on a pool's free list
+ * holds a 64-byte-aligned link there, never a LIVE value (none has its low
+ * six bits clear). A record
+ * reused by a new handle of the same type is live again: detection is best
+ * effort. The dt__X_ok checks replace the NULL tests of the entry points;
+ * dt__handle_bad names what is wrong with a handle that fails one. */
+#define DT__MESH_LIVE 0x4d455348u   /* "MESH" */
+#define DT__TENSOR_LIVE 0x54454e53u /* "TENS" */
+#define DT__GRAPH_LIVE 0x47524150u  /* "GRAP" */
+#define DT__FUTURE_LIVE 0x46555455u /* "FUTU" */
+#define DT__GATE_LIVE 0x47415445u   /* "GATE" */
+#define DT__HANDLE_DEAD 0xdeadbeefu
+static inline const char *dt__handle_bad(const void *h) { return h ? "a released handle" : "NULL"; }
+
 struct dt_mesh {
+    uint32_t magic; /* DT__MESH_LIVE */
     dt_device_type type;
     int ndim;
     int names_given; /* the user named the dims (else defaults) */
@@ -61,6 +81,7 @@ struct dt_mesh {
 
 /* The coordinate of the device at flat index `idx`. */
 void dt__mesh_coord(const dt_mesh *m, int64_t idx, int64_t *coord);
+static inline int dt__mesh_ok(const dt_mesh *m) { return m && m->magic == DT__MESH_LIVE; }
 
 /* ---------------------------------------------------------------- meta */
 
@@ -174,10 +195,13 @@ void dt__graph_flush_releases(struct dt_graph *g);
 
 /* The client's symbol. */
 struct dt_tensor {
+    uint32_t magic; /* DT__TENSOR_LIVE */
     atomic_int refs;
     dt_graph *graph; /* owned reference */
     dt__tval *v;
 };
+
+static inline int dt__tensor_ok(const dt_tensor *t) { return t && t->magic == DT__TENSOR_LIVE; }
 
 /* ---------------------------------------------------------------- ops */
 
@@ -391,6 +415,7 @@ int dt__event_query(const dt__blob *b);
  * the other way round) moves between cores on every access, which costs more
  * than the rest of recording an op. */
 struct dt_graph {
+    uint32_t magic; /* DT__GRAPH_LIVE */
     /* Read-mostly. One backend per device type: lowering picks the one of
      * the mesh's type, and every blob keeps the backend that made it. */
     const dt__backend *be[DT_DEVICE_TYPES];
@@ -531,11 +556,16 @@ dt__node *dt__graph_take(dt_graph *g);
  * of the same round, so every node that reads one of them was pushed before
  * and is lowered first. */
 dt__tval *dt__graph_take_releases(dt_graph *g);
+static inline int dt__graph_ok(const dt_graph *g) { return g && g->magic == DT__GRAPH_LIVE; }
+/* Wakes the controller if it sleeps (after a push to the queue or the release
+ * stack; graph.c). */
+void dt__graph_wake(dt_graph *g);
 void *dt__controller_main(void *arg);
 
 /* ------------------------------------------------------------- futures */
 
 struct dt_future {
+    uint32_t magic; /* DT__FUTURE_LIVE */
     atomic_int refs;
     uint64_t id; /* unique in the process: its name in encoded kernels */
     pthread_mutex_t lock;
@@ -560,6 +590,7 @@ struct dt_future {
     void *assembled; /* backend impl, built on first read */
 };
 
+static inline int dt__future_ok(const dt_future *f) { return f && f->magic == DT__FUTURE_LIVE; }
 dt_future *dt__future_new(void);
 /* Marks `n` more arrivals expected (controller, before kernels are sent). */
 void dt__future_expect(dt_future *f, int n);

@@ -26,8 +26,9 @@
 /* ------------------------------------------------------------ stats */
 
 dt_status dt_graph_get_stats(dt_graph *g, dt_graph_stats *out, int reset_peak) {
-    if (!g || !out)
-        return dt__error(DT_EINVAL, "graph_get_stats: %s is NULL", g ? "out" : "graph");
+    if (!dt__graph_ok(g) || !out)
+        return dt__error(DT_EINVAL, "graph_get_stats: %s is %s", dt__graph_ok(g) ? "out" : "graph",
+                         dt__handle_bad(dt__graph_ok(g) ? (const void *)out : (const void *)g));
     memset(out, 0, sizeof *out);
     out->submitted = atomic_load(&g->submitted);
     out->in_flight = dt__backlog(g);
@@ -48,8 +49,8 @@ dt_status dt_graph_get_stats(dt_graph *g, dt_graph_stats *out, int reset_peak) {
 /* The controller sleeps on the queue's condition (qlock/qcond), which both
  * the release here and dt_graph_shutdown signal. */
 dt_status dt_debug_hold_controller(dt_graph *g, int hold) {
-    if (!g)
-        return dt__error(DT_EINVAL, "debug_hold_controller: graph is NULL");
+    if (!dt__graph_ok(g))
+        return dt__error(DT_EINVAL, "debug_hold_controller: graph is %s", dt__handle_bad(g));
     pthread_mutex_lock(&g->qlock);
     atomic_store(&g->held, hold ? 1 : 0);
     pthread_cond_broadcast(&g->qcond);
@@ -67,6 +68,7 @@ void dt__debug_wait_held(dt_graph *g) {
 /* ------------------------------------------------------------ gates */
 
 struct dt_debug_gate {
+    uint32_t magic;  /* DT__GATE_LIVE until the creator's release (core.h, handles) */
     atomic_int refs; /* the creator's, one per node and kernel that uses it */
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -77,14 +79,19 @@ struct dt_debug_gate {
 /* Every gate alive, so dt_graph_shutdown can wake their waiters. */
 static pthread_mutex_t gates_lock = PTHREAD_MUTEX_INITIALIZER;
 static dt_debug_gate *gates;
+/* Type-stable: a released gate's magic stays readable. */
+static dt__pool gate_pool = DT__POOL_INIT_STABLE(sizeof(dt_debug_gate), 0);
+
+static int gate_ok(const dt_debug_gate *gate) { return gate && gate->magic == DT__GATE_LIVE; }
 
 dt_status dt_debug_gate_create(dt_debug_gate **out) {
     if (!out)
         return dt__error(DT_EINVAL, "debug_gate_create: out is NULL");
     *out = NULL;
-    dt_debug_gate *gate = dt__calloc(1, sizeof *gate);
+    dt_debug_gate *gate = dt__pool_alloc(&gate_pool);
     if (!gate)
         return dt__error(DT_ENOMEM, "debug_gate_create: out of memory");
+    gate->magic = DT__GATE_LIVE;
     atomic_init(&gate->refs, 1);
     pthread_mutex_init(&gate->lock, NULL);
     pthread_cond_init(&gate->cond, NULL);
@@ -116,7 +123,7 @@ static void gate_unref(dt_debug_gate *gate) {
     pthread_mutex_unlock(&gates_lock);
     pthread_cond_destroy(&gate->cond);
     pthread_mutex_destroy(&gate->lock);
-    dt__free(gate);
+    dt__pool_free(&gate_pool, gate);
 }
 
 /* The caller holds a reference (the gate is alive). */
@@ -128,12 +135,12 @@ static void gate_open(dt_debug_gate *gate) {
 }
 
 void dt_debug_gate_open(dt_debug_gate *gate) {
-    if (gate)
+    if (gate_ok(gate))
         gate_open(gate);
 }
 
 int dt_debug_gate_is_open(const dt_debug_gate *gate) {
-    if (!gate)
+    if (!gate_ok(gate))
         return 0;
     dt_debug_gate *g = (dt_debug_gate *)gate;
     pthread_mutex_lock(&g->lock);
@@ -143,8 +150,11 @@ int dt_debug_gate_is_open(const dt_debug_gate *gate) {
 }
 
 void dt_debug_gate_release(dt_debug_gate *gate) {
-    if (!gate)
+    if (!gate_ok(gate))
         return;
+    /* The creator's handle is dead now, though nodes and kernels may still
+     * hold the record (their references are internal). */
+    gate->magic = DT__HANDLE_DEAD;
     /* Nobody could open it after this: kernels still waiting would hold
      * their worker forever. */
     gate_open(gate);
@@ -185,8 +195,9 @@ void dt__debug_gates_bypass(dt_graph *g) {
 
 dt_tensor *dt_debug_gated(dt_tensor *x, dt_debug_gate *gate) {
     dt_clear_error();
-    if (!x || !gate) {
-        dt__error(DT_EINVAL, "debug_gated: %s is NULL", x ? "gate" : "tensor");
+    if (!dt__tensor_ok(x) || !gate_ok(gate)) {
+        dt__error(DT_EINVAL, "debug_gated: %s is %s", dt__tensor_ok(x) ? "gate" : "tensor",
+                  dt__handle_bad(dt__tensor_ok(x) ? (const void *)gate : (const void *)x));
         return NULL;
     }
     dt_tensor *t = dt__tensor_new(x->graph, &x->v->meta);
@@ -208,6 +219,7 @@ dt_tensor *dt_debug_gated(dt_tensor *x, dt_debug_gate *gate) {
         dt__submit_error(st);
     }
     dt_graph *g = t->graph;
+    t->magic = DT__HANDLE_DEAD;
     dt__tval_free(t->v); /* the symbol's record too */
     dt_graph_release(g);
     return NULL;

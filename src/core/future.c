@@ -13,10 +13,14 @@
 /* Futures' ids (dt_future.id): unique in the process. */
 static _Atomic uint64_t future_ids;
 
+/* Type-stable: a released future's magic stays readable (core.h, handles). */
+static dt__pool future_pool = DT__POOL_INIT_STABLE(sizeof(dt_future), 0);
+
 dt_future *dt__future_new(void) {
-    dt_future *f = dt__calloc(1, sizeof *f);
+    dt_future *f = dt__pool_alloc(&future_pool);
     if (!f)
         return NULL;
+    f->magic = DT__FUTURE_LIVE;
     atomic_init(&f->refs, 1);
     f->id = atomic_fetch_add_explicit(&future_ids, 1, memory_order_relaxed) + 1;
     f->fork_gen = atomic_load_explicit(&dt__fork_gen, memory_order_relaxed);
@@ -26,7 +30,7 @@ dt_future *dt__future_new(void) {
 }
 
 void dt_future_release(dt_future *f) {
-    if (!f || atomic_fetch_sub_explicit(&f->refs, 1, memory_order_acq_rel) != 1)
+    if (!dt__future_ok(f) || atomic_fetch_sub_explicit(&f->refs, 1, memory_order_acq_rel) != 1)
         return;
     for (int i = 0; i < f->npieces; i++)
         dt__blob_release(f->pieces[i]);
@@ -37,7 +41,8 @@ void dt_future_release(dt_future *f) {
     dt__free(f->error);
     pthread_cond_destroy(&f->cond);
     pthread_mutex_destroy(&f->lock);
-    dt__free(f);
+    f->magic = DT__HANDLE_DEAD;
+    dt__pool_free(&future_pool, f);
 }
 
 /* Called with the lock held when the last arrival lands; runs the callback
@@ -94,8 +99,8 @@ void dt__future_fail(dt_future *f, dt_status st, const char *msg) {
 }
 
 dt_status dt_future_wait(dt_future *f, int64_t timeout_ms) {
-    if (!f)
-        return dt__error(DT_EINVAL, "future is NULL");
+    if (!dt__future_ok(f))
+        return dt__error(DT_EINVAL, "future is %s", dt__handle_bad(f));
     /* A fork child has only this thread: no worker will complete a read
      * its parent started, and the lock may have been copied held. A future
      * that was complete before the fork stays readable. */
@@ -118,7 +123,7 @@ dt_status dt_future_wait(dt_future *f, int64_t timeout_ms) {
 }
 
 int dt_future_is_ready(const dt_future *f) {
-    if (!f)
+    if (!dt__future_ok(f))
         return 0;
     dt_future *mf = (dt_future *)f;
     pthread_mutex_lock(&mf->lock);
@@ -128,6 +133,8 @@ int dt_future_is_ready(const dt_future *f) {
 }
 
 dt_status dt_future_on_ready(dt_future *f, void (*fn)(void *), void *arg) {
+    if (f && !dt__future_ok(f))
+        return dt__error(DT_EINVAL, "future_on_ready: future is a released handle");
     if (!f || !fn)
         return dt__error(DT_EINVAL, "future and callback are required");
     pthread_mutex_lock(&f->lock);
@@ -147,8 +154,8 @@ dt_status dt_future_on_ready(dt_future *f, void (*fn)(void *), void *arg) {
 }
 
 dt_status dt_future_status(dt_future *f) {
-    if (!f)
-        return dt__error(DT_EINVAL, "future is NULL");
+    if (!dt__future_ok(f))
+        return dt__error(DT_EINVAL, "future is %s", dt__handle_bad(f));
     dt_status w = dt_future_wait(f, -1);
     if (w != DT_OK)
         return w; /* DT_EINVAL, DT_EFORKED: the message is set */
@@ -188,8 +195,8 @@ static dt_status assemble(dt_future *f) {
 }
 
 dt_status dt_future_read(dt_future *f, void *buf, size_t nbytes) {
-    if (!f)
-        return dt__error(DT_EINVAL, "future is NULL");
+    if (!dt__future_ok(f))
+        return dt__error(DT_EINVAL, "future is %s", dt__handle_bad(f));
     dt_status st = assemble(f);
     if (st != DT_OK)
         return st;
@@ -202,6 +209,8 @@ dt_status dt_future_read(dt_future *f, void *buf, size_t nbytes) {
 }
 
 dt_status dt_future_to_dlpack(dt_future *f, void **out) {
+    if (f && !dt__future_ok(f))
+        return dt__error(DT_EINVAL, "to_dlpack: future is a released handle");
     if (!f || !out)
         return dt__error(DT_EINVAL, "future and out are required");
     *out = NULL;

@@ -1,11 +1,11 @@
 /*
- * The graph object and the client side of the client->controller queue.
+ * The graph object and the client side of the client->controller queue
+ * (the tensor handles are tensor.c).
  *
- * Threads: dt_graph_* and the tensor functions run on client threads (any
- * thread); dt__controller_main (executor.c) is the graph's controller thread.
- * Lock order: life_lock -> qlock; life_lock -> bl_lock. The queue is a lock-free stack that the
- * controller takes whole (and reverses); a push is one compare-and-swap, and
- * the client takes qlock only to wake a controller that sleeps.
+ * Threads: dt_graph_* run on client threads (any thread); dt__controller_main (executor.c) is the graph's
+ * controller thread. Lock order: life_lock -> qlock; life_lock -> bl_lock. The queue is a lock-free stack
+ * that the controller takes whole (and reverses); a push is one compare-and-swap, and the client takes qlock
+ * only to wake a controller that sleeps.
  */
 #include <errno.h>
 #include <sched.h>
@@ -15,20 +15,6 @@
 #include <time.h>
 
 #include "core/core.h"
-
-static _Atomic uint64_t next_tensor_id = 1;
-
-dt__pool dt__node_pool = DT__POOL_INIT(sizeof(dt__node));
-/* A symbol and its value share one record, value first: the client never
- * touches the record after dropping the symbol, and the controller frees it
- * with the value, so one allocation serves both. */
-typedef struct dt__symrec {
-    dt__tval v;
-    struct dt_tensor t;
-} dt__symrec;
-dt__pool dt__tval_pool = DT__POOL_INIT(sizeof(dt__symrec));
-static _Thread_local const char *tls_site_file;
-static _Thread_local int tls_site_line;
 
 /* ----------------------------------------------------------------- fork */
 
@@ -71,6 +57,9 @@ dt_status dt__submit_error(dt_status st) {
 
 /* ---------------------------------------------------------------- graph */
 
+/* Type-stable: a released graph's magic stays readable (core.h, handles). */
+static dt__pool graph_pool = DT__POOL_INIT_STABLE(sizeof(dt_graph), 0);
+
 dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
     if (!out)
         return dt__error(DT_EINVAL, "dt_graph_create: out is NULL");
@@ -79,14 +68,13 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
     const dt__backend *be = dt__backend_find(name);
     if (!be)
         return dt__error(DT_EINVAL, "backend: unknown backend '%s' (expected 'torch' or 'ref')", name);
-    /* Aligned, so the cache-line groups of struct dt_graph are real. */
-    size_t size = (sizeof(dt_graph) + DT_CACHE_LINE - 1) / DT_CACHE_LINE * DT_CACHE_LINE;
-    dt_graph *g = aligned_alloc(DT_CACHE_LINE, size);
-    if (g)
-        memset(g, 0, size);
+    /* Zeroed and cache-line aligned (pool records are), so the cache-line
+     * groups of struct dt_graph are real. */
+    dt_graph *g = dt__pool_alloc(&graph_pool);
     if (!g)
         return dt__error(DT_ENOMEM, "graph: out of memory");
     pthread_once(&atfork_once, atfork_register);
+    g->magic = DT__GRAPH_LIVE;
     atomic_init(&g->refs, 1);
     /* The named backend serves every device type; a type it cannot run
      * (device_count) is refused at the call (dt__graph_check_mesh). */
@@ -109,7 +97,8 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
         pthread_cond_destroy(&g->qcond);
         pthread_mutex_destroy(&g->qlock);
         pthread_mutex_destroy(&g->life_lock);
-        dt__free(g);
+        g->magic = DT__HANDLE_DEAD;
+        dt__pool_free(&graph_pool, g);
         return dt__error(DT_EINTERNAL, "graph: could not start the controller thread");
     }
     if (be->default_dtype)
@@ -119,12 +108,12 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
 }
 
 void dt_graph_retain(dt_graph *g) {
-    if (g)
+    if (dt__graph_ok(g))
         atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed);
 }
 
 void dt_graph_release(dt_graph *g) {
-    if (!g || atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1)
+    if (!dt__graph_ok(g) || atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1)
         return;
     if (dt__graph_forked(g))
         return; /* a parent's graph: its threads are not here to join; leaked */
@@ -134,12 +123,13 @@ void dt_graph_release(dt_graph *g) {
     pthread_cond_destroy(&g->qcond);
     pthread_mutex_destroy(&g->qlock);
     pthread_mutex_destroy(&g->life_lock);
-    dt__free(g);
+    g->magic = DT__HANDLE_DEAD;
+    dt__pool_free(&graph_pool, g);
 }
 
 /* seq_cst pairs with the controller's store of ctl_sleeping then load of
  * the stacks: either it sees the push or the pusher sees it sleeping. */
-static void wake_controller(dt_graph *g) {
+void dt__graph_wake(dt_graph *g) {
     if (atomic_load(&g->ctl_sleeping)) {
         pthread_mutex_lock(&g->qlock);
         pthread_cond_signal(&g->qcond);
@@ -156,7 +146,7 @@ static dt_status queue_push(dt_graph *g, dt__node *n) {
         n->next = h;
     } while (
         !atomic_compare_exchange_weak_explicit(&g->qhead, &h, n, memory_order_seq_cst, memory_order_relaxed));
-    wake_controller(g);
+    dt__graph_wake(g);
     return DT_OK;
 }
 
@@ -261,8 +251,8 @@ static dt_status join_controller(dt_graph *g, int64_t timeout_ms) {
 }
 
 dt_status dt_graph_shutdown(dt_graph *g) {
-    if (!g)
-        return dt__error(DT_EINVAL, "graph is NULL");
+    if (!dt__graph_ok(g))
+        return dt__error(DT_EINVAL, "graph is %s", dt__handle_bad(g));
     if (dt__graph_forked(g))
         return DT_OK; /* nothing of it runs in this process */
     pthread_mutex_lock(&g->life_lock);
@@ -276,8 +266,8 @@ dt_status dt_graph_shutdown(dt_graph *g) {
 }
 
 dt_status dt_graph_cancel(dt_graph *g, int64_t timeout_ms) {
-    if (!g)
-        return dt__error(DT_EINVAL, "graph is NULL");
+    if (!dt__graph_ok(g))
+        return dt__error(DT_EINVAL, "graph is %s", dt__handle_bad(g));
     if (dt__graph_forked(g))
         return DT_OK;
     /* Set before the lock and the close: the controller sees it when it
@@ -343,8 +333,8 @@ static int wait_backlog(dt_graph *g, const struct timespec *deadline) {
 }
 
 dt_status dt_graph_wait_capacity(dt_graph *g, int64_t timeout_ms) {
-    if (!g)
-        return dt__error(DT_EINVAL, "graph is NULL");
+    if (!dt__graph_ok(g))
+        return dt__error(DT_EINVAL, "graph is %s", dt__handle_bad(g));
     if (dt__graph_forked(g))
         return dt__submit_error(DT_EFORKED);
     if (backlog(g) <= DT_BACKLOG_MAX / 2)
@@ -360,7 +350,7 @@ dt_status dt_graph_wait_capacity(dt_graph *g, int64_t timeout_ms) {
 static _Thread_local dt_graph *tls_pressure;
 
 void dt_graph_set_deferred_backpressure(dt_graph *g, int on) {
-    if (g)
+    if (dt__graph_ok(g))
         g->defer_pressure = on != 0;
 }
 
@@ -398,7 +388,9 @@ dt_status dt__graph_submit(dt_graph *g, dt__node *n) {
 
 long dt__backlog(dt_graph *g) { return backlog(g); }
 
-const char *dt_graph_backend(const dt_graph *g) { return g ? g->be[DT_DEVICE_CPU]->name : NULL; }
+const char *dt_graph_backend(const dt_graph *g) {
+    return dt__graph_ok(g) ? g->be[DT_DEVICE_CPU]->name : NULL;
+}
 
 /* The first device of `mesh` that g's backend cannot run on: its flat index,
  * or -1 when all are available; *count is the backend's device count. */
@@ -416,7 +408,7 @@ static int64_t first_missing_device(const dt_graph *g, const dt_mesh *mesh, int6
 
 int dt_graph_satisfy(const dt_graph *g, const dt_mesh *mesh) {
     int64_t count;
-    return g && mesh && first_missing_device(g, mesh, &count) < 0;
+    return dt__graph_ok(g) && dt__mesh_ok(mesh) && first_missing_device(g, mesh, &count) < 0;
 }
 
 dt_status dt__graph_check_mesh(const dt_graph *g, const dt_mesh *mesh) {
@@ -440,8 +432,8 @@ dt_status dt__graph_check_mesh(const dt_graph *g, const dt_mesh *mesh) {
 }
 
 dt_future *dt_graph_sync_future(dt_graph *g) {
-    if (!g) {
-        dt__error(DT_EINVAL, "graph is NULL");
+    if (!dt__graph_ok(g)) {
+        dt__error(DT_EINVAL, "graph is %s", dt__handle_bad(g));
         return NULL;
     }
     dt_future *f = dt__future_new();
@@ -482,256 +474,10 @@ dt_status dt_graph_sync(dt_graph *g) {
     return st;
 }
 
-/* ------------------------------------------------------------ call sites */
-
-void dt_set_call_site(const char *file, int line) {
-    /* Most calls repeat the previous file: skip the intern lookup then. */
-    if (file && tls_site_file && (file == tls_site_file || strcmp(file, tls_site_file) == 0)) {
-        tls_site_line = line;
-        return;
-    }
-    tls_site_file = dt__intern(file);
-    tls_site_line = line;
-}
-
-/* ---------------------------------------------------------------- seeds */
-
-static _Atomic uint64_t rng_seed = 0x5eed;
-static _Atomic uint64_t rng_counter;
-
-void dt_manual_seed(uint64_t seed) {
-    atomic_store(&rng_seed, seed);
-    atomic_store(&rng_counter, 0);
-}
-
-/* splitmix64 of (seed, call index): each random call gets an independent
- * generator seed that does not depend on placement. */
-uint64_t dt__next_random_seed(void) {
-    uint64_t z = atomic_load(&rng_seed) * 0x9e3779b97f4a7c15ull + atomic_fetch_add(&rng_counter, 1) + 1;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (z ^ (z >> 31)) & 0x7fffffffffffffffull;
-}
-
-/* -------------------------------------------------------------- tensors */
-
-dt__node *dt__node_new(int op) { return dt__node_new_prefix(op, sizeof(dt__node)); }
-
-dt__node *dt__node_new_prefix(int op, size_t zeroed) {
-    dt__node *n = dt__pool_alloc_prefix(&dt__node_pool, zeroed);
-    if (!n)
-        return NULL;
-    n->op = op;
-    n->site_file = tls_site_file;
-    n->site_line = tls_site_line;
-    return n;
-}
-
 dt_status dt__client_check_graph(dt_graph *g) {
-    if (!g)
-        return dt__error(DT_EINVAL, "graph is NULL");
+    if (!dt__graph_ok(g))
+        return dt__error(DT_EINVAL, "graph is %s", dt__handle_bad(g));
     return DT_OK;
-}
-
-dt_tensor *dt__tensor_new(dt_graph *g, const dt__meta *m) {
-    /* The atomic operations come before the record is written: each one
-     * waits until earlier stores have reached the cache, and the record's
-     * lines usually arrive from the controller's core (it freed them). The
-     * stores then complete in the background until the queue push. */
-    uint64_t id = atomic_fetch_add_explicit(&next_tensor_id, 1, memory_order_relaxed);
-    dt_mesh_retain(m->mesh);
-    dt_graph_retain(g);
-    /* Every field is set below: no zeroing first. */
-    dt__symrec *rec = dt__pool_alloc_prefix(&dt__tval_pool, 0);
-    if (!rec) {
-        dt_graph_release(g);
-        dt_mesh_release(m->mesh);
-        dt__error(DT_ENOMEM, "tensor: out of memory");
-        return NULL;
-    }
-    dt_tensor *t = &rec->t;
-    dt__tval *v = &rec->v;
-    v->meta = *m;
-    v->id = id;
-    v->blobs = NULL;
-    v->next_release = NULL;
-    atomic_init(&t->refs, 1);
-    t->graph = g;
-    t->v = v;
-    return t;
-}
-
-dt_tensor *dt__client_submit(dt_tensor *t, dt__node *n) {
-    if (!n) {
-        dt__error(DT_ENOMEM, "out of memory");
-    } else {
-        dt_status st = dt__graph_submit(t->graph, n);
-        if (st == DT_OK)
-            return t;
-        dt__submit_error(st);
-        dt__source_free(dt__graph_be(t->graph, t->v->meta.mesh->type), n);
-        dt__node_free(n);
-    }
-    dt_graph *g = t->graph;
-    dt__tval_free(t->v); /* the symbol's record too */
-    dt_graph_release(g);
-    return NULL;
-}
-
-static void tval_free_keep_mesh(dt__tval *v) {
-    if (v->blobs)
-        for (int64_t i = 0; i < v->meta.mesh->ndev; i++)
-            dt__blob_release(v->blobs[i]);
-    dt__free(v->blobs);
-    dt__pool_free(&dt__tval_pool, v);
-}
-
-void dt__tval_free(dt__tval *v) {
-    if (!v)
-        return;
-    dt_mesh *mesh = v->meta.mesh;
-    tval_free_keep_mesh(v);
-    dt_mesh_release(mesh);
-}
-
-void dt__graph_flush_releases(dt_graph *g) {
-    if (g->defer_n) {
-        if (atomic_fetch_sub_explicit(&g->defer_mesh->refs, g->defer_n - 1, memory_order_acq_rel) ==
-            g->defer_n - 1)
-            DT_ASSERT(!"a deferred mesh reference was not counted"); /* invariant: refcount bug */
-        dt_mesh_release(g->defer_mesh);
-    }
-    g->defer_mesh = NULL;
-    g->defer_n = 0;
-}
-
-void dt__tval_free_deferred(dt_graph *g, dt__tval *v) {
-    dt_mesh *mesh = v->meta.mesh;
-    tval_free_keep_mesh(v);
-    if (mesh != g->defer_mesh || g->defer_n >= 4096)
-        dt__graph_flush_releases(g);
-    g->defer_mesh = mesh;
-    g->defer_n++;
-}
-
-void dt_tensor_retain(dt_tensor *t) {
-    if (t)
-        atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
-}
-
-void dt_tensor_release(dt_tensor *t) {
-    if (!t || atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
-        return;
-    dt_graph *g = t->graph;
-    if (dt__graph_forked(g))
-        return; /* a parent's graph (fork child): its controller is not here; leaked */
-    dt__tval *v = t->v;
-    dt__tval *h = atomic_load_explicit(&g->rhead, memory_order_relaxed);
-    do {
-        if (h == DT__R_CLOSED)
-            break;
-        v->next_release = h;
-    } while (
-        !atomic_compare_exchange_weak_explicit(&g->rhead, &h, v, memory_order_seq_cst, memory_order_relaxed));
-    if (h == DT__R_CLOSED) {
-        /* Shut down: once the controller has returned, nothing else can
-         * touch the value (a timed-out cancel may return before that). */
-        pthread_mutex_lock(&g->bl_lock);
-        while (!g->ctl_exited)
-            pthread_cond_wait(&g->bl_cond, &g->bl_lock);
-        pthread_mutex_unlock(&g->bl_lock);
-        dt__tval_free(v);
-    } else {
-        wake_controller(g);
-    }
-    /* t shares v's record: the controller may have freed it by now. */
-    dt_graph_release(g);
-}
-
-dt_dtype dt_tensor_dtype(const dt_tensor *t) { return t ? t->v->meta.dtype : DT_FLOAT32; }
-/* The getters take NULL and return a neutral value (0 or NULL). */
-int dt_tensor_ndim(const dt_tensor *t) { return t ? t->v->meta.ndim : 0; }
-const int64_t *dt_tensor_shape(const dt_tensor *t) { return t ? t->v->meta.shape : NULL; }
-int64_t dt_tensor_numel(const dt_tensor *t) { return t ? dt__numel(t->v->meta.ndim, t->v->meta.shape) : 0; }
-dt_mesh *dt_tensor_mesh(const dt_tensor *t) { return t ? t->v->meta.mesh : NULL; }
-const dt_placement *dt_tensor_placements(const dt_tensor *t) { return t ? t->v->meta.pl : NULL; }
-dt_graph *dt_tensor_graph(const dt_tensor *t) { return t ? t->graph : NULL; }
-uint64_t dt_tensor_id(const dt_tensor *t) { return t ? t->v->id : 0; }
-
-/* -------------------------------------------------------------- reads */
-
-static dt_future *fetch(dt_tensor *t, int64_t local) {
-    dt_future *f = dt__future_new();
-    dt__node *n = dt__node_new(DT_OP_FETCH);
-    if (!f || !n) {
-        dt_future_release(f);
-        dt__node_free(n);
-        dt__error(DT_ENOMEM, "fetch: out of memory");
-        return NULL;
-    }
-    const dt__meta *m = &t->v->meta;
-    f->be = dt__graph_be(t->graph, t->v->meta.mesh->type);
-    f->dtype = m->dtype;
-    f->ndim = m->ndim;
-    f->local = local;
-    if (local < 0) {
-        memcpy(f->shape, m->shape, sizeof f->shape);
-    } else {
-        int64_t coord[DT_MAX_MESH_NDIM], start[DT_MAX_NDIM];
-        dt__mesh_coord(m->mesh, local, coord);
-        dt__local_region(m, coord, start, f->shape);
-    }
-    atomic_fetch_add(&f->refs, 1); /* held by the controller and kernels */
-    n->in[0] = t->v;
-    n->n_in = 1;
-    n->extra = f;
-    dt_status st = dt__graph_submit(t->graph, n);
-    if (st != DT_OK) {
-        dt__node_free(n);
-        dt__submit_error(st);
-        dt__future_fail(f, st, dt_last_error());
-        dt_future_release(f);
-    }
-    return f;
-}
-
-dt_future *dt_tensor_fetch(dt_tensor *t) {
-    if (!t) {
-        dt__error(DT_EINVAL, "tensor is NULL");
-        return NULL;
-    }
-    return fetch(t, -1);
-}
-
-dt_future *dt_tensor_fetch_local(dt_tensor *t, int64_t mesh_index) {
-    if (!t) {
-        dt__error(DT_EINVAL, "tensor is NULL");
-        return NULL;
-    }
-    int64_t n = t->v->meta.mesh->ndev;
-    if (mesh_index < 0 || mesh_index >= n) {
-        dt__error(DT_EINDEX, "fetch_local: mesh index %lld out of range for a mesh of %lld devices",
-                  (long long)mesh_index, (long long)n);
-        return NULL;
-    }
-    return fetch(t, mesh_index);
-}
-
-int dt_future_shape(const dt_future *f, int64_t *shape) {
-    if (!f || !f->be)
-        return -1;
-    for (int d = 0; d < f->ndim; d++)
-        shape[d] = f->shape[d];
-    return f->ndim;
-}
-
-dt_status dt_tensor_read(dt_tensor *t, void *buf, size_t nbytes) {
-    dt_future *f = dt_tensor_fetch(t);
-    if (!f)
-        return dt_last_status();
-    dt_status st = dt_future_read(f, buf, nbytes);
-    dt_future_release(f);
-    return st;
 }
 
 /* --------------------------------------------------------------- errors */

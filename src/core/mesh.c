@@ -32,6 +32,9 @@ static dt_status check_unique(const int64_t *ids, int64_t n) {
     return st;
 }
 
+/* Type-stable: a released mesh's magic stays readable (core.h, handles). */
+static dt__pool mesh_pool = DT__POOL_INIT_STABLE(sizeof(dt_mesh), 0);
+
 dt_status dt_mesh_create(dt_device_type type, int ndim, const int64_t *shape, const int64_t *ids,
                          const char *const *dim_names, dt_mesh **out) {
     if (!out)
@@ -70,15 +73,14 @@ dt_status dt_mesh_create(dt_device_type type, int ndim, const int64_t *shape, co
                     return dt__error(DT_EINVAL, "mesh_dim_names: '%s' appears more than once", dim_names[d]);
         }
     }
-    dt_mesh *m = aligned_alloc(DT_CACHE_LINE, sizeof *m); /* sizeof is a multiple of the alignment */
-    if (m)
-        memset(m, 0, sizeof *m);
+    dt_mesh *m = dt__pool_alloc(&mesh_pool); /* zeroed; records are cache-line aligned */
     int64_t *idcopy = dt__malloc((size_t)ndev * sizeof *idcopy);
     if (!m || !idcopy) {
-        dt__free(m);
+        dt__pool_free(&mesh_pool, m);
         dt__free(idcopy);
         return dt__error(DT_ENOMEM, "mesh: out of memory");
     }
+    m->magic = DT__MESH_LIVE;
     atomic_init(&m->refs, 1);
     m->uid = atomic_fetch_add_explicit(&next_mesh_uid, 1, memory_order_relaxed);
     m->type = type;
@@ -104,38 +106,41 @@ dt_status dt_mesh_create(dt_device_type type, int ndim, const int64_t *shape, co
 }
 
 void dt_mesh_retain(dt_mesh *mesh) {
-    if (mesh)
+    if (dt__mesh_ok(mesh))
         atomic_fetch_add_explicit(&mesh->refs, 1, memory_order_relaxed);
 }
 
 void dt_mesh_release(dt_mesh *mesh) {
-    if (!mesh || atomic_fetch_sub_explicit(&mesh->refs, 1, memory_order_acq_rel) != 1)
+    if (!dt__mesh_ok(mesh) || atomic_fetch_sub_explicit(&mesh->refs, 1, memory_order_acq_rel) != 1)
         return;
     dt__free(mesh->ids);
-    dt__free(mesh);
+    mesh->magic = DT__HANDLE_DEAD;
+    dt__pool_free(&mesh_pool, mesh);
 }
 
-/* The getters take NULL (a caller's missing check) and return a neutral
- * value: 0, NULL or the CPU type. */
-dt_device_type dt_mesh_device_type(const dt_mesh *mesh) { return mesh ? mesh->type : DT_DEVICE_CPU; }
-int dt_mesh_ndim(const dt_mesh *mesh) { return mesh ? mesh->ndim : 0; }
+/* The getters take NULL or a released mesh (a caller's missing check) and
+ * return a neutral value: 0, NULL or the CPU type. */
+dt_device_type dt_mesh_device_type(const dt_mesh *mesh) {
+    return dt__mesh_ok(mesh) ? mesh->type : DT_DEVICE_CPU;
+}
+int dt_mesh_ndim(const dt_mesh *mesh) { return dt__mesh_ok(mesh) ? mesh->ndim : 0; }
 int64_t dt_mesh_size(const dt_mesh *mesh, int dim) {
-    if (!mesh)
+    if (!dt__mesh_ok(mesh))
         return 0;
     if (dim < 0)
         return mesh->ndev;
     return dim < mesh->ndim ? mesh->shape[dim] : 0;
 }
-const int64_t *dt_mesh_shape(const dt_mesh *mesh) { return mesh ? mesh->shape : NULL; }
-const int64_t *dt_mesh_ids(const dt_mesh *mesh) { return mesh ? mesh->ids : NULL; }
+const int64_t *dt_mesh_shape(const dt_mesh *mesh) { return dt__mesh_ok(mesh) ? mesh->shape : NULL; }
+const int64_t *dt_mesh_ids(const dt_mesh *mesh) { return dt__mesh_ok(mesh) ? mesh->ids : NULL; }
 const char *dt_mesh_dim_name(const dt_mesh *mesh, int dim) {
-    return mesh && dim >= 0 && dim < mesh->ndim ? mesh->names[dim] : NULL;
+    return dt__mesh_ok(mesh) && dim >= 0 && dim < mesh->ndim ? mesh->names[dim] : NULL;
 }
 
 int dt_mesh_equal(const dt_mesh *a, const dt_mesh *b) {
     if (a == b)
-        return 1;
-    if (!a || !b || a->type != b->type || a->ndim != b->ndim || a->ndev != b->ndev)
+        return !a || dt__mesh_ok(a); /* NULL equals NULL, as before; a released mesh nothing */
+    if (!dt__mesh_ok(a) || !dt__mesh_ok(b) || a->type != b->type || a->ndim != b->ndim || a->ndev != b->ndev)
         return 0;
     for (int d = 0; d < a->ndim; d++)
         if (a->shape[d] != b->shape[d] || strcmp(a->names[d], b->names[d]) != 0)

@@ -16,8 +16,8 @@
 
 dt_status dt__check_operands(const char *name, dt_tensor *const *ins, int nin) {
     for (int j = 0; j < nin; j++) {
-        if (!ins[j])
-            return dt__error(DT_EINVAL, "%s: tensor argument %d is NULL", name, j);
+        if (!dt__tensor_ok(ins[j]))
+            return dt__error(DT_EINVAL, "%s: tensor argument %d is %s", name, j, dt__handle_bad(ins[j]));
         if (ins[j]->graph != ins[0]->graph)
             return dt__error(DT_EINVAL, "%s: the tensors belong to different graphs", name);
         if (!dt_mesh_equal(ins[j]->v->meta.mesh, ins[0]->v->meta.mesh))

@@ -31,8 +31,12 @@
 
 dt_tensor *dt_redistribute(dt_tensor *a, dt_mesh *mesh, const dt_placement *placements) {
     dt_clear_error();
-    if (!a) {
-        dt__error(DT_EINVAL, "redistribute: tensor argument is NULL");
+    if (!dt__tensor_ok(a)) {
+        dt__error(DT_EINVAL, "redistribute: tensor argument is %s", dt__handle_bad(a));
+        return NULL;
+    }
+    if (mesh && !dt__mesh_ok(mesh)) {
+        dt__error(DT_EINVAL, "redistribute: the mesh is a released handle");
         return NULL;
     }
     const dt__meta *m = &a->v->meta;

@@ -422,8 +422,8 @@ static dt_tensor *binary_call(dt_binary_op op, dt_tensor *a, dt_tensor *b, dt_sc
     }
     const char *name = binary_names[op];
     int scalar_first = !b && (flags & DT_EW_SCALAR_FIRST);
-    if (!a) {
-        dt__error(DT_EINVAL, "%s: tensor argument is NULL", name);
+    if (!dt__tensor_ok(a)) {
+        dt__error(DT_EINVAL, "%s: tensor argument is %s", name, dt__handle_bad(a));
         return NULL;
     }
     if (!b && s.kind != DT_SCALAR_BOOL && s.kind != DT_SCALAR_INT && s.kind != DT_SCALAR_FLOAT) {
@@ -504,9 +504,9 @@ static dt_tensor *binary_call(dt_binary_op op, dt_tensor *a, dt_tensor *b, dt_sc
 }
 
 dt_tensor *dt_binary(dt_binary_op op, dt_tensor *a, dt_tensor *b) {
-    if (!b) {
+    if (!dt__tensor_ok(b)) {
         dt_clear_error();
-        dt__error(DT_EINVAL, "binary: tensor argument is NULL");
+        dt__error(DT_EINVAL, "binary: tensor argument is %s", dt__handle_bad(b));
         return NULL;
     }
     return binary_call(op, a, b, dt_scalar_int(0), dt_scalar_int(1), 0, 0);

@@ -36,8 +36,9 @@ static dt_tensor *factory_begin(dt_graph *g, int op, dt_dtype dtype, int ndim, c
         dt__error(DT_ETYPE, "dtype: unknown dtype %d", (int)dtype);
         return NULL;
     }
-    if (!mesh) {
-        dt__error(DT_EINVAL, "device_mesh: a mesh is required");
+    if (!dt__mesh_ok(mesh)) {
+        dt__error(DT_EINVAL,
+                  mesh ? "device_mesh: the mesh is a released handle" : "device_mesh: a mesh is required");
         return NULL;
     }
     if (dt__shape_check(ndim, shape) != DT_OK || check_bytes(dtype, ndim, shape) != DT_OK ||
@@ -94,8 +95,9 @@ dt_tensor *dt_tensor_from_buffer(dt_graph *g, dt_dtype dtype, int ndim, const in
     }
     /* Validate before copying so a bad call costs nothing. */
     dt_placement tmp[DT_MAX_MESH_NDIM];
-    if (!mesh) {
-        dt__error(DT_EINVAL, "device_mesh: a mesh is required");
+    if (!dt__mesh_ok(mesh)) {
+        dt__error(DT_EINVAL,
+                  mesh ? "device_mesh: the mesh is a released handle" : "device_mesh: a mesh is required");
         return NULL;
     }
     if (dt__placements_normalize(mesh, ndim, placements, tmp) != DT_OK ||
@@ -178,8 +180,9 @@ dt_tensor *dt_tensor_from_local_buffers(dt_graph *g, dt_dtype dtype, int ndim, c
         dt__error(DT_ETYPE, "dtype: unknown dtype %d", (int)dtype);
         return NULL;
     }
-    if (!mesh) {
-        dt__error(DT_EINVAL, "device_mesh: a mesh is required");
+    if (!dt__mesh_ok(mesh)) {
+        dt__error(DT_EINVAL,
+                  mesh ? "device_mesh: the mesh is a released handle" : "device_mesh: a mesh is required");
         return NULL;
     }
     if (!data || !nbytes) {

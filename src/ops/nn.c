@@ -33,8 +33,8 @@ void dt__nn_full(const dt__meta *m, int64_t *s, int64_t *l) {
 }
 
 dt_status dt__nn_need(const char *op, const char *what, const dt_tensor *t) {
-    if (!t)
-        return dt__error(DT_EINVAL, "%s(): argument '%s' is NULL", op, what);
+    if (!dt__tensor_ok(t))
+        return dt__error(DT_EINVAL, "%s(): argument '%s' is %s", op, what, dt__handle_bad(t));
     return DT_OK;
 }
 

@@ -212,8 +212,8 @@ static dt_tensor *reduce_op(int op, int mode, dt_tensor *a, int ndims, const int
         dt__error(DT_EINVAL, "reduce: unknown op %d", op);
         return NULL;
     }
-    if (!a) {
-        dt__error(DT_EINVAL, "%s: tensor argument is NULL", reduce_names[op]);
+    if (!dt__tensor_ok(a)) {
+        dt__error(DT_EINVAL, "%s: tensor argument is %s", reduce_names[op], dt__handle_bad(a));
         return NULL;
     }
     dt__meta out;
@@ -240,8 +240,8 @@ dt_status dt_reduce_with_indices(dt_reduce_op op, dt_tensor *a, int64_t dim, int
     *values = *indices = NULL;
     if (op != DT_REDUCE_MAX && op != DT_REDUCE_MIN)
         return dt__error(DT_EINVAL, "reduce_with_indices: op must be DT_REDUCE_MAX or DT_REDUCE_MIN");
-    if (!a)
-        return dt__error(DT_EINVAL, "%s: tensor argument is NULL", reduce_names[op]);
+    if (!dt__tensor_ok(a))
+        return dt__error(DT_EINVAL, "%s: tensor argument is %s", reduce_names[op], dt__handle_bad(a));
     /* Validate both outputs before enqueuing either. */
     dt__meta vm, im;
     uint64_t mask;

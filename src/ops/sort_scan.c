@@ -100,8 +100,8 @@ static dt_tensor *submit(dt_tensor *a, const dt__meta *out, int kind, int flags,
 
 dt_tensor *dt_cumsum(dt_tensor *a, int64_t dim, int dtype) {
     dt_clear_error();
-    if (!a) {
-        dt__error(DT_EINVAL, "cumsum: tensor argument is NULL");
+    if (!dt__tensor_ok(a)) {
+        dt__error(DT_EINVAL, "cumsum: tensor argument is %s", dt__handle_bad(a));
         return NULL;
     }
     const dt__meta *m = &a->v->meta;
@@ -154,8 +154,8 @@ static dt_status begin_two(const char *name, dt_tensor *a, dt_tensor **values, d
         *indices = NULL;
     if (!values && !indices)
         return dt__error(DT_EINVAL, "%s: both output pointers are NULL", name);
-    if (!a)
-        return dt__error(DT_EINVAL, "%s: tensor argument is NULL", name);
+    if (!dt__tensor_ok(a))
+        return dt__error(DT_EINVAL, "%s: tensor argument is %s", name, dt__handle_bad(a));
     return DT_OK;
 }
 
@@ -233,8 +233,8 @@ static int element_nonzero(const unsigned char *buf, dt_dtype dtype, int64_t i) 
 
 dt_tensor *dt_nonzero(dt_tensor *a) {
     dt_clear_error();
-    if (!a) {
-        dt__error(DT_EINVAL, "nonzero: tensor argument is NULL");
+    if (!dt__tensor_ok(a)) {
+        dt__error(DT_EINVAL, "nonzero: tensor argument is %s", dt__handle_bad(a));
         return NULL;
     }
     dt_future *f = dt_tensor_fetch(a);
@@ -247,8 +247,9 @@ dt_tensor *dt_nonzero(dt_tensor *a) {
 
 dt_tensor *dt_nonzero_read(dt_tensor *a, dt_future *value) {
     dt_clear_error();
-    if (!a || !value) {
-        dt__error(DT_EINVAL, "nonzero: %s argument is NULL", a ? "future" : "tensor");
+    if (!dt__tensor_ok(a) || !dt__future_ok(value)) {
+        dt__error(DT_EINVAL, "nonzero: %s argument is %s", dt__tensor_ok(a) ? "future" : "tensor",
+                  dt__handle_bad(dt__tensor_ok(a) ? (const void *)value : (const void *)a));
         return NULL;
     }
     const dt__meta *m = &a->v->meta;

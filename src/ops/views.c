@@ -49,8 +49,8 @@ const char *const dt__view_names[DT_V_COUNT] = {
 /* ---------------------------------------------------------- shared helpers */
 
 dt_status dt__view_check(const char *op, const dt_tensor *a) {
-    if (!a)
-        return dt__error(DT_EINVAL, "%s: tensor argument is NULL", op);
+    if (!dt__tensor_ok(a))
+        return dt__error(DT_EINVAL, "%s: tensor argument is %s", op, dt__handle_bad(a));
     return DT_OK;
 }
 

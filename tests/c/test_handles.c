@@ -1,7 +1,7 @@
 /*
  * Misuse armor of the public C API, as SQLite's safety checks: every entry
- * point that takes a handle accepts NULL (and a released tensor or future)
- * without crashing; entries that return a status or an object report
+ * point that takes a handle accepts NULL or a released handle without
+ * crashing; entries that return a status or an object report
  * DT_EINVAL (NULL object, dt_last_status() == DT_EINVAL); getters return a
  * neutral value; release/retain of NULL are no-ops.
  *
@@ -32,7 +32,10 @@ static void run_case(const char *name, case_fn fn) {
     pid_t pid = fork();
     if (pid == 0) {
         dt_clear_error();
-        _exit(fn() ? 0 : 1);
+        int ok = fn();
+        if (!ok)
+            fprintf(stderr, "%s: last error: %s\n", name, dt_last_error());
+        _exit(ok ? 0 : 1);
     }
     int ws = 0;
     if (pid < 0 || waitpid(pid, &ws, 0) != pid) {
@@ -187,6 +190,171 @@ CASE(nonzero, einval_obj(dt_nonzero(NULL)))
 CASE(nonzero_read, einval_obj(dt_nonzero_read(NULL, NULL)))
 #undef CASE
 
+/* ------------------------------------------------------ released handles */
+
+/* A released handle is DT_EINVAL too, its getters neutral and its
+ * retain/release no-ops. Each case makes its own live handles (the child
+ * starts with no graph), releases one and uses it. */
+static int says_released(void) { return strstr(dt_last_error(), "released handle") != NULL; }
+static int dead_einval_obj(const void *p) { return einval_obj(p) && says_released(); }
+static int dead_einval(dt_status st) { return einval(st) && says_released(); }
+
+static dt_graph *live_graph(void) {
+    dt_graph *g = NULL;
+    return dt_graph_create(NULL, &g) == DT_OK ? g : NULL;
+}
+static dt_mesh *live_mesh(void) {
+    dt_mesh *m = NULL;
+    return dt_mesh_create(DT_DEVICE_CPU, 1, (const int64_t[]){1}, (const int64_t[]){0}, NULL, &m) == DT_OK
+               ? m
+               : NULL;
+}
+static dt_tensor *live_tensor(dt_graph *g, dt_mesh *m) {
+    return dt_full(g, DT_FLOAT32, 1, shape2, one, m, NULL);
+}
+
+static int dead_mesh(void) {
+    /* m2 is made first: a mesh made after m's release could reuse its record. */
+    dt_mesh *m2 = live_mesh();
+    dt_mesh *m = live_mesh();
+    dt_graph *g = live_graph();
+    if (!m || !m2 || !g)
+        return 0;
+    dt_mesh_release(m);
+    dt_mesh_retain(m);
+    dt_mesh_release(m); /* a double release: nothing happens */
+    int ok = dt_mesh_ndim(m) == 0 && dt_mesh_size(m, -1) == 0 && dt_mesh_shape(m) == NULL &&
+             dt_mesh_ids(m) == NULL && dt_mesh_dim_name(m, 0) == NULL && dt_mesh_equal(m, m) == 0 &&
+             dt_mesh_device_type(m) == DT_DEVICE_CPU && dt_graph_satisfy(g, m) == 0;
+    ok = ok && dead_einval_obj(dt_full(g, DT_FLOAT32, 1, shape2, one, m, NULL));
+    dt_tensor *t = live_tensor(g, m2);
+    ok = ok && t && dead_einval_obj(dt_redistribute(t, m, NULL));
+    dt_tensor_release(t);
+    dt_mesh_release(m2);
+    ok = ok && dt_graph_sync(g) == DT_OK;
+    dt_graph_release(g);
+    return ok;
+}
+
+static int dead_graph(void) {
+    dt_graph *g = live_graph();
+    dt_mesh *m = live_mesh();
+    if (!g || !m)
+        return 0;
+    dt_graph_release(g);
+    dt_graph_retain(g);
+    dt_graph_release(g); /* a double release */
+    dt_graph_stats stats;
+    int ok = dead_einval(dt_graph_shutdown(g)) && dead_einval(dt_graph_sync(g)) &&
+             dead_einval(dt_graph_cancel(g, 0)) && dead_einval(dt_graph_wait_capacity(g, 0)) &&
+             dead_einval(dt_graph_get_stats(g, &stats, 0)) && dead_einval(dt_debug_hold_controller(g, 1)) &&
+             dead_einval_obj(dt_graph_sync_future(g)) && dt_graph_backend(g) == NULL &&
+             dt_graph_satisfy(g, m) == 0 && dead_einval_obj(dt_full(g, DT_FLOAT32, 1, shape2, one, m, NULL));
+    dt_graph_set_deferred_backpressure(g, 1);
+    dt_mesh_release(m);
+    return ok;
+}
+
+/* A released tensor with a live one of the same graph beside it. */
+typedef struct {
+    dt_graph *g;
+    dt_mesh *m;
+    dt_tensor *live, *dead;
+} dead_fixture;
+
+static int dead_tensor_setup(dead_fixture *fx) {
+    fx->g = live_graph();
+    fx->m = live_mesh();
+    fx->live = fx->g && fx->m ? live_tensor(fx->g, fx->m) : NULL;
+    fx->dead = fx->live ? live_tensor(fx->g, fx->m) : NULL;
+    if (!fx->dead)
+        return 0;
+    dt_tensor_release(fx->dead);
+    return 1;
+}
+
+static int dead_tensor_teardown(dead_fixture *fx, int ok) {
+    dt_tensor_release(fx->live);
+    ok = ok && dt_graph_sync(fx->g) == DT_OK;
+    dt_mesh_release(fx->m);
+    dt_graph_release(fx->g);
+    return ok;
+}
+
+static int dead_tensor_handle(void) {
+    dead_fixture fx;
+    if (!dead_tensor_setup(&fx))
+        return 0;
+    dt_tensor_retain(fx.dead);
+    dt_tensor_release(fx.dead); /* a double release */
+    float buf[2];
+    int ok = dt_tensor_ndim(fx.dead) == 0 && dt_tensor_shape(fx.dead) == NULL &&
+             dt_tensor_numel(fx.dead) == 0 && dt_tensor_mesh(fx.dead) == NULL &&
+             dt_tensor_placements(fx.dead) == NULL && dt_tensor_graph(fx.dead) == NULL &&
+             dt_tensor_id(fx.dead) == 0 && dt_tensor_dtype(fx.dead) == DT_FLOAT32 &&
+             dead_einval_obj(dt_tensor_fetch(fx.dead)) &&
+             dead_einval_obj(dt_tensor_fetch_local(fx.dead, 0)) &&
+             dead_einval(dt_tensor_read(fx.dead, buf, sizeof buf));
+    /* The live tensor still reads its value. */
+    ok = ok && dt_tensor_read(fx.live, buf, sizeof buf) == DT_OK && buf[0] == 1.0f && buf[1] == 1.0f;
+    return dead_tensor_teardown(&fx, ok);
+}
+
+/* One entry of every op family, the dead tensor first and second. */
+static int dead_tensor_ops(void) {
+    dead_fixture fx;
+    if (!dead_tensor_setup(&fx))
+        return 0;
+    dt_tensor *a = fx.dead, *l = fx.live;
+    dt_tensor *pair[2] = {l, a};
+    dt_tensor *v = NULL, *ix = NULL;
+    const int64_t sh[1] = {2};
+    int ok = dead_einval_obj(dt_neg(a)) && dead_einval_obj(dt_unary(DT_UNARY_EXP, a)) &&
+             dead_einval_obj(dt_binary(DT_BINARY_ADD, l, a)) &&
+             dead_einval_obj(dt_binary(DT_BINARY_ADD, a, l)) &&
+             dead_einval_obj(dt_binary_scalar(DT_BINARY_ADD, a, one, 0)) &&
+             dead_einval_obj(dt_matmul(l, a)) && dead_einval_obj(dt_sum(a, 1, dims1, 0)) &&
+             dead_einval_obj(dt_reshape(a, 1, sh)) && dead_einval_obj(dt_clone(a)) &&
+             dead_einval_obj(dt_cat(2, pair, 0)) && dead_einval_obj(dt_redistribute(a, NULL, NULL)) &&
+             dead_einval_obj(dt_cumsum(a, 0, -1)) && dead_einval(dt_sort(a, 0, 0, 0, &v, &ix)) &&
+             dead_einval_obj(dt_nonzero(a)) && dead_einval_obj(dt_layer_norm(a, 1, sh, NULL, NULL, 1e-5)) &&
+             dead_einval_obj(dt_layer_norm(l, 1, sh, a, NULL, 1e-5)) &&
+             dead_einval_obj(dt_where(a, l, one, l, one)) && dead_einval_obj(dt_flip(a, 1, dims1));
+    return dead_tensor_teardown(&fx, ok);
+}
+
+static int dead_future(void) {
+    dead_fixture fx;
+    if (!dead_tensor_setup(&fx))
+        return 0;
+    dt_future *f = dt_tensor_fetch(fx.live);
+    int ok = f && dt_future_wait(f, -1) == DT_OK;
+    dt_future_release(f);
+    dt_future_release(f); /* a double release */
+    float buf[2];
+    int64_t shape[DT_MAX_NDIM];
+    void *dl = NULL;
+    ok = ok && dead_einval(dt_future_wait(f, 0)) && dead_einval(dt_future_read(f, buf, sizeof buf)) &&
+         dead_einval(dt_future_status(f)) && dt_future_is_ready(f) == 0 && dt_future_shape(f, shape) < 0 &&
+         dead_einval(dt_future_on_ready(f, NULL, NULL)) && dead_einval(dt_future_to_dlpack(f, &dl)) &&
+         dead_einval_obj(dt_nonzero_read(fx.live, f));
+    return dead_tensor_teardown(&fx, ok);
+}
+
+static int dead_gate(void) {
+    dead_fixture fx;
+    if (!dead_tensor_setup(&fx))
+        return 0;
+    dt_debug_gate *gate = NULL;
+    int ok = dt_debug_gate_create(&gate) == DT_OK;
+    dt_debug_gate_release(gate);
+    dt_debug_gate_release(gate); /* a double release */
+    dt_debug_gate_open(gate);
+    ok = ok && dt_debug_gate_is_open(gate) == 0 && dead_einval_obj(dt_debug_gated(fx.live, gate)) &&
+         dead_einval_obj(dt_debug_gated(fx.dead, NULL));
+    return dead_tensor_teardown(&fx, ok);
+}
+
 static const struct {
     const char *name;
     case_fn fn;
@@ -320,6 +488,12 @@ static const struct {
     C(nonzero),
     C(nonzero_read),
 #undef C
+    {"a released mesh", dead_mesh},
+    {"a released graph", dead_graph},
+    {"a released tensor's getters, fetch and read", dead_tensor_handle},
+    {"ops with a released tensor", dead_tensor_ops},
+    {"a released future", dead_future},
+    {"a released gate", dead_gate},
 };
 
 int main(void) {
