@@ -368,7 +368,7 @@ static void test_wrap_dim(void) {
 }
 
 static void test_operands(void) {
-    /* Only graph and v->meta.mesh are read: symbols built by hand. */
+    /* Only magic, graph and v->meta.mesh are read: symbols built by hand. */
     static char g1, g2;
     dt_placement r = R();
     dt_mesh *mesh1c = NULL;
@@ -376,8 +376,11 @@ static void test_operands(void) {
     mesh1c = make_mesh(1, shape, 0); /* equal by value to mesh1 */
     dt__tval v1 = {.meta = meta(mesh1, 1, sh4, &r)}, v2 = {.meta = meta(mesh1c, 1, sh4, &r)};
     dt__tval v3 = {.meta = meta(mesh1b, 1, sh4, &r)};
-    dt_tensor t1 = {.graph = (dt_graph *)&g1, .v = &v1}, t2 = {.graph = (dt_graph *)&g1, .v = &v2};
-    dt_tensor t3 = {.graph = (dt_graph *)&g1, .v = &v3}, t4 = {.graph = (dt_graph *)&g2, .v = &v1};
+    const uint32_t live = DT__TENSOR_LIVE; /* hand-built symbols carry a live handle's magic */
+    dt_tensor t1 = {.magic = live, .graph = (dt_graph *)&g1, .v = &v1};
+    dt_tensor t2 = {.magic = live, .graph = (dt_graph *)&g1, .v = &v2};
+    dt_tensor t3 = {.magic = live, .graph = (dt_graph *)&g1, .v = &v3};
+    dt_tensor t4 = {.magic = live, .graph = (dt_graph *)&g2, .v = &v1};
     dt_tensor *ok[] = {&t1, &t2, &t1};
     CHECK_EQ(dt__check_operands("add", ok, 3), DT_OK);
     dt_tensor *null1[] = {&t1, NULL};
