@@ -191,8 +191,10 @@ typedef struct coll_view {
     dt__blob **slots;
 } coll_view;
 
-/* Slices peer p's input along dim_b to rank r's range. */
-static dt_status slice_peer(const coll_view *c, int p, int r, void **out, char *err, size_t errlen) {
+/* Peer p's input sliced along dim_b to rank r's range, or whole (a ring
+ * step's copy). */
+static dt_status slice_peer(const coll_view *c, int p, int r, int whole, void **out, char *err,
+                            size_t errlen) {
     const dt__collattr *ca = c->a;
     dt__kattr a;
     memset(&a, 0, sizeof a);
@@ -200,30 +202,18 @@ static dt_status slice_peer(const coll_view *c, int p, int r, void **out, char *
     a.ndim = ca->ndim;
     for (int d = 0; d < ca->ndim; d++)
         a.shape[d] = dt__collattr_at(ca->shapes, (size_t)p * (size_t)ca->ndim + (size_t)d);
-    a.start[ca->dim_b] = dt__collattr_at(ca->starts, (size_t)r);
-    a.shape[ca->dim_b] = dt__collattr_at(ca->lens, (size_t)r);
-    void *in = c->slots[p]->impl;
-    return c->slots[p]->be->run(DT_K_SLICE, &a, &in, 1, out, err, errlen);
-}
-
-/* A ring step: rank r's output is a copy of rank r-1's input, whole. */
-static dt_status shift(const coll_view *c, int r, void **out, char *err, size_t errlen) {
-    const dt__collattr *ca = c->a;
-    int p = (r + c->n - 1) % c->n;
-    dt__kattr a;
-    memset(&a, 0, sizeof a);
-    a.dtype = ca->dtype;
-    a.ndim = ca->ndim;
-    for (int d = 0; d < ca->ndim; d++)
-        a.shape[d] = dt__collattr_at(ca->shapes, (size_t)p * (size_t)ca->ndim + (size_t)d);
+    if (!whole) {
+        a.start[ca->dim_b] = dt__collattr_at(ca->starts, (size_t)r);
+        a.shape[ca->dim_b] = dt__collattr_at(ca->lens, (size_t)r);
+    }
     void *in = c->slots[p]->impl;
     return c->slots[p]->be->run(DT_K_SLICE, &a, &in, 1, out, err, errlen);
 }
 
 /* Computes rank r's output from the published peers. */
 static dt_status compute(const coll_view *c, int r, void **out, char *err, size_t errlen) {
-    if (c->kind == DT_COLL_SHIFT)
-        return shift(c, r, out, err, errlen);
+    if (c->kind == DT_COLL_SHIFT) /* a ring step: rank r gets rank r-1's input */
+        return slice_peer(c, (r + c->n - 1) % c->n, r, 1, out, err, errlen);
     const dt__backend *be = c->slots[r]->be;
     void **impls = dt__calloc((size_t)c->n, sizeof *impls);
     if (!impls)
@@ -235,7 +225,7 @@ static dt_status compute(const coll_view *c, int r, void **out, char *err, size_
     a.dim = c->a->dim_a;
     int sliced = c->kind == DT_COLL_REDUCESCATTER || c->kind == DT_COLL_ALLTOALL;
     for (int p = 0; p < c->n && st == DT_OK; p++)
-        st = sliced ? slice_peer(c, p, r, &impls[p], err, errlen) : (impls[p] = c->slots[p]->impl, DT_OK);
+        st = sliced ? slice_peer(c, p, r, 0, &impls[p], err, errlen) : (impls[p] = c->slots[p]->impl, DT_OK);
     if (st == DT_OK) {
         int kop = c->kind == DT_COLL_ALLGATHER || c->kind == DT_COLL_ALLTOALL ? DT_K_CAT : DT_K_SUM_N;
         st = be->run(kop, &a, impls, c->n, out, err, errlen);
