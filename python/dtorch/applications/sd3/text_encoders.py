@@ -26,6 +26,7 @@ from ...nn.modules.container import ModuleList
 from ...nn.modules.module import Module
 from ._common import (DP, TP, Checkpoint, Embedding, Layer, LayerNorm, Linear, batch_placements, load_module, mesh_dim,
                       mesh_size, placements, read_json, with_placement)
+from .transformer import _QKNorm
 
 __all__ = ["CLIPTextModelWithProjection", "T5EncoderModel"]
 
@@ -189,20 +190,9 @@ class CLIPTextModelWithProjection(Module):
 # ---------------------------------------------------------------- T5
 
 
-class _T5Norm(Layer):
-    """T5LayerNorm: RMS over the last dim with the variance in float32, then ``weight *``."""
-
-    def __init__(self, dim: int, eps: float, *, mesh: DeviceMesh) -> None:
-        super().__init__(mesh)
-        self.eps = eps
-        self.declare("weight", (dim,))
-
-    def forward(self, x: Any) -> Any:
-        variance = x.to(torch.float32).pow(2).mean(-1, keepdim=True)
-        x = x * (variance + self.eps).rsqrt()
-        if self.weight.dtype in (torch.float16, torch.bfloat16):
-            x = x.to(self.weight.dtype)
-        return self.weight * x
+class _T5Norm(_QKNorm):
+    """T5LayerNorm: RMS over the last dim with the variance in float32, then times ``weight`` (the
+    transformer's RMS norm, the same ops; a product is the same bits in either order)."""
 
 
 def _bucket(rel: torch.Tensor, num_buckets: int, max_distance: int) -> torch.Tensor:
