@@ -190,6 +190,16 @@ class TestBinary(unittest.TestCase):
                 if name in ("add", "sub", "mul", "div", "floor_divide", "remainder", "pow"):
                     self.check(name, s, a)
 
+    def test_scalars_into_a_dropped_operand(self):
+        # An operand that nothing else holds lends its buffer to the result (buffer reuse), so the
+        # kernel runs in place: it must still round like torch's out-of-place call (bf16/fp16 `x * 0.044715`
+        # once rounded the scalar to x's dtype first).
+        for dtype, name, s in itertools.product(ALL_DTYPES, SCALAR_OK, SCALARS + [0.044715, 3.7]):
+            with self.subTest(dtype=dtype, op=name, scalar=s):
+                a = values((1000,), dtype, 8, positive=True)
+                assert_same_outcome(self, lambda: getattr(torch, name)(a, s),
+                                    lambda: getattr(dtorch, name)(d(a.clone()), s), f"dtorch.{name}(temp, {s!r})")
+
     def test_maximum_and_logical_take_tensors(self):
         x = dtorch.ones(2, 3)
         for name in ("maximum", "minimum", "logical_and", "logical_or", "logical_xor"):

@@ -130,7 +130,9 @@ bool binary_ts_into(int sub, at::Tensor &x, const dt_scalar &ds, const at::Scala
         x.sub_(s, alpha);
         return true;
     case DT_BINARY_MUL:
-        x.mul_(s);
+        // Python's x.mul_(float) is mul_.Tensor with a wrapped number; ATen's
+        // mul_.Scalar rounds the scalar to x's dtype first (bf16/fp16 differ).
+        x.mul_(wrapped(ds));
         return true;
     case DT_BINARY_DIV:
         x.div_(s);
