@@ -453,6 +453,13 @@ static dt_tensor *binary_call(dt_binary_op op, dt_tensor *a, dt_tensor *b, dt_sc
         scalar_first = 0;
     } else if (scalar_first && (op == DT_BINARY_EQ || op == DT_BINARY_NE)) {
         scalar_first = 0;
+    } else if (scalar_first && !function_form &&
+               (op == DT_BINARY_ADD || op == DT_BINARY_MUL || op == DT_BINARY_BITWISE_AND ||
+                op == DT_BINARY_BITWISE_OR || op == DT_BINARY_BITWISE_XOR)) {
+        /* s * t: torch's __rmul__ (__radd__, __rand__, ...) is t.mul(s), whose
+         * kernel keeps a second-operand scalar in float for bf16/fp16;
+         * torch.mul(s, t) rounds it to t's dtype first. */
+        scalar_first = 0;
     }
     bin_memo *memo = memo_slot(op);
     if (memo_hit(memo, op, a, b, s, alpha, flags, function_form)) {

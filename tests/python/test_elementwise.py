@@ -200,6 +200,18 @@ class TestBinary(unittest.TestCase):
                 assert_same_outcome(self, lambda: getattr(torch, name)(a, s),
                                     lambda: getattr(dtorch, name)(d(a.clone()), s), f"dtorch.{name}(temp, {s!r})")
 
+    def test_reflected_operators_with_a_scalar(self):
+        # `s * t` is torch's t.__rmul__(s) = t.mul(s): a scalar second, kept in float for bf16/fp16;
+        # torch.mul(s, t) (the function form, test_scalars) rounds it to t's dtype first.
+        ops = [operator.add, operator.mul, operator.sub, operator.truediv, operator.floordiv, operator.mod,
+               operator.pow, operator.and_, operator.or_, operator.xor]
+        for dtype, op, s in itertools.product(ALL_DTYPES, ops, SCALARS + [0.044715, 3.7]):
+            with self.subTest(dtype=dtype, op=op.__name__, scalar=s):
+                a = values((1000,), dtype, 9, positive=True)
+                x = d(a)
+                assert_same_outcome(self, lambda: op(s, a), lambda: op(s, x), f"{s!r} {op.__name__} x")
+                assert_same_outcome(self, lambda: op(s, a), lambda: op(s, d(a.clone())), f"{s!r} {op.__name__} temp")
+
     def test_maximum_and_logical_take_tensors(self):
         x = dtorch.ones(2, 3)
         for name in ("maximum", "minimum", "logical_and", "logical_or", "logical_xor"):
