@@ -29,8 +29,8 @@
  * ", (P,R)->P, (R,P)->P". A family may define its own DT__PS_SET_<name>
  * (and DT__PS_EMPTY_<name>) in its file.
  *
- * A family whose Shard rules are a table (reduce, sort_scan,
- * masked_scatter) gives rows instead of shard_map: an X-macro list of
+ * Every family but elementwise (whose broadcast map prints as
+ * DT__PS_SHARDS_*) gives Shard rows instead of shard_map: an X-macro list of
  * X(id, "S(pattern)->outcome", TO), TO one of SHARD (the output dim that
  * shard_row gives), PARTIAL (a partial sum; shards of several inputs for
  * which shard_row gives the same key >= 0, e.g. one contracted index, sum
@@ -38,8 +38,9 @@
  * input counts as whole and the output is Replicate on that mesh dim unless
  * another input decides) or REJECT. shard_row only says which row a Shard(d)
  * of input j falls in (-1: none, rejected); the outcome is the row's, and
- * DT__PS_ROWS_TEXT makes the accepted text of the same list (head, each
- * row, the Partial set), so the decision and its text cannot drift apart.
+ * DT__PS_ROWS_TEXT makes the accepted text of the same list (head, the
+ * accepting rows, the Partial set, then the REJECT rows), so the decision
+ * and its text cannot drift apart.
  * Extras: mesh_dim_check (per mesh dim, before the rule: an input that must
  * be made Replicate, e.g. masked_scatter's mask) and own_regions (the
  * family's lowering gathers what it reads: no region check).
