@@ -660,8 +660,8 @@ const dt_op_doc dt__docs_views[] = {
     {"copy_", "views", "dst keeps its placements; src is redistributed to line up when needed", 1},
     {"narrow", "views", KEEP ", S(d)->S(d) for d != dim", 0},
     {"__getitem__", "views",
-     KEEP ", S(d)->S(d') for dims taken whole; tensor index: (S(j),R)->S(j'), (R,S(k))->S(dim+k), (P,R)->P; "
-          "boolean masks synchronise",
+     DT__VIEW_TEXT(DT__VIEW_INDEX_ROWS) "; tensor index: " DT__VIEW_INDEX_TENSOR_TEXT
+                                        "; boolean masks synchronise",
      0},
     {"__setitem__", "views",
      "(R,R)->R, (S(d),R)->S(d)*, (S(d),S)->S(d) when aligned, (P,R)->P, (P,P)->P, (P,scalar)->P; tensor "

@@ -66,7 +66,7 @@ dt_status dt__view_place(const char *op, const dt__meta *const *ins, int nin, dt
 #define DT__VIEW_TEXT(list) DT__PS_ROWS_TEXT("R->R", list, P)
 /* The Shard rows of the views that decide through dt__view_place; the
  * registry rows (views.c) print the same lists. A row id: */
-enum { DT__VR_KEEP, DT__VR_OP };
+enum { DT__VR_KEEP, DT__VR_OP, DT__VR_IDX };
 #define DT__VIEW_PERMUTE_ROWS(X) X(DT__VR_KEEP, "S(d)->S(the position d moves to)", SHARD)
 #define DT__VIEW_EXPAND_ROWS(X)                                                                              \
     X(DT__VR_KEEP, "S(d)->S(d + new dims) when dim d keeps its size", SHARD)                                 \
@@ -79,6 +79,14 @@ enum { DT__VR_KEEP, DT__VR_OP };
 #define DT__VIEW_ROLL_ROWS(X)                                                                                \
     X(DT__VR_KEEP, "S(d)->S(d) for d not rolled", SHARD)                                                     \
     X(DT__VR_OP, "no S(rolled d) (a flat roll rolls every dim)", REJECT)
+#define DT__VIEW_INDEX_ROWS(X)                                                                               \
+    X(DT__VR_KEEP, "S(d)->S(d') when dim d is taken whole (not sliced, not integer-indexed)", SHARD)         \
+    X(DT__VR_OP, "no S(sliced or integer-indexed d)", REJECT)
+#define DT__VIEW_INDEX_TENSOR_ROWS(X)                                                                        \
+    X(DT__VR_KEEP, "(S(j),R)->S(j') for j != dim", SHARD)                                                    \
+    X(DT__VR_IDX, "(R,S(k))->S(dim+k)", SHARD)                                                               \
+    X(DT__VR_OP, "no S(dim) of the input, no Partial index", REJECT)
+#define DT__VIEW_INDEX_TENSOR_TEXT DT__PS_ROWS_TEXT("(R,R)->R", DT__VIEW_INDEX_TENSOR_ROWS, PR)
 #define DT__VIEW_RI_TENSOR_ROWS(X)                                                                           \
     X(DT__VR_KEEP, "S(d)->S(d) for d != dim", SHARD) X(DT__VR_OP, "no S(dim); repeats Replicate", REJECT)
 
