@@ -587,9 +587,14 @@ void dt__vlower_repeat(dt__lower *L, dt__node *n) {
 
 /* ------------------------------------------------------- repeat_interleave */
 
-static const char *const ri_accepts =
-    "R->R, P->P, S(d)->S(d) for d != dim; S(dim)->S(dim) when every device's output block is its input block "
-    "repeated (int repeats)";
+static const dt__ps_row ri_rows[] = DT__PS_ROWS(DT__VIEW_RI_ROWS);
+/* fam: the repeated dim. Every shard stays; one of the repeated dim only
+ * when the blocks line up (checked over the devices after the rows). */
+static int ri_row(const dt__pctx *c, int j, int d, int *od) {
+    (void)j;
+    *od = d;
+    return d == *(const int *)c->fam ? DT__VR_IDX : DT__VR_KEEP;
+}
 
 dt_tensor *dt_repeat_interleave(dt_tensor *a, int64_t repeats, int64_t dim) {
     dt_clear_error();
@@ -605,6 +610,9 @@ dt_tensor *dt_repeat_interleave(dt_tensor *a, int64_t repeats, int64_t dim) {
         return NULL;
     dt__meta out = *m;
     out.shape[d] = m->shape[d] * repeats;
+    if (dt__view_place("repeat_interleave", &m, 1, &out, ri_rows, ri_row, NULL, &d,
+                       DT__VIEW_TEXT(DT__VIEW_RI_ROWS)) != DT_OK)
+        return NULL;
     int64_t coord[DT_MAX_MESH_NDIM], is[DT_MAX_NDIM], il[DT_MAX_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM];
     for (int64_t i = 0; i < m->mesh->ndev; i++) {
         dt__mesh_coord(m->mesh, i, coord);
@@ -614,7 +622,7 @@ dt_tensor *dt_repeat_interleave(dt_tensor *a, int64_t repeats, int64_t dim) {
             int md = 0;
             while (!(m->pl[md].kind == DT_PLACEMENT_SHARD && m->pl[md].dim == d))
                 md++;
-            dt__view_reject("repeat_interleave", &m, 1, 0, md, ri_accepts);
+            dt__view_reject("repeat_interleave", &m, 1, 0, md, DT__VIEW_TEXT(DT__VIEW_RI_ROWS));
             return NULL;
         }
     }

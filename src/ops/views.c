@@ -653,7 +653,8 @@ const dt_op_doc dt__docs_views[] = {
     {"expand", "views", DT__VIEW_TEXT(DT__VIEW_EXPAND_ROWS), 0},
     {"repeat", "views", DT__VIEW_TEXT(DT__VIEW_REPEAT_ROWS), 0},
     {"repeat_interleave", "views",
-     KEEP ", S(d)->S(d) for d != dim; S(dim)->S(dim) when every device's block stays its own (int repeats)",
+     "int repeats: " DT__VIEW_TEXT(DT__VIEW_RI_ROWS) "; tensor repeats: " DT__VIEW_TEXT(
+         DT__VIEW_RI_TENSOR_ROWS),
      0},
     {"contiguous", "views", "any (returns the tensor itself)", 0},
     {"clone", "views", "any (placements kept; shares the immutable blocks)", 0},

@@ -87,6 +87,9 @@ enum { DT__VR_KEEP, DT__VR_OP, DT__VR_IDX };
     X(DT__VR_IDX, "(R,S(k))->S(dim+k)", SHARD)                                                               \
     X(DT__VR_OP, "no S(dim) of the input, no Partial index", REJECT)
 #define DT__VIEW_INDEX_TENSOR_TEXT DT__PS_ROWS_TEXT("(R,R)->R", DT__VIEW_INDEX_TENSOR_ROWS, PR)
+#define DT__VIEW_RI_ROWS(X)                                                                                  \
+    X(DT__VR_KEEP, "S(d)->S(d) for d != dim", SHARD)                                                         \
+    X(DT__VR_IDX, "S(dim)->S(dim) when every device's output block is its input block repeated", SHARD)
 #define DT__VIEW_RI_TENSOR_ROWS(X)                                                                           \
     X(DT__VR_KEEP, "S(d)->S(d) for d != dim", SHARD) X(DT__VR_OP, "no S(dim); repeats Replicate", REJECT)
 
