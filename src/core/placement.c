@@ -47,6 +47,24 @@ int dt__ps_broadcast_map(const dt__pctx *c, int j, int d) {
     return m->shape[d] == 1 && out->shape[od] != 1 ? DT__PS_REJECT : od;
 }
 
+int dt__ps_shard_outcome(const dt__psig *s, const dt__pctx *c, int j, int d, int *key) {
+    *key = -1;
+    if (!s->rows)
+        return s->shard_map(c, j, d);
+    int od = -1;
+    int id = s->shard_row(c, j, d, &od);
+    for (const dt__ps_row *r = s->rows; id >= 0 && r->text; r++) {
+        if (r->id != id)
+            continue;
+        if (r->to == DT__PS_SHARD)
+            return od >= 0 ? od : DT__PS_REJECT;
+        if (r->to == DT__PS_PARTIAL)
+            *key = od;
+        return r->to;
+    }
+    return DT__PS_REJECT;
+}
+
 void dt__ps_needed(const dt__psig *s, const dt__pctx *c, int j, const int64_t *coord, const int64_t *os,
                    const int64_t *ol, int64_t *st, int64_t *l) {
     if (s->needed) {
@@ -77,19 +95,32 @@ static int accepts_partial(const dt__psig *s, uint32_t set) {
 /* The output placement on mesh dim md, or a PlacementError. */
 static dt_status mesh_dim_rule(const char *name, const dt__psig *s, const dt__pctx *c, int md,
                                dt_placement *res) {
-    int out_dim = -1, shard_in = -1, first_p = -1;
+    int out_dim = -1, shard_in = -1, first_p = -1, sum_key = -1, one_key = 1;
     uint32_t pset = 0, from_p = 0, nonrep = 0;
+    if (s->mesh_dim_check) {
+        int j = s->mesh_dim_check(c, md);
+        if (j >= 0)
+            return reject(name, s, c, md, j);
+    }
     for (int j = 0; j < c->nin; j++) {
         dt_placement p = c->in[j]->pl[md];
         if (p.kind == R_)
             continue;
+        int key = -1;
+        int od = p.kind == P_ ? DT__PS_PARTIAL : dt__ps_shard_outcome(s, c, j, p.dim, &key);
+        if (od == DT__PS_REJECT)
+            return reject(name, s, c, md, j);
+        if (od == DT__PS_GATHER)
+            continue; /* whole once the op gathers it */
         nonrep |= 1u << j;
         if (p.kind == P_)
             from_p |= 1u << j;
-        int od = p.kind == P_ ? DT__PS_PARTIAL : s->shard_map(c, j, p.dim);
-        if (od == DT__PS_REJECT)
-            return reject(name, s, c, md, j);
         if (od == DT__PS_PARTIAL) {
+            /* Shards summed over one key (a contracted index) sum as one. */
+            if (p.kind == S_) {
+                one_key &= key >= 0 && (sum_key < 0 || key == sum_key);
+                sum_key = key;
+            }
             pset |= 1u << j;
             if (first_p < 0)
                 first_p = j;
@@ -103,7 +134,7 @@ static dt_status mesh_dim_rule(const char *name, const dt__psig *s, const dt__pc
     if (pset) {
         /* A partial sum stays exact only where the op is linear in exactly
          * these inputs and every other input is whole on this mesh dim. */
-        int shard_sum = !from_p && (pset & (pset - 1)) == 0;
+        int shard_sum = !from_p && ((pset & (pset - 1)) == 0 || one_key);
         if (!shard_sum && !accepts_partial(s, pset))
             return reject(name, s, c, md, first_p);
         if (nonrep != pset)
@@ -149,7 +180,7 @@ dt_status dt__ps_apply(const char *name, const dt__psig *s, const dt__pctx *c, i
     int nested = dt__has_nested_shards(c->out);
     for (int j = 0; j < c->nin && !nested; j++)
         nested = dt__has_nested_shards(c->in[j]);
-    if (!check_regions && !nested)
+    if (s->own_regions || (!check_regions && !nested))
         return DT_OK;
     int j = misaligned_input(s, c);
     if (j < 0)

@@ -1,9 +1,10 @@
 /*
- * The placement-signature engine: one rule, per mesh dim, for every op whose
- * devices compute their output region from regions of their inputs with no
- * communication (the elementwise and nn families), and the checks every
- * family shares (operands on one graph and mesh, dim wrapping, "does each
- * device hold the region it reads").
+ * The placement-signature engine: one rule, per mesh dim, that decides the
+ * output placements of the elementwise, nn, reduce, sort_scan,
+ * masked_scatter and linalg families (ops whose devices compute their
+ * output region from regions of their inputs, or that gather a sharded dim
+ * themselves), and the checks every family shares (operands on one graph
+ * and mesh, dim wrapping, "does each device hold the region it reads").
  *
  * A signature (dt__psig) says, for one call:
  *  - shard_map: what a Shard(d) of input j becomes in the output: an output
@@ -25,7 +26,24 @@
  * from the same partial sets: DT__PS_SET_* below lists each set once as
  * X-macro patterns, which expand both to the bit sets (DT__PS_MASKS) and to
  * the text (DT__PS_TEXT), e.g. DT__PS_SET_MUL gives {0b01, 0b10} and
- * ", (P,R)->P, (R,P)->P".
+ * ", (P,R)->P, (R,P)->P". A family may define its own DT__PS_SET_<name>
+ * (and DT__PS_EMPTY_<name>) in its file.
+ *
+ * Every family but elementwise (whose broadcast map prints as
+ * DT__PS_SHARDS_*) gives Shard rows instead of shard_map: an X-macro list of
+ * X(id, "S(pattern)->outcome", TO), TO one of SHARD (the output dim that
+ * shard_row gives), PARTIAL (a partial sum; shards of several inputs for
+ * which shard_row gives the same key >= 0, e.g. one contracted index, sum
+ * as one: (S(K),S(K))->P), GATHER (the op gathers that dim itself: the
+ * input counts as whole and the output is Replicate on that mesh dim unless
+ * another input decides) or REJECT. shard_row only says which row a Shard(d)
+ * of input j falls in (-1: none, rejected); the outcome is the row's, and
+ * DT__PS_ROWS_TEXT makes the accepted text of the same list (head, the
+ * accepting rows, the Partial set, then the REJECT rows), so the decision
+ * and its text cannot drift apart.
+ * Extras: mesh_dim_check (per mesh dim, before the rule: an input that must
+ * be made Replicate, e.g. masked_scatter's mask) and own_regions (the
+ * family's lowering gathers what it reads: no region check).
  *
  * Threads: client threads (the rules are read-only data); the region check
  * also on the controller through dt__ps_needed.
@@ -35,21 +53,23 @@
 
 #include "core/core.h"
 
-enum { DT__PS_REJECT = -1, DT__PS_PARTIAL = -2 };
+/* Outcomes of a Shard: an output dim (>= 0) or one of these. DT__PS_SHARD
+ * is a row's "the output dim shard_row gives". */
+enum { DT__PS_REJECT = -1, DT__PS_PARTIAL = -2, DT__PS_GATHER = -3, DT__PS_SHARD = -4 };
 
 /* ---- Partial sets (X-macro patterns of P and R per input) ---- */
 #define DT__PS_BIT_P 1u
 #define DT__PS_BIT_R 0u
-/* One-input patterns X1(P); two-input patterns X2(a, b). */
-#define DT__PS_SET_NONE(X1, X2)
-#define DT__PS_SET_P(X1, X2) X1(P)
-#define DT__PS_SET_PP(X1, X2) X2(P, P)
-#define DT__PS_SET_PR(X1, X2) X2(P, R)
-#define DT__PS_SET_MUL(X1, X2) X2(P, R) X2(R, P)
+/* One-input patterns X1(P); two-input patterns X2(a, b); three-input X3(a, b, c). */
+#define DT__PS_SET_NONE(X1, X2, X3)
+#define DT__PS_SET_P(X1, X2, X3) X1(P)
+#define DT__PS_SET_PP(X1, X2, X3) X2(P, P)
+#define DT__PS_SET_PR(X1, X2, X3) X2(P, R)
+#define DT__PS_SET_MUL(X1, X2, X3) X2(P, R) X2(R, P)
 /* P for tensor / scalar only (the caller drops it for scalar / tensor). */
-#define DT__PS_SET_PDIV(X1, X2) X1(P)
+#define DT__PS_SET_PDIV(X1, X2, X3) X1(P)
 /* No such form (a binary op that takes two tensors). */
-#define DT__PS_SET_NA(X1, X2)
+#define DT__PS_SET_NA(X1, X2, X3)
 /* "no Partial" is written out where a set is empty. */
 #define DT__PS_EMPTY_NONE "; no Partial"
 #define DT__PS_EMPTY_P ""
@@ -61,19 +81,48 @@ enum { DT__PS_REJECT = -1, DT__PS_PARTIAL = -2 };
 
 #define DT__PS_MASK1(a) DT__PS_BIT_##a,
 #define DT__PS_MASK2(a, b) (DT__PS_BIT_##a | DT__PS_BIT_##b << 1),
+#define DT__PS_MASK3(a, b, c) (DT__PS_BIT_##a | DT__PS_BIT_##b << 1 | DT__PS_BIT_##c << 2),
 #define DT__PS_TEXT1(a) ", " #a "->P"
 #define DT__PS_TEXT2(a, b) ", (" #a "," #b ")->P"
+#define DT__PS_TEXT3(a, b, c) ", (" #a "," #b "," #c ")->P"
 /* The bit sets of a set, as initialisers of a uint32_t array (0-terminated:
  * the all-Replicate combination is never a Partial one). */
 #define DT__PS_MASKS(set)                                                                                    \
-    { DT__PS_SET_##set(DT__PS_MASK1, DT__PS_MASK2) 0 }
+    { DT__PS_SET_##set(DT__PS_MASK1, DT__PS_MASK2, DT__PS_MASK3) 0 }
 /* The text after the Shard rules: ", (P,R)->P, ..." or "; no Partial". */
-#define DT__PS_TEXT(set) DT__PS_SET_##set(DT__PS_TEXT1, DT__PS_TEXT2) DT__PS_EMPTY_##set
+#define DT__PS_TEXT(set) DT__PS_SET_##set(DT__PS_TEXT1, DT__PS_TEXT2, DT__PS_TEXT3) DT__PS_EMPTY_##set
 
 /* The Shard rules of the elementwise family ("broadcast S/R"), by arity:
  * a `*` marks a Replicate input sliced locally. */
 #define DT__PS_SHARDS_1 "R->R, S(d)->S(d)"
 #define DT__PS_SHARDS_2 "(R,R)->R, (S(d),S(d))->S(d), (S(d),R)->S(d)*, (R,S(d))->S(d)*"
+
+/* ---- Shard rows (X-macro lists of X(id, text, TO)) ---- */
+typedef struct dt__ps_row {
+    int id;           /* what shard_row returns for this row */
+    const char *text; /* "S(kept d)->S(d')" */
+    int to;           /* DT__PS_SHARD, DT__PS_PARTIAL, DT__PS_GATHER or DT__PS_REJECT */
+} dt__ps_row;
+#define DT__PS_ROW(id, text, to) {id, text, DT__PS_##to},
+/* The rows of a list, as the initialiser of a dt__ps_row array ({0} ends it). */
+#define DT__PS_ROWS(list)                                                                                    \
+    {                                                                                                        \
+        list(DT__PS_ROW) { 0, NULL, 0 }                                                                      \
+    }
+/* Accepting rows print ", text" in list order, REJECT rows "; text" last. */
+#define DT__PS_ACC_SHARD(text) ", " text
+#define DT__PS_ACC_PARTIAL(text) ", " text
+#define DT__PS_ACC_GATHER(text) ", " text
+#define DT__PS_ACC_REJECT(text)
+#define DT__PS_REJ_SHARD(text)
+#define DT__PS_REJ_PARTIAL(text)
+#define DT__PS_REJ_GATHER(text)
+#define DT__PS_REJ_REJECT(text) "; " text
+#define DT__PS_ROW_ACC(id, text, to) DT__PS_ACC_##to(text)
+#define DT__PS_ROW_REJ(id, text, to) DT__PS_REJ_##to(text)
+/* The accepted text: `head` (the all-Replicate rule), the accepting rows,
+ * the Partial set, then the REJECT rows. */
+#define DT__PS_ROWS_TEXT(head, list, set) head list(DT__PS_ROW_ACC) DT__PS_TEXT(set) list(DT__PS_ROW_REJ)
 
 /* What a signature's functions see: the inputs and the output of the call
  * (on the client before the node exists, or from the node), and the
@@ -84,6 +133,7 @@ typedef struct dt__pctx {
     int nin;
     const dt__meta *in[DT_MAX_OP_INPUTS];
     const dt__meta *out;
+    const void *fam; /* the family's own context (linalg: its label plan) */
 } dt__pctx;
 
 typedef struct dt__psig {
@@ -94,10 +144,20 @@ typedef struct dt__psig {
     const uint32_t *partial;
     /* The accepted text of the PlacementError. */
     const char *accepted;
+    /* A row table (DT__PS_ROWS) and the row of a Shard(d) of input j (its
+     * id, or -1: no row, rejected; *od the output dim for a SHARD row), in
+     * place of shard_map. */
+    const dt__ps_row *rows;
+    int (*shard_row)(const dt__pctx *c, int j, int d, int *od);
+    /* Per mesh dim, before the rule: the input to make Replicate, or -1. */
+    int (*mesh_dim_check)(const dt__pctx *c, int md);
+    /* The lowering gathers what each device reads: no region check. */
+    int own_regions;
 } dt__psig;
 
 /* The output placement on every mesh dim of c->out's mesh, into out_pl;
- * then, when `check_regions` (or when shards nest), that every device holds
+ * then, when `check_regions` (or when shards nest) and not s->own_regions,
+ * that every device holds
  * the regions it reads. A PlacementError (naming `name` and s->accepted) on
  * failure, with *bad_input the input that does not line up (-1 when the
  * per-mesh-dim rule failed and the error already suggests a fix). */
@@ -111,6 +171,10 @@ void dt__ps_needed(const dt__psig *s, const dt__pctx *c, int j, const int64_t *c
  * d + (out ndim - in ndim), rejected when it is a size-1 dim that
  * broadcasts. */
 int dt__ps_broadcast_map(const dt__pctx *c, int j, int d);
+/* What a Shard(d) of input j becomes: an output dim, DT__PS_PARTIAL,
+ * DT__PS_GATHER or DT__PS_REJECT (from shard_map or the rows); *key the sum
+ * key of a PARTIAL row (the od shard_row gave, -1 for none). */
+int dt__ps_shard_outcome(const dt__psig *s, const dt__pctx *c, int j, int d, int *key);
 
 /* ---- the shared checks ---- */
 

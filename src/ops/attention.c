@@ -22,16 +22,17 @@
 /* Output dim of a mask dim (masks broadcast from the right). */
 static int mask_out_dim(const nn_ctx *c, int d) { return d + c->out->ndim - c->in[3]->ndim; }
 
-static int map_sdpa(const nn_ctx *c, int j, int d) {
+static int row_sdpa(const nn_ctx *c, int j, int d, int *od) {
     int lead = c->out->ndim - 2;
-    if (j < 3)
-        return d < lead ? d : NN_REJECT;
-    int od = mask_out_dim(c, d);
+    *od = j < 3 ? d : mask_out_dim(c, d);
     /* A size-1 mask dim broadcasts: every device needs that one entry. */
-    if (od >= lead || (c->in[3]->shape[d] == 1 && c->out->shape[od] != 1))
-        return NN_REJECT;
-    return od;
+    if (*od >= lead || (j == 3 && c->in[3]->shape[d] == 1 && c->out->shape[*od] != 1))
+        return NN_ROW_OP;
+    return NN_ROW_KEEP;
 }
+
+static const dt__ps_row sdpa_rows[] = DT__PS_ROWS(NN_SDPA_ROWS);
+static const uint32_t sdpa_partial[] = DT__PS_MASKS(SDPA);
 
 static void needed_sdpa(const nn_ctx *c, int j, const int64_t *coord, const int64_t *os, const int64_t *ol,
                         int64_t *s, int64_t *l) {
@@ -61,9 +62,10 @@ static void kattr_sdpa(const nn_ctx *c, const int64_t *coord, const int64_t *os,
 
 const nn_rules dt__nn_rules_sdpa = {
     .kop = DT_K_SDPA,
-    .accepted = "(q, k, v, attn_mask): R or S(d) on the same batch/head dim d (not the last two) -> S(d); "
-                "(R,R,P,R)->P",
-    .shard_map = map_sdpa,
+    .accepted = NN_SDPA_TEXT,
+    .rows = sdpa_rows,
+    .shard_row = row_sdpa,
+    .partial = sdpa_partial,
     .needed = needed_sdpa,
     .kattr = kattr_sdpa,
 };
@@ -174,5 +176,5 @@ dt_tensor *dt_scaled_dot_product_attention(dt_tensor *q, dt_tensor *k, dt_tensor
     if (dropout_p > 0.0)
         a.seed = dt__next_random_seed();
     dt_tensor *ins[4] = {q, k, v, attn_mask};
-    return dt__nn_submit(DT_OP_SDPA, op, ins, attn_mask ? 4 : 3, &out, &a, 1u << 2);
+    return dt__nn_submit(DT_OP_SDPA, op, ins, attn_mask ? 4 : 3, &out, &a, 1);
 }

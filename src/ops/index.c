@@ -96,8 +96,18 @@ static int writes_zero(const dt__meta *a, const dt__meta *value, const int64_t *
 
 /* ---------------------------------------------------------------- getitem */
 
-static const char *const index_accepts =
-    "R->R, P->P, S(d)->S(d') when dim d is taken whole (not sliced, not integer-indexed)";
+static const dt__ps_row index_rows[] = DT__PS_ROWS(DT__VIEW_INDEX_ROWS);
+/* What a basic index does to each dim of its input. */
+typedef struct index_fam {
+    const dt_slice *dims;
+    const int *pos; /* the result dim of each input dim (-1: dropped) */
+} index_fam;
+/* A dim taken whole stays sharded (at its result position). */
+static int index_row(const dt__pctx *c, int j, int d, int *od) {
+    const index_fam *f = c->fam;
+    *od = f->pos[d];
+    return takes_whole(&f->dims[d], c->in[j]->shape[d]) ? DT__VR_KEEP : DT__VR_OP;
+}
 
 dt_tensor *dt_index(dt_tensor *a, const dt_slice *dims, uint64_t new_axes) {
     dt_clear_error();
@@ -132,17 +142,18 @@ dt_tensor *dt_index(dt_tensor *a, const dt_slice *dims, uint64_t new_axes) {
     for (int d = 0; d < m->ndim; d++)
         if (dims[d].drop)
             pos[d] = -1;
-    for (int md = 0; md < m->mesh->ndim; md++) {
-        dt_placement p = m->pl[md];
-        if (p.kind != DT_PLACEMENT_SHARD)
-            continue;
-        if (!takes_whole(&dims[p.dim], m->shape[p.dim])) {
-            dt__view_reject("getitem", &m, 1, 0, md, index_accepts);
-            dt__error_append(" (dim %d is sharded and the index %s it)", p.dim,
-                             dims[p.dim].drop ? "selects one element of" : "slices");
-            return NULL;
+    const index_fam fam = {dims, pos};
+    if (dt__view_place("getitem", &m, 1, &out, index_rows, index_row, NULL, &fam,
+                       DT__VIEW_TEXT(DT__VIEW_INDEX_ROWS)) != DT_OK) {
+        for (int md = 0; md < m->mesh->ndim; md++) {
+            dt_placement p = m->pl[md];
+            if (p.kind == DT_PLACEMENT_SHARD && !takes_whole(&dims[p.dim], m->shape[p.dim])) {
+                dt__error_append(" (dim %d is sharded and the index %s it)", p.dim,
+                                 dims[p.dim].drop ? "selects one element of" : "slices");
+                break;
+            }
         }
-        out.pl[md].dim = pos[p.dim];
+        return NULL;
     }
     dt__node *n;
     dt_tensor *t = dt__view_begin(a, NULL, &out, DT_V_INDEX, &n);
@@ -196,8 +207,23 @@ void dt__vlower_index(dt__lower *L, dt__node *n) {
 
 /* ----------------------------------------------------------- tensor index */
 
-static const char *const index_tensor_accepts =
-    "(R,R)->R, (S(j),R)->S(j') for j != dim, (R,S(k))->S(dim+k), (P,R)->P";
+static const dt__ps_row index_tensor_rows[] = DT__PS_ROWS(DT__VIEW_INDEX_TENSOR_ROWS);
+static const uint32_t index_tensor_partial[] = DT__PS_MASKS(PR);
+/* fam: the indexed dim. The input keeps its other dims' shards (renumbered
+ * around the index's dims); a shard of the index is one of the result's. */
+static int index_tensor_row(const dt__pctx *c, int j, int d, int *od) {
+    int dim = *(const int *)c->fam;
+    if (j == 1) {
+        *od = dim + d;
+        return DT__VR_IDX;
+    }
+    *od = d < dim ? d : d + c->in[1]->ndim - 1;
+    return d == dim ? DT__VR_OP : DT__VR_KEEP;
+}
+/* A Partial index is never accepted (an index is not a sum). */
+static int index_not_partial(const dt__pctx *c, int md) {
+    return c->in[1]->pl[md].kind == DT_PLACEMENT_PARTIAL ? 1 : -1;
+}
 
 dt_tensor *dt_index_tensor(dt_tensor *a, int64_t dim, dt_tensor *index) {
     dt_clear_error();
@@ -226,29 +252,16 @@ dt_tensor *dt_index_tensor(dt_tensor *a, int64_t dim, dt_tensor *index) {
     out.ndim = out_ndim;
     for (int o = 0; o < out_ndim; o++)
         out.shape[o] = o < d ? m->shape[o] : o < d + mi->ndim ? mi->shape[o - d] : m->shape[o - mi->ndim + 1];
-    const dt__meta *ins[2] = {m, mi};
-    for (int md = 0; md < m->mesh->ndim; md++) {
-        dt_placement pa = m->pl[md], pi = mi->pl[md];
-        int bad = -1;
-        if (pi.kind == DT_PLACEMENT_PARTIAL)
-            bad = 1;
-        else if (pi.kind == DT_PLACEMENT_SHARD)
-            bad = pa.kind == DT_PLACEMENT_REPLICATE              ? -1
-                  : pa.kind == DT_PLACEMENT_SHARD && pa.dim == d ? 0
-                                                                 : 1;
-        else if (pa.kind == DT_PLACEMENT_SHARD && pa.dim == d)
-            bad = 0;
-        if (bad >= 0) {
-            dt__view_reject("getitem", ins, 2, bad, md, index_tensor_accepts);
-            return NULL;
-        }
-        if (pi.kind == DT_PLACEMENT_SHARD)
-            out.pl[md] = (dt_placement){DT_PLACEMENT_SHARD, d + pi.dim};
-        else if (pa.kind == DT_PLACEMENT_SHARD)
-            out.pl[md].dim = pa.dim < d ? pa.dim : pa.dim + mi->ndim - 1;
-        else
-            out.pl[md] = pa;
-    }
+    dt__pctx c = {.nin = 2, .in = {m, mi}, .out = &out, .fam = &d};
+    const dt__psig sig = {.partial = index_tensor_partial,
+                          .accepted = DT__VIEW_INDEX_TENSOR_TEXT,
+                          .rows = index_tensor_rows,
+                          .shard_row = index_tensor_row,
+                          .mesh_dim_check = index_not_partial,
+                          .own_regions = 1};
+    int bad;
+    if (dt__ps_apply("getitem", &sig, &c, 0, out.pl, &bad) != DT_OK)
+        return NULL;
     dt__node *n;
     dt_tensor *t = dt__view_begin(a, index, &out, DT_V_INDEX_TENSOR, &n);
     if (!t)

@@ -33,9 +33,18 @@
 #define S_ DT_PLACEMENT_SHARD
 #define P_ DT_PLACEMENT_PARTIAL
 
-static const char *const accepts =
-    "(input, mask, source): (R,R,R)->R, (S(d),R,R)->S(d) for a dim d of input that does not broadcast, "
-    "(P,R,R)->P, (R,R,P)->P, (P,R,P)->P (the mask and source are read whole on every device)";
+/* The placement rule (core/placement.h): only the input has a Shard row;
+ * the mask is Replicate and the source Replicate or Partial (checked per
+ * mesh dim before the rows); Partial input and source pass through. */
+enum { ROW_INPUT };
+#define ROWS(X) X(ROW_INPUT, "(S(d),R,R)->S(d) for a dim d of input that does not broadcast", SHARD)
+#define DT__PS_SET_MSCATTER(X1, X2, X3) X3(P, R, R) X3(R, R, P) X3(P, R, P)
+#define DT__PS_EMPTY_MSCATTER ""
+#define ACCEPTS                                                                                              \
+    DT__PS_ROWS_TEXT("(input, mask, source): (R,R,R)->R", ROWS, MSCATTER)                                    \
+    " (the mask and source are read whole on every device)"
+static const dt__ps_row rows[] = DT__PS_ROWS(ROWS);
+static const uint32_t partial_sets[] = DT__PS_MASKS(MSCATTER);
 
 /* Writes "[3, 4]" into sb. */
 static void format_shape(dt__strbuf *sb, int nd, const int64_t *shape) {
@@ -90,28 +99,29 @@ static dt_status expands_to(const dt__meta *mm, const dt__meta *ma) {
     return DT_OK;
 }
 
-/* The output placement on mesh dim md, or a PlacementError. */
-static dt_status mesh_dim_rule(const dt__meta *const *ins, const dt__meta *out, int md, dt_placement *res) {
-    dt_placement pa = ins[0]->pl[md], pm = ins[1]->pl[md], ps = ins[2]->pl[md];
+/* A Shard of a dim of the input that does not broadcast is a block of the
+ * result; the mask and source have no row. */
+static int shard_row(const dt__pctx *c, int j, int d, int *od) {
+    int off = c->out->ndim - c->in[0]->ndim;
+    if (j != 0 || c->in[0]->shape[d] != c->out->shape[d + off])
+        return -1;
+    *od = d + off;
+    return ROW_INPUT;
+}
+
+/* The mask first, then a sharded source, then a Partial source next to a
+ * sharded input (a Partial cannot sit next to a Shard on one mesh dim); an
+ * input sharded on a broadcast dim is named before the source. */
+static int mesh_dim_check(const dt__pctx *c, int md) {
+    dt_placement pa = c->in[0]->pl[md], pm = c->in[1]->pl[md], ps = c->in[2]->pl[md];
+    int od;
     if (pm.kind != R_)
-        return dt__view_reject("masked_scatter", ins, 3, 1, md, accepts);
+        return 1;
     if (ps.kind == S_)
-        return dt__view_reject("masked_scatter", ins, 3, 2, md, accepts);
-    if (pa.kind == S_) {
-        int off = out->ndim - ins[0]->ndim;
-        /* A shard of a broadcast dim is not a block of the result; a Partial
-         * source cannot sit next to a Shard on the same mesh dim. */
-        if (ins[0]->shape[pa.dim] != out->shape[pa.dim + off])
-            return dt__view_reject("masked_scatter", ins, 3, 0, md, accepts);
-        if (ps.kind == P_)
-            return dt__view_reject("masked_scatter", ins, 3, 2, md, accepts);
-        *res = (dt_placement){S_, pa.dim + off};
-    } else if (pa.kind == P_ || ps.kind == P_) {
-        *res = (dt_placement){P_, 0};
-    } else {
-        *res = (dt_placement){R_, 0};
-    }
-    return DT_OK;
+        return 2;
+    if (ps.kind == P_ && pa.kind == S_)
+        return shard_row(c, 0, pa.dim, &od) < 0 ? 0 : 2;
+    return -1;
 }
 
 /* The part of input `a` that broadcasts to the output region (os, ol). */
@@ -127,6 +137,21 @@ static void input_region(const dt__meta *a, const dt__meta *out, const int64_t *
             s[j] = os[d];
             l[j] = ol[d];
         }
+    }
+}
+
+/* The engine's needed region: the input's part of the output region, the
+ * whole mask and source. */
+static void needed(const dt__pctx *c, int j, const int64_t *coord, const int64_t *os, const int64_t *ol,
+                   int64_t *s, int64_t *l) {
+    (void)coord;
+    if (j == 0) {
+        input_region(c->in[0], c->out, os, ol, s, l);
+        return;
+    }
+    for (int d = 0; d < c->in[j]->ndim; d++) {
+        s[d] = 0;
+        l[d] = c->in[j]->shape[d];
     }
 }
 
@@ -162,23 +187,21 @@ dt_tensor *dt_masked_scatter(dt_tensor *a, dt_tensor *mask, dt_tensor *source, i
     out.dtype = ma->dtype;
     out.mesh = ma->mesh;
     const dt__meta *ins[3] = {ma, mm, ms};
-    for (int md = 0; md < out.mesh->ndim; md++)
-        if (mesh_dim_rule(ins, &out, md, &out.pl[md]) != DT_OK)
-            return NULL;
+    dt__pctx c = {.op = DT_OP_MASKED_SCATTER, .nin = 3, .in = {ma, mm, ms}, .out = &out};
+    const dt__psig sig = {.needed = needed,
+                          .partial = partial_sets,
+                          .accepted = ACCEPTS,
+                          .rows = rows,
+                          .shard_row = shard_row,
+                          .mesh_dim_check = mesh_dim_check};
+    int bad;
     /* Nested shards: every device must hold the input part it reads. */
-    if (dt__has_nested_shards(ma)) {
-        int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], s[DT_MAX_NDIM], l[DT_MAX_NDIM];
-        for (int64_t i = 0; i < out.mesh->ndev; i++) {
-            dt__mesh_coord(out.mesh, i, coord);
-            dt__local_region(&out, coord, os, ol);
-            input_region(ma, &out, os, ol, s, l);
-            if (!dt__view_within(ma, coord, s, l)) {
-                dt__placement_error(op, ins, 3, 0, accepts, -1, NULL);
-                dt__error_append(
-                    " (the shards of the input do not line up with the result's on every device)");
-                return NULL;
-            }
+    if (dt__ps_apply(op, &sig, &c, 0, out.pl, &bad) != DT_OK) {
+        if (bad >= 0) {
+            dt__placement_error(op, ins, 3, 0, ACCEPTS, -1, NULL);
+            dt__error_append(" (the shards of the input do not line up with the result's on every device)");
         }
+        return NULL;
     }
     dt_tensor *t = dt__tensor_new(a->graph, &out);
     if (!t)
@@ -248,9 +271,6 @@ dt_status dt__lower_masked_scatter(dt__lower *L, dt__node *n) {
 /* ------------------------------------------------------------ registry */
 
 const dt_op_doc dt__docs_masked_scatter[] = {
-    {"masked_scatter", "views",
-     "(input, mask, source): (R,R,R)->R, (S(d),R,R)->S(d) for d not broadcast, (P,R,R)->P, (R,R,P)->P, "
-     "(P,R,P)->P; the mask and source are read whole on every device",
-     0},
+    {"masked_scatter", "views", ACCEPTS, 0},
     {NULL, NULL, NULL, 0},
 };

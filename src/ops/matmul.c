@@ -14,7 +14,10 @@
  *   (P,R)->P and (R,P)->P (the product is linear in each operand), and a
  *   single-operand einsum passes Partial through.
  * Shards of different labels, Partial with anything but Replicate, and a Shard
- * of a size-1 dim that broadcasts are PlacementErrors. On 2-D meshes every
+ * of a size-1 dim that broadcasts are PlacementErrors. The placement engine
+ * (core/placement.h) decides this from each kind's Shard rows (a row per
+ * label class; a contracted label is the key of its partial sum), which also
+ * give the accepted text of errors and registry rows. On 2-D meshes every
  * device's needed operand regions must lie in what it holds (nested shards
  * must line up), else PlacementError.
  *
@@ -58,28 +61,69 @@ static const char *kind_name(int kind) {
     }
 }
 
-static const char *kind_accepts(int kind) {
+/* The Shard rows of each kind (core/placement.h), by the class of the
+ * sharded dim's label: a batch label both operands keep, M (kept, first
+ * operand only), N (kept, second only), K (contracted: a partial sum whose
+ * key is the label, so (S(K),S(K)) sums as one), einsum's kept and summed
+ * indices, and a size-1 dim that broadcasts (rejected: the other devices
+ * would hold nothing to broadcast). A `*` marks a Replicate operand sliced
+ * locally. */
+enum { L_BATCH, L_M, L_N, L_K, L_KEPT, L_SUMMED, L_BCAST };
+#define BCAST_ROW(X) X(L_BCAST, "no Shard of a size-1 dim that broadcasts", REJECT)
+#define MATMUL_ROWS(X)                                                                                       \
+    X(L_BATCH, "(S(batch),R)->S(batch)*, (R,S(batch))->S(batch)*, (S(batch),S(batch))->S(batch)", SHARD)     \
+    X(L_M, "(S(M),R)->S(M)", SHARD)                                                                          \
+    X(L_N, "(R,S(N))->S(N)", SHARD)                                                                          \
+    X(L_K, "(S(K),R)->P*, (R,S(K))->P*, (S(K),S(K))->P", PARTIAL) BCAST_ROW(X)
+#define MM_ROWS(X)                                                                                           \
+    X(L_M, "(S(0),R)->S(0)", SHARD)                                                                          \
+    X(L_N, "(R,S(1))->S(1)", SHARD) X(L_K, "(S(1),R)->P*, (R,S(0))->P*, (S(1),S(0))->P", PARTIAL)
+#define BMM_ROWS(X)                                                                                          \
+    X(L_BATCH, "(S(0),R)->S(0)*, (R,S(0))->S(0)*, (S(0),S(0))->S(0)", SHARD)                                 \
+    X(L_M, "(S(1),R)->S(1)", SHARD)                                                                          \
+    X(L_N, "(R,S(2))->S(2)", SHARD) X(L_K, "(S(2),R)->P*, (R,S(1))->P*, (S(2),S(1))->P", PARTIAL)
+#define OUTER_ROWS(X) X(L_M, "(S(0),R)->S(0)", SHARD) X(L_N, "(R,S(0))->S(1)", SHARD)
+#define LINEAR_ROWS(X)                                                                                       \
+    X(L_M, "(S(batch d),R)->S(d)", SHARD)                                                                    \
+    X(L_N, "(R,S(0))->S(-1)", SHARD) X(L_K, "(S(-1),R)->P*, (R,S(1))->P*, (S(-1),S(1))->P", PARTIAL)
+#define EINSUM_ROWS(X)                                                                                       \
+    X(L_KEPT, "S(kept index)->S(its output dim) with R* or the same S", SHARD)                               \
+    X(L_SUMMED, "S(summed index) on one or both->P", PARTIAL) BCAST_ROW(X)
+
+/* The bias rule (place_bias) is linear's own, after the contraction's. */
+#define LINEAR_BIAS                                                                                          \
+    "; bias: R* (added on the first coordinate where the output is P), the output's Shard, or P where the "  \
+    "output is P"
+
+#define TEXT_MATMUL DT__PS_ROWS_TEXT("(R,R)->R", MATMUL_ROWS, MUL)
+#define TEXT_MM DT__PS_ROWS_TEXT("(R,R)->R", MM_ROWS, MUL)
+#define TEXT_BMM DT__PS_ROWS_TEXT("(R,R)->R", BMM_ROWS, MUL)
+#define TEXT_OUTER DT__PS_ROWS_TEXT("(R,R)->R", OUTER_ROWS, MUL)
+#define TEXT_LINEAR DT__PS_ROWS_TEXT("(x, weight): (R,R)->R", LINEAR_ROWS, MUL) LINEAR_BIAS
+#define TEXT_EINSUM DT__PS_ROWS_TEXT("(R,R)->R", EINSUM_ROWS, MUL) "; one operand: R->R" DT__PS_TEXT(P)
+static const char *const kind_accepts[] = {
+    [DT_KL_MATMUL] = TEXT_MATMUL, [DT_KL_MM] = TEXT_MM,         [DT_KL_BMM] = TEXT_BMM,
+    [DT_KL_OUTER] = TEXT_OUTER,   [DT_KL_LINEAR] = TEXT_LINEAR, [DT_KL_EINSUM] = TEXT_EINSUM,
+};
+static const dt__ps_row matmul_rows[] = DT__PS_ROWS(MATMUL_ROWS), mm_rows[] = DT__PS_ROWS(MM_ROWS),
+                        bmm_rows[] = DT__PS_ROWS(BMM_ROWS), outer_rows[] = DT__PS_ROWS(OUTER_ROWS),
+                        linear_rows[] = DT__PS_ROWS(LINEAR_ROWS), einsum_rows[] = DT__PS_ROWS(EINSUM_ROWS);
+static const uint32_t set_two[] = DT__PS_MASKS(MUL), set_one[] = DT__PS_MASKS(P);
+
+static const dt__ps_row *kind_rows(int kind) {
     switch (kind) {
     case DT_KL_MM:
-        return "(R,R)->R, (S(0),R)->S(0), (R,S(1))->S(1), (S(1),S(0))->P, (S(1),R)->P, (R,S(0))->P, "
-               "(P,R)->P, "
-               "(R,P)->P";
+        return mm_rows;
     case DT_KL_BMM:
-        return "(R,R)->R, (S(0),R)->S(0), (R,S(0))->S(0), (S(0),S(0))->S(0), (S(1),R)->S(1), (R,S(2))->S(2), "
-               "(S(2),S(1))->P, (S(2),R)->P, (R,S(1))->P, (P,R)->P, (R,P)->P";
+        return bmm_rows;
     case DT_KL_OUTER:
-        return "(R,R)->R, (S(0),R)->S(0), (R,S(0))->S(1), (P,R)->P, (R,P)->P";
+        return outer_rows;
     case DT_KL_LINEAR:
-        return "(R,R)->R, (S(batch d),R)->S(d), (R,S(0))->S(-1), (S(-1),S(1))->P, (S(-1),R)->P, (R,S(1))->P, "
-               "(P,R)->P, (R,P)->P; bias: R, the output's Shard, or P where the output is P";
+        return linear_rows;
     case DT_KL_EINSUM:
-        return "(R,R)->R; a Shard of an index the output keeps -> Shard of that output dim (with R or the "
-               "same "
-               "Shard); a Shard of a summed index on one or both -> P; (P,R)->P, (R,P)->P; one operand: P->P";
+        return einsum_rows;
     default:
-        return "(R,R)->R, (S(batch),R)->S(batch), (S(batch),S(batch))->S(batch), (S(M),R)->S(M), "
-               "(R,S(N))->S(N), "
-               "(S(K),S(K))->P, (S(K),R)->P, (R,S(K))->P, (P,R)->P, (R,P)->P";
+        return matmul_rows;
     }
 }
 
@@ -239,43 +283,52 @@ static dt_status build_plan(int kind, const dt__meta *const *ms, int nops, const
 
 /* ------------------------------------------------------- placements */
 
-/* Fills out->pl and p->split; returns the rejected mesh dim or -1. */
-static int place(dt__lplan *p, dt__meta *out) {
-    const dt_placement R = {R_, 0};
+/* The row of a Shard(d) of operand j (see the rows above): its label's
+ * class; *od the output dim of a kept label, the label of a contracted one
+ * (the partial sum's key). */
+static int shard_row(const dt__pctx *c, int j, int d, int *od) {
+    const dt__lplan *p = c->fam;
+    int l = p->lab[j][d], einsum = c->a->sub == DT_KL_EINSUM;
+    if (c->in[j]->shape[d] != p->lsize[l])
+        return L_BCAST;
+    if (p->opos[l] < 0) {
+        *od = l;
+        return einsum ? L_SUMMED : L_K;
+    }
+    *od = p->opos[l];
+    if (einsum)
+        return L_KEPT;
+    for (int e = 0; p->nops == 2 && e < p->in[1 - j]->ndim; e++)
+        if (p->lab[1 - j][e] == l)
+            return L_BATCH;
+    return j == 0 ? L_M : L_N;
+}
+
+/* Fills out->pl (dt__ps_apply on the rows of `kind`) and p->split (the mesh
+ * dims whose shards of a contracted label give a Partial output). A
+ * PlacementError naming `name` on failure. */
+static dt_status place(const char *name, int kind, dt__lplan *p, dt__meta *out) {
+    dt__nattr a = {.sub = kind};
+    dt__pctx c = {
+        .op = DT_OP_LINALG, .a = &a, .nin = p->nops, .in = {p->in[0], p->in[1]}, .out = out, .fam = p};
+    const dt__psig sig = {.partial = p->nops == 2 ? set_two : set_one,
+                          .accepted = kind_accepts[kind],
+                          .rows = kind_rows(kind),
+                          .shard_row = shard_row,
+                          .own_regions = 1}; /* contract() checks the regions, bias included */
+    int bad;
+    if (dt__ps_apply(name, &sig, &c, 0, out->pl, &bad) != DT_OK)
+        return DT_EPLACEMENT;
     for (int l = 0; l < p->nlab; l++)
         p->split[l] = 0;
     for (int md = 0; md < out->mesh->ndim; md++) {
-        dt_placement pa = p->in[0]->pl[md], pb = p->nops == 2 ? p->in[1]->pl[md] : R;
-        if (pa.kind == P_ || pb.kind == P_) {
-            if (p->nops == 2 && !((pa.kind == P_ && pb.kind == R_) || (pa.kind == R_ && pb.kind == P_)))
-                return md;
-            out->pl[md] = (dt_placement){P_, 0};
+        if (out->pl[md].kind != P_)
             continue;
-        }
-        int l = -1;
-        for (int j = 0; j < p->nops; j++) {
-            dt_placement pj = j ? pb : pa;
-            if (pj.kind != S_)
-                continue;
-            int lj = p->lab[j][pj.dim];
-            /* A size-1 dim that broadcasts: the other devices would hold
-             * nothing to broadcast. */
-            if (p->in[j]->shape[pj.dim] != p->lsize[lj])
-                return md;
-            if (l >= 0 && l != lj)
-                return md;
-            l = lj;
-        }
-        if (l < 0) {
-            out->pl[md] = R;
-        } else if (p->opos[l] >= 0) {
-            out->pl[md] = (dt_placement){S_, p->opos[l]};
-        } else {
-            out->pl[md] = (dt_placement){P_, 0};
-            p->split[l] |= 1u << md;
-        }
+        for (int j = 0; j < p->nops; j++)
+            if (p->in[j]->pl[md].kind == S_)
+                p->split[p->lab[j][p->in[j]->pl[md].dim]] |= 1u << md;
     }
-    return -1;
+    return DT_OK;
 }
 
 /* The range of label l at the device at `coord` whose output region is
@@ -384,7 +437,7 @@ static void reject(const char *name, int kind, const dt__meta *const *ins, int n
     dt_placement fix[DT_MAX_MESH_NDIM];
     memcpy(fix, ins[which]->pl, sizeof fix);
     fix[md] = (dt_placement){R_, 0};
-    dt__placement_error(name, ins, nin, md, kind_accepts(kind), which, fix);
+    dt__placement_error(name, ins, nin, md, kind_accepts[kind], which, fix);
 }
 
 /* Shared by every linalg op: plan, output meta, placements, region checks,
@@ -430,11 +483,9 @@ static dt_tensor *contract(int kind, dt_tensor *const *ts, int nops, dt_tensor *
         }
         ms[nin++] = bm;
     }
-    int md = place(&p, &out);
-    if (md >= 0) {
-        reject(name, kind, ms, nin, md, 0);
+    if (place(name, kind, &p, &out) != DT_OK)
         return NULL;
-    }
+    int md;
     if (bm && (md = place_bias(bm, &out)) >= 0) {
         reject(name, kind, ms, nin, md, 2);
         return NULL;
@@ -462,7 +513,7 @@ static dt_tensor *contract(int kind, dt_tensor *const *ts, int nops, dt_tensor *
             dt_placement fix[DT_MAX_MESH_NDIM];
             for (int md2 = 0; md2 < mesh->ndim; md2++)
                 fix[md2] = ms[bad]->pl[md2].kind == S_ ? (dt_placement){R_, 0} : ms[bad]->pl[md2];
-            dt__placement_error(name, ms, nin, 0, kind_accepts(kind), bad, fix);
+            dt__placement_error(name, ms, nin, 0, kind_accepts[kind], bad, fix);
             dt__error_append(
                 " (the shards of several mesh dims do not line up on one index: each tensor must "
                 "shard it on the same leading mesh dims)");
@@ -598,14 +649,14 @@ dt_status dt__lower_linalg(dt__lower *L, dt__node *n) {
     const dt_mesh *mesh = out->mesh;
     int kind = n->a.sub;
     int nops = kind == DT_KL_EINSUM ? n->n_in : 2;
-    const dt__meta *ms[2];
+    const dt__meta *ms[2] = {NULL, NULL};
     for (int j = 0; j < nops; j++)
         ms[j] = &n->in[j]->meta;
     dt__lplan p;
     dt__meta scratch = *out;
     /* The client validated the same plan; rebuilding it is deterministic. */
     DT_ASSERT(build_plan(kind, ms, nops, n->a.text, &p) == DT_OK);
-    DT_ASSERT(place(&p, &scratch) < 0);
+    DT_ASSERT(place(kind_name(kind), kind, &p, &scratch) == DT_OK);
     dt__tval *bias = n->n_in == 3 ? n->in[2] : NULL;
     if (dt__lw_alloc_blobs(L, o) != DT_OK)
         return L->status;
@@ -637,30 +688,11 @@ dt_status dt__lower_linalg(dt__lower *L, dt__node *n) {
 /* ------------------------------------------------------------ registry */
 
 const dt_op_doc dt__docs_linalg[] = {
-    {"matmul", "linalg",
-     "(R,R)->R, (S(batch),R)->S(batch)*, (S(batch),S(batch))->S(batch), (S(M),R)->S(M), (R,S(N))->S(N), "
-     "(S(K),S(K))->P, (S(K),R)->P*, (R,S(K))->P*, (P,R)->P, (R,P)->P",
-     0},
-    {"mm", "linalg",
-     "(R,R)->R, (S(0),R)->S(0), (R,S(1))->S(1), (S(1),S(0))->P, (S(1),R)->P*, (R,S(0))->P*, (P,R)->P, "
-     "(R,P)->P",
-     0},
-    {"bmm", "linalg",
-     "(R,R)->R, (S(0),R)->S(0)*, (R,S(0))->S(0)*, (S(0),S(0))->S(0), (S(1),R)->S(1), (R,S(2))->S(2), "
-     "(S(2),S(1))->P, "
-     "(S(2),R)->P*, (R,S(1))->P*, (P,R)->P, (R,P)->P",
-     0},
-    {"outer", "linalg", "(R,R)->R, (S(0),R)->S(0), (R,S(0))->S(1), (P,R)->P, (R,P)->P", 0},
-    {"linear", "linalg",
-     "(x,weight): (R,R)->R, (S(batch),R)->S(batch), (R,S(0))->S(-1), (S(-1),S(1))->P, (S(-1),R)->P*, "
-     "(R,S(1))->P*, "
-     "(P,R)->P, (R,P)->P; bias: R* (added on the first coordinate where the output is P), the output's "
-     "Shard, or P "
-     "where the output is P",
-     0},
-    {"einsum", "linalg",
-     "(R,R)->R; S(kept index)->S(its output dim) with R* or the same S; S(summed index) on one or both->P; "
-     "(P,R)->P, (R,P)->P; one operand: P->P",
-     0},
+    {"matmul", "linalg", TEXT_MATMUL, 0},
+    {"mm", "linalg", TEXT_MM, 0},
+    {"bmm", "linalg", TEXT_BMM, 0},
+    {"outer", "linalg", TEXT_OUTER, 0},
+    {"linear", "linalg", TEXT_LINEAR, 0},
+    {"einsum", "linalg", TEXT_EINSUM, 0},
     {NULL, NULL, NULL, 0},
 };

@@ -67,21 +67,18 @@ static const nn_rules *rules_of(int op) {
 
 /* ------------------------------------------------------------- engine */
 
-/* The engine's signature of an nn op: its rules, and the single inputs it
- * is linear in (`linear_mask`) as Partial sets; `sets` has room for
- * DT_MAX_OP_INPUTS + 1 entries. */
-static dt__psig signature(const nn_rules *r, uint32_t linear_mask, uint32_t *sets) {
-    int n = 0;
-    for (int j = 0; j < DT_MAX_OP_INPUTS; j++)
-        if (linear_mask & (1u << j))
-            sets[n++] = 1u << j;
-    sets[n] = 0;
-    return (dt__psig){
-        .shard_map = r->shard_map, .needed = r->needed, .partial = sets, .accepted = r->accepted};
+/* The engine's signature of an nn op: its rules, with the rule's Partial
+ * sets when the call is `linear`. */
+static dt__psig signature(const nn_rules *r, int linear) {
+    return (dt__psig){.needed = r->needed,
+                      .partial = linear ? r->partial : NULL,
+                      .accepted = r->accepted,
+                      .rows = r->rows,
+                      .shard_row = r->shard_row};
 }
 
 dt_tensor *dt__nn_submit(int op, const char *name, dt_tensor *const *ins, int nin, dt__meta *out,
-                         const dt__nattr *a, uint32_t linear_mask) {
+                         const dt__nattr *a, int linear) {
     const nn_rules *r = rules_of(op);
     /* Invariant: the family's own entry points pass their op and count. */
     DT_ASSERT(r && nin >= 1 && nin <= DT_MAX_OP_INPUTS);
@@ -92,8 +89,7 @@ dt_tensor *dt__nn_submit(int op, const char *name, dt_tensor *const *ins, int ni
         c.in[j] = &ins[j]->v->meta;
     out->mesh = c.in[0]->mesh;
     memset(out->pl, 0, sizeof out->pl);
-    uint32_t sets[DT_MAX_OP_INPUTS + 1];
-    const dt__psig sig = signature(r, linear_mask, sets);
+    const dt__psig sig = signature(r, linear);
     int bad;
     if (dt__ps_apply(name, &sig, &c, 1, out->pl, &bad) != DT_OK) {
         if (bad >= 0) {
@@ -160,12 +156,15 @@ dt_status dt__lower_nn(dt__lower *L, dt__node *n) {
     return L->status;
 }
 
-/* Shard rule of same-shaped elementwise ops: every dim passes through. */
-static int map_same(const nn_ctx *c, int j, int d) {
+int dt__nn_row_same(const nn_ctx *c, int j, int d, int *od) {
     (void)c;
     (void)j;
-    return d;
+    *od = d;
+    return NN_ROW_KEEP;
 }
+
+static const dt__ps_row act_rows[] = DT__PS_ROWS(NN_ACT_ROWS), softmax_rows[] = DT__PS_ROWS(NN_SOFTMAX_ROWS);
+static const uint32_t set_p[] = DT__PS_MASKS(P);
 
 /* ---------------------------------------------------------- activations */
 
@@ -180,9 +179,10 @@ const char *dt_activation_name(dt_activation_kind kind) {
 
 const nn_rules dt__nn_rules_activation = {
     .kop = DT_K_ACTIVATION,
-    .accepted = "R->R, S(d)->S(d)",
+    .accepted = NN_ACT_TEXT,
     .sub_names = act_names,
-    .shard_map = map_same,
+    .rows = act_rows,
+    .shard_row = dt__nn_row_same,
 };
 
 dt_tensor *dt_activation(dt_activation_kind kind, dt_tensor *x, double param) {
@@ -225,9 +225,10 @@ dt_tensor *dt_activation(dt_activation_kind kind, dt_tensor *x, double param) {
 
 /* ------------------------------------------------------------- softmax */
 
-static int map_softmax(const nn_ctx *c, int j, int d) {
+static int row_softmax(const nn_ctx *c, int j, int d, int *od) {
     (void)j;
-    return d == c->a->ints[0] ? NN_REJECT : d;
+    *od = d;
+    return d == c->a->ints[0] ? NN_ROW_OP : NN_ROW_KEEP;
 }
 
 static void kattr_softmax(const nn_ctx *c, const int64_t *coord, const int64_t *os, const int64_t *ol,
@@ -240,9 +241,10 @@ static const char *const softmax_names[2] = {"softmax", "log_softmax"};
 
 const nn_rules dt__nn_rules_softmax = {
     .kop = DT_K_SOFTMAX,
-    .accepted = "R->R, S(d)->S(d) for d != dim (the softmax dim must not be sharded)",
+    .accepted = NN_SOFTMAX_TEXT,
     .sub_names = softmax_names,
-    .shard_map = map_softmax,
+    .rows = softmax_rows,
+    .shard_row = row_softmax,
     .kattr = kattr_softmax,
 };
 
@@ -289,8 +291,10 @@ static void kattr_dropout(const nn_ctx *c, const int64_t *coord, const int64_t *
 
 const nn_rules dt__nn_rules_dropout = {
     .kop = DT_K_DROPOUT,
-    .accepted = "R->R, S(d)->S(d), P->P",
-    .shard_map = map_same,
+    .accepted = NN_DROPOUT_TEXT,
+    .rows = act_rows,
+    .shard_row = dt__nn_row_same,
+    .partial = set_p,
     .kattr = kattr_dropout,
 };
 
@@ -318,39 +322,31 @@ dt_tensor *dt_dropout(dt_tensor *x, double p, int training) {
     memset(&a, 0, sizeof a);
     a.f[0] = p;
     a.seed = dt__next_random_seed();
-    return dt__nn_submit(DT_OP_DROPOUT, "dropout", &x, 1, &out, &a, 1u);
+    return dt__nn_submit(DT_OP_DROPOUT, "dropout", &x, 1, &out, &a, 1);
 }
 
 /* ------------------------------------------------------------ registry */
 
 const dt_op_doc dt__docs_nn[] = {
-    {"relu", "nn", "R->R, S(d)->S(d)", 0},
-    {"gelu", "nn", "R->R, S(d)->S(d)", 0},
-    {"silu", "nn", "R->R, S(d)->S(d)", 0},
-    {"leaky_relu", "nn", "R->R, S(d)->S(d)", 0},
-    {"elu", "nn", "R->R, S(d)->S(d)", 0},
-    {"softmax", "nn", "R->R, S(d)->S(d) for d != dim", 0},
-    {"log_softmax", "nn", "R->R, S(d)->S(d) for d != dim", 0},
-    {"dropout", "nn", "R->R, S(d)->S(d), P->P; identity when not training", 0},
-    {"pad", "nn", "R->R, S(d)->S(d) for unpadded d, P->P (not with a nonzero constant value)", 0},
-    {"interpolate", "nn", "R->R, S(0)->S(0), S(1)->S(1), P->P", 0},
-    {"conv2d", "nn",
-     "(x, weight, bias): (R,R,R)->R, (S(0),R,R)->S(0), (R,S(0),S(0)|R)->S(1) (groups 1); no bias: (P,R)->P, "
-     "(R,P)->P",
-     0},
-    {"layer_norm", "nn", "(x, weight, bias): (R,R,R)->R, (S(d),R,R)->S(d) for d before the normalized dims",
-     0},
-    {"rms_norm", "nn", "(x, weight): (R,R)->R, (S(d),R)->S(d) for d before the normalized dims", 0},
-    {"group_norm", "nn", "(x, weight, bias): (R,R,R)->R, (S(0),R,R)->S(0)", 0},
-    {"batch_norm", "nn",
-     "(x, running_mean, running_var, weight, bias): x S(d)->S(d) for any d with the [C] inputs R (sliced) or "
-     "S(0) when d is the channel dim 1",
-     0},
-    {"embedding", "nn", "(indices, weight): (R,R)->R, (S(d),R)->S(d), (R,S(1))->S(-1), (R,S(0))->P, (R,P)->P",
-     0},
+    {"relu", "nn", NN_ACT_TEXT, 0},
+    {"gelu", "nn", NN_ACT_TEXT, 0},
+    {"silu", "nn", NN_ACT_TEXT, 0},
+    {"leaky_relu", "nn", NN_ACT_TEXT, 0},
+    {"elu", "nn", NN_ACT_TEXT, 0},
+    {"softmax", "nn", NN_SOFTMAX_TEXT, 0},
+    {"log_softmax", "nn", NN_SOFTMAX_TEXT, 0},
+    {"dropout", "nn", NN_DROPOUT_TEXT "; identity when not training", 0},
+    {"pad", "nn", NN_PAD_TEXT, 0},
+    {"interpolate", "nn", NN_INTERP_TEXT, 0},
+    {"conv2d", "nn", NN_CONV_TEXT, 0},
+    {"layer_norm", "nn", NN_NORM_TEXT, 0},
+    {"rms_norm", "nn", NN_NORM_TEXT, 0},
+    {"group_norm", "nn", NN_NORM_TEXT, 0},
+    {"batch_norm", "nn", NN_NORM_TEXT, 0},
+    {"embedding", "nn", NN_EMB_TEXT, 0},
     {"scaled_dot_product_attention", "nn",
-     "(q, k, v, mask): R or S(d) on the same batch/head dim d -> S(d); (R,R,P,R)->P; S(seq) on a "
-     "context-parallel mesh dim (SdpaOption) -> S(seq) by Ulysses (all-to-all) or ring attention",
+     NN_SDPA_TEXT "; S(seq) on a context-parallel mesh dim (SdpaOption) -> S(seq) by Ulysses (all-to-all) or "
+                  "ring attention",
      0},
     {NULL, NULL, NULL, 0},
 };

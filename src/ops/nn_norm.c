@@ -27,18 +27,25 @@ static const char *const norm_names[] = {
     [DT_KNORM_BATCH] = "batch_norm",
 };
 
-static int map_norm(const nn_ctx *c, int j, int d) {
+static int row_norm(const nn_ctx *c, int j, int d, int *od) {
     int kind = c->a->sub;
+    *od = d;
+    if (kind == DT_KNORM_BATCH && j >= 1) {
+        *od = 1; /* a [C] input's shard is a shard of the channels */
+        return d == 0 ? NN_ROW_OUT : NN_ROW_OP;
+    }
     if (kind == DT_KNORM_BATCH)
-        return j == 0 ? d : (d == 0 ? 1 : NN_REJECT);
+        return NN_ROW_KEEP;
     if (j >= 1)
-        return NN_REJECT; /* weight/bias cover the normalized dims */
+        return NN_ROW_OP; /* weight/bias cover the normalized dims */
     if (kind == DT_KNORM_GROUP)
-        return d == 0 ? 0 : NN_REJECT;
+        return d == 0 ? NN_ROW_KEEP : NN_ROW_OP;
     /* layer/rms: ints[DT_MAX_NDIM] holds the number of normalized dims. */
     int nnorm = (int)c->a->ints[DT_MAX_NDIM];
-    return d < c->in[0]->ndim - nnorm ? d : NN_REJECT;
+    return d < c->in[0]->ndim - nnorm ? NN_ROW_KEEP : NN_ROW_OP;
 }
+
+static const dt__ps_row norm_rows[] = DT__PS_ROWS(NN_NORM_ROWS);
 
 static void needed_norm(const nn_ctx *c, int j, const int64_t *coord, const int64_t *os, const int64_t *ol,
                         int64_t *s, int64_t *l) {
@@ -63,10 +70,10 @@ static void kattr_norm(const nn_ctx *c, const int64_t *coord, const int64_t *os,
 
 const nn_rules dt__nn_rules_norm = {
     .kop = DT_K_NORM,
-    .accepted = "x R->R or S(d)->S(d) for a dim d that is not normalized, with weight/bias Replicate "
-                "(batch_norm: any d, its [C] inputs Replicate or S(0) with x S(1))",
+    .accepted = NN_NORM_TEXT,
     .sub_names = norm_names,
-    .shard_map = map_norm,
+    .rows = norm_rows,
+    .shard_row = row_norm,
     .needed = needed_norm,
     .kattr = kattr_norm,
 };
@@ -299,13 +306,18 @@ dt_tensor *dt_batch_norm(dt_tensor *x, dt_tensor *running_mean, dt_tensor *runni
 
 /* ------------------------------------------------------------ embedding */
 
-static int map_embedding(const nn_ctx *c, int j, int d) {
+static int row_embedding(const nn_ctx *c, int j, int d, int *od) {
+    *od = d;
     if (j == 0)
-        return d;
+        return NN_ROW_KEEP;
     /* weight: a vocab shard looks up only its rows -> partial sums; a shard
      * of the embedding dim is a shard of the output's last dim. */
-    return d == 0 ? NN_PARTIAL : c->in[0]->ndim;
+    *od = d == 0 ? -1 : c->in[0]->ndim;
+    return d == 0 ? NN_ROW_SUM : NN_ROW_OUT;
 }
+
+static const dt__ps_row emb_rows[] = DT__PS_ROWS(NN_EMB_ROWS);
+static const uint32_t emb_partial[] = DT__PS_MASKS(EMB);
 
 static void needed_embedding(const nn_ctx *c, int j, const int64_t *coord, const int64_t *os,
                              const int64_t *ol, int64_t *s, int64_t *l) {
@@ -334,8 +346,10 @@ static void kattr_embedding(const nn_ctx *c, const int64_t *coord, const int64_t
 
 const nn_rules dt__nn_rules_embedding = {
     .kop = DT_K_EMBEDDING,
-    .accepted = "(indices, weight): (R,R)->R, (S(d),R)->S(d), (R,S(1))->S(-1), (R,S(0))->P, (R,P)->P",
-    .shard_map = map_embedding,
+    .accepted = NN_EMB_TEXT,
+    .rows = emb_rows,
+    .shard_row = row_embedding,
+    .partial = emb_partial,
     .needed = needed_embedding,
     .kattr = kattr_embedding,
 };
@@ -375,5 +389,5 @@ dt_tensor *dt_embedding(dt_tensor *indices, dt_tensor *weight) {
             a.flags = DT_KNN_MASKED;
     dt_tensor *ins[2] = {indices, weight};
     /* Looking rows up is linear in the weight (not in the indices). */
-    return dt__nn_submit(DT_OP_EMBEDDING, "embedding", ins, 2, &out, &a, 2u);
+    return dt__nn_submit(DT_OP_EMBEDDING, "embedding", ins, 2, &out, &a, 1);
 }

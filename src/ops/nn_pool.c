@@ -40,10 +40,16 @@ static const char *const pool_names[DT_KPOOL_COUNT] = {
 
 /* The spatial dims are the last two; everything before them is a batch of
  * independent planes. */
-static int map_pool(const nn_ctx *c, int j, int d) {
+static int row_pool(const nn_ctx *c, int j, int d, int *od) {
     (void)j;
-    return d < c->in[0]->ndim - 2 ? d : NN_REJECT;
+    *od = d;
+    return d < c->in[0]->ndim - 2 ? NN_ROW_KEEP : NN_ROW_OP;
 }
+
+static const dt__ps_row pool_rows[] = DT__PS_ROWS(NN_POOL_ROWS);
+static const uint32_t pool_partial[] = DT__PS_MASKS(P);
+/* The rule's text: max pooling takes no Partial (the registry rows split it). */
+#define POOL_TEXT NN_TEXT("R->R", NN_POOL_ROWS, P) "; P only for average pooling of floating dtypes"
 
 static void needed_pool(const nn_ctx *c, int j, const int64_t *coord, const int64_t *os, const int64_t *ol,
                         int64_t *s, int64_t *l) {
@@ -57,10 +63,11 @@ static void needed_pool(const nn_ctx *c, int j, const int64_t *coord, const int6
 
 const nn_rules dt__nn_rules_pool2d = {
     .kop = DT_K_POOL2D,
-    .accepted = "R->R, S(d)->S(d) for the dims before the last two (batch, channels); P->P for average "
-                "pooling of floating dtypes only (the spatial dims must not be sharded)",
+    .accepted = POOL_TEXT,
     .sub_names = pool_names,
-    .shard_map = map_pool,
+    .rows = pool_rows,
+    .shard_row = row_pool,
+    .partial = pool_partial,
     .needed = needed_pool,
 };
 
@@ -302,7 +309,7 @@ dt_tensor *dt_avg_pool2d(dt_tensor *x, const int64_t *kernel_size, const int64_t
         a.ints[8] = *divisor_override;
     }
     /* Linear for floats; an integer average truncates each part. */
-    uint32_t linear = dt_dtype_is_floating(m->dtype) ? 1u : 0u;
+    int linear = dt_dtype_is_floating(m->dtype);
     return dt__nn_submit(DT_OP_POOL2D, op, &x, 1, &out, &a, linear);
 }
 
@@ -370,7 +377,7 @@ dt_tensor *dt_adaptive_avg_pool2d(dt_tensor *x, const int64_t *output_size) {
     a.sub = DT_KPOOL_ADAPTIVE_AVG;
     a.ints[0] = os[0];
     a.ints[1] = os[1];
-    return dt__nn_submit(DT_OP_POOL2D, op, &x, 1, &out, &a, 1u);
+    return dt__nn_submit(DT_OP_POOL2D, op, &x, 1, &out, &a, 1);
 }
 
 dt_status dt_adaptive_max_pool2d(dt_tensor *x, const int64_t *output_size, dt_tensor **values,
@@ -415,14 +422,9 @@ dt_status dt_adaptive_max_pool2d(dt_tensor *x, const int64_t *output_size, dt_te
 /* ------------------------------------------------------------ registry */
 
 const dt_op_doc dt__docs_pool[] = {
-    {"max_pool2d", "nn", "R->R, S(d)->S(d) for d before the last two (batch, channels); no Partial", 0},
-    {"avg_pool2d", "nn",
-     "R->R, S(d)->S(d) for d before the last two (batch, channels); P->P (floating dtypes: pooling is "
-     "linear)",
-     0},
-    {"adaptive_avg_pool2d", "nn",
-     "R->R, S(d)->S(d) for d before the last two (batch, channels); P->P (pooling is linear)", 0},
-    {"adaptive_max_pool2d", "nn", "R->R, S(d)->S(d) for d before the last two (batch, channels); no Partial",
-     0},
+    {"max_pool2d", "nn", NN_TEXT("R->R", NN_POOL_ROWS, NONE), 0},
+    {"avg_pool2d", "nn", NN_TEXT("R->R", NN_POOL_ROWS, P) " (floating dtypes: pooling is linear)", 0},
+    {"adaptive_avg_pool2d", "nn", NN_TEXT("R->R", NN_POOL_ROWS, P) " (pooling is linear)", 0},
+    {"adaptive_max_pool2d", "nn", NN_TEXT("R->R", NN_POOL_ROWS, NONE), 0},
     {NULL, NULL, NULL, 0},
 };

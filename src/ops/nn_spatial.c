@@ -29,10 +29,15 @@ static int pad_touches(const nn_ctx *c, int d) {
     return c->a->ints[2 * i] != 0 || c->a->ints[2 * i + 1] != 0;
 }
 
-static int map_pad(const nn_ctx *c, int j, int d) {
+static int row_pad(const nn_ctx *c, int j, int d, int *od) {
     (void)j;
-    return pad_touches(c, d) ? NN_REJECT : d;
+    *od = d;
+    return pad_touches(c, d) ? NN_ROW_OP : NN_ROW_KEEP;
 }
+
+static const dt__ps_row pad_rows[] = DT__PS_ROWS(NN_PAD_ROWS), interp_rows[] = DT__PS_ROWS(NN_INTERP_ROWS),
+                        conv_rows[] = DT__PS_ROWS(NN_CONV_ROWS);
+static const uint32_t set_p[] = DT__PS_MASKS(P), set_conv[] = DT__PS_MASKS(MUL);
 
 static void needed_pad(const nn_ctx *c, int j, const int64_t *coord, const int64_t *os, const int64_t *ol,
                        int64_t *s, int64_t *l) {
@@ -59,8 +64,10 @@ static void kattr_pad(const nn_ctx *c, const int64_t *coord, const int64_t *os, 
 
 const nn_rules dt__nn_rules_pad = {
     .kop = DT_K_PAD,
-    .accepted = "R->R, S(d)->S(d) for an unpadded dim d, P->P (not with a nonzero constant value)",
-    .shard_map = map_pad,
+    .accepted = NN_PAD_TEXT,
+    .rows = pad_rows,
+    .shard_row = row_pad,
+    .partial = set_p,
     .needed = needed_pad,
     .kattr = kattr_pad,
 };
@@ -143,7 +150,7 @@ dt_tensor *dt_pad(dt_tensor *x, int npad, const int64_t *pad, dt_pad_mode mode, 
         a.ints[i] = pad[i];
     a.scalar = dt_scalar_int(npad);
     /* Constant padding with a nonzero value is affine, not linear. */
-    uint32_t linear = (mode != DT_PAD_CONSTANT || !has_value || value == 0.0) ? 1u : 0u;
+    int linear = mode != DT_PAD_CONSTANT || !has_value || value == 0.0;
     return dt__nn_submit(DT_OP_PAD, "pad", &x, 1, &out, &a, linear);
 }
 
@@ -153,9 +160,10 @@ static const char *const interp_names[DT_INTERP_COUNT] = {
     "nearest", "nearest-exact", "linear", "bilinear", "bicubic", "trilinear",
 };
 
-static int map_interp(const nn_ctx *c, int j, int d) {
+static int row_interp(const nn_ctx *c, int j, int d, int *od) {
     (void)c, (void)j;
-    return d < 2 ? d : NN_REJECT;
+    *od = d;
+    return d < 2 ? NN_ROW_KEEP : NN_ROW_OP;
 }
 
 static void needed_interp(const nn_ctx *c, int j, const int64_t *coord, const int64_t *os, const int64_t *ol,
@@ -170,8 +178,10 @@ static void needed_interp(const nn_ctx *c, int j, const int64_t *coord, const in
 
 const nn_rules dt__nn_rules_interpolate = {
     .kop = DT_K_INTERPOLATE,
-    .accepted = "R->R, S(0)->S(0), S(1)->S(1), P->P (spatial dims must not be sharded)",
-    .shard_map = map_interp,
+    .accepted = NN_INTERP_TEXT,
+    .rows = interp_rows,
+    .shard_row = row_interp,
+    .partial = set_p,
     .needed = needed_interp,
 };
 
@@ -252,7 +262,7 @@ dt_tensor *dt_interpolate(dt_tensor *x, dt_interp_mode mode, const int64_t *size
     }
     if (scale_factors)
         a.flags |= DT_KNN_SCALES;
-    return dt__nn_submit(DT_OP_INTERPOLATE, "interpolate", &x, 1, &out, &a, 1u);
+    return dt__nn_submit(DT_OP_INTERPOLATE, "interpolate", &x, 1, &out, &a, 1);
 }
 
 /* -------------------------------------------------------------- conv2d */
@@ -260,14 +270,14 @@ dt_tensor *dt_interpolate(dt_tensor *x, dt_interp_mode mode, const int64_t *size
 /* The output's channel dim: 1 for batched input, 0 for unbatched. */
 static int conv_cdim(const nn_ctx *c) { return c->in[0]->ndim == 4 ? 1 : 0; }
 
-static int map_conv(const nn_ctx *c, int j, int d) {
+static int row_conv(const nn_ctx *c, int j, int d, int *od) {
+    *od = 0;
     if (j == 0)
-        return c->in[0]->ndim == 4 && d == 0 ? 0 : NN_REJECT;
+        return c->in[0]->ndim == 4 && d == 0 ? NN_ROW_KEEP : NN_ROW_OP;
     /* Output channels: a slice of weight rows (and bias) computes a slice of
      * channels only when every group sees all input channels. */
-    if (d == 0 && c->a->ints[6] == 1)
-        return conv_cdim(c);
-    return NN_REJECT;
+    *od = conv_cdim(c);
+    return d == 0 && c->a->ints[6] == 1 ? NN_ROW_OUT : NN_ROW_OP;
 }
 
 static void needed_conv(const nn_ctx *c, int j, const int64_t *coord, const int64_t *os, const int64_t *ol,
@@ -288,9 +298,10 @@ static void needed_conv(const nn_ctx *c, int j, const int64_t *coord, const int6
 
 const nn_rules dt__nn_rules_conv2d = {
     .kop = DT_K_CONV2D,
-    .accepted = "(x, weight, bias): (R,R,R)->R, (S(0),R,R)->S(0), (R,S(0),S(0) or R)->S(1) (groups == 1); "
-                "without bias (P,R)->P, (R,P)->P",
-    .shard_map = map_conv,
+    .accepted = NN_CONV_TEXT,
+    .rows = conv_rows,
+    .shard_row = row_conv,
+    .partial = set_conv,
     .needed = needed_conv,
 };
 
@@ -416,6 +427,6 @@ dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *weight, dt_tensor *bias, const int
     dt_tensor *ins[3] = {x, weight, bias};
     /* Convolution is linear in x and in weight, but the bias is added once
      * per part: Partial passes only without bias. */
-    uint32_t linear = bias ? 0u : 3u;
+    int linear = !bias;
     return dt__nn_submit(DT_OP_CONV2D, "conv2d", ins, bias ? 3 : 2, &out, &a, linear);
 }

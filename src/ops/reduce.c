@@ -18,6 +18,9 @@
  *    position, the smallest index among the best values - torch's first
  *    occurrence - whatever the order of the pieces.
  *
+ * The placement engine (core/placement.h) decides these from the Shard rows
+ * below, which also give the accepted text of errors and registry rows.
+ *
  * Node conventions (DT_OP_REDUCE, sum included): in[0] the
  * input; a.sub = dt_reduce_op | DT_KR_* << 8 (PLAIN, or INDICES for the
  * indices of max/min); a.dims_mask the reduced dims (all of them for the
@@ -42,9 +45,32 @@ const char *dt_reduce_op_name(dt_reduce_op op) {
     return (unsigned)op < DT_REDUCE_COUNT ? reduce_names[op] : NULL;
 }
 
-static const char *const reduce_accepts_linear = "R->R, S(kept d)->S(d'), S(reduced d)->P, P->P";
-static const char *const reduce_accepts_gather =
-    "R->R, S(kept d)->S(d'), S(reduced d)->R (gathered by the op); Partial is not accepted";
+/* The Shard rows (core/placement.h): a kept dim stays sharded (renumbered
+ * when dims are dropped), a reduced one becomes a partial sum (sum, mean)
+ * or is gathered by the op (every other reduction). */
+enum { ROW_KEPT, ROW_REDUCED };
+#define LINEAR_ROWS(X) X(ROW_KEPT, "S(kept d)->S(d')", SHARD) X(ROW_REDUCED, "S(reduced d)->P", PARTIAL)
+#define GATHER_ROWS(X)                                                                                       \
+    X(ROW_KEPT, "S(kept d)->S(d')", SHARD)                                                                   \
+    X(ROW_REDUCED, "S(reduced d)->R (local reduce, all-gather, reduce)", GATHER)
+#define LINEAR_TEXT DT__PS_ROWS_TEXT("R->R", LINEAR_ROWS, P)
+#define GATHER_TEXT DT__PS_ROWS_TEXT("R->R", GATHER_ROWS, NONE)
+static const dt__ps_row linear_rows[] = DT__PS_ROWS(LINEAR_ROWS), gather_rows[] = DT__PS_ROWS(GATHER_ROWS);
+static const uint32_t linear_partial[] = DT__PS_MASKS(P);
+
+/* The row of a Shard(d): reduced (a.dims_mask) or kept, then output dim d
+ * less the dropped dims before it. */
+static int shard_row(const dt__pctx *c, int j, int d, int *od) {
+    (void)j;
+    uint64_t mask = c->a->dims_mask;
+    if (mask & (1ull << d))
+        return ROW_REDUCED;
+    int keep = (c->a->flags & DT_KF_KEEPDIM) != 0, o = d;
+    for (int e = 0; e < d && !keep; e++)
+        o -= (mask >> e) & 1;
+    *od = o;
+    return ROW_KEPT;
+}
 
 static int is_linear(int op) { return op == DT_REDUCE_SUM || op == DT_REDUCE_MEAN; }
 static int is_arg(int op) { return op == DT_REDUCE_ARGMAX || op == DT_REDUCE_ARGMIN; }
@@ -150,40 +176,29 @@ static dt_status infer(int op, int mode, const dt__meta *m, int ndims, const int
     memset(out, 0, sizeof *out);
     out->mesh = m->mesh;
     out->dtype = od;
-    int newdim[DT_MAX_NDIM];
     for (int d = 0; d < m->ndim; d++) {
-        if (*mask & (1ull << d)) {
-            newdim[d] = keepdim ? out->ndim : -1;
-            if (keepdim)
-                out->shape[out->ndim++] = 1;
-        } else {
-            newdim[d] = out->ndim;
+        if (!(*mask & (1ull << d)))
             out->shape[out->ndim++] = m->shape[d];
-        }
+        else if (keepdim)
+            out->shape[out->ndim++] = 1;
     }
     /* A Partial float summed into an integer would truncate each piece. */
     int partial_ok = is_linear(op) && (dt_dtype_is_floating(od) || !dt_dtype_is_floating(m->dtype));
-    for (int md = 0; md < m->mesh->ndim; md++) {
-        dt_placement p = m->pl[md];
-        if (p.kind == DT_PLACEMENT_PARTIAL && !partial_ok) {
-            dt_placement fix[DT_MAX_MESH_NDIM];
-            memcpy(fix, m->pl, sizeof fix);
-            fix[md] = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
-            const dt__meta *ins[1] = {m};
-            dt__placement_error(name, ins, 1, md,
-                                is_linear(op) ? reduce_accepts_linear : reduce_accepts_gather, 0, fix);
-            if (is_linear(op))
-                dt__error_append(" (a Partial float cannot be reduced into an integer dtype piece by piece)");
-            return DT_EPLACEMENT;
-        }
-        if (p.kind == DT_PLACEMENT_SHARD) {
-            if (*mask & (1ull << p.dim))
-                p = is_linear(op) ? (dt_placement){DT_PLACEMENT_PARTIAL, 0}
-                                  : (dt_placement){DT_PLACEMENT_REPLICATE, 0};
-            else
-                p.dim = newdim[p.dim];
-        }
-        out->pl[md] = p;
+    dt__nattr a = {.dims_mask = *mask, .flags = keepdim ? DT_KF_KEEPDIM : 0};
+    dt__pctx c = {.op = DT_OP_REDUCE, .a = &a, .nin = 1, .in = {m}, .out = out};
+    const dt__psig sig = {
+        .partial = partial_ok ? linear_partial : NULL,
+        .accepted = is_linear(op) ? LINEAR_TEXT : GATHER_TEXT,
+        .rows = is_linear(op) ? linear_rows : gather_rows,
+        .shard_row = shard_row,
+        .own_regions = 1,
+    };
+    int bad;
+    if (dt__ps_apply(name, &sig, &c, 0, out->pl, &bad) != DT_OK) {
+        /* Every Shard has a row: only a Partial input is refused. */
+        if (is_linear(op))
+            dt__error_append(" (a Partial float cannot be reduced into an integer dtype piece by piece)");
+        return DT_EPLACEMENT;
     }
     return DT_OK;
 }
@@ -469,19 +484,17 @@ dt_status dt__lower_reduce(dt__lower *L, dt__node *n) {
 
 /* ------------------------------------------------------------ registry */
 
-#define GATHERED "R->R, S(kept d)->S(d'), S(reduced d)->R (local reduce, all-gather, reduce)"
-
 const dt_op_doc dt__docs_reduce[] = {
-    {"sum", "reduction", "R->R, P->P, S(kept d)->S(d'), S(reduced d)->P", 0},
-    {"mean", "reduction", "R->R, P->P, S(kept d)->S(d'), S(reduced d)->P (local sum / global count)", 0},
-    {"prod", "reduction", GATHERED, 1},
-    {"amax", "reduction", GATHERED, 1},
-    {"amin", "reduction", GATHERED, 1},
-    {"max", "reduction", GATHERED "; max(dim) gives (values, indices)", 1},
-    {"min", "reduction", GATHERED "; min(dim) gives (values, indices)", 1},
-    {"argmax", "reduction", GATHERED " of values and global indices", 1},
-    {"argmin", "reduction", GATHERED " of values and global indices", 1},
-    {"any", "reduction", GATHERED, 1},
-    {"all", "reduction", GATHERED, 1},
+    {"sum", "reduction", LINEAR_TEXT, 0},
+    {"mean", "reduction", LINEAR_TEXT " (mean: local sum / global count)", 0},
+    {"prod", "reduction", GATHER_TEXT, 1},
+    {"amax", "reduction", GATHER_TEXT, 1},
+    {"amin", "reduction", GATHER_TEXT, 1},
+    {"max", "reduction", GATHER_TEXT "; max(dim) gives (values, indices)", 1},
+    {"min", "reduction", GATHER_TEXT "; min(dim) gives (values, indices)", 1},
+    {"argmax", "reduction", GATHER_TEXT "; gathers values and global indices", 1},
+    {"argmin", "reduction", GATHER_TEXT "; gathers values and global indices", 1},
+    {"any", "reduction", GATHER_TEXT, 1},
+    {"all", "reduction", GATHER_TEXT, 1},
     {NULL, NULL, NULL, 0},
 };

@@ -404,16 +404,27 @@ void dt__vlower_tril(dt__lower *L, dt__node *n) {
 
 /* -------------------------------------------------------------------- flip */
 
-/* Rejects a Shard on any dim whose bit is set in `mask`. */
-static dt_status reject_sharded(const char *op, const dt__meta *m, uint64_t mask, const char *accepts,
-                                const char *what) {
+static const dt__ps_row flip_rows[] = DT__PS_ROWS(DT__VIEW_FLIP_ROWS),
+                        roll_rows[] = DT__PS_ROWS(DT__VIEW_ROLL_ROWS);
+/* fam: the mask of the dims the op works along (they cannot stay shards). */
+static int masked_row(const dt__pctx *c, int j, int d, int *od) {
+    (void)j;
+    *od = d;
+    return *(const uint64_t *)c->fam & (1ull << d) ? DT__VR_OP : DT__VR_KEEP;
+}
+
+/* The placements of flip or roll (`mask` the dims it works along) from its
+ * rows; the error names the first sharded dim it works along. */
+static dt_status place_masked(const char *op, const dt__meta *m, dt__meta *out, uint64_t mask,
+                              const dt__ps_row *rows, const char *accepts, const char *what) {
+    if (dt__view_place(op, &m, 1, out, rows, masked_row, NULL, &mask, accepts) == DT_OK)
+        return DT_OK;
     for (int md = 0; md < m->mesh->ndim; md++)
         if (m->pl[md].kind == DT_PLACEMENT_SHARD && (mask & (1ull << m->pl[md].dim))) {
-            dt__view_reject(op, &m, 1, 0, md, accepts);
             dt__error_append(" (dim %d is sharded and %s)", m->pl[md].dim, what);
-            return DT_EPLACEMENT;
+            break;
         }
-    return DT_OK;
+    return DT_EPLACEMENT;
 }
 
 dt_tensor *dt_flip(dt_tensor *a, int ndims, const int64_t *dims) {
@@ -438,10 +449,11 @@ dt_tensor *dt_flip(dt_tensor *a, int ndims, const int64_t *dims) {
     }
     if (m->ndim == 0)
         mask = 0;
-    if (reject_sharded("flip", m, mask, "R->R, P->P, S(d)->S(d) for d not flipped", "flipped") != DT_OK)
+    dt__meta out = *m;
+    if (place_masked("flip", m, &out, mask, flip_rows, DT__VIEW_TEXT(DT__VIEW_FLIP_ROWS), "flipped") != DT_OK)
         return NULL;
     dt__node *n;
-    dt_tensor *t = unary_node(a, m, DT_V_FLIP, &n);
+    dt_tensor *t = unary_node(a, &out, DT_V_FLIP, &n);
     if (!t)
         return NULL;
     if (n)
@@ -482,10 +494,11 @@ dt_tensor *dt_roll(dt_tensor *a, int n, const int64_t *shifts, const int64_t *di
     } else {
         mask = m->ndim > 0 ? (1ull << m->ndim) - 1 : 0;
     }
-    if (reject_sharded("roll", m, mask, "R->R, P->P, S(d)->S(d) for d not rolled", "rolled") != DT_OK)
+    dt__meta out = *m;
+    if (place_masked("roll", m, &out, mask, roll_rows, DT__VIEW_TEXT(DT__VIEW_ROLL_ROWS), "rolled") != DT_OK)
         return NULL;
     dt__node *nd;
-    dt_tensor *t = unary_node(a, m, DT_V_ROLL, &nd);
+    dt_tensor *t = unary_node(a, &out, DT_V_ROLL, &nd);
     if (!t)
         return NULL;
     if (nd) {
@@ -518,6 +531,13 @@ void dt__vlower_roll(dt__lower *L, dt__node *n) {
 
 /* ------------------------------------------------------------------ repeat */
 
+static const dt__ps_row repeat_rows[] = DT__PS_ROWS(DT__VIEW_REPEAT_ROWS);
+/* fam: the repeats, one per result dim; dim d is result dim d + new dims. */
+static int repeat_row(const dt__pctx *c, int j, int d, int *od) {
+    *od = d + c->out->ndim - c->in[j]->ndim;
+    return ((const int64_t *)c->fam)[*od] == 1 ? DT__VR_KEEP : DT__VR_OP;
+}
+
 dt_tensor *dt_repeat(dt_tensor *a, int n, const int64_t *repeats) {
     dt_clear_error();
     if (dt__view_check("repeat", a) != DT_OK)
@@ -544,17 +564,9 @@ dt_tensor *dt_repeat(dt_tensor *a, int n, const int64_t *repeats) {
             return NULL;
         }
     }
-    for (int md = 0; md < m->mesh->ndim; md++) {
-        dt_placement p = m->pl[md];
-        if (p.kind != DT_PLACEMENT_SHARD)
-            continue;
-        if (repeats[p.dim + off] != 1) {
-            dt__view_reject("repeat", &m, 1, 0, md,
-                            "R->R, P->P, S(d)->S(d + new dims) when dim d is repeated once");
-            return NULL;
-        }
-        out.pl[md].dim = p.dim + off;
-    }
+    if (dt__view_place("repeat", &m, 1, &out, repeat_rows, repeat_row, NULL, repeats,
+                       DT__VIEW_TEXT(DT__VIEW_REPEAT_ROWS)) != DT_OK)
+        return NULL;
     dt__node *nd;
     dt_tensor *t = unary_node(a, &out, DT_V_REPEAT, &nd);
     if (!t)
@@ -575,9 +587,14 @@ void dt__vlower_repeat(dt__lower *L, dt__node *n) {
 
 /* ------------------------------------------------------- repeat_interleave */
 
-static const char *const ri_accepts =
-    "R->R, P->P, S(d)->S(d) for d != dim; S(dim)->S(dim) when every device's output block is its input block "
-    "repeated (int repeats)";
+static const dt__ps_row ri_rows[] = DT__PS_ROWS(DT__VIEW_RI_ROWS);
+/* fam: the repeated dim. Every shard stays; one of the repeated dim only
+ * when the blocks line up (checked over the devices after the rows). */
+static int ri_row(const dt__pctx *c, int j, int d, int *od) {
+    (void)j;
+    *od = d;
+    return d == *(const int *)c->fam ? DT__VR_IDX : DT__VR_KEEP;
+}
 
 dt_tensor *dt_repeat_interleave(dt_tensor *a, int64_t repeats, int64_t dim) {
     dt_clear_error();
@@ -593,6 +610,9 @@ dt_tensor *dt_repeat_interleave(dt_tensor *a, int64_t repeats, int64_t dim) {
         return NULL;
     dt__meta out = *m;
     out.shape[d] = m->shape[d] * repeats;
+    if (dt__view_place("repeat_interleave", &m, 1, &out, ri_rows, ri_row, NULL, &d,
+                       DT__VIEW_TEXT(DT__VIEW_RI_ROWS)) != DT_OK)
+        return NULL;
     int64_t coord[DT_MAX_MESH_NDIM], is[DT_MAX_NDIM], il[DT_MAX_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM];
     for (int64_t i = 0; i < m->mesh->ndev; i++) {
         dt__mesh_coord(m->mesh, i, coord);
@@ -602,7 +622,7 @@ dt_tensor *dt_repeat_interleave(dt_tensor *a, int64_t repeats, int64_t dim) {
             int md = 0;
             while (!(m->pl[md].kind == DT_PLACEMENT_SHARD && m->pl[md].dim == d))
                 md++;
-            dt__view_reject("repeat_interleave", &m, 1, 0, md, ri_accepts);
+            dt__view_reject("repeat_interleave", &m, 1, 0, md, DT__VIEW_TEXT(DT__VIEW_RI_ROWS));
             return NULL;
         }
     }
@@ -615,6 +635,17 @@ dt_tensor *dt_repeat_interleave(dt_tensor *a, int64_t repeats, int64_t dim) {
         nd->a.v_ints[0] = repeats;
     }
     return dt__client_submit(t, nd);
+}
+
+static const dt__ps_row ri_tensor_rows[] = DT__PS_ROWS(DT__VIEW_RI_TENSOR_ROWS);
+/* fam: the repeated dim. The repeats tensor has no row (Replicate only). */
+static int ri_tensor_row(const dt__pctx *c, int j, int d, int *od) {
+    *od = d;
+    return j != 0 ? -1 : d == *(const int *)c->fam ? DT__VR_OP : DT__VR_KEEP;
+}
+/* The repeats first: every device reads all of them. */
+static int repeats_replicate(const dt__pctx *c, int md) {
+    return c->in[1]->pl[md].kind != DT_PLACEMENT_REPLICATE ? 1 : -1;
 }
 
 dt_tensor *dt_repeat_interleave_tensor(dt_tensor *a, dt_tensor *repeats, int64_t dim, int64_t output_size) {
@@ -639,18 +670,11 @@ dt_tensor *dt_repeat_interleave_tensor(dt_tensor *a, dt_tensor *repeats, int64_t
         return NULL;
     }
     const dt__meta *ins[2] = {m, mr};
-    const char *accepts = "repeats Replicate; R->R, P->P, S(d)->S(d) for d != dim";
-    for (int md = 0; md < m->mesh->ndim; md++) {
-        int bad = mr->pl[md].kind != DT_PLACEMENT_REPLICATE                    ? 1
-                  : m->pl[md].kind == DT_PLACEMENT_SHARD && m->pl[md].dim == d ? 0
-                                                                               : -1;
-        if (bad >= 0) {
-            dt__view_reject("repeat_interleave", ins, 2, bad, md, accepts);
-            return NULL;
-        }
-    }
     dt__meta out = *m;
     out.shape[d] = output_size;
+    if (dt__view_place("repeat_interleave", ins, 2, &out, ri_tensor_rows, ri_tensor_row, repeats_replicate,
+                       &d, DT__VIEW_TEXT(DT__VIEW_RI_TENSOR_ROWS)) != DT_OK)
+        return NULL;
     dt__node *nd;
     dt_tensor *t = dt__view_begin(a, repeats, &out, DT_V_REPEAT_INTERLEAVE, &nd);
     if (!t)

@@ -19,6 +19,8 @@
  *    is a PlacementError: the order of a sum is not the sum of the orders.
  *  - nonzero synchronises: it reads the input's value, computes the indices
  *    on the calling thread and distributes them, all Replicate.
+ * The placement engine (core/placement.h) decides the first three from the
+ * Shard rows below, which also give the accepted text of errors and rows.
  *
  * Two-output ops (sort, topk) record two nodes, one per output, as
  * dt_reduce_with_indices does: kernels have one output each, and both nodes
@@ -43,10 +45,26 @@ static const char *const kind_names[] = {
     [DT_KS_TOPK_INDICES] = "topk", [DT_KS_CUMSUM] = "cumsum",
 };
 
-static const char *const sort_accepts =
-    "R->R, S(d)->S(d) for d != dim, S(dim)->R (gathered by the op); Partial is not accepted";
-static const char *const cumsum_accepts =
-    "R->R, S(d)->S(d) for d != dim, S(dim)->S(dim) (gathered and sliced back by the op), P->P";
+/* The Shard rows (core/placement.h): a dim the op does not work along stays
+ * sharded; the op's own dim is gathered (sort, topk: Replicate after) or
+ * gathered and sliced back (cumsum). */
+enum { ROW_OTHER, ROW_ALONG };
+#define SORT_ROWS(X)                                                                                         \
+    X(ROW_OTHER, "S(d)->S(d) for d != dim", SHARD)                                                           \
+    X(ROW_ALONG, "S(dim)->R (all-gather of dim, then the op)", GATHER)
+#define CUMSUM_ROWS(X)                                                                                       \
+    X(ROW_OTHER, "S(d)->S(d) for d != dim", SHARD)                                                           \
+    X(ROW_ALONG, "S(dim)->S(dim) (all-gather of dim, cumsum, keep the own shard)", SHARD)
+#define SORT_TEXT DT__PS_ROWS_TEXT("R->R", SORT_ROWS, NONE)
+#define CUMSUM_TEXT DT__PS_ROWS_TEXT("R->R", CUMSUM_ROWS, P)
+static const dt__ps_row sort_rows[] = DT__PS_ROWS(SORT_ROWS), cumsum_rows[] = DT__PS_ROWS(CUMSUM_ROWS);
+static const uint32_t cumsum_partial[] = DT__PS_MASKS(P);
+
+static int shard_row(const dt__pctx *c, int j, int d, int *od) {
+    (void)j;
+    *od = d;
+    return d == c->a->sort_dim ? ROW_ALONG : ROW_OTHER;
+}
 
 /* A 0-d tensor takes dim 0 and -1, as in torch. */
 static dt_status norm_dim(const char *name, const dt__meta *m, int64_t dim, int64_t *out) {
@@ -57,24 +75,24 @@ static dt_status norm_dim(const char *name, const dt__meta *m, int64_t dim, int6
     return st;
 }
 
-/* The output placements of an op along `dim`: Shard(dim) becomes Replicate
- * (sort, topk) or stays (cumsum); Partial is rejected unless `partial_ok`. */
-static dt_status placements_along(const char *name, const dt__meta *m, int64_t dim, int keep_dim_shard,
-                                  int partial_ok, const char *accepts, const char *why, dt__meta *out) {
-    for (int md = 0; md < m->mesh->ndim; md++) {
-        dt_placement p = m->pl[md];
-        if (p.kind == DT_PLACEMENT_PARTIAL && !partial_ok) {
-            dt_placement fix[DT_MAX_MESH_NDIM];
-            memcpy(fix, m->pl, sizeof fix);
-            fix[md] = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
-            const dt__meta *ins[1] = {m};
-            dt__placement_error(name, ins, 1, md, accepts, 0, fix);
-            dt__error_append(" (%s)", why);
-            return DT_EPLACEMENT;
-        }
-        if (p.kind == DT_PLACEMENT_SHARD && p.dim == dim && !keep_dim_shard)
-            p = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
-        out->pl[md] = p;
+/* The output placements of an op along `dim` (cumsum or a sort), from the
+ * rows; a Partial is rejected (with `why`) unless `partial_ok`. */
+static dt_status placements_along(const char *name, const dt__meta *m, int64_t dim, int cumsum,
+                                  int partial_ok, const char *why, dt__meta *out) {
+    dt__nattr a = {.sort_dim = dim};
+    dt__pctx c = {.op = DT_OP_SORT_SCAN, .a = &a, .nin = 1, .in = {m}, .out = out};
+    const dt__psig sig = {
+        .partial = partial_ok ? cumsum_partial : NULL,
+        .accepted = cumsum ? CUMSUM_TEXT : SORT_TEXT,
+        .rows = cumsum ? cumsum_rows : sort_rows,
+        .shard_row = shard_row,
+        .own_regions = 1,
+    };
+    int bad;
+    if (dt__ps_apply(name, &sig, &c, 0, out->pl, &bad) != DT_OK) {
+        /* Every Shard has a row: only a Partial input is refused. */
+        dt__error_append(" (%s)", why);
+        return DT_EPLACEMENT;
     }
     return DT_OK;
 }
@@ -116,7 +134,7 @@ dt_tensor *dt_cumsum(dt_tensor *a, int64_t dim, int dtype) {
     /* torch: bool and integers accumulate in int64 unless dtype= says. */
     out.dtype = dtype >= 0 ? (dt_dtype)dtype : dt_dtype_is_floating(m->dtype) ? m->dtype : DT_INT64;
     int partial_ok = dt_dtype_is_floating(out.dtype) || !dt_dtype_is_floating(m->dtype);
-    if (placements_along("cumsum", m, d, 1, partial_ok, cumsum_accepts,
+    if (placements_along("cumsum", m, d, 1, partial_ok,
                          "a Partial float cannot be summed into an integer dtype piece by piece",
                          &out) != DT_OK)
         return NULL;
@@ -169,7 +187,7 @@ dt_status dt_sort(dt_tensor *a, int64_t dim, int descending, int stable, dt_tens
     if (norm_dim("sort", m, dim, &d) != DT_OK)
         return dt_last_status();
     dt__meta out = *m;
-    if (placements_along(values ? "sort" : "argsort", m, d, 0, 0, sort_accepts,
+    if (placements_along(values ? "sort" : "argsort", m, d, 0, 0,
                          "the order of a sum is not the sum of the orders", &out) != DT_OK)
         return DT_EPLACEMENT;
     int flags = (descending ? DT_KS_DESCENDING : 0) | (stable ? DT_KS_STABLE : 0);
@@ -194,8 +212,8 @@ dt_status dt_topk(dt_tensor *a, int64_t k, int64_t dim, int largest, int sorted,
     dt__meta out = *m;
     if (m->ndim)
         out.shape[d] = k;
-    if (placements_along("topk", m, d, 0, 0, sort_accepts,
-                         "the largest of a sum is not the sum of the largest", &out) != DT_OK)
+    if (placements_along("topk", m, d, 0, 0, "the largest of a sum is not the sum of the largest", &out) !=
+        DT_OK)
         return DT_EPLACEMENT;
     int flags = (largest ? DT_KS_LARGEST : 0) | (sorted ? DT_KS_SORTED : 0);
     return two_outputs(a, &out, DT_KS_TOPK_VALUES, DT_KS_TOPK_INDICES, flags, d, k, values, indices);
@@ -379,16 +397,11 @@ dt_status dt__lower_sort_scan(dt__lower *L, dt__node *n) {
 
 /* ------------------------------------------------------------ registry */
 
-#define SORT_SIG "R->R, S(d)->S(d) for d != dim, S(dim)->R (all-gather of dim, then the op); no Partial"
-
 const dt_op_doc dt__docs_sort_scan[] = {
-    {"cumsum", "sort/scan",
-     "R->R, S(d)->S(d) for d != dim, P->P (not float into an integer dtype), S(dim)->S(dim) (all-gather of "
-     "dim, cumsum, keep the own shard)",
-     1},
-    {"sort", "sort/scan", SORT_SIG "; (values, indices)", 1},
-    {"argsort", "sort/scan", SORT_SIG, 1},
-    {"topk", "sort/scan", SORT_SIG "; (values, indices)", 1},
+    {"cumsum", "sort/scan", CUMSUM_TEXT " (not a float into an integer dtype)", 1},
+    {"sort", "sort/scan", SORT_TEXT "; (values, indices)", 1},
+    {"argsort", "sort/scan", SORT_TEXT, 1},
+    {"topk", "sort/scan", SORT_TEXT "; (values, indices)", 1},
     {"nonzero", "data-dependent",
      "any -> R: synchronises (reads the value), computes the indices on the client, distributes them "
      "Replicate",

@@ -72,6 +72,25 @@ dt_status dt__view_wrap_dim(const char *op, int64_t dim, int ndim, int scalar_ok
     return DT_OK;
 }
 
+static const uint32_t view_partial[] = DT__PS_MASKS(P);
+
+dt_status dt__view_place(const char *op, const dt__meta *const *ins, int nin, dt__meta *out,
+                         const dt__ps_row *rows, int (*shard_row)(const dt__pctx *c, int j, int d, int *od),
+                         int (*mesh_dim_check)(const dt__pctx *c, int md), const void *fam,
+                         const char *accepted) {
+    dt__pctx c = {.nin = nin, .out = out, .fam = fam};
+    for (int j = 0; j < nin; j++)
+        c.in[j] = ins[j];
+    const dt__psig sig = {.partial = view_partial,
+                          .accepted = accepted,
+                          .rows = rows,
+                          .shard_row = shard_row,
+                          .mesh_dim_check = mesh_dim_check,
+                          .own_regions = 1}; /* each device reshapes its own block */
+    int bad;
+    return dt__ps_apply(op, &sig, &c, 0, out->pl, &bad);
+}
+
 dt_status dt__view_reject(const char *op, const dt__meta *const *ins, int nin, int which, int md,
                           const char *accepted) {
     dt_placement fix[DT_MAX_MESH_NDIM];
@@ -391,6 +410,14 @@ dt_tensor *dt_unsqueeze(dt_tensor *a, int64_t dim) {
 
 /* ---------------------------------------------------------------- permute */
 
+static const dt__ps_row permute_rows[] = DT__PS_ROWS(DT__VIEW_PERMUTE_ROWS);
+/* fam: the inverse permutation. */
+static int permute_row(const dt__pctx *c, int j, int d, int *od) {
+    (void)j;
+    *od = ((const int *)c->fam)[d];
+    return DT__VR_KEEP;
+}
+
 dt_tensor *dt_permute(dt_tensor *a, int ndim, const int64_t *dims) {
     dt_clear_error();
     if (dt__view_check("permute", a) != DT_OK)
@@ -417,9 +444,9 @@ dt_tensor *dt_permute(dt_tensor *a, int ndim, const int64_t *dims) {
     dt__meta out = *m;
     for (int o = 0; o < ndim; o++)
         out.shape[o] = m->shape[perm[o]];
-    for (int md = 0; md < m->mesh->ndim; md++)
-        if (m->pl[md].kind == DT_PLACEMENT_SHARD)
-            out.pl[md].dim = inv[m->pl[md].dim];
+    if (dt__view_place("permute", &m, 1, &out, permute_rows, permute_row, NULL, inv,
+                       DT__VIEW_TEXT(DT__VIEW_PERMUTE_ROWS)) != DT_OK)
+        return NULL;
     dt__node *n;
     dt_tensor *t = dt__view_begin(a, NULL, &out, DT_V_PERMUTE, &n);
     if (!t)
@@ -431,6 +458,13 @@ dt_tensor *dt_permute(dt_tensor *a, int ndim, const int64_t *dims) {
 }
 
 /* ----------------------------------------------------------------- expand */
+
+static const dt__ps_row expand_rows[] = DT__PS_ROWS(DT__VIEW_EXPAND_ROWS);
+/* Dim d is result dim d + (new dims); a dim that grows cannot stay a shard. */
+static int expand_row(const dt__pctx *c, int j, int d, int *od) {
+    *od = d + c->out->ndim - c->in[j]->ndim;
+    return c->out->shape[*od] == c->in[j]->shape[d] ? DT__VR_KEEP : DT__VR_OP;
+}
 
 dt_tensor *dt_expand(dt_tensor *a, int ndim, const int64_t *sizes) {
     dt_clear_error();
@@ -483,17 +517,9 @@ dt_tensor *dt_expand(dt_tensor *a, int ndim, const int64_t *sizes) {
         }
         out.shape[o] = want;
     }
-    for (int md = 0; md < m->mesh->ndim; md++) {
-        dt_placement p = m->pl[md];
-        if (p.kind != DT_PLACEMENT_SHARD)
-            continue;
-        if (out.shape[p.dim + off] != m->shape[p.dim]) {
-            dt__view_reject("expand", &m, 1, 0, md,
-                            "R->R, P->P, S(d)->S(d + new dims) when dim d keeps its size");
-            return NULL;
-        }
-        out.pl[md].dim = p.dim + off;
-    }
+    if (dt__view_place("expand", &m, 1, &out, expand_rows, expand_row, NULL, NULL,
+                       DT__VIEW_TEXT(DT__VIEW_EXPAND_ROWS)) != DT_OK)
+        return NULL;
     dt__node *n;
     dt_tensor *t = dt__view_begin(a, NULL, &out, DT_V_EXPAND, &n);
     return t ? dt__client_submit(t, n) : NULL;
@@ -620,22 +646,23 @@ const dt_op_doc dt__docs_views[] = {
      KEEP ", S(d)->S(d') when every shard stays a contiguous chunk-sized block of the result", 0},
     {"unflatten", "views",
      KEEP ", S(d)->S(d') when every shard stays a contiguous chunk-sized block of the result", 0},
-    {"transpose", "views", KEEP ", S(d)->S(d swapped)", 0},
-    {"permute", "views", KEEP ", S(d)->S(position of d in dims)", 0},
+    {"transpose", "views", DT__VIEW_TEXT(DT__VIEW_PERMUTE_ROWS) " (transpose is a permute)", 0},
+    {"permute", "views", DT__VIEW_TEXT(DT__VIEW_PERMUTE_ROWS), 0},
     {"squeeze", "views", KEEP ", S(d)->S(d') for a kept dim (a removed dim must not be sharded)", 0},
     {"unsqueeze", "views", KEEP ", S(d)->S(d or d+1)", 0},
-    {"expand", "views", KEEP ", S(d)->S(d + new dims) when dim d is not broadcast", 0},
-    {"repeat", "views", KEEP ", S(d)->S(d + new dims) when dim d is repeated once", 0},
+    {"expand", "views", DT__VIEW_TEXT(DT__VIEW_EXPAND_ROWS), 0},
+    {"repeat", "views", DT__VIEW_TEXT(DT__VIEW_REPEAT_ROWS), 0},
     {"repeat_interleave", "views",
-     KEEP ", S(d)->S(d) for d != dim; S(dim)->S(dim) when every device's block stays its own (int repeats)",
+     "int repeats: " DT__VIEW_TEXT(DT__VIEW_RI_ROWS) "; tensor repeats: " DT__VIEW_TEXT(
+         DT__VIEW_RI_TENSOR_ROWS),
      0},
     {"contiguous", "views", "any (returns the tensor itself)", 0},
     {"clone", "views", "any (placements kept; shares the immutable blocks)", 0},
     {"copy_", "views", "dst keeps its placements; src is redistributed to line up when needed", 1},
     {"narrow", "views", KEEP ", S(d)->S(d) for d != dim", 0},
     {"__getitem__", "views",
-     KEEP ", S(d)->S(d') for dims taken whole; tensor index: (S(j),R)->S(j'), (R,S(k))->S(dim+k), (P,R)->P; "
-          "boolean masks synchronise",
+     DT__VIEW_TEXT(DT__VIEW_INDEX_ROWS) "; tensor index: " DT__VIEW_INDEX_TENSOR_TEXT
+                                        "; boolean masks synchronise",
      0},
     {"__setitem__", "views",
      "(R,R)->R, (S(d),R)->S(d)*, (S(d),S)->S(d) when aligned, (P,R)->P, (P,P)->P, (P,scalar)->P; tensor "
@@ -656,7 +683,7 @@ const dt_op_doc dt__docs_views[] = {
     {"unbind", "views", KEEP ", S(d)->S(d or d-1) for d != dim", 0},
     {"tril", "views", KEEP ", S(d)->S(d) (any dim: the local diagonal is offset)", 0},
     {"triu", "views", KEEP ", S(d)->S(d) (any dim: the local diagonal is offset)", 0},
-    {"flip", "views", KEEP ", S(d)->S(d) for d not flipped", 0},
-    {"roll", "views", KEEP ", S(d)->S(d) for d not rolled (flat roll: no Shard)", 0},
+    {"flip", "views", DT__VIEW_TEXT(DT__VIEW_FLIP_ROWS), 0},
+    {"roll", "views", DT__VIEW_TEXT(DT__VIEW_ROLL_ROWS), 0},
     {NULL, NULL, NULL, 0},
 };

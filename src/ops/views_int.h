@@ -11,6 +11,7 @@
 #define DT_OPS_VIEWS_INT_H
 
 #include "core/core.h"
+#include "core/placement.h"
 
 /* The kind of a DT_OP_VIEW node (nattr.sub), and the node attributes it
  * uses. "spec" means v_start/v_step/v_len per input dim and v_mask = the
@@ -51,6 +52,47 @@ dt_status dt__view_wrap_dim(const char *op, int64_t dim, int ndim, int scalar_ok
  * suggesting that input's placements with mesh dim md made Replicate. */
 dt_status dt__view_reject(const char *op, const dt__meta *const *ins, int nin, int which, int md,
                           const char *accepted);
+/* The output placements of a view from its Shard rows (core/placement.h):
+ * R->R, P->P (a view moves data, so a Partial passes through), a Shard as
+ * its row says; `accepted` is DT__VIEW_TEXT of the same list. Input 0 is
+ * `ins[0]`; nin > 1 only with a mesh_dim_check (the other inputs' rule).
+ * `fam` reaches shard_row. Writes out->pl; a PlacementError naming `op`
+ * otherwise. */
+dt_status dt__view_place(const char *op, const dt__meta *const *ins, int nin, dt__meta *out,
+                         const dt__ps_row *rows, int (*shard_row)(const dt__pctx *c, int j, int d, int *od),
+                         int (*mesh_dim_check)(const dt__pctx *c, int md), const void *fam,
+                         const char *accepted);
+/* The accepted text of a view's rows. */
+#define DT__VIEW_TEXT(list) DT__PS_ROWS_TEXT("R->R", list, P)
+/* The Shard rows of the views that decide through dt__view_place; the
+ * registry rows (views.c) print the same lists. A row id: */
+enum { DT__VR_KEEP, DT__VR_OP, DT__VR_IDX };
+#define DT__VIEW_PERMUTE_ROWS(X) X(DT__VR_KEEP, "S(d)->S(the position d moves to)", SHARD)
+#define DT__VIEW_EXPAND_ROWS(X)                                                                              \
+    X(DT__VR_KEEP, "S(d)->S(d + new dims) when dim d keeps its size", SHARD)                                 \
+    X(DT__VR_OP, "no S(d) of a dim that broadcasts", REJECT)
+#define DT__VIEW_REPEAT_ROWS(X)                                                                              \
+    X(DT__VR_KEEP, "S(d)->S(d + new dims) when dim d is repeated once", SHARD)                               \
+    X(DT__VR_OP, "no S(d) of a repeated dim", REJECT)
+#define DT__VIEW_FLIP_ROWS(X)                                                                                \
+    X(DT__VR_KEEP, "S(d)->S(d) for d not flipped", SHARD) X(DT__VR_OP, "no S(flipped d)", REJECT)
+#define DT__VIEW_ROLL_ROWS(X)                                                                                \
+    X(DT__VR_KEEP, "S(d)->S(d) for d not rolled", SHARD)                                                     \
+    X(DT__VR_OP, "no S(rolled d) (a flat roll rolls every dim)", REJECT)
+#define DT__VIEW_INDEX_ROWS(X)                                                                               \
+    X(DT__VR_KEEP, "S(d)->S(d') when dim d is taken whole (not sliced, not integer-indexed)", SHARD)         \
+    X(DT__VR_OP, "no S(sliced or integer-indexed d)", REJECT)
+#define DT__VIEW_INDEX_TENSOR_ROWS(X)                                                                        \
+    X(DT__VR_KEEP, "(S(j),R)->S(j') for j != dim", SHARD)                                                    \
+    X(DT__VR_IDX, "(R,S(k))->S(dim+k)", SHARD)                                                               \
+    X(DT__VR_OP, "no S(dim) of the input, no Partial index", REJECT)
+#define DT__VIEW_INDEX_TENSOR_TEXT DT__PS_ROWS_TEXT("(R,R)->R", DT__VIEW_INDEX_TENSOR_ROWS, PR)
+#define DT__VIEW_RI_ROWS(X)                                                                                  \
+    X(DT__VR_KEEP, "S(d)->S(d) for d != dim", SHARD)                                                         \
+    X(DT__VR_IDX, "S(dim)->S(dim) when every device's output block is its input block repeated", SHARD)
+#define DT__VIEW_RI_TENSOR_ROWS(X)                                                                           \
+    X(DT__VR_KEEP, "S(d)->S(d) for d != dim", SHARD) X(DT__VR_OP, "no S(dim); repeats Replicate", REJECT)
+
 /* 1 when the box (s, l) lies within what the device at `coord` holds of m
  * (empty boxes always do). */
 int dt__view_within(const dt__meta *m, const int64_t *coord, const int64_t *s, const int64_t *l);

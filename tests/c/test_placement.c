@@ -55,13 +55,53 @@ static const uint32_t set_pp[] = DT__PS_MASKS(PP);
 static const uint32_t set_pr[] = DT__PS_MASKS(PR);
 
 #define MUL_TEXT DT__PS_SHARDS_2 DT__PS_TEXT(MUL)
-static const dt__psig sig_mul = {same_map, NULL, set_mul, MUL_TEXT};
-static const dt__psig sig_pp = {same_map, NULL, set_pp, DT__PS_SHARDS_2 DT__PS_TEXT(PP)};
-static const dt__psig sig_pr = {same_map, NULL, set_pr, DT__PS_SHARDS_2 DT__PS_TEXT(PR)};
-static const dt__psig sig_none = {same_map, NULL, NULL, DT__PS_SHARDS_2 DT__PS_TEXT(NONE)};
-static const dt__psig sig_bcast = {dt__ps_broadcast_map, NULL, set_mul, MUL_TEXT};
-static const dt__psig sig_sum1 = {sum1_map, NULL, NULL, "S(0)->S(0), S(1)->P"};
-static const dt__psig sig_halo = {same_map, halo_needed, NULL, "stencil"};
+static const dt__psig sig_mul = {
+    .shard_map = same_map, .needed = NULL, .partial = set_mul, .accepted = MUL_TEXT};
+static const dt__psig sig_pp = {
+    .shard_map = same_map, .needed = NULL, .partial = set_pp, .accepted = DT__PS_SHARDS_2 DT__PS_TEXT(PP)};
+static const dt__psig sig_pr = {
+    .shard_map = same_map, .needed = NULL, .partial = set_pr, .accepted = DT__PS_SHARDS_2 DT__PS_TEXT(PR)};
+static const dt__psig sig_none = {
+    .shard_map = same_map, .needed = NULL, .partial = NULL, .accepted = DT__PS_SHARDS_2 DT__PS_TEXT(NONE)};
+static const dt__psig sig_bcast = {
+    .shard_map = dt__ps_broadcast_map, .needed = NULL, .partial = set_mul, .accepted = MUL_TEXT};
+static const dt__psig sig_sum1 = {
+    .shard_map = sum1_map, .needed = NULL, .partial = NULL, .accepted = "S(0)->S(0), S(1)->P"};
+static const dt__psig sig_halo = {
+    .shard_map = same_map, .needed = halo_needed, .partial = NULL, .accepted = "stencil"};
+
+/* A row table (placement.h, DT__PS_ROWS): on a [4, 6, 8, 2] input, Shard(0)
+ * stays, Shard(1) is summed over, Shard(2) is gathered by the op, Shard(3)
+ * is a REJECT row; a second input's shards have no row at all. */
+enum { T_KEEP = 7, T_SUM = 3, T_GATHER = 5, T_NO = 1 };
+#define TROWS(X)                                                                                             \
+    X(T_KEEP, "S(0)->S(0)", SHARD)                                                                           \
+    X(T_SUM, "S(1)->P", PARTIAL) X(T_GATHER, "S(2)->R (gathered)", GATHER) X(T_NO, "S(3): none", REJECT)
+static const dt__ps_row trows[] = DT__PS_ROWS(TROWS);
+static int trow(const dt__pctx *c, int j, int d, int *od) {
+    (void)c;
+    static const int ids[] = {T_KEEP, T_SUM, T_GATHER, T_NO};
+    *od = d;
+    return j == 0 ? ids[d] : -1;
+}
+/* Input 1 must be Replicate on mesh dim 1 (a per-mesh-dim check). */
+static int rep1_on_md1(const dt__pctx *c, int md) {
+    return md == 1 && c->nin > 1 && c->in[1]->pl[md].kind != DT_PLACEMENT_REPLICATE ? 1 : -1;
+}
+/* Three-input Partial sets (a family's own, as masked_scatter's). */
+#define DT__PS_SET_T3(X1, X2, X3) X3(P, R, R) X3(R, R, P) X3(P, R, P)
+#define DT__PS_EMPTY_T3 ""
+
+/* Placements equal, both printed on failure. */
+#define CHECK_PL(a, b)                                                                                       \
+    do {                                                                                                     \
+        dt_placement check_a_ = (a), check_b_ = (b);                                                         \
+        if (!same(check_a_, check_b_)) {                                                                     \
+            fprintf(stderr, "%s:%d: CHECK_PL(%s, %s) failed: kind %d dim %d != kind %d dim %d\n", __FILE__,  \
+                    __LINE__, #a, #b, check_a_.kind, check_a_.dim, check_b_.kind, check_b_.dim);             \
+            failures++;                                                                                      \
+        }                                                                                                    \
+    } while (0)
 
 /* ------------------------------------------------------------- helpers */
 
@@ -342,6 +382,139 @@ static void test_regions(void) {
     CHECK_EQ(bad, -1);
 }
 
+static void test_rows(void) {
+    /* The text: the head, each accepting row in list order, the Partial
+     * set, then the REJECT rows. */
+    CHECK_STREQ(DT__PS_ROWS_TEXT("R->R", TROWS, P),
+                "R->R, S(0)->S(0), S(1)->P, S(2)->R (gathered), P->P; S(3): none");
+    CHECK_STREQ(DT__PS_ROWS_TEXT("(R,R)->R", TROWS, NONE),
+                "(R,R)->R, S(0)->S(0), S(1)->P, S(2)->R (gathered); no Partial; S(3): none");
+    CHECK_EQ(sizeof trows / sizeof trows[0], 5);
+    CHECK(trows[4].text == NULL);
+    CHECK_EQ(trows[2].id, T_GATHER);
+    CHECK_EQ(trows[2].to, DT__PS_GATHER);
+    static const uint32_t set_p[] = DT__PS_MASKS(P);
+    const dt__psig sig = {.partial = set_p, .accepted = "rows", .rows = trows, .shard_row = trow};
+    const dt__psig nop = {.accepted = "rows", .rows = trows, .shard_row = trow};
+    const int64_t sh[] = {4, 6, 8, 2};
+    dt_placement r = R();
+    dt__meta a = meta(mesh1, 4, sh, &r), b = meta(mesh1, 4, sh, &r), o = meta(mesh1, 4, sh, &r);
+    dt__pctx c = {.nin = 1, .in = {&a, &b}, .out = &o};
+    /* The outcome is the row's: an output dim, Partial, gathered, rejected. */
+    int key;
+    CHECK_EQ(dt__ps_shard_outcome(&sig, &c, 0, 0, &key), 0);
+    CHECK_EQ(dt__ps_shard_outcome(&sig, &c, 0, 1, &key), DT__PS_PARTIAL);
+    CHECK_EQ(key, 1); /* trow's od */
+    CHECK_EQ(dt__ps_shard_outcome(&sig, &c, 0, 2, &key), DT__PS_GATHER);
+    CHECK_EQ(dt__ps_shard_outcome(&sig, &c, 0, 3, &key), DT__PS_REJECT);
+    CHECK_EQ(dt__ps_shard_outcome(&sig, &c, 1, 0, &key), DT__PS_REJECT); /* no row */
+    int bad;
+    const dt_placement want[] = {S(0), P(), R()};
+    for (int d = 0; d < 3; d++) {
+        a.pl[0] = S(d);
+        CHECK_EQ(dt__ps_apply("rows", &sig, &c, 0, o.pl, &bad), DT_OK);
+        CHECK_PL(o.pl[0], want[d]);
+    }
+    a.pl[0] = S(3);
+    CHECK_EQ(dt__ps_apply("rows", &sig, &c, 0, o.pl, &bad), DT_EPLACEMENT);
+    CHECK_STREQ(dt_last_error(),
+                "rows: placements not accepted on mesh dim 0: input 0 has [Shard(dim=3)]. Accepted per mesh "
+                "dim: rows. Fix: call input 0's .redistribute(placements=[Replicate()]) first.");
+    /* Partial: the set decides. */
+    a.pl[0] = P();
+    CHECK_EQ(dt__ps_apply("rows", &sig, &c, 0, o.pl, &bad), DT_OK);
+    CHECK_PL(o.pl[0], P());
+    CHECK_EQ(dt__ps_apply("rows", &nop, &c, 0, o.pl, &bad), DT_EPLACEMENT);
+    /* Two inputs: a gathered input counts as whole next to a Shard; an
+     * input without a row is the one to fix. */
+    c.nin = 2;
+    a.pl[0] = S(2);
+    b.pl[0] = R();
+    CHECK_EQ(dt__ps_apply("rows", &sig, &c, 0, o.pl, &bad), DT_OK);
+    CHECK_PL(o.pl[0], R());
+    a.pl[0] = S(0);
+    b.pl[0] = S(0);
+    CHECK_EQ(dt__ps_apply("rows", &sig, &c, 0, o.pl, &bad), DT_EPLACEMENT);
+    CHECK(strstr(dt_last_error(), "Fix: call input 1's") != NULL);
+    /* A gathered input is whole next to a Partial one ((R,P)->P is listed). */
+    const dt__psig mul = {.partial = set_mul, .accepted = "rows", .rows = trows, .shard_row = trow};
+    a.pl[0] = S(2);
+    b.pl[0] = P();
+    CHECK_EQ(dt__ps_apply("rows", &mul, &c, 0, o.pl, &bad), DT_OK);
+    CHECK_PL(o.pl[0], P());
+    a.pl[0] = S(0);
+    CHECK_EQ(dt__ps_apply("rows", &mul, &c, 0, o.pl, &bad), DT_EPLACEMENT);
+    CHECK(strstr(dt_last_error(), "Fix: call input 0's") != NULL);
+}
+
+static void test_mesh_dim_check_and_sets3(void) {
+    dt_placement out[DT_MAX_MESH_NDIM] = {{0}};
+    int bad;
+    const dt__psig sig = {
+        .shard_map = same_map, .partial = set_mul, .accepted = MUL_TEXT, .mesh_dim_check = rep1_on_md1};
+    /* Mesh dim 0 takes the plain rule; mesh dim 1 refuses input 1's Shard
+     * before the rule (which would accept (S(0),S(0))). */
+    dt_placement a1[] = {S(0), S(0)}, b1[] = {S(0), R()}, b2[] = {S(0), S(0)};
+    CHECK_EQ(apply2(&sig, mesh2, sh46, 2, a1, sh46, 2, b1, sh46, 2, 0, out, &bad), DT_OK);
+    CHECK_PL(out[0], S(0));
+    CHECK_PL(out[1], S(0));
+    CHECK_EQ(apply2(&sig, mesh2, sh46, 2, a1, sh46, 2, b2, sh46, 2, 0, out, &bad), DT_EPLACEMENT);
+    CHECK(strstr(dt_last_error(), "not accepted on mesh dim 1") != NULL);
+    CHECK(strstr(dt_last_error(),
+                 "Fix: call input 1's .redistribute(placements=[Shard(dim=0), Replicate()])") != NULL);
+    /* Three-input sets: bits 0, 2 and both; text in list order. */
+    static const uint32_t set3[] = DT__PS_MASKS(T3);
+    CHECK_EQ(sizeof set3 / sizeof set3[0], 4);
+    CHECK_EQ(set3[0], 1);
+    CHECK_EQ(set3[1], 4);
+    CHECK_EQ(set3[2], 5);
+    CHECK_EQ(set3[3], 0);
+    CHECK_STREQ(DT__PS_TEXT(T3), ", (P,R,R)->P, (R,R,P)->P, (P,R,P)->P");
+}
+
+/* Contracted indices: dim 0 of either input is index 5, dim 1 index 6. */
+static int krow(const dt__pctx *c, int j, int d, int *od) {
+    (void)c;
+    (void)j;
+    *od = 5 + d;
+    return T_SUM;
+}
+
+static void test_sum_keys(void) {
+    dt_placement out[DT_MAX_MESH_NDIM] = {{0}};
+    int bad;
+    const dt__psig sig = {.partial = set_mul, .accepted = "keys", .rows = trows, .shard_row = krow};
+    dt_placement s0 = S(0), s1 = S(1), r = R(), p = P();
+    /* Both inputs summed over one index: one partial sum. */
+    CHECK_EQ(apply2(&sig, mesh1, sh46, 2, &s0, sh46, 2, &s0, sh4, 1, 0, out, &bad), DT_OK);
+    CHECK_PL(out[0], P());
+    CHECK_EQ(apply2(&sig, mesh1, sh46, 2, &r, sh46, 2, &s1, sh4, 1, 0, out, &bad), DT_OK);
+    CHECK_PL(out[0], P());
+    /* Two different indices, or a partial sum next to a Partial input. */
+    CHECK_EQ(apply2(&sig, mesh1, sh46, 2, &s0, sh46, 2, &s1, sh4, 1, 0, out, &bad), DT_EPLACEMENT);
+    CHECK(strstr(dt_last_error(), "Fix: call input 0's") != NULL);
+    CHECK_EQ(apply2(&sig, mesh1, sh46, 2, &s0, sh46, 2, &p, sh4, 1, 0, out, &bad), DT_EPLACEMENT);
+    /* Without keys (shard_map), two shard sums are rejected (test_partial_shard_map). */
+    CHECK_EQ(apply2(&sig_sum1, mesh1, sh46, 2, &s1, sh46, 2, &s1, sh4, 1, 0, out, &bad), DT_EPLACEMENT);
+}
+
+static void test_own_regions(void) {
+    /* The stencil that fails the region check (test_regions) passes when
+     * the family's lowering gathers what it reads. */
+    int bad = 99;
+    dt_placement s0 = S(0);
+    const int64_t sh82[] = {8, 2};
+    dt__meta a = meta(mesh1, 2, sh82, &s0), o = meta(mesh1, 2, sh82, &s0);
+    dt__pctx c = {.nin = 1, .in = {&a}, .out = &o};
+    dt__psig own = sig_halo;
+    own.own_regions = 1;
+    CHECK_EQ(dt__ps_apply("stencil", &own, &c, 1, o.pl, &bad), DT_OK);
+    CHECK_EQ(bad, -1);
+    CHECK_PL(o.pl[0], S(0));
+    CHECK_EQ(dt__ps_apply("stencil", &sig_halo, &c, 1, o.pl, &bad), DT_EPLACEMENT);
+    CHECK_EQ(bad, 0);
+}
+
 static void test_wrap_dim(void) {
     int d = 99;
     for (int64_t dim = -3; dim <= 2; dim++) {
@@ -408,6 +581,10 @@ int main(void) {
     test_partial_shard_map();
     test_rule_2d();
     test_regions();
+    test_rows();
+    test_mesh_dim_check_and_sets3();
+    test_own_regions();
+    test_sum_keys();
     test_wrap_dim();
     test_operands();
     dt_mesh_release(mesh1);
