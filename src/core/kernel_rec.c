@@ -30,6 +30,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/blob.h"
+#include "core/debug.h"
+#include "core/kernel.h"
+#include "dist/coll.h"
 #include "dist/comm.h"
 
 /* ---------------------------------------------------------------- records */

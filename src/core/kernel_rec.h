@@ -1,13 +1,14 @@
 /*
  * Kernels as queued on a stream (dt__krec), their packed attributes, and
  * the codec that serialises a batch of them (kernel_rec.c,
- * kernel_codec.c). Lowering builds dt__kernel records (core.h);
+ * kernel_codec.c). Lowering builds dt__kernel records (kernel.h);
  * dt__lw_push packs each into one of these.
  */
 #ifndef DT_KERNEL_REC_H
 #define DT_KERNEL_REC_H
 
 #include "core/core.h"
+#include "core/kernel.h"
 
 /* Little-endian fields of packed records and encodings. */
 static inline void dt__le_put(uint8_t **p, uint64_t v, int n) {
@@ -139,7 +140,7 @@ dt_status dt__kernel_decode(const void *buf, size_t len, const dt__kresolver *r,
  * or in a test a thread standing in for it while no op is recorded on g. */
 dt_status dt__kbatch_push(struct dt_graph *g, dt__kbatch *b);
 
-/* Test-only: g's tap (core.h, dt__ktap_fn) is called with each controller
+/* Test-only: g's tap (kernel.h, dt__ktap_fn) is called with each controller
  * round's kernels, encoded (or the encoder's failure, bytes NULL), on the
  * controller thread before they are handed over. Call right after
  * dt_graph_create. */

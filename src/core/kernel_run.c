@@ -12,6 +12,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/blob.h"
+#include "core/debug.h"
+#include "core/future.h"
+#include "core/graph_int.h"
+#include "core/kernel.h"
+#include "core/stream.h"
+#include "core/stream_int.h"
 #include "dist/comm.h"
 
 /* From backend/kernels.def: a name per kernel op. */

@@ -34,6 +34,7 @@
 #define DT_CORE_PLACEMENT_H
 
 #include "core/core.h"
+#include "core/node.h"
 
 enum { DT__PS_REJECT = -1, DT__PS_PARTIAL = -2 };
 

@@ -25,6 +25,7 @@
 #define DT_OPS_NN_INTERNAL_H
 
 #include "core/core.h"
+#include "core/node.h"
 #include "core/placement.h"
 
 enum { NN_REJECT = DT__PS_REJECT, NN_PARTIAL = DT__PS_PARTIAL };

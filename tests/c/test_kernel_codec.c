@@ -16,6 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/blob.h"
+#include "core/future.h"
+#include "core/kernel.h"
+#include "core/mesh.h"
+#include "core/tensor.h"
 #include "dist/comm.h"
 #include "test_util.h"
 
