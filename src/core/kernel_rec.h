@@ -31,7 +31,8 @@ static inline uint64_t dt__le_get(const uint8_t **p, int n) {
  * a cache of the names' resolution (as a file descriptor and its open file),
  * so the worker does no lookup. Its attributes are a compact record sized to
  * what it holds (kernel_codec.c): a backend kernel's dt__kattr packed, which
- * the worker unpacks on its stack before `run`; a collective's dt__collattr
+ * the worker unpacks over its stream's previous kernel's before `run`
+ * (dt__kattr_unpack_over); a collective's dt__collattr
  * (group id, sequence number, kind, dims, per-rank shapes and ranges). No
  * pointer to another kernel's data: collectives meet their peers inside the
  * comm (collective.c). `handle` is the one in-process object a kernel may
@@ -79,6 +80,13 @@ int dt__kattr_check(const uint8_t *buf, size_t n);
 /* Unpacks a backend kernel's attributes onto the caller's dt__kattr (a
  * record made by pack or validated by dt__kernel_decode). */
 void dt__kattr_unpack(const dt__krec *k, dt__kattr *a);
+/* The arrays of a dt__kattr (shape start gshape step ints). */
+#define DT__KATTR_ARRAYS 5
+/* As dt__kattr_unpack onto a dt__kattr that holds the previous unpack (all
+ * zero at first) with its arrays' lengths in lens[DT__KATTR_ARRAYS]: clears
+ * only the array entries the previous kernel set past this one's, not the
+ * whole record (a worker's per-stream scratch, stream_int.h). */
+void dt__kattr_unpack_over(const dt__krec *k, dt__kattr *a, uint8_t *lens);
 
 /* Frees a record that will not run with its references and its handle
  * (future or gate reference, assembly). NULL is ignored. Any thread. */

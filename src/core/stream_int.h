@@ -8,6 +8,7 @@
 #ifndef DT_CORE_STREAM_INT_H
 #define DT_CORE_STREAM_INT_H
 
+#include "core/kernel_rec.h"
 #include "core/stream.h"
 
 /* A worker thread with an in-order kernel queue for one (device type, id,
@@ -52,6 +53,11 @@ struct dt__stream {
      * collectives and cross-mesh assemblies. Worker-written, relaxed. */
     atomic_long n_run, n_comm;
     dt__krec *stop_k; /* the stop kernel, made with the stream */
+    /* Worker-only: the last backend kernel's attributes, which the next one
+     * is unpacked over (dt__kattr_unpack_over), and its arrays' lengths. On
+     * lines of their own, away from the fields other threads read. */
+    _Alignas(DT_CACHE_LINE) dt__kattr kattr;
+    uint8_t kattr_lens[DT__KATTR_ARRAYS];
 };
 
 #endif /* DT_CORE_STREAM_INT_H */
