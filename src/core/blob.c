@@ -3,13 +3,18 @@
  * dt__blob_new, dt__blob_account (a kernel's new output charged to its
  * device, or a donated input's charge moved to it) and dt__blob_release (the
  * last reference returns the charge, frees the backend storage and event).
- * dt__blob_retain is inline in core.h.
+ * dt__blob_retain is inline in blob.h.
  *
  * Threads: any (controller, workers, client threads dropping a tensor);
  * references are atomic; the pools (common/pool.h) take any thread, with
  * their own lock. dt__mem_charge is atomic.
  */
+#include "core/blob.h"
+#include "core/graph_int.h"
+#include "core/kernel.h"
 #include "core/kernel_rec.h"
+#include "core/memstats.h"
+#include "core/stream_int.h"
 
 dt__pool dt__kernel_pool = DT__POOL_INIT(sizeof(dt__kernel));
 dt__pool dt__blob_pool = DT__POOL_INIT(sizeof(dt__blob));

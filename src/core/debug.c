@@ -21,7 +21,18 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/blob.h"
+#include "core/debug.h"
+#include "core/graph.h"
+#include "core/graph_int.h"
+#include "core/kernel.h"
 #include "core/kernel_rec.h"
+#include "core/lower.h"
+#include "core/mesh.h"
+#include "core/meta.h"
+#include "core/node.h"
+#include "core/stream_int.h"
+#include "core/tensor.h"
 
 /* ------------------------------------------------------------ stats */
 

@@ -10,7 +10,16 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/core.h"
+#include "core/blob.h"
+#include "core/future.h"
+#include "core/graph_int.h"
+#include "core/kernel.h"
+#include "core/lower.h"
+#include "core/mesh.h"
+#include "core/meta.h"
+#include "core/node.h"
+#include "core/stream_int.h"
+#include "core/tensor.h"
 #include "core/window.h"
 #include "dist/comm.h"
 

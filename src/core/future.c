@@ -8,7 +8,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/core.h"
+#include "core/blob.h"
+#include "core/future.h"
+#include "core/graph.h"
+#include "core/meta.h"
 
 /* Futures' ids (dt_future.id): unique in the process. */
 static _Atomic uint64_t future_ids;

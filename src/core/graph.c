@@ -14,7 +14,15 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/core.h"
+#include "core/debug.h"
+#include "core/future.h"
+#include "core/graph.h"
+#include "core/graph_int.h"
+#include "core/mesh.h"
+#include "core/meta.h"
+#include "core/node.h"
+#include "core/stream.h"
+#include "core/tensor.h"
 
 /* ----------------------------------------------------------------- fork */
 
@@ -387,6 +395,8 @@ dt_status dt__graph_submit(dt_graph *g, dt__node *n) {
 }
 
 long dt__backlog(dt_graph *g) { return backlog(g); }
+
+const dt__backend *dt__graph_be(const dt_graph *g, dt_device_type t) { return g->be[t]; }
 
 const char *dt_graph_backend(const dt_graph *g) {
     return dt__graph_ok(g) ? g->be[DT_DEVICE_CPU]->name : NULL;

@@ -31,6 +31,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/blob.h"
+#include "core/future.h"
+#include "core/kernel.h"
+#include "core/stream.h"
 #include "dist/comm.h"
 
 /* ---------------------------------------------------------------- buffer */

@@ -30,6 +30,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/blob.h"
+#include "core/debug.h"
+#include "core/kernel.h"
+#include "dist/coll.h"
 #include "dist/comm.h"
 
 /* ---------------------------------------------------------------- records */
@@ -247,9 +251,13 @@ size_t dt__kattr_pack(const dt__kattr *a, uint8_t *out) {
     return (size_t)(p - out);
 }
 
-/* Parses packed attributes of `n` bytes into a (zeroed by the caller when
- * not NULL). 0 when well formed and exactly n bytes long. */
-static int kattr_parse(const uint8_t *buf, size_t n, dt__kattr *a) {
+/* Parses packed attributes of `n` bytes into a, when not NULL. 0 when well
+ * formed and exactly n bytes long. Every field but the arrays is assigned;
+ * array entries are written up to their packed length and must be zero
+ * beyond it: a is zeroed by the caller, or (lens not NULL) holds an earlier
+ * parse whose array lengths are lens[], and the entries that parse wrote
+ * past this one's lengths are cleared here (lens then gets this parse's). */
+static int kattr_parse(const uint8_t *buf, size_t n, dt__kattr *a, uint8_t *lens) {
     if (n == 0)
         return 0; /* a core kernel's: no attributes */
     const uint8_t *p = buf, *end = buf + n;
@@ -314,13 +322,13 @@ static int kattr_parse(const uint8_t *buf, size_t n, dt__kattr *a) {
         memcpy(a->f, f, sizeof f);
         a->text = text;
     }
+    int len[5] = {0, 0, 0, 0, 0};
+    dt__kattr dummy;
+    const int64_t *arr[5];
+    int cap[5];
+    kattr_arrays(a ? a : &dummy, arr, cap);
     if (present & 1u << 15) {
         NEED(5);
-        int len[5];
-        dt__kattr dummy;
-        const int64_t *arr[5];
-        int cap[5];
-        kattr_arrays(a ? a : &dummy, arr, cap);
         for (int j = 0; j < 5; j++) {
             len[j] = (int)dt__le_get(&p, 1);
             if (len[j] > cap[j])
@@ -335,15 +343,30 @@ static int kattr_parse(const uint8_t *buf, size_t n, dt__kattr *a) {
             }
         }
     }
+    if (a && lens)
+        for (int j = 0; j < 5; j++) {
+            if (lens[j] > len[j])
+                memset((int64_t *)arr[j] + len[j], 0, 8 * (size_t)(lens[j] - len[j]));
+            lens[j] = (uint8_t)len[j];
+        }
 #undef NEED
     return p == end ? 0 : -1;
 }
 
-int dt__kattr_check(const uint8_t *buf, size_t n) { return kattr_parse(buf, n, NULL); }
+int dt__kattr_check(const uint8_t *buf, size_t n) { return kattr_parse(buf, n, NULL, NULL); }
 
 void dt__kattr_unpack(const dt__krec *k, dt__kattr *a) {
     memset(a, 0, sizeof *a);
-    (void)kattr_parse(k->attr, k->alen, a); /* made by pack or checked by decode */
+    (void)kattr_parse(k->attr, k->alen, a, NULL); /* made by pack or checked by decode */
+}
+
+void dt__kattr_unpack_over(const dt__krec *k, dt__kattr *a, uint8_t *lens) {
+    /* Made by pack or checked by decode, so the parse succeeds; a record
+     * with no attributes (a core kernel's) and a failure start from zero. */
+    if (k->alen == 0 || kattr_parse(k->attr, k->alen, a, lens) != 0) {
+        memset(a, 0, sizeof *a);
+        memset(lens, 0, DT__KATTR_ARRAYS);
+    }
 }
 
 /* ------------------------------------------------------ collective attrs */

@@ -1,13 +1,14 @@
 /*
  * Kernels as queued on a stream (dt__krec), their packed attributes, and
  * the codec that serialises a batch of them (kernel_rec.c,
- * kernel_codec.c). Lowering builds dt__kernel records (core.h);
+ * kernel_codec.c). Lowering builds dt__kernel records (kernel.h);
  * dt__lw_push packs each into one of these.
  */
 #ifndef DT_KERNEL_REC_H
 #define DT_KERNEL_REC_H
 
 #include "core/core.h"
+#include "core/kernel.h"
 
 /* Little-endian fields of packed records and encodings. */
 static inline void dt__le_put(uint8_t **p, uint64_t v, int n) {
@@ -30,7 +31,8 @@ static inline uint64_t dt__le_get(const uint8_t **p, int n) {
  * a cache of the names' resolution (as a file descriptor and its open file),
  * so the worker does no lookup. Its attributes are a compact record sized to
  * what it holds (kernel_codec.c): a backend kernel's dt__kattr packed, which
- * the worker unpacks on its stack before `run`; a collective's dt__collattr
+ * the worker unpacks over its stream's previous kernel's before `run`
+ * (dt__kattr_unpack_over); a collective's dt__collattr
  * (group id, sequence number, kind, dims, per-rank shapes and ranges). No
  * pointer to another kernel's data: collectives meet their peers inside the
  * comm (collective.c). `handle` is the one in-process object a kernel may
@@ -78,6 +80,13 @@ int dt__kattr_check(const uint8_t *buf, size_t n);
 /* Unpacks a backend kernel's attributes onto the caller's dt__kattr (a
  * record made by pack or validated by dt__kernel_decode). */
 void dt__kattr_unpack(const dt__krec *k, dt__kattr *a);
+/* The arrays of a dt__kattr (shape start gshape step ints). */
+#define DT__KATTR_ARRAYS 5
+/* As dt__kattr_unpack onto a dt__kattr that holds the previous unpack (all
+ * zero at first) with its arrays' lengths in lens[DT__KATTR_ARRAYS]: clears
+ * only the array entries the previous kernel set past this one's, not the
+ * whole record (a worker's per-stream scratch, stream_int.h). */
+void dt__kattr_unpack_over(const dt__krec *k, dt__kattr *a, uint8_t *lens);
 
 /* Frees a record that will not run with its references and its handle
  * (future or gate reference, assembly). NULL is ignored. Any thread. */
@@ -139,7 +148,7 @@ dt_status dt__kernel_decode(const void *buf, size_t len, const dt__kresolver *r,
  * or in a test a thread standing in for it while no op is recorded on g. */
 dt_status dt__kbatch_push(struct dt_graph *g, dt__kbatch *b);
 
-/* Test-only: g's tap (core.h, dt__ktap_fn) is called with each controller
+/* Test-only: g's tap (kernel.h, dt__ktap_fn) is called with each controller
  * round's kernels, encoded (or the encoder's failure, bytes NULL), on the
  * controller thread before they are handed over. Call right after
  * dt_graph_create. */

@@ -12,6 +12,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/blob.h"
+#include "core/debug.h"
+#include "core/future.h"
+#include "core/graph_int.h"
+#include "core/kernel.h"
+#include "core/stream.h"
+#include "core/stream_int.h"
 #include "dist/comm.h"
 
 /* From backend/kernels.def: a name per kernel op. */
@@ -37,7 +44,7 @@ static void poison(dt__krec *k, const dt__stream *s, const char *what) {
 
 /* Runs a backend kernel; returns 1 when it was allowed to write into in[0]
  * (DT_KF_INPLACE). */
-static int run_backend(dt__krec *k, const dt__stream *s) {
+static int run_backend(dt__krec *k, dt__stream *s) {
     void *in[DT_MAX_OP_INPUTS] = {NULL};
     for (int i = 0; i < k->n_in; i++) {
         if (k->in[i]->error) {
@@ -47,17 +54,19 @@ static int run_backend(dt__krec *k, const dt__stream *s) {
         }
         in[i] = k->in[i]->impl;
     }
-    dt__kattr attr; /* the record's packed attributes, for the backend */
-    dt__kattr_unpack(k, &attr);
+    /* The record's packed attributes, for the backend: unpacked over the
+     * stream's previous kernel's, which costs only what they differ in. */
+    dt__kattr *a = &s->kattr;
+    dt__kattr_unpack_over(k, a, s->kattr_lens);
     /* The kernel holds the only reference left to in[0]: its tensor was
      * released and no other kernel will read it, so its buffer may be reused
      * (peak memory of a chain of ops stays at one buffer). Which kernels may
      * is the window's reuse pass's call (DT_KF_REUSE). */
-    if ((attr.flags & DT_KF_REUSE) && k->n_in > 0 && atomic_load(&k->in[0]->refs) == 1)
-        attr.flags |= DT_KF_INPLACE;
+    if ((a->flags & DT_KF_REUSE) && k->n_in > 0 && atomic_load(&k->in[0]->refs) == 1)
+        a->flags |= DT_KF_INPLACE;
     char err[512] = "";
     void *out = NULL;
-    dt_status st = s->be->run(k->kop, &attr, in, k->n_in, &out, err, sizeof err);
+    dt_status st = s->be->run(k->kop, a, in, k->n_in, &out, err, sizeof err);
     if (st != DT_OK) {
         char what[600];
         snprintf(what, sizeof what, "%s (%s kernel: %s)", err[0] ? err : dt_status_str(st), kop_names[k->kop],
@@ -67,7 +76,7 @@ static int run_backend(dt__krec *k, const dt__stream *s) {
         return 0;
     }
     k->out->impl = out;
-    return (attr.flags & DT_KF_INPLACE) != 0;
+    return (a->flags & DT_KF_INPLACE) != 0;
 }
 
 void dt__assembly_free(dt__assembly *as) {

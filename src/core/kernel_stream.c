@@ -20,6 +20,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/graph.h"
+#include "core/graph_int.h"
+#include "core/kernel.h"
+#include "core/memstats.h"
+#include "core/stream.h"
+#include "core/stream_int.h"
 #include "dist/comm.h"
 
 /* Worker threads alive in the process, and a generation bumped whenever that

@@ -1,5 +1,5 @@
 /*
- * The dt__lw_* lowering helpers (core.h) that op lowering functions call on
+ * The dt__lw_* lowering helpers (lower.h) that op lowering functions call on
  * the controller thread: streams by mesh position, kernel records, packing a
  * kernel into a stream's batch (dt__lw_bind / dt__lw_stream_append; the
  * batch is handed over by the controller's flush, core/executor.c),
@@ -13,8 +13,18 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/core.h"
+#include "core/blob.h"
+#include "core/debug.h"
+#include "core/graph_int.h"
+#include "core/kernel.h"
+#include "core/lower.h"
+#include "core/mesh.h"
+#include "core/meta.h"
+#include "core/stream.h"
+#include "core/stream_int.h"
+#include "core/tensor.h"
 #include "core/window.h"
+#include "dist/coll.h"
 #include "dist/comm.h"
 
 /* ---------------------------------------------------------------- helpers */

@@ -12,7 +12,7 @@
  */
 #include <pthread.h>
 
-#include "core/core.h"
+#include "core/memstats.h"
 
 struct dt__memdev {
     int type;

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/core.h"
+#include "core/mesh.h"
 
 static _Atomic uint64_t next_mesh_uid = 1;
 

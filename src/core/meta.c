@@ -5,7 +5,8 @@
  */
 #include <string.h>
 
-#include "core/core.h"
+#include "core/mesh.h"
+#include "core/meta.h"
 
 /* ------------------------------------------------------------- dtypes */
 

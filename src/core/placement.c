@@ -6,7 +6,11 @@
  */
 #include <string.h>
 
+#include "core/graph.h"
+#include "core/mesh.h"
+#include "core/meta.h"
 #include "core/placement.h"
+#include "core/tensor.h"
 
 #define R_ DT_PLACEMENT_REPLICATE
 #define S_ DT_PLACEMENT_SHARD

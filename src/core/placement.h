@@ -52,6 +52,7 @@
 #define DT_CORE_PLACEMENT_H
 
 #include "core/core.h"
+#include "core/node.h"
 
 /* Outcomes of a Shard: an output dim (>= 0) or one of these. DT__PS_SHARD
  * is a row's "the output dim shard_row gives". */

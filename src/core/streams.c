@@ -18,7 +18,7 @@
  *
  * Threads: dt__graph_stream, dt__graph_streams_stop and the test hooks' map
  * reads run on the controller thread (the debug read after a sync, see
- * core.h). dt__event_complete runs on the producing worker, dt__event_wait
+ * stream.h). dt__event_complete runs on the producing worker, dt__event_wait
  * on the consuming worker, dt__event_query on any thread.
  * Locks: a stream's ev_lock is a leaf: the producer takes it only to
  * broadcast, the consumer only to sleep, neither holding any other lock.
@@ -26,7 +26,10 @@
 #include <sched.h>
 #include <string.h>
 
-#include "core/core.h"
+#include "core/blob.h"
+#include "core/graph_int.h"
+#include "core/stream.h"
+#include "core/stream_int.h"
 
 _Static_assert(DT_DEVICE_CUDA < DT_DEVICE_TYPES, "a graph has one backend slot per dt_device_type");
 

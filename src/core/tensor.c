@@ -11,7 +11,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/core.h"
+#include "core/blob.h"
+#include "core/future.h"
+#include "core/graph.h"
+#include "core/graph_int.h"
+#include "core/lower.h"
+#include "core/mesh.h"
+#include "core/meta.h"
+#include "core/node.h"
+#include "core/tensor.h"
 
 static _Atomic uint64_t next_tensor_id = 1;
 

@@ -7,6 +7,8 @@
  */
 #include <string.h>
 
+#include "core/node.h"
+#include "core/tensor.h"
 #include "core/window.h"
 
 /* ------------------------------------------------------------ passes */

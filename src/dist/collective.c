@@ -39,6 +39,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/blob.h"
+#include "core/graph_int.h"
+#include "core/lower.h"
+#include "core/mesh.h"
+#include "dist/coll.h"
 #include "dist/comm.h"
 
 /* ---------------------------------------------------------- the planner */

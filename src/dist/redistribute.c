@@ -26,7 +26,16 @@
  */
 #include <string.h>
 
-#include "core/core.h"
+#include "core/blob.h"
+#include "core/graph.h"
+#include "core/kernel.h"
+#include "core/lower.h"
+#include "core/mesh.h"
+#include "core/meta.h"
+#include "core/node.h"
+#include "core/stream.h"
+#include "core/tensor.h"
+#include "dist/coll.h"
 #include "ops/ops.h"
 
 dt_tensor *dt_redistribute(dt_tensor *a, dt_mesh *mesh, const dt_placement *placements) {

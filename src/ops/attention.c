@@ -16,6 +16,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/meta.h"
+#include "core/node.h"
+#include "core/tensor.h"
 #include "ops/nn_internal.h"
 #include "ops/ops.h"
 

@@ -22,7 +22,13 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/core.h"
+#include "core/graph.h"
+#include "core/kernel.h"
+#include "core/lower.h"
+#include "core/mesh.h"
+#include "core/meta.h"
+#include "core/node.h"
+#include "core/tensor.h"
 #include "ops/elementwise.h"
 #include "ops/ops.h"
 

@@ -16,6 +16,7 @@
 #define DT_OPS_ELEMENTWISE_H
 
 #include "core/core.h"
+#include "core/meta.h"
 #include "core/placement.h"
 
 /* A planned elementwise call. */

@@ -13,7 +13,9 @@
  */
 #include <string.h>
 
-#include "core/core.h"
+#include "core/meta.h"
+#include "core/node.h"
+#include "core/tensor.h"
 #include "ops/elementwise.h"
 
 #define P_ DT_PLACEMENT_PARTIAL

@@ -12,7 +12,14 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/core.h"
+#include "core/blob.h"
+#include "core/graph.h"
+#include "core/kernel.h"
+#include "core/lower.h"
+#include "core/mesh.h"
+#include "core/meta.h"
+#include "core/node.h"
+#include "core/tensor.h"
 #include "ops/ops.h"
 
 /* torch's "Storage size calculation overflowed": the bytes of the global

@@ -35,8 +35,14 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/core.h"
+#include "core/graph.h"
+#include "core/kernel.h"
+#include "core/lower.h"
+#include "core/mesh.h"
+#include "core/meta.h"
+#include "core/node.h"
 #include "core/placement.h"
+#include "core/tensor.h"
 #include "ops/linalg.h"
 #include "ops/ops.h"
 

@@ -15,6 +15,13 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/graph.h"
+#include "core/kernel.h"
+#include "core/lower.h"
+#include "core/mesh.h"
+#include "core/meta.h"
+#include "core/node.h"
+#include "core/tensor.h"
 #include "ops/elementwise.h"
 #include "ops/nn_internal.h"
 #include "ops/ops.h"

@@ -29,6 +29,7 @@
 #define DT_OPS_NN_INTERNAL_H
 
 #include "core/core.h"
+#include "core/node.h"
 #include "core/placement.h"
 
 /* What the rules of one call see: on the client before the node exists, and

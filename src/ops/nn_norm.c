@@ -14,6 +14,10 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/mesh.h"
+#include "core/meta.h"
+#include "core/node.h"
+#include "core/tensor.h"
 #include "ops/elementwise.h"
 #include "ops/nn_internal.h"
 #include "ops/ops.h"

@@ -21,6 +21,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "core/meta.h"
+#include "core/node.h"
+#include "core/tensor.h"
 #include "ops/elementwise.h"
 #include "ops/nn_internal.h"
 #include "ops/ops.h"

@@ -10,6 +10,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/meta.h"
+#include "core/node.h"
+#include "core/tensor.h"
 #include "ops/elementwise.h"
 #include "ops/nn_internal.h"
 #include "ops/ops.h"

@@ -32,8 +32,17 @@
  */
 #include <string.h>
 
-#include "core/core.h"
+#include "core/blob.h"
+#include "core/graph.h"
+#include "core/kernel.h"
+#include "core/lower.h"
+#include "core/mesh.h"
+#include "core/meta.h"
+#include "core/node.h"
 #include "core/placement.h"
+#include "core/stream.h"
+#include "core/tensor.h"
+#include "dist/coll.h"
 #include "ops/ops.h"
 
 static const char *const reduce_names[DT_REDUCE_COUNT] = {

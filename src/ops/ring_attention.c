@@ -31,6 +31,16 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/blob.h"
+#include "core/graph.h"
+#include "core/kernel.h"
+#include "core/lower.h"
+#include "core/mesh.h"
+#include "core/meta.h"
+#include "core/node.h"
+#include "core/stream.h"
+#include "core/tensor.h"
+#include "dist/coll.h"
 #include "ops/nn_internal.h"
 #include "ops/ops.h"
 

@@ -17,6 +17,14 @@
  */
 #include <string.h>
 
+#include "core/blob.h"
+#include "core/graph.h"
+#include "core/kernel.h"
+#include "core/lower.h"
+#include "core/mesh.h"
+#include "core/meta.h"
+#include "core/node.h"
+#include "core/tensor.h"
 #include "ops/ops.h"
 #include "ops/views_int.h"
 

@@ -36,8 +36,16 @@
  */
 #include <string.h>
 
-#include "core/core.h"
+#include "core/blob.h"
+#include "core/future.h"
+#include "core/graph.h"
+#include "core/kernel.h"
+#include "core/lower.h"
+#include "core/mesh.h"
+#include "core/meta.h"
+#include "core/node.h"
 #include "core/placement.h"
+#include "core/tensor.h"
 #include "ops/ops.h"
 
 static const char *const kind_names[] = {

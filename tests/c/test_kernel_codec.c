@@ -16,6 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/blob.h"
+#include "core/future.h"
+#include "core/kernel.h"
+#include "core/mesh.h"
+#include "core/tensor.h"
 #include "dist/comm.h"
 #include "test_util.h"
 
@@ -411,6 +416,72 @@ static void attrs(void) {
     }
 }
 
+static uint64_t xorshift(uint64_t *r) {
+    *r ^= *r << 13;
+    *r ^= *r >> 7;
+    *r ^= *r << 17;
+    return *r;
+}
+
+/* Attributes unpacked over the previous kernel's (a worker's scratch,
+ * dt__kattr_unpack_over) equal the packed ones byte for byte, whatever the
+ * previous kernel left: records of random fields and array lengths, longer
+ * and shorter than the one before, and records with no attributes. */
+static void attrs_over(void) {
+    dt__kattr scratch, a;
+    uint8_t lens[DT__KATTR_ARRAYS] = {0};
+    memset(&scratch, 0, sizeof scratch);
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+#define RND() xorshift(&r)
+    int bad = 0;
+    for (int t = 0; t < 400 && !bad; t++) {
+        memset(&a, 0, sizeof a);
+        int empty = t % 9 == 4; /* a core kernel's record: no attribute bytes */
+        if (!empty) {
+            a.dtype = (int32_t)(RND() % 3), a.sub = (int32_t)(RND() % 4), a.flags = (int32_t)(RND() % 2);
+            a.ndim = (int32_t)(RND() % (DT_MAX_NDIM + 1)), a.dim = (int32_t)(RND() % 2);
+            a.gndim = (int32_t)(RND() % (DT_MAX_NDIM + 1));
+            a.nints = (int32_t)(RND() % (2 * DT_MAX_NDIM + 1));
+            a.dims_mask = RND() % 3 == 0 ? RND() : 0, a.seed = RND() % 3 == 0 ? RND() : 0;
+            if (RND() % 2)
+                a.scalar.kind = DT_SCALAR_FLOAT, a.scalar.f = (double)(int64_t)(RND() % 100) - 50.0;
+            if (RND() % 3 == 0)
+                a.scalar2.kind = DT_SCALAR_INT, a.scalar2.i = (int64_t)(RND() % 100);
+            int fi = (int)(RND() % 3);
+            a.f[fi] = RND() % 2 ? 2.5 : 0.0;
+            int64_t *arrs[DT__KATTR_ARRAYS] = {a.shape, a.start, a.gshape, a.step, a.ints};
+            int caps[DT__KATTR_ARRAYS] = {DT_MAX_NDIM, DT_MAX_NDIM, DT_MAX_NDIM, DT_MAX_NDIM,
+                                          2 * DT_MAX_NDIM};
+            for (int j = 0; j < DT__KATTR_ARRAYS; j++) {
+                int len = (int)(RND() % (uint64_t)(caps[j] + 1));
+                for (int i = 0; i < len; i++)
+                    arrs[j][i] = RND() % 4 == 0 ? 0 : (int64_t)(RND() % 1000) - 500;
+            }
+        }
+        dt__krec *k = dt__krec_alloc(empty ? 0 : dt__kattr_pack_size(&a));
+        CHECK(k != NULL);
+        if (!k)
+            return;
+        if (!empty)
+            dt__kattr_pack(&a, k->attr);
+        dt__kattr_unpack_over(k, &scratch, lens);
+        if (memcmp(&a, &scratch, sizeof a) != 0) {
+            const uint8_t *x = (const uint8_t *)&a, *y = (const uint8_t *)&scratch;
+            size_t off = 0;
+            while (x[off] == y[off])
+                off++;
+            fprintf(stderr,
+                    "record %d (alen %u): unpacked over the previous one, byte %zu of dt__kattr is 0x%02x, "
+                    "packed 0x%02x\n",
+                    t, (unsigned)k->alen, off, y[off], x[off]);
+            bad = 1;
+        }
+        dt__krec_free(k);
+    }
+#undef RND
+    CHECK(!bad);
+}
+
 /* ----------------------------------------------- what cannot be encoded */
 
 static void refused(void) {
@@ -483,6 +554,7 @@ static void refused(void) {
 
 int main(void) {
     attrs();
+    attrs_over();
     round_trip();
     refused();
     if (failures) {

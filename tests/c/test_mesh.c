@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/core.h"
+#include "core/mesh.h"
 #include "test_util.h"
 
 static dt_mesh *make(int ndim, const int64_t *shape, const int64_t *ids, const char *const *names) {

@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/core.h"
+#include "core/mesh.h"
+#include "core/meta.h"
+#include "core/tensor.h"
 #include "test_util.h"
 
 /* torch.chunk's i-th piece of [0, n) in k pieces, written independently of

@@ -11,7 +11,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/mesh.h"
+#include "core/meta.h"
 #include "core/placement.h"
+#include "core/tensor.h"
 #include "test_util.h"
 
 /* ---------------------------------------------------------- signatures */

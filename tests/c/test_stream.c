@@ -24,7 +24,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/core.h"
+#include "core/blob.h"
+#include "core/graph_int.h"
+#include "core/mesh.h"
+#include "core/stream.h"
+#include "core/stream_int.h"
+#include "core/tensor.h"
 #include "dtorch/dtorch.h"
 #include "test_util.h"
 

@@ -9,6 +9,9 @@
 #include <sched.h>
 #include <string.h>
 
+#include "core/mesh.h"
+#include "core/node.h"
+#include "core/tensor.h"
 #include "core/window.h"
 #include "dtorch/dtorch.h"
 #include "test_util.h"

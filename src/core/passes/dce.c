@@ -21,6 +21,7 @@
  *
  * Threads: controller only.
  */
+#include "core/node.h"
 #include "core/window.h"
 
 static int has_side_effect(int op) {

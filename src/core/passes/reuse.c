@@ -19,6 +19,9 @@
  *
  * Threads: controller only.
  */
+#include "core/meta.h"
+#include "core/node.h"
+#include "core/tensor.h"
 #include "core/window.h"
 
 /* Node ops whose kernels may take in[0]'s storage. */

@@ -1,0 +1,60 @@
+/*
+ * Blobs (blob.c): one dense local tensor on one device, reference
+ * counted, with the event that says when it exists and its memory charge.
+ * The layout is shared by the controller (which makes blobs and names them),
+ * the workers (which produce and read them) and the comm; the rules for who
+ * writes which field are on the struct. dt__blob_new/retain/release run on
+ * any thread; dt__blob_account on the producing worker.
+ */
+#ifndef DT_CORE_BLOB_H
+#define DT_CORE_BLOB_H
+
+#include "core/core.h"
+
+/* One dense local tensor on one device. Reference counted: the tensor's
+ * per-device slot and every kernel that reads or writes it hold one.
+ *
+ * Its event is (producer, seq): the blob exists once kernel number `seq` of
+ * stream `producer` has completed (streams.c). Both are written by the
+ * controller when it queues the producing kernel, before any consumer is
+ * queued, then only read. */
+struct dt__blob {
+    atomic_int refs;
+    void *impl;            /* backend value; NULL until produced or when poisoned */
+    char *error;           /* non-NULL: the kernel that produced it failed (owned) */
+    const dt__backend *be; /* the backend that made it (its device type's) */
+    /* NULL: made by the controller itself (a source), ready at once. */
+    struct dt__stream *producer;
+    uint64_t seq;
+    /* The backend's event recorded after the producing kernel (backends
+     * with event slots only; NULL otherwise). Written by the producing
+     * worker before it publishes its completed count; freed with the blob. */
+    void *bev;
+    /* Memory accounting: bytes charged to `mem` while the impl lives; 0
+     * when uncounted or handed to a kernel that wrote in place. Written by
+     * the producing worker, read by whoever frees. */
+    int64_t charged;
+    dt__memdev *mem;
+    /* The blob's name in kernels and their encoding (kernel_codec.c): unique
+     * within its graph, given by the controller when a kernel first names
+     * the blob (dt__lw_push_on), 0 until then. Controller-written. */
+    uint64_t id;
+};
+
+dt__blob *dt__blob_new(const dt__backend *be);
+static inline dt__blob *dt__blob_retain(dt__blob *b) {
+    if (b)
+        atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
+    return b;
+}
+void dt__blob_release(dt__blob *b);
+
+/* Charges k's new output to s's device; an output written into its donated
+ * input's buffer (inplace) takes that input's charge over instead (s's
+ * worker thread; core/blob.c). */
+void dt__blob_account(dt__krec *k, const dt__stream *s, int inplace);
+
+/* The blob record pool (common/pool.h): made on one thread, freed on another. */
+extern dt__pool dt__blob_pool;
+
+#endif /* DT_CORE_BLOB_H */
