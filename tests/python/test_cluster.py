@@ -1,0 +1,203 @@
+"""Clusters on loopback (issue 13): this pytest process is the main node and worker nodes are
+``dtorch-node`` processes (one through ``python -m dtorch.node``). Every wait is bounded and every
+child is killed in teardown. Heartbeats run at 0.5 s here, so "lost after two intervals" is about
+a second."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import dtorch
+from dtorch import MainNode, _C
+from dtorch.node import executable
+
+pytestmark = pytest.mark.skipif(not _C._cluster_info()["available"], reason="built without ZeroMQ")
+
+HB = 0.5  # heartbeat interval of these tests, seconds
+TOKEN = "test-cluster-token-\u00e9"
+
+
+@pytest.fixture
+def cluster(monkeypatch):
+    """A main node on a free loopback port with the test token; the worker nodes started through
+    ``start`` are killed at the end whatever happened."""
+    monkeypatch.setenv("DTORCH_CLUSTER_TOKEN", TOKEN)
+    children = []
+
+    def start(*args, token=TOKEN, module=False, env_token=True):
+        env = dict(os.environ)
+        env.pop("DTORCH_CLUSTER_TOKEN", None)
+        if env_token and token is not None:
+            env["DTORCH_CLUSTER_TOKEN"] = token
+        cmd = [sys.executable, "-m", "dtorch.node"] if module else [executable()]
+        cmd += [f"--main-node-address={MainNode.get_address()}", "--connect-timeout=60", *args]
+        p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        children.append(p)
+        return p
+
+    MainNode.set_address("127.0.0.1:0", cpu_devices=2, heartbeat_second=HB)
+    try:
+        yield start
+    finally:
+        MainNode.shutdown()
+        for p in children:
+            if p.poll() is None:
+                p.kill()
+            p.communicate(timeout=30)
+
+
+def wait_exit(p, timeout=30):
+    out, err = p.communicate(timeout=timeout)
+    return p.returncode, err
+
+
+def wait_for(cond, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return cond()
+
+
+def test_cluster_ready_and_stop(cluster):
+    host, port = MainNode.get_address().rsplit(":", 1)
+    assert host == "127.0.0.1" and int(port) > 0
+    a = cluster("--cpu-devices=2")
+    b = cluster("--cpu-devices", "3", module=True)
+    MainNode.wait_cluster_ready(2, timeout_second=60)
+    assert MainNode.num_node_in_cluster() == 2
+    nodes = MainNode.nodes()
+    assert [n["index"] for n in nodes] == [0, 1]
+    assert all(n["state"] == "alive" and n["address"] == "127.0.0.1" for n in nodes)
+    assert sorted(n["pid"] for n in nodes) == sorted([a.pid, b.pid])
+    # Global CPU ids are node-major: the main node's 2, then each node's in registration order.
+    by_pid = {a.pid: 2, b.pid: 3}
+    first = 2
+    for n in nodes:
+        assert n["cpu_devices"] == by_pid[n["pid"]]
+        assert n["first_device_id"] == first
+        first += n["cpu_devices"]
+    assert _C._cluster_info()["cpu_devices"] == 7
+    # The main node's own ids run here; a worker node's are refused until ops run there.
+    dtorch.DeviceMesh("cpu", [0, 1])
+    with pytest.raises(RuntimeError, match=f"CPU device 2 is device 0 of worker node 0 .*pid {nodes[0]['pid']}"):
+        dtorch.DeviceMesh("cpu", [1, 2])
+    with pytest.raises(ValueError, match="CPU device 7 does not exist"):
+        dtorch.DeviceMesh("cpu", [7])
+    time.sleep(3 * HB)  # heartbeats keep both alive past the loss bound
+    assert [n["state"] for n in MainNode.nodes()] == ["alive", "alive"]
+    MainNode.shutdown()
+    for p in (a, b):
+        rc, err = wait_exit(p)
+        assert rc == 0, err
+        assert "said stop" in err
+    assert MainNode.get_address() is None and MainNode.num_node_in_cluster() == 0
+    dtorch.DeviceMesh("cpu", [5])  # without a cluster, any id is a local virtual device again
+
+
+def test_wait_times_out(cluster):
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match="0 of 1 worker nodes"):
+        MainNode.wait_cluster_ready(1, timeout_second=0.3)
+    assert 0.25 < time.monotonic() - t0 < 10
+    MainNode.wait_cluster_ready(0, timeout_second=0)
+
+
+def test_wrong_and_missing_token(cluster):
+    bad = cluster(token="not-the-token")
+    rc, err = wait_exit(bad)
+    assert rc != 0
+    assert "refused by the main node" in err and "token does not match" in err, err
+    missing = cluster(env_token=False)
+    rc, err = wait_exit(missing)
+    assert rc != 0
+    assert "no cluster token" in err, err
+    # An explicit --token wins over the environment; a right one joins.
+    good = cluster(f"--token={TOKEN}", token="wrong-in-env")
+    MainNode.wait_cluster_ready(1, timeout_second=60)
+    assert MainNode.num_node_in_cluster() == 1
+    assert [n["pid"] for n in MainNode.nodes()] == [good.pid]
+
+
+def test_node_killed_is_lost_and_others_go_on(cluster):
+    a = cluster("--cpu-devices=1")
+    b = cluster("--cpu-devices=1")
+    MainNode.wait_cluster_ready(2, timeout_second=60)
+    killed = MainNode.nodes()[0]
+    victim = a if killed["pid"] == a.pid else b
+    survivor = b if victim is a else a
+    t0 = time.monotonic()
+    victim.send_signal(signal.SIGKILL)
+    assert wait_for(lambda: MainNode.nodes()[killed["index"]]["state"] == "lost", 2.25 * HB + 2.0)
+    took = time.monotonic() - t0
+    assert took >= 1.5 * HB  # not before two intervals could pass
+    err = MainNode.nodes()[killed["index"]]["error"]
+    assert f"worker node {killed['index']}" in err and "127.0.0.1" in err and str(victim.pid) in err, err
+    assert MainNode.num_node_in_cluster() == 1
+    time.sleep(3 * HB)
+    assert survivor.poll() is None and MainNode.nodes()[1 - killed["index"]]["state"] == "alive"
+    # The main node still works: a computation on its own devices.
+    mesh = dtorch.DeviceMesh("cpu", [0, 1])
+    x = dtorch.arange(8, device_mesh=mesh, placements=[dtorch.Shard(0)])
+    assert (x * 2).to_torch().tolist() == [2 * i for i in range(8)]
+
+
+def test_node_exits_when_main_disappears(tmp_path):
+    env = dict(os.environ, DTORCH_CLUSTER_TOKEN=TOKEN)
+    addr_file = tmp_path / "addr"
+    main = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time, dtorch\n"
+        f"dtorch.MainNode.set_address(None, heartbeat_second={HB})\n"
+        f"open({str(addr_file)!r}, 'w').write(dtorch.MainNode.get_address())\n"
+        "dtorch.MainNode.wait_cluster_ready(1, timeout_second=60)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(120)\n")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    node = None
+    try:
+        assert wait_for(lambda: addr_file.exists() and addr_file.read_text(), 60), main.stderr
+        node = subprocess.Popen([executable(), f"--main-node-address={addr_file.read_text()}"], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert main.stdout.readline().strip() == "ready"
+        t0 = time.monotonic()
+        main.send_signal(signal.SIGKILL)
+        rc, err = wait_exit(node, timeout=2.25 * HB + 10)
+        assert rc == 0, err
+        assert "is gone" in err
+        assert time.monotonic() - t0 < 2.25 * HB + 5
+    finally:
+        for p in (main, node):
+            if p is not None:
+                if p.poll() is None:
+                    p.kill()
+                p.communicate(timeout=30)
+
+
+def test_bad_arguments(cluster):
+    with pytest.raises(ValueError, match="already the main node"):
+        MainNode.set_address("127.0.0.1:0")
+    for args in (["--cpu-devices=x"], ["--bogus"], ["--cuda-devices=0"]):
+        p = cluster(*args)
+        rc, err = wait_exit(p)
+        assert rc == 2, (args, err)
+    p = subprocess.run([executable()], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and "--main-node-address" in p.stderr
+
+
+def test_set_address_validation(monkeypatch):
+    monkeypatch.delenv("DTORCH_CLUSTER_TOKEN", raising=False)
+    with pytest.raises(ValueError, match="no cluster token"):
+        MainNode.set_address("127.0.0.1:0")
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        MainNode.set_address("localhost", token="t")
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        MainNode.set_address("127.0.0.1:99999", token="t")
+    with pytest.raises(TypeError):
+        MainNode.set_address(5555)
+    with pytest.raises(RuntimeError, match="set_address"):
+        MainNode.wait_cluster_ready(1, timeout_second=0)
+    assert MainNode.get_address() is None and MainNode.num_node_in_cluster() == 0
