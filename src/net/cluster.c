@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "dtorch/dtorch_cluster.h"
@@ -40,6 +41,8 @@ static struct {
     int64_t cpu_total;
     node *nodes;
     int n, cap, alive, refused;
+    dt__net_in *in; /* the cluster thread's receive buffer */
+    pid_t pid;      /* the process that listens (a forked child does not own the cluster) */
 } C = {.life = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT};
 
 static void init_cond(void) {
@@ -192,7 +195,7 @@ static void *loop(void *arg) {
     (void)arg;
     int64_t next_beat = dt__net_now_ms();
     uint64_t seq = 0;
-    dt__net_in *in = dt__malloc(sizeof *in);
+    dt__net_in *in = C.in;
     for (;;) {
         pthread_mutex_lock(&C.mu);
         int64_t wait = beat(dt__net_now_ms(), &next_beat, &seq);
@@ -202,8 +205,6 @@ static void *loop(void *arg) {
             break;
         if (items[1].revents & ZMQ_POLLIN) /* the only command: stop */
             break;
-        if (!in)
-            continue; /* out of memory: heartbeats still judge losses */
         int rc;
         while ((rc = dt__net_recv(C.router, 1, in)) != 0) {
             if (rc > 0)
@@ -223,7 +224,6 @@ static void *loop(void *arg) {
         }
     pthread_cond_broadcast(&C.changed);
     pthread_mutex_unlock(&C.mu);
-    dt__free(in);
     return NULL;
 }
 
@@ -257,6 +257,8 @@ static void close_all(void) {
     C.router = C.wake_tx = C.wake_rx = C.ctx = NULL;
     dt__free(C.nodes);
     C.nodes = NULL;
+    dt__free(C.in);
+    C.in = NULL;
     C.n = C.cap = C.alive = C.refused = 0;
     C.cpu_total = 0;
     memset(C.token, 0, sizeof C.token);
@@ -304,6 +306,10 @@ dt_status dt_cluster_listen(const char *address, const dt_cluster_options *opts)
     size_t blen = sizeof bound;
     char pipe[64];
     snprintf(pipe, sizeof pipe, "inproc://dtorch-cluster-wake");
+    if (!(C.in = dt__malloc(sizeof *C.in))) {
+        st = dt__error(DT_ENOMEM, "cluster: out of memory");
+        goto fail;
+    }
     if (!(C.ctx = zmq_ctx_new()) || !(C.router = zmq_socket(C.ctx, ZMQ_ROUTER)) ||
         !(C.wake_rx = zmq_socket(C.ctx, ZMQ_PAIR)) || !(C.wake_tx = zmq_socket(C.ctx, ZMQ_PAIR))) {
         st = dt__error(DT_EBACKEND, "cluster: making ZeroMQ sockets: %s", zmq_strerror(zmq_errno()));
@@ -316,7 +322,11 @@ dt_status dt_cluster_listen(const char *address, const dt_cluster_options *opts)
     zmq_setsockopt(C.router, ZMQ_LINGER, &(int){500}, sizeof(int));
     zmq_setsockopt(C.wake_tx, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(C.wake_rx, ZMQ_LINGER, &zero, sizeof zero);
+    /* A reconnecting node keeps its routing id (node.c sets it): the new
+     * connection takes the old one's place. No frame larger than a message
+     * of this version is read at all. */
     zmq_setsockopt(C.router, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
+    zmq_setsockopt(C.router, ZMQ_MAXMSGSIZE, &(int64_t){DT__WIRE_MAX}, sizeof(int64_t));
     if (zmq_bind(C.router, ep) != 0) {
         st = dt__error(DT_EBACKEND, "cluster: cannot listen at %s: %s", ep + 6, zmq_strerror(zmq_errno()));
         goto fail;
@@ -337,6 +347,7 @@ dt_status dt_cluster_listen(const char *address, const dt_cluster_options *opts)
         goto fail;
     }
     C.listening = 1;
+    C.pid = getpid();
     pthread_mutex_unlock(&C.life);
     return DT_OK;
 fail:
@@ -350,6 +361,21 @@ fail:
 void dt_cluster_shutdown(void) {
     pthread_mutex_lock(&C.life);
     if (!C.listening) {
+        pthread_mutex_unlock(&C.life);
+        return;
+    }
+    if (C.pid != getpid()) {
+        /* A forked child (its exit handlers): the cluster thread and the
+         * ZeroMQ context are the parent's, so nothing of them is touched;
+         * the child only forgets it had a cluster. */
+        pthread_mutex_lock(&C.mu);
+        C.router = C.wake_tx = C.wake_rx = C.ctx = NULL;
+        C.in = NULL;
+        C.nodes = NULL;
+        C.n = C.cap = C.alive = 0;
+        C.address[0] = 0;
+        C.listening = 0;
+        pthread_mutex_unlock(&C.mu);
         pthread_mutex_unlock(&C.life);
         return;
     }

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -93,11 +94,12 @@ static int enroll(nodectx *n, const dt__wire_msg *reg, int timeout_ms, dt__net_i
             else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH || ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
                      ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
                      (ev == ZMQ_EVENT_DISCONNECTED && connected && !handshaken && dt__net_has_curve())) {
-                char msg[300];
+                char msg[600];
                 snprintf(
                     msg, sizeof msg,
                     "refused by the main node at %s: the encrypted handshake failed, so the cluster token "
-                    "does not match the main node's (set the same DTORCH_CLUSTER_TOKEN on both hosts)",
+                    "does not match the main node's (set the same DTORCH_CLUSTER_TOKEN on both hosts), or "
+                    "what listens there is not a dtorch main node",
                     n->main);
                 return fail(msg);
             }
@@ -196,6 +198,15 @@ int dt_node_run(const dt_node_options *opts) {
         goto out;
     }
     zmq_setsockopt(n.sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(n.sock, ZMQ_MAXMSGSIZE, &(int64_t){DT__WIRE_MAX}, sizeof(int64_t));
+    /* Our own routing id, so that a connection that drops and comes back
+     * (ZeroMQ reconnects by itself) is still this node to the main node. */
+    char rid[96];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int rl = snprintf(rid, sizeof rid, "dtorch-node/%d/%lld.%09ld", (int)getpid(), (long long)ts.tv_sec,
+                      ts.tv_nsec);
+    zmq_setsockopt(n.sock, ZMQ_ROUTING_ID, rid, (size_t)rl);
     zmq_setsockopt(n.mon, ZMQ_LINGER, &zero, sizeof zero);
     if (dt__net_curve(n.sock, token, 0) != 0) {
         rc = fail(dt_last_error());
