@@ -68,12 +68,14 @@ static int mon_event(void *mon) {
     return ev;
 }
 
-/* Registers; 0 with *w the welcome, else the exit status. */
+#define GONE (-1) /* enroll: the main node went away while registering us */
+
+/* Registers; 0 with in->m the welcome, GONE, else the exit status. */
 static int enroll(nodectx *n, const dt__wire_msg *reg, int timeout_ms, dt__net_in *in) {
     if (dt__net_send(n->sock, NULL, 0, reg) != DT_OK)
         return fail(dt_last_error());
     int64_t deadline = dt__net_now_ms() + timeout_ms;
-    int connected = 0, handshaken = 0;
+    int connected = 0, handshaken = 0, gone = 0;
     for (;;) {
         int64_t left = deadline - dt__net_now_ms();
         if (left <= 0) {
@@ -89,6 +91,12 @@ static int enroll(nodectx *n, const dt__wire_msg *reg, int timeout_ms, dt__net_i
         while ((ev = mon_event(n->mon)) != 0) {
             if (ev == ZMQ_EVENT_CONNECTED)
                 connected = 1;
+            else if (ev == ZMQ_EVENT_DISCONNECTED && handshaken)
+                /* The main node took the connection and dropped it: it
+                 * ended, perhaps after registering us but before its
+                 * welcome left. The REGISTER is not sent again, so waiting
+                 * for it to come back would wait for nothing. */
+                gone = 1;
             else if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
                 handshaken = 1;
             else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH || ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
@@ -121,6 +129,8 @@ static int enroll(nodectx *n, const dt__wire_msg *reg, int timeout_ms, dt__net_i
                 return 0;
             }
         }
+        if (gone)
+            return GONE;
     }
 }
 
@@ -232,7 +242,11 @@ int dt_node_run(const dt_node_options *opts) {
     reg.u.reg.token = (const uint8_t *)token;
     reg.u.reg.token_len = strlen(token);
     rc = enroll(&n, &reg, opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 60000, in);
-    if (rc == 0 && in->m.type == DT__WIRE_WELCOME) {
+    if (rc == GONE) {
+        say(&n, "the main node at %s is gone (it closed the connection while registering): exiting",
+            opts->main_address);
+        rc = 0;
+    } else if (rc == 0 && in->m.type == DT__WIRE_WELCOME) {
         char line[200];
         snprintf(
             line, sizeof line, "worker node %u of the main node at %s: %d CPU devices, global ids %lld..%lld",

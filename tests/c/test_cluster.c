@@ -10,6 +10,11 @@
 
 #include "dtorch/dtorch_cluster.h"
 #include "test_util.h"
+#ifdef DT_TEST_HAVE_ZMQ
+#include <zmq.h>
+
+#include "net/transport.h"
+#endif
 
 typedef struct node_thread {
     pthread_t t;
@@ -35,6 +40,34 @@ static void start(node_thread *n, const char *addr, const char *token, int cpus,
     n->rc = -1;
     CHECK_EQ(pthread_create(&n->t, NULL, run_node, n), 0);
 }
+
+#ifdef DT_TEST_HAVE_ZMQ
+/* A main node that takes a registration and ends before it welcomes the
+ * node (a main process killed at that moment): the node must see it go
+ * and exit 0 rather than wait out its connect timeout. */
+static void test_main_gone_while_registering(void) {
+    void *ctx = zmq_ctx_new(), *router = zmq_socket(ctx, ZMQ_ROUTER);
+    CHECK_EQ(dt__net_curve(router, "c-test-token", 1), 0);
+    CHECK_EQ(zmq_bind(router, "tcp://127.0.0.1:*"), 0);
+    char ep[200];
+    size_t len = sizeof ep;
+    CHECK_EQ(zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, ep, &len), 0);
+    node_thread n;
+    start(&n, ep + 6, "c-test-token", 1, 60000);
+    zmq_pollitem_t it = {router, 0, ZMQ_POLLIN, 0};
+    CHECK_EQ(zmq_poll(&it, 1, 30000), 1);
+    dt__net_in *in = malloc(sizeof *in);
+    CHECK_EQ(dt__net_recv(router, 1, in), 1);
+    CHECK_EQ(in->m.type, DT__WIRE_REGISTER);
+    free(in);
+    int64_t t0 = dt__net_now_ms();
+    zmq_close(router); /* no welcome */
+    zmq_ctx_term(ctx);
+    pthread_join(n.t, NULL);
+    CHECK_EQ(n.rc, 0);
+    CHECK(dt__net_now_ms() - t0 < 20000);
+}
+#endif
 
 int main(void) {
     if (!dt_cluster_available()) {
@@ -100,6 +133,9 @@ int main(void) {
     CHECK_EQ(dt_cluster_listen("nonsense", &o), DT_EINVAL);
     o.token = "";
     CHECK_EQ(dt_cluster_listen(NULL, &o), DT_EINVAL);
+#ifdef DT_TEST_HAVE_ZMQ
+    test_main_gone_while_registering();
+#endif
     if (failures)
         fprintf(stderr, "test_cluster: %d failures\n", failures);
     return failures != 0;

@@ -1,9 +1,11 @@
 """Clusters on loopback (issue 13): this pytest process is the main node and worker nodes are
-``dtorch-node`` processes (one through ``python -m dtorch.node``). Every wait is bounded and every
-child is killed in teardown. Heartbeats run at 0.5 s here, so "lost after two intervals" is about
-a second."""
+``dtorch-node`` processes (one through ``python -m dtorch.node``); as root, also a main node and a
+worker node in two network namespaces joined by a veth pair. Every wait is bounded and every child
+is killed in teardown. Heartbeats run every second (the default), so a node is lost 2.25 s after
+its last heartbeat."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +19,7 @@ from dtorch.node import executable
 
 pytestmark = pytest.mark.skipif(not _C._cluster_info()["available"], reason="built without ZeroMQ")
 
-HB = 0.5  # heartbeat interval of these tests, seconds
+HB = 1.0  # heartbeat interval of these tests, seconds (the default: robust on a loaded 2-core machine)
 TOKEN = "test-cluster-token-\u00e9"
 
 
@@ -51,7 +53,13 @@ def cluster(monkeypatch):
 
 
 def wait_exit(p, timeout=30):
-    out, err = p.communicate(timeout=timeout)
+    """The exit status and stderr of `p`; a failure showing its stderr when it runs past `timeout`."""
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate(timeout=30)
+        pytest.fail(f"{p.args} still ran after {timeout} s; its stderr: {err}")
     return p.returncode, err
 
 
@@ -201,3 +209,73 @@ def test_set_address_validation(monkeypatch):
     with pytest.raises(RuntimeError, match="set_address"):
         MainNode.wait_cluster_ready(1, timeout_second=0)
     assert MainNode.get_address() is None and MainNode.num_node_in_cluster() == 0
+
+
+def _ip(*args):
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+
+
+@pytest.fixture
+def netns_pair():
+    """Two network namespaces joined by a veth pair, 10.231.7.1 (the main node's) and 10.231.7.2
+    (the worker node's); only as root with iproute2. The host's own namespace is not touched."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and iproute2")
+    tag = str(os.getpid())
+    ns_main, ns_node = f"dtmain{tag}", f"dtnode{tag}"
+    va, vb = f"dtva{tag}"[:15], f"dtvb{tag}"[:15]
+    try:
+        if _ip("netns", "add", ns_main).returncode != 0:
+            pytest.skip("cannot make network namespaces here")
+        steps = [("netns", "add", ns_node),
+                 ("-n", ns_main, "link", "add", va, "type", "veth", "peer", "name", vb, "netns", ns_node),
+                 ("-n", ns_main, "addr", "add", "10.231.7.1/24", "dev", va),
+                 ("-n", ns_node, "addr", "add", "10.231.7.2/24", "dev", vb),
+                 ("-n", ns_main, "link", "set", va, "up"), ("-n", ns_node, "link", "set", vb, "up"),
+                 ("-n", ns_main, "link", "set", "lo", "up"), ("-n", ns_node, "link", "set", "lo", "up")]
+        for s in steps:
+            r = _ip(*s)
+            assert r.returncode == 0, (s, r.stderr)
+        yield ns_main, ns_node
+    finally:
+        _ip("netns", "del", ns_node)  # deleting a namespace deletes its end of the veth, and so the pair
+        _ip("netns", "del", ns_main)
+
+
+def test_two_network_namespaces(netns_pair, tmp_path):
+    ns_main, ns_node = netns_pair
+    env = dict(os.environ, DTORCH_CLUSTER_TOKEN=TOKEN)
+    addr_file, go_file = tmp_path / "addr", tmp_path / "go"
+    main = subprocess.Popen(["ip", "netns", "exec", ns_main, sys.executable, "-c", (
+        "import json, os, time, dtorch\n"
+        f"dtorch.MainNode.set_address('10.231.7.1:0', cpu_devices=1, heartbeat_second={HB})\n"
+        f"open({str(addr_file)!r}, 'w').write(dtorch.MainNode.get_address())\n"
+        "dtorch.MainNode.wait_cluster_ready(1, timeout_second=60)\n"
+        "print(json.dumps(dtorch.MainNode.nodes()), flush=True)\n"
+        f"while not os.path.exists({str(go_file)!r}): time.sleep(0.05)\n"
+        "dtorch.MainNode.shutdown()\n")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs = [main]
+    try:
+        assert wait_for(lambda: addr_file.exists() and addr_file.read_text(), 60), main.stderr
+        address = addr_file.read_text()
+        assert address.startswith("10.231.7.1:")
+        bad = subprocess.Popen(["ip", "netns", "exec", ns_node, executable(), f"--main-node-address={address}",
+                                "--token=wrong"], env=env, stderr=subprocess.PIPE, text=True)
+        procs.append(bad)
+        rc, err = wait_exit(bad)
+        assert rc == 1 and "token does not match" in err, err
+        node = subprocess.Popen(["ip", "netns", "exec", ns_node, executable(), f"--main-node-address={address}",
+                                 "--cpu-devices=2"], env=env, stderr=subprocess.PIPE, text=True)
+        procs.append(node)
+        import json
+        nodes = json.loads(main.stdout.readline())
+        assert len(nodes) == 1 and nodes[0]["address"] == "10.231.7.2" and nodes[0]["first_device_id"] == 1
+        go_file.write_text("go")
+        rc, err = wait_exit(node)
+        assert rc == 0 and "said stop" in err, err
+        assert main.wait(timeout=60) == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.communicate(timeout=30)
