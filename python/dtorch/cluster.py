@@ -46,8 +46,9 @@ class MainNode:
                     heartbeat_second: Optional[float] = None) -> None:
         """Makes this process the main node, listening for worker nodes at ``address``.
 
-        ``address`` is ``"HOST:PORT"`` (port 0: a free port; None: ``127.0.0.1`` on a free port;
-        ``"0.0.0.0:PORT"`` to accept other hosts). ``cpu_devices`` is the number of this process's
+        ``address`` is ``"HOST:PORT"`` (port 0: a free port; ``"0.0.0.0:PORT"`` to accept other
+        hosts; None: ``GlobalOption.main_node_address``, from ``DTORCH_MAIN_NODE_ADDRESS``, else
+        ``127.0.0.1`` on a free port). ``cpu_devices`` is the number of this process's
         own CPU devices (global ids ``0..cpu_devices-1``). The token defaults to
         ``DTORCH_CLUSTER_TOKEN``; ``heartbeat_second`` to ``DTORCH_HEARTBEAT_MS`` / 1000, else 1.
         ValueError for a bad address, a missing token or a second call; RuntimeError when the
@@ -69,6 +70,9 @@ class MainNode:
         if not _C._cluster_info()["available"]:
             raise RuntimeError("MainNode.set_address(): this build of dtorch has no ZeroMQ; install "
                                "libzmq3-dev and rebuild to form clusters")
+        if address is None:
+            from .global_option import GlobalOption
+            address = GlobalOption.main_node_address
         _C._cluster_listen(address, cpu_devices, token, hb_ms)
 
     @staticmethod

@@ -3,7 +3,8 @@
  *
  *     DTORCH_CLUSTER_TOKEN=secret dtorch-node --main-node-address=HOST:PORT [--cpu-devices=N]
  *
- * Exit status: 0 when the main node said stop or went away, 1 when refused
+ * Without --main-node-address, DTORCH_MAIN_NODE_ADDRESS is the main node's
+ * address. Exit status: 0 when the main node said stop or went away, 1 when refused
  * or unable to register, 2 for bad arguments. Flag parsing only; the node
  * is dt_node_run (src/net/node.c).
  */
@@ -17,7 +18,8 @@ static const char usage[] =
     "usage: dtorch-node --main-node-address=HOST:PORT [--cpu-devices=N] [--token=T]\n"
     "                   [--connect-timeout=SECONDS] [--quiet]\n"
     "Joins the dtorch cluster whose main node listens at HOST:PORT and serves until it says stop\n"
-    "or goes away. The shared secret comes from --token or DTORCH_CLUSTER_TOKEN.\n";
+    "or goes away. The shared secret comes from --token or DTORCH_CLUSTER_TOKEN; the address\n"
+    "from DTORCH_MAIN_NODE_ADDRESS when the flag is absent.\n";
 
 /* The value of flag `name` at argv[*i] ("--name=V" or "--name V"), else NULL. */
 static const char *flag(int argc, char **argv, int *i, const char *name) {
@@ -75,6 +77,10 @@ int main(int argc, char **argv) {
             fprintf(stderr, "dtorch-node: unknown argument '%s'\n%s", argv[i], usage);
             return 2;
         }
+    }
+    if (!o.main_address) { /* the original's variable, as GlobalOption reads it */
+        const char *env = getenv("DTORCH_MAIN_NODE_ADDRESS");
+        o.main_address = env && *env ? env : NULL;
     }
     if (!o.main_address) {
         fprintf(stderr, "dtorch-node: --main-node-address=HOST:PORT is required\n%s", usage);

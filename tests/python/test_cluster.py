@@ -157,6 +157,7 @@ def test_node_killed_is_lost_and_others_go_on(cluster):
 
 def test_node_exits_when_main_disappears(tmp_path):
     env = dict(os.environ, DTORCH_CLUSTER_TOKEN=TOKEN)
+    env.pop("DTORCH_MAIN_NODE_ADDRESS", None)  # set_address(None): loopback
     addr_file = tmp_path / "addr"
     main = subprocess.Popen([sys.executable, "-c", (
         "import sys, time, dtorch\n"
@@ -192,8 +193,19 @@ def test_bad_arguments(cluster):
         p = cluster(*args)
         rc, err = wait_exit(p)
         assert rc == 2, (args, err)
-    p = subprocess.run([executable()], capture_output=True, text=True, timeout=30)
+    env = dict(os.environ)
+    env.pop("DTORCH_MAIN_NODE_ADDRESS", None)
+    p = subprocess.run([executable()], capture_output=True, text=True, timeout=30, env=env)
     assert p.returncode == 2 and "--main-node-address" in p.stderr
+    # Without the flag, DTORCH_MAIN_NODE_ADDRESS names the main node.
+    env["DTORCH_MAIN_NODE_ADDRESS"] = MainNode.get_address()
+    node = subprocess.Popen([executable(), "--connect-timeout=60"], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        MainNode.wait_cluster_ready(1, timeout_second=60)
+        assert [n["pid"] for n in MainNode.nodes()] == [node.pid]
+    finally:
+        node.kill()
+        node.communicate(timeout=30)
 
 
 def test_set_address_validation(monkeypatch):
@@ -206,6 +218,10 @@ def test_set_address_validation(monkeypatch):
         MainNode.set_address("127.0.0.1:99999", token="t")
     with pytest.raises(TypeError):
         MainNode.set_address(5555)
+    # No address: GlobalOption's (DTORCH_MAIN_NODE_ADDRESS) is the one used.
+    monkeypatch.setattr(dtorch.GlobalOption, "main_node_address", "not-an-address")
+    with pytest.raises(ValueError, match="not 'not-an-address'"):
+        MainNode.set_address(token="t")
     with pytest.raises(RuntimeError, match="set_address"):
         MainNode.wait_cluster_ready(1, timeout_second=0)
     assert MainNode.get_address() is None and MainNode.num_node_in_cluster() == 0
