@@ -34,6 +34,17 @@ print("check_package.sh: import dtorch OK:", dtorch.__version__, dtorch.__file__
 PY
 )
 
+echo "check_package.sh: the installed dtorch-node runs"
+(cd / && env -u PYTHONPATH "$py" - <<'PY'
+import subprocess
+import dtorch.node
+exe = dtorch.node.executable()
+assert "site-packages" in exe, exe
+out = subprocess.run([exe, "--version"], check=True, capture_output=True, text=True, timeout=60).stdout
+print("check_package.sh:", out.strip(), exe)
+PY
+)
+
 echo "check_package.sh: a C program with pkg-config --cflags --libs dtorch"
 export PKG_CONFIG_PATH=$venv/lib/pkgconfig
 flags=$(pkg-config --cflags --libs dtorch)

@@ -304,5 +304,7 @@ int dtpy_add_factory_methods(PyObject *module);
 /* Adds the private test and debugging functions (testing.c: _test_gate*,
  * _test_gated, _graph_stats, _cached_bytes). 0 or -1. */
 int dtpy_add_testing_methods(PyObject *module);
+/* cluster.c: MainNode's functions (_cluster_*). */
+int dtpy_add_cluster_methods(PyObject *module);
 
 #endif /* DTORCH_PY_H */

@@ -318,6 +318,31 @@ def _parse_mesh(mesh) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
     return tuple(t.shape), tuple(int(v) for v in t.reshape(-1).tolist())
 
 
+def _check_cluster_ids(ids) -> None:
+    """Once this process is a cluster's main node (``MainNode.set_address``), CPU device ids are
+    global and node-major (docs/cluster.md): the main node's own first, then each worker node's.
+    Ids of a worker node are refused (RuntimeError) until ops run there, and ids past the last
+    node's are a ValueError; without a cluster every id is a local virtual CPU device."""
+    if _C._cluster_address() is None:
+        return
+    nodes = _C._cluster_nodes()
+    total = _C._cluster_info()["cpu_devices"]
+    local = total - sum(n["cpu_devices"] for n in nodes)
+    for i in ids:
+        if i < local:
+            continue
+        for n in nodes:
+            if n["first_device_id"] <= i < n["first_device_id"] + n["cpu_devices"]:
+                where = (f"CPU device {i} is device {i - n['first_device_id']} of worker node {n['index']} "
+                         f"({n['address']}, host {n['host']}, pid {n['pid']}, {n['state']})")
+                raise RuntimeError(f"{where}: running ops on a worker node's devices is not implemented "
+                                   "yet; use the main node's own CPU devices "
+                                   f"(ids 0..{local - 1}, MainNode.set_address(cpu_devices=...))")
+        raise ValueError(f"CPU device {i} does not exist in this cluster: the main node has {local} CPU "
+                         f"devices (ids 0..{local - 1}) and {len(nodes)} worker nodes add "
+                         f"{total - local} (ids {local}..{total - 1})")
+
+
 class DeviceMesh:
     """An immutable N-D array of device ids of one device type, with dimension names.
 
@@ -359,6 +384,8 @@ class DeviceMesh:
             raise ValueError(
                 f"mesh has duplicate device ids {dups} in {_nest(list(ids), shape)}: each device may appear once"
             )
+        if dtype_name == "cpu":
+            _check_cluster_ids(ids)
         names = self._check_names(mesh_dim_names, len(shape))
         handle = _C.Mesh(_DEVICE_TYPES[dtype_name], shape, ids, names)
         self._init(handle, dtype_name, shape, ids, handle.dim_names)

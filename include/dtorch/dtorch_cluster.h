@@ -1,0 +1,117 @@
+/*
+ * dtorch clusters: a main node (this process: the client and the
+ * controller) and worker nodes (dtorch-node processes, usually on other
+ * hosts) that register with it over ZeroMQ. See docs/cluster.md.
+ *
+ *     // main node                          // each worker host
+ *     dt_cluster_listen("0.0.0.0:5555",      //   DTORCH_CLUSTER_TOKEN=... \
+ *                       &opts);              //   dtorch-node --main-node-address=main:5555
+ *     dt_cluster_wait(2, 600000);
+ *
+ * One cluster per process. Worker nodes hold a shared secret, the token:
+ * registration carries it (compared in constant time) and, when libzmq has
+ * CURVE (dt_cluster_has_curve), every connection is encrypted and
+ * authenticated with keys derived from it. The main node sends heartbeats
+ * to each worker node and marks one lost after two intervals without its
+ * heartbeat; a worker node exits when the main node says stop or is silent
+ * for two intervals.
+ *
+ * What works today: cluster formation, heartbeats and loss detection.
+ * Running kernels on a worker node's devices is the next step (issue 13).
+ *
+ * Every function is thread-safe. Without ZeroMQ in the build they return
+ * DT_EUNSUPPORTED.
+ */
+#ifndef DTORCH_CLUSTER_H
+#define DTORCH_CLUSTER_H
+
+#include <stdint.h>
+
+#include "dtorch/dtorch.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Parameters of dt_cluster_listen; zero-initialise, then set fields. Grows
+ * only at the end. */
+typedef struct dt_cluster_options {
+    int cpu_devices;   /* the main node's own CPU devices (global ids 0..N-1) */
+    const char *token; /* the shared secret; NULL: $DTORCH_CLUSTER_TOKEN */
+    int heartbeat_ms;  /* heartbeat interval; 0: $DTORCH_HEARTBEAT_MS, else 1000 */
+} dt_cluster_options;
+
+/* 1 when this build can form clusters (ZeroMQ found), and when its libzmq
+ * has CURVE encryption. */
+DT_API int dt_cluster_available(void);
+DT_API int dt_cluster_has_curve(void);
+
+/* Makes this process the main node and listens at `address` ("HOST:PORT";
+ * NULL or "": 127.0.0.1 on a free port; port 0: a free port). DT_EINVAL for
+ * a bad address, a missing or overlong token (at most 1024 bytes) or a
+ * second call; DT_EBACKEND when the address cannot be bound. `opts` is
+ * read during the call (NULL: defaults). */
+DT_API dt_status dt_cluster_listen(const char *address, const dt_cluster_options *opts);
+/* The address the main node listens at, "HOST:PORT" with the port bound,
+ * into `buf` of `cap` bytes. DT_EINVAL when not listening. */
+DT_API dt_status dt_cluster_address(char *buf, size_t cap);
+/* Waits until `num_nodes` worker nodes are connected and alive, at most
+ * `timeout_ms` milliseconds (DT_ETIMEDOUT, the thread error saying how
+ * many joined). Blocks the calling thread (no spinning); callers that must
+ * stay responsive loop over short timeouts. */
+DT_API dt_status dt_cluster_wait(int num_nodes, int timeout_ms);
+/* Worker nodes registered so far (lost ones included), and of those the
+ * ones alive. 0 when not listening. */
+DT_API int dt_cluster_num_nodes(void);
+DT_API int dt_cluster_num_alive(void);
+
+typedef enum dt_node_state {
+    DT_NODE_ALIVE = 0,
+    DT_NODE_LOST = 1,    /* no heartbeat for two intervals, or it left */
+    DT_NODE_STOPPED = 2, /* the main node told it to stop */
+} dt_node_state;
+
+/* One worker node, as the main node sees it. */
+typedef struct dt_node_info {
+    int index;               /* registration order, from 0 */
+    int state;               /* dt_node_state */
+    int cpu_devices;         /* CPU devices it offers */
+    int64_t first_device_id; /* its first global CPU device id */
+    int pid;                 /* its process id on its host */
+    char address[128];       /* its peer address, "HOST:PORT" */
+    char host[128];          /* its host name */
+    char error[512];         /* why it is lost ("" when alive) */
+} dt_node_info;
+
+/* Worker node `index` (< dt_cluster_num_nodes()) into *out. DT_EINDEX. */
+DT_API dt_status dt_cluster_node(int index, dt_node_info *out);
+/* Total CPU devices in the cluster: the main node's, then each worker
+ * node's in registration order (global ids are node-major). */
+DT_API int64_t dt_cluster_cpu_devices(void);
+/* Tells every worker node to stop, closes the connections and forgets the
+ * cluster (a later dt_cluster_listen may form a new one). No-op when not
+ * listening. */
+DT_API void dt_cluster_shutdown(void);
+
+/* ------------------------------------------------------ the worker node */
+
+/* Parameters of dt_node_run; zero-initialise, then set fields. */
+typedef struct dt_node_options {
+    const char *main_address; /* "HOST:PORT" of the main node (required) */
+    const char *token;        /* NULL: $DTORCH_CLUSTER_TOKEN */
+    int cpu_devices;          /* CPU devices to offer (0: 1) */
+    int connect_timeout_ms;   /* give up registering after this (0: 60000) */
+    int quiet;                /* 1: no progress lines on stderr */
+} dt_node_options;
+
+/* Runs a worker node: connects, registers and serves until the main node
+ * says stop or disappears (returns 0), or is refused or cannot register
+ * (returns 1; the reason on stderr and in the thread error; 2 for bad
+ * options). The calling thread serves; returns when it ends. */
+DT_API int dt_node_run(const dt_node_options *opts);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DTORCH_CLUSTER_H */

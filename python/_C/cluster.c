@@ -1,0 +1,132 @@
+/*
+ * The cluster functions of the extension (dtorch.cluster's MainNode over
+ * dtorch_cluster.h). Waits release the GIL and run as a loop of short
+ * timed waits with PyErr_CheckSignals in between, so Ctrl-C works.
+ */
+#include "dtorch_py.h"
+
+#include <time.h>
+
+#include "dtorch/dtorch_cluster.h"
+
+#define SLICE_MS 100
+
+/* A failed cluster call as the Python exception a caller expects. */
+static PyObject *cluster_error(dt_status s) {
+    PyObject *cls = s == DT_EINVAL      ? PyExc_ValueError
+                    : s == DT_ETIMEDOUT ? PyExc_TimeoutError
+                    : s == DT_EINDEX    ? PyExc_IndexError
+                                        : PyExc_RuntimeError;
+    PyErr_SetString(cls, dt_last_error());
+    return NULL;
+}
+
+static PyObject *c_listen(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *address = NULL, *token = NULL;
+    int cpu = 0, hb = 0;
+    if (!PyArg_ParseTuple(args, "ziz|i", &address, &cpu, &token, &hb))
+        return NULL;
+    dt_cluster_options o = {.cpu_devices = cpu, .token = token, .heartbeat_ms = hb};
+    dt_status s;
+    Py_BEGIN_ALLOW_THREADS s = dt_cluster_listen(address, &o);
+    Py_END_ALLOW_THREADS if (s != DT_OK) return cluster_error(s);
+    Py_RETURN_NONE;
+}
+
+static PyObject *c_address(PyObject *self, PyObject *noargs) {
+    (void)self, (void)noargs;
+    char buf[200];
+    if (dt_cluster_address(buf, sizeof buf) != DT_OK)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(buf);
+}
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static PyObject *c_wait(PyObject *self, PyObject *args) {
+    (void)self;
+    int n;
+    double timeout_s;
+    if (!PyArg_ParseTuple(args, "id", &n, &timeout_s))
+        return NULL;
+    if (n < 0 || !(timeout_s >= 0))
+        return PyErr_Format(PyExc_ValueError,
+                            "wait_cluster_ready(num_nodes=%d, timeout_second=%g): both must be >= 0", n,
+                            timeout_s);
+    int64_t deadline = now_ms() + (int64_t)(timeout_s * 1000.0);
+    for (;;) {
+        int64_t left = deadline - now_ms();
+        int slice = left < SLICE_MS ? (int)(left < 0 ? 0 : left) : SLICE_MS;
+        dt_status s;
+        Py_BEGIN_ALLOW_THREADS s = dt_cluster_wait(n, slice);
+        Py_END_ALLOW_THREADS if (s == DT_OK) Py_RETURN_NONE;
+        if (s != DT_ETIMEDOUT)
+            return cluster_error(s);
+        if (left <= 0) {
+            char addr[200] = "?";
+            dt_cluster_address(addr, sizeof addr);
+            return PyErr_Format(
+                PyExc_TimeoutError,
+                "MainNode.wait_cluster_ready: %d of %d worker nodes joined the main node at %s "
+                "within %g s (%d registered in all)",
+                dt_cluster_num_alive(), n, addr, timeout_s, dt_cluster_num_nodes());
+        }
+        if (PyErr_CheckSignals() < 0)
+            return NULL;
+    }
+}
+
+static PyObject *c_nodes(PyObject *self, PyObject *noargs) {
+    (void)self, (void)noargs;
+    int n = dt_cluster_num_nodes();
+    PyObject *list = PyList_New(0);
+    for (int i = 0; list && i < n; i++) {
+        dt_node_info in;
+        if (dt_cluster_node(i, &in) != DT_OK)
+            break;
+        static const char *const states[] = {"alive", "lost", "stopped"};
+        PyObject *d =
+            Py_BuildValue("{s:i,s:s,s:i,s:L,s:i,s:s,s:s,s:s}", "index", in.index, "state", states[in.state],
+                          "cpu_devices", in.cpu_devices, "first_device_id", (long long)in.first_device_id,
+                          "pid", in.pid, "address", in.address, "host", in.host, "error", in.error);
+        if (!d || PyList_Append(list, d) < 0) {
+            Py_XDECREF(d);
+            Py_CLEAR(list);
+            break;
+        }
+        Py_DECREF(d);
+    }
+    return list;
+}
+
+static PyObject *c_shutdown(PyObject *self, PyObject *noargs) {
+    (void)self, (void)noargs;
+    Py_BEGIN_ALLOW_THREADS dt_cluster_shutdown();
+    Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
+static PyObject *c_info(PyObject *self, PyObject *noargs) {
+    (void)self, (void)noargs;
+    return Py_BuildValue("{s:O,s:O,s:i,s:i,s:L}", "available", dt_cluster_available() ? Py_True : Py_False,
+                         "curve", dt_cluster_has_curve() ? Py_True : Py_False, "num_nodes",
+                         dt_cluster_num_nodes(), "num_alive", dt_cluster_num_alive(), "cpu_devices",
+                         (long long)dt_cluster_cpu_devices());
+}
+
+static PyMethodDef cluster_methods[] = {
+    {"_cluster_listen", c_listen, METH_VARARGS,
+     "_cluster_listen(address, cpu_devices, token, heartbeat_ms=0)"},
+    {"_cluster_address", c_address, METH_NOARGS, "_cluster_address() -> 'HOST:PORT' or None"},
+    {"_cluster_wait", c_wait, METH_VARARGS, "_cluster_wait(num_nodes, timeout_second); TimeoutError"},
+    {"_cluster_nodes", c_nodes, METH_NOARGS, "_cluster_nodes() -> [dict] in registration order"},
+    {"_cluster_shutdown", c_shutdown, METH_NOARGS, "_cluster_shutdown(): stop every worker node"},
+    {"_cluster_info", c_info, METH_NOARGS, "_cluster_info() -> dict"},
+    {NULL, NULL, 0, NULL},
+};
+
+int dtpy_add_cluster_methods(PyObject *module) { return PyModule_AddFunctions(module, cluster_methods); }

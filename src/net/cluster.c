@@ -1,0 +1,467 @@
+/*
+ * The main node (dtorch_cluster.h): listens for worker nodes, registers
+ * them, exchanges heartbeats and marks lost the ones that go silent.
+ *
+ * Threads. One cluster per process (the struct below). The cluster thread
+ * (loop()) owns the ROUTER socket and the receiving end of the wake pipe:
+ * it alone sends and receives on them. API calls run on any thread; they
+ * read and change the node table under `mu` and reach the cluster thread
+ * through the sending end of the wake pipe, which they use under `mu`.
+ * Lock order: `life` (listen/shutdown, held across the thread's start and
+ * join) before `mu`; the cluster thread takes only `mu`, never across a
+ * blocking ZeroMQ call.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "dtorch/dtorch_cluster.h"
+#include "net/transport.h"
+
+typedef struct node {
+    uint8_t rid[256];
+    size_t rid_len;
+    int64_t last_seen; /* ms, dt__net_now_ms */
+    dt_node_info info;
+} node;
+
+static struct {
+    pthread_mutex_t life, mu;
+    pthread_cond_t changed; /* a node joined, was lost or stopped (monotonic clock) */
+    pthread_once_t once;
+    int listening;
+    void *ctx, *router, *wake_tx, *wake_rx;
+    pthread_t thread;
+    char address[160];
+    char token[DT__WIRE_TOKEN_MAX + 1];
+    int heartbeat_ms, cpu_devices;
+    int64_t cpu_total;
+    node *nodes;
+    int n, cap, alive, refused;
+    dt__net_in *in; /* the cluster thread's receive buffer */
+    pid_t pid;      /* the process that listens (a forked child does not own the cluster) */
+} C = {.life = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT};
+
+static void init_cond(void) {
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(&C.changed, &a);
+    pthread_condattr_destroy(&a);
+}
+
+int dt_cluster_available(void) { return 1; }
+int dt_cluster_has_curve(void) { return dt__net_has_curve(); }
+
+/* ------------------------------------------------------- cluster thread */
+
+static node *find(const dt__net_in *in) {
+    for (int i = 0; i < C.n; i++)
+        if (C.nodes[i].rid_len == in->rid_len && memcmp(C.nodes[i].rid, in->rid, in->rid_len) == 0)
+            return &C.nodes[i];
+    return NULL;
+}
+
+static void refuse(const dt__net_in *in, const char *why) {
+    dt__wire_msg r = {.type = DT__WIRE_REFUSE};
+    snprintf(r.u.refuse.reason, sizeof r.u.refuse.reason, "%s", why);
+    dt__net_send(C.router, in->rid, in->rid_len, &r);
+}
+
+/* Under mu. */
+static void on_register(const dt__net_in *in, int64_t now) {
+    const dt__wire_msg *m = &in->m;
+    if (!dt__wire_token_equal(m->u.reg.token, m->u.reg.token_len, (const uint8_t *)C.token,
+                              strlen(C.token))) {
+        C.refused++;
+        fprintf(stderr, "dtorch main node: refused a worker node from %s: wrong cluster token\n",
+                in->peer[0] ? in->peer : "an unknown address");
+        refuse(in, "the cluster token does not match the main node's (set the same DTORCH_CLUSTER_TOKEN on "
+                   "both hosts)");
+        return;
+    }
+    node *nd = find(in);
+    if (nd && nd->info.state != DT_NODE_ALIVE) {
+        refuse(in, "this worker node was marked lost; start a new one");
+        return;
+    }
+    if (!nd) {
+        if (m->u.reg.cuda_devices) {
+            refuse(in, "CUDA devices on worker nodes are not supported yet");
+            return;
+        }
+        if (C.n == C.cap) {
+            int cap = C.cap ? 2 * C.cap : 8;
+            node *v = dt__realloc(C.nodes, (size_t)cap * sizeof *v);
+            if (!v) {
+                refuse(in, "the main node is out of memory");
+                return;
+            }
+            C.nodes = v;
+            C.cap = cap;
+        }
+        nd = &C.nodes[C.n];
+        memset(nd, 0, sizeof *nd);
+        memcpy(nd->rid, in->rid, in->rid_len);
+        nd->rid_len = in->rid_len;
+        nd->info.index = C.n++;
+        nd->info.state = DT_NODE_ALIVE;
+        nd->info.cpu_devices = (int)m->u.reg.cpu_devices;
+        nd->info.first_device_id = C.cpu_total;
+        nd->info.pid = (int)m->u.reg.pid;
+        snprintf(nd->info.address, sizeof nd->info.address, "%s", in->peer[0] ? in->peer : "?");
+        snprintf(nd->info.host, sizeof nd->info.host, "%.127s", m->u.reg.host);
+        C.cpu_total += m->u.reg.cpu_devices;
+        C.alive++;
+        pthread_cond_broadcast(&C.changed);
+    }
+    nd->last_seen = now;
+    dt__wire_msg w = {.type = DT__WIRE_WELCOME};
+    w.u.welcome.node_index = (uint32_t)nd->info.index;
+    w.u.welcome.first_device_id = nd->info.first_device_id;
+    w.u.welcome.heartbeat_ms = (uint32_t)C.heartbeat_ms;
+    dt__net_send(C.router, in->rid, in->rid_len, &w);
+}
+
+/* Under mu. */
+static void lose(node *nd, const char *why) {
+    nd->info.state = DT_NODE_LOST;
+    snprintf(nd->info.error, sizeof nd->info.error, "worker node %d (%.63s, host %.127s, pid %d) %.95s",
+             nd->info.index, nd->info.address, nd->info.host, nd->info.pid, why);
+    C.alive--;
+    pthread_cond_broadcast(&C.changed);
+}
+
+static void on_message(const dt__net_in *in, int64_t now) {
+    pthread_mutex_lock(&C.mu);
+    node *nd = find(in);
+    switch (in->m.type) {
+    case DT__WIRE_REGISTER:
+        on_register(in, now);
+        break;
+    case DT__WIRE_HEARTBEAT:
+        if (nd && nd->info.state == DT_NODE_ALIVE)
+            nd->last_seen = now;
+        else { /* a node the cluster no longer counts: tell it to go */
+            dt__wire_msg s = {.type = DT__WIRE_STOP};
+            dt__net_send(C.router, in->rid, in->rid_len, &s);
+        }
+        break;
+    case DT__WIRE_BYE:
+        if (nd && nd->info.state == DT_NODE_ALIVE)
+            lose(nd, "left the cluster");
+        break;
+    default: /* not a message a worker node sends: ignored */
+        break;
+    }
+    pthread_mutex_unlock(&C.mu);
+}
+
+/* Heartbeats to every live node; losses. Returns the ms until the next
+ * deadline (a heartbeat to send or a node's silence to judge). Under mu. */
+static int64_t beat(int64_t now, int64_t *next_beat, uint64_t *seq) {
+    if (now >= *next_beat) {
+        dt__wire_msg h = {.type = DT__WIRE_HEARTBEAT};
+        h.u.heartbeat.seq = ++*seq;
+        for (int i = 0; i < C.n; i++)
+            if (C.nodes[i].info.state == DT_NODE_ALIVE)
+                dt__net_send(C.router, C.nodes[i].rid, C.nodes[i].rid_len, &h);
+        *next_beat = now + C.heartbeat_ms;
+    }
+    int64_t wait = *next_beat - now;
+    /* Lost: two intervals without a heartbeat (the slack absorbs scheduling
+     * delays on a loaded machine). */
+    int64_t limit = 2 * (int64_t)C.heartbeat_ms + C.heartbeat_ms / 4;
+    for (int i = 0; i < C.n; i++) {
+        node *nd = &C.nodes[i];
+        if (nd->info.state != DT_NODE_ALIVE)
+            continue;
+        int64_t silent = now - nd->last_seen;
+        if (silent > limit) {
+            char why[96];
+            snprintf(why, sizeof why, "is lost: no heartbeat for %lld ms", (long long)silent);
+            lose(nd, why);
+            fprintf(stderr, "dtorch main node: %s\n", nd->info.error);
+        } else if (limit - silent + 1 < wait)
+            wait = limit - silent + 1;
+    }
+    return wait < 0 ? 0 : wait;
+}
+
+static void *loop(void *arg) {
+    (void)arg;
+    int64_t next_beat = dt__net_now_ms();
+    uint64_t seq = 0;
+    dt__net_in *in = C.in;
+    for (;;) {
+        pthread_mutex_lock(&C.mu);
+        int64_t wait = beat(dt__net_now_ms(), &next_beat, &seq);
+        pthread_mutex_unlock(&C.mu);
+        zmq_pollitem_t items[2] = {{C.router, 0, ZMQ_POLLIN, 0}, {C.wake_rx, 0, ZMQ_POLLIN, 0}};
+        if (zmq_poll(items, 2, (long)wait) < 0 && zmq_errno() != EINTR)
+            break;
+        if (items[1].revents & ZMQ_POLLIN) /* the only command: stop */
+            break;
+        int rc;
+        while ((rc = dt__net_recv(C.router, 1, in)) != 0) {
+            if (rc > 0)
+                on_message(in, dt__net_now_ms());
+            else
+                fprintf(stderr, "dtorch main node: dropped a message: %s\n", dt_last_error());
+        }
+    }
+    /* Stop: every live node is told so (exit 0) before the sockets close. */
+    pthread_mutex_lock(&C.mu);
+    dt__wire_msg s = {.type = DT__WIRE_STOP};
+    for (int i = 0; i < C.n; i++)
+        if (C.nodes[i].info.state == DT_NODE_ALIVE) {
+            dt__net_send(C.router, C.nodes[i].rid, C.nodes[i].rid_len, &s);
+            C.nodes[i].info.state = DT_NODE_STOPPED;
+            C.alive--;
+        }
+    pthread_cond_broadcast(&C.changed);
+    pthread_mutex_unlock(&C.mu);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ API */
+
+/* "HOST:PORT" -> "tcp://HOST:PORT"; NULL/"" -> loopback, a free port. */
+static dt_status endpoint(const char *address, char *out, size_t cap) {
+    if (!address || !*address)
+        address = "127.0.0.1:0";
+    const char *colon = strrchr(address, ':');
+    if (!colon || colon == address || !colon[1] || strspn(colon + 1, "0123456789") != strlen(colon + 1) ||
+        strlen(colon + 1) > 5 || atoi(colon + 1) > 65535)
+        return dt__error(DT_EINVAL, "cluster: the main node's address must be 'HOST:PORT', not '%s'",
+                         address);
+    int port = atoi(colon + 1);
+    int hl = (int)(colon - address);
+    if (snprintf(out, cap, "tcp://%.*s:%s", hl, address, port ? colon + 1 : "*") >= (int)cap)
+        return dt__error(DT_EINVAL, "cluster: address '%s' is too long", address);
+    return DT_OK;
+}
+
+static void close_all(void) {
+    if (C.router)
+        zmq_close(C.router);
+    if (C.wake_tx)
+        zmq_close(C.wake_tx);
+    if (C.wake_rx)
+        zmq_close(C.wake_rx);
+    if (C.ctx)
+        zmq_ctx_term(C.ctx);
+    C.router = C.wake_tx = C.wake_rx = C.ctx = NULL;
+    dt__free(C.nodes);
+    C.nodes = NULL;
+    dt__free(C.in);
+    C.in = NULL;
+    C.n = C.cap = C.alive = C.refused = 0;
+    C.cpu_total = 0;
+    memset(C.token, 0, sizeof C.token);
+}
+
+static int env_int(const char *name, int dflt) {
+    const char *s = getenv(name);
+    return s && *s ? atoi(s) : dflt;
+}
+
+dt_status dt_cluster_listen(const char *address, const dt_cluster_options *opts) {
+    pthread_once(&C.once, init_cond);
+    dt_cluster_options o = opts ? *opts : (dt_cluster_options){0};
+    const char *token = o.token ? o.token : getenv("DTORCH_CLUSTER_TOKEN");
+    if (!token || !*token)
+        return dt__error(DT_EINVAL,
+                         "cluster: no cluster token: set DTORCH_CLUSTER_TOKEN (or pass a token) to "
+                         "the secret the worker nodes are started with");
+    if (strlen(token) > DT__WIRE_TOKEN_MAX)
+        return dt__error(DT_EINVAL, "cluster: the token is longer than %d bytes", DT__WIRE_TOKEN_MAX);
+    if (o.cpu_devices < 0 || o.cpu_devices > DT__WIRE_MAX_DEVICES)
+        return dt__error(DT_EINVAL, "cluster: cpu_devices must be in [0, %d], not %d", DT__WIRE_MAX_DEVICES,
+                         o.cpu_devices);
+    int hb = o.heartbeat_ms ? o.heartbeat_ms : env_int("DTORCH_HEARTBEAT_MS", 1000);
+    if (hb < 10 || hb > 600000)
+        return dt__error(DT_EINVAL, "cluster: the heartbeat interval must be in [10, 600000] ms, not %d", hb);
+    char ep[200];
+    dt_status st = endpoint(address, ep, sizeof ep);
+    if (st != DT_OK)
+        return st;
+    pthread_mutex_lock(&C.life);
+    if (C.listening) {
+        pthread_mutex_unlock(&C.life);
+        return dt__error(DT_EINVAL, "cluster: this process is already the main node of a cluster at %s",
+                         C.address);
+    }
+    pthread_mutex_lock(&C.mu);
+    snprintf(C.token, sizeof C.token, "%s", token);
+    C.heartbeat_ms = hb;
+    C.cpu_devices = o.cpu_devices;
+    C.cpu_total = o.cpu_devices;
+    pthread_mutex_unlock(&C.mu);
+    int zero = 0, one = 1;
+    char bound[200];
+    size_t blen = sizeof bound;
+    char pipe[64];
+    snprintf(pipe, sizeof pipe, "inproc://dtorch-cluster-wake");
+    if (!(C.in = dt__malloc(sizeof *C.in))) {
+        st = dt__error(DT_ENOMEM, "cluster: out of memory");
+        goto fail;
+    }
+    if (!(C.ctx = zmq_ctx_new()) || !(C.router = zmq_socket(C.ctx, ZMQ_ROUTER)) ||
+        !(C.wake_rx = zmq_socket(C.ctx, ZMQ_PAIR)) || !(C.wake_tx = zmq_socket(C.ctx, ZMQ_PAIR))) {
+        st = dt__error(DT_EBACKEND, "cluster: making ZeroMQ sockets: %s", zmq_strerror(zmq_errno()));
+        goto fail;
+    }
+    if (dt__net_curve(C.router, C.token, 1) != 0) {
+        st = DT_EBACKEND;
+        goto fail;
+    }
+    zmq_setsockopt(C.router, ZMQ_LINGER, &(int){500}, sizeof(int));
+    zmq_setsockopt(C.wake_tx, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(C.wake_rx, ZMQ_LINGER, &zero, sizeof zero);
+    /* A reconnecting node keeps its routing id (node.c sets it): the new
+     * connection takes the old one's place. No frame larger than a message
+     * of this version is read at all. */
+    zmq_setsockopt(C.router, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
+    zmq_setsockopt(C.router, ZMQ_MAXMSGSIZE, &(int64_t){DT__WIRE_MAX}, sizeof(int64_t));
+    if (zmq_bind(C.router, ep) != 0) {
+        st = dt__error(DT_EBACKEND, "cluster: cannot listen at %s: %s", ep + 6, zmq_strerror(zmq_errno()));
+        goto fail;
+    }
+    if (zmq_getsockopt(C.router, ZMQ_LAST_ENDPOINT, bound, &blen) != 0 || strncmp(bound, "tcp://", 6) != 0) {
+        st = dt__error(DT_EBACKEND, "cluster: the bound address is unknown");
+        goto fail;
+    }
+    if (zmq_bind(C.wake_rx, pipe) != 0 || zmq_connect(C.wake_tx, pipe) != 0) {
+        st = dt__error(DT_EBACKEND, "cluster: the wake pipe: %s", zmq_strerror(zmq_errno()));
+        goto fail;
+    }
+    pthread_mutex_lock(&C.mu);
+    snprintf(C.address, sizeof C.address, "%.159s", bound + 6);
+    pthread_mutex_unlock(&C.mu);
+    if (pthread_create(&C.thread, NULL, loop, NULL) != 0) {
+        st = dt__error(DT_EBACKEND, "cluster: cannot start the cluster thread");
+        goto fail;
+    }
+    C.listening = 1;
+    C.pid = getpid();
+    pthread_mutex_unlock(&C.life);
+    return DT_OK;
+fail:
+    pthread_mutex_lock(&C.mu);
+    close_all();
+    pthread_mutex_unlock(&C.mu);
+    pthread_mutex_unlock(&C.life);
+    return st;
+}
+
+void dt_cluster_shutdown(void) {
+    pthread_mutex_lock(&C.life);
+    if (!C.listening) {
+        pthread_mutex_unlock(&C.life);
+        return;
+    }
+    if (C.pid != getpid()) {
+        /* A forked child (its exit handlers): the cluster thread and the
+         * ZeroMQ context are the parent's, so nothing of them is touched;
+         * the child only forgets it had a cluster. */
+        pthread_mutex_lock(&C.mu);
+        C.router = C.wake_tx = C.wake_rx = C.ctx = NULL;
+        C.in = NULL;
+        C.nodes = NULL;
+        C.n = C.cap = C.alive = 0;
+        C.address[0] = 0;
+        C.listening = 0;
+        pthread_mutex_unlock(&C.mu);
+        pthread_mutex_unlock(&C.life);
+        return;
+    }
+    pthread_mutex_lock(&C.mu);
+    zmq_send(C.wake_tx, "stop", 4, 0);
+    pthread_mutex_unlock(&C.mu);
+    pthread_join(C.thread, NULL);
+    pthread_mutex_lock(&C.mu);
+    close_all();
+    C.address[0] = 0;
+    C.listening = 0;
+    pthread_cond_broadcast(&C.changed);
+    pthread_mutex_unlock(&C.mu);
+    pthread_mutex_unlock(&C.life);
+}
+
+dt_status dt_cluster_address(char *buf, size_t cap) {
+    pthread_mutex_lock(&C.mu);
+    dt_status st = DT_OK;
+    if (!C.address[0])
+        st = dt__error(DT_EINVAL, "cluster: this process is not a main node (dt_cluster_listen)");
+    else if (!buf || snprintf(buf, cap, "%s", C.address) >= (int)cap)
+        st = dt__error(DT_EINVAL, "cluster: a buffer of %zu bytes cannot hold the address", cap);
+    pthread_mutex_unlock(&C.mu);
+    return st;
+}
+
+dt_status dt_cluster_wait(int num_nodes, int timeout_ms) {
+    pthread_once(&C.once, init_cond);
+    if (num_nodes < 0 || timeout_ms < 0)
+        return dt__error(DT_EINVAL, "cluster: wait for %d nodes, %d ms: both must be >= 0", num_nodes,
+                         timeout_ms);
+    pthread_mutex_lock(&C.mu);
+    if (!C.address[0]) {
+        pthread_mutex_unlock(&C.mu);
+        return dt__error(DT_EINVAL, "cluster: this process is not a main node (dt_cluster_listen)");
+    }
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_sec += timeout_ms / 1000;
+    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    int rc = 0;
+    while (C.alive < num_nodes && C.address[0] && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&C.changed, &C.mu, &dl);
+    dt_status st = DT_OK;
+    if (C.alive < num_nodes)
+        st = dt__error(DT_ETIMEDOUT,
+                       "cluster: %d of %d worker nodes are connected to %s after %d ms (%d refused, %d lost)",
+                       C.alive, num_nodes, C.address[0] ? C.address : "(shut down)", timeout_ms, C.refused,
+                       C.n - C.alive);
+    pthread_mutex_unlock(&C.mu);
+    return st;
+}
+
+int dt_cluster_num_nodes(void) {
+    pthread_mutex_lock(&C.mu);
+    int n = C.n;
+    pthread_mutex_unlock(&C.mu);
+    return n;
+}
+
+int dt_cluster_num_alive(void) {
+    pthread_mutex_lock(&C.mu);
+    int n = C.alive;
+    pthread_mutex_unlock(&C.mu);
+    return n;
+}
+
+int64_t dt_cluster_cpu_devices(void) {
+    pthread_mutex_lock(&C.mu);
+    int64_t n = C.cpu_total;
+    pthread_mutex_unlock(&C.mu);
+    return n;
+}
+
+dt_status dt_cluster_node(int index, dt_node_info *out) {
+    pthread_mutex_lock(&C.mu);
+    dt_status st = DT_OK;
+    if (index < 0 || index >= C.n || !out)
+        st = dt__error(DT_EINDEX, "cluster: worker node %d does not exist (%d registered)", index, C.n);
+    else
+        *out = C.nodes[index].info;
+    pthread_mutex_unlock(&C.mu);
+    return st;
+}

@@ -1,0 +1,38 @@
+/*
+ * The cluster API in a build without ZeroMQ (DT_HAVE_ZMQ off): every call
+ * says so (dtorch_cluster.h).
+ */
+#include <stdio.h>
+
+#include "common/common.h"
+#include "dtorch/dtorch_cluster.h"
+
+#define NO_ZMQ "cluster: this build of dtorch has no ZeroMQ (install libzmq3-dev and rebuild)"
+
+int dt_cluster_available(void) { return 0; }
+int dt_cluster_has_curve(void) { return 0; }
+dt_status dt_cluster_listen(const char *address, const dt_cluster_options *opts) {
+    (void)address, (void)opts;
+    return dt__error(DT_EUNSUPPORTED, NO_ZMQ);
+}
+dt_status dt_cluster_address(char *buf, size_t cap) {
+    (void)buf, (void)cap;
+    return dt__error(DT_EUNSUPPORTED, NO_ZMQ);
+}
+dt_status dt_cluster_wait(int num_nodes, int timeout_ms) {
+    (void)num_nodes, (void)timeout_ms;
+    return dt__error(DT_EUNSUPPORTED, NO_ZMQ);
+}
+int dt_cluster_num_nodes(void) { return 0; }
+int dt_cluster_num_alive(void) { return 0; }
+dt_status dt_cluster_node(int index, dt_node_info *out) {
+    (void)index, (void)out;
+    return dt__error(DT_EUNSUPPORTED, NO_ZMQ);
+}
+int64_t dt_cluster_cpu_devices(void) { return 0; }
+void dt_cluster_shutdown(void) {}
+int dt_node_run(const dt_node_options *opts) {
+    (void)opts;
+    fprintf(stderr, "dtorch-node: %s\n", NO_ZMQ);
+    return 1;
+}

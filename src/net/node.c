@@ -1,0 +1,269 @@
+/*
+ * The worker node (dt_node_run, dtorch_cluster.h): connects to the main
+ * node, registers with the token, then answers heartbeats until the main
+ * node says stop or goes silent for two intervals.
+ *
+ * A refused token shows in one of two ways: with CURVE the main node cannot
+ * open the handshake of a node whose token differs (its keys are derived
+ * from the token), so the connection closes before it is usable; the
+ * node's socket monitor sees that and says so. Without CURVE the main node
+ * compares the token and answers REFUSE. Either way the node exits 1.
+ *
+ * Threads: everything runs on the calling thread, with one DEALER socket
+ * and the monitor's PAIR socket; no lock.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "dtorch/dtorch_cluster.h"
+#include "net/transport.h"
+
+typedef struct nodectx {
+    void *ctx, *sock, *mon;
+    int quiet;
+    const char *main;
+} nodectx;
+
+static void say(const nodectx *n, const char *fmt, const char *a) {
+    if (!n->quiet) {
+        fprintf(stderr, "dtorch-node: ");
+        fprintf(stderr, fmt, a);
+        fputc('\n', stderr);
+    }
+}
+
+/* A fatal condition: reported on stderr whatever `quiet`, and in the
+ * thread error. */
+static int fail(const char *msg) {
+    fprintf(stderr, "dtorch-node: %s\n", msg);
+    dt__error(DT_EINVAL, "%s", msg);
+    return 1;
+}
+
+/* The monitor's next event (0 when none waiting). */
+static int mon_event(void *mon) {
+    zmq_msg_t a;
+    zmq_msg_init(&a);
+    if (zmq_msg_recv(&a, mon, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&a);
+        return 0;
+    }
+    int ev = 0;
+    if (zmq_msg_size(&a) >= 2) {
+        const uint8_t *d = zmq_msg_data(&a);
+        ev = d[0] | d[1] << 8;
+    }
+    while (zmq_msg_more(&a)) { /* the endpoint frame */
+        zmq_msg_close(&a);
+        zmq_msg_init(&a);
+        if (zmq_msg_recv(&a, mon, ZMQ_DONTWAIT) < 0)
+            break;
+    }
+    zmq_msg_close(&a);
+    return ev;
+}
+
+#define GONE (-1) /* enroll: the main node went away while registering us */
+
+/* Registers; 0 with in->m the welcome, GONE, else the exit status. */
+static int enroll(nodectx *n, const dt__wire_msg *reg, int timeout_ms, dt__net_in *in) {
+    if (dt__net_send(n->sock, NULL, 0, reg) != DT_OK)
+        return fail(dt_last_error());
+    int64_t deadline = dt__net_now_ms() + timeout_ms;
+    int connected = 0, handshaken = 0, gone = 0;
+    for (;;) {
+        int64_t left = deadline - dt__net_now_ms();
+        if (left <= 0) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "no answer from the main node at %s after %d ms%s", n->main, timeout_ms,
+                     connected ? "" : " (nothing listens there)");
+            return fail(msg);
+        }
+        zmq_pollitem_t it[2] = {{n->sock, 0, ZMQ_POLLIN, 0}, {n->mon, 0, ZMQ_POLLIN, 0}};
+        if (zmq_poll(it, 2, (long)left) < 0 && zmq_errno() != EINTR)
+            return fail("polling the connection failed");
+        int ev;
+        while ((ev = mon_event(n->mon)) != 0) {
+            if (ev == ZMQ_EVENT_CONNECTED)
+                connected = 1;
+            else if (ev == ZMQ_EVENT_DISCONNECTED && handshaken)
+                /* The main node took the connection and dropped it: it
+                 * ended, perhaps after registering us but before its
+                 * welcome left. The REGISTER is not sent again, so waiting
+                 * for it to come back would wait for nothing. */
+                gone = 1;
+            else if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+                handshaken = 1;
+            else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH || ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+                     ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
+                     (ev == ZMQ_EVENT_DISCONNECTED && connected && !handshaken && dt__net_has_curve())) {
+                char msg[600];
+                snprintf(
+                    msg, sizeof msg,
+                    "refused by the main node at %s: the encrypted handshake failed, so the cluster token "
+                    "does not match the main node's (set the same DTORCH_CLUSTER_TOKEN on both hosts), or "
+                    "what listens there is not a dtorch main node",
+                    n->main);
+                return fail(msg);
+            }
+        }
+        int rc;
+        while ((rc = dt__net_recv(n->sock, 0, in)) != 0) {
+            if (rc < 0)
+                continue; /* a malformed message: ignored */
+            if (in->m.type == DT__WIRE_WELCOME)
+                return 0;
+            if (in->m.type == DT__WIRE_REFUSE) {
+                char msg[700];
+                snprintf(msg, sizeof msg, "refused by the main node at %s: %s", n->main,
+                         in->m.u.refuse.reason);
+                return fail(msg);
+            }
+            if (in->m.type == DT__WIRE_STOP) {
+                say(n, "the main node said stop before registering%s", "");
+                return 0;
+            }
+        }
+        if (gone)
+            return GONE;
+    }
+}
+
+/* Serves after the welcome: heartbeats both ways. The exit status. */
+static int serve(nodectx *n, int hb, dt__net_in *in) {
+    int64_t now = dt__net_now_ms(), last_heard = now, next_beat = now;
+    uint64_t seq = 0;
+    int64_t limit = 2 * (int64_t)hb + hb / 4;
+    for (;;) {
+        now = dt__net_now_ms();
+        if (now >= next_beat) {
+            dt__wire_msg h = {.type = DT__WIRE_HEARTBEAT};
+            h.u.heartbeat.seq = ++seq;
+            dt__net_send(n->sock, NULL, 0, &h);
+            next_beat = now + hb;
+        }
+        if (now - last_heard > limit) {
+            say(n, "the main node at %s is gone (no heartbeat for two intervals): exiting", n->main);
+            return 0;
+        }
+        int64_t wait = next_beat - now;
+        if (last_heard + limit + 1 - now < wait)
+            wait = last_heard + limit + 1 - now;
+        zmq_pollitem_t it[2] = {{n->sock, 0, ZMQ_POLLIN, 0}, {n->mon, 0, ZMQ_POLLIN, 0}};
+        if (zmq_poll(it, 2, (long)(wait < 0 ? 0 : wait)) < 0 && zmq_errno() != EINTR)
+            return fail("polling the connection failed");
+        while (mon_event(n->mon) != 0) {
+        }
+        int rc;
+        while ((rc = dt__net_recv(n->sock, 0, in)) != 0) {
+            if (rc < 0)
+                continue;
+            last_heard = dt__net_now_ms();
+            if (in->m.type == DT__WIRE_STOP) {
+                say(n, "the main node at %s said stop: exiting", n->main);
+                return 0;
+            }
+        }
+    }
+}
+
+int dt_node_run(const dt_node_options *opts) {
+    if (!opts || !opts->main_address || !*opts->main_address) {
+        fprintf(stderr, "dtorch-node: --main-node-address=HOST:PORT is required\n");
+        return 2;
+    }
+    const char *token = opts->token ? opts->token : getenv("DTORCH_CLUSTER_TOKEN");
+    if (!token || !*token) {
+        fail("no cluster token: set DTORCH_CLUSTER_TOKEN or pass --token (the main node's secret)");
+        return 1;
+    }
+    if (strlen(token) > DT__WIRE_TOKEN_MAX) {
+        fail("the cluster token is longer than 1024 bytes");
+        return 2;
+    }
+    int cpus = opts->cpu_devices ? opts->cpu_devices : 1;
+    if (cpus < 0 || cpus > DT__WIRE_MAX_DEVICES) {
+        fprintf(stderr, "dtorch-node: --cpu-devices must be in [1, %d]\n", DT__WIRE_MAX_DEVICES);
+        return 2;
+    }
+    const char *colon = strrchr(opts->main_address, ':');
+    if (!colon || colon == opts->main_address || !colon[1] ||
+        strspn(colon + 1, "0123456789") != strlen(colon + 1)) {
+        fprintf(stderr, "dtorch-node: --main-node-address must be HOST:PORT, not '%s'\n", opts->main_address);
+        return 2;
+    }
+    char ep[300];
+    snprintf(ep, sizeof ep, "tcp://%s", opts->main_address);
+    nodectx n = {.quiet = opts->quiet, .main = opts->main_address};
+    int rc = 1, zero = 0, linger = 200;
+    dt__net_in *in = dt__malloc(sizeof *in);
+    if (!in || !(n.ctx = zmq_ctx_new()) || !(n.sock = zmq_socket(n.ctx, ZMQ_DEALER)) ||
+        !(n.mon = zmq_socket(n.ctx, ZMQ_PAIR))) {
+        rc = fail("cannot make ZeroMQ sockets");
+        goto out;
+    }
+    zmq_setsockopt(n.sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(n.sock, ZMQ_MAXMSGSIZE, &(int64_t){DT__WIRE_MAX}, sizeof(int64_t));
+    /* Our own routing id, so that a connection that drops and comes back
+     * (ZeroMQ reconnects by itself) is still this node to the main node. */
+    char rid[96];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int rl = snprintf(rid, sizeof rid, "dtorch-node/%d/%lld.%09ld", (int)getpid(), (long long)ts.tv_sec,
+                      ts.tv_nsec);
+    zmq_setsockopt(n.sock, ZMQ_ROUTING_ID, rid, (size_t)rl);
+    zmq_setsockopt(n.mon, ZMQ_LINGER, &zero, sizeof zero);
+    if (dt__net_curve(n.sock, token, 0) != 0) {
+        rc = fail(dt_last_error());
+        goto out;
+    }
+    if (zmq_socket_monitor(n.sock, "inproc://dtorch-node-monitor", ZMQ_EVENT_ALL) != 0 ||
+        zmq_connect(n.mon, "inproc://dtorch-node-monitor") != 0) {
+        rc = fail("cannot monitor the connection");
+        goto out;
+    }
+    if (zmq_connect(n.sock, ep) != 0) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "cannot connect to '%s': %s", opts->main_address,
+                 zmq_strerror(zmq_errno()));
+        rc = fail(msg);
+        goto out;
+    }
+    dt__wire_msg reg = {.type = DT__WIRE_REGISTER};
+    reg.u.reg.cpu_devices = (uint32_t)cpus;
+    reg.u.reg.pid = (uint32_t)getpid();
+    if (gethostname(reg.u.reg.host, sizeof reg.u.reg.host - 1) != 0)
+        snprintf(reg.u.reg.host, sizeof reg.u.reg.host, "?");
+    reg.u.reg.token = (const uint8_t *)token;
+    reg.u.reg.token_len = strlen(token);
+    rc = enroll(&n, &reg, opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 60000, in);
+    if (rc == GONE) {
+        say(&n, "the main node at %s is gone (it closed the connection while registering): exiting",
+            opts->main_address);
+        rc = 0;
+    } else if (rc == 0 && in->m.type == DT__WIRE_WELCOME) {
+        char line[200];
+        snprintf(
+            line, sizeof line, "worker node %u of the main node at %s: %d CPU devices, global ids %lld..%lld",
+            in->m.u.welcome.node_index, opts->main_address, cpus, (long long)in->m.u.welcome.first_device_id,
+            (long long)in->m.u.welcome.first_device_id + cpus - 1);
+        say(&n, "%s", line);
+        rc = serve(&n, (int)in->m.u.welcome.heartbeat_ms, in);
+    }
+out:
+    if (n.sock)
+        zmq_socket_monitor(n.sock, NULL, 0);
+    if (n.mon)
+        zmq_close(n.mon);
+    if (n.sock)
+        zmq_close(n.sock);
+    if (n.ctx)
+        zmq_ctx_term(n.ctx);
+    dt__free(in);
+    return rc;
+}

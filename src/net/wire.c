@@ -1,0 +1,240 @@
+/*
+ * The cluster wire format: framing, per-type payloads, and the token
+ * helpers (wire.h has the format and the contract). Payloads, version 1:
+ *   REGISTER  := u32 cpu_devices u32 cuda_devices u32 pid text host
+ *                u16 token_len u8 token[token_len]
+ *   WELCOME   := u32 node_index i64 first_device_id u32 heartbeat_ms
+ *   REFUSE    := text reason
+ *   HEARTBEAT := u64 seq
+ *   STOP, BYE := (empty)
+ *   text      := u16 len u8 bytes[len]  (len < DT__WIRE_TEXT_MAX, no NUL)
+ */
+#include <string.h>
+
+#include "net/wire.h"
+
+static const char *const names[DT__WIRE_TYPE_END] = {
+    [DT__WIRE_REGISTER] = "register",   [DT__WIRE_WELCOME] = "welcome", [DT__WIRE_REFUSE] = "refuse",
+    [DT__WIRE_HEARTBEAT] = "heartbeat", [DT__WIRE_STOP] = "stop",       [DT__WIRE_BYE] = "bye",
+};
+
+const char *dt__wire_type_name(int type) {
+    return type > 0 && type < DT__WIRE_TYPE_END && names[type] ? names[type] : "unknown";
+}
+
+/* ---------------------------------------------------------------- encode */
+
+typedef struct writer {
+    uint8_t *p, *end;
+    int full;
+} writer;
+
+static void put(writer *w, uint64_t v, int n) {
+    if (w->full || w->end - w->p < n) {
+        w->full = 1;
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        *w->p++ = (uint8_t)(v >> (8 * i));
+}
+
+static void put_bytes(writer *w, const void *s, size_t n) {
+    put(w, n, 2);
+    if (w->full || (size_t)(w->end - w->p) < n) {
+        w->full = 1;
+        return;
+    }
+    if (n)
+        memcpy(w->p, s, n);
+    w->p += n;
+}
+
+static void put_text(writer *w, const char *s) {
+    size_t n = s ? strnlen(s, DT__WIRE_TEXT_MAX - 1) : 0;
+    put_bytes(w, s, n);
+}
+
+size_t dt__wire_encode(const dt__wire_msg *m, uint8_t *buf, size_t cap) {
+    if (m->type <= 0 || m->type >= DT__WIRE_TYPE_END) {
+        dt__error(DT_EINVAL, "wire: cannot encode a message of type %d", m->type);
+        return 0;
+    }
+    if (m->type == DT__WIRE_REGISTER && m->u.reg.token_len > DT__WIRE_TOKEN_MAX) {
+        dt__error(DT_EINVAL, "wire: a cluster token is at most %d bytes, not %zu", DT__WIRE_TOKEN_MAX,
+                  m->u.reg.token_len);
+        return 0;
+    }
+    writer w = {buf, buf + cap, cap < DT__WIRE_HEADER};
+    if (!w.full)
+        memcpy(w.p, DT__WIRE_MAGIC, 4), w.p += 4;
+    put(&w, DT__WIRE_VERSION, 2);
+    put(&w, (uint64_t)m->type, 2);
+    uint8_t *len_at = w.p;
+    put(&w, 0, 4);
+    put(&w, m->nextra, 4);
+    uint8_t *body = w.p;
+    switch (m->type) {
+    case DT__WIRE_REGISTER:
+        put(&w, m->u.reg.cpu_devices, 4);
+        put(&w, m->u.reg.cuda_devices, 4);
+        put(&w, m->u.reg.pid, 4);
+        put_text(&w, m->u.reg.host);
+        put_bytes(&w, m->u.reg.token, m->u.reg.token_len);
+        break;
+    case DT__WIRE_WELCOME:
+        put(&w, m->u.welcome.node_index, 4);
+        put(&w, (uint64_t)m->u.welcome.first_device_id, 8);
+        put(&w, m->u.welcome.heartbeat_ms, 4);
+        break;
+    case DT__WIRE_REFUSE:
+        put_text(&w, m->u.refuse.reason);
+        break;
+    case DT__WIRE_HEARTBEAT:
+        put(&w, m->u.heartbeat.seq, 8);
+        break;
+    default: /* STOP, BYE: no payload */
+        break;
+    }
+    if (w.full) {
+        dt__error(DT_EINVAL, "wire: a %s message does not fit in %zu bytes", dt__wire_type_name(m->type),
+                  cap);
+        return 0;
+    }
+    writer lw = {len_at, len_at + 4, 0};
+    put(&lw, (uint64_t)(w.p - body), 4);
+    return (size_t)(w.p - buf);
+}
+
+/* ---------------------------------------------------------------- decode */
+
+typedef struct reader {
+    const uint8_t *p, *end;
+    const char *why; /* the first failure */
+} reader;
+
+static uint64_t get(reader *r, int n) {
+    if (r->why)
+        return 0;
+    if (r->end - r->p < n) {
+        r->why = "truncated";
+        return 0;
+    }
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v |= (uint64_t)*r->p++ << (8 * i);
+    return v;
+}
+
+static const uint8_t *get_bytes(reader *r, size_t max, size_t *n) {
+    *n = (size_t)get(r, 2);
+    if (r->why)
+        return NULL;
+    if (*n > max) {
+        r->why = "field too long";
+        return NULL;
+    }
+    if ((size_t)(r->end - r->p) < *n) {
+        r->why = "truncated";
+        return NULL;
+    }
+    const uint8_t *s = r->p;
+    r->p += *n;
+    return s;
+}
+
+static void get_text(reader *r, char out[DT__WIRE_TEXT_MAX]) {
+    size_t n = 0;
+    const uint8_t *s = get_bytes(r, DT__WIRE_TEXT_MAX - 1, &n);
+    out[0] = 0;
+    if (!s)
+        return;
+    if (memchr(s, 0, n)) {
+        r->why = "text with a NUL byte";
+        return;
+    }
+    memcpy(out, s, n);
+    out[n] = 0;
+}
+
+dt_status dt__wire_decode(const void *buf, size_t len, dt__wire_msg *m) {
+    memset(m, 0, sizeof *m);
+    reader r = {buf, (const uint8_t *)buf + len, NULL};
+    if (!buf || len < DT__WIRE_HEADER || memcmp(buf, DT__WIRE_MAGIC, 4) != 0)
+        return dt__error(DT_EINVAL, "wire: not a dtorch cluster message (%zu bytes)", len);
+    r.p += 4;
+    uint64_t version = get(&r, 2), type = get(&r, 2), length = get(&r, 4);
+    m->nextra = (uint32_t)get(&r, 4);
+    if (version != DT__WIRE_VERSION)
+        return dt__error(DT_EINVAL, "wire: message version %llu, this build speaks version %d",
+                         (unsigned long long)version, DT__WIRE_VERSION);
+    if (type == 0 || type >= DT__WIRE_TYPE_END)
+        return dt__error(DT_EINVAL, "wire: unknown message type %llu", (unsigned long long)type);
+    if (length != len - DT__WIRE_HEADER)
+        return dt__error(DT_EINVAL, "wire: a %s message says %llu payload bytes, the frame holds %zu",
+                         dt__wire_type_name((int)type), (unsigned long long)length, len - DT__WIRE_HEADER);
+    if (m->nextra != 0)
+        return dt__error(DT_EINVAL, "wire: a %s message carries no extra frames, not %u",
+                         dt__wire_type_name((int)type), m->nextra);
+    m->type = (int)type;
+    switch (m->type) {
+    case DT__WIRE_REGISTER:
+        m->u.reg.cpu_devices = (uint32_t)get(&r, 4);
+        m->u.reg.cuda_devices = (uint32_t)get(&r, 4);
+        m->u.reg.pid = (uint32_t)get(&r, 4);
+        get_text(&r, m->u.reg.host);
+        m->u.reg.token = get_bytes(&r, DT__WIRE_TOKEN_MAX, &m->u.reg.token_len);
+        if (!r.why &&
+            (m->u.reg.cpu_devices > DT__WIRE_MAX_DEVICES || m->u.reg.cuda_devices > DT__WIRE_MAX_DEVICES))
+            r.why = "too many devices";
+        break;
+    case DT__WIRE_WELCOME:
+        m->u.welcome.node_index = (uint32_t)get(&r, 4);
+        m->u.welcome.first_device_id = (int64_t)get(&r, 8);
+        m->u.welcome.heartbeat_ms = (uint32_t)get(&r, 4);
+        if (!r.why && (m->u.welcome.first_device_id < 0 || m->u.welcome.heartbeat_ms == 0 ||
+                       m->u.welcome.heartbeat_ms > 3600 * 1000))
+            r.why = "bad device id or heartbeat interval";
+        break;
+    case DT__WIRE_REFUSE:
+        get_text(&r, m->u.refuse.reason);
+        break;
+    case DT__WIRE_HEARTBEAT:
+        m->u.heartbeat.seq = get(&r, 8);
+        break;
+    default:
+        break;
+    }
+    if (!r.why && r.p != r.end)
+        r.why = "trailing bytes";
+    if (r.why) {
+        int t = m->type;
+        memset(m, 0, sizeof *m);
+        return dt__error(DT_EINVAL, "wire: malformed %s message: %s", dt__wire_type_name(t), r.why);
+    }
+    return DT_OK;
+}
+
+/* ---------------------------------------------------------------- tokens */
+
+void dt__wire_derive(const char *token, const char *purpose, uint8_t out[32]) {
+    static const char tag[] = "dtorch-cluster-v1";
+    uint8_t b[sizeof tag + 64 + DT__WIRE_TOKEN_MAX];
+    size_t pl = strnlen(purpose, 63), tl = strnlen(token, DT__WIRE_TOKEN_MAX);
+    memcpy(b, tag, sizeof tag); /* with its NUL */
+    memcpy(b + sizeof tag, purpose, pl);
+    b[sizeof tag + pl] = 0;
+    memcpy(b + sizeof tag + pl + 1, token, tl);
+    size_t n = sizeof tag + pl + 1 + tl;
+    dt__sha256(b, n, out);
+    memset(b, 0, n);
+}
+
+int dt__wire_token_equal(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen) {
+    uint8_t da[32], db[32];
+    dt__sha256(a, alen, da);
+    dt__sha256(b, blen, db);
+    volatile uint8_t diff = 0;
+    for (int i = 0; i < 32; i++)
+        diff |= (uint8_t)(da[i] ^ db[i]);
+    return diff == 0;
+}

@@ -1,0 +1,94 @@
+/*
+ * The cluster wire format (issue 13, DESIGN.md section 5): the framed,
+ * versioned messages a main node and its worker nodes exchange over ZeroMQ,
+ * encoded and decoded in this one place (wire.c). Pure C: nothing here
+ * names ZeroMQ, so the decoder is tested (and fuzzed) in the sanitizer
+ * builds.
+ *
+ * A message is one ZeroMQ frame holding a header and a payload, possibly
+ * followed by `nextra` frames of raw bytes (tensor payloads, sent without a
+ * copy; none of the messages of version 1 carries any yet):
+ *   header  := "DTNW" u16 version u16 type u32 length u32 nextra
+ *   payload := length bytes, laid out per type (wire.c), little-endian.
+ * The decoder checks the magic, the version, the type, that the frame holds
+ * exactly header + length bytes, and every field against its bounds, so a
+ * truncated, corrupt or foreign frame is DT_EINVAL with the reason in the
+ * thread error, never a read out of bounds.
+ *
+ * Threads: every function here is pure and runs on any thread.
+ */
+#ifndef DT_NET_WIRE_H
+#define DT_NET_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+
+#define DT__WIRE_MAGIC "DTNW"
+#define DT__WIRE_VERSION 1
+#define DT__WIRE_HEADER 16
+#define DT__WIRE_TOKEN_MAX 1024 /* bytes of a cluster token */
+#define DT__WIRE_TEXT_MAX 512   /* bytes of a host name or a reason, NUL included */
+#define DT__WIRE_MAX (DT__WIRE_HEADER + 64 + DT__WIRE_TOKEN_MAX + 2 * DT__WIRE_TEXT_MAX)
+#define DT__WIRE_MAX_DEVICES 4096 /* CPU or CUDA devices one node may offer */
+
+/* Message types: append-only (a new type is a new number). */
+typedef enum dt__wire_type {
+    DT__WIRE_REGISTER = 1,  /* node -> main: join, with the token and the devices offered */
+    DT__WIRE_WELCOME = 2,   /* main -> node: accepted; the node's index, devices, heartbeat */
+    DT__WIRE_REFUSE = 3,    /* main -> node: refused, with the reason */
+    DT__WIRE_HEARTBEAT = 4, /* both ways */
+    DT__WIRE_STOP = 5,      /* main -> node: serve no more, exit 0 */
+    DT__WIRE_BYE = 6,       /* node -> main: leaving */
+    DT__WIRE_TYPE_END
+} dt__wire_type;
+
+/* One decoded message. Text fields are NUL-terminated copies; `token`
+ * points into the decoded buffer (it is not text). */
+typedef struct dt__wire_msg {
+    int type;
+    uint32_t nextra; /* raw frames that follow this one */
+    union {
+        struct {
+            uint32_t cpu_devices, cuda_devices, pid;
+            char host[DT__WIRE_TEXT_MAX];
+            const uint8_t *token;
+            size_t token_len;
+        } reg;
+        struct {
+            uint32_t node_index, heartbeat_ms;
+            int64_t first_device_id;
+        } welcome;
+        struct {
+            char reason[DT__WIRE_TEXT_MAX];
+        } refuse;
+        struct {
+            uint64_t seq;
+        } heartbeat;
+    } u;
+} dt__wire_msg;
+
+/* Encodes `m` (type and the fields of its type; text longer than the limit
+ * is cut) into `buf` of `cap` bytes; the encoded length, or 0 (thread error
+ * set) for an unknown type, a token over DT__WIRE_TOKEN_MAX or a buffer too
+ * small. A buffer of DT__WIRE_MAX bytes holds any message. */
+size_t dt__wire_encode(const dt__wire_msg *m, uint8_t *buf, size_t cap);
+/* Decodes one frame of `len` bytes into *m. DT_EINVAL with the reason
+ * ("wire: ...") for anything that is not a well-formed message of this
+ * version. */
+dt_status dt__wire_decode(const void *buf, size_t len, dt__wire_msg *m);
+/* The type's name, for messages ("register", ...; "unknown"). */
+const char *dt__wire_type_name(int type);
+
+/* SHA-256 of `n` bytes (key derivation and the token comparison). */
+void dt__sha256(const void *data, size_t n, uint8_t out[32]);
+/* 32 bytes derived from `token` (at most DT__WIRE_TOKEN_MAX bytes are used)
+ * for `purpose` (a short label): SHA-256 of "dtorch-cluster-v1", purpose
+ * and token, NUL-separated. */
+void dt__wire_derive(const char *token, const char *purpose, uint8_t out[32]);
+/* 1 when the two tokens are equal. Constant time in the tokens' contents
+ * and lengths: it compares their SHA-256 digests with no early exit. */
+int dt__wire_token_equal(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen);
+
+#endif /* DT_NET_WIRE_H */
