@@ -96,6 +96,28 @@ static int writes_zero(const dt__meta *a, const dt__meta *value, const int64_t *
 
 /* ---------------------------------------------------------------- getitem */
 
+/* When sel (a slice of m's segmented dim) takes segments [*s0, *s1) whole,
+ * in order: sets them; otherwise leaves *s0 = -1. Only while the dim is
+ * Shard on its mesh dim: a segmented Replicate slice takes the fallback. */
+static void seg_range(const dt__meta *m, const dt_slice *sel, int *s0, int *s1) {
+    const dt__seg *g = &m->seg;
+    if (sel->drop || (sel->step != 1 && sel->len > 1) || sel->len == 0 ||
+        m->pl[g->md].kind != DT_PLACEMENT_SHARD || m->pl[g->md].dim != g->dim)
+        return;
+    int64_t at = 0;
+    int a = -1;
+    for (int q = 0; q < g->n; q++) {
+        if (at == sel->start)
+            a = q;
+        at += g->len[q];
+        if (a >= 0 && at == sel->start + sel->len) {
+            *s0 = a;
+            *s1 = q + 1;
+            return;
+        }
+    }
+}
+
 static const char *const index_accepts =
     "R->R, P->P, S(d)->S(d') when dim d is taken whole (not sliced, not integer-indexed)";
 
@@ -132,10 +154,27 @@ dt_tensor *dt_index(dt_tensor *a, const dt_slice *dims, uint64_t new_axes) {
     for (int d = 0; d < m->ndim; d++)
         if (dims[d].drop)
             pos[d] = -1;
+    /* A slice of a segmented dim at segment boundaries: a local narrow. */
+    int s0 = -1, s1 = -1;
+    if (m->seg.n && !takes_whole(&dims[m->seg.dim], m->shape[m->seg.dim]))
+        seg_range(m, &dims[m->seg.dim], &s0, &s1);
+    if (s0 >= 0) {
+        dt__seg g = m->seg;
+        out.seg.n = (int8_t)(s1 - s0 > 1 ? s1 - s0 : 0);
+        out.seg.dim = (int8_t)(out.seg.n ? pos[g.dim] : 0);
+        out.seg.md = (int8_t)(out.seg.n ? g.md : 0);
+        memset(out.seg.len, 0, sizeof out.seg.len);
+        for (int q = s0; q < s1 && out.seg.n; q++)
+            out.seg.len[q - s0] = g.len[q];
+    }
     for (int md = 0; md < m->mesh->ndim; md++) {
         dt_placement p = m->pl[md];
         if (p.kind != DT_PLACEMENT_SHARD)
             continue;
+        if (s0 >= 0 && md == m->seg.md) {
+            out.pl[md].dim = pos[p.dim];
+            continue;
+        }
         if (!takes_whole(&dims[p.dim], m->shape[p.dim])) {
             dt__view_reject("getitem", &m, 1, 0, md, index_accepts);
             dt__error_append(" (dim %d is sharded and the index %s it)", p.dim,
@@ -148,8 +187,14 @@ dt_tensor *dt_index(dt_tensor *a, const dt_slice *dims, uint64_t new_axes) {
     dt_tensor *t = dt__view_begin(a, NULL, &out, DT_V_INDEX, &n);
     if (!t)
         return NULL;
-    if (n)
+    if (n) {
         store_spec(n, m->ndim, dims);
+        if (s0 >= 0) {
+            n->a.v_nints = 1; /* the segment narrow: its own output layout */
+            n->a.v_dim = s0;
+            n->a.v_ints[0] = s1;
+        }
+    }
     return dt__client_submit(t, n);
 }
 
@@ -175,6 +220,17 @@ void dt__vlower_index(dt__lower *L, dt__node *n) {
             k->attr.step[d] = n->a.v_step[d];
             if (k->attr.start[d] != 0 || k->attr.shape[d] != ll[d] || (k->attr.step[d] != 1 && ll[d] > 1))
                 whole = 0;
+        }
+        if (n->a.v_nints > 0) {
+            /* The segment narrow: this device's pieces of segments [s0, s1). */
+            const dt__seg *g = &in->meta.seg;
+            int64_t w = mesh->shape[g->md], st = 0, len = 0;
+            for (int q = 0; q < (int)n->a.v_ints[0]; q++)
+                *(q < n->a.v_dim ? &st : &len) += dt__seg_piece(g, w, q, coord[g->md]);
+            k->attr.start[g->dim] = st;
+            k->attr.shape[g->dim] = len;
+            k->attr.step[g->dim] = 1;
+            whole = whole && st == 0 && len == ll[g->dim];
         }
         k->attr.gndim = o->meta.ndim;
         for (int d = 0; d < o->meta.ndim; d++) {
