@@ -155,8 +155,10 @@ dt_tensor *dt_index(dt_tensor *a, const dt_slice *dims, uint64_t new_axes) {
         if (dims[d].drop)
             pos[d] = -1;
     /* A slice of a segmented dim at segment boundaries: a local narrow. */
-    int s0 = -1, s1 = -1;
-    if (m->seg.n && !takes_whole(&dims[m->seg.dim], m->shape[m->seg.dim]))
+    int s0 = -1, s1 = -1, keep = 0;
+    if (m->seg.n && takes_whole(&dims[m->seg.dim], m->shape[m->seg.dim]))
+        s0 = 0, s1 = m->seg.n, keep = 1; /* the dim untouched: the layout too */
+    else if (m->seg.n)
         seg_range(m, &dims[m->seg.dim], &s0, &s1);
     if (s0 >= 0) {
         dt__seg g = m->seg;
@@ -190,7 +192,8 @@ dt_tensor *dt_index(dt_tensor *a, const dt_slice *dims, uint64_t new_axes) {
     if (n) {
         store_spec(n, m->ndim, dims);
         if (s0 >= 0) {
-            n->a.v_nints = 1; /* the segment narrow: its own output layout */
+            /* Sets its own output layout (segment.c); 1: the segment narrow. */
+            n->a.v_nints = keep ? 2 : 1;
             n->a.v_dim = s0;
             n->a.v_ints[0] = s1;
         }
@@ -221,7 +224,7 @@ void dt__vlower_index(dt__lower *L, dt__node *n) {
             if (k->attr.start[d] != 0 || k->attr.shape[d] != ll[d] || (k->attr.step[d] != 1 && ll[d] > 1))
                 whole = 0;
         }
-        if (n->a.v_nints > 0) {
+        if (n->a.v_nints == 1) {
             /* The segment narrow: this device's pieces of segments [s0, s1). */
             const dt__seg *g = &in->meta.seg;
             int64_t w = mesh->shape[g->md], st = 0, len = 0;

@@ -176,6 +176,9 @@ class TestPassThrough(Base):
         self.free(lambda c: c[:, 7:], w[:, 7:], None)
         self.free(lambda c: c[:, 5:], w[:, 5:], (1, 0, [2, 4]))
         self.free(lambda c: c[:1, :7, 1:], w[:1, :7, 1:], (1, 0, [5, 2]))
+        self.free(lambda c: c[1, :, ::2], w[1, :, ::2], (0, 0, [5, 2, 4]))
+        self.free(lambda c: c[:, None, :, 2], w[:, None, :, 2], (2, 0, [5, 2, 4]))
+        self.free(lambda c: c[:, :], w[:, :], (1, 0, [5, 2, 4]))
         before = collectives()
         parts = self.c.split([5, 2, 4], dim=1)
         self.assertEqual(collectives(), before)
@@ -216,7 +219,11 @@ class TestFallback(Base):
     def test_slices_off_the_boundaries(self):
         with self.assertRaises(dtorch.PlacementError):
             self.c[:, 1:5]
-        self.check(self.c[:, :, 1:], self.want[:, :, 1:])
+        with self.assertRaises(dtorch.PlacementError):
+            self.c[:, 3]
+        r = self.c.redistribute(self.mesh, [Replicate()])
+        self.check(r[:, 1:5], self.want[:, 1:5])
+        self.check(r[:, :3], self.want[:, :3])
 
     def test_redistribute_to_every_placement(self):
         for pl in ([Replicate()], [Shard(0)], [Shard(1)], [Shard(2)], [Partial()]):
