@@ -1,14 +1,14 @@
 /*
- * Segmented dims (core.h, dt__seg; docs/decisions.md "segmented cat"): the
- * layout a cat along a sharded dim leaves without communication, and the one
- * place that keeps every other op away from it.
+ * Segmented dims (segment.h, dt__seg; docs/decisions.md "segmented cat"):
+ * the layout a cat along a sharded dim leaves without communication, and the
+ * one place that keeps every other op away from it.
  *
  * dt__seg_gate runs in dt__client_submit for every node before it is
  * queued. It sets the output's descriptor: the op's rule below when the op
  * passes a segmented dim through (elementwise, permute, reshape keeping the
- * dim whole, clone, non-causal unmasked attention, redistribute that keeps
- * the dim off other mesh dims, and the producers cat and the boundary
- * narrow, which set it themselves); otherwise (the fallback) each segmented
+ * dim whole, clone, softmax/norms/reductions over other dims, non-causal
+ * unmasked attention, redistribute that keeps the dim off other mesh dims;
+ * the producers, cat and getitem, set it themselves); otherwise (the fallback) each segmented
  * input is first converted to the regular layout (dt__seg_regular) and the
  * output is regular. The ops' own checks ran on the regular layout (client
  * threads see no segments in dt__local_region), so the node is exactly the
@@ -125,6 +125,31 @@ static int pass_rule(const dt__node *n, dt__meta *out) {
             return 0;
         out->seg = g;
         return 1;
+    }
+    case DT_OP_SOFTMAX:
+        /* Over another dim: each row is whole on its device. */
+        if (!g.n || n->a.ints[0] == g.dim)
+            return 0;
+        out->seg = g;
+        return 1;
+    case DT_OP_NORM:
+        /* layer_norm/rms_norm over trailing dims that exclude the dim (the
+         * weight and bias have only those dims). */
+        if (!g.n || (n->a.sub != DT_KNORM_LAYER && n->a.sub != DT_KNORM_RMS) ||
+            g.dim >= in->ndim - n->a.ints[DT_MAX_NDIM])
+            return 0;
+        out->seg = g;
+        return 1;
+    case DT_OP_REDUCE: {
+        if (!g.n || n->n_in != 1 || (n->a.dims_mask >> g.dim) & 1 || out->ndim > in->ndim ||
+            (n->a.flags & DT_KF_ALL))
+            return 0;
+        if (out->ndim < in->ndim)
+            g.dim = (int8_t)(g.dim - __builtin_popcountll(n->a.dims_mask & ((1ull << g.dim) - 1)));
+        if (out->shape[g.dim] != in->shape[in->seg.dim])
+            return 0;
+        out->seg = g;
+        return layout_ok(out, g.md, g.dim);
     }
     case DT_OP_REDISTRIBUTE:
         if (!g.n || out->mesh != in->mesh || !layout_ok(out, g.md, g.dim))

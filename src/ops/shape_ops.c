@@ -27,7 +27,8 @@
 
 static const char *const cat_accepts =
     "all P->P; S(j) and R inputs->S(j) for j != dim (Replicate inputs sliced locally); all R->R; "
-    "S(dim) inputs are gathered and the result sliced back to S(dim)";
+    "all S(dim) on one mesh dim->S(dim), a local cat (a segmented dim, docs/decisions.md); other S(dim) "
+    "inputs are gathered and the result sliced back to S(dim)";
 
 /* Appends x's segments along dim (its descriptor's, or the whole dim as one)
  * to g, dropping empty ones; 0 when more than DT_MAX_SEGMENTS. */
@@ -181,9 +182,9 @@ static dt_tensor *cat_regular(const char *op, int n, dt_tensor *const *ts, int64
     return result;
 }
 
-/* cat along a dim that inputs shard (see docs/decisions.md): the local blocks
- * concatenated are a permutation of the result, which no placement describes,
- * so on each such mesh dim the inputs are all-gathered (Replicate), the cat
+/* cat along a dim that inputs shard where local_cat_md does not apply (mixed
+ * placements, nested shards, too many segments): on each such mesh dim the
+ * inputs are all-gathered (Replicate), the cat
  * runs on whole blocks and the result is sliced back to Shard(dim) locally
  * (or keeps the other inputs' Shard(j) when some are Shard(j)).
  * Values are exact; the cost is one all-gather of the sharded inputs. */

@@ -158,6 +158,18 @@ class TestPassThrough(Base):
         self.free(lambda c: F.silu(c), TF.silu(w), (1, 0, [5, 2, 4]))
         self.free(lambda c: dtorch.where(c > 0, c, -c), torch.where(w > 0, w, -w), (1, 0, [5, 2, 4]))
 
+    def test_over_other_dims(self):
+        w = self.want
+        f = w.float()
+        self.free(lambda c: c.softmax(2), w.softmax(2), (1, 0, [5, 2, 4]))
+        self.free(lambda c: F.layer_norm(c, (4,)), TF.layer_norm(f, (4,)), (1, 0, [5, 2, 4]))
+        self.free(lambda c: c.sum(2), w.sum(2), (1, 0, [5, 2, 4]))
+        self.free(lambda c: c.amax(0, keepdim=True), w.amax(0, keepdim=True), (1, 0, [5, 2, 4]))
+        self.free(lambda c: c.mean((0, 2)), w.mean((0, 2)), (0, 0, [5, 2, 4]))
+        got = self.c.max(2)
+        self.check(got.values, w.max(2).values)
+        self.check(got.indices, w.max(2).indices)
+
     def test_views(self):
         w = self.want
         self.free(lambda c: c.transpose(0, 1), w.transpose(0, 1), (0, 0, [5, 2, 4]))
