@@ -6,7 +6,8 @@
  * dt__seg_gate runs in dt__client_submit for every node before it is
  * queued. It sets the output's descriptor: the op's rule below when the op
  * passes a segmented dim through (elementwise, permute, reshape keeping the
- * dim whole, clone, softmax/norms/reductions over other dims, non-causal
+ * dim whole, clone, softmax/norms/reductions over other dims, linear or
+ * matmul by a matrix where it is a row/batch dim, non-causal
  * unmasked attention, redistribute that keeps the dim off other mesh dims;
  * the producers, cat and getitem, set it themselves); otherwise (the fallback) each segmented
  * input is first converted to the regular layout (dt__seg_regular) and the
@@ -151,6 +152,19 @@ static int pass_rule(const dt__node *n, dt__meta *out) {
         out->seg = g;
         return layout_ok(out, g.md, g.dim);
     }
+    case DT_OP_LINALG:
+        /* linear, or matmul by a matrix: the dim a batch or row dim of the
+         * first operand, the others without it. */
+        if (!g.n || g.dim >= in->ndim - 1 || (n->a.sub != DT_KL_LINEAR && n->a.sub != DT_KL_MATMUL) ||
+            n->in[1]->meta.ndim != 2 || out->ndim != in->ndim)
+            return 0;
+        for (int j = 1; j < n->n_in; j++)
+            if (n->in[j]->meta.seg.n)
+                return 0;
+        if (in->pl[g.md].kind != out->pl[g.md].kind || out->pl[g.md].dim != in->pl[g.md].dim)
+            return 0; /* the dim keeps its number: so must its Shard */
+        out->seg = g;
+        return layout_ok(out, g.md, g.dim);
     case DT_OP_REDISTRIBUTE:
         if (!g.n || out->mesh != in->mesh || !layout_ok(out, g.md, g.dim))
             return 0;
