@@ -467,6 +467,15 @@ DT_API void dt_debug_gate_release(dt_debug_gate *gate);
  * for a NULL argument, DT_ESHUTDOWN). Client threads, as any op. */
 DT_API dt_tensor *dt_debug_gated(dt_tensor *x, dt_debug_gate *gate);
 
+/* Tests: the number of collective groups lowered so far in the process (all
+ * graphs; read after a sync of the work of interest). Any thread. */
+DT_API long dt_debug_collectives_lowered(void);
+/* Tests: x's storage layout. 0 when it is regular; otherwise the number of
+ * segments of its segmented dim (a communication-free cat along a sharded
+ * dim, docs/decisions.md), with that dim, its mesh dim and the segment
+ * lengths (at most 8, user order) written out. -1 for a bad handle. */
+DT_API int dt_debug_segments(const dt_tensor *x, int *dim, int *mesh_dim, int64_t *lens);
+
 /* Fault injection: after `after_n` more successful allocations made by a
  * controller thread while it lowers a node (any graph), the next one fails,
  * once; the node's output is then poisoned with an error naming the op, "on

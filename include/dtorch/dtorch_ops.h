@@ -273,9 +273,11 @@ DT_API dt_tensor *dt_masked_scatter(dt_tensor *a, dt_tensor *mask, dt_tensor *so
 /* torch.cat(ts, dim) with type promotion; 1-D empty inputs are skipped as in
  * torch. Per mesh dim: all inputs Partial -> P; otherwise no Partial, at most
  * one Shard dim j != dim among the inputs -> S(j) (Replicate inputs sliced
- * locally), else R. Inputs Shard(dim) along the cat dim (no Partial on that
- * mesh dim) are all-gathered first and the result sliced back to S(dim): the
- * one cat that communicates (the local blocks would be out of order). */
+ * locally), else R. Inputs all Shard(dim) on one mesh dim (same placements
+ * elsewhere) are concatenated locally: the result is S(dim) with a segmented
+ * storage order that later ops keep or convert (docs/decisions.md, "segmented
+ * cat"). Other inputs Shard(dim) along the cat dim (no Partial on that mesh
+ * dim) are all-gathered first and the result sliced back to S(dim). */
 DT_API dt_tensor *dt_cat(int n, dt_tensor *const *ts, int64_t dim);
 /* torch.stack(ts, dim): equal shapes; placements as cat, the new dim never
  * sharded. */

@@ -95,6 +95,31 @@ static PyObject *mod_graph_stats(PyObject *module, PyObject *args) {
                          (long long)s.kernels_in_place, "cancelled", (long long)s.cancelled);
 }
 
+/* Collective groups lowered so far in the process (core.h). */
+static PyObject *mod_collectives_lowered(PyObject *module, PyObject *unused) {
+    (void)module, (void)unused;
+    return PyLong_FromLong(dt_debug_collectives_lowered());
+}
+
+/* x's segmented-dim descriptor (core.h, dt__seg): None for a regular
+ * layout, else (dim, mesh_dim, [lengths in user order]). */
+static PyObject *mod_segments(PyObject *module, PyObject *arg) {
+    dtpy_state *st = mod_state(module);
+    if (!DTPY_IS_TENSOR(st, arg))
+        return PyErr_Format(PyExc_TypeError, "_segments: expected a dtorch tensor");
+    int dim = 0, md = 0;
+    int64_t len[8];
+    int n = dt_debug_segments(((dtpy_tensor *)arg)->t, &dim, &md, len);
+    if (n <= 0)
+        Py_RETURN_NONE;
+    PyObject *lens = PyList_New(n);
+    if (!lens)
+        return NULL;
+    for (int i = 0; i < n; i++)
+        PyList_SET_ITEM(lens, i, PyLong_FromLongLong((long long)len[i]));
+    return Py_BuildValue("(iiN)", dim, md, lens);
+}
+
 static PyObject *mod_hold_controller(PyObject *module, PyObject *args) {
     dtpy_state *st = mod_state(module);
     PyObject *graph;
@@ -141,6 +166,9 @@ static PyMethodDef testing_methods[] = {
      "check_interval, flow_waits, nodes_eliminated, kernels_in_place, cancelled}"},
     {"_hold_controller", mod_hold_controller, METH_VARARGS,
      "_hold_controller(graph, hold): the controller takes nothing while held (tests only)"},
+    {"_collectives_lowered", mod_collectives_lowered, METH_NOARGS,
+     "_collectives_lowered() -> collective groups lowered so far (tests only)"},
+    {"_segments", mod_segments, METH_O, "_segments(x) -> None or (dim, mesh_dim, [segment lengths])"},
     {"_cached_bytes", mod_cached_bytes, METH_NOARGS, "_cached_bytes() -> bytes the backends keep cached"},
     {"_fail_allocs", mod_fail_allocs, METH_O,
      "_fail_allocs(n): the controller's (n+1)-th lowering allocation fails"},

@@ -471,7 +471,9 @@ def _tensor_list(name: str, tensors) -> list:
 
 def cat(tensors, dim: int = 0):
     """``torch.cat`` with type promotion; Replicate inputs next to sharded ones are sliced locally. Inputs
-    sharded along ``dim`` are all-gathered and the result sliced back to that Shard (docs/decisions.md)."""
+    all sharded along ``dim`` on one mesh dim are concatenated locally, with no communication (the result
+    reports that Shard and keeps a segmented order inside, docs/decisions.md "segmented cat"); other inputs
+    sharded along ``dim`` are all-gathered and the result sliced back to that Shard."""
     return _C._v_cat(_tensor_list("cat", tensors), dim, False)
 
 

@@ -194,6 +194,7 @@ dt_status dt__kbatch_push(dt_graph *g, dt__kbatch *b) {
 void *dt__controller_main(void *arg) {
     dt_graph *g = arg;
     dt__lower L = {.g = g, .node = NULL};
+    dt__seg_regions = 1; /* lowering sees segmented layouts (meta.c) */
     /* The round's window (window.h); its arrays are kept across rounds. */
     dt__window w = {0};
     int stop = 0;

@@ -222,9 +222,12 @@ dt_status dt__lw_collective(dt__lower *L, const dt_mesh *mesh, int stream_kind, 
     return dt__lw_collective_after(L, mesh, stream_kind, c, base, stride, blobs, NULL, next, dtype, opname);
 }
 
+atomic_long dt__collectives_lowered;
+
 dt_status dt__lw_collective_after(dt__lower *L, const dt_mesh *mesh, int stream_kind, dt__coll *c,
                                   int64_t base, int64_t stride, dt__blob **blobs, dt__blob **deps,
                                   dt__blob **next, dt_dtype dtype, const char *opname) {
+    atomic_fetch_add_explicit(&dt__collectives_lowered, 1, memory_order_relaxed);
     dt__krec **ks = c && L->status == DT_OK ? dt__calloc((size_t)c->n, sizeof *ks) : NULL;
     dt__stream **ss = ks ? dt__calloc((size_t)c->n, sizeof *ss) : NULL;
     int ok = ss != NULL;

@@ -132,6 +132,11 @@ int dt__meta_same(const dt__meta *a, const dt__meta *b) {
     for (int md = 0; md < a->mesh->ndim; md++)
         if (a->pl[md].kind != b->pl[md].kind || a->pl[md].dim != b->pl[md].dim)
             return 0;
+    if (a->seg.n != b->seg.n)
+        return 0;
+    if (a->seg.n && (a->seg.dim != b->seg.dim || a->seg.md != b->seg.md ||
+                     memcmp(a->seg.len, b->seg.len, sizeof(int64_t) * (size_t)a->seg.n)))
+        return 0;
     return 1;
 }
 
@@ -178,6 +183,26 @@ void dt__chunk(int64_t n, int64_t k, int64_t i, int64_t *start, int64_t *len) {
     *len = e - s;
 }
 
+_Thread_local int dt__seg_regions;
+
+int64_t dt__seg_piece(const dt__seg *g, int64_t w, int s, int64_t i) {
+    int64_t st, l;
+    dt__chunk(g->len[s], w, i, &st, &l);
+    return l;
+}
+
+void dt__seg_block(const dt__seg *g, int64_t w, int64_t i, int64_t *start, int64_t *len) {
+    int64_t before = 0, mine = 0;
+    for (int s = 0; s < g->n; s++) {
+        int64_t cs, cl;
+        dt__chunk(g->len[s], w, i, &cs, &cl);
+        before += cs; /* devices 0..i-1 hold [0, cs) of segment s */
+        mine += cl;
+    }
+    *start = before;
+    *len = mine;
+}
+
 void dt__local_region(const dt__meta *m, const int64_t *coord, int64_t *start, int64_t *len) {
     for (int d = 0; d < m->ndim; d++) {
         start[d] = 0;
@@ -188,7 +213,10 @@ void dt__local_region(const dt__meta *m, const int64_t *coord, int64_t *start, i
             continue;
         int d = m->pl[md].dim;
         int64_t s, l;
-        dt__chunk(len[d], m->mesh->shape[md], coord[md], &s, &l);
+        if (dt__seg_regions && m->seg.n && m->seg.md == md && m->seg.dim == d)
+            dt__seg_block(&m->seg, m->mesh->shape[md], coord[md], &s, &l);
+        else
+            dt__chunk(len[d], m->mesh->shape[md], coord[md], &s, &l);
         start[d] += s;
         len[d] = l;
     }

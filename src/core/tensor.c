@@ -110,9 +110,28 @@ dt_tensor *dt__tensor_new(dt_graph *g, const dt__meta *m) {
     return t;
 }
 
+dt_tensor *dt__tval_tensor(dt__tval *v) { return &((dt__symrec *)v)->t; }
+
 dt_tensor *dt__client_submit(dt_tensor *t, dt__node *n) {
+    /* Segmented inputs (segment.c): the output's layout, or regular inputs
+     * first. The temporaries are released after the node is queued. */
+    dt_tensor *tmp[DT_MAX_OP_INPUTS];
+    int ntmp = 0;
+    if (n && dt__seg_gate(t, n, tmp, &ntmp) != DT_OK) {
+        dt__source_free(dt__graph_be(t->graph, t->v->meta.mesh->type), n);
+        dt__node_free(n);
+        n = NULL;
+    }
+    t = dt__client_submit_raw(t, n);
+    for (int i = 0; i < ntmp; i++)
+        dt_tensor_release(tmp[i]);
+    return t;
+}
+
+dt_tensor *dt__client_submit_raw(dt_tensor *t, dt__node *n) {
     if (!n) {
-        dt__error(DT_ENOMEM, "out of memory");
+        if (dt_last_status() == DT_OK)
+            dt__error(DT_ENOMEM, "out of memory");
     } else {
         dt_status st = dt__graph_submit(t->graph, n);
         if (st == DT_OK)
@@ -224,6 +243,15 @@ static dt_future *fetch(dt_tensor *t, int64_t local) {
         dt__error(DT_ENOMEM, "fetch: out of memory");
         return NULL;
     }
+    /* A value read is in user order (segment.c). */
+    dt_tensor *reg = t->v->meta.seg.n ? dt__seg_regular(t) : NULL;
+    if (t->v->meta.seg.n && !reg) {
+        dt_future_release(f);
+        dt__node_free(n);
+        return NULL;
+    }
+    if (reg)
+        t = reg;
     const dt__meta *m = &t->v->meta;
     f->be = dt__graph_be(t->graph, t->v->meta.mesh->type);
     f->dtype = m->dtype;
@@ -247,6 +275,8 @@ static dt_future *fetch(dt_tensor *t, int64_t local) {
         dt__future_fail(f, st, dt_last_error());
         dt_future_release(f);
     }
+    if (reg)
+        dt_tensor_release(reg);
     return f;
 }
 

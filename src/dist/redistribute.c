@@ -102,7 +102,10 @@ static dt_status collective(plan *p, int md, int kind, int dim_a, int dim_b, dt_
                 coord[md] = r;
                 dt__local_region(m, coord, ls, ll);
                 memcpy(c->shapes[r], ll, sizeof c->shapes[r]);
-                if (kind == DT_COLL_REDUCESCATTER || kind == DT_COLL_ALLTOALL)
+                if ((kind == DT_COLL_REDUCESCATTER || kind == DT_COLL_ALLTOALL) && m->seg.n &&
+                    m->seg.md == md && m->seg.dim == dim_b)
+                    dt__seg_block(&m->seg, size, r, &c->starts[r], &c->lens[r]); /* core.h */
+                else if (kind == DT_COLL_REDUCESCATTER || kind == DT_COLL_ALLTOALL)
                     dt__chunk(m->shape[dim_b], size, r, &c->starts[r], &c->lens[r]);
             }
         }

@@ -108,12 +108,37 @@ static const dt__ps_row index_rows[] = DT__PS_ROWS(DT__VIEW_INDEX_ROWS);
 typedef struct index_fam {
     const dt_slice *dims;
     const int *pos; /* the result dim of each input dim (-1: dropped) */
+    int seg_dim;    /* a segmented dim sliced at segment boundaries (-1: none) */
 } index_fam;
 /* A dim taken whole stays sharded (at its result position). */
 static int index_row(const dt__pctx *c, int j, int d, int *od) {
     const index_fam *f = c->fam;
     *od = f->pos[d];
+    if (d == f->seg_dim)
+        return DT__VR_KEEP; /* a local narrow of each device's segments */
     return takes_whole(&f->dims[d], c->in[j]->shape[d]) ? DT__VR_KEEP : DT__VR_OP;
+}
+
+/* When sel (a slice of m's segmented dim) takes segments [*s0, *s1) whole,
+ * in order: sets them; otherwise leaves *s0 = -1. Only while the dim is
+ * Shard on its mesh dim: a segmented Replicate slice takes the fallback. */
+static void seg_range(const dt__meta *m, const dt_slice *sel, int *s0, int *s1) {
+    const dt__seg *g = &m->seg;
+    if (sel->drop || (sel->step != 1 && sel->len > 1) || sel->len == 0 ||
+        m->pl[g->md].kind != DT_PLACEMENT_SHARD || m->pl[g->md].dim != g->dim)
+        return;
+    int64_t at = 0;
+    int a = -1;
+    for (int q = 0; q < g->n; q++) {
+        if (at == sel->start)
+            a = q;
+        at += g->len[q];
+        if (a >= 0 && at == sel->start + sel->len) {
+            *s0 = a;
+            *s1 = q + 1;
+            return;
+        }
+    }
 }
 
 dt_tensor *dt_index(dt_tensor *a, const dt_slice *dims, uint64_t new_axes) {
@@ -149,7 +174,22 @@ dt_tensor *dt_index(dt_tensor *a, const dt_slice *dims, uint64_t new_axes) {
     for (int d = 0; d < m->ndim; d++)
         if (dims[d].drop)
             pos[d] = -1;
-    const index_fam fam = {dims, pos};
+    /* A slice of a segmented dim at segment boundaries: a local narrow. */
+    int s0 = -1, s1 = -1, keep = 0;
+    if (m->seg.n && takes_whole(&dims[m->seg.dim], m->shape[m->seg.dim]))
+        s0 = 0, s1 = m->seg.n, keep = 1; /* the dim untouched: the layout too */
+    else if (m->seg.n)
+        seg_range(m, &dims[m->seg.dim], &s0, &s1);
+    if (s0 >= 0) {
+        dt__seg g = m->seg;
+        out.seg.n = (int8_t)(s1 - s0 > 1 ? s1 - s0 : 0);
+        out.seg.dim = (int8_t)(out.seg.n ? pos[g.dim] : 0);
+        out.seg.md = (int8_t)(out.seg.n ? g.md : 0);
+        memset(out.seg.len, 0, sizeof out.seg.len);
+        for (int q = s0; q < s1 && out.seg.n; q++)
+            out.seg.len[q - s0] = g.len[q];
+    }
+    const index_fam fam = {dims, pos, s0 >= 0 ? m->seg.dim : -1};
     if (dt__view_place("getitem", &m, 1, &out, index_rows, index_row, NULL, &fam,
                        DT__VIEW_TEXT(DT__VIEW_INDEX_ROWS)) != DT_OK) {
         for (int md = 0; md < m->mesh->ndim; md++) {
@@ -166,8 +206,15 @@ dt_tensor *dt_index(dt_tensor *a, const dt_slice *dims, uint64_t new_axes) {
     dt_tensor *t = dt__view_begin(a, NULL, &out, DT_V_INDEX, &n);
     if (!t)
         return NULL;
-    if (n)
+    if (n) {
         store_spec(n, m->ndim, dims);
+        if (s0 >= 0) {
+            /* Sets its own output layout (segment.c); 1: the segment narrow. */
+            n->a.v_nints = keep ? 2 : 1;
+            n->a.v_dim = s0;
+            n->a.v_ints[0] = s1;
+        }
+    }
     return dt__client_submit(t, n);
 }
 
@@ -193,6 +240,17 @@ void dt__vlower_index(dt__lower *L, dt__node *n) {
             k->attr.step[d] = n->a.v_step[d];
             if (k->attr.start[d] != 0 || k->attr.shape[d] != ll[d] || (k->attr.step[d] != 1 && ll[d] > 1))
                 whole = 0;
+        }
+        if (n->a.v_nints == 1) {
+            /* The segment narrow: this device's pieces of segments [s0, s1). */
+            const dt__seg *g = &in->meta.seg;
+            int64_t w = mesh->shape[g->md], st = 0, len = 0;
+            for (int q = 0; q < (int)n->a.v_ints[0]; q++)
+                *(q < n->a.v_dim ? &st : &len) += dt__seg_piece(g, w, q, coord[g->md]);
+            k->attr.start[g->dim] = st;
+            k->attr.shape[g->dim] = len;
+            k->attr.step[g->dim] = 1;
+            whole = whole && st == 0 && len == ll[g->dim];
         }
         k->attr.gndim = o->meta.ndim;
         for (int d = 0; d < o->meta.ndim; d++) {

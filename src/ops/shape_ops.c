@@ -35,14 +35,42 @@
 
 static const char *const cat_accepts =
     "all P->P; S(j) and R inputs->S(j) for j != dim (Replicate inputs sliced locally); all R->R; "
-    "S(dim) inputs are gathered and the result sliced back to S(dim)";
+    "all S(dim) on one mesh dim->S(dim), a local cat (a segmented dim, docs/decisions.md); other S(dim) "
+    "inputs are gathered and the result sliced back to S(dim)";
 
-/* One level of the tree: a node concatenating l (and r when not NULL). */
-static dt_tensor *cat_node(dt_tensor *l, dt_tensor *r, const dt__meta *final, int dim, int stack) {
+/* Appends x's segments along dim (its descriptor's, or the whole dim as one)
+ * to g, dropping empty ones; 0 when more than DT_MAX_SEGMENTS. */
+static int seg_append(dt__seg *g, const dt__meta *x, int dim) {
+    int n = x->seg.n ? x->seg.n : 1;
+    for (int s = 0; s < n; s++) {
+        int64_t len = x->seg.n ? x->seg.len[s] : x->shape[dim];
+        if (len == 0)
+            continue;
+        if (g->n == DT_MAX_SEGMENTS)
+            return 0;
+        g->len[g->n++] = len;
+    }
+    return 1;
+}
+
+/* One level of the tree: a node concatenating l (and r when not NULL). lmd
+ * >= 0: the local cat along a dim all inputs shard on mesh dim lmd, whose
+ * result is segmented (core.h, dt__seg). */
+static dt_tensor *cat_node(dt_tensor *l, dt_tensor *r, const dt__meta *final, int dim, int stack, int lmd) {
     dt__meta out = *final;
     int64_t nl = stack && l->v->meta.ndim < final->ndim ? 1 : l->v->meta.shape[dim];
     int64_t nr = !r ? 0 : stack && r->v->meta.ndim < final->ndim ? 1 : r->v->meta.shape[dim];
     out.shape[dim] = nl + nr;
+    memset(&out.seg, 0, sizeof out.seg);
+    if (lmd >= 0) {
+        seg_append(&out.seg, &l->v->meta, dim);
+        if (r)
+            seg_append(&out.seg, &r->v->meta, dim);
+        if (out.seg.n < 2)
+            memset(&out.seg, 0, sizeof out.seg);
+        out.seg.dim = (int8_t)(out.seg.n ? dim : 0);
+        out.seg.md = (int8_t)(out.seg.n ? lmd : 0);
+    }
     dt__node *n;
     dt_tensor *t = dt__view_begin(l, r, &out, DT_V_CAT, &n);
     if (!t)
@@ -50,6 +78,7 @@ static dt_tensor *cat_node(dt_tensor *l, dt_tensor *r, const dt__meta *final, in
     if (n) {
         n->a.v_dim = dim;
         n->a.v_nints = stack;
+        n->a.v_mask = lmd >= 0;
     }
     return dt__client_submit(t, n);
 }
@@ -57,23 +86,23 @@ static dt_tensor *cat_node(dt_tensor *l, dt_tensor *r, const dt__meta *final, in
 /* The cat of ts[lo..hi) as a new reference (a leaf is retained as is unless
  * it is the whole list). */
 static dt_tensor *cat_tree(dt_tensor *const *ts, int lo, int hi, int n, const dt__meta *final, int dim,
-                           int stack) {
+                           int stack, int lmd) {
     if (hi - lo == 1) {
         if (n == 1)
-            return cat_node(ts[lo], NULL, final, dim, stack);
+            return cat_node(ts[lo], NULL, final, dim, stack, lmd);
         dt_tensor_retain(ts[lo]);
         return ts[lo];
     }
     int mid = lo + (hi - lo) / 2;
-    dt_tensor *l = cat_tree(ts, lo, mid, n, final, dim, stack);
+    dt_tensor *l = cat_tree(ts, lo, mid, n, final, dim, stack, lmd);
     if (!l)
         return NULL;
-    dt_tensor *r = cat_tree(ts, mid, hi, n, final, dim, stack);
+    dt_tensor *r = cat_tree(ts, mid, hi, n, final, dim, stack, lmd);
     if (!r) {
         dt_tensor_release(l);
         return NULL;
     }
-    dt_tensor *t = cat_node(l, r, final, dim, stack);
+    dt_tensor *t = cat_node(l, r, final, dim, stack, lmd);
     dt_tensor_release(l);
     dt_tensor_release(r);
     return t;
@@ -113,9 +142,57 @@ static int cat_along_shard(const dt__meta *const *ins, int nk, int dim) {
     return 0;
 }
 
-/* cat along a dim that inputs shard (see docs/decisions.md): the local blocks
- * concatenated are a permutation of the result, which no placement describes,
- * so on each such mesh dim the inputs are all-gathered (Replicate), the cat
+/* The mesh dim of a communication-free cat along `dim` (docs/decisions.md,
+ * "segmented cat"): every input has the same placements, Shard(dim) on
+ * exactly one mesh dim, and is regular or segmented there; -1 otherwise. */
+static int local_cat_md(const dt__meta *const *ins, int nk, int dim) {
+    const dt__meta *m0 = ins[0];
+    int lmd = -1;
+    for (int md = 0; md < m0->mesh->ndim; md++) {
+        for (int i = 1; i < nk; i++)
+            if (ins[i]->pl[md].kind != m0->pl[md].kind || ins[i]->pl[md].dim != m0->pl[md].dim)
+                return -1;
+        if (m0->pl[md].kind == DT_PLACEMENT_SHARD && m0->pl[md].dim == dim) {
+            if (lmd >= 0)
+                return -1;
+            lmd = md;
+        }
+    }
+    if (lmd < 0)
+        return -1;
+    dt__seg g = {0};
+    for (int i = 0; i < nk; i++) {
+        if (ins[i]->seg.n && (ins[i]->seg.dim != dim || ins[i]->seg.md != lmd))
+            return -1;
+        if (!seg_append(&g, ins[i], dim))
+            return -1;
+    }
+    return lmd;
+}
+
+/* cat of the inputs in the regular layout (segmented ones converted). */
+static dt_tensor *cat_regular(const char *op, int n, dt_tensor *const *ts, int64_t dim, int stack) {
+    dt_tensor **reg = dt__calloc((size_t)n, sizeof *reg);
+    if (!reg)
+        return dt__error(DT_ENOMEM, "%s: out of memory", op), NULL;
+    dt_tensor *result = NULL;
+    int i = 0;
+    for (; i < n; i++) {
+        reg[i] = ts[i]->v->meta.seg.n ? dt__seg_regular(ts[i]) : (dt_tensor_retain(ts[i]), ts[i]);
+        if (!reg[i])
+            break;
+    }
+    if (i == n)
+        result = cat_impl(op, n, reg, dim, stack);
+    for (int j = 0; j < i; j++)
+        dt_tensor_release(reg[j]);
+    dt__free(reg);
+    return result;
+}
+
+/* cat along a dim that inputs shard where local_cat_md does not apply (mixed
+ * placements, nested shards, too many segments): on each such mesh dim the
+ * inputs are all-gathered (Replicate), the cat
  * runs on whole blocks and the result is sliced back to Shard(dim) locally
  * (or keeps the other inputs' Shard(j) when some are Shard(j)).
  * Values are exact; the cost is one all-gather of the sharded inputs. */
@@ -271,6 +348,17 @@ static dt_tensor *cat_impl(const char *op, int n, dt_tensor *const *ts, int64_t 
         }
         out.shape[d] = total;
     }
+    int lmd = stack ? -1 : local_cat_md(ins, nk, d), segmented = 0;
+    for (int i = 0; i < n; i++)
+        segmented |= ts[i]->v->meta.seg.n != 0;
+    if (lmd >= 0) {
+        result = cat_tree(keep, 0, nk, nk, &out, d, 0, lmd);
+        goto done;
+    }
+    if (segmented) {
+        result = cat_regular(op, n, ts, dim, stack);
+        goto done;
+    }
     if (!stack && cat_along_shard(ins, nk, d)) {
         result = cat_gathered(op, n, ts, d);
         goto done;
@@ -321,7 +409,7 @@ static dt_tensor *cat_impl(const char *op, int n, dt_tensor *const *ts, int64_t 
             }
         }
     }
-    result = cat_tree(keep, 0, nk, nk, &out, d, stack);
+    result = cat_tree(keep, 0, nk, nk, &out, d, stack, -1);
 done:
     dt__free(keep);
     dt__free(ins);
@@ -347,7 +435,11 @@ void dt__vlower_cat(dt__lower *L, dt__node *n) {
             break;
         k->n_in = n->n_in;
         for (int j = 0; j < n->n_in; j++) {
-            cat_needed(&n->in[j]->meta, &o->meta, dim, stack, os, ol, s, l);
+            /* The local cat (segmented result) takes each input's block. */
+            if (n->a.v_mask)
+                dt__local_region(&n->in[j]->meta, coord, s, l);
+            else
+                cat_needed(&n->in[j]->meta, &o->meta, dim, stack, os, ol, s, l);
             k->in[j] = dt__lw_region(L, n->in[j], i, coord, s, l);
         }
         k->attr.dim = dim;

@@ -678,12 +678,12 @@ const dt_op_doc dt__docs_views[] = {
      "mask: scalar values, indexed dims not sharded",
      0},
     {"cat", "views",
-     "(all P)->P; S(j)/R mixes->S(j)* for j != dim; R->R; S(dim) inputs: all-gathered, result sliced to "
-     "S(dim)",
+     "(all P)->P; S(j)/R mixes->S(j)* for j != dim; R->R; all S(dim) on one mesh dim->S(dim): a local cat, "
+     "segmented result; other S(dim) inputs: all-gathered, result sliced to S(dim)",
      1},
     {"concat", "views",
-     "(all P)->P; S(j)/R mixes->S(j)* for j != dim; R->R; S(dim) inputs: all-gathered, result sliced to "
-     "S(dim)",
+     "(all P)->P; S(j)/R mixes->S(j)* for j != dim; R->R; all S(dim) on one mesh dim->S(dim): a local cat, "
+     "segmented result; other S(dim) inputs: all-gathered, result sliced to S(dim)",
      1},
     {"stack", "views", "(all P)->P; S(j)/R mixes->S(j or j+1)*; R->R", 0},
     {"chunk", "views", KEEP ", S(d)->S(d) for d != dim", 0},

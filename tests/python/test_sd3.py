@@ -112,6 +112,46 @@ class TransformerTest(unittest.TestCase):
                         self.assertEqual(got.placements[m.dim_name_index("dp")], dtorch.Shard(0))
                     assert_close_everywhere(self, got, want, rtol=1e-4, atol=1e-4)
 
+    def test_tokens_split_on_cp(self):
+        """On the context-parallel dims the tokens are Shard(1) through the blocks, the joint attention's
+        cat leaves them segmented ([image, context]) and the split after it moves nothing."""
+        from dtorch import _C
+        from dtorch.applications.sd3 import transformer as tr
+
+        x, c, pooled, t = inputs()
+        want = self.want("sd3", x, c, pooled, t)
+        seen = []
+        split = tr._split_tokens
+
+        def spy(h, s):
+            dtorch.synchronize()
+            before = _C._collectives_lowered()
+            out = split(h, s)
+            dtorch.synchronize()
+            seen.append((_C._segments(h), list(h.placements), _C._collectives_lowered() - before))
+            return out
+
+        meshes = {"ulysess_cp2": mesh((2,), ("ulysess_cp",)), "ring_cp2": mesh((2,), ("ring_cp",)),
+                  "dp2*ulysess_cp2*ring_cp2": mesh((2, 2, 2), ("dp", "ulysess_cp", "ring_cp"))}
+        tr._split_tokens = spy
+        try:
+            for mname, m in meshes.items():
+                with self.subTest(mname):
+                    seen.clear()
+                    model = SD3Transformer2DModel.from_pretrained(self.dirs["sd3"], device_mesh=m)
+                    # The ring merges partial softmaxes (log-sum-exp): outputs of size ~10 differ by ~5e-4.
+                    assert_close_everywhere(self, model(x, c, pooled, t), want, rtol=1e-4, atol=1e-3)
+                    self.assertEqual(len(seen), TINY["num_layers"])
+                    for segs, pl, moved in seen:
+                        for name in ("ulysess_cp", "ring_cp"):
+                            if m.has_dim_name(name):
+                                self.assertEqual(pl[m.dim_name_index(name)], dtorch.Shard(1))
+                        if m.ndim == 1:
+                            self.assertEqual(segs, (1, 0, [64, 7]))
+                            self.assertEqual(moved, 0)
+        finally:
+            tr._split_tokens = split
+
     def test_dtorch_inputs_and_bfloat16(self):
         # Inputs already on the mesh (the pipeline's path) and a bfloat16 load of the same file.
         x, c, pooled, t = inputs()

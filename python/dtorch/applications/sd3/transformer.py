@@ -2,7 +2,8 @@
 
 Mesh dims (any subset, by name): ``dp`` splits the batch (the CFG halves), ``tp`` splits the heads
 and the MLP (q/k/v and the first FF layer column-parallel, the output projections row-parallel and
-all-reduced), ``ulysess_cp``/``ring_cp`` are handed to the joint attention through ``SdpaOption``.
+all-reduced), ``ulysess_cp``/``ring_cp`` split the image and context tokens (Shard(1) from the
+embeddings to ``proj_out``; the joint attention runs Ulysses/ring through ``SdpaOption``).
 The adaLN modulation linears, the embeddings and ``proj_out`` are replicated. Keys, shapes and the
 op sequence are diffusers' (``docs/decisions.md`` says which results are bit-identical).
 
@@ -20,12 +21,12 @@ from typing import Any, Dict, Optional, Sequence
 import torch
 
 from ... import _factories
-from ...distributed_spec import DeviceMesh
+from ...distributed_spec import DeviceMesh, Replicate, Shard
 from ...nn import functional as F
 from ...nn.modules.container import ModuleList
 from ...nn.modules.module import Module
-from ._common import (SDPA_OPTION, TP, Checkpoint, Conv2d, Layer, Linear, batch_placements, load_module,
-                      mesh_size, read_json)
+from ._common import (RING_CP, SDPA_OPTION, TP, ULYSSES_CP, Checkpoint, Conv2d, Layer, Linear, batch_placements,
+                      load_module, mesh_dim, mesh_size, read_json)
 
 __all__ = ["SD3Transformer2DModel"]
 
@@ -107,12 +108,39 @@ class _Attention(Module):
         h = h.transpose(1, 2).reshape(n, h.shape[2], self.heads * self.head_dim)
         if context is None:
             return self.to_out[0](h)
-        h, c = h[:, :s], h[:, s:]
+        h, c = _split_tokens(h, s)
         # diffusers projects these slices of the joint output; with a batch above 1 they are not
         # contiguous in torch, whose linear then adds the bias after the product (see Linear).
         fused = n == 1
         c = None if self.context_pre_only else self.to_add_out(c, fused)
         return self.to_out[0](h, fused), c
+
+
+def _cp_dims(mesh: DeviceMesh) -> list:
+    """The context-parallel mesh dims present (size > 1), Ulysses first: the tokens are split there."""
+    return [i for i in (mesh_dim(mesh, ULYSSES_CP), mesh_dim(mesh, RING_CP)) if i is not None]
+
+
+def _on_cp(t: Any, p: Any) -> Any:
+    """``t`` with placement ``p`` on every context-parallel mesh dim (nothing if there is none)."""
+    cp = _cp_dims(t.device_mesh)
+    if not cp or all(t.placements[i] == p for i in cp):
+        return t
+    pl = list(t.placements)
+    for i in cp:
+        pl[i] = p
+    return t.redistribute(placements=pl)
+
+
+def _split_tokens(h: Any, s: int):
+    """``h[:, :s], h[:, s:]`` of the joint tokens. Split on one CP mesh dim, the joint attention's
+    cat left them segmented and the split is a local narrow per device (docs/decisions.md,
+    "segmented cat"); split on both (nested shards), they are gathered around the split."""
+    cp = _cp_dims(h.device_mesh)
+    if len(cp) < 2:
+        return h[:, :s], h[:, s:]
+    w = _on_cp(h, Replicate())
+    return _on_cp(w[:, :s], Shard(1)), _on_cp(w[:, s:], Shard(1))
 
 
 def _cat(ts: Sequence[Any], dim: int) -> Any:
@@ -336,16 +364,18 @@ class SD3Transformer2DModel(Module):
         if t.ndim != 1 or t.shape[0] != x.shape[0]:
             raise ValueError(f"timestep must be a number or have shape ({x.shape[0]},), got {tuple(t.shape)}")
         height, width = x.shape[-2:]
-        x = self.pos_embed(x).contiguous()
+        # The image and the context tokens are split over the context-parallel mesh dims: every
+        # block runs on its share of the tokens, and the joint attention's cat/split need no gather.
+        x = _on_cp(self.pos_embed(x).contiguous(), Shard(1))
         temb = self.time_text_embed(t, pooled)
-        c = self.context_embedder(c)
+        c = _on_cp(self.context_embedder(c), Shard(1))
         for i, block in enumerate(self.transformer_blocks):
             if skip_layers is not None and i in skip_layers:
                 continue
             c, x = block(x, c, temb)
         scale, shift = self.norm_out.linear(F.silu(temb).to(x.dtype)).chunk(2, dim=1)
         x = self.norm_out.norm(x) * (1 + scale)[:, None, :] + shift[:, None, :]
-        x = self.proj_out(x)
+        x = _on_cp(self.proj_out(x), Replicate())  # the tokens gathered for unpatchify
         p, co = self.config["patch_size"], self.out_channels
         h, w = height // p, width // p
         x = x.reshape(x.shape[0], h, w, p, p, co).permute(0, 5, 1, 3, 2, 4)
