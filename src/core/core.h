@@ -264,6 +264,10 @@ typedef struct dt__node {
     const char *site_file; /* interned */
     int32_t site_line;
     void *extra; /* SOURCE: host impl (or blocks, DT__SOURCE_LOCAL); FETCH/SYNC: the dt_future */
+    /* While tracing (core/record.h): when and on which client thread the
+     * node was recorded; zero otherwise. */
+    int64_t rec_t0, rec_t1;
+    uint32_t rec_tid;
     dt__nattr a;
 } dt__node;
 
@@ -365,7 +369,8 @@ typedef struct dt__stream {
     /* Test-only counts (dt__graph_debug_stream): kernels run, and of those
      * collectives and cross-mesh assemblies. Worker-written, relaxed. */
     atomic_long n_run, n_comm;
-    dt__krec *stop_k; /* the stop kernel, made with the stream */
+    dt__krec *stop_k;       /* the stop kernel, made with the stream */
+    struct dt__recbuf *rec; /* worker-only: its trace buffer, owned by g->rec (core/record.h) */
 } dt__stream;
 
 /* Starts a stream (controller thread). NULL with the thread error set when
@@ -491,6 +496,9 @@ struct dt_graph {
     /* One communication back end per device type, made on first use
      * (dt__graph_comm); read by workers, freed with the graph. */
     _Atomic(struct dt__comm *) comm[DT_DEVICE_TYPES];
+    /* Explain and trace records (core/record.h); NULL when it could not be
+     * made (nothing is recorded then). Made and freed with the graph. */
+    struct dt__rec *rec;
 };
 
 /* The backend serving device type `t` on g (any thread). */
