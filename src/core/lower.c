@@ -83,7 +83,7 @@ void dt__lw_discard(dt__kernel *k) {
 void dt__lw_stream_append(dt_graph *g, dt__stream *s, dt__krec *k) {
     g->kqueued_local++;
     s->appended++;
-    if (g->rec && g->rec->cur_node) /* tracing this node (record.h) */
+    if (dt__rec_enabled(DT__REC_TRACE) && g->rec && g->rec->cur_node) /* tracing this node (record.h) */
         dt__rec_kernel_queued(g, s, k, s->appended);
     k->next = NULL;
     if (s->btail)

@@ -56,6 +56,18 @@ class TestExplicit(unittest.TestCase):
         self.assertEqual(r.bytes, (8 // 2) * (6 // 2) * F32)  # each device's (4, 3) block
         assert_close_everywhere(self, y, t)
 
+    def test_groups_count_once_and_bytes_are_the_largest(self):
+        # All-gather along "tp" runs in both "dp" groups: dp row 0 holds rows 0-1, row 1 holds row 2,
+        # so the blocks are (2, 2) in one group and (1, 2) in the other. One collective per device;
+        # the bytes are the larger block's.
+        t = int_valued(3, 4, seed=9)
+        x = dtorch.from_torch(t, device_mesh=CPU2x2, placements=[Shard(0), Shard(1)])
+        with dtorch.explain() as e:
+            y = x.redistribute(placements=[Shard(0), Replicate()])
+        self.assertEqual(rec(e, collective=0, mesh_dim=0, mesh_dim_name=0, count=0, bytes=0),
+                         [dict(collective="all_gather", mesh_dim=1, mesh_dim_name="tp", count=1, bytes=2 * 2 * F32)])
+        assert_close_everywhere(self, y, t)
+
     def test_all_reduce_and_reduce_scatter_of_genuine_partials(self):
         t = int_valued(4, 6, seed=1)
         p = genuine_partial(t, CPU2, [Partial()])
