@@ -74,7 +74,7 @@ def _sync_all() -> None:
             pass
 
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entered by a graph collected while it is held
 _active: List["Explain"] = []
 
 
@@ -89,6 +89,23 @@ def _take_all() -> Tuple[List[tuple], int]:
         raw.extend(recs)
         dropped += d
     return raw, dropped
+
+
+# Open traces (profiler.Trace): each gets the records of graphs collected while it is open.
+_active_traces: list = []
+
+
+def _graph_ending(g) -> None:
+    """Graph ``g`` is being collected while recording is on: take its records now."""
+    with _lock:
+        if _active:
+            recs, d = _C._graph_take_explain(g)
+            _distribute(recs, d)
+        if _active_traces:
+            nodes, kernels, d = _C._graph_take_trace(g)
+            for t in _active_traces:
+                t._ended.append((nodes, kernels))
+                t.dropped += d
 
 
 def _distribute(raw: List[tuple], dropped: int) -> None:

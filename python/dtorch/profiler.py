@@ -24,6 +24,7 @@ import os
 from typing import Any, Dict, List, Optional
 
 from . import _C
+from . import _explain
 from ._explain import _live_graphs, _sync_all
 
 __all__ = ["trace", "Trace"]
@@ -41,13 +42,16 @@ class Trace:
         self.events: List[Dict[str, Any]] = []
         self.dropped = 0
         self._open = False
+        self._ended: list = []  # records of graphs collected while open (_explain._graph_ending)
 
     def __enter__(self) -> "Trace":
         if self._open:
             raise RuntimeError("dtorch.profiler.trace(): this trace is already recording")
         _sync_all()  # work issued before the with is not traced
-        _C._record_enable(_TRACE, True)
-        self._open = True
+        with _explain._lock:
+            _C._record_enable(_TRACE, True)
+            _explain._active_traces.append(self)
+            self._open = True
         return self
 
     def __exit__(self, *exc) -> None:
@@ -57,8 +61,10 @@ class Trace:
         try:
             _sync_all()  # work issued inside the with is traced
         finally:
-            _C._record_enable(_TRACE, False)
-        taken = []
+            with _explain._lock:
+                _C._record_enable(_TRACE, False)
+                _explain._active_traces.remove(self)
+        taken = list(self._ended)
         for g in _live_graphs():
             try:
                 nodes, kernels, dropped = _C._graph_take_trace(g)

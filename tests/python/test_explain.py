@@ -107,6 +107,29 @@ class TestExplicit(unittest.TestCase):
         self.assertEqual([(r.line, r.count) for r in e2.records], [(line, 1)])
         assert_tensor_equal(self, before, inside)
 
+    def test_a_threads_graph_collected_inside(self):
+        # Another thread's default graph is collected when the thread ends, inside the with: its
+        # records are handed over first.
+        import threading
+
+        t = int_valued(4, 2)
+        got = {}
+
+        def other():
+            x = dtorch.from_torch(t, device_mesh=CPU2, placements=[Shard(0)])
+            got["line"] = here() + 1
+            got["v"] = x.redistribute(placements=[Replicate()]).to_torch()
+
+        with dtorch.explain() as e:
+            th = threading.Thread(target=other)
+            th.start()
+            th.join()
+            import gc
+
+            gc.collect()
+        self.assertEqual([(r.line, r.collective, r.bytes) for r in e.records], [(got["line"], "all_gather", 2 * 2 * F32)])
+        assert_tensor_equal(self, got["v"], t)
+
     def test_nested_and_table(self):
         x = dtorch.from_torch(int_valued(4, 2), device_mesh=CPU2x2, placements=[Shard(0), Replicate()])
         with dtorch.explain() as outer:

@@ -129,6 +129,33 @@ class TestTrace(unittest.TestCase):
                     self.assertLessEqual(end, stack[-1] + EPS, (key, e))  # inside the enclosing slice
                 stack.append(end)
 
+    def test_two_threads_two_graphs(self):
+        # Each Python thread has its own default graph: a process per graph, each with its
+        # client thread's track, and the other thread's ops on it.
+        import threading
+
+        t = int_valued(4, 2)
+        out = {}
+
+        def other():
+            y = dtorch.from_torch(t, device_mesh=CPU2, placements=[Shard(0)])
+            out["v"] = (y * 3).to_torch()
+
+        with dtorch.profiler.trace(None) as tr:
+            x = dtorch.from_torch(t, device_mesh=CPU2, placements=[Shard(0)])
+            th = threading.Thread(target=other)
+            th.start()
+            th.join()
+            (x + 5).to_torch()
+        assert_tensor_equal(self, out["v"], t * 3)
+        procs = {e["pid"] for e in tr.events if e["ph"] == "M" and e["name"] == "process_name"}
+        self.assertEqual(len(procs), 2)
+        clients = {e["pid"] for e in tr.events
+                   if e["ph"] == "M" and e["name"] == "thread_name" and e["args"]["name"].startswith("client thread")}
+        self.assertEqual(clients, procs)
+        ops = sorted(e["name"] for e in tr.events if e["ph"] == "X" and e["cat"] == "op")
+        self.assertEqual(ops, ["add", "mul", "tensor", "tensor"])
+
     def test_no_path_and_nothing_when_off(self):
         x = dtorch.from_torch(int_valued(2, 2), device_mesh=CPU2, placements=[Replicate()])
         with dtorch.profiler.trace(None) as tr:
