@@ -17,8 +17,7 @@
 #include "core/kernel_rec.h"
 #include "core/record.h"
 
-atomic_int dt__rec_on[DT__REC_KINDS];
-atomic_int dt__rec_any;
+dt__rec_flags dt__rec_flag;
 
 /* Records per buffer: the controller's explain and node buffers, its kernel
  * map and each worker's kernels. A full buffer drops (and counts). */
@@ -316,21 +315,21 @@ dt_status dt_record_enable(dt_record_kind kind, int on) {
     if ((unsigned)kind >= DT__REC_KINDS)
         return dt__error(DT_EINVAL, "dt_record_enable: unknown record kind %d", (int)kind);
     if (on) {
-        atomic_fetch_add(&dt__rec_on[kind], 1);
-        atomic_fetch_add(&dt__rec_any, 1);
+        atomic_fetch_add(&dt__rec_flag.on[kind], 1);
+        atomic_fetch_add(&dt__rec_flag.any, 1);
         return DT_OK;
     }
     /* Never below zero: an unmatched off is ignored. */
-    int cur = atomic_load(&dt__rec_on[kind]);
-    while (cur > 0 && !atomic_compare_exchange_weak(&dt__rec_on[kind], &cur, cur - 1)) {
+    int cur = atomic_load(&dt__rec_flag.on[kind]);
+    while (cur > 0 && !atomic_compare_exchange_weak(&dt__rec_flag.on[kind], &cur, cur - 1)) {
     }
     if (cur > 0)
-        atomic_fetch_sub(&dt__rec_any, 1);
+        atomic_fetch_sub(&dt__rec_flag.any, 1);
     return DT_OK;
 }
 
 int dt_record_enabled(dt_record_kind kind) {
-    return (unsigned)kind < DT__REC_KINDS && atomic_load(&dt__rec_on[kind]) > 0;
+    return (unsigned)kind < DT__REC_KINDS && atomic_load(&dt__rec_flag.on[kind]) > 0;
 }
 
 const char *dt_comm_kind_name(int kind) {

@@ -70,19 +70,25 @@ void dt__recbuf_free(dt__recbuf *b);
 
 enum { DT__REC_EXPLAIN = 0, DT__REC_TRACE = 1, DT__REC_KINDS };
 
-/* Process-wide: recording of kind k is on while dt__rec_on[k] > 0. */
-extern atomic_int dt__rec_on[DT__REC_KINDS];
-/* The sum of dt__rec_on: one load tells a hook that nothing is recorded. */
-extern atomic_int dt__rec_any;
+/* Process-wide: recording of kind k is on while on[k] > 0; `any` is their
+ * sum, so one load tells a hook that nothing is recorded. A cache line of
+ * their own: every hook reads them, and a counter that some thread writes
+ * per op sharing the line would make each of those reads a miss. */
+typedef struct dt__rec_flags {
+    _Alignas(64) atomic_int on[DT__REC_KINDS];
+    atomic_int any;
+    char pad[64 - (DT__REC_KINDS + 1) * sizeof(atomic_int)];
+} dt__rec_flags;
+extern dt__rec_flags dt__rec_flag;
 
 /* Acquire (a plain load on x86 and a cheap one elsewhere): a writer that
  * sees recording on also sees the reset that a reader did before turning it
  * on. */
 static inline int dt__rec_enabled(int k) {
-    return atomic_load_explicit(&dt__rec_on[k], memory_order_acquire) > 0;
+    return atomic_load_explicit(&dt__rec_flag.on[k], memory_order_acquire) > 0;
 }
 static inline int dt__rec_anything(void) {
-    return atomic_load_explicit(&dt__rec_any, memory_order_acquire) > 0;
+    return atomic_load_explicit(&dt__rec_flag.any, memory_order_acquire) > 0;
 }
 
 /* Nanoseconds on CLOCK_MONOTONIC. */
