@@ -250,6 +250,8 @@ PyObject *dtpy_future_value(dtpy_state *st, dtpy_future *fu);
 /* Each family's file (ops_<family>.c) adds its _C functions and constants to
  * the module during module_exec. 0 or -1 with an exception set. */
 int dtpy_add_reduce_methods(PyObject *module);
+/* record.c: explain and trace records (dtorch.explain, dtorch.profiler). */
+int dtpy_add_record_methods(PyObject *module);
 int dtpy_add_linalg_methods(PyObject *module);
 /* Operator families: each python/_C/ops_<family>.c adds its functions to
  * the module (called from module_exec). 0 or -1. */

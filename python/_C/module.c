@@ -574,7 +574,8 @@ static int module_exec(PyObject *module) {
         dtpy_add_nn_methods(module) < 0)
         return -1;
     if (dtpy_add_creation_methods(module) < 0 || dtpy_add_testing_methods(module) < 0 ||
-        dtpy_add_factory_methods(module) < 0 || dtpy_add_cluster_methods(module) < 0)
+        dtpy_add_record_methods(module) < 0 || dtpy_add_factory_methods(module) < 0 ||
+        dtpy_add_cluster_methods(module) < 0)
         return -1;
     if (PyModule_AddIntConstant(module, "MAX_NDIM", DT_MAX_NDIM) < 0 ||
         PyModule_AddIntConstant(module, "MAX_MESH_NDIM", DT_MAX_MESH_NDIM) < 0 ||

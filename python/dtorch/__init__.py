@@ -125,6 +125,8 @@ import importlib as _importlib  # noqa: E402
 tensor = _importlib.import_module(".tensor", __name__)
 memory_stats = _importlib.import_module(".memory_stats", __name__)
 from . import graph, global_option, cluster, cuda, util  # noqa: E402
+from . import profiler  # noqa: E402
+from ._explain import Explain, ExplainRecord, explain  # noqa: E402
 from .cluster import MainNode  # noqa: E402
 from .global_option import GlobalOption  # noqa: E402
 from .memory_stats import MemoryStat, MemoryStats  # noqa: E402
@@ -155,5 +157,5 @@ __all__ += _ops_nn_top.__all__ + _ops_method_forms.__all__ + list(_DTYPE_NAMES) 
     "GraphOption", "get_default_device_mesh", "assign_layers_to_stages", "tensors_redistribute_by_dict", "from_numpy",
     "FloatTensor", "HalfTensor", "BFloat16Tensor", "DoubleTensor", "LongTensor", "IntTensor", "ShortTensor",
     "CharTensor", "ByteTensor", "BoolTensor", "MainNode", "GlobalOption", "MemoryStat", "MemoryStats",
-    "Generator", "Size", "device", "dtype", "finfo", "iinfo",
+    "Generator", "Size", "device", "dtype", "finfo", "iinfo", "explain", "Explain", "ExplainRecord",
 ]

@@ -92,6 +92,17 @@ class Graph(_C.GraphBase):
         self.id: int = next(_graph_ids)
         _live_graphs.add(self)
 
+    def __del__(self) -> None:
+        # A graph collected while explain or a trace records (a thread's default graph when the
+        # thread ends) hands its records over first: they go with the graph otherwise.
+        try:
+            if _C._record_enabled(0) or _C._record_enabled(1):
+                from . import _explain
+
+                _explain._graph_ending(self)
+        except Exception:  # noqa: BLE001 - never raise from a finaliser
+            pass
+
     @staticmethod
     def default_graph() -> "Graph":
         """The calling thread's default graph, created on its first use (each thread has its own)."""

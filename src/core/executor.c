@@ -22,6 +22,7 @@
 #include "core/lower.h"
 #include "core/mesh.h"
 #include "core/node.h"
+#include "core/record.h"
 #include "core/stream.h"
 #include "core/stream_int.h"
 #include "core/tensor.h"
@@ -93,6 +94,9 @@ static int lower_node(dt__lower *L, dt__node *n, int32_t kflags) {
     L->kflags = kflags;
     L->status = DT_OK;
     dt_clear_error();
+    /* Explain and traces (record.h): one load when nothing is recorded. */
+    int rec = dt__rec_anything();
+    int64_t t0 = rec ? dt__rec_node_begin(L, n) : 0;
     dt__fault_scope(1);
     dt_status st = dt__ops[n->op].lower(L, n);
     dt__fault_scope(0);
@@ -100,6 +104,8 @@ static int lower_node(dt__lower *L, dt__node *n, int32_t kflags) {
         st = L->status; /* a helper failed and the function missed it */
     if (st != DT_OK)
         lower_failed(L, n, st);
+    if (rec)
+        dt__rec_node_end(L, n, t0);
     return 0;
 }
 

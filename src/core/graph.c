@@ -21,6 +21,7 @@
 #include "core/mesh.h"
 #include "core/meta.h"
 #include "core/node.h"
+#include "core/record.h"
 #include "core/stream.h"
 #include "core/tensor.h"
 
@@ -99,7 +100,10 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
     pthread_mutex_init(&g->bl_lock, NULL);
     /* Monotonic: dt_graph_wait_capacity and dt_graph_cancel time out on it. */
     dt__cond_init_monotonic(&g->bl_cond);
+    g->rec = dt__rec_new(); /* NULL: this graph records nothing (record.h) */
     if (pthread_create(&g->ctl, NULL, dt__controller_main, g) != 0) {
+        dt__rec_free(g->rec);
+        g->rec = NULL;
         pthread_cond_destroy(&g->bl_cond);
         pthread_mutex_destroy(&g->bl_lock);
         pthread_cond_destroy(&g->qcond);
@@ -126,6 +130,8 @@ void dt_graph_release(dt_graph *g) {
     if (dt__graph_forked(g))
         return; /* a parent's graph: its threads are not here to join; leaked */
     dt_graph_shutdown(g);
+    dt__rec_free(g->rec); /* every thread that wrote into it has exited */
+    g->rec = NULL;
     pthread_cond_destroy(&g->bl_cond);
     pthread_mutex_destroy(&g->bl_lock);
     pthread_cond_destroy(&g->qcond);
@@ -376,6 +382,8 @@ dt_status dt__graph_submit(dt_graph *g, dt__node *n) {
     /* A read-mostly line the submit reads anyway (g->be's); no syscall. */
     if (dt__graph_forked(g))
         return DT_EFORKED;
+    if (dt__rec_enabled(DT__REC_TRACE))
+        dt__rec_client_submit(n); /* before the push: the node is the controller's after it */
     /* Counted first: the controller may retire the node as soon as it is in. */
     atomic_fetch_add_explicit(&g->submitted, 1, memory_order_relaxed);
     if (queue_push(g, n) != DT_OK) {

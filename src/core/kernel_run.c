@@ -17,6 +17,7 @@
 #include "core/future.h"
 #include "core/graph_int.h"
 #include "core/kernel.h"
+#include "core/record.h"
 #include "core/stream.h"
 #include "core/stream_int.h"
 #include "dist/comm.h"
@@ -166,10 +167,21 @@ static void run_collective(dt__krec *k, dt__stream *s) {
         poison(k, s, "no communication back end for this device type");
 }
 
+/* A kernel's name in traces. */
+static const char *kernel_name(int kop) {
+    if (kop < DT_K_COUNT)
+        return kop_names[kop];
+    return kop == DT_KC_COLLECTIVE ? "collective" : kop == DT_KC_ASSEMBLE ? "assemble" : "gate";
+}
+
 void dt__kernel_run(dt__krec *k, dt__stream *s) {
+    /* Tracing (record.h): one load when off. Reads and syncs are not traced:
+     * a sync's arrival is what a reader of the records waits for. */
+    int traced = dt__rec_enabled(DT__REC_TRACE) && k->kop != DT_KC_FETCH && k->kop != DT_KC_SYNC;
     if (k->wait)
         for (int i = 0; i < k->n_in; i++)
             dt__event_wait(s, k->in[i]);
+    int64_t t0 = traced ? dt__rec_now() : 0; /* after the waits for other streams */
     int inplace = 0;
     switch (k->kop) {
     case DT_KC_COLLECTIVE:
@@ -209,6 +221,8 @@ void dt__kernel_run(dt__krec *k, dt__stream *s) {
             k->out->bev = NULL;
         }
     }
+    if (t0)
+        dt__rec_kernel_ran(s, k, kernel_name(k->kop), t0);
     /* Every kernel the controller appended counts, in order: this one's
      * number is its output's event (streams.c). */
     dt__event_complete(s, ++s->completed);

@@ -20,6 +20,7 @@
 #include "core/lower.h"
 #include "core/mesh.h"
 #include "core/meta.h"
+#include "core/record.h"
 #include "core/stream.h"
 #include "core/stream_int.h"
 #include "core/tensor.h"
@@ -92,6 +93,8 @@ void dt__lw_discard(dt__kernel *k) {
 void dt__lw_stream_append(dt_graph *g, dt__stream *s, dt__krec *k) {
     g->kqueued_local++;
     s->appended++;
+    if (dt__rec_enabled(DT__REC_TRACE) && g->rec && g->rec->cur_node) /* tracing this node (record.h) */
+        dt__rec_kernel_queued(g, s, k, s->appended);
     k->next = NULL;
     if (s->btail)
         s->btail->next = k;
@@ -242,6 +245,8 @@ dt_status dt__lw_collective_after(dt__lower *L, const dt_mesh *mesh, int stream_
      * per rank, so they run in sequence order on every rank. */
     if (ok)
         group = dt__lw_group(L, mesh, base, stride, c->n, ss[0]->kind, &seq);
+    if (ok && group && dt__rec_enabled(DT__REC_EXPLAIN))
+        dt__rec_collective(L, mesh, c, base, stride, opname); /* explain (record.h) */
     ok = ok && group;
     for (int r = 0; ok && r < c->n; r++) {
         ks[r] = dt__coll_krec(c, group, seq, r);

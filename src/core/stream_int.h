@@ -52,7 +52,8 @@ struct dt__stream {
     /* Test-only counts (dt__graph_debug_stream): kernels run, and of those
      * collectives and cross-mesh assemblies. Worker-written, relaxed. */
     atomic_long n_run, n_comm;
-    dt__krec *stop_k; /* the stop kernel, made with the stream */
+    dt__krec *stop_k;       /* the stop kernel, made with the stream */
+    struct dt__recbuf *rec; /* worker-only: its trace buffer, owned by g->rec (core/record.h) */
     /* Worker-only: the last backend kernel's attributes, which the next one
      * is unpacked over (dt__kattr_unpack_over), and its arrays' lengths. On
      * lines of their own, away from the fields other threads read. */

@@ -19,6 +19,7 @@
 #include "core/mesh.h"
 #include "core/meta.h"
 #include "core/node.h"
+#include "core/record.h"
 #include "core/tensor.h"
 
 static _Atomic uint64_t next_tensor_id = 1;
@@ -78,6 +79,8 @@ dt__node *dt__node_new_prefix(int op, size_t zeroed) {
     n->op = op;
     n->site_file = tls_site_file;
     n->site_line = tls_site_line;
+    if (dt__rec_enabled(DT__REC_TRACE))
+        n->rec_t0 = dt__rec_now(); /* the client slice's start (record.h) */
     return n;
 }
 

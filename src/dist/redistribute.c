@@ -33,6 +33,7 @@
 #include "core/mesh.h"
 #include "core/meta.h"
 #include "core/node.h"
+#include "core/record.h"
 #include "core/stream.h"
 #include "core/tensor.h"
 #include "dist/coll.h"
@@ -228,7 +229,9 @@ static dt_status copy_across(plan *p, dt__tval *dst) {
     int64_t ts[DT_MAX_NDIM], tl[DT_MAX_NDIM], qs[DT_MAX_NDIM], ql[DT_MAX_NDIM];
     if (dt__lw_alloc_blobs(p->L, dst) != DT_OK)
         return p->L->status;
+    int64_t most = 0, es = (int64_t)dt_dtype_size(dm->dtype); /* for explain: bytes a device receives */
     for (int64_t j = 0; j < dmesh->ndev; j++) {
+        int64_t received = 0;
         dt__mesh_coord(dmesh, j, dc);
         dt__local_region(dm, dc, ts, tl);
         if (dt__partial_zero(dm, dc)) {
@@ -293,6 +296,12 @@ static dt_status copy_across(plan *p, dt__tval *dst) {
             dt__blob *piece = dt__lw_region(p->L, &p->cur, src, sc, os, ol);
             if (!piece)
                 break;
+            if (smesh->type != dmesh->type || smesh->ids[src] != dmesh->ids[j]) {
+                int64_t numel = 1;
+                for (int d = 0; d < nd; d++)
+                    numel *= ol[d];
+                received += numel * es;
+            }
             for (int d = 0; d < nd; d++) {
                 as->starts[(size_t)as->n * (size_t)nd + (size_t)d] = os[d] - ts[d];
                 as->lens[(size_t)as->n * (size_t)nd + (size_t)d] = ol[d];
@@ -317,7 +326,11 @@ static dt_status copy_across(plan *p, dt__tval *dst) {
         /* Communication: on the destination's communication stream, so the
          * copy overlaps its compute; readers wait on its event. */
         dst->blobs[j] = dt__lw_push_comm(p->L, dmesh, j, k);
+        if (received > most)
+            most = received;
     }
+    if (most > 0 && p->L->status == DT_OK && dt__rec_enabled(DT__REC_EXPLAIN))
+        dt__rec_send_recv(p->L, most);
     return p->L->status;
 }
 

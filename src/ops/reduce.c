@@ -295,7 +295,7 @@ dt_status dt_reduce_with_indices(dt_reduce_op op, dt_tensor *a, int64_t dim, int
  * Every collective is queued on all of its ranks before the next one, which
  * keeps the streams' orders consistent (collective.c). */
 static dt_status allgather(dt__lower *L, const dt_mesh *mesh, int md, int dim, int ndim, dt_dtype dtype,
-                           dt__blob **blobs, const char *opname) {
+                           dt__blob **blobs, int64_t (*shapes)[DT_MAX_NDIM], const char *opname) {
     int64_t size = mesh->shape[md], stride = mesh->strides[md];
     int64_t coord[DT_MAX_MESH_NDIM];
     for (int64_t base = 0; base < mesh->ndev; base++) {
@@ -303,8 +303,12 @@ static dt_status allgather(dt__lower *L, const dt_mesh *mesh, int md, int dim, i
         if (coord[md] != 0)
             continue;
         dt__coll *c = dt__coll_new(mesh->type, DT_COLL_ALLGATHER, (int)size, ndim, dtype);
-        if (c)
+        if (c) {
             c->dim_a = dim;
+            /* Each rank's piece shape (read by explain, core/record.c). */
+            for (int64_t r = 0; r < size; r++)
+                memcpy(c->shapes[r], shapes[base + r * stride], sizeof c->shapes[r]);
+        }
         if (dt__lw_collective(L, mesh, DT_STREAM_COMPUTE, c, base, stride, blobs, blobs, dtype, opname) !=
             DT_OK)
             return L->status;
@@ -385,7 +389,8 @@ static void lower_gathered(dt__lower *L, dt__node *n, int op, int mode, uint32_t
     dt_dtype vdt = arg ? m->dtype : o->meta.dtype;
     dt__blob **vals = dt__calloc((size_t)mesh->ndev, sizeof *vals);
     dt__blob **idxs = dt__calloc((size_t)mesh->ndev, sizeof *idxs);
-    if (!vals || !idxs) {
+    int64_t(*shapes)[DT_MAX_NDIM] = dt__calloc((size_t)mesh->ndev, sizeof *shapes); /* each device's piece */
+    if (!vals || !idxs || !shapes) {
         dt__lw_fail(L, DT_ENOMEM, "out of memory (reduction)");
         goto out;
     }
@@ -402,6 +407,7 @@ static void lower_gathered(dt__lower *L, dt__node *n, int op, int mode, uint32_t
                 pshape[d] = ll[d] ? 1 : 0;
             }
         }
+        memcpy(shapes[i], pshape, sizeof shapes[i]);
         for (int which = 0; which < 1 + arg; which++) {
             dt__kernel *k;
             if (empty) {
@@ -436,9 +442,21 @@ static void lower_gathered(dt__lower *L, dt__node *n, int op, int mode, uint32_t
         if (!(gmask & (1u << md)))
             continue;
         int d = m->pl[md].dim;
-        if (allgather(L, mesh, md, d, m->ndim, vdt, vals, reduce_names[op]) != DT_OK ||
-            (arg && allgather(L, mesh, md, d, m->ndim, DT_INT64, idxs, reduce_names[op]) != DT_OK))
+        if (allgather(L, mesh, md, d, m->ndim, vdt, vals, shapes, reduce_names[op]) != DT_OK ||
+            (arg && allgather(L, mesh, md, d, m->ndim, DT_INT64, idxs, shapes, reduce_names[op]) != DT_OK))
             goto out;
+        /* The gathered pieces: dim d summed over each group along md. */
+        int64_t coord[DT_MAX_MESH_NDIM], size = mesh->shape[md], stride = mesh->strides[md];
+        for (int64_t base = 0; base < mesh->ndev; base++) {
+            dt__mesh_coord(mesh, base, coord);
+            if (coord[md] != 0)
+                continue;
+            int64_t sum = 0;
+            for (int64_t r = 0; r < size; r++)
+                sum += shapes[base + r * stride][d];
+            for (int64_t r = 0; r < size; r++)
+                shapes[base + r * stride][d] = sum;
+        }
     }
     if (dt__lw_alloc_blobs(L, o) != DT_OK)
         goto out;
@@ -472,6 +490,7 @@ out:
     }
     dt__free(vals);
     dt__free(idxs);
+    dt__free(shapes);
 }
 
 dt_status dt__lower_reduce(dt__lower *L, dt__node *n) {
