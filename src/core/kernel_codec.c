@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/chain.h"
 #include "dist/comm.h"
 
 /* ---------------------------------------------------------------- buffer */
@@ -281,6 +282,7 @@ static dt__krec *rd_kernel(reader *r, int type, const dt__kresolver *res, const 
     r->p += alen;
     dt__collattr ca;
     if (kop == DT_KC_COLLECTIVE ? dt__collattr_parse(attr, alen, &ca) != 0 || rank < 0 || rank >= ca.n
+        : kop == DT_K_CHAIN     ? dt__chain_check(attr, alen) != 0
                                 : dt__kattr_check(attr, alen) != 0) {
         fail(r, "malformed attributes");
         return NULL;

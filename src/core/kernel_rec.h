@@ -78,6 +78,8 @@ int dt__kattr_check(const uint8_t *buf, size_t n);
 /* Unpacks a backend kernel's attributes onto the caller's dt__kattr (a
  * record made by pack or validated by dt__kernel_decode). */
 void dt__kattr_unpack(const dt__krec *k, dt__kattr *a);
+/* The same from `n` bytes of packed attributes; nonzero when malformed. */
+int dt__kattr_unpack_bytes(const uint8_t *buf, size_t n, dt__kattr *a);
 
 /* Frees a record that will not run with its references and its handle
  * (future or gate reference, assembly). NULL is ignored. Any thread. */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/chain.h"
 #include "dist/comm.h"
 
 /* From backend/kernels.def: a name per kernel op. */
@@ -183,6 +184,9 @@ void dt__kernel_run(dt__krec *k, dt__stream *s) {
         break;
     case DT_KC_GATE:
         dt__debug_gate_run(k, s);
+        break;
+    case DT_K_CHAIN:
+        inplace = dt__chain_run(k, s);
         break;
     default:
         inplace = run_backend(k, s);
