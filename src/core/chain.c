@@ -277,8 +277,8 @@ static void poison_step(dt__krec *k, const dt__stream *s, const chain_prog *p, i
     } else if (p->file_len[i] >= 0) {
         snprintf(buf, sizeof buf, "%.*s failed on %s:%lld (created at %.*s:%d): %s (%s kernel: %s)",
                  p->name_len[i] < 0 ? 0 : p->name_len[i], p->name[i] ? p->name[i] : "", dev,
-                 (long long)s->device_id, p->file_len[i], p->file[i], p->line[i], why, kop_names[p->st[i].kop],
-                 dt_status_str(st));
+                 (long long)s->device_id, p->file_len[i], p->file[i], p->line[i], why,
+                 kop_names[p->st[i].kop], dt_status_str(st));
     } else {
         snprintf(buf, sizeof buf, "%.*s failed on %s:%lld: %s (%s kernel: %s)",
                  p->name_len[i] < 0 ? 0 : p->name_len[i], p->name[i] ? p->name[i] : "", dev,

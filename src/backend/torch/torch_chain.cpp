@@ -58,8 +58,8 @@ dt_status torch_run_chain(const dt__chain_step *steps, int nsteps, void *const *
     std::atomic<int> failed{-1};
     try {
         if (nsteps < 1 || n_in < 1 || n_in > DT__CHAIN_MAX_IN)
-            fail("torch backend: a chain of " + std::to_string(nsteps) + " steps and " + std::to_string(n_in) +
-                 " inputs");
+            fail("torch backend: a chain of " + std::to_string(nsteps) + " steps and " +
+                 std::to_string(n_in) + " inputs");
         for (int i = 0; i < nsteps; ++i)
             if (!kernel_for(steps[i].kop))
                 fail("torch backend: unknown kernel op " + std::to_string(steps[i].kop) + " in a chain");
@@ -87,7 +87,8 @@ dt_status torch_run_chain(const dt__chain_step *steps, int nsteps, void *const *
                     const dt__chain_step &st = steps[i];
                     void *args[DT__CHAIN_MAX_IN];
                     for (int j = 0; j < st.n_in; ++j)
-                        args[j] = st.src[j] < 0 ? static_cast<void *>(&cur) : static_cast<void *>(&blk[st.src[j]]);
+                        args[j] =
+                            st.src[j] < 0 ? static_cast<void *>(&cur) : static_cast<void *>(&blk[st.src[j]]);
                     dt__kattr a = st.attr;
                     if (i > 0 && st.src[0] < 0)
                         a.flags |= DT_KF_INPLACE; // cur is this block's own
