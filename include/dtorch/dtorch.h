@@ -424,6 +424,9 @@ typedef struct dt_graph_stats {
     /* Kernels that wrote their result into their first input's buffer (the
      * window's reuse pass and the workers' last-reference check). */
     int64_t kernels_in_place;
+    /* Node records run inside blocked elementwise chain kernels (the
+     * window's chain pass), each counted once. */
+    int64_t nodes_fused;
     int64_t cancelled; /* nodes and kernels dropped unrun by dt_graph_cancel */
 } dt_graph_stats;
 
@@ -431,6 +434,12 @@ typedef struct dt_graph_stats {
  * at one instant). With `reset_peak` the peak is then set to the records in
  * flight now. DT_EINVAL for NULL arguments. Any thread. */
 DT_API dt_status dt_graph_get_stats(dt_graph *g, dt_graph_stats *out, int reset_peak);
+
+/* Turns g's blocked elementwise chains (docs/decisions.md) on (1, the
+ * default unless DTORCH_CHAINS=0 was set when g was made) or off, for the
+ * controller rounds that start afterwards. Results are the same either way.
+ * DT_EINVAL for a bad graph. Any thread. */
+DT_API dt_status dt_graph_set_chains(dt_graph *g, int on);
 
 /* Test-only: with `hold` set, g's controller takes nothing more from its
  * queue (what it already took is lowered) until called again with 0 or the

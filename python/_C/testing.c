@@ -87,12 +87,26 @@ static PyObject *mod_graph_stats(PyObject *module, PyObject *args) {
     dt_graph_stats s;
     if (dt_graph_get_stats(((dtpy_graph *)graph)->g, &s, reset_peak) != DT_OK)
         return dtpy_raise_last(st);
-    return Py_BuildValue("{sLsLsLsLsLsLsLsLsL}", "submitted", (long long)s.submitted, "in_flight",
-                         (long long)s.in_flight, "peak_in_flight", (long long)s.peak_in_flight,
-                         "in_flight_limit", (long long)s.in_flight_limit, "check_interval",
-                         (long long)s.check_interval, "flow_waits", (long long)s.flow_waits,
-                         "nodes_eliminated", (long long)s.nodes_eliminated, "kernels_in_place",
-                         (long long)s.kernels_in_place, "cancelled", (long long)s.cancelled);
+    return Py_BuildValue(
+        "{sLsLsLsLsLsLsLsLsLsL}", "submitted", (long long)s.submitted, "in_flight", (long long)s.in_flight,
+        "peak_in_flight", (long long)s.peak_in_flight, "in_flight_limit", (long long)s.in_flight_limit,
+        "check_interval", (long long)s.check_interval, "flow_waits", (long long)s.flow_waits,
+        "nodes_eliminated", (long long)s.nodes_eliminated, "kernels_in_place", (long long)s.kernels_in_place,
+        "nodes_fused", (long long)s.nodes_fused, "cancelled", (long long)s.cancelled);
+}
+
+static PyObject *mod_set_chains(PyObject *module, PyObject *args) {
+    dtpy_state *st = mod_state(module);
+    PyObject *graph;
+    int on;
+    if (!PyArg_ParseTuple(args, "Op", &graph, &on))
+        return NULL;
+    if (!PyObject_TypeCheck(graph, st->graph_base_type) || ((dtpy_graph *)graph)->g == NULL)
+        return PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s",
+                            Py_TYPE(graph)->tp_name);
+    if (dt_graph_set_chains(((dtpy_graph *)graph)->g, on) != DT_OK)
+        return dtpy_raise_last(st);
+    Py_RETURN_NONE;
 }
 
 /* Collective groups lowered so far in the process (core.h). */
@@ -163,7 +177,9 @@ static PyMethodDef testing_methods[] = {
      "_test_gated(x, gate) -> a copy of x produced once the gate is open"},
     {"_graph_stats", mod_graph_stats, METH_VARARGS,
      "_graph_stats(graph, reset_peak=False) -> {submitted, in_flight, peak_in_flight, in_flight_limit, "
-     "check_interval, flow_waits, nodes_eliminated, kernels_in_place, cancelled}"},
+     "check_interval, flow_waits, nodes_eliminated, kernels_in_place, nodes_fused, cancelled}"},
+    {"_set_chains", mod_set_chains, METH_VARARGS,
+     "_set_chains(graph, on): turns the blocked elementwise chains on or off"},
     {"_hold_controller", mod_hold_controller, METH_VARARGS,
      "_hold_controller(graph, hold): the controller takes nothing while held (tests only)"},
     {"_collectives_lowered", mod_collectives_lowered, METH_NOARGS,

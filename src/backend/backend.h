@@ -195,6 +195,16 @@ typedef struct dt__kattr {
     int64_t ints[2 * DT_MAX_NDIM];
 } dt__kattr;
 
+/* One step of a DT_K_CHAIN kernel (run_chain below). */
+#define DT__CHAIN_MAX_STEPS 16
+#define DT__CHAIN_MAX_IN 6
+typedef struct dt__chain_step {
+    int32_t kop;                  /* an elementwise DT_K_* */
+    int32_t n_in;                 /* the kernel's inputs */
+    int8_t src[DT__CHAIN_MAX_IN]; /* per input: the chain's input index, or -1: the previous result */
+    dt__kattr attr;               /* the kernel's attributes */
+} dt__chain_step;
+
 typedef struct dt__backend {
     const char *name;
 
@@ -284,6 +294,18 @@ typedef struct dt__backend {
     dt_status (*event_wait)(void *stream_ctx, void *ev);
     int (*event_query)(void *ev);
     void (*event_free)(void *ev);
+
+    /* ---- Blocked elementwise chains (DT_K_CHAIN; any api_version) ----
+     * Optional (NULL: the core runs the steps one after the other, whole).
+     * Runs `nsteps` (1..DT__CHAIN_MAX_STEPS) elementwise kernels in order:
+     * step i's inputs are in[src[j]], or the previous step's result where
+     * src[j] < 0. Every input has the same shape; *out gets the last step's
+     * result, of that shape and the last step's dtype. `inplace` allows the
+     * result to be written into in[0]'s buffer (DT_KF_INPLACE's rules). On
+     * failure *failed_step is the step whose kernel failed (-1: none in
+     * particular) and err its message. Called on a worker thread. */
+    dt_status (*run_chain)(const struct dt__chain_step *steps, int nsteps, void *const *in, int n_in,
+                           int inplace, void **out, int *failed_step, char *err, size_t errlen);
 } dt__backend;
 
 /* The version of the device/stream/event slots above. */

@@ -49,9 +49,17 @@ dt_status dt_graph_get_stats(dt_graph *g, dt_graph_stats *out, int reset_peak) {
     out->flow_waits = atomic_load(&g->flow_waits);
     out->nodes_eliminated = atomic_load(&g->nodes_eliminated);
     out->kernels_in_place = atomic_load(&g->kernels_in_place);
+    out->nodes_fused = atomic_load(&g->nodes_fused);
     out->cancelled = atomic_load(&g->dropped);
     if (reset_peak)
         atomic_store(&g->peak_backlog, out->in_flight);
+    return DT_OK;
+}
+
+dt_status dt_graph_set_chains(dt_graph *g, int on) {
+    if (!dt__graph_ok(g))
+        return dt__error(DT_EINVAL, "graph_set_chains: graph is %s", dt__handle_bad(g));
+    atomic_store(&g->chains, on != 0);
     return DT_OK;
 }
 

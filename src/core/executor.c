@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/blob.h"
+#include "core/chain.h"
 #include "core/debug.h"
 #include "core/future.h"
 #include "core/graph.h"
@@ -212,6 +213,7 @@ void *dt__controller_main(void *arg) {
         dt__node *batch = dt__graph_take(g);
         /* Without a window (out of memory) or after a failed pass, the
          * nodes are lowered as the passes before left the marks. */
+        w.chains = atomic_load_explicit(&g->chains, memory_order_relaxed);
         int windowed = dt__window_fill(&w, batch, released) == DT_OK;
         if (windowed)
             (void)dt__window_run_passes(&w);
@@ -225,15 +227,23 @@ void *dt__controller_main(void *arg) {
                 n = w.nodes[i]; /* a pass may have put another node in the slot */
             if (n->op != DT_OP_STOP && atomic_load_explicit(&g->cancelled, memory_order_relaxed))
                 discard(g, n); /* dt_graph_cancel: freed unlowered */
-            else if (!(f & DT__WS_DEAD))
+            else if (!(f & (DT__WS_DEAD | DT__WS_FUSED)))
                 stop |= lower_node(&L, n, (f & DT__WS_REUSE) ? DT_KF_REUSE : 0);
             /* A substitute is a node_pool record the window hands over. */
             if (n != orig)
                 dt__node_free(n);
-            dt__node_free(orig);
+            /* A chain's step: its chain, lowered at a later slot, reads it. */
+            if (!(f & DT__WS_FUSED))
+                dt__node_free(orig);
         }
         if (windowed && w.eliminated)
             atomic_fetch_add_explicit(&g->nodes_eliminated, w.eliminated, memory_order_relaxed);
+        if (windowed && w.fused) {
+            for (int i = 0; i < w.n; i++)
+                if (w.flags[i] & DT__WS_FUSED)
+                    dt__node_free(w.nodes[i]);
+            atomic_fetch_add_explicit(&g->nodes_fused, w.fused, memory_order_relaxed);
+        }
         while (released) {
             dt__tval *v = released;
             released = v->next_release;

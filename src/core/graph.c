@@ -93,6 +93,9 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
      * what the communication stream's overlap buys). */
     const char *ov = getenv("DTORCH_OVERLAP");
     g->overlap = !(ov && ov[0] == '0' && ov[1] == 0);
+    /* DTORCH_CHAINS=0 turns the chain pass off (to compare with it on). */
+    const char *ch = getenv("DTORCH_CHAINS");
+    atomic_init(&g->chains, !(ch && ch[0] == '0' && ch[1] == 0));
     g->fork_gen = atomic_load(&dt__fork_gen);
     pthread_mutex_init(&g->life_lock, NULL);
     pthread_mutex_init(&g->qlock, NULL);

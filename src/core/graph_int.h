@@ -25,6 +25,9 @@ struct dt_graph {
     /* Collectives on the communication stream (1, the default) or on the
      * compute stream (0): DTORCH_OVERLAP=0 at graph creation. */
     int overlap;
+    /* The window's chain pass runs (1, the default; DTORCH_CHAINS=0 at
+     * creation or dt_graph_set_chains turn it off). */
+    atomic_int chains;
     pthread_t ctl;
     pthread_mutex_t life_lock; /* serialises shutdown */
     int shut_down;             /* the controller is joined; guarded by life_lock */
@@ -59,6 +62,7 @@ struct dt_graph {
      * (dt_graph_get_stats); a client may reset it. */
     atomic_long peak_backlog;
     atomic_long nodes_eliminated; /* never lowered (passes/dce.c) */
+    atomic_long nodes_fused;      /* run inside chain kernels (passes/chain.c) */
     dt_mesh *defer_mesh;          /* controller-only: mesh references not yet dropped */
     int defer_n;
 

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "core/blob.h"
+#include "core/chain.h"
 #include "core/future.h"
 #include "core/kernel.h"
 #include "core/stream.h"
@@ -285,6 +286,7 @@ static dt__krec *rd_kernel(reader *r, int type, const dt__kresolver *res, const 
     r->p += alen;
     dt__collattr ca;
     if (kop == DT_KC_COLLECTIVE ? dt__collattr_parse(attr, alen, &ca) != 0 || rank < 0 || rank >= ca.n
+        : kop == DT_K_CHAIN     ? dt__chain_check(attr, alen) != 0
                                 : dt__kattr_check(attr, alen) != 0) {
         fail(r, "malformed attributes");
         return NULL;

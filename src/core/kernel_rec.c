@@ -355,6 +355,11 @@ static int kattr_parse(const uint8_t *buf, size_t n, dt__kattr *a, uint8_t *lens
 
 int dt__kattr_check(const uint8_t *buf, size_t n) { return kattr_parse(buf, n, NULL, NULL); }
 
+int dt__kattr_unpack_bytes(const uint8_t *buf, size_t n, dt__kattr *a) {
+    memset(a, 0, sizeof *a);
+    return kattr_parse(buf, n, a, NULL);
+}
+
 void dt__kattr_unpack(const dt__krec *k, dt__kattr *a) {
     memset(a, 0, sizeof *a);
     (void)kattr_parse(k->attr, k->alen, a, NULL); /* made by pack or checked by decode */

@@ -87,6 +87,8 @@ void dt__kattr_unpack(const dt__krec *k, dt__kattr *a);
  * only the array entries the previous kernel set past this one's, not the
  * whole record (a worker's per-stream scratch, stream_int.h). */
 void dt__kattr_unpack_over(const dt__krec *k, dt__kattr *a, uint8_t *lens);
+/* The same from `n` bytes of packed attributes; nonzero when malformed. */
+int dt__kattr_unpack_bytes(const uint8_t *buf, size_t n, dt__kattr *a);
 
 /* Frees a record that will not run with its references and its handle
  * (future or gate reference, assembly). NULL is ignored. Any thread. */

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/blob.h"
+#include "core/chain.h"
 #include "core/debug.h"
 #include "core/future.h"
 #include "core/graph_int.h"
@@ -204,6 +205,9 @@ void dt__kernel_run(dt__krec *k, dt__stream *s) {
         break;
     case DT_KC_GATE:
         dt__debug_gate_run(k, s);
+        break;
+    case DT_K_CHAIN:
+        inplace = dt__chain_run(k, s);
         break;
     default:
         inplace = run_backend(k, s);

@@ -13,9 +13,11 @@
 
 /* ------------------------------------------------------------ passes */
 
-/* dce first: reuse need not look at nodes that are never lowered. */
+/* dce first: later passes need not look at nodes that are never lowered;
+ * chain before reuse, which may mark the chains' own nodes. */
 const dt__pass dt__passes[] = {
     {"dce", dt__pass_dce},
+    {"chain", dt__pass_chain},
     {"reuse", dt__pass_reuse},
 };
 const int dt__npasses = (int)(sizeof dt__passes / sizeof dt__passes[0]);
@@ -71,6 +73,14 @@ static dt_status reserve(dt__window *w, int n) {
         if (!cons)
             return DT_ENOMEM;
         w->consumers = cons;
+        int32_t *aux = dt__realloc(w->aux, (size_t)cap * 3 * sizeof *aux);
+        if (!aux)
+            return DT_ENOMEM;
+        w->aux = aux;
+        dt__node **steps = dt__realloc(w->steps, (size_t)cap * sizeof *steps);
+        if (!steps)
+            return DT_ENOMEM;
+        w->steps = steps;
         w->cap = cap;
     }
     if (w->tab_cap < 2 * (uint32_t)w->cap) {
@@ -98,6 +108,7 @@ static void mark_released(dt__window *w, const dt__tval *list) {
 dt_status dt__window_fill(dt__window *w, dt__node *batch, dt__tval *released) {
     w->n = 0;
     w->eliminated = 0;
+    w->fused = 0;
     w->released = released;
     w->stop_released = NULL;
     int n = 0;
@@ -150,5 +161,7 @@ void dt__window_free(dt__window *w) {
     dt__free(w->flags);
     dt__free(w->consumers);
     dt__free(w->tab);
+    dt__free(w->aux);
+    dt__free(w->steps);
     memset(w, 0, sizeof *w);
 }

@@ -27,7 +27,11 @@
 enum {
     DT__WS_RELEASED = 1 << 0, /* the slot's output was dropped in this round */
     DT__WS_DEAD = 1 << 1,     /* never lowered (pass dce) */
-    DT__WS_REUSE = 1 << 2     /* its kernels may write into in[0]'s buffer (pass reuse) */
+    DT__WS_REUSE = 1 << 2,    /* its kernels may write into in[0]'s buffer (pass reuse) */
+    /* A step of a chain lowered at a later slot (pass chain): not lowered
+     * here, and its record is freed only at the end of the round, since the
+     * chain's lowering reads it. */
+    DT__WS_FUSED = 1 << 3
 };
 
 typedef struct dt__wentry {
@@ -46,6 +50,14 @@ typedef struct dt__window {
     dt__tval *released;
     const dt__tval *stop_released;
     long eliminated; /* slots marked DT__WS_DEAD this round */
+    long fused;      /* nodes put into chains this round (pass chain) */
+    int chains;      /* the chain pass may run (the graph's setting, set by the controller) */
+    /* Per-slot scratch for passes (3 * cap entries; contents undefined at
+     * a pass's start), and the chain pass's step lists (cap entries: each
+     * chain's nodes, oldest first, which its CHAIN node points into; valid
+     * until the next fill). */
+    int32_t *aux;
+    dt__node **steps;
     /* tval -> producing slot, open addressing; entries of older rounds are
      * stale by generation, so a round never clears the table. */
     dt__wentry *tab;
@@ -67,6 +79,7 @@ extern const int dt__npasses;
 /* Each pass (src/core/passes/<name>.c). */
 dt_status dt__pass_dce(dt__window *w);
 dt_status dt__pass_reuse(dt__window *w);
+dt_status dt__pass_chain(dt__window *w);
 
 /* Fills w with a batch (linked oldest first through ->next, which is left as
  * it is) and the values released in the same round. DT_ENOMEM when the

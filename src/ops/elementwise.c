@@ -557,18 +557,30 @@ static int kernel_op(const dt__node *n) {
     }
 }
 
+void dt__ew_kernel_spec(const dt__node *n, int *kop, dt__kattr *a, const char **opname) {
+    *kop = kernel_op(n);
+    *opname = NULL;
+    if (n->op == DT_OP_EW_BINARY)
+        *opname = binary_names[n->a.sub];
+    else if (n->op == DT_OP_UNARY)
+        *opname = dt__ew_unary_name(n->a.sub);
+    a->dtype = n->out->meta.dtype;
+    a->sub = n->a.sub;
+    a->flags = n->a.flags;
+    a->scalar = n->a.scalar;
+    a->scalar2 = n->a.scalar2;
+}
+
 /* One kernel per device: each input is sliced (when Replicate or broadcast)
  * to the region the device's output needs. */
 dt_status dt__lower_elementwise(dt__lower *L, dt__node *n) {
     dt__tval *o = n->out;
     const dt__meta *out = &o->meta;
     const dt_mesh *mesh = out->mesh;
-    int kop = kernel_op(n);
-    const char *opname = NULL;
-    if (n->op == DT_OP_EW_BINARY)
-        opname = binary_names[n->a.sub];
-    else if (n->op == DT_OP_UNARY)
-        opname = dt__ew_unary_name(n->a.sub);
+    int kop;
+    const char *opname;
+    dt__kattr spec = {0};
+    dt__ew_kernel_spec(n, &kop, &spec, &opname);
     if (dt__lw_alloc_blobs(L, o) != DT_OK)
         return L->status;
     int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], ns[DT_MAX_NDIM], nl[DT_MAX_NDIM];
@@ -585,11 +597,11 @@ dt_status dt__lower_elementwise(dt__lower *L, dt__node *n) {
         }
         if (opname)
             k->opname = opname;
-        k->attr.dtype = out->dtype;
-        k->attr.sub = n->a.sub;
-        k->attr.flags = n->a.flags;
-        k->attr.scalar = n->a.scalar;
-        k->attr.scalar2 = n->a.scalar2;
+        k->attr.dtype = spec.dtype;
+        k->attr.sub = spec.sub;
+        k->attr.flags = spec.flags;
+        k->attr.scalar = spec.scalar;
+        k->attr.scalar2 = spec.scalar2;
         o->blobs[i] = dt__lw_push(L, mesh, i, k);
     }
     return L->status;

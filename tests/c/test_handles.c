@@ -79,6 +79,7 @@ CASE(graph_backend, dt_graph_backend(NULL) == NULL)
 CASE(graph_satisfy, dt_graph_satisfy(NULL, NULL) == 0)
 CASE(graph_sync_future, einval_obj(dt_graph_sync_future(NULL)))
 CASE(graph_get_stats, einval(dt_graph_get_stats(NULL, NULL, 0)))
+CASE(graph_set_chains, einval(dt_graph_set_chains(NULL, 1)))
 CASE(graph_cancel, einval(dt_graph_cancel(NULL, 0)))
 CASE(graph_wait_capacity, einval(dt_graph_wait_capacity(NULL, 0)))
 CASE(graph_set_deferred_backpressure, (dt_graph_set_deferred_backpressure(NULL, 1), 1))
@@ -249,8 +250,9 @@ static int dead_graph(void) {
     int ok = dead_einval(dt_graph_shutdown(g)) && dead_einval(dt_graph_sync(g)) &&
              dead_einval(dt_graph_cancel(g, 0)) && dead_einval(dt_graph_wait_capacity(g, 0)) &&
              dead_einval(dt_graph_get_stats(g, &stats, 0)) && dead_einval(dt_debug_hold_controller(g, 1)) &&
-             dead_einval_obj(dt_graph_sync_future(g)) && dt_graph_backend(g) == NULL &&
-             dt_graph_satisfy(g, m) == 0 && dead_einval_obj(dt_full(g, DT_FLOAT32, 1, shape2, one, m, NULL));
+             dead_einval(dt_graph_set_chains(g, 0)) && dead_einval_obj(dt_graph_sync_future(g)) &&
+             dt_graph_backend(g) == NULL && dt_graph_satisfy(g, m) == 0 &&
+             dead_einval_obj(dt_full(g, DT_FLOAT32, 1, shape2, one, m, NULL));
     dt_graph_set_deferred_backpressure(g, 1);
     dt_mesh_release(m);
     return ok;
@@ -386,6 +388,7 @@ static const struct {
     C(graph_satisfy),
     C(graph_sync_future),
     C(graph_get_stats),
+    C(graph_set_chains),
     C(graph_cancel),
     C(graph_wait_capacity),
     C(graph_set_deferred_backpressure),

@@ -75,7 +75,8 @@ def graph_stats(graph=None, reset_peak: bool = False) -> Dict[str, int]:
     ``in_flight_limit`` and ``check_interval`` (flow control's bound and how often a client looks
     at it), ``flow_waits`` (times a client waited for the pipeline to drain), ``nodes_eliminated``
     (nodes never lowered: their result was dropped unread, the window's dce pass),
-    ``kernels_in_place`` (kernels that wrote into their first input's buffer, the reuse pass) and
+    ``kernels_in_place`` (kernels that wrote into their first input's buffer, the reuse pass),
+    ``nodes_fused`` (nodes run inside blocked elementwise chain kernels, the chain pass) and
     ``cancelled`` (nodes and kernels dropped unrun by ``Graph.cancel``, e.g. at interpreter exit).
 
     >>> graph_stats()["in_flight_limit"]
@@ -128,3 +129,21 @@ def held_controller(graph=None) -> Iterator[None]:
         yield
     finally:
         _C._hold_controller(g, False)
+
+
+@contextlib.contextmanager
+def chains(on: bool, graph=None) -> Iterator[None]:
+    """Turns a graph's blocked elementwise chains on or off (``dt_graph_set_chains``) inside the
+    block, and back on after it.
+
+    >>> with chains(False):
+    ...     y = dtorch.ones(3).exp().sin()   # two kernels, not one chain
+    """
+    from .._graph import Graph, _resolve
+
+    g: Optional[Graph] = _resolve(graph) if graph is not None else Graph.default_graph()
+    _C._set_chains(g, bool(on))
+    try:
+        yield
+    finally:
+        _C._set_chains(g, True)

@@ -343,8 +343,8 @@ static dt_status ew_binary(const dt__kattr *a, int dt, void *const *in, int n_in
     return st;
 }
 
-static dt_status ref_run(int kop, const dt__kattr *a, void *const *in, int n_in, void **out, char *err,
-                         size_t errlen) {
+dt_status ref_run(int kop, const dt__kattr *a, void *const *in, int n_in, void **out, char *err,
+                  size_t errlen) {
     /* The kernel ops this backend runs: the inputs each takes (min..max; max
      * -1: any number), and whether it computes (so needs an arithmetic
      * output dtype rather than any storage dtype). Of the family kernels it
@@ -546,6 +546,7 @@ const dt__backend dt__backend_ref = {
     .worker_init = NULL,
     .default_dtype = ref_default_dtype,
     .same_storage = ref_same_storage,
+    .run_chain = ref_run_chain,
     /* CPU: the core's host streams and events serve (NULL slots). */
     .api_version = DT_BACKEND_API_VERSION,
 };

@@ -53,6 +53,8 @@ namespace dt_torch {
  * file fills its own slots during static initialisation, before main. */
 static kernel_fn kernel_table[DT_K_COUNT];
 
+kernel_fn kernel_for(int kop) { return kop >= 0 && kop < DT_K_COUNT ? kernel_table[kop] : nullptr; }
+
 kernel_registrar::kernel_registrar(int kop, kernel_fn fn) {
     if (kop >= 0 && kop < DT_K_COUNT)
         kernel_table[kop] = fn;
@@ -655,6 +657,7 @@ const dt__backend dt__backend_torch = {
     nullptr,
     nullptr,
     nullptr,
+    torch_run_chain,
 };
 
 /* Registers at load time so the core finds "torch" by name without naming

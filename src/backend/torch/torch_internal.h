@@ -82,6 +82,11 @@ using kernel_fn = at::Tensor (*)(const dt__kattr *a, void *const *in, int n_in);
 struct kernel_registrar {
     kernel_registrar(int kop, kernel_fn fn);
 };
+/* The kernel registered for kop, or nullptr (torch_backend.cpp). */
+kernel_fn kernel_for(int kop);
+/* The run_chain entry (torch_chain.cpp). */
+dt_status torch_run_chain(const dt__chain_step *steps, int nsteps, void *const *in, int n_in, int inplace,
+                          void **out, int *failed_step, char *err, size_t errlen) noexcept;
 
 } // namespace dt_torch
 

@@ -3,7 +3,8 @@
  * the buffer of their first input: ops that compute each output element
  * from the inputs' elements at the same position only (elementwise binary,
  * unary, activations, casts between types of one element size, clamp,
- * where, masked_fill), with in[0] of the result's element size and shape.
+ * where, masked_fill, and the chain pass's CHAIN nodes, made of those),
+ * with in[0] of the result's element size and shape.
  *
  * Marking says "may". Whether a kernel does write in place is decided when
  * it runs (kernel_run.c, run_backend): only when the kernel holds the
@@ -27,7 +28,7 @@
 /* Node ops whose kernels may take in[0]'s storage. */
 static const uint8_t reusable[DT_OP_COUNT] = {
     [DT_OP_EW_BINARY] = 1, [DT_OP_UNARY] = 1,       [DT_OP_CAST] = 1,       [DT_OP_CLAMP] = 1,
-    [DT_OP_WHERE] = 1,     [DT_OP_MASKED_FILL] = 1, [DT_OP_ACTIVATION] = 1,
+    [DT_OP_WHERE] = 1,     [DT_OP_MASKED_FILL] = 1, [DT_OP_ACTIVATION] = 1, [DT_OP_CHAIN] = 1,
 };
 
 static int fits(const dt__meta *in, const dt__meta *out) {
@@ -42,8 +43,8 @@ static int fits(const dt__meta *in, const dt__meta *out) {
 dt_status dt__pass_reuse(dt__window *w) {
     for (int i = 0; i < w->n; i++) {
         const dt__node *n = w->nodes[i];
-        if ((w->flags[i] & DT__WS_DEAD) || (unsigned)n->op >= DT_OP_COUNT || !reusable[n->op] ||
-            n->n_in < 1 || !n->out || !fits(&n->in[0]->meta, &n->out->meta))
+        if ((w->flags[i] & (DT__WS_DEAD | DT__WS_FUSED)) || (unsigned)n->op >= DT_OP_COUNT ||
+            !reusable[n->op] || n->n_in < 1 || !n->out || !fits(&n->in[0]->meta, &n->out->meta))
             continue;
         w->flags[i] |= DT__WS_REUSE;
     }

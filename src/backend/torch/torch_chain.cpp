@@ -1,0 +1,115 @@
+/*
+ * The LibTorch backend's run_chain (backend.h, DT_K_CHAIN): a chain of
+ * elementwise kernels run block by block, so that the intermediates stay in
+ * cache and only the inputs and the result are read or written in memory.
+ *
+ * Each step calls the kernel the unfused node runs (the kernel table), on
+ * views of the inputs' blocks and on the previous step's block result,
+ * which the step may overwrite (DT_KF_INPLACE: the in-place forms run the
+ * same structured ATen kernels). A block has at most ATen's grain size of
+ * elements, so each call runs on one thread and splits its block into a
+ * vectorised body and a scalar tail exactly where a one-thread call on the
+ * whole tensor would (blocks start at multiples of every vector width);
+ * the blocks are spread over the intra-op threads with at::parallel_for.
+ * The block size is DTORCH_CHAIN_BLOCK elements (1024..32768, a multiple
+ * of 1024; default 32768, ATen's grain size: 128 KiB of float32 per operand, measured in
+ * docs/benchmarks.md).
+ *
+ * Threads: a worker thread, and ATen's intra-op threads inside
+ * parallel_for; no state is kept but the block size, read once.
+ */
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
+#include "backend/torch/torch_internal.h"
+
+namespace dt_torch {
+namespace {
+
+int64_t block_elems() {
+    static const int64_t b = [] {
+        const char *e = std::getenv("DTORCH_CHAIN_BLOCK");
+        long v = e ? std::atol(e) : 0;
+        if (v < 1024 || v > 32768)
+            v = 32768;
+        return (int64_t)(v / 1024 * 1024);
+    }();
+    return b;
+}
+
+/* Whether the result may go into x's buffer (as donatable(), for the
+ * chain's own output). */
+bool may_take(const at::Tensor &x, at::ScalarType st) {
+    return x.use_count() == 1 && x.has_storage() && x.storage().use_count() == 1 && x.is_contiguous() &&
+           x.scalar_type() == st && x.storage_offset() == 0;
+}
+
+} // namespace
+
+dt_status torch_run_chain(const dt__chain_step *steps, int nsteps, void *const *in, int n_in, int inplace,
+                          void **out, int *failed_step, char *err, size_t errlen) noexcept {
+    *out = nullptr;
+    *failed_step = -1;
+    std::atomic<int> failed{-1};
+    try {
+        if (nsteps < 1 || n_in < 1 || n_in > DT__CHAIN_MAX_IN)
+            fail("torch backend: a chain of " + std::to_string(nsteps) + " steps and " +
+                 std::to_string(n_in) + " inputs");
+        for (int i = 0; i < nsteps; ++i)
+            if (!kernel_for(steps[i].kop))
+                fail("torch backend: unknown kernel op " + std::to_string(steps[i].kop) + " in a chain");
+        const at::Tensor &x0 = impl(in[0]);
+        const int64_t n = x0.numel();
+        at::ScalarType odt = to_aten(steps[nsteps - 1].attr.dtype);
+        at::Tensor o = inplace && may_take(x0, odt) ? x0 : at::empty(x0.sizes(), x0.options().dtype(odt));
+        at::Tensor flat[DT__CHAIN_MAX_IN];
+        for (int j = 0; j < n_in; ++j) {
+            const at::Tensor &x = impl(in[j]);
+            if (x.numel() != n)
+                fail("torch backend: chain inputs of different sizes");
+            flat[j] = x.is_contiguous() ? x.view({-1}) : x.contiguous().view({-1});
+        }
+        at::Tensor of = o.view({-1});
+        const int64_t B = block_elems(), nb = (n + B - 1) / B;
+        at::parallel_for(0, nb, 1, [&](int64_t b0, int64_t b1) {
+            for (int64_t b = b0; b < b1; ++b) {
+                const int64_t off = b * B, len = std::min(B, n - off);
+                at::Tensor blk[DT__CHAIN_MAX_IN];
+                for (int j = 0; j < n_in; ++j)
+                    blk[j] = flat[j].narrow(0, off, len);
+                at::Tensor cur;
+                for (int i = 0; i < nsteps; ++i) {
+                    const dt__chain_step &st = steps[i];
+                    void *args[DT__CHAIN_MAX_IN];
+                    for (int j = 0; j < st.n_in; ++j)
+                        args[j] =
+                            st.src[j] < 0 ? static_cast<void *>(&cur) : static_cast<void *>(&blk[st.src[j]]);
+                    dt__kattr a = st.attr;
+                    if (i > 0 && st.src[0] < 0)
+                        a.flags |= DT_KF_INPLACE; // cur is this block's own
+                    try {
+                        at::Tensor r = kernel_for(st.kop)(&a, args, st.n_in);
+                        cur = std::move(r);
+                    } catch (...) {
+                        int none = -1;
+                        failed.compare_exchange_strong(none, i);
+                        throw;
+                    }
+                }
+                of.narrow(0, off, len).copy_(cur);
+            }
+        });
+        *out = new at::Tensor(std::move(o));
+        return DT_OK;
+    } catch (...) {
+        *failed_step = failed.load();
+        return translate_current(err, errlen);
+    }
+}
+
+} // namespace dt_torch
