@@ -15,8 +15,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/chain.h"
 #include "core/blob.h"
+#include "core/chain.h"
 #include "core/graph.h"
 #include "core/graph_int.h"
 #include "core/kernel.h"

@@ -13,8 +13,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/core.h"
 #include "core/blob.h"
+#include "core/core.h"
 #include "core/graph_int.h"
 #include "core/kernel.h"
 #include "core/kernel_rec.h"
@@ -22,10 +22,10 @@
 #include "core/mesh.h"
 #include "core/meta.h"
 #include "core/node.h"
+#include "core/record.h"
 #include "core/stream_int.h"
 #include "core/tensor.h"
 #include "dist/coll.h"
-#include "core/record.h"
 
 dt__rec_flags dt__rec_flag;
 

@@ -37,8 +37,8 @@
  */
 #include <string.h>
 
-#include "core/chain.h"
 #include "core/blob.h"
+#include "core/chain.h"
 #include "core/graph.h"
 #include "core/graph_int.h"
 #include "core/kernel.h"
