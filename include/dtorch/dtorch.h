@@ -436,7 +436,7 @@ typedef struct dt_graph_stats {
 DT_API dt_status dt_graph_get_stats(dt_graph *g, dt_graph_stats *out, int reset_peak);
 
 /* Turns g's blocked elementwise chains (docs/decisions.md) on (1, the
- * default unless DTORCH_CHAINS=0 was set when g was made) or off, for the
+ * default only when DTORCH_CHAINS=1 was set when g was made) or off, for the
  * controller rounds that start afterwards. Results are the same either way.
  * DT_EINVAL for a bad graph. Any thread. */
 DT_API dt_status dt_graph_set_chains(dt_graph *g, int on);

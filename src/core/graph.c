@@ -93,9 +93,10 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
      * what the communication stream's overlap buys). */
     const char *ov = getenv("DTORCH_OVERLAP");
     g->overlap = !(ov && ov[0] == '0' && ov[1] == 0);
-    /* DTORCH_CHAINS=0 turns the chain pass off (to compare with it on). */
+    /* DTORCH_CHAINS=1 turns the chain pass on. Off by default: on a quiet
+     * machine the unfused in-place kernels were faster (docs/benchmarks.md). */
     const char *ch = getenv("DTORCH_CHAINS");
-    atomic_init(&g->chains, !(ch && ch[0] == '0' && ch[1] == 0));
+    atomic_init(&g->chains, ch && ch[0] == '1' && ch[1] == 0);
     g->fork_gen = atomic_load(&dt__fork_gen);
     pthread_mutex_init(&g->life_lock, NULL);
     pthread_mutex_init(&g->qlock, NULL);

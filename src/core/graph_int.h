@@ -25,8 +25,8 @@ struct dt_graph {
     /* Collectives on the communication stream (1, the default) or on the
      * compute stream (0): DTORCH_OVERLAP=0 at graph creation. */
     int overlap;
-    /* The window's chain pass runs (1, the default; DTORCH_CHAINS=0 at
-     * creation or dt_graph_set_chains turn it off). */
+    /* The window's chain pass runs (0, the default; DTORCH_CHAINS=1 at
+     * creation or dt_graph_set_chains turn it on). */
     atomic_int chains;
     pthread_t ctl;
     pthread_mutex_t life_lock; /* serialises shutdown */

@@ -119,6 +119,7 @@ static dt_graph *ref_graph(void) {
     dt_graph_options o = {"ref"};
     dt_graph *g = NULL;
     CHECK(dt_graph_create(&o, &g) == DT_OK);
+    CHECK(dt_graph_set_chains(g, 1) == DT_OK); /* off by default */
     return g;
 }
 

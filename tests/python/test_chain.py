@@ -179,13 +179,14 @@ class TestChains(unittest.TestCase):
         zeros = dtorch.from_torch(torch.zeros(100003, dtype=torch.int64))
         dtorch.synchronize()
         before = fused()
-        with held_controller():
-            y = x * 2
-            line = inspect.currentframe().f_lineno + 1
-            y = y // zeros
-            y = y + 1
-        with self.assertRaises(dtorch.KernelError) as cm:
-            y.to_torch()
+        with chains(True):
+            with held_controller():
+                y = x * 2
+                line = inspect.currentframe().f_lineno + 1
+                y = y // zeros
+                y = y + 1
+            with self.assertRaises(dtorch.KernelError) as cm:
+                y.to_torch()
         self.assertEqual(fused() - before, 3)
         msg = str(cm.exception)
         self.assertIn("floor_divide failed on cpu:0", msg)

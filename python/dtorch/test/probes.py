@@ -23,6 +23,7 @@ make the recording thread wait, holding the GIL, and no Python thread could open
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Dict, Iterator, Optional
 
 from .. import _C
@@ -134,7 +135,7 @@ def held_controller(graph=None) -> Iterator[None]:
 @contextlib.contextmanager
 def chains(on: bool, graph=None) -> Iterator[None]:
     """Turns a graph's blocked elementwise chains on or off (``dt_graph_set_chains``) inside the
-    block, and back on after it.
+    block, and back to the default after it (off; on with ``DTORCH_CHAINS=1``).
 
     >>> with chains(False):
     ...     y = dtorch.ones(3).exp().sin()   # two kernels, not one chain
@@ -146,4 +147,4 @@ def chains(on: bool, graph=None) -> Iterator[None]:
     try:
         yield
     finally:
-        _C._set_chains(g, True)
+        _C._set_chains(g, os.environ.get("DTORCH_CHAINS") == "1")
