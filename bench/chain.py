@@ -30,31 +30,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import dtorch  # noqa: E402
 from dtorch.test.probes import chains, graph_stats  # noqa: E402
-from pipeline import chain as arith_chain, mixed_chain, p4  # noqa: E402
-
-
-def arith(x):
-    x = x * 2
-    x = x + 1
-    x = x - 0.5
-    x = x * 3
-    x = -x
-    x = x / 7
-    x = x + 2
-    x = x * 0.25
-    return x
-
-
-def mixed(x):
-    x = x.exp()
-    x = x.sin()
-    x = x.abs()
-    x = x.sqrt()
-    x = x * 3
-    x = x + 1
-    x = x.tanh()
-    x = x - 0.5
-    return x
+from pipeline import arith_ops as arith, chain as arith_chain, mixed_chain, mixed_ops as mixed, p4  # noqa: E402
 
 
 def time_torch(fn, x):

@@ -105,8 +105,8 @@ def _reset_hwm():
         f.write("5")
 
 
-def chain(lib, numel):
-    x = lib.rand(numel)
+def arith_ops(x):
+    """The 8 elementwise ops of P4 (bench/chain.py runs them too)."""
     x = x * 2
     x = x + 1
     x = x - 0.5
@@ -118,8 +118,8 @@ def chain(lib, numel):
     return x
 
 
-def mixed_chain(lib, numel):
-    x = lib.rand(numel)
+def mixed_ops(x):
+    """The 8 mixed elementwise ops of P5 (bench/chain.py runs them too)."""
     x = x.exp()
     x = x.sin()
     x = x.abs()
@@ -129,6 +129,14 @@ def mixed_chain(lib, numel):
     x = x.tanh()
     x = x - 0.5
     return x
+
+
+def chain(lib, numel):
+    return arith_ops(lib.rand(numel))
+
+
+def mixed_chain(lib, numel):
+    return mixed_ops(lib.rand(numel))
 
 
 def p4(numel, chain_fn=chain):
