@@ -81,8 +81,22 @@ void dt__ps_needed(const dt__psig *s, const dt__pctx *c, int j, const int64_t *c
     memcpy(l, ol, sizeof(int64_t) * (size_t)c->out->ndim);
 }
 
+/* reject() where c->err_in lists the call's inputs: input j is shown as
+ * err_in[err_pos[j]], whose placements the fix starts from. */
+static dt_status reject_listed(const char *name, const dt__psig *s, const dt__pctx *c, int md, int j) {
+    int at = c->err_pos[j];
+    if (at < 0)
+        return dt__placement_error(name, c->err_in, c->err_nin, md, s->accepted, -1, NULL);
+    dt_placement fix[DT_MAX_MESH_NDIM];
+    memcpy(fix, c->err_in[at]->pl, sizeof fix);
+    fix[md] = (dt_placement){R_, 0};
+    return dt__placement_error(name, c->err_in, c->err_nin, md, s->accepted, at, fix);
+}
+
 /* PlacementError with the fix "make input j Replicate on mesh dim md". */
 static dt_status reject(const char *name, const dt__psig *s, const dt__pctx *c, int md, int j) {
+    if (c->err_in)
+        return reject_listed(name, s, c, md, j);
     dt_placement fix[DT_MAX_MESH_NDIM];
     memcpy(fix, c->in[j]->pl, sizeof fix);
     fix[md] = (dt_placement){R_, 0};
@@ -150,6 +164,10 @@ static dt_status mesh_dim_rule(const char *name, const dt__psig *s, const dt__pc
         *res = (dt_placement){R_, 0};
     }
     return DT_OK;
+}
+
+dt_status dt__ps_rule_md(const char *name, const dt__psig *s, const dt__pctx *c, int md, dt_placement *res) {
+    return mesh_dim_rule(name, s, c, md, res);
 }
 
 /* The first input a device does not hold the needed region of, or -1. */

@@ -43,7 +43,10 @@
  * and its text cannot drift apart.
  * Extras: mesh_dim_check (per mesh dim, before the rule: an input that must
  * be made Replicate, e.g. masked_scatter's mask) and own_regions (the
- * family's lowering gathers what it reads: no region check).
+ * family's lowering gathers what it reads: no region check); for rules over
+ * stand-ins, pctx.err_in (the inputs the error lists: cat runs
+ * dt__ps_rule_md per mesh dim on one input per placement class, linear's
+ * bias rule takes the product as its input 0).
  *
  * Threads: client threads (the rules are read-only data); the region check
  * also on the controller through dt__ps_needed.
@@ -135,6 +138,13 @@ typedef struct dt__pctx {
     const dt__meta *in[DT_MAX_OP_INPUTS];
     const dt__meta *out;
     const void *fam; /* the family's own context (linalg: its label plan) */
+    /* The inputs a PlacementError lists (NULL: in[0..nin)) and the position
+     * of in[j] among them (err_pos[j]; -1: none, no fix named): for a rule
+     * over representatives or derived operands (cat's one input per
+     * placement class, linear's bias rule whose input 0 is the product). */
+    const dt__meta *const *err_in;
+    int err_nin;
+    const int *err_pos;
 } dt__pctx;
 
 typedef struct dt__psig {
@@ -164,6 +174,12 @@ typedef struct dt__psig {
  * per-mesh-dim rule failed and the error already suggests a fix). */
 dt_status dt__ps_apply(const char *name, const dt__psig *s, const dt__pctx *c, int check_regions,
                        dt_placement *out_pl, int *bad_input);
+/* The rule on mesh dim md alone, into *res (a PlacementError naming `name`
+ * otherwise): for a family that runs it per mesh dim on representatives of
+ * its inputs (cat and stack take any number of inputs; the rule's outcome
+ * depends only on which placements occur, so one input per placement class
+ * decides as all of them would). */
+dt_status dt__ps_rule_md(const char *name, const dt__psig *s, const dt__pctx *c, int md, dt_placement *res);
 /* The region of input j that output region (os, ol) reads (s->needed, or
  * the same region). */
 void dt__ps_needed(const dt__psig *s, const dt__pctx *c, int j, const int64_t *coord, const int64_t *os,

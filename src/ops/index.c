@@ -115,7 +115,7 @@ static int index_row(const dt__pctx *c, int j, int d, int *od) {
     const index_fam *f = c->fam;
     *od = f->pos[d];
     if (d == f->seg_dim)
-        return DT__VR_KEEP; /* a local narrow of each device's segments */
+        return DT__VR_IDX; /* a local narrow of each device's segments */
     return takes_whole(&f->dims[d], c->in[j]->shape[d]) ? DT__VR_KEEP : DT__VR_OP;
 }
 

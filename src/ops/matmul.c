@@ -96,10 +96,20 @@ enum { L_BATCH, L_M, L_N, L_K, L_KEPT, L_SUMMED, L_BCAST };
     X(L_KEPT, "S(kept index)->S(its output dim) with R* or the same S", SHARD)                               \
     X(L_SUMMED, "S(summed index) on one or both->P", PARTIAL) BCAST_ROW(X)
 
-/* The bias rule (place_bias) is linear's own, after the contraction's. */
+/* linear's bias rule (place_bias), after the contraction's: a two-input
+ * rule whose input 0 is the product (placements decided) and input 1 the
+ * bias, an elementwise addend that may not change them. A Replicate bias
+ * is added on the first coordinate of a mesh dim where the output is P. */
+enum { B_OUT, B_KEEP, B_BCAST, B_WHOLE };
+#define BIAS_ROWS(X)                                                                                         \
+    X(B_OUT, "(S(o),R)->S(o)*", SHARD)                                                                       \
+    X(B_KEEP, "(S(o),S(d))->S(o) for o = d + new dims", SHARD)                                               \
+    X(B_BCAST, "no S of a bias dim that broadcasts", REJECT) X(B_WHOLE, "no S where the output is R", REJECT)
+#define DT__PS_SET_BIAS(X1, X2, X3) X2(P, R) X2(P, P)
+#define DT__PS_EMPTY_BIAS ""
 #define LINEAR_BIAS                                                                                          \
-    "; bias: R* (added on the first coordinate where the output is P), the output's Shard, or P where the "  \
-    "output is P"
+    "; (output, bias): " DT__PS_ROWS_TEXT("(R,R)->R", BIAS_ROWS, BIAS) " (an R bias is added on the first "  \
+                                                                       "coordinate where the output is P)"
 
 #define TEXT_MATMUL DT__PS_ROWS_TEXT("(R,R)->R", MATMUL_ROWS, MUL)
 #define TEXT_MM DT__PS_ROWS_TEXT("(R,R)->R", MM_ROWS, MUL)
@@ -115,6 +125,8 @@ static const dt__ps_row matmul_rows[] = DT__PS_ROWS(MATMUL_ROWS), mm_rows[] = DT
                         bmm_rows[] = DT__PS_ROWS(BMM_ROWS), outer_rows[] = DT__PS_ROWS(OUTER_ROWS),
                         linear_rows[] = DT__PS_ROWS(LINEAR_ROWS), einsum_rows[] = DT__PS_ROWS(EINSUM_ROWS);
 static const uint32_t set_two[] = DT__PS_MASKS(MUL), set_one[] = DT__PS_MASKS(P);
+static const dt__ps_row bias_rows[] = DT__PS_ROWS(BIAS_ROWS);
+static const uint32_t set_bias[] = DT__PS_MASKS(BIAS);
 
 static const dt__ps_row *kind_rows(int kind) {
     switch (kind) {
@@ -407,43 +419,41 @@ static int adds_bias(const dt__meta *bias, const dt__meta *out, const int64_t *c
     return 1;
 }
 
-/* Per mesh dim bias rule; returns the rejected mesh dim or -1. */
-static int place_bias(const dt__meta *bias, const dt__meta *out) {
-    for (int md = 0; md < out->mesh->ndim; md++) {
-        dt_placement pb = bias->pl[md], po = out->pl[md];
-        if (pb.kind == R_)
-            continue;
-        if (pb.kind == P_) {
-            if (po.kind != P_)
-                return md;
-            continue;
-        }
-        int o = pb.dim + out->ndim - bias->ndim;
-        if (po.kind != S_ || po.dim != o || bias->shape[pb.dim] != out->shape[o])
-            return md;
+/* The row of a Shard(d) of the product (j = 0) or the bias; fam: the mesh
+ * dim the rule runs on. */
+static int bias_row(const dt__pctx *c, int j, int d, int *od) {
+    const dt__meta *out = c->in[0];
+    if (j == 0) {
+        *od = d;
+        return B_OUT;
     }
-    return -1;
+    *od = d + out->ndim - c->in[1]->ndim;
+    if (c->in[1]->shape[d] != out->shape[*od])
+        return B_BCAST;
+    return out->pl[*(const int *)c->fam].kind == R_ ? B_WHOLE : B_KEEP;
+}
+
+/* The bias rule on every mesh dim of out (placed): a PlacementError listing
+ * ms = (x, weight, bias) otherwise. */
+static dt_status place_bias(const char *name, int kind, const dt__meta *const *ms, const dt__meta *out) {
+    static const int pos[2] = {-1, 2};
+    int md;
+    dt__pctx c = {
+        .nin = 2, .in = {out, ms[2]}, .out = out, .fam = &md, .err_in = ms, .err_nin = 3, .err_pos = pos};
+    const dt__psig sig = {
+        .partial = set_bias, .accepted = kind_accepts[kind], .rows = bias_rows, .shard_row = bias_row};
+    for (md = 0; md < out->mesh->ndim; md++) {
+        dt_placement res;
+        if (dt__ps_rule_md(name, &sig, &c, md, &res) != DT_OK)
+            return DT_EPLACEMENT;
+    }
+    return DT_OK;
 }
 
 /* ------------------------------------------------------------ client */
 
 static dt_status check_operands(const char *name, dt_tensor *const *ts, int n) {
     return dt__check_operands(name, ts, n);
-}
-
-/* The PlacementError for mesh dim md: the fix makes the first operand that
- * is not Replicate there Replicate. */
-static void reject(const char *name, int kind, const dt__meta *const *ins, int nin, int md, int first) {
-    int which = first;
-    for (int j = first; j < nin; j++)
-        if (ins[j]->pl[md].kind != R_) {
-            which = j;
-            break;
-        }
-    dt_placement fix[DT_MAX_MESH_NDIM];
-    memcpy(fix, ins[which]->pl, sizeof fix);
-    fix[md] = (dt_placement){R_, 0};
-    dt__placement_error(name, ins, nin, md, kind_accepts[kind], which, fix);
 }
 
 /* Shared by every linalg op: plan, output meta, placements, region checks,
@@ -491,11 +501,8 @@ static dt_tensor *contract(int kind, dt_tensor *const *ts, int nops, dt_tensor *
     }
     if (place(name, kind, &p, &out) != DT_OK)
         return NULL;
-    int md;
-    if (bm && (md = place_bias(bm, &out)) >= 0) {
-        reject(name, kind, ms, nin, md, 2);
+    if (bm && place_bias(name, kind, ms, &out) != DT_OK)
         return NULL;
-    }
     /* Every device's needed regions must lie in what it holds (nested
      * shards, and operands whose shards disagree with the plan). */
     const dt_mesh *mesh = out.mesh;

@@ -28,15 +28,7 @@
 #include "ops/ops.h"
 #include "ops/views_int.h"
 
-/* Output placements shared by every lowering in this file: one kernel per
- * device on its own block, the output block of that device. */
-
 /* ------------------------------------------------------------ cat / stack */
-
-static const char *const cat_accepts =
-    "all P->P; S(j) and R inputs->S(j) for j != dim (Replicate inputs sliced locally); all R->R; "
-    "all S(dim) on one mesh dim->S(dim), a local cat (a segmented dim, docs/decisions.md); other S(dim) "
-    "inputs are gathered and the result sliced back to S(dim)";
 
 /* Appends x's segments along dim (its descriptor's, or the whole dim as one)
  * to g, dropping empty ones; 0 when more than DT_MAX_SEGMENTS. */
@@ -127,19 +119,64 @@ static void cat_needed(const dt__meta *in, const dt__meta *out, int dim, int sta
 
 static dt_tensor *cat_impl(const char *op, int n, dt_tensor *const *ts, int64_t dim, int stack);
 
-/* Whether some input is Shard(dim) on a mesh dim that holds no Partial input
- * (a Partial next to a Shard stays an error). */
-static int cat_along_shard(const dt__meta *const *ins, int nk, int dim) {
-    for (int md = 0; md < ins[0]->mesh->ndim; md++) {
-        int along = 0, partial = 0;
-        for (int i = 0; i < nk; i++) {
-            along |= ins[i]->pl[md].kind == DT_PLACEMENT_SHARD && ins[i]->pl[md].dim == dim;
-            partial |= ins[i]->pl[md].kind == DT_PLACEMENT_PARTIAL;
+static const dt__ps_row cat_rows[] = DT__PS_ROWS(DT__VIEW_CAT_ROWS),
+                        stack_rows[] = DT__PS_ROWS(DT__VIEW_STACK_ROWS);
+typedef struct cat_fam {
+    int dim, stack;
+} cat_fam;
+/* A Shard(d) of an input: stack's result dim, or cat's own gather of dim. */
+static int cat_row(const dt__pctx *c, int j, int d, int *od) {
+    const cat_fam *f = c->fam;
+    (void)j;
+    *od = f->stack && d >= f->dim ? d + 1 : d;
+    return !f->stack && d == f->dim ? DT__VR_OP : DT__VR_KEEP;
+}
+
+static int same_placement(dt_placement a, dt_placement b) {
+    return a.kind == b.kind && (a.kind != DT_PLACEMENT_SHARD || a.dim == b.dim);
+}
+
+/* out->pl of the cat (stack) of ins[0..nk) along dim, from the rows, and
+ * *gathered: the mesh dims where cat gathers its Shard(dim) inputs (S(dim)
+ * there unless another input gives S(j)). Per mesh dim the engine sees the
+ * first input of each placement: six distinct ones hold Shards of two kept
+ * dims, rejected whatever the rest are. A PlacementError otherwise. */
+static dt_status cat_place(const char *op, const dt__meta *const *ins, int nk, int dim, int stack,
+                           dt__meta *out, uint32_t *gathered) {
+    const cat_fam fam = {dim, stack};
+    int pos[DT_MAX_OP_INPUTS];
+    dt__pctx c = {.out = out, .fam = &fam, .err_in = ins, .err_nin = nk, .err_pos = pos};
+    *gathered = 0;
+    for (int md = 0; md < out->mesh->ndim; md++) {
+        c.nin = 0;
+        for (int i = 0; i < nk && c.nin < DT_MAX_OP_INPUTS; i++) {
+            int seen = 0;
+            for (int r = 0; r < c.nin; r++)
+                seen |= same_placement(c.in[r]->pl[md], ins[i]->pl[md]);
+            if (!seen) {
+                pos[c.nin] = i;
+                c.in[c.nin++] = ins[i];
+            }
         }
-        if (along && !partial)
-            return 1;
+        const uint32_t all_p[] = {(1u << c.nin) - 1, 0};
+        const dt__psig sig = {.partial = all_p,
+                              .accepted = stack ? DT__VIEW_STACK_TEXT : DT__VIEW_CAT_TEXT,
+                              .rows = stack ? stack_rows : cat_rows,
+                              .shard_row = cat_row,
+                              .own_regions = 1}; /* checked in cat_impl */
+        if (dt__ps_rule_md(op, &sig, &c, md, &out->pl[md]) != DT_OK)
+            return DT_EPLACEMENT;
+        for (int r = 0; r < c.nin; r++) {
+            int key;
+            dt_placement p = c.in[r]->pl[md];
+            if (p.kind == DT_PLACEMENT_SHARD &&
+                dt__ps_shard_outcome(&sig, &c, r, p.dim, &key) == DT__PS_GATHER)
+                *gathered |= 1u << md;
+        }
+        if ((*gathered >> md & 1) && out->pl[md].kind == DT_PLACEMENT_REPLICATE)
+            out->pl[md] = (dt_placement){DT_PLACEMENT_SHARD, dim};
     }
-    return 0;
+    return DT_OK;
 }
 
 /* The mesh dim of a communication-free cat along `dim` (docs/decisions.md,
@@ -191,23 +228,13 @@ static dt_tensor *cat_regular(const char *op, int n, dt_tensor *const *ts, int64
 }
 
 /* cat along a dim that inputs shard where local_cat_md does not apply (mixed
- * placements, nested shards, too many segments): on each such mesh dim the
- * inputs are all-gathered (Replicate), the cat
+ * placements, nested shards, too many segments): on each mesh dim of
+ * `gather` (cat_place) the inputs are all-gathered (Replicate), the cat
  * runs on whole blocks and the result is sliced back to Shard(dim) locally
  * (or keeps the other inputs' Shard(j) when some are Shard(j)).
  * Values are exact; the cost is one all-gather of the sharded inputs. */
-static dt_tensor *cat_gathered(const char *op, int n, dt_tensor *const *ts, int dim) {
-    const dt__meta *m0 = &ts[0]->v->meta;
-    int nmd = m0->mesh->ndim, gather[DT_MAX_MESH_NDIM] = {0};
-    for (int md = 0; md < nmd; md++) {
-        int partial = 0;
-        for (int i = 0; i < n; i++) {
-            const dt_placement p = ts[i]->v->meta.pl[md];
-            gather[md] |= p.kind == DT_PLACEMENT_SHARD && p.dim == dim;
-            partial |= p.kind == DT_PLACEMENT_PARTIAL;
-        }
-        gather[md] &= !partial;
-    }
+static dt_tensor *cat_gathered(const char *op, int n, dt_tensor *const *ts, int dim, uint32_t gathered) {
+    int nmd = ts[0]->v->meta.mesh->ndim;
     dt_tensor **whole = dt__calloc((size_t)n, sizeof *whole);
     if (!whole)
         return dt__error(DT_ENOMEM, "%s: out of memory", op), NULL;
@@ -218,7 +245,7 @@ static dt_tensor *cat_gathered(const char *op, int n, dt_tensor *const *ts, int 
         int move = 0;
         for (int md = 0; md < nmd; md++) {
             want[md] = m->pl[md];
-            if (gather[md] && want[md].kind == DT_PLACEMENT_SHARD && want[md].dim == dim) {
+            if ((gathered >> md & 1) && want[md].kind == DT_PLACEMENT_SHARD && want[md].dim == dim) {
                 want[md] = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
                 move = 1;
             }
@@ -235,7 +262,7 @@ static dt_tensor *cat_gathered(const char *op, int n, dt_tensor *const *ts, int 
     if (c) {
         dt_placement back[DT_MAX_MESH_NDIM];
         for (int md = 0; md < nmd; md++)
-            back[md] = gather[md] && c->v->meta.pl[md].kind == DT_PLACEMENT_REPLICATE
+            back[md] = (gathered >> md & 1) && c->v->meta.pl[md].kind == DT_PLACEMENT_REPLICATE
                            ? (dt_placement){DT_PLACEMENT_SHARD, dim}
                            : c->v->meta.pl[md];
         result = dt_redistribute(c, NULL, back);
@@ -348,7 +375,12 @@ static dt_tensor *cat_impl(const char *op, int n, dt_tensor *const *ts, int64_t 
         }
         out.shape[d] = total;
     }
-    int lmd = stack ? -1 : local_cat_md(ins, nk, d), segmented = 0;
+    /* The rows decide: a PlacementError, a gather of cat's Shard(dim)
+     * inputs (a local cat where local_cat_md applies), or Shards that stay. */
+    uint32_t gathered;
+    if (cat_place(op, ins, nk, d, stack, &out, &gathered) != DT_OK)
+        goto done;
+    int lmd = gathered ? local_cat_md(ins, nk, d) : -1, segmented = 0;
     for (int i = 0; i < n; i++)
         segmented |= ts[i]->v->meta.seg.n != 0;
     if (lmd >= 0) {
@@ -359,37 +391,9 @@ static dt_tensor *cat_impl(const char *op, int n, dt_tensor *const *ts, int64_t 
         result = cat_regular(op, n, ts, dim, stack);
         goto done;
     }
-    if (!stack && cat_along_shard(ins, nk, d)) {
-        result = cat_gathered(op, n, ts, d);
+    if (gathered) {
+        result = cat_gathered(op, n, ts, d, gathered);
         goto done;
-    }
-    /* Placements, per mesh dim. */
-    for (int md = 0; md < out.mesh->ndim; md++) {
-        int npartial = 0, sdim = -1, bad = -1;
-        for (int i = 0; i < nk; i++)
-            npartial += ins[i]->pl[md].kind == DT_PLACEMENT_PARTIAL;
-        for (int i = 0; i < nk && bad < 0; i++) {
-            dt_placement p = ins[i]->pl[md];
-            if (npartial > 0) {
-                if (p.kind != DT_PLACEMENT_PARTIAL)
-                    bad = i;
-                continue;
-            }
-            if (p.kind != DT_PLACEMENT_SHARD)
-                continue;
-            int o = stack && p.dim >= d ? p.dim + 1 : p.dim;
-            if ((!stack && o == d) || (sdim >= 0 && o != sdim))
-                bad = i;
-            else
-                sdim = o;
-        }
-        if (bad >= 0) {
-            dt__view_reject(op, ins, nk, bad, md, cat_accepts);
-            goto done;
-        }
-        out.pl[md] = npartial    ? (dt_placement){DT_PLACEMENT_PARTIAL, 0}
-                     : sdim >= 0 ? (dt_placement){DT_PLACEMENT_SHARD, sdim}
-                                 : (dt_placement){DT_PLACEMENT_REPLICATE, 0};
     }
     /* Nested shards: every device must hold what it concatenates. */
     if (out.mesh->ndim > 1) {
@@ -402,7 +406,8 @@ static dt_tensor *cat_impl(const char *op, int n, dt_tensor *const *ts, int64_t 
                 whole.shape[d] = stack ? 1 : ins[j]->shape[d];
                 cat_needed(ins[j], &whole, d, stack, os, ol, s, l);
                 if (!dt__view_within(ins[j], coord, s, l)) {
-                    dt__placement_error(op, ins, nk, 0, cat_accepts, -1, NULL);
+                    dt__placement_error(op, ins, nk, 0, stack ? DT__VIEW_STACK_TEXT : DT__VIEW_CAT_TEXT, -1,
+                                        NULL);
                     dt__error_append(" (nested shards do not line up)");
                     goto done;
                 }

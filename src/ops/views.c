@@ -667,7 +667,7 @@ const dt_op_doc dt__docs_views[] = {
     {"contiguous", "views", "any (returns the tensor itself)", 0},
     {"clone", "views", "any (placements kept; shares the immutable blocks)", 0},
     {"copy_", "views", "dst keeps its placements; src is redistributed to line up when needed", 1},
-    {"narrow", "views", KEEP ", S(d)->S(d) for d != dim", 0},
+    {"narrow", "views", DT__VIEW_TEXT(DT__VIEW_INDEX_ROWS) " (a slice of dim: getitem's rows)", 0},
     {"__getitem__", "views",
      DT__VIEW_TEXT(DT__VIEW_INDEX_ROWS) "; tensor index: " DT__VIEW_INDEX_TENSOR_TEXT
                                         "; boolean masks synchronise",
@@ -677,18 +677,12 @@ const dt_op_doc dt__docs_views[] = {
      "index or "
      "mask: scalar values, indexed dims not sharded",
      0},
-    {"cat", "views",
-     "(all P)->P; S(j)/R mixes->S(j)* for j != dim; R->R; all S(dim) on one mesh dim->S(dim): a local cat, "
-     "segmented result; other S(dim) inputs: all-gathered, result sliced to S(dim)",
-     1},
-    {"concat", "views",
-     "(all P)->P; S(j)/R mixes->S(j)* for j != dim; R->R; all S(dim) on one mesh dim->S(dim): a local cat, "
-     "segmented result; other S(dim) inputs: all-gathered, result sliced to S(dim)",
-     1},
-    {"stack", "views", "(all P)->P; S(j)/R mixes->S(j or j+1)*; R->R", 0},
-    {"chunk", "views", KEEP ", S(d)->S(d) for d != dim", 0},
-    {"split", "views", KEEP ", S(d)->S(d) for d != dim", 0},
-    {"unbind", "views", KEEP ", S(d)->S(d or d-1) for d != dim", 0},
+    {"cat", "views", DT__VIEW_CAT_TEXT, 1},
+    {"concat", "views", DT__VIEW_CAT_TEXT, 1},
+    {"stack", "views", DT__VIEW_STACK_TEXT, 0},
+    {"chunk", "views", DT__VIEW_TEXT(DT__VIEW_INDEX_ROWS) " (a slice of dim: getitem's rows)", 0},
+    {"split", "views", DT__VIEW_TEXT(DT__VIEW_INDEX_ROWS) " (a slice of dim: getitem's rows)", 0},
+    {"unbind", "views", DT__VIEW_TEXT(DT__VIEW_INDEX_ROWS) " (an integer index of dim: getitem's rows)", 0},
     {"tril", "views", KEEP ", S(d)->S(d) (any dim: the local diagonal is offset)", 0},
     {"triu", "views", KEEP ", S(d)->S(d) (any dim: the local diagonal is offset)", 0},
     {"flip", "views", DT__VIEW_TEXT(DT__VIEW_FLIP_ROWS), 0},

@@ -81,6 +81,7 @@ enum { DT__VR_KEEP, DT__VR_OP, DT__VR_IDX };
     X(DT__VR_OP, "no S(rolled d) (a flat roll rolls every dim)", REJECT)
 #define DT__VIEW_INDEX_ROWS(X)                                                                               \
     X(DT__VR_KEEP, "S(d)->S(d') when dim d is taken whole (not sliced, not integer-indexed)", SHARD)         \
+    X(DT__VR_IDX, "S(d)->S(d') for a slice of whole segments of a segmented d (a local narrow)", SHARD)      \
     X(DT__VR_OP, "no S(sliced or integer-indexed d)", REJECT)
 #define DT__VIEW_INDEX_TENSOR_ROWS(X)                                                                        \
     X(DT__VR_KEEP, "(S(j),R)->S(j') for j != dim", SHARD)                                                    \
@@ -92,6 +93,20 @@ enum { DT__VR_KEEP, DT__VR_OP, DT__VR_IDX };
     X(DT__VR_IDX, "S(dim)->S(dim) when every device's output block is its input block repeated", SHARD)
 #define DT__VIEW_RI_TENSOR_ROWS(X)                                                                           \
     X(DT__VR_KEEP, "S(d)->S(d) for d != dim", SHARD) X(DT__VR_OP, "no S(dim); repeats Replicate", REJECT)
+/* cat and stack (shape_ops.c): a Shard of a dim the result keeps stays; cat
+ * gathers a Shard(dim) itself. The all-Partial set is the bit set of every
+ * input, made at the call (the text is the empty set's). */
+#define DT__VIEW_CAT_ROWS(X)                                                                                 \
+    X(DT__VR_KEEP, "S(j)->S(j)* for j != dim", SHARD)                                                        \
+    X(DT__VR_OP,                                                                                             \
+      "S(dim)->S(dim): a local cat when every input has the same placements and S(dim) on one mesh dim (a "  \
+      "segmented result), else all-gathered and sliced back (S(j) when another input is S(j))",              \
+      GATHER)
+#define DT__VIEW_STACK_ROWS(X) X(DT__VR_KEEP, "S(j)->S(j or j+1)*", SHARD)
+#define DT__PS_SET_CAT_P(X1, X2, X3)
+#define DT__PS_EMPTY_CAT_P ", (all P)->P"
+#define DT__VIEW_CAT_TEXT DT__PS_ROWS_TEXT("R->R", DT__VIEW_CAT_ROWS, CAT_P)
+#define DT__VIEW_STACK_TEXT DT__PS_ROWS_TEXT("R->R", DT__VIEW_STACK_ROWS, CAT_P)
 
 /* 1 when the box (s, l) lies within what the device at `coord` holds of m
  * (empty boxes always do). */

@@ -518,6 +518,54 @@ static void test_own_regions(void) {
     CHECK_EQ(bad, 0);
 }
 
+/* dt__ps_rule_md decides one mesh dim alone; err_in makes the error list
+ * the call's inputs (c->in stand for err_in[err_pos[j]]). */
+static void test_rule_md_and_listed(void) {
+    static const uint32_t set_p[] = DT__PS_MASKS(P);
+    const dt__psig sig = {.partial = set_p, .accepted = "rows", .rows = trows, .shard_row = trow};
+    const int64_t sh[] = {4, 6, 8, 2};
+    const dt_placement pa[] = {S(3), S(0)}, pr[] = {R(), R()}, pp[] = {P(), S(1)};
+    dt__meta a = meta(mesh2, 4, sh, pa), o = meta(mesh2, 4, sh, pr);
+    dt__meta x0 = meta(mesh2, 4, sh, pr), x1 = meta(mesh2, 4, sh, pp);
+    dt__pctx c = {.nin = 1, .in = {&a}, .out = &o};
+    dt_placement res = P();
+    /* Mesh dim 1 alone: S(0) stays, whatever mesh dim 0 holds. */
+    CHECK_EQ(dt__ps_rule_md("rows", &sig, &c, 1, &res), DT_OK);
+    CHECK_PL(res, S(0));
+    CHECK_EQ(dt__ps_rule_md("rows", &sig, &c, 0, &res), DT_EPLACEMENT);
+    CHECK_STREQ(dt_last_error(),
+                "rows: placements not accepted on mesh dim 0: input 0 has [Shard(dim=3), Shard(dim=0)]. "
+                "Accepted per mesh dim: rows. Fix: call input 0's .redistribute(placements=[Replicate(), "
+                "Shard(dim=0)]) first.");
+    /* Listed: c->in[0] is shown as input 2 of three; the fix starts from
+     * the listed input's placements. */
+    const dt__meta *listed[] = {&x0, &x1, &a};
+    const int at2[] = {2}, none[] = {-1};
+    c.err_in = listed;
+    c.err_nin = 3;
+    c.err_pos = at2;
+    CHECK_EQ(dt__ps_rule_md("rows", &sig, &c, 0, &res), DT_EPLACEMENT);
+    CHECK_STREQ(
+        dt_last_error(),
+        "rows: placements not accepted on mesh dim 0: input 0 has [Replicate(), Replicate()], input 1 "
+        "has [Partial(), Shard(dim=1)], input 2 has [Shard(dim=3), Shard(dim=0)]. Accepted per mesh "
+        "dim: rows. Fix: call input 2's .redistribute(placements=[Replicate(), Shard(dim=0)]) first.");
+    /* A stand-in that is none of the call's inputs: no fix named. */
+    c.err_pos = none;
+    CHECK_EQ(dt__ps_rule_md("rows", &sig, &c, 0, &res), DT_EPLACEMENT);
+    CHECK_STREQ(
+        dt_last_error(),
+        "rows: placements not accepted on mesh dim 0: input 0 has [Replicate(), Replicate()], input 1 "
+        "has [Partial(), Shard(dim=1)], input 2 has [Shard(dim=3), Shard(dim=0)]. Accepted per mesh "
+        "dim: rows.");
+    /* dt__ps_apply reports through the same list. */
+    int bad;
+    c.err_pos = at2;
+    CHECK_EQ(dt__ps_apply("rows", &sig, &c, 0, o.pl, &bad), DT_EPLACEMENT);
+    CHECK(strstr(dt_last_error(), "input 2 has [Shard(dim=3), Shard(dim=0)]") != NULL);
+    CHECK(strstr(dt_last_error(), "Fix: call input 2's") != NULL);
+}
+
 static void test_wrap_dim(void) {
     int d = 99;
     for (int64_t dim = -3; dim <= 2; dim++) {
@@ -588,6 +636,7 @@ int main(void) {
     test_mesh_dim_check_and_sets3();
     test_own_regions();
     test_sum_keys();
+    test_rule_md_and_listed();
     test_wrap_dim();
     test_operands();
     dt_mesh_release(mesh1);

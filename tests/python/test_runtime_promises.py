@@ -211,6 +211,14 @@ class TestPlacementErrors(unittest.TestCase):
         self.check("softmax", lambda u: F.softmax(u, 0), [p], "R->R")
         self.check("sort", lambda u: u.sort(0), [p], "R->R")
         self.check("max_pool2d", lambda u: F.max_pool2d(u, 2), [x4], "S(d)->S(d)")
+        # cat and stack name a Partial input next to a whole one (making that one Replicate fixes it).
+        self.check("cat", lambda u, v: dtorch.cat([u, v]), [p, r], "(all P)->P")
+        self.check("stack", lambda u, v: dtorch.stack([u, v]), [r, p], "(all P)->P")
+        # linear's bias rule lists x, weight and bias, and names the bias.
+        bp = dtorch.from_torch(int_valued(4), CPU2, [Partial()])
+        bs = dtorch.from_torch(int_valued(4), CPU2, [Shard(0)])
+        self.check("linear", F.linear, [r, a, bp], "(output, bias): (R,R)->R")
+        self.check("linear", F.linear, [r, r, bs], "no S where the output is R")
         # On a 2-D mesh the message names the mesh dim and every input's full placement list.
         b = dtorch.from_torch(t, CPU2x2, [Replicate(), Partial()])
         c = dtorch.from_torch(t, CPU2x2, [Shard(0), Partial()])

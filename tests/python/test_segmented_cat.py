@@ -226,6 +226,18 @@ class TestFallback(Base):
         self.check(c.softmax(2), w.softmax(2))
         self.check(c.transpose(1, 2).contiguous() @ c[0], w.transpose(1, 2) @ w[0])
 
+    def test_rejected_cat_records_nothing(self):
+        """The rule decides before a segmented input is converted: a rejected cat enqueues no node."""
+        from dtorch.test.probes import graph_stats
+
+        p = dist(int_valued(3, 7, 2, seed=6), self.mesh, [Partial()])
+        self.assertIsNotNone(segs(self.c))
+        before = graph_stats()["submitted"]
+        for bad in (lambda: dtorch.cat([self.c, p], 2), lambda: dtorch.stack([self.c, p])):
+            with self.assertRaises(dtorch.PlacementError):
+                bad()
+        self.assertEqual(graph_stats()["submitted"], before)
+
     def test_regular_operand_of_full_size(self):
         other = int_valued(3, 7, 2, seed=5)
         o = dist(other, self.mesh, [Shard(1)])

@@ -479,6 +479,26 @@ class TestCatStack(ViewTestCase):
         with self.assertRaisesRegex(PlacementError, "cat"):
             dtorch.cat([dist(a, cpu4, [Shard(0)]), dist(b, cpu4, [P])])
 
+    def test_many_inputs(self):
+        """More inputs than an op node takes (cat is a tree): the input that decides may come last."""
+        ts = [int_valued(2, 3, 2, 2, 2, seed=i) for i in range(8)]
+        for mesh in MESHES_1D:
+            xs = [dist(t, mesh, [Shard(1)]) for t in ts[:7]]
+            z = dtorch.cat(xs + [dist(ts[7], mesh, [R])])
+            assert_tensor_equal(self, z, torch.cat(ts))
+            self.assertEqual(z.placements, [Shard(1)])
+            with self.assertRaises(PlacementError) as cm:
+                dtorch.cat(xs + [dist(ts[7], mesh, [Shard(2)])])
+            self.assertIn("Fix: call input 7's .redistribute(placements=[Replicate()])", str(cm.exception))
+            self.assertIn("input 7 has [Shard(dim=2)]", str(cm.exception))
+            # Seven different placements: two Shards of kept dims among them, rejected.
+            pls = [[R], [P], [Shard(0)], [Shard(1)], [Shard(2)], [Shard(3)], [Shard(4)], [Shard(1)]]
+            with self.assertRaises(PlacementError):
+                dtorch.cat([dist(t, mesh, pl) for t, pl in zip(ts, pls)])
+            s = dtorch.stack([dist(t, mesh, [Shard(2)]) for t in ts[:7]] + [dist(ts[7], mesh, [R])], dim=1)
+            assert_tensor_equal(self, s, torch.stack(ts, dim=1))
+            self.assertEqual(s.placements, [Shard(3)])
+
     def test_split_family(self):
         t = int_valued(7, 4)
         for mesh, pl in [(CPU1, None), (CPU2, [Shard(1)]), (CPU3, [P]), (CPU2x2, [Shard(1), Shard(1)]), (CPU2, [R])]:
