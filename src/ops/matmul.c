@@ -25,6 +25,7 @@
  * (sliced to the device's output region) or the output's Shard; on a mesh dim
  * where the output is Partial, a Replicate bias is added only on that dim's
  * first coordinate and a Partial bias on every device (its pieces add up).
+ * The engine decides it too, from BIAS_ROWS after the contraction's rule.
  *
  * Lowering: one kernel per device on the operand regions its output region
  * needs: DT_K_LINALG (at::matmul for matmul, DT_KL_MATMUL).
