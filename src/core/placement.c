@@ -51,12 +51,8 @@ int dt__ps_broadcast_map(const dt__pctx *c, int j, int d) {
     return m->shape[d] == 1 && out->shape[od] != 1 ? DT__PS_REJECT : od;
 }
 
-int dt__ps_shard_outcome(const dt__psig *s, const dt__pctx *c, int j, int d, int *key) {
-    *key = -1;
-    if (!s->rows)
-        return s->shard_map(c, j, d);
-    int od = -1;
-    int id = s->shard_row(c, j, d, &od);
+/* The outcome of row `id` (od: the output dim shard_row gave). */
+static int row_outcome(const dt__psig *s, int id, int od, int *key) {
     for (const dt__ps_row *r = s->rows; id >= 0 && r->text; r++) {
         if (r->id != id)
             continue;
@@ -67,6 +63,24 @@ int dt__ps_shard_outcome(const dt__psig *s, const dt__pctx *c, int j, int d, int
         return r->to;
     }
     return DT__PS_REJECT;
+}
+
+int dt__ps_shard_outcome(const dt__psig *s, const dt__pctx *c, int j, int d, int *key) {
+    *key = -1;
+    if (!s->rows)
+        return s->shard_map(c, j, d);
+    int od = -1;
+    int id = s->shard_row(c, j, d, &od);
+    return row_outcome(s, id, od, key);
+}
+
+int dt__ps_shard_outcome_at(const dt__psig *s, const dt__pctx *c, int j, int md, int d, int *key) {
+    if (!s->shard_row_at)
+        return dt__ps_shard_outcome(s, c, j, d, key);
+    *key = -1;
+    int od = -1;
+    int id = s->shard_row_at(c, j, md, d, &od);
+    return row_outcome(s, id, od, key);
 }
 
 void dt__ps_needed(const dt__psig *s, const dt__pctx *c, int j, const int64_t *coord, const int64_t *os,
@@ -125,7 +139,7 @@ static dt_status mesh_dim_rule(const char *name, const dt__psig *s, const dt__pc
         if (p.kind == R_)
             continue;
         int key = -1;
-        int od = p.kind == P_ ? DT__PS_PARTIAL : dt__ps_shard_outcome(s, c, j, p.dim, &key);
+        int od = p.kind == P_ ? DT__PS_PARTIAL : dt__ps_shard_outcome_at(s, c, j, md, p.dim, &key);
         if (od == DT__PS_REJECT)
             return reject(name, s, c, md, j);
         if (od == DT__PS_GATHER)

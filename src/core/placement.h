@@ -1,7 +1,7 @@
 /*
  * The placement-signature engine: one rule, per mesh dim, that decides the
  * output placements of the elementwise, nn, reduce, sort_scan,
- * masked_scatter and linalg families (ops whose devices compute their
+ * masked_scatter, linalg and views (reshape, setitem, ...) families (ops whose devices compute their
  * output region from regions of their inputs, or that gather a sharded dim
  * themselves), and the checks every family shares (operands on one graph
  * and mesh, dim wrapping, "does each device hold the region it reads").
@@ -41,12 +41,16 @@
  * DT__PS_ROWS_TEXT makes the accepted text of the same list (head, the
  * accepting rows, the Partial set, then the REJECT rows), so the decision
  * and its text cannot drift apart.
+ * DT__PS_ROWS2 is the common two-row list (the dims the op leaves alone,
+ * the op's own dims).
  * Extras: mesh_dim_check (per mesh dim, before the rule: an input that must
- * be made Replicate, e.g. masked_scatter's mask) and own_regions (the
- * family's lowering gathers what it reads: no region check); for rules over
- * stand-ins, pctx.err_in (the inputs the error lists: cat runs
- * dt__ps_rule_md per mesh dim on one input per placement class, linear's
- * bias rule takes the product as its input 0).
+ * be made Replicate, e.g. masked_scatter's mask), own_regions (the
+ * family's lowering gathers what it reads: no region check) and
+ * shard_row_at (shard_row per mesh dim: reshape's joint block search
+ * reports each mesh dim's row, setitem's value follows the target's
+ * placement on that mesh dim); for rules over stand-ins, pctx.err_in (the
+ * inputs the error lists: cat runs dt__ps_rule_md per mesh dim on one input
+ * per placement class, linear's bias rule takes the product as its input 0).
  *
  * Threads: client threads (the rules are read-only data); the region check
  * also on the controller through dt__ps_needed.
@@ -113,6 +117,12 @@ typedef struct dt__ps_row {
     {                                                                                                        \
         list(DT__PS_ROW) { 0, NULL, 0 }                                                                      \
     }
+/* The two-row list most families have: the dims the op leaves alone keep
+ * their Shard (row DT__PS_ROW_KEEP, text `keep`), the op's own dims have
+ * outcome `to` (row DT__PS_ROW_OWN, text `own`); a family names the ids
+ * after its rows (e.g. reduce's kept and reduced dims). */
+enum { DT__PS_ROW_KEEP, DT__PS_ROW_OWN };
+#define DT__PS_ROWS2(X, keep, own, to) X(DT__PS_ROW_KEEP, keep, SHARD) X(DT__PS_ROW_OWN, own, to)
 /* Accepting rows print ", text" in list order, REJECT rows "; text" last. */
 #define DT__PS_ACC_SHARD(text) ", " text
 #define DT__PS_ACC_PARTIAL(text) ", " text
@@ -164,6 +174,11 @@ typedef struct dt__psig {
     int (*mesh_dim_check)(const dt__pctx *c, int md);
     /* The lowering gathers what each device reads: no region check. */
     int own_regions;
+    /* In place of shard_row where a family decides per mesh dim: the row
+     * of a Shard(d) of input j on mesh dim md (reshape's joint block search
+     * reports each mesh dim's row; setitem's value follows the target's
+     * placement there). */
+    int (*shard_row_at)(const dt__pctx *c, int j, int md, int d, int *od);
 } dt__psig;
 
 /* The output placement on every mesh dim of c->out's mesh, into out_pl;
@@ -192,6 +207,9 @@ int dt__ps_broadcast_map(const dt__pctx *c, int j, int d);
  * DT__PS_GATHER or DT__PS_REJECT (from shard_map or the rows); *key the sum
  * key of a PARTIAL row (the od shard_row gave, -1 for none). */
 int dt__ps_shard_outcome(const dt__psig *s, const dt__pctx *c, int j, int d, int *key);
+/* The same on mesh dim md: from s->shard_row_at when set, else as
+ * dt__ps_shard_outcome. */
+int dt__ps_shard_outcome_at(const dt__psig *s, const dt__pctx *c, int j, int md, int d, int *key);
 
 /* ---- the shared checks ---- */
 

@@ -18,6 +18,9 @@
  *    device), (P,P); and (P,R) / (P,scalar), where the device at coordinate
  *    0 of the Partial mesh dim writes the value and the others write zeros,
  *    so that the sum is the assigned value.
+ *    The placement engine decides (views_int.h's DT__VIEW_SETITEM_*_ROWS):
+ *    the value follows the target's placement on each mesh dim, and the
+ *    region check is the engine's (setitem_needed).
  *
  * Threads: dt_* functions on client threads; dt__vlower_* on the controller.
  */
@@ -343,10 +346,6 @@ void dt__vlower_index_tensor(dt__lower *L, dt__node *n) {
 
 /* ---------------------------------------------------------------- setitem */
 
-static const char *const setitem_accepts =
-    "(R,R)->R, (S(d),R)->S(d), (S(d),S(e))->S(d) when each device holds the part of the value it writes, "
-    "(P,R)->P, (P,P)->P, (P,scalar)->P";
-
 /* The region of `value` the device at coord needs for a setitem node whose
  * selection has positions [k0[d], k1[d]) of each target dim. */
 static void value_needed(const dt__meta *am, const dt__nattr *na, const dt__meta *vm, const int64_t *k0,
@@ -380,11 +379,92 @@ static int device_part(const dt__meta *am, const dt__nattr *na, const int64_t *c
     return nonempty;
 }
 
-/* Checks and builds a setitem node of kind `kind`; `other` is the value,
- * mask or index tensor (may be NULL for a scalar value). */
-static dt_tensor *setitem_submit(dt_tensor *a, dt_tensor *other, int kind, dt__node *proto) {
+/* The placement rule of the setitem forms (views_int.h's rows): the target
+ * keeps its placements; the other input (value, mask) may be a Shard only
+ * where the target is one, and then counts as the target's dim. */
+static int setitem_row_at(const dt__pctx *c, int j, int md, int d, int *od) {
+    dt_placement t = c->in[0]->pl[md];
+    *od = j == 0 ? d : t.dim;
+    return j == 0 ? DT__VR_KEEP : t.kind == DT_PLACEMENT_SHARD ? DT__VR_IDX : DT__VR_OP;
+}
+
+/* The region input j reads for the output region (os, ol): the target its
+ * own; the value the part of the selection inside the device's block, or,
+ * when the device writes nothing, nothing (its own block stands for it). */
+static void setitem_needed(const dt__pctx *c, int j, const int64_t *coord, const int64_t *os,
+                           const int64_t *ol, int64_t *s, int64_t *l) {
+    int64_t k0[DT_MAX_NDIM], k1[DT_MAX_NDIM], ls[DT_MAX_NDIM];
+    if (j == 0) {
+        memcpy(s, os, sizeof(int64_t) * (size_t)c->out->ndim);
+        memcpy(l, ol, sizeof(int64_t) * (size_t)c->out->ndim);
+    } else if (!device_part(c->in[0], c->a, coord, k0, k1, ls)) {
+        dt__local_region(c->in[j], coord, s, l);
+    } else {
+        value_needed(c->in[0], c->a, c->in[j], k0, k1, s, l);
+    }
+}
+
+/* The mask reads the target block's masked dims (nothing when that block
+ * is empty). */
+static void mask_needed(const dt__pctx *c, int j, const int64_t *coord, const int64_t *os, const int64_t *ol,
+                        int64_t *s, int64_t *l) {
+    int empty = 0, nd = c->in[j]->ndim, dim = j == 0 ? 0 : c->a->v_dim;
+    for (int d = 0; d < c->out->ndim; d++)
+        empty |= ol[d] == 0;
+    if (j != 0 && empty) {
+        dt__local_region(c->in[j], coord, s, l);
+        return;
+    }
+    memcpy(s, os + dim, sizeof(int64_t) * (size_t)nd);
+    memcpy(l, ol + dim, sizeof(int64_t) * (size_t)nd);
+}
+
+/* A Partial mask, or an index that is not Replicate, is the one to fix. */
+static int mask_not_partial(const dt__pctx *c, int md) {
+    return c->in[1]->pl[md].kind == DT_PLACEMENT_PARTIAL ? 1 : -1;
+}
+static int index_replicate(const dt__pctx *c, int md) {
+    return c->in[1]->pl[md].kind != DT_PLACEMENT_REPLICATE ? 1 : -1;
+}
+/* The target's Shard(dim) is the indexed dim's. */
+static int setitem_index_row(const dt__pctx *c, int j, int d, int *od) {
+    *od = d;
+    return j != 0 ? -1 : d == c->a->v_dim ? DT__VR_OP : DT__VR_KEEP;
+}
+
+static const dt__ps_row setitem_rows[] = DT__PS_ROWS(DT__VIEW_SETITEM_ROWS),
+                        setitem_mask_rows[] = DT__PS_ROWS(DT__VIEW_SETITEM_MASK_ROWS),
+                        setitem_index_rows[] = DT__PS_ROWS(DT__VIEW_SETITEM_INDEX_ROWS);
+static const uint32_t setitem_partial[] = DT__PS_MASKS(SETITEM), setitem_pr[] = DT__PS_MASKS(PR);
+
+/* Places a setitem of a (and `other`: value, mask, index or NULL) through
+ * the engine into *out (a's meta with the placements the rule gives).
+ * A region that does not line up is rejected on the first mesh dim where
+ * `other` shards, with `why` appended (NULL: nothing). */
+static dt_status setitem_place(const dt__psig *sig, dt_tensor *a, dt_tensor *other, const dt__nattr *na,
+                               const char *why, dt__meta *out) {
+    const dt__meta *m = &a->v->meta, *om = other ? &other->v->meta : NULL;
+    *out = *m;
+    dt__pctx c = {.op = DT_OP_VIEW, .a = na, .nin = other ? 2 : 1, .in = {m, om}, .out = out};
+    int bad;
+    dt_status st = dt__ps_apply("setitem", sig, &c, 1, out->pl, &bad);
+    if (st == DT_OK || bad < 0)
+        return st;
+    int md = 0;
+    while (md < m->mesh->ndim - 1 && c.in[bad]->pl[md].kind != DT_PLACEMENT_SHARD)
+        md++;
+    dt__view_reject("setitem", c.in, c.nin, bad, md, sig->accepted);
+    if (why)
+        dt__error_append("%s", why);
+    return DT_EPLACEMENT;
+}
+
+/* Builds a setitem node of kind `kind` with output meta `out`; `other` is
+ * the value, mask or index tensor (may be NULL for a scalar value). */
+static dt_tensor *setitem_submit(dt_tensor *a, dt_tensor *other, const dt__meta *out, int kind,
+                                 dt__node *proto) {
     dt__node *n;
-    dt_tensor *t = dt__view_begin(a, other, &a->v->meta, kind, &n);
+    dt_tensor *t = dt__view_begin(a, other, out, kind, &n);
     if (!t)
         return NULL;
     if (n) {
@@ -443,45 +523,16 @@ dt_tensor *dt_setitem(dt_tensor *a, const dt_slice *dims, dt_tensor *value, dt_s
             return NULL;
         }
     }
-    const dt__meta *vm = value ? &value->v->meta : NULL;
-    const dt__meta *ins[2] = {m, vm};
-    int nin = value ? 2 : 1;
-    for (int md = 0; md < m->mesh->ndim; md++) {
-        int ka = m->pl[md].kind, kv = vm ? vm->pl[md].kind : DT_PLACEMENT_REPLICATE;
-        int bad = -1;
-        if (ka == DT_PLACEMENT_REPLICATE && kv != DT_PLACEMENT_REPLICATE)
-            bad = 1;
-        else if (ka == DT_PLACEMENT_SHARD && kv == DT_PLACEMENT_PARTIAL)
-            bad = 1;
-        else if (ka == DT_PLACEMENT_PARTIAL && kv == DT_PLACEMENT_SHARD)
-            bad = 1;
-        if (bad >= 0) {
-            dt__view_reject("setitem", ins, nin, bad, md, setitem_accepts);
-            return NULL;
-        }
-    }
-    if (vm) {
-        int sharded = 0;
-        for (int md = 0; md < vm->mesh->ndim; md++)
-            sharded |= vm->pl[md].kind == DT_PLACEMENT_SHARD;
-        int64_t coord[DT_MAX_MESH_NDIM], k0[DT_MAX_NDIM], k1[DT_MAX_NDIM], ls[DT_MAX_NDIM];
-        int64_t vs[DT_MAX_NDIM], vl[DT_MAX_NDIM];
-        for (int64_t i = 0; sharded && i < m->mesh->ndev; i++) {
-            dt__mesh_coord(m->mesh, i, coord);
-            if (!device_part(m, &proto.a, coord, k0, k1, ls))
-                continue;
-            value_needed(m, &proto.a, vm, k0, k1, vs, vl);
-            if (!dt__view_within(vm, coord, vs, vl)) {
-                int md = 0;
-                while (vm->pl[md].kind != DT_PLACEMENT_SHARD)
-                    md++;
-                dt__view_reject("setitem", ins, 2, 1, md, setitem_accepts);
-                dt__error_append(" (the value's shards do not line up with the target's)");
-                return NULL;
-            }
-        }
-    }
-    return setitem_submit(a, value, DT_V_SETITEM, &proto);
+    const dt__psig sig = {.partial = setitem_partial,
+                          .accepted = DT__VIEW_SETITEM_TEXT,
+                          .rows = setitem_rows,
+                          .shard_row_at = setitem_row_at,
+                          .needed = setitem_needed};
+    dt__meta out;
+    if (setitem_place(&sig, a, value, &proto.a, " (the value's shards do not line up with the target's)",
+                      &out) != DT_OK)
+        return NULL;
+    return setitem_submit(a, value, &out, DT_V_SETITEM, &proto);
 }
 
 void dt__vlower_setitem(dt__lower *L, dt__node *n) {
@@ -559,31 +610,20 @@ dt_tensor *dt_setitem_mask(dt_tensor *a, int64_t dim, dt_tensor *mask, dt_scalar
             return NULL;
         }
     }
-    const dt__meta *ins[2] = {m, mm};
-    const char *accepts = "mask Replicate, or sharded like the target on the masked dims; not Partial";
-    for (int md = 0; md < m->mesh->ndim; md++)
-        if (mm->pl[md].kind == DT_PLACEMENT_PARTIAL ||
-            (mm->pl[md].kind == DT_PLACEMENT_SHARD && m->pl[md].kind != DT_PLACEMENT_SHARD)) {
-            dt__view_reject("setitem", ins, 2, 1, md, accepts);
-            return NULL;
-        }
-    int64_t coord[DT_MAX_MESH_NDIM], ls[DT_MAX_NDIM], ll[DT_MAX_NDIM];
-    for (int64_t i = 0; i < m->mesh->ndev; i++) {
-        dt__mesh_coord(m->mesh, i, coord);
-        dt__local_region(m, coord, ls, ll);
-        if (!dt__view_within(mm, coord, ls + dim, ll + dim)) {
-            int md = 0;
-            while (mm->pl[md].kind != DT_PLACEMENT_SHARD)
-                md++;
-            dt__view_reject("setitem", ins, 2, 1, md, accepts);
-            return NULL;
-        }
-    }
     dt__node proto;
     memset(&proto, 0, sizeof proto);
     proto.a.v_dim = (int32_t)dim;
     proto.a.scalar = s;
-    return setitem_submit(a, mask, DT_V_SETITEM_MASK, &proto);
+    const dt__psig sig = {.partial = setitem_pr,
+                          .accepted = DT__VIEW_SETITEM_MASK_TEXT,
+                          .rows = setitem_mask_rows,
+                          .shard_row_at = setitem_row_at,
+                          .needed = mask_needed,
+                          .mesh_dim_check = mask_not_partial};
+    dt__meta out;
+    if (setitem_place(&sig, a, mask, &proto.a, NULL, &out) != DT_OK)
+        return NULL;
+    return setitem_submit(a, mask, &out, DT_V_SETITEM_MASK, &proto);
 }
 
 void dt__vlower_setitem_mask(dt__lower *L, dt__node *n) {
@@ -630,22 +670,21 @@ dt_tensor *dt_setitem_index(dt_tensor *a, int64_t dim, dt_tensor *index, dt_scal
     int d;
     if (dt__view_wrap_dim("setitem", dim, m->ndim, 0, &d) != DT_OK)
         return NULL;
-    const dt__meta *ins[2] = {m, mi};
-    const char *accepts = "index Replicate; target not sharded on the indexed dim";
-    for (int md = 0; md < m->mesh->ndim; md++) {
-        int bad = mi->pl[md].kind != DT_PLACEMENT_REPLICATE                    ? 1
-                  : m->pl[md].kind == DT_PLACEMENT_SHARD && m->pl[md].dim == d ? 0
-                                                                               : -1;
-        if (bad >= 0) {
-            dt__view_reject("setitem", ins, 2, bad, md, accepts);
-            return NULL;
-        }
-    }
     dt__node proto;
     memset(&proto, 0, sizeof proto);
     proto.a.v_dim = d;
     proto.a.scalar = s;
-    return setitem_submit(a, index, DT_V_SETITEM_INDEX, &proto);
+    /* The index is Replicate: every device holds it whole. */
+    const dt__psig sig = {.partial = setitem_pr,
+                          .accepted = DT__VIEW_SETITEM_INDEX_TEXT,
+                          .rows = setitem_index_rows,
+                          .shard_row = setitem_index_row,
+                          .mesh_dim_check = index_replicate,
+                          .own_regions = 1};
+    dt__meta out;
+    if (setitem_place(&sig, a, index, &proto.a, NULL, &out) != DT_OK)
+        return NULL;
+    return setitem_submit(a, index, &out, DT_V_SETITEM_INDEX, &proto);
 }
 
 void dt__vlower_setitem_index(dt__lower *L, dt__node *n) {

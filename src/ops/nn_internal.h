@@ -52,18 +52,15 @@ typedef struct nn_rules {
 
 /* The Shard rows of each rule: the rule's file decides with them, and the
  * registry rows print them. Row ids: */
-enum { NN_ROW_KEEP, NN_ROW_OUT, NN_ROW_SUM, NN_ROW_OP };
+enum { NN_ROW_KEEP = DT__PS_ROW_KEEP, NN_ROW_OP = DT__PS_ROW_OWN, NN_ROW_OUT, NN_ROW_SUM };
 #define NN_ACT_ROWS(X) X(NN_ROW_KEEP, "S(d)->S(d)", SHARD)
 #define NN_SOFTMAX_ROWS(X)                                                                                   \
-    X(NN_ROW_KEEP, "S(d)->S(d) for d != dim", SHARD)                                                         \
-    X(NN_ROW_OP, "no S(dim) (the softmax dim must not be sharded)", REJECT)
-#define NN_PAD_ROWS(X)                                                                                       \
-    X(NN_ROW_KEEP, "S(d)->S(d) for an unpadded dim d", SHARD) X(NN_ROW_OP, "no S(padded d)", REJECT)
-#define NN_INTERP_ROWS(X)                                                                                    \
-    X(NN_ROW_KEEP, "S(0)->S(0), S(1)->S(1)", SHARD) X(NN_ROW_OP, "no S(spatial d)", REJECT)
+    DT__PS_ROWS2(X, "S(d)->S(d) for d != dim", "no S(dim) (the softmax dim must not be sharded)", REJECT)
+#define NN_PAD_ROWS(X) DT__PS_ROWS2(X, "S(d)->S(d) for an unpadded dim d", "no S(padded d)", REJECT)
+#define NN_INTERP_ROWS(X) DT__PS_ROWS2(X, "S(0)->S(0), S(1)->S(1)", "no S(spatial d)", REJECT)
 #define NN_POOL_ROWS(X)                                                                                      \
-    X(NN_ROW_KEEP, "S(d)->S(d) for d before the last two (batch, channels)", SHARD)                          \
-    X(NN_ROW_OP, "no S(the last two dims)", REJECT)
+    DT__PS_ROWS2(X, "S(d)->S(d) for d before the last two (batch, channels)", "no S(the last two dims)",     \
+                 REJECT)
 #define NN_CONV_ROWS(X)                                                                                      \
     X(NN_ROW_KEEP, "(S(0),R,R)->S(0) (batched x)", SHARD)                                                    \
     X(NN_ROW_OUT, "(R,S(0),S(0) or R)->S(1) (groups == 1)", SHARD)                                           \
@@ -78,8 +75,8 @@ enum { NN_ROW_KEEP, NN_ROW_OUT, NN_ROW_SUM, NN_ROW_OP };
     X(NN_ROW_KEEP, "(S(d),R)->S(d)", SHARD)                                                                  \
     X(NN_ROW_OUT, "(R,S(1))->S(-1)", SHARD) X(NN_ROW_SUM, "(R,S(0))->P", PARTIAL)
 #define NN_SDPA_ROWS(X)                                                                                      \
-    X(NN_ROW_KEEP, "R or S(d) on the same batch/head dim d (not the last two) -> S(d)", SHARD)               \
-    X(NN_ROW_OP, "no Shard of the last two dims or of a mask dim that broadcasts", REJECT)
+    DT__PS_ROWS2(X, "R or S(d) on the same batch/head dim d (not the last two) -> S(d)",                     \
+                 "no Shard of the last two dims or of a mask dim that broadcasts", REJECT)
 /* Family Partial sets: embedding is linear in its weight, sdpa in v. */
 #define DT__PS_SET_EMB(X1, X2, X3) X2(R, P)
 #define DT__PS_EMPTY_EMB ""

@@ -57,11 +57,10 @@ const char *dt_reduce_op_name(dt_reduce_op op) {
 /* The Shard rows (core/placement.h): a kept dim stays sharded (renumbered
  * when dims are dropped), a reduced one becomes a partial sum (sum, mean)
  * or is gathered by the op (every other reduction). */
-enum { ROW_KEPT, ROW_REDUCED };
-#define LINEAR_ROWS(X) X(ROW_KEPT, "S(kept d)->S(d')", SHARD) X(ROW_REDUCED, "S(reduced d)->P", PARTIAL)
+enum { ROW_KEPT = DT__PS_ROW_KEEP, ROW_REDUCED = DT__PS_ROW_OWN };
+#define LINEAR_ROWS(X) DT__PS_ROWS2(X, "S(kept d)->S(d')", "S(reduced d)->P", PARTIAL)
 #define GATHER_ROWS(X)                                                                                       \
-    X(ROW_KEPT, "S(kept d)->S(d')", SHARD)                                                                   \
-    X(ROW_REDUCED, "S(reduced d)->R (local reduce, all-gather, reduce)", GATHER)
+    DT__PS_ROWS2(X, "S(kept d)->S(d')", "S(reduced d)->R (local reduce, all-gather, reduce)", GATHER)
 #define LINEAR_TEXT DT__PS_ROWS_TEXT("R->R", LINEAR_ROWS, P)
 #define GATHER_TEXT DT__PS_ROWS_TEXT("R->R", GATHER_ROWS, NONE)
 static const dt__ps_row linear_rows[] = DT__PS_ROWS(LINEAR_ROWS), gather_rows[] = DT__PS_ROWS(GATHER_ROWS);

@@ -56,13 +56,12 @@ static const char *const kind_names[] = {
 /* The Shard rows (core/placement.h): a dim the op does not work along stays
  * sharded; the op's own dim is gathered (sort, topk: Replicate after) or
  * gathered and sliced back (cumsum). */
-enum { ROW_OTHER, ROW_ALONG };
+enum { ROW_OTHER = DT__PS_ROW_KEEP, ROW_ALONG = DT__PS_ROW_OWN };
 #define SORT_ROWS(X)                                                                                         \
-    X(ROW_OTHER, "S(d)->S(d) for d != dim", SHARD)                                                           \
-    X(ROW_ALONG, "S(dim)->R (all-gather of dim, then the op)", GATHER)
+    DT__PS_ROWS2(X, "S(d)->S(d) for d != dim", "S(dim)->R (all-gather of dim, then the op)", GATHER)
 #define CUMSUM_ROWS(X)                                                                                       \
-    X(ROW_OTHER, "S(d)->S(d) for d != dim", SHARD)                                                           \
-    X(ROW_ALONG, "S(dim)->S(dim) (all-gather of dim, cumsum, keep the own shard)", SHARD)
+    DT__PS_ROWS2(X, "S(d)->S(d) for d != dim",                                                               \
+                 "S(dim)->S(dim) (all-gather of dim, cumsum, keep the own shard)", SHARD)
 #define SORT_TEXT DT__PS_ROWS_TEXT("R->R", SORT_ROWS, NONE)
 #define CUMSUM_TEXT DT__PS_ROWS_TEXT("R->R", CUMSUM_ROWS, P)
 static const dt__ps_row sort_rows[] = DT__PS_ROWS(SORT_ROWS), cumsum_rows[] = DT__PS_ROWS(CUMSUM_ROWS);

@@ -19,6 +19,10 @@
  * compared through a canonical form of each box (adjacent dims merged while
  * the set is unchanged); equal forms imply equal sets, so nothing wrong is
  * ever accepted.
+ * The search decides all mesh dims jointly; the placement engine
+ * (core/placement.h) then applies its result as one row per mesh dim
+ * (shard_row_at), so the decision and the accepted text come from the
+ * rows (RESHAPE_ROWS, SQUEEZE_ROWS, UNSQUEEZE_ROWS).
  *
  * Threads: dt_* functions on client threads; lowering on the controller.
  */
@@ -260,51 +264,111 @@ static int search_placements(const dt__meta *in, dt__meta *out, int md, int *bud
     return 0;
 }
 
-static const char *const reshape_accepts =
-    "R->R, P->P, S(d)->S(d') when every device's block of the input is, in row-major order, the block the "
-    "result's torch.chunk split gives it (d' is the result dim holding d's leading part)";
+/* The Shard rows of reshape (view, flatten, unflatten), squeeze and
+ * unsqueeze. The blocks decide all mesh dims jointly, so plan_reshape runs
+ * the search once and each mesh dim's row is what it found (the engine's
+ * shard_row_at); the registry rows print the same lists. */
+#define RESHAPE_ROWS(X)                                                                                      \
+    X(DT__VR_KEEP,                                                                                           \
+      "S(d)->S(d') when every device's block of the input is, in row-major order, the block the result's "   \
+      "torch.chunk split gives it (d' is the result dim holding d's leading part)",                          \
+      SHARD)                                                                                                 \
+    X(DT__VR_IDX, "S(d) of an empty tensor->R", GATHER)                                                      \
+    X(DT__VR_OP, "no S(d) whose blocks would not stay contiguous chunk-sized blocks of the result", REJECT)
+#define SQUEEZE_ROWS(X) DT__PS_ROWS2(X, "S(d)->S(d') for a kept dim", "no S(removed d)", REJECT)
+#define UNSQUEEZE_ROWS(X) X(DT__VR_KEEP, "S(d)->S(d or d+1)", SHARD)
+static const dt__ps_row reshape_rows[] = DT__PS_ROWS(RESHAPE_ROWS),
+                        squeeze_rows[] = DT__PS_ROWS(SQUEEZE_ROWS),
+                        unsqueeze_rows[] = DT__PS_ROWS(UNSQUEEZE_ROWS);
 
-/* The reshape of `a` to `out_shape` (sizes already resolved). `dim_map`, when
- * given, names the result dim of each input dim (-1: removed), as squeeze and
- * unsqueeze know it; otherwise leading_out_dim decides. */
-static dt_tensor *reshape_to(const char *op, dt_tensor *a, int ndim, const int64_t *out_shape,
-                             const int *dim_map) {
-    const dt__meta *m = &a->v->meta;
-    dt__meta out = *m;
-    out.ndim = ndim;
-    memcpy(out.shape, out_shape, sizeof(int64_t) * (size_t)ndim);
+/* What the block search found: each sharding mesh dim's row and result dim,
+ * and whether the blocks failed to line up. */
+typedef struct reshape_plan {
+    int row[DT_MAX_MESH_NDIM];
+    int od[DT_MAX_MESH_NDIM];
+    int mismatch;
+} reshape_plan;
+
+static int reshape_row_at(const dt__pctx *c, int j, int md, int d, int *od) {
+    (void)j;
+    (void)d;
+    const reshape_plan *p = c->fam;
+    *od = p->od[md];
+    return p->row[md];
+}
+
+/* The block search for the reshape of m to out (its shape set; out->pl is
+ * scratch). A Shard(d) goes to dim_map[d] when given (squeeze, unsqueeze),
+ * else to leading_out_dim, else to the first placements search_placements
+ * finds; an empty tensor's Shard with no such dim becomes Replicate. A mesh
+ * dim with no result dim is the rejected one; when the blocks do not line
+ * up, the first sharding mesh dim is (some mesh dim shards then: without a
+ * Shard every block is the whole tensor). */
+static void plan_reshape(const dt__meta *m, dt__meta *out, const int *dim_map, reshape_plan *plan) {
     int64_t numel = dt__numel(m->ndim, m->shape), cur[DT_MAX_NDIM];
     memcpy(cur, m->shape, sizeof cur);
+    memset(plan, 0, sizeof *plan);
+    int first = -1;
     for (int md = 0; md < m->mesh->ndim; md++) {
         dt_placement p = m->pl[md];
         if (p.kind != DT_PLACEMENT_SHARD)
             continue;
-        int o = dim_map ? dim_map[p.dim] : leading_out_dim(m, &out, p.dim, cur[p.dim]);
+        if (first < 0)
+            first = md;
+        int o = dim_map ? dim_map[p.dim] : leading_out_dim(m, out, p.dim, cur[p.dim]);
         cur[p.dim] = (cur[p.dim] + m->mesh->shape[md] - 1) / m->mesh->shape[md];
         if (o < 0 && numel == 0 && !dim_map) {
             /* Every block is empty: any placement describes the result. */
-            out.pl[md] = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
+            out->pl[md] = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
             continue;
         }
-        if (o < 0 && (dim_map || ndim == 0)) {
-            dt__view_reject(op, &m, 1, 0, md, reshape_accepts);
-            return NULL;
+        if (o < 0 && (dim_map || out->ndim == 0)) {
+            plan->row[md] = DT__VR_OP;
+            return;
         }
         /* No leading-digit dim: a placeholder that the search below replaces. */
-        out.pl[md] = (dt_placement){DT_PLACEMENT_SHARD, o < 0 ? 0 : o};
+        out->pl[md] = (dt_placement){DT_PLACEMENT_SHARD, o < 0 ? 0 : o};
     }
     int budget = 4096;
-    if (!blocks_match(m, &out) && (dim_map || !search_placements(m, &out, 0, &budget))) {
-        /* Name the first mesh dim that shards, the one to redistribute. */
-        int md = 0;
-        while (md < m->mesh->ndim && m->pl[md].kind != DT_PLACEMENT_SHARD)
-            md++;
-        dt__view_reject(op, &m, 1, 0, md < m->mesh->ndim ? md : 0, reshape_accepts);
-        dt__error_append(
-            " (the shards would not stay contiguous chunk-sized blocks of the result of shape [");
-        for (int d = 0; d < ndim; d++)
-            dt__error_append("%s%lld", d ? ", " : "", (long long)out_shape[d]);
-        dt__error_append("])");
+    if (!blocks_match(m, out) && (dim_map || !search_placements(m, out, 0, &budget))) {
+        plan->mismatch = 1;
+        plan->row[first < 0 ? 0 : first] = DT__VR_OP;
+        return;
+    }
+    for (int md = 0; md < m->mesh->ndim; md++) {
+        int shard = out->pl[md].kind == DT_PLACEMENT_SHARD;
+        plan->row[md] = shard ? DT__VR_KEEP : DT__VR_IDX;
+        plan->od[md] = shard ? out->pl[md].dim : 0;
+    }
+}
+
+/* The reshape of `a` to `out_shape` (sizes already resolved), placed by the
+ * engine from the rows (and text) of the op. `dim_map`, when given, names
+ * the result dim of each input dim (-1: removed), as squeeze and unsqueeze
+ * know it; otherwise the block search decides. */
+static dt_tensor *reshape_to(const char *op, dt_tensor *a, int ndim, const int64_t *out_shape,
+                             const int *dim_map, const dt__ps_row *rows, const char *accepted) {
+    const dt__meta *m = &a->v->meta;
+    dt__meta out = *m;
+    out.ndim = ndim;
+    memcpy(out.shape, out_shape, sizeof(int64_t) * (size_t)ndim);
+    reshape_plan plan;
+    plan_reshape(m, &out, dim_map, &plan);
+    dt__pctx c = {.nin = 1, .in = {m}, .out = &out, .fam = &plan};
+    const dt__psig sig = {.partial = view_partial,
+                          .accepted = accepted,
+                          .rows = rows,
+                          .shard_row_at = reshape_row_at,
+                          .own_regions = 1}; /* each device reshapes its own block */
+    int bad;
+    if (dt__ps_apply(op, &sig, &c, 0, out.pl, &bad) != DT_OK) {
+        if (plan.mismatch) {
+            dt__error_append(
+                " (the shards would not stay contiguous chunk-sized blocks of the result of shape [");
+            for (int d = 0; d < ndim; d++)
+                dt__error_append("%s%lld", d ? ", " : "", (long long)out_shape[d]);
+            dt__error_append("])");
+        }
         return NULL;
     }
     dt__node *n;
@@ -356,7 +420,7 @@ dt_tensor *dt_reshape(dt_tensor *a, int ndim, const int64_t *shape) {
                   (long long)numel);
         return NULL;
     }
-    return reshape_to("reshape", a, ndim, out_shape, NULL);
+    return reshape_to("reshape", a, ndim, out_shape, NULL, reshape_rows, DT__VIEW_TEXT(RESHAPE_ROWS));
 }
 
 dt_tensor *dt_squeeze(dt_tensor *a, int ndims, const int64_t *dims) {
@@ -388,7 +452,7 @@ dt_tensor *dt_squeeze(dt_tensor *a, int ndims, const int64_t *dims) {
         if (!remove[d])
             shape[nd++] = m->shape[d];
     }
-    return reshape_to("squeeze", a, nd, shape, map);
+    return reshape_to("squeeze", a, nd, shape, map, squeeze_rows, DT__VIEW_TEXT(SQUEEZE_ROWS));
 }
 
 dt_tensor *dt_unsqueeze(dt_tensor *a, int64_t dim) {
@@ -413,7 +477,7 @@ dt_tensor *dt_unsqueeze(dt_tensor *a, int64_t dim) {
         map[i] = o;
         shape[o] = m->shape[i++];
     }
-    return reshape_to("unsqueeze", a, m->ndim + 1, shape, map);
+    return reshape_to("unsqueeze", a, m->ndim + 1, shape, map, unsqueeze_rows, DT__VIEW_TEXT(UNSQUEEZE_ROWS));
 }
 
 /* ---------------------------------------------------------------- permute */
@@ -646,18 +710,14 @@ dt_status dt__lower_view(dt__lower *L, dt__node *n) {
 
 #define KEEP "R->R, P->P"
 const dt_op_doc dt__docs_views[] = {
-    {"view", "views",
-     KEEP ", S(d)->S(d') when every shard stays a contiguous chunk-sized block of the result", 0},
-    {"reshape", "views",
-     KEEP ", S(d)->S(d') when every shard stays a contiguous chunk-sized block of the result", 0},
-    {"flatten", "views",
-     KEEP ", S(d)->S(d') when every shard stays a contiguous chunk-sized block of the result", 0},
-    {"unflatten", "views",
-     KEEP ", S(d)->S(d') when every shard stays a contiguous chunk-sized block of the result", 0},
+    {"view", "views", DT__VIEW_TEXT(RESHAPE_ROWS), 0},
+    {"reshape", "views", DT__VIEW_TEXT(RESHAPE_ROWS), 0},
+    {"flatten", "views", DT__VIEW_TEXT(RESHAPE_ROWS), 0},
+    {"unflatten", "views", DT__VIEW_TEXT(RESHAPE_ROWS), 0},
     {"transpose", "views", DT__VIEW_TEXT(DT__VIEW_PERMUTE_ROWS) " (transpose is a permute)", 0},
     {"permute", "views", DT__VIEW_TEXT(DT__VIEW_PERMUTE_ROWS), 0},
-    {"squeeze", "views", KEEP ", S(d)->S(d') for a kept dim (a removed dim must not be sharded)", 0},
-    {"unsqueeze", "views", KEEP ", S(d)->S(d or d+1)", 0},
+    {"squeeze", "views", DT__VIEW_TEXT(SQUEEZE_ROWS), 0},
+    {"unsqueeze", "views", DT__VIEW_TEXT(UNSQUEEZE_ROWS), 0},
     {"expand", "views", DT__VIEW_TEXT(DT__VIEW_EXPAND_ROWS), 0},
     {"repeat", "views", DT__VIEW_TEXT(DT__VIEW_REPEAT_ROWS), 0},
     {"repeat_interleave", "views",
@@ -673,9 +733,8 @@ const dt_op_doc dt__docs_views[] = {
                                         "; boolean masks synchronise",
      0},
     {"__setitem__", "views",
-     "(R,R)->R, (S(d),R)->S(d)*, (S(d),S)->S(d) when aligned, (P,R)->P, (P,P)->P, (P,scalar)->P; tensor "
-     "index or "
-     "mask: scalar values, indexed dims not sharded",
+     DT__VIEW_SETITEM_TEXT "; tensor index (scalar value): " DT__VIEW_SETITEM_INDEX_TEXT
+                           "; mask (scalar value): " DT__VIEW_SETITEM_MASK_TEXT,
      0},
     {"cat", "views", DT__VIEW_CAT_TEXT, 1},
     {"concat", "views", DT__VIEW_CAT_TEXT, 1},

@@ -66,19 +66,16 @@ dt_status dt__view_place(const char *op, const dt__meta *const *ins, int nin, dt
 #define DT__VIEW_TEXT(list) DT__PS_ROWS_TEXT("R->R", list, P)
 /* The Shard rows of the views that decide through dt__view_place; the
  * registry rows (views.c) print the same lists. A row id: */
-enum { DT__VR_KEEP, DT__VR_OP, DT__VR_IDX };
+enum { DT__VR_KEEP = DT__PS_ROW_KEEP, DT__VR_OP = DT__PS_ROW_OWN, DT__VR_IDX };
 #define DT__VIEW_PERMUTE_ROWS(X) X(DT__VR_KEEP, "S(d)->S(the position d moves to)", SHARD)
 #define DT__VIEW_EXPAND_ROWS(X)                                                                              \
-    X(DT__VR_KEEP, "S(d)->S(d + new dims) when dim d keeps its size", SHARD)                                 \
-    X(DT__VR_OP, "no S(d) of a dim that broadcasts", REJECT)
+    DT__PS_ROWS2(X, "S(d)->S(d + new dims) when dim d keeps its size", "no S(d) of a dim that broadcasts",   \
+                 REJECT)
 #define DT__VIEW_REPEAT_ROWS(X)                                                                              \
-    X(DT__VR_KEEP, "S(d)->S(d + new dims) when dim d is repeated once", SHARD)                               \
-    X(DT__VR_OP, "no S(d) of a repeated dim", REJECT)
-#define DT__VIEW_FLIP_ROWS(X)                                                                                \
-    X(DT__VR_KEEP, "S(d)->S(d) for d not flipped", SHARD) X(DT__VR_OP, "no S(flipped d)", REJECT)
+    DT__PS_ROWS2(X, "S(d)->S(d + new dims) when dim d is repeated once", "no S(d) of a repeated dim", REJECT)
+#define DT__VIEW_FLIP_ROWS(X) DT__PS_ROWS2(X, "S(d)->S(d) for d not flipped", "no S(flipped d)", REJECT)
 #define DT__VIEW_ROLL_ROWS(X)                                                                                \
-    X(DT__VR_KEEP, "S(d)->S(d) for d not rolled", SHARD)                                                     \
-    X(DT__VR_OP, "no S(rolled d) (a flat roll rolls every dim)", REJECT)
+    DT__PS_ROWS2(X, "S(d)->S(d) for d not rolled", "no S(rolled d) (a flat roll rolls every dim)", REJECT)
 #define DT__VIEW_INDEX_ROWS(X)                                                                               \
     X(DT__VR_KEEP, "S(d)->S(d') when dim d is taken whole (not sliced, not integer-indexed)", SHARD)         \
     X(DT__VR_IDX, "S(d)->S(d') for a slice of whole segments of a segmented d (a local narrow)", SHARD)      \
@@ -92,7 +89,7 @@ enum { DT__VR_KEEP, DT__VR_OP, DT__VR_IDX };
     X(DT__VR_KEEP, "S(d)->S(d) for d != dim", SHARD)                                                         \
     X(DT__VR_IDX, "S(dim)->S(dim) when every device's output block is its input block repeated", SHARD)
 #define DT__VIEW_RI_TENSOR_ROWS(X)                                                                           \
-    X(DT__VR_KEEP, "S(d)->S(d) for d != dim", SHARD) X(DT__VR_OP, "no S(dim); repeats Replicate", REJECT)
+    DT__PS_ROWS2(X, "S(d)->S(d) for d != dim", "no S(dim); repeats Replicate", REJECT)
 /* cat and stack (shape_ops.c): a Shard of a dim the result keeps stays; cat
  * gathers a Shard(dim) itself. The all-Partial set is the bit set of every
  * input, made at the call (the text is the empty set's). */
@@ -107,6 +104,27 @@ enum { DT__VR_KEEP, DT__VR_OP, DT__VR_IDX };
 #define DT__PS_EMPTY_CAT_P ", (all P)->P"
 #define DT__VIEW_CAT_TEXT DT__PS_ROWS_TEXT("R->R", DT__VIEW_CAT_ROWS, CAT_P)
 #define DT__VIEW_STACK_TEXT DT__PS_ROWS_TEXT("R->R", DT__VIEW_STACK_ROWS, CAT_P)
+/* The rows of the three setitem forms (index.c; the registry row prints
+ * them): the output keeps the target's (input 0's) placements, and the
+ * value, mask or index follows the target's placement on each mesh dim. */
+#define DT__VIEW_SETITEM_ROWS(X)                                                                             \
+    X(DT__VR_KEEP, "(S(d),R)->S(d)", SHARD)                                                                  \
+    X(DT__VR_IDX, "(S(d),S(e))->S(d) when each device holds the part of the value it writes", SHARD)         \
+    X(DT__VR_OP, "no Shard of the value where the target is R or P", REJECT)
+/* A Replicate or scalar value is written by one device of a Partial mesh
+ * dim, zeros by the others: the sum is the assigned value. */
+#define DT__PS_BIT_scalar 0u
+#define DT__PS_SET_SETITEM(X1, X2, X3) X2(P, R) X2(P, P) X2(P, scalar)
+#define DT__PS_EMPTY_SETITEM ""
+#define DT__VIEW_SETITEM_TEXT DT__PS_ROWS_TEXT("(R,R)->R", DT__VIEW_SETITEM_ROWS, SETITEM)
+#define DT__VIEW_SETITEM_MASK_ROWS(X)                                                                        \
+    X(DT__VR_KEEP, "(S(d),R)->S(d)", SHARD)                                                                  \
+    X(DT__VR_IDX, "(S(d),S(e))->S(d) when the mask is sharded like the target on the masked dims", SHARD)    \
+    X(DT__VR_OP, "no Shard of the mask where the target is R or P, no Partial mask", REJECT)
+#define DT__VIEW_SETITEM_MASK_TEXT DT__PS_ROWS_TEXT("(R,R)->R", DT__VIEW_SETITEM_MASK_ROWS, PR)
+#define DT__VIEW_SETITEM_INDEX_ROWS(X)                                                                       \
+    DT__PS_ROWS2(X, "(S(d),R)->S(d) for d != dim", "no S(dim) of the target; the index Replicate", REJECT)
+#define DT__VIEW_SETITEM_INDEX_TEXT DT__PS_ROWS_TEXT("(R,R)->R", DT__VIEW_SETITEM_INDEX_ROWS, PR)
 
 /* 1 when the box (s, l) lies within what the device at `coord` holds of m
  * (empty boxes always do). */

@@ -566,6 +566,86 @@ static void test_rule_md_and_listed(void) {
     CHECK(strstr(dt_last_error(), "Fix: call input 2's") != NULL);
 }
 
+/* A per-mesh-dim row (shard_row_at): on mesh dim 0 a Shard(d) stays,
+ * on mesh dim 1 it goes to output dim 1 - d, except Shard(1) of input 1,
+ * which is gathered there; a second input follows input 0's placement. */
+#define TROWS2(X) DT__PS_ROWS2(X, "S(d)->S(d) on mesh dim 0, S(1-d) on 1", "input 1's S(1)->R on 1", GATHER)
+static const dt__ps_row trows2[] = DT__PS_ROWS(TROWS2);
+static int trow_at(const dt__pctx *c, int j, int md, int d, int *od) {
+    (void)c;
+    *od = md == 0 ? d : 1 - d;
+    return md == 1 && j == 1 && d == 1 ? DT__PS_ROW_OWN : DT__PS_ROW_KEEP;
+}
+static int trow_never(const dt__pctx *c, int j, int d, int *od) {
+    (void)c;
+    (void)j;
+    (void)d;
+    *od = 0;
+    return -1; /* shard_row_at takes its place: this must not decide */
+}
+
+static void test_rows_at(void) {
+    /* The two-row list: ids KEEP and OWN, the text in list order. */
+    CHECK_EQ(trows2[0].id, DT__PS_ROW_KEEP);
+    CHECK_EQ(trows2[0].to, DT__PS_SHARD);
+    CHECK_EQ(trows2[1].id, DT__PS_ROW_OWN);
+    CHECK_EQ(trows2[1].to, DT__PS_GATHER);
+    CHECK(trows2[2].text == NULL);
+    CHECK_STREQ(DT__PS_ROWS_TEXT("R->R", TROWS2, NONE),
+                "R->R, S(d)->S(d) on mesh dim 0, S(1-d) on 1, input 1's S(1)->R on 1; no Partial");
+    /* own_regions: the nested shards below would otherwise meet the region
+     * check (test_regions), which is not what this tests. */
+    const dt__psig sig = {
+        .accepted = "at", .rows = trows2, .shard_row = trow_never, .shard_row_at = trow_at, .own_regions = 1};
+    dt_placement out[DT_MAX_MESH_NDIM] = {{0}};
+    int bad, key;
+    const int64_t sh44[] = {4, 4};
+    dt_placement a1[] = {S(0), S(0)}, a2[] = {S(1), S(0)}, b1[] = {R(), S(1)}, b2[] = {S(1), R()};
+    /* One input: mesh dim 0 keeps d, mesh dim 1 gives 1 - d. */
+    dt_placement rr[] = {R(), R()};
+    dt__meta a = meta(mesh2, 2, sh44, a1), o = meta(mesh2, 2, sh44, rr);
+    dt__pctx c = {.nin = 1, .in = {&a}, .out = &o};
+    CHECK_EQ(dt__ps_shard_outcome_at(&sig, &c, 0, 0, 0, &key), 0);
+    CHECK_EQ(dt__ps_shard_outcome_at(&sig, &c, 0, 1, 0, &key), 1);
+    CHECK_EQ(key, -1);
+    CHECK_EQ(dt__ps_shard_outcome_at(&sig, &c, 1, 1, 1, &key), DT__PS_GATHER);
+    /* Without shard_row_at, the plain rows decide (trow: Shard(1) is summed). */
+    const dt__psig plain = {.accepted = "rows", .rows = trows, .shard_row = trow};
+    CHECK_EQ(dt__ps_shard_outcome_at(&plain, &c, 0, 1, 1, &key), DT__PS_PARTIAL);
+    CHECK_EQ(key, 1);
+    CHECK_EQ(dt__ps_apply("at", &sig, &c, 0, o.pl, &bad), DT_OK);
+    CHECK_EQ(bad, -1);
+    CHECK_PL(o.pl[0], S(0));
+    CHECK_PL(o.pl[1], S(1));
+    /* Two inputs: [S(0), S(0)] with [R, S(1)]: mesh dim 1 gathers input 1. */
+    CHECK_EQ(apply2(&sig, mesh2, sh44, 2, a1, sh44, 2, b1, sh44, 2, 0, out, &bad), DT_OK);
+    CHECK_PL(out[0], S(0));
+    CHECK_PL(out[1], S(1));
+    /* [S(1), S(0)] with [S(1), R]: both S(1) on mesh dim 0, S(1) on 1. */
+    CHECK_EQ(apply2(&sig, mesh2, sh44, 2, a2, sh44, 2, b2, sh44, 2, 0, out, &bad), DT_OK);
+    CHECK_PL(out[0], S(1));
+    CHECK_PL(out[1], S(1));
+    /* [S(0), S(0)] with [S(1), R]: mesh dim 0 maps them to 0 and 1. */
+    CHECK_EQ(apply2(&sig, mesh2, sh44, 2, a1, sh44, 2, b2, sh44, 2, 0, out, &bad), DT_EPLACEMENT);
+    CHECK(strstr(dt_last_error(), "op: placements not accepted on mesh dim 0") != NULL);
+    CHECK(strstr(dt_last_error(), "Accepted per mesh dim: at.") != NULL);
+    CHECK(strstr(dt_last_error(), "Fix: call input 1's") != NULL);
+    /* [S(0), S(0)] with [R, S(0)]: on mesh dim 1 they map to 1 and 1. */
+    dt_placement b3[] = {R(), S(0)};
+    CHECK_EQ(apply2(&sig, mesh2, sh44, 2, a1, sh44, 2, b3, sh44, 2, 0, out, &bad), DT_OK);
+    CHECK_PL(out[1], S(1));
+    /* A row id the list lacks is a rejection. */
+    dt_placement a3[] = {S(1), S(1)};
+    const dt__psig keep_only = {
+        .accepted = "keep", .rows = trows2 + 1, .shard_row_at = trow_at, .own_regions = 1};
+    a = meta(mesh2, 2, sh44, a3);
+    CHECK_EQ(dt__ps_apply("keep", &keep_only, &c, 0, o.pl, &bad), DT_EPLACEMENT);
+    CHECK_STREQ(dt_last_error(),
+                "keep: placements not accepted on mesh dim 0: input 0 has [Shard(dim=1), Shard(dim=1)]. "
+                "Accepted per mesh dim: keep. Fix: call input 0's .redistribute(placements=[Replicate(), "
+                "Shard(dim=1)]) first.");
+}
+
 static void test_wrap_dim(void) {
     int d = 99;
     for (int64_t dim = -3; dim <= 2; dim++) {
@@ -635,6 +715,7 @@ int main(void) {
     test_rows();
     test_mesh_dim_check_and_sets3();
     test_own_regions();
+    test_rows_at();
     test_sum_keys();
     test_rule_md_and_listed();
     test_wrap_dim();

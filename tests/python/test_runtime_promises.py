@@ -228,6 +228,52 @@ class TestPlacementErrors(unittest.TestCase):
         self.assertIn("mesh dim 1", str(cm.exception))
 
 
+    def test_view_and_setitem_messages_print_their_registry_rows(self):
+        """reshape, squeeze and the setitem forms decide from rows: the error's accepted text is
+        the op's registry row (or, for __setitem__, one of the forms that row lists)."""
+        docs = {row[0]: row[2] for row in dtorch._C.op_docs()}
+
+        def accepted(fn, inputs):
+            with self.assertRaises(dtorch.PlacementError) as cm:
+                fn(*inputs)
+            return str(cm.exception).split("Accepted per mesh dim: ", 1)[1].split(". Fix: call input", 1)[0]
+
+        def setitem(key):
+            def fn(u, v):
+                u[key] = v
+                return u
+            return fn
+
+        def fresh(shape, pl, dtype=None):
+            t = int_valued(*shape) if dtype is None else int_valued(*shape) > 7
+            return dtorch.from_torch(t, CPU2, pl)
+
+        # (5, 3) Shard(0): blocks of 9 and 6 elements, but chunking 15 gives 8 and 7.
+        flat = lambda u: u.reshape(15)
+        self.assertEqual(accepted(flat, [fresh((5, 3), [Shard(0)])]), docs["reshape"])
+        self.check("reshape", flat, [fresh((5, 3), [Shard(0)])], "no S(d) whose blocks")
+        sq = lambda u: u.squeeze(0)
+        self.assertEqual(accepted(sq, [fresh((1, 4), [Shard(0)])]), docs["squeeze"])
+        self.check("squeeze", sq, [fresh((1, 4), [Shard(0)])], "no S(removed d)")
+        cases = [  # (fn, inputs, a part of the text)
+            (setitem(slice(0, 2)), lambda: [fresh((4, 4), [Replicate()]), fresh((2, 4), [Shard(0)])],
+             "(P,scalar)->P"),
+            (setitem(slice(0, 2)), lambda: [fresh((4, 4), [Shard(0)]), fresh((2, 4), [Partial()])],
+             "(S(d),S(e))->S(d) when each device holds"),
+            (lambda u, m: setitem(m)(u, 1.0), lambda: [fresh((4, 4), [Replicate()]), fresh((4, 4), [Shard(0)], bool)],
+             "no Partial mask"),
+            (lambda u, i: setitem(i)(u, 1.0),
+             lambda: [fresh((4, 4), [Shard(0)]), dtorch.from_torch(torch.tensor([0, 3]), CPU2, [Replicate()])],
+             "no S(dim) of the target"),
+        ]
+        for fn, inputs, part in cases:
+            with self.subTest(part=part):
+                text = accepted(fn, inputs())
+                self.assertIn(part, text)
+                self.assertIn(text, docs["__setitem__"])
+                self.check("setitem", fn, inputs(), part)
+
+
 class TestGraphStats(unittest.TestCase):
     def test_counts_records_and_failed_calls_enqueue_nothing(self):
         g = dtorch.Graph()
