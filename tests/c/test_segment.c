@@ -127,8 +127,8 @@ static void run2d(dt_graph *g, int64_t a, int64_t b, const int64_t *lens, int ns
         float *x = host + total * COLS;
         for (int64_t i = 0; i < lens[s] * COLS; i++)
             x[i] = (float)(s * 100 + i);
-        parts[s] = dt_tensor_from_buffer(g, DT_FLOAT32, 2, sh, x, sizeof(float) * (size_t)(lens[s] * COLS), mesh,
-                                         s00);
+        parts[s] = dt_tensor_from_buffer(g, DT_FLOAT32, 2, sh, x, sizeof(float) * (size_t)(lens[s] * COLS),
+                                         mesh, s00);
         CHECK(parts[s] != NULL);
         total += lens[s];
     }

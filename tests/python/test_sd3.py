@@ -162,7 +162,9 @@ class TransformerTest(unittest.TestCase):
                     # The ring merges partial softmaxes (log-sum-exp): outputs of size ~10 differ by ~5e-4.
                     assert_close_everywhere(self, model(x, c, pooled, t), want, rtol=1e-4, atol=1e-3)
                     self.assertEqual(len(seen), TINY["num_layers"])
-                    self.assertEqual(cats, [0] * (3 * TINY["num_layers"]))
+                    # The joint attention's q, k, v cats (and any other cat of the model) move nothing.
+                    self.assertGreaterEqual(len(cats), 3 * TINY["num_layers"])
+                    self.assertEqual(set(cats), {0})
                     for segs, pl, moved in seen:
                         for name in ("ulysess_cp", "ring_cp"):
                             if m.has_dim_name(name):

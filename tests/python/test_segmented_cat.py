@@ -378,6 +378,11 @@ class TestNested(Base):
                 ("softmax", lambda x: x.softmax(2), w.softmax(2), g),
                 ("sum", lambda x: x.sum(2), w.sum(2), g),
                 ("linear", lambda x: F.linear(x, wd), TF.linear(w, wt), g),
+                ("matmul", lambda x: x @ wd.transpose(0, 1), w @ wt.transpose(0, 1), g),
+                ("layer_norm", lambda x: F.layer_norm(x, (3,)), TF.layer_norm(w.float(), (3,)), g),
+                ("where", lambda x: dtorch.where(x > 0, x, -x), torch.where(w > 0, w, -w), g),
+                ("clone", lambda x: x.clone(), w.clone(), g),
+                ("permute", lambda x: x.permute(2, 1, 0), w.permute(2, 1, 0), g),
                 ("head", lambda x: x[:, :5], w[:, :5], None),
                 ("tail", lambda x: x[:, 5:], w[:, 5:], None),
                 ("whole", lambda x: x[1:, :, 1:], w[1:, :, 1:], g)):
