@@ -481,9 +481,14 @@ DT_API dt_tensor *dt_debug_gated(dt_tensor *x, dt_debug_gate *gate);
 DT_API long dt_debug_collectives_lowered(void);
 /* Tests: x's storage layout. 0 when it is regular; otherwise the number of
  * segments of its segmented dim (a communication-free cat along a sharded
- * dim, docs/decisions.md), with that dim, its mesh dim and the segment
+ * dim, docs/decisions.md), with that dim, its (first) mesh dim and the segment
  * lengths (at most 8, user order) written out. -1 for a bad handle. */
 DT_API int dt_debug_segments(const dt_tensor *x, int *dim, int *mesh_dim, int64_t *lens);
+/* Tests: the mesh dims of x's segmented dim (several when it was cut over
+ * nested shards), most major of its storage order first, written to
+ * mesh_dims (at most 8); dt_debug_segments' mesh_dim is the first. 0 when x
+ * is regular, -1 for a bad handle. */
+DT_API int dt_debug_segment_mesh_dims(const dt_tensor *x, int *mesh_dims);
 
 /* Fault injection: after `after_n` more successful allocations made by a
  * controller thread while it lowers a node (any graph), the next one fails,

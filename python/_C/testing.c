@@ -115,8 +115,9 @@ static PyObject *mod_collectives_lowered(PyObject *module, PyObject *unused) {
     return PyLong_FromLong(dt_debug_collectives_lowered());
 }
 
-/* x's segmented-dim descriptor (core.h, dt__seg): None for a regular
- * layout, else (dim, mesh_dim, [lengths in user order]). */
+/* x's segmented-dim descriptor (segment.h, dt__seg): None for a regular
+ * layout, else (dim, mesh_dim, [lengths in user order]), mesh_dim a tuple
+ * (most major first) when the dim was cut over several mesh dims. */
 static PyObject *mod_segments(PyObject *module, PyObject *arg) {
     dtpy_state *st = mod_state(module);
     if (!DTPY_IS_TENSOR(st, arg))
@@ -131,7 +132,18 @@ static PyObject *mod_segments(PyObject *module, PyObject *arg) {
         return NULL;
     for (int i = 0; i < n; i++)
         PyList_SET_ITEM(lens, i, PyLong_FromLongLong((long long)len[i]));
-    return Py_BuildValue("(iiN)", dim, md, lens);
+    int mds[8];
+    int nmd = dt_debug_segment_mesh_dims(((dtpy_tensor *)arg)->t, mds);
+    if (nmd <= 1)
+        return Py_BuildValue("(iiN)", dim, md, lens);
+    PyObject *grid = PyTuple_New(nmd);
+    if (!grid) {
+        Py_DECREF(lens);
+        return NULL;
+    }
+    for (int i = 0; i < nmd; i++)
+        PyTuple_SET_ITEM(grid, i, PyLong_FromLong(mds[i]));
+    return Py_BuildValue("(iNN)", dim, grid, lens);
 }
 
 static PyObject *mod_hold_controller(PyObject *module, PyObject *args) {
@@ -184,7 +196,8 @@ static PyMethodDef testing_methods[] = {
      "_hold_controller(graph, hold): the controller takes nothing while held (tests only)"},
     {"_collectives_lowered", mod_collectives_lowered, METH_NOARGS,
      "_collectives_lowered() -> collective groups lowered so far (tests only)"},
-    {"_segments", mod_segments, METH_O, "_segments(x) -> None or (dim, mesh_dim, [segment lengths])"},
+    {"_segments", mod_segments, METH_O,
+     "_segments(x) -> None or (dim, mesh_dim or (mesh dims), [segment lengths])"},
     {"_cached_bytes", mod_cached_bytes, METH_NOARGS, "_cached_bytes() -> bytes the backends keep cached"},
     {"_fail_allocs", mod_fail_allocs, METH_O,
      "_fail_allocs(n): the controller's (n+1)-th lowering allocation fails"},

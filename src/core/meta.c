@@ -134,7 +134,8 @@ int dt__meta_same(const dt__meta *a, const dt__meta *b) {
             return 0;
     if (a->seg.n != b->seg.n)
         return 0;
-    if (a->seg.n && (a->seg.dim != b->seg.dim || a->seg.md != b->seg.md ||
+    if (a->seg.n && (a->seg.dim != b->seg.dim || a->seg.nmd != b->seg.nmd ||
+                     memcmp(a->seg.mds, b->seg.mds, (size_t)a->seg.nmd) != 0 ||
                      memcmp(a->seg.len, b->seg.len, sizeof(int64_t) * (size_t)a->seg.n)))
         return 0;
     return 1;
@@ -185,41 +186,25 @@ void dt__chunk(int64_t n, int64_t k, int64_t i, int64_t *start, int64_t *len) {
 
 _Thread_local int dt__seg_regions;
 
-int64_t dt__seg_piece(const dt__seg *g, int64_t w, int s, int64_t i) {
-    int64_t st, l;
-    dt__chunk(g->len[s], w, i, &st, &l);
-    return l;
-}
-
-void dt__seg_block(const dt__seg *g, int64_t w, int64_t i, int64_t *start, int64_t *len) {
-    int64_t before = 0, mine = 0;
-    for (int s = 0; s < g->n; s++) {
-        int64_t cs, cl;
-        dt__chunk(g->len[s], w, i, &cs, &cl);
-        before += cs; /* devices 0..i-1 hold [0, cs) of segment s */
-        mine += cl;
-    }
-    *start = before;
-    *len = mine;
-}
-
 void dt__local_region(const dt__meta *m, const int64_t *coord, int64_t *start, int64_t *len) {
     for (int d = 0; d < m->ndim; d++) {
         start[d] = 0;
         len[d] = m->shape[d];
     }
+    int seg = dt__seg_regions && m->seg.n;
     for (int md = 0; md < m->mesh->ndim; md++) {
         if (m->pl[md].kind != DT_PLACEMENT_SHARD)
             continue;
         int d = m->pl[md].dim;
         int64_t s, l;
-        if (dt__seg_regions && m->seg.n && m->seg.md == md && m->seg.dim == d)
-            dt__seg_block(&m->seg, m->mesh->shape[md], coord[md], &s, &l);
-        else
-            dt__chunk(len[d], m->mesh->shape[md], coord[md], &s, &l);
+        if (seg && d == m->seg.dim)
+            continue; /* below */
+        dt__chunk(len[d], m->mesh->shape[md], coord[md], &s, &l);
         start[d] += s;
         len[d] = l;
     }
+    if (seg) /* no other mesh dim shards it (segment.h) */
+        dt__seg_range(m, coord, &start[m->seg.dim], &len[m->seg.dim]);
 }
 
 int dt__partial_zero(const dt__meta *m, const int64_t *coord) {

@@ -15,25 +15,51 @@
 #include "dtorch/dtorch.h"
 
 /* Tensor dim `dim` is the concatenation of n segments (lengths in user
- * order) stored device-major over mesh dim `md`: device 0's torch.chunk
- * piece of every segment, then device 1's, ... When md is Shard(dim) each
- * device holds its block of that storage order; otherwise every device holds
- * the whole dim in storage order. No other mesh dim shards `dim`. n == 0: a
- * regular dim (the other fields are then 0). */
+ * order), cut over the grid of the nmd sharding mesh dims mds[] (docs/
+ * decisions.md, "segmented cat"): device c's piece of a segment is its
+ * nested torch.chunk piece (mesh dims in ascending order, as regular nested
+ * shards), and its block B(c) is its pieces of every segment, in segment
+ * order. The storage order is device-major over the grid, mds[0] the most
+ * major: B(c) for c in lexicographic order over mds[]. The mesh dims of mds[]
+ * that are Shard(dim) now come first (canonical form: ascending among
+ * themselves; their order moves nothing), and each device holds the blocks
+ * whose coordinates on them are its own: a contiguous range of the storage
+ * order. The order of the non-sharding mesh dims is physical (what a device
+ * holds); that of the sharding ones only numbers positions, so regions
+ * compared with each other must come from the same mds[] (the redistribute
+ * planner changes pl before dt__seg_step). No mesh dim outside mds[] shards
+ * `dim`. n == 0: a regular dim (the
+ * other fields are then 0). */
 #define DT_MAX_SEGMENTS 8
 typedef struct dt__seg {
-    int8_t n, dim, md;
+    int8_t n, dim, nmd;
+    int8_t mds[DT_MAX_MESH_NDIM];
     int64_t len[DT_MAX_SEGMENTS];
 } dt__seg;
 
 /* Set on the controller thread (lowering): dt__local_region returns a
- * segmented dim's storage-order block there. Client threads (the ops'
+ * segmented dim's storage-order range there. Client threads (the ops'
  * placement checks) see the regular layout, the one the fallback gives. */
 extern _Thread_local int dt__seg_regions;
-/* Device i's piece of segment s over w devices (its torch.chunk length). */
-int64_t dt__seg_piece(const dt__seg *g, int64_t w, int s, int64_t i);
-/* Device i's block [start, start+len) of the storage order over w devices. */
-void dt__seg_block(const dt__seg *g, int64_t w, int64_t i, int64_t *start, int64_t *len);
+struct dt__meta;
+/* Bit md set for each mesh dim of g. */
+unsigned dt__seg_mask(const dt__seg *g);
+/* The mesh dims of g that shard m's segmented dim now (a bit mask). */
+unsigned dt__seg_sharding(const struct dt__meta *m);
+/* The device at coord's piece of segment s (its nested torch.chunk length). */
+int64_t dt__seg_piece(const struct dt__meta *m, int s, const int64_t *coord);
+/* The range [start, start+len) of the storage order that the device at
+ * coord holds under m's placements. */
+void dt__seg_range(const struct dt__meta *m, const int64_t *coord, int64_t *start, int64_t *len);
+/* m after mesh dim md moves to placement `to` (one redistribute step): its
+ * placement, and the descriptor kept canonical (a gathered mesh dim becomes
+ * the most major of those that do not shard the dim). */
+void dt__seg_step(struct dt__meta *m, int md, dt_placement to);
+/* 1 when a redistribute from `in` to `out` (same mesh) keeps in's segmented
+ * dim without communication beyond its own steps: at most one mesh dim of
+ * the descriptor changes whether it shards the dim, one that starts to must
+ * be the most major of those that do not, and no other mesh dim shards it. */
+int dt__seg_redistributes(const struct dt__meta *in, const struct dt__meta *out);
 
 struct dt__node;
 struct dt__tval;

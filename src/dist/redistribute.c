@@ -104,9 +104,15 @@ static dt_status collective(plan *p, int md, int kind, int dim_a, int dim_b, dt_
                 dt__local_region(m, coord, ls, ll);
                 memcpy(c->shapes[r], ll, sizeof c->shapes[r]);
                 if ((kind == DT_COLL_REDUCESCATTER || kind == DT_COLL_ALLTOALL) && m->seg.n &&
-                    m->seg.md == md && m->seg.dim == dim_b)
-                    dt__seg_block(&m->seg, size, r, &c->starts[r], &c->lens[r]); /* core.h */
-                else if (kind == DT_COLL_REDUCESCATTER || kind == DT_COLL_ALLTOALL)
+                    m->seg.dim == dim_b && ((dt__seg_mask(&m->seg) >> md) & 1)) {
+                    /* Rank r's range of the held one, in storage order (segment.h;
+                     * the descriptor's order as it is: the same positions). */
+                    dt__meta after = *m;
+                    int64_t at;
+                    after.pl[md] = to;
+                    dt__seg_range(&after, coord, &at, &c->lens[r]);
+                    c->starts[r] = at - ls[dim_b];
+                } else if (kind == DT_COLL_REDUCESCATTER || kind == DT_COLL_ALLTOALL)
                     dt__chunk(m->shape[dim_b], size, r, &c->starts[r], &c->lens[r]);
             }
         }
@@ -126,7 +132,7 @@ static dt_status collective(plan *p, int md, int kind, int dim_a, int dim_b, dt_
     }
     dt__free(p->cur.blobs);
     p->cur.blobs = next;
-    p->cur.meta.pl[md] = to;
+    dt__seg_step(&p->cur.meta, md, to); /* pl[md] = to; a segmented dim's order with it */
     return DT_OK;
 }
 
@@ -162,11 +168,15 @@ static dt_status local_step(plan *p, int md, dt_placement to) {
         dt__blob_release(p->cur.blobs[i]);
     dt__free(p->cur.blobs);
     p->cur.blobs = next;
-    p->cur.meta.pl[md] = to;
+    dt__seg_step(&p->cur.meta, md, to); /* pl[md] = to; a segmented dim's order with it */
     return p->L->status;
 }
 
 static int same(dt_placement a, dt_placement b) { return a.kind == b.kind && a.dim == b.dim; }
+/* Tensor dim d of m is segmented over a grid that mesh dim md is part of. */
+static int seg_grid(const dt__meta *m, int md, int d) {
+    return m->seg.n && m->seg.dim == d && ((dt__seg_mask(&m->seg) >> md) & 1);
+}
 static int shards(const dt__meta *m, int md, int dim) {
     return m->pl[md].kind == DT_PLACEMENT_SHARD && m->pl[md].dim == dim;
 }
@@ -181,6 +191,8 @@ static int must_undo(const dt__meta *cur, const dt__meta *dst, int md) {
     if (cur->pl[md].kind != DT_PLACEMENT_SHARD)
         return 0;
     int d = cur->pl[md].dim;
+    if (seg_grid(cur, md, d))
+        return 0; /* a segmented dim's blocks do not depend on the outer shards */
     for (int e = 0; e < md; e++)
         if (shards(cur, e, d) != shards(dst, e, d))
             return 1;
@@ -191,6 +203,8 @@ static int must_undo(const dt__meta *cur, const dt__meta *dst, int md) {
  * does not nest it inside an outer mesh dim: a direct collective into
  * Shard(dim) then splits the full dim, as the target wants. */
 static int direct_ok(const dt__meta *cur, const dt__meta *dst, int md, int dim) {
+    if (seg_grid(cur, md, dim))
+        return 1; /* the gate let only a one-step change through (segment.h) */
     for (int e = 0; e < cur->mesh->ndim; e++)
         if (e != md && shards(cur, e, dim))
             return 0;

@@ -124,11 +124,12 @@ static int index_row(const dt__pctx *c, int j, int d, int *od) {
 
 /* When sel (a slice of m's segmented dim) takes segments [*s0, *s1) whole,
  * in order: sets them; otherwise leaves *s0 = -1. Only while the dim is
- * Shard on its mesh dim: a segmented Replicate slice takes the fallback. */
+ * Shard on all its mesh dims (each device holds one block): otherwise the
+ * slice takes the fallback. */
 static void seg_range(const dt__meta *m, const dt_slice *sel, int *s0, int *s1) {
     const dt__seg *g = &m->seg;
     if (sel->drop || (sel->step != 1 && sel->len > 1) || sel->len == 0 ||
-        m->pl[g->md].kind != DT_PLACEMENT_SHARD || m->pl[g->md].dim != g->dim)
+        dt__seg_sharding(m) != dt__seg_mask(g))
         return;
     int64_t at = 0;
     int a = -1;
@@ -187,7 +188,9 @@ dt_tensor *dt_index(dt_tensor *a, const dt_slice *dims, uint64_t new_axes) {
         dt__seg g = m->seg;
         out.seg.n = (int8_t)(s1 - s0 > 1 ? s1 - s0 : 0);
         out.seg.dim = (int8_t)(out.seg.n ? pos[g.dim] : 0);
-        out.seg.md = (int8_t)(out.seg.n ? g.md : 0);
+        out.seg.nmd = (int8_t)(out.seg.n ? g.nmd : 0);
+        memset(out.seg.mds, 0, sizeof out.seg.mds);
+        memcpy(out.seg.mds, g.mds, (size_t)out.seg.nmd);
         memset(out.seg.len, 0, sizeof out.seg.len);
         for (int q = s0; q < s1 && out.seg.n; q++)
             out.seg.len[q - s0] = g.len[q];
@@ -247,9 +250,9 @@ void dt__vlower_index(dt__lower *L, dt__node *n) {
         if (n->a.v_nints == 1) {
             /* The segment narrow: this device's pieces of segments [s0, s1). */
             const dt__seg *g = &in->meta.seg;
-            int64_t w = mesh->shape[g->md], st = 0, len = 0;
+            int64_t st = 0, len = 0;
             for (int q = 0; q < (int)n->a.v_ints[0]; q++)
-                *(q < n->a.v_dim ? &st : &len) += dt__seg_piece(g, w, q, coord[g->md]);
+                *(q < n->a.v_dim ? &st : &len) += dt__seg_piece(&in->meta, q, coord);
             k->attr.start[g->dim] = st;
             k->attr.shape[g->dim] = len;
             k->attr.step[g->dim] = 1;

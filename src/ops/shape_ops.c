@@ -46,22 +46,24 @@ static int seg_append(dt__seg *g, const dt__meta *x, int dim) {
 }
 
 /* One level of the tree: a node concatenating l (and r when not NULL). lmd
- * >= 0: the local cat along a dim all inputs shard on mesh dim lmd, whose
- * result is segmented (core.h, dt__seg). */
+ * > 0: the local cat along a dim all inputs shard on the mesh dims of the
+ * bit mask lmd, whose result is segmented (segment.h, dt__seg). */
 static dt_tensor *cat_node(dt_tensor *l, dt_tensor *r, const dt__meta *final, int dim, int stack, int lmd) {
     dt__meta out = *final;
     int64_t nl = stack && l->v->meta.ndim < final->ndim ? 1 : l->v->meta.shape[dim];
     int64_t nr = !r ? 0 : stack && r->v->meta.ndim < final->ndim ? 1 : r->v->meta.shape[dim];
     out.shape[dim] = nl + nr;
     memset(&out.seg, 0, sizeof out.seg);
-    if (lmd >= 0) {
+    if (lmd > 0) {
         seg_append(&out.seg, &l->v->meta, dim);
         if (r)
             seg_append(&out.seg, &r->v->meta, dim);
         if (out.seg.n < 2)
             memset(&out.seg, 0, sizeof out.seg);
         out.seg.dim = (int8_t)(out.seg.n ? dim : 0);
-        out.seg.md = (int8_t)(out.seg.n ? lmd : 0);
+        for (int md = 0; md < out.mesh->ndim && out.seg.n; md++) /* all shard: ascending */
+            if ((lmd >> md) & 1)
+                out.seg.mds[out.seg.nmd++] = (int8_t)md;
     }
     dt__node *n;
     dt_tensor *t = dt__view_begin(l, r, &out, DT_V_CAT, &n);
@@ -70,7 +72,7 @@ static dt_tensor *cat_node(dt_tensor *l, dt_tensor *r, const dt__meta *final, in
     if (n) {
         n->a.v_dim = dim;
         n->a.v_nints = stack;
-        n->a.v_mask = lmd >= 0;
+        n->a.v_mask = lmd > 0;
     }
     return dt__client_submit(t, n);
 }
@@ -179,30 +181,29 @@ static dt_status cat_place(const char *op, const dt__meta *const *ins, int nk, i
     return DT_OK;
 }
 
-/* The mesh dim of a communication-free cat along `dim` (docs/decisions.md,
- * "segmented cat"): every input has the same placements, Shard(dim) on
- * exactly one mesh dim, and is regular or segmented there; -1 otherwise. */
+/* The mesh dims (a bit mask) of a communication-free cat along `dim`
+ * (docs/decisions.md, "segmented cat"): every input has the same
+ * placements, Shard(dim) on one or more mesh dims (nested shards: device
+ * c's pieces are its nested chunks), and is regular or segmented over
+ * exactly those; 0 otherwise. */
 static int local_cat_md(const dt__meta *const *ins, int nk, int dim) {
     const dt__meta *m0 = ins[0];
-    int lmd = -1;
+    int lmd = 0;
     for (int md = 0; md < m0->mesh->ndim; md++) {
         for (int i = 1; i < nk; i++)
             if (ins[i]->pl[md].kind != m0->pl[md].kind || ins[i]->pl[md].dim != m0->pl[md].dim)
-                return -1;
-        if (m0->pl[md].kind == DT_PLACEMENT_SHARD && m0->pl[md].dim == dim) {
-            if (lmd >= 0)
-                return -1;
-            lmd = md;
-        }
+                return 0;
+        if (m0->pl[md].kind == DT_PLACEMENT_SHARD && m0->pl[md].dim == dim)
+            lmd |= 1 << md;
     }
-    if (lmd < 0)
-        return -1;
+    if (!lmd)
+        return 0;
     dt__seg g = {0};
     for (int i = 0; i < nk; i++) {
-        if (ins[i]->seg.n && (ins[i]->seg.dim != dim || ins[i]->seg.md != lmd))
-            return -1;
+        if (ins[i]->seg.n && (ins[i]->seg.dim != dim || dt__seg_mask(&ins[i]->seg) != (unsigned)lmd))
+            return 0;
         if (!seg_append(&g, ins[i], dim))
-            return -1;
+            return 0;
     }
     return lmd;
 }
@@ -380,10 +381,10 @@ static dt_tensor *cat_impl(const char *op, int n, dt_tensor *const *ts, int64_t 
     uint32_t gathered;
     if (cat_place(op, ins, nk, d, stack, &out, &gathered) != DT_OK)
         goto done;
-    int lmd = gathered ? local_cat_md(ins, nk, d) : -1, segmented = 0;
+    int lmd = gathered ? local_cat_md(ins, nk, d) : 0, segmented = 0;
     for (int i = 0; i < n; i++)
         segmented |= ts[i]->v->meta.seg.n != 0;
-    if (lmd >= 0) {
+    if (lmd > 0) {
         result = cat_tree(keep, 0, nk, nk, &out, d, 0, lmd);
         goto done;
     }
@@ -414,7 +415,7 @@ static dt_tensor *cat_impl(const char *op, int n, dt_tensor *const *ts, int64_t 
             }
         }
     }
-    result = cat_tree(keep, 0, nk, nk, &out, d, stack, -1);
+    result = cat_tree(keep, 0, nk, nk, &out, d, stack, 0);
 done:
     dt__free(keep);
     dt__free(ins);

@@ -113,6 +113,7 @@ CASE(gate_is_open, dt_debug_gate_is_open(NULL) == 0)
 CASE(gate_release, (dt_debug_gate_release(NULL), 1))
 CASE(gated, einval_obj(dt_debug_gated(NULL, NULL)))
 CASE(debug_segments, dt_debug_segments(NULL, NULL, NULL, NULL) == -1)
+CASE(debug_segment_mesh_dims, dt_debug_segment_mesh_dims(NULL, NULL) == -1)
 /* Factories with a NULL graph or mesh. */
 CASE(from_buffer, einval_obj(dt_tensor_from_buffer(NULL, DT_FLOAT32, 1, shape2, NULL, 0, NULL, NULL)))
 CASE(from_dlpack, einval_obj(dt_tensor_from_dlpack(NULL, NULL, NULL, NULL)))
@@ -291,13 +292,14 @@ static int dead_tensor_handle(void) {
     dt_tensor_retain(fx.dead);
     dt_tensor_release(fx.dead); /* a double release */
     float buf[2];
-    int ok =
-        dt_tensor_ndim(fx.dead) == 0 && dt_tensor_shape(fx.dead) == NULL && dt_tensor_numel(fx.dead) == 0 &&
-        dt_tensor_mesh(fx.dead) == NULL && dt_tensor_placements(fx.dead) == NULL &&
-        dt_tensor_graph(fx.dead) == NULL && dt_tensor_id(fx.dead) == 0 &&
-        dt_tensor_dtype(fx.dead) == DT_FLOAT32 && dt_debug_segments(fx.dead, NULL, NULL, NULL) == -1 &&
-        dead_einval_obj(dt_tensor_fetch(fx.dead)) && dead_einval_obj(dt_tensor_fetch_local(fx.dead, 0)) &&
-        dead_einval(dt_tensor_read(fx.dead, buf, sizeof buf));
+    int ok = dt_tensor_ndim(fx.dead) == 0 && dt_tensor_shape(fx.dead) == NULL &&
+             dt_tensor_numel(fx.dead) == 0 && dt_tensor_mesh(fx.dead) == NULL &&
+             dt_tensor_placements(fx.dead) == NULL && dt_tensor_graph(fx.dead) == NULL &&
+             dt_tensor_id(fx.dead) == 0 && dt_tensor_dtype(fx.dead) == DT_FLOAT32 &&
+             dt_debug_segments(fx.dead, NULL, NULL, NULL) == -1 &&
+             dt_debug_segment_mesh_dims(fx.dead, NULL) == -1 && dead_einval_obj(dt_tensor_fetch(fx.dead)) &&
+             dead_einval_obj(dt_tensor_fetch_local(fx.dead, 0)) &&
+             dead_einval(dt_tensor_read(fx.dead, buf, sizeof buf));
     /* The live tensor still reads its value. */
     ok = ok && dt_tensor_read(fx.live, buf, sizeof buf) == DT_OK && buf[0] == 1.0f && buf[1] == 1.0f;
     return dead_tensor_teardown(&fx, ok);
@@ -422,6 +424,7 @@ static const struct {
     C(gate_release),
     C(gated),
     C(debug_segments),
+    C(debug_segment_mesh_dims),
     C(from_buffer),
     C(from_dlpack),
     C(from_local),

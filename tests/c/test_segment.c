@@ -111,6 +111,84 @@ static void run(dt_graph *g, int64_t w, const int64_t *lens, int nseg) {
     dt_mesh_release(mesh);
 }
 
+/* The dim sharded by both mesh dims of an a x b mesh. */
+static void run2d(dt_graph *g, int64_t a, int64_t b, const int64_t *lens, int nseg) {
+    int64_t ids[16], shape[2] = {a, b};
+    for (int64_t i = 0; i < a * b; i++)
+        ids[i] = i;
+    dt_mesh *mesh = NULL;
+    CHECK(dt_mesh_create(DT_DEVICE_CPU, 2, shape, ids, NULL, &mesh) == DT_OK);
+    dt_placement s00[2] = {S(0), S(0)};
+    float host[64 * COLS] = {0};
+    dt_tensor *parts[4];
+    int64_t total = 0;
+    for (int s = 0; s < nseg; s++) {
+        int64_t sh[2] = {lens[s], COLS};
+        float *x = host + total * COLS;
+        for (int64_t i = 0; i < lens[s] * COLS; i++)
+            x[i] = (float)(s * 100 + i);
+        parts[s] = dt_tensor_from_buffer(g, DT_FLOAT32, 2, sh, x, sizeof(float) * (size_t)(lens[s] * COLS),
+                                         mesh, s00);
+        CHECK(parts[s] != NULL);
+        total += lens[s];
+    }
+    CHECK(dt_graph_sync(g) == DT_OK);
+    long before = dt_debug_collectives_lowered();
+    dt_tensor *c = dt_cat(nseg, parts, 0);
+    dt_tensor *twice = c ? dt_binary(DT_BINARY_ADD, c, c) : NULL;
+    CHECK(dt_graph_sync(g) == DT_OK);
+    CHECK_EQ(dt_debug_collectives_lowered(), before);
+    int dim = -1, md = -1, mds[8] = {-1, -1};
+    int64_t seg[8];
+    int nz = 0;
+    for (int s = 0; s < nseg; s++)
+        nz += lens[s] > 0;
+    CHECK_EQ(dt_debug_segments(c, &dim, &md, seg), nz > 1 ? nz : 0);
+    CHECK_EQ(dt_debug_segment_mesh_dims(c, mds), nz > 1 ? 2 : 0);
+    if (nz > 1)
+        CHECK(dim == 0 && md == 0 && mds[0] == 0 && mds[1] == 1);
+    read_runs(c, total);
+    read_runs(twice, total);
+    /* Ulysses' step on each mesh dim: one all-to-all group per line. */
+    for (int u = 0; u < 2; u++) {
+        dt_placement pl[2] = {S(0), S(0)};
+        pl[u] = S(1);
+        before = dt_debug_collectives_lowered();
+        dt_tensor *h = c ? dt_redistribute(c, NULL, pl) : NULL;
+        dt_tensor *back = h ? dt_redistribute(h, NULL, s00) : NULL;
+        CHECK(dt_graph_sync(g) == DT_OK);
+        if (nz > 1) {
+            CHECK_EQ(dt_debug_collectives_lowered() - before, 2 * shape[1 - u]);
+            CHECK_EQ(dt_debug_segment_mesh_dims(h, mds), 2);
+            CHECK(mds[0] == 1 - u && mds[1] == u);
+            CHECK_EQ(dt_debug_segment_mesh_dims(back, mds), 2);
+            CHECK(mds[0] == 0 && mds[1] == 1);
+        }
+        read_runs(h, total);
+        read_runs(back, total);
+        dt_tensor_release(back);
+        dt_tensor_release(h);
+    }
+    /* Slices at each boundary: local. */
+    int64_t at = 0;
+    for (int s = 0; s < nseg; s++) {
+        dt_slice sl[2] = {{at, 1, total - at, 0}, {0, 1, COLS, 0}};
+        before = dt_debug_collectives_lowered();
+        dt_tensor *tail = dt_index(c, sl, 0);
+        CHECK(dt_graph_sync(g) == DT_OK);
+        if (lens[s] > 0 && at > 0)
+            CHECK_EQ(dt_debug_collectives_lowered(), before);
+        read_runs(tail, total - at);
+        dt_tensor_release(tail);
+        at += lens[s];
+    }
+    dt_tensor_release(twice);
+    dt_tensor_release(c);
+    for (int s = 0; s < nseg; s++)
+        dt_tensor_release(parts[s]);
+    dt_mesh_release(mesh);
+}
+
 int main(void) {
     dt_graph_options o = {"ref"};
     dt_graph *g = NULL;
@@ -122,6 +200,14 @@ int main(void) {
         run(g, w, c, 3);
         run(g, w, d, 4);
     }
+    const int64_t e[] = {9, 5}, f[] = {3, 0, 12};
+    for (int64_t rows = 2; rows <= 3; rows++)
+        for (int64_t cols = 2; cols <= 4; cols++) {
+            run2d(g, rows, cols, a, 2);
+            run2d(g, rows, cols, e, 2);
+            run2d(g, rows, cols, f, 3);
+            run2d(g, rows, cols, d, 4);
+        }
     dt_graph_release(g);
     printf("test_segment: %d failure(s)\n", failures);
     return failures ? 1 : 0;

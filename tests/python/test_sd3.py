@@ -114,43 +114,65 @@ class TransformerTest(unittest.TestCase):
 
     def test_tokens_split_on_cp(self):
         """On the context-parallel dims the tokens are Shard(1) through the blocks, the joint attention's
-        cat leaves them segmented ([image, context]) and the split after it moves nothing."""
+        cat leaves them segmented ([image, context]; nested over both CP dims on their product) and the
+        cat, and the transpose, reshape and split after the attention, move nothing."""
+        import types
+
         from dtorch import _C
         from dtorch.applications.sd3 import transformer as tr
 
         x, c, pooled, t = inputs()
         want = self.want("sd3", x, c, pooled, t)
-        seen = []
-        split = tr._split_tokens
+        seen, cats, after = [], [], []
+        split, cat, functional = tr._split_tokens, tr._cat, tr.F
 
-        def spy(h, s):
+        def count():
             dtorch.synchronize()
-            before = _C._collectives_lowered()
+            return _C._collectives_lowered()
+
+        def spy_split(h, s):
             out = split(h, s)
-            dtorch.synchronize()
-            seen.append((_C._segments(h), list(h.placements), _C._collectives_lowered() - before))
+            seen.append((_C._segments(h), list(h.placements), count() - after[-1]))
             return out
 
-        meshes = {"ulysess_cp2": mesh((2,), ("ulysess_cp",)), "ring_cp2": mesh((2,), ("ring_cp",)),
-                  "dp2*ulysess_cp2*ring_cp2": mesh((2, 2, 2), ("dp", "ulysess_cp", "ring_cp"))}
-        tr._split_tokens = spy
+        def spy_cat(ts, dim):
+            before = count()
+            out = cat(ts, dim)
+            cats.append(count() - before)
+            return out
+
+        def spy_sdpa(*args, **kwargs):
+            out = functional.scaled_dot_product_attention(*args, **kwargs)
+            after.append(count())
+            return out
+
+        meshes = {"ulysess_cp2": (mesh((2,), ("ulysess_cp",)), (1, 0, [64, 7])),
+                  "ring_cp2": (mesh((2,), ("ring_cp",)), (1, 0, [64, 7])),
+                  "ulysess_cp2*ring_cp2": (mesh((2, 2), ("ulysess_cp", "ring_cp")), (1, (0, 1), [64, 7])),
+                  "dp2*ulysess_cp2*ring_cp2": (mesh((2, 2, 2), ("dp", "ulysess_cp", "ring_cp")),
+                                               (1, (1, 2), [64, 7]))}
+        tr._split_tokens, tr._cat = spy_split, spy_cat
+        tr.F = types.SimpleNamespace(**{k: getattr(functional, k) for k in dir(functional) if not k.startswith("__")})
+        tr.F.scaled_dot_product_attention = spy_sdpa
         try:
-            for mname, m in meshes.items():
+            for mname, (m, segs_want) in meshes.items():
                 with self.subTest(mname):
-                    seen.clear()
+                    seen.clear(), cats.clear()
                     model = SD3Transformer2DModel.from_pretrained(self.dirs["sd3"], device_mesh=m)
                     # The ring merges partial softmaxes (log-sum-exp): outputs of size ~10 differ by ~5e-4.
                     assert_close_everywhere(self, model(x, c, pooled, t), want, rtol=1e-4, atol=1e-3)
                     self.assertEqual(len(seen), TINY["num_layers"])
+                    # The joint attention's q, k, v cats (and any other cat of the model) move nothing.
+                    self.assertGreaterEqual(len(cats), 3 * TINY["num_layers"])
+                    self.assertEqual(set(cats), {0})
                     for segs, pl, moved in seen:
                         for name in ("ulysess_cp", "ring_cp"):
                             if m.has_dim_name(name):
                                 self.assertEqual(pl[m.dim_name_index(name)], dtorch.Shard(1))
-                        if m.ndim == 1:
-                            self.assertEqual(segs, (1, 0, [64, 7]))
-                            self.assertEqual(moved, 0)
+                        self.assertEqual(segs, segs_want)
+                        self.assertEqual(moved, 0)
         finally:
-            tr._split_tokens = split
+            tr._split_tokens, tr._cat, tr.F = split, cat, functional
 
     def test_dtorch_inputs_and_bfloat16(self):
         # Inputs already on the mesh (the pipeline's path) and a bfloat16 load of the same file.

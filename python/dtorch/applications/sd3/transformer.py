@@ -133,14 +133,10 @@ def _on_cp(t: Any, p: Any) -> Any:
 
 
 def _split_tokens(h: Any, s: int):
-    """``h[:, :s], h[:, s:]`` of the joint tokens. Split on one CP mesh dim, the joint attention's
-    cat left them segmented and the split is a local narrow per device (docs/decisions.md,
-    "segmented cat"); split on both (nested shards), they are gathered around the split."""
-    cp = _cp_dims(h.device_mesh)
-    if len(cp) < 2:
-        return h[:, :s], h[:, s:]
-    w = _on_cp(h, Replicate())
-    return _on_cp(w[:, :s], Shard(1)), _on_cp(w[:, s:], Shard(1))
+    """``h[:, :s], h[:, s:]`` of the joint tokens. The joint attention's cat left them segmented (on
+    one CP mesh dim or nested over both: docs/decisions.md, "segmented cat"), so the split is a local
+    narrow per device."""
+    return h[:, :s], h[:, s:]
 
 
 def _cat(ts: Sequence[Any], dim: int) -> Any:
