@@ -2,9 +2,9 @@
  * Kernels as lowering builds them (controller only): the builder
  * (dt__kernel) that the op lowering functions fill and dt__lw_push packs
  * into a queued record (kernel_rec.h), the core kernel kinds beyond the
- * backend's dt__kop, and a cross-mesh copy's assembly. Included by the
- * lowering side (src/core lower/fetch/executor, src/ops, src/dist) and by
- * the kernel runner, which reads core kinds and assemblies.
+ * backend's dt__kop. Included by the lowering side (src/core
+ * lower/fetch/executor, src/ops, src/dist) and by the kernel runner, which
+ * reads core kinds.
  */
 #ifndef DT_CORE_KERNEL_H
 #define DT_CORE_KERNEL_H
@@ -17,27 +17,15 @@ enum {
     DT_KC_FETCH,                   /* handle = dt_future, rank = piece */
     DT_KC_SYNC,                    /* handle = dt_future */
     DT_KC_STOP,                    /* the worker exits */
-    DT_KC_ASSEMBLE,                /* handle = dt__assembly: pieces from other devices */
+    DT_KC_ASSEMBLE,                /* attributes: dt__asmattr; places local in[] into a new tensor */
     DT_KC_GATE,                    /* handle = dt_debug_gate: wait for it, then copy in[0] */
     DT_KC_END
 };
 
-/* The pieces a DT_KC_ASSEMBLE kernel places into one new local tensor: a
- * cross-mesh copy's destination. */
-typedef struct dt__assembly {
-    int n;
-    dt__blob **pieces; /* owned references */
-    int64_t *starts;   /* n * ndim offsets inside the result */
-    int64_t *lens;     /* n * ndim: each piece's shape (to stage it through host memory) */
-} dt__assembly;
-
-/* Drops an assembly's piece references and frees it (any thread). */
-void dt__assembly_free(dt__assembly *as);
-
 /* A kernel as lowering builds it (controller only): the op functions fill
  * in[], attr and extra, then dt__lw_push packs it into the compact record
- * below (dt__krec) and frees it. extra: the handle of a FETCH/SYNC (future),
- * GATE (gate) or ASSEMBLE (assembly) kernel. */
+ * below (dt__krec) and frees it. extra: the handle of a FETCH/SYNC (future)
+ * or GATE (gate) kernel. */
 struct dt__kernel {
     int32_t kop;
     int16_t n_in;

@@ -13,9 +13,9 @@
  *   str    := u16 len (0xffff: none) u8 bytes[len] (len < 4096)
  * Blobs, futures and groups travel by id; the decoder's resolver binds them
  * in its process (kernel_rec.h, dt__kresolver). What cannot cross a
- * process: a GATE kernel (a test's in-process gate) and an ASSEMBLE kernel
- * (it holds the source pieces of a cross-mesh copy by pointer; to be
- * expressed through the comm interface) are refused by the encoder. A FETCH
+ * process: a GATE kernel (a test's in-process gate) is refused by the
+ * encoder. A cross-mesh copy is point-to-point collectives (a send with no
+ * output, a receive with no input) and a local ASSEMBLE kernel. A FETCH
  * or SYNC kernel keeps its future as an in-process handle and is encoded by
  * the future's id, which the resolver maps back.
  *
@@ -36,6 +36,7 @@
 #include "core/future.h"
 #include "core/kernel.h"
 #include "core/stream.h"
+#include "dist/coll.h"
 #include "dist/comm.h"
 
 /* ---------------------------------------------------------------- buffer */
@@ -98,14 +99,11 @@ dt_status dt__kernel_encode(dt_graph *g, const dt__kbatch *b, dt__bytes *out) {
     size_t ngroups = 0, gcap = 0;
     for (int i = 0; i < b->n; i++)
         for (const dt__krec *k = b->s[i].head; k; k = k->next) {
-            if (k->kop == DT_KC_GATE || k->kop == DT_KC_ASSEMBLE || k->kop == DT_KC_STOP || k->kop < 0 ||
-                k->kop >= DT_KC_END) {
+            if (k->kop == DT_KC_GATE || k->kop == DT_KC_STOP || k->kop < 0 || k->kop >= DT_KC_END) {
                 dt__free(groups);
                 return dt__error(DT_EINVAL, "kernel encode: a %s kernel (%s) cannot leave the process",
                                  k->opname ? k->opname : "core",
-                                 k->kop == DT_KC_GATE       ? "test gate"
-                                 : k->kop == DT_KC_ASSEMBLE ? "cross-mesh assembly"
-                                                            : "not a kernel");
+                                 k->kop == DT_KC_GATE ? "test gate" : "not a kernel");
             }
             if (k->kop != DT_KC_COLLECTIVE)
                 continue;
@@ -258,11 +256,13 @@ static dt__krec *rd_kernel(reader *r, int type, const dt__kresolver *res, const 
     int32_t line = (int32_t)(uint32_t)rd(r, 4);
     if (r->why)
         return NULL;
-    if (kop < 0 || kop >= DT_KC_END || kop == DT_KC_STOP || kop == DT_KC_GATE || kop == DT_KC_ASSEMBLE) {
+    if (kop < 0 || kop >= DT_KC_END || kop == DT_KC_STOP || kop == DT_KC_GATE) {
         fail(r, "unknown or in-process kernel op");
         return NULL;
     }
-    if (n_in > DT_MAX_OP_INPUTS || has_out != !has_future(kop) || (kop == DT_KC_FETCH && n_in != 1)) {
+    /* A collective's counts are checked with its attributes, below. */
+    if (n_in > DT_MAX_OP_INPUTS || (kop != DT_KC_COLLECTIVE && has_out != !has_future(kop)) ||
+        (kop == DT_KC_FETCH && n_in != 1)) {
         fail(r, "bad input or output count");
         return NULL;
     }
@@ -285,10 +285,20 @@ static dt__krec *rd_kernel(reader *r, int type, const dt__kresolver *res, const 
     const uint8_t *attr = r->p;
     r->p += alen;
     dt__collattr ca;
+    dt__asmattr aa;
     if (kop == DT_KC_COLLECTIVE ? dt__collattr_parse(attr, alen, &ca) != 0 || rank < 0 || rank >= ca.n
         : kop == DT_K_CHAIN     ? dt__chain_check(attr, alen) != 0
+        : kop == DT_KC_ASSEMBLE ? dt__asmattr_parse(attr, alen, n_in, &aa) != 0 || !has_out
                                 : dt__kattr_check(attr, alen) != 0) {
         fail(r, "malformed attributes");
+        return NULL;
+    }
+    /* Every rank of a collective has an input and an output, but a
+     * point-to-point sender (no output) and receiver (no input). */
+    int p2p = kop == DT_KC_COLLECTIVE && ca.kind == DT_COLL_SENDRECV;
+    if (kop == DT_KC_COLLECTIVE &&
+        ((p2p && ca.n != 2) || has_out != !(p2p && rank == 0) || (n_in < 1 && !(p2p && rank == 1)))) {
+        fail(r, "bad input or output count");
         return NULL;
     }
     uint64_t group = 0;

@@ -19,8 +19,12 @@
  *   bit 15    arrays: u8 len[5] (shape start gshape step ints, each up to
  *             its last non-zero entry), then those entries, i64 each.
  * A collective's attributes (dt__collattr, dist/comm.h):
- *   u64 group  u64 seq  u8 kind ndim dim_a dim_b  i32 dtype  u32 n
- *   i64 shapes[n * ndim]  and for reduce-scatter/all-to-all i64 starts[n], lens[n].
+ *   u64 group  u64 seq  u8 kind ndim dim_a dim_b type  i32 dtype  u32 n
+ *   i64 shapes[n * ndim]  and for reduce-scatter/all-to-all i64 starts[n], lens[n]
+ *   (type: the device type whose comm holds the group).
+ * A local assembly's (DT_KC_ASSEMBLE, dt__asmattr):
+ *   i32 dtype  u8 ndim  u8 n  i64 shape[ndim]  i64 starts[n * ndim]
+ *   (n: the kernel's inputs, placed in order at their starts).
  * Both are little-endian, the same bytes in memory and in an encoded batch
  * (kernel_codec.c).
  *
@@ -92,8 +96,6 @@ void dt__krec_discard(dt__krec *k) {
     if (k->handle) {
         if (k->kop == DT_KC_FETCH || k->kop == DT_KC_SYNC)
             dt_future_release(k->handle);
-        else if (k->kop == DT_KC_ASSEMBLE)
-            dt__assembly_free(k->handle);
         else if (k->kop == DT_KC_GATE)
             dt__debug_gate_unref(k->handle);
     }
@@ -376,7 +378,7 @@ void dt__kattr_unpack_over(const dt__krec *k, dt__kattr *a, uint8_t *lens) {
 
 /* ------------------------------------------------------ collective attrs */
 
-#define COLL_HDR 28
+#define COLL_HDR 29
 
 static int sliced_kind(int kind) { return kind == DT_COLL_REDUCESCATTER || kind == DT_COLL_ALLTOALL; }
 
@@ -394,11 +396,13 @@ int dt__collattr_parse(const uint8_t *buf, size_t len, dt__collattr *a) {
     a->ndim = (int)dt__le_get(&p, 1);
     a->dim_a = (int)dt__le_get(&p, 1);
     a->dim_b = (int)dt__le_get(&p, 1);
+    a->type = (int)dt__le_get(&p, 1);
     a->dtype = (dt_dtype)(int32_t)(uint32_t)dt__le_get(&p, 4);
     uint64_t n = dt__le_get(&p, 4);
     int dims = a->ndim > 0 ? a->ndim : 1;
     if (a->kind >= DT_COLL_KINDS || a->ndim > DT_MAX_NDIM || a->dim_a >= dims || a->dim_b >= dims ||
-        (int)a->dtype < 0 || a->dtype >= DT_DTYPE_COUNT || n < 1 || n > INT32_MAX)
+        a->type >= DT_DEVICE_TYPES || (int)a->dtype < 0 || a->dtype >= DT_DTYPE_COUNT || n < 1 ||
+        n > INT32_MAX)
         return -1;
     a->n = (int)n;
     if (coll_size(a->kind, a->n, a->ndim) != len)
@@ -427,6 +431,7 @@ dt__krec *dt__coll_krec(const dt__coll *c, uint64_t group, uint64_t seq, int ran
     dt__le_put(&p, (uint64_t)c->ndim, 1);
     dt__le_put(&p, (uint64_t)c->dim_a, 1);
     dt__le_put(&p, (uint64_t)c->dim_b, 1);
+    dt__le_put(&p, (uint64_t)c->type, 1);
     dt__le_put(&p, (uint32_t)c->dtype, 4);
     dt__le_put(&p, (uint64_t)c->n, 4);
     for (int r = 0; r < c->n; r++)
@@ -438,5 +443,44 @@ dt__krec *dt__coll_krec(const dt__coll *c, uint64_t group, uint64_t seq, int ran
         for (int r = 0; r < c->n; r++)
             dt__le_put(&p, (uint64_t)c->lens[r], 8);
     }
+    return k;
+}
+
+/* ------------------------------------------------------ assembly attrs */
+
+#define ASM_HDR 6
+
+static size_t asm_size(int ndim, int n) { return ASM_HDR + 8 * (size_t)ndim * (size_t)(1 + n); }
+
+int dt__asmattr_parse(const uint8_t *buf, size_t len, int n_in, dt__asmattr *a) {
+    if (len < ASM_HDR)
+        return -1;
+    const uint8_t *p = buf;
+    a->dtype = (dt_dtype)(int32_t)(uint32_t)dt__le_get(&p, 4);
+    a->ndim = (int)dt__le_get(&p, 1);
+    a->n = (int)dt__le_get(&p, 1);
+    if ((int)a->dtype < 0 || a->dtype >= DT_DTYPE_COUNT || a->ndim > DT_MAX_NDIM || a->n > DT_MAX_OP_INPUTS ||
+        a->n != n_in || asm_size(a->ndim, a->n) != len)
+        return -1;
+    for (int d = 0; d < a->ndim; d++)
+        a->shape[d] = (int64_t)dt__le_get(&p, 8);
+    for (int i = 0; i < a->n * a->ndim; i++)
+        a->starts[i] = (int64_t)dt__le_get(&p, 8);
+    return 0;
+}
+
+dt__krec *dt__asm_krec(dt_dtype dtype, int ndim, const int64_t *shape, int n, const int64_t *starts) {
+    dt__krec *k = dt__krec_alloc(asm_size(ndim, n));
+    if (!k)
+        return NULL;
+    k->kop = DT_KC_ASSEMBLE;
+    uint8_t *p = k->attr;
+    dt__le_put(&p, (uint32_t)dtype, 4);
+    dt__le_put(&p, (uint64_t)ndim, 1);
+    dt__le_put(&p, (uint64_t)n, 1);
+    for (int d = 0; d < ndim; d++)
+        dt__le_put(&p, (uint64_t)shape[d], 8);
+    for (int i = 0; i < n * ndim; i++)
+        dt__le_put(&p, (uint64_t)starts[i], 8);
     return k;
 }

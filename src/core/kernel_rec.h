@@ -36,8 +36,8 @@ static inline uint64_t dt__le_get(const uint8_t **p, int n) {
  * (group id, sequence number, kind, dims, per-rank shapes and ranges). No
  * pointer to another kernel's data: collectives meet their peers inside the
  * comm (collective.c). `handle` is the one in-process object a kernel may
- * hold: a FETCH/SYNC kernel's future (encoded by its id), a GATE kernel's
- * gate or an ASSEMBLE kernel's pieces (not encodable).
+ * hold: a FETCH/SYNC kernel's future (encoded by its id) or a GATE kernel's
+ * gate (not encodable).
  *
  * Records come from a few pools of size classes (`cls`; a record larger
  * than the largest class is a plain allocation). */
@@ -91,7 +91,7 @@ void dt__kattr_unpack_over(const dt__krec *k, dt__kattr *a, uint8_t *lens);
 int dt__kattr_unpack_bytes(const uint8_t *buf, size_t n, dt__kattr *a);
 
 /* Frees a record that will not run with its references and its handle
- * (future or gate reference, assembly). NULL is ignored. Any thread. */
+ * (future or gate reference). NULL is ignored. Any thread. */
 void dt__krec_discard(dt__krec *k);
 
 /* A batch of queued kernels: per stream (device type, id, kind), kernels in
@@ -138,8 +138,8 @@ void dt__bytes_free(dt__bytes *b);
 
 /* Serialises batch `b` of graph g (controller thread: the collectives'
  * groups are read from g's group cache) into `out` (appended). DT_EINVAL
- * (thread error set) for kernels that cannot leave the process (gate,
- * cross-mesh assembly); DT_ENOMEM. Format: kernel_codec.c. */
+ * (thread error set) for kernels that cannot leave the process (a
+ * test's gate); DT_ENOMEM. Format: kernel_codec.c. */
 dt_status dt__kernel_encode(struct dt_graph *g, const dt__kbatch *b, dt__bytes *out);
 /* Rebuilds a batch from `len` bytes, binding names through `r`. A truncated,
  * corrupt or unsupported buffer is DT_EINVAL with the reason in the thread
@@ -159,5 +159,21 @@ void dt__graph_set_kernel_tap_for_test(struct dt_graph *g, dt__ktap_fn fn, void 
 /* The kernel record of rank `rank` of `c` in group `group`, number `seq`;
  * NULL when out of memory. */
 dt__krec *dt__coll_krec(const dt__coll *c, uint64_t group, uint64_t seq, int rank);
+
+/* A local assembly's attributes (DT_KC_ASSEMBLE): the result's dtype and
+ * shape, and where each of its n inputs goes in it. */
+typedef struct dt__asmattr {
+    dt_dtype dtype;
+    int ndim, n;
+    int64_t shape[DT_MAX_NDIM];
+    int64_t starts[DT_MAX_OP_INPUTS * DT_MAX_NDIM]; /* n * ndim */
+} dt__asmattr;
+/* 0 when `len` bytes are well-formed assembly attributes for a kernel of
+ * `n_in` inputs (a filled). */
+int dt__asmattr_parse(const uint8_t *buf, size_t len, int n_in, dt__asmattr *a);
+/* A DT_KC_ASSEMBLE record placing n (0..DT_MAX_OP_INPUTS) inputs at
+ * starts[n * ndim] of a new tensor of `shape`; inputs, output and names
+ * unset. NULL when out of memory. */
+dt__krec *dt__asm_krec(dt_dtype dtype, int ndim, const int64_t *shape, int n, const int64_t *starts);
 
 #endif /* DT_KERNEL_REC_H */

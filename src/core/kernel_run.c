@@ -1,7 +1,8 @@
 /*
  * Running and dropping one kernel record on a stream's worker: the backend
- * call (charging its output, core/blob.c) and poisoning on failure, assembly of cross-mesh
- * pieces, collectives, the core kernels (fetch, sync, gate) and, after
+ * call (charging its output, core/blob.c) and poisoning on failure, the local
+ * assembly of a cross-mesh copy's pieces, collectives (and point-to-point
+ * copies) through the comm, the core kernels (fetch, sync, gate) and, after
  * dt_graph_cancel, dropping a kernel without running it. The worker loop
  * that calls dt__kernel_run / dt__kernel_drop is in core/kernel_stream.c.
  *
@@ -81,87 +82,43 @@ static int run_backend(dt__krec *k, dt__stream *s) {
     return (a->flags & DT_KF_INPLACE) != 0;
 }
 
-void dt__assembly_free(dt__assembly *as) {
-    for (int i = 0; i < as->n; i++)
-        dt__blob_release(as->pieces[i]);
-    dt__free(as->pieces);
-    dt__free(as->starts);
-    dt__free(as->lens);
-    dt__free(as);
-}
-
-/* A copy of piece i made by s's backend: the piece is staged through host
- * memory (to_host on its backend, from_host on s's) when another backend
- * made it, as when a value moves between device types. *tmp is the new impl
- * to free after use (NULL when the piece's own impl serves). */
-static dt_status stage_piece(const dt__assembly *as, int i, const dt__kattr *a, const dt__stream *s,
-                             void **impl, void **tmp, char *err, size_t errlen) {
-    dt__blob *p = as->pieces[i];
-    *tmp = NULL;
-    *impl = p->impl;
-    if (p->be == s->be)
-        return DT_OK;
-    size_t nbytes = p->be->nbytes(p->impl);
-    void *buf = dt__malloc(nbytes ? nbytes : 1);
-    if (!buf) {
-        snprintf(err, errlen, "out of memory staging a piece through host memory");
-        return DT_ENOMEM;
-    }
-    dt_status st = p->be->to_host(p->impl, buf, nbytes, err, errlen);
-    if (st == DT_OK)
-        st = s->be->from_host(a->dtype, a->ndim, as->lens + (size_t)i * (size_t)a->ndim, buf, tmp, err,
-                              errlen);
-    dt__free(buf);
-    *impl = st == DT_OK ? *tmp : NULL;
-    return st;
-}
-
-/* Places pieces made on other devices (of any type) into one new local
- * tensor. */
+/* Places the kernel's inputs (local pieces: received copies and slices
+ * made here) into one new tensor, in input order. */
 static void run_assemble(dt__krec *k, dt__stream *s) {
-    dt__assembly *as = k->handle;
-    k->handle = NULL;
-    dt__kattr a;
-    dt__kattr_unpack(k, &a);
-    void **impls = dt__calloc((size_t)as->n, sizeof *impls);
-    void **tmps = dt__calloc((size_t)as->n, sizeof *tmps);
-    char err[512] = "";
-    if (!impls || !tmps)
-        poison(k, s, "out of memory");
-    for (int i = 0; i < as->n && impls && tmps; i++) {
-        dt__event_wait(s, as->pieces[i]);
-        if (as->pieces[i]->error && !k->out->error)
-            k->out->error = dt__strdup(as->pieces[i]->error);
-        if (!k->out->error) {
-            dt_status st = stage_piece(as, i, &a, s, &impls[i], &tmps[i], err, sizeof err);
-            if (st != DT_OK)
-                poison(k, s, err[0] ? err : dt_status_str(st));
+    dt__asmattr a;
+    if (dt__asmattr_parse(k->attr, k->alen, k->n_in, &a) != 0) {
+        poison(k, s, "malformed assembly attributes");
+        return;
+    }
+    void *impls[DT_MAX_OP_INPUTS] = {NULL};
+    for (int i = 0; i < k->n_in; i++) {
+        if (k->in[i]->error) {
+            k->out->error = dt__strdup(k->in[i]->error);
+            return;
         }
+        impls[i] = k->in[i]->impl;
     }
-    if (!k->out->error) {
-        void *out = NULL;
-        dt_status st =
-            s->be->assemble(a.dtype, a.ndim, a.shape, as->n, impls, as->starts, 0, &out, err, sizeof err);
-        if (st == DT_OK)
-            k->out->impl = out;
-        else
-            poison(k, s, err[0] ? err : dt_status_str(st));
-    }
-    for (int i = 0; tmps && i < as->n; i++)
-        if (tmps[i])
-            s->be->free(tmps[i]);
-    dt__free(tmps);
-    dt__free(impls);
-    dt__assembly_free(as);
+    char err[512] = "";
+    void *out = NULL;
+    dt_status st =
+        s->be->assemble(a.dtype, a.ndim, a.shape, k->n_in, impls, a.starts, 0, &out, err, sizeof err);
+    if (st == DT_OK)
+        k->out->impl = out;
+    else
+        poison(k, s, err[0] ? err : dt_status_str(st));
 }
 
 /* Runs a collective kernel's rank through the graph's comm. */
 static void run_collective(dt__krec *k, dt__stream *s) {
     dt__collattr a;
     dt__collattr_read(k, &a);
-    /* Made before the kernel was queued (dt__lw_group, or a decoder's
-     * resolver); the queue's hand-over publishes it. */
-    dt__comm *c = atomic_load_explicit(&s->g->comm[s->type], memory_order_acquire);
+    /* The comm that holds the kernel's group (the ranks' device type, or
+     * the CPU's for a copy between types), made before the kernel was queued
+     * (dt__lw_group, or a decoder's resolver); the queue's hand-over
+     * publishes it. */
+    dt__comm *c = (unsigned)a.type < DT_DEVICE_TYPES
+                      ? atomic_load_explicit(&s->g->comm[a.type], memory_order_acquire)
+                      : NULL;
     if (c)
         c->ops->run(c, &a, k->rank, k->in[0], k->out, k->opname);
     else if (!k->out->error)
@@ -200,7 +157,6 @@ void dt__kernel_run(dt__krec *k, dt__stream *s) {
         dt_future_release(k->handle);
         break;
     case DT_KC_ASSEMBLE:
-        atomic_fetch_add_explicit(&s->n_comm, 1, memory_order_relaxed);
         run_assemble(k, s);
         break;
     case DT_KC_GATE:
@@ -261,9 +217,6 @@ void dt__kernel_drop(dt__krec *k, dt__stream *s) {
         dt__future_fail(k->handle, DT_ECANCELLED, msg);
         dt__future_arrive(k->handle, -1, NULL);
         dt_future_release(k->handle);
-        break;
-    case DT_KC_ASSEMBLE:
-        dt__assembly_free(k->handle);
         break;
     case DT_KC_GATE:
         dt__debug_gate_drop(k);

@@ -79,8 +79,6 @@ void dt__lw_discard(dt__kernel *k) {
     if (k->extra) {
         if (k->kop == DT_KC_FETCH || k->kop == DT_KC_SYNC) {
             dt_future_release(k->extra);
-        } else if (k->kop == DT_KC_ASSEMBLE) {
-            dt__assembly_free(k->extra);
         } else if (k->kop == DT_KC_GATE) {
             dt__debug_gate_unref(k->extra);
         }

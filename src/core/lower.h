@@ -47,7 +47,7 @@ dt__blob *dt__lw_push(dt__lower *L, const dt_mesh *mesh, int64_t idx, dt__kernel
 /* As dt__lw_push on a stream the caller already holds. */
 dt__blob *dt__lw_push_on(dt__lower *L, dt__stream *s, dt__kernel *k);
 /* Frees a kernel builder that will not be queued with its input and output
- * references and what its extra owns (future reference, assembly, gate
+ * references and what its extra owns (future reference, gate
  * reference). NULL is ignored. */
 void dt__lw_discard(dt__kernel *k);
 /* Shared by core/lower.c, core/fetch.c and the controller loop

@@ -368,20 +368,31 @@ static dt_status take_buf(dt__recbuf *b, size_t out_elem, void **out, size_t *n)
     return DT_OK;
 }
 
-dt_status dt_graph_take_explain(dt_graph *g, dt_explain_record **out, size_t *n, int64_t *dropped) {
-    if (!out || !n)
-        return dt__error(DT_EINVAL, "dt_graph_take_explain: NULL argument");
-    *out = NULL;
-    *n = 0;
+/* The start of a take: checks g, waits for its queued work, then locks its
+ * records (*r, unlocked by the caller). *r stays NULL on failure or when g
+ * records nothing. */
+static dt_status take_begin(dt_graph *g, dt__rec **r, int64_t *dropped) {
     if (dropped)
         *dropped = 0;
     if (!dt__graph_ok(g))
         return dt__error(DT_EINVAL, "graph is %s", dt__handle_bad(g));
     dt_status st = dt_graph_sync(g);
-    dt__rec *r = g->rec;
-    if (st != DT_OK || !r)
+    if (st != DT_OK || !g->rec)
         return st;
-    pthread_mutex_lock(&r->lock);
+    *r = g->rec;
+    pthread_mutex_lock(&(*r)->lock);
+    return DT_OK;
+}
+
+dt_status dt_graph_take_explain(dt_graph *g, dt_explain_record **out, size_t *n, int64_t *dropped) {
+    if (!out || !n)
+        return dt__error(DT_EINVAL, "dt_graph_take_explain: NULL argument");
+    *out = NULL;
+    *n = 0;
+    dt__rec *r = NULL;
+    dt_status st = take_begin(g, &r, dropped);
+    if (!r)
+        return st;
     st = take_buf(&r->explain, sizeof **out, (void **)out, n);
     long d = atomic_exchange(&r->explain.dropped, 0);
     if (dropped)
@@ -420,15 +431,10 @@ dt_status dt_graph_take_trace(dt_graph *g, dt_trace_node **nodes, size_t *n_node
     *nodes = NULL;
     *kernels = NULL;
     *n_nodes = *n_kernels = 0;
-    if (dropped)
-        *dropped = 0;
-    if (!dt__graph_ok(g))
-        return dt__error(DT_EINVAL, "graph is %s", dt__handle_bad(g));
-    dt_status st = dt_graph_sync(g);
-    dt__rec *r = g->rec;
-    if (st != DT_OK || !r)
+    dt__rec *r = NULL;
+    dt_status st = take_begin(g, &r, dropped);
+    if (!r)
         return st;
-    pthread_mutex_lock(&r->lock);
     long d = 0;
     st = take_buf(&r->nodes, sizeof **nodes, (void **)nodes, n_nodes);
     d += atomic_exchange(&r->nodes.dropped, 0);

@@ -14,6 +14,8 @@ typedef enum dt__coll_kind {
     DT_COLL_REDUCESCATTER, /* slice each peer along dim_b to my range, sum */
     DT_COLL_ALLTOALL,      /* slice each peer along dim_b to my range, cat along dim_a */
     DT_COLL_SHIFT,         /* a ring step: rank r gets rank r-1's input (mod n), whole */
+    DT_COLL_SENDRECV,      /* point to point, 2 ranks: rank 1 gets rank 0's input, whole; rank 0
+                              (the sender) has no output, rank 1 (the receiver) no input */
     DT_COLL_KINDS
 } dt__coll_kind;
 
@@ -26,7 +28,7 @@ struct dt__coll {
     int n;
     int kind;
     int dim_a, dim_b, ndim;
-    dt_device_type type;
+    dt_device_type type; /* whose comm holds the group */
     dt_dtype dtype;
     int64_t (*shapes)[DT_MAX_NDIM]; /* n: each rank's input shape */
     int64_t *starts, *lens;         /* n: each rank's range along dim_b */

@@ -12,6 +12,11 @@
  * departs; the last to depart empties the rendezvous. Peers' blobs are
  * shared there, inside the comm, never through a kernel.
  *
+ * Point-to-point copies (a move between meshes, redistribute.c) are
+ * 2-rank collectives of kind SENDRECV: the sender publishes its piece, the
+ * receiver copies it into a blob of its own backend (through host memory
+ * between device types), both under one (group, seq) as any collective.
+ *
  * Groups: the controller makes one group per ordered set of devices and
  * stream kind (a mesh dim's ranks around one coordinate of the others, as
  * NCCL communicators will be per (mesh, mesh dim), issue 12), caches it for
@@ -43,6 +48,7 @@
 #include "core/graph_int.h"
 #include "core/lower.h"
 #include "core/mesh.h"
+#include "core/stream_int.h"
 #include "dist/coll.h"
 #include "dist/comm.h"
 
@@ -215,6 +221,33 @@ static dt_status slice_peer(const coll_view *c, int p, int r, int whole, void **
     return c->slots[p]->be->run(DT_K_SLICE, &a, &in, 1, out, err, errlen);
 }
 
+/* A point-to-point receive: rank 0's input copied into a new impl of `be`,
+ * staged through host memory when another backend made it (a move between
+ * device types). */
+static dt_status receive(const coll_view *c, const dt__backend *be, void **out, char *err, size_t errlen) {
+    const dt__blob *src = c->slots[0];
+    if (!src || !src->impl) {
+        snprintf(err, errlen, "point-to-point copy without a sent value");
+        return DT_EINVAL;
+    }
+    if (src->be == be)
+        return slice_peer(c, 0, 1, 1, out, err, errlen);
+    int64_t shape[DT_MAX_NDIM];
+    for (int d = 0; d < c->a->ndim; d++)
+        shape[d] = dt__collattr_at(c->a->shapes, (size_t)c->a->ndim + (size_t)d);
+    size_t nbytes = src->be->nbytes(src->impl);
+    void *buf = dt__malloc(nbytes ? nbytes : 1);
+    if (!buf) {
+        snprintf(err, errlen, "out of memory staging a copy through host memory");
+        return DT_ENOMEM;
+    }
+    dt_status st = src->be->to_host(src->impl, buf, nbytes, err, errlen);
+    if (st == DT_OK)
+        st = be->from_host(c->a->dtype, c->a->ndim, shape, buf, out, err, errlen);
+    dt__free(buf);
+    return st;
+}
+
 /* Computes rank r's output from the published peers. */
 static dt_status compute(const coll_view *c, int r, void **out, char *err, size_t errlen) {
     if (c->kind == DT_COLL_SHIFT) /* a ring step: rank r gets rank r-1's input */
@@ -245,8 +278,12 @@ static dt_status compute(const coll_view *c, int r, void **out, char *err, size_
 static void inproc_run(dt__comm *base, const dt__collattr *a, int r, dt__blob *in, dt__blob *out,
                        const char *opname) {
     group *gr = find_group((inproc *)base, a->group);
-    if (!gr || gr->n != a->n || r < 0 || r >= a->n) {
-        if (!out->error)
+    int p2p = a->kind == DT_COLL_SENDRECV;
+    /* A send has no output; every other rank has one and an input, but a
+     * receive, which has no input. */
+    if (!gr || gr->n != a->n || r < 0 || r >= a->n || (p2p && a->n != 2) || (!out && !(p2p && r == 0)) ||
+        (!in && !(p2p && r == 1))) {
+        if (out && !out->error)
             out->error = dt__strdup("collective: the kernel names a group this comm does not have");
         return;
     }
@@ -270,15 +307,18 @@ static void inproc_run(dt__comm *base, const dt__collattr *a, int r, dt__blob *i
     coll_view c = {.a = a, .kind = a->kind, .n = a->n, .slots = rv->slots};
     const char *failed = NULL;
     for (int p = 0; p < c.n && !failed; p++)
-        failed = c.slots[p]->error;
-    if (out->error) {
+        failed = c.slots[p] ? c.slots[p]->error : NULL;
+    if (!out) {
+        /* A send: the receiver reads the published input. */
+    } else if (out->error) {
         /* Dropped by dt_graph_cancel (kernel_run.c): it only met its peers. */
     } else if (failed) {
         out->error = dt__strdup(failed);
     } else {
         char err[512] = "";
         void *impl = NULL;
-        if (compute(&c, r, &impl, err, sizeof err) == DT_OK) {
+        if ((p2p ? receive(&c, out->be, &impl, err, sizeof err) : compute(&c, r, &impl, err, sizeof err)) ==
+            DT_OK) {
             out->impl = impl;
         } else {
             char buf[700];
@@ -330,29 +370,35 @@ dt__comm *dt__graph_comm(dt_graph *g, dt_device_type type) {
 /* ------------------------------------------------------ the group cache */
 
 /* One cached group (controller-only): its devices, stream kind and the next
- * sequence number. */
+ * sequence number. `type` is the comm that holds it; t0 and t1 its first
+ * and last rank's device types (they differ only for a point-to-point pair
+ * between device types, which the CPU comm holds). */
 struct dt__group_ref {
     uint64_t id, seq;
-    int type, kind, n;
+    int type, t0, t1, kind, n;
     int64_t *ids;
     struct dt__group_ref *next;
 };
 
-uint64_t dt__lw_group(dt__lower *L, const dt_mesh *mesh, int64_t base, int64_t stride, int n, int stream_kind,
-                      uint64_t *seq) {
+/* The cached group of devices ids[n] (first of type t0, last of t1, the
+ * others of t0) on `stream_kind` streams, held by comm `type`; made on first
+ * use. *seq gets its next sequence number; 0 with L->status set on failure. */
+static uint64_t group_for(dt__lower *L, dt_device_type type, int t0, int t1, int n, const int64_t *ids,
+                          int stream_kind, uint64_t *seq) {
     dt_graph *g = L->g;
     struct dt__group_ref *ref = g->groups;
     for (; ref; ref = ref->next) {
-        if (ref->type != (int)mesh->type || ref->kind != stream_kind || ref->n != n)
+        if (ref->type != (int)type || ref->t0 != t0 || ref->t1 != t1 || ref->kind != stream_kind ||
+            ref->n != n)
             continue;
         int r = 0;
-        while (r < n && ref->ids[r] == mesh->ids[base + r * stride])
+        while (r < n && ref->ids[r] == ids[r])
             r++;
         if (r == n)
             break;
     }
     if (!ref) {
-        dt__comm *c = dt__graph_comm(g, mesh->type);
+        dt__comm *c = dt__graph_comm(g, type);
         ref = c ? dt__calloc(1, sizeof *ref) : NULL;
         if (ref)
             ref->ids = dt__calloc((size_t)n, sizeof *ref->ids);
@@ -362,15 +408,16 @@ uint64_t dt__lw_group(dt__lower *L, const dt_mesh *mesh, int64_t base, int64_t s
             dt__lw_fail(L, DT_ENOMEM, "out of memory (collective group)");
             return 0;
         }
-        for (int r = 0; r < n; r++)
-            ref->ids[r] = mesh->ids[base + r * stride];
+        memcpy(ref->ids, ids, (size_t)n * sizeof *ids);
         if (c->ops->group_create(c, n, ref->ids, &ref->id) != DT_OK) {
             dt__free(ref->ids);
             dt__free(ref);
             dt__lw_fail(L, DT_ENOMEM, "out of memory (collective group)");
             return 0;
         }
-        ref->type = (int)mesh->type;
+        ref->type = (int)type;
+        ref->t0 = t0;
+        ref->t1 = t1;
         ref->kind = stream_kind;
         ref->n = n;
         ref->next = g->groups;
@@ -378,6 +425,75 @@ uint64_t dt__lw_group(dt__lower *L, const dt_mesh *mesh, int64_t base, int64_t s
     }
     *seq = ++ref->seq;
     return ref->id;
+}
+
+uint64_t dt__lw_group(dt__lower *L, const dt_mesh *mesh, int64_t base, int64_t stride, int n, int stream_kind,
+                      uint64_t *seq) {
+    int64_t *ids = dt__calloc((size_t)n, sizeof *ids);
+    if (!ids) {
+        dt__lw_fail(L, DT_ENOMEM, "out of memory (collective group)");
+        return 0;
+    }
+    for (int r = 0; r < n; r++)
+        ids[r] = mesh->ids[base + r * stride];
+    uint64_t id = group_for(L, mesh->type, (int)mesh->type, (int)mesh->type, n, ids, stream_kind, seq);
+    dt__free(ids);
+    return id;
+}
+
+/* ------------------------------------------------- point-to-point copies */
+
+/* The kernel of one side of a copy: rank 0 sends `piece`, rank 1 receives
+ * into a new blob of s's backend. NULL when out of memory. */
+static dt__krec *p2p_krec(dt__lower *L, const dt__coll *c, uint64_t group, uint64_t seq, int rank,
+                          dt__stream *s) {
+    dt__krec *k = dt__coll_krec(c, group, seq, rank);
+    if (!k)
+        return NULL;
+    if (rank == 1 && !(k->out = dt__blob_new(s->be))) {
+        dt__krec_free(k);
+        return NULL;
+    }
+    k->opname = dt__ops[L->node->op].name;
+    k->site_file = L->node->site_file;
+    k->site_line = L->node->site_line;
+    return k;
+}
+
+dt__blob *dt__lw_send_recv(dt__lower *L, const dt_mesh *smesh, int64_t sidx, const dt_mesh *dmesh,
+                           int64_t didx, dt__blob *piece, int ndim, const int64_t *shape, dt_dtype dtype) {
+    dt__stream *ss = piece ? dt__lw_stream_kind(L, smesh, sidx, DT_STREAM_COMM) : NULL;
+    dt__stream *ds = ss ? dt__lw_stream_kind(L, dmesh, didx, DT_STREAM_COMM) : NULL;
+    if (!ds) {
+        dt__blob_release(piece);
+        dt__lw_fail(L, DT_ENOMEM, "out of memory (copy between meshes)");
+        return NULL;
+    }
+    /* Between device types the copy stages through host memory: the CPU
+     * comm holds the pair (decisions.md). */
+    dt_device_type type = smesh->type == dmesh->type ? smesh->type : DT_DEVICE_CPU;
+    const int64_t ids[2] = {smesh->ids[sidx], dmesh->ids[didx]};
+    uint64_t seq = 0;
+    /* The streams' actual kind (DTORCH_OVERLAP=0 folds communication into
+     * compute): a group's kernels share one stream per rank. */
+    uint64_t group = group_for(L, type, (int)smesh->type, (int)dmesh->type, 2, ids, ss->kind, &seq);
+    dt__coll *c = group ? dt__coll_new(type, DT_COLL_SENDRECV, 2, ndim, dtype) : NULL;
+    for (int r = 0; c && r < 2; r++)
+        memcpy(c->shapes[r], shape, (size_t)ndim * sizeof *shape);
+    dt__krec *send = c ? p2p_krec(L, c, group, seq, 0, ss) : NULL;
+    dt__krec *recv = send ? p2p_krec(L, c, group, seq, 1, ds) : NULL;
+    dt__coll_free(c);
+    if (!recv) {
+        dt__krec_free(send);
+        dt__blob_release(piece);
+        dt__lw_fail(L, DT_ENOMEM, "out of memory (copy between meshes)");
+        return NULL;
+    }
+    send->n_in = 1;
+    send->in[0] = piece; /* the caller's reference moves in */
+    dt__lw_push_krec(L->g, ss, send);
+    dt__lw_push_krec(L->g, ds, recv);
+    return dt__blob_retain(recv->out);
 }
 
 int dt__graph_group_info(dt_graph *g, uint64_t id, int *type, int *n, const int64_t **device_ids) {

@@ -13,6 +13,7 @@
 typedef struct dt__collattr {
     uint64_t group, seq; /* the comm's group; the collective's number in it */
     int kind, ndim, dim_a, dim_b, n;
+    int type; /* the device type whose comm holds the group */
     dt_dtype dtype;
     const uint8_t *shapes; /* n * ndim: each rank's input shape */
     const uint8_t *starts; /* n: each rank's range along dim_b (sliced kinds) */
@@ -27,12 +28,16 @@ int dt__collattr_parse(const uint8_t *buf, size_t len, dt__collattr *a);
 void dt__collattr_read(const dt__krec *k, dt__collattr *a);
 
 /* The communication interface (collective.c): how the ranks of a group run
- * one collective. A group is an ordered set of devices of one type, made by
+ * one collective. A group is an ordered set of devices, made by
  * group_create; every rank's worker calls run with the same (group, seq) for
  * one collective and its own input; run leaves the result (or an error) in
  * `out`. An `out` that already carries an error (a cancelled kernel) still
- * meets its peers and computes nothing. The in-process back end meets the
- * peers in memory; a NCCL one (issue 12) fills the same slots. */
+ * meets its peers and computes nothing. A point-to-point copy
+ * (DT_COLL_SENDRECV) is a run of a 2-rank group: the sender's `in` is the
+ * piece and its `out` NULL, the receiver's `in` NULL and its `out` gets the
+ * copy (staged through host memory when the two blobs' backends differ). The
+ * in-process back end meets the peers in memory; a NCCL one (issue 12) or a
+ * ZeroMQ one (issue 13) fills the same slots. */
 typedef struct dt__comm dt__comm;
 typedef struct dt__comm_ops {
     const char *name;
@@ -62,6 +67,17 @@ dt__comm *dt__graph_comm(struct dt_graph *g, dt_device_type type);
 void dt__graph_comm_free(struct dt_graph *g);
 /* The devices of group `id` of g's cache (controller): 0 when unknown. */
 int dt__graph_group_info(struct dt_graph *g, uint64_t id, int *type, int *n, const int64_t **device_ids);
+
+/* Queues a point-to-point copy of `piece` (a blob of mesh device sidx of
+ * smesh, of `ndim` dims `shape`) to device didx of dmesh: a send kernel on
+ * the source's communication stream and the matching receive on the
+ * destination's, under the next sequence number of the pair's 2-rank group
+ * (made on first use and cached as dt__lw_group's; between device types it
+ * lives in the CPU comm, the host memory the copy stages through). The
+ * piece's reference moves in. Returns the received blob (the destination
+ * backend's; one reference for the caller), or NULL with L->status set. */
+dt__blob *dt__lw_send_recv(dt__lower *L, const dt_mesh *smesh, int64_t sidx, const dt_mesh *dmesh,
+                           int64_t didx, dt__blob *piece, int ndim, const int64_t *shape, dt_dtype dtype);
 
 /* The comm group of mesh devices base + r * stride (r < n) for collectives
  * on their `stream_kind` streams, made on first use and cached with the

@@ -16,10 +16,14 @@
  *
  * A move to another mesh (pipeline stages) first finishes Partial sums on
  * the source mesh, then builds each destination device's region from the
- * source pieces that overlap it: slices on the source devices, one
- * assembly kernel on the destination device (point-to-point copies; no
- * gather through one device). A destination piece that is exactly a source
- * blob on the same device is shared, not copied.
+ * source pieces that overlap it: slices on the source devices, a
+ * point-to-point copy through the comm (a send on the source's
+ * communication stream, the matching receive on the destination's) for
+ * each piece that lives on another device, and a local assembly of the
+ * pieces on the destination device (no gather through one device). A
+ * destination piece that is exactly a source blob on the same device is
+ * shared, not copied; one received piece that is the whole region is used
+ * as it is.
  *
  * Threads: dt_redistribute on client threads; dt__lower_redistribute on the
  * controller.
@@ -35,8 +39,10 @@
 #include "core/node.h"
 #include "core/record.h"
 #include "core/stream.h"
+#include "core/stream_int.h"
 #include "core/tensor.h"
 #include "dist/coll.h"
+#include "dist/comm.h"
 #include "ops/ops.h"
 
 dt_tensor *dt_redistribute(dt_tensor *a, dt_mesh *mesh, const dt_placement *placements) {
@@ -53,7 +59,7 @@ dt_tensor *dt_redistribute(dt_tensor *a, dt_mesh *mesh, const dt_placement *plac
     if (mesh && mesh != m->mesh && dt__graph_check_mesh(a->graph, mesh) != DT_OK)
         return NULL;
     /* Between device types the pieces are staged through host memory when
-     * the types' backends differ (DT_KC_ASSEMBLE, kernel_run.c). */
+     * the types' backends differ (the point-to-point receive, collective.c). */
     dt__meta out = *m;
     if (mesh)
         out.mesh = mesh;
@@ -234,7 +240,57 @@ static int64_t pick_replica(const dt__meta *m, int64_t i, int64_t want_id) {
     return i;
 }
 
-/* Builds dst's blobs on its own mesh from p's (Partial-free) source state. */
+/* Device j's region of dst (shape tl) from its n local pieces (references
+ * move in) placed at starts[n * nd]: local ASSEMBLE kernels on j's compute
+ * stream, each of at most DT_MAX_OP_INPUTS inputs; past that many pieces
+ * each next kernel takes the previous result (at offset 0) and the next
+ * pieces (decisions.md). NULL with L->status set on failure. */
+static dt__blob *assemble(dt__lower *L, const dt_mesh *dmesh, int64_t j, dt_dtype dtype, int nd,
+                          const int64_t *tl, int n, dt__blob **pieces, const int64_t *starts) {
+    dt__stream *s = dt__lw_stream(L, dmesh, j);
+    dt__blob *acc = NULL;
+    int64_t at[DT_MAX_OP_INPUTS * DT_MAX_NDIM];
+    int i = 0;
+    /* No pieces (an empty region): one kernel makes the empty tensor. */
+    while ((i < n || !acc) && s && L->status == DT_OK) {
+        int first = acc ? 1 : 0, take = n - i < DT_MAX_OP_INPUTS - first ? n - i : DT_MAX_OP_INPUTS - first;
+        memset(at, 0, sizeof at);
+        memcpy(at + (size_t)first * (size_t)nd, starts + (size_t)i * (size_t)nd,
+               (size_t)take * (size_t)nd * sizeof *at);
+        dt__krec *k = dt__asm_krec(dtype, nd, tl, first + take, at);
+        if (k && !(k->out = dt__blob_new(s->be))) {
+            dt__krec_free(k);
+            k = NULL;
+        }
+        if (!k) {
+            dt__lw_fail(L, DT_ENOMEM, "out of memory (assembly)");
+            break;
+        }
+        k->opname = dt__ops[L->node->op].name;
+        k->site_file = L->node->site_file;
+        k->site_line = L->node->site_line;
+        if (acc)
+            k->in[k->n_in++] = acc;
+        for (int t = 0; t < take; t++, i++) {
+            k->in[k->n_in++] = pieces[i];
+            pieces[i] = NULL;
+        }
+        dt__lw_push_krec(L->g, s, k);
+        acc = dt__blob_retain(k->out);
+    }
+    for (; i < n; i++)
+        dt__blob_release(pieces[i]);
+    if (L->status != DT_OK || !s) {
+        dt__blob_release(acc);
+        return NULL;
+    }
+    return acc;
+}
+
+/* Builds dst's blobs on its own mesh from p's (Partial-free) source state:
+ * each destination device gets the overlapping part of each source piece,
+ * sliced where it lives, copied point to point when that is another device
+ * (dt__lw_send_recv), then assembled locally. */
 static dt_status copy_across(plan *p, dt__tval *dst) {
     const dt__meta *sm = &p->cur.meta, *dm = &dst->meta;
     const dt_mesh *smesh = sm->mesh, *dmesh = dm->mesh;
@@ -243,15 +299,22 @@ static dt_status copy_across(plan *p, dt__tval *dst) {
     int64_t ts[DT_MAX_NDIM], tl[DT_MAX_NDIM], qs[DT_MAX_NDIM], ql[DT_MAX_NDIM];
     if (dt__lw_alloc_blobs(p->L, dst) != DT_OK)
         return p->L->status;
+    dt__blob **pieces = dt__calloc((size_t)smesh->ndev, sizeof *pieces);
+    int64_t *starts = dt__calloc((size_t)smesh->ndev * (size_t)(nd ? nd : 1), sizeof *starts);
+    if (!pieces || !starts) {
+        dt__free(pieces);
+        dt__free(starts);
+        return dt__lw_fail(p->L, DT_ENOMEM, "out of memory (assembly)");
+    }
     int64_t most = 0, es = (int64_t)dt_dtype_size(dm->dtype); /* for explain: bytes a device receives */
-    for (int64_t j = 0; j < dmesh->ndev; j++) {
+    for (int64_t j = 0; j < dmesh->ndev && p->L->status == DT_OK; j++) {
         int64_t received = 0;
         dt__mesh_coord(dmesh, j, dc);
         dt__local_region(dm, dc, ts, tl);
         if (dt__partial_zero(dm, dc)) {
             dt__kernel *k = dt__lw_kernel(p->L, DT_K_FULL);
             if (!k)
-                return p->L->status;
+                break;
             k->attr.dtype = dm->dtype;
             k->attr.ndim = nd;
             memcpy(k->attr.shape, tl, sizeof tl);
@@ -259,22 +322,7 @@ static dt_status copy_across(plan *p, dt__tval *dst) {
             dst->blobs[j] = dt__lw_push(p->L, dmesh, j, k);
             continue;
         }
-        dt__assembly *as = dt__calloc(1, sizeof *as);
-        if (as) {
-            as->pieces = dt__calloc((size_t)smesh->ndev, sizeof *as->pieces);
-            as->starts = dt__calloc((size_t)smesh->ndev * (size_t)(nd ? nd : 1), sizeof *as->starts);
-            as->lens = dt__calloc((size_t)smesh->ndev * (size_t)(nd ? nd : 1), sizeof *as->lens);
-        }
-        if (!as || !as->pieces || !as->starts || !as->lens) {
-            if (as) {
-                dt__free(as->pieces);
-                dt__free(as->starts);
-                dt__free(as->lens);
-            }
-            dt__free(as);
-            return dt__lw_fail(p->L, DT_ENOMEM, "out of memory (assembly)");
-        }
-        int shared = 0;
+        int n = 0, shared = 0, whole = 0;
         for (int64_t i = 0; i < smesh->ndev; i++) {
             dt__mesh_coord(smesh, i, sc);
             int representative = 1;
@@ -301,48 +349,41 @@ static dt_status copy_across(plan *p, dt__tval *dst) {
             }
             if (empty && nd > 0)
                 continue;
-            if (whole_piece && whole_target && smesh->type == dmesh->type &&
-                smesh->ids[src] == dmesh->ids[j]) {
+            int local = smesh->type == dmesh->type && smesh->ids[src] == dmesh->ids[j];
+            if (whole_piece && whole_target && local) {
                 dst->blobs[j] = dt__blob_retain(p->cur.blobs[src]);
                 shared = 1;
                 break;
             }
             dt__blob *piece = dt__lw_region(p->L, &p->cur, src, sc, os, ol);
-            if (!piece)
-                break;
-            if (smesh->type != dmesh->type || smesh->ids[src] != dmesh->ids[j]) {
+            if (piece && !local) {
                 int64_t numel = 1;
                 for (int d = 0; d < nd; d++)
                     numel *= ol[d];
                 received += numel * es;
+                piece = dt__lw_send_recv(p->L, smesh, src, dmesh, j, piece, nd, ol, dm->dtype);
             }
-            for (int d = 0; d < nd; d++) {
-                as->starts[(size_t)as->n * (size_t)nd + (size_t)d] = os[d] - ts[d];
-                as->lens[(size_t)as->n * (size_t)nd + (size_t)d] = ol[d];
-            }
-            as->pieces[as->n++] = piece;
+            if (!piece)
+                break;
+            for (int d = 0; d < nd; d++)
+                starts[(size_t)n * (size_t)nd + (size_t)d] = os[d] - ts[d];
+            pieces[n++] = piece;
+            whole = whole_target;
         }
         if (shared || p->L->status != DT_OK) {
-            dt__assembly_free(as);
-            if (p->L->status != DT_OK)
-                return p->L->status;
+            for (int i = 0; i < n; i++)
+                dt__blob_release(pieces[i]);
             continue;
         }
-        dt__kernel *k = dt__lw_kernel(p->L, DT_KC_ASSEMBLE);
-        if (!k) {
-            dt__assembly_free(as);
-            return p->L->status;
-        }
-        k->extra = as;
-        k->attr.dtype = dm->dtype;
-        k->attr.ndim = nd;
-        memcpy(k->attr.shape, tl, sizeof tl);
-        /* Communication: on the destination's communication stream, so the
-         * copy overlaps its compute; readers wait on its event. */
-        dst->blobs[j] = dt__lw_push_comm(p->L, dmesh, j, k);
+        if (n == 1 && whole) /* one piece is the whole region: the received copy */
+            dst->blobs[j] = pieces[0];
+        else
+            dst->blobs[j] = assemble(p->L, dmesh, j, dm->dtype, nd, tl, n, pieces, starts);
         if (received > most)
             most = received;
     }
+    dt__free(pieces);
+    dt__free(starts);
     if (most > 0 && p->L->status == DT_OK && dt__rec_enabled(DT__REC_EXPLAIN))
         dt__rec_send_recv(p->L, most);
     return p->L->status;
