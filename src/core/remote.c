@@ -65,8 +65,9 @@ static int held(const dt__blob *b, int node) {
 static void put(dt__bytes *body, dt__blob *b, int node, uint32_t tag) {
     dt_dtype dtype = DT_FLOAT32;
     int64_t shape[DT_MAX_NDIM];
-    int ndim = !b->producer && b->impl && !b->error && b->be->describe ? b->be->describe(b->impl, &dtype, shape)
-                                                                       : -1;
+    int ndim = !b->producer && b->impl && !b->error && b->be->describe
+                   ? b->be->describe(b->impl, &dtype, shape)
+                   : -1;
     char why[600];
     const char *err = b->error;
     size_t mark = body->len;
@@ -202,7 +203,7 @@ static void ship(dt_graph *g, int node, dt__stream **ss, int n) {
                     listed = fs.f[f] == k->handle;
                 if (listed)
                     k->handle = NULL; /* the reference moved into fs */
-                else /* out of memory listing it: fails here, released by the discard */
+                else                  /* out of memory listing it: fails here, released by the discard */
                     dt__future_fail(k->handle, DT_EKERNEL, msg);
             }
             dt__krec_discard(k);

@@ -51,11 +51,11 @@ typedef struct dt__cluster_state {
     int64_t cpu_total;
     node *nodes;
     int n, cap, alive, refused;
-    dt__net_in *in; /* the cluster thread's receive buffer */
+    dt__net_in *in;         /* the cluster thread's receive buffer */
     outmsg *out, *out_last; /* batches to send, oldest first */
     pend *pend;             /* futures worker nodes complete */
     int woken;              /* a "send" wake is on its way */
-    pid_t pid;      /* the process that listens (a forked child does not own the cluster) */
+    pid_t pid;              /* the process that listens (a forked child does not own the cluster) */
 } dt__cluster_state;
 
 extern dt__cluster_state dt__C;

@@ -28,8 +28,8 @@ void dt__cluster_reap(int only, const char *why) {
     pthread_mutex_lock(&C.mu);
     for (pend **pp = &C.pend; *pp;) {
         pend *p = *pp;
-        int gone = only >= 0 ? p->node == only
-                             : p->node >= C.n || C.nodes[p->node].info.state != DT_NODE_ALIVE;
+        int gone =
+            only >= 0 ? p->node == only : p->node >= C.n || C.nodes[p->node].info.state != DT_NODE_ALIVE;
         if (gone) {
             *pp = p->next;
             p->next = dead;
@@ -41,8 +41,8 @@ void dt__cluster_reap(int only, const char *why) {
                 else if (p->node < C.n && C.nodes[p->node].info.error[0])
                     snprintf(msg, sizeof msg, "%s", C.nodes[p->node].info.error);
                 else
-                    snprintf(msg, sizeof msg, "worker node %d (%s) was stopped: the cluster is shut down", p->node,
-                             p->node < C.n ? C.nodes[p->node].info.address : "?");
+                    snprintf(msg, sizeof msg, "worker node %d (%s) was stopped: the cluster is shut down",
+                             p->node, p->node < C.n ? C.nodes[p->node].info.address : "?");
             }
         } else {
             pp = &p->next;
@@ -67,7 +67,8 @@ static dt__blob *piece(const dt_future *f, const dt__net_in *in) {
     const dt__wire_msg *m = &in->m;
     char err[600] = "";
     if (m->u.result.status != DT_OK) {
-        snprintf(err, sizeof err, "%s", m->u.result.error[0] ? m->u.result.error : dt_status_str(m->u.result.status));
+        snprintf(err, sizeof err, "%s",
+                 m->u.result.error[0] ? m->u.result.error : dt_status_str(m->u.result.status));
     } else if (!in->has_extra) {
         snprintf(err, sizeof err, "a worker node's read came back without its bytes");
     } else {
@@ -91,7 +92,8 @@ static dt__blob *piece(const dt_future *f, const dt__net_in *in) {
             len -= 8 * (size_t)ndim;
             if (numel < 0 || (size_t)numel * dt_dtype_size((dt_dtype)dtype) != len)
                 snprintf(err, sizeof err, "a worker node's read came back with %zu bytes for its shape", len);
-            else if (f->be->from_host((dt_dtype)dtype, (int)ndim, shape, p, &b->impl, err, sizeof err) != DT_OK &&
+            else if (f->be->from_host((dt_dtype)dtype, (int)ndim, shape, p, &b->impl, err, sizeof err) !=
+                         DT_OK &&
                      !err[0])
                 snprintf(err, sizeof err, "storing a worker node's read failed");
         }
@@ -174,7 +176,8 @@ void dt__cluster_send_out(void) {
             dt__free(o->body);
             zmq_msg_init(&x);
         }
-        if (nd.info.state == DT_NODE_ALIVE && dt__net_send_extra(C.router, nd.rid, nd.rid_len, &b, &x) != DT_OK)
+        if (nd.info.state == DT_NODE_ALIVE &&
+            dt__net_send_extra(C.router, nd.rid, nd.rid_len, &b, &x) != DT_OK)
             fprintf(stderr, "dtorch main node: %s\n", dt_last_error());
         else if (nd.info.state != DT_NODE_ALIVE)
             zmq_msg_close(&x);
@@ -225,8 +228,8 @@ int dt__cluster_node_of(dt_device_type type, int64_t id) {
     return idx;
 }
 
-void dt__cluster_ship(int idx, const char *backend, void *body, size_t len, dt_future **futs, const int *counts,
-                      int n) {
+void dt__cluster_ship(int idx, const char *backend, void *body, size_t len, dt_future **futs,
+                      const int *counts, int n) {
     outmsg *o = dt__calloc(1, sizeof *o);
     pend **ps = dt__calloc((size_t)(n ? n : 1), sizeof *ps);
     for (int i = 0; ps && i < n; i++)
@@ -239,7 +242,8 @@ void dt__cluster_ship(int idx, const char *backend, void *body, size_t len, dt_f
     else if (idx < 0 || idx >= C.n || !C.address[0])
         snprintf(why, sizeof why, "worker node %d is not in the cluster (it was shut down)", idx);
     else if (C.nodes[idx].info.state != DT_NODE_ALIVE)
-        snprintf(why, sizeof why, "%s", C.nodes[idx].info.error[0] ? C.nodes[idx].info.error : "worker node stopped");
+        snprintf(why, sizeof why, "%s",
+                 C.nodes[idx].info.error[0] ? C.nodes[idx].info.error : "worker node stopped");
     if (!why[0]) {
         o->node = idx;
         snprintf(o->backend, sizeof o->backend, "%s", backend ? backend : "");
@@ -297,4 +301,3 @@ void dt__cluster_release(int idx, uint32_t tag, uint64_t id) {
     }
     pthread_mutex_unlock(&C.mu);
 }
-

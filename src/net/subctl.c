@@ -48,8 +48,8 @@ struct dt__subctl {
     size_t cap, n;
     gent *groups;
     size_t ng, gcap;
-    uint32_t tag;  /* the batch being decoded */
-    ticket *made;  /* its tickets, until it is handed over */
+    uint32_t tag;       /* the batch being decoded */
+    ticket *made;       /* its tickets, until it is handed over */
     pthread_mutex_t mu; /* guards done */
     ticket *done, *done_last;
     int pipe[2];

@@ -64,7 +64,8 @@ static void run_programs(dt_mesh *mesh) {
     dt_placement s0 = S(0), r = R();
     for (int round = 0; round < 3; round++) { /* later rounds reuse what the node holds */
         dt_tensor *t = dt_tensor_from_buffer(g, DT_FLOAT32, 2, shape, x, sizeof x, mesh, &s0);
-        dt_tensor *e = dt_binary_scalar(DT_BINARY_ADD, dt_binary(DT_BINARY_MUL, t, t), dt_scalar_float(0.5), 0);
+        dt_tensor *e =
+            dt_binary_scalar(DT_BINARY_ADD, dt_binary(DT_BINARY_MUL, t, t), dt_scalar_float(0.5), 0);
         CHECK_EQ(read_floats(e, got, ROWS * COLS), DT_OK);
         for (int i = 0; i < ROWS * COLS; i++)
             want[i] = x[i] * x[i] + 0.5f;
@@ -121,8 +122,11 @@ int main(void) {
     node_thread n;
     memset(&n, 0, sizeof n);
     CHECK_EQ(dt_cluster_address(n.addr, sizeof n.addr), DT_OK);
-    n.o = (dt_node_options){
-        .main_address = n.addr, .token = "c-remote-token", .cpu_devices = 2, .connect_timeout_ms = 30000, .quiet = 1};
+    n.o = (dt_node_options){.main_address = n.addr,
+                            .token = "c-remote-token",
+                            .cpu_devices = 2,
+                            .connect_timeout_ms = 30000,
+                            .quiet = 1};
     n.rc = -1;
     CHECK_EQ(pthread_create(&n.t, NULL, run_node, &n), 0);
     CHECK_EQ(dt_cluster_wait(1, 30000), DT_OK);
@@ -131,6 +135,21 @@ int main(void) {
     CHECK_EQ(dt_mesh_create(DT_DEVICE_CPU, 1, mshape, ids, NULL, &mesh), DT_OK);
     if (mesh)
         run_programs(mesh);
+    dt_mesh_release(mesh);
+    /* A mesh spanning the main node and the worker node is refused at the
+     * call (its collectives would wait for ranks elsewhere). */
+    int64_t span[2] = {0, 1};
+    CHECK_EQ(dt_mesh_create(DT_DEVICE_CPU, 1, mshape, span, NULL, &mesh), DT_OK);
+    dt_graph_options go = {"ref"};
+    dt_graph *g = NULL;
+    CHECK_EQ(dt_graph_create(&go, &g), DT_OK);
+    float v[2] = {1, 2};
+    int64_t vs[1] = {2};
+    dt_placement s0 = S(0);
+    CHECK(g && mesh && dt_tensor_from_buffer(g, DT_FLOAT32, 1, vs, v, sizeof v, mesh, &s0) == NULL);
+    CHECK_EQ(dt_last_status(), DT_EUNSUPPORTED);
+    CHECK(strstr(dt_last_error(), "spanning nodes") != NULL);
+    dt_graph_release(g);
     dt_mesh_release(mesh);
     dt_cluster_shutdown();
     pthread_join(n.t, NULL);
