@@ -64,8 +64,8 @@ static void run_programs(dt_mesh *mesh) {
     dt_placement s0 = S(0), r = R();
     for (int round = 0; round < 3; round++) { /* later rounds reuse what the node holds */
         dt_tensor *t = dt_tensor_from_buffer(g, DT_FLOAT32, 2, shape, x, sizeof x, mesh, &s0);
-        dt_tensor *e =
-            dt_binary_scalar(DT_BINARY_ADD, dt_binary(DT_BINARY_MUL, t, t), dt_scalar_float(0.5), 0);
+        dt_tensor *sq = dt_binary(DT_BINARY_MUL, t, t);
+        dt_tensor *e = dt_binary_scalar(DT_BINARY_ADD, sq, dt_scalar_float(0.5), 0);
         CHECK_EQ(read_floats(e, got, ROWS * COLS), DT_OK);
         for (int i = 0; i < ROWS * COLS; i++)
             want[i] = x[i] * x[i] + 0.5f;
@@ -87,6 +87,7 @@ static void run_programs(dt_mesh *mesh) {
         dt_tensor_release(ar);
         dt_tensor_release(cs);
         dt_tensor_release(e);
+        dt_tensor_release(sq);
         dt_tensor_release(t);
     }
     /* A kernel error on the node surfaces at the read, naming the op and
