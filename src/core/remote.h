@@ -45,8 +45,9 @@ int dt__cluster_node_of(dt_device_type type, int64_t id);
 /* Ships a batch body (layout above; dt__malloc'd, taken over) to worker
  * node `node` on graph backend `backend`, with the `n` futures its FETCH
  * and SYNC kernels complete, counts[i] kernels naming futs[i] (one
- * reference each, taken over). A node that is not alive fails them at once
- * with its error. Controller thread. */
+ * reference each, taken over). A node that is not alive fails the reads
+ * among them at once with its error, and lets the syncs (futures without
+ * pieces) through. Controller thread. */
 void dt__cluster_ship(int node, const char *backend, void *body, size_t len, struct dt_future **futs,
                       const int *counts, int n);
 /* Value `id` of graph `tag` held by worker node `node` is no longer needed

@@ -268,14 +268,22 @@ void dt__cluster_ship(int idx, const char *backend, void *body, size_t len, dt_f
     }
     pthread_mutex_unlock(&C.mu);
     if (why[0]) {
+        int oom = !o || !ps;
         for (int i = 0; ps && i < n; i++)
             dt__free(ps[i]);
         dt__free(o);
         dt__free(body);
         for (int i = 0; i < n; i++) {
-            dt__future_fail(futs[i], DT_EKERNEL, why);
-            for (int c = 0; c < counts[i]; c++)
+            /* A read of the node's values fails; a sync (no pieces) has
+             * nothing left to wait for there: what the node ran before it
+             * was lost or stopped failed its own reads. */
+            if (futs[i]->pieces || oom)
+                dt__future_fail(futs[i], DT_EKERNEL, why);
+            for (int c = 0; c < counts[i]; c++) {
+                if (!futs[i]->pieces && !oom)
+                    dt__future_arrive(futs[i], -1, NULL);
                 dt_future_release(futs[i]);
+            }
         }
     }
     dt__free(ps);
