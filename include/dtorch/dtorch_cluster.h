@@ -16,8 +16,10 @@
  * heartbeat; a worker node exits when the main node says stop or is silent
  * for two intervals.
  *
- * What works today: cluster formation, heartbeats and loss detection.
- * Running kernels on a worker node's devices is the next step (issue 13).
+ * What works today: cluster formation, heartbeats and loss detection, and
+ * meshes of one worker node's devices run programs there (its kernels are
+ * shipped to the node; reads come back). Meshes and copies spanning nodes
+ * are the next step (issue 13; docs/cluster.md).
  *
  * Every function is thread-safe. Without ZeroMQ in the build they return
  * DT_EUNSUPPORTED.

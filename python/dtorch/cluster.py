@@ -11,8 +11,9 @@ second): the main node marks a worker node lost after two silent intervals, and 
 Device ids are global and node-major: the main node's own CPU devices first (``cpu_devices``), then
 each worker node's, in registration order (``MainNode.nodes()`` lists them).
 
-What works today: forming the cluster, heartbeats and loss detection. Running ops on a worker
-node's devices is not implemented yet: meshes still run on this process's devices.
+What works today: forming the cluster, heartbeats and loss detection, and meshes of one worker
+node's devices: their kernels run on that node, reads come back (docs/cluster.md). A mesh spanning
+nodes, and copies between nodes, are not supported yet.
 
 >>> import os, subprocess
 >>> from dtorch import MainNode

@@ -306,6 +306,11 @@ typedef struct dt__backend {
      * particular) and err its message. Called on a worker thread. */
     dt_status (*run_chain)(const struct dt__chain_step *steps, int nsteps, void *const *in, int n_in,
                            int inplace, void **out, int *failed_step, char *err, size_t errlen);
+
+    /* Optional (any api_version; NULL: unknown). The impl's dtype and shape
+     * (at most DT_MAX_NDIM dims into `shape`): returns its ndim, or -1. Used
+     * to ship a value to another process (core/remote.c). Any thread. */
+    int (*describe)(const void *impl, dt_dtype *dtype, int64_t *shape);
 } dt__backend;
 
 /* The version of the device/stream/event slots above. */

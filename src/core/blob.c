@@ -14,6 +14,7 @@
 #include "core/kernel.h"
 #include "core/kernel_rec.h"
 #include "core/memstats.h"
+#include "core/remote.h"
 #include "core/stream_int.h"
 
 dt__pool dt__kernel_pool = DT__POOL_INIT(sizeof(dt__kernel));
@@ -38,6 +39,8 @@ void dt__blob_release(dt__blob *b) {
     if (b->bev && b->be->event_free)
         b->be->event_free(b->bev);
     dt__free(b->error);
+    if (b->remote)
+        dt__cluster_release(b->remote - 1, b->rtag, b->id);
     dt__pool_free(&dt__blob_pool, b);
 }
 

@@ -39,6 +39,11 @@ struct dt__blob {
      * within its graph, given by the controller when a kernel first names
      * the blob (dt__lw_push_on), 0 until then. Controller-written. */
     uint64_t id;
+    /* Held by worker node remote - 1 as id `id` of graph tag `rtag` (0:
+     * not): its release tells the node (core/remote.h). Controller-written
+     * (at the flush that ships it), read by the last releaser. */
+    int32_t remote;
+    uint32_t rtag;
 };
 
 dt__blob *dt__blob_new(const dt__backend *be);

@@ -24,6 +24,7 @@
 #include "core/mesh.h"
 #include "core/node.h"
 #include "core/record.h"
+#include "core/remote.h"
 #include "core/stream.h"
 #include "core/stream_int.h"
 #include "core/tensor.h"
@@ -162,6 +163,10 @@ void dt__graph_set_kernel_tap_for_test(dt_graph *g, dt__ktap_fn fn, void *arg) {
 static void flush(dt_graph *g) {
     if (g->ktap && g->dirty)
         tap(g);
+    /* Worker nodes' streams first: their values' marks (core/remote.c) are
+     * set before a local stream can read one. */
+    if (g->has_remote)
+        dt__remote_flush(g);
     while (g->dirty) {
         dt__stream *s = g->dirty;
         g->dirty = s->next_dirty;
@@ -183,6 +188,16 @@ dt_status dt__kbatch_push(dt_graph *g, dt__kbatch *b) {
             dt__free(ss);
             return dt_last_status() != DT_OK ? dt_last_status() : DT_ENOMEM;
         }
+    }
+    /* Every output's event before any input is bound: a kernel may read
+     * what a later stream of the batch makes, and must wait for it. */
+    for (int i = 0; i < b->n; i++) {
+        uint64_t seq = ss[i]->appended;
+        for (dt__krec *k = b->s[i].head; k; k = k->next)
+            if (k->out) {
+                k->out->producer = ss[i];
+                k->out->seq = ++seq;
+            }
     }
     for (int i = 0; i < b->n; i++) {
         for (dt__krec *k = b->s[i].head, *next; k; k = next) {

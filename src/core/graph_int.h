@@ -93,6 +93,13 @@ struct dt_graph {
     uint64_t blob_ids; /* the last blob id given (dt__blob.id) */
     /* Controller-only: the collectives' groups made so far (collective.c). */
     struct dt__group_ref *groups;
+    /* Controller-only: the graph has remote streams (core/remote.c), and
+     * its name on the worker nodes (0 until its first remote stream). */
+    int has_remote;
+    uint32_t remote_tag;
+    /* Every device is this process's (a worker node's own graph, which in a
+     * one-process test shares the process with its main node). */
+    int local_only;
     dt__ktap_fn ktap; /* test-only (dt__graph_set_kernel_tap_for_test) */
     void *ktap_arg;
     /* One communication back end per device type, made on first use

@@ -24,6 +24,7 @@
 #include "core/graph_int.h"
 #include "core/kernel.h"
 #include "core/memstats.h"
+#include "core/remote.h"
 #include "core/stream.h"
 #include "core/stream_int.h"
 #include "dist/comm.h"
@@ -138,6 +139,20 @@ dt__stream *dt__stream_start(dt_graph *g, dt_device_type type, int64_t device_id
         return NULL;
     }
     const dt__backend *be = s->be;
+    int node = g->local_only ? -1 : dt__cluster_node_of(type, device_id);
+    if (node >= 0) {
+        /* A worker node's device (core/remote.c): no thread; its kernels
+         * leave at the flush. Local readers find its values at once (they
+         * carry the error that says they are elsewhere). */
+        s->remote = node + 1;
+        atomic_store(&s->done, UINT64_MAX);
+        pthread_mutex_init(&s->lock, NULL);
+        pthread_cond_init(&s->cond, NULL);
+        pthread_mutex_init(&s->ev_lock, NULL);
+        pthread_cond_init(&s->ev_cond, NULL);
+        g->has_remote = 1;
+        return s;
+    }
     if (be->api_version >= 2 && be->stream_new) {
         char err[512] = "";
         dt_status st = be->stream_new(type, device_id, kind, &s->ctx, err, sizeof err);
@@ -192,6 +207,8 @@ void dt__stream_send_stop(dt__stream *s) {
 }
 
 void dt__stream_free(dt__stream *s) {
+    if (s->stop_k)
+        dt__krec_free(s->stop_k); /* a remote stream's: never sent */
     pthread_cond_destroy(&s->ev_cond);
     pthread_mutex_destroy(&s->ev_lock);
     pthread_cond_destroy(&s->cond);

@@ -43,6 +43,10 @@ struct dt__stream {
     int dirty;
     uint64_t appended;
     struct dt__stream *next_all; /* controller-only: the graph's streams, oldest first */
+    /* A remote stream (core/remote.h): worker node remote - 1 runs its
+     * kernels; it has no worker thread here and its `done` is all ones.
+     * 0: a local stream. Set when made. */
+    int remote;
     /* Worker-written, read by consumers on other streams. */
     _Alignas(DT_CACHE_LINE) _Atomic uint64_t done;
     uint64_t completed; /* worker-only: what it last stored into done */

@@ -102,9 +102,11 @@ void dt__graph_streams_stop(dt_graph *g) {
      * may wait on another stream's events (its `done` count), so a stream is
      * freed only when no worker of the graph is left to read it. */
     for (dt__stream *s = g->streams; s; s = s->next_all)
-        dt__stream_send_stop(s);
+        if (!s->remote)
+            dt__stream_send_stop(s);
     for (dt__stream *s = g->streams; s; s = s->next_all)
-        pthread_join(s->thread, NULL);
+        if (!s->remote)
+            pthread_join(s->thread, NULL);
     for (dt__stream *s = g->streams, *next; s; s = next) {
         next = s->next_all;
         dt__stream_free(s);

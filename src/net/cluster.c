@@ -9,7 +9,14 @@
  * through the sending end of the wake pipe, which they use under `mu`.
  * Lock order: `life` (listen/shutdown, held across the thread's start and
  * join) before `mu`; the cluster thread takes only `mu`, never across a
- * blocking ZeroMQ call.
+ * blocking ZeroMQ call, and never completes a future or drops a value
+ * while holding it (a release takes `mu`).
+ *
+ * Remote streams (core/remote.h): the controller queues a worker node's
+ * batch (dt__cluster_ship) with the futures it completes; the cluster
+ * thread sends it, then the releases gathered since, and completes the
+ * futures as the node's RESULT messages come back. A node lost (or the
+ * cluster shut down) fails its pending futures with the node's error.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -19,31 +26,11 @@
 #include <zmq.h>
 
 #include "dtorch/dtorch_cluster.h"
+#include "net/cluster_int.h"
 #include "net/transport.h"
 
-typedef struct node {
-    uint8_t rid[256];
-    size_t rid_len;
-    int64_t last_seen; /* ms, dt__net_now_ms */
-    dt_node_info info;
-} node;
-
-static struct {
-    pthread_mutex_t life, mu;
-    pthread_cond_t changed; /* a node joined, was lost or stopped (monotonic clock) */
-    pthread_once_t once;
-    int listening;
-    void *ctx, *router, *wake_tx, *wake_rx;
-    pthread_t thread;
-    char address[160];
-    char token[DT__WIRE_TOKEN_MAX + 1];
-    int heartbeat_ms, cpu_devices;
-    int64_t cpu_total;
-    node *nodes;
-    int n, cap, alive, refused;
-    dt__net_in *in; /* the cluster thread's receive buffer */
-    pid_t pid;      /* the process that listens (a forked child does not own the cluster) */
-} C = {.life = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT};
+dt__cluster_state dt__C = {
+    .life = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT};
 
 static void init_cond(void) {
     pthread_condattr_t a;
@@ -58,7 +45,7 @@ int dt_cluster_has_curve(void) { return dt__net_has_curve(); }
 
 /* ------------------------------------------------------- cluster thread */
 
-static node *find(const dt__net_in *in) {
+node *dt__cluster_find(const dt__net_in *in) {
     for (int i = 0; i < C.n; i++)
         if (C.nodes[i].rid_len == in->rid_len && memcmp(C.nodes[i].rid, in->rid, in->rid_len) == 0)
             return &C.nodes[i];
@@ -83,7 +70,7 @@ static void on_register(const dt__net_in *in, int64_t now) {
                    "both hosts)");
         return;
     }
-    node *nd = find(in);
+    node *nd = dt__cluster_find(in);
     if (nd && nd->info.state != DT_NODE_ALIVE) {
         refuse(in, "this worker node was marked lost; start a new one");
         return;
@@ -135,9 +122,19 @@ static void lose(node *nd, const char *why) {
     pthread_cond_broadcast(&C.changed);
 }
 
-static void on_message(const dt__net_in *in, int64_t now) {
+static void on_message(dt__net_in *in, int64_t now) {
     pthread_mutex_lock(&C.mu);
-    node *nd = find(in);
+    node *nd = dt__cluster_find(in);
+    if (in->m.type == DT__WIRE_RESULT) {
+        if (nd && nd->info.state == DT_NODE_ALIVE) {
+            nd->last_seen = now; /* as good as a heartbeat */
+            pthread_mutex_unlock(&C.mu);
+            dt__cluster_on_result(in);
+            return;
+        }
+        pthread_mutex_unlock(&C.mu);
+        return;
+    }
     switch (in->m.type) {
     case DT__WIRE_REGISTER:
         on_register(in, now);
@@ -203,7 +200,12 @@ static void *loop(void *arg) {
         zmq_pollitem_t items[2] = {{C.router, 0, ZMQ_POLLIN, 0}, {C.wake_rx, 0, ZMQ_POLLIN, 0}};
         if (zmq_poll(items, 2, (long)wait) < 0 && zmq_errno() != EINTR)
             break;
-        if (items[1].revents & ZMQ_POLLIN) /* the only command: stop */
+        int stop = 0;
+        char cmd[8];
+        if (items[1].revents & ZMQ_POLLIN) /* "stop", or "send" (queued batches) */
+            while (zmq_recv(C.wake_rx, cmd, sizeof cmd, ZMQ_DONTWAIT) >= 0)
+                stop |= cmd[0] == 's' && cmd[1] == 't';
+        if (stop)
             break;
         int rc;
         while ((rc = dt__net_recv(C.router, 1, in)) != 0) {
@@ -212,6 +214,9 @@ static void *loop(void *arg) {
             else
                 fprintf(stderr, "dtorch main node: dropped a message: %s\n", dt_last_error());
         }
+        dt__net_in_done(in);
+        dt__cluster_send_out();
+        dt__cluster_reap(-1, NULL); /* reads and syncs of nodes lost meanwhile */
     }
     /* Stop: every live node is told so (exit 0) before the sockets close. */
     pthread_mutex_lock(&C.mu);
@@ -223,7 +228,16 @@ static void *loop(void *arg) {
             C.alive--;
         }
     pthread_cond_broadcast(&C.changed);
+    outmsg *q = C.out;
+    C.out = C.out_last = NULL;
     pthread_mutex_unlock(&C.mu);
+    dt__cluster_reap(-1, NULL);
+    while (q) {
+        outmsg *o = q;
+        q = o->next;
+        dt__free(o->body);
+        dt__free(o);
+    }
     return NULL;
 }
 
@@ -255,8 +269,12 @@ static void close_all(void) {
     if (C.ctx)
         zmq_ctx_term(C.ctx);
     C.router = C.wake_tx = C.wake_rx = C.ctx = NULL;
+    for (int i = 0; i < C.n; i++)
+        dt__free(C.nodes[i].rel);
     dt__free(C.nodes);
     C.nodes = NULL;
+    if (C.in)
+        dt__net_in_done(C.in);
     dt__free(C.in);
     C.in = NULL;
     C.n = C.cap = C.alive = C.refused = 0;
@@ -306,7 +324,7 @@ dt_status dt_cluster_listen(const char *address, const dt_cluster_options *opts)
     size_t blen = sizeof bound;
     char pipe[64];
     snprintf(pipe, sizeof pipe, "inproc://dtorch-cluster-wake");
-    if (!(C.in = dt__malloc(sizeof *C.in))) {
+    if (!(C.in = dt__calloc(1, sizeof *C.in))) {
         st = dt__error(DT_ENOMEM, "cluster: out of memory");
         goto fail;
     }
@@ -323,10 +341,15 @@ dt_status dt_cluster_listen(const char *address, const dt_cluster_options *opts)
     zmq_setsockopt(C.wake_tx, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(C.wake_rx, ZMQ_LINGER, &zero, sizeof zero);
     /* A reconnecting node keeps its routing id (node.c sets it): the new
-     * connection takes the old one's place. No frame larger than a message
-     * of this version is read at all. */
+     * connection takes the old one's place. Frames up to
+     * DT__WIRE_FRAME_MAX (kernel batches, read pieces) come only from peers
+     * that passed the CURVE handshake; a header frame larger than any
+     * message of this version is dropped (transport_zmq.c). */
     zmq_setsockopt(C.router, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
-    zmq_setsockopt(C.router, ZMQ_MAXMSGSIZE, &(int64_t){DT__WIRE_MAX}, sizeof(int64_t));
+    if (dt__net_bulk(C.router) != 0) {
+        st = DT_EBACKEND;
+        goto fail;
+    }
     if (zmq_bind(C.router, ep) != 0) {
         st = dt__error(DT_EBACKEND, "cluster: cannot listen at %s: %s", ep + 6, zmq_strerror(zmq_errno()));
         goto fail;

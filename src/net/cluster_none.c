@@ -5,6 +5,8 @@
 #include <stdio.h>
 
 #include "common/common.h"
+#include "core/future.h"
+#include "core/remote.h"
 #include "dtorch/dtorch_cluster.h"
 
 #define NO_ZMQ "cluster: this build of dtorch has no ZeroMQ (install libzmq3-dev and rebuild)"
@@ -36,3 +38,20 @@ int dt_node_run(const dt_node_options *opts) {
     fprintf(stderr, "dtorch-node: %s\n", NO_ZMQ);
     return 1;
 }
+
+/* Remote streams (core/remote.h): no worker nodes without ZeroMQ. */
+int dt__cluster_node_of(dt_device_type type, int64_t id) {
+    (void)type, (void)id;
+    return -1;
+}
+void dt__cluster_ship(int node, const char *backend, void *body, size_t len, struct dt_future **futs,
+                      const int *counts, int n) {
+    (void)node, (void)backend, (void)len;
+    dt__free(body);
+    for (int i = 0; i < n; i++) {
+        dt__future_fail(futs[i], DT_EUNSUPPORTED, NO_ZMQ);
+        for (int c = 0; c < counts[i]; c++)
+            dt_future_release(futs[i]);
+    }
+}
+void dt__cluster_release(int node, uint32_t tag, uint64_t id) { (void)node, (void)tag, (void)id; }

@@ -21,12 +21,14 @@
 #include <zmq.h>
 
 #include "dtorch/dtorch_cluster.h"
+#include "net/subctl.h"
 #include "net/transport.h"
 
 typedef struct nodectx {
     void *ctx, *sock, *mon;
     int quiet;
     const char *main;
+    dt__subctl *sub; /* made by the first batch */
 } nodectx;
 
 static void say(const nodectx *n, const char *fmt, const char *a) {
@@ -134,7 +136,62 @@ static int enroll(nodectx *n, const dt__wire_msg *reg, int timeout_ms, dt__net_i
     }
 }
 
-/* Serves after the welcome: heartbeats both ways. The exit status. */
+static void free_payload(void *data, void *hint) {
+    (void)hint;
+    dt__free(data);
+}
+
+/* Sends the reads and syncs that completed. */
+static void answer(nodectx *n) {
+    dt__wire_msg m;
+    void *payload;
+    size_t plen;
+    while (n->sub && dt__subctl_next(n->sub, &m, &payload, &plen)) {
+        zmq_msg_t x;
+        if (payload && zmq_msg_init_data(&x, payload, plen, free_payload, NULL) == 0) {
+            if (dt__net_send_extra(n->sock, NULL, 0, &m, &x) != DT_OK)
+                fprintf(stderr, "dtorch-node: %s\n", dt_last_error());
+        } else {
+            if (payload) {
+                dt__free(payload);
+                m.nextra = 0;
+                m.u.result.status = DT_ENOMEM;
+                snprintf(m.u.result.error, sizeof m.u.result.error,
+                         "worker node: out of memory sending a read");
+            }
+            if (dt__net_send(n->sock, NULL, 0, &m) != DT_OK)
+                fprintf(stderr, "dtorch-node: %s\n", dt_last_error());
+        }
+    }
+}
+
+/* A BATCH or RELEASE message (the sub-controller, subctl.h). A batch that
+ * cannot run fails every read and sync waiting on this node. */
+static void run_message(nodectx *n, dt__net_in *in) {
+    if (!in->has_extra)
+        return;
+    const void *body = zmq_msg_data(&in->extra);
+    size_t len = zmq_msg_size(&in->extra);
+    if (in->m.type == DT__WIRE_RELEASE) {
+        if (n->sub)
+            dt__subctl_release(n->sub, body, len);
+        return;
+    }
+    if (!n->sub && !(n->sub = dt__subctl_new())) {
+        fprintf(stderr, "dtorch-node: %s\n", dt_last_error());
+        return;
+    }
+    if (dt__subctl_batch(n->sub, in->m.u.batch.backend, body, len) != DT_OK) {
+        dt__wire_msg r = {.type = DT__WIRE_RESULT};
+        r.u.result.status = dt_last_status() != DT_OK ? dt_last_status() : DT_EINVAL;
+        snprintf(r.u.result.error, sizeof r.u.result.error, "worker node could not run a batch: %s",
+                 dt_last_error());
+        fprintf(stderr, "dtorch-node: %s\n", r.u.result.error);
+        dt__net_send(n->sock, NULL, 0, &r);
+    }
+}
+
+/* Serves after the welcome: heartbeats both ways, batches. The exit status. */
 static int serve(nodectx *n, int hb, dt__net_in *in) {
     int64_t now = dt__net_now_ms(), last_heard = now, next_beat = now;
     uint64_t seq = 0;
@@ -154,11 +211,14 @@ static int serve(nodectx *n, int hb, dt__net_in *in) {
         int64_t wait = next_beat - now;
         if (last_heard + limit + 1 - now < wait)
             wait = last_heard + limit + 1 - now;
-        zmq_pollitem_t it[2] = {{n->sock, 0, ZMQ_POLLIN, 0}, {n->mon, 0, ZMQ_POLLIN, 0}};
-        if (zmq_poll(it, 2, (long)(wait < 0 ? 0 : wait)) < 0 && zmq_errno() != EINTR)
+        zmq_pollitem_t it[3] = {{n->sock, 0, ZMQ_POLLIN, 0},
+                                {n->mon, 0, ZMQ_POLLIN, 0},
+                                {NULL, n->sub ? dt__subctl_fd(n->sub) : -1, ZMQ_POLLIN, 0}};
+        if (zmq_poll(it, n->sub ? 3 : 2, (long)(wait < 0 ? 0 : wait)) < 0 && zmq_errno() != EINTR)
             return fail("polling the connection failed");
         while (mon_event(n->mon) != 0) {
         }
+        answer(n);
         int rc;
         while ((rc = dt__net_recv(n->sock, 0, in)) != 0) {
             if (rc < 0)
@@ -168,7 +228,10 @@ static int serve(nodectx *n, int hb, dt__net_in *in) {
                 say(n, "the main node at %s said stop: exiting", n->main);
                 return 0;
             }
+            if (in->m.type == DT__WIRE_BATCH || in->m.type == DT__WIRE_RELEASE)
+                run_message(n, in);
         }
+        dt__net_in_done(in);
     }
 }
 
@@ -201,14 +264,17 @@ int dt_node_run(const dt_node_options *opts) {
     snprintf(ep, sizeof ep, "tcp://%s", opts->main_address);
     nodectx n = {.quiet = opts->quiet, .main = opts->main_address};
     int rc = 1, zero = 0, linger = 200;
-    dt__net_in *in = dt__malloc(sizeof *in);
+    dt__net_in *in = dt__calloc(1, sizeof *in);
     if (!in || !(n.ctx = zmq_ctx_new()) || !(n.sock = zmq_socket(n.ctx, ZMQ_DEALER)) ||
         !(n.mon = zmq_socket(n.ctx, ZMQ_PAIR))) {
         rc = fail("cannot make ZeroMQ sockets");
         goto out;
     }
     zmq_setsockopt(n.sock, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt(n.sock, ZMQ_MAXMSGSIZE, &(int64_t){DT__WIRE_MAX}, sizeof(int64_t));
+    if (dt__net_bulk(n.sock) != 0) {
+        rc = fail(dt_last_error());
+        goto out;
+    }
     /* Our own routing id, so that a connection that drops and comes back
      * (ZeroMQ reconnects by itself) is still this node to the main node. */
     char rid[96];
@@ -256,6 +322,9 @@ int dt_node_run(const dt_node_options *opts) {
         rc = serve(&n, (int)in->m.u.welcome.heartbeat_ms, in);
     }
 out:
+    dt__subctl_free(n.sub); /* its work finishes first */
+    if (in)
+        dt__net_in_done(in);
     if (n.sock)
         zmq_socket_monitor(n.sock, NULL, 0);
     if (n.mon)

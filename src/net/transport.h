@@ -8,6 +8,8 @@
 #ifndef DT_NET_TRANSPORT_H
 #define DT_NET_TRANSPORT_H
 
+#include <zmq.h>
+
 #include "net/wire.h"
 
 /* 1 when libzmq has CURVE. */
@@ -21,19 +23,34 @@ int dt__net_curve(void *sock, const char *token, int server);
  * (heartbeats notice a peer that is gone). */
 dt_status dt__net_send(void *sock, const void *rid, size_t rid_len, const dt__wire_msg *m);
 
-/* One received message: the routing id (ROUTER), the peer's address and
- * the frame (m's token points into it). */
+/* Sends `m` (m->nextra = 1) followed by `extra`, a frame the call takes
+ * over (closed, sent or not; no copy of its bytes is made). As
+ * dt__net_send otherwise. */
+dt_status dt__net_send_extra(void *sock, const void *rid, size_t rid_len, const dt__wire_msg *m,
+                             zmq_msg_t *extra);
+
+/* One received message: the routing id (ROUTER), the peer's address, the
+ * frame (m's token points into it) and, when m.nextra is 1, the extra frame
+ * (`extra`, owned by the caller until dt__net_in_done). */
 typedef struct dt__net_in {
     uint8_t rid[256];
     size_t rid_len;
     char peer[64];
     uint8_t frame[DT__WIRE_MAX];
     dt__wire_msg m;
+    int has_extra;
+    zmq_msg_t extra;
 } dt__net_in;
+/* Closes the received extra frame, if any. */
+void dt__net_in_done(dt__net_in *in);
 /* Receives one message without blocking: 1 received, 0 none waiting, -1 a
  * malformed message (dropped, all its frames read; thread error set). With
  * `router`, the first frame is the routing id. */
 int dt__net_recv(void *sock, int router, dt__net_in *in);
+/* Lets `sock` take extra frames up to DT__WIRE_FRAME_MAX and queue without
+ * a high-water mark (a kernel batch is never dropped for being one too
+ * many). -1 (thread error set) on failure. */
+int dt__net_bulk(void *sock);
 
 /* Milliseconds of a monotonic clock. */
 int64_t dt__net_now_ms(void);

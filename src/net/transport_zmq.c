@@ -76,6 +76,37 @@ dt_status dt__net_send(void *sock, const void *rid, size_t rid_len, const dt__wi
     return DT_OK;
 }
 
+dt_status dt__net_send_extra(void *sock, const void *rid, size_t rid_len, const dt__wire_msg *m,
+                             zmq_msg_t *extra) {
+    uint8_t buf[DT__WIRE_MAX];
+    size_t n = dt__wire_encode(m, buf, sizeof buf);
+    dt_status st = DT_OK;
+    if (!n)
+        st = DT_EINVAL;
+    else if ((rid_len && zmq_send(sock, rid, rid_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) ||
+             zmq_send(sock, buf, n, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+             zmq_msg_send(extra, sock, ZMQ_DONTWAIT) < 0)
+        st = dt__error(DT_EBACKEND, "cluster: sending a %s message: %s", dt__wire_type_name(m->type),
+                       zmq_strerror(zmq_errno()));
+    zmq_msg_close(extra); /* after a send it is empty: closing is a no-op */
+    return st;
+}
+
+int dt__net_bulk(void *sock) {
+    int64_t max = DT__WIRE_FRAME_MAX;
+    int zero = 0;
+    return setopt(sock, ZMQ_MAXMSGSIZE, &max, sizeof max) || setopt(sock, ZMQ_SNDHWM, &zero, sizeof zero) ||
+                   setopt(sock, ZMQ_RCVHWM, &zero, sizeof zero)
+               ? -1
+               : 0;
+}
+
+void dt__net_in_done(dt__net_in *in) {
+    if (in->has_extra)
+        zmq_msg_close(&in->extra);
+    in->has_extra = 0;
+}
+
 /* Reads and drops the rest of a multipart message. */
 static void drain(void *sock, zmq_msg_t *msg) {
     while (zmq_msg_more(msg)) {
@@ -89,6 +120,7 @@ static void drain(void *sock, zmq_msg_t *msg) {
 int dt__net_recv(void *sock, int router, dt__net_in *in) {
     zmq_msg_t msg;
     zmq_msg_init(&msg);
+    dt__net_in_done(in);
     in->rid_len = 0;
     in->peer[0] = 0;
     if (zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT) < 0) {
@@ -124,7 +156,7 @@ int dt__net_recv(void *sock, int router, dt__net_in *in) {
     }
     size_t n = zmq_msg_size(&msg);
     int more = zmq_msg_more(&msg);
-    int rc = 1;
+    int rc = 1, rest = 1; /* rest: the frames after this one are still unread */
     if (n > sizeof in->frame) {
         dt__error(DT_EINVAL, "wire: a %zu-byte message is larger than any this version sends", n);
         rc = -1;
@@ -132,13 +164,30 @@ int dt__net_recv(void *sock, int router, dt__net_in *in) {
         memcpy(in->frame, zmq_msg_data(&msg), n);
         if (dt__wire_decode(in->frame, n, &in->m) != DT_OK)
             rc = -1;
-        else if (more) {
+        else if (more && in->m.nextra == 1) {
+            rest = 0;
+            zmq_msg_init(&in->extra);
+            in->has_extra = 1;
+            if (zmq_msg_recv(&in->extra, sock, ZMQ_DONTWAIT) < 0) {
+                dt__error(DT_EINVAL, "wire: a %s message without its extra frame",
+                          dt__wire_type_name(in->m.type));
+                rc = -1;
+            } else if (zmq_msg_more(&in->extra)) {
+                dt__error(DT_EINVAL, "wire: a %s message with frames it does not announce",
+                          dt__wire_type_name(in->m.type));
+                drain(sock, &in->extra);
+                rc = -1;
+            }
+            if (rc < 0)
+                dt__net_in_done(in);
+        } else if (more || in->m.nextra) {
             dt__error(DT_EINVAL, "wire: a %s message with frames it does not announce",
                       dt__wire_type_name(in->m.type));
             rc = -1;
         }
     }
-    drain(sock, &msg);
+    if (rest)
+        drain(sock, &msg);
     zmq_msg_close(&msg);
     return rc;
 }

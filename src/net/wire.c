@@ -16,6 +16,7 @@
 static const char *const names[DT__WIRE_TYPE_END] = {
     [DT__WIRE_REGISTER] = "register",   [DT__WIRE_WELCOME] = "welcome", [DT__WIRE_REFUSE] = "refuse",
     [DT__WIRE_HEARTBEAT] = "heartbeat", [DT__WIRE_STOP] = "stop",       [DT__WIRE_BYE] = "bye",
+    [DT__WIRE_BATCH] = "batch",         [DT__WIRE_RELEASE] = "release", [DT__WIRE_RESULT] = "result",
 };
 
 const char *dt__wire_type_name(int type) {
@@ -91,6 +92,16 @@ size_t dt__wire_encode(const dt__wire_msg *m, uint8_t *buf, size_t cap) {
         break;
     case DT__WIRE_HEARTBEAT:
         put(&w, m->u.heartbeat.seq, 8);
+        break;
+    case DT__WIRE_BATCH:
+        put_bytes(&w, m->u.batch.backend, strnlen(m->u.batch.backend, sizeof m->u.batch.backend - 1));
+        break;
+    case DT__WIRE_RESULT:
+        put(&w, m->u.result.future, 8);
+        put(&w, (uint32_t)m->u.result.rank, 4);
+        put(&w, m->u.result.count, 4);
+        put(&w, (uint32_t)m->u.result.status, 4);
+        put_text(&w, m->u.result.error);
         break;
     default: /* STOP, BYE: no payload */
         break;
@@ -172,8 +183,11 @@ dt_status dt__wire_decode(const void *buf, size_t len, dt__wire_msg *m) {
     if (length != len - DT__WIRE_HEADER)
         return dt__error(DT_EINVAL, "wire: a %s message says %llu payload bytes, the frame holds %zu",
                          dt__wire_type_name((int)type), (unsigned long long)length, len - DT__WIRE_HEADER);
-    if (m->nextra != 0)
-        return dt__error(DT_EINVAL, "wire: a %s message carries no extra frames, not %u",
+    /* BATCH and RELEASE carry exactly one extra frame, RESULT at most one,
+     * the others none. */
+    uint32_t lo = type == DT__WIRE_BATCH || type == DT__WIRE_RELEASE, hi = lo || type == DT__WIRE_RESULT;
+    if (m->nextra < lo || m->nextra > hi)
+        return dt__error(DT_EINVAL, "wire: a %s message cannot carry %u extra frames",
                          dt__wire_type_name((int)type), m->nextra);
     m->type = (int)type;
     switch (m->type) {
@@ -200,6 +214,27 @@ dt_status dt__wire_decode(const void *buf, size_t len, dt__wire_msg *m) {
         break;
     case DT__WIRE_HEARTBEAT:
         m->u.heartbeat.seq = get(&r, 8);
+        break;
+    case DT__WIRE_BATCH: {
+        size_t n = 0;
+        const uint8_t *s = get_bytes(&r, sizeof m->u.batch.backend - 1, &n);
+        if (s && memchr(s, 0, n))
+            r.why = "text with a NUL byte";
+        else if (s) {
+            memcpy(m->u.batch.backend, s, n);
+            m->u.batch.backend[n] = 0;
+        }
+        break;
+    }
+    case DT__WIRE_RESULT:
+        m->u.result.future = get(&r, 8);
+        m->u.result.rank = (int32_t)(uint32_t)get(&r, 4);
+        m->u.result.count = (uint32_t)get(&r, 4);
+        m->u.result.status = (int32_t)(uint32_t)get(&r, 4);
+        get_text(&r, m->u.result.error);
+        if (!r.why && (m->u.result.rank < -1 || m->u.result.count > (1u << 30) ||
+                       (m->nextra && (m->u.result.rank < 0 || m->u.result.status != 0))))
+            r.why = "bad rank, count or payload";
         break;
     default:
         break;

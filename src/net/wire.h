@@ -7,7 +7,8 @@
  *
  * A message is one ZeroMQ frame holding a header and a payload, possibly
  * followed by `nextra` frames of raw bytes (tensor payloads, sent without a
- * copy; none of the messages of version 1 carries any yet):
+ * copy: BATCH, RELEASE and RESULT carry one; their layout is
+ * core/remote.h's):
  *   header  := "DTNW" u16 version u16 type u32 length u32 nextra
  *   payload := length bytes, laid out per type (wire.c), little-endian.
  * The decoder checks the magic, the version, the type, that the frame holds
@@ -32,6 +33,9 @@
 #define DT__WIRE_TEXT_MAX 512   /* bytes of a host name or a reason, NUL included */
 #define DT__WIRE_MAX (DT__WIRE_HEADER + 64 + DT__WIRE_TOKEN_MAX + 2 * DT__WIRE_TEXT_MAX)
 #define DT__WIRE_MAX_DEVICES 4096 /* CPU or CUDA devices one node may offer */
+/* Bytes of one extra frame (a batch or a read's piece); only peers that
+ * passed the CURVE handshake can send one (when libzmq has CURVE). */
+#define DT__WIRE_FRAME_MAX ((int64_t)1 << 36)
 
 /* Message types: append-only (a new type is a new number). */
 typedef enum dt__wire_type {
@@ -41,6 +45,9 @@ typedef enum dt__wire_type {
     DT__WIRE_HEARTBEAT = 4, /* both ways */
     DT__WIRE_STOP = 5,      /* main -> node: serve no more, exit 0 */
     DT__WIRE_BYE = 6,       /* node -> main: leaving */
+    DT__WIRE_BATCH = 7,     /* main -> node: a round's kernels and inputs (1 extra frame) */
+    DT__WIRE_RELEASE = 8,   /* main -> node: blobs it may drop (1 extra frame) */
+    DT__WIRE_RESULT = 9,    /* node -> main: a read's piece or a sync's arrivals (0 or 1 frame) */
     DT__WIRE_TYPE_END
 } dt__wire_type;
 
@@ -66,6 +73,16 @@ typedef struct dt__wire_msg {
         struct {
             uint64_t seq;
         } heartbeat;
+        struct {
+            char backend[32]; /* the main graph's backend: the node runs the same */
+        } batch;
+        struct {
+            uint64_t future; /* the main node's future id; 0: a whole batch failed */
+            int32_t rank;    /* the piece of a read, or -1 (a sync) */
+            uint32_t count;  /* arrivals */
+            int32_t status;  /* dt_status: DT_OK, or the failure with `error` */
+            char error[DT__WIRE_TEXT_MAX];
+        } result;
     } u;
 } dt__wire_msg;
 

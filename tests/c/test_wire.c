@@ -91,6 +91,20 @@ static int sample(int type, dt__wire_msg *m) {
     case DT__WIRE_STOP:
     case DT__WIRE_BYE:
         return 1;
+    case DT__WIRE_BATCH:
+        m->nextra = 1;
+        snprintf(m->u.batch.backend, sizeof m->u.batch.backend, "torch");
+        return 1;
+    case DT__WIRE_RELEASE:
+        m->nextra = 1;
+        return 1;
+    case DT__WIRE_RESULT:
+        m->u.result.future = 0x1122334455667788ULL;
+        m->u.result.rank = -1;
+        m->u.result.count = 3;
+        m->u.result.status = -5;
+        snprintf(m->u.result.error, sizeof m->u.result.error, "add failed on cpu:3");
+        return 1;
     }
     return 0;
 }
@@ -110,6 +124,12 @@ static int same_msg(const dt__wire_msg *a, const dt__wire_msg *b) {
         return !strcmp(a->u.refuse.reason, b->u.refuse.reason);
     case DT__WIRE_HEARTBEAT:
         return a->u.heartbeat.seq == b->u.heartbeat.seq;
+    case DT__WIRE_BATCH:
+        return !strcmp(a->u.batch.backend, b->u.batch.backend);
+    case DT__WIRE_RESULT:
+        return a->u.result.future == b->u.result.future && a->u.result.rank == b->u.result.rank &&
+               a->u.result.count == b->u.result.count && a->u.result.status == b->u.result.status &&
+               !strcmp(a->u.result.error, b->u.result.error);
     }
     return 1;
 }

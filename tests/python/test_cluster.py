@@ -13,9 +13,12 @@ import time
 
 import pytest
 
+import torch
+
 import dtorch
-from dtorch import MainNode, _C
+from dtorch import MainNode, Partial, Replicate, Shard, _C
 from dtorch.node import executable
+from dtorch.test.test_util import assert_replicas_equal, genuine_partial, local_values
 
 pytestmark = pytest.mark.skipif(not _C._cluster_info()["available"], reason="built without ZeroMQ")
 
@@ -91,10 +94,13 @@ def test_cluster_ready_and_stop(cluster):
         assert n["first_device_id"] == first
         first += n["cpu_devices"]
     assert _C._cluster_info()["cpu_devices"] == 7
-    # The main node's own ids run here; a worker node's are refused until ops run there.
+    # A mesh lives on one node: the main node's own ids, or one worker node's; not both.
     dtorch.DeviceMesh("cpu", [0, 1])
-    with pytest.raises(RuntimeError, match=f"CPU device 2 is device 0 of worker node 0 .*pid {nodes[0]['pid']}"):
+    dtorch.DeviceMesh("cpu", [2, 3])
+    with pytest.raises(RuntimeError, match=f"spanning nodes .*CPU device 2 is on worker node 0 .*pid {nodes[0]['pid']}"):
         dtorch.DeviceMesh("cpu", [1, 2])
+    with pytest.raises(RuntimeError, match="spanning nodes"):
+        dtorch.DeviceMesh("cpu", [3, 4])  # worker nodes 0 and 1
     with pytest.raises(ValueError, match="CPU device 7 does not exist"):
         dtorch.DeviceMesh("cpu", [7])
     time.sleep(3 * HB)  # heartbeats keep both alive past the loss bound
@@ -295,3 +301,142 @@ def test_two_network_namespaces(netns_pair, tmp_path):
             if p.poll() is None:
                 p.kill()
             p.communicate(timeout=30)
+
+
+# ------------------------------------------------------------------ remote streams (issue 13 item 2)
+# A worker node's devices run ordinary programs: the main node lowers, ships each round's kernels to
+# the node, which runs them on its own streams; reads come back as bytes. Each test uses a fresh
+# graph (a graph's streams are bound to their node when first used).
+
+def _node_mesh(cluster, n=2):
+    cluster(f"--cpu-devices={n}")
+    MainNode.wait_cluster_ready(1, timeout_second=60)
+    first = MainNode.nodes()[0]["first_device_id"]
+    assert first == 2  # after the main node's own 2
+    return dtorch.DeviceMesh("cpu", list(range(first, first + n)))
+
+
+def _randn(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=g)
+
+
+def _check(got, want):
+    """torch.equal with the result, and every replica bitwise equal (each device read back)."""
+    assert_replicas_equal(None, got)
+    t = got.to_torch()
+    assert t.dtype == want.dtype and t.shape == want.shape and torch.equal(t, want), (t, want)
+
+
+def _int_valued(*shape, seed=0):
+    """Integer-valued floats: sums and products in any order are exact."""
+    return torch.randint(-5, 6, shape, generator=torch.Generator().manual_seed(seed)).float()
+
+
+def _program(mesh, g, pl, a, c, ai, bi):
+    x = dtorch.from_torch(a, mesh, pl, graph=g)
+    y = dtorch.from_torch(c, mesh, pl, graph=g)
+    xi = dtorch.from_torch(ai, mesh, pl, graph=g)
+    w = dtorch.from_torch(bi, mesh, [Replicate()], graph=g)
+    return [x * 1.5 + y, dtorch.exp(x) - y.abs(), xi @ w, x @ dtorch.from_torch(bi, mesh, [Replicate()], graph=g),
+            x.sum(1), dtorch.softmax(x, dim=1), x.max(dim=1).values, xi.sum(0), xi.sum()]
+
+
+def test_remote_ops_equal_torch(cluster):
+    """Elementwise, matmul, reductions and softmax on a worker node's 2 devices: torch's values
+    (torch.equal; integer values where the split changes the order of a sum) and the same program's
+    on the main node's own 2 devices, bit for bit, every replica checked."""
+    mesh = _node_mesh(cluster)
+    local = dtorch.DeviceMesh("cpu", [0, 1])
+    g = dtorch.Graph()
+    a, c = _randn(6, 8, seed=1), _randn(6, 8, seed=3)
+    ai, bi = _int_valued(6, 8, seed=4), _int_valued(8, 5, seed=2)
+    for pl in ([Shard(0)], [Replicate()]):
+        got = _program(mesh, g, pl, a, c, ai, bi)
+        here = _program(local, g, pl, a, c, ai, bi)
+        want = [a * 1.5 + c, torch.exp(a) - c.abs(), ai @ bi, None, a.sum(1), torch.softmax(a, dim=1),
+                a.max(dim=1).values, ai.sum(0), ai.sum()]
+        for i, (r, l, t) in enumerate(zip(got, here, want)):
+            assert_replicas_equal(None, r)
+            rv, lv = r.to_torch(), l.to_torch()
+            assert torch.equal(rv, lv), (pl, i, rv, lv)
+            if t is not None:
+                assert rv.dtype == t.dtype and torch.equal(rv, t), (pl, i, rv, t)
+    # Redistributes within the node: all-gather, all-to-all, and back.
+    xi = dtorch.from_torch(ai, mesh, [Shard(0)], graph=g)
+    _check(xi.redistribute(placements=[Replicate()]), ai)
+    _check(xi.redistribute(placements=[Shard(1)]).redistribute(placements=[Shard(0)]), ai)
+    assert MainNode.nodes()[0]["state"] == "alive"
+
+
+def test_remote_redistribute_partial_and_local_equal(cluster):
+    """Genuine Partial inputs (a different addend on each device) reduced on the node give what the
+    same program gives on the main node's own 2 devices, bit for bit, and the torch value."""
+    remote = _node_mesh(cluster)
+    local = dtorch.DeviceMesh("cpu", [0, 1])
+    g = dtorch.Graph()
+    t = torch.randint(-8, 9, (4, 6), generator=torch.Generator().manual_seed(5)).float()
+    outs = {}
+    for name, mesh in (("remote", remote), ("local", local)):
+        p = genuine_partial(t, mesh, [Partial()], seed=7, graph=g)
+        vals = [v.clone() for v in local_values(p)]
+        assert not torch.equal(vals[0], vals[1]) and torch.equal(vals[0] + vals[1], t)
+        r = p.redistribute(placements=[Replicate()])
+        s = p.redistribute(placements=[Shard(0)])
+        _check(r, t)
+        _check(s, t)
+        _check((p * 2).redistribute(placements=[Replicate()]), t * 2)
+        outs[name] = [r.to_torch(), (s + 1).to_torch(), local_values(s)]
+    assert all(torch.equal(a, b) for a, b in zip(outs["remote"][:2], outs["local"][:2]))
+    assert all(torch.equal(a, b) for a, b in zip(outs["remote"][2], outs["local"][2]))
+
+
+def test_remote_kernel_error_at_read(cluster):
+    import inspect
+
+    import dtorch.nn.functional as F
+
+    mesh = _node_mesh(cluster)
+    g = dtorch.Graph()
+    weight = dtorch.from_torch(torch.randn(10, 4), mesh, [Shard(0)], graph=g)
+    idx = dtorch.from_torch(torch.tensor([[1, 12], [3, 4]]), mesh, [Replicate()], graph=g)
+    line = inspect.currentframe().f_lineno + 1
+    out = F.embedding(idx, weight)  # index 12 is out of range: the kernel fails on the node
+    doubled = out * 2
+    with pytest.raises(dtorch.KernelError) as e:
+        doubled.to_torch()
+    msg = str(e.value)
+    assert "embedding" in msg and "cpu:" in msg and f"test_cluster.py:{line}" in msg, msg
+    # The node and the graph go on.
+    x = dtorch.from_torch(torch.arange(6.0), mesh, [Shard(0)], graph=g)
+    _check(x + 1, torch.arange(6.0) + 1)
+    good = dtorch.from_torch(torch.tensor([[1, 9]]), mesh, [Replicate()], graph=g)
+    _check(F.embedding(good, weight), torch.nn.functional.embedding(torch.tensor([[1, 9]]), weight.to_torch()))
+
+
+def test_remote_node_killed_mid_run(cluster):
+    mesh = _node_mesh(cluster)
+    node = MainNode.nodes()[0]
+    g = dtorch.Graph()
+    x = dtorch.from_torch(_randn(64, 64, seed=8), mesh, [Shard(0)], graph=g)
+    _check(x + 1, x.to_torch() + 1)
+    os.kill(node["pid"], signal.SIGKILL)
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError) as e:
+        y = x
+        for _ in range(20):  # work queued while the node dies
+            y = y @ y.redistribute(placements=[Replicate()]) * 1e-3
+        y.to_torch()
+    took = time.monotonic() - t0
+    msg = str(e.value)
+    assert "worker node 0" in msg and "127.0.0.1" in msg and str(node["pid"]) in msg, msg
+    assert took < 2.25 * HB + 2.0, took  # loss detection's bound, never a hang
+    # Later reads of values on the lost node fail at once; the main node's own devices still work.
+    t1 = time.monotonic()
+    with pytest.raises(RuntimeError, match="worker node 0"):
+        (x * 3).to_torch()
+    assert time.monotonic() - t1 < 1.0
+    lm = dtorch.DeviceMesh("cpu", [0, 1])
+    z = dtorch.from_torch(torch.arange(8.0), lm, [Shard(0)], graph=g)
+    _check(z * 2, torch.arange(8.0) * 2)
+    g.sync()  # nothing is left to wait for on the lost node: a sync goes through

@@ -462,6 +462,15 @@ static size_t ref_nbytes(const void *impl) {
     return t ? (size_t)t->numel * esize(t->dtype) : 0;
 }
 
+static int ref_describe(const void *impl, dt_dtype *dtype, int64_t *shape) {
+    const ref_tensor *t = impl;
+    if (!t)
+        return -1;
+    *dtype = t->dtype;
+    memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    return t->ndim;
+}
+
 static dt_status ref_from_host(dt_dtype dtype, int ndim, const int64_t *shape, const void *data, void **out,
                                char *err, size_t errlen) {
     ref_tensor *o;
@@ -547,6 +556,7 @@ const dt__backend dt__backend_ref = {
     .default_dtype = ref_default_dtype,
     .same_storage = ref_same_storage,
     .run_chain = ref_run_chain,
+    .describe = ref_describe,
     /* CPU: the core's host streams and events serve (NULL slots). */
     .api_version = DT_BACKEND_API_VERSION,
 };

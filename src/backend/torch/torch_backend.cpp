@@ -478,6 +478,25 @@ size_t torch_nbytes(const void *p) {
     }
 }
 
+int torch_describe(const void *p, dt_dtype *dtype, int64_t *shape) {
+    try {
+        if (!p)
+            return -1;
+        const at::Tensor &t = impl(p);
+        if (t.dim() > DT_MAX_NDIM)
+            return -1;
+        int dt = from_aten(t.scalar_type());
+        if (dt < 0)
+            return -1;
+        *dtype = (dt_dtype)dt;
+        for (int64_t d = 0; d < t.dim(); ++d)
+            shape[d] = t.size(d);
+        return (int)t.dim();
+    } catch (...) {
+        return -1;
+    }
+}
+
 dt_status torch_from_host(dt_dtype dtype, int ndim, const int64_t *shape, const void *data, void **out,
                           char *err, size_t errlen) {
     try {
@@ -658,6 +677,7 @@ const dt__backend dt__backend_torch = {
     nullptr,
     nullptr,
     torch_run_chain,
+    torch_describe,
 };
 
 /* Registers at load time so the core finds "torch" by name without naming

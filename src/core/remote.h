@@ -1,0 +1,57 @@
+/*
+ * Remote streams (issue 13): the streams of a worker node's devices. The
+ * controller lowers onto them as onto any stream; at the flush
+ * (dt__remote_flush) each worker node's kernels of the round leave, in
+ * order, as one batch (the kernel codec's bytes plus the values they read
+ * that the node does not hold), and the node's sub-controller
+ * (src/net/subctl.c) runs them on its own streams. A read (FETCH) comes back
+ * as the piece's bytes, a sync as its arrivals; both complete the main
+ * node's future on the cluster thread (src/net/cluster.c). A value a node
+ * holds is released there when its last reference here goes.
+ *
+ * A remote stream has no worker thread here and its completed count is all
+ * ones, so a local kernel that reads a worker node's value (a copy between
+ * nodes, issue 13 item 3) never waits: the value carries the error that
+ * says where it lives, and the local kernel's output inherits it.
+ *
+ * The bytes of the extra frame of a BATCH message (net/wire.h),
+ * little-endian:
+ *   body := u32 tag u32 nput put* u64 klen u8 kbatch[klen]
+ *   put  := u64 id i32 dtype u32 ndim i64 shape[ndim] u32 elen u8 error[elen]
+ *           u64 nbytes u8 data[nbytes]
+ * `tag` names the main node's graph (blob ids are per graph); a put is a
+ * value the batch reads and the node does not hold: a host value (its
+ * bytes) or a failed one (its error, elen > 0, no bytes). Of a RELEASE
+ * message: u32 n (u32 tag u64 id)*n. Of a RESULT message with a piece:
+ *   piece := i32 dtype u32 ndim i64 shape[ndim] u8 data[...]
+ *
+ * Threads: dt__remote_flush on the controller; the dt__cluster_* calls as
+ * each says.
+ */
+#ifndef DT_CORE_REMOTE_H
+#define DT_CORE_REMOTE_H
+
+#include "core/core.h"
+
+/* Controller: ships the dirty remote streams' batches (each worker node's
+ * streams together) and takes them off g->dirty. */
+void dt__remote_flush(struct dt_graph *g);
+
+/* ---- src/net/cluster.c (cluster_none.c without ZeroMQ) ---- */
+
+/* The worker node serving device (type, id): its index, or -1 for a device
+ * of this process (no cluster, or the main node's own). Any thread. */
+int dt__cluster_node_of(dt_device_type type, int64_t id);
+/* Ships a batch body (layout above; dt__malloc'd, taken over) to worker
+ * node `node` on graph backend `backend`, with the `n` futures its FETCH
+ * and SYNC kernels complete, counts[i] kernels naming futs[i] (one
+ * reference each, taken over). A node that is not alive fails the reads
+ * among them at once with its error, and lets the syncs (futures without
+ * pieces) through. Controller thread. */
+void dt__cluster_ship(int node, const char *backend, void *body, size_t len, struct dt_future **futs,
+                      const int *counts, int n);
+/* Value `id` of graph `tag` held by worker node `node` is no longer needed
+ * here (any thread; it leaves with the node's next message). */
+void dt__cluster_release(int node, uint32_t tag, uint64_t id);
+
+#endif /* DT_CORE_REMOTE_H */

@@ -1,0 +1,311 @@
+/*
+ * The main node's half of remote streams (core/remote.h): the batches the
+ * controller queues for worker nodes (dt__cluster_ship), the releases of
+ * the values they hold, and the futures their RESULT messages complete.
+ * The cluster thread (cluster.c's loop) sends and receives; see
+ * cluster_int.h for the state and cluster.c for the threads and locks.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "core/blob.h"
+#include "core/future.h"
+#include "core/kernel_rec.h"
+#include "core/remote.h"
+#include "net/cluster_int.h"
+
+static void free_body(void *data, void *hint) {
+    (void)hint;
+    dt__free(data);
+}
+
+/* Fails and drops every pending future of a node that is not alive (or of
+ * node `only` when >= 0, with `why`). Never under mu. */
+void dt__cluster_reap(int only, const char *why) {
+    pend *dead = NULL;
+    char msg[DT__WIRE_TEXT_MAX + 600] = "";
+    pthread_mutex_lock(&C.mu);
+    for (pend **pp = &C.pend; *pp;) {
+        pend *p = *pp;
+        int gone =
+            only >= 0 ? p->node == only : p->node >= C.n || C.nodes[p->node].info.state != DT_NODE_ALIVE;
+        if (gone) {
+            *pp = p->next;
+            p->next = dead;
+            dead = p;
+            if (!msg[0]) {
+                if (why)
+                    snprintf(msg, sizeof msg, "worker node %d (%s): %s", p->node,
+                             p->node < C.n ? C.nodes[p->node].info.address : "?", why);
+                else if (p->node < C.n && C.nodes[p->node].info.error[0])
+                    snprintf(msg, sizeof msg, "%s", C.nodes[p->node].info.error);
+                else
+                    snprintf(msg, sizeof msg, "worker node %d (%s) was stopped: the cluster is shut down",
+                             p->node, p->node < C.n ? C.nodes[p->node].info.address : "?");
+            }
+        } else {
+            pp = &p->next;
+        }
+    }
+    pthread_mutex_unlock(&C.mu);
+    while (dead) {
+        pend *p = dead;
+        dead = p->next;
+        dt__future_fail(p->f, DT_EKERNEL, msg);
+        for (int i = 0; i < p->remaining; i++)
+            dt_future_release(p->f);
+        dt__free(p);
+    }
+}
+
+/* A read's piece from its bytes: i32 dtype u32 ndim i64 shape[] data. */
+static dt__blob *piece(const dt_future *f, const dt__net_in *in) {
+    dt__blob *b = dt__blob_new(f->be);
+    if (!b)
+        return NULL;
+    const dt__wire_msg *m = &in->m;
+    char err[600] = "";
+    if (m->u.result.status != DT_OK) {
+        snprintf(err, sizeof err, "%s",
+                 m->u.result.error[0] ? m->u.result.error : dt_status_str(m->u.result.status));
+    } else if (!in->has_extra) {
+        snprintf(err, sizeof err, "a worker node's read came back without its bytes");
+    } else {
+        const uint8_t *p = zmq_msg_data((zmq_msg_t *)&in->extra);
+        size_t len = zmq_msg_size((zmq_msg_t *)&in->extra);
+        int64_t shape[DT_MAX_NDIM];
+        uint32_t dtype = 0, ndim = DT_MAX_NDIM + 1;
+        if (len >= 8) {
+            dtype = (uint32_t)dt__le_get(&p, 4);
+            ndim = (uint32_t)dt__le_get(&p, 4);
+            len -= 8;
+        }
+        if (ndim > DT_MAX_NDIM || len < 8 * (size_t)ndim || dtype >= DT_DTYPE_COUNT) {
+            snprintf(err, sizeof err, "a worker node's read came back malformed");
+        } else {
+            int64_t numel = 1;
+            for (uint32_t d = 0; d < ndim; d++) {
+                shape[d] = (int64_t)dt__le_get(&p, 8);
+                numel *= shape[d];
+            }
+            len -= 8 * (size_t)ndim;
+            if (numel < 0 || (size_t)numel * dt_dtype_size((dt_dtype)dtype) != len)
+                snprintf(err, sizeof err, "a worker node's read came back with %zu bytes for its shape", len);
+            else if (f->be->from_host((dt_dtype)dtype, (int)ndim, shape, p, &b->impl, err, sizeof err) !=
+                         DT_OK &&
+                     !err[0])
+                snprintf(err, sizeof err, "storing a worker node's read failed");
+        }
+    }
+    if (err[0] && !(b->error = dt__strdup(err))) {
+        dt__blob_release(b);
+        return NULL;
+    }
+    return b;
+}
+
+void dt__cluster_on_result(dt__net_in *in) {
+    const dt__wire_msg *m = &in->m;
+    int idx = -1;
+    pthread_mutex_lock(&C.mu);
+    node *nd = dt__cluster_find(in);
+    if (nd)
+        idx = nd->info.index;
+    pthread_mutex_unlock(&C.mu);
+    if (idx < 0)
+        return;
+    if (m->u.result.future == 0) { /* a batch the node could not run */
+        dt__cluster_reap(idx, m->u.result.error);
+        return;
+    }
+    pthread_mutex_lock(&C.mu);
+    pend *p = NULL, **pp;
+    for (pp = &C.pend; *pp; pp = &(*pp)->next)
+        if ((*pp)->node == idx && (*pp)->f->id == m->u.result.future) {
+            p = *pp;
+            break;
+        }
+    int n = 0, last = 0;
+    if (p) {
+        n = (int)m->u.result.count < p->remaining ? (int)m->u.result.count : p->remaining;
+        p->remaining -= n;
+        if ((last = p->remaining == 0))
+            *pp = p->next;
+    }
+    pthread_mutex_unlock(&C.mu);
+    if (!p)
+        return;
+    dt_future *f = p->f;
+    if (last)
+        dt__free(p);
+    if (m->u.result.rank >= 0 && n == 1 && m->u.result.rank < f->npieces && f->pieces) {
+        dt__blob *b = piece(f, in);
+        if (!b)
+            dt__future_fail(f, DT_ENOMEM, "out of memory storing a worker node's read");
+        dt__future_arrive(f, m->u.result.rank, b);
+        dt__blob_release(b);
+    } else if (m->u.result.status != DT_OK) {
+        dt__future_fail(f, (dt_status)m->u.result.status, m->u.result.error);
+    } else {
+        for (int i = 0; i < n; i++)
+            dt__future_arrive(f, -1, NULL);
+    }
+    for (int i = 0; i < n; i++)
+        dt_future_release(f);
+}
+
+/* Sends the queued batches, then each node's releases (a value is released
+ * only after every batch that reads it was queued). */
+void dt__cluster_send_out(void) {
+    pthread_mutex_lock(&C.mu);
+    outmsg *q = C.out;
+    C.out = C.out_last = NULL;
+    C.woken = 0;
+    pthread_mutex_unlock(&C.mu);
+    while (q) {
+        outmsg *o = q;
+        q = o->next;
+        pthread_mutex_lock(&C.mu);
+        node nd = C.nodes[o->node]; /* a copy: the table may grow meanwhile */
+        pthread_mutex_unlock(&C.mu);
+        dt__wire_msg b = {.type = DT__WIRE_BATCH, .nextra = 1};
+        snprintf(b.u.batch.backend, sizeof b.u.batch.backend, "%s", o->backend);
+        zmq_msg_t x;
+        if (zmq_msg_init_data(&x, o->body, o->len, free_body, NULL) != 0) {
+            dt__free(o->body);
+            zmq_msg_init(&x);
+        }
+        if (nd.info.state == DT_NODE_ALIVE &&
+            dt__net_send_extra(C.router, nd.rid, nd.rid_len, &b, &x) != DT_OK)
+            fprintf(stderr, "dtorch main node: %s\n", dt_last_error());
+        else if (nd.info.state != DT_NODE_ALIVE)
+            zmq_msg_close(&x);
+        dt__free(o);
+    }
+    for (int i = 0;; i++) {
+        pthread_mutex_lock(&C.mu);
+        if (i >= C.n) {
+            pthread_mutex_unlock(&C.mu);
+            break;
+        }
+        node *nd = &C.nodes[i];
+        uint8_t *rel = nd->rel;
+        size_t n = nd->rel_n;
+        uint8_t rid[256];
+        size_t rid_len = nd->rid_len;
+        memcpy(rid, nd->rid, rid_len);
+        int alive = nd->info.state == DT_NODE_ALIVE;
+        nd->rel = NULL;
+        nd->rel_n = nd->rel_cap = 0;
+        pthread_mutex_unlock(&C.mu);
+        if (!n) {
+            dt__free(rel);
+            continue;
+        }
+        /* The count goes in front: the list was kept with 4 bytes of room. */
+        uint8_t *p = rel;
+        dt__le_put(&p, n, 4);
+        zmq_msg_t x;
+        dt__wire_msg r = {.type = DT__WIRE_RELEASE, .nextra = 1};
+        if (!alive || zmq_msg_init_data(&x, rel, 4 + 12 * n, free_body, NULL) != 0)
+            dt__free(rel);
+        else
+            dt__net_send_extra(C.router, rid, rid_len, &r, &x);
+    }
+}
+
+int dt__cluster_node_of(dt_device_type type, int64_t id) {
+    if (type != DT_DEVICE_CPU)
+        return -1;
+    pthread_mutex_lock(&C.mu);
+    int idx = -1;
+    for (int i = 0; C.address[0] && i < C.n && idx < 0; i++)
+        if (id >= C.nodes[i].info.first_device_id &&
+            id < C.nodes[i].info.first_device_id + C.nodes[i].info.cpu_devices)
+            idx = i;
+    pthread_mutex_unlock(&C.mu);
+    return idx;
+}
+
+void dt__cluster_ship(int idx, const char *backend, void *body, size_t len, dt_future **futs,
+                      const int *counts, int n) {
+    outmsg *o = dt__calloc(1, sizeof *o);
+    pend **ps = dt__calloc((size_t)(n ? n : 1), sizeof *ps);
+    for (int i = 0; ps && i < n; i++)
+        if (!(ps[i] = dt__calloc(1, sizeof **ps)))
+            o = (dt__free(o), NULL);
+    char why[DT__WIRE_TEXT_MAX + 64] = "";
+    pthread_mutex_lock(&C.mu);
+    if (!o || !ps)
+        snprintf(why, sizeof why, "out of memory sending to worker node %d", idx);
+    else if (idx < 0 || idx >= C.n || !C.address[0])
+        snprintf(why, sizeof why, "worker node %d is not in the cluster (it was shut down)", idx);
+    else if (C.nodes[idx].info.state != DT_NODE_ALIVE)
+        snprintf(why, sizeof why, "%s",
+                 C.nodes[idx].info.error[0] ? C.nodes[idx].info.error : "worker node stopped");
+    if (!why[0]) {
+        o->node = idx;
+        snprintf(o->backend, sizeof o->backend, "%s", backend ? backend : "");
+        o->body = body;
+        o->len = len;
+        if (C.out_last)
+            C.out_last->next = o;
+        else
+            C.out = o;
+        C.out_last = o;
+        for (int i = 0; i < n; i++) {
+            ps[i]->f = futs[i];
+            ps[i]->node = idx;
+            ps[i]->remaining = counts[i];
+            ps[i]->next = C.pend;
+            C.pend = ps[i];
+        }
+        if (!C.woken) {
+            C.woken = 1;
+            zmq_send(C.wake_tx, "send", 4, ZMQ_DONTWAIT);
+        }
+    }
+    pthread_mutex_unlock(&C.mu);
+    if (why[0]) {
+        int oom = !o || !ps;
+        for (int i = 0; ps && i < n; i++)
+            dt__free(ps[i]);
+        dt__free(o);
+        dt__free(body);
+        for (int i = 0; i < n; i++) {
+            /* A read of the node's values fails; a sync (no pieces) has
+             * nothing left to wait for there: what the node ran before it
+             * was lost or stopped failed its own reads. */
+            if (futs[i]->pieces || oom)
+                dt__future_fail(futs[i], DT_EKERNEL, why);
+            for (int c = 0; c < counts[i]; c++) {
+                if (!futs[i]->pieces && !oom)
+                    dt__future_arrive(futs[i], -1, NULL);
+                dt_future_release(futs[i]);
+            }
+        }
+    }
+    dt__free(ps);
+}
+
+void dt__cluster_release(int idx, uint32_t tag, uint64_t id) {
+    pthread_mutex_lock(&C.mu);
+    if (C.address[0] && idx >= 0 && idx < C.n && C.nodes[idx].info.state == DT_NODE_ALIVE) {
+        node *nd = &C.nodes[idx];
+        if (nd->rel_cap - nd->rel_n < 1) {
+            size_t cap = nd->rel_cap ? 2 * nd->rel_cap : 64;
+            uint8_t *v = dt__realloc(nd->rel, 4 + 12 * cap);
+            if (v) {
+                nd->rel = v;
+                nd->rel_cap = cap;
+            }
+        }
+        if (nd->rel_n < nd->rel_cap) {
+            uint8_t *p = nd->rel + 4 + 12 * nd->rel_n++;
+            dt__le_put(&p, tag, 4);
+            dt__le_put(&p, id, 8);
+        }
+    }
+    pthread_mutex_unlock(&C.mu);
+}

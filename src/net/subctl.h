@@ -1,0 +1,38 @@
+/*
+ * A worker node's sub-controller (subctl.c): runs the main node's kernel
+ * batches (core/remote.h for their layout) on this process's own streams,
+ * one compute and one communication stream per device, through a graph of
+ * the main node's backend; keeps the values the main node names; and hands
+ * back each completed read or sync as a RESULT message.
+ *
+ * Threads: every function runs on the node's thread (node.c), which stands
+ * in for the graph's controller (no op is ever recorded on that graph).
+ * Completions arrive on the graph's workers; they queue the result under
+ * the sub-controller's own lock and write a byte to a pipe, whose reading
+ * end the node polls (dt__subctl_fd), so nothing waits by spinning.
+ */
+#ifndef DT_NET_SUBCTL_H
+#define DT_NET_SUBCTL_H
+
+#include "net/wire.h"
+
+typedef struct dt__subctl dt__subctl;
+
+/* NULL (thread error set) when memory or the pipe cannot be had. */
+dt__subctl *dt__subctl_new(void);
+/* Finishes the work handed over, then frees everything. */
+void dt__subctl_free(dt__subctl *x);
+/* Readable when results wait (drained by dt__subctl_next). */
+int dt__subctl_fd(const dt__subctl *x);
+/* Decodes and starts one batch (the extra frame of a BATCH message) on
+ * `backend`. A malformed batch or one this node cannot run is an error
+ * (thread error set): nothing of it runs. */
+dt_status dt__subctl_batch(dt__subctl *x, const char *backend, const void *body, size_t len);
+/* Drops the values a RELEASE message names (malformed: ignored). */
+void dt__subctl_release(dt__subctl *x, const void *body, size_t len);
+/* The next completed read or sync as a RESULT message; a read's piece goes
+ * into *payload (dt__malloc'd, *plen bytes; NULL when none). 0 when nothing
+ * waits. */
+int dt__subctl_next(dt__subctl *x, dt__wire_msg *m, void **payload, size_t *plen);
+
+#endif /* DT_NET_SUBCTL_H */
