@@ -658,6 +658,10 @@ const dt__backend dt__backend_torch = {
     nullptr,
     nullptr,
     torch_run_chain,
+    /* Device buffers for comm back ends: CPU collectives are in-process. */
+    nullptr,
+    nullptr,
+    nullptr,
 };
 
 /* Registers at load time so the core finds "torch" by name without naming
