@@ -229,9 +229,10 @@ static dt__comm *nccl_create(dt_device_type type) {
 }
 
 static void group_free(ngroup *gr) {
-    for (int i = 0; i < gr->n; i++)
+    /* An aborted group's communicators are gone already (ncclCommAbort frees them). */
+    for (int i = 0; i < gr->n && !atomic_load(&gr->aborted); i++)
         if (gr->comms[i])
-            (atomic_load(&gr->aborted) ? api.CommAbort : api.CommDestroy)(gr->comms[i]);
+            api.CommDestroy(gr->comms[i]);
     dt__free(gr->comms);
     dt__free(gr);
 }
