@@ -16,6 +16,9 @@
 
     /usr/bin/python3 bench/pipeline.py
     /usr/bin/python3 bench/pipeline.py --n 5000 --repeat 3
+    python3 bench/pipeline.py --device cuda   # P1-P3 on cuda meshes against torch on the GPU (issue 12
+                                              # goals: P1 <= 0.8, P2 <= 0.25); P4/P5 are host memory
+                                              # figures and are skipped
 """
 from __future__ import annotations
 
@@ -43,11 +46,21 @@ def interleaved(fns, repeat):
     return bests
 
 
+DEVICE = "cpu"  # --device: where torch runs and what the meshes are
+
+
+def _sync():
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
 def p1_torch(n):
-    a, b = torch.ones(1), torch.ones(1)
+    a, b = torch.ones(1, device=DEVICE), torch.ones(1, device=DEVICE)
+    _sync()
     t0 = time.perf_counter()
     for _ in range(n):
         a = a + b
+    _sync()  # torch's loop includes its GPU work, as dtorch's read does
     t1 = time.perf_counter()
     assert a.item() == n + 1
     return (t1 - t0,)
@@ -68,8 +81,9 @@ def p1_dtorch(n, mesh, placements, numel):
 
 
 def p3_torch():
-    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
-    m, k = torch.randn(512, 512), torch.randn(512, 512)
+    a, b = torch.randn(1024, 1024, device=DEVICE), torch.randn(1024, 1024, device=DEVICE)
+    m, k = torch.randn(512, 512, device=DEVICE), torch.randn(512, 512, device=DEVICE)
+    _sync()
     t0 = time.perf_counter()
     for _ in range(20):
         a = a + b
@@ -80,8 +94,9 @@ def p3_torch():
 
 
 def p3_dtorch():
-    a, b = dtorch.randn(1024, 1024), dtorch.randn(1024, 1024)
-    m, k = dtorch.randn(512, 512) / 23, dtorch.randn(512, 512) / 23
+    one = DeviceMesh(DEVICE, [0])
+    a, b = dtorch.randn(1024, 1024, device_mesh=one), dtorch.randn(1024, 1024, device_mesh=one)
+    m, k = dtorch.randn(512, 512, device_mesh=one) / 23, dtorch.randn(512, 512, device_mesh=one) / 23
     dtorch.synchronize()
     t0 = time.perf_counter()
     for _ in range(20):
@@ -168,10 +183,17 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--p3-repeat", type=int, default=11, help="turns for P3 (default 11)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="cuda: cuda meshes against torch on the GPU (P1-P3 only)")
     args = ap.parse_args()
+    global DEVICE
+    DEVICE = args.device
+    gpu = f", {torch.cuda.get_device_name(0)}" if DEVICE == "cuda" else ""
     print(f"pipeline targets: python {platform.python_version()}, torch {torch.__version__}, "
-          f"{os.cpu_count()} CPUs, {platform.machine()}; best of {args.repeat}, interleaved")
-    one, two = DeviceMesh("cpu", [0]), DeviceMesh("cpu", [0, 1])
+          f"{os.cpu_count()} CPUs, {platform.machine()}{gpu}; device {DEVICE}; best of {args.repeat}, interleaved")
+    one, two = DeviceMesh(DEVICE, [0]), DeviceMesh(DEVICE, [0, 1])
+    if not dtorch.default_graph.satisfy(two):
+        two = one  # one GPU without DTORCH_DTENSOR_IN_SAME_DEVICE=1: the 2-device line repeats 1 device
     p1_torch(1000), p1_dtorch(1000, one, None, 1)  # warm-up
 
     (tt,), (c1, t1), (c2, t2) = interleaved(
@@ -190,6 +212,9 @@ def main() -> int:
     (a,), (b,) = interleaved([p3_torch, p3_dtorch], max(args.repeat, args.p3_repeat))
     print(f"P3 large ops       : torch {a * 1e3:7.1f} ms     dtorch {b * 1e3:7.1f} ms     ratio {b / a:5.2f}  "
           f"(target <= 1.02; best of {max(args.repeat, args.p3_repeat)})")
+    if DEVICE == "cuda":
+        print("P4, P5             : skipped on cuda (they measure host memory)")
+        return 0
 
     numel = 64 * (1 << 20) // 4
     tp, dp, own = p4(numel)

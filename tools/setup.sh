@@ -7,6 +7,9 @@
 #   2. The project's virtual environment .venv (python3 on PATH, -m venv) with
 #      requirements.txt (torch==2.13.0 and the libraries the tests, benchmarks
 #      and examples use); skipped while requirements.txt is unchanged.
+#   2b. With nvcc on the PATH (a CUDA toolkit), requirements-cuda.txt too:
+#      the nvidia-nccl-cu13 wheel, whose header the NCCL comm is compiled
+#      against (docs/cuda.md); skipped while that file is unchanged.
 #   3. A .pth file in .venv pointing at python/, so `import dtorch` works from
 #      any directory with .venv/bin/python (no PYTHONPATH), the development
 #      tree's sources and the extension built next to them.
@@ -56,6 +59,12 @@ if ! cmp -s requirements.txt "$stamp"; then
     echo "setup.sh: pip install -r requirements.txt into $venv"
     "$py" -m pip install -q --disable-pip-version-check -r requirements.txt
     cp requirements.txt "$stamp"
+fi
+cuda_stamp=$venv/.dtorch-requirements-cuda
+if command -v nvcc >/dev/null 2>&1 && ! cmp -s requirements-cuda.txt "$cuda_stamp"; then
+    echo "setup.sh: nvcc found: pip install -r requirements-cuda.txt into $venv"
+    "$py" -m pip install -q --disable-pip-version-check -r requirements-cuda.txt
+    cp requirements-cuda.txt "$cuda_stamp"
 fi
 
 # ------------------------------------------------- 3. import dtorch from anywhere

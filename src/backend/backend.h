@@ -311,6 +311,19 @@ typedef struct dt__backend {
      * (at most DT_MAX_NDIM dims into `shape`): returns its ndim, or -1. Used
      * to ship a value to another process (core/remote.c). Any thread. */
     int (*describe)(const void *impl, dt_dtype *dtype, int64_t *shape);
+    /* ---- Device buffers for comm back ends (any api_version) ----
+     * Optional; a comm that drives the device itself (NCCL: dist/comm_nccl.c)
+     * needs all three and reports a kernel error without them. Called on the
+     * worker of the impl's device (its stream current, stream_enter). */
+    /* The impl's element storage when it is contiguous (device memory for
+     * CUDA), else NULL. */
+    void *(*data_ptr)(const void *impl);
+    /* A new contiguous impl of `dtype` and `shape` with unspecified values, on
+     * the calling worker's device. */
+    dt_status (*empty)(dt_dtype dtype, int ndim, const int64_t *shape, void **out, char *err, size_t errlen);
+    /* The calling worker's current native stream (CUDA: a cudaStream_t), or
+     * NULL when there is none. */
+    void *(*native_stream)(void);
 } dt__backend;
 
 /* The version of the device/stream/event slots above. */
@@ -332,6 +345,12 @@ void dt__backend_register(const dt__backend *backend);
 /* Looks a backend up by name; NULL picks the default: "torch" when
  * registered, else "ref". NULL when unknown. */
 const dt__backend *dt__backend_find(const char *name);
+/* The backend a graph whose backend is `be` uses for devices of `type`: for
+ * CUDA, the registered "<name>_cuda" backend (the LibTorch CUDA shim,
+ * torch/torch_cuda.cpp, built only against a torch with CUDA) when it sees a
+ * device; otherwise `be` itself (whose device_count then refuses cuda meshes
+ * at the call). */
+const dt__backend *dt__backend_for_device(const dt__backend *be, dt_device_type type);
 
 #ifdef __cplusplus
 }

@@ -2,6 +2,7 @@
  * The backend registry. Backends register from library constructors (before
  * main, single-threaded), so lookups after that need no lock.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "backend/backend.h"
@@ -25,6 +26,17 @@ const dt__backend *dt__backend_find(const char *name) {
         if (strcmp(registered[i]->name, name) == 0)
             return registered[i];
     return NULL;
+}
+
+const dt__backend *dt__backend_for_device(const dt__backend *be, dt_device_type type) {
+    if (!be || type != DT_DEVICE_CUDA)
+        return be;
+    char name[64];
+    snprintf(name, sizeof name, "%s_cuda", be->name);
+    const dt__backend *cuda = dt__backend_find(name);
+    if (cuda && cuda->device_count && cuda->device_count(DT_DEVICE_CUDA) > 0)
+        return cuda;
+    return be;
 }
 
 void dt__backends_empty_cache(void) {

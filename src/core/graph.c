@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/cuda_map.h"
 #include "core/debug.h"
 #include "core/future.h"
 #include "core/graph.h"
@@ -86,10 +87,12 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
     pthread_once(&atfork_once, atfork_register);
     g->magic = DT__GRAPH_LIVE;
     atomic_init(&g->refs, 1);
-    /* The named backend serves every device type; a type it cannot run
-     * (device_count) is refused at the call (dt__graph_check_mesh). */
+    /* The named backend serves every device type, except that CUDA devices
+     * get its CUDA variant when one is registered and sees a GPU
+     * (dt__backend_for_device); a type it cannot run (device_count) is
+     * refused at the call (dt__graph_check_mesh). */
     for (int t = 0; t < DT_DEVICE_TYPES; t++)
-        g->be[t] = be;
+        g->be[t] = dt__backend_for_device(be, (dt_device_type)t);
     /* DTORCH_OVERLAP=0 puts collectives on the compute stream (to measure
      * what the communication stream's overlap buys). */
     const char *ov = getenv("DTORCH_OVERLAP");
@@ -459,6 +462,11 @@ dt_status dt__graph_check_mesh(const dt_graph *g, const dt_mesh *mesh) {
     if (i < 0)
         return check_one_node(g, mesh);
     const char *type = mesh->type == DT_DEVICE_CUDA ? "cuda" : "cpu";
+    char envbuf[256];
+    const char *enverr = mesh->type == DT_DEVICE_CUDA ? dt__cuda_map_env_error(envbuf, sizeof envbuf) : NULL;
+    if (enverr)
+        return dt__error(DT_EDEVICE, "device_mesh: %s:%lld is not available: %s", type,
+                         (long long)mesh->ids[i], enverr);
     if (count == 0)
         return dt__error(DT_EDEVICE,
                          "device_mesh: %s:%lld is not available: the '%s' backend sees no %s device on "

@@ -345,10 +345,9 @@ const dt__comm_ops dt__comm_inproc = {
 };
 
 const dt__comm_ops *dt__comm_for(dt_device_type type) {
-    /* CUDA devices are still driven by CPU-style workers, so in-process
-     * collectives serve them too until the NCCL back end lands. */
-    (void)type;
-    return &dt__comm_inproc;
+    /* NCCL for cuda meshes when it can serve them (comm_nccl.c says when);
+     * in-process collectives otherwise, logical devices sharing a GPU too. */
+    return type == DT_DEVICE_CUDA && dt__comm_nccl_usable() ? &dt__comm_nccl : &dt__comm_inproc;
 }
 
 dt__comm *dt__graph_comm(dt_graph *g, dt_device_type type) {

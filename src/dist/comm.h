@@ -58,6 +58,9 @@ struct dt__comm {
 };
 
 extern const dt__comm_ops dt__comm_inproc;
+/* The NCCL back end (comm_nccl.c), and whether it can serve cuda meshes now. */
+extern const dt__comm_ops dt__comm_nccl;
+int dt__comm_nccl_usable(void);
 /* The back end for collectives among devices of `type`. */
 const dt__comm_ops *dt__comm_for(dt_device_type type);
 /* g's comm for `type`, made on first use (any thread); NULL when out of

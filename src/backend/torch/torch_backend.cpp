@@ -678,6 +678,10 @@ const dt__backend dt__backend_torch = {
     nullptr,
     torch_run_chain,
     torch_describe,
+    /* Device buffers for comm back ends: CPU collectives are in-process. */
+    nullptr,
+    nullptr,
+    nullptr,
 };
 
 /* Registers at load time so the core finds "torch" by name without naming

@@ -1,0 +1,416 @@
+/*
+ * The LibTorch CUDA shim (issue 12): the "torch_cuda" backend, which the
+ * registry gives a graph's CUDA devices when torch has CUDA and a GPU is
+ * visible (dt__backend_for_device). Linked only against a torch with CUDA
+ * (libc10_cuda, libtorch_cuda); against a CPU torch CMake compiles this
+ * file for its errors only (dtorch_torch_cuda_check), so it never runs
+ * there. NOTHING HERE HAS RUN ON A GPU YET (docs/cuda.md).
+ *
+ * Devices: logical CUDA ids map onto the GPUs present (backend/cuda_map.h;
+ * several logical ids on one GPU with DTORCH_DTENSOR_IN_SAME_DEVICE=1).
+ *
+ * Streams: each (logical device, kind) stream takes a stream from ATen's
+ * pool of its GPU (compute: low priority, communication: high priority);
+ * stream_enter makes it the worker's current device and stream, so every
+ * ATen kernel the worker launches goes there and the worker never waits for
+ * the GPU.
+ *
+ * Impls: a cuda_impl, whose first member is the at::Tensor the LibTorch
+ * shim's entries read (torch_backend.cpp's impl()), plus the event recorded
+ * after the kernel that made it and that kernel's stream. The core's event
+ * slots (event_new/record/wait) order kernels across streams; the same event,
+ * kept on the impl, also orders the reads a collective makes of its peers'
+ * impls (the in-process comm runs kernels on peers' inputs, collective.c)
+ * and tells to_host what to wait for. A CUDA input used on a stream other
+ * than its producer's is recorded on the using stream
+ * (CUDACachingAllocator::recordStream), so its memory is reused only after
+ * that use completes. Inputs not on the worker's GPU (host tensors from
+ * from_host, a peer's GPU) are copied there first, host ones through pinned
+ * memory without blocking; a kernel whose result is not on the GPU (a
+ * factory kernel that builds on the host) has it moved there.
+ *
+ * Events: cudaEvent_t with timing off, pooled per GPU (a mutex-guarded free
+ * list; event_free may run on any thread).
+ */
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+
+#include <mutex>
+#include <vector>
+
+#include "backend/cuda_map.h"
+#include "backend/torch/torch_internal.h"
+
+extern "C" {
+extern const dt__backend dt__backend_torch;
+extern const dt__backend dt__backend_torch_cuda;
+}
+
+namespace dt_torch {
+namespace {
+
+const dt__backend &T = dt__backend_torch;
+
+struct cuda_impl {
+    at::Tensor t;               /* first: torch_backend.cpp's entries read it */
+    cudaEvent_t ready{nullptr}; /* recorded after the producing kernel (the blob's event, not owned) */
+    cudaStream_t stream{nullptr};
+};
+
+struct stream_ctx {
+    int64_t logical;
+    c10::DeviceIndex gpu;
+    int kind;
+    c10::cuda::CUDAStream stream;
+};
+
+thread_local stream_ctx *tl_ctx;        /* the worker's stream (stream_enter) */
+thread_local cuda_impl *tl_last_output; /* the worker's last output, until its event is recorded */
+
+/* A pooled event and the GPU it belongs to. */
+struct cuda_event {
+    cudaEvent_t e;
+    c10::DeviceIndex gpu;
+};
+std::mutex pool_lock;
+std::vector<std::vector<cuda_event *>> event_pool; /* per GPU; guarded by pool_lock */
+
+void check(cudaError_t e, const char *what) {
+    if (e != cudaSuccess)
+        fail(std::string("torch_cuda: ") + what + ": " + cudaGetErrorString(e));
+}
+
+dt__cuda_map device_map() {
+    dt__cuda_map m;
+    char err[256];
+    int64_t gpus = (int64_t)c10::cuda::device_count();
+    if (dt__cuda_map_from_env(gpus, &m, err, sizeof err) != 0)
+        m.n_logical = 0; /* a bad value: no device, and the mesh check says why */
+    return m;
+}
+
+/* Wraps a LibTorch shim impl (an at::Tensor*) as a cuda_impl, on the
+ * worker's GPU when there is one. */
+void *wrap(void *p) {
+    at::Tensor *t = static_cast<at::Tensor *>(p);
+    cuda_impl *c = new cuda_impl{std::move(*t)};
+    delete t;
+    if (tl_ctx && !(c->t.is_cuda() && c->t.device().index() == tl_ctx->gpu))
+        c->t = c->t.to(at::Device(at::kCUDA, tl_ctx->gpu), /*non_blocking=*/true);
+    return c;
+}
+
+/* The inputs a kernel on the worker's stream may read: each waits (on the
+ * device) for its producer's event and is recorded on this stream; those on
+ * another device are copied to this GPU into `moved`. */
+void prepare_inputs(void *const *in, int n_in, std::vector<at::Tensor> &moved, std::vector<void *> &ptrs) {
+    ptrs.assign(in, in + n_in);
+    if (!tl_ctx)
+        return;
+    cudaStream_t cur = tl_ctx->stream.stream();
+    moved.reserve((size_t)n_in);
+    for (int i = 0; i < n_in; i++) {
+        const cuda_impl *c = static_cast<const cuda_impl *>(in[i]);
+        if (!c)
+            continue;
+        if (c->ready && c->stream != cur)
+            check(cudaStreamWaitEvent(cur, c->ready, 0), "cudaStreamWaitEvent");
+        if (c->t.is_cuda() && c->t.device().index() == tl_ctx->gpu) {
+            if (c->stream != cur && c->t.has_storage())
+                c10::cuda::CUDACachingAllocator::recordStream(c->t.storage().data_ptr(), tl_ctx->stream);
+            continue;
+        }
+        at::Tensor src = c->t.is_cuda() ? c->t : c->t.pin_memory();
+        moved.push_back(src.to(at::Device(at::kCUDA, tl_ctx->gpu), /*non_blocking=*/true));
+        ptrs[(size_t)i] = &moved.back();
+    }
+}
+
+/* Host-side wait for an impl's values (reads by the client thread). */
+void wait_ready(const void *p) {
+    const cuda_impl *c = static_cast<const cuda_impl *>(p);
+    if (!c || !c->t.is_cuda())
+        return;
+    if (c->ready) {
+        check(cudaEventSynchronize(c->ready), "cudaEventSynchronize");
+    } else {
+        c10::cuda::CUDAGuard g(c->t.device().index());
+        c10::cuda::device_synchronize();
+    }
+}
+
+dt_status out_of(dt_status st, void **out) {
+    if (st == DT_OK && *out) {
+        *out = wrap(*out);
+        tl_last_output = static_cast<cuda_impl *>(*out);
+    }
+    return st;
+}
+
+/* ------------------------------------------------------------ entries */
+
+dt_status cuda_run(int kop, const dt__kattr *a, void *const *in, int n_in, void **out, char *err,
+                   size_t errlen) {
+    try {
+        std::vector<at::Tensor> moved;
+        std::vector<void *> ptrs;
+        prepare_inputs(in, n_in, moved, ptrs);
+        return out_of(T.run(kop, a, ptrs.data(), n_in, out, err, errlen), out);
+    } catch (...) {
+        return translate_current(err, errlen);
+    }
+}
+
+dt_status cuda_run_chain(const dt__chain_step *steps, int nsteps, void *const *in, int n_in, int inplace,
+                         void **out, int *failed_step, char *err, size_t errlen) {
+    try {
+        std::vector<at::Tensor> moved;
+        std::vector<void *> ptrs;
+        prepare_inputs(in, n_in, moved, ptrs);
+        /* A moved input is a copy: writing the result into it is no donation. */
+        int inp = inplace && moved.empty();
+        return out_of(T.run_chain(steps, nsteps, ptrs.data(), n_in, inp, out, failed_step, err, errlen), out);
+    } catch (...) {
+        *failed_step = -1;
+        return translate_current(err, errlen);
+    }
+}
+
+void cuda_free(void *p) {
+    if (p == tl_last_output) /* a temporary freed before any event named it */
+        tl_last_output = nullptr;
+    try {
+        delete static_cast<cuda_impl *>(p);
+    } catch (...) {
+    }
+}
+
+dt_status cuda_from_host(dt_dtype dtype, int ndim, const int64_t *shape, const void *data, void **out,
+                         char *err, size_t errlen) {
+    try {
+        return out_of(T.from_host(dtype, ndim, shape, data, out, err, errlen), out);
+    } catch (...) {
+        return translate_current(err, errlen);
+    }
+}
+
+dt_status cuda_to_host(const void *p, void *buf, size_t nbytes, char *err, size_t errlen) {
+    try {
+        wait_ready(p);
+        return T.to_host(p, buf, nbytes, err, errlen);
+    } catch (...) {
+        return translate_current(err, errlen);
+    }
+}
+
+dt_status cuda_from_dlpack(void *dl, void **out, dt_dtype *dtype, int *ndim, int64_t *shape, char *err,
+                           size_t errlen) {
+    try {
+        dt_status st = out_of(torch_from_dlpack(dl, out, dtype, ndim, shape, err, errlen), out);
+        /* The private copy was made on the caller's current stream; workers
+         * read it on theirs, so it must be complete first (a copy at the
+         * call, as on CPU). */
+        const cuda_impl *c = st == DT_OK ? static_cast<const cuda_impl *>(*out) : nullptr;
+        if (c && c->t.is_cuda())
+            c10::cuda::getCurrentCUDAStream(c->t.device().index()).synchronize();
+        return st;
+    } catch (...) {
+        return translate_current(err, errlen);
+    }
+}
+
+dt_status cuda_to_dlpack(const void *p, void **out_dl, char *err, size_t errlen) {
+    try {
+        wait_ready(p);
+        return torch_to_dlpack(p, out_dl, err, errlen);
+    } catch (...) {
+        return translate_current(err, errlen);
+    }
+}
+
+dt_status cuda_assemble(dt_dtype dtype, int ndim, const int64_t *shape, int n, void *const *pieces,
+                        const int64_t *starts, int accumulate, void **out, char *err, size_t errlen) {
+    try {
+        for (int i = 0; i < n; i++)
+            wait_ready(pieces[i]);
+        return out_of(T.assemble(dtype, ndim, shape, n, pieces, starts, accumulate, out, err, errlen), out);
+    } catch (...) {
+        return translate_current(err, errlen);
+    }
+}
+
+void cuda_empty_cache(void) {
+    try {
+        c10::cuda::CUDACachingAllocator::emptyCache();
+    } catch (...) {
+    }
+    T.empty_cache();
+}
+
+int64_t cuda_device_count(dt_device_type type) {
+    if (type == DT_DEVICE_CPU)
+        return -1;
+    try {
+        dt__cuda_map m = device_map();
+        return dt__cuda_map_count(&m);
+    } catch (...) {
+        return 0;
+    }
+}
+
+/* ------------------------------------------------ streams and events */
+
+dt_status cuda_stream_new(dt_device_type type, int64_t id, int kind, void **ctx, char *err, size_t errlen) {
+    try {
+        dt__cuda_map m = device_map();
+        int64_t gpu = dt__cuda_map_gpu(&m, id);
+        if (type != DT_DEVICE_CUDA || gpu < 0)
+            fail("torch_cuda: no CUDA device " + std::to_string(id));
+        c10::cuda::CUDAStream s =
+            c10::cuda::getStreamFromPool(/*isHighPriority=*/kind == 1, (c10::DeviceIndex)gpu);
+        *ctx = new stream_ctx{id, (c10::DeviceIndex)gpu, kind, s};
+        return DT_OK;
+    } catch (...) {
+        return translate_current(err, errlen);
+    }
+}
+
+void cuda_stream_enter(void *p) {
+    stream_ctx *c = static_cast<stream_ctx *>(p);
+    try {
+        c10::cuda::set_device(c->gpu);
+        c10::cuda::setCurrentCUDAStream(c->stream);
+        tl_ctx = c;
+    } catch (...) {
+    }
+}
+
+void cuda_stream_free(void *p) { delete static_cast<stream_ctx *>(p); }
+
+dt_status cuda_event_new(void *p, void **ev) {
+    stream_ctx *c = static_cast<stream_ctx *>(p);
+    if (!c)
+        return DT_EINVAL;
+    try {
+        std::lock_guard<std::mutex> g(pool_lock);
+        if ((size_t)c->gpu < event_pool.size() && !event_pool[(size_t)c->gpu].empty()) {
+            *ev = event_pool[(size_t)c->gpu].back();
+            event_pool[(size_t)c->gpu].pop_back();
+            return DT_OK;
+        }
+    } catch (...) {
+        return DT_ENOMEM;
+    }
+    /* The worker's current device is the stream's GPU (stream_enter). */
+    cudaEvent_t e = nullptr;
+    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess)
+        return DT_EBACKEND;
+    cuda_event *ce = new (std::nothrow) cuda_event{e, c->gpu};
+    if (!ce) {
+        cudaEventDestroy(e);
+        return DT_ENOMEM;
+    }
+    *ev = ce;
+    return DT_OK;
+}
+
+dt_status cuda_event_record(void *ev, void *p) {
+    stream_ctx *c = static_cast<stream_ctx *>(p);
+    cudaEvent_t e = static_cast<cuda_event *>(ev)->e;
+    if (cudaEventRecord(e, c->stream.stream()) != cudaSuccess)
+        return DT_EBACKEND;
+    if (tl_last_output) {
+        tl_last_output->ready = e;
+        tl_last_output->stream = c->stream.stream();
+        tl_last_output = nullptr;
+    }
+    return DT_OK;
+}
+
+dt_status cuda_event_wait(void *p, void *ev) {
+    stream_ctx *c = static_cast<stream_ctx *>(p);
+    cudaEvent_t e = static_cast<cuda_event *>(ev)->e;
+    return cudaStreamWaitEvent(c->stream.stream(), e, 0) == cudaSuccess ? DT_OK : DT_EBACKEND;
+}
+
+int cuda_event_query(void *ev) { return cudaEventQuery(static_cast<cuda_event *>(ev)->e) == cudaSuccess; }
+
+/* Back to its GPU's free list (any thread); the pool lives as long as the
+ * process, as ATen's own event pools do. */
+void cuda_event_free(void *ev) {
+    cuda_event *ce = static_cast<cuda_event *>(ev);
+    if (!ce)
+        return;
+    try {
+        std::lock_guard<std::mutex> g(pool_lock);
+        if (event_pool.size() <= (size_t)ce->gpu)
+            event_pool.resize((size_t)ce->gpu + 1);
+        event_pool[(size_t)ce->gpu].push_back(ce);
+    } catch (...) {
+        cudaEventDestroy(ce->e);
+        delete ce;
+    }
+}
+
+/* ---------------------------------------------- comm device buffers */
+
+void *cuda_data_ptr(const void *p) {
+    try {
+        const at::Tensor &t = impl(p);
+        return t.is_cuda() && t.is_contiguous() ? t.data_ptr() : nullptr;
+    } catch (...) {
+        return nullptr;
+    }
+}
+
+dt_status cuda_empty(dt_dtype dtype, int ndim, const int64_t *shape, void **out, char *err, size_t errlen) {
+    try {
+        check_ndim(ndim, "empty");
+        if (!tl_ctx)
+            fail("torch_cuda: empty() outside a CUDA worker");
+        at::Tensor t = at::empty(dims_of(shape, ndim),
+                                 at::TensorOptions().dtype(to_aten(dtype)).device(at::kCUDA, tl_ctx->gpu));
+        cuda_impl *c = new cuda_impl{std::move(t)};
+        *out = c;
+        tl_last_output = c;
+        return DT_OK;
+    } catch (...) {
+        return translate_current(err, errlen);
+    }
+}
+
+/* The LibTorch shim's entries that need nothing CUDA-specific, called
+ * through its table (read at call time: the tables are in different files). */
+size_t cuda_nbytes(const void *p) { return T.nbytes(p); }
+void cuda_dlpack_delete(void *dl) { T.dlpack_delete(dl); }
+void cuda_worker_init(dt_device_type type, int64_t id, int live) { T.worker_init(type, id, live); }
+dt_dtype cuda_default_dtype(void) { return T.default_dtype(); }
+int cuda_same_storage(const void *a, const void *b) { return T.same_storage(a, b); }
+int64_t cuda_cached_bytes(void) { return T.cached_bytes(); }
+
+void *cuda_native_stream(void) { return tl_ctx ? (void *)tl_ctx->stream.stream() : nullptr; }
+
+} // namespace
+} // namespace dt_torch
+
+using namespace dt_torch;
+
+/* Positional, in backend.h's order (designated initialisers are C++20). */
+const dt__backend dt__backend_torch_cuda = {
+    "torch_cuda",           cuda_run,          cuda_free,         cuda_nbytes,
+    cuda_from_host,         cuda_to_host,      cuda_from_dlpack,  cuda_to_dlpack,
+    cuda_dlpack_delete,     cuda_assemble,     cuda_worker_init,  cuda_default_dtype,
+    cuda_same_storage,      cuda_empty_cache,  cuda_device_count, cuda_cached_bytes,
+    DT_BACKEND_API_VERSION, cuda_stream_new,   cuda_stream_enter, cuda_stream_free,
+    cuda_event_new,         cuda_event_record, cuda_event_wait,   cuda_event_query,
+    cuda_event_free,        cuda_run_chain,    nullptr /* describe */, cuda_data_ptr, cuda_empty,
+    cuda_native_stream,
+};
+
+__attribute__((constructor)) static void dt_torch_cuda_register(void) {
+    dt__backend_register(&dt__backend_torch_cuda);
+}
