@@ -380,6 +380,13 @@ uint64_t dt__lw_group(dt__lower *L, const dt_mesh *mesh, int64_t base, int64_t s
     return ref->id;
 }
 
+uint64_t dt__graph_group_next_seq(dt_graph *g, uint64_t id) {
+    for (struct dt__group_ref *ref = g->groups; ref; ref = ref->next)
+        if (ref->id == id)
+            return ++ref->seq;
+    return 0;
+}
+
 int dt__graph_group_info(dt_graph *g, uint64_t id, int *type, int *n, const int64_t **device_ids) {
     for (struct dt__group_ref *ref = g->groups; ref; ref = ref->next)
         if (ref->id == id) {
