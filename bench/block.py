@@ -9,6 +9,8 @@ projection, GELU MLP of width 1024) on one CPU device, dtorch against eager torc
 
 Results are checked against torch (allclose). Machines are noisy: run it several times.
 
+Replay is off by default (DTORCH_REPLAY=1 turns it on); the script switches it itself.
+
     /usr/bin/python3 bench/block.py
     /usr/bin/python3 bench/block.py --repeat 20 --threads 1
 """
@@ -69,11 +71,11 @@ def main():
     want = forward(x, ws, TF)
     best = {"torch": float("inf"), True: float("inf"), False: float("inf")}
     hits = {}
-    for _ in range(args.repeat):
+    for rep in range(args.repeat):
         t0 = time.perf_counter()
         forward(x, ws, TF)
         best["torch"] = min(best["torch"], time.perf_counter() - t0)
-        for on in (False, True):
+        for on in ((False, True) if rep % 2 == 0 else (True, False)):  # alternate: no order bias
             with replay(on):
                 forward(dx, dws, DF).to_torch()  # first sighting (on) / warm-up (off)
                 h0 = graph_stats()["replay_hits"]

@@ -27,6 +27,8 @@ two devices the projections are column/row parallel and the row-parallel results
 Every step's result is checked against eager torch (allclose; the 2-device all-reduce sums in rank
 order). Machines are noisy: run it several times.
 
+Replay is off by default (DTORCH_REPLAY=1 turns it on); the script switches it itself.
+
     /usr/bin/python3 bench/replay.py
     /usr/bin/python3 bench/replay.py --steps 200 --repeat 5
 """
@@ -102,19 +104,20 @@ def run(mesh, steps, mode, ws, dws, xs, held):
     wall = 0.0
     with replay(on):
         one(0)  # the first sighting (replay on) or a warm-up (off)
-        for i in range(steps):
-            if mode == "first":
-                with replay(False):
-                    (dx[0] * 1.0).to_torch()  # a round with replay off drops the templates
+    for i in range(steps):
+        if mode == "first":
+            with replay(False):
+                (dx[0] * 1.0).to_torch()  # a round with replay off drops the templates
+        with replay(on):
             s0, c0, l0 = graph_stats(), controller_cpu_ns(), lowering_ns(True)
             t0 = time.perf_counter()
             got = one(i)
             wall += time.perf_counter() - t0
             l1, c1, s1 = lowering_ns(False), controller_cpu_ns(), graph_stats()
-            ns += l1 - l0
-            cpu += c1 - c0
-            nodes += s1["submitted"] - s0["submitted"]
-            hits += s1["replay_hits"] - s0["replay_hits"]
+        ns += l1 - l0
+        cpu += c1 - c0
+        nodes += s1["submitted"] - s0["submitted"]
+        hits += s1["replay_hits"] - s0["replay_hits"]
     want = torch_step(xs[(steps - 1) % len(xs)], ws)
     if not torch.allclose(got, want, rtol=1e-4, atol=1e-5):
         raise SystemExit(f"mismatch: max abs diff {(got - want).abs().max().item()}")

@@ -29,8 +29,8 @@ struct dt_graph {
      * creation or dt_graph_set_chains turn it on). */
     atomic_int chains;
     /* The controller replays the kernels of nodes it has lowered before
-     * (core/replay.h; DTORCH_REPLAY=0 at creation or dt_graph_set_replay
-     * turn it off). */
+     * (core/replay.h; off unless DTORCH_REPLAY=1 at creation or
+     * dt_graph_set_replay turn it on). */
     atomic_int replay;
     pthread_t ctl;
     pthread_mutex_t life_lock; /* serialises shutdown */

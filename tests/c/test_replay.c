@@ -52,6 +52,7 @@ static dt_tensor *step(dt_graph *g, dt_tensor *x, double s, dt_tensor **total) {
 
 static void run(int ndev, int n) {
     dt_graph *g = ref_graph();
+    CHECK(dt_graph_set_replay(g, 1) == DT_OK); /* off by default */
     dt_mesh *m = mesh1d(ndev);
     dt_placement s0[1] = {{DT_PLACEMENT_SHARD, 0}};
     int64_t shape[1] = {n};

@@ -156,7 +156,7 @@ def chains(on: bool, graph=None) -> Iterator[None]:
 @contextlib.contextmanager
 def replay(on: bool, graph=None) -> Iterator[None]:
     """Turns a graph's capture and replay on or off (``dt_graph_set_replay``) inside the block, and
-    back to the default after it (on; off with ``DTORCH_REPLAY=0``).
+    back to the default after it (off; on with ``DTORCH_REPLAY=1``).
 
     >>> with replay(False):
     ...     y = dtorch.ones(3).exp()   # lowered, never replayed
@@ -168,7 +168,7 @@ def replay(on: bool, graph=None) -> Iterator[None]:
     try:
         yield
     finally:
-        _C._set_replay(g, os.environ.get("DTORCH_REPLAY") != "0")
+        _C._set_replay(g, os.environ.get("DTORCH_REPLAY") == "1")
 
 
 def controller_cpu_ns(graph=None) -> int:
