@@ -464,8 +464,8 @@ static int32_t classify(const dt__replay *r, const dt__node *n, const dt__blob *
     return ref;
 }
 
-/* The template of the capture, or NULL when it cannot be replayed; *oom set
- * when out of memory. */
+/* Fills t from the capture: t, or NULL when it cannot be replayed (out of
+ * memory included: the signature is then kept as not replayable). */
 static tpl *build(dt__replay *r, const dt__node *n, tpl *t) {
     int nrec = r->ncap;
     size_t alen = 0;
