@@ -17,6 +17,7 @@
  *
  * Every function runs on a Python thread holding the GIL; none waits.
  */
+#include "dtorch/dtorch_replay.h"
 #include "dtorch_py.h"
 
 #define GATE_CAPSULE "dtorch._test_gate"
@@ -85,14 +86,17 @@ static PyObject *mod_graph_stats(PyObject *module, PyObject *args) {
         return PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s",
                             Py_TYPE(graph)->tp_name);
     dt_graph_stats s;
-    if (dt_graph_get_stats(((dtpy_graph *)graph)->g, &s, reset_peak) != DT_OK)
+    int64_t hits, misses;
+    if (dt_graph_get_stats(((dtpy_graph *)graph)->g, &s, reset_peak) != DT_OK ||
+        dt_graph_get_replay_stats(((dtpy_graph *)graph)->g, &hits, &misses) != DT_OK)
         return dtpy_raise_last(st);
     return Py_BuildValue(
-        "{sLsLsLsLsLsLsLsLsLsL}", "submitted", (long long)s.submitted, "in_flight", (long long)s.in_flight,
-        "peak_in_flight", (long long)s.peak_in_flight, "in_flight_limit", (long long)s.in_flight_limit,
-        "check_interval", (long long)s.check_interval, "flow_waits", (long long)s.flow_waits,
-        "nodes_eliminated", (long long)s.nodes_eliminated, "kernels_in_place", (long long)s.kernels_in_place,
-        "nodes_fused", (long long)s.nodes_fused, "cancelled", (long long)s.cancelled);
+        "{sLsLsLsLsLsLsLsLsLsLsLsL}", "submitted", (long long)s.submitted, "in_flight",
+        (long long)s.in_flight, "peak_in_flight", (long long)s.peak_in_flight, "in_flight_limit",
+        (long long)s.in_flight_limit, "check_interval", (long long)s.check_interval, "flow_waits",
+        (long long)s.flow_waits, "nodes_eliminated", (long long)s.nodes_eliminated, "kernels_in_place",
+        (long long)s.kernels_in_place, "nodes_fused", (long long)s.nodes_fused, "cancelled",
+        (long long)s.cancelled, "replay_hits", (long long)hits, "replay_misses", (long long)misses);
 }
 
 static PyObject *mod_set_chains(PyObject *module, PyObject *args) {
@@ -107,6 +111,40 @@ static PyObject *mod_set_chains(PyObject *module, PyObject *args) {
     if (dt_graph_set_chains(((dtpy_graph *)graph)->g, on) != DT_OK)
         return dtpy_raise_last(st);
     Py_RETURN_NONE;
+}
+
+static PyObject *mod_set_replay(PyObject *module, PyObject *args) {
+    dtpy_state *st = mod_state(module);
+    PyObject *graph;
+    int on;
+    if (!PyArg_ParseTuple(args, "Op", &graph, &on))
+        return NULL;
+    if (!PyObject_TypeCheck(graph, st->graph_base_type) || ((dtpy_graph *)graph)->g == NULL)
+        return PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s",
+                            Py_TYPE(graph)->tp_name);
+    if (dt_graph_set_replay(((dtpy_graph *)graph)->g, on) != DT_OK)
+        return dtpy_raise_last(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mod_controller_cpu_ns(PyObject *module, PyObject *graph) {
+    dtpy_state *st = mod_state(module);
+    if (!PyObject_TypeCheck(graph, st->graph_base_type) || ((dtpy_graph *)graph)->g == NULL)
+        return PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s",
+                            Py_TYPE(graph)->tp_name);
+    return PyLong_FromLongLong((long long)dt_debug_controller_cpu_ns(((dtpy_graph *)graph)->g));
+}
+
+static PyObject *mod_lowering_ns(PyObject *module, PyObject *args) {
+    dtpy_state *st = mod_state(module);
+    PyObject *graph;
+    int on;
+    if (!PyArg_ParseTuple(args, "Op", &graph, &on))
+        return NULL;
+    if (!PyObject_TypeCheck(graph, st->graph_base_type) || ((dtpy_graph *)graph)->g == NULL)
+        return PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s",
+                            Py_TYPE(graph)->tp_name);
+    return PyLong_FromLongLong((long long)dt_debug_lowering_ns(((dtpy_graph *)graph)->g, on));
 }
 
 /* Collective groups lowered so far in the process (core.h). */
@@ -189,9 +227,16 @@ static PyMethodDef testing_methods[] = {
      "_test_gated(x, gate) -> a copy of x produced once the gate is open"},
     {"_graph_stats", mod_graph_stats, METH_VARARGS,
      "_graph_stats(graph, reset_peak=False) -> {submitted, in_flight, peak_in_flight, in_flight_limit, "
-     "check_interval, flow_waits, nodes_eliminated, kernels_in_place, nodes_fused, cancelled}"},
+     "check_interval, flow_waits, nodes_eliminated, kernels_in_place, nodes_fused, cancelled, replay_hits, "
+     "replay_misses}"},
     {"_set_chains", mod_set_chains, METH_VARARGS,
      "_set_chains(graph, on): turns the blocked elementwise chains on or off"},
+    {"_set_replay", mod_set_replay, METH_VARARGS,
+     "_set_replay(graph, on): turns capture and replay on or off"},
+    {"_lowering_ns", mod_lowering_ns, METH_VARARGS,
+     "_lowering_ns(graph, on) -> ns the controller's lowering step took while timed; turns timing on/off"},
+    {"_controller_cpu_ns", mod_controller_cpu_ns, METH_O,
+     "_controller_cpu_ns(graph) -> CPU ns the graph's controller thread has used (-1: unknown)"},
     {"_hold_controller", mod_hold_controller, METH_VARARGS,
      "_hold_controller(graph, hold): the controller takes nothing while held (tests only)"},
     {"_collectives_lowered", mod_collectives_lowered, METH_NOARGS,

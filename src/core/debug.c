@@ -20,6 +20,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/blob.h"
 #include "core/debug.h"
@@ -33,6 +34,7 @@
 #include "core/node.h"
 #include "core/stream_int.h"
 #include "core/tensor.h"
+#include "dtorch/dtorch_replay.h"
 
 /* ------------------------------------------------------------ stats */
 
@@ -61,6 +63,43 @@ dt_status dt_graph_set_chains(dt_graph *g, int on) {
         return dt__error(DT_EINVAL, "graph_set_chains: graph is %s", dt__handle_bad(g));
     atomic_store(&g->chains, on != 0);
     return DT_OK;
+}
+
+dt_status dt_graph_set_replay(dt_graph *g, int on) {
+    if (!dt__graph_ok(g))
+        return dt__error(DT_EINVAL, "graph_set_replay: graph is %s", dt__handle_bad(g));
+    atomic_store(&g->replay, on != 0);
+    return DT_OK;
+}
+
+dt_status dt_graph_get_replay_stats(dt_graph *g, int64_t *hits, int64_t *misses) {
+    if (!dt__graph_ok(g) || !hits || !misses)
+        return dt__error(DT_EINVAL, "graph_get_replay_stats: %s",
+                         dt__graph_ok(g) ? "NULL counter" : "bad graph");
+    *hits = atomic_load(&g->replay_hits);
+    *misses = atomic_load(&g->replay_misses);
+    return DT_OK;
+}
+
+int64_t dt_debug_lowering_ns(dt_graph *g, int on) {
+    if (!dt__graph_ok(g))
+        return -1;
+    atomic_store(&g->time_lowering, on != 0);
+    return atomic_load(&g->lowering_ns);
+}
+
+int64_t dt_debug_controller_cpu_ns(dt_graph *g) {
+    if (!dt__graph_ok(g))
+        return -1;
+    /* life_lock: the controller is not joined (its thread id is valid) meanwhile. */
+    pthread_mutex_lock(&g->life_lock);
+    int64_t ns = -1;
+    clockid_t cid;
+    struct timespec ts;
+    if (!g->shut_down && pthread_getcpuclockid(g->ctl, &cid) == 0 && clock_gettime(cid, &ts) == 0)
+        ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    pthread_mutex_unlock(&g->life_lock);
+    return ns;
 }
 
 /* ------------------------------------------------------------ hold */

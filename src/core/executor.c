@@ -25,6 +25,7 @@
 #include "core/node.h"
 #include "core/record.h"
 #include "core/remote.h"
+#include "core/replay.h"
 #include "core/stream.h"
 #include "core/stream_int.h"
 #include "core/tensor.h"
@@ -80,9 +81,10 @@ static void lower_failed(dt__lower *L, dt__node *n, dt_status st) {
     }
 }
 
-/* Lowers one node; a failure poisons its output (lower_failed). The one
- * place the controller loop handles a lowering's status. */
-static int lower_node(dt__lower *L, dt__node *n, int32_t kflags) {
+/* Lowers one node, or replays its kernels from the cache `rp` (NULL: off;
+ * replay.h); a failure poisons its output (lower_failed). The one place the
+ * controller loop handles a lowering's status. */
+static int lower_node(dt__lower *L, dt__node *n, int32_t kflags, dt__replay *rp) {
     if (n->op == DT_OP_STOP) {
         /* Last of the closing batch: the values dropped before the close
          * travel on it. */
@@ -99,11 +101,20 @@ static int lower_node(dt__lower *L, dt__node *n, int32_t kflags) {
     /* Explain and traces (record.h): one load when nothing is recorded. */
     int rec = dt__rec_anything();
     int64_t t0 = rec ? dt__rec_node_begin(L, n) : 0;
+    /* dt_debug_lowering_ns: the lowering step's time, when asked for. */
+    int timed = atomic_load_explicit(&L->g->time_lowering, memory_order_relaxed);
+    int64_t lt0 = timed ? dt__rec_now() : 0;
+    /* Replay's own allocations are the node's: an injected fault fails it. */
     dt__fault_scope(1);
-    dt_status st = dt__ops[n->op].lower(L, n);
+    int how = rp && !rec ? dt__replay_begin(rp, L, n, kflags) : 0;
+    dt_status st = how == 1 ? L->status : dt__ops[n->op].lower(L, n);
     dt__fault_scope(0);
     if (st == DT_OK)
         st = L->status; /* a helper failed and the function missed it */
+    if (how == 2)
+        dt__replay_end(rp, L, n, st);
+    if (timed)
+        atomic_fetch_add_explicit(&L->g->lowering_ns, dt__rec_now() - lt0, memory_order_relaxed);
     if (st != DT_OK)
         lower_failed(L, n, st);
     if (rec)
@@ -219,6 +230,9 @@ void *dt__controller_main(void *arg) {
     dt__seg_regions = 1; /* lowering sees segmented layouts (meta.c) */
     /* The round's window (window.h); its arrays are kept across rounds. */
     dt__window w = {0};
+    /* The replay cache (replay.h); NULL when out of memory: nodes are
+     * lowered. */
+    dt__replay *cache = dt__replay_new();
     int stop = 0;
     while (!stop) {
         dt__graph_wait_queue(g);
@@ -229,6 +243,9 @@ void *dt__controller_main(void *arg) {
         /* Without a window (out of memory) or after a failed pass, the
          * nodes are lowered as the passes before left the marks. */
         w.chains = atomic_load_explicit(&g->chains, memory_order_relaxed);
+        dt__replay *rp = atomic_load_explicit(&g->replay, memory_order_relaxed) ? cache : NULL;
+        if (!rp && cache)
+            dt__replay_clear(cache); /* off drops the templates */
         int windowed = dt__window_fill(&w, batch, released) == DT_OK;
         if (windowed)
             (void)dt__window_run_passes(&w);
@@ -243,7 +260,7 @@ void *dt__controller_main(void *arg) {
             if (n->op != DT_OP_STOP && atomic_load_explicit(&g->cancelled, memory_order_relaxed))
                 discard(g, n); /* dt_graph_cancel: freed unlowered */
             else if (!(f & (DT__WS_DEAD | DT__WS_FUSED)))
-                stop |= lower_node(&L, n, (f & DT__WS_REUSE) ? DT_KF_REUSE : 0);
+                stop |= lower_node(&L, n, (f & DT__WS_REUSE) ? DT_KF_REUSE : 0, rp);
             /* A substitute is a node_pool record the window hands over. */
             if (n != orig)
                 dt__node_free(n);
@@ -277,6 +294,7 @@ void *dt__controller_main(void *arg) {
             atomic_store_explicit(&g->peak_backlog, in_flight, memory_order_relaxed);
     }
     dt__window_free(&w);
+    dt__replay_free(cache); /* its templates name streams, freed below */
     dt__graph_flush_releases(g);
     /* Nodes after STOP cannot exist: the queue is closed before STOP goes in. */
     dt__graph_streams_stop(g);

@@ -101,6 +101,10 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
      * machine the unfused in-place kernels were faster (docs/benchmarks.md). */
     const char *ch = getenv("DTORCH_CHAINS");
     atomic_init(&g->chains, ch && ch[0] == '1' && ch[1] == 0);
+    /* DTORCH_REPLAY=1 turns capture and replay on (core/replay.h). Off by
+     * default for now: docs/decisions.md, "Replay". */
+    const char *rp = getenv("DTORCH_REPLAY");
+    atomic_init(&g->replay, rp && rp[0] == '1' && rp[1] == 0);
     g->fork_gen = atomic_load(&dt__fork_gen);
     pthread_mutex_init(&g->life_lock, NULL);
     pthread_mutex_init(&g->qlock, NULL);

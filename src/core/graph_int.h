@@ -28,6 +28,10 @@ struct dt_graph {
     /* The window's chain pass runs (0, the default; DTORCH_CHAINS=1 at
      * creation or dt_graph_set_chains turn it on). */
     atomic_int chains;
+    /* The controller replays the kernels of nodes it has lowered before
+     * (core/replay.h; off unless DTORCH_REPLAY=1 at creation or
+     * dt_graph_set_replay turn it on). */
+    atomic_int replay;
     pthread_t ctl;
     pthread_mutex_t life_lock; /* serialises shutdown */
     int shut_down;             /* the controller is joined; guarded by life_lock */
@@ -63,7 +67,14 @@ struct dt_graph {
     atomic_long peak_backlog;
     atomic_long nodes_eliminated; /* never lowered (passes/dce.c) */
     atomic_long nodes_fused;      /* run inside chain kernels (passes/chain.c) */
-    dt_mesh *defer_mesh;          /* controller-only: mesh references not yet dropped */
+    atomic_long replay_hits;      /* nodes whose kernels were replayed (replay.c) */
+    atomic_long replay_misses;    /* nodes the cache could hold that were lowered */
+    atomic_int time_lowering;     /* dt_debug_lowering_ns: time each node's lowering */
+    atomic_long lowering_ns;      /* the lowering steps' time while timed */
+    /* Controller-only: the replay cache while it captures a node's kernels
+     * (dt__lw_stream_append notes them), NULL otherwise. */
+    struct dt__replay *replay_cap;
+    dt_mesh *defer_mesh; /* controller-only: mesh references not yet dropped */
     int defer_n;
 
     /* Flow control: the backlog is submitted + kqueued - retired, node

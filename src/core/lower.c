@@ -21,6 +21,7 @@
 #include "core/mesh.h"
 #include "core/meta.h"
 #include "core/record.h"
+#include "core/replay.h"
 #include "core/stream.h"
 #include "core/stream_int.h"
 #include "core/tensor.h"
@@ -91,6 +92,8 @@ void dt__lw_discard(dt__kernel *k) {
 void dt__lw_stream_append(dt_graph *g, dt__stream *s, dt__krec *k) {
     g->kqueued_local++;
     s->appended++;
+    if (g->replay_cap) /* capturing this node's kernels (replay.h) */
+        dt__replay_note(g->replay_cap, s, k);
     if (dt__rec_enabled(DT__REC_TRACE) && g->rec && g->rec->cur_node) /* tracing this node (record.h) */
         dt__rec_kernel_queued(g, s, k, s->appended);
     k->next = NULL;

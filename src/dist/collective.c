@@ -495,6 +495,13 @@ dt__blob *dt__lw_send_recv(dt__lower *L, const dt_mesh *smesh, int64_t sidx, con
     return dt__blob_retain(recv->out);
 }
 
+uint64_t dt__graph_group_next_seq(dt_graph *g, uint64_t id) {
+    for (struct dt__group_ref *ref = g->groups; ref; ref = ref->next)
+        if (ref->id == id)
+            return ++ref->seq;
+    return 0;
+}
+
 int dt__graph_group_info(dt_graph *g, uint64_t id, int *type, int *n, const int64_t **device_ids) {
     for (struct dt__group_ref *ref = g->groups; ref; ref = ref->next)
         if (ref->id == id) {

@@ -88,4 +88,8 @@ dt__blob *dt__lw_send_recv(dt__lower *L, const dt_mesh *smesh, int64_t sidx, con
  * *seq gets the group's next sequence number. */
 uint64_t dt__lw_group(dt__lower *L, const dt_mesh *mesh, int64_t base, int64_t stride, int n, int stream_kind,
                       uint64_t *seq);
+/* The next sequence number of g's collective group `id` (replay.c: a
+ * replayed collective takes a fresh one, as dt__lw_group would); 0 when g
+ * has no such group. Controller thread. */
+uint64_t dt__graph_group_next_seq(struct dt_graph *g, uint64_t id);
 #endif /* DT_COMM_H */

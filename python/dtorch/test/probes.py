@@ -29,7 +29,8 @@ from typing import Dict, Iterator, Optional
 from .. import _C
 from .._C import TensorBase
 
-__all__ = ["Gate", "graph_stats", "cached_bytes", "fail_allocs", "fail_allocs_pending", "held_controller"]
+__all__ = ["Gate", "graph_stats", "cached_bytes", "fail_allocs", "fail_allocs_pending", "held_controller", "chains",
+           "replay", "controller_cpu_ns", "lowering_ns"]
 
 
 class Gate:
@@ -78,7 +79,9 @@ def graph_stats(graph=None, reset_peak: bool = False) -> Dict[str, int]:
     (nodes never lowered: their result was dropped unread, the window's dce pass),
     ``kernels_in_place`` (kernels that wrote into their first input's buffer, the reuse pass),
     ``nodes_fused`` (nodes run inside blocked elementwise chain kernels, the chain pass) and
-    ``cancelled`` (nodes and kernels dropped unrun by ``Graph.cancel``, e.g. at interpreter exit).
+    ``cancelled`` (nodes and kernels dropped unrun by ``Graph.cancel``, e.g. at interpreter exit),
+    ``replay_hits`` (nodes whose kernels the controller replayed from an earlier node with the same
+    signature) and ``replay_misses`` (nodes it could have replayed but lowered).
 
     >>> graph_stats()["in_flight_limit"]
     32768
@@ -148,3 +151,48 @@ def chains(on: bool, graph=None) -> Iterator[None]:
         yield
     finally:
         _C._set_chains(g, os.environ.get("DTORCH_CHAINS") == "1")
+
+
+@contextlib.contextmanager
+def replay(on: bool, graph=None) -> Iterator[None]:
+    """Turns a graph's capture and replay on or off (``dt_graph_set_replay``) inside the block, and
+    back to the default after it (off; on with ``DTORCH_REPLAY=1``).
+
+    >>> with replay(False):
+    ...     y = dtorch.ones(3).exp()   # lowered, never replayed
+    """
+    from .._graph import Graph, _resolve
+
+    g: Optional[Graph] = _resolve(graph) if graph is not None else Graph.default_graph()
+    _C._set_replay(g, bool(on))
+    try:
+        yield
+    finally:
+        _C._set_replay(g, os.environ.get("DTORCH_REPLAY") == "1")
+
+
+def controller_cpu_ns(graph=None) -> int:
+    """CPU time a graph's controller thread has used so far, in nanoseconds
+    (``dt_debug_controller_cpu_ns``); -1 when unknown.
+
+    >>> controller_cpu_ns() >= 0
+    True
+    """
+    from .._graph import Graph, _resolve
+
+    g: Optional[Graph] = _resolve(graph) if graph is not None else Graph.default_graph()
+    return _C._controller_cpu_ns(g)
+
+
+def lowering_ns(on: bool = True, graph=None) -> int:
+    """Turns timing of a graph's lowering step (each node lowered or replayed, CLOCK_MONOTONIC) on
+    or off for the nodes lowered afterwards (``dt_debug_lowering_ns``), and returns the nanoseconds
+    timed so far.
+
+    >>> t0 = lowering_ns(True); y = (dtorch.ones(3) * 2).to_torch(); lowering_ns(False) >= t0
+    True
+    """
+    from .._graph import Graph, _resolve
+
+    g: Optional[Graph] = _resolve(graph) if graph is not None else Graph.default_graph()
+    return _C._lowering_ns(g, bool(on))

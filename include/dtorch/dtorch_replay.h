@@ -1,0 +1,46 @@
+/*
+ * dtorch capture and replay: the controller's cache of lowered nodes
+ * (docs/decisions.md, "Replay"; src/core/replay.c). Include after or instead
+ * of dtorch.h (it includes it).
+ */
+#ifndef DTORCH_REPLAY_H
+#define DTORCH_REPLAY_H
+
+#include "dtorch/dtorch.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Turns g's capture and replay on (1; the default only when DTORCH_REPLAY=1
+ * was set when g was made) or off (0, the default), for the controller rounds that start
+ * afterwards: a node with the signature of one lowered before (op,
+ * attributes, input and output layouts, which inputs share a blob) gets
+ * copies of that node's kernels bound to its own values instead of a
+ * lowering. Results are the same either way. DT_EINVAL for a bad graph.
+ * Any thread. */
+DT_API dt_status dt_graph_set_replay(dt_graph *g, int on);
+
+/* g's replay counters: *hits, nodes whose kernels were replayed; *misses,
+ * nodes the cache could hold that were lowered (first sightings, and
+ * lowerings that cannot be replayed). Each read atomically. DT_EINVAL for
+ * NULL arguments. Any thread. */
+DT_API dt_status dt_graph_get_replay_stats(dt_graph *g, int64_t *hits, int64_t *misses);
+
+/* Test and benchmark use: CPU time g's controller thread has used so far,
+ * in nanoseconds (its CLOCK_THREAD_CPUTIME_ID, read from the calling
+ * thread); -1 for a bad graph, a controller that has exited, or a platform
+ * without per-thread clocks. Any thread. */
+DT_API int64_t dt_debug_controller_cpu_ns(dt_graph *g);
+
+/* Test and benchmark use: turns timing of the controller's lowering step
+ * (lowering or replaying each node, CLOCK_MONOTONIC) on (on != 0) or off
+ * for the nodes lowered afterwards, and returns the nanoseconds timed so far
+ * (-1 for a bad graph). Off costs one relaxed load per node. Any thread. */
+DT_API int64_t dt_debug_lowering_ns(dt_graph *g, int on);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DTORCH_REPLAY_H */

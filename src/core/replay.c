@@ -1,0 +1,572 @@
+/*
+ * Capture and replay (replay.h says what a template is and when one is
+ * used; docs/decisions.md "Replay" says why per node).
+ *
+ * A node's signature is a string of 64-bit words: op, input count, window
+ * flags, the overlap setting, the attributes (the family block only for ops
+ * that read it), each input's and the output's meta (dtype, shape, mesh uid,
+ * placements, segments), and which input blobs are one blob. The cache maps
+ * signatures to templates, open addressing on the signature's hash with the
+ * signature compared word for word, so a hash collision is a miss, never a
+ * wrong hit.
+ *
+ * A template's blob references: k >= 0 is the output of its record k (a blob
+ * the lowering made); ref_in(j, d) is blob d of input j.
+ *
+ * Threads: controller only; no locks.
+ */
+#include <string.h>
+
+#include "core/blob.h"
+#include "core/graph_int.h"
+#include "core/kernel.h"
+#include "core/kernel_rec.h"
+#include "core/lower.h"
+#include "core/mesh.h"
+#include "core/node.h"
+#include "core/replay.h"
+#include "core/segment.h"
+#include "core/stream_int.h"
+#include "core/tensor.h"
+#include "dist/comm.h"
+
+#define REF_NONE INT32_MIN
+#define DEV_BITS 20
+#define MAX_DEV ((int64_t)1 << DEV_BITS)
+/* Templates kept at most; the cache is emptied when it would hold more (a
+ * program whose signatures never repeat stops costing memory). */
+#define MAX_TEMPLATES 8192
+/* Records one template holds at most (a larger lowering is not cached). */
+#define MAX_RECS 4096
+
+static int32_t ref_in(int j, int64_t d) { return -1 - (int32_t)(((int64_t)j << DEV_BITS) | d); }
+static int ref_j(int32_t ref) { return (-1 - ref) >> DEV_BITS; }
+static int64_t ref_d(int32_t ref) { return (-1 - ref) & (MAX_DEV - 1); }
+
+typedef struct tpl_rec {
+    dt__stream *s;
+    const char *opname;
+    int32_t kop, rank;
+    int16_t n_in;
+    int16_t coll; /* a collective: its index among the template's collectives; else -1 */
+    int32_t in[DT_MAX_OP_INPUTS];
+    int32_t out;
+    uint32_t alen, aoff;
+} tpl_rec;
+
+typedef struct tpl {
+    uint64_t hash;
+    uint32_t nsig;
+    int usable; /* 0: the signature's lowering cannot be replayed */
+    int nrec, ncoll;
+    int64_t nout;
+    uint64_t *sig;
+    tpl_rec *recs;
+    uint64_t *groups; /* ncoll: each collective's group id */
+    int32_t *outs;    /* nout: the output's blob per device */
+    uint8_t *attrs;
+} tpl;
+
+typedef struct cap_ent {
+    dt__stream *s;
+    dt__krec *k;
+} cap_ent;
+
+struct dt__replay {
+    tpl **tab;
+    uint32_t cap, n; /* cap a power of two, n at most cap / 2 */
+    /* The current node's signature. */
+    uint64_t *sig;
+    uint32_t nsig, sigcap;
+    uint64_t hash;
+    /* The capture in progress. */
+    cap_ent *caps;
+    int ncap, capcap, cap_over;
+    /* Replay scratch: nrec records and fresh blobs, ncoll sequence numbers. */
+    dt__krec **ks;
+    dt__blob **fresh;
+    uint64_t *seqs;
+    int scap;
+};
+
+/* ------------------------------------------------------------- cache */
+
+static void tpl_free(tpl *t) {
+    if (!t)
+        return;
+    dt__free(t->sig);
+    dt__free(t->recs);
+    dt__free(t->groups);
+    dt__free(t->outs);
+    dt__free(t->attrs);
+    dt__free(t);
+}
+
+dt__replay *dt__replay_new(void) {
+    dt__replay *r = dt__calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->cap = 256;
+    r->tab = dt__calloc(r->cap, sizeof *r->tab);
+    r->capcap = 64;
+    r->caps = dt__calloc((size_t)r->capcap, sizeof *r->caps);
+    if (!r->tab || !r->caps) {
+        dt__replay_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+static void clear(dt__replay *r) {
+    for (uint32_t i = 0; i < r->cap; i++) {
+        tpl_free(r->tab[i]);
+        r->tab[i] = NULL;
+    }
+    r->n = 0;
+}
+
+void dt__replay_clear(dt__replay *r) {
+    if (r->n)
+        clear(r);
+}
+
+void dt__replay_free(dt__replay *r) {
+    if (!r)
+        return;
+    if (r->tab)
+        clear(r);
+    dt__free(r->tab);
+    dt__free(r->sig);
+    dt__free(r->caps);
+    dt__free(r->ks);
+    dt__free(r->fresh);
+    dt__free(r->seqs);
+    dt__free(r);
+}
+
+static tpl *lookup(const dt__replay *r) {
+    uint32_t mask = r->cap - 1;
+    for (uint32_t i = (uint32_t)r->hash & mask;; i = (i + 1) & mask) {
+        tpl *t = r->tab[i];
+        if (!t)
+            return NULL;
+        if (t->hash == r->hash && t->nsig == r->nsig && !memcmp(t->sig, r->sig, r->nsig * sizeof *r->sig))
+            return t;
+    }
+}
+
+static void put_tab(tpl **tab, uint32_t cap, tpl *t) {
+    uint32_t mask = cap - 1;
+    uint32_t i = (uint32_t)t->hash & mask;
+    while (tab[i])
+        i = (i + 1) & mask;
+    tab[i] = t;
+}
+
+/* Takes t (freed when it cannot be stored). */
+static void insert(dt__replay *r, tpl *t) {
+    if (r->n + 1 > r->cap / 2) {
+        if (r->cap * 2 > 2 * MAX_TEMPLATES) {
+            clear(r);
+        } else {
+            tpl **tab = dt__calloc((size_t)r->cap * 2, sizeof *tab);
+            if (!tab) {
+                tpl_free(t);
+                return;
+            }
+            for (uint32_t i = 0; i < r->cap; i++)
+                if (r->tab[i])
+                    put_tab(tab, r->cap * 2, r->tab[i]);
+            dt__free(r->tab);
+            r->tab = tab;
+            r->cap *= 2;
+        }
+    }
+    put_tab(r->tab, r->cap, t);
+    r->n++;
+}
+
+/* --------------------------------------------------------- signature */
+
+static inline void put(dt__replay *r, uint64_t w) { r->sig[r->nsig++] = w; }
+
+static uint64_t dbits(double x) {
+    uint64_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static void put_scalar(dt__replay *r, dt_scalar s) {
+    put(r, (uint64_t)(uint32_t)s.kind);
+    put(r, (uint64_t)s.i);
+    put(r, dbits(s.f));
+}
+
+static void put_meta(dt__replay *r, const dt__meta *m) {
+    const dt_mesh *mesh = m->mesh;
+    int mnd = mesh ? mesh->ndim : 0;
+    put(r, (uint64_t)(uint32_t)m->dtype | (uint64_t)(uint32_t)m->ndim << 32);
+    for (int d = 0; d < m->ndim; d++)
+        put(r, (uint64_t)m->shape[d]);
+    put(r, mesh ? mesh->uid : 0);
+    for (int d = 0; d < mnd; d++)
+        put(r, (uint64_t)(uint32_t)m->pl[d].kind | (uint64_t)(uint32_t)m->pl[d].dim << 32);
+    put(r, (uint64_t)(uint8_t)m->seg.n);
+    if (m->seg.n > 0) {
+        put(r, (uint64_t)(uint8_t)m->seg.dim | (uint64_t)(uint8_t)m->seg.md << 8);
+        for (int s = 0; s < m->seg.n; s++)
+            put(r, (uint64_t)m->seg.len[s]);
+    }
+}
+
+static int reserve_sig(dt__replay *r, size_t words) {
+    if (words <= r->sigcap)
+        return 1;
+    size_t cap = r->sigcap ? r->sigcap : 256;
+    while (cap < words)
+        cap *= 2;
+    uint64_t *p = dt__realloc(r->sig, cap * sizeof *p);
+    if (!p)
+        return 0;
+    r->sig = p;
+    r->sigcap = (uint32_t)cap;
+    return 1;
+}
+
+/* Builds n's signature and its hash; 0 when n is not to be cached. */
+static int signature(dt__replay *r, const dt__lower *L, const dt__node *n, int32_t kflags) {
+    /* A random op's seed is new on every call: its signature never repeats. */
+    if (n->extra || n->a.seed || !n->out || !n->out->meta.mesh || n->out->meta.mesh->ndev >= MAX_DEV)
+        return 0;
+    int64_t ndev = 0;
+    for (int j = 0; j < n->n_in; j++) {
+        const dt__tval *v = n->in[j];
+        if (!v || !v->blobs || !v->meta.mesh || v->meta.mesh->ndev >= MAX_DEV)
+            return 0;
+        ndev += v->meta.mesh->ndev;
+    }
+    size_t words = 16 + sizeof n->a / 8 +
+                   (size_t)(n->n_in + 1) * (8 + DT_MAX_NDIM + DT_MAX_MESH_NDIM + DT_MAX_SEGMENTS) +
+                   (size_t)ndev;
+    if (!reserve_sig(r, words))
+        return 0;
+    r->nsig = 0;
+    put(r, (uint64_t)(uint32_t)n->op | (uint64_t)(uint32_t)n->n_in << 32);
+    put(r, (uint64_t)(uint32_t)kflags | (uint64_t)(L->g->overlap != 0) << 32);
+    const dt__nattr *a = &n->a;
+    put(r, (uint64_t)(uint32_t)a->sub | (uint64_t)(uint32_t)a->flags << 32);
+    put_scalar(r, a->scalar);
+    put_scalar(r, a->scalar2);
+    put(r, a->dims_mask);
+    put(r, a->seed);
+    for (int i = 0; i < 3; i++)
+        put(r, dbits(a->f[i]));
+    put(r, (uint64_t)(uintptr_t)a->text); /* interned: one pointer per text */
+    /* The elementwise family leaves the block undefined and reads none of it. */
+    if (dt__ops[n->op].lower != dt__lower_elementwise) {
+        const uint8_t *u = (const uint8_t *)a + offsetof(dt__nattr, ints);
+        size_t len = sizeof *a - offsetof(dt__nattr, ints);
+        for (size_t o = 0; o < len; o += 8) {
+            uint64_t w = 0;
+            memcpy(&w, u + o, len - o < 8 ? len - o : 8);
+            put(r, w);
+        }
+    }
+    put_meta(r, &n->out->meta);
+    for (int j = 0; j < n->n_in; j++) {
+        const dt__tval *v = n->in[j];
+        put_meta(r, &v->meta);
+        /* Which blobs are one blob: an earlier input that is the same value,
+         * else per device the earlier input holding the same blob there (a
+         * blob lives on one device; capture refuses a lowering that named
+         * one blob on two). */
+        int same = -1;
+        for (int q = 0; q < j && same < 0; q++)
+            if (n->in[q] == v)
+                same = q;
+        if (same >= 0) {
+            put(r, (uint64_t)(uint32_t)same | (uint64_t)1 << 40);
+            continue;
+        }
+        for (int64_t d = 0; d < v->meta.mesh->ndev; d++) {
+            uint64_t w = (uint64_t)(v->blobs[d] != NULL) << 41;
+            for (int q = 0; q < j; q++) {
+                const dt__tval *u = n->in[q];
+                if (u->meta.mesh->ndev > d && u->blobs[d] == v->blobs[d]) {
+                    w |= (uint64_t)(q + 1);
+                    break;
+                }
+            }
+            put(r, w);
+        }
+    }
+    /* Four independent lanes: a signature is tens of words, and one serial
+     * multiply chain over them was a quarter of a replay's time. */
+    uint64_t h[4] = {0x243f6a8885a308d3ull, 0x13198a2e03707344ull, 0xa4093822299f31d0ull,
+                     0x082efa98ec4e6c89ull};
+    uint32_t i = 0;
+    for (; i + 4 <= r->nsig; i += 4)
+        for (int l = 0; l < 4; l++)
+            h[l] = (h[l] ^ r->sig[i + l]) * 0x9e3779b97f4a7c15ull;
+    for (; i < r->nsig; i++)
+        h[0] = (h[0] ^ r->sig[i]) * 0x9e3779b97f4a7c15ull;
+    uint64_t x = h[0] ^ (h[1] >> 17) ^ (h[2] << 23) ^ (h[3] >> 41) ^ r->nsig;
+    r->hash = (x ^ (x >> 29)) * 0xbf58476d1ce4e5b9ull;
+    return 1;
+}
+
+/* ------------------------------------------------------------ replay */
+
+static int reserve_scratch(dt__replay *r, int nrec, int ncoll) {
+    int need = nrec > ncoll ? nrec : ncoll;
+    if (need <= r->scap)
+        return 1;
+    int cap = r->scap ? r->scap : 64;
+    while (cap < need)
+        cap *= 2;
+    dt__krec **ks = dt__realloc(r->ks, (size_t)cap * sizeof *ks);
+    if (ks)
+        r->ks = ks;
+    dt__blob **fresh = ks ? dt__realloc(r->fresh, (size_t)cap * sizeof *fresh) : NULL;
+    if (fresh)
+        r->fresh = fresh;
+    uint64_t *seqs = fresh ? dt__realloc(r->seqs, (size_t)cap * sizeof *seqs) : NULL;
+    if (!seqs)
+        return 0;
+    r->seqs = seqs;
+    r->scap = cap;
+    return 1;
+}
+
+static dt__blob *resolve(const dt__replay *r, const dt__node *n, int32_t ref) {
+    return ref >= 0 ? r->fresh[ref] : n->in[ref_j(ref)]->blobs[ref_d(ref)];
+}
+
+/* Queues t's records for n. DT_ENOMEM (L->status set, nothing queued) when
+ * out of memory. */
+static dt_status apply(dt__replay *r, dt__lower *L, const dt__node *n, const tpl *t) {
+    if (!reserve_scratch(r, t->nrec, t->ncoll) || dt__lw_alloc_blobs(L, n->out) != DT_OK)
+        return dt__lw_fail(L, DT_ENOMEM, "out of memory (replay)");
+    int k = 0;
+    for (; k < t->nrec; k++) {
+        const tpl_rec *tr = &t->recs[k];
+        r->ks[k] = dt__krec_alloc(tr->alen);
+        r->fresh[k] = r->ks[k] && tr->out == k ? dt__blob_new(tr->s->be) : NULL;
+        if (!r->ks[k] || (tr->out == k && !r->fresh[k]))
+            break;
+    }
+    if (k < t->nrec) {
+        for (int i = 0; i <= k && i < t->nrec; i++) {
+            dt__krec_free(r->ks[i]);
+            dt__blob_release(r->fresh[i]);
+        }
+        return dt__lw_fail(L, DT_ENOMEM, "out of memory (replay)");
+    }
+    /* Nothing fails from here on. Each collective takes its group's next
+     * number, in the order lowering took them, on every rank alike. */
+    for (int c = 0; c < t->ncoll; c++) {
+        r->seqs[c] = dt__graph_group_next_seq(L->g, t->groups[c]);
+        atomic_fetch_add_explicit(&dt__collectives_lowered, 1, memory_order_relaxed);
+    }
+    for (k = 0; k < t->nrec; k++) {
+        const tpl_rec *tr = &t->recs[k];
+        dt__krec *q = r->ks[k];
+        q->kop = tr->kop;
+        q->n_in = tr->n_in;
+        q->rank = tr->rank;
+        q->opname = tr->opname;
+        q->site_file = n->site_file;
+        q->site_line = n->site_line;
+        memcpy(q->attr, t->attrs + tr->aoff, tr->alen);
+        if (tr->coll >= 0) {
+            uint8_t *p = q->attr + 8; /* dt__coll_krec: group, then seq */
+            dt__le_put(&p, r->seqs[tr->coll], 8);
+        }
+        for (int i = 0; i < tr->n_in; i++)
+            q->in[i] = dt__blob_retain(resolve(r, n, tr->in[i]));
+        /* A fresh blob's creation reference moves into its producer. */
+        q->out = tr->out == k ? r->fresh[k] : dt__blob_retain(resolve(r, n, tr->out));
+        dt__lw_bind(L->g, tr->s, q);
+        dt__lw_stream_append(L->g, tr->s, q);
+    }
+    for (int64_t d = 0; d < t->nout; d++) {
+        dt__blob *b = t->outs[d] == REF_NONE ? NULL : dt__blob_retain(resolve(r, n, t->outs[d]));
+        dt__blob_release(n->out->blobs[d]);
+        n->out->blobs[d] = b;
+    }
+    return DT_OK;
+}
+
+int dt__replay_begin(dt__replay *r, dt__lower *L, const dt__node *n, int32_t kflags) {
+    if (!signature(r, L, n, kflags))
+        return 0;
+    tpl *t = lookup(r);
+    if (t) {
+        if (!t->usable) {
+            atomic_fetch_add_explicit(&L->g->replay_misses, 1, memory_order_relaxed);
+            return 0;
+        }
+        if (apply(r, L, n, t) == DT_OK)
+            atomic_fetch_add_explicit(&L->g->replay_hits, 1, memory_order_relaxed);
+        return 1;
+    }
+    atomic_fetch_add_explicit(&L->g->replay_misses, 1, memory_order_relaxed);
+    r->ncap = 0;
+    r->cap_over = 0;
+    L->g->replay_cap = r;
+    return 2;
+}
+
+void dt__replay_note(dt__replay *r, dt__stream *s, dt__krec *k) {
+    if (r->ncap == r->capcap) {
+        if (r->capcap >= MAX_RECS) {
+            r->cap_over = 1;
+            return;
+        }
+        /* Not the lowering's allocation: an injected fault is not spent here. */
+        dt__fault_scope(0);
+        cap_ent *p = dt__realloc(r->caps, (size_t)r->capcap * 2 * sizeof *p);
+        dt__fault_scope(1);
+        if (!p) {
+            r->cap_over = 1;
+            return;
+        }
+        r->caps = p;
+        r->capcap *= 2;
+    }
+    r->caps[r->ncap++] = (cap_ent){s, k};
+}
+
+/* ----------------------------------------------------------- capture */
+
+/* The template reference for blob b of the capture's first `upto` records
+ * and n's inputs; REF_NONE when it is neither (or names one blob on two
+ * devices). */
+static int32_t classify(const dt__replay *r, const dt__node *n, const dt__blob *b, int upto) {
+    for (int k = 0; k < upto; k++)
+        if (r->caps[k].k->out == b)
+            return k;
+    int32_t ref = REF_NONE;
+    int64_t dev = -1;
+    for (int j = 0; j < n->n_in; j++) {
+        const dt__tval *v = n->in[j];
+        for (int64_t d = 0; d < v->meta.mesh->ndev; d++) {
+            if (v->blobs[d] != b)
+                continue;
+            if (ref == REF_NONE) {
+                ref = ref_in(j, d);
+                dev = d;
+            } else if (d != dev) {
+                return REF_NONE;
+            }
+        }
+    }
+    return ref;
+}
+
+/* Fills t from the capture: t, or NULL when it cannot be replayed (out of
+ * memory included: the signature is then kept as not replayable). */
+static tpl *build(dt__replay *r, const dt__node *n, tpl *t) {
+    int nrec = r->ncap;
+    size_t alen = 0;
+    int ncoll = 0;
+    for (int k = 0; k < nrec; k++) {
+        const dt__krec *q = r->caps[k].k;
+        if (q->handle || !q->out)
+            return NULL;
+        alen += q->alen;
+        if (q->kop == DT_KC_COLLECTIVE)
+            ncoll++;
+    }
+    t->recs = dt__calloc((size_t)(nrec ? nrec : 1), sizeof *t->recs);
+    t->attrs = dt__malloc(alen ? alen : 1);
+    t->groups = dt__calloc((size_t)(ncoll ? ncoll : 1), sizeof *t->groups);
+    t->nout = n->out->meta.mesh->ndev;
+    t->outs = dt__calloc((size_t)t->nout, sizeof *t->outs);
+    uint64_t *seqs = dt__calloc((size_t)(ncoll ? ncoll : 1), sizeof *seqs);
+    if (!t->recs || !t->attrs || !t->groups || !t->outs || !seqs) {
+        dt__free(seqs);
+        return NULL;
+    }
+    size_t aoff = 0;
+    int ok = 1;
+    for (int k = 0; k < nrec && ok; k++) {
+        const dt__krec *q = r->caps[k].k;
+        tpl_rec *tr = &t->recs[k];
+        tr->s = r->caps[k].s;
+        tr->opname = q->opname;
+        tr->kop = q->kop;
+        tr->rank = q->rank;
+        tr->n_in = q->n_in;
+        tr->coll = -1;
+        tr->alen = q->alen;
+        tr->aoff = (uint32_t)aoff;
+        memcpy(t->attrs + aoff, q->attr, q->alen);
+        aoff += q->alen;
+        for (int i = 0; i < q->n_in && ok; i++) {
+            tr->in[i] = classify(r, n, q->in[i], k);
+            ok = tr->in[i] != REF_NONE;
+        }
+        /* An output no earlier record made and no input holds is fresh. */
+        tr->out = classify(r, n, q->out, k);
+        if (tr->out == REF_NONE)
+            tr->out = k;
+        if (q->kop == DT_KC_COLLECTIVE && ok) {
+            if (q->alen < 16) {
+                ok = 0;
+                break;
+            }
+            const uint8_t *p = q->attr;
+            uint64_t group = dt__le_get(&p, 8), seq = dt__le_get(&p, 8);
+            int c = 0;
+            while (c < t->ncoll && !(t->groups[c] == group && seqs[c] == seq))
+                c++;
+            if (c == t->ncoll) {
+                t->groups[c] = group;
+                seqs[c] = seq;
+                t->ncoll++;
+            }
+            tr->coll = (int16_t)c;
+        }
+    }
+    for (int64_t d = 0; d < t->nout && ok; d++) {
+        const dt__blob *b = n->out->blobs ? n->out->blobs[d] : NULL;
+        t->outs[d] = b ? classify(r, n, b, nrec) : REF_NONE;
+        ok = !b || t->outs[d] != REF_NONE;
+    }
+    dt__free(seqs);
+    t->nrec = nrec;
+    return ok ? t : NULL;
+}
+
+void dt__replay_end(dt__replay *r, dt__lower *L, const dt__node *n, dt_status st) {
+    L->g->replay_cap = NULL;
+    /* A failure may be passing (out of memory): the next sighting tries again. */
+    if (st != DT_OK)
+        return;
+    tpl *t = dt__calloc(1, sizeof *t);
+    if (!t)
+        return;
+    t->sig = dt__malloc(r->nsig * sizeof *t->sig);
+    if (!t->sig) {
+        dt__free(t);
+        return;
+    }
+    memcpy(t->sig, r->sig, r->nsig * sizeof *t->sig);
+    t->nsig = r->nsig;
+    t->hash = r->hash;
+    t->usable = !r->cap_over && r->ncap <= MAX_RECS && build(r, n, t) != NULL;
+    if (!t->usable) {
+        /* Only the signature is kept: the next sighting lowers at once. */
+        dt__free(t->recs);
+        dt__free(t->groups);
+        dt__free(t->outs);
+        dt__free(t->attrs);
+        t->recs = NULL;
+        t->groups = NULL;
+        t->outs = NULL;
+        t->attrs = NULL;
+        t->nrec = t->ncoll = 0;
+    }
+    insert(r, t);
+}

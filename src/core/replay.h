@@ -1,0 +1,51 @@
+/*
+ * Capture and replay (issue 14 item 1; docs/decisions.md, "Replay"): the
+ * controller's cache of lowered nodes. A node's lowering is a function of
+ * its op, attributes, the layouts (metas) of its inputs and output, which
+ * input blobs are the same blob, the window's mark on it (DT_KF_REUSE) and
+ * the graph's overlap setting: every value is immutable and every lowering
+ * function reads only those (window.h, passes/dce.c). So the kernels it made
+ * once, with their blobs named relative to the node (input j on device d,
+ * or "the output of the node's k-th kernel"), are a template: a later node
+ * with the same signature gets copies of those records bound to its own
+ * input blobs and fresh output blobs, without lowering again. Collectives get
+ * their group's next sequence number, so (group, seq) pairs still match on
+ * every rank.
+ *
+ * What is never cached: nodes that own something (n->extra: sources, reads,
+ * syncs, gates, chains), lowerings that made a kernel with a handle (future,
+ * assembly, gate) or named a blob that is neither an input's nor made by one
+ * of its own kernels, and failed lowerings. Nothing is captured or replayed
+ * while explain or traces record (record.h).
+ *
+ * Threads: controller only (one cache per graph, in the controller loop).
+ * Nothing here locks.
+ */
+#ifndef DT_CORE_REPLAY_H
+#define DT_CORE_REPLAY_H
+
+#include "core/lower.h"
+
+typedef struct dt__replay dt__replay;
+
+/* A new, empty cache; NULL when out of memory (the controller then lowers
+ * every node). */
+dt__replay *dt__replay_new(void);
+/* Frees the cache (NULL is ignored). Templates hold no references. */
+void dt__replay_free(dt__replay *r);
+
+/* Drops every template (replay turned off); cheap when there is none. */
+void dt__replay_clear(dt__replay *r);
+
+/* Before node n is lowered with window flags `kflags`:
+ *  1  n was replayed: its kernels are queued and its output has its blobs;
+ *  0  lower it normally;
+ *  2  lower it normally while the cache captures its kernels; then call
+ *     dt__replay_end with the lowering's status. */
+int dt__replay_begin(dt__replay *r, dt__lower *L, const dt__node *n, int32_t kflags);
+void dt__replay_end(dt__replay *r, dt__lower *L, const dt__node *n, dt_status st);
+/* Called by dt__lw_stream_append for every record queued while a capture is
+ * on (g->replay_cap). */
+void dt__replay_note(dt__replay *r, dt__stream *s, dt__krec *k);
+
+#endif /* DT_CORE_REPLAY_H */
