@@ -213,7 +213,9 @@ static void put_meta(dt__replay *r, const dt__meta *m) {
         put(r, (uint64_t)(uint32_t)m->pl[d].kind | (uint64_t)(uint32_t)m->pl[d].dim << 32);
     put(r, (uint64_t)(uint8_t)m->seg.n);
     if (m->seg.n > 0) {
-        put(r, (uint64_t)(uint8_t)m->seg.dim | (uint64_t)(uint8_t)m->seg.md << 8);
+        put(r, (uint64_t)(uint8_t)m->seg.dim | (uint64_t)(uint8_t)m->seg.nmd << 8);
+        for (int k = 0; k < m->seg.nmd; k++)
+            put(r, (uint64_t)(uint8_t)m->seg.mds[k]);
         for (int s = 0; s < m->seg.n; s++)
             put(r, (uint64_t)m->seg.len[s]);
     }
