@@ -99,32 +99,37 @@ static PyObject *mod_graph_stats(PyObject *module, PyObject *args) {
         (long long)s.cancelled, "replay_hits", (long long)hits, "replay_misses", (long long)misses);
 }
 
-static PyObject *mod_set_chains(PyObject *module, PyObject *args) {
+/* Parses (graph, flag): 0 with *g and *on set, else -1 with an exception. */
+static int graph_and_flag(PyObject *module, PyObject *args, dt_graph **g, int *on) {
     dtpy_state *st = mod_state(module);
     PyObject *graph;
+    if (!PyArg_ParseTuple(args, "Op", &graph, on))
+        return -1;
+    if (!PyObject_TypeCheck(graph, st->graph_base_type) || ((dtpy_graph *)graph)->g == NULL) {
+        PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s", Py_TYPE(graph)->tp_name);
+        return -1;
+    }
+    *g = ((dtpy_graph *)graph)->g;
+    return 0;
+}
+
+/* A graph's on/off switch: (graph, on) -> None. */
+static PyObject *set_switch(PyObject *module, PyObject *args, dt_status (*set)(dt_graph *, int)) {
+    dt_graph *g;
     int on;
-    if (!PyArg_ParseTuple(args, "Op", &graph, &on))
+    if (graph_and_flag(module, args, &g, &on) < 0)
         return NULL;
-    if (!PyObject_TypeCheck(graph, st->graph_base_type) || ((dtpy_graph *)graph)->g == NULL)
-        return PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s",
-                            Py_TYPE(graph)->tp_name);
-    if (dt_graph_set_chains(((dtpy_graph *)graph)->g, on) != DT_OK)
-        return dtpy_raise_last(st);
+    if (set(g, on) != DT_OK)
+        return dtpy_raise_last(mod_state(module));
     Py_RETURN_NONE;
 }
 
+static PyObject *mod_set_chains(PyObject *module, PyObject *args) {
+    return set_switch(module, args, dt_graph_set_chains);
+}
+
 static PyObject *mod_set_replay(PyObject *module, PyObject *args) {
-    dtpy_state *st = mod_state(module);
-    PyObject *graph;
-    int on;
-    if (!PyArg_ParseTuple(args, "Op", &graph, &on))
-        return NULL;
-    if (!PyObject_TypeCheck(graph, st->graph_base_type) || ((dtpy_graph *)graph)->g == NULL)
-        return PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s",
-                            Py_TYPE(graph)->tp_name);
-    if (dt_graph_set_replay(((dtpy_graph *)graph)->g, on) != DT_OK)
-        return dtpy_raise_last(st);
-    Py_RETURN_NONE;
+    return set_switch(module, args, dt_graph_set_replay);
 }
 
 static PyObject *mod_controller_cpu_ns(PyObject *module, PyObject *graph) {
@@ -136,15 +141,11 @@ static PyObject *mod_controller_cpu_ns(PyObject *module, PyObject *graph) {
 }
 
 static PyObject *mod_lowering_ns(PyObject *module, PyObject *args) {
-    dtpy_state *st = mod_state(module);
-    PyObject *graph;
+    dt_graph *g;
     int on;
-    if (!PyArg_ParseTuple(args, "Op", &graph, &on))
+    if (graph_and_flag(module, args, &g, &on) < 0)
         return NULL;
-    if (!PyObject_TypeCheck(graph, st->graph_base_type) || ((dtpy_graph *)graph)->g == NULL)
-        return PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s",
-                            Py_TYPE(graph)->tp_name);
-    return PyLong_FromLongLong((long long)dt_debug_lowering_ns(((dtpy_graph *)graph)->g, on));
+    return PyLong_FromLongLong((long long)dt_debug_lowering_ns(g, on));
 }
 
 /* Collective groups lowered so far in the process (core.h). */
@@ -185,17 +186,7 @@ static PyObject *mod_segments(PyObject *module, PyObject *arg) {
 }
 
 static PyObject *mod_hold_controller(PyObject *module, PyObject *args) {
-    dtpy_state *st = mod_state(module);
-    PyObject *graph;
-    int hold;
-    if (!PyArg_ParseTuple(args, "Op", &graph, &hold))
-        return NULL;
-    if (!PyObject_TypeCheck(graph, st->graph_base_type) || ((dtpy_graph *)graph)->g == NULL)
-        return PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s",
-                            Py_TYPE(graph)->tp_name);
-    if (dt_debug_hold_controller(((dtpy_graph *)graph)->g, hold) != DT_OK)
-        return dtpy_raise_last(st);
-    Py_RETURN_NONE;
+    return set_switch(module, args, dt_debug_hold_controller);
 }
 
 static PyObject *mod_cached_bytes(PyObject *module, PyObject *unused) {

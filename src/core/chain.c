@@ -67,22 +67,8 @@ typedef struct chain_prog {
     int32_t line[DT__CHAIN_MAX_STEPS];
 } chain_prog;
 
-/* Bounds-checked reader. */
-typedef struct rd {
-    const uint8_t *p, *end;
-    int bad;
-} rd;
-
-static uint64_t get(rd *r, int n) {
-    if (r->bad || r->end - r->p < n) {
-        r->bad = 1;
-        return 0;
-    }
-    return dt__le_get(&r->p, n);
-}
-
-static const char *get_str(rd *r, int *len) {
-    uint64_t n = get(r, 2);
+static const char *get_str(dt__rd *r, int *len) {
+    uint64_t n = dt__rd_get(r, 2);
     if (n == STR_NONE || r->bad) {
         *len = -1;
         return NULL;
@@ -100,11 +86,11 @@ static const char *get_str(rd *r, int *len) {
 
 /* 0 when well formed; fills *p when it is not NULL. */
 static int parse(const uint8_t *buf, size_t n, chain_prog *p) {
-    rd r = {buf, buf + n, 0};
-    if (get(&r, 1) != 'C')
+    dt__rd r = {buf, buf + n, 0};
+    if (dt__rd_get(&r, 1) != 'C')
         return -1;
-    int ns = (int)get(&r, 1);
-    int32_t flags = (int32_t)get(&r, 4);
+    int ns = (int)dt__rd_get(&r, 1);
+    int32_t flags = (int32_t)dt__rd_get(&r, 4);
     if (r.bad || ns < 1 || ns > DT__CHAIN_MAX_STEPS)
         return -1;
     if (p) {
@@ -112,19 +98,19 @@ static int parse(const uint8_t *buf, size_t n, chain_prog *p) {
         p->flags = flags;
     }
     for (int i = 0; i < ns; i++) {
-        int kop = (int)get(&r, 2), nin = (int)get(&r, 1);
+        int kop = (int)dt__rd_get(&r, 2), nin = (int)dt__rd_get(&r, 1);
         if (r.bad || kop >= DT_K_COUNT || kop == DT_K_CHAIN || nin < 1 || nin > DT__CHAIN_MAX_IN)
             return -1;
         int8_t src[DT__CHAIN_MAX_IN];
         for (int j = 0; j < nin; j++) {
-            src[j] = (int8_t)get(&r, 1);
+            src[j] = (int8_t)dt__rd_get(&r, 1);
             if (src[j] < -1 || src[j] >= DT__CHAIN_MAX_IN || (src[j] < 0 && i == 0))
                 return -1;
         }
-        int32_t line = (int32_t)get(&r, 4);
+        int32_t line = (int32_t)dt__rd_get(&r, 4);
         int nl, fl;
         const char *name = get_str(&r, &nl), *file = get_str(&r, &fl);
-        size_t alen = (size_t)get(&r, 2);
+        size_t alen = (size_t)dt__rd_get(&r, 2);
         if (r.bad || (size_t)(r.end - r.p) < alen)
             return -1;
         dt__kattr scratch, *a = p ? &p->st[i].attr : &scratch;

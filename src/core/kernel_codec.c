@@ -46,8 +46,7 @@ void dt__bytes_free(dt__bytes *b) {
     memset(b, 0, sizeof *b);
 }
 
-/* Room for `n` more bytes; NULL (b->failed) when out of memory. */
-static uint8_t *room(dt__bytes *b, size_t n) {
+uint8_t *dt__bytes_room(dt__bytes *b, size_t n) {
     if (b->failed)
         return NULL;
     if (b->cap - b->len < n) {
@@ -67,8 +66,8 @@ static uint8_t *room(dt__bytes *b, size_t n) {
     return p;
 }
 
-static void wr(dt__bytes *b, uint64_t v, int n) {
-    uint8_t *p = room(b, (size_t)n);
+void dt__bytes_put(dt__bytes *b, uint64_t v, int n) {
+    uint8_t *p = dt__bytes_room(b, (size_t)n);
     if (p)
         dt__le_put(&p, v, n);
 }
@@ -78,14 +77,14 @@ static void wr(dt__bytes *b, uint64_t v, int n) {
 
 static void wr_str(dt__bytes *b, const char *s) {
     if (!s) {
-        wr(b, STR_NONE, 2);
+        dt__bytes_put(b, STR_NONE, 2);
         return;
     }
     size_t n = strlen(s);
     if (n > STR_MAX)
         n = STR_MAX; /* names and file paths: never this long in practice */
-    wr(b, n, 2);
-    uint8_t *p = room(b, n);
+    dt__bytes_put(b, n, 2);
+    uint8_t *p = dt__bytes_room(b, n);
     if (p)
         memcpy(p, s, n);
 }
@@ -125,13 +124,13 @@ dt_status dt__kernel_encode(dt_graph *g, const dt__kbatch *b, dt__bytes *out) {
             }
             groups[ngroups++] = a.group;
         }
-    uint8_t *h = room(out, 4);
+    uint8_t *h = dt__bytes_room(out, 4);
     if (h)
         memcpy(h, "DTKB", 4);
-    wr(out, 1, 2);
-    wr(out, 0, 2);
-    wr(out, ngroups, 4);
-    wr(out, (uint64_t)b->n, 4);
+    dt__bytes_put(out, 1, 2);
+    dt__bytes_put(out, 0, 2);
+    dt__bytes_put(out, ngroups, 4);
+    dt__bytes_put(out, (uint64_t)b->n, 4);
     for (size_t j = 0; j < ngroups; j++) {
         int type = 0, n = 0;
         const int64_t *ids = NULL;
@@ -140,11 +139,11 @@ dt_status dt__kernel_encode(dt_graph *g, const dt__kbatch *b, dt__bytes *out) {
             return dt__error(DT_EINVAL, "kernel encode: collective group %llu is unknown",
                              (unsigned long long)groups[j]);
         }
-        wr(out, groups[j], 8);
-        wr(out, (uint32_t)type, 4);
-        wr(out, (uint64_t)n, 4);
+        dt__bytes_put(out, groups[j], 8);
+        dt__bytes_put(out, (uint32_t)type, 4);
+        dt__bytes_put(out, (uint64_t)n, 4);
         for (int r = 0; r < n; r++)
-            wr(out, (uint64_t)ids[r], 8);
+            dt__bytes_put(out, (uint64_t)ids[r], 8);
     }
     dt__free(groups);
     for (int i = 0; i < b->n; i++) {
@@ -152,27 +151,27 @@ dt_status dt__kernel_encode(dt_graph *g, const dt__kbatch *b, dt__bytes *out) {
         uint32_t nk = 0;
         for (const dt__krec *k = s->head; k; k = k->next)
             nk++;
-        wr(out, (uint32_t)s->type, 4);
-        wr(out, (uint64_t)s->device_id, 8);
-        wr(out, (uint32_t)s->kind, 4);
-        wr(out, nk, 4);
+        dt__bytes_put(out, (uint32_t)s->type, 4);
+        dt__bytes_put(out, (uint64_t)s->device_id, 8);
+        dt__bytes_put(out, (uint32_t)s->kind, 4);
+        dt__bytes_put(out, nk, 4);
         for (const dt__krec *k = s->head; k; k = k->next) {
-            wr(out, (uint32_t)k->kop, 4);
-            wr(out, (uint64_t)k->n_in, 1);
-            wr(out, k->out ? 1 : 0, 1);
-            wr(out, 0, 2);
-            wr(out, (uint32_t)k->rank, 4);
-            wr(out, (uint32_t)k->site_line, 4);
+            dt__bytes_put(out, (uint32_t)k->kop, 4);
+            dt__bytes_put(out, (uint64_t)k->n_in, 1);
+            dt__bytes_put(out, k->out ? 1 : 0, 1);
+            dt__bytes_put(out, 0, 2);
+            dt__bytes_put(out, (uint32_t)k->rank, 4);
+            dt__bytes_put(out, (uint32_t)k->site_line, 4);
             for (int j = 0; j < k->n_in; j++)
-                wr(out, k->in[j]->id, 8);
+                dt__bytes_put(out, k->in[j]->id, 8);
             if (k->out)
-                wr(out, k->out->id, 8);
+                dt__bytes_put(out, k->out->id, 8);
             if (has_future(k->kop))
-                wr(out, ((const dt_future *)k->handle)->id, 8);
+                dt__bytes_put(out, ((const dt_future *)k->handle)->id, 8);
             wr_str(out, k->opname);
             wr_str(out, k->site_file);
-            wr(out, k->alen, 4);
-            uint8_t *p = room(out, k->alen);
+            dt__bytes_put(out, k->alen, 4);
+            uint8_t *p = dt__bytes_room(out, k->alen);
             if (p)
                 memcpy(p, k->attr, k->alen);
         }

@@ -25,6 +25,21 @@ static inline uint64_t dt__le_get(const uint8_t **p, int n) {
     return v;
 }
 
+/* A bounds-checked little-endian reader: past the end a read gives 0 and
+ * sets bad, so a parser checks once at the end. */
+typedef struct dt__rd {
+    const uint8_t *p, *end;
+    int bad;
+} dt__rd;
+
+static inline uint64_t dt__rd_get(dt__rd *r, int n) {
+    if (r->bad || r->end - r->p < n) {
+        r->bad = 1;
+        return 0;
+    }
+    return dt__le_get(&r->p, n);
+}
+
 /* A kernel as queued on a stream: self-contained but for its handle.
  *
  * It names its blobs by id (dt__blob.id); in[] and out are the bound blobs,
@@ -135,6 +150,11 @@ typedef struct dt__bytes {
     int failed; /* out of memory while writing */
 } dt__bytes;
 void dt__bytes_free(dt__bytes *b);
+/* Room for n more bytes at the end of b: NULL (b->failed set) when out of
+ * memory. */
+uint8_t *dt__bytes_room(dt__bytes *b, size_t n);
+/* Appends v as n little-endian bytes. */
+void dt__bytes_put(dt__bytes *b, uint64_t v, int n);
 
 /* Serialises batch `b` of graph g (controller thread: the collectives'
  * groups are read from g's group cache) into `out` (appended). DT_EINVAL

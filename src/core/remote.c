@@ -22,33 +22,6 @@
 
 static atomic_uint tags; /* the graphs' names on the worker nodes */
 
-/* Room for n more bytes of b (NULL and b->failed when out of memory). */
-static uint8_t *room(dt__bytes *b, size_t n) {
-    if (b->failed)
-        return NULL;
-    if (b->cap - b->len < n) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap - b->len < n)
-            cap *= 2;
-        uint8_t *p = dt__realloc(b->p, cap);
-        if (!p) {
-            b->failed = 1;
-            return NULL;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    uint8_t *p = b->p + b->len;
-    b->len += n;
-    return p;
-}
-
-static void wr(dt__bytes *b, uint64_t v, int n) {
-    uint8_t *p = room(b, (size_t)n);
-    if (p)
-        dt__le_put(&p, v, n);
-}
-
 static void patch(dt__bytes *b, size_t at, uint64_t v, int n) {
     if (!b->failed) {
         uint8_t *p = b->p + at;
@@ -72,15 +45,15 @@ static void put(dt__bytes *body, dt__blob *b, int node, uint32_t tag) {
     const char *err = b->error;
     size_t mark = body->len;
     if (ndim >= 0) {
-        wr(body, b->id, 8);
-        wr(body, (uint32_t)dtype, 4);
-        wr(body, (uint32_t)ndim, 4);
+        dt__bytes_put(body, b->id, 8);
+        dt__bytes_put(body, (uint32_t)dtype, 4);
+        dt__bytes_put(body, (uint32_t)ndim, 4);
         for (int d = 0; d < ndim; d++)
-            wr(body, (uint64_t)shape[d], 8);
-        wr(body, 0, 4);
+            dt__bytes_put(body, (uint64_t)shape[d], 8);
+        dt__bytes_put(body, 0, 4);
         size_t nb = b->be->nbytes(b->impl);
-        wr(body, nb, 8);
-        uint8_t *p = room(body, nb);
+        dt__bytes_put(body, nb, 8);
+        uint8_t *p = dt__bytes_room(body, nb);
         char e[256] = "";
         if (p && b->be->to_host(b->impl, p, nb, e, sizeof e) == DT_OK)
             goto sent;
@@ -98,14 +71,14 @@ static void put(dt__bytes *body, dt__blob *b, int node, uint32_t tag) {
     size_t el = strlen(err);
     if (el > 4000)
         el = 4000;
-    wr(body, b->id, 8);
-    wr(body, 0, 4);
-    wr(body, 0, 4);
-    wr(body, el, 4);
-    uint8_t *p = room(body, el);
+    dt__bytes_put(body, b->id, 8);
+    dt__bytes_put(body, 0, 4);
+    dt__bytes_put(body, 0, 4);
+    dt__bytes_put(body, el, 4);
+    uint8_t *p = dt__bytes_room(body, el);
     if (p)
         memcpy(p, err, el);
-    wr(body, 0, 8);
+    dt__bytes_put(body, 0, 8);
 sent:
     if (!b->remote) {
         b->remote = node + 1;
@@ -149,9 +122,9 @@ static void ship(dt_graph *g, int node, dt__stream **ss, int n) {
     long nk = 0;
     uint32_t nput = 0;
     char msg[1024] = "";
-    wr(&body, g->remote_tag, 4);
+    dt__bytes_put(&body, g->remote_tag, 4);
     size_t nput_at = body.len;
-    wr(&body, 0, 4);
+    dt__bytes_put(&body, 0, 4);
     for (int i = 0; i < n; i++) {
         dt__stream *s = ss[i];
         if (kb.s)
@@ -169,7 +142,7 @@ static void ship(dt_graph *g, int node, dt__stream **ss, int n) {
     }
     patch(&body, nput_at, nput, 4);
     size_t klen_at = body.len;
-    wr(&body, 0, 8);
+    dt__bytes_put(&body, 0, 8);
     dt_status st = body.failed || !kb.s ? DT_ENOMEM : DT_OK;
     if (st == DT_OK)
         st = dt__kernel_encode(g, &kb, &body);

@@ -266,20 +266,7 @@ void dt__subctl_free(dt__subctl *x) {
     dt__free(x);
 }
 
-typedef struct rd {
-    const uint8_t *p, *end;
-    int bad;
-} rd;
-
-static uint64_t get(rd *r, int n) {
-    if (r->bad || r->end - r->p < n) {
-        r->bad = 1;
-        return 0;
-    }
-    return dt__le_get(&r->p, n);
-}
-
-static const uint8_t *take(rd *r, uint64_t n) {
+static const uint8_t *take(dt__rd *r, uint64_t n) {
     if (r->bad || (uint64_t)(r->end - r->p) < n) {
         r->bad = 1;
         return NULL;
@@ -290,22 +277,22 @@ static const uint8_t *take(rd *r, uint64_t n) {
 }
 
 /* One put: a host value or a failed one. */
-static dt_status put(dt__subctl *x, rd *r) {
-    uint64_t id = get(r, 8);
-    uint32_t dtype = (uint32_t)get(r, 4), ndim = (uint32_t)get(r, 4);
+static dt_status put(dt__subctl *x, dt__rd *r) {
+    uint64_t id = dt__rd_get(r, 8);
+    uint32_t dtype = (uint32_t)dt__rd_get(r, 4), ndim = (uint32_t)dt__rd_get(r, 4);
     int64_t shape[DT_MAX_NDIM];
     if (r->bad || ndim > DT_MAX_NDIM || dtype >= DT_DTYPE_COUNT)
         return dt__error(DT_EINVAL, "worker node: a malformed batch (value %llu)", (unsigned long long)id);
     int64_t numel = 1;
     for (uint32_t d = 0; d < ndim; d++) {
-        shape[d] = (int64_t)get(r, 8);
+        shape[d] = (int64_t)dt__rd_get(r, 8);
         if (shape[d] < 0)
             r->bad = 1;
         numel *= shape[d];
     }
-    uint32_t elen = (uint32_t)get(r, 4);
+    uint32_t elen = (uint32_t)dt__rd_get(r, 4);
     const uint8_t *err = take(r, elen);
-    uint64_t nb = get(r, 8);
+    uint64_t nb = dt__rd_get(r, 8);
     const uint8_t *data = take(r, nb);
     if (r->bad || (!elen && nb != (uint64_t)numel * dt_dtype_size((dt_dtype)dtype)))
         return dt__error(DT_EINVAL, "worker node: a malformed batch (value %llu)", (unsigned long long)id);
@@ -338,15 +325,15 @@ dt_status dt__subctl_batch(dt__subctl *x, const char *backend, const void *body,
     } else if (strcmp(x->backend, backend ? backend : "") != 0) {
         return dt__error(DT_EINVAL, "worker node: it runs the '%s' backend, not '%s'", x->backend, backend);
     }
-    rd r = {body, (const uint8_t *)body + len, 0};
-    x->tag = (uint32_t)get(&r, 4);
-    uint32_t nput = (uint32_t)get(&r, 4);
+    dt__rd r = {body, (const uint8_t *)body + len, 0};
+    x->tag = (uint32_t)dt__rd_get(&r, 4);
+    uint32_t nput = (uint32_t)dt__rd_get(&r, 4);
     for (uint32_t i = 0; i < nput && !r.bad; i++) {
         dt_status st = put(x, &r);
         if (st != DT_OK)
             return st;
     }
-    uint64_t klen = get(&r, 8);
+    uint64_t klen = dt__rd_get(&r, 8);
     const uint8_t *kb = take(&r, klen);
     if (r.bad || r.p != r.end)
         return dt__error(DT_EINVAL, "worker node: a malformed batch");
@@ -378,11 +365,11 @@ dt_status dt__subctl_batch(dt__subctl *x, const char *backend, const void *body,
 }
 
 void dt__subctl_release(dt__subctl *x, const void *body, size_t len) {
-    rd r = {body, (const uint8_t *)body + len, 0};
-    uint32_t n = (uint32_t)get(&r, 4);
+    dt__rd r = {body, (const uint8_t *)body + len, 0};
+    uint32_t n = (uint32_t)dt__rd_get(&r, 4);
     for (uint32_t i = 0; i < n && !r.bad; i++) {
-        uint32_t tag = (uint32_t)get(&r, 4);
-        uint64_t id = get(&r, 8);
+        uint32_t tag = (uint32_t)dt__rd_get(&r, 4);
+        uint64_t id = dt__rd_get(&r, 8);
         if (!r.bad)
             drop(x, tag, id);
     }

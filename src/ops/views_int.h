@@ -96,7 +96,8 @@ enum { DT__VR_KEEP = DT__PS_ROW_KEEP, DT__VR_OP = DT__PS_ROW_OWN, DT__VR_IDX };
 #define DT__VIEW_CAT_ROWS(X)                                                                                 \
     X(DT__VR_KEEP, "S(j)->S(j)* for j != dim", SHARD)                                                        \
     X(DT__VR_OP,                                                                                             \
-      "S(dim)->S(dim): a local cat when every input has the same placements and S(dim) on one or more mesh dims (a "  \
+      "S(dim)->S(dim): a local cat when every input has the same placements and S(dim) on one or more mesh " \
+      "dims (a "                                                                                             \
       "segmented result), else all-gathered and sliced back (S(j) when another input is S(j))",              \
       GATHER)
 #define DT__VIEW_STACK_ROWS(X) X(DT__VR_KEEP, "S(j)->S(j or j+1)*", SHARD)
