@@ -484,10 +484,9 @@ class PipelineTest(unittest.TestCase):
                 self.assertTrue(torch.equal(got, want), (got - want).abs().max())
 
     def test_meshes_psnr(self):
-        # The context-parallel meshes check the plumbing (text encoders on the unbound mesh, the VAE
-        # on the first device); their tokens stay whole on the cp dims until the context-parallel
-        # attention shards them (docs/decisions.md).
-        cp = {"ulysess_cp2": mesh((2,), ("ulysess_cp",)),
+        # The context-parallel meshes: the text encoders on the unbound mesh, the VAE on the first
+        # device, and the transformer's tokens split on the cp dims (Ulysses, ring, both nested).
+        cp = {"ulysess_cp2": mesh((2,), ("ulysess_cp",)), "ring_cp2": mesh((2,), ("ring_cp",)),
               "dp2*ulysess_cp2*ring_cp2": mesh((2, 2, 2), ("dp", "ulysess_cp", "ring_cp"))}
         for mname in ("dp2", "tp2", "dp2*tp2", "dp2*tp1*cp1*cp1") + tuple(cp):
             with self.subTest(mname):
