@@ -195,6 +195,23 @@ void dt__rec_node_end(dt__lower *L, dt__node *n, int64_t t0) {
     r->cur_node = 0;
 }
 
+/* Flushes the pending explain record and starts the next one for the
+ * node being lowered: op defaults to the node's. */
+static dt_explain_record *begin_pending(dt__rec *r, dt__lower *L, int kind, int md, const char *op,
+                                        int64_t bytes) {
+    flush_pending(r);
+    dt_explain_record *e = &r->pend;
+    memset(e, 0, sizeof *e);
+    e->file = L->node->site_file;
+    e->line = L->node->site_line;
+    e->kind = kind;
+    e->mesh_dim = md;
+    e->op = op ? op : dt__ops[L->node->op].name;
+    e->bytes = bytes;
+    r->pend_valid = 1;
+    return e;
+}
+
 void dt__rec_collective(dt__lower *L, const dt_mesh *mesh, const dt__coll *c, int64_t base, int64_t stride,
                         const char *opname) {
     dt__rec *r = L->g->rec;
@@ -221,18 +238,10 @@ void dt__rec_collective(dt__lower *L, const dt_mesh *mesh, const dt__coll *c, in
             r->pend.bytes = most;
         return;
     }
-    flush_pending(r);
-    dt_explain_record *e = &r->pend;
-    memset(e, 0, sizeof *e);
-    e->file = L->node->site_file;
-    e->line = L->node->site_line;
-    e->kind = c->kind; /* dt__coll_kind and dt_comm_kind agree (static assert below) */
-    e->mesh_dim = md;
+    /* dt__coll_kind and dt_comm_kind agree (static assert below). */
+    dt_explain_record *e = begin_pending(r, L, (int)c->kind, md, opname, most);
     if (md >= 0 && mesh->names_given)
         memcpy(e->mesh_dim_name, mesh->names[md], sizeof e->mesh_dim_name);
-    e->op = opname ? opname : dt__ops[L->node->op].name;
-    e->bytes = most;
-    r->pend_valid = 1;
 }
 
 _Static_assert((int)DT_COLL_ALLGATHER == (int)DT_COMM_ALL_GATHER &&
@@ -246,16 +255,7 @@ void dt__rec_send_recv(dt__lower *L, int64_t bytes) {
     dt__rec *r = L->g->rec;
     if (!r || !dt__rec_enabled(DT__REC_EXPLAIN))
         return;
-    flush_pending(r);
-    dt_explain_record *e = &r->pend;
-    memset(e, 0, sizeof *e);
-    e->file = L->node->site_file;
-    e->line = L->node->site_line;
-    e->kind = DT_COMM_SEND_RECV;
-    e->mesh_dim = -1;
-    e->op = dt__ops[L->node->op].name;
-    e->bytes = bytes;
-    r->pend_valid = 1;
+    begin_pending(r, L, DT_COMM_SEND_RECV, -1, NULL, bytes);
 }
 
 void dt__rec_kernel_queued(dt_graph *g, const dt__stream *s, const dt__krec *k, uint64_t seq) {

@@ -9,37 +9,13 @@
 #include <stdlib.h>
 
 #include "dtorch/dtorch_cluster.h"
+#include "test_node.h"
 #include "test_util.h"
 #ifdef DT_TEST_HAVE_ZMQ
 #include <zmq.h>
 
 #include "net/transport.h"
 #endif
-
-typedef struct node_thread {
-    pthread_t t;
-    dt_node_options o;
-    char addr[200];
-    int rc;
-} node_thread;
-
-static void *run_node(void *arg) {
-    node_thread *n = arg;
-    n->rc = dt_node_run(&n->o);
-    return NULL;
-}
-
-static void start(node_thread *n, const char *addr, const char *token, int cpus, int timeout_ms) {
-    memset(n, 0, sizeof *n);
-    snprintf(n->addr, sizeof n->addr, "%s", addr);
-    n->o = (dt_node_options){.main_address = n->addr,
-                             .token = token,
-                             .cpu_devices = cpus,
-                             .connect_timeout_ms = timeout_ms,
-                             .quiet = 1};
-    n->rc = -1;
-    CHECK_EQ(pthread_create(&n->t, NULL, run_node, n), 0);
-}
 
 #ifdef DT_TEST_HAVE_ZMQ
 /* A main node that takes a registration and ends before it welcomes the
@@ -53,7 +29,7 @@ static void test_main_gone_while_registering(void) {
     size_t len = sizeof ep;
     CHECK_EQ(zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, ep, &len), 0);
     node_thread n;
-    start(&n, ep + 6, "c-test-token", 1, 60000);
+    start_node(&n, ep + 6, "c-test-token", 1, 60000);
     zmq_pollitem_t it = {router, 0, ZMQ_POLLIN, 0};
     CHECK_EQ(zmq_poll(&it, 1, 30000), 1);
     dt__net_in *in = malloc(sizeof *in);
@@ -84,13 +60,13 @@ int main(void) {
     CHECK(strstr(dt_last_error(), "0 of 1 worker nodes") != NULL);
 
     node_thread a, bad;
-    start(&a, addr, "c-test-token", 3, 30000);
-    start(&bad, addr, "a-wrong-token", 1, 30000);
+    start_node(&a, addr, "c-test-token", 3, 30000);
+    start_node(&bad, addr, "a-wrong-token", 1, 30000);
     CHECK_EQ(dt_cluster_wait(1, 30000), DT_OK);
     pthread_join(bad.t, NULL);
     CHECK_EQ(bad.rc, 1);
     node_thread b;
-    start(&b, addr, "c-test-token", 4, 30000);
+    start_node(&b, addr, "c-test-token", 4, 30000);
     CHECK_EQ(dt_cluster_wait(2, 30000), DT_OK);
     CHECK_EQ(dt_cluster_num_nodes(), 2);
     CHECK_EQ(dt_cluster_num_alive(), 2);
@@ -125,7 +101,7 @@ int main(void) {
     CHECK_EQ(dt_cluster_address(addr, sizeof addr), DT_OK);
     dt_cluster_shutdown();
     node_thread none;
-    start(&none, addr, "c-test-token", 1, 300);
+    start_node(&none, addr, "c-test-token", 1, 300);
     pthread_join(none.t, NULL);
     CHECK_EQ(none.rc, 1);
     dt_node_options bad_opts = {.main_address = "no-port", .token = "t", .quiet = 1};

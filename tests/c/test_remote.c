@@ -12,20 +12,8 @@
 #include <stdlib.h>
 
 #include "dtorch/dtorch_cluster.h"
+#include "test_node.h"
 #include "test_util.h"
-
-typedef struct node_thread {
-    pthread_t t;
-    dt_node_options o;
-    char addr[200];
-    int rc;
-} node_thread;
-
-static void *run_node(void *arg) {
-    node_thread *n = arg;
-    n->rc = dt_node_run(&n->o);
-    return NULL;
-}
 
 #define ROWS 4
 #define COLS 6
@@ -121,15 +109,9 @@ int main(void) {
     dt_cluster_options o = {.cpu_devices = 1, .token = "c-remote-token", .heartbeat_ms = 200};
     CHECK_EQ(dt_cluster_listen("127.0.0.1:0", &o), DT_OK);
     node_thread n;
-    memset(&n, 0, sizeof n);
-    CHECK_EQ(dt_cluster_address(n.addr, sizeof n.addr), DT_OK);
-    n.o = (dt_node_options){.main_address = n.addr,
-                            .token = "c-remote-token",
-                            .cpu_devices = 2,
-                            .connect_timeout_ms = 30000,
-                            .quiet = 1};
-    n.rc = -1;
-    CHECK_EQ(pthread_create(&n.t, NULL, run_node, &n), 0);
+    char addr[200];
+    CHECK_EQ(dt_cluster_address(addr, sizeof addr), DT_OK);
+    start_node(&n, addr, "c-remote-token", 2, 30000);
     CHECK_EQ(dt_cluster_wait(1, 30000), DT_OK);
     int64_t ids[2] = {1, 2}, mshape[1] = {2};
     dt_mesh *mesh = NULL;
