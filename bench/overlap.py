@@ -1,16 +1,26 @@
 """Communication/compute overlap: a 2-device tensor-parallel MLP, collectives on the communication
-stream (the default) against collectives on the compute stream (DTORCH_OVERLAP=0), in one process,
-with eager torch's time for reference.
+stream (the default) against collectives on the compute stream (DTORCH_OVERLAP=0), and the
+controller's schedule (the default) against program order (DTORCH_SCHEDULE=0), in one process, with
+eager torch's time for reference.
 
 The model: 4 layers, each a column-parallel Linear (weight Shard(1)) -> GELU -> row-parallel Linear
-(weight Shard(0), giving a Partial) -> redistribute to Replicate (an all-reduce). Two independent
-micro-batches are interleaved layer by layer, so micro-batch B's layer-i compute can run while
-micro-batch A's layer-i all-reduce is in flight (and the other way round). With DTORCH_OVERLAP=0
-every all-reduce queues behind the compute on the same stream and that overlap disappears.
+(weight Shard(0), giving a Partial) -> redistribute to Replicate (an all-reduce), run on two
+independent micro-batches written in two ways:
 
-Both graphs live in this process: the switch is read when a graph is created, so the "off" graph is
-created with the variable set and the "on" graph without it. Figures are the best of --repeat
-turns, run interleaved so a shared machine's slow spells hit every contender alike.
+  interleaved  by hand, layer by layer: micro-batch B's layer-i compute follows A's layer-i
+               all-reduce in the program, so it can run while that all-reduce is in flight;
+  sequential   all of A's layers, then all of B's, as a user would write it: in program order A's
+               layer-2 compute waits for A's layer-1 all-reduce before B's compute can start, and
+               only the schedule (docs/decisions.md, "Overlap by schedule") lowers B's compute
+               ahead of it.
+
+With DTORCH_OVERLAP=0 every all-reduce queues behind the compute on the same stream and there is
+no overlap to schedule for. The peak of dtorch's own memory accounting (dtorch.memory_stats) is
+printed per contender: the schedule makes values earlier, and must not grow it much.
+
+The graphs live in this process: the switches are read when a graph is created, so each graph is
+created with its variables set. Figures are the best of --repeat turns, run interleaved so a shared
+machine's slow spells hit every contender alike.
 
     /usr/bin/python3 bench/overlap.py
     /usr/bin/python3 bench/overlap.py --hidden 1024 --batch 64 --steps 10 --repeat 5
@@ -27,6 +37,7 @@ import torch
 
 import dtorch
 import dtorch.nn.functional as F
+from dtorch.test.probes import graph_stats
 from dtorch import DeviceMesh, Replicate, Shard
 
 LAYERS = 4
@@ -42,16 +53,18 @@ def interleaved(fns, repeat):
     return bests
 
 
-def make_graph(overlap: bool) -> dtorch.Graph:
-    old = os.environ.get("DTORCH_OVERLAP")
-    os.environ["DTORCH_OVERLAP"] = "1" if overlap else "0"
+def make_graph(overlap: bool, schedule: bool = True) -> dtorch.Graph:
+    env = {"DTORCH_OVERLAP": "1" if overlap else "0", "DTORCH_SCHEDULE": "1" if schedule else "0"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
         return dtorch.Graph()
     finally:
-        if old is None:
-            del os.environ["DTORCH_OVERLAP"]
-        else:
-            os.environ["DTORCH_OVERLAP"] = old
+        for k, v in old.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
 
 
 def weights(hidden, ffn, seed=0):
@@ -73,12 +86,29 @@ def dtorch_setup(graph, mesh, xs, ws):
     return dxs, dws
 
 
-def dtorch_step(xs, ws):
+def layer(x, w1, w2):
+    return (F.gelu(x @ w1) @ w2).redistribute(placements=[Replicate()])
+
+
+def interleaved_step(xs, ws):
     for w1, w2 in ws:
         # Layer by layer, micro-batch by micro-batch: B's compute follows A's all-reduce in the
         # program, and depends only on B's own previous layer.
-        xs = [(F.gelu(x @ w1) @ w2).redistribute(placements=[Replicate()]) for x in xs]
+        xs = [layer(x, w1, w2) for x in xs]
     return xs
+
+
+def sequential_step(xs, ws):
+    out = []
+    for x in xs:
+        # All of one micro-batch's layers, then the next one's.
+        for w1, w2 in ws:
+            x = layer(x, w1, w2)
+        out.append(x)
+    return out
+
+
+STEPS = {"interleaved": interleaved_step, "sequential": sequential_step}
 
 
 def run_torch(xs, ws, steps):
@@ -92,14 +122,24 @@ def run_torch(xs, ws, steps):
     return time.perf_counter() - t0
 
 
-def run_dtorch(graph, xs, ws, steps):
+def run_dtorch(graph, step, xs, ws, steps):
     graph.sync()
     t0 = time.perf_counter()
     out = xs
     for _ in range(steps):
-        out = dtorch_step(out, ws)
+        out = step(out, ws)
     _ = [o.to_torch() for o in out]
     return time.perf_counter() - t0
+
+
+def peak_and_reorders(graph, mesh, step, xs, ws, steps):
+    """dtorch's own peak bytes on cpu:0 over one run (process-wide accounting: run alone), and the
+    nodes the schedule lowered ahead of their turn per step."""
+    graph.sync()
+    dtorch.reset_peak_memory_stats()
+    r0 = graph_stats(graph)["nodes_reordered"]
+    run_dtorch(graph, step, xs, ws, steps)
+    return dtorch.memory_stats(mesh)["cpu:0"]["peak"], (graph_stats(graph)["nodes_reordered"] - r0) / steps
 
 
 def main() -> int:
@@ -117,24 +157,34 @@ def main() -> int:
     xs = [torch.randn(args.batch, args.hidden, generator=gen) for _ in range(2)]
     ws = weights(args.hidden, args.ffn)
     mesh = DeviceMesh("cpu", [0, 1])
-    g_on, g_off = make_graph(True), make_graph(False)
-    on = dtorch_setup(g_on, mesh, xs, ws)
-    off = dtorch_setup(g_off, mesh, xs, ws)
-    # Warm-up, and a check that both give torch's values (to float32 rounding: the row-parallel
-    # sum adds the two halves in another order than one matmul does).
+    names = ["schedule on", "schedule off", "overlap off"]
+    graphs = [make_graph(True, True), make_graph(True, False), make_graph(False)]
+    setups = [dtorch_setup(g, mesh, xs, ws) for g in graphs]
+    # Warm-up, and a check that every contender gives torch's values (to float32 rounding: the
+    # row-parallel sum adds the two halves in another order than one matmul does).
     ref = torch_step(xs, ws)
-    for dx, dw in (on, off):
-        for a, b in zip(dtorch_step(dx, dw), ref):
-            torch.testing.assert_close(a.to_torch(), b, rtol=1e-4, atol=1e-4)
+    for step in STEPS.values():
+        for dx, dw in setups:
+            for a, b in zip(step(dx, dw), ref):
+                torch.testing.assert_close(a.to_torch(), b, rtol=1e-4, atol=1e-4)
 
-    t_torch, t_on, t_off = interleaved(
-        [lambda: run_torch(xs, ws, args.steps), lambda: run_dtorch(g_on, *on, args.steps),
-         lambda: run_dtorch(g_off, *off, args.steps)], args.repeat)
+    fns = [lambda: run_torch(xs, ws, args.steps)]
+    for step in STEPS.values():
+        for g, (dx, dw) in zip(graphs, setups):
+            fns.append(lambda g=g, dx=dx, dw=dw, step=step: run_dtorch(g, step, dx, dw, args.steps))
+    times = interleaved(fns, args.repeat)
+    t_torch, times = times[0], times[1:]
     per = 1e3 / args.steps
-    print(f"torch eager           : {t_torch * per:8.2f} ms/step")
-    print(f"dtorch overlap on     : {t_on * per:8.2f} ms/step  ratio to torch {t_on / t_torch:5.2f}")
-    print(f"dtorch overlap off    : {t_off * per:8.2f} ms/step  ratio to torch {t_off / t_torch:5.2f}")
-    print(f"on / off              : {t_on / t_off:5.2f}  (below 1: the communication stream's overlap helps)")
+    print(f"torch eager                    : {t_torch * per:8.2f} ms/step")
+    for m, (mode, step) in enumerate(STEPS.items()):
+        ts = times[3 * m:3 * m + 3]
+        stats = [peak_and_reorders(g, mesh, step, dx, dw, args.steps) for g, (dx, dw) in zip(graphs, setups)]
+        for name, t, (pk, ro) in zip(names, ts, stats):
+            print(f"dtorch {mode:11s} {name:12s} : {t * per:8.2f} ms/step  ratio to torch {t / t_torch:5.2f}"
+                  f"  peak {pk / 2**20:6.2f} MiB  reordered {ro:5.1f}/step")
+        print(f"{mode:11s} schedule on / off  : {ts[0] / ts[1]:5.2f}  (below 1: the schedule helps)")
+        print(f"{mode:11s} overlap on / off   : {ts[0] / ts[2]:5.2f}  (below 1: the communication stream's "
+              f"overlap helps)")
     return 0
 
 

@@ -18,6 +18,7 @@
  * Every function runs on a Python thread holding the GIL; none waits.
  */
 #include "dtorch/dtorch_replay.h"
+#include "dtorch/dtorch_schedule.h"
 #include "dtorch_py.h"
 
 #define GATE_CAPSULE "dtorch._test_gate"
@@ -91,12 +92,13 @@ static PyObject *mod_graph_stats(PyObject *module, PyObject *args) {
         dt_graph_get_replay_stats(((dtpy_graph *)graph)->g, &hits, &misses) != DT_OK)
         return dtpy_raise_last(st);
     return Py_BuildValue(
-        "{sLsLsLsLsLsLsLsLsLsLsLsL}", "submitted", (long long)s.submitted, "in_flight",
+        "{sLsLsLsLsLsLsLsLsLsLsLsLsL}", "submitted", (long long)s.submitted, "in_flight",
         (long long)s.in_flight, "peak_in_flight", (long long)s.peak_in_flight, "in_flight_limit",
         (long long)s.in_flight_limit, "check_interval", (long long)s.check_interval, "flow_waits",
         (long long)s.flow_waits, "nodes_eliminated", (long long)s.nodes_eliminated, "kernels_in_place",
         (long long)s.kernels_in_place, "nodes_fused", (long long)s.nodes_fused, "cancelled",
-        (long long)s.cancelled, "replay_hits", (long long)hits, "replay_misses", (long long)misses);
+        (long long)s.cancelled, "replay_hits", (long long)hits, "replay_misses", (long long)misses,
+        "nodes_reordered", (long long)dt_debug_nodes_reordered(((dtpy_graph *)graph)->g));
 }
 
 /* Parses (graph, flag): 0 with *g and *on set, else -1 with an exception. */
@@ -130,6 +132,10 @@ static PyObject *mod_set_chains(PyObject *module, PyObject *args) {
 
 static PyObject *mod_set_replay(PyObject *module, PyObject *args) {
     return set_switch(module, args, dt_graph_set_replay);
+}
+
+static PyObject *mod_set_schedule(PyObject *module, PyObject *args) {
+    return set_switch(module, args, dt_graph_set_schedule);
 }
 
 static PyObject *mod_controller_cpu_ns(PyObject *module, PyObject *graph) {
@@ -219,11 +225,13 @@ static PyMethodDef testing_methods[] = {
     {"_graph_stats", mod_graph_stats, METH_VARARGS,
      "_graph_stats(graph, reset_peak=False) -> {submitted, in_flight, peak_in_flight, in_flight_limit, "
      "check_interval, flow_waits, nodes_eliminated, kernels_in_place, nodes_fused, cancelled, replay_hits, "
-     "replay_misses}"},
+     "replay_misses, nodes_reordered}"},
     {"_set_chains", mod_set_chains, METH_VARARGS,
      "_set_chains(graph, on): turns the blocked elementwise chains on or off"},
     {"_set_replay", mod_set_replay, METH_VARARGS,
      "_set_replay(graph, on): turns capture and replay on or off"},
+    {"_set_schedule", mod_set_schedule, METH_VARARGS,
+     "_set_schedule(graph, on): turns the overlap schedule on or off"},
     {"_lowering_ns", mod_lowering_ns, METH_VARARGS,
      "_lowering_ns(graph, on) -> ns the controller's lowering step took while timed; turns timing on/off"},
     {"_controller_cpu_ns", mod_controller_cpu_ns, METH_O,

@@ -35,6 +35,7 @@
 #include "core/stream_int.h"
 #include "core/tensor.h"
 #include "dtorch/dtorch_replay.h"
+#include "dtorch/dtorch_schedule.h"
 
 /* ------------------------------------------------------------ stats */
 
@@ -70,6 +71,19 @@ dt_status dt_graph_set_replay(dt_graph *g, int on) {
         return dt__error(DT_EINVAL, "graph_set_replay: graph is %s", dt__handle_bad(g));
     atomic_store(&g->replay, on != 0);
     return DT_OK;
+}
+
+dt_status dt_graph_set_schedule(dt_graph *g, int on) {
+    if (!dt__graph_ok(g))
+        return dt__error(DT_EINVAL, "graph_set_schedule: graph is %s", dt__handle_bad(g));
+    atomic_store(&g->schedule, on != 0);
+    return DT_OK;
+}
+
+int64_t dt_debug_nodes_reordered(dt_graph *g) {
+    if (!dt__graph_ok(g))
+        return -1;
+    return atomic_load(&g->nodes_reordered);
 }
 
 dt_status dt_graph_get_replay_stats(dt_graph *g, int64_t *hits, int64_t *misses) {

@@ -26,6 +26,7 @@
 #include "core/record.h"
 #include "core/remote.h"
 #include "core/replay.h"
+#include "core/sched.h"
 #include "core/stream.h"
 #include "core/stream_int.h"
 #include "core/tensor.h"
@@ -224,6 +225,48 @@ dt_status dt__kbatch_push(dt_graph *g, dt__kbatch *b) {
     return DT_OK;
 }
 
+/* Whether node n's output comes off a communication stream: a collective's
+ * result, which the schedule lowers its readers after other compute for. */
+static int output_on_comm(const dt__node *n) {
+    const dt__tval *v = n->out;
+    if (!v || !v->blobs)
+        return 0;
+    for (int64_t i = 0; i < v->meta.mesh->ndev; i++) {
+        const dt__blob *b = v->blobs[i];
+        if (b && b->producer && b->producer->kind == DT_STREAM_COMM)
+            return 1;
+    }
+    return 0;
+}
+
+/* Lowers (or frees) every slot of the filled window w in the order the
+ * schedule S gives (sched.h; `on`: the graph's setting) and frees the
+ * records taken; returns 1 after STOP. */
+static int lower_window(dt__lower *L, dt__window *w, dt__sched *S, int on, dt__replay *rp) {
+    dt_graph *g = L->g;
+    int stop = 0;
+    dt__sched_begin(S, w, on);
+    for (int i; (i = dt__sched_next(S, w)) >= 0;) {
+        dt__node *orig = w->orig[i], *n = w->nodes[i]; /* a pass may have put another node in the slot */
+        uint8_t f = w->flags[i];
+        long comm0 = g->comm_queued;
+        if (n->op != DT_OP_STOP && atomic_load_explicit(&g->cancelled, memory_order_relaxed))
+            discard(g, n); /* dt_graph_cancel: freed unlowered */
+        else if (!(f & (DT__WS_DEAD | DT__WS_FUSED)))
+            stop |= lower_node(L, n, (f & DT__WS_REUSE) ? DT_KF_REUSE : 0, rp);
+        dt__sched_done(S, w, i, g->comm_queued != comm0 && output_on_comm(n));
+        /* A substitute is a node_pool record the window hands over. */
+        if (n != orig)
+            dt__node_free(n);
+        /* A chain's step: its chain, lowered at a later slot, reads it. */
+        if (!(f & DT__WS_FUSED))
+            dt__node_free(orig);
+    }
+    if (S->reordered)
+        atomic_fetch_add_explicit(&g->nodes_reordered, S->reordered, memory_order_relaxed);
+    return stop;
+}
+
 void *dt__controller_main(void *arg) {
     dt_graph *g = arg;
     dt__lower L = {.g = g, .node = NULL};
@@ -233,6 +276,8 @@ void *dt__controller_main(void *arg) {
     /* The replay cache (replay.h); NULL when out of memory: nodes are
      * lowered. */
     dt__replay *cache = dt__replay_new();
+    /* The order each round's slots are lowered in (sched.h). */
+    dt__sched sched = {0};
     int stop = 0;
     while (!stop) {
         dt__graph_wait_queue(g);
@@ -250,23 +295,20 @@ void *dt__controller_main(void *arg) {
         if (windowed)
             (void)dt__window_run_passes(&w);
         long taken = 0;
-        for (int i = 0; batch; i++) {
-            dt__node *orig = batch, *n = orig;
-            batch = orig->next;
-            taken++;
-            uint8_t f = windowed ? w.flags[i] : 0;
-            if (windowed)
-                n = w.nodes[i]; /* a pass may have put another node in the slot */
-            if (n->op != DT_OP_STOP && atomic_load_explicit(&g->cancelled, memory_order_relaxed))
-                discard(g, n); /* dt_graph_cancel: freed unlowered */
-            else if (!(f & (DT__WS_DEAD | DT__WS_FUSED)))
-                stop |= lower_node(&L, n, (f & DT__WS_REUSE) ? DT_KF_REUSE : 0, rp);
-            /* A substitute is a node_pool record the window hands over. */
-            if (n != orig)
+        if (windowed) {
+            int on = atomic_load_explicit(&g->schedule, memory_order_relaxed);
+            stop |= lower_window(&L, &w, &sched, on, rp);
+            taken = w.n;
+        } else {
+            for (dt__node *n = batch, *next; n; n = next) {
+                next = n->next;
+                taken++;
+                if (n->op != DT_OP_STOP && atomic_load_explicit(&g->cancelled, memory_order_relaxed))
+                    discard(g, n); /* dt_graph_cancel: freed unlowered */
+                else
+                    stop |= lower_node(&L, n, 0, rp);
                 dt__node_free(n);
-            /* A chain's step: its chain, lowered at a later slot, reads it. */
-            if (!(f & DT__WS_FUSED))
-                dt__node_free(orig);
+            }
         }
         if (windowed && w.eliminated)
             atomic_fetch_add_explicit(&g->nodes_eliminated, w.eliminated, memory_order_relaxed);
@@ -294,6 +336,7 @@ void *dt__controller_main(void *arg) {
             atomic_store_explicit(&g->peak_backlog, in_flight, memory_order_relaxed);
     }
     dt__window_free(&w);
+    dt__sched_free(&sched);
     dt__replay_free(cache); /* its templates name streams, freed below */
     dt__graph_flush_releases(g);
     /* Nodes after STOP cannot exist: the queue is closed before STOP goes in. */

@@ -105,6 +105,10 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
      * default for now: docs/decisions.md, "Replay". */
     const char *rp = getenv("DTORCH_REPLAY");
     atomic_init(&g->replay, rp && rp[0] == '1' && rp[1] == 0);
+    /* DTORCH_SCHEDULE=0 lowers every round in program order (core/sched.h),
+     * so bench/overlap.py can compare the two in one process. */
+    const char *sc = getenv("DTORCH_SCHEDULE");
+    atomic_init(&g->schedule, !(sc && sc[0] == '0' && sc[1] == 0));
     g->fork_gen = atomic_load(&dt__fork_gen);
     pthread_mutex_init(&g->life_lock, NULL);
     pthread_mutex_init(&g->qlock, NULL);

@@ -32,6 +32,10 @@ struct dt_graph {
      * (core/replay.h; off unless DTORCH_REPLAY=1 at creation or
      * dt_graph_set_replay turn it on). */
     atomic_int replay;
+    /* The controller lowers a round's compute ahead of what waits on its
+     * collectives (core/sched.h; on unless DTORCH_SCHEDULE=0 at creation;
+     * dt_graph_set_schedule). */
+    atomic_int schedule;
     pthread_t ctl;
     pthread_mutex_t life_lock; /* serialises shutdown */
     int shut_down;             /* the controller is joined; guarded by life_lock */
@@ -71,6 +75,10 @@ struct dt_graph {
     atomic_long replay_misses;    /* nodes the cache could hold that were lowered */
     atomic_int time_lowering;     /* dt_debug_lowering_ns: time each node's lowering */
     atomic_long lowering_ns;      /* the lowering steps' time while timed */
+    atomic_long nodes_reordered;  /* lowered ahead of an older node (core/sched.c) */
+    /* Controller-only: kernels queued on communication streams ever
+     * (dt__lw_stream_append; the schedule reads it). */
+    long comm_queued;
     /* Controller-only: the replay cache while it captures a node's kernels
      * (dt__lw_stream_append notes them), NULL otherwise. */
     struct dt__replay *replay_cap;

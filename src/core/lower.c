@@ -92,7 +92,9 @@ void dt__lw_discard(dt__kernel *k) {
 void dt__lw_stream_append(dt_graph *g, dt__stream *s, dt__krec *k) {
     g->kqueued_local++;
     s->appended++;
-    if (g->replay_cap) /* capturing this node's kernels (replay.h) */
+    if (s->kind == DT_STREAM_COMM)
+        g->comm_queued++; /* the schedule's cue (core/sched.h) */
+    if (g->replay_cap)    /* capturing this node's kernels (replay.h) */
         dt__replay_note(g->replay_cap, s, k);
     if (dt__rec_enabled(DT__REC_TRACE) && g->rec && g->rec->cur_node) /* tracing this node (record.h) */
         dt__rec_kernel_queued(g, s, k, s->appended);

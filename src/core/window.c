@@ -65,6 +65,10 @@ static dt_status reserve(dt__window *w, int n) {
         if (!nodes)
             return DT_ENOMEM;
         w->nodes = nodes;
+        dt__node **orig = dt__realloc(w->orig, (size_t)cap * sizeof *orig);
+        if (!orig)
+            return DT_ENOMEM;
+        w->orig = orig;
         uint8_t *flags = dt__realloc(w->flags, (size_t)cap * sizeof *flags);
         if (!flags)
             return DT_ENOMEM;
@@ -126,7 +130,7 @@ dt_status dt__window_fill(dt__window *w, dt__node *batch, dt__tval *released) {
     }
     int i = 0;
     for (dt__node *x = batch; x; x = x->next, i++) {
-        w->nodes[i] = x;
+        w->nodes[i] = w->orig[i] = x;
         w->flags[i] = 0;
         w->consumers[i] = 0;
         for (int j = 0; j < x->n_in; j++) {
@@ -158,6 +162,7 @@ dt_status dt__window_run_passes(dt__window *w) {
 
 void dt__window_free(dt__window *w) {
     dt__free(w->nodes);
+    dt__free(w->orig);
     dt__free(w->flags);
     dt__free(w->consumers);
     dt__free(w->tab);

@@ -43,6 +43,7 @@ typedef struct dt__wentry {
 typedef struct dt__window {
     int n, cap;
     dt__node **nodes;   /* n slots, oldest first */
+    dt__node **orig;    /* n: the records as taken (a pass may put another in nodes[i]) */
     uint8_t *flags;     /* n: DT__WS_* */
     int32_t *consumers; /* n: node inputs in the window that read nodes[i]->out */
     /* Values released this round (the graph's release list and, in the

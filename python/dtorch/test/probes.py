@@ -30,7 +30,7 @@ from .. import _C
 from .._C import TensorBase
 
 __all__ = ["Gate", "graph_stats", "cached_bytes", "fail_allocs", "fail_allocs_pending", "held_controller", "chains",
-           "replay", "controller_cpu_ns", "lowering_ns"]
+           "schedule", "replay", "controller_cpu_ns", "lowering_ns"]
 
 
 class Gate:
@@ -81,7 +81,9 @@ def graph_stats(graph=None, reset_peak: bool = False) -> Dict[str, int]:
     ``nodes_fused`` (nodes run inside blocked elementwise chain kernels, the chain pass) and
     ``cancelled`` (nodes and kernels dropped unrun by ``Graph.cancel``, e.g. at interpreter exit),
     ``replay_hits`` (nodes whose kernels the controller replayed from an earlier node with the same
-    signature) and ``replay_misses`` (nodes it could have replayed but lowered).
+    signature), ``replay_misses`` (nodes it could have replayed but lowered) and
+    ``nodes_reordered`` (nodes the schedule lowered ahead of an older node of their round, so that
+    compute runs while a collective is in flight).
 
     >>> graph_stats()["in_flight_limit"]
     32768
@@ -169,6 +171,24 @@ def replay(on: bool, graph=None) -> Iterator[None]:
         yield
     finally:
         _C._set_replay(g, os.environ.get("DTORCH_REPLAY") == "1")
+
+
+@contextlib.contextmanager
+def schedule(on: bool, graph=None) -> Iterator[None]:
+    """Turns a graph's overlap schedule on or off (``dt_graph_set_schedule``) inside the block, and
+    back to the default after it (on; off with ``DTORCH_SCHEDULE=0``).
+
+    >>> with schedule(False):
+    ...     y = dtorch.ones(3).exp()   # lowered in program order
+    """
+    from .._graph import Graph, _resolve
+
+    g: Optional[Graph] = _resolve(graph) if graph is not None else Graph.default_graph()
+    _C._set_schedule(g, bool(on))
+    try:
+        yield
+    finally:
+        _C._set_schedule(g, os.environ.get("DTORCH_SCHEDULE") != "0")
 
 
 def controller_cpu_ns(graph=None) -> int:
