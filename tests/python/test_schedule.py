@@ -4,7 +4,8 @@ written one after the other (all of A's layers, then all of B's) are the case it
 are compared with eager torch (torch.equal on integer-valued data, every replica checked) with the
 schedule on and off, on 1-D and 2-D meshes with genuine Partials; the reorder is seen in
 ``graph_stats()["nodes_reordered"]`` and in a trace's kernel order on the compute stream; a
-kernel error still names the user's line at the read; explain records are the same either way; and
+kernel error and a failed lowering (fail_allocs) still name the user's line at the read, and the
+failures' order shows the reorder; explain records are the same either way; and
 the bound on how far ahead a node may go holds dtorch's peak memory. The controller is held
 (held_controller) so that each test's ops land in one window whatever the machine's timing."""
 import inspect
@@ -14,7 +15,7 @@ import torch
 
 import dtorch
 from dtorch import Partial, Replicate, Shard
-from dtorch.test.probes import graph_stats, held_controller, replay, schedule
+from dtorch.test.probes import fail_allocs, fail_allocs_pending, graph_stats, held_controller, replay, schedule
 from helpers import CPU2, CPU2x2, assert_equal_everywhere, genuine_partial, int_valued
 
 AHEAD = 128  # DT__SCHED_AHEAD (src/core/sched.h)
@@ -200,6 +201,50 @@ class TestErrorsAndMemory(unittest.TestCase):
         for _ in range(LAYERS):
             want = want @ tw1 @ tw2
         assert_equal_everywhere(self, x, want)
+
+    def first_failure_after_the_all_reduce(self, on):
+        """Fails the controller's k-th lowering allocation for k = 0, 1, ... in a window of an
+        all-reduce x, its reader y and an independent z; returns (the first op after the all-reduce
+        whose lowering failed, as the line its error names, and the lines)."""
+        t, u = int_valued(6, seed=1), int_valued(6, seed=2)
+        for k in range(40):
+            part = genuine_partial(t, CPU2, [Partial()], seed=4)
+            b = dtorch.from_torch(u, CPU2, [Replicate()])
+            dtorch.synchronize()
+            with schedule(on):
+                try:
+                    with held_controller():
+                        fail_allocs(k)
+                        lines = {"all_reduce": inspect.currentframe().f_lineno + 1}
+                        x = part.redistribute(placements=[Replicate()])
+                        lines["mul"] = inspect.currentframe().f_lineno + 1
+                        y = x * 2
+                        lines["add"] = inspect.currentframe().f_lineno + 1
+                        z = b + 1
+                    failed = []
+                    for v, want in ((y, t * 2), (z, u + 1)):
+                        try:
+                            self.assertTrue(torch.equal(v.to_torch(), want))
+                        except dtorch.KernelError as e:
+                            self.assertIn("failed on the controller (created at", str(e))
+                            failed.append(str(e))
+                    self.assertFalse(fail_allocs_pending())
+                finally:
+                    fail_allocs(-1)
+            # Each error names the op and the line of the node whose lowering failed (y inherits
+            # x's error), whichever order the nodes were lowered in.
+            named = {op for op, line in lines.items() for m in failed if f"test_schedule.py:{line})" in m}
+            self.assertEqual(len(named), 1, failed)
+            (op,) = named
+            self.assertIn("redistribute failed" if op == "all_reduce" else "binary failed", failed[-1])
+            if op != "all_reduce":
+                return op
+        self.fail("no lowering after the all-reduce failed")
+
+    def test_lowering_failure_names_the_line(self):
+        # On, z (independent) is lowered right after the all-reduce, ahead of y, which reads it.
+        self.assertEqual(self.first_failure_after_the_all_reduce(True), "add")
+        self.assertEqual(self.first_failure_after_the_all_reduce(False), "mul")
 
     def test_memory_bound(self):
         # N all-reduces whose results are added up one after another: the accumulation waits for
