@@ -36,6 +36,9 @@
 /* Controller: ships the dirty remote streams' batches (each worker node's
  * streams together) and takes them off g->dirty. */
 void dt__remote_flush(struct dt_graph *g);
+/* Controller, when its streams stop: completions of g's batches that come
+ * later touch nothing of g. */
+void dt__remote_detach(struct dt_graph *g);
 
 /* ---- src/net/cluster.c (cluster_none.c without ZeroMQ) ---- */
 
