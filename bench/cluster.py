@@ -72,16 +72,15 @@ ZMQ_SERVER = r"""
 import sys, zmq
 ctx = zmq.Context()
 s = ctx.socket(zmq.REP)
-if sys.argv[2] == "curve":
+if sys.argv[1] == "curve":
     s.curve_server = True
-    s.curve_secretkey = sys.argv[3].encode()
-s.bind(sys.argv[1])
+    s.curve_secretkey = sys.argv[2].encode()
+print(s.bind_to_random_port("tcp://127.0.0.1"), flush=True)
 while True:
     m = s.recv(copy=False)
-    if len(m) == 4 and m.bytes == b"stop":
-        s.send(b"k")
-        break
     s.send(b"k")
+    if len(m) == 4 and m.bytes == b"stop":
+        break
 """
 
 
@@ -91,18 +90,16 @@ def zmq_round_trip(nbytes: int, repeat: int, curve: bool) -> Optional[float]:
         return None
     ctx = zmq.Context()
     s = ctx.socket(zmq.REQ)
+    s.rcvtimeo = 60_000  # bounded: a lost reply raises zmq.Again
+    s.linger = 0
     args = ["plain", ""]
     if curve:
         spub, ssec = zmq.curve_keypair()
         cpub, csec = zmq.curve_keypair()
         s.curve_serverkey, s.curve_publickey, s.curve_secretkey = spub, cpub, csec
         args = ["curve", ssec.decode()]
-    tmp = ctx.socket(zmq.REP)  # a free port for the server to bind
-
-    port = tmp.bind_to_random_port("tcp://127.0.0.1")
-    tmp.close(0)
-    addr = f"tcp://127.0.0.1:{port}"
-    srv = subprocess.Popen([sys.executable, "-c", ZMQ_SERVER, addr, *args])
+    srv = subprocess.Popen([sys.executable, "-c", ZMQ_SERVER, *args], stdout=subprocess.PIPE, text=True)
+    addr = f"tcp://127.0.0.1:{int(srv.stdout.readline())}"
     try:
         s.connect(addr)
         payload = os.urandom(nbytes)

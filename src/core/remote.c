@@ -132,7 +132,7 @@ static int add_future(futs *fs, dt_future *f) {
 /* ---- per-device pieces of host values (issue 13) ---- */
 
 typedef struct piece_ent {
-    dt__blob *src, *piece; /* piece: our reference */
+    dt__blob *src, *piece; /* our references (src's: its address stays its own) */
     int ndim;
     int64_t start[DT_MAX_NDIM], len[DT_MAX_NDIM];
 } piece_ent;
@@ -217,7 +217,7 @@ static int put_piece(dt_graph *g, dt__bytes *body, pieces *ps, dt__krec *k, int 
     piece->rtag = g->remote_tag;
     piece_ent *pe = &ps->e[ps->n++];
     memset(pe, 0, sizeof *pe);
-    pe->src = b;
+    pe->src = dt__blob_retain(b);
     pe->piece = piece;
     pe->ndim = a.ndim;
     memcpy(pe->start, a.start, sizeof pe->start);
@@ -422,8 +422,10 @@ static void ship(dt_graph *g, int node, dt__stream **ss, int n) {
         dead = k->next;
         dt__krec_discard(k);
     }
-    for (int i = 0; i < ps.n; i++)
+    for (int i = 0; i < ps.n; i++) {
         dt__blob_release(ps.e[i].piece);
+        dt__blob_release(ps.e[i].src);
+    }
     dt__free(ps.e);
     dt__free(fs.f);
     dt__free(fs.count);
