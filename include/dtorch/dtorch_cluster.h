@@ -90,6 +90,17 @@ DT_API dt_status dt_cluster_node(int index, dt_node_info *out);
 /* Total CPU devices in the cluster: the main node's, then each worker
  * node's in registration order (global ids are node-major). */
 DT_API int64_t dt_cluster_cpu_devices(void);
+/* Counters of this process's traffic to worker nodes (every graph, since
+ * the process started): bytes and values of host data shipped (each a
+ * device's piece of a host value, or a whole value a kernel reads), and
+ * kernels shipped that the nodes have not reported run yet (the backlog
+ * counts them). */
+typedef struct dt_cluster_counters {
+    int64_t value_bytes;
+    int64_t values;
+    int64_t kernels_on_nodes;
+} dt_cluster_counters;
+DT_API void dt_cluster_counters_get(dt_cluster_counters *out);
 /* Tells every worker node to stop, closes the connections and forgets the
  * cluster (a later dt_cluster_listen may form a new one). No-op when not
  * listening. */

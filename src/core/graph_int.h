@@ -116,6 +116,9 @@ struct dt_graph {
      * its name on the worker nodes (0 until its first remote stream). */
     int has_remote;
     uint32_t remote_tag;
+    /* Controller-only: what the completions of its batches on worker nodes
+     * retire the backlog through (core/remote.c); NULL until the first. */
+    struct dt__racct *racct;
     /* Every device is this process's (a worker node's own graph, which in a
      * one-process test shares the process with its main node). */
     int local_only;

@@ -9,6 +9,13 @@
  * node's future on the cluster thread (src/net/cluster.c). A value a node
  * holds is released there when its last reference here goes.
  *
+ * A SLICE of a host value (a from_torch source) ships as its region only:
+ * the main node slices it and the kernel slices that piece whole. Each
+ * batch ends in a SYNC on each of its streams, all completing one future
+ * whose completion retires the batch's kernels from the backlog, so the
+ * backlog bound covers kernels queued on a node (dt_cluster_counters_get
+ * counts them, and the host bytes shipped).
+ *
  * A remote stream has no worker thread here and its completed count is all
  * ones, so a local kernel that reads a worker node's value (a copy between
  * nodes, issue 13 item 3) never waits: the value carries the error that
@@ -36,6 +43,9 @@
 /* Controller: ships the dirty remote streams' batches (each worker node's
  * streams together) and takes them off g->dirty. */
 void dt__remote_flush(struct dt_graph *g);
+/* Controller, when its streams stop: completions of g's batches that come
+ * later touch nothing of g. */
+void dt__remote_detach(struct dt_graph *g);
 
 /* ---- src/net/cluster.c (cluster_none.c without ZeroMQ) ---- */
 

@@ -28,6 +28,7 @@
 
 #include "core/blob.h"
 #include "core/graph_int.h"
+#include "core/remote.h"
 #include "core/stream.h"
 #include "core/stream_int.h"
 
@@ -98,6 +99,7 @@ dt__stream *dt__graph_stream(dt_graph *g, dt_device_type type, int64_t id, int k
 }
 
 void dt__graph_streams_stop(dt_graph *g) {
+    dt__remote_detach(g); /* its batches on worker nodes retire nothing here from now on */
     /* Stop every worker before freeing any stream: a worker still running
      * may wait on another stream's events (its `done` count), so a stream is
      * freed only when no worker of the graph is left to read it. */

@@ -155,6 +155,32 @@ void dt__cluster_on_result(dt__net_in *in) {
         dt_future_release(f);
 }
 
+/* One node's releases, taken with the batches queued before them. */
+typedef struct relout {
+    uint8_t *rel;
+    size_t n, rid_len;
+    uint8_t rid[256];
+    int alive;
+} relout;
+
+/* Takes every node's releases (under mu, with the batches: a release
+ * recorded after a batch was queued leaves after it). */
+static relout *take_releases(int *count) {
+    relout *r = C.n ? dt__calloc((size_t)C.n, sizeof *r) : NULL;
+    *count = r ? C.n : 0;
+    for (int i = 0; r && i < C.n; i++) {
+        node *nd = &C.nodes[i];
+        r[i].rel = nd->rel;
+        r[i].n = nd->rel_n;
+        r[i].rid_len = nd->rid_len;
+        memcpy(r[i].rid, nd->rid, nd->rid_len);
+        r[i].alive = nd->info.state == DT_NODE_ALIVE;
+        nd->rel = NULL;
+        nd->rel_n = nd->rel_cap = 0;
+    }
+    return r;
+}
+
 /* Sends the queued batches, then each node's releases (a value is released
  * only after every batch that reads it was queued). */
 void dt__cluster_send_out(void) {
@@ -162,6 +188,8 @@ void dt__cluster_send_out(void) {
     outmsg *q = C.out;
     C.out = C.out_last = NULL;
     C.woken = 0;
+    int nrel = 0;
+    relout *rels = take_releases(&nrel); /* out of memory: they wait for the next pass */
     pthread_mutex_unlock(&C.mu);
     while (q) {
         outmsg *o = q;
@@ -183,36 +211,23 @@ void dt__cluster_send_out(void) {
             zmq_msg_close(&x);
         dt__free(o);
     }
-    for (int i = 0;; i++) {
-        pthread_mutex_lock(&C.mu);
-        if (i >= C.n) {
-            pthread_mutex_unlock(&C.mu);
-            break;
-        }
-        node *nd = &C.nodes[i];
-        uint8_t *rel = nd->rel;
-        size_t n = nd->rel_n;
-        uint8_t rid[256];
-        size_t rid_len = nd->rid_len;
-        memcpy(rid, nd->rid, rid_len);
-        int alive = nd->info.state == DT_NODE_ALIVE;
-        nd->rel = NULL;
-        nd->rel_n = nd->rel_cap = 0;
-        pthread_mutex_unlock(&C.mu);
-        if (!n) {
-            dt__free(rel);
+    for (int i = 0; i < nrel; i++) {
+        relout *r = &rels[i];
+        if (!r->n) {
+            dt__free(r->rel);
             continue;
         }
         /* The count goes in front: the list was kept with 4 bytes of room. */
-        uint8_t *p = rel;
-        dt__le_put(&p, n, 4);
+        uint8_t *p = r->rel;
+        dt__le_put(&p, r->n, 4);
         zmq_msg_t x;
-        dt__wire_msg r = {.type = DT__WIRE_RELEASE, .nextra = 1};
-        if (!alive || zmq_msg_init_data(&x, rel, 4 + 12 * n, free_body, NULL) != 0)
-            dt__free(rel);
+        dt__wire_msg m = {.type = DT__WIRE_RELEASE, .nextra = 1};
+        if (!r->alive || zmq_msg_init_data(&x, r->rel, 4 + 12 * r->n, free_body, NULL) != 0)
+            dt__free(r->rel);
         else
-            dt__net_send_extra(C.router, rid, rid_len, &r, &x);
+            dt__net_send_extra(C.router, r->rid, r->rid_len, &m, &x);
     }
+    dt__free(rels);
 }
 
 int dt__cluster_node_of(dt_device_type type, int64_t id) {

@@ -10,6 +10,7 @@
  */
 #include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "dtorch/dtorch_cluster.h"
 #include "test_node.h"
@@ -39,6 +40,24 @@ static void check_floats(const char *what, const float *got, const float *want, 
         }
 }
 
+/* Waits (bounded) until the node has reported every kernel shipped run:
+ * nothing of g left in its backlog, none counted on nodes. */
+static void check_drained(dt_graph *g) {
+    dt_cluster_counters c = {0};
+    dt_graph_stats st = {0};
+    for (int i = 0; i < 10000; i++) {
+        dt_cluster_counters_get(&c);
+        CHECK_EQ(dt_graph_get_stats(g, &st, 0), DT_OK);
+        if (c.kernels_on_nodes == 0 && st.in_flight == 0)
+            return;
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    fprintf(stderr, "not drained: %lld kernels on nodes, %lld in flight\n", (long long)c.kernels_on_nodes,
+            (long long)st.in_flight);
+    failures++;
+}
+
 static void run_programs(dt_mesh *mesh) {
     dt_graph_options go = {"ref"};
     dt_graph *g = NULL;
@@ -51,10 +70,16 @@ static void run_programs(dt_mesh *mesh) {
     int64_t shape[2] = {ROWS, COLS}, d0 = 0;
     dt_placement s0 = S(0), r = R();
     for (int round = 0; round < 3; round++) { /* later rounds reuse what the node holds */
+        dt_cluster_counters c0, c1;
+        dt_cluster_counters_get(&c0);
         dt_tensor *t = dt_tensor_from_buffer(g, DT_FLOAT32, 2, shape, x, sizeof x, mesh, &s0);
         dt_tensor *sq = dt_binary(DT_BINARY_MUL, t, t);
         dt_tensor *e = dt_binary_scalar(DT_BINARY_ADD, sq, dt_scalar_float(0.5), 0);
         CHECK_EQ(read_floats(e, got, ROWS * COLS), DT_OK);
+        /* The host value left as its 2 shards (each device's rows), not whole. */
+        dt_cluster_counters_get(&c1);
+        CHECK_EQ(c1.values - c0.values, 2);
+        CHECK_EQ(c1.value_bytes - c0.value_bytes, (int64_t)sizeof x);
         for (int i = 0; i < ROWS * COLS; i++)
             want[i] = x[i] * x[i] + 0.5f;
         check_floats("x*x+0.5", got, want, ROWS * COLS);
@@ -71,6 +96,7 @@ static void run_programs(dt_mesh *mesh) {
         CHECK_EQ(read_floats(ag, got, ROWS * COLS), DT_OK);
         check_floats("all-gather", got, want, ROWS * COLS);
         CHECK_EQ(dt_graph_sync(g), DT_OK);
+        check_drained(g);
         dt_tensor_release(ag);
         dt_tensor_release(ar);
         dt_tensor_release(cs);

@@ -26,10 +26,10 @@ HB = 1.0  # heartbeat interval of these tests, seconds (the default: robust on a
 TOKEN = "test-cluster-token-\u00e9"
 
 
-@pytest.fixture
-def cluster(monkeypatch):
-    """A main node on a free loopback port with the test token; the worker nodes started through
-    ``start`` are killed at the end whatever happened."""
+def cluster_at(monkeypatch, heartbeat_second):
+    """A main node on a free loopback port with the test token and heartbeats every
+    `heartbeat_second`; yields ``start``, which starts a worker node; every worker node started
+    through it is killed at the end whatever happened (test_cluster_flow.py's fixtures too)."""
     monkeypatch.setenv("DTORCH_CLUSTER_TOKEN", TOKEN)
     children = []
 
@@ -44,15 +44,25 @@ def cluster(monkeypatch):
         children.append(p)
         return p
 
-    MainNode.set_address("127.0.0.1:0", cpu_devices=2, heartbeat_second=HB)
+    MainNode.set_address("127.0.0.1:0", cpu_devices=2, heartbeat_second=heartbeat_second)
     try:
         yield start
     finally:
+        for p in children:  # a stopped (SIGSTOP) node is let go on, so it can hear the stop
+            if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
         MainNode.shutdown()
         for p in children:
             if p.poll() is None:
                 p.kill()
             p.communicate(timeout=30)
+
+
+@pytest.fixture
+def cluster(monkeypatch):
+    """A main node on a free loopback port with the test token; the worker nodes started through
+    ``start`` are killed at the end whatever happened."""
+    yield from cluster_at(monkeypatch, HB)
 
 
 def wait_exit(p, timeout=30):
@@ -242,13 +252,14 @@ def netns_pair():
     """Two network namespaces joined by a veth pair, 10.231.7.1 (the main node's) and 10.231.7.2
     (the worker node's); only as root with iproute2. The host's own namespace is not touched."""
     if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2")
+        pytest.skip("two network namespaces need root (euid 0) and iproute2's `ip`")
     tag = str(os.getpid())
     ns_main, ns_node = f"dtmain{tag}", f"dtnode{tag}"
     va, vb = f"dtva{tag}"[:15], f"dtvb{tag}"[:15]
     try:
-        if _ip("netns", "add", ns_main).returncode != 0:
-            pytest.skip("cannot make network namespaces here")
+        r = _ip("netns", "add", ns_main)
+        if r.returncode != 0:
+            pytest.skip(f"cannot make network namespaces here: {r.stderr.strip()}")
         steps = [("netns", "add", ns_node),
                  ("-n", ns_main, "link", "add", va, "type", "veth", "peer", "name", vb, "netns", ns_node),
                  ("-n", ns_main, "addr", "add", "10.231.7.1/24", "dev", va),
@@ -264,7 +275,24 @@ def netns_pair():
         _ip("netns", "del", ns_main)
 
 
+def _readline(p, timeout=60):
+    """A line of `p`'s stdout, or a failure (with its stderr) when none comes within `timeout`."""
+    import threading
+
+    got = []
+    t = threading.Thread(target=lambda: got.append(p.stdout.readline()), daemon=True)
+    t.start()
+    t.join(timeout)
+    if not got:
+        p.kill()
+        pytest.fail(f"{p.args[:4]} printed no line within {timeout} s; its stderr: {p.communicate(timeout=30)[1]}")
+    return got[0]
+
+
 def test_two_network_namespaces(netns_pair, tmp_path):
+    """A main node listening on its veth address in one namespace, a worker node in the other: a
+    wrong token is refused, the right one joins from 10.231.7.2 and runs a program (sharded matmul,
+    an all-gather, a reduction) whose value is torch's; both exit 0 at the main node's stop."""
     ns_main, ns_node = netns_pair
     env = dict(os.environ, DTORCH_CLUSTER_TOKEN=TOKEN)
     addr_file, go_file = tmp_path / "addr", tmp_path / "go"
@@ -274,6 +302,15 @@ def test_two_network_namespaces(netns_pair, tmp_path):
         f"open({str(addr_file)!r}, 'w').write(dtorch.MainNode.get_address())\n"
         "dtorch.MainNode.wait_cluster_ready(1, timeout_second=60)\n"
         "print(json.dumps(dtorch.MainNode.nodes()), flush=True)\n"
+        # A program on the worker node's 2 devices, across the veth pair.
+        "import torch\n"
+        "first = dtorch.MainNode.nodes()[0]['first_device_id']\n"
+        "mesh = dtorch.DeviceMesh('cpu', [first, first + 1])\n"
+        "g = dtorch.Graph()\n"
+        "a = torch.arange(-12, 12, dtype=torch.float32).reshape(6, 4)\n"
+        "x = dtorch.from_torch(a, mesh, [dtorch.Shard(0)], graph=g)\n"
+        "y = ((x @ x.redistribute(placements=[dtorch.Replicate()]).T) * 0.5 - 1).sum(0)\n"
+        "print(json.dumps(y.to_torch().tolist()), flush=True)\n"
         f"while not os.path.exists({str(go_file)!r}): time.sleep(0.05)\n"
         "dtorch.MainNode.shutdown()\n")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     procs = [main]
@@ -290,8 +327,12 @@ def test_two_network_namespaces(netns_pair, tmp_path):
                                  "--cpu-devices=2"], env=env, stderr=subprocess.PIPE, text=True)
         procs.append(node)
         import json
-        nodes = json.loads(main.stdout.readline())
+        nodes = json.loads(_readline(main))
         assert len(nodes) == 1 and nodes[0]["address"] == "10.231.7.2" and nodes[0]["first_device_id"] == 1
+        a = torch.arange(-12, 12, dtype=torch.float32).reshape(6, 4)  # integer values: exact in any order
+        want = ((a @ a.T) * 0.5 - 1).sum(0)
+        got = torch.tensor(json.loads(_readline(main)), dtype=torch.float32)
+        assert torch.equal(got, want), (got, want)
         go_file.write_text("go")
         rc, err = wait_exit(node)
         assert rc == 0 and "said stop" in err, err
