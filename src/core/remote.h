@@ -37,6 +37,9 @@
  * streams together) and takes them off g->dirty. */
 void dt__remote_flush(struct dt_graph *g);
 
+/* Controller: g's name on the worker nodes (made on first use). */
+uint32_t dt__remote_tag(struct dt_graph *g);
+
 /* ---- src/net/cluster.c (cluster_none.c without ZeroMQ) ---- */
 
 /* The worker node serving device (type, id): its index, or -1 for a device
