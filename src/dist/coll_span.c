@@ -164,7 +164,8 @@ static void recv_part(group *gr, const dt__collattr *a, int r, int p, const dt__
     dt__xfer_msg_free(m);
 }
 
-void dt__coll_span_run(group *gr, const dt__collattr *a, int r, dt__blob *in, dt__blob *out, const char *opname) {
+void dt__coll_span_run(group *gr, const dt__collattr *a, int r, dt__blob *in, dt__blob *out,
+                       const char *opname) {
     int n = a->n, p2p = a->kind == DT_COLL_SENDRECV;
     rendezvous *rv = &gr->rv[a->seq & 1];
     pthread_mutex_lock(&gr->lock);
@@ -226,7 +227,8 @@ void dt__coll_span_run(group *gr, const dt__collattr *a, int r, dt__blob *in, dt
                 out->impl = impl;
             } else {
                 char buf[700];
-                snprintf(buf, sizeof buf, "%s failed in a collective: %s", opname, err[0] ? err : "backend error");
+                snprintf(buf, sizeof buf, "%s failed in a collective: %s", opname,
+                         err[0] ? err : "backend error");
                 out->error = dt__strdup(buf);
             }
         }

@@ -41,11 +41,13 @@ typedef struct coll_view {
 } coll_view;
 
 /* Peer p's input sliced along dim_b to rank r's range, or whole. */
-dt_status dt__coll_slice_peer(const coll_view *c, int p, int r, int whole, void **out, char *err, size_t errlen);
+dt_status dt__coll_slice_peer(const coll_view *c, int p, int r, int whole, void **out, char *err,
+                              size_t errlen);
 /* Rank r's output of a gather or reduction kind; pre[p] (when pre and it
  * are not NULL) replaces peer p's sliced input. */
 dt_status dt__coll_compute(const coll_view *c, int r, void *const *pre, void **out, char *err, size_t errlen);
 /* coll_span.c: rank r's part of a collective of a spanning group. */
-void dt__coll_span_run(group *gr, const dt__collattr *a, int r, dt__blob *in, dt__blob *out, const char *opname);
+void dt__coll_span_run(group *gr, const dt__collattr *a, int r, dt__blob *in, dt__blob *out,
+                       const char *opname);
 
 #endif /* DT_DIST_INPROC_INT_H */

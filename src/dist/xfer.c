@@ -20,8 +20,8 @@ static struct {
     pthread_cond_t cond;
     dt__xfer_hooks hooks;
     int started;
-    dt__xfer_msg *box;              /* arrived, not yet taken */
-    dt__xfer_msg *out, *out_last;   /* to send, oldest first */
+    dt__xfer_msg *box;            /* arrived, not yet taken */
+    dt__xfer_msg *out, *out_last; /* to send, oldest first */
     lost_range *lost;
     int nlost, caplost;
     char abort_why[DT__XFER_TEXT]; /* non-empty: every other node is gone */

@@ -50,8 +50,15 @@ static void wait_wakes(int n) {
 
 static dt__xfer_msg *msg(uint64_t seq, int from, int to, int64_t src, const float *v, size_t n) {
     dt__xfer_msg *m = calloc(1, sizeof *m);
-    m->h = (dt__xfer_hdr){.tag = 9, .group = 77, .seq = seq, .from = from, .to = to, .src_device = src,
-                          .dst_device = 0, .dtype = DT_FLOAT32, .ndim = 1};
+    m->h = (dt__xfer_hdr){.tag = 9,
+                          .group = 77,
+                          .seq = seq,
+                          .from = from,
+                          .to = to,
+                          .src_device = src,
+                          .dst_device = 0,
+                          .dtype = DT_FLOAT32,
+                          .ndim = 1};
     m->h.shape[0] = (int64_t)n;
     float *copy = malloc(n * sizeof *copy + 1);
     memcpy(copy, v, n * sizeof *copy);
@@ -166,8 +173,16 @@ static dt__collattr attr(uint64_t group, uint64_t seq, int kind) {
         dt__le_put(&s, 2 * r, 8);
         dt__le_put(&l, 2, 8);
     }
-    return (dt__collattr){.group = group, .seq = seq, .kind = kind, .ndim = 1, .n = N, .type = DT_DEVICE_CPU,
-                          .dtype = DT_FLOAT32, .shapes = shapes, .starts = starts, .lens = lens};
+    return (dt__collattr){.group = group,
+                          .seq = seq,
+                          .kind = kind,
+                          .ndim = 1,
+                          .n = N,
+                          .type = DT_DEVICE_CPU,
+                          .dtype = DT_FLOAT32,
+                          .shapes = shapes,
+                          .starts = starts,
+                          .lens = lens};
 }
 
 /* Runs ranks [0, nrun) of `kind` in threads; the others' parts come from
@@ -234,7 +249,7 @@ static void test_spanning(void) {
         return;
     float in[N][LEN];
     for (int r = 0; r < N; r++)
-        for (int i = 0; i < LEN; i++) /* 1e8 + 4 rounds to 1e8, 4 + 4 + 1e8 does not: every */
+        for (int i = 0; i < LEN; i++)            /* 1e8 + 4 rounds to 1e8, 4 + 4 + 1e8 does not: every */
             in[r][i] = i % N == r ? 1e8f : 4.0f; /* order of the adds but 0, 1, 2 differs somewhere */
     dt__comm *c = dt__comm_inproc.create(DT_DEVICE_CPU);
     const int64_t ids[N] = {0, 1, 7}, here[N] = {0, 1, 2};
@@ -253,8 +268,9 @@ static void test_spanning(void) {
                     int e = kind == DT_COLL_ALLREDUCE ? i : 2 * r + i;
                     float rank_order = (in[0][e] + in[1][e]) + in[2][e];
                     if (got[r][i] != want[r][i] || got[r][i] != rank_order) {
-                        fprintf(stderr, "kind %d seq %llu rank %d [%d]: %.9g, in-process %.9g, by hand %.9g\n",
-                                kind, (unsigned long long)seq, r, i, got[r][i], want[r][i], rank_order);
+                        fprintf(stderr,
+                                "kind %d seq %llu rank %d [%d]: %.9g, in-process %.9g, by hand %.9g\n", kind,
+                                (unsigned long long)seq, r, i, got[r][i], want[r][i], rank_order);
                         failures++;
                     }
                 }
@@ -263,7 +279,8 @@ static void test_spanning(void) {
     char errs[N][700];
     run_coll(c, span, 4, DT_COLL_ALLREDUCE, 2, in, NULL, 1, errs);
     for (int r = 0; r < 2; r++)
-        CHECK(strstr(errs[r], "all_reduce failed in a collective: worker node 3 (127.0.0.1, pid 4242) is lost"));
+        CHECK(strstr(errs[r],
+                     "all_reduce failed in a collective: worker node 3 (127.0.0.1, pid 4242) is lost"));
     drain_outbox();
     c->ops->group_destroy(c, span);
     c->ops->group_destroy(c, one);

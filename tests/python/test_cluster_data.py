@@ -194,3 +194,26 @@ def test_node_killed_during_cross_node_collective(two_nodes):
     assert time.monotonic() - t1 < 30
     with pytest.raises(RuntimeError, match="worker node 1"):
         dtorch.from_torch(t, span, [Shard(0)], graph=g).redistribute(placements=[Replicate()]).to_torch()
+
+
+def test_2d_mesh_data_parallel_across_nodes(two_nodes):
+    """A 2x2 mesh whose rows are worker nodes A and B (dim 0 across nodes, dim 1 within one):
+    collectives along either dim, and a row-parallel matmul's Partial over both, give what the
+    2x2 mesh of this process's 4 devices gives, device by device, and torch's values."""
+    g = dtorch.Graph()
+    span = dtorch.DeviceMesh("cpu", [[4, 5], [6, 7]], mesh_dim_names=("dp", "tp"))
+    here = dtorch.DeviceMesh("cpu", [[0, 1], [2, 3]], mesh_dim_names=("dp", "tp"))
+    t, w = _randn(6, 8, seed=21), _randn(8, 5, seed=22)
+    outs = []
+    for mesh in (span, here):
+        x = dtorch.from_torch(t, mesh, [Shard(0), Shard(1)], graph=g)
+        ww = dtorch.from_torch(w, mesh, [Replicate(), Shard(0)], graph=g)
+        p = genuine_partial(t, mesh, [Partial(), Partial()], seed=5, graph=g)
+        outs.append([x.redistribute(placements=[Replicate(), Replicate()]),
+                     x.redistribute(placements=[Shard(1), Shard(0)]),
+                     p.redistribute(placements=[Replicate(), Shard(0)]),
+                     p.redistribute(placements=[Shard(1), Replicate()]),
+                     x @ ww])
+    for i, (r, l, want) in enumerate(zip(outs[0], outs[1], [t, t, t, t, t @ w])):
+        _same(r, l)
+        _check(r, want, exact=i < 2)
