@@ -112,6 +112,7 @@ static void on_register(const dt__net_in *in, int64_t now) {
     w.u.welcome.first_device_id = nd->info.first_device_id;
     w.u.welcome.heartbeat_ms = (uint32_t)C.heartbeat_ms;
     dt__net_send(C.router, in->rid, in->rid_len, &w);
+    dt__cluster_data_welcome(in->rid, in->rid_len);
 }
 
 /* Under mu. */

@@ -137,3 +137,14 @@ void dt__cluster_data_lost(const node *nd) {
         if (C.nodes[i].info.state == DT_NODE_ALIVE)
             dt__net_send(C.router, C.nodes[i].rid, C.nodes[i].rid_len, &l);
 }
+
+void dt__cluster_data_welcome(const uint8_t *rid, size_t rid_len) {
+    for (int i = 0; i < C.n; i++)
+        if (C.nodes[i].info.state == DT_NODE_LOST) {
+            dt__wire_msg l = {.type = DT__WIRE_LOST};
+            l.u.lost.first_device_id = C.nodes[i].info.first_device_id;
+            l.u.lost.count = C.nodes[i].info.cpu_devices;
+            snprintf(l.u.lost.error, sizeof l.u.lost.error, "%s", C.nodes[i].info.error);
+            dt__net_send(C.router, rid, rid_len, &l);
+        }
+}
