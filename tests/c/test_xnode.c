@@ -22,7 +22,7 @@
 extern char **environ;
 
 #define TOKEN "c-xnode-token"
-#define HB_MS 300
+#define HB_MS 1000 /* the default: robust under the sanitizers on a loaded machine */
 #define ROWS 6
 #define COLS 5
 
@@ -70,8 +70,10 @@ static void run(void) {
     dt_graph_options go = {"ref"};
     dt_graph *g = NULL;
     CHECK_EQ(dt_graph_create(&go, &g), DT_OK);
-    static const int64_t here_ids[2] = {0, 1}, a_ids[2] = {2, 3}, b_ids[2] = {4, 5}, all_ids[6] = {0, 1, 2, 3, 4, 5};
-    dt_mesh *here = mesh_of(2, here_ids), *a = mesh_of(2, a_ids), *b = mesh_of(2, b_ids), *all = mesh_of(6, all_ids);
+    static const int64_t here_ids[2] = {0, 1}, a_ids[2] = {2, 3}, b_ids[2] = {4, 5},
+                         all_ids[6] = {0, 1, 2, 3, 4, 5};
+    dt_mesh *here = mesh_of(2, here_ids), *a = mesh_of(2, a_ids), *b = mesh_of(2, b_ids),
+            *all = mesh_of(6, all_ids);
     if (!g || !here || !a || !b || !all)
         return;
     float x[ROWS * COLS], got[ROWS * COLS], want[COLS];
@@ -136,8 +138,11 @@ static void run(void) {
 
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--node") == 0) {
-        dt_node_options o = {
-            .main_address = argv[2], .token = TOKEN, .cpu_devices = 2, .connect_timeout_ms = 30000, .quiet = 1};
+        dt_node_options o = {.main_address = argv[2],
+                             .token = TOKEN,
+                             .cpu_devices = 2,
+                             .connect_timeout_ms = 30000,
+                             .quiet = 1};
         return dt_node_run(&o);
     }
     if (!dt_cluster_available()) {
