@@ -36,6 +36,11 @@
  * Determinism: reductions add the ranks' blobs in rank order on every rank,
  * so all ranks get bit-identical sums, run after run.
  *
+ * Groups spanning nodes (issue 13 item 3): a group some of whose devices
+ * are another process's (dt__comm_group_span) meets only this process's
+ * ranks in the rendezvous and exchanges parts with the others by messages
+ * (coll_span.c), then computes as here.
+ *
  * Threads: dt__coll_new, dt__lw_group and the cache on the controller;
  * group_create/destroy on any thread (the comm's lock); run on the ranks'
  * workers. Lock order: comm lock (only to find a group, then dropped) ->
