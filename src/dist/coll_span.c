@@ -110,6 +110,7 @@ static void send_part(group *gr, const coll_view *c, int r, int p, dt__blob *in)
                 m->release = release_blob;
                 m->arg = dt__blob_retain(in);
             }
+            m->h.total = m->len;
             dt__xfer_post(m);
             return;
         }
@@ -131,6 +132,7 @@ static void send_part(group *gr, const coll_view *c, int r, int p, dt__blob *in)
         m->release = release_bytes;
         m->arg = buf;
     }
+    m->h.total = m->len;
     dt__xfer_post(m);
 }
 

@@ -21,6 +21,7 @@ static struct {
     dt__xfer_hooks hooks;
     int started;
     dt__xfer_msg *box;            /* arrived, not yet taken */
+    dt__xfer_msg *partial;        /* arriving in chunks: the buffer in arg, len the bytes so far */
     dt__xfer_msg *out, *out_last; /* to send, oldest first */
     lost_range *lost;
     int nlost, caplost;
@@ -54,8 +55,8 @@ void dt__xfer_start(const dt__xfer_hooks *h) {
 
 void dt__xfer_stop(void) {
     pthread_mutex_lock(&X.mu);
-    dt__xfer_msg *box = X.box, *out = X.out;
-    X.box = X.out = X.out_last = NULL;
+    dt__xfer_msg *box = X.box, *out = X.out, *partial = X.partial;
+    X.box = X.out = X.out_last = X.partial = NULL;
     X.hooks = (dt__xfer_hooks){0};
     X.started = 0;
     dt__free(X.lost);
@@ -67,6 +68,7 @@ void dt__xfer_stop(void) {
     pthread_mutex_unlock(&X.mu);
     free_list(box);
     free_list(out);
+    free_list(partial);
 }
 
 int dt__xfer_is_local(int64_t id) {
@@ -103,11 +105,61 @@ dt__xfer_msg *dt__xfer_take(void) {
     return m;
 }
 
+static int same_key(const dt__xfer_hdr *a, const dt__xfer_hdr *b) {
+    return a->tag == b->tag && a->group == b->group && a->seq == b->seq && a->from == b->from &&
+           a->to == b->to;
+}
+
+/* Chunk m goes into its message's buffer (made by its first chunk); the
+ * message once whole, else NULL. m is freed. Under mu. */
+static dt__xfer_msg *assemble(dt__xfer_msg *m) {
+    const dt__xfer_hdr *h = &m->h;
+    dt__xfer_msg **pp = &X.partial;
+    while (*pp && !same_key(&(*pp)->h, h))
+        pp = &(*pp)->next;
+    dt__xfer_msg *w = *pp;
+    if (!w && h->total <= (uint64_t)1 << 40) {
+        w = dt__calloc(1, sizeof *w);
+        void *buf = w ? dt__malloc(h->total ? h->total : 1) : NULL;
+        if (!buf) {
+            dt__free(w);
+            w = NULL;
+        } else {
+            w->h = *h;
+            w->h.offset = 0;
+            w->data = buf;
+            w->arg = buf;
+            w->release = dt__free;
+            w->next = X.partial;
+            X.partial = w;
+            pp = &X.partial;
+        }
+    }
+    /* Malformed, or out of memory: the wait for it ends with its node. */
+    if (!w || w->h.total != h->total || h->offset > h->total || m->len > h->total - h->offset ||
+        w->len + m->len > h->total) {
+        dt__xfer_msg_free(m);
+        return NULL;
+    }
+    memcpy((uint8_t *)w->arg + h->offset, m->data, m->len);
+    w->len += m->len;
+    dt__xfer_msg_free(m);
+    if (w->len < w->h.total)
+        return NULL;
+    *pp = w->next;
+    w->next = NULL;
+    return w;
+}
+
 void dt__xfer_deliver(dt__xfer_msg *m) {
     pthread_mutex_lock(&X.mu);
     if (!X.started) {
         pthread_mutex_unlock(&X.mu);
         dt__xfer_msg_free(m);
+        return;
+    }
+    if (!m->h.error[0] && (m->h.offset != 0 || m->len != m->h.total) && !(m = assemble(m))) {
+        pthread_mutex_unlock(&X.mu);
         return;
     }
     m->next = X.box;

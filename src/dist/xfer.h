@@ -40,6 +40,7 @@ typedef struct dt__xfer_hdr {
     uint64_t group, seq;
     int32_t from, to;
     int64_t src_device, dst_device;
+    uint64_t offset, total; /* this chunk's place in the payload of `total` bytes */
     int32_t dtype;
     uint32_t ndim;
     int64_t shape[DT_MAX_NDIM];
@@ -83,8 +84,14 @@ void dt__xfer_post(dt__xfer_msg *m);
  * none); each is the caller's to send and free. */
 dt__xfer_msg *dt__xfer_take(void);
 /* The transport's thread: m (taken over) arrived for one of this
- * process's ranks. */
+ * process's ranks: a whole message, or one chunk of it (h.offset, m->len
+ * bytes of h.total), kept until the last chunk has come (a chunk that does
+ * not fit its message is dropped). */
 void dt__xfer_deliver(dt__xfer_msg *m);
+/* The transport sends a payload in chunks of at most this many bytes, so
+ * that a large one does not hold back every other message on the
+ * connection: each chunk counts as a sign of life, as a heartbeat does. */
+#define DT__XFER_CHUNK ((size_t)1 << 20)
 /* Waits for the message of (tag, group, seq) from rank `from` (on device
  * src_device) to rank `to`, and returns it (the caller's to free). NULL
  * with the reason in `err` when src_device's node is lost or the cluster
@@ -97,7 +104,7 @@ void dt__xfer_lost(int64_t first, int64_t count, const char *why);
 /* Every other node is gone (`why`): waits for remote messages fail, now
  * and later, until dt__xfer_start. */
 void dt__xfer_abort(const char *why);
-/* Messages waiting in the mailbox (tests). */
+/* Messages waiting in the mailbox, whole (tests). */
 size_t dt__xfer_pending(void);
 
 #endif /* DT_DIST_XFER_H */

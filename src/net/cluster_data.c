@@ -30,11 +30,6 @@ void dt__cluster_data_start(void) {
     dt__xfer_start(&hooks);
 }
 
-static void free_msg(void *data, void *hint) {
-    (void)data;
-    dt__xfer_msg_free(hint);
-}
-
 static void free_frame(void *arg) {
     zmq_msg_close(arg);
     dt__free(arg);
@@ -67,20 +62,8 @@ void dt__cluster_send_data(void) {
             dt__xfer_msg_free(m);
             continue;
         }
-        dt__wire_msg w = {.type = DT__WIRE_DATA};
-        w.u.data = m->h;
-        zmq_msg_t x;
-        if (m->h.error[0] || !m->data) {
-            if (dt__net_send(C.router, rid, rid_len, &w) != DT_OK)
-                fprintf(stderr, "dtorch main node: %s\n", dt_last_error());
-            dt__xfer_msg_free(m);
-        } else if (zmq_msg_init_data(&x, (void *)m->data, m->len, free_msg, m) != 0) {
-            dt__xfer_msg_free(m);
-        } else {
-            w.nextra = 1;
-            if (dt__net_send_extra(C.router, rid, rid_len, &w, &x) != DT_OK)
-                fprintf(stderr, "dtorch main node: %s\n", dt_last_error());
-        }
+        if (dt__net_send_data(C.router, rid, rid_len, m) != DT_OK)
+            fprintf(stderr, "dtorch main node: %s\n", dt_last_error());
     }
 }
 

@@ -152,11 +152,6 @@ static void node_wake(void) {
     (void)w;
 }
 
-static void free_xmsg(void *data, void *hint) {
-    (void)data;
-    dt__xfer_msg_free(hint);
-}
-
 static void free_frame(void *arg) {
     zmq_msg_close(arg);
     dt__free(arg);
@@ -174,20 +169,7 @@ static void send_data(nodectx *n) {
             dt__xfer_deliver(m);
             continue;
         }
-        dt__wire_msg w = {.type = DT__WIRE_DATA};
-        w.u.data = m->h;
-        zmq_msg_t x;
-        dt_status st = DT_OK;
-        if (m->h.error[0] || !m->data) {
-            st = dt__net_send(n->sock, NULL, 0, &w);
-            dt__xfer_msg_free(m);
-        } else if (zmq_msg_init_data(&x, (void *)m->data, m->len, free_xmsg, m) != 0) {
-            dt__xfer_msg_free(m);
-        } else {
-            w.nextra = 1;
-            st = dt__net_send_extra(n->sock, NULL, 0, &w, &x);
-        }
-        if (st != DT_OK)
+        if (dt__net_send_data(n->sock, NULL, 0, m) != DT_OK)
             fprintf(stderr, "dtorch-node: %s\n", dt_last_error());
     }
 }

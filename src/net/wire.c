@@ -8,7 +8,8 @@
  *   HEARTBEAT := u64 seq
  *   STOP, BYE := (empty)
  *   DATA      := u32 tag u64 group u64 seq i32 from i32 to i64 src_device
- *                i64 dst_device i32 dtype u32 ndim i64 shape[ndim] text error
+ *                i64 dst_device u64 offset u64 total i32 dtype u32 ndim
+ *                i64 shape[ndim] text error  (the chunk's bytes in the extra frame)
  *   LOST      := i64 first_device_id i64 count text error
  *   text      := u16 len u8 bytes[len]  (len < DT__WIRE_TEXT_MAX, no NUL)
  */
@@ -116,6 +117,8 @@ size_t dt__wire_encode(const dt__wire_msg *m, uint8_t *buf, size_t cap) {
         put(&w, (uint32_t)h->to, 4);
         put(&w, (uint64_t)h->src_device, 8);
         put(&w, (uint64_t)h->dst_device, 8);
+        put(&w, h->offset, 8);
+        put(&w, h->total, 8);
         put(&w, (uint32_t)h->dtype, 4);
         put(&w, h->ndim > DT_MAX_NDIM ? DT_MAX_NDIM : h->ndim, 4);
         for (uint32_t d = 0; d < h->ndim && d < DT_MAX_NDIM; d++)
@@ -271,6 +274,8 @@ dt_status dt__wire_decode(const void *buf, size_t len, dt__wire_msg *m) {
         h->to = (int32_t)(uint32_t)get(&r, 4);
         h->src_device = (int64_t)get(&r, 8);
         h->dst_device = (int64_t)get(&r, 8);
+        h->offset = get(&r, 8);
+        h->total = get(&r, 8);
         h->dtype = (int32_t)(uint32_t)get(&r, 4);
         h->ndim = (uint32_t)get(&r, 4);
         if (!r.why && h->ndim > DT_MAX_NDIM)
@@ -280,7 +285,8 @@ dt_status dt__wire_decode(const void *buf, size_t len, dt__wire_msg *m) {
                 r.why = "a negative size";
         get_text(&r, h->error);
         if (!r.why && (h->from < 0 || h->to < 0 || h->src_device < 0 || h->dst_device < 0 || h->dtype < 0 ||
-                       h->dtype >= DT_DTYPE_COUNT || (m->nextra && h->error[0])))
+                       h->dtype >= DT_DTYPE_COUNT || (m->nextra && h->error[0]) || h->offset > h->total ||
+                       (!m->nextra && h->total)))
             r.why = "bad rank, device, dtype or payload";
         break;
     }

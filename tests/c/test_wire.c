@@ -113,6 +113,7 @@ static int sample(int type, dt__wire_msg *m) {
         m->u.data.to = 1;
         m->u.data.src_device = 0x123456789LL;
         m->u.data.dst_device = 5;
+        m->u.data.offset = 0; /* no bytes: an error */
         m->u.data.dtype = DT_FLOAT32;
         m->u.data.ndim = 3;
         m->u.data.shape[0] = 2;
@@ -154,7 +155,8 @@ static int same_msg(const dt__wire_msg *a, const dt__wire_msg *b) {
         return a->u.data.tag == b->u.data.tag && a->u.data.group == b->u.data.group &&
                a->u.data.seq == b->u.data.seq && a->u.data.from == b->u.data.from &&
                a->u.data.to == b->u.data.to && a->u.data.src_device == b->u.data.src_device &&
-               a->u.data.dst_device == b->u.data.dst_device && a->u.data.dtype == b->u.data.dtype &&
+               a->u.data.dst_device == b->u.data.dst_device && a->u.data.offset == b->u.data.offset &&
+               a->u.data.total == b->u.data.total && a->u.data.dtype == b->u.data.dtype &&
                a->u.data.ndim == b->u.data.ndim &&
                !memcmp(a->u.data.shape, b->u.data.shape, sizeof a->u.data.shape) &&
                !strcmp(a->u.data.error, b->u.data.error);

@@ -64,6 +64,7 @@ static dt__xfer_msg *msg(uint64_t seq, int from, int to, int64_t src, const floa
     memcpy(copy, v, n * sizeof *copy);
     m->data = copy;
     m->len = n * sizeof *copy;
+    m->h.total = m->len;
     m->release = free;
     m->arg = copy;
     return m;
@@ -99,6 +100,31 @@ static void test_mailbox(void) {
     w = (waiter){.seq = 2, .src = 7};
     wait_main(&w);
     CHECK(w.got && w.got->h.seq == 2);
+    dt__xfer_msg_free(w.got);
+    /* A message in chunks, out of order, is whole once its last chunk is
+     * in; a chunk past its message's end is dropped. */
+    float big[10];
+    for (int i = 0; i < 10; i++)
+        big[i] = (float)i * 1.5f;
+    const int cut[4] = {0, 3, 7, 10}, order[3] = {2, 0, 1};
+    for (int k = 0; k < 3; k++) {
+        int c = order[k];
+        dt__xfer_msg *m = msg(8, 2, 0, 7, big + cut[c], (size_t)(cut[c + 1] - cut[c]));
+        m->h.offset = (uint64_t)cut[c] * sizeof(float);
+        m->h.total = sizeof big;
+        m->h.shape[0] = 10;
+        dt__xfer_deliver(m);
+        if (k == 1) {
+            dt__xfer_msg *bad = msg(8, 2, 0, 7, big, 4);
+            bad->h.offset = sizeof big - sizeof(float);
+            bad->h.total = sizeof big;
+            dt__xfer_deliver(bad);
+            CHECK_EQ(dt__xfer_pending(), 0); /* not whole yet */
+        }
+    }
+    w = (waiter){.seq = 8, .src = 7};
+    wait_main(&w);
+    CHECK(w.got && w.got->len == sizeof big && memcmp(w.got->data, big, sizeof big) == 0);
     dt__xfer_msg_free(w.got);
     /* Posting wakes the transport; the outbox comes back oldest first. */
     int before = wakes_now();

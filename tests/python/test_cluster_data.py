@@ -95,6 +95,11 @@ def test_redistribute_between_nodes(two_nodes):
         assert not torch.equal(vals[0], vals[1]) and torch.equal(vals[0] + vals[1], ti)
         _check(p.redistribute(device_mesh=dst, placements=[Replicate()]), ti)
         _check(p.redistribute(device_mesh=dst, placements=[Shard(0)]), ti)
+    # Parts larger than a chunk (1 MiB) cross in several messages.
+    big = _randn(700, 1024, seed=4)
+    z = dtorch.from_torch(big, a, [Shard(0)], graph=g)
+    _check(z.redistribute(device_mesh=b, placements=[Replicate()]), big)
+    _check(z.redistribute(device_mesh=dtorch.DeviceMesh("cpu", [0, 4, 6]), placements=[Replicate()]), big)
     # Computation continues on the destination node with the moved value.
     y = dtorch.from_torch(t, a, [Shard(0)], graph=g).redistribute(device_mesh=b, placements=[Replicate()])
     _check(y * 2 + 1, t * 2 + 1)
