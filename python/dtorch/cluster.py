@@ -12,8 +12,9 @@ Device ids are global and node-major: the main node's own CPU devices first (``c
 each worker node's, in registration order (``MainNode.nodes()`` lists them).
 
 What works today: forming the cluster, heartbeats and loss detection, and meshes of one worker
-node's devices: their kernels run on that node, reads come back (docs/cluster.md). A mesh spanning
-nodes, and copies between nodes, are not supported yet.
+node's devices: their kernels run on that node, reads come back (docs/cluster.md); redistributes
+between meshes of different nodes, and meshes spanning nodes (their collectives exchange messages,
+with results bit-identical to a one-process mesh of the same shape).
 
 >>> import os, subprocess
 >>> from dtorch import MainNode

@@ -321,32 +321,20 @@ def _parse_mesh(mesh) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
 def _check_cluster_ids(ids) -> None:
     """Once this process is a cluster's main node (``MainNode.set_address``), CPU device ids are
     global and node-major (docs/cluster.md): the main node's own first, then each worker node's.
-    A mesh's devices must all live on one node (the main node or one worker node: meshes that span
-    nodes are not supported yet, RuntimeError), and ids past the last node's are a ValueError;
+    A mesh may span nodes (its collectives exchange messages between them), and ids past the last
+    node's are a ValueError;
     without a cluster every id is a local virtual CPU device."""
     if _C._cluster_address() is None:
         return
     nodes = _C._cluster_nodes()
     total = _C._cluster_info()["cpu_devices"]
     local = total - sum(n["cpu_devices"] for n in nodes)
-    homes = {}
     for i in ids:
-        if i < local:
-            homes.setdefault("the main node", i)
+        if i < local or any(n["first_device_id"] <= i < n["first_device_id"] + n["cpu_devices"] for n in nodes):
             continue
-        for n in nodes:
-            if n["first_device_id"] <= i < n["first_device_id"] + n["cpu_devices"]:
-                homes.setdefault(f"worker node {n['index']} ({n['address']}, host {n['host']}, "
-                                 f"pid {n['pid']}, {n['state']})", i)
-                break
-        else:
-            raise ValueError(f"CPU device {i} does not exist in this cluster: the main node has {local} "
-                             f"CPU devices (ids 0..{local - 1}) and {len(nodes)} worker nodes add "
-                             f"{total - local} (ids {local}..{total - 1})")
-    if len(homes) > 1:
-        where = "; ".join(f"CPU device {i} is on {h}" for h, i in homes.items())
-        raise RuntimeError(f"a mesh spanning nodes is not supported yet ({where}): put a mesh's "
-                           "devices on one node, the main node's own or one worker node's")
+        raise ValueError(f"CPU device {i} does not exist in this cluster: the main node has {local} "
+                         f"CPU devices (ids 0..{local - 1}) and {len(nodes)} worker nodes add "
+                         f"{total - local} (ids {local}..{total - 1})")
 
 
 class DeviceMesh:

@@ -445,30 +445,11 @@ int dt_graph_satisfy(const dt_graph *g, const dt_mesh *mesh) {
     return dt__graph_ok(g) && dt__mesh_ok(mesh) && first_missing_device(g, mesh, &count) < 0;
 }
 
-/* A mesh lives on one node of a cluster (core/remote.h): its collectives
- * run where its devices are. */
-static dt_status check_one_node(const dt_graph *g, const dt_mesh *mesh) {
-    int home = g->local_only ? -1 : dt__cluster_node_of(mesh->type, mesh->ids[0]);
-    for (int64_t i = 1; !g->local_only && i < mesh->ndev; i++) {
-        int n = dt__cluster_node_of(mesh->type, mesh->ids[i]);
-        if (n != home) {
-            char a[48], b[48];
-            snprintf(a, sizeof a, home < 0 ? "the main node" : "worker node %d", home);
-            snprintf(b, sizeof b, n < 0 ? "the main node" : "worker node %d", n);
-            return dt__error(DT_EUNSUPPORTED,
-                             "device_mesh: cpu:%lld is on %s and cpu:%lld on %s: a mesh spanning nodes is "
-                             "not supported yet (issue 13 item 3)",
-                             (long long)mesh->ids[0], a, (long long)mesh->ids[i], b);
-        }
-    }
-    return DT_OK;
-}
-
 dt_status dt__graph_check_mesh(const dt_graph *g, const dt_mesh *mesh) {
     int64_t count;
     int64_t i = first_missing_device(g, mesh, &count);
     if (i < 0)
-        return check_one_node(g, mesh);
+        return DT_OK; /* a mesh may span nodes: its collectives exchange messages (dist/coll_span.c) */
     const char *type = mesh->type == DT_DEVICE_CUDA ? "cuda" : "cpu";
     char envbuf[256];
     const char *enverr = mesh->type == DT_DEVICE_CUDA ? dt__cuda_map_env_error(envbuf, sizeof envbuf) : NULL;

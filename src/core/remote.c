@@ -431,9 +431,14 @@ static void ship(dt_graph *g, int node, dt__stream **ss, int n) {
     dt__free(fs.count);
 }
 
-void dt__remote_flush(dt_graph *g) {
+uint32_t dt__remote_tag(dt_graph *g) {
     if (!g->remote_tag)
         g->remote_tag = atomic_fetch_add(&tags, 1) + 1;
+    return g->remote_tag;
+}
+
+void dt__remote_flush(dt_graph *g) {
+    dt__remote_tag(g);
     /* Off the dirty list, oldest first. */
     dt__stream *rem[64];
     for (;;) {

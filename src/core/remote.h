@@ -47,6 +47,9 @@ void dt__remote_flush(struct dt_graph *g);
  * later touch nothing of g. */
 void dt__remote_detach(struct dt_graph *g);
 
+/* Controller: g's name on the worker nodes (made on first use). */
+uint32_t dt__remote_tag(struct dt_graph *g);
+
 /* ---- src/net/cluster.c (cluster_none.c without ZeroMQ) ---- */
 
 /* The worker node serving device (type, id): its index, or -1 for a device

@@ -36,6 +36,11 @@
  * Determinism: reductions add the ranks' blobs in rank order on every rank,
  * so all ranks get bit-identical sums, run after run.
  *
+ * Groups spanning nodes (issue 13 item 3): a group some of whose devices
+ * are another process's (dt__comm_group_span) meets only this process's
+ * ranks in the rendezvous and exchanges parts with the others by messages
+ * (coll_span.c), then computes as here.
+ *
  * Threads: dt__coll_new, dt__lw_group and the cache on the controller;
  * group_create/destroy on any thread (the comm's lock); run on the ranks'
  * workers. Lock order: comm lock (only to find a group, then dropped) ->
@@ -48,9 +53,12 @@
 #include "core/graph_int.h"
 #include "core/lower.h"
 #include "core/mesh.h"
+#include "core/remote.h"
 #include "core/stream_int.h"
 #include "dist/coll.h"
 #include "dist/comm.h"
+#include "dist/inproc_int.h"
+#include "dist/xfer.h"
 
 /* ---------------------------------------------------------- the planner */
 
@@ -84,22 +92,6 @@ void dt__coll_free(dt__coll *c) {
 
 /* ------------------------------------------------ the in-process back end */
 
-typedef struct rendezvous {
-    uint64_t seq;
-    int busy, arrived, departed;
-    dt__blob **slots; /* n: each rank's input */
-} rendezvous;
-
-typedef struct group {
-    uint64_t id;
-    int n;
-    int64_t *ids;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    rendezvous rv[2]; /* even and odd sequence numbers */
-    struct group *next;
-} group;
-
 typedef struct inproc {
     dt__comm base;
     pthread_mutex_t lock; /* guards groups */
@@ -128,6 +120,7 @@ static void group_free(group *gr) {
     pthread_cond_destroy(&gr->cond);
     pthread_mutex_destroy(&gr->lock);
     dt__free(gr->ids);
+    dt__free(gr->local);
     dt__free(gr);
 }
 
@@ -185,6 +178,33 @@ static void inproc_group_destroy(dt__comm *base, uint64_t id) {
         group_free(gr);
 }
 
+static group *find_group(inproc *c, uint64_t id);
+
+dt_status dt__comm_group_span(dt__comm *base, uint64_t id, uint32_t tag, uint64_t key) {
+    if (base->ops != &dt__comm_inproc)
+        return DT_OK;
+    group *gr = find_group((inproc *)base, id);
+    if (!gr)
+        return dt__error(DT_EINVAL, "collectives: no group %llu", (unsigned long long)id);
+    unsigned char *local = dt__calloc((size_t)gr->n, 1);
+    if (!local)
+        return dt__error(DT_ENOMEM, "collectives: out of memory (group)");
+    int nlocal = 0;
+    for (int i = 0; i < gr->n; i++)
+        nlocal += local[i] = (unsigned char)dt__xfer_is_local(gr->ids[i]);
+    if (nlocal == gr->n) {
+        dt__free(local);
+        return DT_OK;
+    }
+    dt__free(gr->local);
+    gr->local = local;
+    gr->nlocal = nlocal;
+    gr->tag = tag;
+    gr->key = key;
+    gr->span = 1;
+    return DT_OK;
+}
+
 static group *find_group(inproc *c, uint64_t id) {
     pthread_mutex_lock(&c->lock);
     group *gr = c->groups;
@@ -194,18 +214,10 @@ static group *find_group(inproc *c, uint64_t id) {
     return gr;
 }
 
-/* The view compute() works on: one collective's attributes and the peers'
- * published inputs. */
-typedef struct coll_view {
-    const dt__collattr *a;
-    int kind, n;
-    dt__blob **slots;
-} coll_view;
-
 /* Peer p's input sliced along dim_b to rank r's range, or whole (a ring
  * step's copy). */
-static dt_status slice_peer(const coll_view *c, int p, int r, int whole, void **out, char *err,
-                            size_t errlen) {
+dt_status dt__coll_slice_peer(const coll_view *c, int p, int r, int whole, void **out, char *err,
+                              size_t errlen) {
     const dt__collattr *ca = c->a;
     dt__kattr a;
     memset(&a, 0, sizeof a);
@@ -231,7 +243,7 @@ static dt_status receive(const coll_view *c, const dt__backend *be, void **out, 
         return DT_EINVAL;
     }
     if (src->be == be)
-        return slice_peer(c, 0, 1, 1, out, err, errlen);
+        return dt__coll_slice_peer(c, 0, 1, 1, out, err, errlen);
     int64_t shape[DT_MAX_NDIM];
     for (int d = 0; d < c->a->ndim; d++)
         shape[d] = dt__collattr_at(c->a->shapes, (size_t)c->a->ndim + (size_t)d);
@@ -248,30 +260,44 @@ static dt_status receive(const coll_view *c, const dt__backend *be, void **out, 
     return st;
 }
 
-/* Computes rank r's output from the published peers. */
-static dt_status compute(const coll_view *c, int r, void **out, char *err, size_t errlen) {
+/* Computes rank r's output from the published peers; pre[p], when pre and
+ * it are not NULL, is peer p's input as rank r needs it (sliced already:
+ * a remote peer's message, coll_span.c), used in its place. */
+dt_status dt__coll_compute(const coll_view *c, int r, void *const *pre, void **out, char *err,
+                           size_t errlen) {
     if (c->kind == DT_COLL_SHIFT) /* a ring step: rank r gets rank r-1's input */
-        return slice_peer(c, (r + c->n - 1) % c->n, r, 1, out, err, errlen);
-    const dt__backend *be = c->slots[r]->be;
+        return dt__coll_slice_peer(c, (r + c->n - 1) % c->n, r, 1, out, err, errlen);
+    const dt__backend *be = c->be;
     void **impls = dt__calloc((size_t)c->n, sizeof *impls);
-    if (!impls)
+    char *made = dt__calloc((size_t)c->n, 1);
+    if (!impls || !made) {
+        dt__free(impls);
+        dt__free(made);
         return DT_ENOMEM;
+    }
     dt_status st = DT_OK;
     dt__kattr a;
     memset(&a, 0, sizeof a);
     a.dtype = c->a->dtype;
     a.dim = c->a->dim_a;
     int sliced = c->kind == DT_COLL_REDUCESCATTER || c->kind == DT_COLL_ALLTOALL;
-    for (int p = 0; p < c->n && st == DT_OK; p++)
-        st = sliced ? slice_peer(c, p, r, 0, &impls[p], err, errlen) : (impls[p] = c->slots[p]->impl, DT_OK);
+    for (int p = 0; p < c->n && st == DT_OK; p++) {
+        if (pre && pre[p])
+            impls[p] = pre[p];
+        else if (sliced && (st = dt__coll_slice_peer(c, p, r, 0, &impls[p], err, errlen)) == DT_OK)
+            made[p] = 1;
+        else if (!sliced)
+            impls[p] = c->slots[p]->impl;
+    }
     if (st == DT_OK) {
         int kop = c->kind == DT_COLL_ALLGATHER || c->kind == DT_COLL_ALLTOALL ? DT_K_CAT : DT_K_SUM_N;
         st = be->run(kop, &a, impls, c->n, out, err, errlen);
     }
-    if (sliced)
-        for (int p = 0; p < c->n; p++)
+    for (int p = 0; p < c->n; p++)
+        if (made[p])
             be->free(impls[p]);
     dt__free(impls);
+    dt__free(made);
     return st;
 }
 
@@ -285,6 +311,10 @@ static void inproc_run(dt__comm *base, const dt__collattr *a, int r, dt__blob *i
         (!in && !(p2p && r == 1))) {
         if (out && !out->error)
             out->error = dt__strdup("collective: the kernel names a group this comm does not have");
+        return;
+    }
+    if (gr->span) { /* ranks on other nodes (coll_span.c) */
+        dt__coll_span_run(gr, a, r, in, out, opname);
         return;
     }
     rendezvous *rv = &gr->rv[a->seq & 1];
@@ -304,7 +334,7 @@ static void inproc_run(dt__comm *base, const dt__collattr *a, int r, dt__blob *i
         pthread_cond_wait(&gr->cond, &gr->lock);
     pthread_mutex_unlock(&gr->lock);
 
-    coll_view c = {.a = a, .kind = a->kind, .n = a->n, .slots = rv->slots};
+    coll_view c = {.a = a, .kind = a->kind, .n = a->n, .slots = rv->slots, .be = in ? in->be : NULL};
     const char *failed = NULL;
     for (int p = 0; p < c.n && !failed; p++)
         failed = c.slots[p] ? c.slots[p]->error : NULL;
@@ -317,8 +347,8 @@ static void inproc_run(dt__comm *base, const dt__collattr *a, int r, dt__blob *i
     } else {
         char err[512] = "";
         void *impl = NULL;
-        if ((p2p ? receive(&c, out->be, &impl, err, sizeof err) : compute(&c, r, &impl, err, sizeof err)) ==
-            DT_OK) {
+        if ((p2p ? receive(&c, out->be, &impl, err, sizeof err)
+                 : dt__coll_compute(&c, r, NULL, &impl, err, sizeof err)) == DT_OK) {
             out->impl = impl;
         } else {
             char buf[700];
@@ -409,6 +439,15 @@ static uint64_t group_for(dt__lower *L, dt_device_type type, int t0, int t1, int
         }
         memcpy(ref->ids, ids, (size_t)n * sizeof *ids);
         if (c->ops->group_create(c, n, ref->ids, &ref->id) != DT_OK) {
+            dt__free(ref->ids);
+            dt__free(ref);
+            dt__lw_fail(L, DT_ENOMEM, "out of memory (collective group)");
+            return 0;
+        }
+        /* Devices on other nodes: the group exchanges data with them by
+         * messages, under the name its kernels carry (coll_span.c). */
+        if (!g->local_only && dt__comm_group_span(c, ref->id, dt__remote_tag(g), ref->id) != DT_OK) {
+            c->ops->group_destroy(c, ref->id);
             dt__free(ref->ids);
             dt__free(ref);
             dt__lw_fail(L, DT_ENOMEM, "out of memory (collective group)");

@@ -58,6 +58,13 @@ struct dt__comm {
 };
 
 extern const dt__comm_ops dt__comm_inproc;
+/* Group `group` of comm c is the main node's group `key` of the graph
+ * tagged `tag` (core/remote.h). When some of its devices are not this
+ * process's (dt__xfer_is_local), its collectives meet this process's ranks
+ * in memory and exchange data with the other nodes' ranks by messages
+ * (dist/xfer.h, coll_span.c). Call before its first collective; no-op for
+ * other back ends and when every device is local. */
+dt_status dt__comm_group_span(dt__comm *c, uint64_t group, uint32_t tag, uint64_t key);
 /* The NCCL back end (comm_nccl.c), and whether it can serve cuda meshes now. */
 extern const dt__comm_ops dt__comm_nccl;
 int dt__comm_nccl_usable(void);

@@ -25,6 +25,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "dist/xfer.h"
 #include "dtorch/dtorch_cluster.h"
 #include "net/cluster_int.h"
 #include "net/transport.h"
@@ -111,6 +112,7 @@ static void on_register(const dt__net_in *in, int64_t now) {
     w.u.welcome.first_device_id = nd->info.first_device_id;
     w.u.welcome.heartbeat_ms = (uint32_t)C.heartbeat_ms;
     dt__net_send(C.router, in->rid, in->rid_len, &w);
+    dt__cluster_data_welcome(in->rid, in->rid_len);
 }
 
 /* Under mu. */
@@ -119,6 +121,7 @@ static void lose(node *nd, const char *why) {
     snprintf(nd->info.error, sizeof nd->info.error, "worker node %d (%.63s, host %.127s, pid %d) %.95s",
              nd->info.index, nd->info.address, nd->info.host, nd->info.pid, why);
     C.alive--;
+    dt__cluster_data_lost(nd);
     pthread_cond_broadcast(&C.changed);
 }
 
@@ -133,6 +136,15 @@ static void on_message(dt__net_in *in, int64_t now) {
             return;
         }
         pthread_mutex_unlock(&C.mu);
+        return;
+    }
+    if (in->m.type == DT__WIRE_DATA) {
+        int alive = nd && nd->info.state == DT_NODE_ALIVE;
+        if (alive)
+            nd->last_seen = now;
+        pthread_mutex_unlock(&C.mu);
+        if (alive)
+            dt__cluster_on_data(in);
         return;
     }
     switch (in->m.type) {
@@ -216,6 +228,7 @@ static void *loop(void *arg) {
         }
         dt__net_in_done(in);
         dt__cluster_send_out();
+        dt__cluster_send_data();
         dt__cluster_reap(-1, NULL); /* reads and syncs of nodes lost meanwhile */
     }
     /* Stop: every live node is told so (exit 0) before the sockets close. */
@@ -231,6 +244,7 @@ static void *loop(void *arg) {
     outmsg *q = C.out;
     C.out = C.out_last = NULL;
     pthread_mutex_unlock(&C.mu);
+    dt__xfer_abort("the main node's cluster was shut down");
     dt__cluster_reap(-1, NULL);
     while (q) {
         outmsg *o = q;
@@ -371,6 +385,7 @@ dt_status dt_cluster_listen(const char *address, const dt_cluster_options *opts)
     }
     C.listening = 1;
     C.pid = getpid();
+    dt__cluster_data_start();
     pthread_mutex_unlock(&C.life);
     return DT_OK;
 fail:
@@ -406,6 +421,7 @@ void dt_cluster_shutdown(void) {
     zmq_send(C.wake_tx, "stop", 4, 0);
     pthread_mutex_unlock(&C.mu);
     pthread_join(C.thread, NULL);
+    dt__xfer_stop();
     pthread_mutex_lock(&C.mu);
     close_all();
     C.address[0] = 0;

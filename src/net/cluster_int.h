@@ -70,4 +70,17 @@ void dt__cluster_on_result(dt__net_in *in);
 void dt__cluster_send_out(void);
 void dt__cluster_reap(int only, const char *why);
 
+/* Data between nodes (cluster_data.c). Installs the hooks (after the
+ * cluster thread started); cluster thread: sends this process's queued
+ * messages, delivers or relays one that arrived from a live node (not
+ * under mu); tells every live node, and this process's waits, that nd is
+ * lost (under mu). */
+void dt__cluster_data_start(void);
+void dt__cluster_send_data(void);
+void dt__cluster_on_data(dt__net_in *in);
+void dt__cluster_data_lost(const node *nd);
+/* Tells a node just welcomed about the nodes lost before it joined (under
+ * mu). */
+void dt__cluster_data_welcome(const uint8_t *rid, size_t rid_len);
+
 #endif /* DT_NET_CLUSTER_INT_H */

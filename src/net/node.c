@@ -13,6 +13,7 @@
  * and the monitor's PAIR socket; no lock.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "dist/xfer.h"
 #include "dtorch/dtorch_cluster.h"
 #include "net/subctl.h"
 #include "net/transport.h"
@@ -136,6 +138,67 @@ static int enroll(nodectx *n, const dt__wire_msg *reg, int timeout_ms, dt__net_i
     }
 }
 
+/* ------------------------------------------- data between nodes (xfer.h) */
+
+/* This node's devices and the wake pipe of its outbox (one node per
+ * process serves at a time). */
+static int64_t own_first, own_count;
+static int data_pipe[2] = {-1, -1};
+
+static int node_is_local(int64_t id) { return id >= own_first && id < own_first + own_count; }
+
+static void node_wake(void) {
+    ssize_t w = write(data_pipe[1], "d", 1); /* full pipe: a wake is pending anyway */
+    (void)w;
+}
+
+static void free_frame(void *arg) {
+    zmq_msg_close(arg);
+    dt__free(arg);
+}
+
+/* Sends this node's ranks' messages (all through the main node). */
+static void send_data(nodectx *n) {
+    char c[64];
+    while (read(data_pipe[0], c, sizeof c) > 0) {
+    }
+    for (dt__xfer_msg *m = dt__xfer_take(), *next; m; m = next) {
+        next = m->next;
+        m->next = NULL;
+        if (node_is_local(m->h.dst_device)) {
+            dt__xfer_deliver(m);
+            continue;
+        }
+        if (dt__net_send_data(n->sock, NULL, 0, m) != DT_OK)
+            fprintf(stderr, "dtorch-node: %s\n", dt_last_error());
+    }
+}
+
+/* A DATA message for one of this node's ranks (its frame moves into the
+ * mailbox), or a LOST one. */
+static void on_data(dt__net_in *in) {
+    if (in->m.type == DT__WIRE_LOST) {
+        dt__xfer_lost(in->m.u.lost.first_device_id, in->m.u.lost.count, in->m.u.lost.error);
+        return;
+    }
+    dt__xfer_msg *m = dt__calloc(1, sizeof *m);
+    zmq_msg_t *z = m && in->has_extra ? dt__calloc(1, sizeof *z) : NULL;
+    if (!m || (in->has_extra && !z)) {
+        dt__free(m);
+        return;
+    }
+    m->h = in->m.u.data;
+    if (z) {
+        zmq_msg_init(z);
+        zmq_msg_move(z, &in->extra);
+        m->data = zmq_msg_data(z);
+        m->len = zmq_msg_size(z);
+        m->release = free_frame;
+        m->arg = z;
+    }
+    dt__xfer_deliver(m);
+}
+
 static void free_payload(void *data, void *hint) {
     (void)hint;
     dt__free(data);
@@ -196,6 +259,8 @@ static int serve(nodectx *n, int hb, dt__net_in *in) {
     int64_t now = dt__net_now_ms(), last_heard = now, next_beat = now;
     uint64_t seq = 0;
     int64_t limit = 2 * (int64_t)hb + hb / 4;
+    static const dt__xfer_hooks hooks = {node_is_local, node_wake};
+    dt__xfer_start(&hooks);
     for (;;) {
         now = dt__net_now_ms();
         if (now >= next_beat) {
@@ -211,13 +276,15 @@ static int serve(nodectx *n, int hb, dt__net_in *in) {
         int64_t wait = next_beat - now;
         if (last_heard + limit + 1 - now < wait)
             wait = last_heard + limit + 1 - now;
-        zmq_pollitem_t it[3] = {{n->sock, 0, ZMQ_POLLIN, 0},
+        zmq_pollitem_t it[4] = {{n->sock, 0, ZMQ_POLLIN, 0},
                                 {n->mon, 0, ZMQ_POLLIN, 0},
+                                {NULL, data_pipe[0], ZMQ_POLLIN, 0},
                                 {NULL, n->sub ? dt__subctl_fd(n->sub) : -1, ZMQ_POLLIN, 0}};
-        if (zmq_poll(it, n->sub ? 3 : 2, (long)(wait < 0 ? 0 : wait)) < 0 && zmq_errno() != EINTR)
+        if (zmq_poll(it, n->sub ? 4 : 3, (long)(wait < 0 ? 0 : wait)) < 0 && zmq_errno() != EINTR)
             return fail("polling the connection failed");
         while (mon_event(n->mon) != 0) {
         }
+        send_data(n);
         answer(n);
         int rc;
         while ((rc = dt__net_recv(n->sock, 0, in)) != 0) {
@@ -230,6 +297,8 @@ static int serve(nodectx *n, int hb, dt__net_in *in) {
             }
             if (in->m.type == DT__WIRE_BATCH || in->m.type == DT__WIRE_RELEASE)
                 run_message(n, in);
+            else if (in->m.type == DT__WIRE_DATA || in->m.type == DT__WIRE_LOST)
+                on_data(in);
         }
         dt__net_in_done(in);
     }
@@ -300,6 +369,14 @@ int dt_node_run(const dt_node_options *opts) {
         rc = fail(msg);
         goto out;
     }
+    if (data_pipe[0] < 0 && pipe(data_pipe) != 0) {
+        rc = fail("cannot make a pipe");
+        goto out;
+    }
+    for (int i = 0; i < 2; i++) {
+        fcntl(data_pipe[i], F_SETFL, fcntl(data_pipe[i], F_GETFL) | O_NONBLOCK);
+        fcntl(data_pipe[i], F_SETFD, FD_CLOEXEC);
+    }
     dt__wire_msg reg = {.type = DT__WIRE_REGISTER};
     reg.u.reg.cpu_devices = (uint32_t)cpus;
     reg.u.reg.pid = (uint32_t)getpid();
@@ -319,10 +396,15 @@ int dt_node_run(const dt_node_options *opts) {
             in->m.u.welcome.node_index, opts->main_address, cpus, (long long)in->m.u.welcome.first_device_id,
             (long long)in->m.u.welcome.first_device_id + cpus - 1);
         say(&n, "%s", line);
+        own_first = in->m.u.welcome.first_device_id;
+        own_count = cpus;
         rc = serve(&n, (int)in->m.u.welcome.heartbeat_ms, in);
     }
 out:
+    /* Ranks waiting for another node's data fail: the cluster is gone. */
+    dt__xfer_abort("this worker node left the cluster (its main node stopped or went away)");
     dt__subctl_free(n.sub); /* its work finishes first */
+    dt__xfer_stop();
     if (in)
         dt__net_in_done(in);
     if (n.sock)

@@ -206,6 +206,8 @@ static dt_status res_group(void *ctx, uint64_t id, int type, int n, const int64_
     if (!c)
         return DT_ENOMEM;
     dt_status st = c->ops->group_create(c, n, ids, local);
+    if (st == DT_OK && (st = dt__comm_group_span(c, *local, x->tag, id)) != DT_OK)
+        c->ops->group_destroy(c, *local);
     if (st == DT_OK)
         x->groups[x->ng++] = (gent){x->tag, id, *local};
     return st;

@@ -29,6 +29,12 @@ dt_status dt__net_send(void *sock, const void *rid, size_t rid_len, const dt__wi
 dt_status dt__net_send_extra(void *sock, const void *rid, size_t rid_len, const dt__wire_msg *m,
                              zmq_msg_t *extra);
 
+/* Sends DATA message m (taken over: freed once sent or dropped), its
+ * payload in chunks of at most DT__XFER_CHUNK bytes, each a DATA message
+ * of its own (h.offset, h.total) whose frame is the payload's bytes, not a
+ * copy. As dt__net_send otherwise. */
+dt_status dt__net_send_data(void *sock, const void *rid, size_t rid_len, dt__xfer_msg *m);
+
 /* One received message: the routing id (ROUTER), the peer's address, the
  * frame (m's token points into it) and, when m.nextra is 1, the extra frame
  * (`extra`, owned by the caller until dt__net_in_done). */

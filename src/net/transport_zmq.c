@@ -6,6 +6,8 @@
  * pair is fresh. Any thread, one socket per thread at a time.
  */
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <zmq.h>
@@ -89,6 +91,55 @@ dt_status dt__net_send_extra(void *sock, const void *rid, size_t rid_len, const 
         st = dt__error(DT_EBACKEND, "cluster: sending a %s message: %s", dt__wire_type_name(m->type),
                        zmq_strerror(zmq_errno()));
     zmq_msg_close(extra); /* after a send it is empty: closing is a no-op */
+    return st;
+}
+
+typedef struct shared_msg {
+    atomic_int refs; /* chunks not yet sent or dropped */
+    dt__xfer_msg *m;
+} shared_msg;
+
+static void chunk_done(void *data, void *hint) {
+    (void)data;
+    shared_msg *s = hint;
+    if (atomic_fetch_sub(&s->refs, 1) == 1) {
+        dt__xfer_msg_free(s->m);
+        dt__free(s);
+    }
+}
+
+dt_status dt__net_send_data(void *sock, const void *rid, size_t rid_len, dt__xfer_msg *m) {
+    dt__wire_msg w = {.type = DT__WIRE_DATA};
+    w.u.data = m->h;
+    w.u.data.offset = 0;
+    w.u.data.total = m->h.error[0] || !m->data ? 0 : m->len;
+    size_t n = w.u.data.total ? (m->len + DT__XFER_CHUNK - 1) / DT__XFER_CHUNK : 0;
+    shared_msg *s = n ? dt__calloc(1, sizeof *s) : NULL;
+    if (!s) {
+        if (n) /* out of memory: the receiver's wait ends with our node */
+            w.u.data.total = 0,
+            snprintf(w.u.data.error, sizeof w.u.data.error, "out of memory sending a part");
+        dt_status st = dt__net_send(sock, rid, rid_len, &w);
+        dt__xfer_msg_free(m);
+        return st;
+    }
+    atomic_init(&s->refs, (int)n);
+    s->m = m;
+    dt_status st = DT_OK;
+    size_t i = 0;
+    for (; i < n && st == DT_OK; i++) {
+        size_t off = i * DT__XFER_CHUNK, len = m->len - off < DT__XFER_CHUNK ? m->len - off : DT__XFER_CHUNK;
+        zmq_msg_t x;
+        if (zmq_msg_init_data(&x, (uint8_t *)m->data + off, len, chunk_done, s) != 0) {
+            st = dt__error(DT_ENOMEM, "cluster: out of memory sending a part");
+            break; /* chunk i is not made: dropped below */
+        }
+        w.u.data.offset = off;
+        w.nextra = 1;
+        st = dt__net_send_extra(sock, rid, rid_len, &w, &x); /* x is closed either way: chunk_done */
+    }
+    for (; i < n; i++)
+        chunk_done(NULL, s);
     return st;
 }
 

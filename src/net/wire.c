@@ -7,6 +7,10 @@
  *   REFUSE    := text reason
  *   HEARTBEAT := u64 seq
  *   STOP, BYE := (empty)
+ *   DATA      := u32 tag u64 group u64 seq i32 from i32 to i64 src_device
+ *                i64 dst_device u64 offset u64 total i32 dtype u32 ndim
+ *                i64 shape[ndim] text error  (the chunk's bytes in the extra frame)
+ *   LOST      := i64 first_device_id i64 count text error
  *   text      := u16 len u8 bytes[len]  (len < DT__WIRE_TEXT_MAX, no NUL)
  */
 #include <string.h>
@@ -17,6 +21,7 @@ static const char *const names[DT__WIRE_TYPE_END] = {
     [DT__WIRE_REGISTER] = "register",   [DT__WIRE_WELCOME] = "welcome", [DT__WIRE_REFUSE] = "refuse",
     [DT__WIRE_HEARTBEAT] = "heartbeat", [DT__WIRE_STOP] = "stop",       [DT__WIRE_BYE] = "bye",
     [DT__WIRE_BATCH] = "batch",         [DT__WIRE_RELEASE] = "release", [DT__WIRE_RESULT] = "result",
+    [DT__WIRE_DATA] = "data",           [DT__WIRE_LOST] = "lost",
 };
 
 const char *dt__wire_type_name(int type) {
@@ -103,6 +108,29 @@ size_t dt__wire_encode(const dt__wire_msg *m, uint8_t *buf, size_t cap) {
         put(&w, (uint32_t)m->u.result.status, 4);
         put_text(&w, m->u.result.error);
         break;
+    case DT__WIRE_DATA: {
+        const dt__xfer_hdr *h = &m->u.data;
+        put(&w, h->tag, 4);
+        put(&w, h->group, 8);
+        put(&w, h->seq, 8);
+        put(&w, (uint32_t)h->from, 4);
+        put(&w, (uint32_t)h->to, 4);
+        put(&w, (uint64_t)h->src_device, 8);
+        put(&w, (uint64_t)h->dst_device, 8);
+        put(&w, h->offset, 8);
+        put(&w, h->total, 8);
+        put(&w, (uint32_t)h->dtype, 4);
+        put(&w, h->ndim > DT_MAX_NDIM ? DT_MAX_NDIM : h->ndim, 4);
+        for (uint32_t d = 0; d < h->ndim && d < DT_MAX_NDIM; d++)
+            put(&w, (uint64_t)h->shape[d], 8);
+        put_text(&w, h->error);
+        break;
+    }
+    case DT__WIRE_LOST:
+        put(&w, (uint64_t)m->u.lost.first_device_id, 8);
+        put(&w, (uint64_t)m->u.lost.count, 8);
+        put_text(&w, m->u.lost.error);
+        break;
     default: /* STOP, BYE: no payload */
         break;
     }
@@ -185,7 +213,8 @@ dt_status dt__wire_decode(const void *buf, size_t len, dt__wire_msg *m) {
                          dt__wire_type_name((int)type), (unsigned long long)length, len - DT__WIRE_HEADER);
     /* BATCH and RELEASE carry exactly one extra frame, RESULT at most one,
      * the others none. */
-    uint32_t lo = type == DT__WIRE_BATCH || type == DT__WIRE_RELEASE, hi = lo || type == DT__WIRE_RESULT;
+    uint32_t lo = type == DT__WIRE_BATCH || type == DT__WIRE_RELEASE,
+             hi = lo || type == DT__WIRE_RESULT || type == DT__WIRE_DATA;
     if (m->nextra < lo || m->nextra > hi)
         return dt__error(DT_EINVAL, "wire: a %s message cannot carry %u extra frames",
                          dt__wire_type_name((int)type), m->nextra);
@@ -235,6 +264,38 @@ dt_status dt__wire_decode(const void *buf, size_t len, dt__wire_msg *m) {
         if (!r.why && (m->u.result.rank < -1 || m->u.result.count > (1u << 30) ||
                        (m->nextra && (m->u.result.rank < 0 || m->u.result.status != 0))))
             r.why = "bad rank, count or payload";
+        break;
+    case DT__WIRE_DATA: {
+        dt__xfer_hdr *h = &m->u.data;
+        h->tag = (uint32_t)get(&r, 4);
+        h->group = get(&r, 8);
+        h->seq = get(&r, 8);
+        h->from = (int32_t)(uint32_t)get(&r, 4);
+        h->to = (int32_t)(uint32_t)get(&r, 4);
+        h->src_device = (int64_t)get(&r, 8);
+        h->dst_device = (int64_t)get(&r, 8);
+        h->offset = get(&r, 8);
+        h->total = get(&r, 8);
+        h->dtype = (int32_t)(uint32_t)get(&r, 4);
+        h->ndim = (uint32_t)get(&r, 4);
+        if (!r.why && h->ndim > DT_MAX_NDIM)
+            r.why = "too many dims";
+        for (uint32_t d = 0; !r.why && d < h->ndim; d++)
+            if ((h->shape[d] = (int64_t)get(&r, 8)) < 0)
+                r.why = "a negative size";
+        get_text(&r, h->error);
+        if (!r.why && (h->from < 0 || h->to < 0 || h->src_device < 0 || h->dst_device < 0 || h->dtype < 0 ||
+                       h->dtype >= DT_DTYPE_COUNT || (m->nextra && h->error[0]) || h->offset > h->total ||
+                       (!m->nextra && h->total)))
+            r.why = "bad rank, device, dtype or payload";
+        break;
+    }
+    case DT__WIRE_LOST:
+        m->u.lost.first_device_id = (int64_t)get(&r, 8);
+        m->u.lost.count = (int64_t)get(&r, 8);
+        get_text(&r, m->u.lost.error);
+        if (!r.why && (m->u.lost.first_device_id < 0 || m->u.lost.count < 0))
+            r.why = "bad device range";
         break;
     default:
         break;

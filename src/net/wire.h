@@ -8,7 +8,7 @@
  * A message is one ZeroMQ frame holding a header and a payload, possibly
  * followed by `nextra` frames of raw bytes (tensor payloads, sent without a
  * copy: BATCH, RELEASE and RESULT carry one; their layout is
- * core/remote.h's):
+ * core/remote.h's; DATA carries a value's raw bytes, dist/xfer.h):
  *   header  := "DTNW" u16 version u16 type u32 length u32 nextra
  *   payload := length bytes, laid out per type (wire.c), little-endian.
  * The decoder checks the magic, the version, the type, that the frame holds
@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "common/common.h"
+#include "dist/xfer.h"
 
 #define DT__WIRE_MAGIC "DTNW"
 #define DT__WIRE_VERSION 1
@@ -48,6 +49,8 @@ typedef enum dt__wire_type {
     DT__WIRE_BATCH = 7,     /* main -> node: a round's kernels and inputs (1 extra frame) */
     DT__WIRE_RELEASE = 8,   /* main -> node: blobs it may drop (1 extra frame) */
     DT__WIRE_RESULT = 9,    /* node -> main: a read's piece or a sync's arrivals (0 or 1 frame) */
+    DT__WIRE_DATA = 10,     /* both ways: a collective's part for a rank of another node (0 or 1 frame) */
+    DT__WIRE_LOST = 11,     /* main -> node: a node is lost; waits for its devices fail */
     DT__WIRE_TYPE_END
 } dt__wire_type;
 
@@ -83,6 +86,11 @@ typedef struct dt__wire_msg {
             int32_t status;  /* dt_status: DT_OK, or the failure with `error` */
             char error[DT__WIRE_TEXT_MAX];
         } result;
+        dt__xfer_hdr data; /* the bytes, when no error, in the extra frame */
+        struct {
+            int64_t first_device_id, count;
+            char error[DT__WIRE_TEXT_MAX];
+        } lost;
     } u;
 } dt__wire_msg;
 

@@ -145,21 +145,6 @@ int main(void) {
     if (mesh)
         run_programs(mesh);
     dt_mesh_release(mesh);
-    /* A mesh spanning the main node and the worker node is refused at the
-     * call (its collectives would wait for ranks elsewhere). */
-    int64_t span[2] = {0, 1};
-    CHECK_EQ(dt_mesh_create(DT_DEVICE_CPU, 1, mshape, span, NULL, &mesh), DT_OK);
-    dt_graph_options go = {"ref"};
-    dt_graph *g = NULL;
-    CHECK_EQ(dt_graph_create(&go, &g), DT_OK);
-    float v[2] = {1, 2};
-    int64_t vs[1] = {2};
-    dt_placement s0 = S(0);
-    CHECK(g && mesh && dt_tensor_from_buffer(g, DT_FLOAT32, 1, vs, v, sizeof v, mesh, &s0) == NULL);
-    CHECK_EQ(dt_last_status(), DT_EUNSUPPORTED);
-    CHECK(strstr(dt_last_error(), "spanning nodes") != NULL);
-    dt_graph_release(g);
-    dt_mesh_release(mesh);
     dt_cluster_shutdown();
     pthread_join(n.t, NULL);
     CHECK_EQ(n.rc, 0);

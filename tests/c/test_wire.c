@@ -105,6 +105,27 @@ static int sample(int type, dt__wire_msg *m) {
         m->u.result.status = -5;
         snprintf(m->u.result.error, sizeof m->u.result.error, "add failed on cpu:3");
         return 1;
+    case DT__WIRE_DATA: /* a failed sender's: no bytes, so an extra frame is refused */
+        m->u.data.tag = 0x01020304u;
+        m->u.data.group = 0x1122334455667788ULL;
+        m->u.data.seq = 0x0102030405060708ULL;
+        m->u.data.from = 3;
+        m->u.data.to = 1;
+        m->u.data.src_device = 0x123456789LL;
+        m->u.data.dst_device = 5;
+        m->u.data.offset = 0; /* no bytes: an error */
+        m->u.data.dtype = DT_FLOAT32;
+        m->u.data.ndim = 3;
+        m->u.data.shape[0] = 2;
+        m->u.data.shape[1] = 0x10000000000LL;
+        m->u.data.shape[2] = 7;
+        snprintf(m->u.data.error, sizeof m->u.data.error, "exp failed on cpu:3");
+        return 1;
+    case DT__WIRE_LOST:
+        m->u.lost.first_device_id = 4;
+        m->u.lost.count = 3;
+        snprintf(m->u.lost.error, sizeof m->u.lost.error, "worker node 1 (127.0.0.1) is lost");
+        return 1;
     }
     return 0;
 }
@@ -130,6 +151,18 @@ static int same_msg(const dt__wire_msg *a, const dt__wire_msg *b) {
         return a->u.result.future == b->u.result.future && a->u.result.rank == b->u.result.rank &&
                a->u.result.count == b->u.result.count && a->u.result.status == b->u.result.status &&
                !strcmp(a->u.result.error, b->u.result.error);
+    case DT__WIRE_DATA:
+        return a->u.data.tag == b->u.data.tag && a->u.data.group == b->u.data.group &&
+               a->u.data.seq == b->u.data.seq && a->u.data.from == b->u.data.from &&
+               a->u.data.to == b->u.data.to && a->u.data.src_device == b->u.data.src_device &&
+               a->u.data.dst_device == b->u.data.dst_device && a->u.data.offset == b->u.data.offset &&
+               a->u.data.total == b->u.data.total && a->u.data.dtype == b->u.data.dtype &&
+               a->u.data.ndim == b->u.data.ndim &&
+               !memcmp(a->u.data.shape, b->u.data.shape, sizeof a->u.data.shape) &&
+               !strcmp(a->u.data.error, b->u.data.error);
+    case DT__WIRE_LOST:
+        return a->u.lost.first_device_id == b->u.lost.first_device_id && a->u.lost.count == b->u.lost.count &&
+               !strcmp(a->u.lost.error, b->u.lost.error);
     }
     return 1;
 }

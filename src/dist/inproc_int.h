@@ -1,0 +1,53 @@
+/*
+ * The in-process comm's groups (collective.c), shared with its spanning
+ * half (coll_span.c): a group some of whose ranks live on other nodes.
+ */
+#ifndef DT_DIST_INPROC_INT_H
+#define DT_DIST_INPROC_INT_H
+
+#include "core/blob.h"
+#include "dist/comm.h"
+
+typedef struct rendezvous {
+    uint64_t seq;
+    int busy, arrived, departed;
+    dt__blob **slots; /* n: each rank's input (this process's ranks only, in a spanning group) */
+} rendezvous;
+
+typedef struct group {
+    uint64_t id;
+    int n;
+    int64_t *ids;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    rendezvous rv[2]; /* even and odd sequence numbers */
+    struct group *next;
+    /* Spanning nodes (dt__comm_group_span): the main node's name for the
+     * group (graph tag, group id), which ranks are this process's, and how
+     * many. Set before the group's first collective. */
+    int span, nlocal;
+    uint32_t tag;
+    uint64_t key;
+    unsigned char *local;
+} group;
+
+/* The view the computations work on: one collective's attributes, the
+ * peers' published inputs and the computing rank's backend. */
+typedef struct coll_view {
+    const dt__collattr *a;
+    int kind, n;
+    dt__blob **slots;
+    const dt__backend *be;
+} coll_view;
+
+/* Peer p's input sliced along dim_b to rank r's range, or whole. */
+dt_status dt__coll_slice_peer(const coll_view *c, int p, int r, int whole, void **out, char *err,
+                              size_t errlen);
+/* Rank r's output of a gather or reduction kind; pre[p] (when pre and it
+ * are not NULL) replaces peer p's sliced input. */
+dt_status dt__coll_compute(const coll_view *c, int r, void *const *pre, void **out, char *err, size_t errlen);
+/* coll_span.c: rank r's part of a collective of a spanning group. */
+void dt__coll_span_run(group *gr, const dt__collattr *a, int r, dt__blob *in, dt__blob *out,
+                       const char *opname);
+
+#endif /* DT_DIST_INPROC_INT_H */

@@ -1,0 +1,243 @@
+/*
+ * Data between nodes: the mailbox and the outbox (xfer.h). One lock
+ * guards both and the lost devices; one condition wakes the waiting ranks
+ * (broadcast on each delivery, loss and abort; a waiter checks its own
+ * key). Few ranks wait at once (a node's devices), so one condition is
+ * enough.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "dist/xfer.h"
+
+typedef struct lost_range {
+    int64_t first, count;
+    char why[DT__XFER_TEXT];
+} lost_range;
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    dt__xfer_hooks hooks;
+    int started;
+    dt__xfer_msg *box;            /* arrived, not yet taken */
+    dt__xfer_msg *partial;        /* arriving in chunks: the buffer in arg, len the bytes so far */
+    dt__xfer_msg *out, *out_last; /* to send, oldest first */
+    lost_range *lost;
+    int nlost, caplost;
+    char abort_why[DT__XFER_TEXT]; /* non-empty: every other node is gone */
+} X = {.mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+void dt__xfer_msg_free(dt__xfer_msg *m) {
+    if (!m)
+        return;
+    if (m->release)
+        m->release(m->arg);
+    dt__free(m);
+}
+
+static void free_list(dt__xfer_msg *m) {
+    while (m) {
+        dt__xfer_msg *next = m->next;
+        dt__xfer_msg_free(m);
+        m = next;
+    }
+}
+
+void dt__xfer_start(const dt__xfer_hooks *h) {
+    pthread_mutex_lock(&X.mu);
+    X.hooks = h ? *h : (dt__xfer_hooks){0};
+    X.started = h != NULL;
+    X.nlost = 0;
+    X.abort_why[0] = 0;
+    pthread_mutex_unlock(&X.mu);
+}
+
+void dt__xfer_stop(void) {
+    pthread_mutex_lock(&X.mu);
+    dt__xfer_msg *box = X.box, *out = X.out, *partial = X.partial;
+    X.box = X.out = X.out_last = X.partial = NULL;
+    X.hooks = (dt__xfer_hooks){0};
+    X.started = 0;
+    dt__free(X.lost);
+    X.lost = NULL;
+    X.nlost = X.caplost = 0;
+    if (!X.abort_why[0])
+        snprintf(X.abort_why, sizeof X.abort_why, "the cluster ended");
+    pthread_cond_broadcast(&X.cond);
+    pthread_mutex_unlock(&X.mu);
+    free_list(box);
+    free_list(out);
+    free_list(partial);
+}
+
+int dt__xfer_is_local(int64_t id) {
+    pthread_mutex_lock(&X.mu);
+    int (*is_local)(int64_t) = X.hooks.is_local;
+    pthread_mutex_unlock(&X.mu);
+    return is_local ? is_local(id) : 1;
+}
+
+void dt__xfer_post(dt__xfer_msg *m) {
+    m->next = NULL;
+    pthread_mutex_lock(&X.mu);
+    void (*wake)(void) = X.hooks.wake;
+    if (!X.started || X.abort_why[0]) {
+        pthread_mutex_unlock(&X.mu);
+        dt__xfer_msg_free(m);
+        return;
+    }
+    if (X.out_last)
+        X.out_last->next = m;
+    else
+        X.out = m;
+    X.out_last = m;
+    pthread_mutex_unlock(&X.mu);
+    if (wake)
+        wake();
+}
+
+dt__xfer_msg *dt__xfer_take(void) {
+    pthread_mutex_lock(&X.mu);
+    dt__xfer_msg *m = X.out;
+    X.out = X.out_last = NULL;
+    pthread_mutex_unlock(&X.mu);
+    return m;
+}
+
+static int same_key(const dt__xfer_hdr *a, const dt__xfer_hdr *b) {
+    return a->tag == b->tag && a->group == b->group && a->seq == b->seq && a->from == b->from &&
+           a->to == b->to;
+}
+
+/* Chunk m goes into its message's buffer (made by its first chunk); the
+ * message once whole, else NULL. m is freed. Under mu. */
+static dt__xfer_msg *assemble(dt__xfer_msg *m) {
+    const dt__xfer_hdr *h = &m->h;
+    dt__xfer_msg **pp = &X.partial;
+    while (*pp && !same_key(&(*pp)->h, h))
+        pp = &(*pp)->next;
+    dt__xfer_msg *w = *pp;
+    if (!w && h->total <= (uint64_t)1 << 40) {
+        w = dt__calloc(1, sizeof *w);
+        void *buf = w ? dt__malloc(h->total ? h->total : 1) : NULL;
+        if (!buf) {
+            dt__free(w);
+            w = NULL;
+        } else {
+            w->h = *h;
+            w->h.offset = 0;
+            w->data = buf;
+            w->arg = buf;
+            w->release = dt__free;
+            w->next = X.partial;
+            X.partial = w;
+            pp = &X.partial;
+        }
+    }
+    /* Malformed, or out of memory: the wait for it ends with its node. */
+    if (!w || w->h.total != h->total || h->offset > h->total || m->len > h->total - h->offset ||
+        w->len + m->len > h->total) {
+        dt__xfer_msg_free(m);
+        return NULL;
+    }
+    memcpy((uint8_t *)w->arg + h->offset, m->data, m->len);
+    w->len += m->len;
+    dt__xfer_msg_free(m);
+    if (w->len < w->h.total)
+        return NULL;
+    *pp = w->next;
+    w->next = NULL;
+    return w;
+}
+
+void dt__xfer_deliver(dt__xfer_msg *m) {
+    pthread_mutex_lock(&X.mu);
+    if (!X.started) {
+        pthread_mutex_unlock(&X.mu);
+        dt__xfer_msg_free(m);
+        return;
+    }
+    if (!m->h.error[0] && (m->h.offset != 0 || m->len != m->h.total) && !(m = assemble(m))) {
+        pthread_mutex_unlock(&X.mu);
+        return;
+    }
+    m->next = X.box;
+    X.box = m;
+    pthread_cond_broadcast(&X.cond);
+    pthread_mutex_unlock(&X.mu);
+}
+
+/* The reason waits for `dev` fail, or NULL. Under mu. */
+static const char *gone(int64_t dev) {
+    for (int i = 0; i < X.nlost; i++)
+        if (dev >= X.lost[i].first && dev < X.lost[i].first + X.lost[i].count)
+            return X.lost[i].why;
+    return X.abort_why[0] ? X.abort_why : NULL;
+}
+
+dt__xfer_msg *dt__xfer_wait(uint32_t tag, uint64_t group, uint64_t seq, int32_t from, int32_t to,
+                            int64_t src_device, char *err, size_t errlen) {
+    pthread_mutex_lock(&X.mu);
+    for (;;) {
+        for (dt__xfer_msg **pp = &X.box; *pp; pp = &(*pp)->next) {
+            dt__xfer_hdr *h = &(*pp)->h;
+            if (h->tag == tag && h->group == group && h->seq == seq && h->from == from && h->to == to) {
+                dt__xfer_msg *m = *pp;
+                *pp = m->next;
+                m->next = NULL;
+                pthread_mutex_unlock(&X.mu);
+                return m;
+            }
+        }
+        const char *why = gone(src_device);
+        if (why || !X.started) {
+            snprintf(err, errlen, "%s", why ? why : "this process is not in a cluster");
+            pthread_mutex_unlock(&X.mu);
+            return NULL;
+        }
+        pthread_cond_wait(&X.cond, &X.mu);
+    }
+}
+
+void dt__xfer_lost(int64_t first, int64_t count, const char *why) {
+    pthread_mutex_lock(&X.mu);
+    if (X.nlost == X.caplost) {
+        int cap = X.caplost ? 2 * X.caplost : 8;
+        lost_range *v = dt__realloc(X.lost, (size_t)cap * sizeof *v);
+        if (v) {
+            X.lost = v;
+            X.caplost = cap;
+        }
+    }
+    if (X.nlost < X.caplost) {
+        lost_range *l = &X.lost[X.nlost++];
+        l->first = first;
+        l->count = count;
+        snprintf(l->why, sizeof l->why, "%s", why && *why ? why : "a node was lost");
+    } else if (!X.abort_why[0]) { /* out of memory: every wait fails rather than hang */
+        snprintf(X.abort_why, sizeof X.abort_why, "%s", why && *why ? why : "a node was lost");
+    }
+    pthread_cond_broadcast(&X.cond);
+    pthread_mutex_unlock(&X.mu);
+}
+
+void dt__xfer_abort(const char *why) {
+    pthread_mutex_lock(&X.mu);
+    if (!X.abort_why[0])
+        snprintf(X.abort_why, sizeof X.abort_why, "%s", why && *why ? why : "the cluster ended");
+    dt__xfer_msg *out = X.out;
+    X.out = X.out_last = NULL;
+    pthread_cond_broadcast(&X.cond);
+    pthread_mutex_unlock(&X.mu);
+    free_list(out);
+}
+
+size_t dt__xfer_pending(void) {
+    pthread_mutex_lock(&X.mu);
+    size_t n = 0;
+    for (dt__xfer_msg *m = X.box; m; m = m->next)
+        n++;
+    pthread_mutex_unlock(&X.mu);
+    return n;
+}

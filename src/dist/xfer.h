@@ -1,0 +1,110 @@
+/*
+ * Data between nodes (issue 13 item 3): the process's mailbox and outbox
+ * for the point-to-point messages of collectives whose ranks live in
+ * several processes (collective.c's spanning groups), independent of the
+ * transport. Pure C: the sanitizer builds test it without ZeroMQ.
+ *
+ * A rank's worker posts each message it owes a rank of another node
+ * (dt__xfer_post: queued, never blocking) and the transport's thread (the
+ * main node's cluster thread, a worker node's thread) takes the outbox
+ * (dt__xfer_take), sends each message and delivers the ones that arrive
+ * for this node's ranks (dt__xfer_deliver). A rank that needs a peer's
+ * message waits for it on a condition (dt__xfer_wait), which wakes when it
+ * arrives, when the peer's node is lost (dt__xfer_lost: the main node saw
+ * its heartbeats stop and told every node) or when this node's cluster
+ * ends (dt__xfer_abort): never a spin, never a hang.
+ *
+ * Routing: every message goes through the main node (a worker node only
+ * knows its main node's address; docs/decisions.md).
+ *
+ * Threads: every function on any thread. The hooks are called without the
+ * mailbox's lock held; dt__xfer_lost and dt__xfer_abort may be called with
+ * other locks held (the mailbox's lock is a leaf).
+ */
+#ifndef DT_DIST_XFER_H
+#define DT_DIST_XFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+
+#define DT__XFER_TEXT 512 /* bytes of an error, NUL included (wire.h's text) */
+
+/* One message's header: which collective (main node's graph tag and group
+ * id, sequence number), from which rank to which, the devices, and the
+ * payload's description: a value (dtype, shape; the bytes follow) or the
+ * failure of the sender's input (error, no bytes). */
+typedef struct dt__xfer_hdr {
+    uint32_t tag;
+    uint64_t group, seq;
+    int32_t from, to;
+    int64_t src_device, dst_device;
+    uint64_t offset, total; /* this chunk's place in the payload of `total` bytes */
+    int32_t dtype;
+    uint32_t ndim;
+    int64_t shape[DT_MAX_NDIM];
+    char error[DT__XFER_TEXT];
+} dt__xfer_hdr;
+
+/* A message with its payload: `len` bytes at `data`, owned by whoever
+ * `release(arg)` lets go of (NULL: nothing to release). */
+typedef struct dt__xfer_msg {
+    struct dt__xfer_msg *next;
+    dt__xfer_hdr h;
+    const void *data;
+    size_t len;
+    void (*release)(void *arg);
+    void *arg;
+} dt__xfer_msg;
+
+/* Frees m and lets go of its payload. */
+void dt__xfer_msg_free(dt__xfer_msg *m);
+
+/* How this process reaches other nodes: is_local(id) is 1 when CPU device
+ * `id` is this process's; wake() tells the transport's thread that the
+ * outbox has work. NULL (no cluster): every device is local. */
+typedef struct dt__xfer_hooks {
+    int (*is_local)(int64_t cpu_id);
+    void (*wake)(void);
+} dt__xfer_hooks;
+/* Installs the hooks (copied) and forgets losses and aborts of an earlier
+ * cluster. */
+void dt__xfer_start(const dt__xfer_hooks *h);
+/* Removes the hooks and frees every queued message. */
+void dt__xfer_stop(void);
+
+/* 1 when CPU device `id` is this process's (always, without a cluster). */
+int dt__xfer_is_local(int64_t id);
+
+/* Queues m (taken over) for the transport. A node that is gone, or no
+ * transport: m is freed. */
+void dt__xfer_post(dt__xfer_msg *m);
+/* The transport's thread: every queued message, oldest first (NULL when
+ * none); each is the caller's to send and free. */
+dt__xfer_msg *dt__xfer_take(void);
+/* The transport's thread: m (taken over) arrived for one of this
+ * process's ranks: a whole message, or one chunk of it (h.offset, m->len
+ * bytes of h.total), kept until the last chunk has come (a chunk that does
+ * not fit its message is dropped). */
+void dt__xfer_deliver(dt__xfer_msg *m);
+/* The transport sends a payload in chunks of at most this many bytes, so
+ * that a large one does not hold back every other message on the
+ * connection: each chunk counts as a sign of life, as a heartbeat does. */
+#define DT__XFER_CHUNK ((size_t)1 << 20)
+/* Waits for the message of (tag, group, seq) from rank `from` (on device
+ * src_device) to rank `to`, and returns it (the caller's to free). NULL
+ * with the reason in `err` when src_device's node is lost or the cluster
+ * ended. */
+dt__xfer_msg *dt__xfer_wait(uint32_t tag, uint64_t group, uint64_t seq, int32_t from, int32_t to,
+                            int64_t src_device, char *err, size_t errlen);
+/* CPU devices [first, first + count) are on a node that is gone (`why`
+ * names it): waits for them fail, now and later. */
+void dt__xfer_lost(int64_t first, int64_t count, const char *why);
+/* Every other node is gone (`why`): waits for remote messages fail, now
+ * and later, until dt__xfer_start. */
+void dt__xfer_abort(const char *why);
+/* Messages waiting in the mailbox, whole (tests). */
+size_t dt__xfer_pending(void);
+
+#endif /* DT_DIST_XFER_H */

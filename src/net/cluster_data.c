@@ -1,0 +1,133 @@
+/*
+ * The main node's half of data between nodes (dist/xfer.h): it sends its
+ * own ranks' messages to the nodes of their receivers, delivers the ones
+ * for its own ranks, relays the ones between two worker nodes (the frame
+ * moves from one socket to the other, no copy), and tells every live node
+ * when one is lost. Cluster thread, except the hooks (any thread); see
+ * cluster.c for the locks.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "core/remote.h"
+#include "dist/xfer.h"
+#include "net/cluster_int.h"
+
+static int main_is_local(int64_t id) { return dt__cluster_node_of(DT_DEVICE_CPU, id) < 0; }
+
+static void main_wake(void) {
+    pthread_mutex_lock(&C.mu);
+    if (!C.woken && C.wake_tx) {
+        C.woken = 1;
+        zmq_send(C.wake_tx, "send", 4, ZMQ_DONTWAIT);
+    }
+    pthread_mutex_unlock(&C.mu);
+}
+
+void dt__cluster_data_start(void) {
+    static const dt__xfer_hooks hooks = {main_is_local, main_wake};
+    dt__xfer_start(&hooks);
+}
+
+static void free_frame(void *arg) {
+    zmq_msg_close(arg);
+    dt__free(arg);
+}
+
+/* Node idx's routing id, when it is alive (under mu). */
+static int route(int idx, uint8_t *rid, size_t *rid_len) {
+    if (idx < 0 || idx >= C.n || C.nodes[idx].info.state != DT_NODE_ALIVE)
+        return 0;
+    memcpy(rid, C.nodes[idx].rid, C.nodes[idx].rid_len);
+    *rid_len = C.nodes[idx].rid_len;
+    return 1;
+}
+
+void dt__cluster_send_data(void) {
+    for (dt__xfer_msg *m = dt__xfer_take(), *next; m; m = next) {
+        next = m->next;
+        m->next = NULL;
+        int idx = dt__cluster_node_of(DT_DEVICE_CPU, m->h.dst_device);
+        if (idx < 0) {
+            dt__xfer_deliver(m);
+            continue;
+        }
+        uint8_t rid[256];
+        size_t rid_len = 0;
+        pthread_mutex_lock(&C.mu);
+        int alive = route(idx, rid, &rid_len);
+        pthread_mutex_unlock(&C.mu);
+        if (!alive) { /* its ranks wait for nothing any more */
+            dt__xfer_msg_free(m);
+            continue;
+        }
+        if (dt__net_send_data(C.router, rid, rid_len, m) != DT_OK)
+            fprintf(stderr, "dtorch main node: %s\n", dt_last_error());
+    }
+}
+
+void dt__cluster_on_data(dt__net_in *in) {
+    const dt__xfer_hdr *h = &in->m.u.data;
+    int idx = dt__cluster_node_of(DT_DEVICE_CPU, h->dst_device);
+    if (idx < 0) { /* for one of our ranks */
+        dt__xfer_msg *m = dt__calloc(1, sizeof *m);
+        zmq_msg_t *z = m && in->has_extra ? dt__calloc(1, sizeof *z) : NULL;
+        if (!m || (in->has_extra && !z)) {
+            dt__free(m);
+            return;
+        }
+        m->h = *h;
+        if (z) {
+            zmq_msg_init(z);
+            zmq_msg_move(z, &in->extra);
+            m->data = zmq_msg_data(z);
+            m->len = zmq_msg_size(z);
+            m->release = free_frame;
+            m->arg = z;
+        }
+        dt__xfer_deliver(m);
+        return;
+    }
+    uint8_t rid[256];
+    size_t rid_len = 0;
+    pthread_mutex_lock(&C.mu);
+    int alive = route(idx, rid, &rid_len);
+    pthread_mutex_unlock(&C.mu);
+    if (!alive)
+        return;
+    dt__wire_msg w = in->m;
+    dt_status st;
+    if (in->has_extra) {
+        zmq_msg_t x;
+        zmq_msg_init(&x);
+        zmq_msg_move(&x, &in->extra);
+        st = dt__net_send_extra(C.router, rid, rid_len, &w, &x);
+    } else {
+        st = dt__net_send(C.router, rid, rid_len, &w);
+    }
+    if (st != DT_OK)
+        fprintf(stderr, "dtorch main node: %s\n", dt_last_error());
+}
+
+void dt__cluster_data_lost(const node *nd) {
+    dt__xfer_lost(nd->info.first_device_id, nd->info.cpu_devices, nd->info.error);
+    dt__wire_msg l = {.type = DT__WIRE_LOST};
+    l.u.lost.first_device_id = nd->info.first_device_id;
+    l.u.lost.count = nd->info.cpu_devices;
+    snprintf(l.u.lost.error, sizeof l.u.lost.error, "%s", nd->info.error);
+    for (int i = 0; i < C.n; i++)
+        if (C.nodes[i].info.state == DT_NODE_ALIVE)
+            dt__net_send(C.router, C.nodes[i].rid, C.nodes[i].rid_len, &l);
+}
+
+void dt__cluster_data_welcome(const uint8_t *rid, size_t rid_len) {
+    for (int i = 0; i < C.n; i++)
+        if (C.nodes[i].info.state == DT_NODE_LOST) {
+            dt__wire_msg l = {.type = DT__WIRE_LOST};
+            l.u.lost.first_device_id = C.nodes[i].info.first_device_id;
+            l.u.lost.count = C.nodes[i].info.cpu_devices;
+            snprintf(l.u.lost.error, sizeof l.u.lost.error, "%s", C.nodes[i].info.error);
+            dt__net_send(C.router, rid, rid_len, &l);
+        }
+}

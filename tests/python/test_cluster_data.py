@@ -1,0 +1,224 @@
+"""Data between nodes (issue 13 item 3): this pytest process is the main node with 4 CPU devices
+(ids 0..3, the one-process reference meshes) and two ``dtorch-node`` worker nodes of 2 devices
+each (A: ids 4, 5; B: ids 6, 7). Values move between nodes (redistribute across meshes of
+different nodes), meshes span nodes (their collectives exchange messages), and the results are
+bit-identical to the same program on a mesh of the same shape in this process; a node killed
+while a cross-node collective waits on it is an error naming it within the loss bound. Every
+wait is bounded and every child is killed in teardown."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import torch
+
+import dtorch
+from dtorch import MainNode, Partial, Replicate, Shard, _C
+from dtorch.node import executable
+from dtorch.test.test_util import assert_replicas_equal, genuine_partial, local_values
+
+pytestmark = pytest.mark.skipif(not _C._cluster_info()["available"], reason="built without ZeroMQ")
+
+HB = 1.0
+TOKEN = "test-cluster-data-token"
+
+
+@pytest.fixture
+def two_nodes(monkeypatch):
+    """The main node (4 devices) and worker nodes A (ids 4, 5) and B (ids 6, 7); returns the
+    worker processes in node order."""
+    monkeypatch.setenv("DTORCH_CLUSTER_TOKEN", TOKEN)
+    MainNode.set_address("127.0.0.1:0", cpu_devices=4, heartbeat_second=HB)
+    children = []
+    try:
+        for _ in range(2):
+            children.append(subprocess.Popen(
+                [executable(), f"--main-node-address={MainNode.get_address()}", "--cpu-devices=2",
+                 "--connect-timeout=60", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            MainNode.wait_cluster_ready(len(children), timeout_second=60)  # one at a time: A is node 0
+        nodes = MainNode.nodes()
+        assert [n["first_device_id"] for n in nodes] == [4, 6]
+        by_pid = {p.pid: p for p in children}
+        yield [by_pid[n["pid"]] for n in nodes]
+    finally:
+        MainNode.shutdown()
+        for p in children:
+            if p.poll() is None:
+                p.kill()
+            p.communicate(timeout=30)
+
+
+def _randn(*shape, seed=0):
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _check(got, want, exact=True):
+    """Every replica bitwise equal, and the value torch.equal (exact) or allclose to `want`."""
+    assert_replicas_equal(None, got)
+    t = got.to_torch()
+    assert t.dtype == want.dtype and t.shape == want.shape, (t, want)
+    assert torch.equal(t, want) if exact else torch.allclose(t, want, rtol=1e-5, atol=1e-5), (t, want)
+    return t
+
+
+def _same(a, b):
+    """Two dtorch values equal bit for bit, device by device."""
+    va, vb = local_values(a), local_values(b)
+    assert len(va) == len(vb) and all(torch.equal(x, y) for x, y in zip(va, vb)), (va, vb)
+
+
+def test_redistribute_between_nodes(two_nodes):
+    """Moves between meshes of the main node, worker node A and worker node B, every way round and
+    across placements; a genuine multi-piece Partial on one node read as Replicate on another."""
+    g = dtorch.Graph()
+    main, a, b = (dtorch.DeviceMesh("cpu", ids) for ids in ([0, 1], [4, 5], [6, 7]))
+    t = _randn(5, 7, seed=1)  # uneven shards on 2 devices
+    x = dtorch.from_torch(t, main, [Shard(0)], graph=g)
+    moves = [(a, [Replicate()]), (b, [Shard(1)]), (a, [Shard(0)]), (main, [Shard(1)]), (b, [Replicate()]),
+             (main, [Replicate()]), (a, [Shard(1)]), (b, [Shard(0)]), (main, [Shard(0)])]
+    for mesh, pl in moves:
+        x = x.redistribute(device_mesh=mesh, placements=pl)
+        assert x.device_mesh == mesh and list(x.placements) == pl
+        _check(x, t)
+        vals = local_values(x)
+        if pl[0].is_shard():
+            assert torch.equal(torch.cat(vals, pl[0].dim), t)
+    # Genuine Partials (a different addend on each device) moved and reduced across nodes.
+    ti = torch.randint(-8, 9, (4, 6), generator=torch.Generator().manual_seed(5)).float()
+    for src, dst in ((a, b), (a, main), (main, b), (b, a)):
+        p = genuine_partial(ti, src, [Partial()], seed=7, graph=g)
+        vals = local_values(p)
+        assert not torch.equal(vals[0], vals[1]) and torch.equal(vals[0] + vals[1], ti)
+        _check(p.redistribute(device_mesh=dst, placements=[Replicate()]), ti)
+        _check(p.redistribute(device_mesh=dst, placements=[Shard(0)]), ti)
+    # Parts larger than a chunk (1 MiB) cross in several messages.
+    big = _randn(700, 1024, seed=4)
+    z = dtorch.from_torch(big, a, [Shard(0)], graph=g)
+    _check(z.redistribute(device_mesh=b, placements=[Replicate()]), big)
+    _check(z.redistribute(device_mesh=dtorch.DeviceMesh("cpu", [0, 4, 6]), placements=[Replicate()]), big)
+    # Computation continues on the destination node with the moved value.
+    y = dtorch.from_torch(t, a, [Shard(0)], graph=g).redistribute(device_mesh=b, placements=[Replicate()])
+    _check(y * 2 + 1, t * 2 + 1)
+
+
+def _collectives(mesh, g, t, ti):
+    """All-gather, all-to-all, all-reduce and reduce-scatter (genuine Partials), uneven shards,
+    and ops that run them."""
+    x = dtorch.from_torch(t, mesh, [Shard(0)], graph=g)
+    p = genuine_partial(t, mesh, [Partial()], seed=3, graph=g)
+    pi = genuine_partial(ti, mesh, [Partial()], seed=4, graph=g)
+    w = dtorch.from_torch(_randn(7, 3, seed=9), mesh, [Replicate()], graph=g)
+    return [x.redistribute(placements=[Replicate()]),       # all-gather
+            x.redistribute(placements=[Shard(1)]),           # all-to-all
+            p.redistribute(placements=[Replicate()]),        # all-reduce, float addends
+            p.redistribute(placements=[Shard(0)]),           # reduce-scatter
+            pi.redistribute(placements=[Replicate()]),       # exact
+            x.sum(0), (x @ w).sum(), dtorch.softmax(x, dim=1)]
+
+
+@pytest.mark.parametrize("ids", [[2, 3, 4, 5], [4, 5, 6, 7], [0, 4, 6, 1]],
+                         ids=["main+A", "A+B", "main+A+B"])
+def test_mesh_spanning_nodes(two_nodes, ids):
+    """Collectives of a mesh whose devices live on several nodes give, device by device, what a
+    one-process mesh of the same size gives (torch.equal), and eager torch's values (allclose;
+    exact for integer values)."""
+    g = dtorch.Graph()
+    span, here = dtorch.DeviceMesh("cpu", ids), dtorch.DeviceMesh("cpu", [0, 1, 2, 3])
+    t = _randn(5, 7, seed=2)
+    ti = torch.randint(-9, 10, (5, 7), generator=torch.Generator().manual_seed(6)).float()
+    got, ref = _collectives(span, g, t, ti), _collectives(here, g, t, ti)
+    want = [t, t, t, t, ti, t.sum(0), (t @ _randn(7, 3, seed=9)).sum(), torch.softmax(t, dim=1)]
+    for i, (r, l, w) in enumerate(zip(got, ref, want)):
+        _same(r, l)
+        _check(r, w, exact=i in (0, 1, 4))
+
+
+def _mlp(stages, g, x, w1s, w2s):
+    """A 2-stage MLP: each stage TP=2 on its own mesh (column- then row-parallel, the Partial
+    all-reduced), the activations moved to the next stage's mesh."""
+    h = dtorch.from_torch(x, stages[0], [Replicate()], graph=g)
+    for mesh, w1, w2 in zip(stages, w1s, w2s):
+        h = h.redistribute(device_mesh=mesh, placements=[Replicate()])
+        a = dtorch.from_torch(w1, mesh, [Shard(1)], graph=g)
+        b = dtorch.from_torch(w2, mesh, [Shard(0)], graph=g)
+        h = dtorch.relu(h @ a) @ b  # Partial over the TP dim
+        h = h.redistribute(placements=[Replicate()])
+    return h
+
+
+def test_tp_pp_model_across_nodes(two_nodes):
+    """Stage 1 on worker A, stage 2 on worker B (and on the main node): the same result as the same
+    meshes' shapes in this process, bit for bit; torch's within float tolerance."""
+    g = dtorch.Graph()
+    x = _randn(6, 8, seed=11)
+    w1s = [_randn(8, 16, seed=12), _randn(8, 16, seed=13)]
+    w2s = [_randn(16, 8, seed=14), _randn(16, 8, seed=15)]
+    m = {k: dtorch.DeviceMesh("cpu", v) for k, v in (("A", [4, 5]), ("B", [6, 7]), ("m0", [0, 1]),
+                                                   ("m1", [2, 3]))}
+    ref = _mlp([m["m0"], m["m1"]], g, x, w1s, w2s)
+    want = x
+    for w1, w2 in zip(w1s, w2s):
+        want = torch.relu(want @ w1) @ w2
+    r = _check(ref, want, exact=False)
+    for stages in ((m["A"], m["B"]), (m["A"], m["m1"]), (m["m0"], m["B"])):
+        got = _mlp(list(stages), g, x, w1s, w2s)
+        _same(got, ref)
+        assert torch.equal(_check(got, want, exact=False), r)
+
+
+def test_node_killed_during_cross_node_collective(two_nodes):
+    """Worker node B SIGKILLed while an all-reduce over the main node, A and B waits for its
+    parts: the read fails naming B within the loss bound (the main node's ranks woke); A's ranks
+    woke too (its streams run later work); the main node and A still work."""
+    node_b = MainNode.nodes()[1]
+    g = dtorch.Graph()
+    span = dtorch.DeviceMesh("cpu", [0, 1, 4, 5, 6, 7])
+    t = torch.randint(-5, 6, (6, 4), generator=torch.Generator().manual_seed(8)).float()
+    p = genuine_partial(t, span, [Partial()], seed=2, graph=g)
+    _check(p.redistribute(placements=[Replicate()]), t)  # the mesh works before
+    two_nodes[1].send_signal(signal.SIGKILL)
+    t0 = time.monotonic()
+    r = (p * 2).redistribute(placements=[Replicate()])  # the main node's and A's ranks wait for B's
+    with pytest.raises(RuntimeError) as e:
+        r.to_torch()
+    took = time.monotonic() - t0
+    msg = str(e.value)
+    assert "worker node 1" in msg and "127.0.0.1" in msg and str(node_b["pid"]) in msg, msg
+    assert took < 2.25 * HB + 2.0, took
+    assert MainNode.nodes()[0]["state"] == "alive" and MainNode.nodes()[1]["state"] == "lost"
+    # A's communication streams are not stuck in the failed collective; the main node works.
+    t1 = time.monotonic()
+    a = dtorch.DeviceMesh("cpu", [4, 5])
+    y = dtorch.from_torch(t, a, [Shard(0)], graph=g)
+    _check(y.redistribute(placements=[Replicate()]), t)
+    _check(y.redistribute(device_mesh=dtorch.DeviceMesh("cpu", [0, 1]), placements=[Shard(1)]) + 1, t + 1)
+    assert time.monotonic() - t1 < 30
+    with pytest.raises(RuntimeError, match="worker node 1"):
+        dtorch.from_torch(t, span, [Shard(0)], graph=g).redistribute(placements=[Replicate()]).to_torch()
+
+
+def test_2d_mesh_data_parallel_across_nodes(two_nodes):
+    """A 2x2 mesh whose rows are worker nodes A and B (dim 0 across nodes, dim 1 within one):
+    collectives along either dim, and a row-parallel matmul's Partial over both, give what the
+    2x2 mesh of this process's 4 devices gives, device by device, and torch's values."""
+    g = dtorch.Graph()
+    span = dtorch.DeviceMesh("cpu", [[4, 5], [6, 7]], mesh_dim_names=("dp", "tp"))
+    here = dtorch.DeviceMesh("cpu", [[0, 1], [2, 3]], mesh_dim_names=("dp", "tp"))
+    t, w = _randn(6, 8, seed=21), _randn(8, 5, seed=22)
+    outs = []
+    for mesh in (span, here):
+        x = dtorch.from_torch(t, mesh, [Shard(0), Shard(1)], graph=g)
+        ww = dtorch.from_torch(w, mesh, [Replicate(), Shard(0)], graph=g)
+        p = genuine_partial(t, mesh, [Partial(), Partial()], seed=5, graph=g)
+        outs.append([x.redistribute(placements=[Replicate(), Replicate()]),
+                     x.redistribute(placements=[Shard(1), Shard(0)]),
+                     p.redistribute(placements=[Replicate(), Shard(0)]),
+                     p.redistribute(placements=[Shard(1), Replicate()]),
+                     x @ ww])
+    for i, (r, l, want) in enumerate(zip(outs[0], outs[1], [t, t, t, t, t @ w])):
+        _same(r, l)
+        _check(r, want, exact=i < 2)
