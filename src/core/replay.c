@@ -36,6 +36,8 @@
 /* Templates kept at most; the cache is emptied when it would hold more (a
  * program whose signatures never repeat stops costing memory). */
 #define MAX_TEMPLATES 8192
+/* Successors a template remembers (tpl.next). */
+#define NEXT_WAYS 4
 /* Records one template holds at most (a larger lowering is not cached). */
 #define MAX_RECS 4096
 
@@ -65,10 +67,12 @@ typedef struct tpl {
     uint64_t *groups; /* ncoll: each collective's group id */
     int32_t *outs;    /* nout: the output's blob per device */
     uint8_t *attrs;
-    /* The run: the template of the cacheable node lowered right after this
-     * one last time (NULL: none yet). Templates are freed only all at once
-     * (clear), so a link never dangles. */
-    struct tpl *next;
+    /* The run: the templates of the cacheable nodes lowered right after
+     * this one, the latest first (NULL: none yet); a few, since one template
+     * serves several places of a loop body (three projections of one shape,
+     * two norms), each with its own successor. Templates are freed only all
+     * at once (clear), so a link never dangles. */
+    struct tpl *next[NEXT_WAYS];
 } tpl;
 
 typedef struct cap_ent {
@@ -421,9 +425,32 @@ static dt_status apply(dt__replay *r, dt__lower *L, const dt__node *n, const tpl
 /* n lowered with template t (a hit, or a sighting of an unreplayable
  * signature): the run goes on with t. */
 static void follow(dt__replay *r, tpl *t) {
-    if (r->prev)
-        r->prev->next = t;
+    tpl *p = r->prev;
     r->prev = t;
+    if (!p || p->next[0] == t)
+        return;
+    /* t goes first; the others move down, the oldest (or t's old place) is
+     * dropped. */
+    int i = 1;
+    while (i < NEXT_WAYS - 1 && p->next[i] != t)
+        i++;
+    for (; i > 0; i--)
+        p->next[i] = p->next[i - 1];
+    p->next[0] = t;
+}
+
+/* The run's prediction: the previous node's successor whose signature is
+ * the current one, word for word (the op word and the length first, which
+ * tell most apart); NULL when none is. */
+static tpl *predict(const dt__replay *r) {
+    if (!r->prev)
+        return NULL;
+    for (int i = 0; i < NEXT_WAYS && r->prev->next[i]; i++) {
+        const tpl *t = r->prev->next[i];
+        if (t->nsig == r->nsig && t->sig[0] == r->sig[0] && !memcmp(t->sig, r->sig, r->nsig * sizeof *r->sig))
+            return r->prev->next[i];
+    }
+    return NULL;
 }
 
 int dt__replay_begin(dt__replay *r, dt__lower *L, const dt__node *n, int32_t kflags) {
@@ -431,11 +458,11 @@ int dt__replay_begin(dt__replay *r, dt__lower *L, const dt__node *n, int32_t kfl
         r->prev = NULL; /* a node that is not cached ends the run */
         return 0;
     }
-    /* The run's prediction first: the node that followed the last one's
-     * template last time, compared word for word, with no hash or table
-     * probe. A mismatch is a miss of the prediction only: the table decides. */
-    tpl *t = r->prev ? r->prev->next : NULL;
-    int run = t && t->nsig == r->nsig && !memcmp(t->sig, r->sig, r->nsig * sizeof *r->sig);
+    /* The run's prediction first: a node that followed the last one's
+     * template before, compared word for word, with no hash or table probe.
+     * No match is a miss of the prediction only: the table decides. */
+    tpl *t = predict(r);
+    int run = t != NULL;
     if (!run) {
         sig_hash(r);
         t = lookup(r);

@@ -302,11 +302,36 @@ class TestRuns(ReplayCase):
         _, out, hits, misses, runs = self.rstep(block_fn(dw, 0.25), x)
         self.assertTrue(torch.equal(out, block_torch(t, w, 0.25)))
         self.assertEqual((hits, misses, runs), (8, 0, 7))
-        # Back to the first: the second node's old template is found in the table (the matmul's
-        # link now names the 0.25 one), and the third through its old link.
+        # Back to the first: the matmul's template remembers both successors, so the whole step is
+        # one run again.
         _, out, hits, misses, runs = self.rstep(block_fn(dw), x)
         self.assertTrue(torch.equal(out, block_torch(t, w)))
-        self.assertEqual((hits, misses, runs), (8, 0, 6))
+        self.assertEqual((hits, misses, runs), (8, 0, 7))
+
+    def test_one_template_in_several_places(self):
+        """Three projections of one shape and two norms: one template with several successors (the
+        next projection, the product of q and k, the residual add, another matmul) is still one run
+        per step, and each place gets its own inputs' kernels."""
+        ws = [torch.randn(16, 16) for _ in range(4)]
+        w5 = torch.randn(16, 32)
+        dws, d5 = [dtorch.from_torch(w) for w in ws], dtorch.from_torch(w5)
+
+        def norm(x):
+            return x * (x * x).mean(dim=-1, keepdim=True).add(1.0).sqrt()
+
+        def body(x, w, w5, mm):
+            h = norm(x)
+            q, k, v = mm(h, w[0]), mm(h, w[1]), mm(h, w[2])
+            x = x + mm(q * k * v, w[3])
+            return mm(norm(x), w5)
+
+        for i in range(4):
+            t = randn(4, 16, seed=30 + i)
+            _, out, hits, misses, runs = self.rstep(lambda x: body(x, dws, d5, lambda a, b: a @ b),
+                                                    dtorch.from_torch(t))
+            self.assertTrue(torch.equal(out, body(t, ws, w5, torch.matmul)), i)
+        self.assertEqual(misses, 0)
+        self.assertEqual(runs, hits - 1)
 
     def test_each_change_in_the_middle(self):
         """A run of four elementwise nodes whose third node changes in shape, dtype, placement or
