@@ -22,6 +22,8 @@ two devices the projections are column/row parallel and the row-parallel results
               sleeps, wake-ups) are then most of its time, the same with replay on or off
   gain        first sighting (and off) / replay (goal >= 3)
   hits        nodes replayed per step (graph_stats()["replay_hits"])
+  runs        of those, nodes the run found: the template that followed the previous node's last
+              time matched, with no hash or table probe (graph_stats()["replay_run_hits"])
   wall ms     the whole step, recorded and read, streaming, best of --repeat
 
 Every step's result is checked against eager torch (allclose; the 2-device all-reduce sums in rank
@@ -100,7 +102,7 @@ def run(mesh, steps, mode, ws, dws, xs, held):
         return y.to_torch()
 
     on = mode != "off"
-    ns = cpu = nodes = hits = 0
+    ns = cpu = nodes = hits = runs = 0
     wall = 0.0
     with replay(on):
         one(0)  # the first sighting (replay on) or a warm-up (off)
@@ -118,10 +120,11 @@ def run(mesh, steps, mode, ws, dws, xs, held):
         cpu += c1 - c0
         nodes += s1["submitted"] - s0["submitted"]
         hits += s1["replay_hits"] - s0["replay_hits"]
+        runs += s1["replay_run_hits"] - s0["replay_run_hits"]
     want = torch_step(xs[(steps - 1) % len(xs)], ws)
     if not torch.allclose(got, want, rtol=1e-4, atol=1e-5):
         raise SystemExit(f"mismatch: max abs diff {(got - want).abs().max().item()}")
-    return ns / nodes, cpu / nodes, hits / steps, wall / steps * 1e3, nodes / steps
+    return ns / nodes, cpu / nodes, hits / steps, wall / steps * 1e3, nodes / steps, runs / steps
 
 
 def main():
@@ -133,7 +136,7 @@ def main():
     ws = weights(0)
     xs = [torch.randn(1, D, generator=torch.Generator().manual_seed(i)) for i in range(4)]
     print(f"# {platform.node()} {os.cpu_count()} cpus, torch {torch.__version__}, load {os.getloadavg()[0]:.1f}")
-    print(f"{'devices':>7} {'mode':>6} {'nodes/step':>10} {'hits/step':>9} {'lower ns/op':>11} "
+    print(f"{'devices':>7} {'mode':>6} {'nodes/step':>10} {'hits/step':>9} {'runs':>5} {'lower ns/op':>11} "
           f"{'ctl ns/op':>9} {'streaming':>9} {'wall ms':>8}")
     modes = ("off", "first", "replay")
     for mesh in (None, DeviceMesh("cpu", [0, 1])):
@@ -146,9 +149,9 @@ def main():
                     b = best.get((mode, held))
                     best[mode, held] = r if b is None else tuple(min(x, y) for x, y in zip(b, r))
         for mode in modes:
-            lns, cns, hits, _, nodes = best[mode, True]
-            _, sns, _, wall, _ = best[mode, False]
-            print(f"{1 if mesh is None else 2:>7} {mode:>6} {nodes:>10.0f} {hits:>9.1f} {lns:>11.0f} "
+            lns, cns, hits, _, nodes, runs = best[mode, True]
+            _, sns, _, wall, _, _ = best[mode, False]
+            print(f"{1 if mesh is None else 2:>7} {mode:>6} {nodes:>10.0f} {hits:>9.1f} {runs:>5.1f} {lns:>11.0f} "
                   f"{cns:>9.0f} {sns:>9.0f} {wall:>8.3f}")
         g = lambda a, k: best[a, True][k] / best["replay", True][k]  # noqa: E731
         print(f"{'':>7} replay gain: lowering step {g('first', 0):.2f}x vs first sighting, {g('off', 0):.2f}x "

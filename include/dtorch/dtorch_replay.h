@@ -27,6 +27,12 @@ DT_API dt_status dt_graph_set_replay(dt_graph *g, int on);
  * NULL arguments. Any thread. */
 DT_API dt_status dt_graph_get_replay_stats(dt_graph *g, int64_t *hits, int64_t *misses);
 
+/* g's replayed nodes (of *hits above) that the run found: the node's
+ * signature was that of the template which followed the previous node's
+ * last time, so no hash or table probe was needed; -1 for a bad graph. Any
+ * thread. */
+DT_API int64_t dt_debug_replay_run_hits(dt_graph *g);
+
 /* Test and benchmark use: CPU time g's controller thread has used so far,
  * in nanoseconds (its CLOCK_THREAD_CPUTIME_ID, read from the calling
  * thread); -1 for a bad graph, a controller that has exited, or a platform

@@ -92,12 +92,13 @@ static PyObject *mod_graph_stats(PyObject *module, PyObject *args) {
         dt_graph_get_replay_stats(((dtpy_graph *)graph)->g, &hits, &misses) != DT_OK)
         return dtpy_raise_last(st);
     return Py_BuildValue(
-        "{sLsLsLsLsLsLsLsLsLsLsLsLsL}", "submitted", (long long)s.submitted, "in_flight",
+        "{sLsLsLsLsLsLsLsLsLsLsLsLsLsL}", "submitted", (long long)s.submitted, "in_flight",
         (long long)s.in_flight, "peak_in_flight", (long long)s.peak_in_flight, "in_flight_limit",
         (long long)s.in_flight_limit, "check_interval", (long long)s.check_interval, "flow_waits",
         (long long)s.flow_waits, "nodes_eliminated", (long long)s.nodes_eliminated, "kernels_in_place",
         (long long)s.kernels_in_place, "nodes_fused", (long long)s.nodes_fused, "cancelled",
         (long long)s.cancelled, "replay_hits", (long long)hits, "replay_misses", (long long)misses,
+        "replay_run_hits", (long long)dt_debug_replay_run_hits(((dtpy_graph *)graph)->g),
         "nodes_reordered", (long long)dt_debug_nodes_reordered(((dtpy_graph *)graph)->g));
 }
 
@@ -225,7 +226,7 @@ static PyMethodDef testing_methods[] = {
     {"_graph_stats", mod_graph_stats, METH_VARARGS,
      "_graph_stats(graph, reset_peak=False) -> {submitted, in_flight, peak_in_flight, in_flight_limit, "
      "check_interval, flow_waits, nodes_eliminated, kernels_in_place, nodes_fused, cancelled, replay_hits, "
-     "replay_misses, nodes_reordered}"},
+     "replay_misses, replay_run_hits, nodes_reordered}"},
     {"_set_chains", mod_set_chains, METH_VARARGS,
      "_set_chains(graph, on): turns the blocked elementwise chains on or off"},
     {"_set_replay", mod_set_replay, METH_VARARGS,

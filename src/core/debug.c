@@ -95,6 +95,10 @@ dt_status dt_graph_get_replay_stats(dt_graph *g, int64_t *hits, int64_t *misses)
     return DT_OK;
 }
 
+int64_t dt_debug_replay_run_hits(dt_graph *g) {
+    return dt__graph_ok(g) ? atomic_load(&g->replay_run_hits) : -1;
+}
+
 int64_t dt_debug_lowering_ns(dt_graph *g, int on) {
     if (!dt__graph_ok(g))
         return -1;

@@ -73,6 +73,7 @@ struct dt_graph {
     atomic_long nodes_fused;      /* run inside chain kernels (passes/chain.c) */
     atomic_long replay_hits;      /* nodes whose kernels were replayed (replay.c) */
     atomic_long replay_misses;    /* nodes the cache could hold that were lowered */
+    atomic_long replay_run_hits;  /* of replay_hits, found by the run's prediction (replay.c) */
     atomic_int time_lowering;     /* dt_debug_lowering_ns: time each node's lowering */
     atomic_long lowering_ns;      /* the lowering steps' time while timed */
     atomic_long nodes_reordered;  /* lowered ahead of an older node (core/sched.c) */

@@ -36,6 +36,8 @@
 /* Templates kept at most; the cache is emptied when it would hold more (a
  * program whose signatures never repeat stops costing memory). */
 #define MAX_TEMPLATES 8192
+/* Successors a template remembers (tpl.next). */
+#define NEXT_WAYS 4
 /* Records one template holds at most (a larger lowering is not cached). */
 #define MAX_RECS 4096
 
@@ -65,6 +67,12 @@ typedef struct tpl {
     uint64_t *groups; /* ncoll: each collective's group id */
     int32_t *outs;    /* nout: the output's blob per device */
     uint8_t *attrs;
+    /* The run: the templates of the cacheable nodes lowered right after
+     * this one, the latest first (NULL: none yet); a few, since one template
+     * serves several places of a loop body (three projections of one shape,
+     * two norms), each with its own successor. Templates are freed only all
+     * at once (clear), so a link never dangles. */
+    struct tpl *next[NEXT_WAYS];
 } tpl;
 
 typedef struct cap_ent {
@@ -79,6 +87,9 @@ struct dt__replay {
     uint64_t *sig;
     uint32_t nsig, sigcap;
     uint64_t hash;
+    /* The run in progress: the template of the cacheable node lowered last
+     * (NULL after a node that is not cached, and after clear). */
+    tpl *prev;
     /* The capture in progress. */
     cap_ent *caps;
     int ncap, capcap, cap_over;
@@ -123,6 +134,7 @@ static void clear(dt__replay *r) {
         r->tab[i] = NULL;
     }
     r->n = 0;
+    r->prev = NULL;
 }
 
 void dt__replay_clear(dt__replay *r) {
@@ -163,8 +175,8 @@ static void put_tab(tpl **tab, uint32_t cap, tpl *t) {
     tab[i] = t;
 }
 
-/* Takes t (freed when it cannot be stored). */
-static void insert(dt__replay *r, tpl *t) {
+/* Takes t (freed when it cannot be stored: returns 0). */
+static int insert(dt__replay *r, tpl *t) {
     if (r->n + 1 > r->cap / 2) {
         if (r->cap * 2 > 2 * MAX_TEMPLATES) {
             clear(r);
@@ -172,7 +184,7 @@ static void insert(dt__replay *r, tpl *t) {
             tpl **tab = dt__calloc((size_t)r->cap * 2, sizeof *tab);
             if (!tab) {
                 tpl_free(t);
-                return;
+                return 0;
             }
             for (uint32_t i = 0; i < r->cap; i++)
                 if (r->tab[i])
@@ -184,6 +196,7 @@ static void insert(dt__replay *r, tpl *t) {
     }
     put_tab(r->tab, r->cap, t);
     r->n++;
+    return 1;
 }
 
 /* --------------------------------------------------------- signature */
@@ -235,7 +248,8 @@ static int reserve_sig(dt__replay *r, size_t words) {
     return 1;
 }
 
-/* Builds n's signature and its hash; 0 when n is not to be cached. */
+/* Builds n's signature (not its hash: sig_hash); 0 when n is not to be
+ * cached. */
 static int signature(dt__replay *r, const dt__lower *L, const dt__node *n, int32_t kflags) {
     /* A random op's seed is new on every call: its signature never repeats. */
     if (n->extra || n->a.seed || !n->out || !n->out->meta.mesh || n->out->meta.mesh->ndev >= MAX_DEV)
@@ -266,13 +280,12 @@ static int signature(dt__replay *r, const dt__lower *L, const dt__node *n, int32
     put(r, (uint64_t)(uintptr_t)a->text); /* interned: one pointer per text */
     /* The elementwise family leaves the block undefined and reads none of it. */
     if (dt__ops[n->op].lower != dt__lower_elementwise) {
-        const uint8_t *u = (const uint8_t *)a + offsetof(dt__nattr, ints);
-        size_t len = sizeof *a - offsetof(dt__nattr, ints);
-        for (size_t o = 0; o < len; o += 8) {
-            uint64_t w = 0;
-            memcpy(&w, u + o, len - o < 8 ? len - o : 8);
-            put(r, w);
-        }
+        /* One copy of the block into whole words, the last one's tail zero
+         * (a constant length: a word-by-word copy was a third of a replay). */
+        enum { BLOCK = sizeof *a - offsetof(dt__nattr, ints), BLOCK_WORDS = (BLOCK + 7) / 8 };
+        r->sig[r->nsig + BLOCK_WORDS - 1] = 0;
+        memcpy(r->sig + r->nsig, (const uint8_t *)a + offsetof(dt__nattr, ints), BLOCK);
+        r->nsig += BLOCK_WORDS;
     }
     put_meta(r, &n->out->meta);
     for (int j = 0; j < n->n_in; j++) {
@@ -302,8 +315,13 @@ static int signature(dt__replay *r, const dt__lower *L, const dt__node *n, int32
             put(r, w);
         }
     }
-    /* Four independent lanes: a signature is tens of words, and one serial
-     * multiply chain over them was a quarter of a replay's time. */
+    return 1;
+}
+
+/* The current signature's hash (only when the run's prediction missed:
+ * dt__replay_begin). Four independent lanes: a signature is tens of words,
+ * and one serial multiply chain over them was a quarter of a replay's time. */
+static void sig_hash(dt__replay *r) {
     uint64_t h[4] = {0x243f6a8885a308d3ull, 0x13198a2e03707344ull, 0xa4093822299f31d0ull,
                      0x082efa98ec4e6c89ull};
     uint32_t i = 0;
@@ -314,7 +332,6 @@ static int signature(dt__replay *r, const dt__lower *L, const dt__node *n, int32
         h[0] = (h[0] ^ r->sig[i]) * 0x9e3779b97f4a7c15ull;
     uint64_t x = h[0] ^ (h[1] >> 17) ^ (h[2] << 23) ^ (h[3] >> 41) ^ r->nsig;
     r->hash = (x ^ (x >> 29)) * 0xbf58476d1ce4e5b9ull;
-    return 1;
 }
 
 /* ------------------------------------------------------------ replay */
@@ -347,7 +364,13 @@ static dt__blob *resolve(const dt__replay *r, const dt__node *n, int32_t ref) {
 /* Queues t's records for n. DT_ENOMEM (L->status set, nothing queued) when
  * out of memory. */
 static dt_status apply(dt__replay *r, dt__lower *L, const dt__node *n, const tpl *t) {
-    if (!reserve_scratch(r, t->nrec, t->ncoll) || dt__lw_alloc_blobs(L, n->out) != DT_OK)
+    dt__tval *o = n->out;
+    if (!o->blobs && t->nout <= DT__TVAL_INLINE) {
+        /* A small mesh's blob array lives in the value: no allocation. */
+        memset(o->inl, 0, sizeof o->inl);
+        o->blobs = o->inl;
+    }
+    if (!reserve_scratch(r, t->nrec, t->ncoll) || dt__lw_alloc_blobs(L, o) != DT_OK)
         return dt__lw_fail(L, DT_ENOMEM, "out of memory (replay)");
     int k = 0;
     for (; k < t->nrec; k++) {
@@ -399,17 +422,62 @@ static dt_status apply(dt__replay *r, dt__lower *L, const dt__node *n, const tpl
     return DT_OK;
 }
 
+/* n lowered with template t (a hit, or a sighting of an unreplayable
+ * signature): the run goes on with t. */
+static void follow(dt__replay *r, tpl *t) {
+    tpl *p = r->prev;
+    r->prev = t;
+    if (!p || p->next[0] == t)
+        return;
+    /* t goes first; the others move down, the oldest (or t's old place) is
+     * dropped. */
+    int i = 1;
+    while (i < NEXT_WAYS - 1 && p->next[i] != t)
+        i++;
+    for (; i > 0; i--)
+        p->next[i] = p->next[i - 1];
+    p->next[0] = t;
+}
+
+/* The run's prediction: the previous node's successor whose signature is
+ * the current one, word for word (the op word and the length first, which
+ * tell most apart); NULL when none is. */
+static tpl *predict(const dt__replay *r) {
+    if (!r->prev)
+        return NULL;
+    for (int i = 0; i < NEXT_WAYS && r->prev->next[i]; i++) {
+        const tpl *t = r->prev->next[i];
+        if (t->nsig == r->nsig && t->sig[0] == r->sig[0] && !memcmp(t->sig, r->sig, r->nsig * sizeof *r->sig))
+            return r->prev->next[i];
+    }
+    return NULL;
+}
+
 int dt__replay_begin(dt__replay *r, dt__lower *L, const dt__node *n, int32_t kflags) {
-    if (!signature(r, L, n, kflags))
+    if (!signature(r, L, n, kflags)) {
+        r->prev = NULL; /* a node that is not cached ends the run */
         return 0;
-    tpl *t = lookup(r);
+    }
+    /* The run's prediction first: a node that followed the last one's
+     * template before, compared word for word, with no hash or table probe.
+     * No match is a miss of the prediction only: the table decides. */
+    tpl *t = predict(r);
+    int run = t != NULL;
+    if (!run) {
+        sig_hash(r);
+        t = lookup(r);
+    }
     if (t) {
+        follow(r, t);
         if (!t->usable) {
             atomic_fetch_add_explicit(&L->g->replay_misses, 1, memory_order_relaxed);
             return 0;
         }
-        if (apply(r, L, n, t) == DT_OK)
+        if (apply(r, L, n, t) == DT_OK) {
             atomic_fetch_add_explicit(&L->g->replay_hits, 1, memory_order_relaxed);
+            if (run)
+                atomic_fetch_add_explicit(&L->g->replay_run_hits, 1, memory_order_relaxed);
+        }
         return 1;
     }
     atomic_fetch_add_explicit(&L->g->replay_misses, 1, memory_order_relaxed);
@@ -543,15 +611,14 @@ static tpl *build(dt__replay *r, const dt__node *n, tpl *t) {
 
 void dt__replay_end(dt__replay *r, dt__lower *L, const dt__node *n, dt_status st) {
     L->g->replay_cap = NULL;
-    /* A failure may be passing (out of memory): the next sighting tries again. */
-    if (st != DT_OK)
-        return;
-    tpl *t = dt__calloc(1, sizeof *t);
-    if (!t)
-        return;
-    t->sig = dt__malloc(r->nsig * sizeof *t->sig);
-    if (!t->sig) {
+    /* A failure may be passing (out of memory): the next sighting tries
+     * again. Either way the run is cut until the next template. */
+    tpl *t = st == DT_OK ? dt__calloc(1, sizeof *t) : NULL;
+    if (t)
+        t->sig = dt__malloc(r->nsig * sizeof *t->sig);
+    if (!t || !t->sig) {
         dt__free(t);
+        r->prev = NULL;
         return;
     }
     memcpy(t->sig, r->sig, r->nsig * sizeof *t->sig);
@@ -570,5 +637,9 @@ void dt__replay_end(dt__replay *r, dt__lower *L, const dt__node *n, dt_status st
         t->attrs = NULL;
         t->nrec = t->ncoll = 0;
     }
-    insert(r, t);
+    /* insert may empty the table (r->prev with it) before t goes in. */
+    if (insert(r, t))
+        follow(r, t);
+    else
+        r->prev = NULL;
 }

@@ -12,6 +12,11 @@
  * their group's next sequence number, so (group, seq) pairs still match on
  * every rank.
  *
+ * Runs: each template remembers the templates that followed it; a node is
+ * compared first with the previous node's successors, so a loop body after
+ * its first node is found without a hash or table probe (docs/decisions.md,
+ * "Replay runs"). The comparison is the full signature either way.
+ *
  * What is never cached: nodes that own something (n->extra: sources, reads,
  * syncs, gates, chains), lowerings that made a kernel with a handle (future,
  * assembly, gate) or named a blob that is neither an input's nor made by one

@@ -154,7 +154,8 @@ static void tval_free_keep_mesh(dt__tval *v) {
     if (v->blobs)
         for (int64_t i = 0; i < v->meta.mesh->ndev; i++)
             dt__blob_release(v->blobs[i]);
-    dt__free(v->blobs);
+    if (v->blobs != v->inl)
+        dt__free(v->blobs);
     dt__pool_free(&dt__tval_pool, v);
 }
 

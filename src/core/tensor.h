@@ -17,7 +17,11 @@ struct dt__tval {
     uint64_t id;
     dt__blob **blobs;              /* controller-only; one per mesh device once lowered */
     struct dt__tval *next_release; /* link in the graph's release stack */
+    /* Controller-only: storage blobs may point at for a mesh of at most
+     * DT__TVAL_INLINE devices (replay.c's replays use it; the free skips it). */
+    dt__blob *inl[2];
 };
+#define DT__TVAL_INLINE 2
 
 /* Frees a tval and drops its blob references (controller, or any thread once
  * the controller is gone). */

@@ -4,7 +4,10 @@
  * replay off; a sum over a sharded dim redistributed to Replicate (an
  * all-reduce) every step on two devices, whose replayed collectives must
  * meet their peers under fresh sequence numbers; a change of scalar and of
- * shape falls back to lowering where the signature changed. Run under ASan and TSan too (no leaks of
+ * shape falls back to lowering where the signature changed. The run: after
+ * the round's first node (a read before cuts the run) every replayed node is
+ * found through its predecessor's template (dt_debug_replay_run_hits), but
+ * right after a changed node. Run under ASan and TSan too (no leaks of
  * templates or records, no races with the workers).
  */
 #include <string.h>
@@ -61,10 +64,11 @@ static void run(int ndev, int n) {
         host[i] = (float)(i + 1);
     dt_tensor *x = dt_tensor_from_buffer(g, DT_FLOAT32, 1, shape, host, (size_t)n * sizeof *host, m, s0);
     CHECK(x && dt_graph_sync(g) == DT_OK);
-    int64_t h0, m0, h1, m1;
+    int64_t h0, m0, h1, m1, r0;
     for (int it = 0; it < 6; it++) {
         double s = it == 4 ? 0.5 : 1.0; /* step 4 changes the add's scalar */
         counters(g, &h0, &m0);
+        r0 = dt_debug_replay_run_hits(g);
         dt_tensor *total = NULL;
         dt_tensor *y = step(g, x, s, &total);
         float got[8] = {0}, sum = 0, want_sum = 0;
@@ -76,15 +80,25 @@ static void run(int ndev, int n) {
         CHECK(total && dt_tensor_read(total, &sum, sizeof sum) == DT_OK);
         CHECK_FEQ(sum, want_sum);
         counters(g, &h1, &m1);
+        int64_t runs = dt_debug_replay_run_hits(g) - r0;
         if (it == 0) {
             CHECK_EQ(h1 - h0, 0);
             CHECK(m1 - m0 >= 4);
+            CHECK_EQ(runs, 0);
         } else if (it == 4) {
-            CHECK(m1 - m0 >= 1); /* the add; everything else replays */
-            CHECK(h1 - h0 >= 3);
-        } else if (it != 5) {
+            CHECK_EQ(m1 - m0, 1); /* the add; everything else replays */
+            CHECK_EQ(h1 - h0, 4);
+            CHECK_EQ(runs, 2); /* not the mul (first), nor the sub after the new add */
+        } else if (it == 5) {
+            /* Back to 1.0: the mul's template remembers both adds, so
+             * the step is one run again. */
+            CHECK_EQ(m1 - m0, 0);
+            CHECK_EQ(h1 - h0, 5);
+            CHECK_EQ(runs, 4);
+        } else {
             CHECK_EQ(m1 - m0, 0);
             CHECK(h1 - h0 >= 4);
+            CHECK_EQ(runs, h1 - h0 - 1);
         }
         dt_tensor_release(total);
         dt_tensor_release(y);
@@ -117,6 +131,7 @@ static void run(int ndev, int n) {
     CHECK_EQ(m1 - m0, 0);
     CHECK(dt_graph_set_replay(NULL, 1) == DT_EINVAL);
     CHECK(dt_graph_get_replay_stats(g, NULL, &m1) == DT_EINVAL);
+    CHECK_EQ(dt_debug_replay_run_hits(NULL), -1);
     dt_tensor_release(total);
     dt_tensor_release(y);
     dt_tensor_release(x2);

@@ -430,6 +430,31 @@ def test_remote_redistribute_partial_and_local_equal(cluster):
     assert all(torch.equal(a, b) for a, b in zip(outs["remote"][2], outs["local"][2]))
 
 
+def test_remote_replay(cluster):
+    """Replay on a worker node's devices: replayed kernels go to the node's remote streams as lowered
+    ones do (both queue through dt__lw_stream_append; the node's batch leaves at the flush), so a
+    repeated step with an all-reduce of a genuine Partial is replayed and equals torch every time,
+    every replica checked."""
+    from dtorch.test.probes import graph_stats, held_controller, replay
+
+    mesh = _node_mesh(cluster)
+    g = dtorch.Graph()
+    t = _int_valued(4, 6, seed=3)
+    w = dtorch.from_torch(_int_valued(6, 6, seed=4), mesh, [Shard(1)], graph=g)
+    with replay(True, graph=g):
+        seen = []
+        for i in range(4):
+            p = genuine_partial(t + i, mesh, [Partial()], seed=i, graph=g)
+            s0 = graph_stats(g)
+            with held_controller(g):
+                y = ((p * 2).redistribute(placements=[Replicate()]) + 1) @ w * 0.5
+            _check(y, ((t + i) * 2 + 1) @ w.to_torch() * 0.5)
+            s1 = graph_stats(g)
+            seen.append(s1["replay_hits"] - s0["replay_hits"])
+    assert seen[0] == 0 and seen[-1] >= 4, seen
+    assert MainNode.nodes()[0]["state"] == "alive"
+
+
 def test_remote_kernel_error_at_read(cluster):
     import inspect
 

@@ -242,6 +242,182 @@ class TestMultiDevice(ReplayCase):
                 self.assertEqual(misses, 0)
 
 
+def run_hits():
+    return graph_stats()["replay_run_hits"]
+
+
+def block_fn(dw, s=0.5):
+    """Eight nodes, each reading the one before (a run), on whatever mesh dw is on."""
+
+    def block(x):
+        h = (x @ dw) * s + 1.0
+        h = F.relu(h).exp().sum(dim=-1, keepdim=True)
+        return x * h - 2.0
+
+    return block
+
+
+def block_torch(t, w, s=0.5):
+    h = torch.relu((t @ w) * s + 1.0).exp().sum(dim=-1, keepdim=True)
+    return t * h - 2.0
+
+
+class TestRuns(ReplayCase):
+    """The run (replay.c, dt__replay_begin): after a hit, the next node is compared first with the
+    template that followed last time; replay_run_hits counts the nodes found that way. A round
+    starts after a read (a node that is not cached), so its first node is found in the table."""
+
+    def rstep(self, fn, *args):
+        r0 = run_hits()
+        y, out, hits, misses = self.step(fn, *args)
+        return y, out, hits, misses, run_hits() - r0
+
+    def warm(self, fn, x, nodes):
+        for _ in range(2):
+            _, _, hits, misses, runs = self.rstep(fn, x)
+        self.assertEqual((hits, misses, runs), (nodes, 0, nodes - 1))
+
+    def test_repeat_is_one_run(self):
+        w = torch.randn(16, 16)
+        block = block_fn(dtorch.from_torch(w))
+        self.warm(block, dtorch.from_torch(randn(4, 16)), 8)
+        for i in range(3):
+            t = randn(4, 16, seed=10 + i)
+            _, out, hits, misses, runs = self.rstep(block, dtorch.from_torch(t))
+            self.assertTrue(torch.equal(out, block_torch(t, w)), i)
+            self.assertEqual((hits, misses, runs), (8, 0, 7))
+
+    def test_change_in_the_middle_falls_back_there(self):
+        """A different scalar at the second node: it is lowered, the nodes after it are table hits
+        first (the new template has no successor yet), then the new sequence is a run too."""
+        w = torch.randn(16, 16)
+        dw = dtorch.from_torch(w)
+        x = dtorch.from_torch(randn(4, 16))
+        self.warm(block_fn(dw), x, 8)
+        t = x.to_torch()
+        _, out, hits, misses, runs = self.rstep(block_fn(dw, 0.25), x)
+        self.assertTrue(torch.equal(out, block_torch(t, w, 0.25)))
+        self.assertEqual((hits, misses), (7, 1))
+        self.assertEqual(runs, 5)  # the matmul (the round's first) and the node after the miss are not
+        _, out, hits, misses, runs = self.rstep(block_fn(dw, 0.25), x)
+        self.assertTrue(torch.equal(out, block_torch(t, w, 0.25)))
+        self.assertEqual((hits, misses, runs), (8, 0, 7))
+        # Back to the first: the matmul's template remembers both successors, so the whole step is
+        # one run again.
+        _, out, hits, misses, runs = self.rstep(block_fn(dw), x)
+        self.assertTrue(torch.equal(out, block_torch(t, w)))
+        self.assertEqual((hits, misses, runs), (8, 0, 7))
+
+    def test_one_template_in_several_places(self):
+        """Three projections of one shape and two norms: one template with several successors (the
+        next projection, the product of q and k, the residual add, another matmul) is still one run
+        per step, and each place gets its own inputs' kernels."""
+        ws = [torch.randn(16, 16) for _ in range(4)]
+        w5 = torch.randn(16, 32)
+        dws, d5 = [dtorch.from_torch(w) for w in ws], dtorch.from_torch(w5)
+
+        def norm(x):
+            return x * (x * x).mean(dim=-1, keepdim=True).add(1.0).sqrt()
+
+        def body(x, w, w5, mm):
+            h = norm(x)
+            q, k, v = mm(h, w[0]), mm(h, w[1]), mm(h, w[2])
+            x = x + mm(q * k * v, w[3])
+            return mm(norm(x), w5)
+
+        for i in range(4):
+            t = randn(4, 16, seed=30 + i)
+            _, out, hits, misses, runs = self.rstep(lambda x: body(x, dws, d5, lambda a, b: a @ b),
+                                                    dtorch.from_torch(t))
+            self.assertTrue(torch.equal(out, body(t, ws, w5, torch.matmul)), i)
+        self.assertEqual(misses, 0)
+        self.assertEqual(runs, hits - 1)
+
+    def test_each_change_in_the_middle(self):
+        """A run of four elementwise nodes whose third node changes in shape, dtype, placement or
+        aliasing: the change is lowered (a miss), never served by the run's prediction."""
+        a, b = int_valued(4, 6), int_valued(4, 6, seed=1)
+
+        def chain(x, y, z):
+            h = (x + y) * 2.0
+            return (h - (h if z is None else z)) * 0.5  # z None: the third node reads one blob twice
+
+        da, db = dtorch.from_torch(a, CPU2, [S0]), dtorch.from_torch(b, CPU2, [S0])
+        for _ in range(2):
+            _, out, hits, misses, runs = self.rstep(chain, da, db, db)
+        self.assertEqual((hits, misses, runs), (4, 0, 3))
+        cases = {
+            "shape": (int_valued(4, 1, seed=2), [S0]),          # broadcast: another meta
+            "dtype": (int_valued(4, 6, seed=2).double(), [S0]),
+            "placement": (int_valued(4, 6, seed=2), [R]),
+            "alias": (None, None),
+        }
+        for name, (zt, pl) in cases.items():
+            dz = None if zt is None else dtorch.from_torch(zt, CPU2, pl)
+            h = (a + b) * 2.0
+            want = (h - (h if zt is None else zt)) * 0.5
+            y, out, hits, misses, runs = self.rstep(chain, da, db, dz)
+            self.assertTrue(torch.equal(out, want), name)
+            assert_equal_everywhere(self, y, want)
+            self.assertGreaterEqual(misses, 1, name)
+            self.assertLessEqual(runs, 1, name)  # only the add after the mul can be a run hit
+            # The first sequence again is still correct.
+            _, out, _, _, _ = self.rstep(chain, da, db, db)
+            self.assertTrue(torch.equal(out, ((a + b) * 2.0 - b) * 0.5), name)
+
+    def test_a_read_cuts_the_run(self):
+        w = torch.randn(16, 16)
+        block = block_fn(dtorch.from_torch(w))
+
+        def two(x):
+            y = block(x)
+            f = y.to_torch_async()  # a read in the middle: not cached, the run ends there
+            return block(y), f
+
+        x = dtorch.from_torch(randn(4, 16))
+        t = x.to_torch()
+        for i in range(3):
+            r0 = run_hits()
+            h0, m0 = counters()
+            with held_controller():
+                z, f = two(x)
+            out = z.to_torch()
+            h1, m1 = counters()
+            self.assertTrue(torch.equal(f.wait(), block_torch(t, w)))
+            self.assertTrue(torch.equal(out, block_torch(block_torch(t, w), w)))
+        # 16 nodes replayed; after the read the matmul is found in the table, not by the run.
+        self.assertEqual((h1 - h0, m1 - m0, run_hits() - r0), (16, 0, 14))
+
+    def test_collectives_in_a_run(self):
+        """Column- then row-parallel projections with an all-reduce, twice a step on two devices:
+        every node but the round's first is a run hit, each all-reduce meets its peer, and every
+        replica equals eager torch."""
+        w1, w2 = int_valued(8, 12, seed=5), int_valued(12, 8, seed=6)
+        d1, d2 = dtorch.from_torch(w1, CPU2, [S1]), dtorch.from_torch(w2, CPU2, [S0])
+
+        def layer(x):
+            for _ in range(2):
+                x = (F.relu(x @ d1) @ d2).redistribute(placements=[R]) * 0.5 + x
+            return x
+
+        def want(t):
+            for _ in range(2):
+                t = (torch.relu(t @ w1) @ w2) * 0.5 + t
+            return t
+
+        seen = []
+        for i in range(4):
+            t = int_valued(3, 8, seed=i)
+            coll0 = dtorch._C._collectives_lowered()
+            y, out, hits, misses, runs = self.rstep(layer, dtorch.from_torch(t, CPU2, [R]))
+            assert_equal_everywhere(self, y, want(t))
+            self.assertGreaterEqual(dtorch._C._collectives_lowered() - coll0, 2)
+            seen.append((hits, misses, runs))
+        self.assertEqual(seen[-1][1], 0, seen)
+        self.assertGreaterEqual(seen[-1][0], 10, seen)
+        self.assertEqual(seen[-1][2], seen[-1][0] - 1, seen)
+
+
 class TestRecording(ReplayCase):
     def test_explain_sees_every_collective(self):
         """While explain records, every node is lowered (none replayed), so each step's all-reduce

@@ -81,7 +81,8 @@ def graph_stats(graph=None, reset_peak: bool = False) -> Dict[str, int]:
     ``nodes_fused`` (nodes run inside blocked elementwise chain kernels, the chain pass) and
     ``cancelled`` (nodes and kernels dropped unrun by ``Graph.cancel``, e.g. at interpreter exit),
     ``replay_hits`` (nodes whose kernels the controller replayed from an earlier node with the same
-    signature), ``replay_misses`` (nodes it could have replayed but lowered) and
+    signature), ``replay_misses`` (nodes it could have replayed but lowered), ``replay_run_hits`` (of
+    the hits, those found by the run: the template that followed the previous node's last time) and
     ``nodes_reordered`` (nodes the schedule lowered ahead of an older node of their round, so that
     compute runs while a collective is in flight).
 
