@@ -7,6 +7,7 @@ replica) with the same chain in eager torch. The torch backend's blocks are 3276
 (DTORCH_CHAIN_BLOCK), so the sizes below sit around block boundaries and the minimum size the pass
 fuses (8192 elements)."""
 import inspect
+import os
 import unittest
 
 import torch
@@ -173,6 +174,39 @@ class TestChains(unittest.TestCase):
                 run(self, arith, [x, y], CPU2, pl, steps=8)
         x2 = floats(torch.float32, 301 * 333, 16).view(301, 333)
         run(self, transcendental, [x2, x2], CPU2, [Shard(1)], steps=8)
+
+    @unittest.skipIf(torch.get_num_threads() < 2 or not os.path.isdir("/proc/self/task"), "one intra-op thread")
+    def test_blocks_run_in_one_parallel_region(self):
+        """The blocks are handed out to torch's intra-op threads inside one parallel region, each block's
+        calls run inline. Before, the chain's at::parallel_for was compiled without OpenMP and ran every
+        block on the worker alone, each step's ATen call forking and joining the threads: a thread sleep
+        per step per block, thousands for this chain. Values are the same either way (run checks)."""
+        n = 256 * BLOCK
+
+        def switches():
+            out = {}
+            for t in os.listdir("/proc/self/task"):
+                try:
+                    with open(f"/proc/self/task/{t}/status") as f:
+                        out[t] = sum(int(ln.split()[1]) for ln in f if ln.startswith("voluntary_ctxt_switches"))
+                except OSError:
+                    pass
+            return out
+
+        x, y = floats(torch.float32, n, 18), floats(torch.float32, n, 19)
+        run(self, transcendental, [x, y], steps=8)  # warm: buffers, thread teams
+        d = [dtorch.from_torch(t) for t in (x, y)]
+        dtorch.synchronize()
+        before, s0 = fused(), switches()
+        with chains(True):
+            with held_controller():
+                got = transcendental(*d)
+            dtorch.synchronize()
+        s1 = switches()
+        self.assertEqual(fused() - before, 8)
+        slept = sum(s1[t] - s0[t] for t in s1 if t in s0)
+        self.assertLess(slept, n // BLOCK, f"{slept} context switches for {n // BLOCK} blocks")
+        assert_exact(self, got, transcendental(x, y), "transcendental, 256 blocks")
 
     def test_kernel_error_names_the_step_and_line(self):
         x = dtorch.from_torch(values((100003,), torch.int64, 17))

@@ -10,7 +10,8 @@
  * elements, so each call runs on one thread and splits its block into a
  * vectorised body and a scalar tail exactly where a one-thread call on the
  * whole tensor would (blocks start at multiples of every vector width);
- * the blocks are spread over the intra-op threads with at::parallel_for.
+ * the blocks are handed out one by one to the intra-op threads (at::parallel_for
+ * over the threads, a shared counter over the blocks).
  * The block size is DTORCH_CHAIN_BLOCK elements (1024..32768, a multiple
  * of 1024; default 32768, ATen's grain size: 128 KiB of float32 per operand, measured in
  * docs/benchmarks.md).
@@ -28,8 +29,34 @@
 
 #include "backend/torch/torch_internal.h"
 
+/* MKL's per-thread thread count (mkl_service.h's mkl_set_num_threads_local,
+ * the C entry; returns the previous one, and 0 restores the
+ * global setting). Weak: a LibTorch built without MKL has none, and then
+ * nothing needs it. */
+extern "C" int MKL_Set_Num_Threads_Local(int nthreads) __attribute__((weak));
+
 namespace dt_torch {
 namespace {
+
+/* Makes MKL calls on this thread sequential while it lives. ATen runs its
+ * own nested parallel_for calls inline, but MKL's vector math (exp, sin,
+ * tanh, ... through at::vml) does not know about ATen's regions: with
+ * mkl_set_dynamic(false), which ATen sets, each call inside a chain block
+ * started a nested team of intra-op threads, so two block threads forked
+ * and joined two more threads per step per block on two cores. */
+struct mkl_sequential {
+    int prev = -1;
+    mkl_sequential() {
+        if (MKL_Set_Num_Threads_Local)
+            prev = MKL_Set_Num_Threads_Local(1);
+    }
+    ~mkl_sequential() {
+        if (prev >= 0)
+            MKL_Set_Num_Threads_Local(prev);
+    }
+    mkl_sequential(const mkl_sequential &) = delete;
+    mkl_sequential &operator=(const mkl_sequential &) = delete;
+};
 
 int64_t block_elems() {
     static const int64_t b = [] {
@@ -76,33 +103,44 @@ dt_status torch_run_chain(const dt__chain_step *steps, int nsteps, void *const *
         }
         at::Tensor of = o.view({-1});
         const int64_t B = block_elems(), nb = (n + B - 1) / B;
-        at::parallel_for(0, nb, 1, [&](int64_t b0, int64_t b1) {
-            for (int64_t b = b0; b < b1; ++b) {
-                const int64_t off = b * B, len = std::min(B, n - off);
-                at::Tensor blk[DT__CHAIN_MAX_IN];
-                for (int j = 0; j < n_in; ++j)
-                    blk[j] = flat[j].narrow(0, off, len);
-                at::Tensor cur;
-                for (int i = 0; i < nsteps; ++i) {
-                    const dt__chain_step &st = steps[i];
-                    void *args[DT__CHAIN_MAX_IN];
-                    for (int j = 0; j < st.n_in; ++j)
-                        args[j] =
-                            st.src[j] < 0 ? static_cast<void *>(&cur) : static_cast<void *>(&blk[st.src[j]]);
-                    dt__kattr a = st.attr;
-                    if (i > 0 && st.src[0] < 0)
-                        a.flags |= DT_KF_INPLACE; // cur is this block's own
-                    try {
-                        at::Tensor r = kernel_for(st.kop)(&a, args, st.n_in);
-                        cur = std::move(r);
-                    } catch (...) {
-                        int none = -1;
-                        failed.compare_exchange_strong(none, i);
-                        throw;
-                    }
+        auto run_block = [&](int64_t b) {
+            const int64_t off = b * B, len = std::min(B, n - off);
+            at::Tensor blk[DT__CHAIN_MAX_IN];
+            for (int j = 0; j < n_in; ++j)
+                blk[j] = flat[j].narrow(0, off, len);
+            at::Tensor cur;
+            for (int i = 0; i < nsteps; ++i) {
+                const dt__chain_step &st = steps[i];
+                void *args[DT__CHAIN_MAX_IN];
+                for (int j = 0; j < st.n_in; ++j)
+                    args[j] =
+                        st.src[j] < 0 ? static_cast<void *>(&cur) : static_cast<void *>(&blk[st.src[j]]);
+                dt__kattr a = st.attr;
+                if (i > 0 && st.src[0] < 0)
+                    a.flags |= DT_KF_INPLACE; // cur is this block's own
+                try {
+                    at::Tensor r = kernel_for(st.kop)(&a, args, st.n_in);
+                    cur = std::move(r);
+                } catch (...) {
+                    int none = -1;
+                    failed.compare_exchange_strong(none, i);
+                    throw;
                 }
-                of.narrow(0, off, len).copy_(cur);
             }
+            of.narrow(0, off, len).copy_(cur);
+        };
+        // Blocks are handed out one at a time from a shared counter rather
+        // than in one fixed range per thread: a thread that loses its core
+        // for a while (to the client or controller thread, or to another
+        // process) does not hold up the others at the end. Which thread runs
+        // a block does not change its values (each block is computed alone).
+        std::atomic<int64_t> next{0};
+        const int64_t nt = std::min<int64_t>(nb, at::get_num_threads());
+        at::parallel_for(0, nt, 1, [&](int64_t, int64_t) {
+            mkl_sequential serial;
+            for (int64_t b; failed.load(std::memory_order_relaxed) < 0 &&
+                            (b = next.fetch_add(1, std::memory_order_relaxed)) < nb;)
+                run_block(b);
         });
         *out = new at::Tensor(std::move(o));
         return DT_OK;
