@@ -184,7 +184,7 @@ else:
     raise SystemExit("nogpu: a cuda mesh ran with no GPU")
 '
     step test_cuda 60 "$py" -m pytest -q -p no:cacheprovider tests/python/test_cuda.py
-    lines+=("nogpu: $(grep '^nogpu:' "$log/nogpu.log" || echo "FAILED (see $log/nogpu.log)")")
+    lines+=("$(grep '^nogpu:' "$log/nogpu.log" || echo "nogpu: FAILED (see $log/nogpu.log)")")
     lines+=("test_cuda: $(summary "$log/test_cuda.log")")
     lines+=("NO GPU: torch.cuda.is_available() is False; the GPU steps (smoke, suite x8/x4, bench) did not run")
     [ "$failed" = 0 ] && finish 3 "NO GPU (build and no-GPU checks passed)"
