@@ -157,9 +157,10 @@ if [ "$dry" = 0 ]; then
     fi
     grep -q dtorch_node <<<"$have" || targets=(dtorch_python)
 fi
-step build 200 cmake --build "$build" -j"$jobs" --target "${targets[@]}"
+brc=0
+step build 200 cmake --build "$build" -j"$jobs" --target "${targets[@]}" || brc=$?
 if [ "$dry" = 0 ]; then
-    [ "$failed" = 0 ] || finish 1 FAILED
+    [ "$brc" = 0 ] || finish 1 FAILED
     lib=$(ls "$build"/libdtorch.so.* "$build"/libdtorch.so 2>/dev/null | head -n 1)
     needed=$(readelf -d "$lib" 2>/dev/null | grep -oE 'lib(c10_cuda|torch_cuda|cudart)[^]]*' | tr '\n' ' ')
     lines+=("link: $lib needs ${needed:-none of c10_cuda, torch_cuda, cudart}")
