@@ -157,6 +157,10 @@ if [ "$dry" = 0 ]; then
     fi
     grep -q dtorch_node <<<"$have" || targets=(dtorch_python)
 fi
+# The extension and dtorch-node are written into python/dtorch/ by whichever
+# build folder links them last; remove them so they come from this one (a
+# rehearsal beside a development build/ would otherwise keep build/'s).
+[ "$dry" = 1 ] || rm -f python/dtorch/_C*.so python/dtorch/bin/dtorch-node
 brc=0
 step build 200 cmake --build "$build" -j"$jobs" --target "${targets[@]}" || brc=$?
 if [ "$dry" = 0 ]; then
