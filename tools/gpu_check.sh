@@ -1,23 +1,36 @@
 #!/usr/bin/env bash
 # The GPU checks of issue 12, as one prepared script for a machine with a GPU
-# (docs/cuda.md): at most 8 minutes, one line per figure, then a summary.
-# Written for the device machine: its own python3 with torch 2.11+cu130,
-# no venv, no network, nvcc and CMake present. NOT YET RUN ON A GPU.
+# (docs/cuda.md): at most 8 minutes in all (DT_GPU_DEADLINE), a time limit on
+# every step, one line per figure, then a summary. Written for the device
+# machine: its own python3 with torch 2.11+cu130, no network, nvcc and CMake
+# present. Rehearsed on a CPU machine against the same torch (pip's
+# torch 2.11.0 CUDA 13 wheel); NOT YET RUN ON A GPU.
 #
-#   1. build      CMake into build-gpu/ against python3's torch (the CUDA shim
-#                 must be linked: torch_cuda=ON, nccl=ON in the configure line)
+#   0. probe      torch, its CUDA, the GPU (or "NO GPU"); wheels from .whl/
+#                 (tools/gpu_wheels.sh: diffusers, which the device lacks)
+#                 installed into a private folder on PYTHONPATH
+#   1. build      CMake into build-gpu/ against python3's torch; the CUDA shim
+#                 must be linked (torch_cuda=ON nccl=ON in the configure line);
+#                 only the extension and dtorch-node are built (-j nproc)
 #   2. smoke      a cuda mesh is satisfiable; tests/python/test_cuda.py
 #   3. suite x8   the Python suite on cuda meshes, one GPU as 8 logical devices
 #                 (DTORCH_TEST_DEVICE=cuda: tests/python/conftest.py turns cpu
 #                 meshes into cuda ones and torch's default device into cuda)
 #   4. suite x4   the same as 4 logical devices (tests needing ids >= 4 fail)
 #   5. bench      bench/pipeline.py --device cuda (goals: P1 <= 0.8, P2 <= 0.25)
+# Without a GPU (torch.cuda.is_available() False) steps 0-1 run, then the
+# no-GPU checks (cuda meshes refused at the call, satisfy False, the
+# "torch_cuda" backend registered); it says NO GPU and exits 3.
 #
 #   tools/gpu_check.sh            run it
 #   tools/gpu_check.sh --dry-run  print the steps and their time limits only
 #
+# Logs: $OUT/gpu_check/NAME.log (OUT unset: /tmp), and summary.txt there; at
+# most 8 files (what the device tool brings back). Exit: 0 passed, 1 a step
+# failed, 3 no GPU (the steps that need none passed), 2 usage.
+#
 # Environment: DT_GPU_PY (default python3), DT_JOBS (default nproc),
-# DT_GPU_BUILD (default build-gpu).
+# DT_GPU_BUILD (default build-gpu), DT_GPU_DEADLINE (seconds, default 480).
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
@@ -29,26 +42,42 @@ elif [ $# -gt 0 ]; then
     exit 2
 fi
 
-py=${DT_GPU_PY:-python3}
+py=$(command -v "${DT_GPU_PY:-python3}") || {
+    echo "gpu_check: no Python '${DT_GPU_PY:-python3}'" >&2
+    exit 2
+}
 jobs=${DT_JOBS:-$(nproc)}
 build=${DT_GPU_BUILD:-build-gpu}
+deadline=${DT_GPU_DEADLINE:-480}
 log=${OUT:-/tmp}/gpu_check
 start=$SECONDS
 failed=0
 lines=()
+dry_total=0
 
 # step NAME LIMIT_S COMMAND...: runs COMMAND under `timeout`, its output in
-# $log/NAME.log; prints "gpu_check: NAME rc=... in ...s".
+# $log/NAME.log; prints "gpu_check: NAME rc=... in ...s". The limit is cut to
+# what is left of the deadline; a step with under 5 s left is not started.
 step() {
     local name=$1 limit=$2
     shift 2
     if [ "$dry" = 1 ]; then
         echo "gpu_check: [dry-run] $name (limit ${limit}s): $*"
+        dry_total=$((dry_total + limit))
         return 0
     fi
+    local left=$((deadline - (SECONDS - start)))
+    if [ "$left" -lt 5 ]; then
+        echo "gpu_check: $name skipped: the ${deadline}s deadline has passed"
+        failed=1
+        return 124
+    fi
+    [ "$limit" -le "$left" ] || limit=$left
     local t0=$SECONDS rc=0
-    timeout "$limit" "$@" >"$log/$name.log" 2>&1 || rc=$?
-    echo "gpu_check: $name rc=$rc in $((SECONDS - t0))s (log $log/$name.log)"
+    timeout -k 5 "$limit" "$@" >"$log/$name.log" 2>&1 || rc=$?
+    local how=""
+    [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || how=" (TIMED OUT at ${limit}s)"
+    echo "gpu_check: $name rc=$rc in $((SECONDS - t0))s$how (log $log/$name.log)"
     [ "$rc" -eq 0 ] || failed=1
     return "$rc"
 }
@@ -56,28 +85,119 @@ step() {
 # The pytest summary line of a log ("12 passed, 3 failed in 40.1s"), or why none.
 summary() {
     local s
-    s=$(grep -E '^(=+ )?[0-9]+ (passed|failed|error)' "$1" | tail -n 1 | tr -d '=')
+    s=$(grep -E '^(=+ )?[0-9]+ (passed|failed|error|skipped)' "$1" | tail -n 1 | tr -d '=')
     echo "${s:-no pytest summary (timed out or crashed: see $1)}"
 }
 
-[ "$dry" = 1 ] || mkdir -p "$log"
+finish() { # finish EXIT_STATUS VERDICT
+    for l in "${lines[@]}"; do
+        echo "gpu_check: $l"
+    done
+    echo "gpu_check: $2 in $((SECONDS - start))s"
+    { printf '%s\n' "${lines[@]}"; echo "$2 in $((SECONDS - start))s"; } >"$log/summary.txt"
+    exit "$1"
+}
+
+# ------------------------------------------------------------ 0. probe
+gpu=1
 if [ "$dry" = 0 ]; then
-    echo "gpu_check: $($py -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
-        torch.cuda.get_device_name(0) if torch.cuda.is_available() else "NO GPU")' 2>&1)"
+    rm -rf "$log" && mkdir -p "$log"
+    probe=$(timeout -k 5 60 "$py" -c 'import torch
+print("torch", torch.__version__, "cuda", torch.version.cuda, end=" ")
+print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "NO GPU")' 2>&1)
+    echo "gpu_check: $probe ($py)"
+    lines+=("probe: $probe")
+    case $probe in
+    *"NO GPU") gpu=0 ;;
+    torch*) ;;
+    *)
+        lines+=("probe: $py cannot import torch")
+        finish 1 FAILED
+        ;;
+    esac
+    # Wheels the device image lacks travel in .whl/ (tools/gpu_wheels.sh); the
+    # device README's recipe: no index, no deps, a private target folder.
+    if ls .whl/*.whl >/dev/null 2>&1; then
+        site=/tmp/dtorch-gpu-site
+        if "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target "$site" .whl/*.whl >/tmp/dtorch-gpu-wheels.log 2>&1; then
+            export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+            lines+=("wheels: $(cd .whl && echo *.whl)")
+        else
+            cp /tmp/dtorch-gpu-wheels.log "$log/wheels.log"
+            lines+=("wheels: install FAILED (see $log/wheels.log)")
+            failed=1
+        fi
+    fi
+    "$py" -c 'import diffusers' 2>/dev/null ||
+        lines+=("note: no diffusers (tools/gpu_wheels.sh, carry .whl): test_sd3 will fail")
 fi
 
 # ------------------------------------------------------------ 1. build
-step configure 45 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDT_PYTHON="$(command -v "$py")"
-step build 140 cmake --build "$build" -j"$jobs"
+# The same configure line as a development build (tools/setup.sh) against
+# this Python; only the targets the Python suite needs are built.
+step configure 90 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDT_PYTHON="$py"
 if [ "$dry" = 0 ]; then
-    lines+=("build: $(grep -o 'torch=.*' "$log/configure.log" | head -n 1)")
+    status=$(grep -o 'torch=.*' "$log/configure.log" | head -n 1)
+    lines+=("build: ${status:-no dtorch status line (configure failed: see $log/configure.log)}")
+    case $status in
+    *"nccl=ON torch_cuda=ON"*) ;;
+    *)
+        lines+=("build: the CUDA shim is not built (needs cuda=ON nccl=ON torch_cuda=ON)")
+        finish 1 FAILED
+        ;;
+    esac
+fi
+targets=(dtorch_python dtorch_node)
+if [ "$dry" = 0 ]; then
+    have=$(cmake --build "$build" --target help 2>/dev/null)
+    if ! grep -q dtorch_python <<<"$have"; then
+        lines+=("build: no extension target (CMake found no Python development files for $py)")
+        finish 1 FAILED
+    fi
+    grep -q dtorch_node <<<"$have" || targets=(dtorch_python)
+fi
+# The extension and dtorch-node are written into python/dtorch/ by whichever
+# build folder links them last; remove them so they come from this one (a
+# rehearsal beside a development build/ would otherwise keep build/'s).
+[ "$dry" = 1 ] || rm -f python/dtorch/_C*.so python/dtorch/bin/dtorch-node
+brc=0
+step build 200 cmake --build "$build" -j"$jobs" --target "${targets[@]}" || brc=$?
+if [ "$dry" = 0 ]; then
+    [ "$brc" = 0 ] || finish 1 FAILED
+    lib=$(ls "$build"/libdtorch.so.* "$build"/libdtorch.so 2>/dev/null | head -n 1)
+    needed=$(readelf -d "$lib" 2>/dev/null | grep -oE 'lib(c10_cuda|torch_cuda|cudart)[^]]*' | tr '\n' ' ')
+    lines+=("link: $lib needs ${needed:-none of c10_cuda, torch_cuda, cudart}")
 fi
 
 export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
 
+# ------------------------------------------------------------ no GPU
+if [ "$gpu" = 0 ]; then
+    step nogpu 60 "$py" -c '
+import dtorch
+from dtorch import DeviceMesh
+g = dtorch.Graph(backend="torch_cuda")  # registered: the shim is linked in
+m = DeviceMesh("cuda", [0])
+assert not g.satisfy(m) and not dtorch.default_graph.satisfy(m), "a cuda mesh is satisfiable with no GPU"
+try:
+    dtorch.zeros(4, device_mesh=m)
+except RuntimeError as e:
+    print("nogpu: refused at the call:", str(e).splitlines()[0])
+else:
+    raise SystemExit("nogpu: a cuda mesh ran with no GPU")
+'
+    step test_cuda 60 "$py" -m pytest -q -p no:cacheprovider tests/python/test_cuda.py
+    lines+=("$(grep '^nogpu:' "$log/nogpu.log" || echo "nogpu: FAILED (see $log/nogpu.log)")")
+    lines+=("test_cuda: $(summary "$log/test_cuda.log")")
+    lines+=("NO GPU: torch.cuda.is_available() is False; the GPU steps (smoke, suite x8/x4, bench) did not run")
+    [ "$failed" = 0 ] && finish 3 "NO GPU (build and no-GPU checks passed)"
+    finish 1 "FAILED (and NO GPU)"
+fi
+
 # ------------------------------------------------------------ 2. smoke
-step smoke 30 "$py" -c '
+step smoke 45 "$py" -c '
 import torch, dtorch
 from dtorch import DeviceMesh
 m = DeviceMesh("cuda", [0])
@@ -86,7 +206,7 @@ x = torch.randn(256, 256, device="cuda")
 y = (dtorch.from_torch(x, m) @ dtorch.from_torch(x, m)).to_torch()
 print("smoke: equal", torch.equal(y, x @ x), y.device)
 '
-step test_cuda 30 "$py" -m pytest -q -p no:cacheprovider tests/python/test_cuda.py
+step test_cuda 45 "$py" -m pytest -q -p no:cacheprovider tests/python/test_cuda.py
 if [ "$dry" = 0 ]; then
     lines+=("smoke: $(grep '^smoke:' "$log/smoke.log" || echo failed)")
     lines+=("test_cuda: $(summary "$log/test_cuda.log")")
@@ -118,12 +238,9 @@ if [ "$dry" = 0 ]; then
 fi
 
 # ------------------------------------------------------------ summary
-for l in "${lines[@]}"; do
-    echo "gpu_check: $l"
-done
 if [ "$dry" = 1 ]; then
-    echo "gpu_check: [dry-run] limits add up to 470s; logs would go to $log/"
+    echo "gpu_check: [dry-run] the GPU path's limits add up to ${dry_total}s (the no-GPU path's steps" \
+        "nogpu and test_cuda not counted), cut to the ${deadline}s deadline; logs would go to $log/"
     exit 0
 fi
-echo "gpu_check: $([ "$failed" = 0 ] && echo PASSED || echo FAILED) in $((SECONDS - start))s"
-exit "$failed"
+finish "$failed" "$([ "$failed" = 0 ] && echo PASSED || echo FAILED)"

@@ -26,6 +26,10 @@ from .module import Module
 
 __all__ = ["BatchNorm1d", "BatchNorm2d"]
 
+# torch's batch norms show ``bias=`` in their repr (and take it) in newer releases than the GPU
+# machines' 2.11: the repr follows the installed torch.
+_TORCH_HAS_BIAS = "bias=" in repr(torch.nn.BatchNorm1d(1))
+
 
 class _BatchNorm(Module):
     """The common part of the batch-norm modules (torch's ``_NormBase`` + ``_BatchNorm``)."""
@@ -70,8 +74,9 @@ class _BatchNorm(Module):
                             0.0 if self.momentum is None else self.momentum, self.eps)
 
     def extra_repr(self) -> str:
+        bias = f"bias={self.bias is not None}, " if _TORCH_HAS_BIAS else ""
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
-                f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
+                f"{bias}track_running_stats={self.track_running_stats}")
 
 
 class BatchNorm1d(_BatchNorm):

@@ -18,6 +18,11 @@ from .module import Module
 
 __all__ = ["LayerNorm", "RMSNorm", "GroupNorm"]
 
+# torch's LayerNorm and GroupNorm show ``bias=`` in their repr (GroupNorm also takes it) in newer
+# releases than the GPU machines' 2.11: the reprs follow the installed torch.
+_TORCH_LAYERNORM_REPR_BIAS = "bias=" in repr(torch.nn.LayerNorm(1))
+_TORCH_GROUPNORM_HAS_BIAS = "bias=" in repr(torch.nn.GroupNorm(1, 1))
+
 
 def _affine(m: Module, shape: Any, affine: bool, bias: bool, where: Any) -> None:
     """torch's affine parameters of a norm: ``weight`` ones and ``bias`` zeros, or None."""
@@ -44,8 +49,8 @@ class LayerNorm(Module):
         return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
-        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
-                f"bias={self.bias is not None}")
+        bias = f", bias={self.bias is not None}" if _TORCH_LAYERNORM_REPR_BIAS else ""
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}{bias}"
 
 
 class RMSNorm(Module):
@@ -96,5 +101,5 @@ class GroupNorm(Module):
         return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
-        return (f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, "
-                f"bias={self.bias is not None}")
+        bias = f", bias={self.bias is not None}" if _TORCH_GROUPNORM_HAS_BIAS else ""
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}{bias}"
