@@ -98,8 +98,8 @@ static PyObject *mod_graph_stats(PyObject *module, PyObject *args) {
         (long long)s.flow_waits, "nodes_eliminated", (long long)s.nodes_eliminated, "kernels_in_place",
         (long long)s.kernels_in_place, "nodes_fused", (long long)s.nodes_fused, "cancelled",
         (long long)s.cancelled, "replay_hits", (long long)hits, "replay_misses", (long long)misses,
-        "replay_run_hits", (long long)dt_debug_replay_run_hits(((dtpy_graph *)graph)->g),
-        "nodes_reordered", (long long)dt_debug_nodes_reordered(((dtpy_graph *)graph)->g));
+        "replay_run_hits", (long long)dt_debug_replay_run_hits(((dtpy_graph *)graph)->g), "nodes_reordered",
+        (long long)dt_debug_nodes_reordered(((dtpy_graph *)graph)->g));
 }
 
 /* Parses (graph, flag): 0 with *g and *on set, else -1 with an exception. */

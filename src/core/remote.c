@@ -78,8 +78,8 @@ static void put(dt__bytes *body, dt__blob *b, int node, uint32_t tag) {
     }
     if (!err) {
         snprintf(why, sizeof why,
-                 "a kernel on worker node %d reads a value computed on another node or on the main node: "
-                 "copies between nodes are not supported yet (issue 13 item 3)",
+                 "a kernel on worker node %d reads a value computed on another node or on the main node "
+                 "that was not copied there first (copies between nodes are send/recv pairs)",
                  node);
         err = why;
     }
@@ -379,8 +379,8 @@ static void ship(dt_graph *g, int node, dt__stream **ss, int n) {
                 char where[600];
                 if (st == DT_OK)
                     snprintf(where, sizeof where,
-                             "%s on cpu:%lld: the value lives on worker node %d; reading it on another node "
-                             "or on the main node is not supported yet (issue 13 item 3)",
+                             "%s on cpu:%lld: the value lives on worker node %d; a kernel on another node "
+                             "read it without a copy between the nodes",
                              k->opname ? k->opname : "kernel", (long long)s->device_id, node);
                 out->error = dt__strdup(st == DT_OK ? where : msg);
             }

@@ -169,21 +169,7 @@ static void recv_part(group *gr, const dt__collattr *a, int r, int p, const dt__
 void dt__coll_span_run(group *gr, const dt__collattr *a, int r, dt__blob *in, dt__blob *out,
                        const char *opname) {
     int n = a->n, p2p = a->kind == DT_COLL_SENDRECV;
-    rendezvous *rv = &gr->rv[a->seq & 1];
-    pthread_mutex_lock(&gr->lock);
-    while (rv->busy && rv->seq != a->seq)
-        pthread_cond_wait(&gr->cond, &gr->lock);
-    if (!rv->busy) {
-        rv->busy = 1;
-        rv->seq = a->seq;
-        rv->arrived = rv->departed = 0;
-    }
-    rv->slots[r] = dt__blob_retain(in);
-    if (++rv->arrived == gr->nlocal)
-        pthread_cond_broadcast(&gr->cond);
-    while (rv->arrived < gr->nlocal)
-        pthread_cond_wait(&gr->cond, &gr->lock);
-    pthread_mutex_unlock(&gr->lock);
+    rendezvous *rv = dt__coll_arrive(gr, a, r, in, gr->nlocal);
 
     coll_view c = {.a = a, .kind = a->kind, .n = n, .slots = rv->slots, .be = out ? out->be : NULL};
     if (in)

@@ -301,6 +301,26 @@ dt_status dt__coll_compute(const coll_view *c, int r, void *const *pre, void **o
     return st;
 }
 
+rendezvous *dt__coll_arrive(group *gr, const dt__collattr *a, int r, dt__blob *in, int expect) {
+    rendezvous *rv = &gr->rv[a->seq & 1];
+    pthread_mutex_lock(&gr->lock);
+    /* Held by an earlier number whose ranks have all arrived: it frees. */
+    while (rv->busy && rv->seq != a->seq)
+        pthread_cond_wait(&gr->cond, &gr->lock);
+    if (!rv->busy) {
+        rv->busy = 1;
+        rv->seq = a->seq;
+        rv->arrived = rv->departed = 0;
+    }
+    rv->slots[r] = dt__blob_retain(in);
+    if (++rv->arrived == expect)
+        pthread_cond_broadcast(&gr->cond);
+    while (rv->arrived < expect)
+        pthread_cond_wait(&gr->cond, &gr->lock);
+    pthread_mutex_unlock(&gr->lock);
+    return rv;
+}
+
 static void inproc_run(dt__comm *base, const dt__collattr *a, int r, dt__blob *in, dt__blob *out,
                        const char *opname) {
     group *gr = find_group((inproc *)base, a->group);
@@ -317,22 +337,7 @@ static void inproc_run(dt__comm *base, const dt__collattr *a, int r, dt__blob *i
         dt__coll_span_run(gr, a, r, in, out, opname);
         return;
     }
-    rendezvous *rv = &gr->rv[a->seq & 1];
-    pthread_mutex_lock(&gr->lock);
-    /* Held by an earlier number whose ranks have all arrived: it frees. */
-    while (rv->busy && rv->seq != a->seq)
-        pthread_cond_wait(&gr->cond, &gr->lock);
-    if (!rv->busy) {
-        rv->busy = 1;
-        rv->seq = a->seq;
-        rv->arrived = rv->departed = 0;
-    }
-    rv->slots[r] = dt__blob_retain(in);
-    if (++rv->arrived == a->n)
-        pthread_cond_broadcast(&gr->cond);
-    while (rv->arrived < a->n)
-        pthread_cond_wait(&gr->cond, &gr->lock);
-    pthread_mutex_unlock(&gr->lock);
+    rendezvous *rv = dt__coll_arrive(gr, a, r, in, a->n);
 
     coll_view c = {.a = a, .kind = a->kind, .n = a->n, .slots = rv->slots, .be = in ? in->be : NULL};
     const char *failed = NULL;

@@ -47,6 +47,10 @@ dt_status dt__coll_slice_peer(const coll_view *c, int p, int r, int whole, void 
  * are not NULL) replaces peer p's sliced input. */
 dt_status dt__coll_compute(const coll_view *c, int r, void *const *pre, void **out, char *err, size_t errlen);
 /* coll_span.c: rank r's part of a collective of a spanning group. */
+/* Puts rank r's input in the rendezvous of a->seq and waits until `expect`
+ * ranks of this process have arrived; the rendezvous. */
+rendezvous *dt__coll_arrive(group *gr, const dt__collattr *a, int r, dt__blob *in, int expect);
+
 void dt__coll_span_run(group *gr, const dt__collattr *a, int r, dt__blob *in, dt__blob *out,
                        const char *opname);
 

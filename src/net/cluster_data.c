@@ -30,11 +30,6 @@ void dt__cluster_data_start(void) {
     dt__xfer_start(&hooks);
 }
 
-static void free_frame(void *arg) {
-    zmq_msg_close(arg);
-    dt__free(arg);
-}
-
 /* Node idx's routing id, when it is alive (under mu). */
 static int route(int idx, uint8_t *rid, size_t *rid_len) {
     if (idx < 0 || idx >= C.n || C.nodes[idx].info.state != DT_NODE_ALIVE)
@@ -71,22 +66,7 @@ void dt__cluster_on_data(dt__net_in *in) {
     const dt__xfer_hdr *h = &in->m.u.data;
     int idx = dt__cluster_node_of(DT_DEVICE_CPU, h->dst_device);
     if (idx < 0) { /* for one of our ranks */
-        dt__xfer_msg *m = dt__calloc(1, sizeof *m);
-        zmq_msg_t *z = m && in->has_extra ? dt__calloc(1, sizeof *z) : NULL;
-        if (!m || (in->has_extra && !z)) {
-            dt__free(m);
-            return;
-        }
-        m->h = *h;
-        if (z) {
-            zmq_msg_init(z);
-            zmq_msg_move(z, &in->extra);
-            m->data = zmq_msg_data(z);
-            m->len = zmq_msg_size(z);
-            m->release = free_frame;
-            m->arg = z;
-        }
-        dt__xfer_deliver(m);
+        dt__net_deliver_data(in, h);
         return;
     }
     uint8_t rid[256];

@@ -14,6 +14,8 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,19 +144,30 @@ static int enroll(nodectx *n, const dt__wire_msg *reg, int timeout_ms, dt__net_i
 
 /* This node's devices and the wake pipe of its outbox (one node per
  * process serves at a time). */
-static int64_t own_first, own_count;
+static _Atomic int64_t own_first, own_count; /* atomics: the C tests run two nodes as threads */
 static int data_pipe[2] = {-1, -1};
+static int data_pipe_err;
+static pthread_once_t data_pipe_once = PTHREAD_ONCE_INIT;
 
-static int node_is_local(int64_t id) { return id >= own_first && id < own_first + own_count; }
+static int node_is_local(int64_t id) {
+    int64_t first = atomic_load_explicit(&own_first, memory_order_relaxed);
+    return id >= first && id < first + atomic_load_explicit(&own_count, memory_order_relaxed);
+}
+
+static void make_data_pipe(void) {
+    if (pipe(data_pipe) != 0) {
+        data_pipe_err = 1;
+        return;
+    }
+    for (int i = 0; i < 2; i++) {
+        fcntl(data_pipe[i], F_SETFL, fcntl(data_pipe[i], F_GETFL) | O_NONBLOCK);
+        fcntl(data_pipe[i], F_SETFD, FD_CLOEXEC);
+    }
+}
 
 static void node_wake(void) {
     ssize_t w = write(data_pipe[1], "d", 1); /* full pipe: a wake is pending anyway */
     (void)w;
-}
-
-static void free_frame(void *arg) {
-    zmq_msg_close(arg);
-    dt__free(arg);
 }
 
 /* Sends this node's ranks' messages (all through the main node). */
@@ -181,22 +194,7 @@ static void on_data(dt__net_in *in) {
         dt__xfer_lost(in->m.u.lost.first_device_id, in->m.u.lost.count, in->m.u.lost.error);
         return;
     }
-    dt__xfer_msg *m = dt__calloc(1, sizeof *m);
-    zmq_msg_t *z = m && in->has_extra ? dt__calloc(1, sizeof *z) : NULL;
-    if (!m || (in->has_extra && !z)) {
-        dt__free(m);
-        return;
-    }
-    m->h = in->m.u.data;
-    if (z) {
-        zmq_msg_init(z);
-        zmq_msg_move(z, &in->extra);
-        m->data = zmq_msg_data(z);
-        m->len = zmq_msg_size(z);
-        m->release = free_frame;
-        m->arg = z;
-    }
-    dt__xfer_deliver(m);
+    dt__net_deliver_data(in, &in->m.u.data);
 }
 
 static void free_payload(void *data, void *hint) {
@@ -369,13 +367,10 @@ int dt_node_run(const dt_node_options *opts) {
         rc = fail(msg);
         goto out;
     }
-    if (data_pipe[0] < 0 && pipe(data_pipe) != 0) {
+    pthread_once(&data_pipe_once, make_data_pipe);
+    if (data_pipe_err) {
         rc = fail("cannot make a pipe");
         goto out;
-    }
-    for (int i = 0; i < 2; i++) {
-        fcntl(data_pipe[i], F_SETFL, fcntl(data_pipe[i], F_GETFL) | O_NONBLOCK);
-        fcntl(data_pipe[i], F_SETFD, FD_CLOEXEC);
     }
     dt__wire_msg reg = {.type = DT__WIRE_REGISTER};
     reg.u.reg.cpu_devices = (uint32_t)cpus;
@@ -396,8 +391,8 @@ int dt_node_run(const dt_node_options *opts) {
             in->m.u.welcome.node_index, opts->main_address, cpus, (long long)in->m.u.welcome.first_device_id,
             (long long)in->m.u.welcome.first_device_id + cpus - 1);
         say(&n, "%s", line);
-        own_first = in->m.u.welcome.first_device_id;
-        own_count = cpus;
+        atomic_store_explicit(&own_first, (int64_t)in->m.u.welcome.first_device_id, memory_order_relaxed);
+        atomic_store_explicit(&own_count, (int64_t)cpus, memory_order_relaxed);
         rc = serve(&n, (int)in->m.u.welcome.heartbeat_ms, in);
     }
 out:

@@ -47,6 +47,11 @@ typedef struct dt__net_in {
     int has_extra;
     zmq_msg_t extra;
 } dt__net_in;
+
+/* Delivers DATA header h, whose payload is in's extra frame (moved into the
+ * message: no copy), to this process's mailbox (dt__xfer_deliver). Out of
+ * memory drops it. */
+void dt__net_deliver_data(dt__net_in *in, const dt__xfer_hdr *h);
 /* Closes the received extra frame, if any. */
 void dt__net_in_done(dt__net_in *in);
 /* Receives one message without blocking: 1 received, 0 none waiting, -1 a

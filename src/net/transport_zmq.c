@@ -12,6 +12,7 @@
 #include <time.h>
 #include <zmq.h>
 
+#include "common/common.h"
 #include "net/transport.h"
 
 int dt__net_has_curve(void) { return zmq_has("curve") ? 1 : 0; }
@@ -241,4 +242,28 @@ int dt__net_recv(void *sock, int router, dt__net_in *in) {
         drain(sock, &msg);
     zmq_msg_close(&msg);
     return rc;
+}
+
+static void free_frame(void *arg) {
+    zmq_msg_close(arg);
+    dt__free(arg);
+}
+
+void dt__net_deliver_data(dt__net_in *in, const dt__xfer_hdr *h) {
+    dt__xfer_msg *m = dt__calloc(1, sizeof *m);
+    zmq_msg_t *z = m && in->has_extra ? dt__calloc(1, sizeof *z) : NULL;
+    if (!m || (in->has_extra && !z)) {
+        dt__free(m);
+        return;
+    }
+    m->h = *h;
+    if (z) {
+        zmq_msg_init(z);
+        zmq_msg_move(z, &in->extra);
+        m->data = zmq_msg_data(z);
+        m->len = zmq_msg_size(z);
+        m->release = free_frame;
+        m->arg = z;
+    }
+    dt__xfer_deliver(m);
 }

@@ -161,10 +161,16 @@ static int compact(dt_tensor *const *all, int n, dt_tensor **out) {
     return k;
 }
 
+/* An optional argument: absent, or a live handle (checked before its value is read). */
+static dt_status need_opt(const char *op, const char *what, const dt_tensor *t) {
+    return t ? dt__nn_need(op, what, t) : DT_OK;
+}
+
 static dt_tensor *layer_like(int kind, dt_tensor *x, int nnorm, const int64_t *ns, dt_tensor *weight,
                              dt_tensor *bias, double eps) {
     const char *op = norm_names[kind];
-    if (dt__nn_need(op, "input", x) != DT_OK)
+    if (dt__nn_need(op, "input", x) != DT_OK || need_opt(op, "weight", weight) != DT_OK ||
+        need_opt(op, "bias", bias) != DT_OK)
         return NULL;
     const dt__meta *m = &x->v->meta;
     dt_tensor *affine[2] = {weight, bias};
@@ -228,7 +234,8 @@ static dt_status check_channels(const char *op, const char *what, const dt_tenso
 dt_tensor *dt_group_norm(dt_tensor *x, int64_t num_groups, dt_tensor *weight, dt_tensor *bias, double eps) {
     dt_clear_error();
     const char *op = "group_norm";
-    if (dt__nn_need(op, "input", x) != DT_OK)
+    if (dt__nn_need(op, "input", x) != DT_OK || need_opt(op, "weight", weight) != DT_OK ||
+        need_opt(op, "bias", bias) != DT_OK)
         return NULL;
     const dt__meta *m = &x->v->meta;
     if (m->ndim < 2) {
@@ -282,7 +289,7 @@ dt_tensor *dt_batch_norm(dt_tensor *x, dt_tensor *running_mean, dt_tensor *runni
     dt_tensor *per_c[4] = {running_mean, running_var, weight, bias};
     static const char *const what[4] = {"running_mean", "running_var", "weight", "bias"};
     for (int i = 0; i < 4; i++)
-        if (check_channels(op, what[i], per_c[i], m) != DT_OK)
+        if (need_opt(op, what[i], per_c[i]) != DT_OK || check_channels(op, what[i], per_c[i], m) != DT_OK)
             return NULL;
     if (!dt_dtype_is_floating(m->dtype)) {
         dt__error(DT_EOP, "batch_norm(): argument 'input' must be a floating-point tensor, got %s",

@@ -19,27 +19,6 @@
 #define ROWS 4
 #define COLS 6
 
-/* Reads t (waits) into out (n floats); the read's status. */
-static dt_status read_floats(dt_tensor *t, float *out, size_t n) {
-    dt_future *f = dt_tensor_fetch(t);
-    if (!f)
-        return dt_last_status();
-    dt_status st = dt_future_wait(f, 60000);
-    if (st == DT_OK)
-        st = dt_future_read(f, out, n * sizeof(float));
-    dt_future_release(f);
-    return st;
-}
-
-static void check_floats(const char *what, const float *got, const float *want, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (got[i] != want[i]) {
-            fprintf(stderr, "%s, element %zu: %g, want %g\n", what, i, got[i], want[i]);
-            failures++;
-            return;
-        }
-}
-
 /* Waits (bounded) until the node has reported every kernel shipped run:
  * nothing of g left in its backlog, none counted on nodes. */
 static void check_drained(dt_graph *g) {

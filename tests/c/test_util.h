@@ -55,6 +55,29 @@ static int failures;
         }                                                                                                    \
     } while (0)
 
+/* Reads t (waits up to a minute) into out (n floats); the read's status. */
+__attribute__((unused)) static dt_status read_floats(dt_tensor *t, float *out, size_t n) {
+    dt_future *f = t ? dt_tensor_fetch(t) : NULL;
+    if (!f)
+        return t ? dt_last_status() : DT_EINVAL;
+    dt_status st = dt_future_wait(f, 60000);
+    if (st == DT_OK)
+        st = dt_future_read(f, out, n * sizeof(float));
+    dt_future_release(f);
+    return st;
+}
+
+/* Counts a failure (and prints the first differing element) unless got == want exactly. */
+__attribute__((unused)) static void check_floats(const char *what, const float *got, const float *want,
+                                                 size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != want[i]) {
+            fprintf(stderr, "%s, element %zu: %.9g, want %.9g\n", what, i, got[i], want[i]);
+            failures++;
+            return;
+        }
+}
+
 __attribute__((unused)) static dt_placement R(void) { return (dt_placement){DT_PLACEMENT_REPLICATE, 0}; }
 __attribute__((unused)) static dt_placement S(int d) { return (dt_placement){DT_PLACEMENT_SHARD, d}; }
 __attribute__((unused)) static dt_placement P(void) { return (dt_placement){DT_PLACEMENT_PARTIAL, 0}; }

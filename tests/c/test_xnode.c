@@ -26,26 +26,6 @@ extern char **environ;
 #define ROWS 6
 #define COLS 5
 
-static dt_status read_floats(dt_tensor *t, float *out, size_t n) {
-    dt_future *f = t ? dt_tensor_fetch(t) : NULL;
-    if (!f)
-        return t ? dt_last_status() : DT_EINVAL;
-    dt_status st = dt_future_wait(f, 60000);
-    if (st == DT_OK)
-        st = dt_future_read(f, out, n * sizeof(float));
-    dt_future_release(f);
-    return st;
-}
-
-static void check_floats(const char *what, const float *got, const float *want, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (got[i] != want[i]) {
-            fprintf(stderr, "%s, element %zu: %.9g, want %.9g\n", what, i, got[i], want[i]);
-            failures++;
-            return;
-        }
-}
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
