@@ -172,8 +172,10 @@ def copy_time(nbytes: int, repeat: int, a0: int, b0: int) -> float:
         g.sync()
 
         def step():
-            src.redistribute(device_mesh=on_b, placements=[Replicate()])
+            # kept alive across the sync: a value nothing holds is dropped before it is computed
+            y = src.redistribute(device_mesh=on_b, placements=[Replicate()])
             g.sync()
+            del y
         return step
 
     return timed(setup, repeat)
@@ -190,8 +192,9 @@ def dtorch_lines(nbytes: int, repeat: int, a0: int, b0: int) -> List[tuple]:
 
     def to_node():
         def step():
-            dtorch.from_torch(t, on_a, [Replicate()], graph=g)
+            y = dtorch.from_torch(t, on_a, [Replicate()], graph=g)
             g.sync()
+            del y
         g.sync()
         return step
 
@@ -231,8 +234,9 @@ def dtorch_lines(nbytes: int, repeat: int, a0: int, b0: int) -> List[tuple]:
         g.sync()
 
         def step():
-            p.redistribute(placements=[Replicate()])
+            y = p.redistribute(placements=[Replicate()])
             g.sync()
+            del y
         return step
 
     attempt("all-reduce, mesh on both nodes", allreduce_check, allreduce_setup)
@@ -247,8 +251,9 @@ def dtorch_lines(nbytes: int, repeat: int, a0: int, b0: int) -> List[tuple]:
         g.sync()
 
         def step():
-            s.redistribute(placements=[Replicate()])
+            y = s.redistribute(placements=[Replicate()])
             g.sync()
+            del y
         return step
 
     attempt("all-gather, mesh on both nodes", allgather_check, allgather_setup)
