@@ -18,6 +18,10 @@
 #                 meshes into cuda ones and torch's default device into cuda)
 #   4. suite x4   the same as 4 logical devices (tests needing ids >= 4 fail)
 #   5. bench      bench/pipeline.py --device cuda (goals: P1 <= 0.8, P2 <= 0.25)
+#   6. sd3m       bench/sd3_medium.py: an SD3-medium-shaped transformer, bf16,
+#                 latents 1x16x128x128, 4 steps, dtorch on cuda:0 against
+#                 diffusers eager (goals: time <= 0.95, client <= 0.3, peak
+#                 memory <= 0.97; its "sd3m" lines go into the summary)
 # Without a GPU (torch.cuda.is_available() False) steps 0-1 run, then the
 # no-GPU checks (cuda meshes refused at the call, satisfy False, the
 # "torch_cuda" backend registered); it says NO GPU and exits 3.
@@ -26,7 +30,8 @@
 #   tools/gpu_check.sh --dry-run  print the steps and their time limits only
 #
 # Logs: $OUT/gpu_check/NAME.log (OUT unset: /tmp), and summary.txt there; at
-# most 8 files (what the device tool brings back). Exit: 0 passed, 1 a step
+# most 8 files (what the device tool brings back: configure.log and build.log
+# are removed once the build has passed). Exit: 0 passed, 1 a step
 # failed, 3 no GPU (the steps that need none passed), 2 usage.
 #
 # Environment: DT_GPU_PY (default python3), DT_JOBS (default nproc),
@@ -130,7 +135,7 @@ print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "NO GPU")'
         fi
     fi
     "$py" -c 'import diffusers' 2>/dev/null ||
-        lines+=("note: no diffusers (tools/gpu_wheels.sh, carry .whl): test_sd3 will fail")
+        lines+=("note: no diffusers (tools/gpu_wheels.sh, carry .whl): test_sd3 and sd3m will fail")
 fi
 
 # ------------------------------------------------------------ 1. build
@@ -165,6 +170,8 @@ brc=0
 step build 200 cmake --build "$build" -j"$jobs" --target "${targets[@]}" || brc=$?
 if [ "$dry" = 0 ]; then
     [ "$brc" = 0 ] || finish 1 FAILED
+    # Passed: its lines are in the summary; the files the device tool brings back are few (8).
+    rm -f "$log/configure.log" "$log/build.log"
     lib=$(ls "$build"/libdtorch.so.* "$build"/libdtorch.so 2>/dev/null | head -n 1)
     needed=$(readelf -d "$lib" 2>/dev/null | grep -oE 'lib(c10_cuda|torch_cuda|cudart)[^]]*' | tr '\n' ' ')
     lines+=("link: $lib needs ${needed:-none of c10_cuda, torch_cuda, cudart}")
@@ -191,7 +198,7 @@ else:
     step test_cuda 60 "$py" -m pytest -q -p no:cacheprovider tests/python/test_cuda.py
     lines+=("$(grep '^nogpu:' "$log/nogpu.log" || echo "nogpu: FAILED (see $log/nogpu.log)")")
     lines+=("test_cuda: $(summary "$log/test_cuda.log")")
-    lines+=("NO GPU: torch.cuda.is_available() is False; the GPU steps (smoke, suite x8/x4, bench) did not run")
+    lines+=("NO GPU: torch.cuda.is_available() is False; the GPU steps (smoke, suite x8/x4, bench, sd3m) did not run")
     [ "$failed" = 0 ] && finish 3 "NO GPU (build and no-GPU checks passed)"
     finish 1 "FAILED (and NO GPU)"
 fi
@@ -235,6 +242,20 @@ if [ "$dry" = 0 ]; then
     while IFS= read -r l; do
         lines+=("bench $l")
     done < <(grep -E '^P[0-9]' "$log/bench.log")
+fi
+
+# ------------------------------------------------------------ 6. sd3m
+# SD3-medium shapes end to end (issue 12 item 6): one GPU, no virtualisation.
+step sd3m 120 "$py" bench/sd3_medium.py --device cuda --steps 4 --repeat 3
+if [ "$dry" = 0 ]; then
+    sd3m=$(grep -E '^sd3m ' "$log/sd3m.log" 2>/dev/null)
+    if [ -n "$sd3m" ]; then
+        while IFS= read -r l; do
+            lines+=("$l")
+        done <<<"$sd3m"
+    else
+        lines+=("sd3m: no figure lines (see $log/sd3m.log)")
+    fi
 fi
 
 # ------------------------------------------------------------ summary

@@ -1,0 +1,54 @@
+"""Quick smoke runs of benchmark scripts at tiny sizes on the host (skipped when what they compare
+against is missing): they print their figure lines and their outputs match eager torch."""
+
+import contextlib
+import importlib.util
+import io
+import os
+import types
+import unittest
+
+import torch
+
+BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench")
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", os.path.join(BENCH, name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+try:
+    import diffusers  # noqa: F401
+except ImportError:
+    diffusers = None
+
+
+@unittest.skipIf(diffusers is None, "needs diffusers (the eager SD3 transformer)")
+class TestSd3Medium(unittest.TestCase):
+    def test_tiny_cpu_figures(self):
+        bench = load("sd3_medium")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            rc = bench.main(["--tiny", "--device", "cpu", "--steps", "1", "--repeat", "1"])
+        text = out.getvalue()
+        self.assertEqual(rc, 0, text)
+        for figure in ("time", "client", "memory", "diff"):
+            self.assertRegex(text, rf"(?m)^sd3m {figure} *: .*\d", text)
+        self.assertIn("allclose(rtol=atol=0.0001) True", text)
+
+    def test_tiny_cpu_two_steps_equal_diffusers(self):
+        # One device, float32: the denoised latents are bit-identical to diffusers' eager module.
+        bench = load("sd3_medium")
+        b = bench.build(types.SimpleNamespace(tiny=True, device="cpu", steps=2, seed=3))
+        _, want = bench.run_torch(b, "cpu")
+        _, _, got = bench.run_dtorch(b)
+        self.assertEqual(got.shape, (1, 16, 32, 32))
+        self.assertGreater(float(want.abs().max()), 0.1)  # a genuine output, not zeros
+        self.assertTrue(torch.equal(got, want), f"max |diff| {float((got - want).abs().max()):.3e}")
+
+
+if __name__ == "__main__":
+    unittest.main()
