@@ -194,9 +194,7 @@ void dt__coll_span_run(group *gr, const dt__collattr *a, int r, dt__blob *in, dt
         if (failed) {
             out->error = dt__strdup(failed);
         } else if (why[0]) {
-            char buf[700];
-            snprintf(buf, sizeof buf, "%s failed in a collective: %s", opname, why);
-            out->error = dt__strdup(buf);
+            dt__coll_fail(out, opname, why);
         } else {
             char err[512] = "";
             void *impl = NULL;
@@ -214,10 +212,7 @@ void dt__coll_span_run(group *gr, const dt__collattr *a, int r, dt__blob *in, dt
             if (st == DT_OK) {
                 out->impl = impl;
             } else {
-                char buf[700];
-                snprintf(buf, sizeof buf, "%s failed in a collective: %s", opname,
-                         err[0] ? err : "backend error");
-                out->error = dt__strdup(buf);
+                dt__coll_fail(out, opname, err);
             }
         }
     }
@@ -226,14 +221,5 @@ void dt__coll_span_run(group *gr, const dt__collattr *a, int r, dt__blob *in, dt
             c.be->free(pre[p]);
     dt__free(pre);
 
-    pthread_mutex_lock(&gr->lock);
-    if (++rv->departed == gr->nlocal) {
-        for (int p = 0; p < n; p++) {
-            dt__blob_release(rv->slots[p]);
-            rv->slots[p] = NULL;
-        }
-        rv->busy = 0;
-        pthread_cond_broadcast(&gr->cond);
-    }
-    pthread_mutex_unlock(&gr->lock);
+    dt__coll_depart(gr, rv, n, gr->nlocal);
 }

@@ -321,6 +321,25 @@ rendezvous *dt__coll_arrive(group *gr, const dt__collattr *a, int r, dt__blob *i
     return rv;
 }
 
+void dt__coll_depart(group *gr, rendezvous *rv, int n, int expect) {
+    pthread_mutex_lock(&gr->lock);
+    if (++rv->departed == expect) {
+        for (int p = 0; p < n; p++) {
+            dt__blob_release(rv->slots[p]);
+            rv->slots[p] = NULL;
+        }
+        rv->busy = 0;
+        pthread_cond_broadcast(&gr->cond);
+    }
+    pthread_mutex_unlock(&gr->lock);
+}
+
+void dt__coll_fail(dt__blob *out, const char *opname, const char *err) {
+    char buf[700];
+    snprintf(buf, sizeof buf, "%s failed in a collective: %s", opname, err[0] ? err : "backend error");
+    out->error = dt__strdup(buf);
+}
+
 static void inproc_run(dt__comm *base, const dt__collattr *a, int r, dt__blob *in, dt__blob *out,
                        const char *opname) {
     group *gr = find_group((inproc *)base, a->group);
@@ -356,23 +375,10 @@ static void inproc_run(dt__comm *base, const dt__collattr *a, int r, dt__blob *i
                  : dt__coll_compute(&c, r, NULL, &impl, err, sizeof err)) == DT_OK) {
             out->impl = impl;
         } else {
-            char buf[700];
-            snprintf(buf, sizeof buf, "%s failed in a collective: %s", opname,
-                     err[0] ? err : "backend error");
-            out->error = dt__strdup(buf);
+            dt__coll_fail(out, opname, err);
         }
     }
-
-    pthread_mutex_lock(&gr->lock);
-    if (++rv->departed == a->n) {
-        for (int p = 0; p < a->n; p++) {
-            dt__blob_release(rv->slots[p]);
-            rv->slots[p] = NULL;
-        }
-        rv->busy = 0;
-        pthread_cond_broadcast(&gr->cond);
-    }
-    pthread_mutex_unlock(&gr->lock);
+    dt__coll_depart(gr, rv, a->n, a->n);
 }
 
 const dt__comm_ops dt__comm_inproc = {

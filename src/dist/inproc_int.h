@@ -51,6 +51,13 @@ dt_status dt__coll_compute(const coll_view *c, int r, void *const *pre, void **o
  * ranks of this process have arrived; the rendezvous. */
 rendezvous *dt__coll_arrive(group *gr, const dt__collattr *a, int r, dt__blob *in, int expect);
 
+/* Rank leaves rendezvous rv; the `expect`-th to leave releases its n slots
+ * and frees it for the next sequence number. */
+void dt__coll_depart(group *gr, rendezvous *rv, int n, int expect);
+
+/* Sets out's error to "OPNAME failed in a collective: ERR". */
+void dt__coll_fail(dt__blob *out, const char *opname, const char *err);
+
 void dt__coll_span_run(group *gr, const dt__collattr *a, int r, dt__blob *in, dt__blob *out,
                        const char *opname);
 
