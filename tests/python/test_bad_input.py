@@ -1,6 +1,7 @@
 """Bad input answered as torch answers it: the same exception class, raised at the call, with
 nothing recorded (the runtime stays usable and no error surfaces later)."""
 
+import os
 import unittest
 
 import torch
@@ -22,7 +23,12 @@ def torch_error(fn):
 
 
 def n_cuda() -> int:
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    """The first cuda id with no device behind it: the logical count under device virtualisation."""
+    if not torch.cuda.is_available():
+        return 0
+    if os.environ.get("DTORCH_DTENSOR_IN_SAME_DEVICE") == "1":
+        return int(os.environ.get("DTORCH_NUM_GPU_WHEN_ENABLE_DTENSOR_IN_SAME_DEVICE", "8"))
+    return torch.cuda.device_count()
 
 
 class BadInputCase(unittest.TestCase):

@@ -12,6 +12,8 @@ import dtorch
 from dtorch import DeviceMesh, Partial, Replicate, Shard
 from dtorch.test.test_util import assert_tensor_equal
 
+from helpers import DEV
+
 ONE = DeviceMesh("cpu", [0])
 TWO = DeviceMesh("cpu", [0, 1])
 
@@ -129,14 +131,14 @@ class TestTinyInPlace(unittest.TestCase):
 class TestReleases(unittest.TestCase):
     def test_memory_returns_after_drops(self):
         dtorch.synchronize()
-        base = dtorch.memory_stats(ONE)["cpu:0"]["current"]
+        base = dtorch.memory_stats(ONE)[f"{DEV}:0"]["current"]
         xs = [dtorch.ones(1 << 16) * i for i in range(8)]
         dtorch.synchronize()
-        self.assertGreaterEqual(dtorch.memory_stats(ONE)["cpu:0"]["current"], base + 8 * (1 << 18))
+        self.assertGreaterEqual(dtorch.memory_stats(ONE)[f"{DEV}:0"]["current"], base + 8 * (1 << 18))
         del xs
         gc.collect()
         dtorch.synchronize()
-        self.assertEqual(dtorch.memory_stats(ONE)["cpu:0"]["current"], base)
+        self.assertEqual(dtorch.memory_stats(ONE)[f"{DEV}:0"]["current"], base)
 
     def test_drops_after_shutdown(self):
         g = dtorch.Graph()

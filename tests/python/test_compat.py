@@ -16,7 +16,7 @@ import dtorch
 from dtorch import DeviceMesh, Partial, Replicate, Shard
 from dtorch.test.test_util import assert_tensor_allclose, assert_tensor_equal
 
-from helpers import CPU1, CPU2, CPU2x2, CPU3, int_valued, randn
+from helpers import CPU1, CPU2, CPU2x2, CPU3, DEV, cpu_only, int_valued, randn
 
 # ------------------------------------------------------------------ the names
 
@@ -144,23 +144,24 @@ class TestModules(unittest.TestCase):
         assert_tensor_equal(self, tensor([[1.5, 2.0]]), torch.tensor([[1.5, 2.0]]))
         self.assertIs(dtorch.tensor.TensorFuture, dtorch.TensorFuture)
 
+    @cpu_only("its keys name cpu devices")
     def test_memory_stats(self):
         from dtorch.memory_stats import MemoryStat, MemoryStats
         x = dtorch.ones(64, device_mesh=CPU2, placements=[Shard(0)])
         x.to_torch()
         stats = dtorch.default_graph.get_memory_stats(CPU2)
         self.assertIsInstance(stats, MemoryStats)
-        self.assertEqual(sorted(stats), ["cpu:0", "cpu:1"])
-        s = stats["cpu:0"]
+        self.assertEqual(sorted(stats), [f"{DEV}:0", f"{DEV}:1"])
+        s = stats[f"{DEV}:0"]
         self.assertIsInstance(s, MemoryStat)
         self.assertGreaterEqual(s.current, 128)  # 32 float32 per device, alive
         self.assertGreaterEqual(s.peak, s.current)
-        self.assertEqual(stats[torch.device("cpu", 1)].peak, stats["cpu:1"].peak)
+        self.assertEqual(stats[torch.device("cpu", 1)].peak, stats[f"{DEV}:1"].peak)
         self.assertEqual(stats.total_current, sum(v.current for v in stats.values()))
         self.assertEqual(dtorch.memory_stats(CPU2), stats.to_dict())  # the module is callable
         dtorch.default_graph.get_memory_stats(CPU2, reset_peak=True)
         after = dtorch.default_graph.get_memory_stats(CPU2)
-        self.assertEqual(after["cpu:0"].peak, after["cpu:0"].current)
+        self.assertEqual(after[f"{DEV}:0"].peak, after[f"{DEV}:0"].current)
         del x
 
     def test_global_option(self):
@@ -356,9 +357,10 @@ class TestGraphs(unittest.TestCase):
             dtorch.Graph(3)
         self.assertNotEqual(g.id, dtorch.default_graph.id)
         stats = g.get_memory_stats(CPU2)
-        self.assertIn("cpu:1", stats)
+        self.assertIn(f"{DEV}:1", stats)
         g.shutdown()
 
+    @cpu_only("CPU2x2 must be a cpu mesh")
     def test_satisfy(self):
         self.assertTrue(dtorch.default_graph.satisfy(CPU2x2))
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -371,6 +373,7 @@ class TestGraphs(unittest.TestCase):
 
 
 class TestMeshes(unittest.TestCase):
+    @cpu_only("cpu meshes' devices")
     def test_is_distributed_and_devices(self):
         self.assertFalse(CPU1.is_distributed)
         self.assertTrue(CPU2.is_distributed)

@@ -17,7 +17,7 @@ from dtorch.test.test_util import assert_tensor_allclose
 TESTED_OPS = {'tensor', 'from_torch', 'empty', 'zeros', 'ones', 'full', 'rand', 'randn', 'arange', 'randint',
               'randint_like', 'zeros_like', 'ones_like', 'full_like', 'empty_like', 'rand_like', 'randn_like'}
 
-from helpers import CPU1, CPU2, CPU3, CPU2x2, genuine_partial, placements_1d, placements_2d
+from helpers import CPU1, CPU2, CPU3, CPU2x2, cpu_only, genuine_partial, placements_1d, placements_2d
 from helpers import assert_equal_everywhere as assert_tensor_equal  # and every replica bitwise
 
 SHAPES = [(4, 3), (5, 7), (1, 3), (7,), (2, 2), (3, 1, 2)]
@@ -102,6 +102,7 @@ class TestFactories(unittest.TestCase):
             self.assertEqual(dtorch.Tensor(2, 3).dtype, torch.float64)
         self.assertEqual(dtorch.zeros(2).dtype, torch.float32)
 
+    @cpu_only("device='cpu' arguments")
     def test_device_argument(self):
         for device, mesh in (("cpu", DeviceMesh("cpu", [0])), ("cpu:3", DeviceMesh("cpu", [3])),
                              (torch.device("cpu"), DeviceMesh("cpu", [0])), (torch.device("cpu", 2), DeviceMesh("cpu", [2]))):

@@ -16,7 +16,7 @@ import torch
 import dtorch
 from dtorch import KernelError, Partial, PlacementError, Replicate, Shard
 
-from helpers import CPU1, CPU2, CPU3, CPU2x2, genuine_partial, int_valued, randn
+from helpers import CPU1, CPU2, CPU3, CPU2x2, device_assert, genuine_partial, int_valued, randn
 from helpers import assert_equal_everywhere as assert_tensor_equal  # and every replica bitwise
 
 # Operators this module tests against eager PyTorch (tests/python/test_registry.py).
@@ -161,6 +161,7 @@ class TestErrors(MaskedScatterTestCase):
                 # Out of place broadcasts instead.
                 assert_tensor_equal(self, x.masked_scatter(dm, ds), torch.masked_scatter(t, m, s))
 
+    @device_assert("masked_scatter's size check")
     def test_source_too_short_fails_at_the_read(self):
         t = torch.zeros(3, 4)
         m = torch.ones(3, 4, dtype=torch.bool)

@@ -10,7 +10,7 @@ import dtorch.distributed_spec as spec
 from dtorch import DeviceMesh, Partial, Replicate, Shard
 from dtorch.test.test_util import assert_tensor_equal
 
-from helpers import CPU2
+from helpers import CPU2, cpu_only
 
 
 class TestDeviceMesh(unittest.TestCase):
@@ -53,6 +53,7 @@ class TestDeviceMesh(unittest.TestCase):
         with self.assertRaises(TypeError):
             DeviceMesh("cpu", torch.tensor([0.0, 1.0]))
 
+    @cpu_only("cpu meshes' reprs")
     def test_repr(self):
         self.assertEqual(repr(DeviceMesh("cpu", [0, 1])), "DeviceMesh('cpu', [0, 1])")
         self.assertEqual(
@@ -73,6 +74,7 @@ class TestDeviceMesh(unittest.TestCase):
         with self.assertRaises(ValueError):
             DeviceMesh("cuda:1", [0, 1])
 
+    @cpu_only("compares cpu with cuda meshes")
     def test_equality_and_hash(self):
         a = DeviceMesh("cpu", [[0, 1], [2, 3]], mesh_dim_names=("dp", "tp"))
         b = DeviceMesh("cpu", [[0, 1], [2, 3]], mesh_dim_names=("dp", "tp"))

@@ -19,7 +19,7 @@ import dtorch.nn.functional as F
 from dtorch import KernelError, Partial, PlacementError, Replicate, Shard
 from dtorch.test.test_util import assert_replicas_equal, assert_tensor_allclose, assert_tensor_equal, genuine_partial
 
-from helpers import CPU1, CPU2, CPU3, CPU2x2, randn
+from helpers import CPU1, CPU2, CPU3, CPU2x2, device_assert, randn
 from test_views import local_box, mesh_coords
 
 # Operators this module tests against eager PyTorch (tests/python/test_registry.py).
@@ -419,6 +419,7 @@ class TestEmbedding(NNTestCase):
         assert_tensor_equal(self, out, TF.embedding(idx, w))  # zeros elsewhere: the sum is exact
         assert_tensor_equal(self, out.redistribute(placements=[R]), TF.embedding(idx, w))
 
+    @device_assert("eager torch's own embedding of an index out of range")
     def test_out_of_range_fails_the_kernel(self):
         w = randn(11, 6)
         for bad in (11, -1):

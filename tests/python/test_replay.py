@@ -18,7 +18,7 @@ from dtorch import DeviceMesh, Partial, Replicate, Shard
 from dtorch.test.probes import fail_allocs, fail_allocs_pending, graph_stats, held_controller, replay
 from dtorch.test.test_util import genuine_partial
 
-from helpers import CPU2, assert_equal_everywhere, int_valued, randn
+from helpers import CPU2, assert_equal_everywhere, device_assert, int_valued, randn
 
 R, P = Replicate(), Partial()
 S0, S1 = Shard(0), Shard(1)
@@ -442,6 +442,7 @@ class TestRecording(ReplayCase):
 
 
 class TestErrors(ReplayCase):
+    @device_assert("embedding's index check")
     def test_kernel_error_in_a_replayed_node_names_op_and_line(self):
         weight = torch.randn(10, 4)
         dw = dtorch.from_torch(weight)

@@ -16,7 +16,7 @@ import torch
 import dtorch
 from dtorch import Partial, Replicate, Shard
 from dtorch.test.probes import fail_allocs, fail_allocs_pending, graph_stats, held_controller, replay, schedule
-from helpers import CPU2, CPU2x2, assert_equal_everywhere, genuine_partial, int_valued
+from helpers import CPU2, CPU2x2, DEV, assert_equal_everywhere, genuine_partial, int_valued
 
 AHEAD = 128  # DT__SCHED_AHEAD (src/core/sched.h)
 LAYERS = 3
@@ -138,7 +138,7 @@ class TestSequentialMicroBatches(unittest.TestCase):
             # When each kernel's op was recorded (program order), in the stream's order.
             recorded = {e["args"]["node"]: e["ts"] for e in t.events if e.get("cat") == "op"}
             ks = sorted((e["args"]["seq"], recorded[e["args"]["node"]]) for e in t.events
-                        if e.get("cat") == "kernel" and e["args"]["device"] == "cpu:0"
+                        if e.get("cat") == "kernel" and e["args"]["device"] == f"{DEV}:0"
                         and e["args"]["stream"] == "compute" and e["args"]["node"])
             stamps = [ts for _, ts in ks]
             self.assertEqual(len(stamps), 2 * LAYERS * 3)  # matmul, relu, matmul per layer
@@ -266,7 +266,7 @@ class TestErrorsAndMemory(unittest.TestCase):
                     for i in range(n):
                         acc = acc + (base * float(i % 3)).redistribute(placements=[Replicate()])
                 got = acc.to_torch()
-                peaks[on] = dtorch.memory_stats(CPU2)["cpu:0"]["peak"]
+                peaks[on] = dtorch.memory_stats(CPU2)[f"{DEV}:0"]["peak"]
                 self.assertEqual(reordered() - before > 0, on)
             want = int_valued(numel, low=-3, high=4, seed=5) * float(sum(i % 3 for i in range(n)))
             self.assertTrue(torch.equal(got, want))

@@ -21,7 +21,7 @@ import torch
 import dtorch
 from dtorch import Replicate, Shard
 
-from helpers import CPU2, assert_tensor_equal, int_valued
+from helpers import CPU2, DEV, assert_tensor_equal, int_valued
 
 EPS = 1e-3  # microseconds: one nanosecond of rounding
 
@@ -60,7 +60,7 @@ class TestTrace(unittest.TestCase):
         procs = [e for e in events if e["ph"] == "M" and e["name"] == "process_name"]
         self.assertTrue(procs)
         tracks = set(names.values())
-        for want in ("controller", "client thread", "cpu:0 compute", "cpu:1 compute", "cpu:0 comm", "cpu:1 comm"):
+        for want in ("controller", "client thread", f"{DEV}:0 compute", f"{DEV}:1 compute", f"{DEV}:0 comm", f"{DEV}:1 comm"):
             self.assertTrue(any(n.startswith(want) for n in tracks), (want, tracks))
         slices = [e for e in events if e["ph"] == "X"]
         for e in slices:
@@ -73,7 +73,7 @@ class TestTrace(unittest.TestCase):
             for key in ("op", "kernel", "shapes", "dtype", "bytes", "site", "device", "stream"):
                 self.assertIn(key, e["args"])
         mul = [e for e in kernels if e["args"]["site"].endswith(f":{self.l_mul}")]
-        self.assertEqual(sorted(e["args"]["device"] for e in mul), ["cpu:0", "cpu:1"])
+        self.assertEqual(sorted(e["args"]["device"] for e in mul), [f"{DEV}:0", f"{DEV}:1"])
         for e in mul:
             self.assertEqual(e["args"]["op"], "mul")
             self.assertEqual(e["args"]["dtype"], str(torch.float32))

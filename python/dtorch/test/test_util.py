@@ -243,9 +243,11 @@ def _split_pieces(t: torch.Tensor, n: int, seed: int, exact: bool) -> torch.Tens
     integer-valued ``t`` the pieces are integers and add up exactly in any order; otherwise each
     element's integers are scaled by a power of two near a quarter of its magnitude, so the pieces
     are of the value's own size and add up to it within a few ulps (relative, per element)."""
+    # On the host whatever t's device or torch's default device: the same pieces everywhere.
+    home, t = t.device, t.cpu()
     g = torch.Generator().manual_seed(seed)
     k = max(4, n)
-    values = torch.tensor([v for v in range(-k, k + 1) if v != 0], dtype=torch.float64)
+    values = torch.tensor([v for v in range(-k, k + 1) if v != 0], dtype=torch.float64, device="cpu")
     m = values.numel()
     flat = t.reshape(-1)
     numel = flat.numel()
@@ -254,17 +256,17 @@ def _split_pieces(t: torch.Tensor, n: int, seed: int, exact: bool) -> torch.Tens
         mag = flat.abs().double()
         ok = torch.isfinite(mag) & (mag > 0)
         scale = torch.where(ok, torch.exp2(torch.floor(torch.log2(torch.where(ok, mag, 1.0))) - 2), 1.0)
-    steps = torch.arange(n - 1).unsqueeze(1)
+    steps = torch.arange(n - 1, device="cpu").unsqueeze(1)
 
     def draw(count: int, idx: Optional[torch.Tensor]) -> torch.Tensor:
         # n - 1 consecutive entries of the value list from a random start (mod its length): distinct.
-        start = torch.randint(0, m, (1, count), generator=g)
+        start = torch.randint(0, m, (1, count), generator=g, device="cpu")
         v = values[(start + steps) % m]
         if scale is not None:
             v = v * (scale if idx is None else scale[idx])
         return v.to(t.dtype)
 
-    pieces = torch.empty((n, numel), dtype=t.dtype)
+    pieces = torch.empty((n, numel), dtype=t.dtype, device="cpu")
     pieces[: n - 1] = draw(numel, None)
     pieces[n - 1] = flat - pieces[: n - 1].sum(dim=0, dtype=t.dtype)
     for _ in range(64):
@@ -274,7 +276,7 @@ def _split_pieces(t: torch.Tensor, n: int, seed: int, exact: bool) -> torch.Tens
         idx = clash.nonzero().reshape(-1)
         pieces[: n - 1, idx] = draw(idx.numel(), idx)
         pieces[n - 1, idx] = flat[idx] - pieces[: n - 1, idx].sum(dim=0, dtype=t.dtype)
-    return pieces.reshape((n,) + tuple(t.shape))
+    return pieces.reshape((n,) + tuple(t.shape)).to(home)
 
 
 # Sweeps distribute the same small value over and over: its split (a function of the value, the number

@@ -225,6 +225,13 @@ void need_inputs(int kop, int n_in, int lo, int hi) {
 
 bool is_integral_no_bool(at::ScalarType st) { return at::isIntegralType(st, /*includeBool=*/false); }
 
+thread_local c10::Device tl_factory_device(c10::kCPU); /* the worker's (set_factory_device) */
+
+at::TensorOptions factory_options(at::ScalarType st) {
+    return at::TensorOptions().dtype(st).device(tl_factory_device);
+}
+void set_factory_device(c10::Device d) { tl_factory_device = d; }
+
 /* torch.arange with integer dtype sees Python ints; pass int64 scalars when the
  * doubles are exact integers so the Scalars are those torch would get.
  * Otherwise keep doubles (ATen converts or rejects them as torch does). */
@@ -232,7 +239,7 @@ at::Tensor arange_global(const double f[3], at::ScalarType st) {
     bool ints = is_integral_no_bool(st);
     for (int i = 0; i < 3 && ints; ++i)
         ints = std::isfinite(f[i]) && f[i] == std::trunc(f[i]) && std::fabs(f[i]) < 9.2e18;
-    at::TensorOptions o = at::TensorOptions().dtype(st);
+    at::TensorOptions o = factory_options(st);
     if (ints)
         return at::arange(at::Scalar(static_cast<int64_t>(f[0])), at::Scalar(static_cast<int64_t>(f[1])),
                           at::Scalar(static_cast<int64_t>(f[2])), o);
@@ -392,13 +399,13 @@ dt_status torch_run(int kop, const dt__kattr *a, void *const *in, int n_in, void
         case DT_K_FULL: {
             check_ndim(a->ndim, "full");
             r = at::full(dims_of(a->shape, a->ndim), to_scalar(a->scalar),
-                         at::TensorOptions().dtype(to_aten(a->dtype)));
+                         factory_options(to_aten(a->dtype)));
             break;
         }
         case DT_K_EMPTY: {
             check_ndim(a->ndim, "empty");
             // Zeros, not at::empty: runs must be reproducible.
-            r = at::zeros(dims_of(a->shape, a->ndim), at::TensorOptions().dtype(to_aten(a->dtype)));
+            r = at::zeros(dims_of(a->shape, a->ndim), factory_options(to_aten(a->dtype)));
             break;
         }
         case DT_K_ARANGE: {

@@ -22,12 +22,22 @@
  * kept on the impl, also orders the reads a collective makes of its peers'
  * impls (the in-process comm runs kernels on peers' inputs, collective.c)
  * and tells to_host what to wait for. A CUDA input used on a stream other
- * than its producer's is recorded on the using stream
- * (CUDACachingAllocator::recordStream), so its memory is reused only after
- * that use completes. Inputs not on the worker's GPU (host tensors from
- * from_host, a peer's GPU) are copied there first, host ones through pinned
- * memory without blocking; a kernel whose result is not on the GPU (a
- * factory kernel that builds on the host) has it moved there.
+ * than its producer's is held by the using stream (a reference, kept with an
+ * event recorded after the kernel) until that use has completed, so its
+ * memory is reused only afterwards. Inputs not on the worker's GPU (host
+ * tensors from from_host, a peer's GPU) are copied there first, host ones
+ * through pinned memory without blocking (the pinned copy is held the same
+ * way); a kernel whose result is not on the GPU (a factory kernel that builds
+ * on the host) has it moved there.
+ *
+ * A dead context: a device-side assert (an index out of range in a CUDA
+ * kernel, as in eager torch) makes every later CUDA call fail, and c10 then
+ * throws from inside destructors (the caching allocators record events when a
+ * block that other streams used is freed), which is std::terminate: the
+ * user's process would abort. Holding references instead of
+ * CUDACachingAllocator::recordStream keeps those frees free of CUDA calls,
+ * and once the shim has seen a context error (`dead`) it leaks what it would
+ * free: the kernel errors still surface at the reads, and the process lives.
  *
  * Events: cudaEvent_t with timing off, pooled per GPU (a mutex-guarded free
  * list; event_free may run on any thread).
@@ -39,6 +49,8 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
+#include <atomic>
+#include <deque>
 #include <mutex>
 #include <vector>
 
@@ -61,11 +73,21 @@ struct cuda_impl {
     cudaStream_t stream{nullptr};
 };
 
+/* Inputs another stream made (or pinned host copies), kept alive until the
+ * kernels that read them on this stream have run: `done` is recorded after
+ * them. */
+struct hold {
+    cudaEvent_t done;
+    std::vector<at::Tensor> keep;
+};
+
 struct stream_ctx {
     int64_t logical;
     c10::DeviceIndex gpu;
     int kind;
     c10::cuda::CUDAStream stream;
+    std::deque<hold> holds;         /* oldest first; the worker thread only (then stream_free) */
+    std::vector<cudaEvent_t> spare; /* `done` events to reuse */
 };
 
 thread_local stream_ctx *tl_ctx;        /* the worker's stream (stream_enter) */
@@ -79,9 +101,76 @@ struct cuda_event {
 std::mutex pool_lock;
 std::vector<std::vector<cuda_event *>> event_pool; /* per GPU; guarded by pool_lock */
 
+/* Set (once, any thread) when a CUDA call reported a context error. */
+std::atomic<bool> dead{false};
+
+void note(cudaError_t e) {
+    if (e != cudaSuccess && e != cudaErrorNotReady)
+        dead.store(true, std::memory_order_relaxed);
+}
+
+/* After an exception on a worker: a sticky context error shows on its stream. */
+void note_stream() {
+    if (tl_ctx)
+        note(cudaStreamQuery(tl_ctx->stream.stream()));
+}
+
 void check(cudaError_t e, const char *what) {
+    note(e);
     if (e != cudaSuccess)
         fail(std::string("torch_cuda: ") + what + ": " + cudaGetErrorString(e));
+}
+
+/* Drops the references in `keep`; in a dead context the tensors are leaked,
+ * since freeing them may throw from a destructor. */
+void release(std::vector<at::Tensor> &keep) {
+    if (dead.load(std::memory_order_relaxed))
+        for (at::Tensor &t : keep)
+            if (t.defined())
+                t.unsafeReleaseTensorImpl();
+    keep.clear();
+}
+
+/* Releases the holds whose kernels have run (all of them with `wait`, after
+ * waiting for each: the stream is going away). */
+void reap(stream_ctx *c, bool wait) {
+    while (!c->holds.empty()) {
+        hold &h = c->holds.front();
+        cudaError_t e = wait ? cudaEventSynchronize(h.done) : cudaEventQuery(h.done);
+        if (e == cudaErrorNotReady)
+            return;
+        note(e);
+        release(h.keep);
+        c->spare.push_back(h.done);
+        c->holds.pop_front();
+    }
+}
+
+/* Keeps `keep` alive until the kernels enqueued so far on the worker's stream have run. */
+void hold_until_done(std::vector<at::Tensor> &keep) {
+    if (keep.empty())
+        return;
+    stream_ctx *c = tl_ctx;
+    cudaEvent_t e = nullptr;
+    if (!c->spare.empty()) {
+        e = c->spare.back();
+        c->spare.pop_back();
+    } else {
+        cudaError_t ce = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+        note(ce);
+        if (ce != cudaSuccess)
+            e = nullptr;
+    }
+    cudaError_t re = e ? cudaEventRecord(e, c->stream.stream()) : cudaErrorUnknown;
+    note(re);
+    if (re != cudaSuccess) { /* no event: the context is gone (or out of resources): wait no longer */
+        if (e)
+            c->spare.push_back(e);
+        release(keep);
+        return;
+    }
+    c->holds.push_back(hold{e, std::move(keep)});
+    keep.clear();
 }
 
 dt__cuda_map device_map() {
@@ -105,12 +194,16 @@ void *wrap(void *p) {
 }
 
 /* The inputs a kernel on the worker's stream may read: each waits (on the
- * device) for its producer's event and is recorded on this stream; those on
- * another device are copied to this GPU into `moved`. */
-void prepare_inputs(void *const *in, int n_in, std::vector<at::Tensor> &moved, std::vector<void *> &ptrs) {
+ * device) for its producer's event; those made on another stream go into
+ * `keep` (held until the kernel has run, hold_until_done); those on another
+ * device are copied to this GPU into `moved`, their pinned host sources into
+ * `keep`. */
+void prepare_inputs(void *const *in, int n_in, std::vector<at::Tensor> &moved, std::vector<at::Tensor> &keep,
+                    std::vector<void *> &ptrs) {
     ptrs.assign(in, in + n_in);
     if (!tl_ctx)
         return;
+    reap(tl_ctx, false);
     cudaStream_t cur = tl_ctx->stream.stream();
     moved.reserve((size_t)n_in);
     for (int i = 0; i < n_in; i++) {
@@ -121,11 +214,12 @@ void prepare_inputs(void *const *in, int n_in, std::vector<at::Tensor> &moved, s
             check(cudaStreamWaitEvent(cur, c->ready, 0), "cudaStreamWaitEvent");
         if (c->t.is_cuda() && c->t.device().index() == tl_ctx->gpu) {
             if (c->stream != cur && c->t.has_storage())
-                c10::cuda::CUDACachingAllocator::recordStream(c->t.storage().data_ptr(), tl_ctx->stream);
+                keep.push_back(c->t);
             continue;
         }
         at::Tensor src = c->t.is_cuda() ? c->t : c->t.pin_memory();
         moved.push_back(src.to(at::Device(at::kCUDA, tl_ctx->gpu), /*non_blocking=*/true));
+        keep.push_back(std::move(src));
         ptrs[(size_t)i] = &moved.back();
     }
 }
@@ -153,38 +247,68 @@ dt_status out_of(dt_status st, void **out) {
 
 /* ------------------------------------------------------------ entries */
 
+/* A kernel's inputs on the worker's stream, and after it has run the holds on them. */
+struct prepared {
+    std::vector<at::Tensor> moved, keep;
+    std::vector<void *> ptrs;
+    prepared(void *const *in, int n_in) { prepare_inputs(in, n_in, moved, keep, ptrs); }
+    ~prepared() {
+        try {
+            if (tl_ctx)
+                hold_until_done(keep);
+            release(keep);
+            if (dead.load(std::memory_order_relaxed))
+                release(moved);
+        } catch (...) {
+        }
+    }
+};
+
+/* A kernel's failure: its status, and whether it left the context dead. */
+dt_status failed(char *err, size_t errlen) {
+    dt_status st = translate_current(err, errlen);
+    note_stream();
+    return st;
+}
+
 dt_status cuda_run(int kop, const dt__kattr *a, void *const *in, int n_in, void **out, char *err,
                    size_t errlen) {
     try {
-        std::vector<at::Tensor> moved;
-        std::vector<void *> ptrs;
-        prepare_inputs(in, n_in, moved, ptrs);
-        return out_of(T.run(kop, a, ptrs.data(), n_in, out, err, errlen), out);
+        prepared p(in, n_in);
+        dt_status st = out_of(T.run(kop, a, p.ptrs.data(), n_in, out, err, errlen), out);
+        if (st != DT_OK)
+            note_stream();
+        return st;
     } catch (...) {
-        return translate_current(err, errlen);
+        return failed(err, errlen);
     }
 }
 
 dt_status cuda_run_chain(const dt__chain_step *steps, int nsteps, void *const *in, int n_in, int inplace,
                          void **out, int *failed_step, char *err, size_t errlen) {
     try {
-        std::vector<at::Tensor> moved;
-        std::vector<void *> ptrs;
-        prepare_inputs(in, n_in, moved, ptrs);
+        prepared p(in, n_in);
         /* A moved input is a copy: writing the result into it is no donation. */
-        int inp = inplace && moved.empty();
-        return out_of(T.run_chain(steps, nsteps, ptrs.data(), n_in, inp, out, failed_step, err, errlen), out);
+        int inp = inplace && p.moved.empty();
+        dt_status st =
+            out_of(T.run_chain(steps, nsteps, p.ptrs.data(), n_in, inp, out, failed_step, err, errlen), out);
+        if (st != DT_OK)
+            note_stream();
+        return st;
     } catch (...) {
         *failed_step = -1;
-        return translate_current(err, errlen);
+        return failed(err, errlen);
     }
 }
 
 void cuda_free(void *p) {
     if (p == tl_last_output) /* a temporary freed before any event named it */
         tl_last_output = nullptr;
+    cuda_impl *c = static_cast<cuda_impl *>(p);
+    if (c && dead.load(std::memory_order_relaxed) && c->t.defined())
+        c->t.unsafeReleaseTensorImpl();
     try {
-        delete static_cast<cuda_impl *>(p);
+        delete c;
     } catch (...) {
     }
 }
@@ -272,7 +396,7 @@ dt_status cuda_stream_new(dt_device_type type, int64_t id, int kind, void **ctx,
             fail("torch_cuda: no CUDA device " + std::to_string(id));
         c10::cuda::CUDAStream s =
             c10::cuda::getStreamFromPool(/*isHighPriority=*/kind == 1, (c10::DeviceIndex)gpu);
-        *ctx = new stream_ctx{id, (c10::DeviceIndex)gpu, kind, s};
+        *ctx = new stream_ctx{id, (c10::DeviceIndex)gpu, kind, s, {}, {}};
         return DT_OK;
     } catch (...) {
         return translate_current(err, errlen);
@@ -284,12 +408,25 @@ void cuda_stream_enter(void *p) {
     try {
         c10::cuda::set_device(c->gpu);
         c10::cuda::setCurrentCUDAStream(c->stream);
+        set_factory_device(c10::Device(c10::kCUDA, c->gpu));
         tl_ctx = c;
     } catch (...) {
     }
 }
 
-void cuda_stream_free(void *p) { delete static_cast<stream_ctx *>(p); }
+void cuda_stream_free(void *p) {
+    stream_ctx *c = static_cast<stream_ctx *>(p);
+    if (!c)
+        return;
+    try {
+        reap(c, true);
+        if (!dead.load(std::memory_order_relaxed))
+            for (cudaEvent_t e : c->spare)
+                cudaEventDestroy(e);
+    } catch (...) {
+    }
+    delete c;
+}
 
 dt_status cuda_event_new(void *p, void **ev) {
     stream_ctx *c = static_cast<stream_ctx *>(p);
@@ -321,7 +458,9 @@ dt_status cuda_event_new(void *p, void **ev) {
 dt_status cuda_event_record(void *ev, void *p) {
     stream_ctx *c = static_cast<stream_ctx *>(p);
     cudaEvent_t e = static_cast<cuda_event *>(ev)->e;
-    if (cudaEventRecord(e, c->stream.stream()) != cudaSuccess)
+    cudaError_t ce = cudaEventRecord(e, c->stream.stream());
+    note(ce);
+    if (ce != cudaSuccess)
         return DT_EBACKEND;
     if (tl_last_output) {
         tl_last_output->ready = e;
@@ -334,10 +473,17 @@ dt_status cuda_event_record(void *ev, void *p) {
 dt_status cuda_event_wait(void *p, void *ev) {
     stream_ctx *c = static_cast<stream_ctx *>(p);
     cudaEvent_t e = static_cast<cuda_event *>(ev)->e;
-    return cudaStreamWaitEvent(c->stream.stream(), e, 0) == cudaSuccess ? DT_OK : DT_EBACKEND;
+    cudaError_t ce = cudaStreamWaitEvent(c->stream.stream(), e, 0);
+    note(ce);
+    return ce == cudaSuccess ? DT_OK : DT_EBACKEND;
 }
 
-int cuda_event_query(void *ev) { return cudaEventQuery(static_cast<cuda_event *>(ev)->e) == cudaSuccess; }
+/* Done, or failed (the error surfaces at the read): anything but "not ready". */
+int cuda_event_query(void *ev) {
+    cudaError_t ce = cudaEventQuery(static_cast<cuda_event *>(ev)->e);
+    note(ce);
+    return ce != cudaErrorNotReady;
+}
 
 /* Back to its GPU's free list (any thread); the pool lives as long as the
  * process, as ATen's own event pools do. */

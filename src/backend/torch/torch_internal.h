@@ -60,6 +60,14 @@ void need_inputs(int kop, int n_in, int lo, int hi);
 /* The current exception (inside a catch) as a status and message. */
 dt_status translate_current(char *err, size_t errlen) noexcept;
 
+/* Options for a kernel that builds its result from nothing (full, empty,
+ * arange): dtype st on the calling worker's device, the host unless the CUDA
+ * shim's stream_enter named its GPU (set_factory_device), so a factory on a
+ * cuda mesh is torch's CUDA kernel, bit for bit, with no copy. Random
+ * factories stay on the host: their values are the CPU generator's. */
+at::TensorOptions factory_options(at::ScalarType st);
+void set_factory_device(c10::Device d);
+
 /* The DLPack entries (torch_dlpack.cpp). */
 dt_status torch_from_dlpack(void *dl_managed, void **out, dt_dtype *dtype, int *ndim, int64_t *shape,
                             char *err, size_t errlen);

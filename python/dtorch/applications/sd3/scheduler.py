@@ -141,9 +141,9 @@ class FlowMatchEulerDiscreteScheduler:
         if cfg["invert_sigmas"]:
             sigmas = 1.0 - sigmas
             timesteps = sigmas * cfg["num_train_timesteps"]
-            sigmas = torch.cat([sigmas, torch.ones(1)])
+            sigmas = torch.cat([sigmas, torch.ones(1, device=sigmas.device)])
         else:
-            sigmas = torch.cat([sigmas, torch.zeros(1)])
+            sigmas = torch.cat([sigmas, torch.zeros(1, device=sigmas.device)])
         self.timesteps, self.sigmas = timesteps, sigmas
         self._step_index = None
         self._begin_index = None
