@@ -106,6 +106,11 @@ DT_API void dt_cluster_counters_get(dt_cluster_counters *out);
  * listening. */
 DT_API void dt_cluster_shutdown(void);
 
+/* Tests only: the next kernel batch shipped to worker node `node` leaves
+ * one byte short, so the node cannot decode it (the path of a batch a node
+ * cannot run). DT_EINDEX for a node that does not exist. */
+DT_API dt_status dt_debug_cluster_corrupt_batch(int node);
+
 /* ------------------------------------------------------ the worker node */
 
 /* Parameters of dt_node_run; zero-initialise, then set fields. */

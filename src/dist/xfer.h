@@ -101,6 +101,13 @@ dt__xfer_msg *dt__xfer_wait(uint32_t tag, uint64_t group, uint64_t seq, int32_t 
 /* CPU devices [first, first + count) are on a node that is gone (`why`
  * names it): waits for them fail, now and later. */
 void dt__xfer_lost(int64_t first, int64_t count, const char *why);
+/* Collective (tag, group, seq) gets no part from CPU devices [first,
+ * first + count): their node could not run the batch that holds their
+ * ranks (`why` names it). Waits for those parts fail with `why`, now and
+ * later, and parts sent to those devices' ranks are dropped (they will
+ * never be taken). Kept until dt__xfer_start or dt__xfer_stop. */
+void dt__xfer_fail_parts(uint32_t tag, uint64_t group, uint64_t seq, int64_t first, int64_t count,
+                         const char *why);
 /* Every other node is gone (`why`): waits for remote messages fail, now
  * and later, until dt__xfer_start. */
 void dt__xfer_abort(const char *why);

@@ -1,7 +1,10 @@
 /*
  * The worker node (dt_node_run, dtorch_cluster.h): connects to the main
- * node, registers with the token, then answers heartbeats until the main
- * node says stop or goes silent for two intervals.
+ * node, registers with the token, then serves its batches until the main
+ * node says stop or goes silent for two intervals. Heartbeats go both ways
+ * on a connection of their own (the main node's second port, given in the
+ * welcome), in a ZeroMQ context of their own, from a thread of their own
+ * (cluster_beat.c says why).
  *
  * A refused token shows in one of two ways: with CURVE the main node cannot
  * open the handshake of a node whose token differs (its keys are derived
@@ -9,8 +12,12 @@
  * node's socket monitor sees that and says so. Without CURVE the main node
  * compares the token and answers REFUSE. Either way the node exits 1.
  *
- * Threads: everything runs on the calling thread, with one DEALER socket
- * and the monitor's PAIR socket; no lock.
+ * Threads: the calling thread (the node thread) runs everything but the
+ * heartbeats, with one DEALER socket and the monitor's PAIR socket. The
+ * beat thread (beat_loop) owns the heartbeat channel's DEALER socket; it
+ * tells the node thread that the main node went silent or said stop
+ * through `state` (an atomic) and a pipe, and the node thread stops it
+ * through another pipe. No lock (the mailbox's, dist/xfer.c, is a leaf).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -28,11 +35,27 @@
 #include "net/subctl.h"
 #include "net/transport.h"
 
+enum { BEAT_ON, BEAT_GONE, BEAT_STOP };
+
+/* The heartbeat channel. */
+typedef struct nbeat {
+    pthread_t t;
+    int running;
+    void *ctx, *sock;
+    int stop[2]; /* node thread -> beat thread: end */
+    int wake[2]; /* beat thread -> node thread: `state` changed */
+    atomic_int state;
+    int hb;
+    dt__net_in *in;
+} nbeat;
+
 typedef struct nodectx {
     void *ctx, *sock, *mon;
     int quiet;
     const char *main;
     dt__subctl *sub; /* made by the first batch */
+    char name[200];  /* "worker node I (host H, pid P)", for errors that name it */
+    nbeat beat;
 } nodectx;
 
 static void say(const nodectx *n, const char *fmt, const char *a) {
@@ -194,6 +217,11 @@ static void on_data(dt__net_in *in) {
         dt__xfer_lost(in->m.u.lost.first_device_id, in->m.u.lost.count, in->m.u.lost.error);
         return;
     }
+    if (in->m.type == DT__WIRE_FAILED) {
+        dt__xfer_fail_parts(in->m.u.failed.tag, in->m.u.failed.group, in->m.u.failed.seq,
+                            in->m.u.failed.first_device_id, in->m.u.failed.count, in->m.u.failed.error);
+        return;
+    }
     dt__net_deliver_data(in, &in->m.u.data);
 }
 
@@ -238,47 +266,169 @@ static void run_message(nodectx *n, dt__net_in *in) {
             dt__subctl_release(n->sub, body, len);
         return;
     }
-    if (!n->sub && !(n->sub = dt__subctl_new())) {
-        fprintf(stderr, "dtorch-node: %s\n", dt_last_error());
-        return;
-    }
-    if (dt__subctl_batch(n->sub, in->m.u.batch.backend, body, len) != DT_OK) {
+    if ((!n->sub && !(n->sub = dt__subctl_new())) ||
+        dt__subctl_batch(n->sub, in->m.u.batch.backend, body, len) != DT_OK) {
+        /* The main node fails the batch's reads and tells every node that
+         * its collectives' parts from here will not come. */
         dt__wire_msg r = {.type = DT__WIRE_RESULT};
         r.u.result.status = dt_last_status() != DT_OK ? dt_last_status() : DT_EINVAL;
-        snprintf(r.u.result.error, sizeof r.u.result.error, "worker node could not run a batch: %s",
-                 dt_last_error());
+        r.u.result.batch = in->m.u.batch.seq;
+        snprintf(r.u.result.error, sizeof r.u.result.error, "could not run a batch: %s", dt_last_error());
         fprintf(stderr, "dtorch-node: %s\n", r.u.result.error);
+        if (n->sub) {
+            char why[DT__WIRE_TEXT_MAX];
+            snprintf(why, sizeof why, "%.199s %.300s", n->name, r.u.result.error);
+            dt__subctl_failed(n->sub, why);
+        }
         dt__net_send(n->sock, NULL, 0, &r);
     }
 }
 
-/* Serves after the welcome: heartbeats both ways, batches. The exit status. */
-static int serve(nodectx *n, int hb, dt__net_in *in) {
+/* ------------------------------------------------ the heartbeat channel */
+
+static void *beat_loop(void *arg) {
+    nbeat *b = arg;
     int64_t now = dt__net_now_ms(), last_heard = now, next_beat = now;
+    int64_t limit = 2 * (int64_t)b->hb, half = b->hb / 2 > 0 ? b->hb / 2 : 1;
     uint64_t seq = 0;
-    int64_t limit = 2 * (int64_t)hb + hb / 4;
-    static const dt__xfer_hooks hooks = {node_is_local, node_wake};
-    dt__xfer_start(&hooks);
-    for (;;) {
+    int state = BEAT_ON, stop = 0;
+    while (state == BEAT_ON && !stop) {
         now = dt__net_now_ms();
         if (now >= next_beat) {
             dt__wire_msg h = {.type = DT__WIRE_HEARTBEAT};
             h.u.heartbeat.seq = ++seq;
-            dt__net_send(n->sock, NULL, 0, &h);
-            next_beat = now + hb;
+            dt__net_send(b->sock, NULL, 0, &h);
+            next_beat = now + half;
         }
-        if (now - last_heard > limit) {
+        if (now - last_heard >= limit) {
+            state = BEAT_GONE;
+            break;
+        }
+        int64_t wait = next_beat - now;
+        if (last_heard + limit - now < wait)
+            wait = last_heard + limit - now;
+        zmq_pollitem_t it[2] = {{b->sock, 0, ZMQ_POLLIN, 0}, {NULL, b->stop[0], ZMQ_POLLIN, 0}};
+        if (zmq_poll(it, 2, (long)(wait < 0 ? 0 : wait)) < 0 && zmq_errno() != EINTR)
+            break;
+        stop = (it[1].revents & ZMQ_POLLIN) != 0;
+        int rc;
+        while (!stop && (rc = dt__net_recv(b->sock, 0, b->in)) != 0) {
+            if (rc < 0)
+                continue;
+            if (b->in->m.type == DT__WIRE_HEARTBEAT)
+                last_heard = dt__net_now_ms();
+            else if (b->in->m.type == DT__WIRE_STOP)
+                state = BEAT_STOP;
+            else if (b->in->m.type == DT__WIRE_LOST) /* at once: the waits for its parts fail */
+                dt__xfer_lost(b->in->m.u.lost.first_device_id, b->in->m.u.lost.count, b->in->m.u.lost.error);
+        }
+        dt__net_in_done(b->in);
+    }
+    if (state != BEAT_ON) {
+        atomic_store(&b->state, state);
+        ssize_t w = write(b->wake[1], "b", 1); /* one byte into an empty pipe */
+        (void)w;
+    }
+    return NULL;
+}
+
+static void nonblocking_pipe(int fd[2]) {
+    for (int i = 0; i < 2; i++) {
+        fcntl(fd[i], F_SETFL, fcntl(fd[i], F_GETFL) | O_NONBLOCK);
+        fcntl(fd[i], F_SETFD, FD_CLOEXEC);
+    }
+}
+
+/* Connects the heartbeat channel to port `port` of the main node's host,
+ * with routing id `rid` (the main connection's), and starts its thread.
+ * 0, or 1 (the reason printed). */
+static int beat_start(nodectx *n, const char *token, const char *rid, size_t rid_len, int hb, int port) {
+    nbeat *b = &n->beat;
+    const char *colon = strrchr(n->main, ':');
+    char ep[320];
+    snprintf(ep, sizeof ep, "tcp://%.*s:%d", (int)(colon - n->main), n->main, port);
+    int64_t max = DT__WIRE_MAX;
+    int zero = 0;
+    b->hb = hb;
+    atomic_init(&b->state, BEAT_ON);
+    if (pipe(b->stop) != 0) {
+        b->stop[0] = b->stop[1] = -1;
+        return fail("cannot make a pipe");
+    }
+    if (pipe(b->wake) != 0) {
+        b->wake[0] = b->wake[1] = -1;
+        return fail("cannot make a pipe");
+    }
+    nonblocking_pipe(b->stop);
+    nonblocking_pipe(b->wake);
+    if (!(b->in = dt__calloc(1, sizeof *b->in)) || !(b->ctx = zmq_ctx_new()) ||
+        !(b->sock = zmq_socket(b->ctx, ZMQ_DEALER)))
+        return fail("cannot make the heartbeat socket");
+    zmq_setsockopt(b->sock, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(b->sock, ZMQ_MAXMSGSIZE, &max, sizeof max);
+    zmq_setsockopt(b->sock, ZMQ_ROUTING_ID, rid, rid_len);
+    if (dt__net_curve(b->sock, token, 0) != 0)
+        return fail(dt_last_error());
+    if (zmq_connect(b->sock, ep) != 0) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "cannot connect the heartbeat channel to '%s': %s", ep + 6,
+                 zmq_strerror(zmq_errno()));
+        return fail(msg);
+    }
+    if (pthread_create(&b->t, NULL, beat_loop, b) != 0)
+        return fail("cannot start the heartbeat thread");
+    b->running = 1;
+    return 0;
+}
+
+/* Stops the beat thread and frees the channel (node thread). */
+static void beat_end(nbeat *b) {
+    if (b->running) {
+        ssize_t w = write(b->stop[1], "s", 1); /* the only byte it gets */
+        (void)w;
+        pthread_join(b->t, NULL);
+        b->running = 0;
+    }
+    if (b->in)
+        dt__net_in_done(b->in);
+    dt__free(b->in);
+    if (b->sock)
+        zmq_close(b->sock);
+    if (b->ctx)
+        zmq_ctx_term(b->ctx);
+    for (int i = 0; i < 2; i++) {
+        if (b->stop[i] >= 0)
+            close(b->stop[i]);
+        if (b->wake[i] >= 0)
+            close(b->wake[i]);
+    }
+    memset(b, 0, sizeof *b);
+    b->stop[0] = b->stop[1] = b->wake[0] = b->wake[1] = -1;
+}
+
+/* Serves after the welcome: batches, reads, data; the beat thread says
+ * when the main node went silent or said stop. The exit status. */
+static int serve(nodectx *n, dt__net_in *in) {
+    static const dt__xfer_hooks hooks = {node_is_local, node_wake};
+    dt__xfer_start(&hooks);
+    for (;;) {
+        int st = atomic_load(&n->beat.state);
+        if (st == BEAT_GONE) {
             say(n, "the main node at %s is gone (no heartbeat for two intervals): exiting", n->main);
             return 0;
         }
-        int64_t wait = next_beat - now;
-        if (last_heard + limit + 1 - now < wait)
-            wait = last_heard + limit + 1 - now;
-        zmq_pollitem_t it[4] = {{n->sock, 0, ZMQ_POLLIN, 0},
+        if (st == BEAT_STOP) {
+            say(n, "the main node at %s said stop: exiting", n->main);
+            return 0;
+        }
+        /* Woken by messages, this node's outbox, completed reads and the
+         * beat thread; the timeout only bounds the wait. */
+        zmq_pollitem_t it[5] = {{n->sock, 0, ZMQ_POLLIN, 0},
                                 {n->mon, 0, ZMQ_POLLIN, 0},
                                 {NULL, data_pipe[0], ZMQ_POLLIN, 0},
+                                {NULL, n->beat.wake[0], ZMQ_POLLIN, 0},
                                 {NULL, n->sub ? dt__subctl_fd(n->sub) : -1, ZMQ_POLLIN, 0}};
-        if (zmq_poll(it, n->sub ? 4 : 3, (long)(wait < 0 ? 0 : wait)) < 0 && zmq_errno() != EINTR)
+        if (zmq_poll(it, n->sub ? 5 : 4, 1000) < 0 && zmq_errno() != EINTR)
             return fail("polling the connection failed");
         while (mon_event(n->mon) != 0) {
         }
@@ -288,14 +438,14 @@ static int serve(nodectx *n, int hb, dt__net_in *in) {
         while ((rc = dt__net_recv(n->sock, 0, in)) != 0) {
             if (rc < 0)
                 continue;
-            last_heard = dt__net_now_ms();
             if (in->m.type == DT__WIRE_STOP) {
                 say(n, "the main node at %s said stop: exiting", n->main);
                 return 0;
             }
             if (in->m.type == DT__WIRE_BATCH || in->m.type == DT__WIRE_RELEASE)
                 run_message(n, in);
-            else if (in->m.type == DT__WIRE_DATA || in->m.type == DT__WIRE_LOST)
+            else if (in->m.type == DT__WIRE_DATA || in->m.type == DT__WIRE_LOST ||
+                     in->m.type == DT__WIRE_FAILED)
                 on_data(in);
         }
         dt__net_in_done(in);
@@ -330,6 +480,7 @@ int dt_node_run(const dt_node_options *opts) {
     char ep[300];
     snprintf(ep, sizeof ep, "tcp://%s", opts->main_address);
     nodectx n = {.quiet = opts->quiet, .main = opts->main_address};
+    n.beat.stop[0] = n.beat.stop[1] = n.beat.wake[0] = n.beat.wake[1] = -1;
     int rc = 1, zero = 0, linger = 200;
     dt__net_in *in = dt__calloc(1, sizeof *in);
     if (!in || !(n.ctx = zmq_ctx_new()) || !(n.sock = zmq_socket(n.ctx, ZMQ_DEALER)) ||
@@ -393,9 +544,15 @@ int dt_node_run(const dt_node_options *opts) {
         say(&n, "%s", line);
         atomic_store_explicit(&own_first, (int64_t)in->m.u.welcome.first_device_id, memory_order_relaxed);
         atomic_store_explicit(&own_count, (int64_t)cpus, memory_order_relaxed);
-        rc = serve(&n, (int)in->m.u.welcome.heartbeat_ms, in);
+        snprintf(n.name, sizeof n.name, "worker node %u (host %.127s, pid %d)", in->m.u.welcome.node_index,
+                 reg.u.reg.host, (int)getpid());
+        rc = beat_start(&n, token, rid, (size_t)rl, (int)in->m.u.welcome.heartbeat_ms,
+                        (int)in->m.u.welcome.beat_port);
+        if (rc == 0)
+            rc = serve(&n, in);
     }
 out:
+    beat_end(&n.beat);
     /* Ranks waiting for another node's data fail: the cluster is gone. */
     dt__xfer_abort("this worker node left the cluster (its main node stopped or went away)");
     dt__subctl_free(n.sub); /* its work finishes first */
