@@ -409,8 +409,6 @@ static void beat_end(nbeat *b) {
 /* Serves after the welcome: batches, reads, data; the beat thread says
  * when the main node went silent or said stop. The exit status. */
 static int serve(nodectx *n, dt__net_in *in) {
-    static const dt__xfer_hooks hooks = {node_is_local, node_wake};
-    dt__xfer_start(&hooks);
     for (;;) {
         int st = atomic_load(&n->beat.state);
         if (st == BEAT_GONE) {
@@ -546,6 +544,9 @@ int dt_node_run(const dt_node_options *opts) {
         atomic_store_explicit(&own_count, (int64_t)cpus, memory_order_relaxed);
         snprintf(n.name, sizeof n.name, "worker node %u (host %.127s, pid %d)", in->m.u.welcome.node_index,
                  reg.u.reg.host, (int)getpid());
+        /* The mailbox first: the beat thread may hear of a loss at once. */
+        static const dt__xfer_hooks hooks = {node_is_local, node_wake};
+        dt__xfer_start(&hooks);
         rc = beat_start(&n, token, rid, (size_t)rl, (int)in->m.u.welcome.heartbeat_ms,
                         (int)in->m.u.welcome.beat_port);
         if (rc == 0)

@@ -210,6 +210,7 @@ def test_loss_within_two_intervals(slow_cluster):
     assert len(done) == len(waiting), "a read still waits on a lost node"
     for i, (n, t_sig, f) in enumerate(waiting):
         took = done[i] - t_sig
+        print(f"worker node {n['index']} ({('SIGKILL', 'SIGSTOP')[i]}): its read failed {took:.3f} s after the signal")
         assert 1.25 * BOUND_HB <= took <= 2 * BOUND_HB + BOUND_MARGIN, (n["index"], took)
         with pytest.raises(RuntimeError) as e:
             f.get()
