@@ -94,11 +94,13 @@ DT_API int64_t dt_cluster_cpu_devices(void);
  * the process started): bytes and values of host data shipped (each a
  * device's piece of a host value, or a whole value a kernel reads), and
  * kernels shipped that the nodes have not reported run yet (the backlog
- * counts them). */
+ * counts them), and the data messages (chunks) the main node relayed
+ * between two worker nodes (those without a direct connection). */
 typedef struct dt_cluster_counters {
     int64_t value_bytes;
     int64_t values;
     int64_t kernels_on_nodes;
+    int64_t relayed;
 } dt_cluster_counters;
 DT_API void dt_cluster_counters_get(dt_cluster_counters *out);
 /* Tells every worker node to stop, closes the connections and forgets the

@@ -33,6 +33,7 @@ void dt_cluster_counters_get(dt_cluster_counters *out) {
     out->value_bytes = atomic_load(&sent_bytes);
     out->values = atomic_load(&sent_values);
     out->kernels_on_nodes = atomic_load(&on_nodes);
+    out->relayed = dt__cluster_relayed();
 }
 
 static void patch(dt__bytes *b, size_t at, uint64_t v, int n) {

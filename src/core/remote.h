@@ -72,6 +72,9 @@ typedef struct dt__span_key {
  * (futures without pieces) through. Controller thread. */
 void dt__cluster_ship(int node, const char *backend, void *body, size_t len, struct dt_future **futs,
                       const int *counts, int n, uint32_t tag, dt__span_key *keys, int nkeys);
+/* DATA chunks the main node relayed between two worker nodes (any
+ * thread; dt_cluster_counters). */
+int64_t dt__cluster_relayed(void);
 /* Value `id` of graph `tag` held by worker node `node` is no longer needed
  * here (any thread; it leaves with the node's next message). */
 void dt__cluster_release(int node, uint32_t tag, uint64_t id);

@@ -14,8 +14,9 @@
  * its heartbeats stop and told every node) or when this node's cluster
  * ends (dt__xfer_abort): never a spin, never a hang.
  *
- * Routing: every message goes through the main node (a worker node only
- * knows its main node's address; docs/decisions.md).
+ * Routing is the transport's: between two worker nodes straight when
+ * their connection is up, otherwise through the main node
+ * (docs/decisions.md).
  *
  * Threads: every function on any thread. The hooks are called without the
  * mailbox's lock held; dt__xfer_lost and dt__xfer_abort may be called with

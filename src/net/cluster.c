@@ -106,6 +106,7 @@ static void on_register(const dt__net_in *in, int64_t now) {
         nd->info.cpu_devices = (int)m->u.reg.cpu_devices;
         nd->info.first_device_id = C.cpu_total;
         nd->info.pid = (int)m->u.reg.pid;
+        nd->data_port = m->u.reg.data_port;
         snprintf(nd->info.address, sizeof nd->info.address, "%s", in->peer[0] ? in->peer : "?");
         snprintf(nd->info.host, sizeof nd->info.host, "%.127s", m->u.reg.host);
         C.cpu_total += m->u.reg.cpu_devices;
@@ -120,6 +121,7 @@ static void on_register(const dt__net_in *in, int64_t now) {
     w.u.welcome.beat_port = (uint32_t)C.beat_port;
     dt__net_send(C.router, in->rid, in->rid_len, &w);
     dt__cluster_data_welcome(in->rid, in->rid_len);
+    dt__cluster_data_peers(nd);
 }
 
 void dt__cluster_wake(void) {

@@ -31,9 +31,10 @@ typedef struct node {
     dt_node_info info;
     uint8_t *rel; /* releases not yet sent: (u32 tag, u64 id) each */
     size_t rel_n, rel_cap;
-    int notify_lost;  /* lost: the other nodes are still to be told (the beat thread) */
-    uint64_t batches; /* batches shipped to it (their seq) */
-    sentb *sent;      /* oldest first */
+    uint32_t data_port; /* where it takes DATA from other worker nodes (0: through us only) */
+    int notify_lost;    /* lost: the other nodes are still to be told (the beat thread) */
+    uint64_t batches;   /* batches shipped to it (their seq) */
+    sentb *sent;        /* oldest first */
 } node;
 
 /* A batch for the cluster thread to send (core/remote.h). */
@@ -137,5 +138,8 @@ void dt__cluster_data_failed(int idx, sentb *b, const char *why);
 /* Tells a node just welcomed about the nodes lost before it joined (under
  * mu). */
 void dt__cluster_data_welcome(const uint8_t *rid, size_t rid_len);
+/* Tells a node just registered where the other live nodes take DATA
+ * directly, and them where it does (under mu). */
+void dt__cluster_data_peers(const node *nd);
 
 #endif /* DT_NET_CLUSTER_INT_H */

@@ -49,8 +49,19 @@ typedef struct nbeat {
     dt__net_in *in;
 } nbeat;
 
+/* A worker node that takes DATA directly (a PEER message). */
+typedef struct peer {
+    int64_t first, count;
+    void *sock; /* DEALER to its data port: CURVE, nothing queued before the connection is up */
+} peer;
+
 typedef struct nodectx {
     void *ctx, *sock, *mon;
+    void *data; /* ROUTER: DATA from other worker nodes */
+    peer *peers;
+    int npeers, cappeers;
+    uint32_t index;
+    const char *token;
     int quiet;
     const char *main;
     dt__subctl *sub; /* made by the first batch */
@@ -193,7 +204,68 @@ static void node_wake(void) {
     (void)w;
 }
 
-/* Sends this node's ranks' messages (all through the main node). */
+/* Binds the socket other worker nodes send DATA to (every interface, a
+ * free port; CURVE with the cluster's server key, so only token holders
+ * connect): its port, or 0 (then they send through the main node). */
+static int data_open(nodectx *n) {
+    char bound[200];
+    size_t blen = sizeof bound;
+    int zero = 0;
+    if (!(n->data = zmq_socket(n->ctx, ZMQ_ROUTER)) || dt__net_curve(n->data, n->token, 1) != 0 ||
+        dt__net_bulk(n->data) != 0 || zmq_setsockopt(n->data, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
+        zmq_bind(n->data, "tcp://*:0") != 0 ||
+        zmq_getsockopt(n->data, ZMQ_LAST_ENDPOINT, bound, &blen) != 0 || !strrchr(bound, ':')) {
+        if (n->data)
+            zmq_close(n->data);
+        n->data = NULL;
+        return 0;
+    }
+    return atoi(strrchr(bound, ':') + 1);
+}
+
+/* Connects to another worker node's data port (a PEER message). Any
+ * failure leaves its messages to the main node's relay. */
+static void add_peer(nodectx *n, const dt__wire_msg *m) {
+    if (m->u.peer.node_index == n->index)
+        return;
+    if (n->npeers == n->cappeers) {
+        int cap = n->cappeers ? 2 * n->cappeers : 8;
+        peer *v = dt__realloc(n->peers, (size_t)cap * sizeof *v);
+        if (!v)
+            return;
+        n->peers = v;
+        n->cappeers = cap;
+    }
+    char ep[DT__WIRE_TEXT_MAX + 32];
+    snprintf(ep, sizeof ep, "tcp://%s:%u", m->u.peer.address, m->u.peer.port);
+    int zero = 0, one = 1;
+    void *s = zmq_socket(n->ctx, ZMQ_DEALER);
+    /* IMMEDIATE: a message is taken only by a connection that is up, so
+     * one to a node not (or no longer) reachable goes through the main
+     * node instead (send_data). */
+    if (!s || zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
+        zmq_setsockopt(s, ZMQ_IMMEDIATE, &one, sizeof one) != 0 || dt__net_bulk(s) != 0 ||
+        dt__net_curve(s, n->token, 0) != 0 || zmq_connect(s, ep) != 0) {
+        if (s)
+            zmq_close(s);
+        return;
+    }
+    n->peers[n->npeers++] = (peer){m->u.peer.first_device_id, m->u.peer.count, s};
+}
+
+/* The socket that reaches device dev's node directly and can take a
+ * message now, or NULL. */
+static void *direct(nodectx *n, int64_t dev) {
+    for (int i = 0; i < n->npeers; i++)
+        if (dev >= n->peers[i].first && dev < n->peers[i].first + n->peers[i].count) {
+            zmq_pollitem_t it = {n->peers[i].sock, 0, ZMQ_POLLOUT, 0};
+            return zmq_poll(&it, 1, 0) > 0 && (it.revents & ZMQ_POLLOUT) ? n->peers[i].sock : NULL;
+        }
+    return NULL;
+}
+
+/* Sends this node's ranks' messages: straight to another worker node when
+ * it is connected, else through the main node. */
 static void send_data(nodectx *n) {
     char c[64];
     while (read(data_pipe[0], c, sizeof c) > 0) {
@@ -205,7 +277,8 @@ static void send_data(nodectx *n) {
             dt__xfer_deliver(m);
             continue;
         }
-        if (dt__net_send_data(n->sock, NULL, 0, m) != DT_OK)
+        void *to = direct(n, m->h.dst_device);
+        if (dt__net_send_data(to ? to : n->sock, NULL, 0, m) != DT_OK)
             fprintf(stderr, "dtorch-node: %s\n", dt_last_error());
     }
 }
@@ -421,12 +494,14 @@ static int serve(nodectx *n, dt__net_in *in) {
         }
         /* Woken by messages, this node's outbox, completed reads and the
          * beat thread; the timeout only bounds the wait. */
-        zmq_pollitem_t it[5] = {{n->sock, 0, ZMQ_POLLIN, 0},
-                                {n->mon, 0, ZMQ_POLLIN, 0},
-                                {NULL, data_pipe[0], ZMQ_POLLIN, 0},
-                                {NULL, n->beat.wake[0], ZMQ_POLLIN, 0},
-                                {NULL, n->sub ? dt__subctl_fd(n->sub) : -1, ZMQ_POLLIN, 0}};
-        if (zmq_poll(it, n->sub ? 5 : 4, 1000) < 0 && zmq_errno() != EINTR)
+        zmq_pollitem_t it[6] = {
+            {n->sock, 0, ZMQ_POLLIN, 0},         {n->mon, 0, ZMQ_POLLIN, 0},
+            {NULL, data_pipe[0], ZMQ_POLLIN, 0}, {NULL, n->beat.wake[0], ZMQ_POLLIN, 0},
+            {n->data, 0, ZMQ_POLLIN, 0},         {NULL, n->sub ? dt__subctl_fd(n->sub) : -1, ZMQ_POLLIN, 0}};
+        int nit = 4 + (n->data != NULL);
+        if (n->sub)
+            it[nit++] = it[5];
+        if (zmq_poll(it, nit, 1000) < 0 && zmq_errno() != EINTR)
             return fail("polling the connection failed");
         while (mon_event(n->mon) != 0) {
         }
@@ -445,7 +520,13 @@ static int serve(nodectx *n, dt__net_in *in) {
             else if (in->m.type == DT__WIRE_DATA || in->m.type == DT__WIRE_LOST ||
                      in->m.type == DT__WIRE_FAILED)
                 on_data(in);
+            else if (in->m.type == DT__WIRE_PEER)
+                add_peer(n, &in->m);
         }
+        dt__net_in_done(in);
+        while (n->data && (rc = dt__net_recv(n->data, 1, in)) != 0) /* from other worker nodes */
+            if (rc > 0 && in->m.type == DT__WIRE_DATA)
+                dt__net_deliver_data(in, &in->m.u.data);
         dt__net_in_done(in);
     }
 }
@@ -477,7 +558,7 @@ int dt_node_run(const dt_node_options *opts) {
     }
     char ep[300];
     snprintf(ep, sizeof ep, "tcp://%s", opts->main_address);
-    nodectx n = {.quiet = opts->quiet, .main = opts->main_address};
+    nodectx n = {.quiet = opts->quiet, .main = opts->main_address, .token = token};
     n.beat.stop[0] = n.beat.stop[1] = n.beat.wake[0] = n.beat.wake[1] = -1;
     int rc = 1, zero = 0, linger = 200;
     dt__net_in *in = dt__calloc(1, sizeof *in);
@@ -528,6 +609,7 @@ int dt_node_run(const dt_node_options *opts) {
         snprintf(reg.u.reg.host, sizeof reg.u.reg.host, "?");
     reg.u.reg.token = (const uint8_t *)token;
     reg.u.reg.token_len = strlen(token);
+    reg.u.reg.data_port = (uint32_t)data_open(&n);
     rc = enroll(&n, &reg, opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 60000, in);
     if (rc == GONE) {
         say(&n, "the main node at %s is gone (it closed the connection while registering): exiting",
@@ -542,6 +624,7 @@ int dt_node_run(const dt_node_options *opts) {
         say(&n, "%s", line);
         atomic_store_explicit(&own_first, (int64_t)in->m.u.welcome.first_device_id, memory_order_relaxed);
         atomic_store_explicit(&own_count, (int64_t)cpus, memory_order_relaxed);
+        n.index = in->m.u.welcome.node_index;
         snprintf(n.name, sizeof n.name, "worker node %u (host %.127s, pid %d)", in->m.u.welcome.node_index,
                  reg.u.reg.host, (int)getpid());
         /* The mailbox first: the beat thread may hear of a loss at once. */
@@ -564,6 +647,11 @@ out:
         zmq_socket_monitor(n.sock, NULL, 0);
     if (n.mon)
         zmq_close(n.mon);
+    for (int i = 0; i < n.npeers; i++)
+        zmq_close(n.peers[i].sock);
+    dt__free(n.peers);
+    if (n.data)
+        zmq_close(n.data);
     if (n.sock)
         zmq_close(n.sock);
     if (n.ctx)

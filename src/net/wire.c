@@ -2,7 +2,7 @@
  * The cluster wire format: framing, per-type payloads, and the token
  * helpers (wire.h has the format and the contract). Payloads, version 2:
  *   REGISTER  := u32 cpu_devices u32 cuda_devices u32 pid text host
- *                u16 token_len u8 token[token_len]
+ *                u16 token_len u8 token[token_len] u32 data_port
  *   WELCOME   := u32 node_index i64 first_device_id u32 heartbeat_ms u32 beat_port
  *   REFUSE    := text reason
  *   HEARTBEAT := u64 seq
@@ -14,6 +14,7 @@
  *   RESULT    := u64 future i32 rank u32 count i32 status u64 batch text error
  *   LOST      := i64 first_device_id i64 count text error
  *   FAILED    := u32 tag u64 group u64 seq i64 first_device_id i64 count text error
+ *   PEER      := u32 node_index i64 first_device_id i64 count u32 port text address
  *   text      := u16 len u8 bytes[len]  (len < DT__WIRE_TEXT_MAX, no NUL)
  */
 #include <string.h>
@@ -25,6 +26,7 @@ static const char *const names[DT__WIRE_TYPE_END] = {
     [DT__WIRE_HEARTBEAT] = "heartbeat", [DT__WIRE_STOP] = "stop",       [DT__WIRE_BYE] = "bye",
     [DT__WIRE_BATCH] = "batch",         [DT__WIRE_RELEASE] = "release", [DT__WIRE_RESULT] = "result",
     [DT__WIRE_DATA] = "data",           [DT__WIRE_LOST] = "lost",       [DT__WIRE_FAILED] = "failed",
+    [DT__WIRE_PEER] = "peer",
 };
 
 const char *dt__wire_type_name(int type) {
@@ -89,6 +91,7 @@ size_t dt__wire_encode(const dt__wire_msg *m, uint8_t *buf, size_t cap) {
         put(&w, m->u.reg.pid, 4);
         put_text(&w, m->u.reg.host);
         put_bytes(&w, m->u.reg.token, m->u.reg.token_len);
+        put(&w, m->u.reg.data_port, 4);
         break;
     case DT__WIRE_WELCOME:
         put(&w, m->u.welcome.node_index, 4);
@@ -144,6 +147,13 @@ size_t dt__wire_encode(const dt__wire_msg *m, uint8_t *buf, size_t cap) {
         put(&w, (uint64_t)m->u.failed.first_device_id, 8);
         put(&w, (uint64_t)m->u.failed.count, 8);
         put_text(&w, m->u.failed.error);
+        break;
+    case DT__WIRE_PEER:
+        put(&w, m->u.peer.node_index, 4);
+        put(&w, (uint64_t)m->u.peer.first_device_id, 8);
+        put(&w, (uint64_t)m->u.peer.count, 8);
+        put(&w, m->u.peer.port, 4);
+        put_text(&w, m->u.peer.address);
         break;
     default: /* STOP, BYE: no payload */
         break;
@@ -240,9 +250,12 @@ dt_status dt__wire_decode(const void *buf, size_t len, dt__wire_msg *m) {
         m->u.reg.pid = (uint32_t)get(&r, 4);
         get_text(&r, m->u.reg.host);
         m->u.reg.token = get_bytes(&r, DT__WIRE_TOKEN_MAX, &m->u.reg.token_len);
+        m->u.reg.data_port = (uint32_t)get(&r, 4);
         if (!r.why &&
             (m->u.reg.cpu_devices > DT__WIRE_MAX_DEVICES || m->u.reg.cuda_devices > DT__WIRE_MAX_DEVICES))
             r.why = "too many devices";
+        else if (!r.why && m->u.reg.data_port > 65535)
+            r.why = "bad port";
         break;
     case DT__WIRE_WELCOME:
         m->u.welcome.node_index = (uint32_t)get(&r, 4);
@@ -324,6 +337,16 @@ dt_status dt__wire_decode(const void *buf, size_t len, dt__wire_msg *m) {
         get_text(&r, m->u.failed.error);
         if (!r.why && (m->u.failed.first_device_id < 0 || m->u.failed.count < 0))
             r.why = "bad device range";
+        break;
+    case DT__WIRE_PEER:
+        m->u.peer.node_index = (uint32_t)get(&r, 4);
+        m->u.peer.first_device_id = (int64_t)get(&r, 8);
+        m->u.peer.count = (int64_t)get(&r, 8);
+        m->u.peer.port = (uint32_t)get(&r, 4);
+        get_text(&r, m->u.peer.address);
+        if (!r.why && (m->u.peer.first_device_id < 0 || m->u.peer.count < 0 || m->u.peer.port == 0 ||
+                       m->u.peer.port > 65535 || !m->u.peer.address[0]))
+            r.why = "bad device range, port or address";
         break;
     default:
         break;

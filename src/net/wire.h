@@ -52,6 +52,7 @@ typedef enum dt__wire_type {
     DT__WIRE_DATA = 10,     /* both ways: a collective's part for a rank of another node (0 or 1 frame) */
     DT__WIRE_LOST = 11,     /* main -> node: a node is lost; waits for its devices fail */
     DT__WIRE_FAILED = 12,   /* main -> node: a collective gets no parts from a node's devices */
+    DT__WIRE_PEER = 13,     /* main -> node: where another node takes DATA directly */
     DT__WIRE_TYPE_END
 } dt__wire_type;
 
@@ -66,6 +67,7 @@ typedef struct dt__wire_msg {
             char host[DT__WIRE_TEXT_MAX];
             const uint8_t *token;
             size_t token_len;
+            uint32_t data_port; /* where it takes DATA from other worker nodes (0: nowhere) */
         } reg;
         struct {
             uint32_t node_index, heartbeat_ms;
@@ -95,6 +97,11 @@ typedef struct dt__wire_msg {
             int64_t first_device_id, count;
             char error[DT__WIRE_TEXT_MAX];
         } lost;
+        struct {
+            uint32_t node_index, port;
+            int64_t first_device_id, count;
+            char address[DT__WIRE_TEXT_MAX]; /* its address as the main node sees it */
+        } peer;
         struct {
             uint32_t tag;
             uint64_t group, seq; /* the collective, as a DATA message names it */

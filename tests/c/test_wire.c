@@ -76,6 +76,7 @@ static int sample(int type, dt__wire_msg *m) {
         snprintf(m->u.reg.host, sizeof m->u.reg.host, "host-%d.example", type);
         m->u.reg.token = (const uint8_t *)token;
         m->u.reg.token_len = sizeof token - 1;
+        m->u.reg.data_port = 40002;
         return 1;
     case DT__WIRE_WELCOME:
         m->u.welcome.node_index = 7;
@@ -137,6 +138,13 @@ static int sample(int type, dt__wire_msg *m) {
         m->u.failed.count = 2;
         snprintf(m->u.failed.error, sizeof m->u.failed.error, "worker node 1 could not run a batch");
         return 1;
+    case DT__WIRE_PEER:
+        m->u.peer.node_index = 3;
+        m->u.peer.first_device_id = 9;
+        m->u.peer.count = 4;
+        m->u.peer.port = 40003;
+        snprintf(m->u.peer.address, sizeof m->u.peer.address, "10.231.7.2");
+        return 1;
     }
     return 0;
 }
@@ -149,6 +157,7 @@ static int same_msg(const dt__wire_msg *a, const dt__wire_msg *b) {
         return a->u.reg.cpu_devices == b->u.reg.cpu_devices &&
                a->u.reg.cuda_devices == b->u.reg.cuda_devices && a->u.reg.pid == b->u.reg.pid &&
                !strcmp(a->u.reg.host, b->u.reg.host) && a->u.reg.token_len == b->u.reg.token_len &&
+               a->u.reg.data_port == b->u.reg.data_port &&
                !memcmp(a->u.reg.token, b->u.reg.token, a->u.reg.token_len);
     case DT__WIRE_WELCOME:
         return !memcmp(&a->u.welcome, &b->u.welcome, sizeof a->u.welcome);
@@ -179,6 +188,10 @@ static int same_msg(const dt__wire_msg *a, const dt__wire_msg *b) {
                a->u.failed.seq == b->u.failed.seq &&
                a->u.failed.first_device_id == b->u.failed.first_device_id &&
                a->u.failed.count == b->u.failed.count && !strcmp(a->u.failed.error, b->u.failed.error);
+    case DT__WIRE_PEER:
+        return a->u.peer.node_index == b->u.peer.node_index &&
+               a->u.peer.first_device_id == b->u.peer.first_device_id && a->u.peer.count == b->u.peer.count &&
+               a->u.peer.port == b->u.peer.port && !strcmp(a->u.peer.address, b->u.peer.address);
     }
     return 1;
 }
@@ -278,6 +291,11 @@ static void test_refusals(void) {
     n = dt__wire_encode(&m, buf, sizeof buf);
     CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
     m.u.welcome.beat_port = 65536;
+    n = dt__wire_encode(&m, buf, sizeof buf);
+    CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
+    /* A peer without a port. */
+    sample(DT__WIRE_PEER, &m);
+    m.u.peer.port = 0;
     n = dt__wire_encode(&m, buf, sizeof buf);
     CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
     /* A failure notice with a negative device range. */

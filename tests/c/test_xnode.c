@@ -7,7 +7,8 @@
  * and all-reduces (the sum compared with the one computed here in rank
  * order, exactly); B is made unable to decode a batch holding its ranks of
  * an all-reduce (dt_debug_cluster_corrupt_batch): the read fails at once,
- * naming B, and the next all-reduce runs; then B is SIGKILLed and an
+ * naming B, and the next all-reduce runs; a copy from A to B goes straight
+ * between them (the main node relays nothing); then B is SIGKILLed and an
  * all-reduce that waits for its part fails, naming it, within the loss
  * bound, and A and the main node go on. Python's test_cluster_data.py
  * covers torch's results.
@@ -111,6 +112,15 @@ static void run(void) {
     dt_tensor *ar4 = dt_redistribute(part, all, &r);
     CHECK_EQ(read_floats(ar4, got, COLS), DT_OK);
     check_floats("all-reduce after B's failed batch", got, want, COLS);
+    /* A's part for B goes straight to B (their connection is up by now),
+     * not through the main node. */
+    dt_cluster_counters c0, c1;
+    dt_cluster_counters_get(&c0);
+    dt_tensor *tb2 = dt_redistribute(ta, b, &r);
+    CHECK_EQ(read_floats(tb2, got, ROWS * COLS), DT_OK);
+    check_floats("A -> B straight", got, x, ROWS * COLS);
+    dt_cluster_counters_get(&c1);
+    CHECK_EQ(c1.relayed, c0.relayed);
     /* B killed: an all-reduce waiting for its part fails, naming it. */
     dt_node_info nb;
     CHECK_EQ(dt_cluster_node(1, &nb), DT_OK);
@@ -130,7 +140,7 @@ static void run(void) {
     dt_tensor *yh = dt_redistribute(ya, here, &r);
     CHECK_EQ(read_floats(yh, got, ROWS * COLS), DT_OK);
     check_floats("A -> main after B's loss", got, x, ROWS * COLS);
-    dt_tensor *ts[] = {t, ta, tb, back, s, ag, part, ar, thrice, ar3, ar4, twice, ar2, ya, yh};
+    dt_tensor *ts[] = {t, ta, tb, back, s, ag, part, ar, thrice, ar3, ar4, tb2, twice, ar2, ya, yh};
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
         dt_tensor_release(ts[i]);
     dt_mesh *ms[] = {here, a, b, all};

@@ -238,6 +238,33 @@ def test_2d_mesh_data_parallel_across_nodes(two_nodes):
         _check(r, want, exact=i < 2)
 
 
+def test_worker_to_worker_directly(two_nodes):
+    """Worker nodes send each other DATA straight, over a connection of their own (each listens on
+    a port of its own, the main node tells the others where): a 4 MiB copy from A to B and an
+    all-gather over A and B are right and the main node relays none of their messages."""
+    g = dtorch.Graph()
+    a, b = dtorch.DeviceMesh("cpu", [4, 5]), dtorch.DeviceMesh("cpu", [6, 7])
+    t = _randn(1024, 1024, seed=12)
+    x = dtorch.from_torch(t, a, [Shard(0)], graph=g)
+    _check(x.redistribute(device_mesh=b, placements=[Replicate()]), t)
+    # The nodes connect when the second registers; until a connection is up (a few ms after), a
+    # message goes through the main node instead. Wait for it, bounded.
+    on = {i: dtorch.DeviceMesh("cpu", [i]) for i in (4, 6)}
+    small = {i: dtorch.from_torch(torch.arange(4.0), on[i], [Replicate()], graph=g) for i in (4, 6)}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        before = _C._cluster_info()["relayed"]
+        for i, j in ((4, 6), (6, 4)):
+            small[i].redistribute(device_mesh=on[j], placements=[Replicate()]).to_torch()
+        if _C._cluster_info()["relayed"] == before:
+            break
+    before = _C._cluster_info()["relayed"]
+    _check(x.redistribute(device_mesh=b, placements=[Shard(1)]), t)
+    assert _C._cluster_info()["relayed"] == before
+    _check(x.redistribute(device_mesh=dtorch.DeviceMesh("cpu", [4, 5, 6, 7]), placements=[Replicate()]), t)
+    assert _C._cluster_info()["relayed"] == before
+
+
 def test_batch_a_node_cannot_decode(two_nodes):
     """Worker node B cannot decode the batch holding its ranks of an all-reduce over the main node,
     A and B (a test hook sends it a byte short): the read fails at once, long before the loss bound,
