@@ -238,6 +238,9 @@ static dt_status endpoint(const char *address, char *out, size_t cap) {
         return dt__error(DT_EINVAL, "cluster: the main node's address must be 'HOST:PORT', not '%s'",
                          address);
     int port = atoi(colon + 1);
+    if (port == 65535) /* the heartbeats take port + 1 (cluster_beat.c) */
+        return dt__error(DT_EINVAL,
+                         "cluster: port 65535 leaves no next port for the heartbeats; use a lower one");
     int hl = (int)(colon - address);
     if (snprintf(out, cap, "tcp://%.*s:%s", hl, address, port ? colon + 1 : "*") >= (int)cap)
         return dt__error(DT_EINVAL, "cluster: address '%s' is too long", address);

@@ -37,7 +37,7 @@ dt_status dt__cluster_beat_open(const char *ep) {
     char bep[220];
     int port = colon ? atoi(colon + 1) : 0;
     if (!colon || port >= 65535)
-        return dt__error(DT_EINVAL, "cluster: no port after %s for the heartbeat channel", ep);
+        return dt__error(DT_EINVAL, "cluster: no next port after %s for the heartbeats", ep);
     /* A given port P puts the heartbeats at P + 1 (a firewall rule can name
      * both); a free port, at another free port. */
     if (port > 0)

@@ -282,6 +282,8 @@ def test_set_address_validation(monkeypatch):
         MainNode.set_address("localhost", token="t")
     with pytest.raises(ValueError, match="HOST:PORT"):
         MainNode.set_address("127.0.0.1:99999", token="t")
+    with pytest.raises(ValueError, match="no next port for the heartbeats"):
+        MainNode.set_address("127.0.0.1:65535", token="t")
     with pytest.raises(TypeError):
         MainNode.set_address(5555)
     # No address: GlobalOption's (DTORCH_MAIN_NODE_ADDRESS) is the one used.
