@@ -13,7 +13,9 @@
  * compares the token and answers REFUSE. Either way the node exits 1.
  *
  * Threads: the calling thread (the node thread) runs everything but the
- * heartbeats, with one DEALER socket and the monitor's PAIR socket. The
+ * heartbeats, with the DEALER socket to the main node, the ROUTER other
+ * worker nodes send data to, a DEALER per such peer and the monitor's PAIR
+ * socket. The
  * beat thread (beat_loop) owns the heartbeat channel's DEALER socket; it
  * tells the node thread that the main node went silent or said stop
  * through `state` (an atomic) and a pipe, and the node thread stops it
