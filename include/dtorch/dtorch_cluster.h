@@ -14,7 +14,10 @@
  * authenticated with keys derived from it. The main node sends heartbeats
  * to each worker node and marks one lost after two intervals without its
  * heartbeat; a worker node exits when the main node says stop or is silent
- * for two intervals.
+ * for two intervals. Heartbeats travel on a connection of their own, to
+ * the main node's port + 1 (a free port when the main node's is), so no
+ * transfer delays them; worker nodes also listen, each on a free port, for
+ * each other's data.
  *
  * What works today: cluster formation, heartbeats and loss detection, and
  * meshes of one worker node's devices run programs there (its kernels are
@@ -51,8 +54,9 @@ DT_API int dt_cluster_has_curve(void);
 /* Makes this process the main node and listens at `address` ("HOST:PORT";
  * NULL or "": 127.0.0.1 on a free port; port 0: a free port). DT_EINVAL for
  * a bad address, a missing or overlong token (at most 1024 bytes) or a
- * second call; DT_EBACKEND when the address cannot be bound. `opts` is
- * read during the call (NULL: defaults). */
+ * second call; DT_EBACKEND when the address (or, for heartbeats, its port
+ * + 1; a port 65535 is DT_EINVAL) cannot be bound. `opts` is read during
+ * the call (NULL: defaults). */
 DT_API dt_status dt_cluster_listen(const char *address, const dt_cluster_options *opts);
 /* The address the main node listens at, "HOST:PORT" with the port bound,
  * into `buf` of `cap` bytes. DT_EINVAL when not listening. */
@@ -94,17 +98,24 @@ DT_API int64_t dt_cluster_cpu_devices(void);
  * the process started): bytes and values of host data shipped (each a
  * device's piece of a host value, or a whole value a kernel reads), and
  * kernels shipped that the nodes have not reported run yet (the backlog
- * counts them). */
+ * counts them), and the data messages (chunks) the main node relayed
+ * between two worker nodes (those without a direct connection). */
 typedef struct dt_cluster_counters {
     int64_t value_bytes;
     int64_t values;
     int64_t kernels_on_nodes;
+    int64_t relayed;
 } dt_cluster_counters;
 DT_API void dt_cluster_counters_get(dt_cluster_counters *out);
 /* Tells every worker node to stop, closes the connections and forgets the
  * cluster (a later dt_cluster_listen may form a new one). No-op when not
  * listening. */
 DT_API void dt_cluster_shutdown(void);
+
+/* Tests only: the next kernel batch shipped to worker node `node` leaves
+ * one byte short, so the node cannot decode it (the path of a batch a node
+ * cannot run). DT_EINDEX for a node that does not exist. */
+DT_API dt_status dt_debug_cluster_corrupt_batch(int node);
 
 /* ------------------------------------------------------ the worker node */
 

@@ -13,10 +13,14 @@
  *                                   (n+1)-th allocation while lowering fails
  *                                   once (negative disarms)
  *   _fail_allocs_pending() -> bool  dt_debug_fail_allocs_pending()
+ *   _test_corrupt_next_batch(node)  dt_debug_cluster_corrupt_batch(node): the
+ *                                   next batch shipped to worker node `node`
+ *                                   cannot be decoded there
  * dtorch.test.test_util wraps the gate in a context manager.
  *
  * Every function runs on a Python thread holding the GIL; none waits.
  */
+#include "dtorch/dtorch_cluster.h"
 #include "dtorch/dtorch_replay.h"
 #include "dtorch/dtorch_schedule.h"
 #include "dtorch_py.h"
@@ -217,7 +221,19 @@ static PyObject *mod_fail_allocs_pending(PyObject *module, PyObject *unused) {
     return PyBool_FromLong(dt_debug_fail_allocs_pending());
 }
 
+static PyObject *mod_corrupt_next_batch(PyObject *module, PyObject *arg) {
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (dt_debug_cluster_corrupt_batch((int)n) != DT_OK)
+        return dtpy_raise_last(mod_state(module));
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef testing_methods[] = {
+    {"_test_corrupt_next_batch", mod_corrupt_next_batch, METH_O,
+     "_test_corrupt_next_batch(node): the next batch shipped to worker node `node` cannot be decoded there "
+     "(tests only)"},
     {"_test_gate", mod_test_gate, METH_NOARGS, "_test_gate() -> a closed gate (tests only)"},
     {"_test_gate_open", mod_test_gate_open, METH_O, "_test_gate_open(gate): opens it"},
     {"_test_gate_is_open", mod_test_gate_is_open, METH_O, "_test_gate_is_open(gate) -> bool"},

@@ -19,6 +19,7 @@
 #include "core/remote.h"
 #include "core/stream.h"
 #include "core/stream_int.h"
+#include "dist/comm.h"
 #include "dtorch/dtorch_cluster.h"
 
 static atomic_uint tags; /* the graphs' names on the worker nodes */
@@ -32,6 +33,7 @@ void dt_cluster_counters_get(dt_cluster_counters *out) {
     out->value_bytes = atomic_load(&sent_bytes);
     out->values = atomic_load(&sent_values);
     out->kernels_on_nodes = atomic_load(&on_nodes);
+    out->relayed = dt__cluster_relayed();
 }
 
 static void patch(dt__bytes *b, size_t at, uint64_t v, int n) {
@@ -324,12 +326,47 @@ static dt_future *batch_future(dt_graph *g, dt__stream **ss, int n, long nk) {
     return f;
 }
 
+/* The collectives spanning nodes among a batch's kernels, each once: if
+ * the node cannot run the batch, the other nodes' ranks waiting for these
+ * collectives' parts are told so (cluster_remote.c). */
+typedef struct spans {
+    dt__span_key *k;
+    int n, cap;
+} spans;
+
+static void add_span(dt_graph *g, spans *sp, const dt__krec *k, int node) {
+    if (k->kop != DT_KC_COLLECTIVE)
+        return;
+    dt__collattr a;
+    dt__collattr_read(k, &a);
+    int type = 0, n = 0, spanning = 0;
+    const int64_t *ids = NULL;
+    if (!dt__graph_group_info(g, a.group, &type, &n, &ids))
+        return;
+    for (int i = 0; i < n && !spanning; i++)
+        spanning = dt__cluster_node_of((dt_device_type)type, ids[i]) != node;
+    for (int i = 0; i < sp->n && spanning; i++)
+        spanning = sp->k[i].group != a.group || sp->k[i].seq != a.seq;
+    if (!spanning)
+        return;
+    if (sp->n == sp->cap) {
+        int cap = sp->cap ? 2 * sp->cap : 8;
+        dt__span_key *v = dt__realloc(sp->k, (size_t)cap * sizeof *v);
+        if (!v) /* out of memory: a failure of this batch would leave its peers waiting */
+            return;
+        sp->k = v;
+        sp->cap = cap;
+    }
+    sp->k[sp->n++] = (dt__span_key){a.group, a.seq};
+}
+
 /* Ships the `n` streams `ss` of worker node `node`. */
 static void ship(dt_graph *g, int node, dt__stream **ss, int n) {
     dt__kbatch kb = {.n = n, .s = dt__calloc((size_t)n, sizeof *kb.s)};
     dt__bytes body = {0};
     futs fs = {0};
     pieces ps = {0};
+    spans sp = {0};
     long nk = 0;
     uint32_t nput = 0;
     char msg[1024] = "";
@@ -353,6 +390,7 @@ static void ship(dt_graph *g, int node, dt__stream **ss, int n) {
                 }
             if ((k->kop == DT_KC_FETCH || k->kop == DT_KC_SYNC) && add_future(&fs, k->handle) != 0)
                 body.failed = 1;
+            add_span(g, &sp, k, node);
         }
     }
     patch(&body, nput_at, nput, 4);
@@ -406,7 +444,9 @@ static void ship(dt_graph *g, int node, dt__stream **ss, int n) {
         dt__backlog_done(g, nk);
     dt__free(kb.s);
     if (st == DT_OK) {
-        dt__cluster_ship(node, dt_graph_backend(g), body.p, body.len, fs.f, fs.count, fs.n);
+        dt__cluster_ship(node, dt_graph_backend(g), body.p, body.len, fs.f, fs.count, fs.n, g->remote_tag,
+                         sp.k, sp.n);
+        sp.k = NULL;
     } else {
         dt__bytes_free(&body);
         for (int i = 0; i < fs.n; i++) {
@@ -429,6 +469,7 @@ static void ship(dt_graph *g, int node, dt__stream **ss, int n) {
     dt__free(ps.e);
     dt__free(fs.f);
     dt__free(fs.count);
+    dt__free(sp.k);
 }
 
 uint32_t dt__remote_tag(dt_graph *g) {

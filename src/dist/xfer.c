@@ -15,6 +15,15 @@ typedef struct lost_range {
     char why[DT__XFER_TEXT];
 } lost_range;
 
+/* A collective whose parts from [first, first + count) will not come. */
+typedef struct failed_parts {
+    struct failed_parts *next;
+    uint32_t tag;
+    uint64_t group, seq;
+    int64_t first, count;
+    char why[DT__XFER_TEXT];
+} failed_parts;
+
 static struct {
     pthread_mutex_t mu;
     pthread_cond_t cond;
@@ -25,6 +34,7 @@ static struct {
     dt__xfer_msg *out, *out_last; /* to send, oldest first */
     lost_range *lost;
     int nlost, caplost;
+    failed_parts *failed;
     char abort_why[DT__XFER_TEXT]; /* non-empty: every other node is gone */
 } X = {.mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
@@ -44,13 +54,24 @@ static void free_list(dt__xfer_msg *m) {
     }
 }
 
+static void free_failed(failed_parts *f) {
+    while (f) {
+        failed_parts *next = f->next;
+        dt__free(f);
+        f = next;
+    }
+}
+
 void dt__xfer_start(const dt__xfer_hooks *h) {
     pthread_mutex_lock(&X.mu);
     X.hooks = h ? *h : (dt__xfer_hooks){0};
     X.started = h != NULL;
     X.nlost = 0;
     X.abort_why[0] = 0;
+    failed_parts *failed = X.failed;
+    X.failed = NULL;
     pthread_mutex_unlock(&X.mu);
+    free_failed(failed);
 }
 
 void dt__xfer_stop(void) {
@@ -62,6 +83,8 @@ void dt__xfer_stop(void) {
     dt__free(X.lost);
     X.lost = NULL;
     X.nlost = X.caplost = 0;
+    failed_parts *failed = X.failed;
+    X.failed = NULL;
     if (!X.abort_why[0])
         snprintf(X.abort_why, sizeof X.abort_why, "the cluster ended");
     pthread_cond_broadcast(&X.cond);
@@ -69,6 +92,7 @@ void dt__xfer_stop(void) {
     free_list(box);
     free_list(out);
     free_list(partial);
+    free_failed(failed);
 }
 
 int dt__xfer_is_local(int64_t id) {
@@ -151,9 +175,19 @@ static dt__xfer_msg *assemble(dt__xfer_msg *m) {
     return w;
 }
 
+/* The record saying that dev takes no part in h's collective (or sends
+ * none to it), or NULL. Under mu. */
+static const failed_parts *failed_at(const dt__xfer_hdr *h, int64_t dev) {
+    for (const failed_parts *f = X.failed; f; f = f->next)
+        if (f->tag == h->tag && f->group == h->group && f->seq == h->seq && dev >= f->first &&
+            dev < f->first + f->count)
+            return f;
+    return NULL;
+}
+
 void dt__xfer_deliver(dt__xfer_msg *m) {
     pthread_mutex_lock(&X.mu);
-    if (!X.started) {
+    if (!X.started || failed_at(&m->h, m->h.dst_device)) {
         pthread_mutex_unlock(&X.mu);
         dt__xfer_msg_free(m);
         return;
@@ -178,6 +212,7 @@ static const char *gone(int64_t dev) {
 
 dt__xfer_msg *dt__xfer_wait(uint32_t tag, uint64_t group, uint64_t seq, int32_t from, int32_t to,
                             int64_t src_device, char *err, size_t errlen) {
+    const dt__xfer_hdr key = {.tag = tag, .group = group, .seq = seq};
     pthread_mutex_lock(&X.mu);
     for (;;) {
         for (dt__xfer_msg **pp = &X.box; *pp; pp = &(*pp)->next) {
@@ -190,7 +225,8 @@ dt__xfer_msg *dt__xfer_wait(uint32_t tag, uint64_t group, uint64_t seq, int32_t 
                 return m;
             }
         }
-        const char *why = gone(src_device);
+        const failed_parts *f = failed_at(&key, src_device);
+        const char *why = f ? f->why : gone(src_device);
         if (why || !X.started) {
             snprintf(err, errlen, "%s", why ? why : "this process is not in a cluster");
             pthread_mutex_unlock(&X.mu);
@@ -220,6 +256,41 @@ void dt__xfer_lost(int64_t first, int64_t count, const char *why) {
     }
     pthread_cond_broadcast(&X.cond);
     pthread_mutex_unlock(&X.mu);
+}
+
+/* Drops the messages of list *pp that f's devices were to receive. Under
+ * mu; returns them for freeing outside it. */
+static dt__xfer_msg *take_failed(dt__xfer_msg **pp, const failed_parts *f, dt__xfer_msg *dead) {
+    while (*pp) {
+        dt__xfer_msg *m = *pp;
+        if (failed_at(&m->h, m->h.dst_device) == f) {
+            *pp = m->next;
+            m->next = dead;
+            dead = m;
+        } else {
+            pp = &m->next;
+        }
+    }
+    return dead;
+}
+
+void dt__xfer_fail_parts(uint32_t tag, uint64_t group, uint64_t seq, int64_t first, int64_t count,
+                         const char *why) {
+    failed_parts *f = dt__calloc(1, sizeof *f);
+    dt__xfer_msg *dead = NULL;
+    pthread_mutex_lock(&X.mu);
+    if (f) {
+        *f = (failed_parts){X.failed, tag, group, seq, first, count, ""};
+        snprintf(f->why, sizeof f->why, "%s", why && *why ? why : "a node could not run a collective");
+        X.failed = f;
+        dead = take_failed(&X.box, f, dead);
+        dead = take_failed(&X.partial, f, dead);
+    } else if (!X.abort_why[0]) { /* out of memory: every wait fails rather than hang */
+        snprintf(X.abort_why, sizeof X.abort_why, "%s", why && *why ? why : "a node could not run a batch");
+    }
+    pthread_cond_broadcast(&X.cond);
+    pthread_mutex_unlock(&X.mu);
+    free_list(dead);
 }
 
 void dt__xfer_abort(const char *why) {

@@ -14,8 +14,9 @@
  * its heartbeats stop and told every node) or when this node's cluster
  * ends (dt__xfer_abort): never a spin, never a hang.
  *
- * Routing: every message goes through the main node (a worker node only
- * knows its main node's address; docs/decisions.md).
+ * Routing is the transport's: between two worker nodes straight when
+ * their connection is up, otherwise through the main node
+ * (docs/decisions.md).
  *
  * Threads: every function on any thread. The hooks are called without the
  * mailbox's lock held; dt__xfer_lost and dt__xfer_abort may be called with
@@ -101,6 +102,13 @@ dt__xfer_msg *dt__xfer_wait(uint32_t tag, uint64_t group, uint64_t seq, int32_t 
 /* CPU devices [first, first + count) are on a node that is gone (`why`
  * names it): waits for them fail, now and later. */
 void dt__xfer_lost(int64_t first, int64_t count, const char *why);
+/* Collective (tag, group, seq) gets no part from CPU devices [first,
+ * first + count): their node could not run the batch that holds their
+ * ranks (`why` names it). Waits for those parts fail with `why`, now and
+ * later, and parts sent to those devices' ranks are dropped (they will
+ * never be taken). Kept until dt__xfer_start or dt__xfer_stop. */
+void dt__xfer_fail_parts(uint32_t tag, uint64_t group, uint64_t seq, int64_t first, int64_t count,
+                         const char *why);
 /* Every other node is gone (`why`): waits for remote messages fail, now
  * and later, until dt__xfer_start. */
 void dt__xfer_abort(const char *why);

@@ -1,16 +1,20 @@
 /*
  * The main node (dtorch_cluster.h): listens for worker nodes, registers
- * them, exchanges heartbeats and marks lost the ones that go silent.
+ * them and serves their kernel batches, reads and data; the heartbeats and
+ * loss detection are cluster_beat.c's, on a connection of their own.
  *
  * Threads. One cluster per process (the struct below). The cluster thread
  * (loop()) owns the ROUTER socket and the receiving end of the wake pipe:
- * it alone sends and receives on them. API calls run on any thread; they
- * read and change the node table under `mu` and reach the cluster thread
- * through the sending end of the wake pipe, which they use under `mu`.
- * Lock order: `life` (listen/shutdown, held across the thread's start and
- * join) before `mu`; the cluster thread takes only `mu`, never across a
- * blocking ZeroMQ call, and never completes a future or drops a value
- * while holding it (a release takes `mu`).
+ * it alone sends and receives on them. The beat thread (cluster_beat.c)
+ * owns the heartbeat channel's socket; it marks nodes lost. API calls run
+ * on any thread; they read and change the node table under `mu` and reach
+ * the cluster thread through the sending end of the wake pipe, which they
+ * use under `mu`.
+ * Lock order: `life` (listen/shutdown, held across the threads' start and
+ * join) before `mu`, before the mailbox's lock (dist/xfer.c, a leaf); the
+ * cluster and beat threads take only `mu`, never across a blocking ZeroMQ
+ * call, and never complete a future or drop a value while holding it (a
+ * release takes `mu`).
  *
  * Remote streams (core/remote.h): the controller queues a worker node's
  * batch (dt__cluster_ship) with the futures it completes; the cluster
@@ -30,8 +34,10 @@
 #include "net/cluster_int.h"
 #include "net/transport.h"
 
-dt__cluster_state dt__C = {
-    .life = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT};
+dt__cluster_state dt__C = {.life = PTHREAD_MUTEX_INITIALIZER,
+                           .mu = PTHREAD_MUTEX_INITIALIZER,
+                           .once = PTHREAD_ONCE_INIT,
+                           .bwake = {-1, -1}};
 
 static void init_cond(void) {
     pthread_condattr_t a;
@@ -100,50 +106,56 @@ static void on_register(const dt__net_in *in, int64_t now) {
         nd->info.cpu_devices = (int)m->u.reg.cpu_devices;
         nd->info.first_device_id = C.cpu_total;
         nd->info.pid = (int)m->u.reg.pid;
+        nd->data_port = m->u.reg.data_port;
         snprintf(nd->info.address, sizeof nd->info.address, "%s", in->peer[0] ? in->peer : "?");
         snprintf(nd->info.host, sizeof nd->info.host, "%.127s", m->u.reg.host);
         C.cpu_total += m->u.reg.cpu_devices;
         C.alive++;
         pthread_cond_broadcast(&C.changed);
     }
-    nd->last_seen = now;
+    nd->last_seen = now; /* its heartbeats start once it has the welcome */
     dt__wire_msg w = {.type = DT__WIRE_WELCOME};
     w.u.welcome.node_index = (uint32_t)nd->info.index;
     w.u.welcome.first_device_id = nd->info.first_device_id;
     w.u.welcome.heartbeat_ms = (uint32_t)C.heartbeat_ms;
+    w.u.welcome.beat_port = (uint32_t)C.beat_port;
     dt__net_send(C.router, in->rid, in->rid_len, &w);
     dt__cluster_data_welcome(in->rid, in->rid_len);
+    dt__cluster_data_peers(nd);
 }
 
-/* Under mu. */
-static void lose(node *nd, const char *why) {
+void dt__cluster_wake(void) {
+    if (!C.woken && C.wake_tx) {
+        C.woken = 1;
+        zmq_send(C.wake_tx, "send", 4, ZMQ_DONTWAIT);
+    }
+}
+
+void dt__cluster_lose(node *nd, const char *why) {
     nd->info.state = DT_NODE_LOST;
     snprintf(nd->info.error, sizeof nd->info.error, "worker node %d (%.63s, host %.127s, pid %d) %.95s",
              nd->info.index, nd->info.address, nd->info.host, nd->info.pid, why);
     C.alive--;
     dt__cluster_data_lost(nd);
+    dt__cluster_sent_free(nd);
+    nd->notify_lost = 1;
+    dt__cluster_beat_wake();
+    dt__cluster_wake(); /* its pending reads fail */
     pthread_cond_broadcast(&C.changed);
 }
 
+/* Liveness is the heartbeat channel's alone (cluster_beat.c): a message
+ * here read late, behind bulk traffic, says nothing of when its sender was
+ * last alive. */
 static void on_message(dt__net_in *in, int64_t now) {
     pthread_mutex_lock(&C.mu);
     node *nd = dt__cluster_find(in);
-    if (in->m.type == DT__WIRE_RESULT) {
-        if (nd && nd->info.state == DT_NODE_ALIVE) {
-            nd->last_seen = now; /* as good as a heartbeat */
-            pthread_mutex_unlock(&C.mu);
+    int alive = nd && nd->info.state == DT_NODE_ALIVE;
+    if (in->m.type == DT__WIRE_RESULT || in->m.type == DT__WIRE_DATA) {
+        pthread_mutex_unlock(&C.mu);
+        if (alive && in->m.type == DT__WIRE_RESULT)
             dt__cluster_on_result(in);
-            return;
-        }
-        pthread_mutex_unlock(&C.mu);
-        return;
-    }
-    if (in->m.type == DT__WIRE_DATA) {
-        int alive = nd && nd->info.state == DT_NODE_ALIVE;
-        if (alive)
-            nd->last_seen = now;
-        pthread_mutex_unlock(&C.mu);
-        if (alive)
+        else if (alive)
             dt__cluster_on_data(in);
         return;
     }
@@ -151,66 +163,24 @@ static void on_message(dt__net_in *in, int64_t now) {
     case DT__WIRE_REGISTER:
         on_register(in, now);
         break;
-    case DT__WIRE_HEARTBEAT:
-        if (nd && nd->info.state == DT_NODE_ALIVE)
-            nd->last_seen = now;
-        else { /* a node the cluster no longer counts: tell it to go */
-            dt__wire_msg s = {.type = DT__WIRE_STOP};
-            dt__net_send(C.router, in->rid, in->rid_len, &s);
-        }
-        break;
     case DT__WIRE_BYE:
-        if (nd && nd->info.state == DT_NODE_ALIVE)
-            lose(nd, "left the cluster");
+        if (alive)
+            dt__cluster_lose(nd, "left the cluster");
         break;
-    default: /* not a message a worker node sends: ignored */
+    default: /* not a message a worker node sends here: ignored */
         break;
     }
     pthread_mutex_unlock(&C.mu);
 }
 
-/* Heartbeats to every live node; losses. Returns the ms until the next
- * deadline (a heartbeat to send or a node's silence to judge). Under mu. */
-static int64_t beat(int64_t now, int64_t *next_beat, uint64_t *seq) {
-    if (now >= *next_beat) {
-        dt__wire_msg h = {.type = DT__WIRE_HEARTBEAT};
-        h.u.heartbeat.seq = ++*seq;
-        for (int i = 0; i < C.n; i++)
-            if (C.nodes[i].info.state == DT_NODE_ALIVE)
-                dt__net_send(C.router, C.nodes[i].rid, C.nodes[i].rid_len, &h);
-        *next_beat = now + C.heartbeat_ms;
-    }
-    int64_t wait = *next_beat - now;
-    /* Lost: two intervals without a heartbeat (the slack absorbs scheduling
-     * delays on a loaded machine). */
-    int64_t limit = 2 * (int64_t)C.heartbeat_ms + C.heartbeat_ms / 4;
-    for (int i = 0; i < C.n; i++) {
-        node *nd = &C.nodes[i];
-        if (nd->info.state != DT_NODE_ALIVE)
-            continue;
-        int64_t silent = now - nd->last_seen;
-        if (silent > limit) {
-            char why[96];
-            snprintf(why, sizeof why, "is lost: no heartbeat for %lld ms", (long long)silent);
-            lose(nd, why);
-            fprintf(stderr, "dtorch main node: %s\n", nd->info.error);
-        } else if (limit - silent + 1 < wait)
-            wait = limit - silent + 1;
-    }
-    return wait < 0 ? 0 : wait;
-}
-
 static void *loop(void *arg) {
     (void)arg;
-    int64_t next_beat = dt__net_now_ms();
-    uint64_t seq = 0;
     dt__net_in *in = C.in;
     for (;;) {
-        pthread_mutex_lock(&C.mu);
-        int64_t wait = beat(dt__net_now_ms(), &next_beat, &seq);
-        pthread_mutex_unlock(&C.mu);
+        /* Woken by messages and by the wake pipe (batches to send, losses
+         * to reap, stop); the timeout only bounds the wait. */
         zmq_pollitem_t items[2] = {{C.router, 0, ZMQ_POLLIN, 0}, {C.wake_rx, 0, ZMQ_POLLIN, 0}};
-        if (zmq_poll(items, 2, (long)wait) < 0 && zmq_errno() != EINTR)
+        if (zmq_poll(items, 2, 1000) < 0 && zmq_errno() != EINTR)
             break;
         int stop = 0;
         char cmd[8];
@@ -229,7 +199,7 @@ static void *loop(void *arg) {
         dt__net_in_done(in);
         dt__cluster_send_out();
         dt__cluster_send_data();
-        dt__cluster_reap(-1, NULL); /* reads and syncs of nodes lost meanwhile */
+        dt__cluster_reap(-1, 0, NULL); /* reads and syncs of nodes lost meanwhile */
     }
     /* Stop: every live node is told so (exit 0) before the sockets close. */
     pthread_mutex_lock(&C.mu);
@@ -245,11 +215,12 @@ static void *loop(void *arg) {
     C.out = C.out_last = NULL;
     pthread_mutex_unlock(&C.mu);
     dt__xfer_abort("the main node's cluster was shut down");
-    dt__cluster_reap(-1, NULL);
+    dt__cluster_reap(-1, 0, NULL);
     while (q) {
         outmsg *o = q;
         q = o->next;
         dt__free(o->body);
+        dt__free(o->keys);
         dt__free(o);
     }
     return NULL;
@@ -267,6 +238,9 @@ static dt_status endpoint(const char *address, char *out, size_t cap) {
         return dt__error(DT_EINVAL, "cluster: the main node's address must be 'HOST:PORT', not '%s'",
                          address);
     int port = atoi(colon + 1);
+    if (port == 65535) /* the heartbeats take port + 1 (cluster_beat.c) */
+        return dt__error(DT_EINVAL,
+                         "cluster: port 65535 leaves no next port for the heartbeats; use a lower one");
     int hl = (int)(colon - address);
     if (snprintf(out, cap, "tcp://%.*s:%s", hl, address, port ? colon + 1 : "*") >= (int)cap)
         return dt__error(DT_EINVAL, "cluster: address '%s' is too long", address);
@@ -274,6 +248,7 @@ static dt_status endpoint(const char *address, char *out, size_t cap) {
 }
 
 static void close_all(void) {
+    dt__cluster_beat_close();
     if (C.router)
         zmq_close(C.router);
     if (C.wake_tx)
@@ -283,15 +258,17 @@ static void close_all(void) {
     if (C.ctx)
         zmq_ctx_term(C.ctx);
     C.router = C.wake_tx = C.wake_rx = C.ctx = NULL;
-    for (int i = 0; i < C.n; i++)
+    for (int i = 0; i < C.n; i++) {
         dt__free(C.nodes[i].rel);
+        dt__cluster_sent_free(&C.nodes[i]);
+    }
     dt__free(C.nodes);
     C.nodes = NULL;
     if (C.in)
         dt__net_in_done(C.in);
     dt__free(C.in);
     C.in = NULL;
-    C.n = C.cap = C.alive = C.refused = 0;
+    C.n = C.cap = C.alive = C.refused = C.corrupt = 0;
     C.cpu_total = 0;
     memset(C.token, 0, sizeof C.token);
 }
@@ -376,11 +353,20 @@ dt_status dt_cluster_listen(const char *address, const dt_cluster_options *opts)
         st = dt__error(DT_EBACKEND, "cluster: the wake pipe: %s", zmq_strerror(zmq_errno()));
         goto fail;
     }
+    if ((st = dt__cluster_beat_open(bound)) != DT_OK)
+        goto fail;
     pthread_mutex_lock(&C.mu);
     snprintf(C.address, sizeof C.address, "%.159s", bound + 6);
     pthread_mutex_unlock(&C.mu);
     if (pthread_create(&C.thread, NULL, loop, NULL) != 0) {
         st = dt__error(DT_EBACKEND, "cluster: cannot start the cluster thread");
+        goto fail;
+    }
+    if ((st = dt__cluster_beat_start()) != DT_OK) {
+        pthread_mutex_lock(&C.mu);
+        zmq_send(C.wake_tx, "stop", 4, 0);
+        pthread_mutex_unlock(&C.mu);
+        pthread_join(C.thread, NULL);
         goto fail;
     }
     C.listening = 1;
@@ -408,6 +394,9 @@ void dt_cluster_shutdown(void) {
          * the child only forgets it had a cluster. */
         pthread_mutex_lock(&C.mu);
         C.router = C.wake_tx = C.wake_rx = C.ctx = NULL;
+        C.beat = C.bctx = NULL;
+        C.bwake[0] = C.bwake[1] = -1;
+        C.beat_running = 0;
         C.in = NULL;
         C.nodes = NULL;
         C.n = C.cap = C.alive = 0;
@@ -421,6 +410,7 @@ void dt_cluster_shutdown(void) {
     zmq_send(C.wake_tx, "stop", 4, 0);
     pthread_mutex_unlock(&C.mu);
     pthread_join(C.thread, NULL);
+    dt__cluster_beat_stop();
     dt__xfer_stop();
     pthread_mutex_lock(&C.mu);
     close_all();
@@ -501,6 +491,17 @@ dt_status dt_cluster_node(int index, dt_node_info *out) {
         st = dt__error(DT_EINDEX, "cluster: worker node %d does not exist (%d registered)", index, C.n);
     else
         *out = C.nodes[index].info;
+    pthread_mutex_unlock(&C.mu);
+    return st;
+}
+
+dt_status dt_debug_cluster_corrupt_batch(int node) {
+    pthread_mutex_lock(&C.mu);
+    dt_status st = DT_OK;
+    if (node < 0 || node >= C.n)
+        st = dt__error(DT_EINDEX, "cluster: worker node %d does not exist (%d registered)", node, C.n);
+    else
+        C.corrupt = node + 1;
     pthread_mutex_unlock(&C.mu);
     return st;
 }

@@ -1,11 +1,16 @@
 /*
  * The main node's half of data between nodes (dist/xfer.h): it sends its
  * own ranks' messages to the nodes of their receivers, delivers the ones
- * for its own ranks, relays the ones between two worker nodes (the frame
- * moves from one socket to the other, no copy), and tells every live node
- * when one is lost. Cluster thread, except the hooks (any thread); see
- * cluster.c for the locks.
+ * for its own ranks, relays the ones between two worker nodes that are
+ * not connected to each other (the frame moves from one socket to the
+ * other, no copy), tells each node where the others take data directly
+ * (PEER), tells every live node
+ * when one is lost (the beat thread, cluster_beat.c) and when one could
+ * not run a batch with collectives spanning nodes. Cluster thread, except
+ * the hooks (any thread) and as each function says; see cluster.c for the
+ * locks.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <zmq.h>
@@ -14,14 +19,15 @@
 #include "dist/xfer.h"
 #include "net/cluster_int.h"
 
+static atomic_llong relayed; /* DATA chunks relayed between two worker nodes */
+
+int64_t dt__cluster_relayed(void) { return atomic_load(&relayed); }
+
 static int main_is_local(int64_t id) { return dt__cluster_node_of(DT_DEVICE_CPU, id) < 0; }
 
 static void main_wake(void) {
     pthread_mutex_lock(&C.mu);
-    if (!C.woken && C.wake_tx) {
-        C.woken = 1;
-        zmq_send(C.wake_tx, "send", 4, ZMQ_DONTWAIT);
-    }
+    dt__cluster_wake();
     pthread_mutex_unlock(&C.mu);
 }
 
@@ -78,6 +84,7 @@ void dt__cluster_on_data(dt__net_in *in) {
         return;
     dt__wire_msg w = in->m;
     dt_status st;
+    atomic_fetch_add(&relayed, 1);
     if (in->has_extra) {
         zmq_msg_t x;
         zmq_msg_init(&x);
@@ -92,13 +99,41 @@ void dt__cluster_on_data(dt__net_in *in) {
 
 void dt__cluster_data_lost(const node *nd) {
     dt__xfer_lost(nd->info.first_device_id, nd->info.cpu_devices, nd->info.error);
+}
+
+void dt__cluster_data_tell_lost(void *sock, const node *nd) {
     dt__wire_msg l = {.type = DT__WIRE_LOST};
     l.u.lost.first_device_id = nd->info.first_device_id;
     l.u.lost.count = nd->info.cpu_devices;
     snprintf(l.u.lost.error, sizeof l.u.lost.error, "%s", nd->info.error);
     for (int i = 0; i < C.n; i++)
         if (C.nodes[i].info.state == DT_NODE_ALIVE)
-            dt__net_send(C.router, C.nodes[i].rid, C.nodes[i].rid_len, &l);
+            dt__net_send(sock, C.nodes[i].rid, C.nodes[i].rid_len, &l);
+}
+
+void dt__cluster_data_failed(int idx, sentb *b, const char *why) {
+    pthread_mutex_lock(&C.mu);
+    int64_t first = C.nodes[idx].info.first_device_id, count = C.nodes[idx].info.cpu_devices;
+    pthread_mutex_unlock(&C.mu);
+    dt__wire_msg f = {.type = DT__WIRE_FAILED};
+    f.u.failed.tag = b->tag;
+    f.u.failed.first_device_id = first;
+    f.u.failed.count = count;
+    snprintf(f.u.failed.error, sizeof f.u.failed.error, "%s", why);
+    for (int k = 0; k < b->nkeys; k++) {
+        dt__xfer_fail_parts(b->tag, b->keys[k].group, b->keys[k].seq, first, count, why);
+        f.u.failed.group = b->keys[k].group;
+        f.u.failed.seq = b->keys[k].seq;
+        /* Every live node, the one that failed too: parts sent to its ranks
+         * are dropped there. */
+        pthread_mutex_lock(&C.mu);
+        for (int i = 0; i < C.n; i++)
+            if (C.nodes[i].info.state == DT_NODE_ALIVE)
+                dt__net_send(C.router, C.nodes[i].rid, C.nodes[i].rid_len, &f);
+        pthread_mutex_unlock(&C.mu);
+    }
+    dt__free(b->keys);
+    dt__free(b);
 }
 
 void dt__cluster_data_welcome(const uint8_t *rid, size_t rid_len) {
@@ -110,4 +145,27 @@ void dt__cluster_data_welcome(const uint8_t *rid, size_t rid_len) {
             snprintf(l.u.lost.error, sizeof l.u.lost.error, "%s", C.nodes[i].info.error);
             dt__net_send(C.router, rid, rid_len, &l);
         }
+}
+
+/* Tells node `to` where node `about` takes DATA (under mu). */
+static void tell_peer(const node *to, const node *about) {
+    dt__wire_msg p = {.type = DT__WIRE_PEER};
+    p.u.peer.node_index = (uint32_t)about->info.index;
+    p.u.peer.first_device_id = about->info.first_device_id;
+    p.u.peer.count = about->info.cpu_devices;
+    p.u.peer.port = about->data_port;
+    snprintf(p.u.peer.address, sizeof p.u.peer.address, "%s", about->info.address);
+    dt__net_send(C.router, to->rid, to->rid_len, &p);
+}
+
+void dt__cluster_data_peers(const node *nd) {
+    for (int i = 0; i < C.n; i++) {
+        const node *o = &C.nodes[i];
+        if (o == nd || o->info.state != DT_NODE_ALIVE)
+            continue;
+        if (o->data_port)
+            tell_peer(nd, o);
+        if (nd->data_port)
+            tell_peer(o, nd);
+    }
 }

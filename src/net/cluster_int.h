@@ -9,16 +9,32 @@
 #include <pthread.h>
 #include <sys/types.h>
 
+#include "core/remote.h"
 #include "dtorch/dtorch_cluster.h"
 #include "net/transport.h"
+
+/* A batch sent with collectives that span nodes (their keys), kept until
+ * the node shows it ran it (a RESULT of it or of a later batch) or says it
+ * could not (then the other nodes' waits for its parts fail). */
+typedef struct sentb {
+    struct sentb *next;
+    uint64_t seq;
+    uint32_t tag;
+    dt__span_key *keys;
+    int nkeys;
+} sentb;
 
 typedef struct node {
     uint8_t rid[256];
     size_t rid_len;
-    int64_t last_seen; /* ms, dt__net_now_ms */
+    int64_t last_seen; /* ms, dt__net_now_ms: the last heartbeat (cluster_beat.c) */
     dt_node_info info;
     uint8_t *rel; /* releases not yet sent: (u32 tag, u64 id) each */
     size_t rel_n, rel_cap;
+    uint32_t data_port; /* where it takes DATA from other worker nodes (0: through us only) */
+    int notify_lost;    /* lost: the other nodes are still to be told (the beat thread) */
+    uint64_t batches;   /* batches shipped to it (their seq) */
+    sentb *sent;        /* oldest first */
 } node;
 
 /* A batch for the cluster thread to send (core/remote.h). */
@@ -28,14 +44,20 @@ typedef struct outmsg {
     char backend[32];
     void *body;
     size_t len;
+    uint64_t seq;
+    uint32_t tag;
+    dt__span_key *keys;
+    int nkeys;
 } outmsg;
 
 /* A main-node future that a worker node's kernels complete: `remaining`
- * arrivals expected from `node`, one reference held per arrival. */
+ * arrivals expected from `node`, one reference held per arrival, from the
+ * node's batch number `batch`. */
 typedef struct pend {
     struct pend *next;
     dt_future *f;
     int node, remaining;
+    uint64_t batch;
 } pend;
 
 typedef struct dt__cluster_state {
@@ -56,6 +78,14 @@ typedef struct dt__cluster_state {
     pend *pend;             /* futures worker nodes complete */
     int woken;              /* a "send" wake is on its way */
     pid_t pid;              /* the process that listens (a forked child does not own the cluster) */
+    int corrupt;            /* tests: node index + 1 whose next batch leaves a byte short */
+    /* The heartbeat channel (cluster_beat.c): its own context, socket,
+     * thread and wake pipe. */
+    void *bctx, *beat;
+    int bwake[2];
+    int beat_port;
+    pthread_t beat_thread;
+    int beat_running, beat_stopping;
 } dt__cluster_state;
 
 extern dt__cluster_state dt__C;
@@ -63,24 +93,53 @@ extern dt__cluster_state dt__C;
 
 /* The node a message came from, or NULL (under mu). */
 node *dt__cluster_find(const dt__net_in *in);
+/* Marks nd lost with `why` (its error names it), fails the waits for its
+ * devices' parts and has the beat thread tell the other nodes (under mu;
+ * any thread). */
+void dt__cluster_lose(node *nd, const char *why);
+/* Wakes the cluster thread (under mu). */
+void dt__cluster_wake(void);
 /* Cluster thread (cluster_remote.c): a RESULT from a live node (not under
  * mu); sends the queued batches and releases; fails the pending futures of
- * nodes not alive (only < 0), or of node `only` with `why`. */
+ * nodes not alive (only < 0), or of node `only` with `why` (only those of
+ * its batch number `batch` when not 0). Reap runs on any thread, never
+ * under mu. */
 void dt__cluster_on_result(dt__net_in *in);
 void dt__cluster_send_out(void);
-void dt__cluster_reap(int only, const char *why);
+void dt__cluster_reap(int only, uint64_t batch, const char *why);
+/* Frees a node's list of sent batches (under mu). */
+void dt__cluster_sent_free(node *nd);
+
+/* The heartbeat channel (cluster_beat.c). open: binds it beside the main
+ * address `ep` ("tcp://HOST:PORT"; PORT + 1, or a free port when PORT is
+ * "*"), under life; start/stop: its thread (under life, not mu); close:
+ * frees it (under life); wake: the beat thread looks again (lost nodes to
+ * tell about; under mu, any thread). */
+dt_status dt__cluster_beat_open(const char *ep);
+dt_status dt__cluster_beat_start(void);
+void dt__cluster_beat_stop(void);
+void dt__cluster_beat_close(void);
+void dt__cluster_beat_wake(void);
 
 /* Data between nodes (cluster_data.c). Installs the hooks (after the
  * cluster thread started); cluster thread: sends this process's queued
  * messages, delivers or relays one that arrived from a live node (not
- * under mu); tells every live node, and this process's waits, that nd is
- * lost (under mu). */
+ * under mu); fails this process's waits for nd's parts (under mu); sends
+ * LOST about nd to every live node (beat thread, on its socket, under mu);
+ * batch `b` of node idx could not run there (`why` names the node): the
+ * waits for its ranks' parts fail here and on every live node (cluster
+ * thread, not under mu; b's keys taken over). */
 void dt__cluster_data_start(void);
 void dt__cluster_send_data(void);
 void dt__cluster_on_data(dt__net_in *in);
 void dt__cluster_data_lost(const node *nd);
+void dt__cluster_data_tell_lost(void *sock, const node *nd);
+void dt__cluster_data_failed(int idx, sentb *b, const char *why);
 /* Tells a node just welcomed about the nodes lost before it joined (under
  * mu). */
 void dt__cluster_data_welcome(const uint8_t *rid, size_t rid_len);
+/* Tells a node just registered where the other live nodes take DATA
+ * directly, and them where it does (under mu). */
+void dt__cluster_data_peers(const node *nd);
 
 #endif /* DT_NET_CLUSTER_INT_H */

@@ -33,6 +33,10 @@ dt_status dt_cluster_node(int index, dt_node_info *out) {
 }
 int64_t dt_cluster_cpu_devices(void) { return 0; }
 void dt_cluster_shutdown(void) {}
+dt_status dt_debug_cluster_corrupt_batch(int node) {
+    (void)node;
+    return dt__error(DT_EUNSUPPORTED, NO_ZMQ);
+}
 int dt_node_run(const dt_node_options *opts) {
     (void)opts;
     fprintf(stderr, "dtorch-node: %s\n", NO_ZMQ);
@@ -45,9 +49,10 @@ int dt__cluster_node_of(dt_device_type type, int64_t id) {
     return -1;
 }
 void dt__cluster_ship(int node, const char *backend, void *body, size_t len, struct dt_future **futs,
-                      const int *counts, int n) {
-    (void)node, (void)backend, (void)len;
+                      const int *counts, int n, uint32_t tag, dt__span_key *keys, int nkeys) {
+    (void)node, (void)backend, (void)len, (void)tag, (void)nkeys;
     dt__free(body);
+    dt__free(keys);
     for (int i = 0; i < n; i++) {
         dt__future_fail(futs[i], DT_EUNSUPPORTED, NO_ZMQ);
         for (int c = 0; c < counts[i]; c++)
@@ -55,3 +60,4 @@ void dt__cluster_ship(int node, const char *backend, void *body, size_t len, str
     }
 }
 void dt__cluster_release(int node, uint32_t tag, uint64_t id) { (void)node, (void)tag, (void)id; }
+int64_t dt__cluster_relayed(void) { return 0; }

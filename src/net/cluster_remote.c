@@ -20,24 +20,33 @@ static void free_body(void *data, void *hint) {
     dt__free(data);
 }
 
+void dt__cluster_sent_free(node *nd) {
+    while (nd->sent) {
+        sentb *b = nd->sent;
+        nd->sent = b->next;
+        dt__free(b->keys);
+        dt__free(b);
+    }
+}
+
 /* Fails and drops every pending future of a node that is not alive (or of
- * node `only` when >= 0, with `why`). Never under mu. */
-void dt__cluster_reap(int only, const char *why) {
+ * node `only` when >= 0, with `why`: those of its batch `batch` when not
+ * 0). Never under mu. */
+void dt__cluster_reap(int only, uint64_t batch, const char *why) {
     pend *dead = NULL;
     char msg[DT__WIRE_TEXT_MAX + 600] = "";
     pthread_mutex_lock(&C.mu);
     for (pend **pp = &C.pend; *pp;) {
         pend *p = *pp;
-        int gone =
-            only >= 0 ? p->node == only : p->node >= C.n || C.nodes[p->node].info.state != DT_NODE_ALIVE;
+        int gone = only >= 0 ? p->node == only && (!batch || p->batch == batch)
+                             : p->node >= C.n || C.nodes[p->node].info.state != DT_NODE_ALIVE;
         if (gone) {
             *pp = p->next;
             p->next = dead;
             dead = p;
             if (!msg[0]) {
                 if (why)
-                    snprintf(msg, sizeof msg, "worker node %d (%s): %s", p->node,
-                             p->node < C.n ? C.nodes[p->node].info.address : "?", why);
+                    snprintf(msg, sizeof msg, "%s", why);
                 else if (p->node < C.n && C.nodes[p->node].info.error[0])
                     snprintf(msg, sizeof msg, "%s", C.nodes[p->node].info.error);
                 else
@@ -105,6 +114,28 @@ static dt__blob *piece(const dt_future *f, const dt__net_in *in) {
     return b;
 }
 
+/* Batch `seq` of node idx could not run there (the node says why): its
+ * reads and syncs fail, and so do the waits, on every node, for the parts
+ * its ranks would have sent. */
+static void batch_failed(int idx, uint64_t seq, const char *error) {
+    char why[DT__WIRE_TEXT_MAX];
+    sentb *b = NULL;
+    pthread_mutex_lock(&C.mu);
+    node *nd = &C.nodes[idx];
+    snprintf(why, sizeof why, "worker node %d (%.63s, host %.127s, pid %d) %.250s", idx, nd->info.address,
+             nd->info.host, nd->info.pid, error[0] ? error : "could not run a batch");
+    for (sentb **pp = &nd->sent; *pp; pp = &(*pp)->next)
+        if ((*pp)->seq == seq) {
+            b = *pp;
+            *pp = b->next;
+            break;
+        }
+    pthread_mutex_unlock(&C.mu);
+    dt__cluster_reap(idx, seq, why); /* seq 0 (unknown): every read waiting on the node */
+    if (b)
+        dt__cluster_data_failed(idx, b, why);
+}
+
 void dt__cluster_on_result(dt__net_in *in) {
     const dt__wire_msg *m = &in->m;
     int idx = -1;
@@ -116,7 +147,7 @@ void dt__cluster_on_result(dt__net_in *in) {
     if (idx < 0)
         return;
     if (m->u.result.future == 0) { /* a batch the node could not run */
-        dt__cluster_reap(idx, m->u.result.error);
+        batch_failed(idx, m->u.result.batch, m->u.result.error);
         return;
     }
     pthread_mutex_lock(&C.mu);
@@ -126,6 +157,16 @@ void dt__cluster_on_result(dt__net_in *in) {
             p = *pp;
             break;
         }
+    /* The node ran this batch, so it ran every batch before it (it takes
+     * them in order and says at once when it cannot run one): their
+     * collectives need no notice any more. */
+    sentb *done = NULL;
+    while (p && C.nodes[idx].sent && C.nodes[idx].sent->seq <= p->batch) {
+        sentb *b = C.nodes[idx].sent;
+        C.nodes[idx].sent = b->next;
+        b->next = done;
+        done = b;
+    }
     int n = 0, last = 0;
     if (p) {
         n = (int)m->u.result.count < p->remaining ? (int)m->u.result.count : p->remaining;
@@ -134,6 +175,12 @@ void dt__cluster_on_result(dt__net_in *in) {
             *pp = p->next;
     }
     pthread_mutex_unlock(&C.mu);
+    while (done) {
+        sentb *b = done;
+        done = b->next;
+        dt__free(b->keys);
+        dt__free(b);
+    }
     if (!p)
         return;
     dt_future *f = p->f;
@@ -194,11 +241,30 @@ void dt__cluster_send_out(void) {
     while (q) {
         outmsg *o = q;
         q = o->next;
+        /* Out of memory for sb: a failure of this batch would leave its
+         * peers waiting (the keys are dropped). */
+        sentb *sb = o->nkeys ? dt__calloc(1, sizeof *sb) : NULL;
         pthread_mutex_lock(&C.mu);
         node nd = C.nodes[o->node]; /* a copy: the table may grow meanwhile */
+        if (C.corrupt == o->node + 1 && o->len) {
+            o->len--; /* dt_debug_cluster_corrupt_batch */
+            C.corrupt = 0;
+        }
+        if (sb && nd.info.state == DT_NODE_ALIVE) { /* kept before it leaves: the answer may come first */
+            *sb = (sentb){NULL, o->seq, o->tag, o->keys, o->nkeys};
+            sentb **pp = &C.nodes[o->node].sent;
+            while (*pp)
+                pp = &(*pp)->next;
+            *pp = sb;
+            o->keys = NULL;
+            sb = NULL;
+        }
         pthread_mutex_unlock(&C.mu);
+        dt__free(sb); /* not kept: the node is gone, and its peers' waits fail with it */
+        dt__free(o->keys);
         dt__wire_msg b = {.type = DT__WIRE_BATCH, .nextra = 1};
         snprintf(b.u.batch.backend, sizeof b.u.batch.backend, "%s", o->backend);
+        b.u.batch.seq = o->seq;
         zmq_msg_t x;
         if (zmq_msg_init_data(&x, o->body, o->len, free_body, NULL) != 0) {
             dt__free(o->body);
@@ -244,7 +310,7 @@ int dt__cluster_node_of(dt_device_type type, int64_t id) {
 }
 
 void dt__cluster_ship(int idx, const char *backend, void *body, size_t len, dt_future **futs,
-                      const int *counts, int n) {
+                      const int *counts, int n, uint32_t tag, dt__span_key *keys, int nkeys) {
     outmsg *o = dt__calloc(1, sizeof *o);
     pend **ps = dt__calloc((size_t)(n ? n : 1), sizeof *ps);
     for (int i = 0; ps && i < n; i++)
@@ -264,6 +330,11 @@ void dt__cluster_ship(int idx, const char *backend, void *body, size_t len, dt_f
         snprintf(o->backend, sizeof o->backend, "%s", backend ? backend : "");
         o->body = body;
         o->len = len;
+        o->seq = ++C.nodes[idx].batches;
+        o->tag = tag;
+        o->keys = keys;
+        o->nkeys = nkeys;
+        keys = NULL;
         if (C.out_last)
             C.out_last->next = o;
         else
@@ -273,15 +344,14 @@ void dt__cluster_ship(int idx, const char *backend, void *body, size_t len, dt_f
             ps[i]->f = futs[i];
             ps[i]->node = idx;
             ps[i]->remaining = counts[i];
+            ps[i]->batch = o->seq;
             ps[i]->next = C.pend;
             C.pend = ps[i];
         }
-        if (!C.woken) {
-            C.woken = 1;
-            zmq_send(C.wake_tx, "send", 4, ZMQ_DONTWAIT);
-        }
+        dt__cluster_wake();
     }
     pthread_mutex_unlock(&C.mu);
+    dt__free(keys);
     if (why[0]) {
         int oom = !o || !ps;
         for (int i = 0; ps && i < n; i++)

@@ -1,7 +1,10 @@
 /*
  * The worker node (dt_node_run, dtorch_cluster.h): connects to the main
- * node, registers with the token, then answers heartbeats until the main
- * node says stop or goes silent for two intervals.
+ * node, registers with the token, then serves its batches until the main
+ * node says stop or goes silent for two intervals. Heartbeats go both ways
+ * on a connection of their own (the main node's second port, given in the
+ * welcome), in a ZeroMQ context of their own, from a thread of their own
+ * (cluster_beat.c says why).
  *
  * A refused token shows in one of two ways: with CURVE the main node cannot
  * open the handshake of a node whose token differs (its keys are derived
@@ -9,8 +12,14 @@
  * node's socket monitor sees that and says so. Without CURVE the main node
  * compares the token and answers REFUSE. Either way the node exits 1.
  *
- * Threads: everything runs on the calling thread, with one DEALER socket
- * and the monitor's PAIR socket; no lock.
+ * Threads: the calling thread (the node thread) runs everything but the
+ * heartbeats, with the DEALER socket to the main node, the ROUTER other
+ * worker nodes send data to, a DEALER per such peer and the monitor's PAIR
+ * socket. The
+ * beat thread (beat_loop) owns the heartbeat channel's DEALER socket; it
+ * tells the node thread that the main node went silent or said stop
+ * through `state` (an atomic) and a pipe, and the node thread stops it
+ * through another pipe. No lock (the mailbox's, dist/xfer.c, is a leaf).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -28,11 +37,38 @@
 #include "net/subctl.h"
 #include "net/transport.h"
 
+enum { BEAT_ON, BEAT_GONE, BEAT_STOP };
+
+/* The heartbeat channel. */
+typedef struct nbeat {
+    pthread_t t;
+    int running;
+    void *ctx, *sock;
+    int stop[2]; /* node thread -> beat thread: end */
+    int wake[2]; /* beat thread -> node thread: `state` changed */
+    atomic_int state;
+    int hb;
+    dt__net_in *in;
+} nbeat;
+
+/* A worker node that takes DATA directly (a PEER message). */
+typedef struct peer {
+    int64_t first, count;
+    void *sock; /* DEALER to its data port: CURVE, nothing queued before the connection is up */
+} peer;
+
 typedef struct nodectx {
     void *ctx, *sock, *mon;
+    void *data; /* ROUTER: DATA from other worker nodes */
+    peer *peers;
+    int npeers, cappeers;
+    uint32_t index;
+    const char *token;
     int quiet;
     const char *main;
     dt__subctl *sub; /* made by the first batch */
+    char name[200];  /* "worker node I (host H, pid P)", for errors that name it */
+    nbeat beat;
 } nodectx;
 
 static void say(const nodectx *n, const char *fmt, const char *a) {
@@ -170,7 +206,68 @@ static void node_wake(void) {
     (void)w;
 }
 
-/* Sends this node's ranks' messages (all through the main node). */
+/* Binds the socket other worker nodes send DATA to (every interface, a
+ * free port; CURVE with the cluster's server key, so only token holders
+ * connect): its port, or 0 (then they send through the main node). */
+static int data_open(nodectx *n) {
+    char bound[200];
+    size_t blen = sizeof bound;
+    int zero = 0;
+    if (!(n->data = zmq_socket(n->ctx, ZMQ_ROUTER)) || dt__net_curve(n->data, n->token, 1) != 0 ||
+        dt__net_bulk(n->data) != 0 || zmq_setsockopt(n->data, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
+        zmq_bind(n->data, "tcp://*:0") != 0 ||
+        zmq_getsockopt(n->data, ZMQ_LAST_ENDPOINT, bound, &blen) != 0 || !strrchr(bound, ':')) {
+        if (n->data)
+            zmq_close(n->data);
+        n->data = NULL;
+        return 0;
+    }
+    return atoi(strrchr(bound, ':') + 1);
+}
+
+/* Connects to another worker node's data port (a PEER message). Any
+ * failure leaves its messages to the main node's relay. */
+static void add_peer(nodectx *n, const dt__wire_msg *m) {
+    if (m->u.peer.node_index == n->index)
+        return;
+    if (n->npeers == n->cappeers) {
+        int cap = n->cappeers ? 2 * n->cappeers : 8;
+        peer *v = dt__realloc(n->peers, (size_t)cap * sizeof *v);
+        if (!v)
+            return;
+        n->peers = v;
+        n->cappeers = cap;
+    }
+    char ep[DT__WIRE_TEXT_MAX + 32];
+    snprintf(ep, sizeof ep, "tcp://%s:%u", m->u.peer.address, m->u.peer.port);
+    int zero = 0, one = 1;
+    void *s = zmq_socket(n->ctx, ZMQ_DEALER);
+    /* IMMEDIATE: a message is taken only by a connection that is up, so
+     * one to a node not (or no longer) reachable goes through the main
+     * node instead (send_data). */
+    if (!s || zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
+        zmq_setsockopt(s, ZMQ_IMMEDIATE, &one, sizeof one) != 0 || dt__net_bulk(s) != 0 ||
+        dt__net_curve(s, n->token, 0) != 0 || zmq_connect(s, ep) != 0) {
+        if (s)
+            zmq_close(s);
+        return;
+    }
+    n->peers[n->npeers++] = (peer){m->u.peer.first_device_id, m->u.peer.count, s};
+}
+
+/* The socket that reaches device dev's node directly and can take a
+ * message now, or NULL. */
+static void *direct(nodectx *n, int64_t dev) {
+    for (int i = 0; i < n->npeers; i++)
+        if (dev >= n->peers[i].first && dev < n->peers[i].first + n->peers[i].count) {
+            zmq_pollitem_t it = {n->peers[i].sock, 0, ZMQ_POLLOUT, 0};
+            return zmq_poll(&it, 1, 0) > 0 && (it.revents & ZMQ_POLLOUT) ? n->peers[i].sock : NULL;
+        }
+    return NULL;
+}
+
+/* Sends this node's ranks' messages: straight to another worker node when
+ * it is connected, else through the main node. */
 static void send_data(nodectx *n) {
     char c[64];
     while (read(data_pipe[0], c, sizeof c) > 0) {
@@ -182,7 +279,8 @@ static void send_data(nodectx *n) {
             dt__xfer_deliver(m);
             continue;
         }
-        if (dt__net_send_data(n->sock, NULL, 0, m) != DT_OK)
+        void *to = direct(n, m->h.dst_device);
+        if (dt__net_send_data(to ? to : n->sock, NULL, 0, m) != DT_OK)
             fprintf(stderr, "dtorch-node: %s\n", dt_last_error());
     }
 }
@@ -192,6 +290,11 @@ static void send_data(nodectx *n) {
 static void on_data(dt__net_in *in) {
     if (in->m.type == DT__WIRE_LOST) {
         dt__xfer_lost(in->m.u.lost.first_device_id, in->m.u.lost.count, in->m.u.lost.error);
+        return;
+    }
+    if (in->m.type == DT__WIRE_FAILED) {
+        dt__xfer_fail_parts(in->m.u.failed.tag, in->m.u.failed.group, in->m.u.failed.seq,
+                            in->m.u.failed.first_device_id, in->m.u.failed.count, in->m.u.failed.error);
         return;
     }
     dt__net_deliver_data(in, &in->m.u.data);
@@ -238,47 +341,169 @@ static void run_message(nodectx *n, dt__net_in *in) {
             dt__subctl_release(n->sub, body, len);
         return;
     }
-    if (!n->sub && !(n->sub = dt__subctl_new())) {
-        fprintf(stderr, "dtorch-node: %s\n", dt_last_error());
-        return;
-    }
-    if (dt__subctl_batch(n->sub, in->m.u.batch.backend, body, len) != DT_OK) {
+    if ((!n->sub && !(n->sub = dt__subctl_new())) ||
+        dt__subctl_batch(n->sub, in->m.u.batch.backend, body, len) != DT_OK) {
+        /* The main node fails the batch's reads and tells every node that
+         * its collectives' parts from here will not come. */
         dt__wire_msg r = {.type = DT__WIRE_RESULT};
         r.u.result.status = dt_last_status() != DT_OK ? dt_last_status() : DT_EINVAL;
-        snprintf(r.u.result.error, sizeof r.u.result.error, "worker node could not run a batch: %s",
-                 dt_last_error());
+        r.u.result.batch = in->m.u.batch.seq;
+        snprintf(r.u.result.error, sizeof r.u.result.error, "could not run a batch: %s", dt_last_error());
         fprintf(stderr, "dtorch-node: %s\n", r.u.result.error);
+        if (n->sub) {
+            char why[DT__WIRE_TEXT_MAX];
+            snprintf(why, sizeof why, "%.199s %.300s", n->name, r.u.result.error);
+            dt__subctl_failed(n->sub, why);
+        }
         dt__net_send(n->sock, NULL, 0, &r);
     }
 }
 
-/* Serves after the welcome: heartbeats both ways, batches. The exit status. */
-static int serve(nodectx *n, int hb, dt__net_in *in) {
+/* ------------------------------------------------ the heartbeat channel */
+
+static void *beat_loop(void *arg) {
+    nbeat *b = arg;
     int64_t now = dt__net_now_ms(), last_heard = now, next_beat = now;
+    int64_t limit = 2 * (int64_t)b->hb, half = b->hb / 2 > 0 ? b->hb / 2 : 1;
     uint64_t seq = 0;
-    int64_t limit = 2 * (int64_t)hb + hb / 4;
-    static const dt__xfer_hooks hooks = {node_is_local, node_wake};
-    dt__xfer_start(&hooks);
-    for (;;) {
+    int state = BEAT_ON, stop = 0;
+    while (state == BEAT_ON && !stop) {
         now = dt__net_now_ms();
         if (now >= next_beat) {
             dt__wire_msg h = {.type = DT__WIRE_HEARTBEAT};
             h.u.heartbeat.seq = ++seq;
-            dt__net_send(n->sock, NULL, 0, &h);
-            next_beat = now + hb;
+            dt__net_send(b->sock, NULL, 0, &h);
+            next_beat = now + half;
         }
-        if (now - last_heard > limit) {
+        if (now - last_heard >= limit) {
+            state = BEAT_GONE;
+            break;
+        }
+        int64_t wait = next_beat - now;
+        if (last_heard + limit - now < wait)
+            wait = last_heard + limit - now;
+        zmq_pollitem_t it[2] = {{b->sock, 0, ZMQ_POLLIN, 0}, {NULL, b->stop[0], ZMQ_POLLIN, 0}};
+        if (zmq_poll(it, 2, (long)(wait < 0 ? 0 : wait)) < 0 && zmq_errno() != EINTR)
+            break;
+        stop = (it[1].revents & ZMQ_POLLIN) != 0;
+        int rc;
+        while (!stop && (rc = dt__net_recv(b->sock, 0, b->in)) != 0) {
+            if (rc < 0)
+                continue;
+            if (b->in->m.type == DT__WIRE_HEARTBEAT)
+                last_heard = dt__net_now_ms();
+            else if (b->in->m.type == DT__WIRE_STOP)
+                state = BEAT_STOP;
+            else if (b->in->m.type == DT__WIRE_LOST) /* at once: the waits for its parts fail */
+                dt__xfer_lost(b->in->m.u.lost.first_device_id, b->in->m.u.lost.count, b->in->m.u.lost.error);
+        }
+        dt__net_in_done(b->in);
+    }
+    if (state != BEAT_ON) {
+        atomic_store(&b->state, state);
+        ssize_t w = write(b->wake[1], "b", 1); /* one byte into an empty pipe */
+        (void)w;
+    }
+    return NULL;
+}
+
+static void nonblocking_pipe(int fd[2]) {
+    for (int i = 0; i < 2; i++) {
+        fcntl(fd[i], F_SETFL, fcntl(fd[i], F_GETFL) | O_NONBLOCK);
+        fcntl(fd[i], F_SETFD, FD_CLOEXEC);
+    }
+}
+
+/* Connects the heartbeat channel to port `port` of the main node's host,
+ * with routing id `rid` (the main connection's), and starts its thread.
+ * 0, or 1 (the reason printed). */
+static int beat_start(nodectx *n, const char *token, const char *rid, size_t rid_len, int hb, int port) {
+    nbeat *b = &n->beat;
+    const char *colon = strrchr(n->main, ':');
+    char ep[320];
+    snprintf(ep, sizeof ep, "tcp://%.*s:%d", (int)(colon - n->main), n->main, port);
+    int64_t max = DT__WIRE_MAX;
+    int zero = 0;
+    b->hb = hb;
+    atomic_init(&b->state, BEAT_ON);
+    if (pipe(b->stop) != 0) {
+        b->stop[0] = b->stop[1] = -1;
+        return fail("cannot make a pipe");
+    }
+    if (pipe(b->wake) != 0) {
+        b->wake[0] = b->wake[1] = -1;
+        return fail("cannot make a pipe");
+    }
+    nonblocking_pipe(b->stop);
+    nonblocking_pipe(b->wake);
+    if (!(b->in = dt__calloc(1, sizeof *b->in)) || !(b->ctx = zmq_ctx_new()) ||
+        !(b->sock = zmq_socket(b->ctx, ZMQ_DEALER)))
+        return fail("cannot make the heartbeat socket");
+    zmq_setsockopt(b->sock, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(b->sock, ZMQ_MAXMSGSIZE, &max, sizeof max);
+    zmq_setsockopt(b->sock, ZMQ_ROUTING_ID, rid, rid_len);
+    if (dt__net_curve(b->sock, token, 0) != 0)
+        return fail(dt_last_error());
+    if (zmq_connect(b->sock, ep) != 0) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "cannot connect the heartbeat channel to '%s': %s", ep + 6,
+                 zmq_strerror(zmq_errno()));
+        return fail(msg);
+    }
+    if (pthread_create(&b->t, NULL, beat_loop, b) != 0)
+        return fail("cannot start the heartbeat thread");
+    b->running = 1;
+    return 0;
+}
+
+/* Stops the beat thread and frees the channel (node thread). */
+static void beat_end(nbeat *b) {
+    if (b->running) {
+        ssize_t w = write(b->stop[1], "s", 1); /* the only byte it gets */
+        (void)w;
+        pthread_join(b->t, NULL);
+        b->running = 0;
+    }
+    if (b->in)
+        dt__net_in_done(b->in);
+    dt__free(b->in);
+    if (b->sock)
+        zmq_close(b->sock);
+    if (b->ctx)
+        zmq_ctx_term(b->ctx);
+    for (int i = 0; i < 2; i++) {
+        if (b->stop[i] >= 0)
+            close(b->stop[i]);
+        if (b->wake[i] >= 0)
+            close(b->wake[i]);
+    }
+    memset(b, 0, sizeof *b);
+    b->stop[0] = b->stop[1] = b->wake[0] = b->wake[1] = -1;
+}
+
+/* Serves after the welcome: batches, reads, data; the beat thread says
+ * when the main node went silent or said stop. The exit status. */
+static int serve(nodectx *n, dt__net_in *in) {
+    for (;;) {
+        int st = atomic_load(&n->beat.state);
+        if (st == BEAT_GONE) {
             say(n, "the main node at %s is gone (no heartbeat for two intervals): exiting", n->main);
             return 0;
         }
-        int64_t wait = next_beat - now;
-        if (last_heard + limit + 1 - now < wait)
-            wait = last_heard + limit + 1 - now;
-        zmq_pollitem_t it[4] = {{n->sock, 0, ZMQ_POLLIN, 0},
-                                {n->mon, 0, ZMQ_POLLIN, 0},
-                                {NULL, data_pipe[0], ZMQ_POLLIN, 0},
-                                {NULL, n->sub ? dt__subctl_fd(n->sub) : -1, ZMQ_POLLIN, 0}};
-        if (zmq_poll(it, n->sub ? 4 : 3, (long)(wait < 0 ? 0 : wait)) < 0 && zmq_errno() != EINTR)
+        if (st == BEAT_STOP) {
+            say(n, "the main node at %s said stop: exiting", n->main);
+            return 0;
+        }
+        /* Woken by messages, this node's outbox, completed reads and the
+         * beat thread; the timeout only bounds the wait. */
+        zmq_pollitem_t it[6] = {
+            {n->sock, 0, ZMQ_POLLIN, 0},         {n->mon, 0, ZMQ_POLLIN, 0},
+            {NULL, data_pipe[0], ZMQ_POLLIN, 0}, {NULL, n->beat.wake[0], ZMQ_POLLIN, 0},
+            {n->data, 0, ZMQ_POLLIN, 0},         {NULL, n->sub ? dt__subctl_fd(n->sub) : -1, ZMQ_POLLIN, 0}};
+        int nit = 4 + (n->data != NULL);
+        if (n->sub)
+            it[nit++] = it[5];
+        if (zmq_poll(it, nit, 1000) < 0 && zmq_errno() != EINTR)
             return fail("polling the connection failed");
         while (mon_event(n->mon) != 0) {
         }
@@ -288,16 +513,22 @@ static int serve(nodectx *n, int hb, dt__net_in *in) {
         while ((rc = dt__net_recv(n->sock, 0, in)) != 0) {
             if (rc < 0)
                 continue;
-            last_heard = dt__net_now_ms();
             if (in->m.type == DT__WIRE_STOP) {
                 say(n, "the main node at %s said stop: exiting", n->main);
                 return 0;
             }
             if (in->m.type == DT__WIRE_BATCH || in->m.type == DT__WIRE_RELEASE)
                 run_message(n, in);
-            else if (in->m.type == DT__WIRE_DATA || in->m.type == DT__WIRE_LOST)
+            else if (in->m.type == DT__WIRE_DATA || in->m.type == DT__WIRE_LOST ||
+                     in->m.type == DT__WIRE_FAILED)
                 on_data(in);
+            else if (in->m.type == DT__WIRE_PEER)
+                add_peer(n, &in->m);
         }
+        dt__net_in_done(in);
+        while (n->data && (rc = dt__net_recv(n->data, 1, in)) != 0) /* from other worker nodes */
+            if (rc > 0 && in->m.type == DT__WIRE_DATA)
+                dt__net_deliver_data(in, &in->m.u.data);
         dt__net_in_done(in);
     }
 }
@@ -329,7 +560,8 @@ int dt_node_run(const dt_node_options *opts) {
     }
     char ep[300];
     snprintf(ep, sizeof ep, "tcp://%s", opts->main_address);
-    nodectx n = {.quiet = opts->quiet, .main = opts->main_address};
+    nodectx n = {.quiet = opts->quiet, .main = opts->main_address, .token = token};
+    n.beat.stop[0] = n.beat.stop[1] = n.beat.wake[0] = n.beat.wake[1] = -1;
     int rc = 1, zero = 0, linger = 200;
     dt__net_in *in = dt__calloc(1, sizeof *in);
     if (!in || !(n.ctx = zmq_ctx_new()) || !(n.sock = zmq_socket(n.ctx, ZMQ_DEALER)) ||
@@ -379,6 +611,7 @@ int dt_node_run(const dt_node_options *opts) {
         snprintf(reg.u.reg.host, sizeof reg.u.reg.host, "?");
     reg.u.reg.token = (const uint8_t *)token;
     reg.u.reg.token_len = strlen(token);
+    reg.u.reg.data_port = (uint32_t)data_open(&n);
     rc = enroll(&n, &reg, opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 60000, in);
     if (rc == GONE) {
         say(&n, "the main node at %s is gone (it closed the connection while registering): exiting",
@@ -393,9 +626,19 @@ int dt_node_run(const dt_node_options *opts) {
         say(&n, "%s", line);
         atomic_store_explicit(&own_first, (int64_t)in->m.u.welcome.first_device_id, memory_order_relaxed);
         atomic_store_explicit(&own_count, (int64_t)cpus, memory_order_relaxed);
-        rc = serve(&n, (int)in->m.u.welcome.heartbeat_ms, in);
+        n.index = in->m.u.welcome.node_index;
+        snprintf(n.name, sizeof n.name, "worker node %u (host %.127s, pid %d)", in->m.u.welcome.node_index,
+                 reg.u.reg.host, (int)getpid());
+        /* The mailbox first: the beat thread may hear of a loss at once. */
+        static const dt__xfer_hooks hooks = {node_is_local, node_wake};
+        dt__xfer_start(&hooks);
+        rc = beat_start(&n, token, rid, (size_t)rl, (int)in->m.u.welcome.heartbeat_ms,
+                        (int)in->m.u.welcome.beat_port);
+        if (rc == 0)
+            rc = serve(&n, in);
     }
 out:
+    beat_end(&n.beat);
     /* Ranks waiting for another node's data fail: the cluster is gone. */
     dt__xfer_abort("this worker node left the cluster (its main node stopped or went away)");
     dt__subctl_free(n.sub); /* its work finishes first */
@@ -406,6 +649,11 @@ out:
         zmq_socket_monitor(n.sock, NULL, 0);
     if (n.mon)
         zmq_close(n.mon);
+    for (int i = 0; i < n.npeers; i++)
+        zmq_close(n.peers[i].sock);
+    dt__free(n.peers);
+    if (n.data)
+        zmq_close(n.data);
     if (n.sock)
         zmq_close(n.sock);
     if (n.ctx)

@@ -33,6 +33,14 @@ typedef struct gent {
     uint64_t from, to;
 } gent;
 
+/* A graph one of whose batches could not run here: the error its missing
+ * values read as. */
+typedef struct failure {
+    struct failure *next;
+    uint32_t tag;
+    char *why;
+} failure;
+
 typedef struct ticket {
     struct ticket *next;
     struct dt__subctl *x;
@@ -50,6 +58,7 @@ struct dt__subctl {
     size_t ng, gcap;
     uint32_t tag;       /* the batch being decoded */
     ticket *made;       /* its tickets, until it is handed over */
+    failure *failures;  /* graphs with a batch that could not run */
     pthread_mutex_t mu; /* guards done */
     ticket *done, *done_last;
     int pipe[2];
@@ -131,7 +140,22 @@ static void drop(dt__subctl *x, uint32_t tag, uint64_t id) {
 
 static dt__blob *res_input(void *ctx, uint64_t id) {
     dt__subctl *x = ctx;
-    return dt__blob_retain(x->cap ? lookup(x, x->tag, id) : NULL);
+    dt__blob *b = x->cap ? lookup(x, x->tag, id) : NULL;
+    if (b)
+        return dt__blob_retain(b);
+    for (failure *f = x->failures; f; f = f->next)
+        if (f->tag == x->tag) { /* a value of a batch that could not run */
+            b = dt__blob_new(dt__graph_be(x->g, DT_DEVICE_CPU));
+            if (b) {
+                b->id = id;
+                if (!(b->error = dt__strdup(f->why))) {
+                    dt__blob_release(b);
+                    b = NULL;
+                }
+            }
+            return b;
+        }
+    return NULL;
 }
 
 static dt__blob *res_output(void *ctx, uint64_t id, int type) {
@@ -260,6 +284,12 @@ void dt__subctl_free(dt__subctl *x) {
         }
     dt__free(x->tab);
     dt__free(x->groups);
+    while (x->failures) {
+        failure *f = x->failures;
+        x->failures = f->next;
+        dt__free(f->why);
+        dt__free(f);
+    }
     free_tickets(x->made);
     free_tickets(x->done);
     close(x->pipe[0]);
@@ -364,6 +394,26 @@ dt_status dt__subctl_batch(dt__subctl *x, const char *backend, const void *body,
         x->made = NULL;
     }
     return st;
+}
+
+void dt__subctl_failed(dt__subctl *x, const char *why) {
+    failure *f = x->failures;
+    while (f && f->tag != x->tag)
+        f = f->next;
+    char *w = dt__strdup(why);
+    if (!w) /* out of memory: later reads of its values fail to decode instead */
+        return;
+    if (!f && (f = dt__calloc(1, sizeof *f))) {
+        f->tag = x->tag;
+        f->next = x->failures;
+        x->failures = f;
+    }
+    if (!f) {
+        dt__free(w);
+        return;
+    }
+    dt__free(f->why);
+    f->why = w;
 }
 
 void dt__subctl_release(dt__subctl *x, const void *body, size_t len) {

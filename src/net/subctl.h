@@ -28,6 +28,11 @@ int dt__subctl_fd(const dt__subctl *x);
  * `backend`. A malformed batch or one this node cannot run is an error
  * (thread error set): nothing of it runs. */
 dt_status dt__subctl_batch(dt__subctl *x, const char *backend, const void *body, size_t len);
+/* The batch last given to dt__subctl_batch could not run (`why`, naming
+ * this node): from now on a kernel of its graph that reads a value this
+ * node does not hold (one the failed batch would have made) reads a value
+ * failed with `why` instead of making its whole batch fail to decode. */
+void dt__subctl_failed(dt__subctl *x, const char *why);
 /* Drops the values a RELEASE message names (malformed: ignored). */
 void dt__subctl_release(dt__subctl *x, const void *body, size_t len);
 /* The next completed read or sync as a RESULT message; a read's piece goes

@@ -1,16 +1,20 @@
 /*
  * The cluster wire format: framing, per-type payloads, and the token
- * helpers (wire.h has the format and the contract). Payloads, version 1:
+ * helpers (wire.h has the format and the contract). Payloads, version 2:
  *   REGISTER  := u32 cpu_devices u32 cuda_devices u32 pid text host
- *                u16 token_len u8 token[token_len]
- *   WELCOME   := u32 node_index i64 first_device_id u32 heartbeat_ms
+ *                u16 token_len u8 token[token_len] u32 data_port
+ *   WELCOME   := u32 node_index i64 first_device_id u32 heartbeat_ms u32 beat_port
  *   REFUSE    := text reason
  *   HEARTBEAT := u64 seq
  *   STOP, BYE := (empty)
  *   DATA      := u32 tag u64 group u64 seq i32 from i32 to i64 src_device
  *                i64 dst_device u64 offset u64 total i32 dtype u32 ndim
  *                i64 shape[ndim] text error  (the chunk's bytes in the extra frame)
+ *   BATCH     := u16 len u8 backend[len] u64 seq
+ *   RESULT    := u64 future i32 rank u32 count i32 status u64 batch text error
  *   LOST      := i64 first_device_id i64 count text error
+ *   FAILED    := u32 tag u64 group u64 seq i64 first_device_id i64 count text error
+ *   PEER      := u32 node_index i64 first_device_id i64 count u32 port text address
  *   text      := u16 len u8 bytes[len]  (len < DT__WIRE_TEXT_MAX, no NUL)
  */
 #include <string.h>
@@ -21,7 +25,8 @@ static const char *const names[DT__WIRE_TYPE_END] = {
     [DT__WIRE_REGISTER] = "register",   [DT__WIRE_WELCOME] = "welcome", [DT__WIRE_REFUSE] = "refuse",
     [DT__WIRE_HEARTBEAT] = "heartbeat", [DT__WIRE_STOP] = "stop",       [DT__WIRE_BYE] = "bye",
     [DT__WIRE_BATCH] = "batch",         [DT__WIRE_RELEASE] = "release", [DT__WIRE_RESULT] = "result",
-    [DT__WIRE_DATA] = "data",           [DT__WIRE_LOST] = "lost",
+    [DT__WIRE_DATA] = "data",           [DT__WIRE_LOST] = "lost",       [DT__WIRE_FAILED] = "failed",
+    [DT__WIRE_PEER] = "peer",
 };
 
 const char *dt__wire_type_name(int type) {
@@ -86,11 +91,13 @@ size_t dt__wire_encode(const dt__wire_msg *m, uint8_t *buf, size_t cap) {
         put(&w, m->u.reg.pid, 4);
         put_text(&w, m->u.reg.host);
         put_bytes(&w, m->u.reg.token, m->u.reg.token_len);
+        put(&w, m->u.reg.data_port, 4);
         break;
     case DT__WIRE_WELCOME:
         put(&w, m->u.welcome.node_index, 4);
         put(&w, (uint64_t)m->u.welcome.first_device_id, 8);
         put(&w, m->u.welcome.heartbeat_ms, 4);
+        put(&w, m->u.welcome.beat_port, 4);
         break;
     case DT__WIRE_REFUSE:
         put_text(&w, m->u.refuse.reason);
@@ -100,12 +107,14 @@ size_t dt__wire_encode(const dt__wire_msg *m, uint8_t *buf, size_t cap) {
         break;
     case DT__WIRE_BATCH:
         put_bytes(&w, m->u.batch.backend, strnlen(m->u.batch.backend, sizeof m->u.batch.backend - 1));
+        put(&w, m->u.batch.seq, 8);
         break;
     case DT__WIRE_RESULT:
         put(&w, m->u.result.future, 8);
         put(&w, (uint32_t)m->u.result.rank, 4);
         put(&w, m->u.result.count, 4);
         put(&w, (uint32_t)m->u.result.status, 4);
+        put(&w, m->u.result.batch, 8);
         put_text(&w, m->u.result.error);
         break;
     case DT__WIRE_DATA: {
@@ -130,6 +139,21 @@ size_t dt__wire_encode(const dt__wire_msg *m, uint8_t *buf, size_t cap) {
         put(&w, (uint64_t)m->u.lost.first_device_id, 8);
         put(&w, (uint64_t)m->u.lost.count, 8);
         put_text(&w, m->u.lost.error);
+        break;
+    case DT__WIRE_FAILED:
+        put(&w, m->u.failed.tag, 4);
+        put(&w, m->u.failed.group, 8);
+        put(&w, m->u.failed.seq, 8);
+        put(&w, (uint64_t)m->u.failed.first_device_id, 8);
+        put(&w, (uint64_t)m->u.failed.count, 8);
+        put_text(&w, m->u.failed.error);
+        break;
+    case DT__WIRE_PEER:
+        put(&w, m->u.peer.node_index, 4);
+        put(&w, (uint64_t)m->u.peer.first_device_id, 8);
+        put(&w, (uint64_t)m->u.peer.count, 8);
+        put(&w, m->u.peer.port, 4);
+        put_text(&w, m->u.peer.address);
         break;
     default: /* STOP, BYE: no payload */
         break;
@@ -226,17 +250,22 @@ dt_status dt__wire_decode(const void *buf, size_t len, dt__wire_msg *m) {
         m->u.reg.pid = (uint32_t)get(&r, 4);
         get_text(&r, m->u.reg.host);
         m->u.reg.token = get_bytes(&r, DT__WIRE_TOKEN_MAX, &m->u.reg.token_len);
+        m->u.reg.data_port = (uint32_t)get(&r, 4);
         if (!r.why &&
             (m->u.reg.cpu_devices > DT__WIRE_MAX_DEVICES || m->u.reg.cuda_devices > DT__WIRE_MAX_DEVICES))
             r.why = "too many devices";
+        else if (!r.why && m->u.reg.data_port > 65535)
+            r.why = "bad port";
         break;
     case DT__WIRE_WELCOME:
         m->u.welcome.node_index = (uint32_t)get(&r, 4);
         m->u.welcome.first_device_id = (int64_t)get(&r, 8);
         m->u.welcome.heartbeat_ms = (uint32_t)get(&r, 4);
+        m->u.welcome.beat_port = (uint32_t)get(&r, 4);
         if (!r.why && (m->u.welcome.first_device_id < 0 || m->u.welcome.heartbeat_ms == 0 ||
-                       m->u.welcome.heartbeat_ms > 3600 * 1000))
-            r.why = "bad device id or heartbeat interval";
+                       m->u.welcome.heartbeat_ms > 3600 * 1000 || m->u.welcome.beat_port == 0 ||
+                       m->u.welcome.beat_port > 65535))
+            r.why = "bad device id, heartbeat interval or port";
         break;
     case DT__WIRE_REFUSE:
         get_text(&r, m->u.refuse.reason);
@@ -253,6 +282,7 @@ dt_status dt__wire_decode(const void *buf, size_t len, dt__wire_msg *m) {
             memcpy(m->u.batch.backend, s, n);
             m->u.batch.backend[n] = 0;
         }
+        m->u.batch.seq = get(&r, 8);
         break;
     }
     case DT__WIRE_RESULT:
@@ -260,6 +290,7 @@ dt_status dt__wire_decode(const void *buf, size_t len, dt__wire_msg *m) {
         m->u.result.rank = (int32_t)(uint32_t)get(&r, 4);
         m->u.result.count = (uint32_t)get(&r, 4);
         m->u.result.status = (int32_t)(uint32_t)get(&r, 4);
+        m->u.result.batch = get(&r, 8);
         get_text(&r, m->u.result.error);
         if (!r.why && (m->u.result.rank < -1 || m->u.result.count > (1u << 30) ||
                        (m->nextra && (m->u.result.rank < 0 || m->u.result.status != 0))))
@@ -296,6 +327,26 @@ dt_status dt__wire_decode(const void *buf, size_t len, dt__wire_msg *m) {
         get_text(&r, m->u.lost.error);
         if (!r.why && (m->u.lost.first_device_id < 0 || m->u.lost.count < 0))
             r.why = "bad device range";
+        break;
+    case DT__WIRE_FAILED:
+        m->u.failed.tag = (uint32_t)get(&r, 4);
+        m->u.failed.group = get(&r, 8);
+        m->u.failed.seq = get(&r, 8);
+        m->u.failed.first_device_id = (int64_t)get(&r, 8);
+        m->u.failed.count = (int64_t)get(&r, 8);
+        get_text(&r, m->u.failed.error);
+        if (!r.why && (m->u.failed.first_device_id < 0 || m->u.failed.count < 0))
+            r.why = "bad device range";
+        break;
+    case DT__WIRE_PEER:
+        m->u.peer.node_index = (uint32_t)get(&r, 4);
+        m->u.peer.first_device_id = (int64_t)get(&r, 8);
+        m->u.peer.count = (int64_t)get(&r, 8);
+        m->u.peer.port = (uint32_t)get(&r, 4);
+        get_text(&r, m->u.peer.address);
+        if (!r.why && (m->u.peer.first_device_id < 0 || m->u.peer.count < 0 || m->u.peer.port == 0 ||
+                       m->u.peer.port > 65535 || !m->u.peer.address[0]))
+            r.why = "bad device range, port or address";
         break;
     default:
         break;

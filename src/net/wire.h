@@ -28,7 +28,7 @@
 #include "dist/xfer.h"
 
 #define DT__WIRE_MAGIC "DTNW"
-#define DT__WIRE_VERSION 1
+#define DT__WIRE_VERSION 2
 #define DT__WIRE_HEADER 16
 #define DT__WIRE_TOKEN_MAX 1024 /* bytes of a cluster token */
 #define DT__WIRE_TEXT_MAX 512   /* bytes of a host name or a reason, NUL included */
@@ -51,6 +51,8 @@ typedef enum dt__wire_type {
     DT__WIRE_RESULT = 9,    /* node -> main: a read's piece or a sync's arrivals (0 or 1 frame) */
     DT__WIRE_DATA = 10,     /* both ways: a collective's part for a rank of another node (0 or 1 frame) */
     DT__WIRE_LOST = 11,     /* main -> node: a node is lost; waits for its devices fail */
+    DT__WIRE_FAILED = 12,   /* main -> node: a collective gets no parts from a node's devices */
+    DT__WIRE_PEER = 13,     /* main -> node: where another node takes DATA directly */
     DT__WIRE_TYPE_END
 } dt__wire_type;
 
@@ -65,10 +67,12 @@ typedef struct dt__wire_msg {
             char host[DT__WIRE_TEXT_MAX];
             const uint8_t *token;
             size_t token_len;
+            uint32_t data_port; /* where it takes DATA from other worker nodes (0: nowhere) */
         } reg;
         struct {
             uint32_t node_index, heartbeat_ms;
             int64_t first_device_id;
+            uint32_t beat_port; /* the main node's heartbeat channel (same host) */
         } welcome;
         struct {
             char reason[DT__WIRE_TEXT_MAX];
@@ -78,12 +82,14 @@ typedef struct dt__wire_msg {
         } heartbeat;
         struct {
             char backend[32]; /* the main graph's backend: the node runs the same */
+            uint64_t seq;     /* the batch's number on its node's connection, from 1 */
         } batch;
         struct {
             uint64_t future; /* the main node's future id; 0: a whole batch failed */
             int32_t rank;    /* the piece of a read, or -1 (a sync) */
             uint32_t count;  /* arrivals */
             int32_t status;  /* dt_status: DT_OK, or the failure with `error` */
+            uint64_t batch;  /* future 0: the seq of the batch that failed */
             char error[DT__WIRE_TEXT_MAX];
         } result;
         dt__xfer_hdr data; /* the bytes, when no error, in the extra frame */
@@ -91,6 +97,17 @@ typedef struct dt__wire_msg {
             int64_t first_device_id, count;
             char error[DT__WIRE_TEXT_MAX];
         } lost;
+        struct {
+            uint32_t node_index, port;
+            int64_t first_device_id, count;
+            char address[DT__WIRE_TEXT_MAX]; /* its address as the main node sees it */
+        } peer;
+        struct {
+            uint32_t tag;
+            uint64_t group, seq; /* the collective, as a DATA message names it */
+            int64_t first_device_id, count;
+            char error[DT__WIRE_TEXT_MAX];
+        } failed;
     } u;
 } dt__wire_msg;
 

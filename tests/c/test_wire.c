@@ -76,11 +76,13 @@ static int sample(int type, dt__wire_msg *m) {
         snprintf(m->u.reg.host, sizeof m->u.reg.host, "host-%d.example", type);
         m->u.reg.token = (const uint8_t *)token;
         m->u.reg.token_len = sizeof token - 1;
+        m->u.reg.data_port = 40002;
         return 1;
     case DT__WIRE_WELCOME:
         m->u.welcome.node_index = 7;
         m->u.welcome.first_device_id = 0x123456789aLL;
         m->u.welcome.heartbeat_ms = 250;
+        m->u.welcome.beat_port = 40001;
         return 1;
     case DT__WIRE_REFUSE:
         snprintf(m->u.refuse.reason, sizeof m->u.refuse.reason, "the token does not match");
@@ -94,6 +96,7 @@ static int sample(int type, dt__wire_msg *m) {
     case DT__WIRE_BATCH:
         m->nextra = 1;
         snprintf(m->u.batch.backend, sizeof m->u.batch.backend, "torch");
+        m->u.batch.seq = 0x0a0b0c0d0e0f1011ULL;
         return 1;
     case DT__WIRE_RELEASE:
         m->nextra = 1;
@@ -103,6 +106,7 @@ static int sample(int type, dt__wire_msg *m) {
         m->u.result.rank = -1;
         m->u.result.count = 3;
         m->u.result.status = -5;
+        m->u.result.batch = 0x99aabbccddeeff00ULL;
         snprintf(m->u.result.error, sizeof m->u.result.error, "add failed on cpu:3");
         return 1;
     case DT__WIRE_DATA: /* a failed sender's: no bytes, so an extra frame is refused */
@@ -126,6 +130,21 @@ static int sample(int type, dt__wire_msg *m) {
         m->u.lost.count = 3;
         snprintf(m->u.lost.error, sizeof m->u.lost.error, "worker node 1 (127.0.0.1) is lost");
         return 1;
+    case DT__WIRE_FAILED:
+        m->u.failed.tag = 0x0badf00du;
+        m->u.failed.group = 0x1122334455667788ULL;
+        m->u.failed.seq = 0x0102030405060708ULL;
+        m->u.failed.first_device_id = 6;
+        m->u.failed.count = 2;
+        snprintf(m->u.failed.error, sizeof m->u.failed.error, "worker node 1 could not run a batch");
+        return 1;
+    case DT__WIRE_PEER:
+        m->u.peer.node_index = 3;
+        m->u.peer.first_device_id = 9;
+        m->u.peer.count = 4;
+        m->u.peer.port = 40003;
+        snprintf(m->u.peer.address, sizeof m->u.peer.address, "10.231.7.2");
+        return 1;
     }
     return 0;
 }
@@ -138,6 +157,7 @@ static int same_msg(const dt__wire_msg *a, const dt__wire_msg *b) {
         return a->u.reg.cpu_devices == b->u.reg.cpu_devices &&
                a->u.reg.cuda_devices == b->u.reg.cuda_devices && a->u.reg.pid == b->u.reg.pid &&
                !strcmp(a->u.reg.host, b->u.reg.host) && a->u.reg.token_len == b->u.reg.token_len &&
+               a->u.reg.data_port == b->u.reg.data_port &&
                !memcmp(a->u.reg.token, b->u.reg.token, a->u.reg.token_len);
     case DT__WIRE_WELCOME:
         return !memcmp(&a->u.welcome, &b->u.welcome, sizeof a->u.welcome);
@@ -146,11 +166,11 @@ static int same_msg(const dt__wire_msg *a, const dt__wire_msg *b) {
     case DT__WIRE_HEARTBEAT:
         return a->u.heartbeat.seq == b->u.heartbeat.seq;
     case DT__WIRE_BATCH:
-        return !strcmp(a->u.batch.backend, b->u.batch.backend);
+        return !strcmp(a->u.batch.backend, b->u.batch.backend) && a->u.batch.seq == b->u.batch.seq;
     case DT__WIRE_RESULT:
         return a->u.result.future == b->u.result.future && a->u.result.rank == b->u.result.rank &&
                a->u.result.count == b->u.result.count && a->u.result.status == b->u.result.status &&
-               !strcmp(a->u.result.error, b->u.result.error);
+               a->u.result.batch == b->u.result.batch && !strcmp(a->u.result.error, b->u.result.error);
     case DT__WIRE_DATA:
         return a->u.data.tag == b->u.data.tag && a->u.data.group == b->u.data.group &&
                a->u.data.seq == b->u.data.seq && a->u.data.from == b->u.data.from &&
@@ -163,6 +183,15 @@ static int same_msg(const dt__wire_msg *a, const dt__wire_msg *b) {
     case DT__WIRE_LOST:
         return a->u.lost.first_device_id == b->u.lost.first_device_id && a->u.lost.count == b->u.lost.count &&
                !strcmp(a->u.lost.error, b->u.lost.error);
+    case DT__WIRE_FAILED:
+        return a->u.failed.tag == b->u.failed.tag && a->u.failed.group == b->u.failed.group &&
+               a->u.failed.seq == b->u.failed.seq &&
+               a->u.failed.first_device_id == b->u.failed.first_device_id &&
+               a->u.failed.count == b->u.failed.count && !strcmp(a->u.failed.error, b->u.failed.error);
+    case DT__WIRE_PEER:
+        return a->u.peer.node_index == b->u.peer.node_index &&
+               a->u.peer.first_device_id == b->u.peer.first_device_id && a->u.peer.count == b->u.peer.count &&
+               a->u.peer.port == b->u.peer.port && !strcmp(a->u.peer.address, b->u.peer.address);
     }
     return 1;
 }
@@ -231,10 +260,13 @@ static void test_refusals(void) {
     size_t n = dt__wire_encode(&m, buf, sizeof buf);
     dt__wire_msg out;
     CHECK_EQ(dt__wire_decode(NULL, 0, &out), DT_EINVAL);
-    buf[4] = 2; /* version 2 */
+    buf[4] = DT__WIRE_VERSION + 1; /* a later version */
     CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
-    CHECK(strstr(dt_last_error(), "version 2") != NULL);
-    buf[4] = 1;
+    CHECK(strstr(dt_last_error(), "message version 3") != NULL);
+    buf[4] = 1; /* the first version: its welcome had no heartbeat port */
+    CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
+    CHECK(strstr(dt_last_error(), "message version 1") != NULL);
+    buf[4] = DT__WIRE_VERSION;
     buf[6] = 99; /* type 99 */
     CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
     CHECK(strstr(dt_last_error(), "unknown message type 99") != NULL);
@@ -252,6 +284,23 @@ static void test_refusals(void) {
     CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
     m.u.welcome.heartbeat_ms = 10;
     m.u.welcome.first_device_id = -1;
+    n = dt__wire_encode(&m, buf, sizeof buf);
+    CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
+    m.u.welcome.first_device_id = 0; /* no heartbeat port, or one past 65535 */
+    m.u.welcome.beat_port = 0;
+    n = dt__wire_encode(&m, buf, sizeof buf);
+    CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
+    m.u.welcome.beat_port = 65536;
+    n = dt__wire_encode(&m, buf, sizeof buf);
+    CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
+    /* A peer without a port. */
+    sample(DT__WIRE_PEER, &m);
+    m.u.peer.port = 0;
+    n = dt__wire_encode(&m, buf, sizeof buf);
+    CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
+    /* A failure notice with a negative device range. */
+    sample(DT__WIRE_FAILED, &m);
+    m.u.failed.count = -1;
     n = dt__wire_encode(&m, buf, sizeof buf);
     CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
     /* A registration with a token over the limit is not encoded; one with

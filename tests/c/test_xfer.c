@@ -6,7 +6,9 @@
  * mailbox (as the transport's thread would), give bit for bit what the
  * in-process comm gives for the same three inputs, and the float sums in
  * rank order computed here. A rank waiting for a node that is lost fails
- * with the node's error. Under ASan/TSan in the sanitizer builds.
+ * with the node's error, and one waiting for the parts of a collective
+ * whose batch a node could not run fails with that reason. Under ASan/TSan
+ * in the sanitizer builds.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -313,12 +315,50 @@ static void test_spanning(void) {
     c->ops->destroy(c);
 }
 
+/* Collective (9, 77, 30) gets no parts from devices 7 and 8 (their node
+ * could not run its batch): a wait for one fails with the reason, now and
+ * later; other collectives and other senders are untouched; parts for
+ * those devices' ranks are dropped, queued or arriving. */
+static void test_failed_parts(void) {
+    const float v[2] = {4, 5};
+    waiter w = {.seq = 30, .src = 7};
+    CHECK_EQ(pthread_create(&w.t, NULL, wait_main, &w), 0);
+    usleep(20000);
+    dt__xfer_msg *to_failed = msg(30, 0, 2, 0, v, 2);
+    to_failed->h.dst_device = 8;
+    dt__xfer_deliver(to_failed);
+    CHECK_EQ(dt__xfer_pending(), 1);
+    dt__xfer_fail_parts(9, 77, 30, 7, 2, "worker node 2 could not run a batch");
+    pthread_join(w.t, NULL);
+    CHECK(!w.got && strstr(w.err, "worker node 2 could not run a batch"));
+    CHECK_EQ(dt__xfer_pending(), 0); /* the part for device 8 was dropped */
+    w = (waiter){.seq = 30, .src = 8};
+    wait_main(&w);
+    CHECK(!w.got && strstr(w.err, "could not run a batch"));
+    to_failed = msg(30, 0, 2, 0, v, 2);
+    to_failed->h.dst_device = 7;
+    dt__xfer_deliver(to_failed);
+    CHECK_EQ(dt__xfer_pending(), 0);
+    dt__xfer_deliver(msg(31, 2, 0, 7, v, 2)); /* the next collective */
+    dt__xfer_deliver(msg(30, 2, 0, 5, v, 2)); /* a sender on another node */
+    w = (waiter){.seq = 31, .src = 7};
+    wait_main(&w);
+    CHECK(w.got && w.got->len == sizeof v);
+    dt__xfer_msg_free(w.got);
+    w = (waiter){.seq = 30, .src = 5};
+    wait_main(&w);
+    CHECK(w.got && memcmp(w.got->data, v, sizeof v) == 0);
+    dt__xfer_msg_free(w.got);
+}
+
 int main(void) {
     static const dt__xfer_hooks hooks = {is_local, wake};
     dt__xfer_start(&hooks);
     test_mailbox();
     dt__xfer_start(&hooks); /* forgets the losses */
     test_spanning();
+    dt__xfer_start(&hooks);
+    test_failed_parts();
     /* An abort wakes a wait for any other node, and stop frees what is left. */
     dt__xfer_deliver(msg(1, 2, 0, 3, (const float[]){1}, 1));
     dt__xfer_abort("the main node is gone");
