@@ -57,11 +57,13 @@ void dt__blob_release(dt__blob *b) {
 
 /* Charges a new output to its device (s's worker thread). Storage is counted once: an output
  * written into its donated input's buffer takes that input's charge (and base) over; a view of
- * an input (the backend says they share storage) is charged nothing and holds that input, whose
- * charge then lasts as long as the storage is seen; anything else is charged its storage's
- * bytes, which for a view of the kernel's own temporary is more than its elements'. Inputs on
- * another device's account (an in-process copy may share a host buffer) are not bases: that
- * output is charged here as well, as before views. */
+ * an input on this device's account (the backend says they share storage) is charged nothing
+ * and holds that input, whose charge then lasts as long as the storage is seen; anything else is
+ * charged its storage's bytes, which for a view of the kernel's own temporary is more than its
+ * elements'. An input on no device's account (a source: the host copy from_torch made, which
+ * each device's blob of a Replicate shares) or on another device's (an in-process copy may
+ * share a host buffer) is not a base: that output is charged here, as before views, so a
+ * device's value is always counted on that device. */
 void dt__blob_account(dt__krec *k, const dt__stream *s, int inplace) {
     dt__blob *out = k->out;
     if (!out || !out->impl || out->charged || out->base)
@@ -77,18 +79,18 @@ void dt__blob_account(dt__krec *k, const dt__stream *s, int inplace) {
         atomic_fetch_add_explicit(&s->g->kernels_in_place, 1, memory_order_relaxed);
         return;
     }
+    if (!s->mem)
+        return;
+    out->mem = s->mem;
     if (s->be->same_storage)
         for (int i = 0; i < k->n_in; i++) {
             dt__blob *in = k->in[i];
-            if (in->impl && in->be == s->be && (!in->mem || in->mem == s->mem) &&
+            if (in->impl && in->mem == s->mem && in->be == s->be &&
                 s->be->same_storage(out->impl, in->impl)) {
                 out->base = dt__blob_retain(in);
                 return;
             }
         }
-    if (!s->mem)
-        return;
-    out->mem = s->mem;
     out->charged =
         (int64_t)(s->be->storage_nbytes ? s->be->storage_nbytes(out->impl) : s->be->nbytes(out->impl));
     dt__mem_charge(out->mem, out->charged);
