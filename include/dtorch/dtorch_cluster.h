@@ -94,11 +94,20 @@ DT_API int64_t dt_cluster_cpu_devices(void);
  * the process started): bytes and values of host data shipped (each a
  * device's piece of a host value, or a whole value a kernel reads), and
  * kernels shipped that the nodes have not reported run yet (the backlog
- * counts them). */
+ * counts them). Then the data between nodes (collectives and copies of
+ * meshes on several nodes): payload bytes and DATA messages (a part
+ * travels in messages of at most 1 MiB) the main node sent to worker nodes
+ * (its own devices' parts and the ones it relays) and received from them.
+ * Every such message passes through the main node, so their sum is the
+ * bytes that crossed the network. */
 typedef struct dt_cluster_counters {
     int64_t value_bytes;
     int64_t values;
     int64_t kernels_on_nodes;
+    int64_t data_bytes_sent;
+    int64_t data_messages_sent;
+    int64_t data_bytes_received;
+    int64_t data_messages_received;
 } dt_cluster_counters;
 DT_API void dt_cluster_counters_get(dt_cluster_counters *out);
 /* Tells every worker node to stop, closes the connections and forgets the

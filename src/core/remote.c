@@ -19,6 +19,7 @@
 #include "core/remote.h"
 #include "core/stream.h"
 #include "core/stream_int.h"
+#include "dist/xfer.h"
 #include "dtorch/dtorch_cluster.h"
 
 static atomic_uint tags; /* the graphs' names on the worker nodes */
@@ -32,6 +33,8 @@ void dt_cluster_counters_get(dt_cluster_counters *out) {
     out->value_bytes = atomic_load(&sent_bytes);
     out->values = atomic_load(&sent_values);
     out->kernels_on_nodes = atomic_load(&on_nodes);
+    dt__xfer_counters(&out->data_bytes_sent, &out->data_messages_sent, &out->data_bytes_received,
+                      &out->data_messages_received);
 }
 
 static void patch(dt__bytes *b, size_t at, uint64_t v, int n) {

@@ -5,10 +5,13 @@
  * key). Few ranks wait at once (a node's devices), so one condition is
  * enough.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "dist/xfer.h"
+
+static atomic_llong count_bytes[2], count_frames[2]; /* [1]: sent */
 
 typedef struct lost_range {
     int64_t first, count;
@@ -240,4 +243,16 @@ size_t dt__xfer_pending(void) {
         n++;
     pthread_mutex_unlock(&X.mu);
     return n;
+}
+
+void dt__xfer_count(int out, size_t bytes, size_t frames) {
+    atomic_fetch_add(&count_bytes[out != 0], (long long)bytes);
+    atomic_fetch_add(&count_frames[out != 0], (long long)frames);
+}
+
+void dt__xfer_counters(int64_t *bytes_out, int64_t *frames_out, int64_t *bytes_in, int64_t *frames_in) {
+    *bytes_out = atomic_load(&count_bytes[1]);
+    *frames_out = atomic_load(&count_frames[1]);
+    *bytes_in = atomic_load(&count_bytes[0]);
+    *frames_in = atomic_load(&count_frames[0]);
 }

@@ -107,4 +107,9 @@ void dt__xfer_abort(const char *why);
 /* Messages waiting in the mailbox, whole (tests). */
 size_t dt__xfer_pending(void);
 
+/* Traffic counters (dt_cluster_counters): DATA payload bytes and frames
+ * the transport sent (`out`: 1) or received (0). Any thread. */
+void dt__xfer_count(int out, size_t bytes, size_t frames);
+void dt__xfer_counters(int64_t *bytes_out, int64_t *frames_out, int64_t *bytes_in, int64_t *frames_in);
+
 #endif /* DT_DIST_XFER_H */

@@ -3,8 +3,10 @@
  * own ranks' messages to the nodes of their receivers, delivers the ones
  * for its own ranks, relays the ones between two worker nodes (the frame
  * moves from one socket to the other, no copy), and tells every live node
- * when one is lost. Cluster thread, except the hooks (any thread); see
- * cluster.c for the locks.
+ * when one is lost. It counts the DATA bytes it sends and receives (every
+ * message passes through the main node, so these are the cluster's).
+ * Cluster thread, except the hooks (any thread); see cluster.c for the
+ * locks.
  */
 #include <stdio.h>
 #include <string.h>
@@ -57,6 +59,8 @@ void dt__cluster_send_data(void) {
             dt__xfer_msg_free(m);
             continue;
         }
+        size_t bytes = m->h.error[0] || !m->data ? 0 : m->len;
+        dt__xfer_count(1, bytes, bytes ? (bytes + DT__XFER_CHUNK - 1) / DT__XFER_CHUNK : 1);
         if (dt__net_send_data(C.router, rid, rid_len, m) != DT_OK)
             fprintf(stderr, "dtorch main node: %s\n", dt_last_error());
     }
@@ -64,6 +68,8 @@ void dt__cluster_send_data(void) {
 
 void dt__cluster_on_data(dt__net_in *in) {
     const dt__xfer_hdr *h = &in->m.u.data;
+    size_t bytes = in->has_extra ? zmq_msg_size(&in->extra) : 0;
+    dt__xfer_count(0, bytes, 1);
     int idx = dt__cluster_node_of(DT_DEVICE_CPU, h->dst_device);
     if (idx < 0) { /* for one of our ranks */
         dt__net_deliver_data(in, h);
@@ -78,6 +84,7 @@ void dt__cluster_on_data(dt__net_in *in) {
         return;
     dt__wire_msg w = in->m;
     dt_status st;
+    dt__xfer_count(1, bytes, 1);
     if (in->has_extra) {
         zmq_msg_t x;
         zmq_msg_init(&x);
