@@ -2,11 +2,11 @@
  * The main node's half of data between nodes (dist/xfer.h): it sends its
  * own ranks' messages to the nodes of their receivers, delivers the ones
  * for its own ranks, relays the ones between two worker nodes (the frame
- * moves from one socket to the other, no copy), and tells every live node
- * when one is lost. It counts the DATA bytes it sends and receives (every
- * message passes through the main node, so these are the cluster's).
- * Cluster thread, except the hooks (any thread); see cluster.c for the
- * locks.
+ * moves from one socket to the other, no copy), tells every live node
+ * when one is lost, and keeps the node table, here and on every worker
+ * node. It counts the DATA bytes it sends and receives (every message
+ * passes through the main node, so these are the cluster's). Cluster
+ * thread, except the hooks (any thread); see cluster.c for the locks.
  */
 #include <stdio.h>
 #include <string.h>
@@ -108,7 +108,36 @@ void dt__cluster_data_lost(const node *nd) {
             dt__net_send(C.router, C.nodes[i].rid, C.nodes[i].rid_len, &l);
 }
 
+/* The node table (the main node's devices, then each worker node's, lost
+ * ones too) into this process's mailbox and to every live worker node: a
+ * new node's devices are in it before any batch that uses them leaves on
+ * the same connection. Under mu. */
+static void send_layout(void) {
+    int64_t *first = dt__calloc((size_t)C.n + 1, sizeof *first);
+    int64_t *count = dt__calloc((size_t)C.n + 1, sizeof *count);
+    if (first && count) {
+        count[0] = C.cpu_devices;
+        for (int i = 0; i < C.n; i++) {
+            first[i + 1] = C.nodes[i].info.first_device_id;
+            count[i + 1] = C.nodes[i].info.cpu_devices;
+        }
+        dt__xfer_set_layout(C.n + 1, first, count);
+        for (int i = 0; i < C.n; i++) {
+            if (C.nodes[i].info.state != DT_NODE_ALIVE)
+                continue;
+            dt__xfer_msg *m = dt__xfer_layout_msg(C.n + 1, first, count);
+            if (m && dt__net_send_data(C.router, C.nodes[i].rid, C.nodes[i].rid_len, m) != DT_OK)
+                fprintf(stderr, "dtorch main node: %s\n", dt_last_error());
+        }
+    } else { /* out of memory: no table anywhere, so every part goes to each rank */
+        dt__xfer_set_layout(0, NULL, NULL);
+    }
+    dt__free(first);
+    dt__free(count);
+}
+
 void dt__cluster_data_welcome(const uint8_t *rid, size_t rid_len) {
+    send_layout();
     for (int i = 0; i < C.n; i++)
         if (C.nodes[i].info.state == DT_NODE_LOST) {
             dt__wire_msg l = {.type = DT__WIRE_LOST};

@@ -79,8 +79,8 @@ void dt__cluster_data_start(void);
 void dt__cluster_send_data(void);
 void dt__cluster_on_data(dt__net_in *in);
 void dt__cluster_data_lost(const node *nd);
-/* Tells a node just welcomed about the nodes lost before it joined (under
- * mu). */
+/* Tells a node just welcomed about the nodes lost before it joined, and
+ * every live node (and this process) the node table (under mu). */
 void dt__cluster_data_welcome(const uint8_t *rid, size_t rid_len);
 
 #endif /* DT_NET_CLUSTER_INT_H */

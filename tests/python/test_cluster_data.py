@@ -201,12 +201,15 @@ def test_node_killed_during_cross_node_collective(two_nodes):
         dtorch.from_torch(t, span, [Shard(0)], graph=g).redistribute(placements=[Replicate()]).to_torch()
 
 
-def test_2d_mesh_data_parallel_across_nodes(two_nodes):
-    """A 2x2 mesh whose rows are worker nodes A and B (dim 0 across nodes, dim 1 within one):
-    collectives along either dim, and a row-parallel matmul's Partial over both, give what the
-    2x2 mesh of this process's 4 devices gives, device by device, and torch's values."""
+@pytest.mark.parametrize("rows", [[[4, 5], [6, 7]], [[4, 6], [5, 7]], [[2, 4], [3, 5]]],
+                         ids=["rows A, B", "columns A, B", "columns main, A"])
+def test_2d_mesh_data_parallel_across_nodes(two_nodes, rows):
+    """A 2x2 mesh over two nodes, one mesh dim across the nodes and the other within one (either
+    way round; the main node as one of them): collectives along either dim, and a row-parallel
+    matmul's Partial over both, give what the 2x2 mesh of this process's 4 devices gives, device
+    by device, and torch's values."""
     g = dtorch.Graph()
-    span = dtorch.DeviceMesh("cpu", [[4, 5], [6, 7]], mesh_dim_names=("dp", "tp"))
+    span = dtorch.DeviceMesh("cpu", rows, mesh_dim_names=("dp", "tp"))
     here = dtorch.DeviceMesh("cpu", [[0, 1], [2, 3]], mesh_dim_names=("dp", "tp"))
     t, w = _randn(6, 8, seed=21), _randn(8, 5, seed=22)
     outs = []
@@ -222,3 +225,108 @@ def test_2d_mesh_data_parallel_across_nodes(two_nodes):
     for i, (r, l, want) in enumerate(zip(outs[0], outs[1], [t, t, t, t, t @ w])):
         _same(r, l)
         _check(r, want, exact=i < 2)
+
+
+def _fold(vals):
+    """The pieces added left to right in rank order: what the in-process all-reduce computes."""
+    acc = vals[0]
+    for v in vals[1:]:
+        acc = torch.add(acc, v)
+    return acc
+
+
+@pytest.mark.parametrize("ids", [[2, 3, 4, 5], [4, 6, 5, 7], [0, 1, 4, 5, 6, 7]],
+                         ids=["main+A", "A+B interleaved", "2 on each node"])
+def test_all_reduce_ranges_across_nodes(two_nodes, ids):
+    """An all-reduce across nodes is a reduce-scatter then an all-gather of the flattened tensor,
+    each rank adding its range of the ranks' pieces in rank order: uneven ranges (numel not a
+    multiple of the ranks), fewer elements than ranks, none, 1-D, ranges larger than a message
+    chunk (1 MiB), float64, bfloat16 and int32 give on every device exactly the rank-order sum of
+    the genuine Partial's pieces, and what a one-process mesh of the same size gives (for the
+    sizes this process has devices for)."""
+    g = dtorch.Graph()
+    span = dtorch.DeviceMesh("cpu", ids)
+    here = dtorch.DeviceMesh("cpu", list(range(len(ids)))) if len(ids) <= 4 else None
+    ints = torch.randint(-50, 50, (3, 9), generator=torch.Generator().manual_seed(36), dtype=torch.int32)
+    cases = [_randn(5, 7, seed=31), _randn(1, 3, seed=32), torch.zeros(0, 7), _randn(11, seed=33),
+             _randn(1100, 1024, seed=34), _randn(6, 5, seed=35).double(), _randn(4, 9, seed=37).bfloat16(),
+             ints]
+    for i, t in enumerate(cases):
+        p = genuine_partial(t, span, [Partial()], seed=40 + i, graph=g)
+        got = p.redistribute(placements=[Replicate()])
+        want = _fold(local_values(p))
+        vals = local_values(got)
+        assert len(vals) == len(ids) and all(torch.equal(v, want) for v in vals), (t.shape, t.dtype)
+        if here is not None:
+            ref = genuine_partial(t, here, [Partial()], seed=40 + i, graph=g)
+            assert all(torch.equal(a, b) for a, b in zip(local_values(ref), local_values(p)))
+            _same(got, ref.redistribute(placements=[Replicate()]))
+
+
+def _moved(g, step):
+    """Bytes of data between nodes that `step()` moved (the main node's DATA counters, sent plus
+    received: every message passes through it), once what it started has run."""
+    info = _C._cluster_info()
+    before = info["data_bytes_sent"] + info["data_bytes_received"]
+    keep = step()
+    g.sync()
+    info = _C._cluster_info()
+    return info["data_bytes_sent"] + info["data_bytes_received"] - before, keep
+
+
+@pytest.mark.parametrize("ids, allreduce, allgather", [([4, 5, 6, 7], 6, 2), ([2, 3, 4, 5], 3, 1)],
+                         ids=["A+B", "main+A"])
+def test_collective_bytes_between_nodes(two_nodes, ids, allreduce, allgather):
+    """The bytes a collective over 2 ranks on each of 2 nodes moves, in tensor sizes N (counted,
+    so independent of the machine's load): an all-reduce sends each rank's range to each rank of
+    the other node (N in all) and each reduced range once to the other node (N/2 each way), an
+    all-gather each shard once to the other node; between two worker nodes every byte takes two
+    hops (through the main node), between the main node and a worker node one."""
+    g = dtorch.Graph()
+    mesh = dtorch.DeviceMesh("cpu", ids)
+    t = _randn(64, 256, seed=41)
+    n = t.numel() * t.element_size()
+    p = genuine_partial(t, mesh, [Partial()], seed=2, graph=g)
+    x = dtorch.from_torch(t, mesh, [Shard(0)], graph=g)
+    g.sync()
+    moved, y = _moved(g, lambda: p.redistribute(placements=[Replicate()]))
+    assert moved == allreduce * n, (moved, n)
+    assert all(torch.equal(v, _fold(local_values(p))) for v in local_values(y))
+    moved, z = _moved(g, lambda: x.redistribute(placements=[Replicate()]))
+    assert moved == allgather * n, (moved, n)
+    _check(z, t)
+
+
+@pytest.mark.parametrize("kind", ["all-reduce", "all-gather"])
+def test_node_killed_mid_collective(two_nodes, kind):
+    """Worker node B stopped (SIGSTOP) while a collective over 2 ranks on each of the three nodes
+    is in flight (the main node's and A's ranks sent their first messages and wait for B's), then
+    SIGKILLed: the read raises naming B within the loss bound, never hangs, and A and the main
+    node go on, a mesh spanning the two of them too."""
+    node_b = MainNode.nodes()[1]
+    g = dtorch.Graph()
+    span = dtorch.DeviceMesh("cpu", [0, 1, 4, 5, 6, 7])
+    t = torch.randint(-5, 6, (6, 4), generator=torch.Generator().manual_seed(9)).float()
+    if kind == "all-reduce":
+        x = genuine_partial(t, span, [Partial()], seed=3, graph=g)
+    else:
+        x = dtorch.from_torch(t, span, [Shard(0)], graph=g)
+    _check(x.redistribute(placements=[Replicate()]), t)  # the mesh works before
+    two_nodes[1].send_signal(signal.SIGSTOP)
+    t0 = time.monotonic()
+    f = (x * 2).redistribute(placements=[Replicate()]).to_torch_async()
+    assert f.wait_for(300) is False  # in flight: B's parts cannot come
+    two_nodes[1].send_signal(signal.SIGKILL)
+    assert f.wait_for(int((2.25 * HB + 5.0) * 1000)) is True, "the read still waits"
+    took = time.monotonic() - t0
+    with pytest.raises(RuntimeError) as e:
+        f.get()
+    msg = str(e.value)
+    assert "worker node 1" in msg and str(node_b["pid"]) in msg, msg
+    assert took < 2.25 * HB + 2.5, took
+    assert MainNode.nodes()[0]["state"] == "alive" and MainNode.nodes()[1]["state"] == "lost"
+    t1 = time.monotonic()
+    both = dtorch.DeviceMesh("cpu", [0, 1, 4, 5])
+    _check(genuine_partial(t, both, [Partial()], seed=4, graph=g).redistribute(placements=[Replicate()]), t)
+    _check(dtorch.from_torch(t, both, [Shard(0)], graph=g).redistribute(placements=[Replicate()]), t)
+    assert time.monotonic() - t1 < 30
