@@ -15,8 +15,10 @@
  *   need it; xfer.h), and computes as in-process with what it received.
  * - Reduce-scatter, all-to-all: a rank sends each rank of another node its
  *   range along dim_b (different bytes for each receiver).
- * - All-reduce: a reduce-scatter then an all-gather of the flattened
- *   tensor. Rank r owns the elements [lo(r), lo(r + 1)) with
+ * - All-reduce of more than two ranks: a reduce-scatter then an
+ *   all-gather of the flattened tensor (of two, the input whole to the
+ *   other rank, which is as many bytes in one round, and the in-process
+ *   sum). Rank r owns the elements [lo(r), lo(r + 1)) with
  *   lo(r) = floor(numel * r / n) (uneven, possibly empty ranges); it adds
  *   the n ranks' pieces of its range with DT_K_SUM_N in rank order, which
  *   adds elementwise, so each element gets exactly the adds, in the order,
@@ -478,7 +480,10 @@ void dt__coll_span_run(group *gr, const dt__collattr *a, int r, dt__blob *in, dt
     char why[DT__XFER_TEXT] = "";
     void *impl = NULL;
     void **pre = NULL;
-    if (a->kind == DT_COLL_ALLREDUCE) {
+    /* Two ranks: the input whole to the other sends as many bytes as the
+     * two rounds, in one (every rank knows n; see the top). */
+    int split = a->kind == DT_COLL_ALLREDUCE && n > 2;
+    if (split) {
         allreduce(gr, a, r, in, rv, c.be, live, &impl, why, sizeof why);
     } else {
         send_parts(gr, &c, r, in);
@@ -501,7 +506,7 @@ void dt__coll_span_run(group *gr, const dt__collattr *a, int r, dt__blob *in, dt
             char err[512] = "";
             dt_status st = DT_OK;
             int src = p2p ? 0 : (r + n - 1) % n;
-            if (a->kind == DT_COLL_ALLREDUCE) {
+            if (split) {
                 /* computed already */
             } else if ((p2p || a->kind == DT_COLL_SHIFT) && pre[src]) { /* the peer's message is the output */
                 impl = pre[src];

@@ -321,6 +321,9 @@ static dt__collattr attr_of(const setup *s, uint64_t group, uint64_t seq) {
                           .lens = s->lensb};
 }
 
+/* An all-reduce of two ranks sends the input whole (one round). */
+static int direct(const setup *s) { return s->kind == DT_COLL_ALLREDUCE && s->n == 2; }
+
 /* Rank r's input: its shard for an all-gather, the whole length else. */
 static const float *input_of(const setup *s, float in[MAXN][MAXLEN], int r) {
     return s->kind == DT_COLL_ALLGATHER ? in[r] + s->start[r] : in[r];
@@ -360,7 +363,7 @@ static int expect_round(const setup *s, float in[MAXN][MAXLEN], uint64_t seq, in
                     shared = 1;
                     first &= q > p;
                 }
-            int whole = s->kind == DT_COLL_ALLGATHER || round == 1;
+            int whole = s->kind == DT_COLL_ALLGATHER || round == 1 || direct(s);
             if (whole && !first)
                 continue;
             want_msg *m = &w[k++];
@@ -372,6 +375,9 @@ static int expect_round(const setup *s, float in[MAXN][MAXLEN], uint64_t seq, in
             if (s->kind == DT_COLL_ALLGATHER) {
                 m->nv = (int)s->lens[r];
                 memcpy(m->v, input_of(s, in, r), sizeof(float) * (size_t)m->nv);
+            } else if (direct(s)) {
+                m->nv = s->len;
+                memcpy(m->v, in[r], sizeof(float) * (size_t)m->nv);
             } else if (s->kind == DT_COLL_REDUCESCATTER) {
                 m->nv = (int)s->lens[p];
                 memcpy(m->v, in[r] + s->start[p], sizeof(float) * (size_t)m->nv);
@@ -435,7 +441,7 @@ static void deliver_round(const setup *s, float in[MAXN][MAXLEN], uint64_t seq, 
     for (int q = 0; q < s->n; q++) {
         if (s->local[q])
             continue;
-        int whole = s->kind == DT_COLL_ALLGATHER || round == 1;
+        int whole = s->kind == DT_COLL_ALLGATHER || round == 1 || direct(s);
         for (int p = 0; p < s->n; p++) {
             if (!s->local[p])
                 continue;
@@ -445,6 +451,9 @@ static void deliver_round(const setup *s, float in[MAXN][MAXLEN], uint64_t seq, 
             if (s->kind == DT_COLL_ALLGATHER) {
                 v = input_of(s, in, q);
                 nv = (int)s->lens[q];
+            } else if (direct(s)) {
+                v = in[q];
+                nv = s->len;
             } else if (s->kind == DT_COLL_REDUCESCATTER) {
                 v = in[q] + s->start[p];
                 nv = (int)s->lens[p];
@@ -504,7 +513,7 @@ static void run_coll(dt__comm *c, uint64_t group, uint64_t seq, const setup *s, 
         int k = expect_round(s, in, seq, 0, 0, w, 0);
         check_posted(s, w, k, &wakes_seen);
         deliver_round(s, in, seq, 0, bad);
-        if (s->kind == DT_COLL_ALLREDUCE) {
+        if (s->kind == DT_COLL_ALLREDUCE && !direct(s)) {
             k = expect_round(s, in, seq, 1, bad != NULL, w, 0);
             check_posted(s, w, k, &wakes_seen);
             deliver_round(s, in, seq, 1, bad);
@@ -569,15 +578,16 @@ static void test_spanning(void) {
     float in[MAXN][MAXLEN];
     dt__comm *c = dt__comm_inproc.create(DT_DEVICE_CPU);
     /* Ranks on other nodes: one (device 7); two on one node, interleaved
-     * with ours (7, 8); one on each of two nodes (7, 9). */
-    static const int64_t meshes[3][MAXN] = {{0, 1, 7}, {0, 7, 1, 8}, {0, 1, 7, 9}};
-    static const int sizes[3] = {3, 4, 4};
+     * with ours (7, 8); one on each of two nodes (7, 9); of two ranks, one
+     * (an all-reduce sends its input whole then). */
+    static const int64_t meshes[4][MAXN] = {{0, 1, 7}, {0, 7, 1, 8}, {0, 1, 7, 9}, {0, 7}};
+    static const int sizes[4] = {3, 4, 4, 2};
     static const int lens[4] = {7, 12, 2, 0}; /* uneven, even, fewer than the ranks, empty */
     const int64_t first[3] = {0, 7, 9}, count[3] = {7, 2, 2};
     uint64_t seq = 0;
     for (int table = 0; table < 2; table++) {
         dt__xfer_set_layout(table ? 3 : 0, first, count);
-        for (int mi = 0; mi < 3; mi++) {
+        for (int mi = 0; mi < 4; mi++) {
             int n = sizes[mi];
             for (int r = 0; r < n; r++)
                 for (int i = 0; i < MAXLEN; i++)
