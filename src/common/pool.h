@@ -40,6 +40,19 @@ void dt__pool_free(dt__pool *p, void *obj);
  * stands alone): the exit-time cleanup then leaves the pools alone. */
 int dt__pool_busy(void) __attribute__((weak));
 
+/* A thread's own lists of every pool. A long-lived thread that allocates
+ * and frees many records (the controller) looks them up once and passes
+ * them to the _in forms, which then need no thread-local lookup (in a
+ * shared library each costs a call to __tls_get_addr). Only the thread
+ * that looked them up may pass them. */
+typedef struct dt__pool_lists dt__pool_lists;
+dt__pool_lists *dt__pool_my_lists(void);
+/* dt__pool_alloc_prefix and dt__pool_free with the calling thread's lists
+ * (dt__pool_my_lists; NULL: looked up). A caller that zeroes a constant
+ * size itself passes zeroed 0: the compiler then inlines the stores. */
+void *dt__pool_alloc_in(dt__pool *p, dt__pool_lists *mine, size_t zeroed);
+void dt__pool_free_in(dt__pool *p, dt__pool_lists *mine, void *obj);
+
 /* Takes (1) or drops (0) every pool's lock, around fork() (graph.c). */
 void dt__pool_fork_lock(int lock);
 

@@ -40,6 +40,14 @@
 #define NEXT_WAYS 4
 /* Records one template holds at most (a larger lowering is not cached). */
 #define MAX_RECS 4096
+/* Meta classes: at most MAX_CLASSES a cache (then values are signed with
+ * their meta words), an index of CLS_BITS bits. */
+#define CLS_BITS 20
+#define MAX_CLASSES (1u << 16)
+/* A class word in a signature: the top bit set, which no meta's first
+ * word (dtype | ndim << 32) has. */
+#define CLS_MARK ((uint64_t)1 << 63)
+static _Atomic uint64_t next_epoch = 1;
 
 static int32_t ref_in(int j, int64_t d) { return -1 - (int32_t)(((int64_t)j << DEV_BITS) | d); }
 static int ref_j(int32_t ref) { return (-1 - ref) >> DEV_BITS; }
@@ -58,6 +66,7 @@ typedef struct tpl_rec {
 
 typedef struct tpl {
     uint64_t hash;
+    uint64_t out_cls; /* the class of its output's meta (0: none) */
     uint32_t nsig;
     int usable; /* 0: the signature's lowering cannot be replayed */
     int nrec, ncoll;
@@ -75,6 +84,13 @@ typedef struct tpl {
     struct tpl *next[NEXT_WAYS];
 } tpl;
 
+/* An interned meta: its words are cls_words[off, off + len). */
+typedef struct cls_ent {
+    uint64_t hash;
+    uint64_t id; /* 0: empty slot */
+    uint32_t off, len;
+} cls_ent;
+
 typedef struct cap_ent {
     dt__stream *s;
     dt__krec *k;
@@ -87,6 +103,17 @@ struct dt__replay {
     uint64_t *sig;
     uint32_t nsig, sigcap;
     uint64_t hash;
+    uint32_t out_at, out_len; /* where the output's meta words are in sig */
+    /* Meta classes (dt__tval.mcls): each distinct string of meta words
+     * seen since the last clear, interned. A class is epoch << CLS_BITS |
+     * index; epochs come from a process-wide counter, so a class from
+     * before a clear (or of another cache) is never taken for a current
+     * one. */
+    uint64_t epoch;
+    struct cls_ent *cls;
+    uint32_t cls_cap, ncls;
+    uint64_t *cls_words; /* the classes' words, back to back */
+    size_t ncw, cwcap;
     /* The run in progress: the template of the cacheable node lowered last
      * (NULL after a node that is not cached, and after clear). */
     tpl *prev;
@@ -121,6 +148,7 @@ dt__replay *dt__replay_new(void) {
     r->tab = dt__calloc(r->cap, sizeof *r->tab);
     r->capcap = 64;
     r->caps = dt__calloc((size_t)r->capcap, sizeof *r->caps);
+    r->epoch = atomic_fetch_add_explicit(&next_epoch, 1, memory_order_relaxed);
     if (!r->tab || !r->caps) {
         dt__replay_free(r);
         return NULL;
@@ -128,6 +156,18 @@ dt__replay *dt__replay_new(void) {
     return r;
 }
 
+/* Empties the class table: a new epoch, so every class given out so far
+ * (in values, in templates) is stale. */
+static void classes_reset(dt__replay *r) {
+    r->epoch = atomic_fetch_add_explicit(&next_epoch, 1, memory_order_relaxed);
+    if (r->ncls)
+        memset(r->cls, 0, (size_t)r->cls_cap * sizeof *r->cls);
+    r->ncls = 0;
+    r->ncw = 0;
+}
+
+/* Templates and classes go together: a template's signature names its
+ * inputs' classes. */
 static void clear(dt__replay *r) {
     for (uint32_t i = 0; i < r->cap; i++) {
         tpl_free(r->tab[i]);
@@ -135,10 +175,11 @@ static void clear(dt__replay *r) {
     }
     r->n = 0;
     r->prev = NULL;
+    classes_reset(r);
 }
 
 void dt__replay_clear(dt__replay *r) {
-    if (r->n)
+    if (r->n || r->ncls)
         clear(r);
 }
 
@@ -148,6 +189,8 @@ void dt__replay_free(dt__replay *r) {
     if (r->tab)
         clear(r);
     dt__free(r->tab);
+    dt__free(r->cls);
+    dt__free(r->cls_words);
     dt__free(r->sig);
     dt__free(r->caps);
     dt__free(r->ks);
@@ -179,7 +222,10 @@ static void put_tab(tpl **tab, uint32_t cap, tpl *t) {
 static int insert(dt__replay *r, tpl *t) {
     if (r->n + 1 > r->cap / 2) {
         if (r->cap * 2 > 2 * MAX_TEMPLATES) {
+            /* t names classes the clear makes stale: it could never match. */
             clear(r);
+            tpl_free(t);
+            return 0;
         } else {
             tpl **tab = dt__calloc((size_t)r->cap * 2, sizeof *tab);
             if (!tab) {
@@ -201,6 +247,110 @@ static int insert(dt__replay *r, tpl *t) {
 
 /* --------------------------------------------------------- signature */
 
+/* The meta's words at w (at most META_WORDS); returns how many. */
+enum { META_WORDS = 4 + DT_MAX_NDIM + DT_MAX_MESH_NDIM + 2 * DT_MAX_SEGMENTS };
+static uint32_t meta_words(uint64_t *w, const dt__meta *m) {
+    const dt_mesh *mesh = m->mesh;
+    int mnd = mesh ? mesh->ndim : 0;
+    uint32_t k = 0;
+    w[k++] = (uint64_t)(uint32_t)m->dtype | (uint64_t)(uint32_t)m->ndim << 32;
+    for (int d = 0; d < m->ndim; d++)
+        w[k++] = (uint64_t)m->shape[d];
+    w[k++] = mesh ? mesh->uid : 0;
+    for (int d = 0; d < mnd; d++)
+        w[k++] = (uint64_t)(uint32_t)m->pl[d].kind | (uint64_t)(uint32_t)m->pl[d].dim << 32;
+    w[k++] = (uint64_t)(uint8_t)m->seg.n;
+    if (m->seg.n > 0) {
+        w[k++] = (uint64_t)(uint8_t)m->seg.dim | (uint64_t)(uint8_t)m->seg.nmd << 8;
+        for (int q = 0; q < m->seg.nmd; q++)
+            w[k++] = (uint64_t)(uint8_t)m->seg.mds[q];
+        for (int q = 0; q < m->seg.n; q++)
+            w[k++] = (uint64_t)m->seg.len[q];
+    }
+    return k;
+}
+
+static uint64_t words_hash(const uint64_t *w, uint32_t n) {
+    uint64_t h = 0x243f6a8885a308d3ull ^ n;
+    for (uint32_t i = 0; i < n; i++)
+        h = (h ^ w[i]) * 0x9e3779b97f4a7c15ull;
+    return h ^ (h >> 29);
+}
+
+/* ----------------------------------------------------------- classes */
+
+static uint64_t intern_new(dt__replay *r, const uint64_t *w, uint32_t n, uint64_t h);
+
+/* The class of the meta words w[0, n): found, or made; 0 when the table is
+ * full or out of memory (the value is then signed with its words). */
+static uint64_t intern(dt__replay *r, const uint64_t *w, uint32_t n) {
+    uint64_t h = words_hash(w, n);
+    if (r->cls_cap) {
+        uint32_t mask = r->cls_cap - 1;
+        for (uint32_t i = (uint32_t)h & mask; r->cls[i].id; i = (i + 1) & mask) {
+            const cls_ent *e = &r->cls[i];
+            if (e->hash == h && e->len == n && !memcmp(r->cls_words + e->off, w, n * sizeof *w))
+                return e->id;
+        }
+    }
+    if (r->ncls + 1 >= MAX_CLASSES)
+        return 0;
+    /* Not the lowering's allocations: an injected fault is not spent here. */
+    int scope = dt__fault_scope(0);
+    uint64_t id = intern_new(r, w, n, h);
+    dt__fault_scope(scope);
+    return id;
+}
+
+/* intern's insertion of a new class. */
+static uint64_t intern_new(dt__replay *r, const uint64_t *w, uint32_t n, uint64_t h) {
+    if (2 * (r->ncls + 1) > r->cls_cap) {
+        uint32_t cap = r->cls_cap ? 2 * r->cls_cap : 256;
+        cls_ent *tab = dt__calloc(cap, sizeof *tab);
+        if (!tab)
+            return 0;
+        for (uint32_t i = 0; i < r->cls_cap; i++) {
+            if (!r->cls[i].id)
+                continue;
+            uint32_t j = (uint32_t)r->cls[i].hash & (cap - 1);
+            while (tab[j].id)
+                j = (j + 1) & (cap - 1);
+            tab[j] = r->cls[i];
+        }
+        dt__free(r->cls);
+        r->cls = tab;
+        r->cls_cap = cap;
+    }
+    if (r->ncw + n > r->cwcap) {
+        size_t cap = r->cwcap ? 2 * r->cwcap : 4096;
+        while (cap < r->ncw + n)
+            cap *= 2;
+        uint64_t *p = dt__realloc(r->cls_words, cap * sizeof *p);
+        if (!p)
+            return 0;
+        r->cls_words = p;
+        r->cwcap = cap;
+    }
+    memcpy(r->cls_words + r->ncw, w, n * sizeof *w);
+    uint32_t i = (uint32_t)h & (r->cls_cap - 1);
+    while (r->cls[i].id)
+        i = (i + 1) & (r->cls_cap - 1);
+    r->cls[i] = (cls_ent){h, r->epoch << CLS_BITS | ++r->ncls, (uint32_t)r->ncw, n};
+    r->ncw += n;
+    return r->cls[i].id;
+}
+
+/* v's class, interned on first use (and again after a clear); 0: none. */
+static uint64_t value_class(dt__replay *r, dt__tval *v) {
+    if (v->mcls && v->mcls >> CLS_BITS == r->epoch)
+        return v->mcls;
+    uint64_t w[META_WORDS];
+    v->mcls = intern(r, w, meta_words(w, &v->meta));
+    return v->mcls;
+}
+
+/* --------------------------------------------------------- signature */
+
 static inline void put(dt__replay *r, uint64_t w) { r->sig[r->nsig++] = w; }
 
 static uint64_t dbits(double x) {
@@ -213,25 +363,6 @@ static void put_scalar(dt__replay *r, dt_scalar s) {
     put(r, (uint64_t)(uint32_t)s.kind);
     put(r, (uint64_t)s.i);
     put(r, dbits(s.f));
-}
-
-static void put_meta(dt__replay *r, const dt__meta *m) {
-    const dt_mesh *mesh = m->mesh;
-    int mnd = mesh ? mesh->ndim : 0;
-    put(r, (uint64_t)(uint32_t)m->dtype | (uint64_t)(uint32_t)m->ndim << 32);
-    for (int d = 0; d < m->ndim; d++)
-        put(r, (uint64_t)m->shape[d]);
-    put(r, mesh ? mesh->uid : 0);
-    for (int d = 0; d < mnd; d++)
-        put(r, (uint64_t)(uint32_t)m->pl[d].kind | (uint64_t)(uint32_t)m->pl[d].dim << 32);
-    put(r, (uint64_t)(uint8_t)m->seg.n);
-    if (m->seg.n > 0) {
-        put(r, (uint64_t)(uint8_t)m->seg.dim | (uint64_t)(uint8_t)m->seg.nmd << 8);
-        for (int k = 0; k < m->seg.nmd; k++)
-            put(r, (uint64_t)(uint8_t)m->seg.mds[k]);
-        for (int s = 0; s < m->seg.n; s++)
-            put(r, (uint64_t)m->seg.len[s]);
-    }
 }
 
 static int reserve_sig(dt__replay *r, size_t words) {
@@ -261,9 +392,7 @@ static int signature(dt__replay *r, const dt__lower *L, const dt__node *n, int32
             return 0;
         ndev += v->meta.mesh->ndev;
     }
-    size_t words = 16 + sizeof n->a / 8 +
-                   (size_t)(n->n_in + 1) * (8 + DT_MAX_NDIM + DT_MAX_MESH_NDIM + DT_MAX_SEGMENTS) +
-                   (size_t)ndev;
+    size_t words = 16 + sizeof n->a / 8 + (size_t)(n->n_in + 1) * (2 + META_WORDS) + (size_t)ndev;
     if (!reserve_sig(r, words))
         return 0;
     r->nsig = 0;
@@ -287,10 +416,20 @@ static int signature(dt__replay *r, const dt__lower *L, const dt__node *n, int32
         memcpy(r->sig + r->nsig, (const uint8_t *)a + offsetof(dt__nattr, ints), BLOCK);
         r->nsig += BLOCK_WORDS;
     }
-    put_meta(r, &n->out->meta);
+    /* The output's layout in full: it is the new node's, set by the client. */
+    r->out_at = r->nsig;
+    r->out_len = meta_words(r->sig + r->nsig, &n->out->meta);
+    r->nsig += r->out_len;
     for (int j = 0; j < n->n_in; j++) {
-        const dt__tval *v = n->in[j];
-        put_meta(r, &v->meta);
+        dt__tval *v = n->in[j];
+        /* An input's layout by its class, one word: the same class is the
+         * same meta words (interned), and a value made by a replay has its
+         * template's output class without interning anything. */
+        uint64_t c = value_class(r, v);
+        if (c)
+            put(r, c | CLS_MARK);
+        else
+            r->nsig += meta_words(r->sig + r->nsig, &v->meta);
         /* Which blobs are one blob: an earlier input that is the same value,
          * else per device the earlier input holding the same blob there (a
          * blob lives on one device; capture refuses a lowering that named
@@ -375,8 +514,8 @@ static dt_status apply(dt__replay *r, dt__lower *L, const dt__node *n, const tpl
     int k = 0;
     for (; k < t->nrec; k++) {
         const tpl_rec *tr = &t->recs[k];
-        r->ks[k] = dt__krec_alloc(tr->alen);
-        r->fresh[k] = r->ks[k] && tr->out == k ? dt__blob_new(tr->s->be) : NULL;
+        r->ks[k] = dt__krec_alloc_in(L->g->ctl_pools, tr->alen);
+        r->fresh[k] = r->ks[k] && tr->out == k ? dt__blob_new_in(L->g->ctl_pools, tr->s->be) : NULL;
         if (!r->ks[k] || (tr->out == k && !r->fresh[k]))
             break;
     }
@@ -469,6 +608,7 @@ int dt__replay_begin(dt__replay *r, dt__lower *L, const dt__node *n, int32_t kfl
     }
     if (t) {
         follow(r, t);
+        n->out->mcls = t->out_cls; /* its meta is t's output words */
         if (!t->usable) {
             atomic_fetch_add_explicit(&L->g->replay_misses, 1, memory_order_relaxed);
             return 0;
@@ -494,9 +634,9 @@ void dt__replay_note(dt__replay *r, dt__stream *s, dt__krec *k) {
             return;
         }
         /* Not the lowering's allocation: an injected fault is not spent here. */
-        dt__fault_scope(0);
+        int scope = dt__fault_scope(0);
         cap_ent *p = dt__realloc(r->caps, (size_t)r->capcap * 2 * sizeof *p);
-        dt__fault_scope(1);
+        dt__fault_scope(scope);
         if (!p) {
             r->cap_over = 1;
             return;
@@ -637,9 +777,12 @@ void dt__replay_end(dt__replay *r, dt__lower *L, const dt__node *n, dt_status st
         t->attrs = NULL;
         t->nrec = t->ncoll = 0;
     }
+    t->out_cls = intern(r, r->sig + r->out_at, r->out_len);
     /* insert may empty the table (r->prev with it) before t goes in. */
-    if (insert(r, t))
+    if (insert(r, t)) {
         follow(r, t);
-    else
+        n->out->mcls = t->out_cls;
+    } else {
         r->prev = NULL;
+    }
 }
