@@ -18,8 +18,8 @@
 #include "common/common.h"
 #include "common/pool.h"
 
-#define BATCH 64
-#define MAX_POOLS 16
+#define BATCH DT__POOL_BATCH
+#define MAX_POOLS DT__POOL_MAX
 
 /* A free record. The shared list holds whole batches: the first record of
  * each carries the link to the next batch and its record count, so moving a
@@ -31,17 +31,12 @@ typedef struct free_rec {
     long n;                      /* first record of a shared batch only */
 } free_rec;
 
-typedef struct tls_list {
-    free_rec *head;
-    int n;
-} tls_list;
-
-/* One thread-local block, so each call resolves thread-local storage once
- * (in a shared library every distinct TLS variable costs a lookup). */
-typedef struct dt__pool_lists {
-    int registered;
-    tls_list lists[MAX_POOLS];
-} tls_block;
+/* A thread's list of one pool (pool.h's dt__pool_list: head is a
+ * free_rec), and its lists of every pool in one thread-local block, so each
+ * call resolves thread-local storage once (in a shared library every
+ * distinct TLS variable costs a lookup). */
+typedef dt__pool_list tls_list;
+typedef struct dt__pool_lists tls_block;
 static _Thread_local tls_block tls;
 
 __attribute__((noinline)) static tls_block *my_block(void) { return &tls; }
@@ -137,9 +132,6 @@ static tls_list *my_list(dt__pool *p, tls_block *b) {
  * pools (handle records) keep their slabs there too, so a released handle's
  * magic stays readable; ASan then sees the free record poisoned but for its
  * link and its magic. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define DT_POOL_DIRECT 1
-#endif
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
 /* A stable pool's free record: poisoned but for its link and its magic, so
@@ -190,9 +182,9 @@ static int refill_from_slab(dt__pool *p, tls_list *l) {
     return 0;
 }
 
-void *dt__pool_alloc(dt__pool *p) { return dt__pool_alloc_in(p, NULL, p->size); }
-void *dt__pool_alloc_prefix(dt__pool *p, size_t zeroed) { return dt__pool_alloc_in(p, NULL, zeroed); }
-void dt__pool_free(dt__pool *p, void *obj) { dt__pool_free_in(p, NULL, obj); }
+void *dt__pool_alloc(dt__pool *p) { return dt__pool_alloc_in_slow(p, NULL, p->size); }
+void *dt__pool_alloc_prefix(dt__pool *p, size_t zeroed) { return dt__pool_alloc_in_slow(p, NULL, zeroed); }
+void dt__pool_free(dt__pool *p, void *obj) { dt__pool_free_in_slow(p, NULL, obj); }
 
 /* The list of pool p in `mine` (the caller's lists) without a call, once
  * the pool has its slot; else my_list. */
@@ -202,7 +194,7 @@ static inline tls_list *list_in(dt__pool *p, tls_block *mine) {
     return my_list(p, mine);
 }
 
-void *dt__pool_alloc_in(dt__pool *p, dt__pool_lists *mine, size_t zeroed) {
+void *dt__pool_alloc_in_slow(dt__pool *p, dt__pool_lists *mine, size_t zeroed) {
     if (dt__fault_armed() && dt__fault_hit())
         return NULL;
 #ifdef DT_POOL_DIRECT
@@ -234,7 +226,7 @@ void *dt__pool_alloc_in(dt__pool *p, dt__pool_lists *mine, size_t zeroed) {
     return obj;
 }
 
-void dt__pool_free_in(dt__pool *p, dt__pool_lists *mine, void *obj) {
+void dt__pool_free_in_slow(dt__pool *p, dt__pool_lists *mine, void *obj) {
     if (!obj)
         return;
 #ifdef DT_POOL_DIRECT

@@ -18,6 +18,7 @@
 #include "core/graph_int.h"
 #include "core/kernel.h"
 #include "core/lower.h"
+#include "core/lower_queue.h"
 #include "core/mesh.h"
 #include "core/meta.h"
 #include "core/record.h"
@@ -85,48 +86,6 @@ void dt__lw_discard(dt__kernel *k) {
         }
     }
     dt__kernel_free(k);
-}
-
-/* Adds k to the stream's batch; the batch is handed over by flush()
- * (core/executor.c). */
-void dt__lw_stream_append(dt_graph *g, dt__stream *s, dt__krec *k) {
-    g->kqueued_local++;
-    s->appended++;
-    if (s->kind == DT_STREAM_COMM)
-        g->comm_queued++; /* the schedule's cue (core/sched.h) */
-    if (g->replay_cap)    /* capturing this node's kernels (replay.h) */
-        dt__replay_note(g->replay_cap, s, k);
-    if (dt__rec_enabled(DT__REC_TRACE) && g->rec && g->rec->cur_node) /* tracing this node (record.h) */
-        dt__rec_kernel_queued(g, s, k, s->appended);
-    k->next = NULL;
-    if (s->btail)
-        s->btail->next = k;
-    else
-        s->bhead = k;
-    s->btail = k;
-    if (!s->dirty) {
-        s->dirty = 1;
-        s->next_dirty = g->dirty;
-        g->dirty = s;
-    }
-}
-
-/* Binds a queued kernel to stream s: names its blobs (dt__blob.id), makes
- * its output's event this kernel's number on s, and marks it to wait when
- * an input comes from another stream. */
-void dt__lw_bind(dt_graph *g, dt__stream *s, dt__krec *k) {
-    if (k->out) {
-        if (!k->out->id)
-            k->out->id = ++g->blob_ids;
-        k->out->producer = s;
-        k->out->seq = s->appended + 1;
-    }
-    for (int i = 0; i < k->n_in; i++) {
-        if (!k->in[i]->id)
-            k->in[i]->id = ++g->blob_ids; /* a source the controller made */
-        if (k->in[i]->producer != s)
-            k->wait = 1;
-    }
 }
 
 /* The queued form of a builder: its references and extra move into it. */

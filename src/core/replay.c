@@ -22,6 +22,7 @@
 #include "core/kernel.h"
 #include "core/kernel_rec.h"
 #include "core/lower.h"
+#include "core/lower_queue.h"
 #include "core/mesh.h"
 #include "core/node.h"
 #include "core/replay.h"
@@ -69,6 +70,9 @@ typedef struct tpl {
     uint64_t out_cls; /* the class of its output's meta (0: none) */
     uint32_t nsig;
     int usable; /* 0: the signature's lowering cannot be replayed */
+    /* One kernel on a one-device mesh making the output, no collective:
+     * most of a one-device loop body, replayed by apply_one. */
+    int one;
     int nrec, ncoll;
     int64_t nout;
     uint64_t *sig;
@@ -249,7 +253,7 @@ static int insert(dt__replay *r, tpl *t) {
 
 /* The meta's words at w (at most META_WORDS); returns how many. */
 enum { META_WORDS = 4 + DT_MAX_NDIM + DT_MAX_MESH_NDIM + 2 * DT_MAX_SEGMENTS };
-static uint32_t meta_words(uint64_t *w, const dt__meta *m) {
+static inline __attribute__((always_inline)) uint32_t meta_words(uint64_t *w, const dt__meta *m) {
     const dt_mesh *mesh = m->mesh;
     int mnd = mesh ? mesh->ndim : 0;
     uint32_t k = 0;
@@ -340,13 +344,18 @@ static uint64_t intern_new(dt__replay *r, const uint64_t *w, uint32_t n, uint64_
     return r->cls[i].id;
 }
 
-/* v's class, interned on first use (and again after a clear); 0: none. */
-static uint64_t value_class(dt__replay *r, dt__tval *v) {
-    if (v->mcls && v->mcls >> CLS_BITS == r->epoch)
-        return v->mcls;
+/* value_class's slow path: interns v's meta. */
+static __attribute__((noinline)) uint64_t value_class_new(dt__replay *r, dt__tval *v) {
     uint64_t w[META_WORDS];
     v->mcls = intern(r, w, meta_words(w, &v->meta));
     return v->mcls;
+}
+
+/* v's class, interned on first use (and again after a clear); 0: none. */
+static inline uint64_t value_class(dt__replay *r, dt__tval *v) {
+    if (v->mcls && v->mcls >> CLS_BITS == r->epoch)
+        return v->mcls;
+    return value_class_new(r, v);
 }
 
 /* --------------------------------------------------------- signature */
@@ -357,12 +366,6 @@ static uint64_t dbits(double x) {
     uint64_t u;
     memcpy(&u, &x, sizeof u);
     return u;
-}
-
-static void put_scalar(dt__replay *r, dt_scalar s) {
-    put(r, (uint64_t)(uint32_t)s.kind);
-    put(r, (uint64_t)s.i);
-    put(r, dbits(s.f));
 }
 
 static int reserve_sig(dt__replay *r, size_t words) {
@@ -382,13 +385,15 @@ static int reserve_sig(dt__replay *r, size_t words) {
 /* Builds n's signature (not its hash: sig_hash); 0 when n is not to be
  * cached. */
 static int signature(dt__replay *r, const dt__lower *L, const dt__node *n, int32_t kflags) {
-    /* A random op's seed is new on every call: its signature never repeats. */
-    if (n->extra || n->a.seed || !n->out || !n->out->meta.mesh || n->out->meta.mesh->ndev >= MAX_DEV)
+    /* A random op's seed is new on every call: its signature never repeats
+     * (so it is not in the signature: every cached node's is 0). Meshes
+     * of MAX_DEV devices or more are refused by build (template refs). */
+    if (n->extra || n->a.seed || !n->out || !n->out->meta.mesh)
         return 0;
     int64_t ndev = 0;
     for (int j = 0; j < n->n_in; j++) {
         const dt__tval *v = n->in[j];
-        if (!v || !v->blobs || !v->meta.mesh || v->meta.mesh->ndev >= MAX_DEV)
+        if (!v || !v->blobs)
             return 0;
         ndev += v->meta.mesh->ndev;
     }
@@ -400,10 +405,12 @@ static int signature(dt__replay *r, const dt__lower *L, const dt__node *n, int32
     put(r, (uint64_t)(uint32_t)kflags | (uint64_t)(L->g->overlap != 0) << 32);
     const dt__nattr *a = &n->a;
     put(r, (uint64_t)(uint32_t)a->sub | (uint64_t)(uint32_t)a->flags << 32);
-    put_scalar(r, a->scalar);
-    put_scalar(r, a->scalar2);
+    put(r, (uint64_t)(uint32_t)a->scalar.kind | (uint64_t)(uint32_t)a->scalar2.kind << 32);
+    put(r, (uint64_t)a->scalar.i);
+    put(r, dbits(a->scalar.f));
+    put(r, (uint64_t)a->scalar2.i);
+    put(r, dbits(a->scalar2.f));
     put(r, a->dims_mask);
-    put(r, a->seed);
     for (int i = 0; i < 3; i++)
         put(r, dbits(a->f[i]));
     put(r, (uint64_t)(uintptr_t)a->text); /* interned: one pointer per text */
@@ -500,9 +507,44 @@ static dt__blob *resolve(const dt__replay *r, const dt__node *n, int32_t ref) {
     return ref >= 0 ? r->fresh[ref] : n->in[ref_j(ref)]->blobs[ref_d(ref)];
 }
 
+/* apply for a template with t->one: the record and its blob, then the
+ * record filled and queued, without the scratch arrays. */
+static dt_status apply_one(dt__lower *L, const dt__node *n, const tpl *t) {
+    const tpl_rec *tr = &t->recs[0];
+    dt__pool_lists *mine = L->g->ctl_pools;
+    dt__krec *q = dt__krec_alloc_in(mine, tr->alen);
+    dt__blob *b = q ? dt__blob_new_in(mine, tr->s->be) : NULL;
+    if (!b) {
+        dt__krec_free(q);
+        return dt__lw_fail(L, DT_ENOMEM, "out of memory (replay)");
+    }
+    q->kop = tr->kop;
+    q->n_in = tr->n_in;
+    q->rank = tr->rank;
+    q->opname = tr->opname;
+    q->site_file = n->site_file;
+    q->site_line = n->site_line;
+    memcpy(q->attr, t->attrs, tr->alen);
+    for (int i = 0; i < tr->n_in; i++)
+        q->in[i] = dt__blob_retain(n->in[ref_j(tr->in[i])]->blobs[ref_d(tr->in[i])]);
+    q->out = b; /* the blob's creation reference */
+    dt__lw_bind(L->g, tr->s, q);
+    dt__lw_stream_append(L->g, tr->s, q);
+    dt__tval *o = n->out;
+    if (!o->blobs) {
+        o->inl[0] = NULL;
+        o->blobs = o->inl;
+    }
+    dt__blob_release(o->blobs[0]);
+    o->blobs[0] = dt__blob_retain(b);
+    return DT_OK;
+}
+
 /* Queues t's records for n. DT_ENOMEM (L->status set, nothing queued) when
  * out of memory. */
 static dt_status apply(dt__replay *r, dt__lower *L, const dt__node *n, const tpl *t) {
+    if (t->one)
+        return apply_one(L, n, t);
     dt__tval *o = n->out;
     if (!o->blobs && t->nout <= DT__TVAL_INLINE) {
         /* A small mesh's blob array lives in the value: no allocation. */
@@ -563,7 +605,7 @@ static dt_status apply(dt__replay *r, dt__lower *L, const dt__node *n, const tpl
 
 /* n lowered with template t (a hit, or a sighting of an unreplayable
  * signature): the run goes on with t. */
-static void follow(dt__replay *r, tpl *t) {
+static inline void follow(dt__replay *r, tpl *t) {
     tpl *p = r->prev;
     r->prev = t;
     if (!p || p->next[0] == t)
@@ -678,6 +720,12 @@ static int32_t classify(const dt__replay *r, const dt__node *n, const dt__blob *
  * memory included: the signature is then kept as not replayable). */
 static tpl *build(dt__replay *r, const dt__node *n, tpl *t) {
     int nrec = r->ncap;
+    /* Template refs name a device in DEV_BITS bits. */
+    if (n->out->meta.mesh->ndev >= MAX_DEV)
+        return NULL;
+    for (int j = 0; j < n->n_in; j++)
+        if (n->in[j]->meta.mesh->ndev >= MAX_DEV)
+            return NULL;
     size_t alen = 0;
     int ncoll = 0;
     for (int k = 0; k < nrec; k++) {
@@ -746,6 +794,7 @@ static tpl *build(dt__replay *r, const dt__node *n, tpl *t) {
     }
     dt__free(seqs);
     t->nrec = nrec;
+    t->one = ok && nrec == 1 && t->ncoll == 0 && t->nout == 1 && t->recs[0].out == 0 && t->outs[0] == 0;
     return ok ? t : NULL;
 }
 

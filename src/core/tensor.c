@@ -107,6 +107,7 @@ dt_tensor *dt__tensor_new(dt_graph *g, const dt__meta *m) {
     v->blobs = NULL;
     v->next_release = NULL;
     v->mcls = 0;
+    v->wgen = 0;
     t->magic = DT__TENSOR_LIVE;
     atomic_init(&t->refs, 1);
     t->graph = g;

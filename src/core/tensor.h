@@ -25,6 +25,10 @@ struct dt__tval {
      * template has seen this meta as; 0: none known. Lets a replay skip
      * comparing the layout of a value it has compared before. */
     uint64_t mcls;
+    /* Controller-only, for the window (core/window.c): the generation of
+     * the round whose window holds this value's producer, and its slot. */
+    uint64_t wgen;
+    int32_t wslot;
 };
 #define DT__TVAL_INLINE 2
 
