@@ -330,6 +330,8 @@ void *dt__controller_main(void *arg) {
                     dt__node_free(w.nodes[i]);
             atomic_fetch_add_explicit(&g->nodes_fused, w.fused, memory_order_relaxed);
         }
+        if (cache)
+            dt__replay_publish(cache, g);
         while (released) {
             dt__tval *v = released;
             released = v->next_release;

@@ -118,6 +118,9 @@ struct dt__replay {
     uint32_t cls_cap, ncls;
     uint64_t *cls_words; /* the classes' words, back to back */
     size_t ncw, cwcap;
+    /* The round's counts, published by dt__replay_publish (one atomic add
+     * each a round, not each node). */
+    long hits, run_hits, misses;
     /* The run in progress: the template of the cacheable node lowered last
      * (NULL after a node that is not cached, and after clear). */
     tpl *prev;
@@ -180,6 +183,16 @@ static void clear(dt__replay *r) {
     r->n = 0;
     r->prev = NULL;
     classes_reset(r);
+}
+
+void dt__replay_publish(dt__replay *r, dt_graph *g) {
+    if (r->hits)
+        atomic_fetch_add_explicit(&g->replay_hits, r->hits, memory_order_relaxed);
+    if (r->run_hits)
+        atomic_fetch_add_explicit(&g->replay_run_hits, r->run_hits, memory_order_relaxed);
+    if (r->misses)
+        atomic_fetch_add_explicit(&g->replay_misses, r->misses, memory_order_relaxed);
+    r->hits = r->run_hits = r->misses = 0;
 }
 
 void dt__replay_clear(dt__replay *r) {
@@ -441,6 +454,12 @@ static int signature(dt__replay *r, const dt__lower *L, const dt__node *n, int32
          * else per device the earlier input holding the same blob there (a
          * blob lives on one device; capture refuses a lowering that named
          * one blob on two). */
+        int64_t nd = v->meta.mesh->ndev;
+        if (j == 0) { /* no earlier input: which blobs are there */
+            for (int64_t d = 0; d < nd; d++)
+                put(r, (uint64_t)(v->blobs[d] != NULL) << 41);
+            continue;
+        }
         int same = -1;
         for (int q = 0; q < j && same < 0; q++)
             if (n->in[q] == v)
@@ -449,7 +468,7 @@ static int signature(dt__replay *r, const dt__lower *L, const dt__node *n, int32
             put(r, (uint64_t)(uint32_t)same | (uint64_t)1 << 40);
             continue;
         }
-        for (int64_t d = 0; d < v->meta.mesh->ndev; d++) {
+        for (int64_t d = 0; d < nd; d++) {
             uint64_t w = (uint64_t)(v->blobs[d] != NULL) << 41;
             for (int q = 0; q < j; q++) {
                 const dt__tval *u = n->in[q];
@@ -652,17 +671,17 @@ int dt__replay_begin(dt__replay *r, dt__lower *L, const dt__node *n, int32_t kfl
         follow(r, t);
         n->out->mcls = t->out_cls; /* its meta is t's output words */
         if (!t->usable) {
-            atomic_fetch_add_explicit(&L->g->replay_misses, 1, memory_order_relaxed);
+            r->misses++;
             return 0;
         }
         if (apply(r, L, n, t) == DT_OK) {
-            atomic_fetch_add_explicit(&L->g->replay_hits, 1, memory_order_relaxed);
+            r->hits++;
             if (run)
-                atomic_fetch_add_explicit(&L->g->replay_run_hits, 1, memory_order_relaxed);
+                r->run_hits++;
         }
         return 1;
     }
-    atomic_fetch_add_explicit(&L->g->replay_misses, 1, memory_order_relaxed);
+    r->misses++;
     r->ncap = 0;
     r->cap_over = 0;
     L->g->replay_cap = r;
