@@ -526,6 +526,17 @@ static dt__blob *resolve(const dt__replay *r, const dt__node *n, int32_t ref) {
     return ref >= 0 ? r->fresh[ref] : n->in[ref_j(ref)]->blobs[ref_d(ref)];
 }
 
+/* Record q as t's record tr, with node n's call site (not its blobs). */
+static inline void fill(dt__krec *q, const tpl *t, const tpl_rec *tr, const dt__node *n) {
+    q->kop = tr->kop;
+    q->n_in = tr->n_in;
+    q->rank = tr->rank;
+    q->opname = tr->opname;
+    q->site_file = n->site_file;
+    q->site_line = n->site_line;
+    memcpy(q->attr, t->attrs + tr->aoff, tr->alen);
+}
+
 /* apply for a template with t->one: the record and its blob, then the
  * record filled and queued, without the scratch arrays. */
 static dt_status apply_one(dt__lower *L, const dt__node *n, const tpl *t) {
@@ -537,13 +548,7 @@ static dt_status apply_one(dt__lower *L, const dt__node *n, const tpl *t) {
         dt__krec_free(q);
         return dt__lw_fail(L, DT_ENOMEM, "out of memory (replay)");
     }
-    q->kop = tr->kop;
-    q->n_in = tr->n_in;
-    q->rank = tr->rank;
-    q->opname = tr->opname;
-    q->site_file = n->site_file;
-    q->site_line = n->site_line;
-    memcpy(q->attr, t->attrs, tr->alen);
+    fill(q, t, tr, n);
     for (int i = 0; i < tr->n_in; i++)
         q->in[i] = dt__blob_retain(n->in[ref_j(tr->in[i])]->blobs[ref_d(tr->in[i])]);
     q->out = b; /* the blob's creation reference */
@@ -596,13 +601,7 @@ static dt_status apply(dt__replay *r, dt__lower *L, const dt__node *n, const tpl
     for (k = 0; k < t->nrec; k++) {
         const tpl_rec *tr = &t->recs[k];
         dt__krec *q = r->ks[k];
-        q->kop = tr->kop;
-        q->n_in = tr->n_in;
-        q->rank = tr->rank;
-        q->opname = tr->opname;
-        q->site_file = n->site_file;
-        q->site_line = n->site_line;
-        memcpy(q->attr, t->attrs + tr->aoff, tr->alen);
+        fill(q, t, tr, n);
         if (tr->coll >= 0) {
             uint8_t *p = q->attr + 8; /* dt__coll_krec: group, then seq */
             dt__le_put(&p, r->seqs[tr->coll], 8);
