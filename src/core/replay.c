@@ -4,8 +4,10 @@
  *
  * A node's signature is a string of 64-bit words: op, input count, window
  * flags, the overlap setting, the attributes (the family block only for ops
- * that read it), each input's and the output's meta (dtype, shape, mesh uid,
- * placements, segments), and which input blobs are one blob. The cache maps
+ * that read it), the output's meta (dtype, shape, mesh uid, placements,
+ * segments), each input's meta class (one word: the interned meta words;
+ * docs/decisions.md "Replay, third step"), and which input blobs are one
+ * blob. The cache maps
  * signatures to templates, open addressing on the signature's hash with the
  * signature compared word for word, so a hash collision is a miss, never a
  * wrong hit.
@@ -13,7 +15,8 @@
  * A template's blob references: k >= 0 is the output of its record k (a blob
  * the lowering made); ref_in(j, d) is blob d of input j.
  *
- * Threads: controller only; no locks.
+ * Threads: controller only; no locks. The values' mcls fields it writes are
+ * controller-only (a node's values belong to its graph).
  */
 #include <string.h>
 
