@@ -47,23 +47,30 @@ void dt__fatal(const char *what, const char *detail) {
 
 /* Successes left before the armed failure; -1 when disarmed. One failure
  * per arming: the failing allocation disarms it. */
-static atomic_long fault_left = -1;
+atomic_long dt__fault_left = -1;
 static _Thread_local int fault_on;
 
-void dt__fault_scope(int on) { fault_on = on; }
+int dt__fault_scope(int on) {
+    int was = fault_on;
+    fault_on = on;
+    return was;
+}
 
 int dt__fault_hit(void) {
-    if (!fault_on)
+    /* The shared counter first: disarmed, no thread-local lookup. */
+    if (!dt__fault_armed() || !fault_on)
         return 0;
-    long v = atomic_load(&fault_left);
+    long v = atomic_load(&dt__fault_left);
     while (v >= 0)
-        if (atomic_compare_exchange_weak(&fault_left, &v, v - 1))
+        if (atomic_compare_exchange_weak(&dt__fault_left, &v, v - 1))
             return v == 0;
     return 0;
 }
 
-void dt_debug_fail_allocs(int64_t after_n) { atomic_store(&fault_left, after_n < 0 ? -1 : (long)after_n); }
-int dt_debug_fail_allocs_pending(void) { return atomic_load(&fault_left) >= 0; }
+void dt_debug_fail_allocs(int64_t after_n) {
+    atomic_store(&dt__fault_left, after_n < 0 ? -1 : (long)after_n);
+}
+int dt_debug_fail_allocs_pending(void) { return atomic_load(&dt__fault_left) >= 0; }
 
 void *dt__malloc(size_t n) { return dt__fault_hit() ? NULL : malloc(n ? n : 1); }
 void *dt__calloc(size_t n, size_t size) {

@@ -38,9 +38,20 @@ char *dt__strdup(const char *s);
 /* Test-only allocation faults (dt_debug_fail_allocs): the calling thread's
  * allocations may be made to fail while its scope is on (the controller
  * turns it on around each lowering). dt__fault_hit() is 1 when the next
- * allocation must fail; it also serves the pools. Any thread. */
-void dt__fault_scope(int on);
+ * allocation must fail; it also serves the pools. Any thread.
+ * dt__fault_scope returns the scope it replaces. dt__fault_armed is 1 while
+ * a failure is armed: a thread may leave its scope alone while it is 0
+ * (arming happens before the work it is meant for is handed over). */
+int dt__fault_scope(int on);
 int dt__fault_hit(void);
+#ifndef __cplusplus
+#include <stdatomic.h>
+/* Successes left before the armed failure; -1 when disarmed (common.c). */
+extern atomic_long dt__fault_left;
+static inline int dt__fault_armed(void) {
+    return atomic_load_explicit(&dt__fault_left, memory_order_relaxed) >= 0;
+}
+#endif
 
 /* Sets the calling thread's error and returns `status` so callers can write
  * `return dt__error(DT_EINVAL, "...", ...)`. */

@@ -18,8 +18,8 @@
 #include "common/common.h"
 #include "common/pool.h"
 
-#define BATCH 64
-#define MAX_POOLS 16
+#define BATCH DT__POOL_BATCH
+#define MAX_POOLS DT__POOL_MAX
 
 /* A free record. The shared list holds whole batches: the first record of
  * each carries the link to the next batch and its record count, so moving a
@@ -31,17 +31,12 @@ typedef struct free_rec {
     long n;                      /* first record of a shared batch only */
 } free_rec;
 
-typedef struct tls_list {
-    free_rec *head;
-    int n;
-} tls_list;
-
-/* One thread-local block, so each call resolves thread-local storage once
- * (in a shared library every distinct TLS variable costs a lookup). */
-typedef struct tls_block {
-    int registered;
-    tls_list lists[MAX_POOLS];
-} tls_block;
+/* A thread's list of one pool (pool.h's dt__pool_list: head is a
+ * free_rec), and its lists of every pool in one thread-local block, so each
+ * call resolves thread-local storage once (in a shared library every
+ * distinct TLS variable costs a lookup). */
+typedef dt__pool_list tls_list;
+typedef struct dt__pool_lists tls_block;
 static _Thread_local tls_block tls;
 
 __attribute__((noinline)) static tls_block *my_block(void) { return &tls; }
@@ -94,10 +89,24 @@ static void thread_exit(void *unused) {
 
 static void make_key(void) { pthread_key_create(&exit_key, thread_exit); }
 
-/* Returns the calling thread's list for pool p, registering the pool and
- * the thread on first use; NULL for a pool that found no slot (more than
- * MAX_POOLS pools), which then allocates with calloc and frees with free. */
-static tls_list *my_list(dt__pool *p) {
+/* The calling thread's lists, the thread registered for its exit. */
+static tls_block *my_registered_block(void) {
+    tls_block *b = my_block();
+    if (!b->registered) {
+        pthread_once(&exit_once, make_key);
+        pthread_setspecific(exit_key, (void *)1);
+        b->registered = 1;
+    }
+    return b;
+}
+
+dt__pool_lists *dt__pool_my_lists(void) { return my_registered_block(); }
+
+/* Returns the calling thread's list for pool p (`b`: its lists, NULL:
+ * looked up), registering the pool and the thread on first use; NULL for a
+ * pool that found no slot (more than MAX_POOLS pools), which then allocates
+ * with calloc and frees with free. */
+static tls_list *my_list(dt__pool *p, tls_block *b) {
     if (!__atomic_load_n(&p->registered, __ATOMIC_ACQUIRE)) {
         pthread_mutex_lock(&register_lock);
         if (!p->registered) {
@@ -115,13 +124,7 @@ static tls_list *my_list(dt__pool *p) {
     }
     if (p->slot < 0)
         return NULL;
-    tls_block *b = my_block();
-    if (!b->registered) {
-        pthread_once(&exit_once, make_key);
-        pthread_setspecific(exit_key, (void *)1);
-        b->registered = 1;
-    }
-    return &b->lists[p->slot];
+    return &(b ? b : my_registered_block())->lists[p->slot];
 }
 
 /* Sanitizer builds use malloc directly, so ASan sees every use after free
@@ -129,9 +132,6 @@ static tls_list *my_list(dt__pool *p) {
  * pools (handle records) keep their slabs there too, so a released handle's
  * magic stays readable; ASan then sees the free record poisoned but for its
  * link and its magic. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define DT_POOL_DIRECT 1
-#endif
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
 /* A stable pool's free record: poisoned but for its link and its magic, so
@@ -182,16 +182,26 @@ static int refill_from_slab(dt__pool *p, tls_list *l) {
     return 0;
 }
 
-void *dt__pool_alloc(dt__pool *p) { return dt__pool_alloc_prefix(p, p->size); }
+void *dt__pool_alloc(dt__pool *p) { return dt__pool_alloc_in_slow(p, NULL, p->size); }
+void *dt__pool_alloc_prefix(dt__pool *p, size_t zeroed) { return dt__pool_alloc_in_slow(p, NULL, zeroed); }
+void dt__pool_free(dt__pool *p, void *obj) { dt__pool_free_in_slow(p, NULL, obj); }
 
-void *dt__pool_alloc_prefix(dt__pool *p, size_t zeroed) {
-    if (dt__fault_hit())
+/* The list of pool p in `mine` (the caller's lists) without a call, once
+ * the pool has its slot; else my_list. */
+static inline tls_list *list_in(dt__pool *p, tls_block *mine) {
+    if (mine && __atomic_load_n(&p->registered, __ATOMIC_ACQUIRE) && p->slot >= 0)
+        return &mine->lists[p->slot];
+    return my_list(p, mine);
+}
+
+void *dt__pool_alloc_in_slow(dt__pool *p, dt__pool_lists *mine, size_t zeroed) {
+    if (dt__fault_armed() && dt__fault_hit())
         return NULL;
 #ifdef DT_POOL_DIRECT
     if (!p->stable)
         return calloc(1, p->size);
 #endif
-    tls_list *l = my_list(p);
+    tls_list *l = list_in(p, mine);
     if (!l) {
         DT_ASSERT(!p->stable); /* invariant: MAX_POOLS has a slot for every stable pool */
         return calloc(1, p->size);
@@ -211,11 +221,12 @@ void *dt__pool_alloc_prefix(dt__pool *p, size_t zeroed) {
     UNPOISON(p, obj);
     l->head = obj->next;
     l->n--;
-    memset(obj, 0, zeroed < p->size ? zeroed : p->size);
+    if (zeroed)
+        memset(obj, 0, zeroed < p->size ? zeroed : p->size);
     return obj;
 }
 
-void dt__pool_free(dt__pool *p, void *obj) {
+void dt__pool_free_in_slow(dt__pool *p, dt__pool_lists *mine, void *obj) {
     if (!obj)
         return;
 #ifdef DT_POOL_DIRECT
@@ -224,7 +235,7 @@ void dt__pool_free(dt__pool *p, void *obj) {
         return;
     }
 #endif
-    tls_list *l = my_list(p);
+    tls_list *l = list_in(p, mine);
     if (!l) {
         free(obj);
         return;

@@ -7,6 +7,9 @@
 
 #include <pthread.h>
 #include <stddef.h>
+#include <string.h>
+
+#include "common/common.h"
 
 typedef struct dt__pool {
     pthread_mutex_t lock;
@@ -39,6 +42,76 @@ void dt__pool_free(dt__pool *p, void *obj);
 /* Whether worker threads still run (defined by the core; weak so the pool
  * stands alone): the exit-time cleanup then leaves the pools alone. */
 int dt__pool_busy(void) __attribute__((weak));
+
+/* A thread's own lists of every pool. A long-lived thread that allocates
+ * and frees many records (the controller) looks them up once and passes
+ * them to the _in forms, which then need no thread-local lookup (in a
+ * shared library each costs a call to __tls_get_addr). Only the thread
+ * that looked them up may pass them. */
+typedef struct dt__pool_lists dt__pool_lists;
+dt__pool_lists *dt__pool_my_lists(void);
+/* dt__pool_alloc_prefix and dt__pool_free with the calling thread's lists
+ * (dt__pool_my_lists; NULL: looked up). A caller that zeroes a constant
+ * size itself passes zeroed 0: the compiler then inlines the stores. */
+void *dt__pool_alloc_in_slow(dt__pool *p, dt__pool_lists *mine, size_t zeroed);
+void dt__pool_free_in_slow(dt__pool *p, dt__pool_lists *mine, void *obj);
+
+/* The layout behind dt__pool_lists, for the inline paths below (pool.c
+ * owns it otherwise). A free record's first word links the next. */
+#define DT__POOL_MAX 16
+#define DT__POOL_BATCH 64
+typedef struct dt__pool_list {
+    void *head;
+    int n;
+} dt__pool_list;
+struct dt__pool_lists {
+    int registered;
+    dt__pool_list lists[DT__POOL_MAX];
+};
+/* Sanitizer builds use malloc directly (pool.c says why): no inline path. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define DT_POOL_DIRECT 1
+#endif
+
+/* The caller's list of pool p when an inline path may use it: p has its
+ * slot, no allocation fault is armed, no sanitizer. */
+static inline dt__pool_list *dt__pool_fast_list(dt__pool *p, dt__pool_lists *mine) {
+#ifdef DT_POOL_DIRECT
+    (void)p;
+    (void)mine;
+    return NULL;
+#else
+    if (!mine || !__atomic_load_n(&p->registered, __ATOMIC_ACQUIRE) || p->slot < 0 || dt__fault_armed())
+        return NULL;
+    return &mine->lists[p->slot];
+#endif
+}
+
+/* A record from the caller's list without a call when it has one (the
+ * first `zeroed` bytes zero). */
+static inline void *dt__pool_alloc_in(dt__pool *p, dt__pool_lists *mine, size_t zeroed) {
+    dt__pool_list *l = dt__pool_fast_list(p, mine);
+    if (!l || !l->head)
+        return dt__pool_alloc_in_slow(p, mine, zeroed);
+    void *obj = l->head;
+    l->head = *(void **)obj;
+    l->n--;
+    if (zeroed)
+        memset(obj, 0, zeroed < p->size ? zeroed : p->size);
+    return obj;
+}
+
+/* A record back to the caller's list without a call while it is short. */
+static inline void dt__pool_free_in(dt__pool *p, dt__pool_lists *mine, void *obj) {
+    dt__pool_list *l = obj ? dt__pool_fast_list(p, mine) : NULL;
+    if (!l || l->n + 1 >= 2 * DT__POOL_BATCH) {
+        dt__pool_free_in_slow(p, mine, obj);
+        return;
+    }
+    *(void **)obj = l->head;
+    l->head = obj;
+    l->n++;
+}
 
 /* Takes (1) or drops (0) every pool's lock, around fork() (graph.c). */
 void dt__pool_fork_lock(int lock);

@@ -11,6 +11,8 @@
  * references are atomic; the pools (common/pool.h) take any thread, with
  * their own lock. dt__mem_charge is atomic.
  */
+#include <string.h>
+
 #include "core/blob.h"
 #include "core/graph_int.h"
 #include "core/kernel.h"
@@ -22,10 +24,13 @@
 dt__pool dt__kernel_pool = DT__POOL_INIT(sizeof(dt__kernel));
 dt__pool dt__blob_pool = DT__POOL_INIT(sizeof(dt__blob));
 
-dt__blob *dt__blob_new(const dt__backend *be) {
-    dt__blob *b = dt__pool_alloc(&dt__blob_pool);
+dt__blob *dt__blob_new(const dt__backend *be) { return dt__blob_new_in(NULL, be); }
+
+dt__blob *dt__blob_new_in(dt__pool_lists *mine, const dt__backend *be) {
+    dt__blob *b = dt__pool_alloc_in(&dt__blob_pool, mine, 0);
     if (!b)
         return NULL;
+    memset(b, 0, sizeof *b); /* a constant size: inline stores */
     atomic_init(&b->refs, 1);
     b->be = be;
     return b;

@@ -55,6 +55,9 @@ struct dt__blob {
 };
 
 dt__blob *dt__blob_new(const dt__backend *be);
+/* The same with the calling thread's pool lists (common/pool.h; NULL:
+ * looked up). */
+dt__blob *dt__blob_new_in(struct dt__pool_lists *mine, const dt__backend *be);
 static inline dt__blob *dt__blob_retain(dt__blob *b) {
     if (b)
         atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);

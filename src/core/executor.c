@@ -21,6 +21,7 @@
 #include "core/graph_int.h"
 #include "core/kernel.h"
 #include "core/lower.h"
+#include "core/lower_queue.h"
 #include "core/mesh.h"
 #include "core/node.h"
 #include "core/record.h"
@@ -98,18 +99,28 @@ static int lower_node(dt__lower *L, dt__node *n, int32_t kflags, dt__replay *rp)
     L->node = n;
     L->kflags = kflags;
     L->status = DT_OK;
-    dt_clear_error();
     /* Explain and traces (record.h): one load when nothing is recorded. */
     int rec = dt__rec_anything();
     int64_t t0 = rec ? dt__rec_node_begin(L, n) : 0;
     /* dt_debug_lowering_ns: the lowering step's time, when asked for. */
     int timed = atomic_load_explicit(&L->g->time_lowering, memory_order_relaxed);
     int64_t lt0 = timed ? dt__rec_now() : 0;
-    /* Replay's own allocations are the node's: an injected fault fails it. */
-    dt__fault_scope(1);
+    /* Replay's own allocations are the node's: an injected fault fails it.
+     * The scope is thread-local (a lookup each): only set while a fault is
+     * armed. */
+    int faults = dt__fault_armed();
+    if (faults)
+        dt__fault_scope(1);
     int how = rp && !rec ? dt__replay_begin(rp, L, n, kflags) : 0;
-    dt_status st = how == 1 ? L->status : dt__ops[n->op].lower(L, n);
-    dt__fault_scope(0);
+    dt_status st = L->status;
+    if (how != 1) {
+        /* A replay that fails says why itself (dt__lw_fail); a lowering's
+         * message must not be an earlier one. */
+        dt_clear_error();
+        st = dt__ops[n->op].lower(L, n);
+    }
+    if (faults)
+        dt__fault_scope(0);
     if (st == DT_OK)
         st = L->status; /* a helper failed and the function missed it */
     if (how == 2)
@@ -257,10 +268,10 @@ static int lower_window(dt__lower *L, dt__window *w, dt__sched *S, int on, dt__r
         dt__sched_done(S, w, i, g->comm_queued != comm0 && output_on_comm(n));
         /* A substitute is a node_pool record the window hands over. */
         if (n != orig)
-            dt__node_free(n);
+            dt__node_free_in(g->ctl_pools, n);
         /* A chain's step: its chain, lowered at a later slot, reads it. */
         if (!(f & DT__WS_FUSED))
-            dt__node_free(orig);
+            dt__node_free_in(g->ctl_pools, orig);
     }
     if (S->reordered)
         atomic_fetch_add_explicit(&g->nodes_reordered, S->reordered, memory_order_relaxed);
@@ -271,6 +282,7 @@ void *dt__controller_main(void *arg) {
     dt_graph *g = arg;
     dt__lower L = {.g = g, .node = NULL};
     dt__seg_regions = 1; /* lowering sees segmented layouts (meta.c) */
+    g->ctl_pools = dt__pool_my_lists();
     /* The round's window (window.h); its arrays are kept across rounds. */
     dt__window w = {0};
     /* The replay cache (replay.h); NULL when out of memory: nodes are
@@ -318,6 +330,8 @@ void *dt__controller_main(void *arg) {
                     dt__node_free(w.nodes[i]);
             atomic_fetch_add_explicit(&g->nodes_fused, w.fused, memory_order_relaxed);
         }
+        if (cache)
+            dt__replay_publish(cache, g);
         while (released) {
             dt__tval *v = released;
             released = v->next_release;
@@ -342,6 +356,7 @@ void *dt__controller_main(void *arg) {
     /* Nodes after STOP cannot exist: the queue is closed before STOP goes in. */
     dt__graph_streams_stop(g);
     dt__graph_comm_free(g); /* after every worker: none runs a collective now */
+    g->ctl_pools = NULL;    /* this thread's lists go back to the pools as it exits */
     dt__graph_controller_exited(g);
     return NULL;
 }

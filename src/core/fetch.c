@@ -15,6 +15,7 @@
 #include "core/graph_int.h"
 #include "core/kernel.h"
 #include "core/lower.h"
+#include "core/lower_queue.h"
 #include "core/mesh.h"
 #include "core/meta.h"
 #include "core/node.h"

@@ -84,6 +84,9 @@ struct dt_graph {
      * (dt__lw_stream_append notes them), NULL otherwise. */
     struct dt__replay *replay_cap;
     dt_mesh *defer_mesh; /* controller-only: mesh references not yet dropped */
+    /* Controller-only: the controller thread's pool lists (common/pool.h),
+     * for its allocations and frees of records; NULL until it runs. */
+    struct dt__pool_lists *ctl_pools;
     int defer_n;
 
     /* Flow control: the backlog is submitted + kqueued - retired, node

@@ -56,7 +56,9 @@ size_t dt__krec_footprint(size_t alen) {
     return KREC_HDR + alen;
 }
 
-dt__krec *dt__krec_alloc(size_t alen) {
+dt__krec *dt__krec_alloc(size_t alen) { return dt__krec_alloc_in(NULL, alen); }
+
+dt__krec *dt__krec_alloc_in(dt__pool_lists *mine, size_t alen) {
     if (alen > UINT32_MAX)
         return NULL;
     dt__krec *k = NULL;
@@ -65,7 +67,9 @@ dt__krec *dt__krec_alloc(size_t alen) {
         if (KREC_HDR + alen <= class_size[c])
             cls = c;
     if (cls != KREC_MALLOC) {
-        k = dt__pool_alloc_prefix(&krec_pools[cls], KREC_HDR);
+        k = dt__pool_alloc_in(&krec_pools[cls], mine, 0);
+        if (k)
+            memset(k, 0, KREC_HDR); /* a constant size: inline stores */
     } else {
         k = dt__malloc(KREC_HDR + alen);
         if (k)

@@ -76,6 +76,9 @@ struct dt__krec {
 /* A kernel record with room for `alen` attribute bytes: header fields zero,
  * attributes undefined; NULL when out of memory. Any thread. */
 dt__krec *dt__krec_alloc(size_t alen);
+/* The same with the calling thread's pool lists (common/pool.h; NULL:
+ * looked up). */
+dt__krec *dt__krec_alloc_in(struct dt__pool_lists *mine, size_t alen);
 /* Frees a record (not what it references). Any thread. */
 void dt__krec_free(dt__krec *k);
 /* Bytes dt__krec_alloc takes for `alen` attribute bytes (the test that

@@ -18,6 +18,7 @@
 #include "core/graph_int.h"
 #include "core/kernel.h"
 #include "core/lower.h"
+#include "core/lower_queue.h"
 #include "core/mesh.h"
 #include "core/meta.h"
 #include "core/record.h"
@@ -59,7 +60,7 @@ dt__stream *dt__lw_stream(dt__lower *L, const dt_mesh *mesh, int64_t idx) {
 dt__kernel *dt__lw_kernel(dt__lower *L, int kop) {
     if (L->status != DT_OK)
         return NULL;
-    dt__kernel *k = dt__pool_alloc(&dt__kernel_pool);
+    dt__kernel *k = dt__pool_alloc_in(&dt__kernel_pool, L->g->ctl_pools, sizeof(dt__kernel));
     if (!k) {
         dt__lw_fail(L, DT_ENOMEM, "out of memory (kernel record)");
         return NULL;
@@ -87,55 +88,13 @@ void dt__lw_discard(dt__kernel *k) {
     dt__kernel_free(k);
 }
 
-/* Adds k to the stream's batch; the batch is handed over by flush()
- * (core/executor.c). */
-void dt__lw_stream_append(dt_graph *g, dt__stream *s, dt__krec *k) {
-    g->kqueued_local++;
-    s->appended++;
-    if (s->kind == DT_STREAM_COMM)
-        g->comm_queued++; /* the schedule's cue (core/sched.h) */
-    if (g->replay_cap)    /* capturing this node's kernels (replay.h) */
-        dt__replay_note(g->replay_cap, s, k);
-    if (dt__rec_enabled(DT__REC_TRACE) && g->rec && g->rec->cur_node) /* tracing this node (record.h) */
-        dt__rec_kernel_queued(g, s, k, s->appended);
-    k->next = NULL;
-    if (s->btail)
-        s->btail->next = k;
-    else
-        s->bhead = k;
-    s->btail = k;
-    if (!s->dirty) {
-        s->dirty = 1;
-        s->next_dirty = g->dirty;
-        g->dirty = s;
-    }
-}
-
-/* Binds a queued kernel to stream s: names its blobs (dt__blob.id), makes
- * its output's event this kernel's number on s, and marks it to wait when
- * an input comes from another stream. */
-void dt__lw_bind(dt_graph *g, dt__stream *s, dt__krec *k) {
-    if (k->out) {
-        if (!k->out->id)
-            k->out->id = ++g->blob_ids;
-        k->out->producer = s;
-        k->out->seq = s->appended + 1;
-    }
-    for (int i = 0; i < k->n_in; i++) {
-        if (!k->in[i]->id)
-            k->in[i]->id = ++g->blob_ids; /* a source the controller made */
-        if (k->in[i]->producer != s)
-            k->wait = 1;
-    }
-}
-
 /* The queued form of a builder: its references and extra move into it. */
-static dt__krec *pack(const dt__kernel *k) {
+static dt__krec *pack(dt_graph *g, const dt__kernel *k) {
     /* One pass over the attributes into a stack buffer when they have no
      * text (all but einsum), then a record of the exact size. */
     uint8_t tmp[DT__KATTR_PACK_MAX];
     size_t n = k->attr.text ? dt__kattr_pack_size(&k->attr) : dt__kattr_pack(&k->attr, tmp);
-    dt__krec *r = dt__krec_alloc(n);
+    dt__krec *r = dt__krec_alloc_in(g->ctl_pools, n);
     if (!r)
         return NULL;
     r->kop = k->kop;
@@ -162,7 +121,7 @@ dt__blob *dt__lw_push_on(dt__lower *L, dt__stream *s, dt__kernel *k) {
         if (!k->in[i])
             bad = 1;
     if (!bad && !k->out && k->kop != DT_KC_FETCH && k->kop != DT_KC_SYNC) {
-        k->out = dt__blob_new(s->be);
+        k->out = dt__blob_new_in(L->g->ctl_pools, s->be);
         if (!k->out)
             dt__lw_fail(L, DT_ENOMEM, "out of memory (blob record)");
         bad = !k->out;
@@ -170,14 +129,14 @@ dt__blob *dt__lw_push_on(dt__lower *L, dt__stream *s, dt__kernel *k) {
     /* The node's reuse mark (passes/reuse.c) goes on its backend kernels. */
     if (k->kop < DT_K_COUNT)
         k->attr.flags |= L->kflags;
-    dt__krec *r = bad ? NULL : pack(k);
+    dt__krec *r = bad ? NULL : pack(L->g, k);
     if (!r) {
         /* A NULL input or stream means an earlier step failed. */
         dt__lw_fail(L, DT_ENOMEM, "out of memory");
         dt__lw_discard(k);
         return NULL;
     }
-    dt__kernel_free(k); /* its references moved into r */
+    dt__pool_free_in(&dt__kernel_pool, L->g->ctl_pools, k); /* its references moved into r */
     dt__lw_bind(L->g, s, r);
     dt__lw_stream_append(L->g, s, r);
     return dt__blob_retain(r->out);
@@ -186,7 +145,7 @@ dt__blob *dt__lw_push_on(dt__lower *L, dt__stream *s, dt__kernel *k) {
 /* A core kernel's record with no attributes, carrying the node's op name
  * and call site; NULL (L->status set) when out of memory. */
 dt__krec *dt__lw_core_krec(dt__lower *L, int kop) {
-    dt__krec *k = L->status == DT_OK ? dt__krec_alloc(0) : NULL;
+    dt__krec *k = L->status == DT_OK ? dt__krec_alloc_in(L->g->ctl_pools, 0) : NULL;
     if (!k) {
         dt__lw_fail(L, DT_ENOMEM, "out of memory (kernel record)");
         return NULL;
@@ -254,7 +213,7 @@ dt_status dt__lw_collective_after(dt__lower *L, const dt_mesh *mesh, int stream_
     for (int r = 0; ok && r < c->n; r++) {
         ks[r] = dt__coll_krec(c, group, seq, r);
         if (ks[r])
-            ks[r]->out = dt__blob_new(ss[r]->be);
+            ks[r]->out = dt__blob_new_in(L->g->ctl_pools, ss[r]->be);
         ok = ks[r] && ks[r]->out;
     }
     if (!ok) {

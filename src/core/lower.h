@@ -50,13 +50,7 @@ dt__blob *dt__lw_push_on(dt__lower *L, dt__stream *s, dt__kernel *k);
  * references and what its extra owns (future reference, gate
  * reference). NULL is ignored. */
 void dt__lw_discard(dt__kernel *k);
-/* Shared by core/lower.c, core/fetch.c and the controller loop
- * (core/executor.c), controller thread: */
-/* Binds a queued kernel to stream s: names its blobs, makes its output's
- * event its number on s, marks it to wait on inputs from other streams. */
-void dt__lw_bind(dt_graph *g, dt__stream *s, dt__krec *k);
-/* Adds k to s's batch; the controller's flush hands the batch over. */
-void dt__lw_stream_append(dt_graph *g, dt__stream *s, dt__krec *k);
+/* dt__lw_bind and dt__lw_stream_append: core/lower_queue.h. */
 /* A core kernel's record (DT_KC_*) with no attributes, carrying the node's
  * op name and call site; NULL (L->status set) when out of memory. */
 dt__krec *dt__lw_core_krec(dt__lower *L, int kop);

@@ -86,5 +86,9 @@ dt__node *dt__node_new_prefix(int op, size_t zeroed);
 extern dt__pool dt__node_pool;
 /* Frees a node record (any thread). */
 static inline void dt__node_free(dt__node *n) { dt__pool_free(&dt__node_pool, n); }
+/* The same with the calling thread's pool lists (common/pool.h). */
+static inline void dt__node_free_in(struct dt__pool_lists *mine, dt__node *n) {
+    dt__pool_free_in(&dt__node_pool, mine, n);
+}
 
 #endif /* DT_CORE_NODE_H */

@@ -4,8 +4,10 @@
  *
  * A node's signature is a string of 64-bit words: op, input count, window
  * flags, the overlap setting, the attributes (the family block only for ops
- * that read it), each input's and the output's meta (dtype, shape, mesh uid,
- * placements, segments), and which input blobs are one blob. The cache maps
+ * that read it), the output's meta (dtype, shape, mesh uid, placements,
+ * segments), each input's meta class (one word: the interned meta words;
+ * docs/decisions.md "Replay, third step"), and which input blobs are one
+ * blob. The cache maps
  * signatures to templates, open addressing on the signature's hash with the
  * signature compared word for word, so a hash collision is a miss, never a
  * wrong hit.
@@ -13,7 +15,8 @@
  * A template's blob references: k >= 0 is the output of its record k (a blob
  * the lowering made); ref_in(j, d) is blob d of input j.
  *
- * Threads: controller only; no locks.
+ * Threads: controller only; no locks. The values' mcls fields it writes are
+ * controller-only (a node's values belong to its graph).
  */
 #include <string.h>
 
@@ -22,6 +25,7 @@
 #include "core/kernel.h"
 #include "core/kernel_rec.h"
 #include "core/lower.h"
+#include "core/lower_queue.h"
 #include "core/mesh.h"
 #include "core/node.h"
 #include "core/replay.h"
@@ -40,6 +44,14 @@
 #define NEXT_WAYS 4
 /* Records one template holds at most (a larger lowering is not cached). */
 #define MAX_RECS 4096
+/* Meta classes: at most MAX_CLASSES a cache (then values are signed with
+ * their meta words), an index of CLS_BITS bits. */
+#define CLS_BITS 20
+#define MAX_CLASSES (1u << 16)
+/* A class word in a signature: the top bit set, which no meta's first
+ * word (dtype | ndim << 32) has. */
+#define CLS_MARK ((uint64_t)1 << 63)
+static _Atomic uint64_t next_epoch = 1;
 
 static int32_t ref_in(int j, int64_t d) { return -1 - (int32_t)(((int64_t)j << DEV_BITS) | d); }
 static int ref_j(int32_t ref) { return (-1 - ref) >> DEV_BITS; }
@@ -58,8 +70,12 @@ typedef struct tpl_rec {
 
 typedef struct tpl {
     uint64_t hash;
+    uint64_t out_cls; /* the class of its output's meta (0: none) */
     uint32_t nsig;
     int usable; /* 0: the signature's lowering cannot be replayed */
+    /* One kernel on a one-device mesh making the output, no collective:
+     * most of a one-device loop body, replayed by apply_one. */
+    int one;
     int nrec, ncoll;
     int64_t nout;
     uint64_t *sig;
@@ -75,6 +91,13 @@ typedef struct tpl {
     struct tpl *next[NEXT_WAYS];
 } tpl;
 
+/* An interned meta: its words are cls_words[off, off + len). */
+typedef struct cls_ent {
+    uint64_t hash;
+    uint64_t id; /* 0: empty slot */
+    uint32_t off, len;
+} cls_ent;
+
 typedef struct cap_ent {
     dt__stream *s;
     dt__krec *k;
@@ -87,6 +110,20 @@ struct dt__replay {
     uint64_t *sig;
     uint32_t nsig, sigcap;
     uint64_t hash;
+    uint32_t out_at, out_len; /* where the output's meta words are in sig */
+    /* Meta classes (dt__tval.mcls): each distinct string of meta words
+     * seen since the last clear, interned. A class is epoch << CLS_BITS |
+     * index; epochs come from a process-wide counter, so a class from
+     * before a clear (or of another cache) is never taken for a current
+     * one. */
+    uint64_t epoch;
+    struct cls_ent *cls;
+    uint32_t cls_cap, ncls;
+    uint64_t *cls_words; /* the classes' words, back to back */
+    size_t ncw, cwcap;
+    /* The round's counts, published by dt__replay_publish (one atomic add
+     * each a round, not each node). */
+    long hits, run_hits, misses;
     /* The run in progress: the template of the cacheable node lowered last
      * (NULL after a node that is not cached, and after clear). */
     tpl *prev;
@@ -121,6 +158,7 @@ dt__replay *dt__replay_new(void) {
     r->tab = dt__calloc(r->cap, sizeof *r->tab);
     r->capcap = 64;
     r->caps = dt__calloc((size_t)r->capcap, sizeof *r->caps);
+    r->epoch = atomic_fetch_add_explicit(&next_epoch, 1, memory_order_relaxed);
     if (!r->tab || !r->caps) {
         dt__replay_free(r);
         return NULL;
@@ -128,6 +166,18 @@ dt__replay *dt__replay_new(void) {
     return r;
 }
 
+/* Empties the class table: a new epoch, so every class given out so far
+ * (in values, in templates) is stale. */
+static void classes_reset(dt__replay *r) {
+    r->epoch = atomic_fetch_add_explicit(&next_epoch, 1, memory_order_relaxed);
+    if (r->ncls)
+        memset(r->cls, 0, (size_t)r->cls_cap * sizeof *r->cls);
+    r->ncls = 0;
+    r->ncw = 0;
+}
+
+/* Templates and classes go together: a template's signature names its
+ * inputs' classes. */
 static void clear(dt__replay *r) {
     for (uint32_t i = 0; i < r->cap; i++) {
         tpl_free(r->tab[i]);
@@ -135,10 +185,21 @@ static void clear(dt__replay *r) {
     }
     r->n = 0;
     r->prev = NULL;
+    classes_reset(r);
+}
+
+void dt__replay_publish(dt__replay *r, dt_graph *g) {
+    if (r->hits)
+        atomic_fetch_add_explicit(&g->replay_hits, r->hits, memory_order_relaxed);
+    if (r->run_hits)
+        atomic_fetch_add_explicit(&g->replay_run_hits, r->run_hits, memory_order_relaxed);
+    if (r->misses)
+        atomic_fetch_add_explicit(&g->replay_misses, r->misses, memory_order_relaxed);
+    r->hits = r->run_hits = r->misses = 0;
 }
 
 void dt__replay_clear(dt__replay *r) {
-    if (r->n)
+    if (r->n || r->ncls)
         clear(r);
 }
 
@@ -148,6 +209,8 @@ void dt__replay_free(dt__replay *r) {
     if (r->tab)
         clear(r);
     dt__free(r->tab);
+    dt__free(r->cls);
+    dt__free(r->cls_words);
     dt__free(r->sig);
     dt__free(r->caps);
     dt__free(r->ks);
@@ -179,7 +242,10 @@ static void put_tab(tpl **tab, uint32_t cap, tpl *t) {
 static int insert(dt__replay *r, tpl *t) {
     if (r->n + 1 > r->cap / 2) {
         if (r->cap * 2 > 2 * MAX_TEMPLATES) {
+            /* t names classes the clear makes stale: it could never match. */
             clear(r);
+            tpl_free(t);
+            return 0;
         } else {
             tpl **tab = dt__calloc((size_t)r->cap * 2, sizeof *tab);
             if (!tab) {
@@ -201,37 +267,121 @@ static int insert(dt__replay *r, tpl *t) {
 
 /* --------------------------------------------------------- signature */
 
+/* The meta's words at w (at most META_WORDS); returns how many. */
+enum { META_WORDS = 4 + DT_MAX_NDIM + DT_MAX_MESH_NDIM + 2 * DT_MAX_SEGMENTS };
+static inline __attribute__((always_inline)) uint32_t meta_words(uint64_t *w, const dt__meta *m) {
+    const dt_mesh *mesh = m->mesh;
+    int mnd = mesh ? mesh->ndim : 0;
+    uint32_t k = 0;
+    w[k++] = (uint64_t)(uint32_t)m->dtype | (uint64_t)(uint32_t)m->ndim << 32;
+    for (int d = 0; d < m->ndim; d++)
+        w[k++] = (uint64_t)m->shape[d];
+    w[k++] = mesh ? mesh->uid : 0;
+    for (int d = 0; d < mnd; d++)
+        w[k++] = (uint64_t)(uint32_t)m->pl[d].kind | (uint64_t)(uint32_t)m->pl[d].dim << 32;
+    w[k++] = (uint64_t)(uint8_t)m->seg.n;
+    if (m->seg.n > 0) {
+        w[k++] = (uint64_t)(uint8_t)m->seg.dim | (uint64_t)(uint8_t)m->seg.nmd << 8;
+        for (int q = 0; q < m->seg.nmd; q++)
+            w[k++] = (uint64_t)(uint8_t)m->seg.mds[q];
+        for (int q = 0; q < m->seg.n; q++)
+            w[k++] = (uint64_t)m->seg.len[q];
+    }
+    return k;
+}
+
+static uint64_t words_hash(const uint64_t *w, uint32_t n) {
+    uint64_t h = 0x243f6a8885a308d3ull ^ n;
+    for (uint32_t i = 0; i < n; i++)
+        h = (h ^ w[i]) * 0x9e3779b97f4a7c15ull;
+    return h ^ (h >> 29);
+}
+
+/* ----------------------------------------------------------- classes */
+
+static uint64_t intern_new(dt__replay *r, const uint64_t *w, uint32_t n, uint64_t h);
+
+/* The class of the meta words w[0, n): found, or made; 0 when the table is
+ * full or out of memory (the value is then signed with its words). */
+static uint64_t intern(dt__replay *r, const uint64_t *w, uint32_t n) {
+    uint64_t h = words_hash(w, n);
+    if (r->cls_cap) {
+        uint32_t mask = r->cls_cap - 1;
+        for (uint32_t i = (uint32_t)h & mask; r->cls[i].id; i = (i + 1) & mask) {
+            const cls_ent *e = &r->cls[i];
+            if (e->hash == h && e->len == n && !memcmp(r->cls_words + e->off, w, n * sizeof *w))
+                return e->id;
+        }
+    }
+    if (r->ncls + 1 >= MAX_CLASSES)
+        return 0;
+    /* Not the lowering's allocations: an injected fault is not spent here. */
+    int scope = dt__fault_scope(0);
+    uint64_t id = intern_new(r, w, n, h);
+    dt__fault_scope(scope);
+    return id;
+}
+
+/* intern's insertion of a new class. */
+static uint64_t intern_new(dt__replay *r, const uint64_t *w, uint32_t n, uint64_t h) {
+    if (2 * (r->ncls + 1) > r->cls_cap) {
+        uint32_t cap = r->cls_cap ? 2 * r->cls_cap : 256;
+        cls_ent *tab = dt__calloc(cap, sizeof *tab);
+        if (!tab)
+            return 0;
+        for (uint32_t i = 0; i < r->cls_cap; i++) {
+            if (!r->cls[i].id)
+                continue;
+            uint32_t j = (uint32_t)r->cls[i].hash & (cap - 1);
+            while (tab[j].id)
+                j = (j + 1) & (cap - 1);
+            tab[j] = r->cls[i];
+        }
+        dt__free(r->cls);
+        r->cls = tab;
+        r->cls_cap = cap;
+    }
+    if (r->ncw + n > r->cwcap) {
+        size_t cap = r->cwcap ? 2 * r->cwcap : 4096;
+        while (cap < r->ncw + n)
+            cap *= 2;
+        uint64_t *p = dt__realloc(r->cls_words, cap * sizeof *p);
+        if (!p)
+            return 0;
+        r->cls_words = p;
+        r->cwcap = cap;
+    }
+    memcpy(r->cls_words + r->ncw, w, n * sizeof *w);
+    uint32_t i = (uint32_t)h & (r->cls_cap - 1);
+    while (r->cls[i].id)
+        i = (i + 1) & (r->cls_cap - 1);
+    r->cls[i] = (cls_ent){h, r->epoch << CLS_BITS | ++r->ncls, (uint32_t)r->ncw, n};
+    r->ncw += n;
+    return r->cls[i].id;
+}
+
+/* value_class's slow path: interns v's meta. */
+static __attribute__((noinline)) uint64_t value_class_new(dt__replay *r, dt__tval *v) {
+    uint64_t w[META_WORDS];
+    v->mcls = intern(r, w, meta_words(w, &v->meta));
+    return v->mcls;
+}
+
+/* v's class, interned on first use (and again after a clear); 0: none. */
+static inline uint64_t value_class(dt__replay *r, dt__tval *v) {
+    if (v->mcls && v->mcls >> CLS_BITS == r->epoch)
+        return v->mcls;
+    return value_class_new(r, v);
+}
+
+/* --------------------------------------------------------- signature */
+
 static inline void put(dt__replay *r, uint64_t w) { r->sig[r->nsig++] = w; }
 
 static uint64_t dbits(double x) {
     uint64_t u;
     memcpy(&u, &x, sizeof u);
     return u;
-}
-
-static void put_scalar(dt__replay *r, dt_scalar s) {
-    put(r, (uint64_t)(uint32_t)s.kind);
-    put(r, (uint64_t)s.i);
-    put(r, dbits(s.f));
-}
-
-static void put_meta(dt__replay *r, const dt__meta *m) {
-    const dt_mesh *mesh = m->mesh;
-    int mnd = mesh ? mesh->ndim : 0;
-    put(r, (uint64_t)(uint32_t)m->dtype | (uint64_t)(uint32_t)m->ndim << 32);
-    for (int d = 0; d < m->ndim; d++)
-        put(r, (uint64_t)m->shape[d]);
-    put(r, mesh ? mesh->uid : 0);
-    for (int d = 0; d < mnd; d++)
-        put(r, (uint64_t)(uint32_t)m->pl[d].kind | (uint64_t)(uint32_t)m->pl[d].dim << 32);
-    put(r, (uint64_t)(uint8_t)m->seg.n);
-    if (m->seg.n > 0) {
-        put(r, (uint64_t)(uint8_t)m->seg.dim | (uint64_t)(uint8_t)m->seg.nmd << 8);
-        for (int k = 0; k < m->seg.nmd; k++)
-            put(r, (uint64_t)(uint8_t)m->seg.mds[k]);
-        for (int s = 0; s < m->seg.n; s++)
-            put(r, (uint64_t)m->seg.len[s]);
-    }
 }
 
 static int reserve_sig(dt__replay *r, size_t words) {
@@ -251,19 +401,19 @@ static int reserve_sig(dt__replay *r, size_t words) {
 /* Builds n's signature (not its hash: sig_hash); 0 when n is not to be
  * cached. */
 static int signature(dt__replay *r, const dt__lower *L, const dt__node *n, int32_t kflags) {
-    /* A random op's seed is new on every call: its signature never repeats. */
-    if (n->extra || n->a.seed || !n->out || !n->out->meta.mesh || n->out->meta.mesh->ndev >= MAX_DEV)
+    /* A random op's seed is new on every call: its signature never repeats
+     * (so it is not in the signature: every cached node's is 0). Meshes
+     * of MAX_DEV devices or more are refused by build (template refs). */
+    if (n->extra || n->a.seed || !n->out || !n->out->meta.mesh)
         return 0;
     int64_t ndev = 0;
     for (int j = 0; j < n->n_in; j++) {
         const dt__tval *v = n->in[j];
-        if (!v || !v->blobs || !v->meta.mesh || v->meta.mesh->ndev >= MAX_DEV)
+        if (!v || !v->blobs)
             return 0;
         ndev += v->meta.mesh->ndev;
     }
-    size_t words = 16 + sizeof n->a / 8 +
-                   (size_t)(n->n_in + 1) * (8 + DT_MAX_NDIM + DT_MAX_MESH_NDIM + DT_MAX_SEGMENTS) +
-                   (size_t)ndev;
+    size_t words = 16 + sizeof n->a / 8 + (size_t)(n->n_in + 1) * (2 + META_WORDS) + (size_t)ndev;
     if (!reserve_sig(r, words))
         return 0;
     r->nsig = 0;
@@ -271,10 +421,12 @@ static int signature(dt__replay *r, const dt__lower *L, const dt__node *n, int32
     put(r, (uint64_t)(uint32_t)kflags | (uint64_t)(L->g->overlap != 0) << 32);
     const dt__nattr *a = &n->a;
     put(r, (uint64_t)(uint32_t)a->sub | (uint64_t)(uint32_t)a->flags << 32);
-    put_scalar(r, a->scalar);
-    put_scalar(r, a->scalar2);
+    put(r, (uint64_t)(uint32_t)a->scalar.kind | (uint64_t)(uint32_t)a->scalar2.kind << 32);
+    put(r, (uint64_t)a->scalar.i);
+    put(r, dbits(a->scalar.f));
+    put(r, (uint64_t)a->scalar2.i);
+    put(r, dbits(a->scalar2.f));
     put(r, a->dims_mask);
-    put(r, a->seed);
     for (int i = 0; i < 3; i++)
         put(r, dbits(a->f[i]));
     put(r, (uint64_t)(uintptr_t)a->text); /* interned: one pointer per text */
@@ -287,14 +439,30 @@ static int signature(dt__replay *r, const dt__lower *L, const dt__node *n, int32
         memcpy(r->sig + r->nsig, (const uint8_t *)a + offsetof(dt__nattr, ints), BLOCK);
         r->nsig += BLOCK_WORDS;
     }
-    put_meta(r, &n->out->meta);
+    /* The output's layout in full: it is the new node's, set by the client. */
+    r->out_at = r->nsig;
+    r->out_len = meta_words(r->sig + r->nsig, &n->out->meta);
+    r->nsig += r->out_len;
     for (int j = 0; j < n->n_in; j++) {
-        const dt__tval *v = n->in[j];
-        put_meta(r, &v->meta);
+        dt__tval *v = n->in[j];
+        /* An input's layout by its class, one word: the same class is the
+         * same meta words (interned), and a value made by a replay has its
+         * template's output class without interning anything. */
+        uint64_t c = value_class(r, v);
+        if (c)
+            put(r, c | CLS_MARK);
+        else
+            r->nsig += meta_words(r->sig + r->nsig, &v->meta);
         /* Which blobs are one blob: an earlier input that is the same value,
          * else per device the earlier input holding the same blob there (a
          * blob lives on one device; capture refuses a lowering that named
          * one blob on two). */
+        int64_t nd = v->meta.mesh->ndev;
+        if (j == 0) { /* no earlier input: which blobs are there */
+            for (int64_t d = 0; d < nd; d++)
+                put(r, (uint64_t)(v->blobs[d] != NULL) << 41);
+            continue;
+        }
         int same = -1;
         for (int q = 0; q < j && same < 0; q++)
             if (n->in[q] == v)
@@ -303,7 +471,7 @@ static int signature(dt__replay *r, const dt__lower *L, const dt__node *n, int32
             put(r, (uint64_t)(uint32_t)same | (uint64_t)1 << 40);
             continue;
         }
-        for (int64_t d = 0; d < v->meta.mesh->ndev; d++) {
+        for (int64_t d = 0; d < nd; d++) {
             uint64_t w = (uint64_t)(v->blobs[d] != NULL) << 41;
             for (int q = 0; q < j; q++) {
                 const dt__tval *u = n->in[q];
@@ -361,9 +529,49 @@ static dt__blob *resolve(const dt__replay *r, const dt__node *n, int32_t ref) {
     return ref >= 0 ? r->fresh[ref] : n->in[ref_j(ref)]->blobs[ref_d(ref)];
 }
 
+/* Record q as t's record tr, with node n's call site (not its blobs). */
+static inline void fill(dt__krec *q, const tpl *t, const tpl_rec *tr, const dt__node *n) {
+    q->kop = tr->kop;
+    q->n_in = tr->n_in;
+    q->rank = tr->rank;
+    q->opname = tr->opname;
+    q->site_file = n->site_file;
+    q->site_line = n->site_line;
+    memcpy(q->attr, t->attrs + tr->aoff, tr->alen);
+}
+
+/* apply for a template with t->one: the record and its blob, then the
+ * record filled and queued, without the scratch arrays. */
+static dt_status apply_one(dt__lower *L, const dt__node *n, const tpl *t) {
+    const tpl_rec *tr = &t->recs[0];
+    dt__pool_lists *mine = L->g->ctl_pools;
+    dt__krec *q = dt__krec_alloc_in(mine, tr->alen);
+    dt__blob *b = q ? dt__blob_new_in(mine, tr->s->be) : NULL;
+    if (!b) {
+        dt__krec_free(q);
+        return dt__lw_fail(L, DT_ENOMEM, "out of memory (replay)");
+    }
+    fill(q, t, tr, n);
+    for (int i = 0; i < tr->n_in; i++)
+        q->in[i] = dt__blob_retain(n->in[ref_j(tr->in[i])]->blobs[ref_d(tr->in[i])]);
+    q->out = b; /* the blob's creation reference */
+    dt__lw_bind(L->g, tr->s, q);
+    dt__lw_stream_append(L->g, tr->s, q);
+    dt__tval *o = n->out;
+    if (!o->blobs) {
+        o->inl[0] = NULL;
+        o->blobs = o->inl;
+    }
+    dt__blob_release(o->blobs[0]);
+    o->blobs[0] = dt__blob_retain(b);
+    return DT_OK;
+}
+
 /* Queues t's records for n. DT_ENOMEM (L->status set, nothing queued) when
  * out of memory. */
 static dt_status apply(dt__replay *r, dt__lower *L, const dt__node *n, const tpl *t) {
+    if (t->one)
+        return apply_one(L, n, t);
     dt__tval *o = n->out;
     if (!o->blobs && t->nout <= DT__TVAL_INLINE) {
         /* A small mesh's blob array lives in the value: no allocation. */
@@ -375,8 +583,8 @@ static dt_status apply(dt__replay *r, dt__lower *L, const dt__node *n, const tpl
     int k = 0;
     for (; k < t->nrec; k++) {
         const tpl_rec *tr = &t->recs[k];
-        r->ks[k] = dt__krec_alloc(tr->alen);
-        r->fresh[k] = r->ks[k] && tr->out == k ? dt__blob_new(tr->s->be) : NULL;
+        r->ks[k] = dt__krec_alloc_in(L->g->ctl_pools, tr->alen);
+        r->fresh[k] = r->ks[k] && tr->out == k ? dt__blob_new_in(L->g->ctl_pools, tr->s->be) : NULL;
         if (!r->ks[k] || (tr->out == k && !r->fresh[k]))
             break;
     }
@@ -396,13 +604,7 @@ static dt_status apply(dt__replay *r, dt__lower *L, const dt__node *n, const tpl
     for (k = 0; k < t->nrec; k++) {
         const tpl_rec *tr = &t->recs[k];
         dt__krec *q = r->ks[k];
-        q->kop = tr->kop;
-        q->n_in = tr->n_in;
-        q->rank = tr->rank;
-        q->opname = tr->opname;
-        q->site_file = n->site_file;
-        q->site_line = n->site_line;
-        memcpy(q->attr, t->attrs + tr->aoff, tr->alen);
+        fill(q, t, tr, n);
         if (tr->coll >= 0) {
             uint8_t *p = q->attr + 8; /* dt__coll_krec: group, then seq */
             dt__le_put(&p, r->seqs[tr->coll], 8);
@@ -424,7 +626,7 @@ static dt_status apply(dt__replay *r, dt__lower *L, const dt__node *n, const tpl
 
 /* n lowered with template t (a hit, or a sighting of an unreplayable
  * signature): the run goes on with t. */
-static void follow(dt__replay *r, tpl *t) {
+static inline void follow(dt__replay *r, tpl *t) {
     tpl *p = r->prev;
     r->prev = t;
     if (!p || p->next[0] == t)
@@ -469,18 +671,19 @@ int dt__replay_begin(dt__replay *r, dt__lower *L, const dt__node *n, int32_t kfl
     }
     if (t) {
         follow(r, t);
+        n->out->mcls = t->out_cls; /* its meta is t's output words */
         if (!t->usable) {
-            atomic_fetch_add_explicit(&L->g->replay_misses, 1, memory_order_relaxed);
+            r->misses++;
             return 0;
         }
         if (apply(r, L, n, t) == DT_OK) {
-            atomic_fetch_add_explicit(&L->g->replay_hits, 1, memory_order_relaxed);
+            r->hits++;
             if (run)
-                atomic_fetch_add_explicit(&L->g->replay_run_hits, 1, memory_order_relaxed);
+                r->run_hits++;
         }
         return 1;
     }
-    atomic_fetch_add_explicit(&L->g->replay_misses, 1, memory_order_relaxed);
+    r->misses++;
     r->ncap = 0;
     r->cap_over = 0;
     L->g->replay_cap = r;
@@ -494,9 +697,9 @@ void dt__replay_note(dt__replay *r, dt__stream *s, dt__krec *k) {
             return;
         }
         /* Not the lowering's allocation: an injected fault is not spent here. */
-        dt__fault_scope(0);
+        int scope = dt__fault_scope(0);
         cap_ent *p = dt__realloc(r->caps, (size_t)r->capcap * 2 * sizeof *p);
-        dt__fault_scope(1);
+        dt__fault_scope(scope);
         if (!p) {
             r->cap_over = 1;
             return;
@@ -538,6 +741,12 @@ static int32_t classify(const dt__replay *r, const dt__node *n, const dt__blob *
  * memory included: the signature is then kept as not replayable). */
 static tpl *build(dt__replay *r, const dt__node *n, tpl *t) {
     int nrec = r->ncap;
+    /* Template refs name a device in DEV_BITS bits. */
+    if (n->out->meta.mesh->ndev >= MAX_DEV)
+        return NULL;
+    for (int j = 0; j < n->n_in; j++)
+        if (n->in[j]->meta.mesh->ndev >= MAX_DEV)
+            return NULL;
     size_t alen = 0;
     int ncoll = 0;
     for (int k = 0; k < nrec; k++) {
@@ -606,6 +815,7 @@ static tpl *build(dt__replay *r, const dt__node *n, tpl *t) {
     }
     dt__free(seqs);
     t->nrec = nrec;
+    t->one = ok && nrec == 1 && t->ncoll == 0 && t->nout == 1 && t->recs[0].out == 0 && t->outs[0] == 0;
     return ok ? t : NULL;
 }
 
@@ -637,9 +847,12 @@ void dt__replay_end(dt__replay *r, dt__lower *L, const dt__node *n, dt_status st
         t->attrs = NULL;
         t->nrec = t->ncoll = 0;
     }
+    t->out_cls = intern(r, r->sig + r->out_at, r->out_len);
     /* insert may empty the table (r->prev with it) before t goes in. */
-    if (insert(r, t))
+    if (insert(r, t)) {
         follow(r, t);
-    else
+        n->out->mcls = t->out_cls;
+    } else {
         r->prev = NULL;
+    }
 }

@@ -39,6 +39,10 @@ dt__replay *dt__replay_new(void);
 /* Frees the cache (NULL is ignored). Templates hold no references. */
 void dt__replay_free(dt__replay *r);
 
+/* Adds the round's hits and misses to g's counters (dt_graph_get_replay_
+ * stats); the controller calls it once a round, before the round's kernels
+ * are handed over, so a read that waits for them sees the counts. */
+void dt__replay_publish(dt__replay *r, dt_graph *g);
 /* Drops every template (replay turned off); cheap when there is none. */
 void dt__replay_clear(dt__replay *r);
 

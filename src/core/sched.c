@@ -184,9 +184,7 @@ void dt__sched_begin(dt__sched *S, const dt__window *w, int on) {
     S->reordered = 0;
 }
 
-int dt__sched_next(dt__sched *S, const dt__window *w) {
-    if (!S->engaged)
-        return S->next < w->n ? S->next++ : -1;
+int dt__sched_next_engaged(dt__sched *S, const dt__window *w) {
     if (!S->nheap) {
         DT_ASSERT(S->oldest == w->n); /* the oldest unlowered slot is always ready */
         return -1;
@@ -197,7 +195,7 @@ int dt__sched_next(dt__sched *S, const dt__window *w) {
     return s;
 }
 
-void dt__sched_done(dt__sched *S, const dt__window *w, int slot, int comm) {
+void dt__sched_done_slow(dt__sched *S, const dt__window *w, int slot, int comm) {
     if (!S->engaged) {
         if (comm && S->on && slot + 1 < w->n)
             engage(S, w, slot);

@@ -59,12 +59,22 @@ typedef struct dt__sched {
 
 /* Starts a round over the filled window w; `on`: the graph's setting. */
 void dt__sched_begin(dt__sched *S, const dt__window *w, int on);
-/* The next slot to lower, or -1 when every slot has been handed out. */
-int dt__sched_next(dt__sched *S, const dt__window *w);
+/* The next slot to lower, or -1 when every slot has been handed out.
+ * Program order (not engaged) inline: it is every node's path. */
+int dt__sched_next_engaged(dt__sched *S, const dt__window *w);
+static inline int dt__sched_next(dt__sched *S, const dt__window *w) {
+    if (!S->engaged)
+        return S->next < w->n ? S->next++ : -1;
+    return dt__sched_next_engaged(S, w);
+}
 /* After slot `slot` (from dt__sched_next) was lowered, or skipped: `comm`
  * says its output comes off a communication stream. Cannot fail: out of
  * memory, the rest of the round keeps program order. */
-void dt__sched_done(dt__sched *S, const dt__window *w, int slot, int comm);
+void dt__sched_done_slow(dt__sched *S, const dt__window *w, int slot, int comm);
+static inline void dt__sched_done(dt__sched *S, const dt__window *w, int slot, int comm) {
+    if (S->engaged || comm)
+        dt__sched_done_slow(S, w, slot, comm);
+}
 /* Frees the arrays (S itself is the caller's). */
 void dt__sched_free(dt__sched *S);
 

@@ -106,6 +106,8 @@ dt_tensor *dt__tensor_new(dt_graph *g, const dt__meta *m) {
     v->id = id;
     v->blobs = NULL;
     v->next_release = NULL;
+    v->mcls = 0;
+    v->wgen = 0;
     t->magic = DT__TENSOR_LIVE;
     atomic_init(&t->refs, 1);
     t->graph = g;
@@ -150,20 +152,21 @@ dt_tensor *dt__client_submit_raw(dt_tensor *t, dt__node *n) {
     return NULL;
 }
 
-static void tval_free_keep_mesh(dt__tval *v) {
+/* `mine`: the calling thread's pool lists (NULL: looked up). */
+static void tval_free_keep_mesh(dt__tval *v, dt__pool_lists *mine) {
     if (v->blobs)
         for (int64_t i = 0; i < v->meta.mesh->ndev; i++)
             dt__blob_release(v->blobs[i]);
     if (v->blobs != v->inl)
         dt__free(v->blobs);
-    dt__pool_free(&dt__tval_pool, v);
+    dt__pool_free_in(&dt__tval_pool, mine, v);
 }
 
 void dt__tval_free(dt__tval *v) {
     if (!v)
         return;
     dt_mesh *mesh = v->meta.mesh;
-    tval_free_keep_mesh(v);
+    tval_free_keep_mesh(v, NULL);
     dt_mesh_release(mesh);
 }
 
@@ -180,7 +183,7 @@ void dt__graph_flush_releases(dt_graph *g) {
 
 void dt__tval_free_deferred(dt_graph *g, dt__tval *v) {
     dt_mesh *mesh = v->meta.mesh;
-    tval_free_keep_mesh(v);
+    tval_free_keep_mesh(v, g->ctl_pools);
     if (mesh != g->defer_mesh || g->defer_n >= 4096)
         dt__graph_flush_releases(g);
     g->defer_mesh = mesh;

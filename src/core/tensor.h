@@ -20,6 +20,15 @@ struct dt__tval {
     /* Controller-only: storage blobs may point at for a mesh of at most
      * DT__TVAL_INLINE devices (replay.c's replays use it; the free skips it). */
     dt__blob *inl[2];
+    /* Controller-only, for replay (core/replay.c): the meta class of this
+     * value's layout, a name for one string of signature words that a
+     * template has seen this meta as; 0: none known. Lets a replay skip
+     * comparing the layout of a value it has compared before. */
+    uint64_t mcls;
+    /* Controller-only, for the window (core/window.c): the generation of
+     * the round whose window holds this value's producer, and its slot. */
+    uint64_t wgen;
+    int32_t wslot;
 };
 #define DT__TVAL_INLINE 2
 

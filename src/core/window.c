@@ -5,6 +5,7 @@
  *
  * Threads: controller only; no locks.
  */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "core/node.h"
@@ -22,40 +23,13 @@ const dt__pass dt__passes[] = {
 };
 const int dt__npasses = (int)(sizeof dt__passes / sizeof dt__passes[0]);
 
-/* ------------------------------------------------------------ the table */
+/* ------------------------------------------------------------ producers */
 
-static uint32_t hash_ptr(const dt__tval *v, uint32_t mask) {
-    uint64_t h = ((uint64_t)(uintptr_t)v >> 4) * 0x9e3779b97f4a7c15ull;
-    return (uint32_t)(h >> 32) & mask;
-}
+/* Window generations, unique in the process: a value stamped by an older
+ * round, or by another graph's window, never looks like this round's. */
+static _Atomic uint64_t next_gen = 1;
 
-static void tab_put(dt__window *w, const dt__tval *v, int32_t slot) {
-    uint32_t mask = w->tab_cap - 1;
-    for (uint32_t i = hash_ptr(v, mask);; i = (i + 1) & mask) {
-        dt__wentry *e = &w->tab[i];
-        if (e->gen != w->gen || e->key == v) {
-            e->key = v;
-            e->slot = slot;
-            e->gen = w->gen;
-            return;
-        }
-    }
-}
-
-int dt__window_producer(const dt__window *w, const dt__tval *v) {
-    if (!w->tab_cap || !v)
-        return -1;
-    uint32_t mask = w->tab_cap - 1;
-    for (uint32_t i = hash_ptr(v, mask);; i = (i + 1) & mask) {
-        const dt__wentry *e = &w->tab[i];
-        if (e->gen != w->gen)
-            return -1;
-        if (e->key == v)
-            return e->slot;
-    }
-}
-
-/* Makes room for `n` slots; the table stays at most half full. */
+/* Makes room for `n` slots. */
 static dt_status reserve(dt__window *w, int n) {
     if (n > w->cap) {
         int cap = w->cap ? w->cap : 256;
@@ -87,17 +61,6 @@ static dt_status reserve(dt__window *w, int n) {
         w->steps = steps;
         w->cap = cap;
     }
-    if (w->tab_cap < 2 * (uint32_t)w->cap) {
-        uint32_t tc = 2 * (uint32_t)w->cap;
-        dt__wentry *tab = dt__calloc(tc, sizeof *tab);
-        if (!tab)
-            return DT_ENOMEM;
-        dt__free(w->tab);
-        w->tab = tab;
-        w->tab_cap = tc;
-        /* A fresh table: generation 0 marks empty entries. */
-        w->gen = 0;
-    }
     return DT_OK;
 }
 
@@ -123,11 +86,7 @@ dt_status dt__window_fill(dt__window *w, dt__node *batch, dt__tval *released) {
     }
     if (reserve(w, n) != DT_OK)
         return dt__error(DT_ENOMEM, "window: out of memory for %d nodes", n);
-    if (++w->gen == 0) {
-        /* Wrapped: stale entries could look current. */
-        memset(w->tab, 0, (size_t)w->tab_cap * sizeof *w->tab);
-        w->gen = 1;
-    }
+    w->gen = atomic_fetch_add_explicit(&next_gen, 1, memory_order_relaxed);
     int i = 0;
     for (dt__node *x = batch; x; x = x->next, i++) {
         w->nodes[i] = w->orig[i] = x;
@@ -138,8 +97,10 @@ dt_status dt__window_fill(dt__window *w, dt__node *batch, dt__tval *released) {
             if (s >= 0)
                 w->consumers[s]++;
         }
-        if (x->out)
-            tab_put(w, x->out, i);
+        if (x->out) {
+            x->out->wgen = w->gen;
+            x->out->wslot = i;
+        }
     }
     w->n = n;
     mark_released(w, released);
@@ -165,7 +126,6 @@ void dt__window_free(dt__window *w) {
     dt__free(w->orig);
     dt__free(w->flags);
     dt__free(w->consumers);
-    dt__free(w->tab);
     dt__free(w->aux);
     dt__free(w->steps);
     memset(w, 0, sizeof *w);

@@ -22,6 +22,7 @@
 #define DT_CORE_WINDOW_H
 
 #include "core/core.h"
+#include "core/tensor.h"
 
 /* Per-slot flags. */
 enum {
@@ -33,12 +34,6 @@ enum {
      * chain's lowering reads it. */
     DT__WS_FUSED = 1 << 3
 };
-
-typedef struct dt__wentry {
-    const dt__tval *key; /* NULL: empty */
-    int32_t slot;
-    uint32_t gen;
-} dt__wentry;
 
 typedef struct dt__window {
     int n, cap;
@@ -59,11 +54,10 @@ typedef struct dt__window {
      * until the next fill). */
     int32_t *aux;
     dt__node **steps;
-    /* tval -> producing slot, open addressing; entries of older rounds are
-     * stale by generation, so a round never clears the table. */
-    dt__wentry *tab;
-    uint32_t tab_cap; /* a power of two, >= 2 * cap */
-    uint32_t gen;
+    /* This round's generation: a value made in the window carries it with
+     * its slot (dt__tval.wgen, wslot); older rounds' stamps are stale, so a
+     * round clears nothing. */
+    uint64_t gen;
 } dt__window;
 
 /* A pass: marks or substitutes slots. Returns DT_OK or an error, after which
@@ -87,7 +81,9 @@ dt_status dt__pass_chain(dt__window *w);
  * arrays cannot grow: w->n is then 0 and the batch is to be lowered as is. */
 dt_status dt__window_fill(dt__window *w, dt__node *batch, dt__tval *released);
 /* The slot whose node produces v in this window, or -1. */
-int dt__window_producer(const dt__window *w, const dt__tval *v);
+static inline int dt__window_producer(const dt__window *w, const dt__tval *v) {
+    return v && v->wgen == w->gen ? v->wslot : -1;
+}
 /* Runs dt__passes over w in order; stops at the first that fails. */
 dt_status dt__window_run_passes(dt__window *w);
 /* Frees the arrays (w itself is the caller's). */

@@ -190,6 +190,45 @@ class TestMisses(ReplayCase):
         self.assertGreaterEqual(misses, 1)
 
 
+class TestLayoutClasses(ReplayCase):
+    """An input is signed by its layout's class (one word, interned per cache): a value keeps the class
+    it was given, and emptying the cache makes every class given out so far stale."""
+
+    def test_values_from_before_a_clear(self):
+        a, b = randn(3, 5), randn(3, 5, seed=1)
+        da, db = dtorch.from_torch(a), dtorch.from_torch(b)
+        self.warm(da, db)
+        dc = dtorch.from_torch(randn(5, 3, seed=2))
+        with replay(False):
+            dtorch.synchronize()  # drops the templates and the classes
+        with replay(True):
+            # The same values, their classes stale: interned again, lowered, then replayed.
+            for exp in ((0, 2), (2, 0)):
+                y, out, hits, misses = self.step(mul_add, da, db)
+                self.assertTrue(torch.equal(out, a * b + 1.5))
+                self.assertEqual((hits, misses), exp)
+            # A value of another layout made before the clear is not taken for these ones' class.
+            y, out, hits, misses = self.step(mul_add, dc, dc)
+            self.assertTrue(torch.equal(out, dc.to_torch() * dc.to_torch() + 1.5))
+            self.assertEqual((hits, misses), (0, 2))
+
+    def test_same_layout_values_share_templates(self):
+        """Separately made values of one layout have one class: their nodes replay each other's
+        templates; a replayed node's output has its template's output class."""
+        a, b = randn(3, 5), randn(3, 5, seed=1)
+        self.warm(dtorch.from_torch(a), dtorch.from_torch(b))
+        for i in range(3):
+            c, d = randn(3, 5, seed=10 + i), randn(3, 5, seed=20 + i)
+            y, out, hits, misses = self.step(lambda x, z: mul_add(mul_add(x, z), z), dtorch.from_torch(c),
+                                             dtorch.from_torch(d))
+            self.assertTrue(torch.equal(out, (c * d + 1.5) * d + 1.5))
+            # The first time, the second mul_add's mul reads the first one's output (a replayed
+            # value) and d: the same signature as the first mul's, so it replays too.
+            self.assertEqual((hits, misses), (4, 0))
+
+    warm = TestMisses.warm
+
+
 class TestMultiDevice(ReplayCase):
     def test_collectives_repeat_with_fresh_sequence_numbers(self):
         """A tensor-parallel MLP step: the Partial result of the row-parallel matmul is all-reduced

@@ -32,7 +32,9 @@ static const uint8_t reusable[DT_OP_COUNT] = {
 };
 
 static int fits(const dt__meta *in, const dt__meta *out) {
-    if (dt_dtype_size(in->dtype) != dt_dtype_size(out->dtype) || in->ndim != out->ndim)
+    /* One dtype needs no size lookup (the usual case). */
+    if (in->ndim != out->ndim ||
+        (in->dtype != out->dtype && dt_dtype_size(in->dtype) != dt_dtype_size(out->dtype)))
         return 0;
     for (int d = 0; d < in->ndim; d++)
         if (in->shape[d] != out->shape[d])
