@@ -41,19 +41,6 @@ static int needs(int kind, int n, int dst, int src) {
     return 1;
 }
 
-typedef struct held_impl {
-    const dt__backend *be;
-    void *impl;
-} held_impl;
-
-static void release_impl(void *arg) {
-    held_impl *h = arg;
-    h->be->free(h->impl);
-    dt__free(h);
-}
-
-static void release_blob(void *arg) { dt__blob_release(arg); }
-
 static void release_bytes(void *arg) { dt__free(arg); }
 
 /* Rank r's message to rank p: its input (sliced to p's range for the
@@ -95,26 +82,10 @@ static void send_part(group *gr, const coll_view *c, int r, int p, dt__blob *in)
         }
         impl = made;
     }
+    /* Always a host copy: a backend's data_ptr is device memory for CUDA
+     * (the NCCL comm's buffers), which ZeroMQ cannot read; to_host stages
+     * it (device to host on this rank's worker). */
     size_t nb = be->nbytes(impl);
-    void *ptr = be->data_ptr ? be->data_ptr(impl) : NULL;
-    if (ptr) { /* no copy: the message holds the value until it is sent */
-        held_impl *hi = made ? dt__calloc(1, sizeof *hi) : NULL;
-        if (!made || hi) {
-            m->data = ptr;
-            m->len = nb;
-            if (made) {
-                *hi = (held_impl){be, made};
-                m->release = release_impl;
-                m->arg = hi;
-            } else {
-                m->release = release_blob;
-                m->arg = dt__blob_retain(in);
-            }
-            m->h.total = m->len;
-            dt__xfer_post(m);
-            return;
-        }
-    }
     void *buf = dt__malloc(nb ? nb : 1);
     if (!buf)
         snprintf(h->error, sizeof h->error, "out of memory sending a collective's input");
@@ -158,11 +129,14 @@ static void recv_part(group *gr, const dt__collattr *a, int r, int p, const dt__
         snprintf(why, whylen, "%s", h->error);
     else if (h->ndim > DT_MAX_NDIM || h->dtype < 0 || h->dtype >= DT_DTYPE_COUNT || numel < 0 ||
              (size_t)numel * dt_dtype_size((dt_dtype)h->dtype) != m->len)
-        snprintf(why, whylen, "a malformed message from cpu:%lld", (long long)h->src_device);
+        snprintf(why, whylen, "a malformed message from %s:%lld",
+                 dt__xfer_key_type(h->src_device) == DT_DEVICE_CUDA ? "cuda" : "cpu",
+                 (long long)dt__xfer_key_id(h->src_device));
     else if (be->from_host((dt_dtype)h->dtype, (int)h->ndim, h->shape, m->data, impl, err, sizeof err) !=
              DT_OK)
-        snprintf(why, whylen, "storing a message from cpu:%lld failed: %s", (long long)h->src_device,
-                 err[0] ? err : "backend error");
+        snprintf(why, whylen, "storing a message from %s:%lld failed: %s",
+                 dt__xfer_key_type(h->src_device) == DT_DEVICE_CUDA ? "cuda" : "cpu",
+                 (long long)dt__xfer_key_id(h->src_device), err[0] ? err : "backend error");
     dt__xfer_msg_free(m);
 }
 

@@ -275,7 +275,7 @@ static dt_status nccl_group_create(dt__comm *base, int n, const int64_t *device_
      * bounds it (the mesh check has already refused ids past the count). */
     dt__cuda_map_from_env(INT64_MAX, &m, err, sizeof err);
     for (int i = 0; i < n; i++)
-        devs[i] = (int)dt__cuda_map_gpu(&m, device_ids[i]);
+        devs[i] = (int)dt__cuda_map_gpu(&m, device_ids[i] - base->first_id);
     gr->n = n;
     ncclResult_t rc = api.CommInitAll(gr->comms, n, devs);
     dt__free(devs);

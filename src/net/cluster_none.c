@@ -32,6 +32,7 @@ dt_status dt_cluster_node(int index, dt_node_info *out) {
     return dt__error(DT_EUNSUPPORTED, NO_ZMQ);
 }
 int64_t dt_cluster_cpu_devices(void) { return 0; }
+int64_t dt_cluster_cuda_devices(void) { return 0; }
 void dt_cluster_shutdown(void) {}
 dt_status dt_debug_cluster_corrupt_batch(int node) {
     (void)node;

@@ -297,14 +297,15 @@ void dt__cluster_send_out(void) {
 }
 
 int dt__cluster_node_of(dt_device_type type, int64_t id) {
-    if (type != DT_DEVICE_CPU)
-        return -1;
     pthread_mutex_lock(&C.mu);
     int idx = -1;
-    for (int i = 0; C.address[0] && i < C.n && idx < 0; i++)
-        if (id >= C.nodes[i].info.first_device_id &&
-            id < C.nodes[i].info.first_device_id + C.nodes[i].info.cpu_devices)
+    for (int i = 0; C.address[0] && i < C.n && idx < 0; i++) {
+        const dt_node_info *in = &C.nodes[i].info;
+        int64_t first = type == DT_DEVICE_CUDA ? in->first_cuda_device_id : in->first_device_id;
+        int64_t count = type == DT_DEVICE_CUDA ? in->cuda_devices : in->cpu_devices;
+        if (id >= first && id < first + count)
             idx = i;
+    }
     pthread_mutex_unlock(&C.mu);
     return idx;
 }

@@ -284,8 +284,8 @@ static void test_spanning(void) {
     uint64_t span = 0, one = 0;
     CHECK_EQ(c->ops->group_create(c, N, ids, &span), DT_OK);
     CHECK_EQ(c->ops->group_create(c, N, here, &one), DT_OK); /* every device ours */
-    CHECK_EQ(dt__comm_group_span(c, span, 9, 77), DT_OK);
-    CHECK_EQ(dt__comm_group_span(c, one, 9, 78), DT_OK);
+    CHECK_EQ(dt__comm_group_span(c, span, 9, 77, DT_DEVICE_CPU, DT_DEVICE_CPU), DT_OK);
+    CHECK_EQ(dt__comm_group_span(c, one, 9, 78, DT_DEVICE_CPU, DT_DEVICE_CPU), DT_OK);
     for (int kind = DT_COLL_ALLREDUCE; kind <= DT_COLL_REDUCESCATTER; kind++)
         for (uint64_t seq = 1; seq <= 3; seq++) {
             float got[N][LEN], want[N][LEN];
