@@ -181,6 +181,8 @@ static void inproc_group_destroy(dt__comm *base, uint64_t id) {
 static group *find_group(inproc *c, uint64_t id);
 
 dt_status dt__comm_group_span(dt__comm *base, uint64_t id, uint32_t tag, uint64_t key, int t0, int t1) {
+    if (base->ops == &dt__comm_nccl)
+        return dt__comm_nccl_span(base, id, tag, key, t0, t1);
     if (base->ops != &dt__comm_inproc)
         return DT_OK;
     group *gr = find_group((inproc *)base, id);
@@ -462,7 +464,11 @@ static uint64_t group_for(dt__lower *L, dt_device_type type, int t0, int t1, int
             return 0;
         }
         /* Devices on other nodes: the group exchanges data with them by
-         * messages, under the name its kernels carry (coll_span.c). */
+         * messages, under the name its kernels carry (coll_span.c), or
+         * through NCCL across the nodes when the cluster chooses that for
+         * a cuda group (it ships the unique id first; span_nccl.h). */
+        if (!g->local_only && type == DT_DEVICE_CUDA && t0 == t1)
+            dt__cluster_span_nccl(dt__remote_tag(g), ref->id, n, ref->ids);
         if (!g->local_only && dt__comm_group_span(c, ref->id, dt__remote_tag(g), ref->id, t0, t1) != DT_OK) {
             c->ops->group_destroy(c, ref->id);
             dt__free(ref->ids);

@@ -75,6 +75,10 @@ dt_status dt__comm_group_span(dt__comm *c, uint64_t group, uint32_t tag, uint64_
 /* The NCCL back end (comm_nccl.c), and whether it can serve cuda meshes now. */
 extern const dt__comm_ops dt__comm_nccl;
 int dt__comm_nccl_usable(void);
+/* dt__comm_group_span for the NCCL comm: its group `group` spanning nodes
+ * uses NCCL across them when the main node shipped a unique id for (tag,
+ * key) (dist/span_nccl.h), else stages through host memory. */
+dt_status dt__comm_nccl_span(dt__comm *c, uint64_t group, uint32_t tag, uint64_t key, int t0, int t1);
 /* The back end for collectives among devices of `type`. */
 const dt__comm_ops *dt__comm_for(dt_device_type type);
 /* g's comm for `type`, made on first use (any thread); NULL when out of

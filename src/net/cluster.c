@@ -29,6 +29,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "dist/span_nccl.h"
 #include "dist/xfer.h"
 #include "dtorch/dtorch_cluster.h"
 #include "net/cluster_int.h"
@@ -224,6 +225,7 @@ static void *loop(void *arg) {
         q = o->next;
         dt__free(o->body);
         dt__free(o->keys);
+        dt__free(o->ctl);
         dt__free(o);
     }
     return NULL;
@@ -384,6 +386,7 @@ dt_status dt_cluster_listen(const char *address, const dt_cluster_options *opts)
     }
     C.listening = 1;
     C.pid = getpid();
+    dt__span_nccl_clear();
     dt__cluster_data_start();
     pthread_mutex_unlock(&C.life);
     return DT_OK;

@@ -38,10 +38,13 @@ typedef struct node {
     sentb *sent;        /* oldest first */
 } node;
 
-/* A batch for the cluster thread to send (core/remote.h). */
+/* A batch for the cluster thread to send (core/remote.h), or a control
+ * message (`ctl`, taken over) that must leave in order with the batches
+ * (an NCCL unique id before the batch that names its group). */
 typedef struct outmsg {
     struct outmsg *next;
     int node;
+    dt__wire_msg *ctl;
     char backend[32];
     void *body;
     size_t len;

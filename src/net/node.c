@@ -32,6 +32,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "dist/span_nccl.h"
 #include "dist/xfer.h"
 #include "dtorch/dtorch_cluster.h"
 #include "net/subctl.h"
@@ -537,6 +538,9 @@ static int serve(nodectx *n, dt__net_in *in) {
                 on_data(in);
             else if (in->m.type == DT__WIRE_PEER)
                 add_peer(n, &in->m);
+            else if (in->m.type == DT__WIRE_NCCLID) /* before the batch that names its group */
+                dt__span_nccl_put(in->m.u.ncclid.tag, in->m.u.ncclid.group, (int)in->m.u.ncclid.nranks,
+                                  in->m.u.ncclid.id);
         }
         dt__net_in_done(in);
         while (n->data && (rc = dt__net_recv(n->data, 1, in)) != 0) /* from other worker nodes */
@@ -679,6 +683,7 @@ int dt_node_run(const dt_node_options *opts) {
         n.index = in->m.u.welcome.node_index;
         snprintf(n.name, sizeof n.name, "worker node %u (host %.127s, pid %d)", in->m.u.welcome.node_index,
                  reg.u.reg.host, (int)getpid());
+        dt__span_nccl_clear(); /* ids of an earlier cluster (the C tests' nodes share a process) */
         /* The mailbox first: the beat thread may hear of a loss at once. */
         static const dt__xfer_hooks hooks = {node_is_local, node_wake};
         dt__xfer_start(&hooks);

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "common/common.h"
+#include "dist/span_nccl.h"
 #include "dist/xfer.h"
 
 #define DT__WIRE_MAGIC "DTNW"
