@@ -289,6 +289,15 @@ static void nccl_destroy(dt__comm *base) {
     dt__free(c);
 }
 
+/* Numbers gr and lists it in c. */
+static void add_group(ncomm *c, ngroup *gr) {
+    pthread_mutex_lock(&c->lock);
+    gr->id = atomic_fetch_add(&ngroup_ids, 1) + 1;
+    gr->next = c->groups;
+    c->groups = gr;
+    pthread_mutex_unlock(&c->lock);
+}
+
 static dt_status nccl_group_create(dt__comm *base, int n, const int64_t *device_ids, uint64_t *out) {
     ncomm *c = (ncomm *)base;
     /* Another process's devices: the in-process comm's group, staged
@@ -326,11 +335,7 @@ static dt_status nccl_group_create(dt__comm *base, int n, const int64_t *device_
         dt__free(gr);
         return dt__error(DT_EBACKEND, "collectives: ncclCommInitAll failed: %s", api.GetErrorString(rc));
     }
-    pthread_mutex_lock(&c->lock);
-    gr->id = atomic_fetch_add(&ngroup_ids, 1) + 1;
-    gr->next = c->groups;
-    c->groups = gr;
-    pthread_mutex_unlock(&c->lock);
+    add_group(c, gr);
     *out = gr->id | (uint64_t)1 << 63; /* apart from the in-process comm's ids */
     return DT_OK;
 }
@@ -374,11 +379,7 @@ dt_status dt__comm_nccl_span(dt__comm *base, uint64_t id, uint32_t tag, uint64_t
     gr->span = 1;
     gr->alias = id;
     memcpy(&gr->uid, uid, sizeof gr->uid);
-    pthread_mutex_lock(&c->lock);
-    gr->id = atomic_fetch_add(&ngroup_ids, 1) + 1;
-    gr->next = c->groups;
-    c->groups = gr;
-    pthread_mutex_unlock(&c->lock);
+    add_group(c, gr);
     return DT_OK;
 }
 
