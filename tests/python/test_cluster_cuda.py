@@ -2,17 +2,21 @@
 numbered node-major, cuda meshes over the main node's and the worker nodes' GPUs, data between them
 staged through host memory.
 
-There is no GPU here, so every process sees stand-in GPUs (``_C._test_fake_cuda`` in this process,
-``--debug-fake-gpus`` for a node: the CPU kernels registered as the CUDA backend, with a fake GPU
-count that CUDA_VISIBLE_DEVICES and device virtualisation apply to, and streams refused for a device
-the process does not have, as the real shim refuses them). What runs is dtorch's logic of CUDA ids:
-registration, numbering, routing, the node's local numbering, collectives across nodes; not CUDA
-itself (docs/cuda.md says what a GPU session checks). Results are compared bit for bit with the same
-program on an in-process CPU mesh of the same shape, whose kernels are the stand-in's.
+Two modes. Without a GPU (this suite's machines) every process sees stand-in GPUs
+(``_C._test_fake_cuda`` in this process, ``--debug-fake-gpus`` for a node: the CPU kernels
+registered as the CUDA backend, with a fake GPU count that CUDA_VISIBLE_DEVICES and device
+virtualisation apply to, and streams refused for a device the process does not have, as the real
+shim refuses them). What runs then is dtorch's logic of CUDA ids: registration, numbering, routing,
+the node's local numbering, collectives across nodes; not CUDA itself. With a real CUDA backend
+and a GPU (tools/gpu_check.sh's cluster_cuda step, docs/cuda.md) the same tests run on the GPU:
+every process maps its logical devices onto it (DTORCH_DTENSOR_IN_SAME_DEVICE=1), so the data
+between nodes goes device to host, through ZeroMQ, host to device.
 
-The main node has 2 stand-in GPUs (cuda ids 0, 1) and 6 CPU devices (the in-process reference
-meshes); worker node A offers 2 of its 2 (cuda ids 2, 3), worker node B the GPUs of indices 0 and 2
-of its 3 (cuda ids 4, 5). Every wait is bounded and every child killed in teardown."""
+The main node has M = 8 CUDA devices (ids 0..7; its in-process meshes are the references, of
+the same shape as the meshes over the nodes) and 6 CPU devices; worker node A offers 2 (cuda ids
+8, 9), worker node B 2 (cuda ids 10, 11: with stand-ins, the GPUs of indices 0 and 2 of its 3).
+Results are compared bit for bit, device by device. Every wait is bounded and every child killed
+in teardown."""
 
 import os
 import subprocess
@@ -27,7 +31,6 @@ from dtorch.node import executable
 from dtorch.test.test_util import assert_replicas_equal, genuine_partial, local_values
 
 
-
 def _stand_in_available() -> bool:
     """The stand-in GPUs register only in a build without a real CUDA backend."""
     try:
@@ -37,10 +40,16 @@ def _stand_in_available() -> bool:
         return False
 
 
+STAND_IN = _stand_in_available()
+REAL = not STAND_IN and torch.cuda.is_available()
 pytestmark = [pytest.mark.skipif(not _C._cluster_info()["available"], reason="built without ZeroMQ"),
-              pytest.mark.skipif(not _stand_in_available(), reason="a real CUDA backend: docs/cuda.md's GPU run")]
+              pytest.mark.skipif(not STAND_IN and not REAL, reason="a CUDA backend without a GPU")]
+stand_in_only = pytest.mark.skipif(not STAND_IN, reason="stand-in GPUs only (a real CUDA backend here)")
 
 TOKEN = "test-cluster-cuda-token"
+M = 8  # the main node's CUDA devices
+A, B = [M, M + 1], [M + 2, M + 3]
+SAME_DEVICE = {"DTORCH_DTENSOR_IN_SAME_DEVICE": "1", "DTORCH_NUM_GPU_WHEN_ENABLE_DTENSOR_IN_SAME_DEVICE": "2"}
 
 
 def _node(*args, env=None):
@@ -50,16 +59,25 @@ def _node(*args, env=None):
 
 @pytest.fixture
 def cuda_cluster(monkeypatch):
-    """Main node: 6 CPU devices, 2 stand-in GPUs. Worker node A: 1 CPU device, --cuda-devices=2 of
-    2; worker node B: 1 CPU device, --cuda-devices=0,2 of 3. Returns (A, B) processes."""
+    """Main node: 6 CPU devices, M CUDA devices. Worker node A: 1 CPU device, --cuda-devices=2;
+    worker node B: 1 CPU device, --cuda-devices=0,2 of 3 stand-ins (on a GPU: all, 2 logical).
+    Returns (A, B) processes."""
     monkeypatch.setenv("DTORCH_CLUSTER_TOKEN", TOKEN)
-    _C._test_fake_cuda(2)
+    node_env = dict(os.environ, DTORCH_CLUSTER_TOKEN=TOKEN)
+    if STAND_IN:
+        _C._test_fake_cuda(M)
+        args_a, args_b = ["--debug-fake-gpus=2", "--cuda-devices=2"], ["--debug-fake-gpus=3", "--cuda-devices=0,2"]
+    else:  # one real GPU, every process's logical devices on it
+        monkeypatch.setenv("DTORCH_DTENSOR_IN_SAME_DEVICE", "1")
+        monkeypatch.setenv("DTORCH_NUM_GPU_WHEN_ENABLE_DTENSOR_IN_SAME_DEVICE", str(M))
+        node_env.update(SAME_DEVICE)
+        args_a, args_b = ["--cuda-devices=2"], ["--cuda-devices=all"]
     children = []
     try:
         MainNode.set_address("127.0.0.1:0", cpu_devices=6)
-        children.append(_node("--cpu-devices=1", "--debug-fake-gpus=2", "--cuda-devices=2"))
+        children.append(_node("--cpu-devices=1", *args_a, env=node_env))
         MainNode.wait_cluster_ready(1, timeout_second=60)  # one at a time: A is node 0
-        children.append(_node("--cpu-devices=1", "--debug-fake-gpus=3", "--cuda-devices=0,2"))
+        children.append(_node("--cpu-devices=1", *args_b, env=node_env))
         MainNode.wait_cluster_ready(2, timeout_second=60)
         yield children
     finally:
@@ -68,7 +86,12 @@ def cuda_cluster(monkeypatch):
             if p.poll() is None:
                 p.kill()
             p.communicate(timeout=30)
-        _C._test_fake_cuda(0)
+        if STAND_IN:
+            _C._test_fake_cuda(0)
+
+
+def _cuda(ids):
+    return dtorch.DeviceMesh("cuda", ids)
 
 
 def _randn(*shape, seed=0):
@@ -91,37 +114,38 @@ def _same(a, b):
 
 
 def test_registration_and_numbering(cuda_cluster):
-    """CUDA ids are node-major: the main node's 2, then A's 2, then B's 2 (its list of 2 of 3 GPUs);
-    CPU ids as before. Meshes over any of them are satisfiable; ids past the last are a ValueError
-    naming the counts, and a graph's mesh check agrees."""
+    """CUDA ids are node-major: the main node's M, then A's 2, then B's 2 (with stand-ins, its
+    list of 2 of 3 GPUs); CPU ids as before. Meshes over any of them are satisfiable; ids past the
+    last are a ValueError naming the counts."""
     a, b = MainNode.nodes()
-    assert (a["cuda_devices"], a["first_cuda_device_id"], a["cpu_devices"], a["first_device_id"]) == (2, 2, 1, 6)
-    assert (b["cuda_devices"], b["first_cuda_device_id"], b["cpu_devices"], b["first_device_id"]) == (2, 4, 1, 7)
+    assert (a["cuda_devices"], a["first_cuda_device_id"], a["cpu_devices"], a["first_device_id"]) == (2, M, 1, 6)
+    assert (b["cuda_devices"], b["first_cuda_device_id"], b["cpu_devices"], b["first_device_id"]) == (2, M + 2, 1, 7)
     info = _C._cluster_info()
-    assert (info["cuda_devices"], info["cpu_devices"]) == (6, 8)
+    assert (info["cuda_devices"], info["cpu_devices"]) == (M + 4, 8)
     g = dtorch.Graph()
-    for ids in ([0, 1], [2, 3], [4, 5], [1, 2, 4], [0, 1, 2, 3, 4, 5]):
-        assert g.satisfy(dtorch.DeviceMesh("cuda", ids)), ids
-    with pytest.raises(ValueError, match=r"CUDA device 6 does not exist in this cluster: the main node has 2 "
-                                         r"CUDA devices \(ids 0..1\) and 2 worker nodes add 4 \(ids 2..5\)"):
-        dtorch.DeviceMesh("cuda", [5, 6])
+    for ids in ([0, 1], A, B, [1, A[0], B[1]], list(range(M + 4))):
+        assert g.satisfy(_cuda(ids)), ids
+    with pytest.raises(ValueError, match=rf"CUDA device {M + 4} does not exist in this cluster: the main node has "
+                                         rf"{M} CUDA devices \(ids 0..{M - 1}\) and 2 worker nodes add 4 "
+                                         rf"\(ids {M}..{M + 3}\)"):
+        _cuda([M + 3, M + 4])
 
 
 def test_kernels_run_on_the_nodes(cuda_cluster):
-    """Programs on a node's cuda mesh run there (the node's stand-in refuses streams for ids it does
-    not have, so the global ids 2..5 must reach its backend as its own 0, 1) and equal the
-    in-process CPU mesh's results bit for bit."""
+    """Programs on a node's cuda mesh run there (its backend numbers its devices from 0, and
+    refuses a stream for an id it does not have, so the global ids must reach it as its own) and
+    equal the same program on an in-process cuda mesh bit for bit."""
     g = dtorch.Graph()
     t = _randn(5, 7, seed=1)
-    for ids in ([2, 3], [4, 5]):
-        x = dtorch.from_torch(t, dtorch.DeviceMesh("cuda", ids), [Shard(0)], graph=g)
-        ref = dtorch.from_torch(t, dtorch.DeviceMesh("cpu", [0, 1]), [Shard(0)], graph=g)
-        y, yr = (x * 2 + 1).sum(0), (ref * 2 + 1).sum(0)
+    ref = dtorch.from_torch(t, _cuda([0, 1]), [Shard(0)], graph=g)
+    yr = (ref * 2 + 1).sum(0)
+    for ids in (A, B):
+        x = dtorch.from_torch(t, _cuda(ids), [Shard(0)], graph=g)
+        y = (x * 2 + 1).sum(0)
         _same(y, yr)
         _check(y, yr.to_torch())
-        assert x.device_mesh.device_type == "cuda"
     before = _C._cluster_info()["values"]
-    dtorch.from_torch(t, dtorch.DeviceMesh("cuda", [2, 3]), [Shard(0)], graph=g).to_torch()
+    dtorch.from_torch(t, _cuda(A), [Shard(0)], graph=g).to_torch()
     assert _C._cluster_info()["values"] > before  # the pieces were shipped to node A
 
 
@@ -130,7 +154,7 @@ def test_redistribute_between_nodes(cuda_cluster):
     placements, and between device types across nodes (a cuda piece on A to a cpu mesh of B and
     back); genuine multi-piece Partials moved and reduced across nodes."""
     g = dtorch.Graph()
-    main, a, b = (dtorch.DeviceMesh("cuda", ids) for ids in ([0, 1], [2, 3], [4, 5]))
+    main, a, b = _cuda([0, 1]), _cuda(A), _cuda(B)
     t = _randn(5, 7, seed=2)  # uneven shards on 2 devices
     x = dtorch.from_torch(t, main, [Shard(0)], graph=g)
     moves = [(a, [Replicate()]), (b, [Shard(1)]), (a, [Shard(0)]), (main, [Shard(1)]), (b, [Replicate()]),
@@ -155,14 +179,14 @@ def test_redistribute_between_nodes(cuda_cluster):
     _check(z.redistribute(device_mesh=b, placements=[Replicate()]), big)
 
 
-@pytest.mark.parametrize("ids", [[0, 1, 2, 3, 4, 5], [2, 4, 0, 5, 1, 3]])
+@pytest.mark.parametrize("ids", [[M - 2, M - 1] + A + B, [A[0], B[0], M - 2, B[1], M - 1, A[1]]])
 def test_collectives_on_a_spanning_mesh(cuda_cluster, ids):
     """All-reduce (a genuine Partial with a different addend on each of the 6 devices), all-gather,
     reduce-scatter and all-to-all on a cuda mesh over the main node, A and B (in node order, and
-    interleaved) equal the same program on an in-process CPU mesh of the same shape, device by
+    interleaved) equal the same program on an in-process cuda mesh of the same shape, device by
     device; every replica is checked. Also a 2-D mesh whose dims each span nodes."""
     g = dtorch.Graph()
-    span, ref = dtorch.DeviceMesh("cuda", ids), dtorch.DeviceMesh("cpu", [0, 1, 2, 3, 4, 5])
+    span, ref = _cuda(ids), _cuda([0, 1, 2, 3, 4, 5])
     t = _randn(9, 13, seed=3)  # uneven on 6 devices
     ps = [genuine_partial(t, m, [Partial()], seed=11, graph=g) for m in (span, ref)]
     assert len({tuple(v.flatten().tolist()) for v in local_values(ps[0])}) == 6  # six different addends
@@ -178,8 +202,8 @@ def test_collectives_on_a_spanning_mesh(cuda_cluster, ids):
     s, r = (x.sum(0) for x in xs)  # a reduction over the sharded dim: Partial, then all-reduce
     _same(s.redistribute(device_mesh=span, placements=[Replicate()]),
           r.redistribute(device_mesh=ref, placements=[Replicate()]))
-    span2 = dtorch.DeviceMesh("cuda", [[ids[0], ids[2], ids[4]], [ids[1], ids[3], ids[5]]])
-    ref2 = dtorch.DeviceMesh("cpu", [[0, 2, 4], [1, 3, 5]])
+    span2 = _cuda([[ids[0], ids[2], ids[4]], [ids[1], ids[3], ids[5]]])
+    ref2 = _cuda([[0, 2, 4], [1, 3, 5]])
     p2 = [genuine_partial(t, m, [Partial(), Shard(1)], seed=13, graph=g) for m in (span2, ref2)]
     got, want = (p.redistribute(device_mesh=p.device_mesh, placements=[Replicate(), Replicate()]) for p in p2)
     _same(got, want)
@@ -194,10 +218,13 @@ def _refused(args, env_extra=None):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--cuda-devices=1"], "no CUDA device can be offered: this dtorch was built without a CUDA backend"),
-    (["--cuda-devices=all"], "no CUDA device can be offered"),
-    (["--debug-fake-gpus=1", "--cuda-devices=2"], "--cuda-devices=2: this host's CUDA backend sees 1 device"),
-    (["--debug-fake-gpus=3", "--cuda-devices=0,5"], "--cuda-devices=2: this host's CUDA backend sees 1 device"),
+    pytest.param(["--cuda-devices=1"], "no CUDA device can be offered: this dtorch was built without a CUDA "
+                 "backend", marks=stand_in_only),
+    pytest.param(["--cuda-devices=all"], "no CUDA device can be offered", marks=stand_in_only),
+    pytest.param(["--debug-fake-gpus=1", "--cuda-devices=2"], "--cuda-devices=2: this host's CUDA backend sees "
+                 "1 device", marks=stand_in_only),
+    pytest.param(["--debug-fake-gpus=3", "--cuda-devices=0,5"], "--cuda-devices=2: this host's CUDA backend "
+                 "sees 1 device", marks=stand_in_only),
     (["--cuda-devices=-1"], "--cuda-devices must be a non-negative integer, not '-1'"),
     (["--cuda-devices=two"], "--cuda-devices must be a non-negative integer, not 'two'"),
     (["--cuda-devices="], "--cuda-devices must be a non-negative integer, not ''"),
@@ -205,7 +232,7 @@ def _refused(args, env_extra=None):
     (["--cuda-devices=0,x"], "distinct GPU indices separated by commas, not '0,x'"),
     (["--cuda-devices=0,-1"], "distinct GPU indices separated by commas, not '0,-1'"),
     (["--cuda-devices=,"], "distinct GPU indices separated by commas, not ','"),
-    (["--debug-fake-gpus=2", "--cuda-devices=5000"], "--cuda-devices must be in [0, 4096] or 'all'"),
+    (["--cuda-devices=5000"], "--cuda-devices must be in [0, 4096] or 'all'"),
 ])
 def test_refusals(args, message):
     """Asking for CUDA devices a node does not have (no GPU, as on this machine; more than it sees;
@@ -215,6 +242,7 @@ def test_refusals(args, message):
     assert rc == 2 and message in err, (rc, err)
 
 
+@stand_in_only
 def test_list_composes_with_cuda_visible_devices():
     """A list's indices are positions in an outer CUDA_VISIBLE_DEVICES, as for any CUDA program:
     of '2,0' (2 of the 3 stand-in GPUs visible), index 1 is GPU 0; index 2 is past the list."""
@@ -230,12 +258,12 @@ def test_zero_and_no_flag_offer_none(cuda_cluster):
     """--cuda-devices=0 (and no flag) offer no CUDA device, on a host with GPUs too: the node's CUDA
     range is empty and the CUDA ids after it are unchanged."""
     env = dict(os.environ, DTORCH_CLUSTER_TOKEN=TOKEN)
-    extra = [_node("--debug-fake-gpus=2", "--cuda-devices=0", env=env), _node(env=env)]
+    extra = [_node(*(["--debug-fake-gpus=2"] if STAND_IN else []), "--cuda-devices=0", env=env), _node(env=env)]
     try:
         MainNode.wait_cluster_ready(4, timeout_second=60)
         nodes = MainNode.nodes()
         assert [n["cuda_devices"] for n in nodes] == [2, 2, 0, 0]
-        assert _C._cluster_info()["cuda_devices"] == 6
+        assert _C._cluster_info()["cuda_devices"] == M + 4
     finally:
         for p in extra:
             p.kill()
