@@ -209,6 +209,13 @@ DT_API dt_tensor *dt_permute(dt_tensor *a, int ndim, const int64_t *dims);
 DT_API dt_tensor *dt_expand(dt_tensor *a, int ndim, const int64_t *sizes);
 /* A value copy that shares the blobs of `a` (no kernel runs). */
 DT_API dt_tensor *dt_clone(dt_tensor *a);
+/* a.contiguous(): the same value and placements, each device's block laid out
+ * row-major (a copy where the block is a strided view, the block itself
+ * where it is already contiguous). Values are never changed by a layout, but
+ * the kernels that read them may round differently on another layout, so
+ * the layout follows eager torch's (docs/decisions.md, "Kernel results may
+ * be views"). */
+DT_API dt_tensor *dt_contiguous(dt_tensor *a);
 
 /* One input dim of a basic index: elements start, start+step, ... (`len` of
  * them, step >= 1, all within the dim); `drop` = 1 for an integer index

@@ -121,13 +121,20 @@ static PyObject *v_expand(PyObject *m, PyObject *const *args, Py_ssize_t nargs) 
     return dtpy_tensor_wrap_like(st, dt_expand(a->t, nd, sizes), a);
 }
 
-static PyObject *v_clone(PyObject *m, PyObject *arg) {
+/* An op of one tensor and nothing else (clone, contiguous). */
+static PyObject *v_unary(PyObject *m, PyObject *arg, const char *op, dt_tensor *(*fn)(dt_tensor *)) {
     dtpy_state *st = mod_state(m);
-    dtpy_tensor *a = dtpy_tensor_arg_or_null(st, arg, "clone", "input");
+    dtpy_tensor *a = dtpy_tensor_arg_or_null(st, arg, op, "input");
     if (a == NULL)
         return NULL;
     dtpy_record_call_site(st);
-    return dtpy_tensor_wrap_like(st, dt_clone(a->t), a);
+    return dtpy_tensor_wrap_like(st, fn(a->t), a);
+}
+
+static PyObject *v_clone(PyObject *m, PyObject *arg) { return v_unary(m, arg, "clone", dt_clone); }
+
+static PyObject *v_contiguous(PyObject *m, PyObject *arg) {
+    return v_unary(m, arg, "contiguous", dt_contiguous);
 }
 
 /* ------------------------------------------------------------- indexing */
@@ -396,6 +403,7 @@ static PyMethodDef views_methods[] = {
     FAST("_v_permute", v_permute, "_v_permute(x, dims) -> Tensor"),
     FAST("_v_expand", v_expand, "_v_expand(x, sizes) -> Tensor"),
     {"_v_clone", v_clone, METH_O, "_v_clone(x) -> Tensor"},
+    {"_v_contiguous", v_contiguous, METH_O, "_v_contiguous(x) -> Tensor"},
     FAST("_v_index", v_index,
          "_v_index(x, spec, new_axes_mask) -> Tensor; spec: (start, step, len, drop) per dim"),
     FAST("_v_index_tensor", v_index_tensor, "_v_index_tensor(x, dim, index) -> Tensor"),

@@ -86,8 +86,8 @@ def _replicated_like(x, t: torch.Tensor):
 # ---------------------------------------------------------------- reshape family
 
 def _view(self, *shape):
-    """``x.view(2, -1)``, ``x.view((2, -1))``. dtorch tensors are always contiguous, so view never
-    fails where reshape succeeds. ``view(dtype)`` is not supported."""
+    """``x.view(2, -1)``, ``x.view((2, -1))``: the same op as reshape, so view never fails where
+    reshape succeeds (dtorch's is_contiguous() is always True). ``view(dtype)`` is not supported."""
     if len(shape) == 1 and isinstance(shape[0], torch.dtype):
         raise NotImplementedError("view(dtype) is not supported by dtorch; use .to(dtype) for a value cast")
     return _C._v_reshape(self, _sizes(shape, "view"))
@@ -238,8 +238,11 @@ def _repeat_interleave(self, repeats, dim: Optional[int] = None, *, output_size:
 # ---------------------------------------------------------------- copies
 
 def _contiguous(self, memory_format=torch.contiguous_format):
-    """dtorch tensors are always contiguous: returns the tensor itself."""
-    return self
+    """``x.contiguous()``: the same value, each device's block laid out row-major as eager torch's
+    ``contiguous()`` lays it out (kernel results may be strided views, and kernels reading another
+    layout can round differently). A block that is already row-major is handed on with no copy.
+    dtorch has no other memory formats: every ``memory_format`` gives the row-major layout."""
+    return _C._v_contiguous(self)
 
 
 def _clone(self, *, memory_format=None):

@@ -225,7 +225,8 @@ class Tensor(_C.TensorBase):
         return self.device_mesh.device_type == "cpu"
 
     def is_contiguous(self, memory_format=torch.contiguous_format) -> bool:
-        """Always True: every dtorch value is stored dense and row-major on each device (views copy)."""
+        """Always True: ``view()`` never fails where ``reshape()`` would succeed. A device may hold a
+        strided view (as eager torch would); the client does not wait to look."""
         return True
 
     def _to_device_type(self, device_type: str, mesh: Optional[DeviceMesh] = None) -> "Tensor":

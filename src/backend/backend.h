@@ -3,9 +3,16 @@
  *
  * A backend is a table of function pointers (ggml-backend style). Core code
  * never names ATen: it hands opaque value handles ("impls") to these entries.
- * An impl is one dense local tensor on one device; backends may let several
- * impls share storage because dtorch never mutates an impl after the kernel
- * that produced it returns.
+ * An impl is one local tensor on one device. It need not be contiguous: a
+ * view-like kernel (reshape, permute, a slice, attention's output) may hand
+ * out a strided view of its input's storage or of its own temporary, as
+ * eager torch does, and several impls may share storage, because dtorch
+ * never mutates an impl after the kernel that produced it returns unless
+ * the backend sees that nothing else holds its storage (DT_KF_INPLACE).
+ * Every entry that reads an impl must therefore accept any strides
+ * (to_host copies them out in row-major order); docs/decisions.md, "Kernel
+ * results may be views", says which results are views and how they are
+ * counted.
  *
  * Threading: every entry may be called concurrently from any thread (workers
  * of several devices, the client thread for from_host/assemble). No entry may
@@ -94,6 +101,8 @@ typedef enum dt__kview {
     /* n_in == 1: out = in[0].repeat_interleave(ints[0], dim);
      * n_in == 2: out = in[0].repeat_interleave(in[1], dim, output_size = ints[1]). */
     DT_KV_REPEAT_INTERLEAVE,
+    /* out = in[0].contiguous() (in[0] itself when it already is). */
+    DT_KV_CONTIGUOUS,
     DT_KV_COUNT
 } dt__kview;
 /* Flags of the elementwise family's kernels (high bits, so that other
@@ -214,7 +223,8 @@ typedef struct dt__backend {
                      size_t errlen);
     /* Frees an impl. NULL is ignored. */
     void (*free)(void *impl);
-    /* Bytes of memory the impl's elements occupy (numel * dtype size). */
+    /* Bytes of the impl's elements in row-major order (numel * dtype size):
+     * what to_host writes. A view may keep more alive (storage_nbytes). */
     size_t (*nbytes)(const void *impl);
     /* A new impl holding a copy of row-major host data. */
     dt_status (*from_host)(dt_dtype dtype, int ndim, const int64_t *shape, const void *data, void **out,
@@ -246,7 +256,8 @@ typedef struct dt__backend {
     /* torch's current default float dtype, or DT_FLOAT32. May be NULL. */
     dt_dtype (*default_dtype)(void);
     /* Optional. 1 when the two impls share their element storage (a kernel
-     * wrote in place), so memory is accounted once. */
+     * wrote in place, or one is a view of the other), so memory is
+     * accounted once. */
     int (*same_storage)(const void *a, const void *b);
     /* Optional. Returns cached free memory to the system. */
     void (*empty_cache)(void);
@@ -324,6 +335,11 @@ typedef struct dt__backend {
     /* The calling worker's current native stream (CUDA: a cudaStream_t), or
      * NULL when there is none. */
     void *(*native_stream)(void);
+
+    /* Optional (any api_version; NULL: nbytes). Bytes of the storage the
+     * impl keeps alive: more than nbytes for a view of part of a larger
+     * buffer. Memory accounting charges this (core/blob.c). Any thread. */
+    size_t (*storage_nbytes)(const void *impl);
 } dt__backend;
 
 /* The version of the device/stream/event slots above. */

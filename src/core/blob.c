@@ -1,8 +1,10 @@
 /*
  * Blob lifetime and accounting: the pools of kernel records and blobs,
  * dt__blob_new, dt__blob_account (a kernel's new output charged to its
- * device, or a donated input's charge moved to it) and dt__blob_release (the
- * last reference returns the charge, frees the backend storage and event).
+ * device, a view tied to the input whose storage it shares, or a donated
+ * input's charge moved to it) and dt__blob_release (the last reference
+ * returns the charge, frees the backend storage and event, and lets go of
+ * the base).
  * dt__blob_retain is inline in blob.h.
  *
  * Threads: any (controller, workers, client threads dropping a tensor);
@@ -29,9 +31,9 @@ dt__blob *dt__blob_new(const dt__backend *be) {
     return b;
 }
 
-void dt__blob_release(dt__blob *b) {
-    if (!b || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1)
-        return;
+/* Frees a blob whose last reference is gone; returns its base, whose
+ * reference it held. */
+static dt__blob *blob_free(dt__blob *b) {
     if (b->charged)
         dt__mem_charge(b->mem, -b->charged);
     if (b->impl)
@@ -41,27 +43,55 @@ void dt__blob_release(dt__blob *b) {
     dt__free(b->error);
     if (b->remote)
         dt__cluster_release(b->remote - 1, b->rtag, b->id);
+    dt__blob *base = b->base;
     dt__pool_free(&dt__blob_pool, b);
+    return base;
 }
 
-/* Charges a new output to its device (s's worker thread); an output written into its donated
- * input's buffer takes that input's charge over instead. */
+void dt__blob_release(dt__blob *b) {
+    /* A chain of views (x = x.view(...) in a loop) is let go of in a loop,
+     * not by recursion, so its length never grows the stack. */
+    while (b && atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1)
+        b = blob_free(b);
+}
+
+/* Charges a new output to its device (s's worker thread). Storage is counted once: an output
+ * written into its donated input's buffer takes that input's charge (and base) over; a view of
+ * an input on this device's account (the backend says they share storage) is charged nothing
+ * and holds that input, whose charge then lasts as long as the storage is seen; anything else is
+ * charged its storage's bytes, which for a view of the kernel's own temporary is more than its
+ * elements'. An input on no device's account (a source: the host copy from_torch made, which
+ * each device's blob of a Replicate shares) or on another device's (an in-process copy may
+ * share a host buffer) is not a base: that output is charged here, as before views, so a
+ * device's value is always counted on that device. */
 void dt__blob_account(dt__krec *k, const dt__stream *s, int inplace) {
     dt__blob *out = k->out;
-    if (!out || !out->impl || out->charged)
+    if (!out || !out->impl || out->charged || out->base)
         return;
     if (inplace && k->n_in > 0 && k->in[0]->impl && s->be->same_storage &&
         s->be->same_storage(out->impl, k->in[0]->impl)) {
         dt__blob *in = k->in[0];
         out->charged = in->charged;
         out->mem = in->mem;
+        out->base = in->base;
         in->charged = 0;
+        in->base = NULL;
         atomic_fetch_add_explicit(&s->g->kernels_in_place, 1, memory_order_relaxed);
         return;
     }
     if (!s->mem)
         return;
     out->mem = s->mem;
-    out->charged = (int64_t)s->be->nbytes(out->impl);
+    if (s->be->same_storage)
+        for (int i = 0; i < k->n_in; i++) {
+            dt__blob *in = k->in[i];
+            if (in->impl && in->mem == s->mem && in->be == s->be &&
+                s->be->same_storage(out->impl, in->impl)) {
+                out->base = dt__blob_retain(in);
+                return;
+            }
+        }
+    out->charged =
+        (int64_t)(s->be->storage_nbytes ? s->be->storage_nbytes(out->impl) : s->be->nbytes(out->impl));
     dt__mem_charge(out->mem, out->charged);
 }

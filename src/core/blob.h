@@ -11,8 +11,10 @@
 
 #include "core/core.h"
 
-/* One dense local tensor on one device. Reference counted: the tensor's
- * per-device slot and every kernel that reads or writes it hold one.
+/* One local tensor on one device (its impl may be a strided view of
+ * another blob's storage). Reference counted: the tensor's per-device slot,
+ * every kernel that reads or writes it and every view of it (`base`) hold
+ * one.
  *
  * Its event is (producer, seq): the blob exists once kernel number `seq` of
  * stream `producer` has completed (streams.c). Both are written by the
@@ -35,6 +37,12 @@ struct dt__blob {
      * the producing worker, read by whoever frees. */
     int64_t charged;
     dt__memdev *mem;
+    /* The input whose storage this blob's impl shares (a view, made by a
+     * kernel that did not write in place), held so that the storage stays
+     * charged, once, to that input for as long as any blob sees it: a view
+     * itself is charged 0. Written by the producing worker before it
+     * publishes the kernel, released with the blob. */
+    struct dt__blob *base;
     /* The blob's name in kernels and their encoding (kernel_codec.c): unique
      * within its graph, given by the controller when a kernel first names
      * the blob (dt__lw_push_on), 0 until then. Controller-written. */
@@ -54,9 +62,11 @@ static inline dt__blob *dt__blob_retain(dt__blob *b) {
 }
 void dt__blob_release(dt__blob *b);
 
-/* Charges k's new output to s's device; an output written into its donated
- * input's buffer (inplace) takes that input's charge over instead (s's
- * worker thread; core/blob.c). */
+/* Charges k's new output to s's device: its storage's bytes, or nothing
+ * when it shares an input's storage (a view: it then holds that input as
+ * its base); an output written into its donated input's buffer (inplace)
+ * takes that input's charge and base over instead (s's worker thread;
+ * core/blob.c). */
 void dt__blob_account(dt__krec *k, const dt__stream *s, int inplace);
 
 /* The blob record pool (common/pool.h): made on one thread, freed on another. */

@@ -236,7 +236,7 @@ static int pass_rule(const dt__node *n, dt__meta *out) {
     case DT_OP_VIEW:
         if (!g.n || n->n_in != 1)
             return 0;
-        if (n->a.sub == DT_V_CLONE) {
+        if (n->a.sub == DT_V_CLONE || n->a.sub == DT_V_CONTIGUOUS) {
             out->seg = g;
             return 1;
         }

@@ -471,6 +471,18 @@ static int make_slice(job *j, void *src, int q, void **out) {
     return j->be->run(DT_K_SLICE, &k, &src, 1, out, j->err, sizeof j->err) == DT_OK;
 }
 
+/* src (rank r's input) as a contiguous impl: NCCL reads a pointer and a
+ * count, and a kernel result may be a strided view (backend.h). SLICE of
+ * the whole tensor is src.contiguous(), a copy on the worker's stream. */
+static int make_contiguous(job *j, void *src, void **out) {
+    dt__kattr k;
+    memset(&k, 0, sizeof k);
+    k.dtype = j->a->dtype;
+    k.ndim = j->a->ndim;
+    shape_of(j->a, j->r, -1, k.shape);
+    return j->be->run(DT_K_SLICE, &k, &src, 1, out, j->err, sizeof j->err) == DT_OK;
+}
+
 static int cat_into(job *j, void **pieces, void **out) {
     dt__kattr k;
     memset(&k, 0, sizeof k);
@@ -661,8 +673,11 @@ static void nccl_run(dt__comm *base, const dt__collattr *a, int r, dt__blob *in,
     j.send = dt__calloc((size_t)a->n, sizeof *j.send);
     void *src = in->error ? NULL : in->impl, *scratch = NULL, *result = NULL;
     int ok = j.recv && j.send;
-    if (ok && (!src || !be->data_ptr(src)))
+    /* A failed input still meets its peers with a buffer of the right size. */
+    if (ok && !src)
         ok = make_empty(&j, r, -1, &scratch) && (src = scratch) != NULL;
+    else if (ok && !be->data_ptr(src))
+        ok = make_contiguous(&j, src, &scratch) && (src = scratch) != NULL;
     cudaStream_t stream = (cudaStream_t)be->native_stream();
     ok = ok && enqueue(&j, gr, src, stream, &result);
     ok = wait_done(c, &j, gr, stream) && ok;

@@ -5,10 +5,10 @@
  * Indexing lives in index.c, cat/tril/flip/roll/repeat in shape_ops.c.
  *
  * dtorch values are immutable, so a "view" is simply a new symbol: each
- * device runs the same torch op on its own block and the result is a fresh
- * contiguous tensor (a reshape of a contiguous block shares its storage, and
- * an unchanged block is handed on without any kernel; blobs are never
- * mutated, so sharing is always safe).
+ * device runs the same torch op on its own block, and the backend hands on
+ * the view torch returns (strided or not, sharing its input's storage) where
+ * torch returns one; an unchanged block is handed on without any kernel.
+ * Blobs are never mutated while shared, so sharing is always safe.
  *
  * Placements of reshape: a Shard(d) goes to the result dim that holds the
  * most significant digits of d (the dim o with stride(o) < stride(d)*size(d)
@@ -56,6 +56,7 @@ const char *const dt__view_names[DT_V_COUNT] = {
     [DT_V_REPEAT] = "repeat",
     [DT_V_REPEAT_INTERLEAVE] = "repeat_interleave",
     [DT_V_CLONE] = "clone",
+    [DT_V_CONTIGUOUS] = "contiguous",
 };
 
 /* ---------------------------------------------------------- shared helpers */
@@ -599,19 +600,26 @@ dt_tensor *dt_expand(dt_tensor *a, int ndim, const int64_t *sizes) {
 
 /* ------------------------------------------------------------------ clone */
 
-dt_tensor *dt_clone(dt_tensor *a) {
+/* A node of kind `sub` whose result has a's meta (clone, contiguous). */
+static dt_tensor *same_meta(const char *op, dt_tensor *a, int sub) {
     dt_clear_error();
-    if (dt__view_check("clone", a) != DT_OK)
+    if (dt__view_check(op, a) != DT_OK)
         return NULL;
     dt__node *n;
-    dt_tensor *t = dt__view_begin(a, NULL, &a->v->meta, DT_V_CLONE, &n);
+    dt_tensor *t = dt__view_begin(a, NULL, &a->v->meta, sub, &n);
     return t ? dt__client_submit(t, n) : NULL;
 }
+
+dt_tensor *dt_clone(dt_tensor *a) { return same_meta("clone", a, DT_V_CLONE); }
+
+dt_tensor *dt_contiguous(dt_tensor *a) { return same_meta("contiguous", a, DT_V_CONTIGUOUS); }
 
 /* --------------------------------------------------------------- lowering */
 
 /* One kernel per device from the input's own block to the output's block:
- * reshape, permute and expand. Unchanged blocks are handed on as they are. */
+ * reshape, permute, expand and contiguous. Unchanged blocks are handed on as
+ * they are by a reshape (a contiguous() of a block that is already
+ * contiguous is the backend's no-op: the controller cannot see layouts). */
 static void lower_local(dt__lower *L, dt__node *n) {
     dt__tval *in = n->in[0], *o = n->out;
     const dt_mesh *mesh = o->meta.mesh;
@@ -629,9 +637,10 @@ static void lower_local(dt__lower *L, dt__node *n) {
                 continue;
             }
         }
-        int sub = n->a.sub == DT_V_RESHAPE   ? DT_KV_RESHAPE
-                  : n->a.sub == DT_V_PERMUTE ? DT_KV_PERMUTE
-                                             : DT_KV_EXPAND;
+        int sub = n->a.sub == DT_V_RESHAPE      ? DT_KV_RESHAPE
+                  : n->a.sub == DT_V_PERMUTE    ? DT_KV_PERMUTE
+                  : n->a.sub == DT_V_CONTIGUOUS ? DT_KV_CONTIGUOUS
+                                                : DT_KV_EXPAND;
         dt__kernel *k = dt__view_kernel(L, n, sub);
         if (!k)
             break;
@@ -661,6 +670,7 @@ dt_status dt__lower_view(dt__lower *L, dt__node *n) {
     case DT_V_RESHAPE:
     case DT_V_PERMUTE:
     case DT_V_EXPAND:
+    case DT_V_CONTIGUOUS:
         lower_local(L, n);
         break;
     case DT_V_INDEX:
@@ -724,7 +734,7 @@ const dt_op_doc dt__docs_views[] = {
      "int repeats: " DT__VIEW_TEXT(DT__VIEW_RI_ROWS) "; tensor repeats: " DT__VIEW_TEXT(
          DT__VIEW_RI_TENSOR_ROWS),
      0},
-    {"contiguous", "views", "any (returns the tensor itself)", 0},
+    {"contiguous", "views", "any (placements kept; each block laid out row-major)", 0},
     {"clone", "views", "any (placements kept; shares the immutable blocks)", 0},
     {"copy_", "views", "dst keeps its placements; src is redistributed to line up when needed", 1},
     {"narrow", "views", DT__VIEW_TEXT(DT__VIEW_INDEX_ROWS) " (a slice of dim: getitem's rows)", 0},

@@ -32,6 +32,7 @@ typedef enum dt__view_op {
     DT_V_REPEAT,            /* v_ints = repeats, v_nints */
     DT_V_REPEAT_INTERLEAVE, /* v_ints[0] = repeats or v_ints[1] = output_size with in[1], v_dim */
     DT_V_CLONE,             /* nothing */
+    DT_V_CONTIGUOUS,        /* nothing */
     DT_V_COUNT
 } dt__view_op;
 

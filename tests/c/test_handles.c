@@ -147,6 +147,7 @@ CASE(unsqueeze, einval_obj(dt_unsqueeze(NULL, 0)))
 CASE(permute, einval_obj(dt_permute(NULL, 1, dims1)))
 CASE(expand, einval_obj(dt_expand(NULL, 1, shape2)))
 CASE(clone, einval_obj(dt_clone(NULL)))
+CASE(contiguous, einval_obj(dt_contiguous(NULL)))
 CASE(index, einval_obj(dt_index(NULL, NULL, 0)))
 CASE(index_tensor, einval_obj(dt_index_tensor(NULL, 0, NULL)))
 CASE(setitem, einval_obj(dt_setitem(NULL, NULL, NULL, one)))
@@ -314,17 +315,17 @@ static int dead_tensor_ops(void) {
     dt_tensor *pair[2] = {l, a};
     dt_tensor *v = NULL, *ix = NULL;
     const int64_t sh[1] = {2};
-    int ok = dead_einval_obj(dt_neg(a)) && dead_einval_obj(dt_unary(DT_UNARY_EXP, a)) &&
-             dead_einval_obj(dt_binary(DT_BINARY_ADD, l, a)) &&
-             dead_einval_obj(dt_binary(DT_BINARY_ADD, a, l)) &&
-             dead_einval_obj(dt_binary_scalar(DT_BINARY_ADD, a, one, 0)) &&
-             dead_einval_obj(dt_matmul(l, a)) && dead_einval_obj(dt_sum(a, 1, dims1, 0)) &&
-             dead_einval_obj(dt_reshape(a, 1, sh)) && dead_einval_obj(dt_clone(a)) &&
-             dead_einval_obj(dt_cat(2, pair, 0)) && dead_einval_obj(dt_redistribute(a, NULL, NULL)) &&
-             dead_einval_obj(dt_cumsum(a, 0, -1)) && dead_einval(dt_sort(a, 0, 0, 0, &v, &ix)) &&
-             dead_einval_obj(dt_nonzero(a)) && dead_einval_obj(dt_layer_norm(a, 1, sh, NULL, NULL, 1e-5)) &&
-             dead_einval_obj(dt_layer_norm(l, 1, sh, a, NULL, 1e-5)) &&
-             dead_einval_obj(dt_where(a, l, one, l, one)) && dead_einval_obj(dt_flip(a, 1, dims1));
+    int ok =
+        dead_einval_obj(dt_neg(a)) && dead_einval_obj(dt_unary(DT_UNARY_EXP, a)) &&
+        dead_einval_obj(dt_binary(DT_BINARY_ADD, l, a)) && dead_einval_obj(dt_binary(DT_BINARY_ADD, a, l)) &&
+        dead_einval_obj(dt_binary_scalar(DT_BINARY_ADD, a, one, 0)) && dead_einval_obj(dt_matmul(l, a)) &&
+        dead_einval_obj(dt_sum(a, 1, dims1, 0)) && dead_einval_obj(dt_reshape(a, 1, sh)) &&
+        dead_einval_obj(dt_clone(a)) && dead_einval_obj(dt_contiguous(a)) &&
+        dead_einval_obj(dt_cat(2, pair, 0)) && dead_einval_obj(dt_redistribute(a, NULL, NULL)) &&
+        dead_einval_obj(dt_cumsum(a, 0, -1)) && dead_einval(dt_sort(a, 0, 0, 0, &v, &ix)) &&
+        dead_einval_obj(dt_nonzero(a)) && dead_einval_obj(dt_layer_norm(a, 1, sh, NULL, NULL, 1e-5)) &&
+        dead_einval_obj(dt_layer_norm(l, 1, sh, a, NULL, 1e-5)) &&
+        dead_einval_obj(dt_where(a, l, one, l, one)) && dead_einval_obj(dt_flip(a, 1, dims1));
     return dead_tensor_teardown(&fx, ok);
 }
 
@@ -455,6 +456,7 @@ static const struct {
     C(permute),
     C(expand),
     C(clone),
+    C(contiguous),
     C(index),
     C(index_tensor),
     C(setitem),

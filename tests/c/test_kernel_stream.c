@@ -10,8 +10,10 @@
  *    computed in one buffer (the device's peak grows by one buffer, not
  *    two) and gives the right values.
  * A test gate holds the chain until the controller has seen the drops, so
- * which kernels may donate does not depend on timing. Runs under ASan/UBSan
- * and TSan.
+ * which kernels may donate does not depend on timing. Also: a device's blob
+ * that shares a source's storage (the ref backend's whole-tensor SLICE, as
+ * a view) is still charged to that device (core/blob.c). Runs under
+ * ASan/UBSan and TSan.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,9 +178,53 @@ static void test_donated_chain(void) {
     dt_graph_release(g);
 }
 
+static int64_t current(int64_t id) {
+    int64_t cur = -1;
+    CHECK(dt_memory_stats(DT_DEVICE_CPU, id, &cur, NULL) == DT_OK);
+    return cur;
+}
+
+#define CHECK_BYTES(id, want, what)                                                                          \
+    do {                                                                                                     \
+        int64_t got_ = current(id);                                                                          \
+        if (got_ != (want)) {                                                                                \
+            fprintf(stderr, "%s: device %d holds %lld bytes, want %lld\n", what, (int)(id), (long long)got_, \
+                    (long long)(want));                                                                      \
+            failures++;                                                                                      \
+        }                                                                                                    \
+    } while (0)
+
+/* A device's value is charged to it even where it shares its storage: the
+ * ref backend's whole-tensor SLICE of a source (the host copy) shares the
+ * buffer, as a view would, but the source is on no device's account, so
+ * each device of a Replicate is charged its blob (core/blob.c). */
+static void test_sources_are_charged(void) {
+    dt_graph *g = ref_graph();
+    int64_t ids[2] = {21, 22}, mshape[1] = {2}, shape[1] = {NV};
+    dt_mesh *m = NULL;
+    CHECK(dt_mesh_create(DT_DEVICE_CPU, 1, mshape, ids, NULL, &m) == DT_OK);
+    const int64_t bytes = NV * (int64_t)sizeof(float);
+    int64_t base0 = current(21), base1 = current(22);
+    float v[NV];
+    for (int i = 0; i < NV; i++)
+        v[i] = (float)i;
+    dt_tensor *x = dt_tensor_from_buffer(g, DT_FLOAT32, 1, shape, v, sizeof v, m, NULL);
+    CHECK(x && dt_graph_sync(g) == DT_OK);
+    CHECK_BYTES(21, base0 + bytes, "a Replicate source on its first device");
+    CHECK_BYTES(22, base1 + bytes, "a Replicate source on its second device");
+    expect_values(x, v, NV, "the source");
+    dt_tensor_release(x);
+    CHECK(dt_graph_sync(g) == DT_OK);
+    CHECK_BYTES(21, base0, "after the source was dropped");
+    CHECK_BYTES(22, base1, "after the source was dropped");
+    dt_mesh_release(m);
+    dt_graph_release(g);
+}
+
 int main(void) {
     test_referenced_inputs_survive();
     test_donated_chain();
+    test_sources_are_charged();
     if (failures) {
         fprintf(stderr, "test_kernel_stream: %d failure(s)\n", failures);
         return 1;

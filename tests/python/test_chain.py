@@ -147,6 +147,18 @@ class TestChains(unittest.TestCase):
 
         run(self, fn, [floats(torch.float32, 100003, 11)] * 2, steps=4)
 
+    def test_strided_inputs_run_whole(self):
+        # A chain whose input is a strided view (kernel results may be views) runs its steps on the
+        # whole tensors, as the unfused kernels would: the result keeps the view's layout, so the
+        # reduction after it sums in eager torch's order.
+        x, y = floats(torch.float32, 300 * 401, 14), floats(torch.float32, 300 * 401, 15)
+
+        def fn(x, y):
+            a, b = x.reshape(300, 401).t(), y.reshape(401, 300)
+            return transcendental(a, b).sum(dim=1)
+
+        run(self, fn, [x, y], steps=8)
+
     def test_an_intermediate_that_is_read_breaks_the_chain(self):
         x, y = floats(torch.float32, 100003, 12), floats(torch.float32, 100003, 13)
         kept = {}

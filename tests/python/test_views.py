@@ -334,7 +334,8 @@ class TestCopies(ViewTestCase):
         t = int_valued(4, 3, seed=5)  # the Partial's pieces add up exactly
         for mesh, pl in [(CPU1, None), (CPU2, [Shard(0)]), (CPU3, [P]), (CPU2x2, [Shard(1), Shard(0)])]:
             x = dist(t, mesh, pl)
-            self.assertIs(x.contiguous(), x)
+            assert_tensor_equal(self, x.contiguous(), t)  # a new symbol: the layout is the device's
+            self.assertEqual(x.contiguous().placements, x.placements)
             c = x.clone()
             self.assertIsNot(c, x)
             assert_tensor_equal(self, c, t.clone())
@@ -595,3 +596,94 @@ class TestTrilFlipRoll(ViewTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestStridedResults(unittest.TestCase):
+    """Kernel results may be strided views of their input's storage (docs/decisions.md, "Kernel
+    results may be views"): whatever consumes them copies them out correctly, nothing writes into a
+    storage a view still sees, and memory_stats counts a shared storage once."""
+
+    def test_consumers_of_views(self):
+        t = randn(6, 8, 4)
+        x = dtorch.from_torch(t)
+        for got, want in ((x.transpose(0, 2), t.transpose(0, 2)), (x[:, 2:6], t[:, 2:6]),
+                          (x.permute(2, 0, 1).reshape(4, 48), t.permute(2, 0, 1).reshape(4, 48)),
+                          (x.chunk(2, dim=1)[1], t.chunk(2, dim=1)[1]), (x.narrow(2, 1, 2), t.narrow(2, 1, 2))):
+            assert_tensor_equal(self, got, want)  # to_torch of a strided impl
+            self.assertEqual(got.tolist(), want.tolist())
+            assert_tensor_equal(self, got * 2 + 1, want * 2 + 1)
+            assert_tensor_equal(self, got.sum(dim=-1), want.sum(dim=-1))
+            # Collectives and copies on meshes read the strided block: R -> S slices it, S -> R
+            # gathers the slices, Partial -> R adds them.
+            for mesh in (CPU2, CPU3):
+                r = dtorch.from_torch(t, mesh)
+                v = r.transpose(0, 2)[1:3]
+                w = t.transpose(0, 2)[1:3]
+                assert_tensor_equal(self, v.redistribute(mesh, [Shard(1)]), w)
+                assert_tensor_equal(self, v.redistribute(mesh, [Shard(1)]).redistribute(mesh, [R]), w)
+                p = genuine_partial(t, mesh, [P]).transpose(0, 2)
+                self.assertTrue(torch.allclose(p.redistribute(mesh, [R]).to_torch(), t.transpose(0, 2)))
+
+    def test_no_write_into_a_seen_storage(self):
+        # x's buffer would be reused by `x = x * 2` (the reuse pass) if no view saw it.
+        t = randn(16, 64)
+        x = dtorch.from_torch(t) + 1
+        v = x[:, :32]
+        for _ in range(3):
+            x = x * 2
+        assert_tensor_equal(self, v, (t + 1)[:, :32])
+        assert_tensor_equal(self, x, (t + 1) * 8)
+
+    def test_memory_counts_storage_once(self):
+        mesh = dtorch.DeviceMesh("cpu", [913])
+        n = 256 * 1024 * 4  # bytes of a [256, 1024] float32
+
+        def current():
+            dtorch.synchronize()
+            return dtorch.memory_stats(mesh)["cpu:913"]["current"]
+
+        start = current()
+        # A value from_torch made is charged to its device, though the device's block shares the
+        # host copy's storage (a source is on no device's account, so it is no view's base).
+        x = dtorch.from_torch(torch.ones(256, 1024), mesh)
+        x.to_torch()
+        self.assertEqual(current(), start + n)
+        x = x * 3  # a kernel's result: charged; the source goes
+        x.to_torch()
+        base = current()
+        self.assertEqual(base, start + n)
+        views = [x[:, :512], x.transpose(0, 1), x.reshape(1024, 256), x[:, 256:]]
+        for v in views:
+            v.to_torch()
+        del v
+        self.assertEqual(current(), base)  # views share x's storage: charged nothing more
+        del x
+        self.assertEqual(current(), base)  # the views still pin the storage: still charged
+        views = views[:1]
+        self.assertEqual(current(), base)
+        del views
+        self.assertEqual(current(), base - n)
+        # A slice of under a quarter of its storage is copied: the big buffer goes when the source
+        # goes, and the copy is charged its own bytes.
+        x = dtorch.from_torch(torch.ones(256, 1024), mesh) * 3
+        s = x[:, :128]
+        s.to_torch()
+        self.assertEqual(current(), base + n // 8)
+        del x
+        self.assertEqual(current(), base - n + n // 8)
+        assert_tensor_equal(self, s, torch.full((256, 128), 3.0))
+
+    def test_contiguous_follows_eager_layout(self):
+        # sigmoid rounds a strided view and its contiguous copy differently in the last bit
+        # (docs/decisions.md, "Elementwise shards are exact, except ..."): both forms must give
+        # eager torch's own bits, so contiguous() is a real copy where the block is strided.
+        t = randn(4, 65)
+        x = dtorch.from_torch(t)
+        self.assertFalse(torch.equal(torch.sigmoid(t.t()), torch.sigmoid(t.t().contiguous())))
+        assert_tensor_equal(self, x.t().sigmoid(), t.t().sigmoid())
+        assert_tensor_equal(self, x.t().contiguous().sigmoid(), t.t().contiguous().sigmoid())
+        assert_tensor_equal(self, x.contiguous(), t)
+        for mesh, pl in ((CPU2, [Shard(0)]), (CPU2x2, [Shard(1), R])):
+            d = dtorch.from_torch(t, mesh, pl).t().contiguous()
+            self.assertEqual(d.placements, dtorch.from_torch(t, mesh, pl).t().placements)
+            assert_tensor_equal(self, d, t.t())

@@ -14,7 +14,10 @@
  * (DT_KF_INPLACE, the core's buffer donation) writes its result into its
  * first input's buffer when that impl is the buffer's only owner, and the
  * result then shares the buffer (`same_storage`), as the torch backend's
- * in-place ATen ops do. No other kernel shares storage.
+ * in-place ATen ops do. A SLICE of the whole tensor shares it too, as the
+ * torch backend's views do, so the core's accounting of views (a blob
+ * holding its base, core/blob.c) runs in the sanitizer builds. No other
+ * kernel shares storage: ref tensors are always dense.
  *
  * Storage dtypes: bool, int32, int64, float32, float64. Arithmetic
  * (EW_BINARY add/sub/mul/div, UNARY neg, REDUCE sum, LINALG mm/matmul of 2-D
@@ -295,7 +298,19 @@ static dt_status slice(const dt__kattr *a, const ref_tensor *x, ref_tensor **out
     if (a->ndim != x->ndim)
         return fail(err, errlen, DT_EBACKEND, "ref: SLICE of %d dims from shape %s", a->ndim, SHAPE(x));
     dt_status st = region_ok("SLICE", x->ndim, a->start, a->shape, x->shape, err, errlen);
-    if (st || (st = mk("SLICE", x->dtype, x->ndim, a->shape, out, err, errlen)))
+    if (st)
+        return st;
+    int whole = x->buf != NULL;
+    for (int d = 0; d < x->ndim && whole; d++)
+        whole = a->start[d] == 0 && a->shape[d] == x->shape[d];
+    if (whole) {
+        if (!(*out = malloc(sizeof **out)))
+            return fail(err, errlen, DT_ENOMEM, "ref: out of memory in SLICE");
+        **out = *x;
+        atomic_fetch_add_explicit(&x->buf->refs, 1, memory_order_relaxed);
+        return DT_OK;
+    }
+    if ((st = mk("SLICE", x->dtype, x->ndim, a->shape, out, err, errlen)))
         return st;
     int64_t zero[DT_MAX_NDIM] = {0};
     copy_region(*out, zero, x, a->start, x->ndim, a->shape, 0);

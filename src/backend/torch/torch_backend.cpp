@@ -2,10 +2,12 @@
  * The LibTorch compute backend: the only C++ in dtorch.
  *
  * It implements the dt__backend vtable of backend.h on top of ATen. An impl is
- * an `at::Tensor *` made with `new` and released with `delete`; the tensor is
- * dense, contiguous and never written after the entry that made it returns,
- * which is why a whole-tensor SLICE or a one-input SUM_N may hand out a second
- * at::Tensor sharing the same storage.
+ * an `at::Tensor *` made with `new` and released with `delete`; the tensor
+ * has whatever strides the kernel's ATen call gave it (finish(): a view of an
+ * input is handed on as a view, as eager torch would) and is never written
+ * after the entry that made it returns unless donatable() sees that nothing
+ * else holds its storage, which is why a view, a whole-tensor SLICE or a
+ * one-input SUM_N may hand out a second at::Tensor sharing the same storage.
  *
  * Threads: every entry may run on any thread, concurrently with any other
  * entry - the kernel ops on worker threads (one per device stream), from_host,
@@ -27,6 +29,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/DLConvertor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
 #include <ATen/dlpack.h>
 #include <c10/core/DefaultDtype.h>
@@ -192,13 +195,30 @@ at::Tensor fresh(const at::Tensor &x, at::ScalarType st) {
     return x.to(st, /*non_blocking=*/false, /*copy=*/true, at::MemoryFormat::Contiguous);
 }
 
-/* Kernel results in the attr dtype, contiguous. The cast normally does not
- * happen (the core infers the dtype torch infers); it is a guard, not a
- * semantic step. */
+/* Kernel results in the attr dtype, in the layout the ATen call gave them:
+ * a strided view (a permute, a slice, attention's [B, L, H, D] buffer seen as
+ * [B, H, L, D]) is handed on as eager torch hands it on, with no copy, and
+ * the next kernel reads it as eager torch's next op would (the same strides,
+ * so the same kernel paths and bits). Two kinds of view are copied
+ * (docs/decisions.md, "Kernel results may be views"):
+ *  - one with internal overlap (a stride 0 over more than one element, as
+ *    expand makes): no impl ever has two elements at one address;
+ *  - one that covers less than a quarter of its storage: a small slice must
+ *    not pin a large buffer (a copy is never more than 4x smaller than what
+ *    it frees, and memory accounting charges the storage).
+ * The cast normally does not happen (the core infers the dtype torch infers);
+ * it is a guard, not a semantic step. */
 at::Tensor finish(const at::Tensor &r, at::ScalarType st) {
     if (r.scalar_type() != st)
         return r.to(st, false, false, at::MemoryFormat::Contiguous);
-    return r.contiguous();
+    if (!r.has_storage())
+        return r.contiguous();
+    const size_t used = (size_t)r.numel() * r.element_size();
+    if (used * 4 < r.storage().nbytes())
+        return r.clone(at::MemoryFormat::Contiguous);
+    if (!r.is_contiguous() && at::has_internal_overlap(r) == at::MemOverlap::Yes)
+        return r.contiguous();
+    return r;
 }
 
 /* The view of x[start[d] : start[d] + shape[d]] for every d; *whole tells
@@ -391,9 +411,10 @@ dt_status torch_run(int kop, const dt__kattr *a, void *const *in, int n_in, void
             const at::Tensor &x = impl(in[0]);
             bool whole = false;
             at::Tensor v = region(x, a->ndim, a->start, a->shape, &whole);
-            // A copy rather than a view: a view would pin the whole source
-            // storage for as long as the slice lives.
-            r = whole ? x : v.clone(at::MemoryFormat::Contiguous);
+            // A contiguous copy rather than a view: the comm sends SLICE's
+            // result by its pointer (comm_nccl.c), and a shard's slice of a
+            // replicated value would pin the whole source storage.
+            r = whole ? x.contiguous() : v.clone(at::MemoryFormat::Contiguous);
             break;
         }
         case DT_K_FULL: {
@@ -480,6 +501,19 @@ size_t torch_nbytes(const void *p) {
             return 0;
         const at::Tensor &t = impl(p);
         return (size_t)t.numel() * t.element_size();
+    } catch (...) {
+        return 0;
+    }
+}
+
+size_t torch_storage_nbytes(const void *p) {
+    try {
+        if (!p)
+            return 0;
+        const at::Tensor &t = impl(p);
+        if (!t.has_storage())
+            return (size_t)t.numel() * t.element_size();
+        return t.storage().nbytes();
     } catch (...) {
         return 0;
     }
@@ -689,6 +723,7 @@ const dt__backend dt__backend_torch = {
     nullptr,
     nullptr,
     nullptr,
+    torch_storage_nbytes,
 };
 
 /* Registers at load time so the core finds "torch" by name without naming

@@ -16,6 +16,14 @@
  * of 1024; default 32768, ATen's grain size: 128 KiB of float32 per operand, measured in
  * docs/benchmarks.md).
  *
+ * Blocks are row-major ranges, which is the order ATen's kernels walk a
+ * contiguous tensor in. A strided input (kernel results may be views) is
+ * walked by the unfused kernel in its own memory order, with its vector
+ * body and scalar tail elsewhere, and some kernels round differently there
+ * (docs/decisions.md): a chain with a non-contiguous input runs its steps
+ * one after the other on the whole tensors instead, as the unfused nodes
+ * would.
+ *
  * Threads: a worker thread, and ATen's intra-op threads inside
  * parallel_for; no state is kept but the block size, read once.
  */
@@ -76,6 +84,26 @@ bool may_take(const at::Tensor &x, at::ScalarType st) {
            x.scalar_type() == st && x.storage_offset() == 0;
 }
 
+/* The steps on the whole tensors, each kernel as its unfused node runs it
+ * (step i > 0 may write into the previous step's result, its own). */
+at::Tensor run_whole(const dt__chain_step *steps, int nsteps, void *const *in, std::atomic<int> &failed) {
+    at::Tensor cur;
+    for (int i = 0; i < nsteps; ++i) {
+        const dt__chain_step &st = steps[i];
+        void *args[DT__CHAIN_MAX_IN];
+        for (int j = 0; j < st.n_in; ++j)
+            args[j] = st.src[j] < 0 ? static_cast<void *>(&cur) : in[st.src[j]];
+        dt__kattr a = st.attr;
+        if (i > 0 && st.src[0] < 0)
+            a.flags |= DT_KF_INPLACE;
+        failed.store(i);
+        at::Tensor r = kernel_for(st.kop)(&a, args, st.n_in);
+        cur = std::move(r);
+    }
+    failed.store(-1);
+    return cur;
+}
+
 } // namespace
 
 dt_status torch_run_chain(const dt__chain_step *steps, int nsteps, void *const *in, int n_in, int inplace,
@@ -90,6 +118,11 @@ dt_status torch_run_chain(const dt__chain_step *steps, int nsteps, void *const *
         for (int i = 0; i < nsteps; ++i)
             if (!kernel_for(steps[i].kop))
                 fail("torch backend: unknown kernel op " + std::to_string(steps[i].kop) + " in a chain");
+        for (int j = 0; j < n_in; ++j)
+            if (!impl(in[j]).is_contiguous()) {
+                *out = new at::Tensor(run_whole(steps, nsteps, in, failed));
+                return DT_OK;
+            }
         const at::Tensor &x0 = impl(in[0]);
         const int64_t n = x0.numel();
         at::ScalarType odt = to_aten(steps[nsteps - 1].attr.dtype);
@@ -99,7 +132,7 @@ dt_status torch_run_chain(const dt__chain_step *steps, int nsteps, void *const *
             const at::Tensor &x = impl(in[j]);
             if (x.numel() != n)
                 fail("torch backend: chain inputs of different sizes");
-            flat[j] = x.is_contiguous() ? x.view({-1}) : x.contiguous().view({-1});
+            flat[j] = x.view({-1});
         }
         at::Tensor of = o.view({-1});
         const int64_t B = block_elems(), nb = (n + B - 1) / B;

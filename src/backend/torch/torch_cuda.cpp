@@ -537,6 +537,7 @@ void cuda_worker_init(dt_device_type type, int64_t id, int live) { T.worker_init
 dt_dtype cuda_default_dtype(void) { return T.default_dtype(); }
 int cuda_same_storage(const void *a, const void *b) { return T.same_storage(a, b); }
 int64_t cuda_cached_bytes(void) { return T.cached_bytes(); }
+size_t cuda_storage_nbytes(const void *p) { return T.storage_nbytes(p); }
 
 void *cuda_native_stream(void) { return tl_ctx ? (void *)tl_ctx->stream.stream() : nullptr; }
 
@@ -577,6 +578,7 @@ const dt__backend dt__backend_torch_cuda = {
     cuda_data_ptr,
     cuda_empty,
     cuda_native_stream,
+    cuda_storage_nbytes,
 };
 
 __attribute__((constructor)) static void dt_torch_cuda_register(void) {

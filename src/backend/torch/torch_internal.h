@@ -7,7 +7,9 @@
  * and registers each with DT_TORCH_KERNEL(DT_K_..., my_kernel). The kernel may
  * throw (c10::Error, or fail() for a caller mistake): torch_run catches
  * everything at the boundary and turns it into a status. It returns the
- * result tensor in the attr dtype, contiguous (use finish()).
+ * result tensor in the attr dtype through finish(), which keeps a view as a
+ * view (with the rules written there). A kernel must accept inputs of any
+ * strides, views of each other's storage included.
  *
  * Threads: kernels run on worker threads, concurrently; they must not keep
  * mutable state between calls.
@@ -42,7 +44,8 @@ void check_ndim(int ndim, const char *what);
 at::IntArrayRef dims_of(const int64_t *shape, int ndim);
 /* A fresh contiguous copy in `st`. */
 at::Tensor fresh(const at::Tensor &x, at::ScalarType st);
-/* r in dtype st, contiguous (a guard: the core infers torch's dtype). */
+/* r in dtype st (a guard: the core infers torch's dtype), in ATen's layout
+ * unless it overlaps itself or covers under a quarter of its storage. */
 at::Tensor finish(const at::Tensor &r, at::ScalarType st);
 /* The view x[start[d] : start[d] + shape[d]]; *whole tells if that is all of x. */
 at::Tensor region(const at::Tensor &x, int ndim, const int64_t *start, const int64_t *shape, bool *whole);

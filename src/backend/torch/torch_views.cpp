@@ -5,9 +5,12 @@
  *
  * Each kernel calls the ATen op eager torch calls for the same Python
  * expression, on the device's own block, so a one-device mesh gives exactly
- * torch's values. Results are contiguous (finish()): where ATen returns a
- * view, a contiguous view is handed on as is (blobs are immutable, so
- * sharing storage is safe) and a strided one is copied.
+ * torch's values. Where ATen returns a view (reshape of a viewable layout,
+ * permute, a slice, split, chunk, narrow), the view is handed on as is
+ * (finish(): blobs are immutable, so sharing storage is safe), strided or
+ * not, as eager torch hands it on; expand's stride-0 view and a slice of
+ * under a quarter of its storage are copied (docs/decisions.md, "Kernel
+ * results may be views").
  *
  * Threads: kernels run on worker threads, concurrently; nothing here keeps
  * state between calls.
@@ -59,6 +62,9 @@ at::Tensor view_kernel(const dt__kattr *a, void *const *in, int n_in) {
         need_inputs(DT_K_VIEW, n_in, 1, 1);
         check_ndim(a->ndim, "permute");
         return finish(impl(in[0]).permute(dims_of(a->ints, a->ndim)), st);
+    case DT_KV_CONTIGUOUS:
+        need_inputs(DT_K_VIEW, n_in, 1, 1);
+        return finish(impl(in[0]).contiguous(), st);
     case DT_KV_EXPAND:
         need_inputs(DT_K_VIEW, n_in, 1, 1);
         check_ndim(a->ndim, "expand");
