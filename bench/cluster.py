@@ -11,12 +11,20 @@ each) on 127.0.0.1 and measures:
       connections use) against dtorch moving the same bytes: a host value to a node
       (``from_torch`` on a 1-device mesh of node 0, then a sync), a node's value read back
       (``to_torch``), a copy from a mesh on node 0 to a mesh on node 1 (``redistribute``), and an
-      all-reduce and an all-gather on a mesh spanning both nodes. Lines the runtime does not support
-      yet (it raises a RuntimeError) print "skipped" with the reason. Ratios are dtorch / ZeroMQ
-      time (1.0: as fast as a plain send).
+      all-reduce and an all-gather on a mesh spanning both nodes: one rank on each ([n0, n1]) and
+      two on each ([n0, n0+1, n1, n1+1]). Lines the runtime does not support yet (it raises a
+      RuntimeError) print "skipped" with the reason. Ratios are dtorch / ZeroMQ time (1.0: as fast
+      as a plain send). The spanning lines also print the bytes one collective moved through the
+      main node (``_cluster_info()``'s DATA bytes it sent plus received), load-independent, and
+      that as a multiple of the tensor's N bytes. Worker nodes send each other data directly, past
+      the main node, so by default these are the few messages relayed before a link is up (none
+      once it is); with --relay the worker nodes run with DTORCH_DIRECT_DATA=0, every message
+      passes through the main node and the bytes are all the collective moved, each counted on
+      both of its hops (into and out of the main node).
 
     .venv/bin/python bench/cluster.py                 # 2000 ops, 1 MiB and 16 MiB
     .venv/bin/python bench/cluster.py --n 500 --sizes 1M
+    .venv/bin/python bench/cluster.py --relay         # worker-to-worker data through the main node
 """
 from __future__ import annotations
 
@@ -181,8 +189,15 @@ def copy_time(nbytes: int, repeat: int, a0: int, b0: int) -> float:
     return timed(setup, repeat)
 
 
+def wire_bytes() -> int:
+    """DATA payload bytes the main node sent plus received so far (what passed through it)."""
+    info = dtorch._C._cluster_info()
+    return int(info.get("data_bytes_sent", 0)) + int(info.get("data_bytes_received", 0))
+
+
 def dtorch_lines(nbytes: int, repeat: int, a0: int, b0: int) -> List[tuple]:
-    """(name, seconds or None, reason) for each dtorch transfer of `nbytes` but node-to-node copies."""
+    """(name, seconds or None, reason, wire bytes or None) for each dtorch transfer of `nbytes`
+    but node-to-node copies."""
     numel = nbytes // 4
     t = torch.randn(numel)
     on_a = dtorch.DeviceMesh("cpu", [a0])
@@ -198,7 +213,7 @@ def dtorch_lines(nbytes: int, repeat: int, a0: int, b0: int) -> List[tuple]:
         g.sync()
         return step
 
-    lines.append(("host -> node (from_torch + sync)", timed(to_node, repeat), ""))
+    lines.append(("host -> node (from_torch + sync)", timed(to_node, repeat), "", None))
 
     def from_node():
         x = dtorch.from_torch(t, on_a, [Replicate()], graph=g)
@@ -208,55 +223,45 @@ def dtorch_lines(nbytes: int, repeat: int, a0: int, b0: int) -> List[tuple]:
     x = dtorch.from_torch(t, on_a, [Replicate()], graph=g)
     if not torch.equal(x.to_torch(), t):
         raise AssertionError("node read: wrong value")
-    lines.append(("node -> host (to_torch)", timed(from_node, repeat), ""))
+    lines.append(("node -> host (to_torch)", timed(from_node, repeat), "", None))
 
     def attempt(name: str, check: Callable[[], None], setup: Callable[[], Callable[[], None]]):
         try:
+            w0 = wire_bytes()
             check()
+            moved = wire_bytes() - w0
         except RuntimeError as e:
             if not unsupported(e):
                 raise
-            lines.append((name, None, str(e).split("\n")[0][:110]))
+            lines.append((name, None, str(e).split("\n")[0][:110], None))
             return
-        lines.append((name, timed(setup, repeat), ""))
+        lines.append((name, timed(setup, repeat), "", moved))
 
-    def spanning():
-        return dtorch.DeviceMesh("cpu", [a0, b0])
-
-    def allreduce_check():
-        m = spanning()
-        p = dtorch.from_torch(t, m, [Partial()], graph=g)
-        if not torch.equal(p.redistribute(placements=[Replicate()]).to_torch(), t):
-            raise AssertionError("all-reduce: wrong value")
-
-    def allreduce_setup():
-        p = dtorch.from_torch(t, spanning(), [Partial()], graph=g)
-        g.sync()
-
-        def step():
-            y = p.redistribute(placements=[Replicate()])
+    def collective(ids: List[int], placement) -> tuple:
+        """(check, setup) for the redistribute of `t` from `placement` to Replicate on mesh `ids`:
+        an all-reduce from Partial, an all-gather from Shard(0)."""
+        def check():
+            x = dtorch.from_torch(t, dtorch.DeviceMesh("cpu", ids), [placement], graph=g)
             g.sync()
-            del y
-        return step
+            y = x.redistribute(placements=[Replicate()])
+            g.sync()  # the bytes are counted once the collective ran, before the read
+            if not torch.equal(y.to_torch(), t):
+                raise AssertionError(f"{placement} -> Replicate on {ids}: wrong value")
 
-    attempt("all-reduce, mesh on both nodes", allreduce_check, allreduce_setup)
-
-    def allgather_check():
-        s = dtorch.from_torch(t, spanning(), [Shard(0)], graph=g)
-        if not torch.equal(s.redistribute(placements=[Replicate()]).to_torch(), t):
-            raise AssertionError("all-gather: wrong value")
-
-    def allgather_setup():
-        s = dtorch.from_torch(t, spanning(), [Shard(0)], graph=g)
-        g.sync()
-
-        def step():
-            y = s.redistribute(placements=[Replicate()])
+        def setup():
+            x = dtorch.from_torch(t, dtorch.DeviceMesh("cpu", ids), [placement], graph=g)
             g.sync()
-            del y
-        return step
 
-    attempt("all-gather, mesh on both nodes", allgather_check, allgather_setup)
+            def step():
+                y = x.redistribute(placements=[Replicate()])
+                g.sync()
+                del y
+            return step
+        return check, setup
+
+    for label, ids in (("1 rank on each node", [a0, b0]), ("2 ranks on each node", [a0, a0 + 1, b0, b0 + 1])):
+        attempt(f"all-reduce, {label}", *collective(ids, Partial()))
+        attempt(f"all-gather, {label}", *collective(ids, Shard(0)))
     return lines
 
 
@@ -270,11 +275,15 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=2000, help="tiny adds per loop (default 2000)")
     ap.add_argument("--repeat", type=int, default=5, help="runs per figure; the best is shown (default 5)")
     ap.add_argument("--sizes", default="1M,16M", help="bytes per transfer, comma-separated (default 1M,16M)")
+    ap.add_argument("--relay", action="store_true",
+                    help="worker nodes without direct links (DTORCH_DIRECT_DATA=0): all data via the main node")
     args = ap.parse_args()
     sizes = [parse_size(s) for s in args.sizes.split(",")]
 
     token = secrets.token_hex(32)
     os.environ["DTORCH_CLUSTER_TOKEN"] = token
+    if args.relay:
+        os.environ["DTORCH_DIRECT_DATA"] = "0"  # read by the worker nodes, which inherit it
     MainNode.set_address("127.0.0.1:0", cpu_devices=2)
     nodes = []
     try:
@@ -284,8 +293,9 @@ def main() -> None:
         MainNode.wait_cluster_ready(2, timeout_second=60)
         info = MainNode.nodes()
         a0, b0 = info[0]["first_device_id"], info[1]["first_device_id"]
-        print(f"dtorch cluster bench: main node + 2 worker nodes on loopback; {platform.machine()}, "
-              f"{os.cpu_count()} CPUs, torch {torch.__version__}, "
+        print(f"dtorch cluster bench: main node + 2 worker nodes on loopback "
+              f"({'relayed through the main node' if args.relay else 'direct worker-to-worker links'}); "
+              f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
               f"pyzmq {zmq.__version__ if zmq else 'absent'}")
 
         local = dtorch.DeviceMesh("cpu", [0, 1])
@@ -306,7 +316,7 @@ def main() -> None:
         copy_why = copies_work(a0, b0)  # last: it may leave both nodes blocked
         for nbytes, _, _, lines in results:
             lines.append(("node 0 -> node 1 (redistribute)",
-                          copy_time(nbytes, args.repeat, a0, b0) if copy_why is None else None, copy_why))
+                          copy_time(nbytes, args.repeat, a0, b0) if copy_why is None else None, copy_why, None))
         for nbytes, base, curve, lines in results:
             print(f"\n(b) {nbytes / (1 << 20):g} MiB, best of {args.repeat}")
             for name, sec in (("ZeroMQ send, plain", base), ("ZeroMQ send, CURVE", curve)):
@@ -314,13 +324,14 @@ def main() -> None:
                     print(f"    {name:36s} skipped (no pyzmq)")
                 else:
                     print(f"    {name:36s} {sec * 1e3:9.2f} ms {nbytes / sec / 1e9:7.2f} GB/s")
-            for name, sec, why in lines:
+            for name, sec, why, moved in lines:
                 if sec is None:
                     print(f"    {name:36s} skipped: {why}")
                     continue
                 ratio = f"x{sec / base:6.2f} plain" if base else ""
                 ratio += f", x{sec / curve:6.2f} CURVE" if curve else ""
-                print(f"    {name:36s} {sec * 1e3:9.2f} ms {nbytes / sec / 1e9:7.2f} GB/s  {ratio}")
+                wire = f"; {moved} B via the main node ({moved / nbytes:.2f} N)" if moved is not None else ""
+                print(f"    {name:36s} {sec * 1e3:9.2f} ms {nbytes / sec / 1e9:7.2f} GB/s  {ratio}{wire}")
     finally:
         MainNode.shutdown()
         for p in nodes:

@@ -105,13 +105,26 @@ DT_API int64_t dt_cluster_cuda_devices(void);
  * the process started): bytes and values of host data shipped (each a
  * device's piece of a host value, or a whole value a kernel reads), and
  * kernels shipped that the nodes have not reported run yet (the backlog
- * counts them), and the data messages (chunks) the main node relayed
- * between two worker nodes (those without a direct connection). */
+ * counts them), the data messages (chunks) the main node relayed between
+ * two worker nodes (those without a direct connection), and the data
+ * between nodes (collectives and copies of meshes on several nodes) that
+ * passed through the main node: payload bytes and DATA messages (a part
+ * travels in messages of at most 1 MiB) it sent to worker nodes (its own
+ * devices' parts and the ones it relays) and received from them. These
+ * are the main node's own: worker nodes send each other data directly,
+ * past it (a worker node started with DTORCH_DIRECT_DATA=0 neither takes
+ * nor sends direct data, so with it on every worker node all the data
+ * passes through the main node and these count all of it, a relayed byte
+ * twice: in and out). */
 typedef struct dt_cluster_counters {
     int64_t value_bytes;
     int64_t values;
     int64_t kernels_on_nodes;
     int64_t relayed;
+    int64_t data_bytes_sent;
+    int64_t data_messages_sent;
+    int64_t data_bytes_received;
+    int64_t data_messages_received;
 } dt_cluster_counters;
 DT_API void dt_cluster_counters_get(dt_cluster_counters *out);
 /* Tells every worker node to stop, closes the connections and forgets the

@@ -20,6 +20,7 @@
 #include "core/stream.h"
 #include "core/stream_int.h"
 #include "dist/comm.h"
+#include "dist/xfer.h"
 #include "dtorch/dtorch_cluster.h"
 
 static atomic_uint tags; /* the graphs' names on the worker nodes */
@@ -34,6 +35,8 @@ void dt_cluster_counters_get(dt_cluster_counters *out) {
     out->values = atomic_load(&sent_values);
     out->kernels_on_nodes = atomic_load(&on_nodes);
     out->relayed = dt__cluster_relayed();
+    dt__xfer_counters(&out->data_bytes_sent, &out->data_messages_sent, &out->data_bytes_received,
+                      &out->data_messages_received);
 }
 
 static void patch(dt__bytes *b, size_t at, uint64_t v, int n) {

@@ -116,6 +116,9 @@ static void group_free(group *gr) {
         for (int i = 0; gr->rv[j].slots && i < gr->n; i++)
             dt__blob_release(gr->rv[j].slots[i]);
         dt__free(gr->rv[j].slots);
+        if (gr->rv[j].pub)
+            dt__coll_span_clear(&gr->rv[j], gr->n);
+        dt__free(gr->rv[j].pub);
     }
     pthread_cond_destroy(&gr->cond);
     pthread_mutex_destroy(&gr->lock);
@@ -199,6 +202,11 @@ dt_status dt__comm_group_span(dt__comm *base, uint64_t id, uint32_t tag, uint64_
         dt__free(local);
         return DT_OK;
     }
+    for (int j = 0; j < 2; j++)
+        if (!gr->rv[j].pub && !(gr->rv[j].pub = dt__calloc(2 * (size_t)gr->n, sizeof *gr->rv[j].pub))) {
+            dt__free(local);
+            return dt__error(DT_ENOMEM, "collectives: out of memory (group)");
+        }
     /* From here on the group's ids are its devices' keys: the messages
      * (coll_span.c) name devices by key, whatever their type. */
     for (int i = 0; i < gr->n; i++)
@@ -318,6 +326,7 @@ rendezvous *dt__coll_arrive(group *gr, const dt__collattr *a, int r, dt__blob *i
         rv->busy = 1;
         rv->seq = a->seq;
         rv->arrived = rv->departed = 0;
+        rv->staged[0] = rv->staged[1] = 0;
     }
     rv->slots[r] = dt__blob_retain(in);
     if (++rv->arrived == expect)
@@ -335,6 +344,8 @@ void dt__coll_depart(group *gr, rendezvous *rv, int n, int expect) {
             dt__blob_release(rv->slots[p]);
             rv->slots[p] = NULL;
         }
+        if (rv->pub)
+            dt__coll_span_clear(rv, n);
         rv->busy = 0;
         pthread_cond_broadcast(&gr->cond);
     }

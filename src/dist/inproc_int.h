@@ -8,10 +8,17 @@
 #include "core/blob.h"
 #include "dist/comm.h"
 
+typedef struct span_pub span_pub; /* coll_span.c: a rank's host copy, or its error */
+
 typedef struct rendezvous {
     uint64_t seq;
     int busy, arrived, departed;
     dt__blob **slots; /* n: each rank's input (this process's ranks only, in a spanning group) */
+    /* A spanning group's all-reduce (coll_span.c): 2n published host copies
+     * (each local rank's input, then its reduced range) and how many local
+     * ranks reached each of its two stages. NULL in other groups. */
+    span_pub **pub;
+    int staged[2];
 } rendezvous;
 
 typedef struct group {
@@ -60,5 +67,8 @@ void dt__coll_fail(dt__blob *out, const char *opname, const char *err);
 
 void dt__coll_span_run(group *gr, const dt__collattr *a, int r, dt__blob *in, dt__blob *out,
                        const char *opname);
+/* Frees rv's published copies (the last rank to depart, under the group's
+ * lock). */
+void dt__coll_span_clear(rendezvous *rv, int n);
 
 #endif /* DT_DIST_INPROC_INT_H */

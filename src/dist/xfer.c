@@ -1,14 +1,32 @@
 /*
  * Data between nodes: the mailbox and the outbox (xfer.h). One lock
- * guards both and the lost devices; one condition wakes the waiting ranks
- * (broadcast on each delivery, loss and abort; a waiter checks its own
- * key). Few ranks wait at once (a node's devices), so one condition is
- * enough.
+ * guards both, the lost devices and the node table; one condition wakes
+ * the waiting ranks (broadcast on each delivery, loss and abort; a waiter
+ * checks its own key). Few ranks wait at once (a node's devices), so one
+ * condition is enough. A shared message's takers read its payload through
+ * views that hold a reference (xfer_share, atomic: views are freed without
+ * the lock).
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "dist/xfer.h"
+
+struct xfer_share {
+    atomic_int refs; /* the mailbox's while takers are to come, one per view */
+    dt__xfer_msg *m;
+};
+
+static void share_drop(void *arg) {
+    struct xfer_share *s = arg;
+    if (atomic_fetch_sub(&s->refs, 1) == 1) {
+        dt__xfer_msg_free(s->m);
+        dt__free(s);
+    }
+}
+
+static atomic_llong count_bytes[2], count_frames[2]; /* [1]: sent */
 
 typedef struct lost_range {
     int64_t first, count;
@@ -36,6 +54,8 @@ static struct {
     int nlost, caplost;
     failed_parts *failed;
     char abort_why[DT__XFER_TEXT]; /* non-empty: every other node is gone */
+    int64_t *layout;               /* node table: nlayout (first, count) pairs */
+    int nlayout;
 } X = {.mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
 void dt__xfer_msg_free(dt__xfer_msg *m) {
@@ -46,10 +66,15 @@ void dt__xfer_msg_free(dt__xfer_msg *m) {
     dt__free(m);
 }
 
+/* Frees a list; a shared message some takers already took is only let go
+ * of (their views hold its payload). */
 static void free_list(dt__xfer_msg *m) {
     while (m) {
         dt__xfer_msg *next = m->next;
-        dt__xfer_msg_free(m);
+        if (m->share)
+            share_drop(m->share);
+        else
+            dt__xfer_msg_free(m);
         m = next;
     }
 }
@@ -70,6 +95,9 @@ void dt__xfer_start(const dt__xfer_hooks *h) {
     X.abort_why[0] = 0;
     failed_parts *failed = X.failed;
     X.failed = NULL;
+    dt__free(X.layout);
+    X.layout = NULL;
+    X.nlayout = 0;
     pthread_mutex_unlock(&X.mu);
     free_failed(failed);
 }
@@ -85,6 +113,9 @@ void dt__xfer_stop(void) {
     X.nlost = X.caplost = 0;
     failed_parts *failed = X.failed;
     X.failed = NULL;
+    dt__free(X.layout);
+    X.layout = NULL;
+    X.nlayout = 0;
     if (!X.abort_why[0])
         snprintf(X.abort_why, sizeof X.abort_why, "the cluster ended");
     pthread_cond_broadcast(&X.cond);
@@ -176,13 +207,35 @@ static dt__xfer_msg *assemble(dt__xfer_msg *m) {
 }
 
 /* The record saying that dev takes no part in h's collective (or sends
- * none to it), or NULL. Under mu. */
+ * none to it), or NULL: both rounds of an all-reduce, shared messages too
+ * (their dst_device is a receiving rank's). Under mu. */
 static const failed_parts *failed_at(const dt__xfer_hdr *h, int64_t dev) {
+    uint64_t seq = h->seq & ~DT__XFER_ROUND2;
     for (const failed_parts *f = X.failed; f; f = f->next)
-        if (f->tag == h->tag && f->group == h->group && f->seq == h->seq && dev >= f->first &&
+        if (f->tag == h->tag && f->group == h->group && f->seq == seq && dev >= f->first &&
             dev < f->first + f->count)
             return f;
     return NULL;
+}
+
+/* Reads the node table out of m's payload: (first, count) pairs of
+ * little-endian int64. A malformed one is ignored (senders then address
+ * each rank, as without a table). Under mu. */
+static void set_layout(const dt__xfer_msg *m) {
+    size_t n = m->len / 16;
+    int64_t *v = n && m->len % 16 == 0 && n <= INT32_MAX ? dt__calloc(2 * n, sizeof *v) : NULL;
+    if (!v)
+        return;
+    const uint8_t *p = m->data;
+    for (size_t i = 0; i < 2 * n; i++) {
+        uint64_t x = 0;
+        for (int b = 7; b >= 0; b--)
+            x = x << 8 | p[8 * i + (size_t)b];
+        v[i] = (int64_t)x;
+    }
+    dt__free(X.layout);
+    X.layout = v;
+    X.nlayout = (int)n;
 }
 
 void dt__xfer_deliver(dt__xfer_msg *m) {
@@ -194,6 +247,12 @@ void dt__xfer_deliver(dt__xfer_msg *m) {
     }
     if (!m->h.error[0] && (m->h.offset != 0 || m->len != m->h.total) && !(m = assemble(m))) {
         pthread_mutex_unlock(&X.mu);
+        return;
+    }
+    if (m->h.group == 0) { /* the node table (dt__xfer_layout_msg) */
+        set_layout(m);
+        pthread_mutex_unlock(&X.mu);
+        dt__xfer_msg_free(m);
         return;
     }
     m->next = X.box;
@@ -210,17 +269,55 @@ static const char *gone(int64_t dev) {
     return X.abort_why[0] ? X.abort_why : NULL;
 }
 
+/* A taker's view of shared message m (in the box at *pp): a copy of its
+ * header and a reference on its payload; the last taker's view also takes
+ * m out of the box. NULL when out of memory. Under mu. */
+static dt__xfer_msg *take_view(dt__xfer_msg **pp, int32_t to, int shares) {
+    dt__xfer_msg *m = *pp, *v = dt__calloc(1, sizeof *v);
+    if (!m->share && v) {
+        if ((m->share = dt__calloc(1, sizeof *m->share))) {
+            atomic_init(&m->share->refs, 1);
+            m->share->m = m;
+            m->left = shares;
+        }
+    }
+    if (!v || !m->share) {
+        dt__free(v);
+        return NULL;
+    }
+    atomic_fetch_add(&m->share->refs, 1);
+    v->h = m->h;
+    v->h.to = to;
+    v->data = m->data;
+    v->len = m->len;
+    v->release = share_drop;
+    v->arg = m->share;
+    if (--m->left <= 0) {
+        *pp = m->next;
+        m->next = NULL;
+        share_drop(m->share); /* the box's reference: v still holds one */
+    }
+    return v;
+}
+
 dt__xfer_msg *dt__xfer_wait(uint32_t tag, uint64_t group, uint64_t seq, int32_t from, int32_t to,
-                            int64_t src_device, char *err, size_t errlen) {
+                            int64_t src_device, int shares, char *err, size_t errlen) {
     const dt__xfer_hdr key = {.tag = tag, .group = group, .seq = seq};
     pthread_mutex_lock(&X.mu);
     for (;;) {
         for (dt__xfer_msg **pp = &X.box; *pp; pp = &(*pp)->next) {
             dt__xfer_hdr *h = &(*pp)->h;
-            if (h->tag == tag && h->group == group && h->seq == seq && h->from == from && h->to == to) {
+            if (h->tag == tag && h->group == group && h->seq == seq && h->from == from &&
+                (h->to == to || h->to == DT__XFER_SHARED)) {
                 dt__xfer_msg *m = *pp;
-                *pp = m->next;
-                m->next = NULL;
+                if (h->to == DT__XFER_SHARED && (shares > 1 || m->share)) {
+                    m = take_view(pp, to, shares);
+                    if (!m)
+                        snprintf(err, errlen, "out of memory taking a shared message");
+                } else {
+                    *pp = m->next;
+                    m->next = NULL;
+                }
                 pthread_mutex_unlock(&X.mu);
                 return m;
             }
@@ -311,4 +408,61 @@ size_t dt__xfer_pending(void) {
         n++;
     pthread_mutex_unlock(&X.mu);
     return n;
+}
+
+void dt__xfer_set_layout(int n, const int64_t *first, const int64_t *count) {
+    int64_t *v = n > 0 ? dt__calloc(2 * (size_t)n, sizeof *v) : NULL;
+    for (int i = 0; v && i < n; i++) {
+        v[2 * i] = first[i];
+        v[2 * i + 1] = count[i];
+    }
+    pthread_mutex_lock(&X.mu);
+    dt__free(X.layout);
+    X.layout = v;
+    X.nlayout = v ? n : 0; /* out of memory: no table, so no shared messages */
+    pthread_mutex_unlock(&X.mu);
+}
+
+int dt__xfer_node_of(int64_t key) {
+    pthread_mutex_lock(&X.mu);
+    int idx = DT__XFER_NODE_UNKNOWN;
+    for (int i = 0; i < X.nlayout && idx < 0; i++)
+        if (key >= X.layout[2 * i] && key - X.layout[2 * i] < X.layout[2 * i + 1])
+            idx = i;
+    pthread_mutex_unlock(&X.mu);
+    return idx;
+}
+
+dt__xfer_msg *dt__xfer_layout_msg(int n, const int64_t *first, const int64_t *count) {
+    dt__xfer_msg *m = dt__calloc(1, sizeof *m);
+    uint8_t *buf = m && n > 0 ? dt__malloc(16 * (size_t)n) : NULL;
+    if (!buf) {
+        dt__free(m);
+        return NULL;
+    }
+    for (int i = 0; i < 2 * n; i++) {
+        uint64_t x = (uint64_t)(i % 2 ? count[i / 2] : first[i / 2]);
+        for (int b = 0; b < 8; b++)
+            buf[8 * (size_t)i + (size_t)b] = (uint8_t)(x >> (8 * b));
+    }
+    m->h.dtype = DT_INT64;
+    m->h.ndim = 1;
+    m->h.shape[0] = 2 * (int64_t)n;
+    m->data = buf;
+    m->len = m->h.total = 16 * (size_t)n;
+    m->release = dt__free;
+    m->arg = buf;
+    return m;
+}
+
+void dt__xfer_count(int out, size_t bytes, size_t frames) {
+    atomic_fetch_add(&count_bytes[out != 0], (long long)bytes);
+    atomic_fetch_add(&count_frames[out != 0], (long long)frames);
+}
+
+void dt__xfer_counters(int64_t *bytes_out, int64_t *frames_out, int64_t *bytes_in, int64_t *frames_in) {
+    *bytes_out = atomic_load(&count_bytes[1]);
+    *frames_out = atomic_load(&count_frames[1]);
+    *bytes_in = atomic_load(&count_bytes[0]);
+    *frames_in = atomic_load(&count_frames[0]);
 }

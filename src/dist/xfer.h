@@ -18,6 +18,18 @@
  * their connection is up, otherwise through the main node
  * (docs/decisions.md).
  *
+ * Shared messages: a part that several ranks of one node need (an
+ * all-gather's input, an all-reduce's reduced range) travels to that node
+ * once, addressed to DT__XFER_SHARED instead of a rank, and each of the
+ * node's ranks that needs it takes it from the mailbox (dt__xfer_wait with
+ * `shares`, the number of them): they read one payload. To send that way
+ * a rank must know which devices share a node: the node table
+ * (dt__xfer_node_of, by device key), which the main node sets here and
+ * sends every worker node (dt__xfer_layout_msg) when a node joins, ahead
+ * of any batch that could use it on the same connection. A shared message's dst_device is
+ * one of the receiving ranks' devices, so the transport routes it, as any
+ * message, to the node that owns dst_device (straight or relayed).
+ *
  * Threads: every function on any thread. The hooks are called without the
  * mailbox's lock held; dt__xfer_lost and dt__xfer_abort may be called with
  * other locks held (the mailbox's lock is a leaf).
@@ -73,7 +85,25 @@ typedef struct dt__xfer_msg {
     size_t len;
     void (*release)(void *arg);
     void *arg;
+    /* The mailbox's own (xfer.c): a shared message's takers still to come
+     * and the reference count its takers' views hold. */
+    int left;
+    struct xfer_share *share;
 } dt__xfer_msg;
+
+/* `to` of a message for every rank of the receiving node that needs it
+ * (its dst_device: any of them, for the routing). Not a rank (ranks are
+ * below a group's size, an int32), and not negative, which the wire
+ * refuses (net/wire.c). */
+#define DT__XFER_SHARED INT32_MAX
+/* dt__xfer_node_of: a device whose node this process does not know. */
+#define DT__XFER_NODE_UNKNOWN (-2)
+
+/* A collective's second round of messages (an all-reduce's all-gather,
+ * dist/coll_span.c) is numbered seq | DT__XFER_ROUND2, apart from the first
+ * round's among the same ranks; it is still collective seq for
+ * dt__xfer_fail_parts. Sequence numbers never reach this bit. */
+#define DT__XFER_ROUND2 ((uint64_t)1 << 63)
 
 /* Frees m and lets go of its payload. */
 void dt__xfer_msg_free(dt__xfer_msg *m);
@@ -111,11 +141,14 @@ void dt__xfer_deliver(dt__xfer_msg *m);
  * connection: each chunk counts as a sign of life, as a heartbeat does. */
 #define DT__XFER_CHUNK ((size_t)1 << 20)
 /* Waits for the message of (tag, group, seq) from rank `from` (on device
- * src_device) to rank `to`, and returns it (the caller's to free). NULL
- * with the reason in `err` when src_device's node is lost or the cluster
- * ended. */
+ * src_device) to rank `to`, or the shared one (DT__XFER_SHARED) that
+ * `shares` ranks of this node take (each calls this once with the same
+ * `shares`; the last one's take removes it), and returns it (the caller's
+ * to free; a shared message's payload lives until every taker freed its
+ * copy). NULL with the reason in `err` when src_device's node is lost, the
+ * cluster ended, or out of memory. */
 dt__xfer_msg *dt__xfer_wait(uint32_t tag, uint64_t group, uint64_t seq, int32_t from, int32_t to,
-                            int64_t src_device, char *err, size_t errlen);
+                            int64_t src_device, int shares, char *err, size_t errlen);
 /* The devices of keys [first, first + count) are on a node that is gone (`why`
  * names it): waits for them fail, now and later. */
 void dt__xfer_lost(int64_t first, int64_t count, const char *why);
@@ -131,5 +164,29 @@ void dt__xfer_fail_parts(uint32_t tag, uint64_t group, uint64_t seq, int64_t fir
 void dt__xfer_abort(const char *why);
 /* Messages waiting in the mailbox, whole (tests). */
 size_t dt__xfer_pending(void);
+
+/* The node table: entry i is the devices of keys [first[i], first[i] +
+ * count[i]) (dt__xfer_key), all of one type on one node (the main node's
+ * and every worker node's, lost ones too: ids are never reused). A node
+ * with devices of both types has an entry for each: the table says which
+ * devices of one type share a node, which is what shared messages need (a
+ * group's ranks are of one type, but for a copy between device types,
+ * which has one receiver). Replaces the table; dt__xfer_start empties it. */
+void dt__xfer_set_layout(int n, const int64_t *first, const int64_t *count);
+/* The index of the node table's entry that holds the device of key `key`,
+ * or DT__XFER_NODE_UNKNOWN: two keys of one type on one node have the same
+ * index. */
+int dt__xfer_node_of(int64_t key);
+/* The message that carries the node table to a worker node (group 0, which
+ * no collective uses: dt__xfer_deliver takes it in as the table); NULL when
+ * out of memory. */
+dt__xfer_msg *dt__xfer_layout_msg(int n, const int64_t *first, const int64_t *count);
+
+/* Traffic counters (dt_cluster_counters): DATA payload bytes and frames
+ * the transport sent (`out`: 1) or received (0). Only the main node's
+ * transport counts (net/cluster_data.c): worker nodes' direct messages to
+ * each other are not in them. Any thread. */
+void dt__xfer_count(int out, size_t bytes, size_t frames);
+void dt__xfer_counters(int64_t *bytes_out, int64_t *frames_out, int64_t *bytes_in, int64_t *frames_in);
 
 #endif /* DT_DIST_XFER_H */

@@ -368,7 +368,7 @@ dt_status dt_cluster_listen(const char *address, const dt_cluster_options *opts)
         st = dt__error(DT_EBACKEND, "cluster: the wake pipe: %s", zmq_strerror(zmq_errno()));
         goto fail;
     }
-    if ((st = dt__cluster_beat_open(bound)) != DT_OK)
+    if ((st = dt__cluster_beat_open(ep)) != DT_OK)
         goto fail;
     pthread_mutex_lock(&C.mu);
     snprintf(C.address, sizeof C.address, "%.159s", bound + 6);

@@ -39,7 +39,9 @@ dt_status dt__cluster_beat_open(const char *ep) {
     if (!colon || port >= 65535)
         return dt__error(DT_EINVAL, "cluster: no next port after %s for the heartbeats", ep);
     /* A given port P puts the heartbeats at P + 1 (a firewall rule can name
-     * both); a free port, at another free port. */
+     * both); port 0 (a free port: `ep` is the address asked for, not the one
+     * bound), at another free port, never at the bound one + 1, which another
+     * process may hold. */
     if (port > 0)
         snprintf(bep, sizeof bep, "%.*s:%d", (int)(colon - ep), ep, port + 1);
     else

@@ -4,11 +4,13 @@
  * for its own ranks, relays the ones between two worker nodes that are
  * not connected to each other (the frame moves from one socket to the
  * other, no copy), tells each node where the others take data directly
- * (PEER), tells every live node
- * when one is lost (the beat thread, cluster_beat.c) and when one could
- * not run a batch with collectives spanning nodes. Cluster thread, except
- * the hooks (any thread) and as each function says; see cluster.c for the
- * locks.
+ * (PEER), tells every live node when one is lost (the beat thread,
+ * cluster_beat.c) and when one could not run a batch with collectives
+ * spanning nodes, and keeps the node table, here and on every worker node.
+ * It counts the DATA bytes it sends and receives: its own ranks' and the
+ * ones it relays, not those worker nodes send each other directly
+ * (dtorch_cluster.h). Cluster thread, except the hooks (any thread) and as
+ * each function says; see cluster.c for the locks.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -68,6 +70,8 @@ void dt__cluster_send_data(void) {
             dt__xfer_msg_free(m);
             continue;
         }
+        size_t bytes = m->h.error[0] || !m->data ? 0 : m->len;
+        dt__xfer_count(1, bytes, bytes ? (bytes + DT__XFER_CHUNK - 1) / DT__XFER_CHUNK : 1);
         if (dt__net_send_data(C.router, rid, rid_len, m) != DT_OK)
             fprintf(stderr, "dtorch main node: %s\n", dt_last_error());
     }
@@ -75,6 +79,8 @@ void dt__cluster_send_data(void) {
 
 void dt__cluster_on_data(dt__net_in *in) {
     const dt__xfer_hdr *h = &in->m.u.data;
+    size_t bytes = in->has_extra ? zmq_msg_size(&in->extra) : 0;
+    dt__xfer_count(0, bytes, 1);
     int idx = node_of_key(h->dst_device);
     if (idx < 0) { /* for one of our ranks */
         dt__net_deliver_data(in, h);
@@ -90,6 +96,7 @@ void dt__cluster_on_data(dt__net_in *in) {
     dt__wire_msg w = in->m;
     dt_status st;
     atomic_fetch_add(&relayed, 1);
+    dt__xfer_count(1, bytes, 1);
     if (in->has_extra) {
         zmq_msg_t x;
         zmq_msg_init(&x);
@@ -164,7 +171,41 @@ void dt__cluster_data_failed(int idx, sentb *b, const char *why) {
     dt__free(b);
 }
 
+/* The node table (the main node's devices, then each worker node's, lost
+ * ones too; an entry for each device type of each node, as key ranges:
+ * dist/xfer.h) into this process's mailbox and to every live worker node:
+ * a new node's devices are in it before any batch that uses them leaves
+ * on the same connection. Under mu. */
+static void send_layout(void) {
+    int n = (C.n + 1) * DT_DEVICE_TYPES;
+    int64_t *first = dt__calloc((size_t)n, sizeof *first);
+    int64_t *count = dt__calloc((size_t)n, sizeof *count);
+    if (first && count) {
+        for (int t = 0; t < DT_DEVICE_TYPES; t++) {
+            first[t] = dt__xfer_key(t, 0);
+            count[t] = t == DT_DEVICE_CUDA ? C.cuda_local : C.cpu_devices;
+        }
+        for (int i = 0; i < C.n; i++)
+            for (int t = 0; t < DT_DEVICE_TYPES; t++)
+                key_range(&C.nodes[i], t, &first[(i + 1) * DT_DEVICE_TYPES + t],
+                          &count[(i + 1) * DT_DEVICE_TYPES + t]);
+        dt__xfer_set_layout(n, first, count);
+        for (int i = 0; i < C.n; i++) {
+            if (C.nodes[i].info.state != DT_NODE_ALIVE)
+                continue;
+            dt__xfer_msg *m = dt__xfer_layout_msg(n, first, count);
+            if (m && dt__net_send_data(C.router, C.nodes[i].rid, C.nodes[i].rid_len, m) != DT_OK)
+                fprintf(stderr, "dtorch main node: %s\n", dt_last_error());
+        }
+    } else { /* out of memory: no table anywhere, so every part goes to each rank */
+        dt__xfer_set_layout(0, NULL, NULL);
+    }
+    dt__free(first);
+    dt__free(count);
+}
+
 void dt__cluster_data_welcome(const uint8_t *rid, size_t rid_len) {
+    send_layout();
     for (int i = 0; i < C.n; i++)
         if (C.nodes[i].info.state == DT_NODE_LOST)
             send_lost(C.router, rid, rid_len, &C.nodes[i]);

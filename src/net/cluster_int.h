@@ -144,8 +144,8 @@ void dt__cluster_on_data(dt__net_in *in);
 void dt__cluster_data_lost(const node *nd);
 void dt__cluster_data_tell_lost(void *sock, const node *nd);
 void dt__cluster_data_failed(int idx, sentb *b, const char *why);
-/* Tells a node just welcomed about the nodes lost before it joined (under
- * mu). */
+/* Tells a node just welcomed about the nodes lost before it joined, and
+ * every live node (and this process) the node table (under mu). */
 void dt__cluster_data_welcome(const uint8_t *rid, size_t rid_len);
 /* Tells a node just registered where the other live nodes take DATA
  * directly, and them where it does (under mu). */

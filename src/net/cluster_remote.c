@@ -33,40 +33,47 @@ void dt__cluster_sent_free(node *nd) {
 
 /* Fails and drops every pending future of a node that is not alive (or of
  * node `only` when >= 0, with `why`: those of its batch `batch` when not
- * 0). Never under mu. */
+ * 0), one node at a time, so that each read gets its own node's error
+ * when several nodes were lost at once. Never under mu. */
 void dt__cluster_reap(int only, uint64_t batch, const char *why) {
-    pend *dead = NULL;
-    char msg[DT__WIRE_TEXT_MAX + 600] = "";
-    pthread_mutex_lock(&C.mu);
-    for (pend **pp = &C.pend; *pp;) {
-        pend *p = *pp;
-        int gone = only >= 0 ? p->node == only && (!batch || p->batch == batch)
-                             : p->node >= C.n || C.nodes[p->node].info.state != DT_NODE_ALIVE;
-        if (gone) {
-            *pp = p->next;
-            p->next = dead;
-            dead = p;
-            if (!msg[0]) {
-                if (why)
-                    snprintf(msg, sizeof msg, "%s", why);
-                else if (p->node < C.n && C.nodes[p->node].info.error[0])
-                    snprintf(msg, sizeof msg, "%s", C.nodes[p->node].info.error);
-                else
-                    snprintf(msg, sizeof msg, "worker node %d (%s) was stopped: the cluster is shut down",
-                             p->node, p->node < C.n ? C.nodes[p->node].info.address : "?");
+    for (;;) {
+        pend *dead = NULL;
+        int node = -1;
+        char msg[DT__WIRE_TEXT_MAX + 600] = "";
+        pthread_mutex_lock(&C.mu);
+        for (pend **pp = &C.pend; *pp;) {
+            pend *p = *pp;
+            int gone = only >= 0 ? p->node == only && (!batch || p->batch == batch)
+                                 : p->node >= C.n || C.nodes[p->node].info.state != DT_NODE_ALIVE;
+            if (gone && (node < 0 || p->node == node)) {
+                *pp = p->next;
+                p->next = dead;
+                dead = p;
+                if (node < 0) {
+                    node = p->node;
+                    if (why)
+                        snprintf(msg, sizeof msg, "%s", why);
+                    else if (p->node < C.n && C.nodes[p->node].info.error[0])
+                        snprintf(msg, sizeof msg, "%s", C.nodes[p->node].info.error);
+                    else
+                        snprintf(msg, sizeof msg, "worker node %d (%s) was stopped: the cluster is shut down",
+                                 p->node, p->node < C.n ? C.nodes[p->node].info.address : "?");
+                }
+            } else {
+                pp = &p->next;
             }
-        } else {
-            pp = &p->next;
         }
-    }
-    pthread_mutex_unlock(&C.mu);
-    while (dead) {
-        pend *p = dead;
-        dead = p->next;
-        dt__future_fail(p->f, DT_EKERNEL, msg);
-        for (int i = 0; i < p->remaining; i++)
-            dt_future_release(p->f);
-        dt__free(p);
+        pthread_mutex_unlock(&C.mu);
+        if (!dead)
+            return;
+        while (dead) {
+            pend *p = dead;
+            dead = p->next;
+            dt__future_fail(p->f, DT_EKERNEL, msg);
+            for (int i = 0; i < p->remaining; i++)
+                dt_future_release(p->f);
+            dt__free(p);
+        }
     }
 }
 

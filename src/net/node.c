@@ -68,6 +68,7 @@ typedef struct nodectx {
     int64_t cuda_first; /* the global id of its CUDA device 0 (the welcome's) */
     const char *token;
     int quiet;
+    int relay_only; /* DTORCH_DIRECT_DATA=0: no data port, no peers; all data via the main node */
     const char *main;
     dt__subctl *sub; /* made by the first batch */
     char name[200];  /* "worker node I (host H, pid P)", for errors that name it */
@@ -236,7 +237,7 @@ static int data_open(nodectx *n) {
 /* Connects to another worker node's data port (a PEER message). Any
  * failure leaves its messages to the main node's relay. */
 static void add_peer(nodectx *n, const dt__wire_msg *m) {
-    if (m->u.peer.node_index == n->index)
+    if (m->u.peer.node_index == n->index || n->relay_only)
         return;
     if (n->npeers == n->cappeers) {
         int cap = n->cappeers ? 2 * n->cappeers : 8;
@@ -604,7 +605,13 @@ int dt_node_run(const dt_node_options *opts) {
     }
     char ep[300];
     snprintf(ep, sizeof ep, "tcp://%s", opts->main_address);
-    nodectx n = {.quiet = opts->quiet, .main = opts->main_address, .token = token};
+    /* DTORCH_DIRECT_DATA=0 turns the direct links off (docs/cluster.md): the
+     * main node then sees, and counts, every message of this node. */
+    const char *direct = getenv("DTORCH_DIRECT_DATA");
+    nodectx n = {.quiet = opts->quiet,
+                 .main = opts->main_address,
+                 .token = token,
+                 .relay_only = direct && strcmp(direct, "0") == 0};
     n.beat.stop[0] = n.beat.stop[1] = n.beat.wake[0] = n.beat.wake[1] = -1;
     int rc = 1, zero = 0, linger = 200;
     dt__net_in *in = dt__calloc(1, sizeof *in);
@@ -657,7 +664,7 @@ int dt_node_run(const dt_node_options *opts) {
         snprintf(reg.u.reg.host, sizeof reg.u.reg.host, "?");
     reg.u.reg.token = (const uint8_t *)token;
     reg.u.reg.token_len = strlen(token);
-    reg.u.reg.data_port = (uint32_t)data_open(&n);
+    reg.u.reg.data_port = n.relay_only ? 0 : (uint32_t)data_open(&n);
     rc = enroll(&n, &reg, opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 60000, in);
     if (rc == GONE) {
         say(&n, "the main node at %s is gone (it closed the connection while registering): exiting",

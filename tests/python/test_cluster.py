@@ -221,6 +221,32 @@ def test_loss_within_two_intervals(slow_cluster):
     _check(dtorch.from_torch(torch.arange(8.0), lm, [Shard(0)], graph=g) * 2, torch.arange(8.0) * 2)
 
 
+def test_reads_of_several_nodes_fail_each_with_its_node(cluster):
+    """Reads waiting on two worker nodes that end at once (both stopped with SIGSTOP, then the
+    main node shuts down before either is lost) fail each naming its own node: the main node
+    fails them in one pass, which once gave every read the first node's error (seen when two
+    nodes were lost in the same heartbeat pass)."""
+    procs = {p.pid: p for p in (cluster("--cpu-devices=1", "--quiet") for _ in range(2))}
+    MainNode.wait_cluster_ready(2, timeout_second=60)
+    nodes = MainNode.nodes()
+    g = dtorch.Graph()
+    futures = []
+    for n in nodes:
+        x = dtorch.from_torch(torch.arange(4.0), dtorch.DeviceMesh("cpu", [n["first_device_id"]]), [Replicate()],
+                              graph=g)
+        _check(x + 1, torch.arange(4.0) + 1)
+        procs[n["pid"]].send_signal(signal.SIGSTOP)
+        futures.append((n, (x * 2).to_torch_async()))
+    for _, f in futures:  # time for both reads to leave: they then wait on their nodes
+        assert not f.wait_for(500)
+    MainNode.shutdown()
+    for n, f in futures:
+        assert f.wait_for(30_000), "a read still waits after the shutdown"
+        with pytest.raises(RuntimeError) as e:
+            f.get()
+        assert f"worker node {n['index']} " in str(e.value), (n["index"], str(e.value))
+
+
 def test_node_exits_when_main_disappears(tmp_path):
     env = dict(os.environ, DTORCH_CLUSTER_TOKEN=TOKEN)
     env.pop("DTORCH_MAIN_NODE_ADDRESS", None)  # set_address(None): loopback

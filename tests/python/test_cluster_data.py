@@ -66,6 +66,39 @@ def two_nodes_fast(monkeypatch):
     yield from _two_nodes_at(monkeypatch, FAST_HB)
 
 
+@pytest.fixture
+def two_nodes_relayed(monkeypatch):
+    """As two_nodes, the worker nodes started with DTORCH_DIRECT_DATA=0: they neither listen for
+    nor connect to each other, so all data between nodes passes through the main node."""
+    monkeypatch.setenv("DTORCH_DIRECT_DATA", "0")
+    yield from _two_nodes_at(monkeypatch, HB)
+
+
+def _direct_links_up(g):
+    """Waits (bounded) until A and B send each other messages directly: they connect when the
+    second registers, and until a connection is up (a few ms after) a message goes through the
+    main node instead."""
+    on = {i: dtorch.DeviceMesh("cpu", [i]) for i in (4, 6)}
+    small = {i: dtorch.from_torch(torch.arange(4.0), on[i], [Replicate()], graph=g) for i in (4, 6)}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        before = _C._cluster_info()["relayed"]
+        for i, j in ((4, 6), (6, 4)):
+            small[i].redistribute(device_mesh=on[j], placements=[Replicate()]).to_torch()
+        if _C._cluster_info()["relayed"] == before:
+            return
+    raise AssertionError("A and B still relay through the main node after 30 s")
+
+
+def _on_three_nodes(kind, t, seed, g):
+    """`t` on a mesh of 2 ranks on each of the main node, A and B, placed so that its redistribute
+    to Replicate is the collective `kind`: a genuine Partial ("all-reduce") or Shard(0)."""
+    span = dtorch.DeviceMesh("cpu", [0, 1, 4, 5, 6, 7])
+    if kind == "all-reduce":
+        return genuine_partial(t, span, [Partial()], seed=seed, graph=g)
+    return dtorch.from_torch(t, span, [Shard(0)], graph=g)
+
+
 def _randn(*shape, seed=0):
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
 
@@ -215,12 +248,15 @@ def test_node_killed_during_cross_node_collective(two_nodes):
         dtorch.from_torch(t, span, [Shard(0)], graph=g).redistribute(placements=[Replicate()]).to_torch()
 
 
-def test_2d_mesh_data_parallel_across_nodes(two_nodes):
-    """A 2x2 mesh whose rows are worker nodes A and B (dim 0 across nodes, dim 1 within one):
-    collectives along either dim, and a row-parallel matmul's Partial over both, give what the
-    2x2 mesh of this process's 4 devices gives, device by device, and torch's values."""
+@pytest.mark.parametrize("rows", [[[4, 5], [6, 7]], [[4, 6], [5, 7]], [[2, 4], [3, 5]]],
+                         ids=["rows A, B", "columns A, B", "columns main, A"])
+def test_2d_mesh_data_parallel_across_nodes(two_nodes, rows):
+    """A 2x2 mesh over two nodes, one mesh dim across the nodes and the other within one (either
+    way round; the main node as one of them): collectives along either dim, and a row-parallel
+    matmul's Partial over both, give what the 2x2 mesh of this process's 4 devices gives, device
+    by device, and torch's values."""
     g = dtorch.Graph()
-    span = dtorch.DeviceMesh("cpu", [[4, 5], [6, 7]], mesh_dim_names=("dp", "tp"))
+    span = dtorch.DeviceMesh("cpu", rows, mesh_dim_names=("dp", "tp"))
     here = dtorch.DeviceMesh("cpu", [[0, 1], [2, 3]], mesh_dim_names=("dp", "tp"))
     t, w = _randn(6, 8, seed=21), _randn(8, 5, seed=22)
     outs = []
@@ -247,17 +283,7 @@ def test_worker_to_worker_directly(two_nodes):
     t = _randn(1024, 1024, seed=12)
     x = dtorch.from_torch(t, a, [Shard(0)], graph=g)
     _check(x.redistribute(device_mesh=b, placements=[Replicate()]), t)
-    # The nodes connect when the second registers; until a connection is up (a few ms after), a
-    # message goes through the main node instead. Wait for it, bounded.
-    on = {i: dtorch.DeviceMesh("cpu", [i]) for i in (4, 6)}
-    small = {i: dtorch.from_torch(torch.arange(4.0), on[i], [Replicate()], graph=g) for i in (4, 6)}
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        before = _C._cluster_info()["relayed"]
-        for i, j in ((4, 6), (6, 4)):
-            small[i].redistribute(device_mesh=on[j], placements=[Replicate()]).to_torch()
-        if _C._cluster_info()["relayed"] == before:
-            break
+    _direct_links_up(g)
     before = _C._cluster_info()["relayed"]
     _check(x.redistribute(device_mesh=b, placements=[Shard(1)]), t)
     assert _C._cluster_info()["relayed"] == before
@@ -265,24 +291,26 @@ def test_worker_to_worker_directly(two_nodes):
     assert _C._cluster_info()["relayed"] == before
 
 
-def test_batch_a_node_cannot_decode(two_nodes):
-    """Worker node B cannot decode the batch holding its ranks of an all-reduce over the main node,
-    A and B (a test hook sends it a byte short): the read fails at once, naming B; the main node's
-    and A's ranks that waited for B's parts woke (the mesh's next all-reduce, which needs every
-    rank's stream, is right); B stays in the cluster (no loss ended the wait), and a value the
-    failed batch would have made reads as failed with the same error."""
+@pytest.mark.parametrize("kind", ["all-reduce", "all-gather"])
+def test_batch_a_node_cannot_decode(two_nodes, kind):
+    """Worker node B cannot decode the batch holding its ranks of an all-reduce (or all-gather)
+    over 2 ranks on each of the main node, A and B (a test hook sends it a byte short): the read
+    fails at once, naming B; the main node's and A's ranks that waited for B's parts woke (B's
+    shared messages, and the all-reduce's second round, whose messages for B's ranks' reduced
+    ranges never come either); the mesh's next collective, which needs every rank's stream, is
+    right; B stays in the cluster (no loss ended the wait), and a value the failed batch would have
+    made reads as failed with the same error."""
     from dtorch.test.probes import held_controller
 
     node_b = MainNode.nodes()[1]
     g = dtorch.Graph()
-    span = dtorch.DeviceMesh("cpu", [0, 1, 4, 5, 6, 7])
     t = torch.randint(-5, 6, (6, 4), generator=torch.Generator().manual_seed(8)).float()
-    p = genuine_partial(t, span, [Partial()], seed=2, graph=g)
+    p = _on_three_nodes(kind, t, 2, g)
     _check(p.redistribute(placements=[Replicate()]), t)
     g.sync()
     _C._test_corrupt_next_batch(1)
     t0 = time.monotonic()
-    with held_controller(g):  # one round: B's product and its all-reduce ranks in one batch
+    with held_controller(g):  # one round: B's product and its collective's ranks in one batch
         doubled = p * 2
         r = doubled.redistribute(placements=[Replicate()])
     f = r.to_torch_async()
@@ -297,15 +325,15 @@ def test_batch_a_node_cannot_decode(two_nodes):
     with pytest.raises(RuntimeError, match="could not run a batch"):
         doubled.to_torch()
     later = (p * 3).redistribute(placements=[Replicate()]).to_torch_async()
-    assert later.wait_for(60_000), "a rank is still stuck in the failed all-reduce"
+    assert later.wait_for(60_000), f"a rank is still stuck in the failed {kind}"
     assert torch.equal(later.get(), t * 3)
 
 
 def test_large_transfers_under_load_no_false_loss(two_nodes_fast):
     """Heartbeats every 0.5 s (a node is lost after 1 s of silence) while two busy processes load
-    the machine's cores: 128 MiB from the main node to A, then from A to B (relayed by the main
-    node), and an all-reduce of 32 MiB over the main node, A and B finish with the right values
-    and no node is lost. (Before heartbeats had a connection, a ZeroMQ I/O thread and a thread of
+    the machine's cores: 128 MiB from the main node to A, then from A to B (directly), and an
+    all-reduce of 32 MiB over the main node, A and B finish with the right values and no node is
+    lost. (Before heartbeats had a connection, a ZeroMQ I/O thread and a thread of
     their own, 64 MB lost nodes at a 1 s interval on this machine.)"""
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
@@ -326,3 +354,113 @@ def test_large_transfers_under_load_no_false_loss(two_nodes_fast):
         for q in busy:
             q.kill()
             q.wait(timeout=30)
+
+
+def _fold(vals):
+    """The pieces added left to right in rank order: what the in-process all-reduce computes."""
+    acc = vals[0]
+    for v in vals[1:]:
+        acc = torch.add(acc, v)
+    return acc
+
+
+@pytest.mark.parametrize("ids", [[2, 3, 4, 5], [4, 6, 5, 7], [0, 1, 4, 5, 6, 7]],
+                         ids=["main+A", "A+B interleaved", "2 on each node"])
+def test_all_reduce_ranges_across_nodes(two_nodes, ids):
+    """An all-reduce across nodes is a reduce-scatter then an all-gather of the flattened tensor,
+    each rank adding its range of the ranks' pieces in rank order: uneven ranges (numel not a
+    multiple of the ranks), fewer elements than ranks, none, 1-D, ranges larger than a message
+    chunk (1 MiB), float64, bfloat16 and int32 give on every device exactly the rank-order sum of
+    the genuine Partial's pieces, and what a one-process mesh of the same size gives (for the
+    sizes this process has devices for)."""
+    g = dtorch.Graph()
+    span = dtorch.DeviceMesh("cpu", ids)
+    here = dtorch.DeviceMesh("cpu", list(range(len(ids)))) if len(ids) <= 4 else None
+    ints = torch.randint(-50, 50, (3, 9), generator=torch.Generator().manual_seed(36), dtype=torch.int32)
+    cases = [_randn(5, 7, seed=31), _randn(1, 3, seed=32), torch.zeros(0, 7), _randn(11, seed=33),
+             _randn(1100, 1024, seed=34), _randn(6, 5, seed=35).double(), _randn(4, 9, seed=37).bfloat16(),
+             ints]
+    for i, t in enumerate(cases):
+        p = genuine_partial(t, span, [Partial()], seed=40 + i, graph=g)
+        got = p.redistribute(placements=[Replicate()])
+        want = _fold(local_values(p))
+        vals = local_values(got)
+        assert len(vals) == len(ids) and all(torch.equal(v, want) for v in vals), (t.shape, t.dtype)
+        if here is not None:
+            ref = genuine_partial(t, here, [Partial()], seed=40 + i, graph=g)
+            assert all(torch.equal(a, b) for a, b in zip(local_values(ref), local_values(p)))
+            _same(got, ref.redistribute(placements=[Replicate()]))
+
+
+def _moved(g, step):
+    """Bytes of data between nodes that `step()` moved through the main node (its DATA counters,
+    sent plus received), once what it started has run."""
+    info = _C._cluster_info()
+    before = info["data_bytes_sent"] + info["data_bytes_received"]
+    keep = step()
+    g.sync()
+    info = _C._cluster_info()
+    return info["data_bytes_sent"] + info["data_bytes_received"] - before, keep
+
+
+@pytest.mark.parametrize("ids, cluster, allreduce, allgather",
+                         [([4, 5, 6, 7], "two_nodes_relayed", 6, 2), ([2, 3, 4, 5], "two_nodes", 3, 1),
+                          ([4, 5, 6, 7], "two_nodes", 0, 0)],
+                         ids=["A+B relayed", "main+A", "A+B direct"])
+def test_collective_bytes_between_nodes(request, ids, cluster, allreduce, allgather):
+    """The bytes a collective over 2 ranks on each of 2 nodes moves, in tensor sizes N (counted,
+    so independent of the machine's load): an all-reduce sends each rank's range to each rank of
+    the other node (N in all) and each reduced range once to the other node (N/2 each way), an
+    all-gather each shard once to the other node. The main node counts what passes through it:
+    between the main node and a worker node every byte (one hop); between two worker nodes every
+    byte twice (two hops) when they relay through it (DTORCH_DIRECT_DATA=0), none when they send
+    each other directly."""
+    request.getfixturevalue(cluster)
+    g = dtorch.Graph()
+    if cluster == "two_nodes" and ids[0] >= 4:
+        _direct_links_up(g)
+    relayed = _C._cluster_info()["relayed"]
+    mesh = dtorch.DeviceMesh("cpu", ids)
+    t = _randn(64, 256, seed=41)
+    n = t.numel() * t.element_size()
+    p = genuine_partial(t, mesh, [Partial()], seed=2, graph=g)
+    x = dtorch.from_torch(t, mesh, [Shard(0)], graph=g)
+    g.sync()
+    moved, y = _moved(g, lambda: p.redistribute(placements=[Replicate()]))
+    assert moved == allreduce * n, (moved, n)
+    assert all(torch.equal(v, _fold(local_values(p))) for v in local_values(y))
+    moved, z = _moved(g, lambda: x.redistribute(placements=[Replicate()]))
+    assert moved == allgather * n, (moved, n)
+    _check(z, t)
+    assert (_C._cluster_info()["relayed"] > relayed) == (cluster == "two_nodes_relayed")
+
+
+@pytest.mark.parametrize("kind", ["all-reduce", "all-gather"])
+def test_node_killed_mid_collective(two_nodes, kind):
+    """Worker node B stopped (SIGSTOP) while a collective over 2 ranks on each of the three nodes
+    is in flight (the main node's and A's ranks sent their first messages and wait for B's), then
+    SIGKILLed: the read raises naming B within the loss bound, never hangs, and A and the main
+    node go on, a mesh spanning the two of them too."""
+    node_b = MainNode.nodes()[1]
+    g = dtorch.Graph()
+    t = torch.randint(-5, 6, (6, 4), generator=torch.Generator().manual_seed(9)).float()
+    x = _on_three_nodes(kind, t, 3, g)
+    _check(x.redistribute(placements=[Replicate()]), t)  # the mesh works before
+    two_nodes[1].send_signal(signal.SIGSTOP)
+    t0 = time.monotonic()
+    f = (x * 2).redistribute(placements=[Replicate()]).to_torch_async()
+    assert f.wait_for(300) is False  # in flight: B's parts cannot come
+    two_nodes[1].send_signal(signal.SIGKILL)
+    assert f.wait_for(int((2 * HB + 5.0) * 1000)) is True, "the read still waits"
+    took = time.monotonic() - t0
+    with pytest.raises(RuntimeError) as e:
+        f.get()
+    msg = str(e.value)
+    assert "worker node 1" in msg and str(node_b["pid"]) in msg, msg
+    assert took < 2 * HB + 2.5, took
+    assert MainNode.nodes()[0]["state"] == "alive" and MainNode.nodes()[1]["state"] == "lost"
+    t1 = time.monotonic()
+    both = dtorch.DeviceMesh("cpu", [0, 1, 4, 5])
+    _check(genuine_partial(t, both, [Partial()], seed=4, graph=g).redistribute(placements=[Replicate()]), t)
+    _check(dtorch.from_torch(t, both, [Shard(0)], graph=g).redistribute(placements=[Replicate()]), t)
+    assert time.monotonic() - t1 < 30
