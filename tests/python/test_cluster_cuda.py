@@ -30,6 +30,8 @@ from dtorch import MainNode, Partial, Replicate, Shard, _C
 from dtorch.node import executable
 from dtorch.test.test_util import assert_replicas_equal, genuine_partial, local_values
 
+from helpers import moved_between_nodes
+
 
 def _stand_in_available() -> bool:
     """The stand-in GPUs register only in a build without a real CUDA backend."""
@@ -61,13 +63,9 @@ def _node(*args, env=None):
                              "--quiet", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-@pytest.fixture
-def cuda_cluster(monkeypatch):
-    """Main node: 6 CPU devices, M CUDA devices. Worker node A: 1 CPU device, --cuda-devices=2;
-    worker node B: 1 CPU device, --cuda-devices=0,2 of 3 stand-ins (on a GPU: all, 2 logical).
-    Returns (A, B) processes."""
+def _cuda_cluster_at(monkeypatch, node_env_extra):
     monkeypatch.setenv("DTORCH_CLUSTER_TOKEN", TOKEN)
-    node_env = dict(os.environ, DTORCH_CLUSTER_TOKEN=TOKEN)
+    node_env = dict(os.environ, DTORCH_CLUSTER_TOKEN=TOKEN, **node_env_extra)
     if STAND_IN:
         _C._test_fake_cuda(M)
         args_a, args_b = ["--debug-fake-gpus=2", "--cuda-devices=2"], ["--debug-fake-gpus=3", "--cuda-devices=0,2"]
@@ -92,6 +90,21 @@ def cuda_cluster(monkeypatch):
             p.communicate(timeout=30)
         if STAND_IN:
             _C._test_fake_cuda(0)
+
+
+@pytest.fixture
+def cuda_cluster(monkeypatch):
+    """Main node: 6 CPU devices, M CUDA devices. Worker node A: 1 CPU device, --cuda-devices=2;
+    worker node B: 1 CPU device, --cuda-devices=0,2 of 3 stand-ins (on a GPU: all, 2 logical).
+    Returns (A, B) processes."""
+    yield from _cuda_cluster_at(monkeypatch, {})
+
+
+@pytest.fixture
+def cuda_cluster_relayed(monkeypatch):
+    """As cuda_cluster, the worker nodes started with DTORCH_DIRECT_DATA=0: all data between nodes
+    passes through the main node, which counts it."""
+    yield from _cuda_cluster_at(monkeypatch, {"DTORCH_DIRECT_DATA": "0"})
 
 
 def _cuda(ids):
@@ -212,6 +225,35 @@ def test_collectives_on_a_spanning_mesh(cuda_cluster, ids):
     got, want = (p.redistribute(device_mesh=p.device_mesh, placements=[Replicate(), Replicate()]) for p in p2)
     _same(got, want)
     _check(got, want.to_torch())
+
+
+@pytest.mark.parametrize("ids, cluster, allreduce, allgather",
+                         [(A + B, "cuda_cluster_relayed", 6, 2), ([M - 2, M - 1] + A, "cuda_cluster", 3, 1)],
+                         ids=["A+B relayed", "main+A"])
+def test_collective_bytes_between_nodes(request, ids, cluster, allreduce, allgather):
+    """A cuda mesh of 2 ranks on each of 2 nodes moves as few bytes as a cpu one (in tensor sizes
+    N, test_cluster_data.py): an all-reduce each rank's range to each rank of the other node and
+    each reduced range once to the other node, an all-gather each shard once to the other node.
+    Once per node needs the node table to say which CUDA devices share a node (its CUDA entries);
+    without them each part would go to each rank (4 N and 2 N between the main node and A). The
+    main node counts every byte between it and A (one hop), and every byte between A and B twice
+    when they relay through it. The results equal an in-process cuda mesh's, device by device."""
+    request.getfixturevalue(cluster)
+    g = dtorch.Graph()
+    relayed = _C._cluster_info()["relayed"]
+    mesh, ref = _cuda(ids), _cuda([0, 1, 2, 3])
+    t = _randn(64, 256, seed=41)
+    n = t.numel() * t.element_size()
+    ps = [genuine_partial(t, m, [Partial()], seed=2, graph=g) for m in (mesh, ref)]
+    xs = [dtorch.from_torch(t, m, [Shard(0)], graph=g) for m in (mesh, ref)]
+    g.sync()
+    moved, y = moved_between_nodes(g, lambda: ps[0].redistribute(placements=[Replicate()]))
+    assert moved == allreduce * n, (moved, n)
+    _same(y, ps[1].redistribute(placements=[Replicate()]))
+    moved, z = moved_between_nodes(g, lambda: xs[0].redistribute(placements=[Replicate()]))
+    assert moved == allgather * n, (moved, n)
+    _check(z, t)
+    assert (_C._cluster_info()["relayed"] > relayed) == (cluster == "cuda_cluster_relayed")
 
 
 def _refused(args, env_extra=None):
