@@ -12,7 +12,11 @@
 #   1. build      CMake into build-gpu/ against python3's torch; the CUDA shim
 #                 must be linked (torch_cuda=ON nccl=ON in the configure line);
 #                 only the extension and dtorch-node are built (-j nproc)
-#   2. smoke      a cuda mesh is satisfiable; tests/python/test_cuda.py
+#   2. smoke      a cuda mesh is satisfiable; tests/python/test_cuda.py;
+#                 cluster_cuda: tests/python/test_cluster_cuda.py on the GPU
+#                 (worker nodes' CUDA devices, data between nodes staged
+#                 through host memory), when libzmq travelled in .zmq/
+#                 (tools/gpu_zmq.sh; the image has none)
 #   3. suite x8   the Python suite on cuda meshes, one GPU as 8 logical devices
 #                 (DTORCH_TEST_DEVICE=cuda: tests/python/conftest.py turns cpu
 #                 meshes into cuda ones and torch's default device into cuda)
@@ -146,8 +150,16 @@ fi
 
 # ------------------------------------------------------------ 1. build
 # The same configure line as a development build (tools/setup.sh) against
-# this Python; only the targets the Python suite needs are built.
-step configure 90 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDT_PYTHON="$py"
+# this Python; only the targets the Python suite needs are built. libzmq, which
+# the image lacks, comes from .zmq/ when it travelled (tools/gpu_zmq.sh): found
+# there at configure, link and run time, never installed into /.
+zmq_args=()
+if [ -e .zmq/lib/libzmq.so.5 ] && [ -e .zmq/include/zmq.h ]; then
+    zmq_args=(-DZMQ_LIBRARY="$PWD/.zmq/lib/libzmq.so.5" -DZMQ_INCLUDE_DIR="$PWD/.zmq/include")
+    export LD_LIBRARY_PATH=$PWD/.zmq/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    lines+=("zmq: carried in .zmq/ ($(cd .zmq/lib && echo *.so*))")
+fi
+step configure 90 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDT_PYTHON="$py" "${zmq_args[@]}"
 if [ "$dry" = 0 ]; then
     status=$(grep -o 'torch=.*' "$log/configure.log" | head -n 1)
     lines+=("build: ${status:-no dtorch status line (configure failed: see $log/configure.log)}")
@@ -220,6 +232,14 @@ y = (dtorch.from_torch(x, m) @ dtorch.from_torch(x, m)).to_torch()
 print("smoke: equal", torch.equal(y, x @ x), y.device)
 '
 step test_cuda 45 "$py" -m pytest -q -p no:cacheprovider tests/python/test_cuda.py
+# CUDA devices on worker nodes (issue 13 items 1-2): dtorch-node processes on this
+# machine, every process's logical devices on its GPU. Needs the cluster (zmq=ON).
+if [ "$dry" = 1 ] || grep -q 'zmq=ON' <<<"${status:-}"; then
+    step cluster_cuda 90 "$py" -m pytest -q -p no:cacheprovider -rfE tests/python/test_cluster_cuda.py
+    [ "$dry" = 1 ] || lines+=("cluster_cuda: $(summary "$log/cluster_cuda.log")")
+else
+    lines+=("cluster_cuda: not run: no libzmq (tools/gpu_zmq.sh here, carry .zmq)")
+fi
 if [ "$dry" = 0 ]; then
     lines+=("smoke: $(grep '^smoke:' "$log/smoke.log" 2>/dev/null || echo failed)")
     lines+=("test_cuda: $(summary "$log/test_cuda.log")")

@@ -500,6 +500,17 @@ DT_API void dt_debug_fail_allocs(int64_t after_n);
 /* 1 while an armed failure has not happened yet, else 0. Any thread. */
 DT_API int dt_debug_fail_allocs_pending(void);
 
+/* Tests only: makes this process see `n_gpus` stand-in GPUs, so that the
+ * logic of CUDA devices (meshes, worker nodes' CUDA devices, collectives
+ * across nodes) runs on a machine without one. The stand-in is the default
+ * backend's kernels on host memory, registered as its CUDA variant
+ * ("torch_cuda"), whose device count applies CUDA_VISIBLE_DEVICES and the
+ * virtualisation variables to `n_gpus` (0: no GPU again). Graphs made
+ * afterwards use it for cuda meshes; a graph keeps the backends it was made
+ * with. DT_EINVAL for a negative or huge count, or in a build with a real
+ * CUDA backend. Any thread. */
+DT_API dt_status dt_debug_fake_cuda(int n_gpus);
+
 #ifdef __cplusplus
 }
 #endif

@@ -19,10 +19,10 @@
  * transfer delays them; worker nodes also listen, each on a free port, for
  * each other's data.
  *
- * What works today: cluster formation, heartbeats and loss detection, and
- * meshes of one worker node's devices run programs there (its kernels are
- * shipped to the node; reads come back). Meshes and copies spanning nodes
- * are the next step (issue 13; docs/cluster.md).
+ * What works today: cluster formation, heartbeats and loss detection,
+ * meshes of worker nodes' CPU and CUDA devices (kernels are shipped to the
+ * nodes; reads come back), and meshes and copies spanning nodes (their data
+ * moves between the processes; docs/cluster.md).
  *
  * Every function is thread-safe. Without ZeroMQ in the build they return
  * DT_EUNSUPPORTED.
@@ -79,14 +79,16 @@ typedef enum dt_node_state {
 
 /* One worker node, as the main node sees it. */
 typedef struct dt_node_info {
-    int index;               /* registration order, from 0 */
-    int state;               /* dt_node_state */
-    int cpu_devices;         /* CPU devices it offers */
-    int64_t first_device_id; /* its first global CPU device id */
-    int pid;                 /* its process id on its host */
-    char address[128];       /* its peer address, "HOST:PORT" */
-    char host[128];          /* its host name */
-    char error[512];         /* why it is lost ("" when alive) */
+    int index;                    /* registration order, from 0 */
+    int state;                    /* dt_node_state */
+    int cpu_devices;              /* CPU devices it offers */
+    int64_t first_device_id;      /* its first global CPU device id */
+    int pid;                      /* its process id on its host */
+    char address[128];            /* its peer address, "HOST:PORT" */
+    char host[128];               /* its host name */
+    char error[512];              /* why it is lost ("" when alive) */
+    int cuda_devices;             /* CUDA devices it offers */
+    int64_t first_cuda_device_id; /* its first global CUDA device id */
 } dt_node_info;
 
 /* Worker node `index` (< dt_cluster_num_nodes()) into *out. DT_EINDEX. */
@@ -94,6 +96,11 @@ DT_API dt_status dt_cluster_node(int index, dt_node_info *out);
 /* Total CPU devices in the cluster: the main node's, then each worker
  * node's in registration order (global ids are node-major). */
 DT_API int64_t dt_cluster_cpu_devices(void);
+/* Total CUDA devices in the cluster, numbered as CPU devices are: the main
+ * node's own first (those its CUDA backend saw when it started listening,
+ * device virtualisation included), then each worker node's. 0 when not
+ * listening. */
+DT_API int64_t dt_cluster_cuda_devices(void);
 /* Counters of this process's traffic to worker nodes (every graph, since
  * the process started): bytes and values of host data shipped (each a
  * device's piece of a host value, or a whole value a kernel reads), and
@@ -139,7 +146,13 @@ typedef struct dt_node_options {
     int cpu_devices;          /* CPU devices to offer (0: 1) */
     int connect_timeout_ms;   /* give up registering after this (0: 60000) */
     int quiet;                /* 1: no progress lines on stderr */
+    /* CUDA devices to offer: the first N its CUDA backend sees (0: none),
+     * or DT_NODE_CUDA_ALL for every one. More than it sees (none without
+     * a GPU) is refused: dt_node_run returns 2. */
+    int cuda_devices;
 } dt_node_options;
+
+#define DT_NODE_CUDA_ALL (-1)
 
 /* Runs a worker node: connects, registers and serves until the main node
  * says stop or disappears (returns 0), or is refused or cannot register

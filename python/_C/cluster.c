@@ -90,10 +90,11 @@ static PyObject *c_nodes(PyObject *self, PyObject *noargs) {
         if (dt_cluster_node(i, &in) != DT_OK)
             break;
         static const char *const states[] = {"alive", "lost", "stopped"};
-        PyObject *d =
-            Py_BuildValue("{s:i,s:s,s:i,s:L,s:i,s:s,s:s,s:s}", "index", in.index, "state", states[in.state],
-                          "cpu_devices", in.cpu_devices, "first_device_id", (long long)in.first_device_id,
-                          "pid", in.pid, "address", in.address, "host", in.host, "error", in.error);
+        PyObject *d = Py_BuildValue("{s:i,s:s,s:i,s:L,s:i,s:L,s:i,s:s,s:s,s:s}", "index", in.index, "state",
+                                    states[in.state], "cpu_devices", in.cpu_devices, "first_device_id",
+                                    (long long)in.first_device_id, "cuda_devices", in.cuda_devices,
+                                    "first_cuda_device_id", (long long)in.first_cuda_device_id, "pid", in.pid,
+                                    "address", in.address, "host", in.host, "error", in.error);
         if (!d || PyList_Append(list, d) < 0) {
             Py_XDECREF(d);
             Py_CLEAR(list);
@@ -115,14 +116,15 @@ static PyObject *c_info(PyObject *self, PyObject *noargs) {
     dt_cluster_counters c;
     dt_cluster_counters_get(&c);
     return Py_BuildValue(
-        "{s:O,s:O,s:i,s:i,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "available",
+        "{s:O,s:O,s:i,s:i,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "available",
         dt_cluster_available() ? Py_True : Py_False, "curve", dt_cluster_has_curve() ? Py_True : Py_False,
         "num_nodes", dt_cluster_num_nodes(), "num_alive", dt_cluster_num_alive(), "cpu_devices",
-        (long long)dt_cluster_cpu_devices(), "value_bytes", (long long)c.value_bytes, "values",
-        (long long)c.values, "kernels_on_nodes", (long long)c.kernels_on_nodes, "relayed",
-        (long long)c.relayed, "data_bytes_sent", (long long)c.data_bytes_sent, "data_messages_sent",
-        (long long)c.data_messages_sent, "data_bytes_received", (long long)c.data_bytes_received,
-        "data_messages_received", (long long)c.data_messages_received);
+        (long long)dt_cluster_cpu_devices(), "cuda_devices", (long long)dt_cluster_cuda_devices(),
+        "value_bytes", (long long)c.value_bytes, "values", (long long)c.values, "kernels_on_nodes",
+        (long long)c.kernels_on_nodes, "relayed", (long long)c.relayed, "data_bytes_sent",
+        (long long)c.data_bytes_sent, "data_messages_sent", (long long)c.data_messages_sent,
+        "data_bytes_received", (long long)c.data_bytes_received, "data_messages_received",
+        (long long)c.data_messages_received);
 }
 
 static PyMethodDef cluster_methods[] = {

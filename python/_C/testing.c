@@ -16,10 +16,15 @@
  *   _test_corrupt_next_batch(node)  dt_debug_cluster_corrupt_batch(node): the
  *                                   next batch shipped to worker node `node`
  *                                   cannot be decoded there
+ *   _test_fake_cuda(n)              dt_debug_fake_cuda(n): this process sees n
+ *                                   stand-in GPUs (CPU kernels) for graphs made
+ *                                   afterwards
  * dtorch.test.test_util wraps the gate in a context manager.
  *
  * Every function runs on a Python thread holding the GIL; none waits.
  */
+#include <limits.h>
+
 #include "dtorch/dtorch_cluster.h"
 #include "dtorch/dtorch_replay.h"
 #include "dtorch/dtorch_schedule.h"
@@ -230,7 +235,19 @@ static PyObject *mod_corrupt_next_batch(PyObject *module, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+static PyObject *mod_fake_cuda(PyObject *module, PyObject *arg) {
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < INT_MIN || n > INT_MAX || dt_debug_fake_cuda((int)n) != DT_OK)
+        return n < INT_MIN || n > INT_MAX ? PyErr_Format(PyExc_ValueError, "_test_fake_cuda: %ld GPUs", n)
+                                          : dtpy_raise_last(mod_state(module));
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef testing_methods[] = {
+    {"_test_fake_cuda", mod_fake_cuda, METH_O,
+     "_test_fake_cuda(n): graphs made afterwards see n stand-in GPUs served by CPU kernels (tests only)"},
     {"_test_corrupt_next_batch", mod_corrupt_next_batch, METH_O,
      "_test_corrupt_next_batch(node): the next batch shipped to worker node `node` cannot be decoded there "
      "(tests only)"},

@@ -8,8 +8,10 @@ encrypted and authenticated with keys derived from it. Heartbeats run both ways 
 second): the main node marks a worker node lost after two silent intervals, and a worker node exits
 (status 0) when the main node says stop or goes silent.
 
-Device ids are global and node-major: the main node's own CPU devices first (``cpu_devices``), then
-each worker node's, in registration order (``MainNode.nodes()`` lists them).
+Device ids are global and node-major, per device type: the main node's own CPU devices first
+(``cpu_devices``), then each worker node's, in registration order; likewise CUDA ids: the main node's
+own GPUs first (what its CUDA backend sees), then each worker node's (``dtorch-node
+--cuda-devices=N``). ``MainNode.nodes()`` lists them.
 
 What works today: forming the cluster, heartbeats and loss detection, and meshes of one worker
 node's devices: their kernels run on that node, reads come back (docs/cluster.md); redistributes
@@ -104,7 +106,8 @@ class MainNode:
     def nodes() -> List[Dict[str, Any]]:
         """Every worker node registered so far, in registration order: ``index``, ``state``
         ("alive", "lost" or "stopped"), ``cpu_devices``, ``first_device_id`` (its first global CPU
-        device id), ``pid``, ``address``, ``host`` and, once lost, ``error``."""
+        device id), ``cuda_devices``, ``first_cuda_device_id`` (its first global CUDA device id),
+        ``pid``, ``address``, ``host`` and, once lost, ``error``."""
         return _C._cluster_nodes()
 
     @staticmethod

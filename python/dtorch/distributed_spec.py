@@ -318,23 +318,31 @@ def _parse_mesh(mesh) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
     return tuple(t.shape), tuple(int(v) for v in t.reshape(-1).tolist())
 
 
-def _check_cluster_ids(ids) -> None:
-    """Once this process is a cluster's main node (``MainNode.set_address``), CPU device ids are
-    global and node-major (docs/cluster.md): the main node's own first, then each worker node's.
-    A mesh may span nodes (its collectives exchange messages between them), and ids past the last
-    node's are a ValueError;
-    without a cluster every id is a local virtual CPU device."""
+def _check_cluster_ids(ids, kind: str = "cpu") -> None:
+    """Once this process is a cluster's main node (``MainNode.set_address``), device ids of each
+    type are global and node-major (docs/cluster.md): the main node's own first, then each worker
+    node's (CPU devices as offered; CUDA devices as each process's CUDA backend sees them, device
+    virtualisation included). A mesh may span nodes (its collectives exchange data between them),
+    and ids past the last node's are a ValueError; without a cluster every CPU id is a local
+    virtual CPU device and CUDA ids are this machine's."""
     if _C._cluster_address() is None:
         return
     nodes = _C._cluster_nodes()
-    total = _C._cluster_info()["cpu_devices"]
-    local = total - sum(n["cpu_devices"] for n in nodes)
+    key = "cuda_devices" if kind == "cuda" else "cpu_devices"
+    first = "first_cuda_device_id" if kind == "cuda" else "first_device_id"
+    total = _C._cluster_info()[key]
+    added = sum(n[key] for n in nodes)
+    local = total - added
+    name = "CUDA" if kind == "cuda" else "CPU"
     for i in ids:
-        if i < local or any(n["first_device_id"] <= i < n["first_device_id"] + n["cpu_devices"] for n in nodes):
+        if i < local or any(n[first] <= i < n[first] + n[key] for n in nodes):
             continue
-        raise ValueError(f"CPU device {i} does not exist in this cluster: the main node has {local} "
-                         f"CPU devices (ids 0..{local - 1}) and {len(nodes)} worker nodes add "
-                         f"{total - local} (ids {local}..{total - 1})")
+        raise ValueError(f"{name} device {i} does not exist in this cluster: the main node has {local} "
+                         f"{name} devices" + (f" (ids 0..{local - 1})" if local else "") +
+                         f" and {len(nodes)} worker nodes add {added}" +
+                         (f" (ids {local}..{total - 1})" if added else "") +
+                         ("; a worker node offers CUDA devices with dtorch-node --cuda-devices=N"
+                          if kind == "cuda" and not added else ""))
 
 
 class DeviceMesh:
@@ -378,8 +386,7 @@ class DeviceMesh:
             raise ValueError(
                 f"mesh has duplicate device ids {dups} in {_nest(list(ids), shape)}: each device may appear once"
             )
-        if dtype_name == "cpu":
-            _check_cluster_ids(ids)
+        _check_cluster_ids(ids, dtype_name)
         names = self._check_names(mesh_dim_names, len(shape))
         handle = _C.Mesh(_DEVICE_TYPES[dtype_name], shape, ids, names)
         self._init(handle, dtype_name, shape, ids, handle.dim_names)

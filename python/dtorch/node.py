@@ -1,6 +1,7 @@
 """``python -m dtorch.node``: runs a dtorch worker node (the ``dtorch-node`` executable).
 
-    DTORCH_CLUSTER_TOKEN=secret python -m dtorch.node --main-node-address=HOST:PORT [--cpu-devices=N]
+    DTORCH_CLUSTER_TOKEN=secret python -m dtorch.node --main-node-address=HOST:PORT [--cpu-devices=N] \
+        [--cuda-devices=N|all|I,J,...]
 
 The flags are ``dtorch-node``'s (``--help``); this module finds the executable installed with the
 package (``dtorch/bin/dtorch-node``, else one on PATH) and replaces the Python process with it, so

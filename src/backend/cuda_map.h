@@ -47,6 +47,11 @@ int64_t dt__cuda_map_gpu(const dt__cuda_map *m, int64_t id);
 int dt__cuda_map_shares_gpu(const dt__cuda_map *m, int n, const int64_t *ids);
 /* The message of the environment's bad value, or NULL when it is good. */
 const char *dt__cuda_map_env_error(char *buf, size_t len);
+/* The GPUs the CUDA runtime shows of `n_gpus` under CUDA_VISIBLE_DEVICES
+ * value `visible` (NULL: unset, all of them): the listed indices up to the
+ * first that is not one of them or repeats one. (The tests' stand-in,
+ * cuda_fake.c, counts its fake GPUs so.) */
+int64_t dt__cuda_visible(int64_t n_gpus, const char *visible);
 
 #ifdef __cplusplus
 }

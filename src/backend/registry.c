@@ -1,18 +1,26 @@
 /*
  * The backend registry. Backends register from library constructors (before
- * main, single-threaded), so lookups after that need no lock.
+ * main, single-threaded), and the tests' CUDA stand-in (cuda_fake.c) later,
+ * while other threads may look backends up: a slot is written before the
+ * count that publishes it (release), and readers load the count first
+ * (acquire), so lookups need no lock. Registrations themselves are not
+ * concurrent (constructors; the stand-in under its own lock).
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "backend/backend.h"
 
 static const dt__backend *registered[8];
-static int nregistered;
+static atomic_int nregistered;
 
 void dt__backend_register(const dt__backend *backend) {
-    if (nregistered < (int)(sizeof registered / sizeof registered[0]))
-        registered[nregistered++] = backend;
+    int n = atomic_load_explicit(&nregistered, memory_order_relaxed);
+    if (n < (int)(sizeof registered / sizeof registered[0])) {
+        registered[n] = backend;
+        atomic_store_explicit(&nregistered, n + 1, memory_order_release);
+    }
 }
 
 const dt__backend *dt__backend_find(const char *name) {
@@ -22,7 +30,8 @@ const dt__backend *dt__backend_find(const char *name) {
     }
     if (strcmp(name, "ref") == 0)
         return &dt__backend_ref;
-    for (int i = 0; i < nregistered; i++)
+    int n = atomic_load_explicit(&nregistered, memory_order_acquire);
+    for (int i = 0; i < n; i++)
         if (strcmp(registered[i]->name, name) == 0)
             return registered[i];
     return NULL;
@@ -40,15 +49,17 @@ const dt__backend *dt__backend_for_device(const dt__backend *be, dt_device_type 
 }
 
 void dt__backends_empty_cache(void) {
-    for (int i = 0; i < nregistered; i++)
+    int n = atomic_load_explicit(&nregistered, memory_order_acquire);
+    for (int i = 0; i < n; i++)
         if (registered[i]->empty_cache)
             registered[i]->empty_cache();
 }
 
 int64_t dt__backends_cached_bytes(void) {
-    int64_t n = 0;
-    for (int i = 0; i < nregistered; i++)
+    int64_t bytes = 0;
+    int n = atomic_load_explicit(&nregistered, memory_order_acquire);
+    for (int i = 0; i < n; i++)
         if (registered[i]->cached_bytes)
-            n += registered[i]->cached_bytes();
-    return n;
+            bytes += registered[i]->cached_bytes();
+    return bytes;
 }

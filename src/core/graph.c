@@ -26,6 +26,7 @@
 #include "core/remote.h"
 #include "core/stream.h"
 #include "core/tensor.h"
+#include "dtorch/dtorch_cluster.h"
 
 /* ----------------------------------------------------------------- fork */
 
@@ -426,8 +427,10 @@ const char *dt_graph_backend(const dt_graph *g) {
     return dt__graph_ok(g) ? g->be[DT_DEVICE_CPU]->name : NULL;
 }
 
-/* The first device of `mesh` that g's backend cannot run on: its flat index,
- * or -1 when all are available; *count is the backend's device count. */
+/* The first device of `mesh` that g cannot run on: its flat index, or -1
+ * when all are available; *count is the backend's device count. A device
+ * past the backend's count may be a worker node's (its kernels run there,
+ * core/remote.c), unless g is a worker node's own graph. */
 static int64_t first_missing_device(const dt_graph *g, const dt_mesh *mesh, int64_t *count) {
     const dt__backend *be = dt__graph_be(g, mesh->type);
     int64_t n = be->device_count ? be->device_count(mesh->type) : (mesh->type == DT_DEVICE_CPU ? -1 : 0);
@@ -435,7 +438,7 @@ static int64_t first_missing_device(const dt_graph *g, const dt_mesh *mesh, int6
     if (n < 0)
         return -1;
     for (int64_t i = 0; i < mesh->ndev; i++)
-        if (mesh->ids[i] >= n)
+        if (mesh->ids[i] >= n && (g->local_only || dt__cluster_node_of(mesh->type, mesh->ids[i]) < 0))
             return i;
     return -1;
 }
@@ -456,6 +459,15 @@ dt_status dt__graph_check_mesh(const dt_graph *g, const dt_mesh *mesh) {
     if (enverr)
         return dt__error(DT_EDEVICE, "device_mesh: %s:%lld is not available: %s", type,
                          (long long)mesh->ids[i], enverr);
+    int64_t total = mesh->type == DT_DEVICE_CUDA ? dt_cluster_cuda_devices() : 0;
+    if (total > (count > 0 ? count : 0))
+        return dt__error(DT_EDEVICE,
+                         "device_mesh: cuda:%lld does not exist in this cluster: the main node has %lld CUDA "
+                         "device%s (ids 0..%lld) and its worker nodes add %lld (ids %lld..%lld; "
+                         "dtorch.MainNode.nodes() lists each node's)",
+                         (long long)mesh->ids[i], (long long)(count > 0 ? count : 0), count == 1 ? "" : "s",
+                         (long long)(count > 0 ? count : 0) - 1, (long long)(total - (count > 0 ? count : 0)),
+                         (long long)(count > 0 ? count : 0), (long long)total - 1);
     if (count == 0)
         return dt__error(DT_EDEVICE,
                          "device_mesh: %s:%lld is not available: the '%s' backend sees no %s device on "

@@ -126,6 +126,12 @@ struct dt_graph {
     /* Every device is this process's (a worker node's own graph, which in a
      * one-process test shares the process with its main node). */
     int local_only;
+    /* The global id of this process's device 0, per type: 0, except in a
+     * worker node's graph, whose CUDA devices are the global ids from its
+     * first (node-major numbering, docs/cluster.md) and run as the node's
+     * local devices id - first (the backend's streams, NCCL). Set before
+     * the first stream; read by the controller and the workers. */
+    int64_t first_id[DT_DEVICE_TYPES];
     dt__ktap_fn ktap; /* test-only (dt__graph_set_kernel_tap_for_test) */
     void *ktap_arg;
     /* One communication back end per device type, made on first use

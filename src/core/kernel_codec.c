@@ -3,9 +3,13 @@
  * back, for worker processes (issue 13). Records and packed attributes:
  * kernel_rec.c.
  *
- * Batch encoding, version 1, little-endian throughout:
+ * Batch encoding, version 2, little-endian throughout:
  *   batch  := "DTKB" u16 version u16 0 u32 ngroups u32 nstreams group* stream*
- *   group  := u64 id i32 type u32 n i64 device_id[n]
+ *   group  := u64 id i32 type i32 t0 i32 t1 u32 n i64 device_id[n]
+ * (`type`: the device type whose comm holds the group; t0 and t1: the first
+ * and the last rank's device types, the others t0; version 1 had neither:
+ * a process that receives a group of another node's devices must know
+ * their types to tell which are its own, issue 13.)
  *   stream := i32 type i64 device_id i32 kind u32 nkernels kernel*
  *   kernel := i32 kop u8 n_in u8 has_out u16 0 i32 rank i32 site_line
  *             u64 in_id[n_in] [u64 out_id] [u64 future_id: FETCH, SYNC]
@@ -127,20 +131,23 @@ dt_status dt__kernel_encode(dt_graph *g, const dt__kbatch *b, dt__bytes *out) {
     uint8_t *h = dt__bytes_room(out, 4);
     if (h)
         memcpy(h, "DTKB", 4);
-    dt__bytes_put(out, 1, 2);
+    dt__bytes_put(out, 2, 2);
     dt__bytes_put(out, 0, 2);
     dt__bytes_put(out, ngroups, 4);
     dt__bytes_put(out, (uint64_t)b->n, 4);
     for (size_t j = 0; j < ngroups; j++) {
-        int type = 0, n = 0;
+        int type = 0, n = 0, t0 = 0, t1 = 0;
         const int64_t *ids = NULL;
-        if (!dt__graph_group_info(g, groups[j], &type, &n, &ids)) {
+        if (!dt__graph_group_info(g, groups[j], &type, &n, &ids) ||
+            !dt__graph_group_types(g, groups[j], &t0, &t1)) {
             dt__free(groups);
             return dt__error(DT_EINVAL, "kernel encode: collective group %llu is unknown",
                              (unsigned long long)groups[j]);
         }
         dt__bytes_put(out, groups[j], 8);
         dt__bytes_put(out, (uint32_t)type, 4);
+        dt__bytes_put(out, (uint32_t)t0, 4);
+        dt__bytes_put(out, (uint32_t)t1, 4);
         dt__bytes_put(out, (uint64_t)n, 4);
         for (int r = 0; r < n; r++)
             dt__bytes_put(out, (uint64_t)ids[r], 8);
@@ -369,7 +376,7 @@ dt_status dt__kernel_decode(const void *buf, size_t len, const dt__kresolver *re
         r.p += 4;
     uint64_t version = rd(&r, 2);
     rd(&r, 2);
-    if (!r.why && version != 1)
+    if (!r.why && version != 2)
         fail(&r, "unsupported version");
     uint64_t ngroups = rd(&r, 4), nstreams = rd(&r, 4);
     /* Counts are bounded by the bytes that would hold them. */
@@ -380,11 +387,14 @@ dt_status dt__kernel_decode(const void *buf, size_t len, const dt__kresolver *re
     for (uint64_t j = 0; j < ngroups && !r.why; j++) {
         gm[j].from = rd(&r, 8);
         int type = (int)(int32_t)(uint32_t)rd(&r, 4);
+        int t0 = (int)(int32_t)(uint32_t)rd(&r, 4), t1 = (int)(int32_t)(uint32_t)rd(&r, 4);
         uint64_t n = rd(&r, 4);
         if (r.why)
             break;
-        if (type < 0 || type >= DT_DEVICE_TYPES || n < 1 || n > INT32_MAX || !left(&r, 8 * n)) {
-            fail(&r, type < 0 || type >= DT_DEVICE_TYPES ? "bad device type" : "bad group size");
+        int bad_type = type < 0 || type >= DT_DEVICE_TYPES || t0 < 0 || t0 >= DT_DEVICE_TYPES || t1 < 0 ||
+                       t1 >= DT_DEVICE_TYPES;
+        if (bad_type || n < 1 || n > INT32_MAX || !left(&r, 8 * n)) {
+            fail(&r, bad_type ? "bad device type" : "bad group size");
             break;
         }
         if (!res->group) {
@@ -398,7 +408,7 @@ dt_status dt__kernel_decode(const void *buf, size_t len, const dt__kresolver *re
         }
         for (uint64_t i = 0; i < n; i++)
             ids[i] = (int64_t)rd(&r, 8);
-        if (res->group(res->ctx, gm[j].from, type, (int)n, ids, &gm[j].to) != DT_OK)
+        if (res->group(res->ctx, gm[j].from, type, t0, t1, (int)n, ids, &gm[j].to) != DT_OK)
             fail(&r, "the resolver could not make a group");
     }
     if (!r.why && nstreams && !(out->s = dt__calloc(nstreams, sizeof *out->s)))

@@ -141,9 +141,12 @@ typedef struct dt__kresolver {
     dt__blob *(*output)(void *ctx, uint64_t id, int type);
     /* The future `id` names (FETCH/SYNC kernels); NULL callback: refused. */
     struct dt_future *(*future)(void *ctx, uint64_t id);
-    /* The local group for group `id` of the encoding, `n` devices of
-     * `type` in rank order; NULL callback: batches with collectives refused. */
-    dt_status (*group)(void *ctx, uint64_t id, int type, int n, const int64_t *device_ids, uint64_t *local);
+    /* The local group for group `id` of the encoding, held by the comm of
+     * `type`: `n` devices in rank order, the first of type t0, the last of
+     * t1, the others of t0; NULL callback: batches with collectives
+     * refused. */
+    dt_status (*group)(void *ctx, uint64_t id, int type, int t0, int t1, int n, const int64_t *device_ids,
+                       uint64_t *local);
 } dt__kresolver;
 
 /* A growable byte buffer (the encoding). */

@@ -69,7 +69,7 @@ static void *worker_main(void *arg) {
         int gen = atomic_load_explicit(&workers_gen, memory_order_relaxed);
         if (gen != seen_gen && s->be->worker_init) {
             seen_gen = gen;
-            s->be->worker_init(s->type, s->device_id, atomic_load(&live_workers));
+            s->be->worker_init(s->type, s->device_id - s->g->first_id[s->type], atomic_load(&live_workers));
         }
         unsigned seen = atomic_load_explicit(&s->pushed, memory_order_acquire);
         pthread_mutex_lock(&s->lock);
@@ -155,7 +155,9 @@ dt__stream *dt__stream_start(dt_graph *g, dt_device_type type, int64_t device_id
     }
     if (be->api_version >= 2 && be->stream_new) {
         char err[512] = "";
-        dt_status st = be->stream_new(type, device_id, kind, &s->ctx, err, sizeof err);
+        /* The backend numbers this process's devices from 0 (a worker
+         * node's CUDA devices are global ids from its first). */
+        dt_status st = be->stream_new(type, device_id - g->first_id[type], kind, &s->ctx, err, sizeof err);
         if (st != DT_OK) {
             dt__error(st, "streams: the '%s' backend could not make a stream for device %lld: %s", be->name,
                       (long long)device_id, err[0] ? err : dt_status_str(st));

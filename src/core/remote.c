@@ -420,9 +420,10 @@ static void ship(dt_graph *g, int node, dt__stream **ss, int n) {
                 char where[600];
                 if (st == DT_OK)
                     snprintf(where, sizeof where,
-                             "%s on cpu:%lld: the value lives on worker node %d; a kernel on another node "
+                             "%s on %s:%lld: the value lives on worker node %d; a kernel on another node "
                              "read it without a copy between the nodes",
-                             k->opname ? k->opname : "kernel", (long long)s->device_id, node);
+                             k->opname ? k->opname : "kernel", s->type == DT_DEVICE_CUDA ? "cuda" : "cpu",
+                             (long long)s->device_id, node);
                 out->error = dt__strdup(st == DT_OK ? where : msg);
             }
             if (out && st == DT_OK) {

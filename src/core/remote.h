@@ -72,6 +72,12 @@ typedef struct dt__span_key {
  * (futures without pieces) through. Controller thread. */
 void dt__cluster_ship(int node, const char *backend, void *body, size_t len, struct dt_future **futs,
                       const int *counts, int n, uint32_t tag, dt__span_key *keys, int nkeys);
+/* A cuda group `key` of graph `tag` over devices ids[n] was just made:
+ * when some of them are worker nodes' and NCCL can serve every process
+ * holding a rank (dist/span_nccl.h), makes its NCCL unique id, keeps it
+ * here and queues it to each of those nodes ahead of any batch queued
+ * later; 1 then, else 0 (host staging). Controller thread. */
+int dt__cluster_span_nccl(uint32_t tag, uint64_t key, int n, const int64_t *ids);
 /* DATA chunks the main node relayed between two worker nodes (any
  * thread; dt_cluster_counters). */
 int64_t dt__cluster_relayed(void);

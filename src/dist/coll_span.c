@@ -30,6 +30,9 @@
  *   (other nodes that hold ranks) / n, where sending its input whole to
  *   every rank of another node sent (ranks on other nodes) inputs.
  *
+ * Messages name devices by key (xfer.h): a group of CUDA devices spans
+ * nodes as a CPU one does, staged through host memory.
+ *
  * Every rank sends every message it owes, with the error instead of bytes
  * when it has none to send (its input failed, a part it needed did not
  * come), and waits for every message it is owed, so no rank waits for a
@@ -94,7 +97,10 @@ static void payload_drop(void *arg) {
     }
 }
 
-/* impl's bytes copied to host memory; NULL with the reason in why. */
+/* impl's bytes copied to host memory; NULL with the reason in why. Always
+ * a copy: a CUDA backend's data_ptr is device memory (the NCCL comm's
+ * spanning groups), which ZeroMQ cannot read; to_host stages it (device to
+ * host on this rank's worker). */
 static payload *host_copy(const dt__backend *be, void *impl, char *why, size_t whylen) {
     size_t nb = be->nbytes(impl);
     payload *pl = dt__calloc(1, sizeof *pl);
@@ -116,6 +122,15 @@ static payload *host_copy(const dt__backend *be, void *impl, char *why, size_t w
 }
 
 /* ------------------------------------------------------------ messages */
+
+/* The type of the device of key `key` (xfer.h), as errors name it. */
+static const char *key_type(int64_t key) { return dt__xfer_key_type(key) == DT_DEVICE_CUDA ? "cuda" : "cpu"; }
+
+/* The reason for a malformed message from the device of key `key` into
+ * why. */
+static void malformed(char *why, size_t whylen, int64_t key) {
+    snprintf(why, whylen, "a malformed message from %s:%lld", key_type(key), (long long)dt__xfer_key_id(key));
+}
 
 /* A message of round `seq` from rank r to rank `to` (or DT__XFER_SHARED)
  * on device `dst`, describing rank r's input (the caller changes the shape
@@ -207,7 +222,7 @@ static dt__xfer_msg *take(const group *gr, uint64_t seq, int r, int p, int share
             numel *= h->shape[d];
         if (h->ndim > DT_MAX_NDIM || h->dtype < 0 || h->dtype >= DT_DTYPE_COUNT || numel < 0 ||
             (size_t)numel * dt_dtype_size((dt_dtype)h->dtype) != m->len)
-            snprintf(err, sizeof err, "a malformed message from cpu:%lld", (long long)h->src_device);
+            malformed(err, sizeof err, h->src_device);
         else
             return m;
     }
@@ -274,8 +289,8 @@ static void recv_parts(const group *gr, const dt__collattr *a, int r, const dt__
         if (m && be && pre && !why[0] &&
             be->from_host((dt_dtype)m->h.dtype, (int)m->h.ndim, m->h.shape, m->len ? m->data : m, &pre[p],
                           err, sizeof err) != DT_OK)
-            snprintf(why, whylen, "storing a message from cpu:%lld failed: %s", (long long)m->h.src_device,
-                     err[0] ? err : "backend error");
+            snprintf(why, whylen, "storing a message from %s:%lld failed: %s", key_type(m->h.src_device),
+                     (long long)dt__xfer_key_id(m->h.src_device), err[0] ? err : "backend error");
         dt__xfer_msg_free(m);
     }
 }
@@ -358,7 +373,7 @@ static payload *reduce_range(group *gr, const dt__collattr *a, int r, rendezvous
             m = take(gr, a->seq, r, q, 1, why, whylen);
             src = m ? m->data : NULL;
             if (m && !why[0] && (m->h.ndim != 1 || m->h.shape[0] != len || m->h.dtype != (int32_t)a->dtype))
-                snprintf(why, whylen, "a malformed message from cpu:%lld", (long long)m->h.src_device);
+                malformed(why, whylen, m->h.src_device);
         }
         if (!why[0] && be->from_host(a->dtype, 1, &len, len ? src : (const void *)&len, &ops[q], err,
                                      sizeof err) != DT_OK)
@@ -448,7 +463,7 @@ static void allreduce(group *gr, const dt__collattr *a, int r, dt__blob *in, ren
             m = take(gr, a->seq | DT__XFER_ROUND2, r, q, gr->nlocal, why, whylen);
             src = m ? m->data : NULL;
             if (m && !why[0] && (m->h.ndim != 1 || m->h.shape[0] != qlen || m->h.dtype != (int32_t)a->dtype))
-                snprintf(why, whylen, "a malformed message from cpu:%lld", (long long)m->h.src_device);
+                malformed(why, whylen, m->h.src_device);
         }
         if (full && !why[0] && qlen)
             memcpy(full + (size_t)qlo * esz, src, (size_t)qlen * esz);

@@ -183,7 +183,9 @@ static void inproc_group_destroy(dt__comm *base, uint64_t id) {
 
 static group *find_group(inproc *c, uint64_t id);
 
-dt_status dt__comm_group_span(dt__comm *base, uint64_t id, uint32_t tag, uint64_t key) {
+dt_status dt__comm_group_span(dt__comm *base, uint64_t id, uint32_t tag, uint64_t key, int t0, int t1) {
+    if (base->ops == &dt__comm_nccl)
+        return dt__comm_nccl_span(base, id, tag, key, t0, t1);
     if (base->ops != &dt__comm_inproc)
         return DT_OK;
     group *gr = find_group((inproc *)base, id);
@@ -194,7 +196,8 @@ dt_status dt__comm_group_span(dt__comm *base, uint64_t id, uint32_t tag, uint64_
         return dt__error(DT_ENOMEM, "collectives: out of memory (group)");
     int nlocal = 0;
     for (int i = 0; i < gr->n; i++)
-        nlocal += local[i] = (unsigned char)dt__xfer_is_local(gr->ids[i]);
+        nlocal += local[i] =
+            (unsigned char)dt__xfer_is_local(dt__xfer_key(i == gr->n - 1 ? t1 : t0, gr->ids[i]));
     if (nlocal == gr->n) {
         dt__free(local);
         return DT_OK;
@@ -204,6 +207,10 @@ dt_status dt__comm_group_span(dt__comm *base, uint64_t id, uint32_t tag, uint64_
             dt__free(local);
             return dt__error(DT_ENOMEM, "collectives: out of memory (group)");
         }
+    /* From here on the group's ids are its devices' keys: the messages
+     * (coll_span.c) name devices by key, whatever their type. */
+    for (int i = 0; i < gr->n; i++)
+        gr->ids[i] = dt__xfer_key(i == gr->n - 1 ? t1 : t0, gr->ids[i]);
     dt__free(gr->local);
     gr->local = local;
     gr->nlocal = nlocal;
@@ -410,6 +417,7 @@ dt__comm *dt__graph_comm(dt_graph *g, dt_device_type type) {
     dt__comm *made = ops->create(type);
     if (!made)
         return NULL;
+    made->first_id = g->first_id[type];
     if (!atomic_compare_exchange_strong_explicit(&g->comm[type], &c, made, memory_order_acq_rel,
                                                  memory_order_acquire)) {
         ops->destroy(made); /* another thread made it first */
@@ -467,8 +475,12 @@ static uint64_t group_for(dt__lower *L, dt_device_type type, int t0, int t1, int
             return 0;
         }
         /* Devices on other nodes: the group exchanges data with them by
-         * messages, under the name its kernels carry (coll_span.c). */
-        if (!g->local_only && dt__comm_group_span(c, ref->id, dt__remote_tag(g), ref->id) != DT_OK) {
+         * messages, under the name its kernels carry (coll_span.c), or
+         * through NCCL across the nodes when the cluster chooses that for
+         * a cuda group (it ships the unique id first; span_nccl.h). */
+        if (!g->local_only && type == DT_DEVICE_CUDA && t0 == t1)
+            dt__cluster_span_nccl(dt__remote_tag(g), ref->id, n, ref->ids);
+        if (!g->local_only && dt__comm_group_span(c, ref->id, dt__remote_tag(g), ref->id, t0, t1) != DT_OK) {
             c->ops->group_destroy(c, ref->id);
             dt__free(ref->ids);
             dt__free(ref);
@@ -569,6 +581,16 @@ int dt__graph_group_info(dt_graph *g, uint64_t id, int *type, int *n, const int6
             *type = ref->type;
             *n = ref->n;
             *device_ids = ref->ids;
+            return 1;
+        }
+    return 0;
+}
+
+int dt__graph_group_types(dt_graph *g, uint64_t id, int *t0, int *t1) {
+    for (struct dt__group_ref *ref = g->groups; ref; ref = ref->next)
+        if (ref->id == id) {
+            *t0 = ref->t0;
+            *t1 = ref->t1;
             return 1;
         }
     return 0;

@@ -55,19 +55,30 @@ typedef struct dt__comm_ops {
 struct dt__comm {
     const dt__comm_ops *ops;
     dt_device_type type;
+    /* Device ids are global; this process's device 0 is id first_id (a
+     * worker node's CUDA devices: the graph's first_id). Set by
+     * dt__graph_comm before the comm is used. */
+    int64_t first_id;
 };
 
 extern const dt__comm_ops dt__comm_inproc;
 /* Group `group` of comm c is the main node's group `key` of the graph
- * tagged `tag` (core/remote.h). When some of its devices are not this
- * process's (dt__xfer_is_local), its collectives meet this process's ranks
- * in memory and exchange data with the other nodes' ranks by messages
- * (dist/xfer.h, coll_span.c). Call before its first collective; no-op for
- * other back ends and when every device is local. */
-dt_status dt__comm_group_span(dt__comm *c, uint64_t group, uint32_t tag, uint64_t key);
+ * tagged `tag` (core/remote.h); its first rank's device is of type t0, its
+ * last rank's of t1, the others of t0 (they differ only for a copy between
+ * device types, which the CPU comm holds). When some of its devices are not
+ * this process's (dt__xfer_is_local), its collectives meet this process's
+ * ranks in memory and exchange data with the other nodes' ranks by
+ * messages (dist/xfer.h, coll_span.c): staged through host memory, CUDA
+ * devices too. Call before its first collective; no-op for other back
+ * ends and when every device is local. */
+dt_status dt__comm_group_span(dt__comm *c, uint64_t group, uint32_t tag, uint64_t key, int t0, int t1);
 /* The NCCL back end (comm_nccl.c), and whether it can serve cuda meshes now. */
 extern const dt__comm_ops dt__comm_nccl;
 int dt__comm_nccl_usable(void);
+/* dt__comm_group_span for the NCCL comm: its group `group` spanning nodes
+ * uses NCCL across them when the main node shipped a unique id for (tag,
+ * key) (dist/span_nccl.h), else stages through host memory. */
+dt_status dt__comm_nccl_span(dt__comm *c, uint64_t group, uint32_t tag, uint64_t key, int t0, int t1);
 /* The back end for collectives among devices of `type`. */
 const dt__comm_ops *dt__comm_for(dt_device_type type);
 /* g's comm for `type`, made on first use (any thread); NULL when out of
@@ -77,6 +88,9 @@ dt__comm *dt__graph_comm(struct dt_graph *g, dt_device_type type);
 void dt__graph_comm_free(struct dt_graph *g);
 /* The devices of group `id` of g's cache (controller): 0 when unknown. */
 int dt__graph_group_info(struct dt_graph *g, uint64_t id, int *type, int *n, const int64_t **device_ids);
+/* The device types of group `id`'s first and last ranks (the others are
+ * t0's) (controller): 0 when unknown. */
+int dt__graph_group_types(struct dt_graph *g, uint64_t id, int *t0, int *t1);
 
 /* Queues a point-to-point copy of `piece` (a blob of mesh device sidx of
  * smesh, of `ndim` dims `shape`) to device didx of dmesh: a send kernel on

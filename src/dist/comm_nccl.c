@@ -41,12 +41,28 @@
  * group fails every later collective. The wait costs the communication
  * stream its queue depth, never the compute stream (decisions.md).
  *
- * Threads and locks: the comm's lock guards its groups and the watchdog's
- * list; a group's `aborted` is atomic. Lock order: comm lock -> nothing.
+ * Groups spanning nodes (issue 13 item 3; NOTHING HERE HAS RUN: it needs
+ * GPUs on two hosts). A group some of whose devices are another process's
+ * is made in an in-process comm this comm holds (`inner`), whose spanning
+ * collectives stage data through host memory (coll_span.c). When the main
+ * node chose NCCL for it (span_nccl.h: every process holding a rank can,
+ * no virtual GPUs, no two of them on one host) it shipped the group's
+ * ncclUniqueId before the batch that names it; dt__comm_nccl_span then
+ * makes an NCCL group aliasing the in-process one, with no communicator
+ * yet: each local rank's worker calls ncclCommInitRank(n, id, rank) before
+ * its first collective of the group (on its device, in its own thread: it
+ * blocks until every rank of every process has joined, as a collective
+ * does; the timeout does not cover that wait). run serves both: an NCCL
+ * group (its own id or an alias) through NCCL, any other through `inner`.
+ *
+ * Threads and locks: the comm's lock guards its groups, the watchdog's list
+ * and the communicators a spanning group's ranks make; a group's `aborted`
+ * is atomic. Lock order: comm lock -> nothing.
  */
 #include "dist/comm.h"
 
 #include "backend/cuda_map.h"
+#include "dist/span_nccl.h"
 
 #if DT_HAVE_NCCL
 
@@ -61,6 +77,10 @@
 
 #include "core/blob.h"
 #include "dist/coll.h"
+#include "dist/span_nccl.h"
+#include "dist/xfer.h"
+
+_Static_assert(sizeof(ncclUniqueId) == DT__SPAN_NCCL_ID, "the wire carries an ncclUniqueId of this size");
 
 /* ---------------------------------------------------------- the API */
 
@@ -68,6 +88,8 @@
  * signature change is a compile error. */
 static struct {
     __typeof__(ncclCommInitAll) *CommInitAll;
+    __typeof__(ncclCommInitRank) *CommInitRank;
+    __typeof__(ncclGetUniqueId) *GetUniqueId;
     __typeof__(ncclCommAbort) *CommAbort;
     __typeof__(ncclCommDestroy) *CommDestroy;
     __typeof__(ncclGroupStart) *GroupStart;
@@ -104,6 +126,8 @@ static void api_load(void) {
     int ok = nccl && rt;
 #define LOAD(lib, field, name) *(void **)(&api.field) = sym(lib, name, &ok)
     LOAD(nccl, CommInitAll, "ncclCommInitAll");
+    LOAD(nccl, CommInitRank, "ncclCommInitRank");
+    LOAD(nccl, GetUniqueId, "ncclGetUniqueId");
     LOAD(nccl, CommAbort, "ncclCommAbort");
     LOAD(nccl, CommDestroy, "ncclCommDestroy");
     LOAD(nccl, GroupStart, "ncclGroupStart");
@@ -149,9 +173,14 @@ static int timeout_seconds(void) {
 typedef struct ngroup {
     uint64_t id;
     int n;
-    ncclComm_t *comms; /* one per rank */
+    ncclComm_t *comms; /* one per rank (a spanning group: this process's, made at first use) */
     atomic_int aborted;
     struct ngroup *next;
+    /* Spanning nodes: the in-process group id it stands for (the one the
+     * kernels name), and the unique id its ranks join with. */
+    uint64_t alias;
+    int span;
+    ncclUniqueId uid;
 } ngroup;
 
 /* A collective waiting for its event (on its worker's stack). */
@@ -170,6 +199,7 @@ typedef struct ncomm {
     waiter *waiters;
     int stop, started;
     pthread_t watchdog;
+    dt__comm *inner; /* groups spanning nodes staged through host memory (in-process comm) */
 } ncomm;
 
 static _Atomic uint64_t ngroup_ids;
@@ -221,6 +251,10 @@ static dt__comm *nccl_create(dt_device_type type) {
         return NULL;
     c->base.ops = &dt__comm_nccl;
     c->base.type = type;
+    if (!(c->inner = dt__comm_inproc.create(type))) {
+        dt__free(c);
+        return NULL;
+    }
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->cond, NULL);
     if (pthread_create(&c->watchdog, NULL, watchdog_main, c) == 0)
@@ -249,13 +283,30 @@ static void nccl_destroy(dt__comm *base) {
         next = gr->next;
         group_free(gr);
     }
+    dt__comm_inproc.destroy(c->inner);
     pthread_cond_destroy(&c->cond);
     pthread_mutex_destroy(&c->lock);
     dt__free(c);
 }
 
+/* Numbers gr and lists it in c. */
+static void add_group(ncomm *c, ngroup *gr) {
+    pthread_mutex_lock(&c->lock);
+    gr->id = atomic_fetch_add(&ngroup_ids, 1) + 1;
+    gr->next = c->groups;
+    c->groups = gr;
+    pthread_mutex_unlock(&c->lock);
+}
+
 static dt_status nccl_group_create(dt__comm *base, int n, const int64_t *device_ids, uint64_t *out) {
     ncomm *c = (ncomm *)base;
+    /* Another process's devices: the in-process comm's group, staged
+     * through host memory unless dt__comm_nccl_span finds a unique id. */
+    for (int i = 0; i < n; i++)
+        if (!dt__xfer_is_local(dt__xfer_key(DT_DEVICE_CUDA, device_ids[i]))) {
+            c->inner->first_id = base->first_id;
+            return dt__comm_inproc.group_create(c->inner, n, device_ids, out);
+        }
     if (!api_ok())
         return dt__error(DT_EBACKEND, "collectives: NCCL could not be loaded");
     dt__cuda_map m;
@@ -275,7 +326,7 @@ static dt_status nccl_group_create(dt__comm *base, int n, const int64_t *device_
      * bounds it (the mesh check has already refused ids past the count). */
     dt__cuda_map_from_env(INT64_MAX, &m, err, sizeof err);
     for (int i = 0; i < n; i++)
-        devs[i] = (int)dt__cuda_map_gpu(&m, device_ids[i]);
+        devs[i] = (int)dt__cuda_map_gpu(&m, device_ids[i] - base->first_id);
     gr->n = n;
     ncclResult_t rc = api.CommInitAll(gr->comms, n, devs);
     dt__free(devs);
@@ -284,11 +335,7 @@ static dt_status nccl_group_create(dt__comm *base, int n, const int64_t *device_
         dt__free(gr);
         return dt__error(DT_EBACKEND, "collectives: ncclCommInitAll failed: %s", api.GetErrorString(rc));
     }
-    pthread_mutex_lock(&c->lock);
-    gr->id = atomic_fetch_add(&ngroup_ids, 1) + 1;
-    gr->next = c->groups;
-    c->groups = gr;
-    pthread_mutex_unlock(&c->lock);
+    add_group(c, gr);
     *out = gr->id | (uint64_t)1 << 63; /* apart from the in-process comm's ids */
     return DT_OK;
 }
@@ -296,7 +343,7 @@ static dt_status nccl_group_create(dt__comm *base, int n, const int64_t *device_
 static ngroup *unlink_or_find(ncomm *c, uint64_t id, int unlink) {
     pthread_mutex_lock(&c->lock);
     ngroup **pp = &c->groups;
-    while (*pp && ((*pp)->id | (uint64_t)1 << 63) != id)
+    while (*pp && ((*pp)->id | (uint64_t)1 << 63) != id && !((*pp)->span && (*pp)->alias == id))
         pp = &(*pp)->next;
     ngroup *gr = *pp;
     if (gr && unlink)
@@ -309,6 +356,60 @@ static void nccl_group_destroy(dt__comm *base, uint64_t id) {
     ngroup *gr = unlink_or_find((ncomm *)base, id, 1);
     if (gr)
         group_free(gr);
+    if (!(id >> 63)) /* an in-process group (a spanning one: its alias too) */
+        dt__comm_inproc.group_destroy(((ncomm *)base)->inner, id);
+}
+
+dt_status dt__comm_nccl_span(dt__comm *base, uint64_t id, uint32_t tag, uint64_t key, int t0, int t1) {
+    ncomm *c = (ncomm *)base;
+    if (id >> 63) /* an NCCL group of this process's GPUs only */
+        return DT_OK;
+    int nranks = 0;
+    uint8_t uid[DT__SPAN_NCCL_ID];
+    if (!dt__span_nccl_get(tag, key, &nranks, uid))
+        return dt__comm_group_span(c->inner, id, tag, key, t0, t1); /* host staging */
+    ngroup *gr = dt__calloc(1, sizeof *gr);
+    if (gr && !(gr->comms = dt__calloc((size_t)nranks, sizeof *gr->comms))) {
+        dt__free(gr);
+        gr = NULL;
+    }
+    if (!gr)
+        return dt__error(DT_ENOMEM, "collectives: out of memory (NCCL group)");
+    gr->n = nranks;
+    gr->span = 1;
+    gr->alias = id;
+    memcpy(&gr->uid, uid, sizeof gr->uid);
+    add_group(c, gr);
+    return DT_OK;
+}
+
+int dt__comm_nccl_unique_id(uint8_t id[DT__SPAN_NCCL_ID]) {
+    ncclUniqueId u;
+    if (!api_ok() || api.GetUniqueId(&u) != ncclSuccess)
+        return 0;
+    memcpy(id, &u, sizeof u);
+    return 1;
+}
+
+/* Rank r of spanning group gr joins its communicator, on its own worker (its
+ * device current) before its first collective; 0 with the reason in err. */
+static int join(ncomm *c, ngroup *gr, int r, char *err, size_t errlen) {
+    pthread_mutex_lock(&c->lock);
+    ncclComm_t have = gr->comms[r];
+    pthread_mutex_unlock(&c->lock);
+    if (have)
+        return 1;
+    ncclComm_t comm = NULL;
+    ncclResult_t rc = api.CommInitRank(&comm, gr->n, gr->uid, r);
+    if (rc != ncclSuccess) {
+        snprintf(err, errlen, "ncclCommInitRank of rank %d of %d across nodes failed: %s", r, gr->n,
+                 api.GetErrorString(rc));
+        return 0;
+    }
+    pthread_mutex_lock(&c->lock);
+    gr->comms[r] = comm;
+    pthread_mutex_unlock(&c->lock);
+    return 1;
 }
 
 /* ---------------------------------------------------------- run */
@@ -534,6 +635,10 @@ static void nccl_run(dt__comm *base, const dt__collattr *a, int r, dt__blob *in,
                      const char *opname) {
     ncomm *c = (ncomm *)base;
     ngroup *gr = unlink_or_find(c, a->group, 0);
+    if (!gr && !(a->group >> 63)) { /* a group spanning nodes, staged through host memory */
+        dt__comm_inproc.run(c->inner, a, r, in, out, opname);
+        return;
+    }
     const dt__backend *be = in->be;
     ncclDataType_t dt = ncclFloat32;
     const char *bad = NULL;
@@ -546,6 +651,9 @@ static void nccl_run(dt__comm *base, const dt__collattr *a, int r, dt__blob *in,
         bad = "NCCL has no reduction for this dtype";
     else if (atomic_load(&gr->aborted))
         bad = "a collective of this group timed out; its NCCL communicators are aborted";
+    char joined[300] = "";
+    if (!bad && gr->span && !join(c, gr, r, joined, sizeof joined))
+        bad = joined;
     /* Every rank sees the same attributes, so all of them stop here alike. */
     if (bad) {
         if (!out->error) {
@@ -605,6 +713,16 @@ const dt__comm_ops dt__comm_nccl = {
 
 /* Built without NCCL's header: never chosen. */
 int dt__comm_nccl_usable(void) { return 0; }
+
+int dt__comm_nccl_unique_id(uint8_t id[DT__SPAN_NCCL_ID]) {
+    (void)id;
+    return 0;
+}
+
+dt_status dt__comm_nccl_span(dt__comm *base, uint64_t id, uint32_t tag, uint64_t key, int t0, int t1) {
+    (void)base, (void)id, (void)tag, (void)key, (void)t0, (void)t1;
+    return DT_OK;
+}
 
 const dt__comm_ops dt__comm_nccl = {"nccl (not built)", NULL, NULL, NULL, NULL, NULL};
 

@@ -24,7 +24,7 @@ typedef struct rendezvous {
 typedef struct group {
     uint64_t id;
     int n;
-    int64_t *ids;
+    int64_t *ids; /* device ids; in a spanning group, device keys (dist/xfer.h) */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     rendezvous rv[2]; /* even and odd sequence numbers */

@@ -423,11 +423,11 @@ void dt__xfer_set_layout(int n, const int64_t *first, const int64_t *count) {
     pthread_mutex_unlock(&X.mu);
 }
 
-int dt__xfer_node_of(int64_t id) {
+int dt__xfer_node_of(int64_t key) {
     pthread_mutex_lock(&X.mu);
     int idx = DT__XFER_NODE_UNKNOWN;
     for (int i = 0; i < X.nlayout && idx < 0; i++)
-        if (id >= X.layout[2 * i] && id - X.layout[2 * i] < X.layout[2 * i + 1])
+        if (key >= X.layout[2 * i] && key - X.layout[2 * i] < X.layout[2 * i + 1])
             idx = i;
     pthread_mutex_unlock(&X.mu);
     return idx;

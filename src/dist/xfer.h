@@ -24,9 +24,9 @@
  * node's ranks that needs it takes it from the mailbox (dt__xfer_wait with
  * `shares`, the number of them): they read one payload. To send that way
  * a rank must know which devices share a node: the node table
- * (dt__xfer_node_of), which the main node sets here and sends every worker
- * node (dt__xfer_layout_msg) when a node joins, ahead of any batch that
- * could use it on the same connection. A shared message's dst_device is
+ * (dt__xfer_node_of, by device key), which the main node sets here and
+ * sends every worker node (dt__xfer_layout_msg) when a node joins, ahead
+ * of any batch that could use it on the same connection. A shared message's dst_device is
  * one of the receiving ranks' devices, so the transport routes it, as any
  * message, to the node that owns dst_device (straight or relayed).
  *
@@ -43,6 +43,22 @@
 #include "common/common.h"
 
 #define DT__XFER_TEXT 512 /* bytes of an error, NUL included (wire.h's text) */
+
+/* Device keys: how the mailbox and the wire (DATA, LOST, FAILED) name a
+ * device, whatever its type. CPU device id i is key i (what it always
+ * was); CUDA device id i is DT__XFER_CUDA_KEY + i. So each node's devices
+ * of one type are one range of keys, and a key says its type. Ids stay
+ * below 2^40: a cluster has at most 2^32 nodes of DT__WIRE_MAX_DEVICES. */
+#define DT__XFER_CUDA_KEY ((int64_t)1 << 40)
+static inline int64_t dt__xfer_key(int type, int64_t id) {
+    return type == DT_DEVICE_CUDA ? DT__XFER_CUDA_KEY + id : id;
+}
+static inline int dt__xfer_key_type(int64_t key) {
+    return key >= DT__XFER_CUDA_KEY ? DT_DEVICE_CUDA : DT_DEVICE_CPU;
+}
+static inline int64_t dt__xfer_key_id(int64_t key) {
+    return key >= DT__XFER_CUDA_KEY ? key - DT__XFER_CUDA_KEY : key;
+}
 
 /* One message's header: which collective (main node's graph tag and group
  * id, sequence number), from which rank to which, the devices, and the
@@ -92,11 +108,11 @@ typedef struct dt__xfer_msg {
 /* Frees m and lets go of its payload. */
 void dt__xfer_msg_free(dt__xfer_msg *m);
 
-/* How this process reaches other nodes: is_local(id) is 1 when CPU device
- * `id` is this process's; wake() tells the transport's thread that the
+/* How this process reaches other nodes: is_local(key) is 1 when the device
+ * of key `key` (dt__xfer_key) is this process's; wake() tells the transport's thread that the
  * outbox has work. NULL (no cluster): every device is local. */
 typedef struct dt__xfer_hooks {
-    int (*is_local)(int64_t cpu_id);
+    int (*is_local)(int64_t key);
     void (*wake)(void);
 } dt__xfer_hooks;
 /* Installs the hooks (copied) and forgets losses and aborts of an earlier
@@ -105,8 +121,9 @@ void dt__xfer_start(const dt__xfer_hooks *h);
 /* Removes the hooks and frees every queued message. */
 void dt__xfer_stop(void);
 
-/* 1 when CPU device `id` is this process's (always, without a cluster). */
-int dt__xfer_is_local(int64_t id);
+/* 1 when the device of key `key` is this process's (always, without a
+ * cluster). */
+int dt__xfer_is_local(int64_t key);
 
 /* Queues m (taken over) for the transport. A node that is gone, or no
  * transport: m is freed. */
@@ -132,11 +149,11 @@ void dt__xfer_deliver(dt__xfer_msg *m);
  * cluster ended, or out of memory. */
 dt__xfer_msg *dt__xfer_wait(uint32_t tag, uint64_t group, uint64_t seq, int32_t from, int32_t to,
                             int64_t src_device, int shares, char *err, size_t errlen);
-/* CPU devices [first, first + count) are on a node that is gone (`why`
+/* The devices of keys [first, first + count) are on a node that is gone (`why`
  * names it): waits for them fail, now and later. */
 void dt__xfer_lost(int64_t first, int64_t count, const char *why);
-/* Collective (tag, group, seq) gets no part from CPU devices [first,
- * first + count): their node could not run the batch that holds their
+/* Collective (tag, group, seq) gets no part from the devices of keys
+ * [first, first + count): their node could not run the batch that holds their
  * ranks (`why` names it). Waits for those parts fail with `why`, now and
  * later, and parts sent to those devices' ranks are dropped (they will
  * never be taken). Kept until dt__xfer_start or dt__xfer_stop. */
@@ -148,13 +165,18 @@ void dt__xfer_abort(const char *why);
 /* Messages waiting in the mailbox, whole (tests). */
 size_t dt__xfer_pending(void);
 
-/* The node table: node i holds CPU devices [first[i], first[i] + count[i])
- * (the main node's and every worker node's, lost ones too: ids are never
- * reused). Replaces the table; dt__xfer_start empties it. */
+/* The node table: entry i is the devices of keys [first[i], first[i] +
+ * count[i]) (dt__xfer_key), all of one type on one node (the main node's
+ * and every worker node's, lost ones too: ids are never reused). A node
+ * with devices of both types has an entry for each: the table says which
+ * devices of one type share a node, which is what shared messages need (a
+ * group's ranks are of one type, but for a copy between device types,
+ * which has one receiver). Replaces the table; dt__xfer_start empties it. */
 void dt__xfer_set_layout(int n, const int64_t *first, const int64_t *count);
-/* The index in the node table of device `id`'s node, or
- * DT__XFER_NODE_UNKNOWN. */
-int dt__xfer_node_of(int64_t id);
+/* The index of the node table's entry that holds the device of key `key`,
+ * or DT__XFER_NODE_UNKNOWN: two keys of one type on one node have the same
+ * index. */
+int dt__xfer_node_of(int64_t key);
 /* The message that carries the node table to a worker node (group 0, which
  * no collective uses: dt__xfer_deliver takes it in as the table); NULL when
  * out of memory. */

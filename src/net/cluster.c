@@ -29,6 +29,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "dist/span_nccl.h"
 #include "dist/xfer.h"
 #include "dtorch/dtorch_cluster.h"
 #include "net/cluster_int.h"
@@ -83,10 +84,6 @@ static void on_register(const dt__net_in *in, int64_t now) {
         return;
     }
     if (!nd) {
-        if (m->u.reg.cuda_devices) {
-            refuse(in, "CUDA devices on worker nodes are not supported yet");
-            return;
-        }
         if (C.n == C.cap) {
             int cap = C.cap ? 2 * C.cap : 8;
             node *v = dt__realloc(C.nodes, (size_t)cap * sizeof *v);
@@ -110,6 +107,12 @@ static void on_register(const dt__net_in *in, int64_t now) {
         snprintf(nd->info.address, sizeof nd->info.address, "%s", in->peer[0] ? in->peer : "?");
         snprintf(nd->info.host, sizeof nd->info.host, "%.127s", m->u.reg.host);
         C.cpu_total += m->u.reg.cpu_devices;
+        /* Its CUDA devices follow every CUDA device numbered before it
+         * (node-major, as CPU ids). */
+        nd->info.cuda_devices = (int)m->u.reg.cuda_devices;
+        nd->info.first_cuda_device_id = C.cuda_total;
+        nd->flags = m->u.reg.flags;
+        C.cuda_total += m->u.reg.cuda_devices;
         C.alive++;
         pthread_cond_broadcast(&C.changed);
     }
@@ -119,6 +122,7 @@ static void on_register(const dt__net_in *in, int64_t now) {
     w.u.welcome.first_device_id = nd->info.first_device_id;
     w.u.welcome.heartbeat_ms = (uint32_t)C.heartbeat_ms;
     w.u.welcome.beat_port = (uint32_t)C.beat_port;
+    w.u.welcome.first_cuda_device_id = nd->info.first_cuda_device_id;
     dt__net_send(C.router, in->rid, in->rid_len, &w);
     dt__cluster_data_welcome(in->rid, in->rid_len);
     dt__cluster_data_peers(nd);
@@ -221,6 +225,7 @@ static void *loop(void *arg) {
         q = o->next;
         dt__free(o->body);
         dt__free(o->keys);
+        dt__free(o->ctl);
         dt__free(o);
     }
     return NULL;
@@ -269,7 +274,8 @@ static void close_all(void) {
     dt__free(C.in);
     C.in = NULL;
     C.n = C.cap = C.alive = C.refused = C.corrupt = 0;
-    C.cpu_total = 0;
+    C.cpu_total = C.cuda_local = C.cuda_total = 0;
+    C.flags = 0;
     memset(C.token, 0, sizeof C.token);
 }
 
@@ -309,6 +315,15 @@ dt_status dt_cluster_listen(const char *address, const dt_cluster_options *opts)
     C.heartbeat_ms = hb;
     C.cpu_devices = o.cpu_devices;
     C.cpu_total = o.cpu_devices;
+    pthread_mutex_unlock(&C.mu);
+    /* Our own CUDA devices take the first CUDA ids; counted once, as a
+     * worker node counts its own when it registers. Outside mu: a
+     * backend's count may initialise CUDA. */
+    int64_t cuda = dt__net_cuda_count(NULL, 0);
+    uint32_t flags = dt__net_cuda_flags();
+    pthread_mutex_lock(&C.mu);
+    C.cuda_local = C.cuda_total = cuda;
+    C.flags = flags;
     pthread_mutex_unlock(&C.mu);
     int zero = 0, one = 1;
     char bound[200];
@@ -371,6 +386,7 @@ dt_status dt_cluster_listen(const char *address, const dt_cluster_options *opts)
     }
     C.listening = 1;
     C.pid = getpid();
+    dt__span_nccl_clear();
     dt__cluster_data_start();
     pthread_mutex_unlock(&C.life);
     return DT_OK;
@@ -480,6 +496,13 @@ int dt_cluster_num_alive(void) {
 int64_t dt_cluster_cpu_devices(void) {
     pthread_mutex_lock(&C.mu);
     int64_t n = C.cpu_total;
+    pthread_mutex_unlock(&C.mu);
+    return n;
+}
+
+int64_t dt_cluster_cuda_devices(void) {
+    pthread_mutex_lock(&C.mu);
+    int64_t n = C.address[0] ? C.cuda_total : 0;
     pthread_mutex_unlock(&C.mu);
     return n;
 }

@@ -32,15 +32,19 @@ typedef struct node {
     uint8_t *rel; /* releases not yet sent: (u32 tag, u64 id) each */
     size_t rel_n, rel_cap;
     uint32_t data_port; /* where it takes DATA from other worker nodes (0: through us only) */
+    uint32_t flags;     /* DT__WIRE_REG_* from its REGISTER */
     int notify_lost;    /* lost: the other nodes are still to be told (the beat thread) */
     uint64_t batches;   /* batches shipped to it (their seq) */
     sentb *sent;        /* oldest first */
 } node;
 
-/* A batch for the cluster thread to send (core/remote.h). */
+/* A batch for the cluster thread to send (core/remote.h), or a control
+ * message (`ctl`, taken over) that must leave in order with the batches
+ * (an NCCL unique id before the batch that names its group). */
 typedef struct outmsg {
     struct outmsg *next;
     int node;
+    dt__wire_msg *ctl;
     char backend[32];
     void *body;
     size_t len;
@@ -71,6 +75,11 @@ typedef struct dt__cluster_state {
     char token[DT__WIRE_TOKEN_MAX + 1];
     int heartbeat_ms, cpu_devices;
     int64_t cpu_total;
+    /* CUDA devices: the main node's own (what its CUDA backend saw at
+     * dt_cluster_listen), then each worker node's; `flags` as a worker
+     * node's REGISTER says them, for the main node's own (DT__WIRE_REG_*). */
+    int64_t cuda_local, cuda_total;
+    uint32_t flags;
     node *nodes;
     int n, cap, alive, refused;
     dt__net_in *in;         /* the cluster thread's receive buffer */

@@ -32,6 +32,7 @@ dt_status dt_cluster_node(int index, dt_node_info *out) {
     return dt__error(DT_EUNSUPPORTED, NO_ZMQ);
 }
 int64_t dt_cluster_cpu_devices(void) { return 0; }
+int64_t dt_cluster_cuda_devices(void) { return 0; }
 void dt_cluster_shutdown(void) {}
 dt_status dt_debug_cluster_corrupt_batch(int node) {
     (void)node;
@@ -61,3 +62,7 @@ void dt__cluster_ship(int node, const char *backend, void *body, size_t len, str
 }
 void dt__cluster_release(int node, uint32_t tag, uint64_t id) { (void)node, (void)tag, (void)id; }
 int64_t dt__cluster_relayed(void) { return 0; }
+int dt__cluster_span_nccl(uint32_t tag, uint64_t key, int n, const int64_t *ids) {
+    (void)tag, (void)key, (void)n, (void)ids;
+    return 0;
+}

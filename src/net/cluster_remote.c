@@ -7,12 +7,14 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "core/blob.h"
 #include "core/future.h"
 #include "core/kernel_rec.h"
 #include "core/remote.h"
+#include "dist/span_nccl.h"
 #include "net/cluster_int.h"
 
 static void free_body(void *data, void *hint) {
@@ -248,6 +250,16 @@ void dt__cluster_send_out(void) {
     while (q) {
         outmsg *o = q;
         q = o->next;
+        if (o->ctl) {
+            pthread_mutex_lock(&C.mu);
+            node nd = C.nodes[o->node];
+            pthread_mutex_unlock(&C.mu);
+            if (nd.info.state == DT_NODE_ALIVE && dt__net_send(C.router, nd.rid, nd.rid_len, o->ctl) != DT_OK)
+                fprintf(stderr, "dtorch main node: %s\n", dt_last_error());
+            dt__free(o->ctl);
+            dt__free(o);
+            continue;
+        }
         /* Out of memory for sb: a failure of this batch would leave its
          * peers waiting (the keys are dropped). */
         sentb *sb = o->nkeys ? dt__calloc(1, sizeof *sb) : NULL;
@@ -304,16 +316,84 @@ void dt__cluster_send_out(void) {
 }
 
 int dt__cluster_node_of(dt_device_type type, int64_t id) {
-    if (type != DT_DEVICE_CPU)
-        return -1;
     pthread_mutex_lock(&C.mu);
     int idx = -1;
-    for (int i = 0; C.address[0] && i < C.n && idx < 0; i++)
-        if (id >= C.nodes[i].info.first_device_id &&
-            id < C.nodes[i].info.first_device_id + C.nodes[i].info.cpu_devices)
+    for (int i = 0; C.address[0] && i < C.n && idx < 0; i++) {
+        const dt_node_info *in = &C.nodes[i].info;
+        int64_t first = type == DT_DEVICE_CUDA ? in->first_cuda_device_id : in->first_device_id;
+        int64_t count = type == DT_DEVICE_CUDA ? in->cuda_devices : in->cpu_devices;
+        if (id >= first && id < first + count)
             idx = i;
+    }
     pthread_mutex_unlock(&C.mu);
     return idx;
+}
+
+int dt__cluster_span_nccl(uint32_t tag, uint64_t key, int n, const int64_t *ids) {
+    dt__span_proc *procs = dt__calloc((size_t)n, sizeof *procs);
+    char hosts[2][DT__WIRE_TEXT_MAX] = {{0}};
+    if (!procs)
+        return 0;
+    int remote = 0, spans = 0; /* a rank on a worker node; ranks in two processes */
+    pthread_mutex_lock(&C.mu);
+    /* This host's name for the main node's ranks: a worker node on the
+     * same host is then seen as sharing its GPUs. */
+    if (gethostname(hosts[0], sizeof hosts[0] - 1) != 0)
+        hosts[0][0] = 0;
+    for (int i = 0; i < n && C.address[0]; i++) {
+        int idx = -1;
+        for (int k = 0; k < C.n && idx < 0; k++)
+            if (ids[i] >= C.nodes[k].info.first_cuda_device_id &&
+                ids[i] < C.nodes[k].info.first_cuda_device_id + C.nodes[k].info.cuda_devices)
+                idx = k;
+        uint32_t f = idx < 0 ? C.flags : C.nodes[idx].flags;
+        procs[i] = (dt__span_proc){idx, (f & DT__WIRE_REG_NCCL) != 0, (f & DT__WIRE_REG_CUDA_VIRTUAL) != 0,
+                                   idx < 0 ? hosts[0] : C.nodes[idx].info.host};
+        remote |= idx >= 0;
+        spans |= i > 0 && idx != procs[0].proc;
+    }
+    char why[300];
+    /* A group within one worker node uses that node's own NCCL groups. */
+    int nccl = remote && spans && dt__span_nccl_choose(n, procs, why, sizeof why);
+    uint8_t uid[DT__WIRE_NCCL_ID];
+    /* The main node makes the id (every rank's process reaches it already);
+     * outside mu: ncclGetUniqueId opens the bootstrap socket. */
+    pthread_mutex_unlock(&C.mu);
+    if (nccl && !dt__comm_nccl_unique_id(uid))
+        nccl = 0;
+    if (nccl) {
+        dt__span_nccl_put(tag, key, n, uid);
+        pthread_mutex_lock(&C.mu);
+        for (int i = 0; i < n; i++) {
+            int first = 1; /* one message per node */
+            for (int j = 0; j < i; j++)
+                first &= procs[j].proc != procs[i].proc;
+            if (procs[i].proc < 0 || !first)
+                continue;
+            outmsg *o = dt__calloc(1, sizeof *o);
+            dt__wire_msg *m = o ? dt__calloc(1, sizeof *m) : NULL;
+            if (!m) { /* that node stages while the others wait in NCCL: a hang, as any OOM in a collective */
+                dt__free(o);
+                continue;
+            }
+            m->type = DT__WIRE_NCCLID;
+            m->u.ncclid.tag = tag;
+            m->u.ncclid.group = key;
+            m->u.ncclid.nranks = (uint32_t)n;
+            memcpy(m->u.ncclid.id, uid, sizeof uid);
+            o->node = procs[i].proc;
+            o->ctl = m;
+            if (C.out_last)
+                C.out_last->next = o;
+            else
+                C.out = o;
+            C.out_last = o;
+        }
+        dt__cluster_wake();
+        pthread_mutex_unlock(&C.mu);
+    }
+    dt__free(procs);
+    return nccl;
 }
 
 void dt__cluster_ship(int idx, const char *backend, void *body, size_t len, dt_future **futs,

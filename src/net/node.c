@@ -32,6 +32,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "dist/span_nccl.h"
 #include "dist/xfer.h"
 #include "dtorch/dtorch_cluster.h"
 #include "net/subctl.h"
@@ -53,7 +54,8 @@ typedef struct nbeat {
 
 /* A worker node that takes DATA directly (a PEER message). */
 typedef struct peer {
-    int64_t first, count;
+    int64_t first, count;           /* its CPU devices */
+    int64_t cuda_first, cuda_count; /* its CUDA devices */
     void *sock; /* DEALER to its data port: CURVE, nothing queued before the connection is up */
 } peer;
 
@@ -63,6 +65,7 @@ typedef struct nodectx {
     peer *peers;
     int npeers, cappeers;
     uint32_t index;
+    int64_t cuda_first; /* the global id of its CUDA device 0 (the welcome's) */
     const char *token;
     int quiet;
     int relay_only; /* DTORCH_DIRECT_DATA=0: no data port, no peers; all data via the main node */
@@ -182,13 +185,18 @@ static int enroll(nodectx *n, const dt__wire_msg *reg, int timeout_ms, dt__net_i
 /* This node's devices and the wake pipe of its outbox (one node per
  * process serves at a time). */
 static _Atomic int64_t own_first, own_count; /* atomics: the C tests run two nodes as threads */
+static _Atomic int64_t own_cuda_first, own_cuda_count;
 static int data_pipe[2] = {-1, -1};
 static int data_pipe_err;
 static pthread_once_t data_pipe_once = PTHREAD_ONCE_INIT;
 
-static int node_is_local(int64_t id) {
-    int64_t first = atomic_load_explicit(&own_first, memory_order_relaxed);
-    return id >= first && id < first + atomic_load_explicit(&own_count, memory_order_relaxed);
+/* 1 when the device of key `key` (dist/xfer.h) is this node's. */
+static int node_is_local(int64_t key) {
+    int cuda = dt__xfer_key_type(key) == DT_DEVICE_CUDA;
+    int64_t id = dt__xfer_key_id(key);
+    int64_t first = atomic_load_explicit(cuda ? &own_cuda_first : &own_first, memory_order_relaxed);
+    return id >= first &&
+           id < first + atomic_load_explicit(cuda ? &own_cuda_count : &own_count, memory_order_relaxed);
 }
 
 static void make_data_pipe(void) {
@@ -253,17 +261,23 @@ static void add_peer(nodectx *n, const dt__wire_msg *m) {
             zmq_close(s);
         return;
     }
-    n->peers[n->npeers++] = (peer){m->u.peer.first_device_id, m->u.peer.count, s};
+    n->peers[n->npeers++] =
+        (peer){m->u.peer.first_device_id, m->u.peer.count, m->u.peer.cuda_first, m->u.peer.cuda_count, s};
 }
 
-/* The socket that reaches device dev's node directly and can take a
- * message now, or NULL. */
-static void *direct(nodectx *n, int64_t dev) {
-    for (int i = 0; i < n->npeers; i++)
-        if (dev >= n->peers[i].first && dev < n->peers[i].first + n->peers[i].count) {
+/* The socket that reaches the node of the device of key `key` directly
+ * and can take a message now, or NULL. */
+static void *direct(nodectx *n, int64_t key) {
+    int cuda = dt__xfer_key_type(key) == DT_DEVICE_CUDA;
+    int64_t dev = dt__xfer_key_id(key);
+    for (int i = 0; i < n->npeers; i++) {
+        int64_t first = cuda ? n->peers[i].cuda_first : n->peers[i].first;
+        int64_t count = cuda ? n->peers[i].cuda_count : n->peers[i].count;
+        if (dev >= first && dev < first + count) {
             zmq_pollitem_t it = {n->peers[i].sock, 0, ZMQ_POLLOUT, 0};
             return zmq_poll(&it, 1, 0) > 0 && (it.revents & ZMQ_POLLOUT) ? n->peers[i].sock : NULL;
         }
+    }
     return NULL;
 }
 
@@ -342,7 +356,7 @@ static void run_message(nodectx *n, dt__net_in *in) {
             dt__subctl_release(n->sub, body, len);
         return;
     }
-    if ((!n->sub && !(n->sub = dt__subctl_new())) ||
+    if ((!n->sub && !(n->sub = dt__subctl_new(n->cuda_first))) ||
         dt__subctl_batch(n->sub, in->m.u.batch.backend, body, len) != DT_OK) {
         /* The main node fails the batch's reads and tells every node that
          * its collectives' parts from here will not come. */
@@ -525,6 +539,9 @@ static int serve(nodectx *n, dt__net_in *in) {
                 on_data(in);
             else if (in->m.type == DT__WIRE_PEER)
                 add_peer(n, &in->m);
+            else if (in->m.type == DT__WIRE_NCCLID) /* before the batch that names its group */
+                dt__span_nccl_put(in->m.u.ncclid.tag, in->m.u.ncclid.group, (int)in->m.u.ncclid.nranks,
+                                  in->m.u.ncclid.id);
         }
         dt__net_in_done(in);
         while (n->data && (rc = dt__net_recv(n->data, 1, in)) != 0) /* from other worker nodes */
@@ -552,6 +569,33 @@ int dt_node_run(const dt_node_options *opts) {
     if (cpus < 0 || cpus > DT__WIRE_MAX_DEVICES) {
         fprintf(stderr, "dtorch-node: --cpu-devices must be in [1, %d]\n", DT__WIRE_MAX_DEVICES);
         return 2;
+    }
+    /* Its CUDA devices: those the default backend's CUDA variant sees
+     * (after CUDA_VISIBLE_DEVICES and device virtualisation); asking for
+     * more, or for any without a GPU, is a bad argument here. */
+    int cudas = opts->cuda_devices;
+    if (cudas < DT_NODE_CUDA_ALL || cudas > DT__WIRE_MAX_DEVICES) {
+        fprintf(stderr, "dtorch-node: --cuda-devices must be in [0, %d] or 'all'\n", DT__WIRE_MAX_DEVICES);
+        return 2;
+    }
+    if (cudas) {
+        char why[400];
+        int64_t seen = dt__net_cuda_count(why, sizeof why);
+        if (seen == 0) {
+            fprintf(stderr, "dtorch-node: --cuda-devices: no CUDA device can be offered: %s\n", why);
+            dt__error(DT_EDEVICE, "no CUDA device can be offered: %s", why);
+            return 2;
+        }
+        if (cudas > seen) {
+            fprintf(stderr,
+                    "dtorch-node: --cuda-devices=%d: this host's CUDA backend sees %lld device%s "
+                    "(CUDA_VISIBLE_DEVICES and DTORCH_DTENSOR_IN_SAME_DEVICE apply)\n",
+                    cudas, (long long)seen, seen == 1 ? "" : "s");
+            dt__error(DT_EDEVICE, "--cuda-devices=%d: the CUDA backend sees %lld", cudas, (long long)seen);
+            return 2;
+        }
+        if (cudas == DT_NODE_CUDA_ALL)
+            cudas = seen > DT__WIRE_MAX_DEVICES ? DT__WIRE_MAX_DEVICES : (int)seen;
     }
     const char *colon = strrchr(opts->main_address, ':');
     if (!colon || colon == opts->main_address || !colon[1] ||
@@ -613,6 +657,8 @@ int dt_node_run(const dt_node_options *opts) {
     }
     dt__wire_msg reg = {.type = DT__WIRE_REGISTER};
     reg.u.reg.cpu_devices = (uint32_t)cpus;
+    reg.u.reg.cuda_devices = (uint32_t)cudas;
+    reg.u.reg.flags = cudas ? dt__net_cuda_flags() : 0;
     reg.u.reg.pid = (uint32_t)getpid();
     if (gethostname(reg.u.reg.host, sizeof reg.u.reg.host - 1) != 0)
         snprintf(reg.u.reg.host, sizeof reg.u.reg.host, "?");
@@ -625,17 +671,26 @@ int dt_node_run(const dt_node_options *opts) {
             opts->main_address);
         rc = 0;
     } else if (rc == 0 && in->m.type == DT__WIRE_WELCOME) {
-        char line[200];
-        snprintf(
-            line, sizeof line, "worker node %u of the main node at %s: %d CPU devices, global ids %lld..%lld",
-            in->m.u.welcome.node_index, opts->main_address, cpus, (long long)in->m.u.welcome.first_device_id,
-            (long long)in->m.u.welcome.first_device_id + cpus - 1);
+        char line[400], cuda_line[160] = "";
+        int64_t cf = in->m.u.welcome.first_cuda_device_id;
+        if (cudas)
+            snprintf(cuda_line, sizeof cuda_line, "; %d CUDA devices, global cuda ids %lld..%lld", cudas,
+                     (long long)cf, (long long)cf + cudas - 1);
+        snprintf(line, sizeof line,
+                 "worker node %u of the main node at %s: %d CPU devices, global ids %lld..%lld%s",
+                 in->m.u.welcome.node_index, opts->main_address, cpus,
+                 (long long)in->m.u.welcome.first_device_id,
+                 (long long)in->m.u.welcome.first_device_id + cpus - 1, cuda_line);
         say(&n, "%s", line);
         atomic_store_explicit(&own_first, (int64_t)in->m.u.welcome.first_device_id, memory_order_relaxed);
         atomic_store_explicit(&own_count, (int64_t)cpus, memory_order_relaxed);
+        atomic_store_explicit(&own_cuda_first, cf, memory_order_relaxed);
+        atomic_store_explicit(&own_cuda_count, (int64_t)cudas, memory_order_relaxed);
+        n.cuda_first = cf;
         n.index = in->m.u.welcome.node_index;
         snprintf(n.name, sizeof n.name, "worker node %u (host %.127s, pid %d)", in->m.u.welcome.node_index,
                  reg.u.reg.host, (int)getpid());
+        dt__span_nccl_clear(); /* ids of an earlier cluster (the C tests' nodes share a process) */
         /* The mailbox first: the beat thread may hear of a loss at once. */
         static const dt__xfer_hooks hooks = {node_is_local, node_wake};
         dt__xfer_start(&hooks);

@@ -56,6 +56,7 @@ struct dt__subctl {
     size_t cap, n;
     gent *groups;
     size_t ng, gcap;
+    int64_t cuda_first; /* the global id of this node's CUDA device 0 */
     uint32_t tag;       /* the batch being decoded */
     ticket *made;       /* its tickets, until it is handed over */
     failure *failures;  /* graphs with a batch that could not run */
@@ -211,7 +212,8 @@ static dt_future *res_future(void *ctx, uint64_t id) {
     return f;
 }
 
-static dt_status res_group(void *ctx, uint64_t id, int type, int n, const int64_t *ids, uint64_t *local) {
+static dt_status res_group(void *ctx, uint64_t id, int type, int t0, int t1, int n, const int64_t *ids,
+                           uint64_t *local) {
     dt__subctl *x = ctx;
     for (size_t i = 0; i < x->ng; i++)
         if (x->groups[i].tag == x->tag && x->groups[i].from == id) {
@@ -230,7 +232,7 @@ static dt_status res_group(void *ctx, uint64_t id, int type, int n, const int64_
     if (!c)
         return DT_ENOMEM;
     dt_status st = c->ops->group_create(c, n, ids, local);
-    if (st == DT_OK && (st = dt__comm_group_span(c, *local, x->tag, id)) != DT_OK)
+    if (st == DT_OK && (st = dt__comm_group_span(c, *local, x->tag, id, t0, t1)) != DT_OK)
         c->ops->group_destroy(c, *local);
     if (st == DT_OK)
         x->groups[x->ng++] = (gent){x->tag, id, *local};
@@ -239,7 +241,7 @@ static dt_status res_group(void *ctx, uint64_t id, int type, int n, const int64_
 
 /* ------------------------------------------------------------------ API */
 
-dt__subctl *dt__subctl_new(void) {
+dt__subctl *dt__subctl_new(int64_t cuda_first) {
     dt__subctl *x = dt__calloc(1, sizeof *x);
     if (!x) {
         dt__error(DT_ENOMEM, "worker node: out of memory");
@@ -255,6 +257,7 @@ dt__subctl *dt__subctl_new(void) {
         fcntl(x->pipe[i], F_SETFD, FD_CLOEXEC);
     }
     pthread_mutex_init(&x->mu, NULL);
+    x->cuda_first = cuda_first;
     return x;
 }
 
@@ -353,6 +356,7 @@ dt_status dt__subctl_batch(dt__subctl *x, const char *backend, const void *body,
         if (st != DT_OK)
             return st;
         x->g->local_only = 1; /* before its first stream */
+        x->g->first_id[DT_DEVICE_CUDA] = x->cuda_first;
         snprintf(x->backend, sizeof x->backend, "%s", backend ? backend : "");
     } else if (strcmp(x->backend, backend ? backend : "") != 0) {
         return dt__error(DT_EINVAL, "worker node: it runs the '%s' backend, not '%s'", x->backend, backend);

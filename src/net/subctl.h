@@ -18,8 +18,10 @@
 
 typedef struct dt__subctl dt__subctl;
 
-/* NULL (thread error set) when memory or the pipe cannot be had. */
-dt__subctl *dt__subctl_new(void);
+/* A sub-controller whose CUDA devices are the global ids from
+ * `cuda_first` (its graph runs them as local devices id - cuda_first).
+ * NULL (thread error set) when memory or the pipe cannot be had. */
+dt__subctl *dt__subctl_new(int64_t cuda_first);
 /* Finishes the work handed over, then frees everything. */
 void dt__subctl_free(dt__subctl *x);
 /* Readable when results wait (drained by dt__subctl_next). */

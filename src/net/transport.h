@@ -63,6 +63,13 @@ int dt__net_recv(void *sock, int router, dt__net_in *in);
  * many). -1 (thread error set) on failure. */
 int dt__net_bulk(void *sock);
 
+/* This process's CUDA devices as the cluster numbers them (cuda_devices.c):
+ * how many the default backend's CUDA variant sees (virtualisation
+ * applied; 0 without a GPU, and then, when `why` is given, the reason in
+ * it), and the DT__WIRE_REG_* flags a REGISTER carries for them. */
+int64_t dt__net_cuda_count(char *why, size_t whylen);
+uint32_t dt__net_cuda_flags(void);
+
 /* Milliseconds of a monotonic clock. */
 int64_t dt__net_now_ms(void);
 

@@ -26,7 +26,7 @@ static const char *const names[DT__WIRE_TYPE_END] = {
     [DT__WIRE_HEARTBEAT] = "heartbeat", [DT__WIRE_STOP] = "stop",       [DT__WIRE_BYE] = "bye",
     [DT__WIRE_BATCH] = "batch",         [DT__WIRE_RELEASE] = "release", [DT__WIRE_RESULT] = "result",
     [DT__WIRE_DATA] = "data",           [DT__WIRE_LOST] = "lost",       [DT__WIRE_FAILED] = "failed",
-    [DT__WIRE_PEER] = "peer",
+    [DT__WIRE_PEER] = "peer",           [DT__WIRE_NCCLID] = "ncclid",
 };
 
 const char *dt__wire_type_name(int type) {
@@ -92,12 +92,14 @@ size_t dt__wire_encode(const dt__wire_msg *m, uint8_t *buf, size_t cap) {
         put_text(&w, m->u.reg.host);
         put_bytes(&w, m->u.reg.token, m->u.reg.token_len);
         put(&w, m->u.reg.data_port, 4);
+        put(&w, m->u.reg.flags, 4);
         break;
     case DT__WIRE_WELCOME:
         put(&w, m->u.welcome.node_index, 4);
         put(&w, (uint64_t)m->u.welcome.first_device_id, 8);
         put(&w, m->u.welcome.heartbeat_ms, 4);
         put(&w, m->u.welcome.beat_port, 4);
+        put(&w, (uint64_t)m->u.welcome.first_cuda_device_id, 8);
         break;
     case DT__WIRE_REFUSE:
         put_text(&w, m->u.refuse.reason);
@@ -154,6 +156,14 @@ size_t dt__wire_encode(const dt__wire_msg *m, uint8_t *buf, size_t cap) {
         put(&w, (uint64_t)m->u.peer.count, 8);
         put(&w, m->u.peer.port, 4);
         put_text(&w, m->u.peer.address);
+        put(&w, (uint64_t)m->u.peer.cuda_first, 8);
+        put(&w, (uint64_t)m->u.peer.cuda_count, 8);
+        break;
+    case DT__WIRE_NCCLID:
+        put(&w, m->u.ncclid.tag, 4);
+        put(&w, m->u.ncclid.group, 8);
+        put(&w, m->u.ncclid.nranks, 4);
+        put_bytes(&w, m->u.ncclid.id, DT__WIRE_NCCL_ID);
         break;
     default: /* STOP, BYE: no payload */
         break;
@@ -251,8 +261,11 @@ dt_status dt__wire_decode(const void *buf, size_t len, dt__wire_msg *m) {
         get_text(&r, m->u.reg.host);
         m->u.reg.token = get_bytes(&r, DT__WIRE_TOKEN_MAX, &m->u.reg.token_len);
         m->u.reg.data_port = (uint32_t)get(&r, 4);
-        if (!r.why &&
-            (m->u.reg.cpu_devices > DT__WIRE_MAX_DEVICES || m->u.reg.cuda_devices > DT__WIRE_MAX_DEVICES))
+        m->u.reg.flags = (uint32_t)get(&r, 4);
+        if (!r.why && (m->u.reg.flags & ~(DT__WIRE_REG_NCCL | DT__WIRE_REG_CUDA_VIRTUAL)))
+            r.why = "unknown flags";
+        else if (!r.why && (m->u.reg.cpu_devices > DT__WIRE_MAX_DEVICES ||
+                            m->u.reg.cuda_devices > DT__WIRE_MAX_DEVICES))
             r.why = "too many devices";
         else if (!r.why && m->u.reg.data_port > 65535)
             r.why = "bad port";
@@ -262,9 +275,10 @@ dt_status dt__wire_decode(const void *buf, size_t len, dt__wire_msg *m) {
         m->u.welcome.first_device_id = (int64_t)get(&r, 8);
         m->u.welcome.heartbeat_ms = (uint32_t)get(&r, 4);
         m->u.welcome.beat_port = (uint32_t)get(&r, 4);
-        if (!r.why && (m->u.welcome.first_device_id < 0 || m->u.welcome.heartbeat_ms == 0 ||
-                       m->u.welcome.heartbeat_ms > 3600 * 1000 || m->u.welcome.beat_port == 0 ||
-                       m->u.welcome.beat_port > 65535))
+        m->u.welcome.first_cuda_device_id = (int64_t)get(&r, 8);
+        if (!r.why && (m->u.welcome.first_device_id < 0 || m->u.welcome.first_cuda_device_id < 0 ||
+                       m->u.welcome.heartbeat_ms == 0 || m->u.welcome.heartbeat_ms > 3600 * 1000 ||
+                       m->u.welcome.beat_port == 0 || m->u.welcome.beat_port > 65535))
             r.why = "bad device id, heartbeat interval or port";
         break;
     case DT__WIRE_REFUSE:
@@ -344,10 +358,25 @@ dt_status dt__wire_decode(const void *buf, size_t len, dt__wire_msg *m) {
         m->u.peer.count = (int64_t)get(&r, 8);
         m->u.peer.port = (uint32_t)get(&r, 4);
         get_text(&r, m->u.peer.address);
-        if (!r.why && (m->u.peer.first_device_id < 0 || m->u.peer.count < 0 || m->u.peer.port == 0 ||
-                       m->u.peer.port > 65535 || !m->u.peer.address[0]))
+        m->u.peer.cuda_first = (int64_t)get(&r, 8);
+        m->u.peer.cuda_count = (int64_t)get(&r, 8);
+        if (!r.why && (m->u.peer.first_device_id < 0 || m->u.peer.count < 0 || m->u.peer.cuda_first < 0 ||
+                       m->u.peer.cuda_count < 0 || m->u.peer.port == 0 || m->u.peer.port > 65535 ||
+                       !m->u.peer.address[0]))
             r.why = "bad device range, port or address";
         break;
+    case DT__WIRE_NCCLID: {
+        m->u.ncclid.tag = (uint32_t)get(&r, 4);
+        m->u.ncclid.group = get(&r, 8);
+        m->u.ncclid.nranks = (uint32_t)get(&r, 4);
+        size_t n = 0;
+        const uint8_t *id = get_bytes(&r, DT__WIRE_NCCL_ID, &n);
+        if (!r.why && (n != DT__WIRE_NCCL_ID || m->u.ncclid.nranks < 2 || m->u.ncclid.nranks > (1u << 20)))
+            r.why = "bad id length or group size";
+        else if (id)
+            memcpy(m->u.ncclid.id, id, DT__WIRE_NCCL_ID);
+        break;
+    }
     default:
         break;
     }

@@ -25,15 +25,17 @@
 #include <stdint.h>
 
 #include "common/common.h"
+#include "dist/span_nccl.h"
 #include "dist/xfer.h"
 
 #define DT__WIRE_MAGIC "DTNW"
-#define DT__WIRE_VERSION 2
+#define DT__WIRE_VERSION 3
 #define DT__WIRE_HEADER 16
 #define DT__WIRE_TOKEN_MAX 1024 /* bytes of a cluster token */
 #define DT__WIRE_TEXT_MAX 512   /* bytes of a host name or a reason, NUL included */
 #define DT__WIRE_MAX (DT__WIRE_HEADER + 64 + DT__WIRE_TOKEN_MAX + 2 * DT__WIRE_TEXT_MAX)
 #define DT__WIRE_MAX_DEVICES 4096 /* CPU or CUDA devices one node may offer */
+#define DT__WIRE_NCCL_ID 128      /* bytes of an ncclUniqueId (NCCL_UNIQUE_ID_BYTES) */
 /* Bytes of one extra frame (a batch or a read's piece); only peers that
  * passed the CURVE handshake can send one (when libzmq has CURVE). */
 #define DT__WIRE_FRAME_MAX ((int64_t)1 << 36)
@@ -53,8 +55,16 @@ typedef enum dt__wire_type {
     DT__WIRE_LOST = 11,     /* main -> node: a node is lost; waits for its devices fail */
     DT__WIRE_FAILED = 12,   /* main -> node: a collective gets no parts from a node's devices */
     DT__WIRE_PEER = 13,     /* main -> node: where another node takes DATA directly */
+    DT__WIRE_NCCLID = 14,   /* main -> node: the NCCL unique id of a group spanning nodes */
     DT__WIRE_TYPE_END
 } dt__wire_type;
+
+/* REGISTER flags: NCCL loads in the node's process, and its CUDA devices
+ * are logical ones sharing GPUs (DTORCH_DTENSOR_IN_SAME_DEVICE=1), which
+ * NCCL cannot serve. The main node decides from them whether a group
+ * spanning nodes uses NCCL (dist/comm.h, dt__comm_span_nccl). */
+#define DT__WIRE_REG_NCCL 1u
+#define DT__WIRE_REG_CUDA_VIRTUAL 2u
 
 /* One decoded message. Text fields are NUL-terminated copies; `token`
  * points into the decoded buffer (it is not text). */
@@ -68,11 +78,13 @@ typedef struct dt__wire_msg {
             const uint8_t *token;
             size_t token_len;
             uint32_t data_port; /* where it takes DATA from other worker nodes (0: nowhere) */
+            uint32_t flags;     /* DT__WIRE_REG_*: what its CUDA devices allow */
         } reg;
         struct {
             uint32_t node_index, heartbeat_ms;
             int64_t first_device_id;
-            uint32_t beat_port; /* the main node's heartbeat channel (same host) */
+            uint32_t beat_port;           /* the main node's heartbeat channel (same host) */
+            int64_t first_cuda_device_id; /* its first global CUDA id (none: its count was 0) */
         } welcome;
         struct {
             char reason[DT__WIRE_TEXT_MAX];
@@ -101,6 +113,7 @@ typedef struct dt__wire_msg {
             uint32_t node_index, port;
             int64_t first_device_id, count;
             char address[DT__WIRE_TEXT_MAX]; /* its address as the main node sees it */
+            int64_t cuda_first, cuda_count;  /* its CUDA devices */
         } peer;
         struct {
             uint32_t tag;
@@ -108,6 +121,12 @@ typedef struct dt__wire_msg {
             int64_t first_device_id, count;
             char error[DT__WIRE_TEXT_MAX];
         } failed;
+        struct {
+            uint32_t tag;    /* the main node's graph */
+            uint64_t group;  /* the group, as the batches' kernels name it */
+            uint32_t nranks; /* its size */
+            uint8_t id[DT__WIRE_NCCL_ID];
+        } ncclid;
     } u;
 } dt__wire_msg;
 

@@ -9,11 +9,13 @@
  * LibTorch CUDA shim does (torch/torch_cuda.cpp).
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/backend.h"
 #include "backend/cuda_map.h"
 #include "core/graph.h"
 #include "dist/comm.h"
+#include "dist/span_nccl.h"
 #include "test_util.h"
 
 static int64_t fake_gpus;
@@ -102,6 +104,61 @@ static void test_comm_choice(void) {
     CHECK(dt__comm_for(DT_DEVICE_CPU) == &dt__comm_inproc);
 }
 
+/* NCCL across nodes or host staging (span_nccl.h), for a group of ranks
+ * held by the main node (-1) and worker nodes: NCCL only when every process
+ * holding a rank can use it, none virtualises its GPUs and no two of them
+ * share a host; DTORCH_SPAN_NCCL=0 forces staging. */
+static void test_span_choice(void) {
+    char why[300];
+    dt__span_proc p[4] = {{-1, 1, 0, "main"}, {0, 1, 0, "a"}, {0, 1, 0, "a"}, {1, 1, 0, "b"}};
+    CHECK_EQ(dt__span_nccl_choose(4, p, why, sizeof why), 1);
+    CHECK_STREQ(why, "");
+    p[3].nccl = 0;
+    CHECK_EQ(dt__span_nccl_choose(4, p, why, sizeof why), 0);
+    CHECK(strstr(why, "worker node 1 cannot use NCCL") != NULL);
+    p[3].nccl = 1;
+    p[0].virtual_gpus = 1;
+    CHECK_EQ(dt__span_nccl_choose(4, p, why, sizeof why), 0);
+    CHECK(strstr(why, "the main node runs several logical devices on one GPU") != NULL);
+    p[0].virtual_gpus = 0;
+    p[3].host = "main"; /* worker node 1 beside the main node */
+    CHECK_EQ(dt__span_nccl_choose(4, p, why, sizeof why), 0);
+    CHECK(strstr(why, "the main node and worker node 1 run on one host (main)") != NULL);
+    p[3].host = "b";
+    setenv("DTORCH_SPAN_NCCL", "0", 1);
+    CHECK_EQ(dt__span_nccl_choose(4, p, why, sizeof why), 0);
+    CHECK_STREQ(why, "DTORCH_SPAN_NCCL=0");
+    unsetenv("DTORCH_SPAN_NCCL");
+    /* Two ranks of one node on one host: its own GPUs, distinct. */
+    CHECK_EQ(dt__span_nccl_choose(2, p + 1, why, sizeof why), 1);
+}
+
+/* The unique ids the main node ships: kept per (graph tag, group key),
+ * replaced by a later put, gone after clear. */
+static void test_span_ids(void) {
+    uint8_t a[DT__SPAN_NCCL_ID], b[DT__SPAN_NCCL_ID], got[DT__SPAN_NCCL_ID];
+    for (int i = 0; i < DT__SPAN_NCCL_ID; i++)
+        a[i] = (uint8_t)i, b[i] = (uint8_t)(255 - i);
+    int n = 0;
+    dt__span_nccl_clear();
+    CHECK_EQ(dt__span_nccl_get(1, 7, &n, got), 0);
+    dt__span_nccl_put(1, 7, 4, a);
+    dt__span_nccl_put(2, 7, 3, b);
+    CHECK_EQ(dt__span_nccl_get(1, 7, &n, got), 1);
+    CHECK_EQ(n, 4);
+    CHECK(!memcmp(got, a, sizeof a));
+    CHECK_EQ(dt__span_nccl_get(2, 7, &n, got), 1);
+    CHECK_EQ(n, 3);
+    CHECK(!memcmp(got, b, sizeof b));
+    CHECK_EQ(dt__span_nccl_get(1, 8, &n, got), 0);
+    dt__span_nccl_put(1, 7, 5, b);
+    CHECK_EQ(dt__span_nccl_get(1, 7, &n, got), 1);
+    CHECK_EQ(n, 5);
+    CHECK(!memcmp(got, b, sizeof b));
+    dt__span_nccl_clear();
+    CHECK_EQ(dt__span_nccl_get(1, 7, &n, got), 0);
+}
+
 int main(void) {
     fake = dt__backend_ref;
     fake.name = "ref_cuda";
@@ -110,6 +167,8 @@ int main(void) {
     test_no_gpu();
     test_gpus();
     test_comm_choice();
+    test_span_choice();
+    test_span_ids();
     if (failures)
         fprintf(stderr, "test_cuda_select: %d failure(s)\n", failures);
     return failures != 0;

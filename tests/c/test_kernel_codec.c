@@ -148,7 +148,9 @@ static dt_future *res_future(void *ctx, uint64_t id) {
     return t->future;
 }
 
-static dt_status res_group(void *ctx, uint64_t id, int type, int n, const int64_t *ids, uint64_t *local) {
+static dt_status res_group(void *ctx, uint64_t id, int type, int t0, int t1, int n, const int64_t *ids,
+                           uint64_t *local) {
+    (void)t0, (void)t1;
     table *t = ctx;
     (void)id;
     CHECK_EQ(n, 2);
@@ -164,7 +166,9 @@ static dt_future *any_future(void *ctx, uint64_t id) {
     return dt__future_new();
 }
 
-static dt_status any_group(void *ctx, uint64_t id, int type, int n, const int64_t *ids, uint64_t *local) {
+static dt_status any_group(void *ctx, uint64_t id, int type, int t0, int t1, int n, const int64_t *ids,
+                           uint64_t *local) {
+    (void)t0, (void)t1;
     (void)ctx, (void)type, (void)n, (void)ids;
     *local = id;
     return DT_OK;
@@ -371,7 +375,9 @@ static void round_trip(void) {
 /* ------------------------------------------ cross-mesh copies round trip */
 
 /* Pairs of a copy between meshes: 2-rank groups of the CPU comm. */
-static dt_status pair_group(void *ctx, uint64_t id, int type, int n, const int64_t *ids, uint64_t *local) {
+static dt_status pair_group(void *ctx, uint64_t id, int type, int t0, int t1, int n, const int64_t *ids,
+                            uint64_t *local) {
+    (void)t0, (void)t1;
     table *t = ctx;
     (void)id, (void)ids;
     CHECK_EQ(n, 2);

@@ -77,12 +77,14 @@ static int sample(int type, dt__wire_msg *m) {
         m->u.reg.token = (const uint8_t *)token;
         m->u.reg.token_len = sizeof token - 1;
         m->u.reg.data_port = 40002;
+        m->u.reg.flags = DT__WIRE_REG_NCCL | DT__WIRE_REG_CUDA_VIRTUAL;
         return 1;
     case DT__WIRE_WELCOME:
         m->u.welcome.node_index = 7;
         m->u.welcome.first_device_id = 0x123456789aLL;
         m->u.welcome.heartbeat_ms = 250;
         m->u.welcome.beat_port = 40001;
+        m->u.welcome.first_cuda_device_id = 0x23456789abLL;
         return 1;
     case DT__WIRE_REFUSE:
         snprintf(m->u.refuse.reason, sizeof m->u.refuse.reason, "the token does not match");
@@ -144,6 +146,16 @@ static int sample(int type, dt__wire_msg *m) {
         m->u.peer.count = 4;
         m->u.peer.port = 40003;
         snprintf(m->u.peer.address, sizeof m->u.peer.address, "10.231.7.2");
+        m->u.peer.cuda_first = 5;
+        m->u.peer.cuda_count = 2;
+        return 1;
+    case DT__WIRE_NCCLID:
+        m->u.ncclid.tag = 0x0a0b0c0du;
+        m->u.ncclid.group = 0x8000000000000011ULL;
+        m->u.ncclid.nranks = 6;
+        for (int i = 0; i < DT__WIRE_NCCL_ID; i++)
+            m->u.ncclid.id[i] = (uint8_t)(i * 37 + 1); /* every byte value class: NULs too */
+        m->u.ncclid.id[5] = 0;
         return 1;
     }
     return 0;
@@ -157,7 +169,7 @@ static int same_msg(const dt__wire_msg *a, const dt__wire_msg *b) {
         return a->u.reg.cpu_devices == b->u.reg.cpu_devices &&
                a->u.reg.cuda_devices == b->u.reg.cuda_devices && a->u.reg.pid == b->u.reg.pid &&
                !strcmp(a->u.reg.host, b->u.reg.host) && a->u.reg.token_len == b->u.reg.token_len &&
-               a->u.reg.data_port == b->u.reg.data_port &&
+               a->u.reg.data_port == b->u.reg.data_port && a->u.reg.flags == b->u.reg.flags &&
                !memcmp(a->u.reg.token, b->u.reg.token, a->u.reg.token_len);
     case DT__WIRE_WELCOME:
         return !memcmp(&a->u.welcome, &b->u.welcome, sizeof a->u.welcome);
@@ -191,7 +203,12 @@ static int same_msg(const dt__wire_msg *a, const dt__wire_msg *b) {
     case DT__WIRE_PEER:
         return a->u.peer.node_index == b->u.peer.node_index &&
                a->u.peer.first_device_id == b->u.peer.first_device_id && a->u.peer.count == b->u.peer.count &&
-               a->u.peer.port == b->u.peer.port && !strcmp(a->u.peer.address, b->u.peer.address);
+               a->u.peer.port == b->u.peer.port && !strcmp(a->u.peer.address, b->u.peer.address) &&
+               a->u.peer.cuda_first == b->u.peer.cuda_first && a->u.peer.cuda_count == b->u.peer.cuda_count;
+    case DT__WIRE_NCCLID:
+        return a->u.ncclid.tag == b->u.ncclid.tag && a->u.ncclid.group == b->u.ncclid.group &&
+               a->u.ncclid.nranks == b->u.ncclid.nranks &&
+               !memcmp(a->u.ncclid.id, b->u.ncclid.id, DT__WIRE_NCCL_ID);
     }
     return 1;
 }
@@ -253,6 +270,14 @@ static void test_roundtrip_and_fuzz(void) {
     }
 }
 
+/* Encodes m and decodes the bytes: the decoder's status. */
+static dt_status round_trip(const dt__wire_msg *m) {
+    uint8_t buf[DT__WIRE_MAX];
+    dt__wire_msg out;
+    size_t n = dt__wire_encode(m, buf, sizeof buf);
+    return n ? dt__wire_decode(buf, n, &out) : DT_EINVAL;
+}
+
 static void test_refusals(void) {
     dt__wire_msg m;
     sample(DT__WIRE_HEARTBEAT, &m);
@@ -262,10 +287,13 @@ static void test_refusals(void) {
     CHECK_EQ(dt__wire_decode(NULL, 0, &out), DT_EINVAL);
     buf[4] = DT__WIRE_VERSION + 1; /* a later version */
     CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
-    CHECK(strstr(dt_last_error(), "message version 3") != NULL);
+    CHECK(strstr(dt_last_error(), "message version 4") != NULL);
     buf[4] = 1; /* the first version: its welcome had no heartbeat port */
     CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
     CHECK(strstr(dt_last_error(), "message version 1") != NULL);
+    buf[4] = 2; /* the second: no CUDA devices on worker nodes */
+    CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
+    CHECK(strstr(dt_last_error(), "message version 2") != NULL);
     buf[4] = DT__WIRE_VERSION;
     buf[6] = 99; /* type 99 */
     CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
@@ -292,6 +320,29 @@ static void test_refusals(void) {
     CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
     m.u.welcome.beat_port = 65536;
     n = dt__wire_encode(&m, buf, sizeof buf);
+    CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
+    /* A welcome with a negative first CUDA id, a peer with a negative
+     * CUDA range, a registration with a flag this version does not know,
+     * an NCCL unique id for a one-rank group. */
+    sample(DT__WIRE_WELCOME, &m);
+    m.u.welcome.first_cuda_device_id = -1;
+    CHECK_EQ(round_trip(&m), DT_EINVAL);
+    sample(DT__WIRE_PEER, &m);
+    m.u.peer.cuda_count = -2;
+    CHECK_EQ(round_trip(&m), DT_EINVAL);
+    sample(DT__WIRE_REGISTER, &m);
+    m.u.reg.flags = 4;
+    CHECK_EQ(round_trip(&m), DT_EINVAL);
+    CHECK(strstr(dt_last_error(), "unknown flags") != NULL);
+    sample(DT__WIRE_NCCLID, &m);
+    m.u.ncclid.nranks = 1;
+    CHECK_EQ(round_trip(&m), DT_EINVAL);
+    /* The id a byte short. */
+    m.u.ncclid.nranks = 2;
+    n = dt__wire_encode(&m, buf, sizeof buf);
+    CHECK_EQ(dt__wire_decode(buf, n, &out), DT_OK);
+    CHECK(same_msg(&m, &out));
+    buf[DT__WIRE_HEADER + 16] = DT__WIRE_NCCL_ID - 1; /* the id's length field */
     CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
     /* A peer without a port. */
     sample(DT__WIRE_PEER, &m);

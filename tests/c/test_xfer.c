@@ -12,8 +12,10 @@
  * order computed here. A rank waiting for a node that is lost, for the
  * parts of a collective whose batch a node could not run (in either round
  * of an all-reduce, shared messages too), or whose peer's input failed,
- * fails with that error and still sends what it owes. Under ASan/TSan in
- * the sanitizer builds.
+ * fails with that error and still sends what it owes. All of it for a
+ * group of CPU devices and for one of CUDA devices (named by their keys,
+ * the node table holding both types' entries). Under ASan/TSan in the
+ * sanitizer builds.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -32,7 +34,8 @@ static pthread_mutex_t wmu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wcond = PTHREAD_COND_INITIALIZER;
 static int wakes;
 
-static int is_local(int64_t id) { return id < 7; } /* devices 0 .. 6 are ours */
+/* Devices 0 .. 6 of each type are ours (keys: dist/xfer.h). */
+static int is_local(int64_t key) { return dt__xfer_key_id(key) < 7; }
 
 static void wake(void) {
     pthread_mutex_lock(&wmu);
@@ -211,8 +214,12 @@ static void test_shared_and_table(void) {
     CHECK_EQ(dt__xfer_pending(), 1);
 
     CHECK_EQ(dt__xfer_node_of(3), DT__XFER_NODE_UNKNOWN);
-    const int64_t first[3] = {0, 7, 9}, count[3] = {7, 2, 2};
-    dt__xfer_msg *t = dt__xfer_layout_msg(3, first, count);
+    /* CPU devices on three nodes, CUDA devices on the first two: an entry
+     * per type per node, CUDA ones by key (past 2^40, so the message's
+     * int64s are checked whole). */
+    const int64_t cu = dt__xfer_key(DT_DEVICE_CUDA, 0);
+    const int64_t first[5] = {0, 7, 9, cu, cu + 4}, count[5] = {7, 2, 2, 4, 1};
+    dt__xfer_msg *t = dt__xfer_layout_msg(5, first, count);
     CHECK(t != NULL);
     if (t) {
         t->h.total = t->len;
@@ -223,6 +230,9 @@ static void test_shared_and_table(void) {
     CHECK_EQ(dt__xfer_node_of(8), 1);
     CHECK_EQ(dt__xfer_node_of(10), 2);
     CHECK_EQ(dt__xfer_node_of(11), DT__XFER_NODE_UNKNOWN);
+    CHECK_EQ(dt__xfer_node_of(cu + 3), 3); /* cuda:3, not cpu:3's entry */
+    CHECK_EQ(dt__xfer_node_of(cu + 4), 4);
+    CHECK_EQ(dt__xfer_node_of(cu + 5), DT__XFER_NODE_UNKNOWN);
     dt__xfer_stop();
     CHECK(h.got && memcmp(h.got->data, v, sizeof v) == 0);
     dt__xfer_msg_free(h.got);
@@ -267,12 +277,13 @@ static dt__blob *blob_of(const float *v, int64_t n) {
     return b;
 }
 
-/* One spanning collective's set-up: n ranks on devices ids, `len`
- * elements (each rank's input for a reduction, the gathered total for an
- * all-gather); the chunk ranges along dim 0 and the flattened ranges. */
+/* One spanning collective's set-up: n ranks on devices ids of `type`,
+ * `len` elements (each rank's input for a reduction, the gathered total
+ * for an all-gather); the chunk ranges along dim 0 and the flattened
+ * ranges. */
 typedef struct setup {
-    int n, kind, len;
-    int64_t ids[MAXN];
+    int n, kind, len, type;
+    int64_t ids[MAXN]; /* their keys (dist/xfer.h): what the messages name */
     int local[MAXN], nlocal;
     int64_t start[MAXN], lens[MAXN]; /* torch.chunk ranges */
     int64_t lo[MAXN + 1];            /* all-reduce ranges */
@@ -280,21 +291,23 @@ typedef struct setup {
     uint8_t shapes[MAXN * 8], starts[MAXN * 8], lensb[MAXN * 8];
 } setup;
 
-static int node_of(const setup *s, int64_t id) {
+static int node_of(const setup *s, int64_t key) {
+    int64_t id = dt__xfer_key_id(key);
     if (!s->table)
         return -1 - (int)id; /* unknown: every device its own */
     return id < 7 ? 0 : id < 9 ? 1 : 2;
 }
 
-static void setup_init(setup *s, int n, const int64_t *ids, int kind, int len, int table) {
+static void setup_init(setup *s, int n, const int64_t *ids, int kind, int len, int table, int type) {
     memset(s, 0, sizeof *s);
     s->n = n;
     s->kind = kind;
     s->len = len;
     s->table = table;
+    s->type = type;
     int c = (len + n - 1) / n;
     for (int r = 0; r < n; r++) {
-        s->ids[r] = ids[r];
+        s->ids[r] = dt__xfer_key(type, ids[r]);
         s->local[r] = ids[r] < 7;
         s->nlocal += s->local[r];
         s->start[r] = r * c < len ? r * c : len;
@@ -515,10 +528,11 @@ static void run_coll(dt__comm *c, uint64_t group, uint64_t seq, const setup *s, 
     int spans = s->nlocal < s->n;
     if (spans && lose == LOSE) {
         usleep(30000);
-        dt__xfer_lost(7, 4, "worker node 3 (127.0.0.1, pid 4242) is lost: no heartbeat for 2300 ms");
+        dt__xfer_lost(dt__xfer_key(s->type, 7), 4,
+                      "worker node 3 (127.0.0.1, pid 4242) is lost: no heartbeat for 2300 ms");
     } else if (spans && lose == FAIL_FIRST) {
         usleep(30000);
-        dt__xfer_fail_parts(9, 77, seq, 7, 4, FAILED_WHY);
+        dt__xfer_fail_parts(9, 77, seq, dt__xfer_key(s->type, 7), 4, FAILED_WHY);
     } else if (spans && lose == FAIL_SECOND) {
         want_msg w[2 * MAXN * MAXN];
         int k = expect_round(s, in, seq, 0, 0, w, 0);
@@ -528,7 +542,7 @@ static void run_coll(dt__comm *c, uint64_t group, uint64_t seq, const setup *s, 
             k = expect_round(s, in, seq, 1, 0, w, 0);
             check_posted(s, w, k, &wakes_seen);
         }
-        dt__xfer_fail_parts(9, 77, seq, 7, 4, FAILED_WHY);
+        dt__xfer_fail_parts(9, 77, seq, dt__xfer_key(s->type, 7), 4, FAILED_WHY);
     } else if (spans) {
         want_msg w[2 * MAXN * MAXN];
         int k = expect_round(s, in, seq, 0, 0, w, 0);
@@ -588,11 +602,10 @@ static void drain_outbox(void) {
     }
 }
 
-static void test_spanning(void) {
-    be = dt__backend_find("ref");
-    CHECK(be != NULL);
-    if (!be)
-        return;
+/* The spanning collectives of a group of devices of `type` (the ref
+ * backend computes for either: what differs is the keys the messages, the
+ * node table, losses and FAILED notices name), numbered from *seqp on. */
+static void spanning(int type, uint64_t *seqp) {
     /* 1e8 + 4 rounds to 1e8, 4 + 4 + 1e8 does not: every order of the adds
      * but the rank order differs somewhere. An all-gather's inputs are the
      * shards of in[0] (every row holds the same values then). */
@@ -604,10 +617,13 @@ static void test_spanning(void) {
     static const int64_t meshes[4][MAXN] = {{0, 1, 7}, {0, 7, 1, 8}, {0, 1, 7, 9}, {0, 7}};
     static const int sizes[4] = {3, 4, 4, 2};
     static const int lens[4] = {7, 12, 2, 0}; /* uneven, even, fewer than the ranks, empty */
-    const int64_t first[3] = {0, 7, 9}, count[3] = {7, 2, 2};
-    uint64_t seq = 0;
+    /* The node table: both types' devices on each node (a CPU group's
+     * entries come first, a CUDA group's after them). */
+    const int64_t cu = dt__xfer_key(DT_DEVICE_CUDA, 0);
+    const int64_t first[6] = {0, 7, 9, cu, cu + 7, cu + 9}, count[6] = {7, 2, 2, 7, 2, 2};
+    uint64_t seq = *seqp;
     for (int table = 0; table < 2; table++) {
-        dt__xfer_set_layout(table ? 3 : 0, first, count);
+        dt__xfer_set_layout(table ? 6 : 0, first, count);
         for (int mi = 0; mi < 4; mi++) {
             int n = sizes[mi];
             for (int r = 0; r < n; r++)
@@ -617,8 +633,8 @@ static void test_spanning(void) {
             uint64_t span = 0, one = 0;
             CHECK_EQ(c->ops->group_create(c, n, meshes[mi], &span), DT_OK);
             CHECK_EQ(c->ops->group_create(c, n, here, &one), DT_OK); /* every device ours */
-            CHECK_EQ(dt__comm_group_span(c, span, 9, 77), DT_OK);
-            CHECK_EQ(dt__comm_group_span(c, one, 9, 78), DT_OK);
+            CHECK_EQ(dt__comm_group_span(c, span, 9, 77, type, type), DT_OK);
+            CHECK_EQ(dt__comm_group_span(c, one, 9, 78, type, type), DT_OK);
             for (int kind = DT_COLL_ALLGATHER; kind <= DT_COLL_REDUCESCATTER; kind++)
                 for (int li = 0; li < 4; li++) {
                     if (kind == DT_COLL_ALLGATHER)
@@ -628,8 +644,8 @@ static void test_spanning(void) {
                     int64_t loc[MAXN];
                     for (int r = 0; r < n; r++)
                         loc[r] = r;
-                    setup_init(&sp, n, meshes[mi], kind, lens[li], table);
-                    setup_init(&lo, n, loc, kind, lens[li], table);
+                    setup_init(&sp, n, meshes[mi], kind, lens[li], table, type);
+                    setup_init(&lo, n, loc, kind, lens[li], table, type);
                     outcome got, want;
                     memset(&got, 0, sizeof got);
                     memset(&want, 0, sizeof want);
@@ -644,7 +660,7 @@ static void test_spanning(void) {
             /* A peer's input failed: every rank fails with its error, and
              * an all-reduce's ranks send the error on in the second round. */
             setup sp;
-            setup_init(&sp, n, meshes[mi], DT_COLL_ALLREDUCE, 7, table);
+            setup_init(&sp, n, meshes[mi], DT_COLL_ALLREDUCE, 7, table, type);
             outcome got;
             run_coll(c, span, ++seq, &sp, in, &got, PLAY, "cpu:7: input failed (test)");
             for (int r = 0; r < n; r++)
@@ -659,10 +675,10 @@ static void test_spanning(void) {
      * naming the node. */
     uint64_t span = 0;
     CHECK_EQ(c->ops->group_create(c, 4, meshes[1], &span), DT_OK);
-    CHECK_EQ(dt__comm_group_span(c, span, 9, 77), DT_OK);
+    CHECK_EQ(dt__comm_group_span(c, span, 9, 77, type, type), DT_OK);
     for (int kind = DT_COLL_ALLGATHER; kind <= DT_COLL_REDUCESCATTER; kind++) {
         setup sp;
-        setup_init(&sp, 4, meshes[1], kind, 7, 1);
+        setup_init(&sp, 4, meshes[1], kind, 7, 1, type);
         outcome got;
         run_coll(c, span, ++seq, &sp, in, &got, LOSE, NULL);
         for (int r = 0; r < 4; r++)
@@ -678,17 +694,17 @@ static void test_spanning(void) {
      * in an all-reduce's second round, a reduced range (numbered seq |
      * DT__XFER_ROUND2), and parts sent to those devices are dropped. */
     dt__xfer_start(&(dt__xfer_hooks){is_local, wake}); /* forgets the loss, and the table */
-    dt__xfer_set_layout(3, first, count);
+    dt__xfer_set_layout(6, first, count);
     for (int mode = FAIL_FIRST; mode <= FAIL_SECOND; mode++)
         for (int mi = 0; mi < 3; mi++) {
             int n = sizes[mi];
             CHECK_EQ(c->ops->group_create(c, n, meshes[mi], &span), DT_OK);
-            CHECK_EQ(dt__comm_group_span(c, span, 9, 77), DT_OK);
+            CHECK_EQ(dt__comm_group_span(c, span, 9, 77, type, type), DT_OK);
             for (int kind = DT_COLL_ALLGATHER; kind <= DT_COLL_REDUCESCATTER; kind++) {
                 if (mode == FAIL_SECOND && kind != DT_COLL_ALLREDUCE)
                     continue; /* one round: every part came, nothing to fail */
                 setup sp;
-                setup_init(&sp, n, meshes[mi], kind, 7, 1);
+                setup_init(&sp, n, meshes[mi], kind, 7, 1, type);
                 outcome got;
                 run_coll(c, span, ++seq, &sp, in, &got, mode, NULL);
                 for (int r = 0; r < n; r++)
@@ -704,6 +720,17 @@ static void test_spanning(void) {
         }
     dt__xfer_set_layout(0, NULL, NULL);
     c->ops->destroy(c);
+    *seqp = seq;
+}
+
+static void test_spanning(void) {
+    be = dt__backend_find("ref");
+    CHECK(be != NULL);
+    if (!be)
+        return;
+    uint64_t seq = 0;
+    spanning(DT_DEVICE_CPU, &seq);
+    spanning(DT_DEVICE_CUDA, &seq);
 }
 
 /* Collective (9, 77, 30) gets no parts from devices 7 and 8 (their node

@@ -87,3 +87,15 @@ def assert_close_everywhere(tc, got, want, **kw):
     for x in _dtorch_parts(got):
         assert_replicas_equal(tc, x)
     assert_tensor_allclose(tc, got, want, **kw)
+
+
+def moved_between_nodes(g, step):
+    """Bytes of data between nodes that `step()` moved through the main node (its DATA counters,
+    sent plus received: dtorch._C._cluster_info()), once what it started has run in graph g; and
+    what step() returned."""
+    info = dtorch._C._cluster_info()
+    before = info["data_bytes_sent"] + info["data_bytes_received"]
+    keep = step()
+    g.sync()
+    info = dtorch._C._cluster_info()
+    return info["data_bytes_sent"] + info["data_bytes_received"] - before, keep

@@ -281,7 +281,7 @@ def test_node_exits_when_main_disappears(tmp_path):
 def test_bad_arguments(cluster):
     with pytest.raises(ValueError, match="already the main node"):
         MainNode.set_address("127.0.0.1:0")
-    for args in (["--cpu-devices=x"], ["--bogus"], ["--cuda-devices=0"]):
+    for args in (["--cpu-devices=x"], ["--bogus"], ["--cuda-devices=two"]):
         p = cluster(*args)
         rc, err = wait_exit(p)
         assert rc == 2, (args, err)

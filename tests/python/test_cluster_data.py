@@ -22,6 +22,8 @@ from dtorch import MainNode, Partial, Replicate, Shard, _C
 from dtorch.node import executable
 from dtorch.test.test_util import assert_replicas_equal, genuine_partial, local_values
 
+from helpers import moved_between_nodes
+
 pytestmark = pytest.mark.skipif(not _C._cluster_info()["available"], reason="built without ZeroMQ")
 
 HB = 1.0
@@ -392,17 +394,6 @@ def test_all_reduce_ranges_across_nodes(two_nodes, ids):
             _same(got, ref.redistribute(placements=[Replicate()]))
 
 
-def _moved(g, step):
-    """Bytes of data between nodes that `step()` moved through the main node (its DATA counters,
-    sent plus received), once what it started has run."""
-    info = _C._cluster_info()
-    before = info["data_bytes_sent"] + info["data_bytes_received"]
-    keep = step()
-    g.sync()
-    info = _C._cluster_info()
-    return info["data_bytes_sent"] + info["data_bytes_received"] - before, keep
-
-
 @pytest.mark.parametrize("ids, cluster, allreduce, allgather",
                          [([4, 5, 6, 7], "two_nodes_relayed", 6, 2), ([2, 3, 4, 5], "two_nodes", 3, 1),
                           ([4, 5, 6, 7], "two_nodes", 0, 0)],
@@ -426,10 +417,10 @@ def test_collective_bytes_between_nodes(request, ids, cluster, allreduce, allgat
     p = genuine_partial(t, mesh, [Partial()], seed=2, graph=g)
     x = dtorch.from_torch(t, mesh, [Shard(0)], graph=g)
     g.sync()
-    moved, y = _moved(g, lambda: p.redistribute(placements=[Replicate()]))
+    moved, y = moved_between_nodes(g, lambda: p.redistribute(placements=[Replicate()]))
     assert moved == allreduce * n, (moved, n)
     assert all(torch.equal(v, _fold(local_values(p))) for v in local_values(y))
-    moved, z = _moved(g, lambda: x.redistribute(placements=[Replicate()]))
+    moved, z = moved_between_nodes(g, lambda: x.redistribute(placements=[Replicate()]))
     assert moved == allgather * n, (moved, n)
     _check(z, t)
     assert (_C._cluster_info()["relayed"] > relayed) == (cluster == "two_nodes_relayed")
