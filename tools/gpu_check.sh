@@ -235,8 +235,19 @@ step test_cuda 45 "$py" -m pytest -q -p no:cacheprovider tests/python/test_cuda.
 # CUDA devices on worker nodes (issue 13 items 1-2): dtorch-node processes on this
 # machine, every process's logical devices on its GPU. Needs the cluster (zmq=ON).
 if [ "$dry" = 1 ] || grep -q 'zmq=ON' <<<"${status:-}"; then
-    step cluster_cuda 90 "$py" -m pytest -q -p no:cacheprovider -rfE tests/python/test_cluster_cuda.py
+    crc=0
+    step cluster_cuda 90 "$py" -X faulthandler -m pytest -v -p no:cacheprovider -rfE tests/python/test_cluster_cuda.py ||
+        crc=$?
     [ "$dry" = 1 ] || lines+=("cluster_cuda: $(summary "$log/cluster_cuda.log")")
+    # A crash (a signal: rc 128 + N, 139 a segfault) again under cuda-gdb (on the image; it
+    # debugs host code too), which prints each thread's C stack where the signal came.
+    if [ "$dry" = 1 ] || { [ "$crc" -gt 128 ] && [ "$crc" -ne 137 ] && command -v cuda-gdb >/dev/null; }; then
+        step cluster_gdb 120 cuda-gdb -q -batch -ex 'set pagination off' -ex 'set confirm off' \
+            -ex 'handle SIGPIPE SIGUSR1 SIGUSR2 nostop noprint' -ex run -ex 'info threads' \
+            -ex 'thread apply all bt 40' --args "$py" -m pytest -x -v -p no:cacheprovider \
+            tests/python/test_cluster_cuda.py
+        [ "$dry" = 1 ] || lines+=("cluster_gdb: $(grep -m1 -E 'received signal|exited' "$log/cluster_gdb.log" || echo 'no signal line')")
+    fi
 else
     lines+=("cluster_cuda: not run: no libzmq (tools/gpu_zmq.sh here, carry .zmq)")
 fi
@@ -255,8 +266,10 @@ popts=(-q -p no:cacheprovider --tb=short -rfE)
 if [ "$dry" = 1 ] || "$py" -c 'import xdist' 2>/dev/null; then
     popts+=(-n 8)
 fi
+# The thread method: a test blocked in C (a wait that never returns to Python) is ended too,
+# its stacks dumped and its worker replaced.
 if [ "$dry" = 0 ] && "$py" -c 'import pytest_timeout' 2>/dev/null; then
-    popts+=(--timeout 60)
+    popts+=(--timeout 60 --timeout-method=thread)
 fi
 # The cluster tests start dtorch-node processes with CPU devices and have a GPU step of
 # their own (cluster_cuda); under the cuda harness they would only fail or wait.
@@ -265,7 +278,9 @@ for f in tests/python/test_cluster*.py; do
     cluster_ignore+=("--ignore=$f")
 done
 suite() { # suite N LIMIT
+    rm -f "$log/suite_x$1.fails.txt"
     step "suite_x$1" "$2" env COLUMNS=240 DTORCH_TEST_DEVICE=cuda DTORCH_DTENSOR_IN_SAME_DEVICE=1 \
+        DTORCH_TEST_FAILLOG="$log/suite_x$1.fails.txt" \
         DTORCH_NUM_GPU_WHEN_ENABLE_DTENSOR_IN_SAME_DEVICE="$1" \
         "$py" -m pytest "${popts[@]}" "${cluster_ignore[@]}" tests/python
     if [ "$dry" = 0 ] && [ -f "$log/suite_x$1.log" ]; then

@@ -90,3 +90,41 @@ if os.environ.get("DTORCH_TEST_DEVICE") == "cuda":
             report.outcome = "skipped"
             report.longrepr = (str(item.path), item.location[1] or 0,
                                "needs more logical cuda devices: " + _NOT_MAPPED.search(str(call.excinfo.value))[0])
+
+
+# DTORCH_TEST_FAILLOG=PATH (tools/gpu_check.sh's suite steps): each failed test or subtest is one
+# line in PATH as its report arrives (seconds since the start, node id, phase, first error line),
+# so a run stopped by its time limit still says what failed; the summary pytest prints at the end
+# never comes then. An xdist worker whose interpreter has not ended 30 s after its session
+# appends every Python thread's stack there and exits: a hang at exit is named, not waited on.
+_FAILLOG = os.environ.get("DTORCH_TEST_FAILLOG")
+if _FAILLOG:
+    import time as _time
+
+    _T0 = _time.monotonic()
+
+    def _faillog_line(text):
+        with open(_FAILLOG, "a") as f:
+            f.write(f"{_time.monotonic() - _T0:6.0f}s {text}\n")
+
+    def pytest_runtest_logreport(report):
+        # In the xdist controller (it receives every worker's reports) or a run without xdist.
+        if report.failed and not os.environ.get("PYTEST_XDIST_WORKER"):
+            errors = [ln[2:].strip() for ln in report.longreprtext.splitlines() if ln.startswith("E ")]
+            first = errors[0] if errors else (report.longreprtext.strip().splitlines() or ["?"])[-1]
+            ctx = getattr(report, "context", None)  # a subtest's message and parameters
+            try:
+                sub = f" [{ctx.msg or ''}{' ' + str(ctx.kwargs) if ctx.kwargs else ''}]" if ctx is not None else ""
+            except AttributeError:  # another plugin's report type
+                sub = f" [{ctx}]"
+            _faillog_line(f"{report.nodeid}{sub} ({report.when}): {first[:300]}")
+
+    def pytest_sessionfinish(session, exitstatus):
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            import faulthandler
+
+            global _HANG_FILE
+            _HANG_FILE = open(_FAILLOG, "a")  # kept open for faulthandler
+            faulthandler.dump_traceback_later(30, exit=True, file=_HANG_FILE)
+        else:
+            _faillog_line(f"session finished, exit status {int(exitstatus)}")
