@@ -246,7 +246,7 @@ if [ "$dry" = 1 ] || grep -q 'zmq=ON' <<<"${status:-}"; then
             -ex 'handle SIGPIPE SIGUSR1 SIGUSR2 nostop noprint' -ex run -ex 'info threads' \
             -ex 'thread apply all bt 40' --args "$py" -m pytest -x -v -p no:cacheprovider \
             tests/python/test_cluster_cuda.py
-        [ "$dry" = 1 ] || lines+=("cluster_gdb: $(grep -m1 -E 'received signal|exited' "$log/cluster_gdb.log" || echo 'no signal line')")
+        [ "$dry" = 1 ] || lines+=("cluster_gdb: $(grep -m1 -E 'received signal|exited normally|exited with code' "$log/cluster_gdb.log" || echo 'no signal line')")
     fi
 else
     lines+=("cluster_cuda: not run: no libzmq (tools/gpu_zmq.sh here, carry .zmq)")

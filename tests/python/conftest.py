@@ -30,11 +30,18 @@ if os.environ.get("DTORCH_TEST_DEVICE") == "cuda":
     # host, which turned every later reference into a CPU one.)
     import functools
 
+    # Some torch versions raise for the CPU generator; others (torch 2.11 on the GPU machine, seen
+    # 2026-12-04) follow the generator and return a CPU tensor with no error, which made every
+    # reference built from such a draw a CPU one. Either way the draw ends on the GPU unless the
+    # caller named a device.
     def _host_draw(fn):
         @functools.wraps(fn)
         def draw(*args, **kwargs):
             try:
-                return fn(*args, **kwargs)
+                r = fn(*args, **kwargs)
+                if isinstance(r, torch.Tensor) and r.device.type == "cpu" and kwargs.get("device") is None:
+                    r = r.to("cuda")
+                return r
             except RuntimeError as e:
                 if "for generator but found 'cpu'" not in str(e):
                     raise
@@ -95,8 +102,7 @@ if os.environ.get("DTORCH_TEST_DEVICE") == "cuda":
 # DTORCH_TEST_FAILLOG=PATH (tools/gpu_check.sh's suite steps): each failed test or subtest is one
 # line in PATH as its report arrives (seconds since the start, node id, phase, first error line),
 # so a run stopped by its time limit still says what failed; the summary pytest prints at the end
-# never comes then. An xdist worker whose interpreter has not ended 30 s after its session
-# appends every Python thread's stack there and exits: a hang at exit is named, not waited on.
+# never comes then.
 _FAILLOG = os.environ.get("DTORCH_TEST_FAILLOG")
 if _FAILLOG:
     import time as _time
@@ -120,11 +126,5 @@ if _FAILLOG:
             _faillog_line(f"{report.nodeid}{sub} ({report.when}): {first[:300]}")
 
     def pytest_sessionfinish(session, exitstatus):
-        if os.environ.get("PYTEST_XDIST_WORKER"):
-            import faulthandler
-
-            global _HANG_FILE
-            _HANG_FILE = open(_FAILLOG, "a")  # kept open for faulthandler
-            faulthandler.dump_traceback_later(30, exit=True, file=_HANG_FILE)
-        else:
+        if not os.environ.get("PYTEST_XDIST_WORKER"):
             _faillog_line(f"session finished, exit status {int(exitstatus)}")

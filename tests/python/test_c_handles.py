@@ -36,3 +36,25 @@ class TestHandleArmorCoverage(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestExportedSymbols(unittest.TestCase):
+    def test_library_exports_only_dt_names(self):
+        """libdtorch exports the C API and its dt__ internals, nothing else (src/dtorch.map): a
+        std:: or c10:: template it exported took the C++ runtime's place for libraries loaded after
+        it (libzmq crashed so on the GPU machine)."""
+        import shutil
+        import subprocess
+
+        import dtorch  # noqa: F401 - loads libdtorch
+
+        with open("/proc/self/maps") as f:
+            libs = {ln.split()[-1] for ln in f if "libdtorch.so" in ln.split()[-1]}
+        self.assertEqual(len(libs), 1, libs)
+        if shutil.which("nm") is None:
+            self.skipTest("no nm")
+        out = subprocess.run(["nm", "-D", "--defined-only", libs.pop()], capture_output=True, text=True,
+                             check=True).stdout
+        names = [ln.split()[-1] for ln in out.splitlines() if ln.strip()]
+        self.assertIn("dt_version", names)
+        self.assertEqual([n for n in names if not n.startswith("dt_")], [])
