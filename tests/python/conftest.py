@@ -69,7 +69,9 @@ if os.environ.get("DTORCH_TEST_DEVICE") == "cuda":
 
     # A test whose mesh names more logical devices than this run maps onto the GPU (ids 40..,
     # or >= 4 in the "1 GPU as 4" run) is reported as skipped, with the reason, not failed.
-    _NOT_MAPPED = re.compile(r"cuda:\d+ is not available: the 'torch_cuda' backend sees \d+ CUDA devices")
+    # Likewise a test on the 'ref' backend (CPU kernels only), which has no CUDA device.
+    _NOT_MAPPED = re.compile(r"cuda:\d+ is not available: the 'torch_cuda' backend sees \d+ CUDA devices"
+                             r"|cuda:\d+ is not available: the 'ref' backend sees no CUDA device")
 
     @pytest.fixture(autouse=True)
     def _cuda_context_alive(request):

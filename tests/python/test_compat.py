@@ -470,6 +470,7 @@ class TestReexports(unittest.TestCase):
         with dtorch.default_graph.device_mesh_guard(CPU3):
             self.assertEqual(dtorch.from_numpy(np.ones(3)).device_mesh, CPU3)
 
+    @cpu_only("compares devices with the host's")
     def test_torch_types(self):
         self.assertEqual(dtorch.finfo(dtorch.float16).max, torch.finfo(torch.float16).max)
         self.assertEqual(dtorch.iinfo(dtorch.int8).min, -128)

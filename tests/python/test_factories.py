@@ -434,6 +434,7 @@ class TestRandom(unittest.TestCase):
 
 
 class TestMetadataAndValues(unittest.TestCase):
+    @cpu_only("a cpu mesh's device")
     def test_metadata(self):
         x = dtorch.zeros(5, 7, dtype=torch.float64, device_mesh=CPU3, placements=[Shard(1)])
         self.assertIsInstance(x, dtorch.Tensor)
@@ -499,6 +500,7 @@ class TestMetadataAndValues(unittest.TestCase):
                                   "shape=torch.Size([2]), dtype=torch.float16, device_mesh=DeviceMesh('cpu', "
                                   "[[0, 1], [2, 3]], mesh_dim_names=('dp', 'tp')), placements=[Shard(dim=0), Partial()]")
 
+    @cpu_only("prints a cpu mesh")
     def test_seed_example(self):
         mesh = dtorch.DeviceMesh("cpu", [0, 1])
         x = dtorch.rand((4, 3), device_mesh=mesh, placements=[dtorch.Shard(0)])

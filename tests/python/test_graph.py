@@ -163,6 +163,7 @@ class TestGraph(unittest.TestCase):
         assert_tensor_equal(self, y + y, torch.full((2, 2), 2.0))
         g.shutdown()
 
+    @cpu_only("prints a cpu mesh")
     def test_device_mesh_guard(self):
         g = dtorch.Graph()
         mesh = DeviceMesh("cpu", [0, 1, 2], mesh_dim_names=("tp",))
@@ -204,6 +205,7 @@ class TestGraph(unittest.TestCase):
         self.assertEqual(dtorch.zeros(2, graph=g).dtype, torch.float32)
         g.shutdown()
 
+    @cpu_only("the 'ref' backend has no CUDA devices")
     def test_ref_backend_graph(self):
         g = dtorch.Graph(backend="ref")
         self.assertEqual(g.backend, "ref")

@@ -14,6 +14,7 @@ from helpers import CPU2, cpu_only
 
 
 class TestDeviceMesh(unittest.TestCase):
+    @cpu_only("a cpu mesh's attributes")
     def test_attributes_1d(self):
         m = DeviceMesh("cpu", [0, 1])
         self.assertEqual(m.device_type, "cpu")
@@ -27,6 +28,7 @@ class TestDeviceMesh(unittest.TestCase):
         self.assertTrue(torch.equal(m.mesh, torch.tensor([0, 1])))
         self.assertEqual(m.first_device(), torch.device("cpu"))
 
+    @cpu_only("a cpu mesh's attributes")
     def test_attributes_2d_named(self):
         m = DeviceMesh("cpu", [[4, 5, 6], [1, 2, 3]], mesh_dim_names=("dp", "tp"))
         self.assertEqual(m.ndim, 2)
@@ -63,6 +65,7 @@ class TestDeviceMesh(unittest.TestCase):
         self.assertEqual(repr(DeviceMesh("cpu", [3], mesh_dim_names=("tp",))), "DeviceMesh('cpu', [3], mesh_dim_names=('tp',))")
         self.assertEqual(repr(DeviceMesh("cuda", [[0], [1]])), "DeviceMesh('cuda', [[0], [1]])")
 
+    @cpu_only("cpu meshes' reprs")
     def test_one_device_meshes(self):
         self.assertEqual(DeviceMesh("cpu"), DeviceMesh("cpu", [0]))
         self.assertEqual(repr(DeviceMesh("cpu")), "DeviceMesh('cpu', [0])")
