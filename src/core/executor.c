@@ -86,18 +86,14 @@ static void lower_failed(dt__lower *L, dt__node *n, dt_status st) {
 /* Lowers one node, or replays its kernels from the cache `rp` (NULL: off;
  * replay.h); a failure poisons its output (lower_failed). The one place the
  * controller loop handles a lowering's status. */
-static int lower_node(dt__lower *L, dt__node *n, int32_t kflags, dt__replay *rp) {
+static int lower_node(dt__lower *L, dt__node *n, int passes, dt__replay *rp) {
     if (n->op == DT_OP_STOP) {
         /* Last of the closing batch: the values dropped before the close
          * travel on it. */
-        for (dt__tval *v = n->extra, *next; v; v = next) {
-            next = v->next_release;
-            dt__tval_free_deferred(L->g, v);
-        }
+        dt__tval_free_list_deferred(L->g, n->extra);
         return 1;
     }
     L->node = n;
-    L->kflags = kflags;
     L->status = DT_OK;
     /* Explain and traces (record.h): one load when nothing is recorded. */
     int rec = dt__rec_anything();
@@ -111,9 +107,12 @@ static int lower_node(dt__lower *L, dt__node *n, int32_t kflags, dt__replay *rp)
     int faults = dt__fault_armed();
     if (faults)
         dt__fault_scope(1);
-    int how = rp && !rec ? dt__replay_begin(rp, L, n, kflags) : 0;
+    int how = rp && !rec ? dt__replay_begin(rp, L, n, passes) : 0;
     dt_status st = L->status;
     if (how != 1) {
+        /* The reuse mark, once the passes ran (a replay needs none: its
+         * signature holds what the mark follows from). */
+        L->kflags = passes && dt__reuse_mark(n) ? DT_KF_REUSE : 0;
         /* A replay that fails says why itself (dt__lw_fail); a lowering's
          * message must not be an earlier one. */
         dt_clear_error();
@@ -253,7 +252,7 @@ static int output_on_comm(const dt__node *n) {
 /* Lowers (or frees) every slot of the filled window w in the order the
  * schedule S gives (sched.h; `on`: the graph's setting) and frees the
  * records taken; returns 1 after STOP. */
-static int lower_window(dt__lower *L, dt__window *w, dt__sched *S, int on, dt__replay *rp) {
+static int lower_window(dt__lower *L, dt__window *w, dt__sched *S, int on, int passes, dt__replay *rp) {
     dt_graph *g = L->g;
     int stop = 0;
     dt__sched_begin(S, w, on);
@@ -264,7 +263,7 @@ static int lower_window(dt__lower *L, dt__window *w, dt__sched *S, int on, dt__r
         if (n->op != DT_OP_STOP && atomic_load_explicit(&g->cancelled, memory_order_relaxed))
             discard(g, n); /* dt_graph_cancel: freed unlowered */
         else if (!(f & (DT__WS_DEAD | DT__WS_FUSED)))
-            stop |= lower_node(L, n, (f & DT__WS_REUSE) ? DT_KF_REUSE : 0, rp);
+            stop |= lower_node(L, n, passes, rp);
         dt__sched_done(S, w, i, g->comm_queued != comm0 && output_on_comm(n));
         /* A substitute is a node_pool record the window hands over. */
         if (n != orig)
@@ -304,12 +303,11 @@ void *dt__controller_main(void *arg) {
         if (!rp && cache)
             dt__replay_clear(cache); /* off drops the templates */
         int windowed = dt__window_fill(&w, batch, released) == DT_OK;
-        if (windowed)
-            (void)dt__window_run_passes(&w);
+        int passes = windowed && dt__window_run_passes(&w) == DT_OK;
         long taken = 0;
         if (windowed) {
             int on = atomic_load_explicit(&g->schedule, memory_order_relaxed);
-            stop |= lower_window(&L, &w, &sched, on, rp);
+            stop |= lower_window(&L, &w, &sched, on, passes, rp);
             taken = w.n;
         } else {
             for (dt__node *n = batch, *next; n; n = next) {
@@ -332,11 +330,7 @@ void *dt__controller_main(void *arg) {
         }
         if (cache)
             dt__replay_publish(cache, g);
-        while (released) {
-            dt__tval *v = released;
-            released = v->next_release;
-            dt__tval_free_deferred(g, v);
-        }
+        dt__tval_free_list_deferred(g, released);
         /* Published before the kernels can run and retire. */
         atomic_store_explicit(&g->kqueued, g->kqueued_local, memory_order_relaxed);
         flush(g);

@@ -2,9 +2,9 @@
  * Capture and replay (replay.h says what a template is and when one is
  * used; docs/decisions.md "Replay" says why per node).
  *
- * A node's signature is a string of 64-bit words: op, input count, window
- * flags, the overlap setting, the attributes (the family block only for ops
- * that read it), the output's meta (dtype, shape, mesh uid, placements,
+ * A node's signature is a string of 64-bit words: op, input count, whether
+ * the window's passes ran, the overlap setting, the attributes (the family
+ * block only for ops that read it), the output's meta (dtype, shape, mesh uid, placements,
  * segments), each input's meta class (one word: the interned meta words;
  * docs/decisions.md "Replay, third step"), and which input blobs are one
  * blob. The cache maps
@@ -77,6 +77,7 @@ typedef struct tpl {
      * most of a one-device loop body, replayed by apply_one. */
     int one;
     int nrec, ncoll;
+    int block; /* the signature holds the family block (reads_block) */
     int64_t nout;
     uint64_t *sig;
     tpl_rec *recs;
@@ -269,25 +270,45 @@ static int insert(dt__replay *r, tpl *t) {
 
 /* The meta's words at w (at most META_WORDS); returns how many. */
 enum { META_WORDS = 4 + DT_MAX_NDIM + DT_MAX_MESH_NDIM + 2 * DT_MAX_SEGMENTS };
-static inline __attribute__((always_inline)) uint32_t meta_words(uint64_t *w, const dt__meta *m) {
+/* The meta's words: written at w (want NULL), or compared with want's
+ * (0 at the first difference). Returns how many (at most META_WORDS).
+ * Always inlined: the two uses are two functions. */
+#define MW(x)                                                                                                \
+    do {                                                                                                     \
+        uint64_t x_ = (x);                                                                                   \
+        if (want) {                                                                                          \
+            if (want[k] != x_)                                                                               \
+                return 0;                                                                                    \
+            k++;                                                                                             \
+        } else {                                                                                             \
+            w[k++] = x_;                                                                                     \
+        }                                                                                                    \
+    } while (0)
+static inline __attribute__((always_inline)) uint32_t meta_walk(uint64_t *w, const uint64_t *want,
+                                                                const dt__meta *m) {
     const dt_mesh *mesh = m->mesh;
     int mnd = mesh ? mesh->ndim : 0;
     uint32_t k = 0;
-    w[k++] = (uint64_t)(uint32_t)m->dtype | (uint64_t)(uint32_t)m->ndim << 32;
+    MW((uint64_t)(uint32_t)m->dtype | (uint64_t)(uint32_t)m->ndim << 32);
     for (int d = 0; d < m->ndim; d++)
-        w[k++] = (uint64_t)m->shape[d];
-    w[k++] = mesh ? mesh->uid : 0;
+        MW((uint64_t)m->shape[d]);
+    MW(mesh ? mesh->uid : 0);
     for (int d = 0; d < mnd; d++)
-        w[k++] = (uint64_t)(uint32_t)m->pl[d].kind | (uint64_t)(uint32_t)m->pl[d].dim << 32;
-    w[k++] = (uint64_t)(uint8_t)m->seg.n;
+        MW((uint64_t)(uint32_t)m->pl[d].kind | (uint64_t)(uint32_t)m->pl[d].dim << 32);
+    MW((uint64_t)(uint8_t)m->seg.n);
     if (m->seg.n > 0) {
-        w[k++] = (uint64_t)(uint8_t)m->seg.dim | (uint64_t)(uint8_t)m->seg.nmd << 8;
+        MW((uint64_t)(uint8_t)m->seg.dim | (uint64_t)(uint8_t)m->seg.nmd << 8);
         for (int q = 0; q < m->seg.nmd; q++)
-            w[k++] = (uint64_t)(uint8_t)m->seg.mds[q];
+            MW((uint64_t)(uint8_t)m->seg.mds[q]);
         for (int q = 0; q < m->seg.n; q++)
-            w[k++] = (uint64_t)m->seg.len[q];
+            MW((uint64_t)m->seg.len[q]);
     }
     return k;
+}
+#undef MW
+
+static inline __attribute__((always_inline)) uint32_t meta_words(uint64_t *w, const dt__meta *m) {
+    return meta_walk(w, NULL, m);
 }
 
 static uint64_t words_hash(const uint64_t *w, uint32_t n) {
@@ -376,14 +397,6 @@ static inline uint64_t value_class(dt__replay *r, dt__tval *v) {
 
 /* --------------------------------------------------------- signature */
 
-static inline void put(dt__replay *r, uint64_t w) { r->sig[r->nsig++] = w; }
-
-static uint64_t dbits(double x) {
-    uint64_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
 static int reserve_sig(dt__replay *r, size_t words) {
     if (words <= r->sigcap)
         return 1;
@@ -398,61 +411,155 @@ static int reserve_sig(dt__replay *r, size_t words) {
     return 1;
 }
 
-/* Builds n's signature (not its hash: sig_hash); 0 when n is not to be
- * cached. */
-static int signature(dt__replay *r, const dt__lower *L, const dt__node *n, int32_t kflags) {
+/* Whether the lowering function of op reads the attribute block (the
+ * union after `text`): the elementwise family leaves it undefined, and
+ * reduce and linalg read only the words before it. */
+static inline int reads_block(int32_t op) {
+    dt_status (*f)(dt__lower *, dt__node *) = dt__ops[op].lower;
+    return f != dt__lower_elementwise && f != dt__lower_reduce && f != dt__lower_linalg;
+}
+
+/* Words a template's signature is followed by, zero (dt__replay_end): a
+ * check reads up to a meta's words past the template's end before it finds
+ * that the lengths differ, so it needs no bound on each word. */
+#define SIG_SLACK (META_WORDS + 2)
+/* The attribute words: the record's bytes before the family block, as they
+ * are (the client zeroes them before it sets any: node.h,
+ * DT__NODE_COMMON_BYTES; so padding is zero and equal bytes are equal
+ * attributes). A random op's seed is among them; it is 0 in every cached
+ * node (sig_walk). */
+enum { HEAD_BYTES = offsetof(dt__nattr, ints), HEAD_WORDS = HEAD_BYTES / 8 };
+_Static_assert(HEAD_BYTES % 8 == 0, "the attribute words are whole words");
+/* But for the padding after each scalar's kind: a dt_scalar is copied by
+ * assignment from the caller's, padding and all, so those two words keep
+ * their kind's 32 bits only. */
+enum { SC1 = offsetof(dt__nattr, scalar) / 8, SC2 = offsetof(dt__nattr, scalar2) / 8 };
+_Static_assert(offsetof(dt__nattr, scalar) % 8 == 0 && offsetof(dt__nattr, scalar2) % 8 == 0 &&
+                   offsetof(dt_scalar, kind) == 0 && offsetof(dt_scalar, i) == 8 && sizeof(dt_scalar) == 24,
+               "a scalar's padding is the high half of its first word");
+#define KIND_MASK 0xffffffffull
+
+/* n's signature, one walk for two uses. Without `want` (build) its words
+ * go to r->sig (r->nsig, out_at and out_len set; not its hash: sig_hash);
+ * 0 when n is not to be cached. With `want` (check) each part is compared
+ * with want's signature as it is made (the attributes and the block with
+ * one memcmp each), nothing is stored, and the walk stops at the first
+ * difference; 1 when n's signature is want's, word for word. The run's
+ * prediction is checked so (dt__replay_begin). Always inlined: each use is
+ * its own function, without the other's branches. A check reads no further
+ * than SIG_SLACK words past want's end: the parts before the inputs have a
+ * fixed length or are a meta's words, and an input's words after its class
+ * word are as many as its mesh's devices, which the class fixes. */
+#define PUT(x)                                                                                               \
+    do {                                                                                                     \
+        uint64_t x_ = (x);                                                                                   \
+        if (want) {                                                                                          \
+            if (want->sig[k] != x_)                                                                          \
+                return 0;                                                                                    \
+            k++;                                                                                             \
+        } else {                                                                                             \
+            r->sig[k++] = x_;                                                                                \
+        }                                                                                                    \
+    } while (0)
+/* `bytes` bytes at p as whole words, the last one's tail zero. */
+#define PUT_BYTES(p, bytes)                                                                                  \
+    do {                                                                                                     \
+        uint32_t nw_ = (uint32_t)(((bytes) + 7) / 8);                                                        \
+        if (want) {                                                                                          \
+            if (memcmp(want->sig + k, (p), (bytes)))                                                         \
+                return 0;                                                                                    \
+        } else {                                                                                             \
+            r->sig[k + nw_ - 1] = 0;                                                                         \
+            memcpy(r->sig + k, (p), (bytes));                                                                \
+        }                                                                                                    \
+        k += nw_;                                                                                            \
+    } while (0)
+/* A meta's words. */
+#define PUT_META(m)                                                                                          \
+    do {                                                                                                     \
+        if (want) {                                                                                          \
+            uint32_t ml_ = meta_walk(NULL, want->sig + k, (m));                                              \
+            if (!ml_)                                                                                        \
+                return 0;                                                                                    \
+            k += ml_;                                                                                        \
+            if (k > want->nsig)                                                                              \
+                return 0;                                                                                    \
+        } else {                                                                                             \
+            k += meta_words(r->sig + k, (m));                                                                \
+        }                                                                                                    \
+    } while (0)
+static inline __attribute__((always_inline)) int sig_walk(dt__replay *r, const dt__lower *L,
+                                                          const dt__node *n, int passes, const tpl *want) {
     /* A random op's seed is new on every call: its signature never repeats
-     * (so it is not in the signature: every cached node's is 0). Meshes
-     * of MAX_DEV devices or more are refused by build (template refs). */
-    if (n->extra || n->a.seed || !n->out || !n->out->meta.mesh)
-        return 0;
-    int64_t ndev = 0;
-    for (int j = 0; j < n->n_in; j++) {
-        const dt__tval *v = n->in[j];
-        if (!v || !v->blobs)
+     * (so no cached node has one). Meshes of MAX_DEV devices or more are
+     * refused by build (template refs). */
+    if (want) {
+        /* The seed is among the attribute words, 0 in want's; a node
+         * without a mesh differs in its output's mesh word. */
+        if (n->extra || !n->out)
             return 0;
-        ndev += v->meta.mesh->ndev;
+    } else {
+        if (n->extra || n->a.seed || !n->out || !n->out->meta.mesh)
+            return 0;
+        int64_t ndev = 0;
+        for (int j = 0; j < n->n_in; j++) {
+            const dt__tval *v = n->in[j];
+            if (!v || !v->blobs)
+                return 0;
+            ndev += v->meta.mesh->ndev;
+        }
+        size_t words = 16 + sizeof n->a / 8 + (size_t)(n->n_in + 1) * (2 + META_WORDS) + (size_t)ndev;
+        if (!reserve_sig(r, words))
+            return 0;
     }
-    size_t words = 16 + sizeof n->a / 8 + (size_t)(n->n_in + 1) * (2 + META_WORDS) + (size_t)ndev;
-    if (!reserve_sig(r, words))
-        return 0;
-    r->nsig = 0;
-    put(r, (uint64_t)(uint32_t)n->op | (uint64_t)(uint32_t)n->n_in << 32);
-    put(r, (uint64_t)(uint32_t)kflags | (uint64_t)(L->g->overlap != 0) << 32);
-    const dt__nattr *a = &n->a;
-    put(r, (uint64_t)(uint32_t)a->sub | (uint64_t)(uint32_t)a->flags << 32);
-    put(r, (uint64_t)(uint32_t)a->scalar.kind | (uint64_t)(uint32_t)a->scalar2.kind << 32);
-    put(r, (uint64_t)a->scalar.i);
-    put(r, dbits(a->scalar.f));
-    put(r, (uint64_t)a->scalar2.i);
-    put(r, dbits(a->scalar2.f));
-    put(r, a->dims_mask);
-    for (int i = 0; i < 3; i++)
-        put(r, dbits(a->f[i]));
-    put(r, (uint64_t)(uintptr_t)a->text); /* interned: one pointer per text */
-    /* The elementwise family leaves the block undefined and reads none of it. */
-    if (dt__ops[n->op].lower != dt__lower_elementwise) {
-        /* One copy of the block into whole words, the last one's tail zero
-         * (a constant length: a word-by-word copy was a third of a replay). */
-        enum { BLOCK = sizeof *a - offsetof(dt__nattr, ints), BLOCK_WORDS = (BLOCK + 7) / 8 };
-        r->sig[r->nsig + BLOCK_WORDS - 1] = 0;
-        memcpy(r->sig + r->nsig, (const uint8_t *)a + offsetof(dt__nattr, ints), BLOCK);
-        r->nsig += BLOCK_WORDS;
+    uint32_t k = 0;
+    PUT((uint64_t)(uint32_t)n->op | (uint64_t)(uint32_t)n->n_in << 32);
+    /* Whether the window's passes ran, not the reuse mark: the mark is a
+     * function of the op and the layouts of in[0] and the output
+     * (dt__reuse_mark), all of them in the signature. */
+    PUT((uint64_t)(uint32_t)passes | (uint64_t)(L->g->overlap != 0) << 32);
+    /* The text is interned: one pointer per text. Compared a word at a
+     * time, the differences or-ed (13 words: no call). */
+    if (want) {
+        uint64_t x[HEAD_WORDS], diff = 0;
+        memcpy(x, &n->a, HEAD_BYTES);
+        x[SC1] &= KIND_MASK;
+        x[SC2] &= KIND_MASK;
+        const uint64_t *hw = want->sig + k;
+#pragma GCC unroll 16
+        for (int i = 0; i < HEAD_WORDS; i++)
+            diff |= x[i] ^ hw[i];
+        if (diff)
+            return 0;
+        k += HEAD_WORDS;
+    } else {
+        memcpy(r->sig + k, &n->a, HEAD_BYTES);
+        r->sig[k + SC1] &= KIND_MASK;
+        r->sig[k + SC2] &= KIND_MASK;
+        k += HEAD_WORDS;
     }
+    /* The family block, for the ops whose lowering reads it (want's op is
+     * n's: its first word matched, dt__replay_begin). */
+    if (want ? want->block : reads_block(n->op))
+        PUT_BYTES((const uint8_t *)&n->a + HEAD_BYTES, sizeof n->a - HEAD_BYTES);
     /* The output's layout in full: it is the new node's, set by the client. */
-    r->out_at = r->nsig;
-    r->out_len = meta_words(r->sig + r->nsig, &n->out->meta);
-    r->nsig += r->out_len;
+    if (!want)
+        r->out_at = k;
+    PUT_META(&n->out->meta);
+    if (!want)
+        r->out_len = k - r->out_at;
     for (int j = 0; j < n->n_in; j++) {
         dt__tval *v = n->in[j];
+        if (want && (!v || !v->blobs))
+            return 0;
         /* An input's layout by its class, one word: the same class is the
          * same meta words (interned), and a value made by a replay has its
          * template's output class without interning anything. */
         uint64_t c = value_class(r, v);
         if (c)
-            put(r, c | CLS_MARK);
+            PUT(c | CLS_MARK);
         else
-            r->nsig += meta_words(r->sig + r->nsig, &v->meta);
+            PUT_META(&v->meta);
         /* Which blobs are one blob: an earlier input that is the same value,
          * else per device the earlier input holding the same blob there (a
          * blob lives on one device; capture refuses a lowering that named
@@ -460,7 +567,7 @@ static int signature(dt__replay *r, const dt__lower *L, const dt__node *n, int32
         int64_t nd = v->meta.mesh->ndev;
         if (j == 0) { /* no earlier input: which blobs are there */
             for (int64_t d = 0; d < nd; d++)
-                put(r, (uint64_t)(v->blobs[d] != NULL) << 41);
+                PUT((uint64_t)(v->blobs[d] != NULL) << 41);
             continue;
         }
         int same = -1;
@@ -468,7 +575,7 @@ static int signature(dt__replay *r, const dt__lower *L, const dt__node *n, int32
             if (n->in[q] == v)
                 same = q;
         if (same >= 0) {
-            put(r, (uint64_t)(uint32_t)same | (uint64_t)1 << 40);
+            PUT((uint64_t)(uint32_t)same | (uint64_t)1 << 40);
             continue;
         }
         for (int64_t d = 0; d < nd; d++) {
@@ -480,10 +587,26 @@ static int signature(dt__replay *r, const dt__lower *L, const dt__node *n, int32
                     break;
                 }
             }
-            put(r, w);
+            PUT(w);
         }
     }
+    if (want)
+        return k == want->nsig;
+    r->nsig = k;
     return 1;
+}
+#undef PUT
+#undef PUT_BYTES
+#undef PUT_META
+
+/* Builds n's signature into r->sig; 0 when n is not to be cached. */
+static int signature(dt__replay *r, const dt__lower *L, const dt__node *n, int passes) {
+    return sig_walk(r, L, n, passes, NULL);
+}
+
+/* Whether n's signature is t's (compared as it is made). */
+static int same_signature(dt__replay *r, const dt__lower *L, const dt__node *n, int passes, const tpl *t) {
+    return sig_walk(r, L, n, passes, t);
 }
 
 /* The current signature's hash (only when the run's prediction missed:
@@ -642,30 +765,30 @@ static inline void follow(dt__replay *r, tpl *t) {
 }
 
 /* The run's prediction: the previous node's successor whose signature is
- * the current one, word for word (the op word and the length first, which
- * tell most apart); NULL when none is. */
-static tpl *predict(const dt__replay *r) {
-    if (!r->prev)
-        return NULL;
+ * n's, checked as n's words are made (the op word first, which tells most
+ * apart, and no copy); NULL when none is. */
+static tpl *predict(dt__replay *r, const dt__lower *L, const dt__node *n, int passes) {
+    uint64_t w0 = (uint64_t)(uint32_t)n->op | (uint64_t)(uint32_t)n->n_in << 32;
     for (int i = 0; i < NEXT_WAYS && r->prev->next[i]; i++) {
-        const tpl *t = r->prev->next[i];
-        if (t->nsig == r->nsig && t->sig[0] == r->sig[0] && !memcmp(t->sig, r->sig, r->nsig * sizeof *r->sig))
-            return r->prev->next[i];
+        tpl *t = r->prev->next[i];
+        if (t->sig[0] == w0 && same_signature(r, L, n, passes, t))
+            return t;
     }
     return NULL;
 }
 
-int dt__replay_begin(dt__replay *r, dt__lower *L, const dt__node *n, int32_t kflags) {
-    if (!signature(r, L, n, kflags)) {
-        r->prev = NULL; /* a node that is not cached ends the run */
-        return 0;
-    }
+int dt__replay_begin(dt__replay *r, dt__lower *L, const dt__node *n, int passes) {
     /* The run's prediction first: a node that followed the last one's
-     * template before, compared word for word, with no hash or table probe.
-     * No match is a miss of the prediction only: the table decides. */
-    tpl *t = predict(r);
+     * template before, compared word for word, with no signature built, no
+     * hash and no table probe. No match is a miss of the prediction only:
+     * the signature is built and the table decides. */
+    tpl *t = r->prev ? predict(r, L, n, passes) : NULL;
     int run = t != NULL;
     if (!run) {
+        if (!signature(r, L, n, passes)) {
+            r->prev = NULL; /* a node that is not cached ends the run */
+            return 0;
+        }
         sig_hash(r);
         t = lookup(r);
     }
@@ -825,7 +948,7 @@ void dt__replay_end(dt__replay *r, dt__lower *L, const dt__node *n, dt_status st
      * again. Either way the run is cut until the next template. */
     tpl *t = st == DT_OK ? dt__calloc(1, sizeof *t) : NULL;
     if (t)
-        t->sig = dt__malloc(r->nsig * sizeof *t->sig);
+        t->sig = dt__calloc(r->nsig + SIG_SLACK, sizeof *t->sig); /* the slack zero */
     if (!t || !t->sig) {
         dt__free(t);
         r->prev = NULL;
@@ -833,6 +956,7 @@ void dt__replay_end(dt__replay *r, dt__lower *L, const dt__node *n, dt_status st
     }
     memcpy(t->sig, r->sig, r->nsig * sizeof *t->sig);
     t->nsig = r->nsig;
+    t->block = reads_block(n->op);
     t->hash = r->hash;
     t->usable = !r->cap_over && r->ncap <= MAX_RECS && build(r, n, t) != NULL;
     if (!t->usable) {

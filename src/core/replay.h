@@ -2,8 +2,9 @@
  * Capture and replay (issue 14 item 1; docs/decisions.md, "Replay"): the
  * controller's cache of lowered nodes. A node's lowering is a function of
  * its op, attributes, the layouts (metas) of its inputs and output, which
- * input blobs are the same blob, the window's mark on it (DT_KF_REUSE) and
- * the graph's overlap setting: every value is immutable and every lowering
+ * input blobs are the same blob, whether the window's passes ran (the reuse
+ * mark, DT_KF_REUSE, follows from the op and the layouts) and the graph's
+ * overlap setting: every value is immutable and every lowering
  * function reads only those (window.h, passes/dce.c). So the kernels it made
  * once, with their blobs named relative to the node (input j on device d,
  * or "the output of the node's k-th kernel"), are a template: a later node
@@ -46,12 +47,13 @@ void dt__replay_publish(dt__replay *r, dt_graph *g);
 /* Drops every template (replay turned off); cheap when there is none. */
 void dt__replay_clear(dt__replay *r);
 
-/* Before node n is lowered with window flags `kflags`:
+/* Before node n is lowered (`passes`: whether the window's passes ran on
+ * its round; the lowering then takes the reuse mark, dt__reuse_mark):
  *  1  n was replayed: its kernels are queued and its output has its blobs;
  *  0  lower it normally;
  *  2  lower it normally while the cache captures its kernels; then call
  *     dt__replay_end with the lowering's status. */
-int dt__replay_begin(dt__replay *r, dt__lower *L, const dt__node *n, int32_t kflags);
+int dt__replay_begin(dt__replay *r, dt__lower *L, const dt__node *n, int passes);
 void dt__replay_end(dt__replay *r, dt__lower *L, const dt__node *n, dt_status st);
 /* Called by dt__lw_stream_append for every record queued while a capture is
  * on (g->replay_cap). */

@@ -35,10 +35,11 @@ struct dt__tval {
 /* Frees a tval and drops its blob references (controller, or any thread once
  * the controller is gone). */
 void dt__tval_free(dt__tval *v);
-/* The controller's form: the mesh reference is dropped later, in a batch
- * (dt__graph_flush_releases), so the mesh's count does not move between the
- * client's core and the controller's on every op. */
-void dt__tval_free_deferred(struct dt_graph *g, dt__tval *v);
+/* The controller's form, for each value of a release list (linked by
+ * next_release), in one loop: the mesh references are dropped later, in a
+ * batch (dt__graph_flush_releases), so the mesh's count does not move
+ * between the client's core and the controller's on every op. */
+void dt__tval_free_list_deferred(struct dt_graph *g, dt__tval *list);
 void dt__graph_flush_releases(struct dt_graph *g);
 
 /* The client's symbol. */

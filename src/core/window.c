@@ -14,12 +14,11 @@
 
 /* ------------------------------------------------------------ passes */
 
-/* dce first: later passes need not look at nodes that are never lowered;
- * chain before reuse, which may mark the chains' own nodes. */
+/* dce first: later passes need not look at nodes that are never lowered.
+ * (The reuse mark, once a pass, is taken per lowered node: dt__reuse_mark.) */
 const dt__pass dt__passes[] = {
     {"dce", dt__pass_dce},
     {"chain", dt__pass_chain},
-    {"reuse", dt__pass_reuse},
 };
 const int dt__npasses = (int)(sizeof dt__passes / sizeof dt__passes[0]);
 

@@ -28,7 +28,6 @@
 enum {
     DT__WS_RELEASED = 1 << 0, /* the slot's output was dropped in this round */
     DT__WS_DEAD = 1 << 1,     /* never lowered (pass dce) */
-    DT__WS_REUSE = 1 << 2,    /* its kernels may write into in[0]'s buffer (pass reuse) */
     /* A step of a chain lowered at a later slot (pass chain): not lowered
      * here, and its record is freed only at the end of the round, since the
      * chain's lowering reads it. */
@@ -73,7 +72,10 @@ extern const int dt__npasses;
 
 /* Each pass (src/core/passes/<name>.c). */
 dt_status dt__pass_dce(dt__window *w);
-dt_status dt__pass_reuse(dt__window *w);
+/* Whether node n's kernels may write into in[0]'s buffer (the reuse mark,
+ * src/core/passes/reuse.c): taken by the controller for each node it lowers
+ * after the passes ran, not a pass. */
+int dt__reuse_mark(const dt__node *n);
 dt_status dt__pass_chain(dt__window *w);
 
 /* Fills w with a batch (linked oldest first through ->next, which is left as

@@ -93,10 +93,12 @@ static void test_bookkeeping_and_dce(void) {
     CHECK_EQ(w.consumers[0], 2); /* exp(t0) no longer reads t0 */
     CHECK_EQ(w.consumers[3], 2); /* nor exp(t3) t3 */
 
-    CHECK_EQ(dt__pass_reuse(&w), DT_OK);
-    const int reuse[7] = {0, 0, 0, 1, 0, 0, 0}; /* dead nodes, sources and reads get no mark */
+    /* The reuse mark (per node, taken when the controller lowers one):
+     * elementwise ops whose in[0] has the result's layout; sources, reads
+     * and gates get none. */
+    const int reuse[7] = {0, 1, 1, 1, 0, 1, 0};
     for (int i = 0; i < 7 && i < w.n; i++)
-        CHECK_EQ((w.flags[i] & DT__WS_REUSE) != 0, reuse[i]);
+        CHECK_EQ(dt__reuse_mark(w.nodes[i]), reuse[i]);
 
     /* A cast to a narrower type cannot take its input's buffer. */
     make_tval(0);
@@ -105,7 +107,12 @@ static void test_bookkeeping_and_dce(void) {
     make_node(0, DT_OP_CAST, 1, (int[]){0, -1});
     CHECK_EQ(dt__window_fill(&w, link(1), NULL), DT_OK);
     CHECK_EQ(dt__window_run_passes(&w), DT_OK);
-    CHECK_EQ(w.flags[0] & (DT__WS_REUSE | DT__WS_DEAD), 0);
+    CHECK_EQ(w.flags[0] & DT__WS_DEAD, 0);
+    CHECK_EQ(dt__reuse_mark(w.nodes[0]), 0);
+    tv[1].meta.dtype = DT_INT32; /* one element size: it may */
+    CHECK_EQ(dt__reuse_mark(w.nodes[0]), 1);
+    tv[1].meta.shape[0] = 5; /* another shape: it may not */
+    CHECK_EQ(dt__reuse_mark(w.nodes[0]), 0);
     dt__window_free(&w);
 }
 

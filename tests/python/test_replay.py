@@ -3,7 +3,8 @@ of its kernels bound to its own inputs. Every result is checked against eager to
 counters (graph_stats()["replay_hits"], ["replay_misses"]) say which nodes were replayed.
 
 Each step runs inside held_controller(), so it is one controller round whatever the timing: the
-window's passes (which feed the reuse mark into the signature) then see the same thing every time.
+window's passes (whether they ran is in the signature; the reuse mark follows from the layouts) then
+see the same thing every time.
 """
 
 import inspect
@@ -403,6 +404,40 @@ class TestRuns(ReplayCase):
             # The first sequence again is still correct.
             _, out, _, _, _ = self.rstep(chain, da, db, db)
             self.assertTrue(torch.equal(out, ((a + b) * 2.0 - b) * 0.5), name)
+
+    def test_attribute_change_in_the_middle(self):
+        """The run's prediction is checked against the node's attributes as they are (the words
+        before the family block, then the block for the ops that read it): a slice whose start
+        alone changes (same output layout), a clamp bound, a layer norm's eps and a reduction's
+        dim each miss in the middle of a warm run, and each result is eager torch's."""
+        t = randn(6, 16, seed=3)
+        g = torch.rand(8) + 0.5
+
+        def body(x, start, lo, eps, dim, w):
+            h = (x * 2.0)[:, start:start + 8]
+            h = F.layer_norm(h.clamp(min=lo), (8,), w, None, eps)
+            return h.sum(dim=dim, keepdim=True) + 1.0
+
+        def torch_body(x, start, lo, eps, dim, w):
+            h = (x * 2.0)[:, start:start + 8]
+            h = torch.nn.functional.layer_norm(h.clamp(min=lo), (8,), w, None, eps)
+            return h.sum(dim=dim, keepdim=True) + 1.0
+
+        dx, dg = dtorch.from_torch(t), dtorch.from_torch(g)
+        base = dict(start=0, lo=-0.5, eps=1e-5, dim=-1)
+        for _ in range(2):
+            _, out, hits, misses, runs = self.rstep(lambda x: body(x, w=dg, **base), dx)
+        self.assertEqual(misses, 0)
+        self.assertTrue(torch.equal(out, torch_body(t, w=g, **base)))
+        for name, value in [("start", 4), ("lo", 0.25), ("eps", 1e-2), ("dim", 0)]:
+            args = dict(base, **{name: value})
+            _, out, hits, misses, runs = self.rstep(lambda x: body(x, w=dg, **args), dx)
+            self.assertTrue(torch.equal(out, torch_body(t, w=g, **args)), name)
+            self.assertGreaterEqual(misses, 1, name)
+            # The first sequence again: still right, and all replayed.
+            _, out, hits, misses, runs = self.rstep(lambda x: body(x, w=dg, **base), dx)
+            self.assertTrue(torch.equal(out, torch_body(t, w=g, **base)), name)
+            self.assertEqual(misses, 0, name)
 
     def test_a_read_cuts_the_run(self):
         w = torch.randn(16, 16)

@@ -17,7 +17,7 @@
  * one does not shift the next one's numbers.
  *
  * The dead node's value is freed with the round's releases, as any other:
- * its blob array was never made, which dt__tval_free_deferred allows.
+ * its blob array was never made, which dt__tval_free_list_deferred allows.
  *
  * Threads: controller only.
  */

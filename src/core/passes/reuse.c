@@ -1,6 +1,6 @@
 /*
- * Pass reuse: buffer reuse. Marks the nodes whose result may be written into
- * the buffer of their first input: ops that compute each output element
+ * The reuse mark: buffer reuse. Marks the nodes whose result may be written
+ * into the buffer of their first input: ops that compute each output element
  * from the inputs' elements at the same position only (elementwise binary,
  * unary, activations, casts between types of one element size, clamp,
  * where, masked_fill, and the chain pass's CHAIN nodes, made of those),
@@ -11,12 +11,16 @@
  * last reference to in[0]'s blob (the value was dropped and nothing queued
  * reads it any more), and only when the backend finds in[0]'s storage
  * unshared (no view, no export) and of the result's dtype and local shape.
- * So the pass needs no knowledge of lifetimes: dropping the value in a later
- * round is as good as in this one.
+ * So the mark needs no knowledge of lifetimes: dropping the value in a later
+ * round is as good as in this one, and it depends on the node alone.
  *
- * The controller passes the mark on as DT_KF_REUSE on the node's backend
- * kernels (lower.c, dt__lw_push_on); a backend honours DT_KF_INPLACE for the
- * kernels it can run in place and ignores it on the others.
+ * It was a window pass; it is now taken per node, by the controller, when it
+ * lowers one after the passes ran (executor.c, lower_node): a replayed node
+ * needs none (docs/decisions.md "Replay, fourth step"), and the mark is a
+ * function of what the replay signature holds. The controller passes it on
+ * as DT_KF_REUSE on the node's backend kernels (lower.c, dt__lw_push_on); a
+ * backend honours DT_KF_INPLACE for the kernels it can run in place and
+ * ignores it on the others.
  *
  * Threads: controller only.
  */
@@ -42,13 +46,7 @@ static int fits(const dt__meta *in, const dt__meta *out) {
     return 1;
 }
 
-dt_status dt__pass_reuse(dt__window *w) {
-    for (int i = 0; i < w->n; i++) {
-        const dt__node *n = w->nodes[i];
-        if ((w->flags[i] & (DT__WS_DEAD | DT__WS_FUSED)) || (unsigned)n->op >= DT_OP_COUNT ||
-            !reusable[n->op] || n->n_in < 1 || !n->out || !fits(&n->in[0]->meta, &n->out->meta))
-            continue;
-        w->flags[i] |= DT__WS_REUSE;
-    }
-    return DT_OK;
+int dt__reuse_mark(const dt__node *n) {
+    return (unsigned)n->op < DT_OP_COUNT && reusable[n->op] && n->n_in >= 1 && n->out &&
+           fits(&n->in[0]->meta, &n->out->meta);
 }
