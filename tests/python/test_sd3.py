@@ -313,9 +313,10 @@ class VaeTest(unittest.TestCase):
                 h = torch.randn(2, vae.decoder.conv_in.weight.shape[0], 8, 8)
                 with torch.no_grad():
                     want_attn = self.refs[name].decoder.mid_block.attentions[0](h)
-                # Known gap (docs/decisions.md "The VAE attention on AVX512 CPUs"): on a CPU where
-                # torch runs AVX512 kernels its linear on the attention's transposed tokens rounds
-                # differently from dtorch's by one float32 ulp; exact elsewhere.
+                # Known gap (docs/decisions.md "The VAE attention on AVX512 CPUs"): the reference's
+                # weights are Parameters, so torch's matmul folds the transposed tokens into one
+                # GEMM, while dtorch's plain weights take the batched GEMM; on AVX512 CPUs the two
+                # differ by one float32 ulp. Exact elsewhere.
                 same = assert_equal_everywhere if not AVX512 else (
                     lambda tc, got, want: assert_close_everywhere(tc, got, want, rtol=0, atol=1e-6))
                 same(self, attn(dtorch.from_torch(h, m1)), want_attn)
