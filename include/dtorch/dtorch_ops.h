@@ -168,6 +168,13 @@ DT_API dt_tensor *dt_outer(dt_tensor *a, dt_tensor *b);
  * Replicate bias is added on that dim's first coordinate only and a Partial
  * bias is added everywhere. */
 DT_API dt_tensor *dt_linear(dt_tensor *x, dt_tensor *weight, dt_tensor *bias);
+/* dt_linear for a module's weight (a torch nn.Parameter, which requires
+ * grad even under torch.no_grad()): the product eager torch computes for the
+ * module. torch's matmul folds an input of 3+ dims into one matrix product
+ * when the weight requires grad and runs a batched product when it does not;
+ * for a non-contiguous input (a transposed view) the two may round apart
+ * (they do with MKL on AVX512 CPUs). dtorch.nn's layers call this one. */
+DT_API dt_tensor *dt_linear_param(dt_tensor *x, dt_tensor *weight, dt_tensor *bias);
 /* torch.einsum(equation, operands...) for one or two operands (letters
  * a-zA-Z, "...", implicit or explicit output). The equation is copied. */
 DT_API dt_tensor *dt_einsum(const char *equation, int n, dt_tensor *const *operands);

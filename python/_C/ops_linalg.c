@@ -47,8 +47,12 @@ static PyObject *mod_linalg(PyObject *module, PyObject *const *args, Py_ssize_t 
 }
 
 static PyObject *mod_linear(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3)
-        return PyErr_Format(PyExc_TypeError, "_linear takes 3 arguments (%zd given)", nargs);
+    if (nargs != 3 && nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "_linear takes 3 or 4 arguments (%zd given)", nargs);
+    /* The 4th: the weight is a module's parameter (dt_linear_param). */
+    int param = nargs == 4 ? PyObject_IsTrue(args[3]) : 0;
+    if (param < 0)
+        return NULL;
     dtpy_state *st = mod_state(module);
     dtpy_tensor *x = dtpy_tensor_arg_or_null(st, args[0], "linear", "input");
     if (x == NULL)
@@ -63,7 +67,8 @@ static PyObject *mod_linear(PyObject *module, PyObject *const *args, Py_ssize_t 
             return NULL;
     }
     dtpy_record_call_site(st);
-    return dtpy_tensor_wrap_like(st, dt_linear(x->t, w->t, b ? b->t : NULL), x);
+    dt_tensor *(*fn)(dt_tensor *, dt_tensor *, dt_tensor *) = param ? dt_linear_param : dt_linear;
+    return dtpy_tensor_wrap_like(st, fn(x->t, w->t, b ? b->t : NULL), x);
 }
 
 static PyObject *mod_einsum(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {

@@ -43,7 +43,11 @@ enum {
     DT_KF_REVERSED = 1 << 0,
     DT_KF_KEEPDIM = 1 << 1,
     DT_KF_ALL = 1 << 2,
-    /* Set by the core (the window's reuse pass, src/core/passes/reuse.c):
+    /* DT_KL_LINEAR: the weight is a module's (torch's nn.Parameter, which
+     * requires grad): the product is the one eager torch takes then
+     * (dt_linear_param). */
+    DT_KF_LINEAR_PARAM = 1 << 3,
+    /* Set by the core (the reuse mark, src/core/passes/reuse.c):
      * the kernel's op computes each output element from the inputs'
      * elements at its position, so it may write into in[0]'s buffer. */
     DT_KF_REUSE = 1 << 29,

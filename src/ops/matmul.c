@@ -460,7 +460,7 @@ static dt_status check_operands(const char *name, dt_tensor *const *ts, int n) {
 /* Shared by every linalg op: plan, output meta, placements, region checks,
  * then one node. `bias` only for linear. */
 static dt_tensor *contract(int kind, dt_tensor *const *ts, int nops, dt_tensor *bias, const char *text,
-                           dt_dtype dtype) {
+                           dt_dtype dtype, int32_t flags) {
     const char *name = kind_name(kind);
     const dt__meta *ms[3];
     for (int i = 0; i < nops; i++)
@@ -547,6 +547,7 @@ static dt_tensor *contract(int kind, dt_tensor *const *ts, int nops, dt_tensor *
         n->out = t->v;
         n->a.sub = kind;
         n->a.text = text;
+        n->a.flags = flags;
     }
     return dt__client_submit(t, n);
 }
@@ -609,7 +610,7 @@ static dt_tensor *binary_product(int kind, dt_tensor *a, dt_tensor *b) {
             return NULL;
         dtype = ma->dtype;
     }
-    return contract(kind, ts, 2, NULL, NULL, dtype);
+    return contract(kind, ts, 2, NULL, NULL, dtype, 0);
 }
 
 dt_tensor *dt_matmul(dt_tensor *a, dt_tensor *b) { return binary_product(DT_LINALG_MATMUL, a, b); }
@@ -617,7 +618,7 @@ dt_tensor *dt_mm(dt_tensor *a, dt_tensor *b) { return binary_product(DT_KL_MM, a
 dt_tensor *dt_bmm(dt_tensor *a, dt_tensor *b) { return binary_product(DT_KL_BMM, a, b); }
 dt_tensor *dt_outer(dt_tensor *a, dt_tensor *b) { return binary_product(DT_KL_OUTER, a, b); }
 
-dt_tensor *dt_linear(dt_tensor *x, dt_tensor *weight, dt_tensor *bias) {
+static dt_tensor *linear(dt_tensor *x, dt_tensor *weight, dt_tensor *bias, int32_t flags) {
     dt_clear_error();
     dt_tensor *ts[3] = {x, weight, bias};
     if (check_operands("linear", ts, bias ? 3 : 2) != DT_OK)
@@ -630,7 +631,12 @@ dt_tensor *dt_linear(dt_tensor *x, dt_tensor *weight, dt_tensor *bias) {
                   dt_dtype_name(bias->v->meta.dtype), dt_dtype_name(mx->dtype));
         return NULL;
     }
-    return contract(DT_KL_LINEAR, ts, 2, bias, NULL, mx->dtype);
+    return contract(DT_KL_LINEAR, ts, 2, bias, NULL, mx->dtype, flags);
+}
+
+dt_tensor *dt_linear(dt_tensor *x, dt_tensor *weight, dt_tensor *bias) { return linear(x, weight, bias, 0); }
+dt_tensor *dt_linear_param(dt_tensor *x, dt_tensor *weight, dt_tensor *bias) {
+    return linear(x, weight, bias, DT_KF_LINEAR_PARAM);
 }
 
 dt_tensor *dt_einsum(const char *equation, int n, dt_tensor *const *operands) {
@@ -652,7 +658,7 @@ dt_tensor *dt_einsum(const char *equation, int n, dt_tensor *const *operands) {
                   dt_dtype_name(ma->dtype), dt_dtype_name(operands[1]->v->meta.dtype));
         return NULL;
     }
-    return contract(DT_KL_EINSUM, operands, n, NULL, dt__intern(equation), ma->dtype);
+    return contract(DT_KL_EINSUM, operands, n, NULL, dt__intern(equation), ma->dtype, 0);
 }
 
 /* ------------------------------------------------------------ lowering */
@@ -691,6 +697,7 @@ dt_status dt__lower_linalg(dt__lower *L, dt__node *n) {
             k->in[k->n_in++] = dt__lw_region(L, bias, i, coord, s, l);
         }
         k->attr.sub = kind;
+        k->attr.flags = n->a.flags & DT_KF_LINEAR_PARAM;
         k->attr.dtype = out->dtype;
         k->attr.text = n->a.text;
         k->opname = kind_name(kind);

@@ -139,6 +139,7 @@ CASE(mm, einval_obj(dt_mm(NULL, NULL)))
 CASE(bmm, einval_obj(dt_bmm(NULL, NULL)))
 CASE(outer, einval_obj(dt_outer(NULL, NULL)))
 CASE(linear, einval_obj(dt_linear(NULL, NULL, NULL)))
+CASE(linear_param, einval_obj(dt_linear_param(NULL, NULL, NULL)))
 CASE(einsum_null_list, einval_obj(dt_einsum("i->i", 1, NULL)))
 CASE(einsum_null_eq, einval_obj(dt_einsum(NULL, 0, NULL)))
 CASE(reshape, einval_obj(dt_reshape(NULL, 1, shape2)))
@@ -448,6 +449,7 @@ static const struct {
     C(bmm),
     C(outer),
     C(linear),
+    C(linear_param),
     C(einsum_null_list),
     C(einsum_null_eq),
     C(reshape),

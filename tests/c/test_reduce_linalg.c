@@ -85,6 +85,12 @@ static void test_linalg(dt_graph *g, dt_mesh *m) {
     check_meta(t, DT_FLOAT32, 3, s245, P());
     dt_tensor_release(t);
     CHECK(!dt_linear(xk, w, NULL) && dt_last_status() == DT_EPLACEMENT);
+    /* A module's linear: the same layouts and checks (only the product's
+     * kind differs, in the LibTorch kernel). */
+    t = dt_linear_param(xk, wk, b);
+    check_meta(t, DT_FLOAT32, 3, s245, P());
+    dt_tensor_release(t);
+    CHECK(!dt_linear_param(xk, w, NULL) && dt_last_status() == DT_EPLACEMENT);
 
     int64_t sa[3] = {2, 4, 3}, sbb[3] = {2, 3, 6}, s246[3] = {2, 4, 6};
     dt_tensor *a = ones(g, DT_FLOAT32, 3, sa, m, S(0));

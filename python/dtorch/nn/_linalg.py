@@ -22,5 +22,12 @@ def linear(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tens
     The bias follows the output's placement: Replicate (sliced locally), the
     output's Shard, and on a Partial output it is added once (a Replicate bias on
     the first coordinate of that mesh dim) or piecewise (a Partial bias).
+
+    A ``Parameter`` weight (a module's) gets the product eager torch computes for a module, whose
+    weights require grad: torch's matmul then folds an input of 3+ dims into one matrix product,
+    where for a plain tensor it runs a batched product, and for a non-contiguous input the two can
+    round apart (docs/decisions.md, "A module's linear").
     """
-    return _C._linear(input, weight, bias)
+    from .parameter import Parameter
+
+    return _C._linear(input, weight, bias, isinstance(weight, Parameter))
