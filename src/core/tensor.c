@@ -182,24 +182,15 @@ void dt__graph_flush_releases(dt_graph *g) {
 }
 
 void dt__tval_free_list_deferred(dt_graph *g, dt__tval *list) {
-    dt__pool_lists *mine = g->ctl_pools;
-    dt_mesh *dm = g->defer_mesh;
-    int dn = g->defer_n;
     for (dt__tval *v = list, *next; v; v = next) {
         next = v->next_release;
         dt_mesh *mesh = v->meta.mesh;
-        tval_free_keep_mesh(v, mine);
-        if (mesh != dm || dn >= 4096) {
-            g->defer_mesh = dm;
-            g->defer_n = dn;
+        tval_free_keep_mesh(v, g->ctl_pools);
+        if (mesh != g->defer_mesh || g->defer_n >= 4096)
             dt__graph_flush_releases(g);
-            dn = 0;
-        }
-        dm = mesh;
-        dn++;
+        g->defer_mesh = mesh;
+        g->defer_n++;
     }
-    g->defer_mesh = dm;
-    g->defer_n = dn;
 }
 
 void dt_tensor_retain(dt_tensor *t) {

@@ -12,6 +12,7 @@ from typing import Optional
 
 from .. import _C
 from .._tensor import Tensor
+from .parameter import Parameter
 
 __all__ = ["linear"]
 
@@ -28,6 +29,4 @@ def linear(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tens
     where for a plain tensor it runs a batched product, and for a non-contiguous input the two can
     round apart (docs/decisions.md, "A module's linear").
     """
-    from .parameter import Parameter
-
     return _C._linear(input, weight, bias, isinstance(weight, Parameter))

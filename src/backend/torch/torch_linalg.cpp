@@ -35,10 +35,11 @@ at::Tensor linalg_kernel(const dt__kattr *a, void *const *in, int n_in) {
         return finish(at::outer(impl(in[0]), impl(in[1])), st);
     case DT_KL_LINEAR:
         need_inputs(DT_K_LINALG, n_in, 2, 3);
-        if (a->flags & DT_KF_LINEAR_PARAM) {
+        if ((a->flags & DT_KF_LINEAR_PARAM) && impl(in[0]).dim() >= 3) {
             /* A module's weight: torch's own choice of product for a weight
              * that requires grad (matmul then folds an input of 3+ dims
-             * into one mm), with no graph recorded (dt_linear_param). */
+             * into one mm), with no graph recorded (dt_linear_param). An
+             * input of 1 or 2 dims gets one product either way: no alias. */
             c10::AutoGradMode no_grad(false);
             at::Tensor w = impl(in[1]).detach();
             if (w.is_floating_point() || w.is_complex())
