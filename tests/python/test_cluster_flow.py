@@ -167,7 +167,11 @@ def test_backlog_waits_for_a_slow_node(slow_hb_cluster):
     x = dtorch.from_torch(torch.zeros(4), mesh, [Shard(0)], graph=g)
     assert torch.equal(x.to_torch(), torch.zeros(4))
     bound = graph_stats(g)["in_flight_limit"]
-    n_ops = 30000  # 1 node + 2 kernels each: 90000 records, well past the bound
+    # More nodes than the bound: a node counts 1 until the controller lowers it into its 2 kernels,
+    # so the recorder reaches the bound even when the controller takes nothing while it records
+    # (a loaded machine: with 30000 nodes, fewer than the bound, the whole recording once went in
+    # before the controller's first round and no flow wait happened).
+    n_ops = bound + bound // 4
     done = {"i": 0}
 
     def record():
@@ -183,7 +187,7 @@ def test_backlog_waits_for_a_slow_node(slow_hb_cluster):
     try:
         th.start()
         # The recorder stops advancing: it waits for the node.
-        assert wait_for(lambda: graph_stats(g)["flow_waits"] > waits0, 60)
+        assert wait_for(lambda: graph_stats(g)["flow_waits"] > waits0, 60), (done["i"], graph_stats(g))
         stalled = done["i"]
         time.sleep(0.5)
         assert done["i"] == stalled < n_ops
