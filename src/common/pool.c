@@ -119,6 +119,7 @@ static tls_list *my_list(dt__pool *p, tls_block *b) {
                 }
             }
             __atomic_store_n(&p->registered, 1, __ATOMIC_RELEASE);
+            __atomic_store_n(&p->fast, p->slot + 1, __ATOMIC_RELEASE);
         }
         pthread_mutex_unlock(&register_lock);
     }
@@ -189,8 +190,9 @@ void dt__pool_free(dt__pool *p, void *obj) { dt__pool_free_in_slow(p, NULL, obj)
 /* The list of pool p in `mine` (the caller's lists) without a call, once
  * the pool has its slot; else my_list. */
 static inline tls_list *list_in(dt__pool *p, tls_block *mine) {
-    if (mine && __atomic_load_n(&p->registered, __ATOMIC_ACQUIRE) && p->slot >= 0)
-        return &mine->lists[p->slot];
+    int f = __atomic_load_n(&p->fast, __ATOMIC_ACQUIRE);
+    if (mine && f)
+        return &mine->lists[f - 1];
     return my_list(p, mine);
 }
 

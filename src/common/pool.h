@@ -24,13 +24,16 @@ typedef struct dt__pool {
      * bytes at keep_off (where the handle's magic lies). */
     int stable;
     size_t keep_off;
+    /* slot + 1 once registered with a slot, else 0: the fast paths' one
+     * load (set after registered and slot, with release order). */
+    int fast;
 } dt__pool;
 
 #define DT__POOL_INIT(record_size)                                                                           \
-    { PTHREAD_MUTEX_INITIALIZER, NULL, NULL, (record_size), 0, 0, 0, 0 }
+    { PTHREAD_MUTEX_INITIALIZER, NULL, NULL, (record_size), 0, 0, 0, 0, 0 }
 /* A type-stable pool whose records keep the 8 bytes at `magic_off` readable. */
 #define DT__POOL_INIT_STABLE(record_size, magic_off)                                                         \
-    { PTHREAD_MUTEX_INITIALIZER, NULL, NULL, (record_size), 0, 0, 1, (magic_off) }
+    { PTHREAD_MUTEX_INITIALIZER, NULL, NULL, (record_size), 0, 0, 1, (magic_off), 0 }
 
 /* A zeroed record of the pool's size, or NULL when out of memory. */
 void *dt__pool_alloc(dt__pool *p);
@@ -81,9 +84,10 @@ static inline dt__pool_list *dt__pool_fast_list(dt__pool *p, dt__pool_lists *min
     (void)mine;
     return NULL;
 #else
-    if (!mine || !__atomic_load_n(&p->registered, __ATOMIC_ACQUIRE) || p->slot < 0 || dt__fault_armed())
+    int f = __atomic_load_n(&p->fast, __ATOMIC_ACQUIRE);
+    if (!mine || !f || dt__fault_armed())
         return NULL;
-    return &mine->lists[p->slot];
+    return &mine->lists[f - 1];
 #endif
 }
 
@@ -103,7 +107,13 @@ static inline void *dt__pool_alloc_in(dt__pool *p, dt__pool_lists *mine, size_t 
 
 /* A record back to the caller's list without a call while it is short. */
 static inline void dt__pool_free_in(dt__pool *p, dt__pool_lists *mine, void *obj) {
-    dt__pool_list *l = obj ? dt__pool_fast_list(p, mine) : NULL;
+    /* A free cannot fail: no fault check (dt__pool_fast_list's is for allocations). */
+#ifdef DT_POOL_DIRECT
+    dt__pool_list *l = NULL;
+#else
+    int f = __atomic_load_n(&p->fast, __ATOMIC_ACQUIRE);
+    dt__pool_list *l = obj && mine && f ? &mine->lists[f - 1] : NULL;
+#endif
     if (!l || l->n + 1 >= 2 * DT__POOL_BATCH) {
         dt__pool_free_in_slow(p, mine, obj);
         return;

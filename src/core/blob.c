@@ -26,38 +26,56 @@ dt__pool dt__blob_pool = DT__POOL_INIT(sizeof(dt__blob));
 
 dt__blob *dt__blob_new(const dt__backend *be) { return dt__blob_new_in(NULL, be); }
 
-dt__blob *dt__blob_new_in(dt__pool_lists *mine, const dt__backend *be) {
-    dt__blob *b = dt__pool_alloc_in(&dt__blob_pool, mine, 0);
-    if (!b)
-        return NULL;
-    memset(b, 0, sizeof *b); /* a constant size: inline stores */
-    atomic_init(&b->refs, 1);
-    b->be = be;
-    return b;
-}
-
 /* Frees a blob whose last reference is gone; returns its base, whose
  * reference it held. */
-static dt__blob *blob_free(dt__blob *b) {
+static dt__blob *blob_free(dt__blob *b, dt__pool_lists *mine) {
     if (b->charged)
         dt__mem_charge(b->mem, -b->charged);
     if (b->impl)
         b->be->free(b->impl);
     if (b->bev && b->be->event_free)
         b->be->event_free(b->bev);
-    dt__free(b->error);
+    if (b->error)
+        dt__free(b->error);
     if (b->remote)
         dt__cluster_release(b->remote - 1, b->rtag, b->id);
     dt__blob *base = b->base;
-    dt__pool_free(&dt__blob_pool, b);
+    dt__pool_free_in(&dt__blob_pool, mine, b);
     return base;
 }
 
-void dt__blob_release(dt__blob *b) {
+void dt__blob_release_in(dt__blob *b, dt__pool_lists *mine) {
     /* A chain of views (x = x.view(...) in a loop) is let go of in a loop,
      * not by recursion, so its length never grows the stack. */
     while (b && atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1)
-        b = blob_free(b);
+        b = blob_free(b, mine);
+}
+
+void dt__blob_release(dt__blob *b) { dt__blob_release_in(b, NULL); }
+
+void dt__blob_release_ctl(dt_graph *g, dt__blob *b, dt__pool_lists *mine) {
+    if (!b || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    dt__stream *s = b->producer;
+    if (s && !s->remote && !b->remote && b->impl) {
+        b->next_dead = s->dead;
+        s->dead = b;
+        if (!s->dead_queued) {
+            s->dead_queued = 1;
+            s->next_dead_q = g->dead_q;
+            g->dead_q = s;
+        }
+        return;
+    }
+    dt__blob_release_in(blob_free(b, mine), mine);
+}
+
+void dt__blob_free_dead(dt__blob *b) {
+    dt__pool_lists *mine = dt__pool_my_lists();
+    for (dt__blob *next; b; b = next) {
+        next = b->next_dead;
+        dt__blob_release_in(blob_free(b, mine), mine);
+    }
 }
 
 /* Charges a new output to its device (s's worker thread). Storage is counted once: an output

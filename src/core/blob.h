@@ -52,18 +52,33 @@ struct dt__blob {
      * (at the flush that ships it), read by the last releaser. */
     int32_t remote;
     uint32_t rtag;
+    /* Controller-only, once the last reference is gone: the next blob its
+     * producer's worker frees (dt__blob_release_ctl). */
+    struct dt__blob *next_dead;
 };
 
 dt__blob *dt__blob_new(const dt__backend *be);
 /* The same with the calling thread's pool lists (common/pool.h; NULL:
- * looked up). */
-dt__blob *dt__blob_new_in(struct dt__pool_lists *mine, const dt__backend *be);
+ * looked up); inline, after the pool's declaration below. */
+static inline dt__blob *dt__blob_new_in(struct dt__pool_lists *mine, const dt__backend *be);
 static inline dt__blob *dt__blob_retain(dt__blob *b) {
     if (b)
         atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
     return b;
 }
 void dt__blob_release(dt__blob *b);
+/* The same with the calling thread's pool lists (common/pool.h; NULL:
+ * looked up), for a thread that holds them (the controller's release loop). */
+void dt__blob_release_in(dt__blob *b, struct dt__pool_lists *mine);
+/* The controller's release of a value's blob (its release loop): a blob
+ * whose last reference this was and that a local stream's worker made goes
+ * on that stream's dead list, which the flush hands to the worker to free
+ * (dt__blob_free_dead): the backend's free (a tensor's destructor, its
+ * storage) runs on the thread that made it, not on the controller. Others
+ * are freed here, as dt__blob_release_in. */
+void dt__blob_release_ctl(struct dt_graph *g, dt__blob *b, struct dt__pool_lists *mine);
+/* Frees a dead list (a DT_KC_RELEASE kernel's handle). Any thread. */
+void dt__blob_free_dead(dt__blob *b);
 
 /* Charges k's new output to s's device: its storage's bytes, or nothing
  * when it shares an input's storage (a view: it then holds that input as
@@ -74,5 +89,15 @@ void dt__blob_account(dt__krec *k, const dt__stream *s, int inplace);
 
 /* The blob record pool (common/pool.h): made on one thread, freed on another. */
 extern dt__pool dt__blob_pool;
+
+static inline dt__blob *dt__blob_new_in(struct dt__pool_lists *mine, const dt__backend *be) {
+    dt__blob *b = dt__pool_alloc_in(&dt__blob_pool, mine, 0);
+    if (!b)
+        return NULL;
+    memset(b, 0, sizeof *b); /* a constant size: inline stores */
+    atomic_init(&b->refs, 1);
+    b->be = be;
+    return b;
+}
 
 #endif /* DT_CORE_BLOB_H */

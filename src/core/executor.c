@@ -85,8 +85,10 @@ static void lower_failed(dt__lower *L, dt__node *n, dt_status st) {
 
 /* Lowers one node, or replays its kernels from the cache `rp` (NULL: off;
  * replay.h); a failure poisons its output (lower_failed). The one place the
- * controller loop handles a lowering's status. */
-static int lower_node(dt__lower *L, dt__node *n, int passes, dt__replay *rp) {
+ * controller loop handles a lowering's status. `how`: what the cache said
+ * of n (dt__replay_begin), -1 when not asked yet. */
+static __attribute__((noinline)) int lower_node_full(dt__lower *L, dt__node *n, int passes, dt__replay *rp,
+                                                     int how) {
     if (n->op == DT_OP_STOP) {
         /* Last of the closing batch: the values dropped before the close
          * travel on it. */
@@ -94,9 +96,11 @@ static int lower_node(dt__lower *L, dt__node *n, int passes, dt__replay *rp) {
         return 1;
     }
     L->node = n;
-    L->status = DT_OK;
-    /* Explain and traces (record.h): one load when nothing is recorded. */
-    int rec = dt__rec_anything();
+    if (how < 0)
+        L->status = DT_OK;
+    /* Explain and traces (record.h): one load when nothing is recorded (a
+     * node the cache was asked about is not: the cache saw it unrecorded). */
+    int rec = how < 0 && dt__rec_anything();
     int64_t t0 = rec ? dt__rec_node_begin(L, n) : 0;
     /* dt_debug_lowering_ns: the lowering step's time, when asked for. */
     int timed = atomic_load_explicit(&L->g->time_lowering, memory_order_relaxed);
@@ -107,7 +111,8 @@ static int lower_node(dt__lower *L, dt__node *n, int passes, dt__replay *rp) {
     int faults = dt__fault_armed();
     if (faults)
         dt__fault_scope(1);
-    int how = rp && !rec ? dt__replay_begin(rp, L, n, passes) : 0;
+    if (how < 0)
+        how = rp && !rec ? dt__replay_begin(rp, L, n, passes) : 0;
     dt_status st = L->status;
     if (how != 1) {
         /* The reuse mark, once the passes ran (a replay needs none: its
@@ -130,6 +135,25 @@ static int lower_node(dt__lower *L, dt__node *n, int passes, dt__replay *rp) {
         lower_failed(L, n, st);
     if (rec)
         dt__rec_node_end(L, n, t0);
+    return 0;
+}
+
+/* lower_node's path for a replayed node (the loop body of a warm run):
+ * nothing recorded, timed or armed to fail, so a hit needs none of the
+ * rest; anything else goes on to lower_node_full with the cache's answer.
+ * Inlined into the controller's loops (no call, no register saves a node). */
+static inline __attribute__((always_inline)) int lower_node(dt__lower *L, dt__node *n, int passes,
+                                                            dt__replay *rp) {
+    if (!rp || n->op == DT_OP_STOP || dt__rec_anything() ||
+        atomic_load_explicit(&L->g->time_lowering, memory_order_relaxed) || dt__fault_armed())
+        return lower_node_full(L, n, passes, rp, -1);
+    L->node = n;
+    L->status = DT_OK;
+    int how = dt__replay_begin(rp, L, n, passes);
+    if (how != 1)
+        return lower_node_full(L, n, passes, rp, how);
+    if (L->status != DT_OK)
+        lower_failed(L, n, L->status);
     return 0;
 }
 
@@ -182,9 +206,42 @@ void dt__graph_set_kernel_tap_for_test(dt_graph *g, dt__ktap_fn fn, void *arg) {
     g->ktap = fn;
 }
 
+/* The round's dead blobs (dt__blob_release_ctl): one DT_KC_RELEASE record at
+ * the head of each stream's batch, so its worker frees them before it runs
+ * the batch (a sync in it then finds them freed). Not an appended kernel:
+ * no number, not in kqueued. Out of memory, they are freed here. */
+static void hand_dead(dt_graph *g) {
+    for (dt__stream *s = g->dead_q, *next; s; s = next) {
+        next = s->next_dead_q;
+        s->next_dead_q = NULL;
+        s->dead_queued = 0;
+        dt__blob *dead = s->dead;
+        s->dead = NULL;
+        dt__krec *k = dt__krec_alloc_in(g->ctl_pools, 0);
+        if (!k) {
+            dt__blob_free_dead(dead);
+            continue;
+        }
+        k->kop = DT_KC_RELEASE;
+        k->handle = dead;
+        k->next = s->bhead;
+        s->bhead = k;
+        if (!s->btail)
+            s->btail = k;
+        if (!s->dirty) {
+            s->dirty = 1;
+            s->next_dirty = g->dirty;
+            g->dirty = s;
+        }
+    }
+    g->dead_q = NULL;
+}
+
 static void flush(dt_graph *g) {
     if (g->ktap && g->dirty)
         tap(g);
+    if (g->dead_q)
+        hand_dead(g);
     /* Worker nodes' streams first: their values' marks (core/remote.c) are
      * set before a local stream can read one. */
     if (g->has_remote)

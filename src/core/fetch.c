@@ -43,8 +43,12 @@ dt_status dt__lower_fetch(dt__lower *L, dt__node *n) {
     int64_t nslots = f->local >= 0 ? 1 : mesh->ndev;
     f->pieces = dt__calloc((size_t)nslots, sizeof *f->pieces);
     f->starts = dt__calloc((size_t)nslots * (size_t)(m->ndim ? m->ndim : 1), sizeof *f->starts);
-    dt__krec **ks = dt__calloc((size_t)nslots, sizeof *ks);
-    dt__stream **ss = dt__calloc((size_t)nslots, sizeof *ss);
+    /* A small mesh's records and streams on the stack (a loop's read each step). */
+    dt__krec *ks_small[8] = {0};
+    dt__stream *ss_small[8];
+    int small = nslots <= 8;
+    dt__krec **ks = small ? ks_small : dt__calloc((size_t)nslots, sizeof *ks);
+    dt__stream **ss = small ? ss_small : dt__calloc((size_t)nslots, sizeof *ss);
     if (!f->pieces || !f->starts || !ks || !ss) {
         dt__lw_fail(L, DT_ENOMEM, "out of memory (fetch pieces)");
         goto fail;
@@ -79,15 +83,19 @@ dt_status dt__lower_fetch(dt__lower *L, dt__node *n) {
     }
     f->npieces = npieces;
     dt__future_expect(f, npieces);
-    dt__free(ks);
-    dt__free(ss);
+    if (!small) {
+        dt__free(ks);
+        dt__free(ss);
+    }
     dt_future_release(f); /* the node's reference */
     return DT_OK;
 fail:
     for (int64_t r = 0; ks && r < nslots; r++)
         dt__krec_discard(ks[r]);
-    dt__free(ks);
-    dt__free(ss);
+    if (!small) {
+        dt__free(ks);
+        dt__free(ss);
+    }
     dt__free(f->pieces);
     dt__free(f->starts);
     f->pieces = NULL;

@@ -113,7 +113,8 @@ struct dt_graph {
     size_t smap_cap, smap_n;
     dt__stream *streams, *streams_last;
     dt__stream *dirty;
-    uint64_t blob_ids; /* the last blob id given (dt__blob.id) */
+    dt__stream *dead_q; /* streams with dead blobs this round (stream_int.h) */
+    uint64_t blob_ids;  /* the last blob id given (dt__blob.id) */
     /* Controller-only: the collectives' groups made so far (collective.c). */
     struct dt__group_ref *groups;
     /* Controller-only: the graph has remote streams (core/remote.c), and

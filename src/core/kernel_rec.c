@@ -43,11 +43,13 @@
 /* ---------------------------------------------------------------- records */
 
 #define KREC_HDR offsetof(dt__krec, attr)
-#define KREC_CLASSES 3
-#define KREC_MALLOC 255
-static const size_t class_size[KREC_CLASSES] = {160, 256, 640};
-static dt__pool krec_pools[KREC_CLASSES] = {DT__POOL_INIT(160), DT__POOL_INIT(256), DT__POOL_INIT(640)};
-_Static_assert(offsetof(dt__krec, attr) < 160, "the smallest class holds a header");
+#define KREC_CLASSES DT__KREC_CLASSES
+#define KREC_MALLOC DT__KREC_MALLOC
+static const size_t class_size[KREC_CLASSES] = {DT__KREC_SMALL, 256, 640};
+dt__pool dt__krec_pools[KREC_CLASSES] = {DT__POOL_INIT(DT__KREC_SMALL), DT__POOL_INIT(256),
+                                         DT__POOL_INIT(640)};
+#define krec_pools dt__krec_pools
+_Static_assert(offsetof(dt__krec, attr) < DT__KREC_SMALL, "the smallest class holds a header");
 
 size_t dt__krec_footprint(size_t alen) {
     for (int c = 0; c < KREC_CLASSES; c++)
@@ -58,25 +60,23 @@ size_t dt__krec_footprint(size_t alen) {
 
 dt__krec *dt__krec_alloc(size_t alen) { return dt__krec_alloc_in(NULL, alen); }
 
+int dt__krec_class(size_t alen) {
+    for (int c = 0; c < KREC_CLASSES; c++)
+        if (KREC_HDR + alen <= class_size[c])
+            return c;
+    return KREC_MALLOC;
+}
+
+dt__krec *dt__krec_alloc_big(size_t alen) { return alen > UINT32_MAX ? NULL : dt__malloc(KREC_HDR + alen); }
+
 dt__krec *dt__krec_alloc_in(dt__pool_lists *mine, size_t alen) {
     if (alen > UINT32_MAX)
         return NULL;
-    dt__krec *k = NULL;
-    int cls = KREC_MALLOC;
-    for (int c = 0; c < KREC_CLASSES && cls == KREC_MALLOC; c++)
-        if (KREC_HDR + alen <= class_size[c])
-            cls = c;
-    if (cls != KREC_MALLOC) {
-        k = dt__pool_alloc_in(&krec_pools[cls], mine, 0);
-        if (k)
-            memset(k, 0, KREC_HDR); /* a constant size: inline stores */
-    } else {
-        k = dt__malloc(KREC_HDR + alen);
-        if (k)
-            memset(k, 0, KREC_HDR);
-    }
+    int cls = dt__krec_class(alen);
+    dt__krec *k = dt__krec_alloc_raw(mine, cls, alen);
     if (!k)
         return NULL;
+    memset(k, 0, KREC_HDR); /* a constant size: inline stores */
     k->cls = (uint8_t)cls;
     k->alen = (uint32_t)alen;
     return k;
@@ -102,6 +102,8 @@ void dt__krec_discard(dt__krec *k) {
             dt_future_release(k->handle);
         else if (k->kop == DT_KC_GATE)
             dt__debug_gate_unref(k->handle);
+        else if (k->kop == DT_KC_RELEASE)
+            dt__blob_free_dead(k->handle);
     }
     dt__krec_free(k);
 }

@@ -79,6 +79,25 @@ dt__krec *dt__krec_alloc(size_t alen);
 /* The same with the calling thread's pool lists (common/pool.h; NULL:
  * looked up). */
 dt__krec *dt__krec_alloc_in(struct dt__pool_lists *mine, size_t alen);
+/* The size class a record with `alen` attribute bytes comes from. */
+int dt__krec_class(size_t alen);
+/* A record of class `cls` (dt__krec_class(alen)) with room for `alen`
+ * attribute bytes, nothing in it set: the caller writes the whole header,
+ * `cls` and `alen` included (a replay copies a captured record's image,
+ * core/replay.c). NULL when out of memory. Any thread. */
+static inline dt__krec *dt__krec_alloc_raw(struct dt__pool_lists *mine, int cls, size_t alen);
+/* The records' pools, one per size class (kernel_rec.c); past the last
+ * class a record is a plain allocation (dt__krec_alloc_big). */
+#define DT__KREC_CLASSES 3
+#define DT__KREC_SMALL 160 /* class 0's record size */
+#define DT__KREC_MALLOC 255
+extern dt__pool dt__krec_pools[DT__KREC_CLASSES];
+dt__krec *dt__krec_alloc_big(size_t alen);
+static inline dt__krec *dt__krec_alloc_raw(struct dt__pool_lists *mine, int cls, size_t alen) {
+    if (cls != DT__KREC_MALLOC)
+        return (dt__krec *)dt__pool_alloc_in(&dt__krec_pools[cls], mine, 0);
+    return dt__krec_alloc_big(alen);
+}
 /* Frees a record (not what it references). Any thread. */
 void dt__krec_free(dt__krec *k);
 /* Bytes dt__krec_alloc takes for `alen` attribute bytes (the test that

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/blob.h"
 #include "core/graph.h"
 #include "core/graph_int.h"
 #include "core/kernel.h"
@@ -91,6 +92,9 @@ static void *worker_main(void *arg) {
             dt__krec *next = k->next;
             if (k->kop == DT_KC_STOP) {
                 stop = 1;
+                dt__krec_free(k);
+            } else if (k->kop == DT_KC_RELEASE) {
+                dt__blob_free_dead(k->handle); /* cancelled or not */
                 dt__krec_free(k);
             } else {
                 if (atomic_load_explicit(&s->g->cancelled, memory_order_relaxed))

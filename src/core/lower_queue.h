@@ -17,18 +17,15 @@
 #include "core/replay.h"
 #include "core/stream_int.h"
 
-/* Adds k to the stream's batch; the batch is handed over by flush()
- * (core/executor.c). */
-static inline void dt__lw_stream_append(dt_graph *g, dt__stream *s, dt__krec *k) {
+/* Links k (k->next NULL) into the stream's batch and counts it, with no
+ * capture or trace: a replayed record's path (core/replay.c: the cache
+ * answers only for a node that is not recorded, and a replay captures
+ * nothing). Everything else appends with dt__lw_stream_append. */
+static inline void dt__lw_stream_link(dt_graph *g, dt__stream *s, dt__krec *k) {
     g->kqueued_local++;
     s->appended++;
     if (s->kind == DT_STREAM_COMM)
         g->comm_queued++; /* the schedule's cue (core/sched.h) */
-    if (g->replay_cap)    /* capturing this node's kernels (replay.h) */
-        dt__replay_note(g->replay_cap, s, k);
-    if (dt__rec_enabled(DT__REC_TRACE) && g->rec && g->rec->cur_node) /* tracing this node (record.h) */
-        dt__rec_kernel_queued(g, s, k, s->appended);
-    k->next = NULL;
     if (s->btail)
         s->btail->next = k;
     else
@@ -39,6 +36,19 @@ static inline void dt__lw_stream_append(dt_graph *g, dt__stream *s, dt__krec *k)
         s->next_dirty = g->dirty;
         g->dirty = s;
     }
+}
+
+/* Adds k to the stream's batch; the batch is handed over by flush()
+ * (core/executor.c). */
+static inline void dt__lw_stream_append(dt_graph *g, dt__stream *s, dt__krec *k) {
+    if (g->replay_cap) /* capturing this node's kernels (replay.h) */
+        dt__replay_note(g->replay_cap, s, k);
+    /* Tracing this node (record.h): the record numbers it as the kernel
+     * about to be appended. */
+    if (dt__rec_enabled(DT__REC_TRACE) && g->rec && g->rec->cur_node)
+        dt__rec_kernel_queued(g, s, k, s->appended + 1);
+    k->next = NULL;
+    dt__lw_stream_link(g, s, k);
 }
 
 /* Binds a queued kernel to stream s: names its blobs (dt__blob.id), makes

@@ -44,6 +44,10 @@
 #define NEXT_WAYS 4
 /* Records one template holds at most (a larger lowering is not cached). */
 #define MAX_RECS 4096
+/* A record's header bytes (kernel_rec.h): its image's size before the attributes. */
+#define IMG_HDR offsetof(dt__krec, attr)
+/* The smallest record class's size (kernel_rec.h). */
+#define IMG_SMALL DT__KREC_SMALL
 /* Meta classes: at most MAX_CLASSES a cache (then values are signed with
  * their meta words), an index of CLS_BITS bits. */
 #define CLS_BITS 20
@@ -65,7 +69,12 @@ typedef struct tpl_rec {
     int16_t coll; /* a collective: its index among the template's collectives; else -1 */
     int32_t in[DT_MAX_OP_INPUTS];
     int32_t out;
-    uint32_t alen, aoff;
+    uint32_t alen;
+    /* The record's image at t->imgs + ioff, ilen bytes: the captured header
+     * with its blobs, call site and link cleared, then its attributes; a
+     * replayed record is a copy of it into a record of class cls. */
+    uint32_t ioff, ilen;
+    int cls;
 } tpl_rec;
 
 typedef struct tpl {
@@ -83,7 +92,7 @@ typedef struct tpl {
     tpl_rec *recs;
     uint64_t *groups; /* ncoll: each collective's group id */
     int32_t *outs;    /* nout: the output's blob per device */
-    uint8_t *attrs;
+    uint8_t *imgs;    /* the records' images (tpl_rec.ioff) */
     /* The run: the templates of the cacheable nodes lowered right after
      * this one, the latest first (NULL: none yet); a few, since one template
      * serves several places of a loop body (three projections of one shape,
@@ -147,7 +156,7 @@ static void tpl_free(tpl *t) {
     dt__free(t->recs);
     dt__free(t->groups);
     dt__free(t->outs);
-    dt__free(t->attrs);
+    dt__free(t->imgs);
     dt__free(t);
 }
 
@@ -438,6 +447,8 @@ _Static_assert(offsetof(dt__nattr, scalar) % 8 == 0 && offsetof(dt__nattr, scala
                    offsetof(dt_scalar, kind) == 0 && offsetof(dt_scalar, i) == 8 && sizeof(dt_scalar) == 24,
                "a scalar's padding is the high half of its first word");
 #define KIND_MASK 0xffffffffull
+/* Two signature words as one vector (GCC and Clang vector extensions). */
+typedef uint64_t dt__w2 __attribute__((vector_size(16)));
 
 /* n's signature, one walk for two uses. Without `want` (build) its words
  * go to r->sig (r->nsig, out_at and out_len set; not its hash: sig_hash);
@@ -518,18 +529,32 @@ static inline __attribute__((always_inline)) int sig_walk(dt__replay *r, const d
      * function of the op and the layouts of in[0] and the output
      * (dt__reuse_mark), all of them in the signature. */
     PUT((uint64_t)(uint32_t)passes | (uint64_t)(L->g->overlap != 0) << 32);
-    /* The text is interned: one pointer per text. Compared a word at a
-     * time, the differences or-ed (13 words: no call). */
+    /* The text is interned: one pointer per text. Compared two words at a
+     * time (vectors of two words: SSE2 on x86-64, whatever the target has
+     * elsewhere), the differences or-ed, the scalars' padding masked by a
+     * constant: no call, no copy, one branch. */
     if (want) {
-        uint64_t x[HEAD_WORDS], diff = 0;
-        memcpy(x, &n->a, HEAD_BYTES);
-        x[SC1] &= KIND_MASK;
-        x[SC2] &= KIND_MASK;
+        const uint8_t *na = (const uint8_t *)&n->a;
         const uint64_t *hw = want->sig + k;
+        dt__w2 diff = {0, 0};
 #pragma GCC unroll 16
-        for (int i = 0; i < HEAD_WORDS; i++)
-            diff |= x[i] ^ hw[i];
-        if (diff)
+        for (int i = 0; i + 2 <= HEAD_WORDS; i += 2) {
+            dt__w2 a, b;
+            memcpy(&a, na + 8 * i, sizeof a);
+            memcpy(&b, hw + i, sizeof b);
+            if (i == (SC1 & ~1) || i == (SC2 & ~1))
+                a &= (dt__w2){i == SC1 || i == SC2 ? KIND_MASK : ~0ull,
+                              i + 1 == SC1 || i + 1 == SC2 ? KIND_MASK : ~0ull};
+            diff |= a ^ b;
+        }
+        uint64_t last = 0;
+        if (HEAD_WORDS % 2) {
+            memcpy(&last, na + 8 * (HEAD_WORDS - 1), 8);
+            if (HEAD_WORDS - 1 == SC1 || HEAD_WORDS - 1 == SC2)
+                last &= KIND_MASK;
+            last ^= hw[HEAD_WORDS - 1];
+        }
+        if ((diff[0] | diff[1] | last) != 0)
             return 0;
         k += HEAD_WORDS;
     } else {
@@ -652,15 +677,17 @@ static dt__blob *resolve(const dt__replay *r, const dt__node *n, int32_t ref) {
     return ref >= 0 ? r->fresh[ref] : n->in[ref_j(ref)]->blobs[ref_d(ref)];
 }
 
-/* Record q as t's record tr, with node n's call site (not its blobs). */
+/* Record q as t's record tr, with node n's call site (not its blobs):
+ * one copy of the record's image. */
 static inline void fill(dt__krec *q, const tpl *t, const tpl_rec *tr, const dt__node *n) {
-    q->kop = tr->kop;
-    q->n_in = tr->n_in;
-    q->rank = tr->rank;
-    q->opname = tr->opname;
+    /* The smallest class (most records) as one constant-size copy, inline:
+     * the record holds IMG_SMALL bytes and the images have that much slack. */
+    if (tr->cls == 0)
+        memcpy(q, t->imgs + tr->ioff, IMG_SMALL);
+    else
+        memcpy(q, t->imgs + tr->ioff, tr->ilen);
     q->site_file = n->site_file;
     q->site_line = n->site_line;
-    memcpy(q->attr, t->attrs + tr->aoff, tr->alen);
 }
 
 /* apply for a template with t->one: the record and its blob, then the
@@ -668,7 +695,7 @@ static inline void fill(dt__krec *q, const tpl *t, const tpl_rec *tr, const dt__
 static dt_status apply_one(dt__lower *L, const dt__node *n, const tpl *t) {
     const tpl_rec *tr = &t->recs[0];
     dt__pool_lists *mine = L->g->ctl_pools;
-    dt__krec *q = dt__krec_alloc_in(mine, tr->alen);
+    dt__krec *q = dt__krec_alloc_raw(mine, tr->cls, tr->alen);
     dt__blob *b = q ? dt__blob_new_in(mine, tr->s->be) : NULL;
     if (!b) {
         dt__krec_free(q);
@@ -679,13 +706,13 @@ static dt_status apply_one(dt__lower *L, const dt__node *n, const tpl *t) {
         q->in[i] = dt__blob_retain(n->in[ref_j(tr->in[i])]->blobs[ref_d(tr->in[i])]);
     q->out = b; /* the blob's creation reference */
     dt__lw_bind(L->g, tr->s, q);
-    dt__lw_stream_append(L->g, tr->s, q);
+    dt__lw_stream_link(L->g, tr->s, q); /* the image's link is NULL */
     dt__tval *o = n->out;
     if (!o->blobs) {
-        o->inl[0] = NULL;
         o->blobs = o->inl;
+    } else if (o->blobs[0]) {
+        dt__blob_release(o->blobs[0]);
     }
-    dt__blob_release(o->blobs[0]);
     o->blobs[0] = dt__blob_retain(b);
     return DT_OK;
 }
@@ -706,7 +733,7 @@ static dt_status apply(dt__replay *r, dt__lower *L, const dt__node *n, const tpl
     int k = 0;
     for (; k < t->nrec; k++) {
         const tpl_rec *tr = &t->recs[k];
-        r->ks[k] = dt__krec_alloc_in(L->g->ctl_pools, tr->alen);
+        r->ks[k] = dt__krec_alloc_raw(L->g->ctl_pools, tr->cls, tr->alen);
         r->fresh[k] = r->ks[k] && tr->out == k ? dt__blob_new_in(L->g->ctl_pools, tr->s->be) : NULL;
         if (!r->ks[k] || (tr->out == k && !r->fresh[k]))
             break;
@@ -737,7 +764,7 @@ static dt_status apply(dt__replay *r, dt__lower *L, const dt__node *n, const tpl
         /* A fresh blob's creation reference moves into its producer. */
         q->out = tr->out == k ? r->fresh[k] : dt__blob_retain(resolve(r, n, tr->out));
         dt__lw_bind(L->g, tr->s, q);
-        dt__lw_stream_append(L->g, tr->s, q);
+        dt__lw_stream_link(L->g, tr->s, q); /* the image's link is NULL */
     }
     for (int64_t d = 0; d < t->nout; d++) {
         dt__blob *b = t->outs[d] == REF_NONE ? NULL : dt__blob_retain(resolve(r, n, t->outs[d]));
@@ -870,27 +897,27 @@ static tpl *build(dt__replay *r, const dt__node *n, tpl *t) {
     for (int j = 0; j < n->n_in; j++)
         if (n->in[j]->meta.mesh->ndev >= MAX_DEV)
             return NULL;
-    size_t alen = 0;
+    size_t ilen = 0;
     int ncoll = 0;
     for (int k = 0; k < nrec; k++) {
         const dt__krec *q = r->caps[k].k;
         if (q->handle || !q->out)
             return NULL;
-        alen += q->alen;
+        ilen += (IMG_HDR + q->alen + 7) / 8 * 8;
         if (q->kop == DT_KC_COLLECTIVE)
             ncoll++;
     }
     t->recs = dt__calloc((size_t)(nrec ? nrec : 1), sizeof *t->recs);
-    t->attrs = dt__malloc(alen ? alen : 1);
+    t->imgs = dt__malloc(ilen + IMG_SMALL); /* fill's slack */
     t->groups = dt__calloc((size_t)(ncoll ? ncoll : 1), sizeof *t->groups);
     t->nout = n->out->meta.mesh->ndev;
     t->outs = dt__calloc((size_t)t->nout, sizeof *t->outs);
     uint64_t *seqs = dt__calloc((size_t)(ncoll ? ncoll : 1), sizeof *seqs);
-    if (!t->recs || !t->attrs || !t->groups || !t->outs || !seqs) {
+    if (!t->recs || !t->imgs || !t->groups || !t->outs || !seqs) {
         dt__free(seqs);
         return NULL;
     }
-    size_t aoff = 0;
+    size_t ioff = 0;
     int ok = 1;
     for (int k = 0; k < nrec && ok; k++) {
         const dt__krec *q = r->caps[k].k;
@@ -902,9 +929,20 @@ static tpl *build(dt__replay *r, const dt__node *n, tpl *t) {
         tr->n_in = q->n_in;
         tr->coll = -1;
         tr->alen = q->alen;
-        tr->aoff = (uint32_t)aoff;
-        memcpy(t->attrs + aoff, q->attr, q->alen);
-        aoff += q->alen;
+        tr->cls = dt__krec_class(q->alen);
+        tr->ioff = (uint32_t)ioff;
+        tr->ilen = (uint32_t)(IMG_HDR + q->alen);
+        dt__krec *img = (dt__krec *)(t->imgs + ioff);
+        memcpy(img, q, tr->ilen);
+        img->next = NULL;
+        img->wait = 0;
+        memset(img->in, 0, sizeof img->in);
+        img->out = NULL;
+        img->site_file = NULL;
+        img->site_line = 0;
+        img->handle = NULL;
+        img->cls = (uint8_t)tr->cls;
+        ioff += (tr->ilen + 7) / 8 * 8;
         for (int i = 0; i < q->n_in && ok; i++) {
             tr->in[i] = classify(r, n, q->in[i], k);
             ok = tr->in[i] != REF_NONE;
@@ -964,11 +1002,11 @@ void dt__replay_end(dt__replay *r, dt__lower *L, const dt__node *n, dt_status st
         dt__free(t->recs);
         dt__free(t->groups);
         dt__free(t->outs);
-        dt__free(t->attrs);
+        dt__free(t->imgs);
         t->recs = NULL;
         t->groups = NULL;
         t->outs = NULL;
-        t->attrs = NULL;
+        t->imgs = NULL;
         t->nrec = t->ncoll = 0;
     }
     t->out_cls = intern(r, r->sig + r->out_at, r->out_len);

@@ -41,6 +41,12 @@ struct dt__stream {
     dt__krec *bhead, *btail;
     struct dt__stream *next_dirty;
     int dirty;
+    /* Controller-only: blobs this stream's worker made whose last reference
+     * the controller let go of this round (dt__blob_release_ctl), for the
+     * worker to free; the stream is on g->dead_q while it has any. */
+    struct dt__blob *dead;
+    struct dt__stream *next_dead_q;
+    int dead_queued;
     uint64_t appended;
     struct dt__stream *next_all; /* controller-only: the graph's streams, oldest first */
     /* A remote stream (core/remote.h): worker node remote - 1 runs its

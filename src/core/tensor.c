@@ -153,10 +153,17 @@ dt_tensor *dt__client_submit_raw(dt_tensor *t, dt__node *n) {
 }
 
 /* `mine`: the calling thread's pool lists (NULL: looked up). */
-static void tval_free_keep_mesh(dt__tval *v, dt__pool_lists *mine) {
+/* g: the controller's graph, whose workers free the blobs they made
+ * (dt__blob_release_ctl); NULL: freed here. */
+static inline __attribute__((always_inline)) void tval_free_keep_mesh(dt__tval *v, dt_graph *g,
+                                                                      dt__pool_lists *mine) {
     if (v->blobs)
-        for (int64_t i = 0; i < v->meta.mesh->ndev; i++)
-            dt__blob_release(v->blobs[i]);
+        for (int64_t i = 0; i < v->meta.mesh->ndev; i++) {
+            if (g)
+                dt__blob_release_ctl(g, v->blobs[i], mine);
+            else
+                dt__blob_release_in(v->blobs[i], mine);
+        }
     if (v->blobs != v->inl)
         dt__free(v->blobs);
     dt__pool_free_in(&dt__tval_pool, mine, v);
@@ -166,7 +173,7 @@ void dt__tval_free(dt__tval *v) {
     if (!v)
         return;
     dt_mesh *mesh = v->meta.mesh;
-    tval_free_keep_mesh(v, NULL);
+    tval_free_keep_mesh(v, NULL, NULL);
     dt_mesh_release(mesh);
 }
 
@@ -185,7 +192,7 @@ void dt__tval_free_list_deferred(dt_graph *g, dt__tval *list) {
     for (dt__tval *v = list, *next; v; v = next) {
         next = v->next_release;
         dt_mesh *mesh = v->meta.mesh;
-        tval_free_keep_mesh(v, g->ctl_pools);
+        tval_free_keep_mesh(v, g, g->ctl_pools);
         if (mesh != g->defer_mesh || g->defer_n >= 4096)
             dt__graph_flush_releases(g);
         g->defer_mesh = mesh;

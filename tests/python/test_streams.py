@@ -95,3 +95,38 @@ class TestOverlapSwitch(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestWorkersFreeWhatTheyMade(unittest.TestCase):
+    """The blobs of a released value that a worker made are freed by that worker (DT_KC_RELEASE at
+    the head of its next batch; docs/decisions.md "Replay, fifth step"): after `del` and a sync each
+    device's current bytes are back where they were, on every device of the mesh, in rounds with
+    and without other kernels for the stream, and the values still alive keep theirs."""
+
+    def test_current_bytes_return_on_every_device(self):
+        mesh = DeviceMesh("cpu", [0, 1])
+        x = dtorch.from_torch(torch.randn(256, 128), mesh, [Shard(0)])
+        dtorch.synchronize()
+        base = {k: v["current"] for k, v in dtorch.memory_stats(mesh).items()}
+        block = 128 * 128 * 4  # one device's piece of one value
+        ys = [x * float(i + 2) for i in range(4)]
+        dtorch.synchronize()
+        held = {k: v["current"] for k, v in dtorch.memory_stats(mesh).items()}
+        for k in base:
+            self.assertGreaterEqual(held[k] - base[k], 4 * block, k)
+        keep = ys[1]
+        del ys
+        dtorch.synchronize()  # a round with no kernel but the sync's on each stream
+        after = {k: v["current"] for k, v in dtorch.memory_stats(mesh).items()}
+        for k in base:
+            self.assertEqual(after[k] - base[k], held[k] - base[k] - 3 * block, k)
+        self.assertTrue(torch.equal(keep.full_tensor(), x.full_tensor() * 3.0))
+        z = keep + 1  # released in a round that has other kernels for the stream
+        del keep
+        w = z * 2
+        del z
+        dtorch.synchronize()
+        final = {k: v["current"] for k, v in dtorch.memory_stats(mesh).items()}
+        for k in base:
+            self.assertEqual(final[k] - base[k], block, k)
+        self.assertTrue(torch.equal(w.full_tensor(), (x.full_tensor() * 3.0 + 1) * 2))
