@@ -1,7 +1,10 @@
 """Capture and replay (issue 14 item 1): the controller thread's instructions per op, replayed against
 first sighting, counted by callgrind on bench/replay.py's step (its goal: >= 3x fewer on replay).
 
-Wall time on a shared machine moves 2x between runs; instruction counts do not. Each figure is the
+Wall time on a shared machine moves 2x between runs; instruction counts much less, but not
+nothing: the controller's wait for work spins a bounded number of `sched_yield` probes before it
+sleeps, and more of them run on a loaded machine (replay 758 quiet, 844 beside the test suite, on
+the same build), so run it on a quiet machine. Each figure is the
 difference of two runs under `valgrind --tool=callgrind --toggle-collect=dt__controller_main` (only
 the controller thread's instructions are counted), one with `--steps` steps and one without them,
 divided by the node records the steps submitted (graph_stats()["submitted"]), so Python's start,
