@@ -728,18 +728,27 @@ static dt_status apply(dt__replay *r, dt__lower *L, const dt__node *n, const tpl
         memset(o->inl, 0, sizeof o->inl);
         o->blobs = o->inl;
     }
-    if (!reserve_scratch(r, t->nrec, t->ncoll) || dt__lw_alloc_blobs(L, o) != DT_OK)
+    if (!reserve_scratch(r, t->nrec, t->ncoll) || (!o->blobs && dt__lw_alloc_blobs(L, o) != DT_OK))
         return dt__lw_fail(L, DT_ENOMEM, "out of memory (replay)");
+    /* Every record and fresh blob first, each record filled from its image
+     * as it is made: out of memory, what was made is freed and nothing is
+     * queued. */
+    dt__pool_lists *mine = L->g->ctl_pools;
     int k = 0;
     for (; k < t->nrec; k++) {
         const tpl_rec *tr = &t->recs[k];
-        r->ks[k] = dt__krec_alloc_raw(L->g->ctl_pools, tr->cls, tr->alen);
-        r->fresh[k] = r->ks[k] && tr->out == k ? dt__blob_new_in(L->g->ctl_pools, tr->s->be) : NULL;
-        if (!r->ks[k] || (tr->out == k && !r->fresh[k]))
+        dt__krec *q = dt__krec_alloc_raw(mine, tr->cls, tr->alen);
+        dt__blob *b = q && tr->out == k ? dt__blob_new_in(mine, tr->s->be) : NULL;
+        if (!q || (tr->out == k && !b)) {
+            dt__krec_free(q);
             break;
+        }
+        fill(q, t, tr, n);
+        r->ks[k] = q;
+        r->fresh[k] = b;
     }
     if (k < t->nrec) {
-        for (int i = 0; i <= k && i < t->nrec; i++) {
+        for (int i = 0; i < k; i++) {
             dt__krec_free(r->ks[i]);
             dt__blob_release(r->fresh[i]);
         }
@@ -754,10 +763,13 @@ static dt_status apply(dt__replay *r, dt__lower *L, const dt__node *n, const tpl
     for (k = 0; k < t->nrec; k++) {
         const tpl_rec *tr = &t->recs[k];
         dt__krec *q = r->ks[k];
-        fill(q, t, tr, n);
         if (tr->coll >= 0) {
-            uint8_t *p = q->attr + 8; /* dt__coll_krec: group, then seq */
+            uint8_t *p = q->attr + 8; /* dt__coll_krec: group, then seq (little-endian) */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            memcpy(p, &r->seqs[tr->coll], 8);
+#else
             dt__le_put(&p, r->seqs[tr->coll], 8);
+#endif
         }
         for (int i = 0; i < tr->n_in; i++)
             q->in[i] = dt__blob_retain(resolve(r, n, tr->in[i]));
@@ -768,8 +780,10 @@ static dt_status apply(dt__replay *r, dt__lower *L, const dt__node *n, const tpl
     }
     for (int64_t d = 0; d < t->nout; d++) {
         dt__blob *b = t->outs[d] == REF_NONE ? NULL : dt__blob_retain(resolve(r, n, t->outs[d]));
-        dt__blob_release(n->out->blobs[d]);
-        n->out->blobs[d] = b;
+        dt__blob *old = o->blobs[d];
+        o->blobs[d] = b;
+        if (old)
+            dt__blob_release(old);
     }
     return DT_OK;
 }
