@@ -695,13 +695,16 @@ static inline void fill(dt__krec *q, const tpl *t, const tpl_rec *tr, const dt__
 static dt_status apply_one(dt__lower *L, const dt__node *n, const tpl *t) {
     const tpl_rec *tr = &t->recs[0];
     dt__pool_lists *mine = L->g->ctl_pools;
+    /* A raw record is filled before anything can fail: its class (from
+     * the image) is what dt__krec_free reads. */
     dt__krec *q = dt__krec_alloc_raw(mine, tr->cls, tr->alen);
+    if (q)
+        fill(q, t, tr, n);
     dt__blob *b = q ? dt__blob_new_in(mine, tr->s->be) : NULL;
     if (!b) {
         dt__krec_free(q);
         return dt__lw_fail(L, DT_ENOMEM, "out of memory (replay)");
     }
-    fill(q, t, tr, n);
     for (int i = 0; i < tr->n_in; i++)
         q->in[i] = dt__blob_retain(n->in[ref_j(tr->in[i])]->blobs[ref_d(tr->in[i])]);
     q->out = b; /* the blob's creation reference */
@@ -738,12 +741,13 @@ static dt_status apply(dt__replay *r, dt__lower *L, const dt__node *n, const tpl
     for (; k < t->nrec; k++) {
         const tpl_rec *tr = &t->recs[k];
         dt__krec *q = dt__krec_alloc_raw(mine, tr->cls, tr->alen);
+        if (q)
+            fill(q, t, tr, n); /* its class first: dt__krec_free reads it */
         dt__blob *b = q && tr->out == k ? dt__blob_new_in(mine, tr->s->be) : NULL;
         if (!q || (tr->out == k && !b)) {
             dt__krec_free(q);
             break;
         }
-        fill(q, t, tr, n);
         r->ks[k] = q;
         r->fresh[k] = b;
     }
