@@ -190,9 +190,11 @@ void dt__pool_free(dt__pool *p, void *obj) { dt__pool_free_in_slow(p, NULL, obj)
 /* The list of pool p in `mine` (the caller's lists) without a call, once
  * the pool has its slot; else my_list. */
 static inline tls_list *list_in(dt__pool *p, tls_block *mine) {
-    int f = __atomic_load_n(&p->fast, __ATOMIC_ACQUIRE);
-    if (mine && f)
-        return &mine->lists[f - 1];
+#ifndef DT_POOL_DIRECT
+    tls_list *l = dt__pool_slot_list(p, mine);
+    if (l)
+        return l;
+#endif
     return my_list(p, mine);
 }
 

@@ -76,19 +76,24 @@ struct dt__pool_lists {
 #define DT_POOL_DIRECT 1
 #endif
 
-/* The caller's list of pool p when an inline path may use it: p has its
- * slot, no allocation fault is armed, no sanitizer. */
-static inline dt__pool_list *dt__pool_fast_list(dt__pool *p, dt__pool_lists *mine) {
+/* The caller's list of pool p once p has its slot (NULL: not yet, no
+ * lists, or a sanitizer build). */
+static inline dt__pool_list *dt__pool_slot_list(dt__pool *p, dt__pool_lists *mine) {
 #ifdef DT_POOL_DIRECT
     (void)p;
     (void)mine;
     return NULL;
 #else
     int f = __atomic_load_n(&p->fast, __ATOMIC_ACQUIRE);
-    if (!mine || !f || dt__fault_armed())
-        return NULL;
-    return &mine->lists[f - 1];
+    return mine && f ? &mine->lists[f - 1] : NULL;
 #endif
+}
+
+/* The list an inline allocation may use: the slot's, while no allocation
+ * fault is armed. */
+static inline dt__pool_list *dt__pool_fast_list(dt__pool *p, dt__pool_lists *mine) {
+    dt__pool_list *l = dt__pool_slot_list(p, mine);
+    return l && !dt__fault_armed() ? l : NULL;
 }
 
 /* A record from the caller's list without a call when it has one (the
@@ -108,12 +113,7 @@ static inline void *dt__pool_alloc_in(dt__pool *p, dt__pool_lists *mine, size_t 
 /* A record back to the caller's list without a call while it is short. */
 static inline void dt__pool_free_in(dt__pool *p, dt__pool_lists *mine, void *obj) {
     /* A free cannot fail: no fault check (dt__pool_fast_list's is for allocations). */
-#ifdef DT_POOL_DIRECT
-    dt__pool_list *l = NULL;
-#else
-    int f = __atomic_load_n(&p->fast, __ATOMIC_ACQUIRE);
-    dt__pool_list *l = obj && mine && f ? &mine->lists[f - 1] : NULL;
-#endif
+    dt__pool_list *l = obj ? dt__pool_slot_list(p, mine) : NULL;
     if (!l || l->n + 1 >= 2 * DT__POOL_BATCH) {
         dt__pool_free_in_slow(p, mine, obj);
         return;

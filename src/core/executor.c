@@ -228,11 +228,7 @@ static void hand_dead(dt_graph *g) {
         s->bhead = k;
         if (!s->btail)
             s->btail = k;
-        if (!s->dirty) {
-            s->dirty = 1;
-            s->next_dirty = g->dirty;
-            g->dirty = s;
-        }
+        dt__lw_stream_dirty(g, s);
     }
     g->dead_q = NULL;
 }

@@ -48,7 +48,6 @@
 static const size_t class_size[KREC_CLASSES] = {DT__KREC_SMALL, 256, 640};
 dt__pool dt__krec_pools[KREC_CLASSES] = {DT__POOL_INIT(DT__KREC_SMALL), DT__POOL_INIT(256),
                                          DT__POOL_INIT(640)};
-#define krec_pools dt__krec_pools
 _Static_assert(offsetof(dt__krec, attr) < DT__KREC_SMALL, "the smallest class holds a header");
 
 size_t dt__krec_footprint(size_t alen) {
@@ -88,7 +87,7 @@ void dt__krec_free(dt__krec *k) {
     if (k->cls == KREC_MALLOC)
         dt__free(k);
     else
-        dt__pool_free(&krec_pools[k->cls], k);
+        dt__pool_free(&dt__krec_pools[k->cls], k);
 }
 
 void dt__krec_discard(dt__krec *k) {

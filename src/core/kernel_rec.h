@@ -7,20 +7,37 @@
 #ifndef DT_KERNEL_REC_H
 #define DT_KERNEL_REC_H
 
+#include <string.h>
+
 #include "core/core.h"
 #include "core/kernel.h"
 
 /* Little-endian fields of packed records and encodings. */
+/* n is at most 8. On a little-endian host the bytes are the value's own first n: one copy
+ * (a store or a load where n is a constant), not a byte loop. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define DT__LE_HOST 1
+#else
+#define DT__LE_HOST 0
+#endif
 static inline void dt__le_put(uint8_t **p, uint64_t v, int n) {
-    for (int i = 0; i < n; i++)
-        (*p)[i] = (uint8_t)(v >> (8 * i));
+    if (DT__LE_HOST) {
+        memcpy(*p, &v, (size_t)n);
+    } else {
+        for (int i = 0; i < n; i++)
+            (*p)[i] = (uint8_t)(v >> (8 * i));
+    }
     *p += n;
 }
 
 static inline uint64_t dt__le_get(const uint8_t **p, int n) {
     uint64_t v = 0;
-    for (int i = 0; i < n; i++)
-        v |= (uint64_t)(*p)[i] << (8 * i);
+    if (DT__LE_HOST) {
+        memcpy(&v, *p, (size_t)n);
+    } else {
+        for (int i = 0; i < n; i++)
+            v |= (uint64_t)(*p)[i] << (8 * i);
+    }
     *p += n;
     return v;
 }

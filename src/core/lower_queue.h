@@ -17,6 +17,15 @@
 #include "core/replay.h"
 #include "core/stream_int.h"
 
+/* Puts s on the round's list of streams the flush hands over. */
+static inline void dt__lw_stream_dirty(dt_graph *g, dt__stream *s) {
+    if (!s->dirty) {
+        s->dirty = 1;
+        s->next_dirty = g->dirty;
+        g->dirty = s;
+    }
+}
+
 /* Links k (k->next NULL) into the stream's batch and counts it, with no
  * capture or trace: a replayed record's path (core/replay.c: the cache
  * answers only for a node that is not recorded, and a replay captures
@@ -31,11 +40,7 @@ static inline void dt__lw_stream_link(dt_graph *g, dt__stream *s, dt__krec *k) {
     else
         s->bhead = k;
     s->btail = k;
-    if (!s->dirty) {
-        s->dirty = 1;
-        s->next_dirty = g->dirty;
-        g->dirty = s;
-    }
+    dt__lw_stream_dirty(g, s);
 }
 
 /* Adds k to the stream's batch; the batch is handed over by flush()

@@ -62,9 +62,7 @@ static int ref_j(int32_t ref) { return (-1 - ref) >> DEV_BITS; }
 static int64_t ref_d(int32_t ref) { return (-1 - ref) & (MAX_DEV - 1); }
 
 typedef struct tpl_rec {
-    dt__stream *s;
-    const char *opname;
-    int32_t kop, rank;
+    dt__stream *s; /* (the op, its name and rank are in the image) */
     int16_t n_in;
     int16_t coll; /* a collective: its index among the template's collectives; else -1 */
     int32_t in[DT_MAX_OP_INPUTS];
@@ -769,11 +767,7 @@ static dt_status apply(dt__replay *r, dt__lower *L, const dt__node *n, const tpl
         dt__krec *q = r->ks[k];
         if (tr->coll >= 0) {
             uint8_t *p = q->attr + 8; /* dt__coll_krec: group, then seq (little-endian) */
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-            memcpy(p, &r->seqs[tr->coll], 8);
-#else
             dt__le_put(&p, r->seqs[tr->coll], 8);
-#endif
         }
         for (int i = 0; i < tr->n_in; i++)
             q->in[i] = dt__blob_retain(resolve(r, n, tr->in[i]));
@@ -941,9 +935,6 @@ static tpl *build(dt__replay *r, const dt__node *n, tpl *t) {
         const dt__krec *q = r->caps[k].k;
         tpl_rec *tr = &t->recs[k];
         tr->s = r->caps[k].s;
-        tr->opname = q->opname;
-        tr->kop = q->kop;
-        tr->rank = q->rank;
         tr->n_in = q->n_in;
         tr->coll = -1;
         tr->alen = q->alen;

@@ -77,18 +77,17 @@ dt_status dt__window_fill(dt__window *w, dt__node *batch, dt__tval *released) {
     w->fused = 0;
     w->released = released;
     w->stop_released = NULL;
+    int n = 0;
     dt__node *last = NULL;
-    /* One pass: the arrays grow as the batch is walked (rarely: they are
-     * kept across rounds). Out of memory, the round has no window (w->n 0,
-     * and a new generation: no value marked so far is found in it). */
+    for (dt__node *x = batch; x; x = x->next) {
+        n++;
+        last = x;
+    }
+    if (reserve(w, n) != DT_OK)
+        return dt__error(DT_ENOMEM, "window: out of memory for %d nodes", n);
     w->gen = atomic_fetch_add_explicit(&next_gen, 1, memory_order_relaxed);
     int i = 0;
     for (dt__node *x = batch; x; x = x->next, i++) {
-        if (i == w->cap && reserve(w, i + 1) != DT_OK) {
-            w->gen = atomic_fetch_add_explicit(&next_gen, 1, memory_order_relaxed); /* unmarks them */
-            return dt__error(DT_ENOMEM, "window: out of memory for %d nodes", i + 1);
-        }
-        last = x;
         w->nodes[i] = w->orig[i] = x;
         w->flags[i] = 0;
         w->consumers[i] = 0;
@@ -102,7 +101,7 @@ dt_status dt__window_fill(dt__window *w, dt__node *batch, dt__tval *released) {
             x->out->wslot = i;
         }
     }
-    w->n = i;
+    w->n = n;
     mark_released(w, released);
     /* The closing round: the values dropped before the close travel on STOP. */
     if (last && last->op == DT_OP_STOP) {
