@@ -344,6 +344,19 @@ typedef struct dt__backend {
      * impl keeps alive: more than nbytes for a view of part of a larger
      * buffer. Memory accounting charges this (core/blob.c). Any thread. */
     size_t (*storage_nbytes)(const void *impl);
+
+    /* Optional (any api_version). The calling thread is about to sleep for a
+     * while (a client blocked on a read, a worker idle for a few
+     * milliseconds): give back what the backend keeps on this thread for
+     * running kernels in parallel. LibTorch: the thread's idle OpenMP team.
+     * libgomp counts every team's threads, idle or not, against the
+     * machine's cores; once they outnumber the cores, every team's threads
+     * sleep between parallel regions instead of spinning, and each region
+     * pays a wake-up per thread (the client's team from eager torch work
+     * beside a worker's team: about 140 sleeps a pass of bench/block.py).
+     * The next parallel region on the thread makes its team again (about
+     * 100 us). Any thread, outside a parallel region. */
+    void (*thread_rest)(void);
 } dt__backend;
 
 /* The version of the device/stream/event slots above. */
@@ -351,6 +364,13 @@ typedef struct dt__backend {
 
 /* Calls every registered backend's empty_cache. */
 void dt__backends_empty_cache(void);
+/* Whether threads give their backend resources back when they wait
+ * (thread_rest): 1 unless DTORCH_THREAD_REST=0 in the environment (read
+ * once), which bench/block.py uses to measure what it buys. */
+int dt__thread_rest_on(void);
+/* Calls every registered backend's thread_rest on the calling thread, when
+ * dt__thread_rest_on. */
+void dt__backends_thread_rest(void);
 /* The sum of the registered backends' cached_bytes. */
 int64_t dt__backends_cached_bytes(void);
 

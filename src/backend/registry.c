@@ -8,6 +8,7 @@
  */
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
@@ -53,6 +54,27 @@ void dt__backends_empty_cache(void) {
     for (int i = 0; i < n; i++)
         if (registered[i]->empty_cache)
             registered[i]->empty_cache();
+}
+
+int dt__thread_rest_on(void) {
+    static atomic_int on = -1;
+    int v = atomic_load_explicit(&on, memory_order_relaxed);
+    if (v < 0) {
+        /* Read once; any thread may be first, and all read the same. */
+        const char *e = getenv("DTORCH_THREAD_REST");
+        v = !(e && e[0] == '0' && e[1] == 0);
+        atomic_store_explicit(&on, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+void dt__backends_thread_rest(void) {
+    if (!dt__thread_rest_on())
+        return;
+    int n = atomic_load_explicit(&nregistered, memory_order_acquire);
+    for (int i = 0; i < n; i++)
+        if (registered[i]->thread_rest)
+            registered[i]->thread_rest();
 }
 
 int64_t dt__backends_cached_bytes(void) {

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/backend.h"
 #include "core/blob.h"
 #include "core/future.h"
 #include "core/graph.h"
@@ -110,6 +111,10 @@ dt_status dt_future_wait(dt_future *f, int64_t timeout_ms) {
     if (f->fork_gen != atomic_load_explicit(&dt__fork_gen, memory_order_relaxed) &&
         !__atomic_load_n(&f->ready, __ATOMIC_ACQUIRE))
         return dt__submit_error(DT_EFORKED);
+    /* About to block: the client's idle OpenMP team (from eager torch work
+     * on this thread) would otherwise throttle the workers' teams. */
+    if (!__atomic_load_n(&f->ready, __ATOMIC_ACQUIRE))
+        dt__backends_thread_rest();
     pthread_mutex_lock(&f->lock);
     if (timeout_ms < 0) {
         while (!f->ready)
@@ -192,6 +197,12 @@ static dt_status assemble(dt_future *f) {
             pthread_mutex_unlock(&f->lock);
             return dt__error(st, "read: assembling the value failed: %s", err);
         }
+        pthread_mutex_unlock(&f->lock);
+        /* The copy of a large value ran in parallel on this thread and made
+         * its team again (see dt_future_wait): give it back now, not at the
+         * next blocked read, so the workers run the next step unthrottled. */
+        dt__backends_thread_rest();
+        return DT_OK;
     }
     pthread_mutex_unlock(&f->lock);
     return DT_OK;

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/backend.h"
 #include "backend/cuda_map.h"
 #include "core/debug.h"
 #include "core/future.h"
@@ -347,6 +348,7 @@ void dt__backlog_done(dt_graph *g, long n) {
  * the queue is closed, or the deadline (NULL: none) passes; 1 if capacity. */
 static int wait_backlog(dt_graph *g, const struct timespec *deadline) {
     int timed_out = 0;
+    dt__backends_thread_rest(); /* as a read's wait (dt_future_wait) */
     pthread_mutex_lock(&g->bl_lock);
     atomic_fetch_add_explicit(&g->flow_waits, 1, memory_order_relaxed);
     atomic_fetch_add(&g->bl_waiters, 1);

@@ -14,8 +14,10 @@
  * collective/future/event locks, which the worker takes only while it holds
  * no stream lock). The worker takes the whole list at once and sleeps on
  * the condition variable when it is empty; the controller signals only when
- * the worker sleeps.
+ * the worker sleeps. A worker idle for DT_WORKER_REST_MS first gives its
+ * backend's per-thread resources back (thread_rest: its OpenMP team).
  */
+#include <errno.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -29,6 +31,15 @@
 #include "core/stream.h"
 #include "core/stream_int.h"
 #include "dist/comm.h"
+
+/* How long a worker waits for kernels before it gives its backend's
+ * per-thread resources back (dt__backend.thread_rest): long enough that a
+ * pipeline's gaps do not pay the ~100 us of making an OpenMP team again
+ * (at most a few percent of an idle stretch), short enough that eager work
+ * the client runs meanwhile soon has the cores to itself. */
+#ifndef DT_WORKER_REST_MS
+#define DT_WORKER_REST_MS 2
+#endif
 
 /* Worker threads alive in the process, and a generation bumped whenever that
  * count changes, so each worker re-bounds its backend's intra-op threads:
@@ -66,6 +77,7 @@ static void *worker_main(void *arg) {
         s->be->stream_enter(s->ctx);
     int seen_gen = -1;
     int stop = 0;
+    int rested = 0;
     while (!stop) {
         int gen = atomic_load_explicit(&workers_gen, memory_order_relaxed);
         if (gen != seen_gen && s->be->worker_init) {
@@ -81,9 +93,25 @@ static void *worker_main(void *arg) {
         }
         while (!s->head) {
             s->sleeping = 1;
-            pthread_cond_wait(&s->cond, &s->lock);
+            if (rested || !s->be->thread_rest || !dt__thread_rest_on()) {
+                pthread_cond_wait(&s->cond, &s->lock);
+                s->sleeping = 0;
+                continue;
+            }
+            struct timespec ts = dt__deadline_after_ms(DT_WORKER_REST_MS);
+            int idle = pthread_cond_timedwait(&s->cond, &s->lock, &ts) == ETIMEDOUT;
             s->sleeping = 0;
+            if (idle && !s->head) {
+                /* Idle a while: the backend's threads for this worker stop
+                 * counting against the cores the client's eager work (or
+                 * another worker) uses. Unlocked: it joins threads. */
+                pthread_mutex_unlock(&s->lock);
+                s->be->thread_rest();
+                rested = 1;
+                pthread_mutex_lock(&s->lock);
+            }
         }
+        rested = 0;
         dt__krec *k = s->head;
         s->head = s->tail = NULL;
         pthread_mutex_unlock(&s->lock);
@@ -172,7 +200,7 @@ dt__stream *dt__stream_start(dt_graph *g, dt_device_type type, int64_t device_id
     }
     s->record_events = be->api_version >= 2 && be->event_new && be->event_record && be->event_free;
     pthread_mutex_init(&s->lock, NULL);
-    pthread_cond_init(&s->cond, NULL);
+    dt__cond_init_monotonic(&s->cond);
     pthread_mutex_init(&s->ev_lock, NULL);
     pthread_cond_init(&s->ev_cond, NULL);
     if (pthread_create(&s->thread, NULL, worker_main, s) != 0) {

@@ -130,3 +130,70 @@ class TestWorkersFreeWhatTheyMade(unittest.TestCase):
         for k in base:
             self.assertEqual(final[k] - base[k], block, k)
         self.assertTrue(torch.equal(w.full_tensor(), (x.full_tensor() * 3.0 + 1) * 2))
+
+
+REST_CHILD = r"""
+import os, time, torch, dtorch
+torch.set_num_threads(2)
+def threads():
+    return len(os.listdir("/proc/self/task"))
+def settle():
+    # Threads leave a little after they are told to (a worker rests after a few idle
+    # milliseconds): the count once it has not changed for a quarter second (hang guard 20 s).
+    n, since, end = threads(), time.monotonic(), time.monotonic() + 20
+    while time.monotonic() - since < 0.25 and time.monotonic() < end:
+        time.sleep(0.01)
+        if threads() != n:
+            n, since = threads(), time.monotonic()
+    return n
+torch.manual_seed(0)
+a = torch.randint(-2, 3, (768, 768)).float()
+da = dtorch.from_torch(a)
+def dwork():  # long enough that its read blocks (tens of milliseconds of matmuls)
+    x = da
+    for _ in range(6):
+        x = (x @ da).clamp(-4, 4)
+    return x.to_torch()
+def ework():
+    x = a
+    for _ in range(6):
+        x = (x @ a).clamp(-4, 4)
+    return x
+want = ework()
+got = [dwork()]
+base = settle()
+got.append(ework())  # eager work on this thread: its OpenMP team
+team = threads()
+got.append(dwork())
+after = settle()
+# Compared only now: torch.equal on this thread would make its team again.
+assert all(torch.equal(g, want) for g in got)
+print(base, team, after)
+"""
+
+
+@unittest.skipUnless(sys.platform.startswith("linux") and (os.cpu_count() or 1) >= 2
+                     and "OpenMP" in torch.__config__.parallel_info(), "Linux, 2+ CPUs, torch with OpenMP")
+class TestThreadsRest(unittest.TestCase):
+    """A thread about to wait gives its OpenMP team back (dt__backend.thread_rest): the client when
+    a read blocks and after it copies a value out, a worker after a few idle milliseconds. libgomp
+    counts idle teams against the cores, and once they outnumber them every team's threads sleep
+    between parallel regions, so eager torch beside dtorch (and dtorch's worker beside the client's
+    team) ran 1.4-1.5x slower on two cores (bench/block.py). Counted in threads of two child
+    processes that differ only in DTORCH_THREAD_REST: at rest the one that gives teams back has
+    two threads fewer (the client's team and the worker's); eager work adds the client's team,
+    and a dtorch read that blocked takes it away again. Values equal eager torch's."""
+
+    def run_child(self, **env):
+        r = subprocess.run([sys.executable, "-c", REST_CHILD], env=dict(os.environ, **env),
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return [int(v) for v in r.stdout.split()]
+
+    def test_teams_given_back(self):
+        base, team, after = self.run_child()
+        kept_base, kept_team, kept_after = self.run_child(DTORCH_THREAD_REST="0")
+        self.assertEqual(kept_base, base + 2)
+        self.assertEqual(team, base + 1)
+        self.assertEqual(after, base)
+        self.assertEqual((kept_team, kept_after), (kept_base, kept_base))

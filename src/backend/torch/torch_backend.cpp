@@ -724,6 +724,7 @@ const dt__backend dt__backend_torch = {
     nullptr,
     nullptr,
     torch_storage_nbytes,
+    torch_thread_rest,
 };
 
 /* Registers at load time so the core finds "torch" by name without naming

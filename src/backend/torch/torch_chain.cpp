@@ -37,6 +37,13 @@
 
 #include "backend/torch/torch_internal.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+/* OpenMP 5.0's (libgomp since GCC 9); weak, so a runtime without it only
+ * means threads are not given back. */
+#pragma weak omp_pause_resource_all
+#endif
+
 /* MKL's per-thread thread count (mkl_service.h's mkl_set_num_threads_local,
  * the C entry; returns the previous one, and 0 restores the
  * global setting). Weak: a LibTorch built without MKL has none, and then
@@ -181,6 +188,15 @@ dt_status torch_run_chain(const dt__chain_step *steps, int nsteps, void *const *
         *failed_step = failed.load();
         return translate_current(err, errlen);
     }
+}
+
+void torch_thread_rest(void) {
+#ifdef _OPENMP
+    /* Frees this thread's team (the caller's threads exit); a no-op when it
+     * has none, about half a microsecond. */
+    if (omp_pause_resource_all && !omp_in_parallel())
+        (void)omp_pause_resource_all(omp_pause_soft);
+#endif
 }
 
 } // namespace dt_torch

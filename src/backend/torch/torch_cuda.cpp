@@ -579,6 +579,7 @@ const dt__backend dt__backend_torch_cuda = {
     cuda_empty,
     cuda_native_stream,
     cuda_storage_nbytes,
+    nullptr /* thread_rest: a CUDA worker's kernels start no host threads */,
 };
 
 __attribute__((constructor)) static void dt_torch_cuda_register(void) {

@@ -95,6 +95,9 @@ struct kernel_registrar {
 };
 /* The kernel registered for kop, or nullptr (torch_backend.cpp). */
 kernel_fn kernel_for(int kop);
+/* The thread_rest entry (torch_chain.cpp, the file built with OpenMP). */
+void torch_thread_rest(void);
+
 /* The run_chain entry (torch_chain.cpp). */
 dt_status torch_run_chain(const dt__chain_step *steps, int nsteps, void *const *in, int n_in, int inplace,
                           void **out, int *failed_step, char *err, size_t errlen) noexcept;
