@@ -149,23 +149,25 @@ def settle():
 torch.manual_seed(0)
 a = torch.randint(-2, 3, (768, 768)).float()
 da = dtorch.from_torch(a)
-def dwork():  # long enough that its read blocks (tens of milliseconds of matmuls)
+def dwork():  # long enough that a wait for it blocks (tens of milliseconds of matmuls)
     x = da
     for _ in range(6):
         x = (x @ da).clamp(-4, 4)
-    return x.to_torch()
+    return x
 def ework():
     x = a
     for _ in range(6):
         x = (x @ a).clamp(-4, 4)
     return x
 want = ework()
-got = [dwork()]
+got = [dwork().to_torch()]  # the read's copy of the whole value makes a team
 base = settle()
 got.append(ework())  # eager work on this thread: its OpenMP team
 team = threads()
-got.append(dwork())
+x = dwork()
+dtorch.synchronize()  # blocks, and copies nothing
 after = settle()
+got.append(x.to_torch())
 # Compared only now: torch.equal on this thread would make its team again.
 assert all(torch.equal(g, want) for g in got)
 print(base, team, after)
@@ -181,8 +183,9 @@ class TestThreadsRest(unittest.TestCase):
     between parallel regions, so eager torch beside dtorch (and dtorch's worker beside the client's
     team) ran 1.4-1.5x slower on two cores (bench/block.py). Counted in threads of two child
     processes that differ only in DTORCH_THREAD_REST: at rest the one that gives teams back has
-    two threads fewer (the client's team and the worker's); eager work adds the client's team,
-    and a dtorch read that blocked takes it away again. Values equal eager torch's."""
+    two threads fewer (the client's team, given back after a read's copy of a whole value, and
+    the worker's); eager work adds the client's team, and a dtorch.synchronize() that blocked takes
+    it away again. Values equal eager torch's."""
 
     def run_child(self, **env):
         r = subprocess.run([sys.executable, "-c", REST_CHILD], env=dict(os.environ, **env),
