@@ -369,8 +369,13 @@ void dt__backends_empty_cache(void);
  * once), which bench/block.py uses to measure what it buys. */
 int dt__thread_rest_on(void);
 /* Calls every registered backend's thread_rest on the calling thread, when
- * dt__thread_rest_on. */
+ * dt__thread_rest_on and the thread did not fork (see below). */
 void dt__backends_thread_rest(void);
+/* In a fork child, on the thread that forked (a pthread_atfork handler
+ * registered at load): it never rests again. What it kept for running in
+ * parallel (an OpenMP team) names threads that stayed in the parent, and
+ * giving it back would wait for them for ever. */
+void dt__backends_thread_forked(void);
 /* The sum of the registered backends' cached_bytes. */
 int64_t dt__backends_cached_bytes(void);
 

@@ -6,6 +6,7 @@
  * (acquire), so lookups need no lock. Registrations themselves are not
  * concurrent (constructors; the stand-in under its own lock).
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,8 +69,20 @@ int dt__thread_rest_on(void) {
     return v;
 }
 
+/* Set in a fork child on the thread that forked (the only one there): its
+ * team's threads stayed in the parent, and libgomp would wait for them for
+ * ever. Registered when the library is loaded, not with the first graph, so
+ * a fork before any graph is seen too. */
+static _Thread_local int stale_team;
+
+void dt__backends_thread_forked(void) { stale_team = 1; }
+
+__attribute__((constructor)) static void dt_rest_atfork(void) {
+    pthread_atfork(NULL, NULL, dt__backends_thread_forked);
+}
+
 void dt__backends_thread_rest(void) {
-    if (!dt__thread_rest_on())
+    if (stale_team || !dt__thread_rest_on())
         return;
     int n = atomic_load_explicit(&nregistered, memory_order_acquire);
     for (int i = 0; i < n; i++)

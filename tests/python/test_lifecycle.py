@@ -97,6 +97,75 @@ class TestFork(unittest.TestCase):
         self.assertIn("CHILD_EXIT 0", r.stdout, r.stdout + r.stderr)
         self.assertIn("PARENT_OK", r.stdout)
 
+    def test_child_of_a_parent_with_an_openmp_team(self):
+        """The parent's caller thread has an OpenMP team (eager torch with two threads) when it
+        forks: the child's copy of that thread has a team whose threads are not there, so it must
+        not try to give it back when a read blocks (libgomp would wait for them for ever). The
+        child's reads wait and give the right values; the parent goes on."""
+        r = run_script("""
+            import os, torch, dtorch
+            torch.set_num_threads(2)
+            a = torch.randint(-2, 3, (512, 512)).float()
+            want = ((a @ a).clamp(-4, 4) @ a).clamp(-4, 4)[:3, :3]
+            small = a[:8] @ a[:, :8]  # the child's eager torch would hang on a matmul (MKL's team)
+            pid = os.fork()
+            if pid == 0:
+                code = 0
+                try:
+                    da = dtorch.from_torch(a[:8])
+                    w = dtorch.from_torch(a[:, :8].contiguous())
+                    x = dtorch.ones(64, 64)
+                    for _ in range(200):  # long enough that the read blocks
+                        x = (x @ x).clamp(-1, 1)
+                    x.to_torch()
+                    got = (da @ w).to_torch()
+                    if not torch.equal(got, small):
+                        code = 3
+                except BaseException as err:
+                    print("CHILD", repr(err), flush=True)
+                    code = 6
+                os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            print("CHILD_EXIT", os.waitstatus_to_exitcode(status))
+            assert torch.equal(((a @ a).clamp(-4, 4) @ a).clamp(-4, 4)[:3, :3], want)
+            print("PARENT_OK")
+        """)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("CHILD_EXIT 0", r.stdout, r.stdout + r.stderr)
+        self.assertIn("PARENT_OK", r.stdout)
+
+    def test_dtorch_first_imported_in_such_a_child(self):
+        """As above, but dtorch is first imported in the child (no fork handler of dtorch's saw
+        the fork), which sets torch to one thread, the usual remedy for eager torch there: dtorch
+        then leaves the stale team alone too."""
+        r = run_script("""
+            import os, torch
+            torch.set_num_threads(2)
+            a = torch.randint(-2, 3, (512, 512)).float()
+            small = a[:8] @ a[:, :8]
+            pid = os.fork()
+            if pid == 0:
+                code = 0
+                try:
+                    torch.set_num_threads(1)
+                    import dtorch
+                    x = dtorch.ones(64, 64)
+                    for _ in range(200):  # long enough that the read blocks
+                        x = (x @ x).clamp(-1, 1)
+                    x.to_torch()
+                    got = (dtorch.from_torch(a[:8]) @ dtorch.from_torch(a[:, :8].contiguous())).to_torch()
+                    if not torch.equal(got, small) or not torch.equal(a[:8] @ a[:, :8], small):
+                        code = 3
+                except BaseException as err:
+                    print("CHILD", repr(err), flush=True)
+                    code = 6
+                os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            print("CHILD_EXIT", os.waitstatus_to_exitcode(status))
+        """)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("CHILD_EXIT 0", r.stdout, r.stdout + r.stderr)
+
 
 class TestExit(unittest.TestCase):
     def check_cancelled(self, r):
