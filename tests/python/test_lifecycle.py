@@ -59,112 +59,83 @@ state["graph"] = dtorch.default_graph()
 """
 
 
+def fork_script(before, child, after):
+    """A script that runs `before`, forks, runs `child` in the child (exit status 0 unless it sets
+    `code` or raises: 6) and `after` in the parent, which prints CHILD_EXIT and PARENT_OK."""
+    ind = lambda src, n: textwrap.indent(textwrap.dedent(src).strip(), " " * n)  # noqa: E731
+    return "\n".join([
+        "import os", ind(before, 0), "pid = os.fork()", "if pid == 0:", "    code = 0", "    try:",
+        ind(child, 8), "    except BaseException as err:", "        print('CHILD', repr(err), flush=True)",
+        "        code = 6", "    os._exit(code)", "_, status = os.waitpid(pid, 0)",
+        "print('CHILD_EXIT', os.waitstatus_to_exitcode(status))", ind(after, 0), "print('PARENT_OK')", ""])
+
+
 class TestFork(unittest.TestCase):
+    def check_fork(self, before, child, after):
+        r = run_script(fork_script(before, child, after))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("CHILD_EXIT 0", r.stdout, r.stdout + r.stderr)
+        self.assertIn("PARENT_OK", r.stdout)
+
     def test_default_graph_works_in_the_child(self):
-        r = run_script("""
-            import os, torch, dtorch
+        self.check_fork("""
+            import torch, dtorch
             x = dtorch.ones(2, 3)
             assert torch.equal(x.to_torch(), torch.ones(2, 3))
             explicit = dtorch.Graph()
             e = dtorch.ones(2, graph=explicit)
             e.to_torch()
-            pid = os.fork()
-            if pid == 0:
-                code = 0
+        """, """
+            y = (dtorch.arange(6.0).reshape(2, 3) * 3 + 1).to_torch()
+            want = torch.arange(6.0).reshape(2, 3) * 3 + 1
+            if not torch.equal(y, want):
+                code = 3
+            for make in (lambda: x + 1, lambda: e + 1, lambda: explicit.sync()):
                 try:
-                    y = (dtorch.arange(6.0).reshape(2, 3) * 3 + 1).to_torch()
-                    want = torch.arange(6.0).reshape(2, 3) * 3 + 1
-                    if not torch.equal(y, want):
-                        code = 3
-                    for make in (lambda: x + 1, lambda: e + 1, lambda: explicit.sync()):
-                        try:
-                            make()
-                            code = 4
-                        except RuntimeError as err:
-                            if "fork" not in str(err):
-                                print("MESSAGE", err, flush=True)
-                                code = 5
-                except BaseException as err:
-                    print("CHILD", repr(err), flush=True)
-                    code = 6
-                os._exit(code)
-            _, status = os.waitpid(pid, 0)
-            print("CHILD_EXIT", os.waitstatus_to_exitcode(status))
+                    make()
+                    code = 4
+                except RuntimeError as err:
+                    if "fork" not in str(err):
+                        print("MESSAGE", err, flush=True)
+                        code = 5
+        """, """
             assert torch.equal((x + 1).to_torch(), torch.full((2, 3), 2.0))
-            print("PARENT_OK")
         """)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("CHILD_EXIT 0", r.stdout, r.stdout + r.stderr)
-        self.assertIn("PARENT_OK", r.stdout)
+
+    # The parent's caller thread has an OpenMP team (eager torch with two threads) when it forks;
+    # the child's copy of that thread has a team whose threads are not there.
+    STALE_BEFORE = """
+        import torch
+        torch.set_num_threads(2)
+        a = torch.randint(-2, 3, (512, 512)).float()
+        want = ((a @ a).clamp(-4, 4) @ a).clamp(-4, 4)[:3, :3]
+        small = a[:8] @ a[:, :8]  # the child's eager torch would hang on a matmul (MKL's team)
+    """
+    STALE_CHILD = """
+        import dtorch
+        x = dtorch.ones(64, 64)
+        for _ in range(200):  # long enough that the read blocks
+            x = (x @ x).clamp(-1, 1)
+        x.to_torch()
+        got = (dtorch.from_torch(a[:8]) @ dtorch.from_torch(a[:, :8].contiguous())).to_torch()
+        if not torch.equal(got, small):
+            code = 3
+    """
+    STALE_AFTER = "assert torch.equal(((a @ a).clamp(-4, 4) @ a).clamp(-4, 4)[:3, :3], want)"
 
     def test_child_of_a_parent_with_an_openmp_team(self):
-        """The parent's caller thread has an OpenMP team (eager torch with two threads) when it
-        forks: the child's copy of that thread has a team whose threads are not there, so it must
-        not try to give it back when a read blocks (libgomp would wait for them for ever). The
-        child's reads wait and give the right values; the parent goes on."""
-        r = run_script("""
-            import os, torch, dtorch
-            torch.set_num_threads(2)
-            a = torch.randint(-2, 3, (512, 512)).float()
-            want = ((a @ a).clamp(-4, 4) @ a).clamp(-4, 4)[:3, :3]
-            small = a[:8] @ a[:, :8]  # the child's eager torch would hang on a matmul (MKL's team)
-            pid = os.fork()
-            if pid == 0:
-                code = 0
-                try:
-                    da = dtorch.from_torch(a[:8])
-                    w = dtorch.from_torch(a[:, :8].contiguous())
-                    x = dtorch.ones(64, 64)
-                    for _ in range(200):  # long enough that the read blocks
-                        x = (x @ x).clamp(-1, 1)
-                    x.to_torch()
-                    got = (da @ w).to_torch()
-                    if not torch.equal(got, small):
-                        code = 3
-                except BaseException as err:
-                    print("CHILD", repr(err), flush=True)
-                    code = 6
-                os._exit(code)
-            _, status = os.waitpid(pid, 0)
-            print("CHILD_EXIT", os.waitstatus_to_exitcode(status))
-            assert torch.equal(((a @ a).clamp(-4, 4) @ a).clamp(-4, 4)[:3, :3], want)
-            print("PARENT_OK")
-        """)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("CHILD_EXIT 0", r.stdout, r.stdout + r.stderr)
-        self.assertIn("PARENT_OK", r.stdout)
+        """dtorch was loaded before the fork: the child's forking thread must not give its team
+        back when a read blocks (libgomp would wait for the missing threads for ever). The child's
+        reads wait and give the right values; the parent goes on."""
+        self.check_fork("import dtorch\n" + textwrap.dedent(self.STALE_BEFORE), self.STALE_CHILD,
+                        self.STALE_AFTER)
 
     def test_dtorch_first_imported_in_such_a_child(self):
-        """As above, but dtorch is first imported in the child (no fork handler of dtorch's saw
-        the fork), which sets torch to one thread, the usual remedy for eager torch there: dtorch
-        then leaves the stale team alone too."""
-        r = run_script("""
-            import os, torch
-            torch.set_num_threads(2)
-            a = torch.randint(-2, 3, (512, 512)).float()
-            small = a[:8] @ a[:, :8]
-            pid = os.fork()
-            if pid == 0:
-                code = 0
-                try:
-                    torch.set_num_threads(1)
-                    import dtorch
-                    x = dtorch.ones(64, 64)
-                    for _ in range(200):  # long enough that the read blocks
-                        x = (x @ x).clamp(-1, 1)
-                    x.to_torch()
-                    got = (dtorch.from_torch(a[:8]) @ dtorch.from_torch(a[:, :8].contiguous())).to_torch()
-                    if not torch.equal(got, small) or not torch.equal(a[:8] @ a[:, :8], small):
-                        code = 3
-                except BaseException as err:
-                    print("CHILD", repr(err), flush=True)
-                    code = 6
-                os._exit(code)
-            _, status = os.waitpid(pid, 0)
-            print("CHILD_EXIT", os.waitstatus_to_exitcode(status))
-        """)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("CHILD_EXIT 0", r.stdout, r.stdout + r.stderr)
+        """dtorch is first imported in the child (no fork handler of dtorch's saw the fork), which
+        sets torch to one thread, the usual remedy for eager torch there: dtorch then leaves the
+        stale team alone too, and the child's eager torch works."""
+        self.check_fork(self.STALE_BEFORE, "torch.set_num_threads(1)\nassert torch.equal(a[:8] @ a[:, :8], small)\n"
+                        + textwrap.dedent(self.STALE_CHILD), self.STALE_AFTER)
 
 
 class TestExit(unittest.TestCase):
