@@ -6,6 +6,10 @@ projection, GELU MLP of width 1024) on one CPU device, dtorch against eager torc
                --repeat interleaved runs, with replay on and off (dtorch.test.probes.replay);
                goal <= 0.8 (issue 14)
   hits         nodes replayed per forward pass (graph_stats()["replay_hits"])
+  beside dtorch/alone
+               eager torch's pass beside dtorch's (idle) threads over the same before dtorch
+               started any: about 1 when threads give their OpenMP teams back as they wait
+               (DTORCH_THREAD_REST=0 shows what happens when they do not)
 
 Results are checked against torch (allclose). Machines are noisy: run it several times.
 
@@ -100,8 +104,14 @@ def main():
     import torch.nn.functional as TF
 
     ws = weights(0)
-    dws = [{k: dtorch.from_torch(t) for k, t in w.items()} for w in ws]
     x = torch.randn(1, SEQ, DIM, generator=torch.Generator().manual_seed(1))
+    # Eager torch before dtorch has started a thread, for "torch beside dtorch" below.
+    alone = float("inf")
+    for _ in range(2 * args.repeat + 5):  # the first passes warm torch up
+        t0 = time.perf_counter()
+        forward(x, ws, TF)
+        alone = min(alone, time.perf_counter() - t0)
+    dws = [{k: dtorch.from_torch(t) for k, t in w.items()} for w in ws]
     dx = dtorch.from_torch(x)
     want = forward(x, ws, TF)
     best = {"torch": float("inf"), True: float("inf"), False: float("inf")}
@@ -126,7 +136,8 @@ def main():
                 raise SystemExit(f"mismatch: max abs diff {(got - want).abs().max().item()}")
     print(f"# {platform.node()} {os.cpu_count()} cpus, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads, load {os.getloadavg()[0]:.1f}")
-    print(f"torch {best['torch'] * 1e3:.2f} ms")
+    print(f"torch {best['torch'] * 1e3:.2f} ms  (before dtorch started {alone * 1e3:.2f} ms: "
+          f"beside dtorch/alone {best['torch'] / alone:.2f})")
     for on in (False, True):
         print(f"dtorch replay {'on ' if on else 'off'} {best[on] * 1e3:.2f} ms  total/torch "
               f"{best[on] / best['torch']:.2f}  hits/pass {hits[on]}")

@@ -52,7 +52,8 @@ void dt_future_release(dt_future *f) {
 /* Called with the lock held when the last arrival lands; runs the callback
  * after unlocking so it may take other locks. */
 static void complete_locked(dt_future *f, void (**cb)(void *), void **arg) {
-    f->ready = 1;
+    /* Atomic: dt_future_wait peeks at it before it takes the lock. */
+    __atomic_store_n(&f->ready, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&f->cond);
     *cb = f->cb;
     *arg = f->cb_arg;

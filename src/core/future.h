@@ -17,7 +17,7 @@ struct dt_future {
     uint64_t id; /* unique in the process: its name in encoded kernels */
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    int ready;         /* guarded by lock */
+    int ready;         /* written under lock (atomically: also read without it) */
     int remaining;     /* arrivals still expected */
     unsigned fork_gen; /* dt__fork_gen when made (see dt__graph_forked) */
     char *error;       /* first kernel error (owned) */
