@@ -244,3 +244,16 @@ struct timespec dt__deadline_after_ms(int64_t ms) {
     }
     return ts;
 }
+
+void dt__thread_name(const char *fmt, ...) {
+#ifdef __linux__
+    char name[16]; /* Linux keeps 15 characters and the NUL */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    pthread_setname_np(pthread_self(), name);
+#else
+    (void)fmt;
+#endif
+}

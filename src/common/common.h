@@ -78,6 +78,11 @@ void dt__sb_printf(dt__strbuf *sb, const char *fmt, ...) __attribute__((format(p
  * change cannot stretch or cut a timeout), and the absolute deadline `ms`
  * milliseconds from now on that clock, for pthread_cond_timedwait. */
 void dt__cond_init_monotonic(pthread_cond_t *c);
+
+/* Names the calling thread (what top -H, ps -L, gdb and /proc show): the
+ * printf-formatted name, cut to the 15 characters Linux keeps. Nothing
+ * elsewhere. */
+void dt__thread_name(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 struct timespec dt__deadline_after_ms(int64_t ms);
 
 #endif /* DT_COMMON_H */

@@ -332,6 +332,7 @@ static int lower_window(dt__lower *L, dt__window *w, dt__sched *S, int on, int p
 
 void *dt__controller_main(void *arg) {
     dt_graph *g = arg;
+    dt__thread_name("dt-controller");
     dt__lower L = {.g = g, .node = NULL};
     dt__seg_regions = 1; /* lowering sees segmented layouts (meta.c) */
     g->ctl_pools = dt__pool_my_lists();

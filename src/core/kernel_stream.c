@@ -71,6 +71,9 @@ int dt__spin_until_changed(atomic_uint *counter, unsigned seen) {
 
 static void *worker_main(void *arg) {
     dt__stream *s = arg;
+    /* dt-cpu0, dt-cuda1; a communication stream's ends in c (dt-cpu0c). */
+    dt__thread_name("dt-%s%lld%s", s->type == DT_DEVICE_CUDA ? "cuda" : "cpu", (long long)s->device_id,
+                    s->kind == DT_STREAM_COMM ? "c" : "");
     atomic_fetch_add(&live_workers, 1);
     atomic_fetch_add(&workers_gen, 1);
     if (s->ctx && s->be->stream_enter)

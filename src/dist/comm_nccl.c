@@ -218,6 +218,7 @@ static void abort_group(ngroup *gr) {
 
 static void *watchdog_main(void *arg) {
     ncomm *c = arg;
+    dt__thread_name("dt-nccl-watch");
     pthread_mutex_lock(&c->lock);
     while (!c->stop) {
         waiter *first = NULL;

@@ -179,6 +179,7 @@ static void on_message(dt__net_in *in, int64_t now) {
 
 static void *loop(void *arg) {
     (void)arg;
+    dt__thread_name("dt-cluster");
     dt__net_in *in = C.in;
     for (;;) {
         /* Woken by messages and by the wake pipe (batches to send, losses

@@ -120,6 +120,7 @@ static int64_t beat(int64_t now, int64_t *next_beat, uint64_t *seq, int *lost) {
 
 static void *beat_loop(void *arg) {
     dt__net_in *in = arg;
+    dt__thread_name("dt-beat");
     int64_t next_beat = dt__net_now_ms();
     uint64_t seq = 0;
     for (;;) {

@@ -378,6 +378,7 @@ static void run_message(nodectx *n, dt__net_in *in) {
 
 static void *beat_loop(void *arg) {
     nbeat *b = arg;
+    dt__thread_name("dt-node-beat");
     int64_t now = dt__net_now_ms(), last_heard = now, next_beat = now;
     int64_t limit = 2 * (int64_t)b->hb, half = b->hb / 2 > 0 ? b->hb / 2 : 1;
     uint64_t seq = 0;

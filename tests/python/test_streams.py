@@ -132,6 +132,27 @@ class TestWorkersFreeWhatTheyMade(unittest.TestCase):
         self.assertTrue(torch.equal(w.full_tensor(), (x.full_tensor() * 3.0 + 1) * 2))
 
 
+@unittest.skipUnless(sys.platform.startswith("linux"), "thread names from /proc")
+class TestThreadNames(unittest.TestCase):
+    """dtorch's threads carry names (top -H, ps -L, gdb, /proc): the controller, and each stream's
+    worker by device, a communication stream's with a trailing c; a worker's OpenMP helpers
+    inherit its name."""
+
+    def test_names(self):
+        mesh = DeviceMesh("cpu", [0, 1])
+        a = torch.arange(32.0).reshape(8, 4)
+        x = dtorch.from_torch(a, mesh, [Shard(0)])
+        self.assertTrue(torch.equal(x.redistribute(placements=[Replicate()]).to_torch(), a))
+        names = set()
+        for t in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{t}/comm") as f:
+                    names.add(f.read().strip())
+            except OSError:
+                pass  # a thread that has just exited
+        self.assertLessEqual({"dt-controller", "dt-cpu0", "dt-cpu1", "dt-cpu0c", "dt-cpu1c"}, names)
+
+
 REST_CHILD = r"""
 import os, time, torch, dtorch
 torch.set_num_threads(2)
