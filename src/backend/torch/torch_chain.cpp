@@ -192,12 +192,11 @@ dt_status torch_run_chain(const dt__chain_step *steps, int nsteps, void *const *
 
 void torch_thread_rest(void) {
 #ifdef _OPENMP
-    /* Frees this thread's team (the caller's threads exit); a no-op when it
-     * has none, about half a microsecond. */
-    /* One thread makes no team, and the thread may hold one made before a
-     * fork that dtorch was not loaded to see (dt__backends_thread_forked):
-     * torch.set_num_threads(1), the usual remedy in such a child, keeps
-     * dtorch away from it too. */
+    /* Frees this thread's team (its threads exit); about half a microsecond
+     * when it has none. Not for a thread set to one OpenMP thread: it makes
+     * no team, and may hold one made before a fork that dtorch was not
+     * loaded to see (dt__backends_thread_forked); torch.set_num_threads(1),
+     * the usual remedy in such a child, keeps dtorch away from it too. */
     if (omp_pause_resource_all && !omp_in_parallel() && omp_get_max_threads() > 1)
         (void)omp_pause_resource_all(omp_pause_soft);
 #endif
