@@ -371,8 +371,8 @@ int dt__thread_rest_on(void);
 /* Calls every registered backend's thread_rest on the calling thread, when
  * dt__thread_rest_on and the thread did not fork (see below). */
 void dt__backends_thread_rest(void);
-/* In a fork child, on the thread that forked (a pthread_atfork handler
- * registered at load): it never rests again. What it kept for running in
+/* In a fork child, on the thread that forked (the core's pthread_atfork
+ * handler, registered at load): it never rests again. What it kept for running in
  * parallel (an OpenMP team) names threads that stayed in the parent, and
  * giving it back would wait for them for ever. */
 void dt__backends_thread_forked(void);

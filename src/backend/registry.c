@@ -6,7 +6,6 @@
  * (acquire), so lookups need no lock. Registrations themselves are not
  * concurrent (constructors; the stand-in under its own lock).
  */
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,17 +68,12 @@ int dt__thread_rest_on(void) {
     return v;
 }
 
-/* Set in a fork child on the thread that forked (the only one there): its
- * team's threads stayed in the parent, and libgomp would wait for them for
- * ever. Registered when the library is loaded, not with the first graph, so
- * a fork before any graph is seen too. */
+/* Set in a fork child on the thread that forked (the only one there; the
+ * core's fork handler, graph.c): its team's threads stayed in the parent,
+ * and libgomp would wait for them for ever. */
 static _Thread_local int stale_team;
 
 void dt__backends_thread_forked(void) { stale_team = 1; }
-
-__attribute__((constructor)) static void dt_rest_atfork(void) {
-    pthread_atfork(NULL, NULL, dt__backends_thread_forked);
-}
 
 void dt__backends_thread_rest(void) {
     if (stale_team || !dt__thread_rest_on())

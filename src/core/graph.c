@@ -35,9 +35,10 @@
  * lock of the library is taken before the fork and dropped on both sides
  * after it, so the child never inherits one held by a thread it lacks
  * (order: gates, interned strings, pools; all leaves otherwise). Graphs are
- * not locked: the child never touches a graph of its parent (fork_gen). */
+ * not locked: the child never touches a graph of its parent (fork_gen).
+ * Registered when the library is loaded, so a fork before the first graph
+ * is seen too (the forking thread's OpenMP team, dt__backends_thread_forked). */
 _Atomic unsigned dt__fork_gen;
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 static void fork_prepare(void) {
     dt__debug_fork_lock(1);
@@ -55,9 +56,12 @@ static void fork_child(void) {
     fork_parent();
     atomic_fetch_add(&dt__fork_gen, 1);
     dt__stream_forked();
+    dt__backends_thread_forked();
 }
 
-static void atfork_register(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+__attribute__((constructor)) static void atfork_register(void) {
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
 
 dt_status dt__submit_error(dt_status st) {
     if (st == DT_EFORKED)
@@ -86,7 +90,6 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
     dt_graph *g = dt__pool_alloc(&graph_pool);
     if (!g)
         return dt__error(DT_ENOMEM, "graph: out of memory");
-    pthread_once(&atfork_once, atfork_register);
     g->magic = DT__GRAPH_LIVE;
     atomic_init(&g->refs, 1);
     /* The named backend serves every device type, except that CUDA devices
