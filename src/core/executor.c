@@ -350,6 +350,14 @@ void *dt__controller_main(void *arg) {
             dt__debug_wait_held(g); /* tests only */
         dt__tval *released = dt__graph_take_releases(g);
         dt__node *batch = dt__graph_take(g);
+        /* After the take: a node recorded once a worker node registered is
+         * lowered with its devices on that node. */
+        uint64_t gen = dt__cluster_generation();
+        if (gen != g->cluster_gen) {
+            g->cluster_gen = gen;
+            if (!g->local_only && dt__graph_streams_recheck(g) && cache)
+                dt__replay_clear(cache); /* its templates name the retired streams */
+        }
         /* Without a window (out of memory) or after a failed pass, the
          * nodes are lowered as the passes before left the marks. */
         w.chains = atomic_load_explicit(&g->chains, memory_order_relaxed);

@@ -68,6 +68,9 @@ dt_status dt__lower_fetch(dt__lower *L, dt__node *n) {
             dt__local_region(m, coord, f->starts + (size_t)npieces * (size_t)m->ndim, len);
         }
         ss[npieces] = dt__lw_stream(L, mesh, i);
+        const dt__blob *b = v->blobs[i];
+        if (ss[npieces] && ss[npieces]->remote && b && b->producer && !b->producer->remote)
+            ss[npieces] = b->producer; /* made here before the device was a worker node's */
         dt__krec *k = ss[npieces] ? dt__lw_core_krec(L, DT_KC_FETCH) : NULL;
         if (!k)
             goto fail;

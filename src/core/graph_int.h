@@ -121,6 +121,9 @@ struct dt_graph {
      * its name on the worker nodes (0 until its first remote stream). */
     int has_remote;
     uint32_t remote_tag;
+    /* Controller-only: dt__cluster_generation when its streams were last
+     * checked against the cluster's devices (executor.c). */
+    uint64_t cluster_gen;
     /* Controller-only: what the completions of its batches on worker nodes
      * retire the backlog through (core/remote.c); NULL until the first. */
     struct dt__racct *racct;

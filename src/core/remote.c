@@ -51,14 +51,16 @@ static int held(const dt__blob *b, int node) {
     return b->remote == node + 1 || (b->producer && b->producer->remote == node + 1);
 }
 
-/* One put: b's bytes when it is a host value here, else an error. */
-static void put(dt__bytes *body, dt__blob *b, int node, uint32_t tag) {
+/* One put: b's bytes when it is a host value here, else an error naming
+ * the kernel k of stream s that reads it. */
+static void put(dt__bytes *body, dt__blob *b, int node, uint32_t tag, const dt__krec *k,
+                const dt__stream *s) {
     dt_dtype dtype = DT_FLOAT32;
     int64_t shape[DT_MAX_NDIM];
     int ndim = !b->producer && b->impl && !b->error && b->be->describe
                    ? b->be->describe(b->impl, &dtype, shape)
                    : -1;
-    char why[600];
+    char why[1024];
     const char *err = b->error;
     size_t mark = body->len;
     if (ndim >= 0) {
@@ -82,10 +84,24 @@ static void put(dt__bytes *body, dt__blob *b, int node, uint32_t tag) {
         err = why;
     }
     if (!err) {
-        snprintf(why, sizeof why,
-                 "a kernel on worker node %d reads a value computed on another node or on the main node "
-                 "that was not copied there first (copies between nodes are send/recv pairs)",
-                 node);
+        char site[300] = "";
+        if (k->site_file)
+            snprintf(site, sizeof site, " (created at %s:%d)", k->site_file, k->site_line);
+        int n = snprintf(why, sizeof why, "%s failed on %s:%lld%s: ", k->opname ? k->opname : "kernel",
+                         s->type == DT_DEVICE_CUDA ? "cuda" : "cpu", (long long)s->device_id, site);
+        size_t at = n > 0 && (size_t)n < sizeof why ? (size_t)n : 0;
+        if (b->producer && !b->producer->remote && b->producer->retired)
+            snprintf(why + at, sizeof why - at,
+                     "it reads a value this process computed on its %s:%lld before that device was worker "
+                     "node %d's (the value stays where it was made): compute it again after "
+                     "MainNode.wait_cluster_ready(), or copy it over with to_torch() and from_torch()",
+                     b->producer->type == DT_DEVICE_CUDA ? "cuda" : "cpu", (long long)b->producer->device_id,
+                     node);
+        else
+            snprintf(why + at, sizeof why - at,
+                     "a kernel on worker node %d reads a value computed on another node or on the main node "
+                     "that was not copied there first (copies between nodes are send/recv pairs)",
+                     node);
         err = why;
     }
     size_t el = strlen(err);
@@ -388,7 +404,7 @@ static void ship(dt_graph *g, int node, dt__stream **ss, int n) {
             nput += (uint32_t)put_piece(g, &body, &ps, k, node);
             for (int j = 0; j < k->n_in; j++)
                 if (!held(k->in[j], node)) {
-                    put(&body, k->in[j], node, g->remote_tag);
+                    put(&body, k->in[j], node, g->remote_tag, k, s);
                     nput++;
                 }
             if ((k->kop == DT_KC_FETCH || k->kop == DT_KC_SYNC) && add_future(&fs, k->handle) != 0)

@@ -40,6 +40,14 @@ void dt__kernel_drop(dt__krec *k, dt__stream *s);
 /* The stream map (streams.c; controller thread): the stream of (type, id,
  * kind), started on first use; NULL with the thread error set on failure. */
 dt__stream *dt__graph_stream(struct dt_graph *g, dt_device_type type, int64_t id, int kind);
+/* Worker nodes registered since g last looked (dt__cluster_generation):
+ * each local stream of a device that is a worker node's now is retired
+ * (out of the map: new work on the id goes to the node, as in a graph made
+ * after the cluster formed; the values it made stay here, read and freed
+ * here), and so are g's collective groups (made for ranks all local).
+ * Returns the number retired: the caller drops what names those streams
+ * (the replay cache). Controller thread, between rounds. */
+int dt__graph_streams_recheck(struct dt_graph *g);
 /* Stops every stream, oldest first, and frees the map (controller, at exit). */
 void dt__graph_streams_stop(struct dt_graph *g);
 

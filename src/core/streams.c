@@ -31,6 +31,7 @@
 #include "core/remote.h"
 #include "core/stream.h"
 #include "core/stream_int.h"
+#include "dist/comm.h"
 
 _Static_assert(DT_DEVICE_CUDA < DT_DEVICE_TYPES, "a graph has one backend slot per dt_device_type");
 
@@ -96,6 +97,27 @@ dt__stream *dt__graph_stream(dt_graph *g, dt_device_type type, int64_t id, int k
         g->streams = s;
     g->streams_last = s;
     return s;
+}
+
+int dt__graph_streams_recheck(dt_graph *g) {
+    int retired = 0;
+    for (dt__stream *s = g->streams; s; s = s->next_all)
+        if (!s->remote && !s->retired && dt__cluster_node_of(s->type, s->device_id) >= 0) {
+            s->retired = 1;
+            retired++;
+        }
+    if (!retired)
+        return 0;
+    /* The map again without them (linear probing has no deletion). */
+    memset(g->smap, 0, g->smap_cap * sizeof *g->smap);
+    g->smap_n = 0;
+    for (dt__stream *s = g->streams; s; s = s->next_all)
+        if (!s->retired) {
+            map_put(g->smap, g->smap_cap, s);
+            g->smap_n++;
+        }
+    dt__graph_groups_retire(g);
+    return retired;
 }
 
 void dt__graph_streams_stop(dt_graph *g) {

@@ -435,6 +435,7 @@ dt__comm *dt__graph_comm(dt_graph *g, dt_device_type type) {
 struct dt__group_ref {
     uint64_t id, seq;
     int type, t0, t1, kind, n;
+    int retired; /* dt__graph_groups_retire: found by id, never reused */
     int64_t *ids;
     struct dt__group_ref *next;
 };
@@ -447,8 +448,8 @@ static uint64_t group_for(dt__lower *L, dt_device_type type, int t0, int t1, int
     dt_graph *g = L->g;
     struct dt__group_ref *ref = g->groups;
     for (; ref; ref = ref->next) {
-        if (ref->type != (int)type || ref->t0 != t0 || ref->t1 != t1 || ref->kind != stream_kind ||
-            ref->n != n)
+        if (ref->retired || ref->type != (int)type || ref->t0 != t0 || ref->t1 != t1 ||
+            ref->kind != stream_kind || ref->n != n)
             continue;
         int r = 0;
         while (r < n && ref->ids[r] == ids[r])
@@ -594,6 +595,11 @@ int dt__graph_group_types(dt_graph *g, uint64_t id, int *t0, int *t1) {
             return 1;
         }
     return 0;
+}
+
+void dt__graph_groups_retire(dt_graph *g) {
+    for (struct dt__group_ref *ref = g->groups; ref; ref = ref->next)
+        ref->retired = 1;
 }
 
 void dt__graph_comm_free(dt_graph *g) {

@@ -84,6 +84,11 @@ const dt__comm_ops *dt__comm_for(dt_device_type type);
 /* g's comm for `type`, made on first use (any thread); NULL when out of
  * memory. */
 dt__comm *dt__graph_comm(struct dt_graph *g, dt_device_type type);
+/* Makes g's later collectives make new groups (controller): a group
+ * records which of its ranks are this process's when made, and a worker
+ * node that registered since may hold some (dt__graph_streams_recheck).
+ * The groups stay until dt__graph_comm_free: kernels in flight use them. */
+void dt__graph_groups_retire(struct dt_graph *g);
 /* Destroys g's groups and comms (controller, after the streams stopped). */
 void dt__graph_comm_free(struct dt_graph *g);
 /* The devices of group `id` of g's cache (controller): 0 when unknown. */

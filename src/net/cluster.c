@@ -114,6 +114,7 @@ static void on_register(const dt__net_in *in, int64_t now) {
         nd->flags = m->u.reg.flags;
         C.cuda_total += m->u.reg.cuda_devices;
         C.alive++;
+        atomic_fetch_add(&C.generation, 1); /* under mu: node_of sees the node first */
         pthread_cond_broadcast(&C.changed);
     }
     nd->last_seen = now; /* its heartbeats start once it has the welcome */

@@ -7,6 +7,7 @@
 #define DT_NET_CLUSTER_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/types.h>
 
 #include "core/remote.h"
@@ -95,6 +96,9 @@ typedef struct dt__cluster_state {
     int beat_port;
     pthread_t beat_thread;
     int beat_running, beat_stopping;
+    /* Bumped when a worker node registers (its ids stop being this
+     * process's): dt__cluster_generation. */
+    atomic_uint_fast64_t generation;
 } dt__cluster_state;
 
 extern dt__cluster_state dt__C;

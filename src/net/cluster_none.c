@@ -45,6 +45,7 @@ int dt_node_run(const dt_node_options *opts) {
 }
 
 /* Remote streams (core/remote.h): no worker nodes without ZeroMQ. */
+uint64_t dt__cluster_generation(void) { return 0; }
 int dt__cluster_node_of(dt_device_type type, int64_t id) {
     (void)type, (void)id;
     return -1;

@@ -315,6 +315,8 @@ void dt__cluster_send_out(void) {
     dt__free(rels);
 }
 
+uint64_t dt__cluster_generation(void) { return atomic_load_explicit(&C.generation, memory_order_acquire); }
+
 int dt__cluster_node_of(dt_device_type type, int64_t id) {
     pthread_mutex_lock(&C.mu);
     int idx = -1;

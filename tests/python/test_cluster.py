@@ -535,6 +535,55 @@ def test_remote_replay(cluster):
     assert MainNode.nodes()[0]["state"] == "alive"
 
 
+def _within(future, seconds=30):
+    """The value of a read's future, failing (not hanging) when it is not there within `seconds` (a
+    future, not the tensor: pytest's report of a failure shows the arguments, and the repr of a
+    tensor would read it)."""
+    assert future.wait_for(int(seconds * 1000)), f"no value within {seconds} s"
+    return future.get()
+
+
+def test_graph_that_ran_before_the_cluster(monkeypatch):
+    """A graph that ran work on CPU ids 2 and 3 (this process's virtual devices then) before a worker
+    node registered them: its new work on those ids runs on the node (the host values it reads are
+    shipped there), a collective over the main node's 0, 1 and the node's 2, 3 exchanges data between
+    the nodes (a group made before would count all four ranks as local and wait for ever), its old
+    values are still read where they were made, an op mixing an old value into the node's work fails
+    at the read naming both, and the graph goes on."""
+    g = dtorch.Graph()
+    both, mesh4 = dtorch.DeviceMesh("cpu", [2, 3]), dtorch.DeviceMesh("cpu", [0, 1, 2, 3])
+    t = _int_valued(4, 6, seed=8)
+    old = dtorch.from_torch(t, both, [Shard(0)], graph=g) * 2
+    old4 = genuine_partial(t, mesh4, [Partial()], seed=1, graph=g).redistribute(placements=[Replicate()])
+    _check(old, t * 2)
+    _check(old4, t)
+    fixture = cluster_at(monkeypatch, HB)
+    start = next(fixture)
+    try:
+        start("--cpu-devices=2")
+        MainNode.wait_cluster_ready(1, timeout_second=60)
+        assert MainNode.nodes()[0]["first_device_id"] == 2
+        shipped = _C._cluster_info()["value_bytes"]
+        new = dtorch.from_torch(t, both, [Shard(0)], graph=g) + 1
+        assert torch.equal(_within(new.to_torch_async()), t + 1)
+        assert _C._cluster_info()["value_bytes"] - shipped == t.numel() * t.element_size()
+        p = genuine_partial(t + 1, mesh4, [Partial()], seed=2, graph=g)
+        vals = local_values(p)
+        assert not torch.equal(vals[0], vals[3]) and torch.equal(sum(vals), t + 1)
+        r = p.redistribute(placements=[Replicate()])
+        assert torch.equal(_within(r.to_torch_async()), t + 1)
+        _check(r, t + 1)
+        _check(old, t * 2)  # read on this process, where it was made
+        _check(old4, t)
+        with pytest.raises(RuntimeError, match=r"add failed on cpu:([23]) \(created at .*test_cluster\.py:\d+\): it "
+                           r"reads a value this process computed on its cpu:\1 before that device was worker node 0's"):
+            (old + new).to_torch()
+        _check(new * 3, (t + 1) * 3)
+        assert MainNode.nodes()[0]["state"] == "alive"
+    finally:
+        fixture.close()
+
+
 def test_remote_kernel_error_at_read(cluster):
     import inspect
 
