@@ -20,7 +20,12 @@ each) on 127.0.0.1 and measures:
       the main node, so by default these are the few messages relayed before a link is up (none
       once it is); with --relay the worker nodes run with DTORCH_DIRECT_DATA=0, every message
       passes through the main node and the bytes are all the collective moved, each counted on
-      both of its hops (into and out of the main node).
+      both of its hops (into and out of the main node);
+  (c) compute on a node: --n/10 steps of ``x = tanh(x @ w)`` (64x256 by 256x256) on one device of
+      worker node 0 against the main node's device 0, each after a 16 MiB value went there and back
+      (the copies of a node's serving thread and of the main node's cluster thread): microseconds per
+      step and the ratio. A service thread's idle OpenMP team would make every parallel region of
+      the device's worker wait for sleeping threads (docs/decisions.md, "Service threads").
 
     .venv/bin/python bench/cluster.py                 # 2000 ops, 1 MiB and 16 MiB
     .venv/bin/python bench/cluster.py --n 500 --sizes 1M
@@ -72,6 +77,35 @@ def op_loop(mesh: "dtorch.DeviceMesh", n: int) -> float:
     if not torch.equal(v, torch.full((4, 4), float(n))):
         raise AssertionError(f"op loop: expected all {n}, got {v}")
     return t1 - t0
+
+
+def compute_loop(mesh: "dtorch.DeviceMesh", n: int) -> float:
+    """Seconds per step of n steps of x = tanh(x @ w) (64x256 by 256x256 float32, intra-op threads
+    as eager torch) on a one-device mesh, after a 16 MiB host value was shipped there and read
+    back (the copies a node's serving thread and the main node's cluster thread make)."""
+    g = dtorch.Graph()
+    gen = torch.Generator().manual_seed(0)
+    big = dtorch.from_torch(torch.randn(1 << 22, generator=gen), mesh, [Replicate()], graph=g)
+    big.to_torch()
+    w = dtorch.from_torch(torch.randn(256, 256, generator=gen) / 16, mesh, [Replicate()], graph=g)
+    x = dtorch.from_torch(torch.randn(64, 256, generator=gen), mesh, [Replicate()], graph=g)
+    g.sync()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        x = (x @ w).tanh()
+    x.to_torch()
+    return (time.perf_counter() - t0) / n
+
+
+def eager_loop(n: int) -> float:
+    """compute_loop's steps in eager torch on this thread: seconds per step."""
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(256, 256, generator=gen) / 16
+    x = torch.randn(64, 256, generator=gen)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        x = (x @ w).tanh()
+    return (time.perf_counter() - t0) / n
 
 
 # ------------------------------------------------------------------ (b) bandwidth
@@ -307,6 +341,17 @@ def main() -> None:
         print(f"    local mesh [0, 1]:                {tl / args.n * 1e6:8.2f} us/op")
         print(f"    worker node 0's mesh [{a0}, {a0 + 1}]:     {tr / args.n * 1e6:8.2f} us/op")
         print(f"    ratio remote / local:             {tr / tl:8.2f}")
+
+        compute_loop(dtorch.DeviceMesh("cpu", [0]), 20), compute_loop(dtorch.DeviceMesh("cpu", [a0]), 20)
+        cl = best(lambda: compute_loop(dtorch.DeviceMesh("cpu", [0]), args.n // 10), args.repeat)
+        cr = best(lambda: compute_loop(dtorch.DeviceMesh("cpu", [a0]), args.n // 10), args.repeat)
+        print(f"\n(c) {args.n // 10} steps of tanh(x @ w), 64x256 @ 256x256, one device, after a 16 MiB "
+              f"value went there and back, best of {args.repeat}")
+        ce = best(lambda: eager_loop(args.n // 10), args.repeat)
+        print(f"    eager torch, this process:        {ce * 1e6:8.1f} us/step")
+        print(f"    local device 0:                   {cl * 1e6:8.1f} us/step")
+        print(f"    worker node 0's device {a0}:         {cr * 1e6:8.1f} us/step")
+        print(f"    ratio remote / local:             {cr / cl:8.2f}")
 
         results = []
         for nbytes in sizes:

@@ -357,6 +357,14 @@ typedef struct dt__backend {
      * The next parallel region on the thread makes its team again (about
      * 100 us). Any thread, outside a parallel region. */
     void (*thread_rest)(void);
+    /* Optional: the calling thread runs the backend's work on itself alone
+     * from now on, making no team of intra-op threads: for dtorch's
+     * service threads, whose copies (a RESULT's bytes into a value, a
+     * batch's host values on a worker node) are short and frequent, and
+     * whose idle team would otherwise count against the cores for good
+     * (see thread_rest; nothing rests those threads). LibTorch: OpenMP and
+     * MKL thread counts of 1 for the thread. Outside a parallel region. */
+    void (*thread_serial)(void);
 } dt__backend;
 
 /* The version of the device/stream/event slots above. */
@@ -371,6 +379,9 @@ int dt__thread_rest_on(void);
 /* Calls every registered backend's thread_rest on the calling thread, when
  * dt__thread_rest_on and the thread did not fork (see below). */
 void dt__backends_thread_rest(void);
+/* Calls every registered backend's thread_serial on the calling thread (a
+ * service thread, at its start). */
+void dt__backends_thread_serial(void);
 /* In a fork child, on the thread that forked (the core's pthread_atfork
  * handler, registered at load): it never rests again. What it kept for running in
  * parallel (an OpenMP team) names threads that stayed in the parent, and

@@ -84,6 +84,13 @@ void dt__backends_thread_rest(void) {
             registered[i]->thread_rest();
 }
 
+void dt__backends_thread_serial(void) {
+    int n = atomic_load_explicit(&nregistered, memory_order_acquire);
+    for (int i = 0; i < n; i++)
+        if (registered[i]->thread_serial)
+            registered[i]->thread_serial();
+}
+
 int64_t dt__backends_cached_bytes(void) {
     int64_t bytes = 0;
     int n = atomic_load_explicit(&nregistered, memory_order_acquire);

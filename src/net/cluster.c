@@ -29,6 +29,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "backend/backend.h"
 #include "dist/span_nccl.h"
 #include "dist/xfer.h"
 #include "dtorch/dtorch_cluster.h"
@@ -181,6 +182,9 @@ static void on_message(dt__net_in *in, int64_t now) {
 static void *loop(void *arg) {
     (void)arg;
     dt__thread_name("dt-cluster");
+    /* It copies the reads' bytes into values: on itself, so it has no
+     * idle team beside the client's and the workers'. */
+    dt__backends_thread_serial();
     dt__net_in *in = C.in;
     for (;;) {
         /* Woken by messages and by the wake pipe (batches to send, losses

@@ -32,6 +32,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "backend/backend.h"
 #include "dist/span_nccl.h"
 #include "dist/xfer.h"
 #include "dtorch/dtorch_cluster.h"
@@ -500,6 +501,9 @@ static void beat_end(nbeat *b) {
 /* Serves after the welcome: batches, reads, data; the beat thread says
  * when the main node went silent or said stop. The exit status. */
 static int serve(nodectx *n, dt__net_in *in) {
+    /* This thread copies the batches' host values in and the reads' bytes
+     * out: on itself, so it has no idle team beside the workers'. */
+    dt__backends_thread_serial();
     for (;;) {
         int st = atomic_load(&n->beat.state);
         if (st == BEAT_GONE) {

@@ -584,6 +584,39 @@ def test_graph_that_ran_before_the_cluster(monkeypatch):
         fixture.close()
 
 
+def _thread_names(pid):
+    """How many threads of process `pid` have each name (/proc/PID/task/*/comm)."""
+    names = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+        names[name] = names.get(name, 0) + 1
+    return names
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task") or torch.get_num_threads() < 2,
+                    reason="needs /proc and torch with more than one thread")
+def test_service_threads_make_no_team(cluster):
+    """The threads that copy values in and out of messages -- a worker node's serving thread (host
+    values of a batch, the bytes of a read) and the main node's cluster thread (a read's bytes into
+    a value) -- run those copies on themselves: no OpenMP team of theirs (whose helpers carry their
+    name) stays beside the workers' teams, where libgomp would count it against the cores and make
+    the workers' threads sleep between parallel regions."""
+    node = cluster("--cpu-devices=1")
+    MainNode.wait_cluster_ready(1, timeout_second=60)
+    first = MainNode.nodes()[0]["first_device_id"]
+    mesh = dtorch.DeviceMesh("cpu", [first])
+    g = dtorch.Graph()
+    t = torch.randn(1 << 22)  # 16 MiB: torch copies it in parallel
+    x = dtorch.from_torch(t, mesh, [Replicate()], graph=g)
+    assert torch.equal((x * 2).to_torch(), t * 2)
+    assert _thread_names(node.pid).get("dtorch-node") == 1, _thread_names(node.pid)
+    assert _thread_names(os.getpid()).get("dt-cluster") == 1, _thread_names(os.getpid())
+
+
 def test_remote_kernel_error_at_read(cluster):
     import inspect
 

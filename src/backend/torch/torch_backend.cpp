@@ -725,6 +725,7 @@ const dt__backend dt__backend_torch = {
     nullptr,
     torch_storage_nbytes,
     torch_thread_rest,
+    torch_thread_serial,
 };
 
 /* Registers at load time so the core finds "torch" by name without naming

@@ -202,4 +202,23 @@ void torch_thread_rest(void) {
 #endif
 }
 
+void torch_thread_serial(void) {
+    try {
+        /* torch's own per-thread first-use setting first (inside libtorch:
+         * its flag is libtorch's), so it does not set the process's count
+         * on this thread after us. */
+        (void)at::get_num_threads();
+    } catch (...) {
+        return;
+    }
+#ifdef _OPENMP
+    if (omp_in_parallel())
+        return;
+    torch_thread_rest(); /* a team made before goes too */
+    omp_set_num_threads(1);
+#endif
+    if (MKL_Set_Num_Threads_Local)
+        (void)MKL_Set_Num_Threads_Local(1);
+}
+
 } // namespace dt_torch

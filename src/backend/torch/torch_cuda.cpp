@@ -580,6 +580,7 @@ const dt__backend dt__backend_torch_cuda = {
     cuda_native_stream,
     cuda_storage_nbytes,
     nullptr /* thread_rest: a CUDA worker's kernels start no host threads */,
+    nullptr /* thread_serial: the "torch" backend, registered beside it, sets the thread */,
 };
 
 __attribute__((constructor)) static void dt_torch_cuda_register(void) {

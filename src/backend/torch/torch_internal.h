@@ -97,6 +97,7 @@ struct kernel_registrar {
 kernel_fn kernel_for(int kop);
 /* The thread_rest entry (torch_chain.cpp, the file built with OpenMP). */
 void torch_thread_rest(void);
+void torch_thread_serial(void);
 
 /* The run_chain entry (torch_chain.cpp). */
 dt_status torch_run_chain(const dt__chain_step *steps, int nsteps, void *const *in, int n_in, int inplace,
