@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "core/blob.h"
 #include "core/chain.h"
 #include "core/debug.h"
@@ -333,6 +334,10 @@ static int lower_window(dt__lower *L, dt__window *w, dt__sched *S, int on, int p
 void *dt__controller_main(void *arg) {
     dt_graph *g = arg;
     dt__thread_name("dt-controller");
+    /* Its only backend work is slicing host values a batch ships to a
+     * worker node: on itself, so it never keeps a team beside the client's
+     * and the workers' (backend.h thread_serial). */
+    dt__backends_thread_serial();
     dt__lower L = {.g = g, .node = NULL};
     dt__seg_regions = 1; /* lowering sees segmented layouts (meta.c) */
     g->ctl_pools = dt__pool_my_lists();

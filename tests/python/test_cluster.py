@@ -601,20 +601,24 @@ def _thread_names(pid):
                     reason="needs /proc and torch with more than one thread")
 def test_service_threads_make_no_team(cluster):
     """The threads that copy values in and out of messages -- a worker node's serving thread (host
-    values of a batch, the bytes of a read) and the main node's cluster thread (a read's bytes into
-    a value) -- run those copies on themselves: no OpenMP team of theirs (whose helpers carry their
-    name) stays beside the workers' teams, where libgomp would count it against the cores and make
-    the workers' threads sleep between parallel regions."""
-    node = cluster("--cpu-devices=1")
+    values of a batch, the bytes of a read), the main node's cluster thread (a read's bytes into a
+    value) and its controller (a Shard's slice of a host value a batch ships) -- run those copies on
+    themselves: no OpenMP team of theirs (whose helpers carry their name) stays beside the workers'
+    teams, where libgomp would count it against the cores and make the workers' threads sleep
+    between parallel regions."""
+    node = cluster("--cpu-devices=2")
     MainNode.wait_cluster_ready(1, timeout_second=60)
     first = MainNode.nodes()[0]["first_device_id"]
-    mesh = dtorch.DeviceMesh("cpu", [first])
+    mesh = dtorch.DeviceMesh("cpu", [first, first + 1])
     g = dtorch.Graph()
-    t = torch.randn(1 << 22)  # 16 MiB: torch copies it in parallel
-    x = dtorch.from_torch(t, mesh, [Replicate()], graph=g)
-    assert torch.equal((x * 2).to_torch(), t * 2)
+    (dtorch.ones(2, device_mesh=mesh, placements=[Replicate()], graph=g) + 1).to_torch()  # g's controller runs
+    controllers = _thread_names(os.getpid()).get("dt-controller")  # every live graph's
+    t = torch.randn(1024, 4096)  # 16 MiB: torch copies it, and a strided half of it, in parallel
+    x = dtorch.from_torch(t, mesh, [Shard(1)], graph=g)
+    assert torch.equal((x * 2).redistribute(placements=[Replicate()]).to_torch(), t * 2)
     assert _thread_names(node.pid).get("dtorch-node") == 1, _thread_names(node.pid)
-    assert _thread_names(os.getpid()).get("dt-cluster") == 1, _thread_names(os.getpid())
+    here = _thread_names(os.getpid())
+    assert here.get("dt-cluster") == 1 and here.get("dt-controller") <= controllers, (here, controllers)
 
 
 def test_remote_kernel_error_at_read(cluster):
