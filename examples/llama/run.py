@@ -13,11 +13,23 @@ both and whether they match.
 ``--model`` is a Hugging Face Llama folder (config.json and safetensors); ``--prompt`` needs a
 tokenizer in that folder (transformers' AutoTokenizer). Mesh dims are any of dp, tp, pp, ulysess_cp
 and ring_cp; ``--device cuda`` puts the mesh on GPUs.
+
+Across worker nodes (docs/cluster.md): ``--nodes N`` makes this process a cluster's main node and
+waits for N worker nodes, whose devices are then the mesh's (this process keeps none);
+``--spawn-nodes`` starts them here on loopback, each with an equal share of the mesh's devices:
+
+    .venv/bin/python examples/llama/run.py --nodes 2 --spawn-nodes      # 2 dtorch-node processes
+    DTORCH_CLUSTER_TOKEN=... .venv/bin/python examples/llama/run.py --nodes 2 --main-node-address 0.0.0.0:5555
+    # then on each of two hosts: DTORCH_CLUSTER_TOKEN=... dtorch-node --main-node-address=HOST:5555 --cpu-devices=4
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import secrets
+import subprocess
 import sys
 import time
 
@@ -32,8 +44,8 @@ TINY = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_atten
             initializer_range=0.2)  # wider than 0.02, so that the greedy tokens vary
 
 
-def parse_mesh(text: str, device: str) -> dtorch.DeviceMesh:
-    """``dp=2,tp=2,pp=2`` -> an init_device_mesh with those names and sizes."""
+def mesh_dims(text: str) -> tuple:
+    """``dp=2,tp=2,pp=2`` -> (("dp", "tp", "pp"), (2, 2, 2))."""
     names, sizes = [], []
     for part in text.split(","):
         name, _, size = part.partition("=")
@@ -42,7 +54,13 @@ def parse_mesh(text: str, device: str) -> dtorch.DeviceMesh:
             raise SystemExit(f"--mesh: expected NAME=SIZE with NAME one of {NAMES}, got {part!r}")
         names.append(name)
         sizes.append(int(size))
-    return dtorch.init_device_mesh(device, tuple(sizes), mesh_dim_names=tuple(names))
+    return tuple(names), tuple(sizes)
+
+
+def parse_mesh(text: str, device: str) -> dtorch.DeviceMesh:
+    """``dp=2,tp=2,pp=2`` -> an init_device_mesh with those names and sizes."""
+    names, sizes = mesh_dims(text)
+    return dtorch.init_device_mesh(device, sizes, mesh_dim_names=names)
 
 
 def build(args: argparse.Namespace, mesh: dtorch.DeviceMesh) -> LlamaForCausalLM:
@@ -67,6 +85,34 @@ def prompt_ids(args: argparse.Namespace, batch: int):
     return torch.cat([ids.roll(i, dims=1) for i in range(batch)]), tok
 
 
+def form_cluster(args: argparse.Namespace, devices: int) -> list:
+    """Makes this process the main node and waits for --nodes worker nodes (started here with
+    --spawn-nodes, each with devices / nodes CPU devices); returns the processes it started."""
+    if args.spawn_nodes and not os.environ.get("DTORCH_CLUSTER_TOKEN"):
+        os.environ["DTORCH_CLUSTER_TOKEN"] = secrets.token_hex(32)  # the nodes started here inherit it
+    if not os.environ.get("DTORCH_CLUSTER_TOKEN"):
+        raise SystemExit("--nodes: set DTORCH_CLUSTER_TOKEN to the secret the worker nodes are started with")
+    if args.spawn_nodes and devices % args.nodes:
+        raise SystemExit(f"--spawn-nodes: the mesh's {devices} devices do not split evenly over {args.nodes} nodes")
+    dtorch.MainNode.set_address(args.main_node_address, cpu_devices=0)
+    address = dtorch.MainNode.get_address()
+    procs = []
+    if args.spawn_nodes:
+        from dtorch.node import executable
+
+        for _ in range(args.nodes):
+            procs.append(subprocess.Popen([executable(), f"--main-node-address={address}",
+                                           f"--cpu-devices={devices // args.nodes}", "--quiet"]))
+    else:
+        print(f"main node at {address}: start {args.nodes} worker node(s) with\n"
+              f"  dtorch-node --main-node-address=HOST:{address.rsplit(':', 1)[1]} --cpu-devices=N")
+    dtorch.MainNode.wait_cluster_ready(args.nodes, timeout_second=args.node_timeout)
+    for n in dtorch.MainNode.nodes():
+        print(f"worker node {n['index']} ({n['host']}, pid {n['pid']}): devices "
+              f"{n['first_device_id']}..{n['first_device_id'] + n['cpu_devices'] - 1}")
+    return procs
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", help="a Hugging Face Llama folder (default: a tiny random model)")
@@ -79,8 +125,28 @@ def main() -> int:
     ap.add_argument("--sample", action="store_true", help="sample (temperature 0.8, top-p 0.95) instead of greedy")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-check", action="store_true", help="skip the single-device comparison")
+    ap.add_argument("--nodes", type=int, default=0, help="run on N worker nodes (this process: the main node)")
+    ap.add_argument("--spawn-nodes", action="store_true", help="with --nodes: start them here on loopback")
+    ap.add_argument("--main-node-address", default=None,
+                    help="with --nodes: HOST:PORT to listen at (default: DTORCH_MAIN_NODE_ADDRESS, else loopback)")
+    ap.add_argument("--node-timeout", type=float, default=600, help="seconds to wait for the worker nodes")
     args = ap.parse_args()
+    if args.nodes < 0 or (args.spawn_nodes and not args.nodes):
+        raise SystemExit("--spawn-nodes needs --nodes N (N >= 1)")
+    if args.nodes and args.device != "cpu":
+        raise SystemExit("--nodes: this example forms clusters of CPU devices (docs/cluster.md has CUDA)")
 
+    procs = form_cluster(args, math.prod(mesh_dims(args.mesh)[1])) if args.nodes else []
+    try:
+        return run(args)
+    finally:
+        if procs:  # what the exit would do: the worker nodes hear stop and exit 0
+            dtorch.MainNode.shutdown()
+            for p in procs:
+                p.wait(timeout=60)
+
+
+def run(args: argparse.Namespace) -> int:
     mesh = parse_mesh(args.mesh, args.device)
     ids, tok = prompt_ids(args, args.batch)
     kw = dict(do_sample=args.sample, temperature=0.8, top_p=0.95, seed=args.seed) if args.sample else {}

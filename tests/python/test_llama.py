@@ -8,6 +8,7 @@ own logits warpers; stop tokens as transformers handles them.
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -293,6 +294,28 @@ class TestLlama(unittest.TestCase):
         self.assertIn("mesh {'dp': 2, 'tp': 2, 'pp': 2}: 32 new tokens", r.stdout)
         self.assertIn("matches single-device: True", r.stdout)
         self.assertEqual(r.stdout.count("ids:"), 2)
+
+    @unittest.skipUnless(dtorch._C._cluster_info()["available"], "built without ZeroMQ")
+    def test_example_on_two_worker_nodes(self):
+        """examples/llama/run.py --nodes 2 --spawn-nodes: the same dp2 x tp2 x pp2 generation with this
+        process as a cluster's main node and the 8 devices on two dtorch-node processes (4 each), equal
+        to one device; the nodes it started are gone when it returns."""
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        here = os.path.dirname(os.path.dirname(os.path.abspath(dtorch.__file__)))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
+        env.pop("DTORCH_CLUSTER_TOKEN", None)  # the script makes one for the nodes it starts
+        r = subprocess.run([sys.executable, os.path.join(root, "examples", "llama", "run.py"), "--nodes", "2",
+                            "--spawn-nodes", "--max-new-tokens", "8", "--node-timeout", "120"], env=env,
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertRegex(r.stdout, r"worker node 0 \(.*\): devices 0\.\.3\n")
+        self.assertRegex(r.stdout, r"worker node 1 \(.*\): devices 4\.\.7\n")
+        self.assertIn("mesh {'dp': 2, 'tp': 2, 'pp': 2}: 8 new tokens", r.stdout)
+        self.assertIn("matches single-device: True", r.stdout)
+        pids = [int(m) for m in re.findall(r"pid (\d+)\)", r.stdout)]
+        self.assertEqual(len(pids), 2)
+        for pid in pids:  # the script waited for them: reaped, no such process now
+            self.assertFalse(os.path.exists(f"/proc/{pid}"), pid)
 
     def test_errors(self):
         with self.assertRaisesRegex(ValueError, r"num_key_value_heads \(2\) must be divisible by the tp size \(4\)"):
