@@ -16,7 +16,8 @@ each) on 127.0.0.1 and measures:
       RuntimeError) print "skipped" with the reason. Ratios are dtorch / ZeroMQ time (1.0: as fast
       as a plain send). The spanning lines also print the bytes one collective moved through the
       main node (``_cluster_info()``'s DATA bytes it sent plus received), load-independent, and
-      that as a multiple of the tensor's N bytes. Worker nodes send each other data directly, past
+      that as a multiple of the tensor's N bytes, and the bytes the worker nodes sent (each counts
+      its own, whatever the route). Worker nodes send each other data directly, past
       the main node, so by default these are the few messages relayed before a link is up (none
       once it is); with --relay the worker nodes run with DTORCH_DIRECT_DATA=0, every message
       passes through the main node and the bytes are all the collective moved, each counted on
@@ -229,6 +230,12 @@ def wire_bytes() -> int:
     return int(info.get("data_bytes_sent", 0)) + int(info.get("data_bytes_received", 0))
 
 
+def nodes_sent() -> int:
+    """Data bytes the worker nodes sent to other nodes so far (each counts its own, whatever the
+    route; exact after a sync)."""
+    return sum(int(n["data_bytes_sent"]) for n in MainNode.nodes())
+
+
 def dtorch_lines(nbytes: int, repeat: int, a0: int, b0: int) -> List[tuple]:
     """(name, seconds or None, reason, wire bytes or None) for each dtorch transfer of `nbytes`
     but node-to-node copies."""
@@ -261,9 +268,9 @@ def dtorch_lines(nbytes: int, repeat: int, a0: int, b0: int) -> List[tuple]:
 
     def attempt(name: str, check: Callable[[], None], setup: Callable[[], Callable[[], None]]):
         try:
-            w0 = wire_bytes()
+            w0, n0 = wire_bytes(), nodes_sent()
             check()
-            moved = wire_bytes() - w0
+            moved = (wire_bytes() - w0, nodes_sent() - n0)
         except RuntimeError as e:
             if not unsupported(e):
                 raise
@@ -375,7 +382,8 @@ def main() -> None:
                     continue
                 ratio = f"x{sec / base:6.2f} plain" if base else ""
                 ratio += f", x{sec / curve:6.2f} CURVE" if curve else ""
-                wire = f"; {moved} B via the main node ({moved / nbytes:.2f} N)" if moved is not None else ""
+                wire = (f"; {moved[0]} B via the main node ({moved[0] / nbytes:.2f} N), worker nodes sent "
+                        f"{moved[1]} B ({moved[1] / nbytes:.2f} N)" if moved is not None else "")
                 print(f"    {name:36s} {sec * 1e3:9.2f} ms {nbytes / sec / 1e9:7.2f} GB/s  {ratio}{wire}")
     finally:
         MainNode.shutdown()

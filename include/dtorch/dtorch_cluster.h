@@ -89,6 +89,10 @@ typedef struct dt_node_info {
     char error[512];              /* why it is lost ("" when alive) */
     int cuda_devices;             /* CUDA devices it offers */
     int64_t first_cuda_device_id; /* its first global CUDA device id */
+    /* The data of collectives and copies it sent to and received from other
+     * nodes (directly, or through the main node), as of its latest answer:
+     * exact once a sync of the work has returned. */
+    int64_t data_bytes_sent, data_messages_sent, data_bytes_received, data_messages_received;
 } dt_node_info;
 
 /* Worker node `index` (< dt_cluster_num_nodes()) into *out. DT_EINDEX. */

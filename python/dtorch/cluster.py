@@ -107,7 +107,10 @@ class MainNode:
         """Every worker node registered so far, in registration order: ``index``, ``state``
         ("alive", "lost" or "stopped"), ``cpu_devices``, ``first_device_id`` (its first global CPU
         device id), ``cuda_devices``, ``first_cuda_device_id`` (its first global CUDA device id),
-        ``pid``, ``address``, ``host`` and, once lost, ``error``."""
+        ``pid``, ``address``, ``host``, once lost ``error``, and the data of collectives and copies
+        it sent to and received from other nodes (``data_bytes_sent``, ``data_messages_sent``,
+        ``data_bytes_received``, ``data_messages_received``; as of its latest answer, so exact once
+        a sync of that work has returned)."""
         return _C._cluster_nodes()
 
     @staticmethod

@@ -157,6 +157,15 @@ static void on_message(dt__net_in *in, int64_t now) {
     pthread_mutex_lock(&C.mu);
     node *nd = dt__cluster_find(in);
     int alive = nd && nd->info.state == DT_NODE_ALIVE;
+    if (nd && in->m.type == DT__WIRE_RESULT) {
+        /* Its counters only grow; answers arrive in order on its connection. */
+        const int64_t *d = in->m.u.result.data;
+        int64_t *mine[4] = {&nd->info.data_bytes_sent, &nd->info.data_messages_sent,
+                            &nd->info.data_bytes_received, &nd->info.data_messages_received};
+        for (int k = 0; k < 4; k++)
+            if (d[k] > *mine[k])
+                *mine[k] = d[k];
+    }
     if (in->m.type == DT__WIRE_RESULT || in->m.type == DT__WIRE_DATA) {
         pthread_mutex_unlock(&C.mu);
         if (alive && in->m.type == DT__WIRE_RESULT)

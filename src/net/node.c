@@ -74,6 +74,9 @@ typedef struct nodectx {
     dt__subctl *sub; /* made by the first batch */
     char name[200];  /* "worker node I (host H, pid P)", for errors that name it */
     nbeat beat;
+    /* DATA this node sent to and received from other nodes (directly or
+     * through the main node), DT__WIRE_DATA_*; every RESULT carries them. */
+    int64_t counts[4];
 } nodectx;
 
 static void say(const nodectx *n, const char *fmt, const char *a) {
@@ -296,14 +299,23 @@ static void send_data(nodectx *n) {
             continue;
         }
         void *to = direct(n, m->h.dst_device);
+        n->counts[DT__WIRE_DATA_BYTES_OUT] += m->h.error[0] || !m->data ? 0 : (int64_t)m->len;
+        n->counts[DT__WIRE_DATA_MSGS_OUT]++;
         if (dt__net_send_data(to ? to : n->sock, NULL, 0, m) != DT_OK)
             fprintf(stderr, "dtorch-node: %s\n", dt_last_error());
     }
 }
 
+/* A DATA message from another node, counted, then into the mailbox. */
+static void take_data(nodectx *n, dt__net_in *in) {
+    n->counts[DT__WIRE_DATA_BYTES_IN] += in->has_extra ? (int64_t)zmq_msg_size(&in->extra) : 0;
+    n->counts[DT__WIRE_DATA_MSGS_IN]++;
+    dt__net_deliver_data(in, &in->m.u.data);
+}
+
 /* A DATA message for one of this node's ranks (its frame moves into the
  * mailbox), or a LOST one. */
-static void on_data(dt__net_in *in) {
+static void on_data(nodectx *n, dt__net_in *in) {
     if (in->m.type == DT__WIRE_LOST) {
         dt__xfer_lost(in->m.u.lost.first_device_id, in->m.u.lost.count, in->m.u.lost.error);
         return;
@@ -313,7 +325,7 @@ static void on_data(dt__net_in *in) {
                             in->m.u.failed.first_device_id, in->m.u.failed.count, in->m.u.failed.error);
         return;
     }
-    dt__net_deliver_data(in, &in->m.u.data);
+    take_data(n, in);
 }
 
 static void free_payload(void *data, void *hint) {
@@ -321,12 +333,16 @@ static void free_payload(void *data, void *hint) {
     dt__free(data);
 }
 
-/* Sends the reads and syncs that completed. */
+/* Sends the reads and syncs that completed, each with the data counters:
+ * the messages their work queued go first (a collective completes before
+ * its messages have left), so a sync's answer counts them. */
 static void answer(nodectx *n) {
     dt__wire_msg m;
     void *payload;
     size_t plen;
+    send_data(n);
     while (n->sub && dt__subctl_next(n->sub, &m, &payload, &plen)) {
+        memcpy(m.u.result.data, n->counts, sizeof n->counts);
         zmq_msg_t x;
         if (payload && zmq_msg_init_data(&x, payload, plen, free_payload, NULL) == 0) {
             if (dt__net_send_extra(n->sock, NULL, 0, &m, &x) != DT_OK)
@@ -365,6 +381,7 @@ static void run_message(nodectx *n, dt__net_in *in) {
         r.u.result.status = dt_last_status() != DT_OK ? dt_last_status() : DT_EINVAL;
         r.u.result.batch = in->m.u.batch.seq;
         snprintf(r.u.result.error, sizeof r.u.result.error, "could not run a batch: %s", dt_last_error());
+        memcpy(r.u.result.data, n->counts, sizeof n->counts);
         fprintf(stderr, "dtorch-node: %s\n", r.u.result.error);
         if (n->sub) {
             char why[DT__WIRE_TEXT_MAX];
@@ -527,8 +544,7 @@ static int serve(nodectx *n, dt__net_in *in) {
             return fail("polling the connection failed");
         while (mon_event(n->mon) != 0) {
         }
-        send_data(n);
-        answer(n);
+        answer(n); /* the outbox first */
         int rc;
         while ((rc = dt__net_recv(n->sock, 0, in)) != 0) {
             if (rc < 0)
@@ -541,7 +557,7 @@ static int serve(nodectx *n, dt__net_in *in) {
                 run_message(n, in);
             else if (in->m.type == DT__WIRE_DATA || in->m.type == DT__WIRE_LOST ||
                      in->m.type == DT__WIRE_FAILED)
-                on_data(in);
+                on_data(n, in);
             else if (in->m.type == DT__WIRE_PEER)
                 add_peer(n, &in->m);
             else if (in->m.type == DT__WIRE_NCCLID) /* before the batch that names its group */
@@ -551,7 +567,7 @@ static int serve(nodectx *n, dt__net_in *in) {
         dt__net_in_done(in);
         while (n->data && (rc = dt__net_recv(n->data, 1, in)) != 0) /* from other worker nodes */
             if (rc > 0 && in->m.type == DT__WIRE_DATA)
-                dt__net_deliver_data(in, &in->m.u.data);
+                take_data(n, in);
         dt__net_in_done(in);
     }
 }

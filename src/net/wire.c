@@ -1,6 +1,6 @@
 /*
  * The cluster wire format: framing, per-type payloads, and the token
- * helpers (wire.h has the format and the contract). Payloads, version 2:
+ * helpers (wire.h has the format and the contract). Payloads, version 4:
  *   REGISTER  := u32 cpu_devices u32 cuda_devices u32 pid text host
  *                u16 token_len u8 token[token_len] u32 data_port
  *   WELCOME   := u32 node_index i64 first_device_id u32 heartbeat_ms u32 beat_port
@@ -12,6 +12,7 @@
  *                i64 shape[ndim] text error  (the chunk's bytes in the extra frame)
  *   BATCH     := u16 len u8 backend[len] u64 seq
  *   RESULT    := u64 future i32 rank u32 count i32 status u64 batch text error
+ *                i64 data[4]  (the node's DATA counters, DT__WIRE_DATA_*)
  *   LOST      := i64 first_device_id i64 count text error
  *   FAILED    := u32 tag u64 group u64 seq i64 first_device_id i64 count text error
  *   PEER      := u32 node_index i64 first_device_id i64 count u32 port text address
@@ -118,6 +119,8 @@ size_t dt__wire_encode(const dt__wire_msg *m, uint8_t *buf, size_t cap) {
         put(&w, (uint32_t)m->u.result.status, 4);
         put(&w, m->u.result.batch, 8);
         put_text(&w, m->u.result.error);
+        for (int i = 0; i < 4; i++)
+            put(&w, (uint64_t)m->u.result.data[i], 8);
         break;
     case DT__WIRE_DATA: {
         const dt__xfer_hdr *h = &m->u.data;
@@ -306,6 +309,11 @@ dt_status dt__wire_decode(const void *buf, size_t len, dt__wire_msg *m) {
         m->u.result.status = (int32_t)(uint32_t)get(&r, 4);
         m->u.result.batch = get(&r, 8);
         get_text(&r, m->u.result.error);
+        for (int i = 0; i < 4; i++)
+            m->u.result.data[i] = (int64_t)get(&r, 8);
+        if (!r.why && (m->u.result.data[0] < 0 || m->u.result.data[1] < 0 || m->u.result.data[2] < 0 ||
+                       m->u.result.data[3] < 0))
+            r.why = "bad data counters";
         if (!r.why && (m->u.result.rank < -1 || m->u.result.count > (1u << 30) ||
                        (m->nextra && (m->u.result.rank < 0 || m->u.result.status != 0))))
             r.why = "bad rank, count or payload";

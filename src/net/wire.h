@@ -29,8 +29,11 @@
 #include "dist/xfer.h"
 
 #define DT__WIRE_MAGIC "DTNW"
-#define DT__WIRE_VERSION 3
+#define DT__WIRE_VERSION 4
 #define DT__WIRE_HEADER 16
+/* A RESULT's data counters (u.result.data): bytes and messages sent, bytes
+ * and messages received. */
+enum { DT__WIRE_DATA_BYTES_OUT, DT__WIRE_DATA_MSGS_OUT, DT__WIRE_DATA_BYTES_IN, DT__WIRE_DATA_MSGS_IN };
 #define DT__WIRE_TOKEN_MAX 1024 /* bytes of a cluster token */
 #define DT__WIRE_TEXT_MAX 512   /* bytes of a host name or a reason, NUL included */
 #define DT__WIRE_MAX (DT__WIRE_HEADER + 64 + DT__WIRE_TOKEN_MAX + 2 * DT__WIRE_TEXT_MAX)
@@ -103,6 +106,9 @@ typedef struct dt__wire_msg {
             int32_t status;  /* dt_status: DT_OK, or the failure with `error` */
             uint64_t batch;  /* future 0: the seq of the batch that failed */
             char error[DT__WIRE_TEXT_MAX];
+            /* The node's DATA counters when it sent this (DT__WIRE_DATA_*):
+             * what it sent to and received from other nodes, so far. */
+            int64_t data[4];
         } result;
         dt__xfer_hdr data; /* the bytes, when no error, in the extra frame */
         struct {

@@ -110,6 +110,10 @@ static int sample(int type, dt__wire_msg *m) {
         m->u.result.status = -5;
         m->u.result.batch = 0x99aabbccddeeff00ULL;
         snprintf(m->u.result.error, sizeof m->u.result.error, "add failed on cpu:3");
+        m->u.result.data[DT__WIRE_DATA_BYTES_OUT] = 0x0102030405LL;
+        m->u.result.data[DT__WIRE_DATA_MSGS_OUT] = 7;
+        m->u.result.data[DT__WIRE_DATA_BYTES_IN] = 0x7f00000000000001LL;
+        m->u.result.data[DT__WIRE_DATA_MSGS_IN] = 9;
         return 1;
     case DT__WIRE_DATA: /* a failed sender's: no bytes, so an extra frame is refused */
         m->u.data.tag = 0x01020304u;
@@ -182,7 +186,8 @@ static int same_msg(const dt__wire_msg *a, const dt__wire_msg *b) {
     case DT__WIRE_RESULT:
         return a->u.result.future == b->u.result.future && a->u.result.rank == b->u.result.rank &&
                a->u.result.count == b->u.result.count && a->u.result.status == b->u.result.status &&
-               a->u.result.batch == b->u.result.batch && !strcmp(a->u.result.error, b->u.result.error);
+               a->u.result.batch == b->u.result.batch && !strcmp(a->u.result.error, b->u.result.error) &&
+               !memcmp(a->u.result.data, b->u.result.data, sizeof a->u.result.data);
     case DT__WIRE_DATA:
         return a->u.data.tag == b->u.data.tag && a->u.data.group == b->u.data.group &&
                a->u.data.seq == b->u.data.seq && a->u.data.from == b->u.data.from &&
@@ -287,13 +292,16 @@ static void test_refusals(void) {
     CHECK_EQ(dt__wire_decode(NULL, 0, &out), DT_EINVAL);
     buf[4] = DT__WIRE_VERSION + 1; /* a later version */
     CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
-    CHECK(strstr(dt_last_error(), "message version 4") != NULL);
+    CHECK(strstr(dt_last_error(), "message version 5") != NULL);
     buf[4] = 1; /* the first version: its welcome had no heartbeat port */
     CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
     CHECK(strstr(dt_last_error(), "message version 1") != NULL);
     buf[4] = 2; /* the second: no CUDA devices on worker nodes */
     CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
     CHECK(strstr(dt_last_error(), "message version 2") != NULL);
+    buf[4] = 3; /* the third: no data counters in a result */
+    CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
+    CHECK(strstr(dt_last_error(), "message version 3") != NULL);
     buf[4] = DT__WIRE_VERSION;
     buf[6] = 99; /* type 99 */
     CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);

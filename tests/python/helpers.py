@@ -89,6 +89,12 @@ def assert_close_everywhere(tc, got, want, **kw):
     assert_tensor_allclose(tc, got, want, **kw)
 
 
+def node_data_bytes():
+    """Each worker node's data bytes sent to and received from other nodes so far, as it last
+    answered (MainNode.nodes(): exact once a sync of the work has returned)."""
+    return [(n["data_bytes_sent"], n["data_bytes_received"]) for n in dtorch.MainNode.nodes()]
+
+
 def moved_between_nodes(g, step):
     """Bytes of data between nodes that `step()` moved through the main node (its DATA counters,
     sent plus received: dtorch._C._cluster_info()), once what it started has run in graph g; and

@@ -22,7 +22,7 @@ from dtorch import MainNode, Partial, Replicate, Shard, _C
 from dtorch.node import executable
 from dtorch.test.test_util import assert_replicas_equal, genuine_partial, local_values
 
-from helpers import moved_between_nodes
+from helpers import moved_between_nodes, node_data_bytes
 
 pytestmark = pytest.mark.skipif(not _C._cluster_info()["available"], reason="built without ZeroMQ")
 
@@ -394,18 +394,20 @@ def test_all_reduce_ranges_across_nodes(two_nodes, ids):
             _same(got, ref.redistribute(placements=[Replicate()]))
 
 
-@pytest.mark.parametrize("ids, cluster, allreduce, allgather",
-                         [([4, 5, 6, 7], "two_nodes_relayed", 6, 2), ([2, 3, 4, 5], "two_nodes", 3, 1),
-                          ([4, 5, 6, 7], "two_nodes", 0, 0)],
+@pytest.mark.parametrize("ids, cluster, allreduce, allgather, nodes",
+                         [([4, 5, 6, 7], "two_nodes_relayed", 6, 2, (1, 1)), ([2, 3, 4, 5], "two_nodes", 3, 1, (1, 0)),
+                          ([4, 5, 6, 7], "two_nodes", 0, 0, (1, 1))],
                          ids=["A+B relayed", "main+A", "A+B direct"])
-def test_collective_bytes_between_nodes(request, ids, cluster, allreduce, allgather):
+def test_collective_bytes_between_nodes(request, ids, cluster, allreduce, allgather, nodes):
     """The bytes a collective over 2 ranks on each of 2 nodes moves, in tensor sizes N (counted,
     so independent of the machine's load): an all-reduce sends each rank's range to each rank of
     the other node (N in all) and each reduced range once to the other node (N/2 each way), an
     all-gather each shard once to the other node. The main node counts what passes through it:
     between the main node and a worker node every byte (one hop); between two worker nodes every
     byte twice (two hops) when they relay through it (DTORCH_DIRECT_DATA=0), none when they send
-    each other directly."""
+    each other directly. Each worker node counts its own, whatever the route (MainNode.nodes()):
+    a node in the mesh sends and receives 1.5 N for the all-reduce (its ranks' ranges for the
+    other node's ranks, N, and its reduced ranges once, N/2) and N/2 for the all-gather."""
     request.getfixturevalue(cluster)
     g = dtorch.Graph()
     if cluster == "two_nodes" and ids[0] >= 4:
@@ -417,12 +419,18 @@ def test_collective_bytes_between_nodes(request, ids, cluster, allreduce, allgat
     p = genuine_partial(t, mesh, [Partial()], seed=2, graph=g)
     x = dtorch.from_torch(t, mesh, [Shard(0)], graph=g)
     g.sync()
+    own = node_data_bytes()
     moved, y = moved_between_nodes(g, lambda: p.redistribute(placements=[Replicate()]))
     assert moved == allreduce * n, (moved, n)
     assert all(torch.equal(v, _fold(local_values(p))) for v in local_values(y))
+    delta = [(s - s0, r - r0) for (s, r), (s0, r0) in zip(node_data_bytes(), own)]
+    assert delta == [(3 * n // 2 * k, 3 * n // 2 * k) for k in nodes], (delta, n)
+    own = node_data_bytes()
     moved, z = moved_between_nodes(g, lambda: x.redistribute(placements=[Replicate()]))
     assert moved == allgather * n, (moved, n)
     _check(z, t)
+    delta = [(s - s0, r - r0) for (s, r), (s0, r0) in zip(node_data_bytes(), own)]
+    assert delta == [(n // 2 * k, n // 2 * k) for k in nodes], (delta, n)
     assert (_C._cluster_info()["relayed"] > relayed) == (cluster == "two_nodes_relayed")
 
 
