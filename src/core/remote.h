@@ -55,8 +55,8 @@ uint32_t dt__remote_tag(struct dt_graph *g);
 /* The worker node serving device (type, id): its index, or -1 for a device
  * of this process (no cluster, or the main node's own). Any thread. */
 int dt__cluster_node_of(dt_device_type type, int64_t id);
-/* How many worker nodes have registered in this process's clusters: when
- * it moves, ids a graph ran here may be a worker node's now, and the
+/* Moves when worker nodes register and when a cluster ends: ids a graph
+ * ran here may be a worker node's now, or this process's again, and the
  * controller checks its streams (dt__graph_streams_recheck). Any thread. */
 uint64_t dt__cluster_generation(void);
 /* A collective of a batch whose group spans nodes (the group's key and

@@ -40,11 +40,13 @@ void dt__kernel_drop(dt__krec *k, dt__stream *s);
 /* The stream map (streams.c; controller thread): the stream of (type, id,
  * kind), started on first use; NULL with the thread error set on failure. */
 dt__stream *dt__graph_stream(struct dt_graph *g, dt_device_type type, int64_t id, int kind);
-/* Worker nodes registered since g last looked (dt__cluster_generation):
- * each local stream of a device that is a worker node's now is retired
- * (out of the map: new work on the id goes to the node, as in a graph made
- * after the cluster formed; the values it made stay here, read and freed
- * here), and so are g's collective groups (made for ranks all local).
+/* The cluster changed since g last looked (dt__cluster_generation): each
+ * stream of a device now served elsewhere is retired -- a local one whose
+ * id a worker node registered, a remote one whose node the cluster no
+ * longer has (it ended) -- out of the map: new work on the id goes where it
+ * is served now, as in a graph made then; the values it made stay where
+ * they are, read there. g's collective groups are retired too (a group
+ * records which ranks are this process's).
  * Returns the number retired: the caller drops what names those streams
  * (the replay cache). Controller thread, between rounds. */
 int dt__graph_streams_recheck(struct dt_graph *g);

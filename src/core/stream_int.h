@@ -53,9 +53,9 @@ struct dt__stream {
      * kernels; it has no worker thread here and its `done` is all ones.
      * 0: a local stream. Set when made. */
     int remote;
-    /* Controller-only: a local stream whose device a worker node registered
-     * since (dt__graph_streams_recheck): out of the map, so new work on the
-     * id goes to the node; its values stay here and are read here. */
+    /* Controller-only: a stream whose device is served elsewhere since
+     * (dt__graph_streams_recheck): out of the map, so new work on the id
+     * goes where it is served now; its values stay and are read here. */
     int retired;
     /* Worker-written, read by consumers on other streams. */
     _Alignas(DT_CACHE_LINE) _Atomic uint64_t done;

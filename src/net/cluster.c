@@ -447,6 +447,7 @@ void dt_cluster_shutdown(void) {
     close_all();
     C.address[0] = 0;
     C.listening = 0;
+    atomic_fetch_add(&C.generation, 1); /* the ids are this process's again */
     pthread_cond_broadcast(&C.changed);
     pthread_mutex_unlock(&C.mu);
     pthread_mutex_unlock(&C.life);

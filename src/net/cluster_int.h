@@ -97,7 +97,8 @@ typedef struct dt__cluster_state {
     pthread_t beat_thread;
     int beat_running, beat_stopping;
     /* Bumped when a worker node registers (its ids stop being this
-     * process's): dt__cluster_generation. */
+     * process's) and when the cluster ends (they are again):
+     * dt__cluster_generation. */
     atomic_uint_fast64_t generation;
 } dt__cluster_state;
 

@@ -549,7 +549,9 @@ def test_graph_that_ran_before_the_cluster(monkeypatch):
     shipped there), a collective over the main node's 0, 1 and the node's 2, 3 exchanges data between
     the nodes (a group made before would count all four ranks as local and wait for ever), its old
     values are still read where they were made, an op mixing an old value into the node's work fails
-    at the read naming both, and the graph goes on."""
+    at the read naming both, and the graph goes on. Once the cluster ends, the ids are this
+    process's again for the graph: its new work there runs here, a value the node held fails at
+    its read naming the shutdown, the old local ones still read."""
     g = dtorch.Graph()
     both, mesh4 = dtorch.DeviceMesh("cpu", [2, 3]), dtorch.DeviceMesh("cpu", [0, 1, 2, 3])
     t = _int_valued(4, 6, seed=8)
@@ -582,6 +584,15 @@ def test_graph_that_ran_before_the_cluster(monkeypatch):
         assert MainNode.nodes()[0]["state"] == "alive"
     finally:
         fixture.close()
+    shipped = _C._cluster_info()["value_bytes"]
+    after = dtorch.from_torch(t, both, [Shard(0)], graph=g) - 1
+    assert torch.equal(_within(after.to_torch_async()), t - 1)
+    _check(after, t - 1)
+    assert _C._cluster_info()["value_bytes"] == shipped  # nothing shipped: it ran here
+    with pytest.raises(RuntimeError, match="worker node 0 is not in the cluster"):
+        new.to_torch()
+    _check(old, t * 2)
+    g.sync()
 
 
 def _thread_names(pid):
