@@ -30,18 +30,21 @@ static const char *const kop_names[DT_K_COUNT] = {
 #include "backend/kernels.def"
 };
 
+void dt__kernel_failure(char *buf, size_t cap, const dt__krec *k, const dt__stream *s, const char *what) {
+    const char *op = k->opname ? k->opname : "kernel", *dev = s->type == DT_DEVICE_CUDA ? "cuda" : "cpu";
+    if (k->site_file)
+        snprintf(buf, cap, "%s failed on %s:%lld (created at %s:%d): %s", op, dev, (long long)s->device_id,
+                 k->site_file, k->site_line, what);
+    else
+        snprintf(buf, cap, "%s failed on %s:%lld: %s", op, dev, (long long)s->device_id, what);
+}
+
 /* Poisons k->out with a message naming the op, the device and the call site. */
 static void poison(dt__krec *k, const dt__stream *s, const char *what) {
     if (!k->out || k->out->error)
         return;
     char buf[1024];
-    if (k->site_file)
-        snprintf(buf, sizeof buf, "%s failed on %s:%lld (created at %s:%d): %s", k->opname,
-                 s->type == DT_DEVICE_CUDA ? "cuda" : "cpu", (long long)s->device_id, k->site_file,
-                 k->site_line, what);
-    else
-        snprintf(buf, sizeof buf, "%s failed on %s:%lld: %s", k->opname,
-                 s->type == DT_DEVICE_CUDA ? "cuda" : "cpu", (long long)s->device_id, what);
+    dt__kernel_failure(buf, sizeof buf, k, s, what);
     k->out->error = dt__strdup(buf);
 }
 

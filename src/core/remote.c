@@ -60,7 +60,7 @@ static void put(dt__bytes *body, dt__blob *b, int node, uint32_t tag, const dt__
     int ndim = !b->producer && b->impl && !b->error && b->be->describe
                    ? b->be->describe(b->impl, &dtype, shape)
                    : -1;
-    char why[1024];
+    char why[1024], what[600];
     const char *err = b->error;
     size_t mark = body->len;
     if (ndim >= 0) {
@@ -84,24 +84,19 @@ static void put(dt__bytes *body, dt__blob *b, int node, uint32_t tag, const dt__
         err = why;
     }
     if (!err) {
-        char site[300] = "";
-        if (k->site_file)
-            snprintf(site, sizeof site, " (created at %s:%d)", k->site_file, k->site_line);
-        int n = snprintf(why, sizeof why, "%s failed on %s:%lld%s: ", k->opname ? k->opname : "kernel",
-                         s->type == DT_DEVICE_CUDA ? "cuda" : "cpu", (long long)s->device_id, site);
-        size_t at = n > 0 && (size_t)n < sizeof why ? (size_t)n : 0;
         if (b->producer && !b->producer->remote && b->producer->retired)
-            snprintf(why + at, sizeof why - at,
+            snprintf(what, sizeof what,
                      "it reads a value this process computed on its %s:%lld before that device was worker "
                      "node %d's (the value stays where it was made): compute it again after "
                      "MainNode.wait_cluster_ready(), or copy it over with to_torch() and from_torch()",
                      b->producer->type == DT_DEVICE_CUDA ? "cuda" : "cpu", (long long)b->producer->device_id,
                      node);
         else
-            snprintf(why + at, sizeof why - at,
+            snprintf(what, sizeof what,
                      "a kernel on worker node %d reads a value computed on another node or on the main node "
                      "that was not copied there first (copies between nodes are send/recv pairs)",
                      node);
+        dt__kernel_failure(why, sizeof why, k, s, what);
         err = why;
     }
     size_t el = strlen(err);

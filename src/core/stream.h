@@ -32,6 +32,9 @@ void dt__stream_free(dt__stream *s);
 /* Runs kernel k on s, then completes its number and drops its references
  * (s's worker thread; core/kernel_run.c). */
 void dt__kernel_run(dt__krec *k, dt__stream *s);
+/* The message of kernel k on stream s failing for `what`, into buf: the
+ * op, the device and the user's call site (core/kernel_run.c). */
+void dt__kernel_failure(char *buf, size_t cap, const dt__krec *k, const dt__stream *s, const char *what);
 /* After dt_graph_cancel: releases k without running it (its output poisoned,
  * a read or sync failed, a collective still meets its peers), completing
  * its number (s's worker thread; core/kernel_run.c). */

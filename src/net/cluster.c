@@ -160,8 +160,10 @@ static void on_message(dt__net_in *in, int64_t now) {
     if (nd && in->m.type == DT__WIRE_RESULT) {
         /* Its counters only grow; answers arrive in order on its connection. */
         const int64_t *d = in->m.u.result.data;
-        int64_t *mine[4] = {&nd->info.data_bytes_sent, &nd->info.data_messages_sent,
-                            &nd->info.data_bytes_received, &nd->info.data_messages_received};
+        int64_t *mine[4] = {[DT__WIRE_DATA_BYTES_OUT] = &nd->info.data_bytes_sent,
+                            [DT__WIRE_DATA_MSGS_OUT] = &nd->info.data_messages_sent,
+                            [DT__WIRE_DATA_BYTES_IN] = &nd->info.data_bytes_received,
+                            [DT__WIRE_DATA_MSGS_IN] = &nd->info.data_messages_received};
         for (int k = 0; k < 4; k++)
             if (d[k] > *mine[k])
                 *mine[k] = d[k];

@@ -89,6 +89,19 @@ def assert_close_everywhere(tc, got, want, **kw):
     assert_tensor_allclose(tc, got, want, **kw)
 
 
+def thread_names(pid="self"):
+    """How many threads of process `pid` have each name (/proc/PID/task/*/comm; Linux)."""
+    names = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+        except OSError:  # a thread that has just exited
+            continue
+        names[name] = names.get(name, 0) + 1
+    return names
+
+
 def node_data_bytes():
     """Each worker node's data bytes sent to and received from other nodes so far, as it last
     answered (MainNode.nodes(): exact once a sync of the work has returned)."""

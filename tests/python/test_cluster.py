@@ -19,6 +19,7 @@ import dtorch
 from dtorch import MainNode, Partial, Replicate, Shard, _C
 from dtorch.node import executable
 from dtorch.test.test_util import assert_replicas_equal, genuine_partial, local_values
+from helpers import thread_names
 
 pytestmark = pytest.mark.skipif(not _C._cluster_info()["available"], reason="built without ZeroMQ")
 
@@ -595,19 +596,6 @@ def test_graph_that_ran_before_the_cluster(monkeypatch):
     g.sync()
 
 
-def _thread_names(pid):
-    """How many threads of process `pid` have each name (/proc/PID/task/*/comm)."""
-    names = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                name = f.read().strip()
-        except FileNotFoundError:  # the thread ended meanwhile
-            continue
-        names[name] = names.get(name, 0) + 1
-    return names
-
-
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task") or torch.get_num_threads() < 2,
                     reason="needs /proc and torch with more than one thread")
 def test_service_threads_make_no_team(cluster):
@@ -623,12 +611,12 @@ def test_service_threads_make_no_team(cluster):
     mesh = dtorch.DeviceMesh("cpu", [first, first + 1])
     g = dtorch.Graph()
     (dtorch.ones(2, device_mesh=mesh, placements=[Replicate()], graph=g) + 1).to_torch()  # g's controller runs
-    controllers = _thread_names(os.getpid()).get("dt-controller")  # every live graph's
+    controllers = thread_names(os.getpid()).get("dt-controller")  # every live graph's
     t = torch.randn(1024, 4096)  # 16 MiB: torch copies it, and a strided half of it, in parallel
     x = dtorch.from_torch(t, mesh, [Shard(1)], graph=g)
     assert torch.equal((x * 2).redistribute(placements=[Replicate()]).to_torch(), t * 2)
-    assert _thread_names(node.pid).get("dtorch-node") == 1, _thread_names(node.pid)
-    here = _thread_names(os.getpid())
+    assert thread_names(node.pid).get("dtorch-node") == 1, thread_names(node.pid)
+    here = thread_names(os.getpid())
     assert here.get("dt-cluster") == 1 and here.get("dt-controller") <= controllers, (here, controllers)
 
 

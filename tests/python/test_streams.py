@@ -17,7 +17,7 @@ import dtorch.nn.functional as F
 from dtorch import DeviceMesh, Partial, Replicate, Shard
 from dtorch.test.test_util import assert_tensor_equal
 
-from helpers import int_valued
+from helpers import int_valued, thread_names
 
 BIG_MESHES = ([0, 2**31 - 1], [5, 10**9])
 
@@ -143,13 +143,7 @@ class TestThreadNames(unittest.TestCase):
         a = torch.arange(32.0).reshape(8, 4)
         x = dtorch.from_torch(a, mesh, [Shard(0)])
         self.assertTrue(torch.equal(x.redistribute(placements=[Replicate()]).to_torch(), a))
-        names = set()
-        for t in os.listdir("/proc/self/task"):
-            try:
-                with open(f"/proc/self/task/{t}/comm") as f:
-                    names.add(f.read().strip())
-            except OSError:
-                pass  # a thread that has just exited
+        names = set(thread_names())
         self.assertLessEqual({"dt-controller", "dt-cpu0", "dt-cpu1", "dt-cpu0c", "dt-cpu1c"}, names)
 
 
