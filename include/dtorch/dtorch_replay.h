@@ -1,6 +1,6 @@
 /*
  * dtorch capture and replay: the controller's cache of lowered nodes
- * (docs/decisions.md, "Replay"; src/core/replay.c). Include after or instead
+ * (docs/decisions.md, "Replay"; src/core/controller/replay.c). Include after or instead
  * of dtorch.h (it includes it).
  */
 #ifndef DTORCH_REPLAY_H

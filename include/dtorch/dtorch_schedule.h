@@ -1,6 +1,6 @@
 /*
  * dtorch overlap by schedule: the order the controller lowers a round's
- * nodes in (docs/decisions.md, "Overlap by schedule"; src/core/sched.h).
+ * nodes in (docs/decisions.md, "Overlap by schedule"; src/core/controller/sched.h).
  * Include after or instead of dtorch.h (it includes it).
  */
 #ifndef DTORCH_SCHEDULE_H

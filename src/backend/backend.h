@@ -47,7 +47,7 @@ enum {
      * requires grad): the product is the one eager torch takes then
      * (dt_linear_param). */
     DT_KF_LINEAR_PARAM = 1 << 3,
-    /* Set by the core (the reuse mark, src/core/passes/reuse.c):
+    /* Set by the core (the reuse mark, src/core/controller/passes/reuse.c):
      * the kernel's op computes each output element from the inputs'
      * elements at its position, so it may write into in[0]'s buffer. */
     DT_KF_REUSE = 1 << 29,
@@ -324,10 +324,10 @@ typedef struct dt__backend {
 
     /* Optional (any api_version; NULL: unknown). The impl's dtype and shape
      * (at most DT_MAX_NDIM dims into `shape`): returns its ndim, or -1. Used
-     * to ship a value to another process (core/remote.c). Any thread. */
+     * to ship a value to another process (core/controller/remote.c). Any thread. */
     int (*describe)(const void *impl, dt_dtype *dtype, int64_t *shape);
     /* ---- Device buffers for comm back ends (any api_version) ----
-     * Optional; a comm that drives the device itself (NCCL: dist/comm_nccl.c)
+     * Optional; a comm that drives the device itself (NCCL: comm/nccl.c)
      * needs all three and reports a kernel error without them. Called on the
      * worker of the impl's device (its stream current, stream_enter). */
     /* The impl's element storage when it is contiguous (device memory for
@@ -342,7 +342,7 @@ typedef struct dt__backend {
 
     /* Optional (any api_version; NULL: nbytes). Bytes of the storage the
      * impl keeps alive: more than nbytes for a view of part of a larger
-     * buffer. Memory accounting charges this (core/blob.c). Any thread. */
+     * buffer. Memory accounting charges this (core/records/blob.c). Any thread. */
     size_t (*storage_nbytes)(const void *impl);
 
     /* Optional (any api_version). The calling thread is about to sleep for a

@@ -3,7 +3,7 @@
  * handle magics, the sizing constants, and forward declarations of the
  * records that cross module boundaries (as opaque pointers). It declares no
  * module's functions: each module has its own header, and a file includes
- * the ones it uses. Any file under src/core, src/ops and src/dist may
+ * the ones it uses. Any file under src/core, src/comm and src/ops may
  * include it; nothing here runs code.
  *
  * Modules and their headers (interface: what other modules call; layout:
@@ -31,7 +31,7 @@
  *                 and the per-family lowering hooks (lower.c, executor.c)
  *  - debug.h      test-only gates and controller holds (debug.c)
  *  - window.h, placement.h: the window and its passes, the placement engine
- *  - dist/coll.h, dist/comm.h: the collective planner's description, the
+ *  - comm/coll.h, comm/comm.h: the collective planner's description, the
  *    communication interface
  *
  * Threads and ownership (who may touch what):
@@ -109,6 +109,6 @@ typedef struct dt__kernel dt__kernel; /* kernel.h */
 typedef struct dt__krec dt__krec;     /* kernel_rec.h: a kernel as queued on a stream */
 typedef struct dt__stream dt__stream; /* stream_int.h */
 typedef struct dt__lower dt__lower;   /* lower.h */
-typedef struct dt__coll dt__coll;     /* dist/coll.h */
+typedef struct dt__coll dt__coll;     /* comm/coll.h */
 
 #endif /* DT_CORE_H */

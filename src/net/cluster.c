@@ -11,12 +11,12 @@
  * the cluster thread through the sending end of the wake pipe, which they
  * use under `mu`.
  * Lock order: `life` (listen/shutdown, held across the threads' start and
- * join) before `mu`, before the mailbox's lock (dist/xfer.c, a leaf); the
+ * join) before `mu`, before the mailbox's lock (comm/xfer.c, a leaf); the
  * cluster and beat threads take only `mu`, never across a blocking ZeroMQ
  * call, and never complete a future or drop a value while holding it (a
  * release takes `mu`).
  *
- * Remote streams (core/remote.h): the controller queues a worker node's
+ * Remote streams (core/controller/remote.h): the controller queues a worker node's
  * batch (dt__cluster_ship) with the futures it completes; the cluster
  * thread sends it, then the releases gathered since, and completes the
  * futures as the node's RESULT messages come back. A node lost (or the
@@ -30,8 +30,8 @@
 #include <zmq.h>
 
 #include "backend/backend.h"
-#include "dist/span_nccl.h"
-#include "dist/xfer.h"
+#include "comm/span_nccl.h"
+#include "comm/xfer.h"
 #include "dtorch/dtorch_cluster.h"
 #include "net/cluster_int.h"
 #include "net/transport.h"

@@ -1,5 +1,5 @@
 /*
- * The main node's half of data between nodes (dist/xfer.h): it sends its
+ * The main node's half of data between nodes (comm/xfer.h): it sends its
  * own ranks' messages to the nodes of their receivers, delivers the ones
  * for its own ranks, relays the ones between two worker nodes that are
  * not connected to each other (the frame moves from one socket to the
@@ -17,15 +17,15 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "core/remote.h"
-#include "dist/xfer.h"
+#include "comm/xfer.h"
+#include "core/controller/remote.h"
 #include "net/cluster_int.h"
 
 static atomic_llong relayed; /* DATA chunks relayed between two worker nodes */
 
 int64_t dt__cluster_relayed(void) { return atomic_load(&relayed); }
 
-/* The worker node of the device of key `key` (dist/xfer.h), or -1 (ours). */
+/* The worker node of the device of key `key` (comm/xfer.h), or -1 (ours). */
 static int node_of_key(int64_t key) {
     return dt__cluster_node_of((dt_device_type)dt__xfer_key_type(key), dt__xfer_key_id(key));
 }
@@ -109,7 +109,7 @@ void dt__cluster_on_data(dt__net_in *in) {
         fprintf(stderr, "dtorch main node: %s\n", dt_last_error());
 }
 
-/* Node nd's devices of type t as a range of device keys (dist/xfer.h). */
+/* Node nd's devices of type t as a range of device keys (comm/xfer.h). */
 static void key_range(const node *nd, int t, int64_t *first, int64_t *count) {
     *first = dt__xfer_key(t, t == DT_DEVICE_CUDA ? nd->info.first_cuda_device_id : nd->info.first_device_id);
     *count = t == DT_DEVICE_CUDA ? nd->info.cuda_devices : nd->info.cpu_devices;
@@ -173,7 +173,7 @@ void dt__cluster_data_failed(int idx, sentb *b, const char *why) {
 
 /* The node table (the main node's devices, then each worker node's, lost
  * ones too; an entry for each device type of each node, as key ranges:
- * dist/xfer.h) into this process's mailbox and to every live worker node:
+ * comm/xfer.h) into this process's mailbox and to every live worker node:
  * a new node's devices are in it before any batch that uses them leaves
  * on the same connection. Under mu. */
 static void send_layout(void) {

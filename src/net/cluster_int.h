@@ -10,7 +10,7 @@
 #include <stdatomic.h>
 #include <sys/types.h>
 
-#include "core/remote.h"
+#include "core/controller/remote.h"
 #include "dtorch/dtorch_cluster.h"
 #include "net/transport.h"
 
@@ -39,7 +39,7 @@ typedef struct node {
     sentb *sent;        /* oldest first */
 } node;
 
-/* A batch for the cluster thread to send (core/remote.h), or a control
+/* A batch for the cluster thread to send (core/controller/remote.h), or a control
  * message (`ctl`, taken over) that must leave in order with the batches
  * (an NCCL unique id before the batch that names its group). */
 typedef struct outmsg {

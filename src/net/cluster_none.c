@@ -5,8 +5,8 @@
 #include <stdio.h>
 
 #include "common/common.h"
-#include "core/future.h"
-#include "core/remote.h"
+#include "core/controller/remote.h"
+#include "core/records/future.h"
 #include "dtorch/dtorch_cluster.h"
 
 #define NO_ZMQ "cluster: this build of dtorch has no ZeroMQ (install libzmq3-dev and rebuild)"
@@ -44,7 +44,7 @@ int dt_node_run(const dt_node_options *opts) {
     return 1;
 }
 
-/* Remote streams (core/remote.h): no worker nodes without ZeroMQ. */
+/* Remote streams (core/controller/remote.h): no worker nodes without ZeroMQ. */
 uint64_t dt__cluster_generation(void) { return 0; }
 int dt__cluster_node_of(dt_device_type type, int64_t id) {
     (void)type, (void)id;

@@ -1,5 +1,5 @@
 /*
- * The main node's half of remote streams (core/remote.h): the batches the
+ * The main node's half of remote streams (core/controller/remote.h): the batches the
  * controller queues for worker nodes (dt__cluster_ship), the releases of
  * the values they hold, and the futures their RESULT messages complete.
  * The cluster thread (cluster.c's loop) sends and receives; see
@@ -10,11 +10,11 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "core/blob.h"
-#include "core/future.h"
-#include "core/kernel_rec.h"
-#include "core/remote.h"
-#include "dist/span_nccl.h"
+#include "comm/span_nccl.h"
+#include "core/controller/remote.h"
+#include "core/records/blob.h"
+#include "core/records/future.h"
+#include "core/records/kernel_rec.h"
 #include "net/cluster_int.h"
 
 static void free_body(void *data, void *hint) {

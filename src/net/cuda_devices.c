@@ -11,7 +11,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda_map.h"
-#include "dist/comm.h"
+#include "comm/comm.h"
 #include "net/transport.h"
 
 int64_t dt__net_cuda_count(char *why, size_t whylen) {

@@ -19,7 +19,7 @@
  * beat thread (beat_loop) owns the heartbeat channel's DEALER socket; it
  * tells the node thread that the main node went silent or said stop
  * through `state` (an atomic) and a pipe, and the node thread stops it
- * through another pipe. No lock (the mailbox's, dist/xfer.c, is a leaf).
+ * through another pipe. No lock (the mailbox's, comm/xfer.c, is a leaf).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,8 +33,8 @@
 #include <zmq.h>
 
 #include "backend/backend.h"
-#include "dist/span_nccl.h"
-#include "dist/xfer.h"
+#include "comm/span_nccl.h"
+#include "comm/xfer.h"
 #include "dtorch/dtorch_cluster.h"
 #include "net/subctl.h"
 #include "net/transport.h"
@@ -194,7 +194,7 @@ static int data_pipe[2] = {-1, -1};
 static int data_pipe_err;
 static pthread_once_t data_pipe_once = PTHREAD_ONCE_INIT;
 
-/* 1 when the device of key `key` (dist/xfer.h) is this node's. */
+/* 1 when the device of key `key` (comm/xfer.h) is this node's. */
 static int node_is_local(int64_t key) {
     int cuda = dt__xfer_key_type(key) == DT_DEVICE_CUDA;
     int64_t id = dt__xfer_key_id(key);

@@ -12,13 +12,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/blob.h"
-#include "core/future.h"
-#include "core/graph.h"
-#include "core/graph_int.h"
-#include "core/kernel.h"
-#include "core/kernel_rec.h"
-#include "dist/comm.h"
+#include "comm/comm.h"
+#include "core/client/graph.h"
+#include "core/client/graph_int.h"
+#include "core/records/blob.h"
+#include "core/records/future.h"
+#include "core/records/kernel.h"
+#include "core/records/kernel_rec.h"
 #include "net/subctl.h"
 
 typedef struct entry {

@@ -1,6 +1,6 @@
 /*
  * A worker node's sub-controller (subctl.c): runs the main node's kernel
- * batches (core/remote.h for their layout) on this process's own streams,
+ * batches (core/controller/remote.h for their layout) on this process's own streams,
  * one compute and one communication stream per device, through a graph of
  * the main node's backend; keeps the values the main node names; and hands
  * back each completed read or sync as a RESULT message.

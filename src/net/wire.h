@@ -8,7 +8,7 @@
  * A message is one ZeroMQ frame holding a header and a payload, possibly
  * followed by `nextra` frames of raw bytes (tensor payloads, sent without a
  * copy: BATCH, RELEASE and RESULT carry one; their layout is
- * core/remote.h's; DATA carries a value's raw bytes, dist/xfer.h):
+ * core/controller/remote.h's; DATA carries a value's raw bytes, comm/xfer.h):
  *   header  := "DTNW" u16 version u16 type u32 length u32 nextra
  *   payload := length bytes, laid out per type (wire.c), little-endian.
  * The decoder checks the magic, the version, the type, that the frame holds
@@ -24,9 +24,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm/span_nccl.h"
+#include "comm/xfer.h"
 #include "common/common.h"
-#include "dist/span_nccl.h"
-#include "dist/xfer.h"
 
 #define DT__WIRE_MAGIC "DTNW"
 #define DT__WIRE_VERSION 4
@@ -65,7 +65,7 @@ typedef enum dt__wire_type {
 /* REGISTER flags: NCCL loads in the node's process, and its CUDA devices
  * are logical ones sharing GPUs (DTORCH_DTENSOR_IN_SAME_DEVICE=1), which
  * NCCL cannot serve. The main node decides from them whether a group
- * spanning nodes uses NCCL (dist/comm.h, dt__comm_span_nccl). */
+ * spanning nodes uses NCCL (comm/comm.h, dt__comm_span_nccl). */
 #define DT__WIRE_REG_NCCL 1u
 #define DT__WIRE_REG_CUDA_VIRTUAL 2u
 

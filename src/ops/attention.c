@@ -16,10 +16,10 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/meta.h"
-#include "core/node.h"
-#include "core/tensor.h"
-#include "ops/nn_internal.h"
+#include "core/client/tensor.h"
+#include "core/records/meta.h"
+#include "core/records/node.h"
+#include "ops/nn_int.h"
 #include "ops/ops.h"
 
 /* Output dim of a mask dim (masks broadcast from the right). */

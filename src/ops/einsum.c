@@ -14,7 +14,7 @@
  */
 #include <string.h>
 
-#include "core/meta.h"
+#include "core/records/meta.h"
 #include "ops/linalg.h"
 
 #define MAX_EQ 256

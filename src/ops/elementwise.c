@@ -22,13 +22,13 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/graph.h"
-#include "core/kernel.h"
-#include "core/lower.h"
-#include "core/mesh.h"
-#include "core/meta.h"
-#include "core/node.h"
-#include "core/tensor.h"
+#include "core/client/graph.h"
+#include "core/client/tensor.h"
+#include "core/controller/lower.h"
+#include "core/records/kernel.h"
+#include "core/records/mesh.h"
+#include "core/records/meta.h"
+#include "core/records/node.h"
 #include "ops/elementwise.h"
 #include "ops/ops.h"
 
@@ -42,7 +42,7 @@ const char *dt_binary_op_name(dt_binary_op op) {
 }
 
 /* Per binary op, from dtorch_ops.def through the placement sets
- * (core/placement.h): the Partial combinations it is linear in with two
+ * (core/client/placement.h): the Partial combinations it is linear in with two
  * tensors and with a scalar, and the accepted text of both forms. */
 static const uint32_t binary_tensor_sets[DT_BINARY_COUNT][3] = {
 #define DT_BINARY_OP(E, name, tensors, scalar, row, note) [DT_BINARY_##E] = DT__PS_MASKS(tensors),

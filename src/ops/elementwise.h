@@ -15,9 +15,9 @@
 #ifndef DT_OPS_ELEMENTWISE_H
 #define DT_OPS_ELEMENTWISE_H
 
+#include "core/client/placement.h"
 #include "core/core.h"
-#include "core/meta.h"
-#include "core/placement.h"
+#include "core/records/meta.h"
 
 /* A planned elementwise call. */
 /* The node attributes an elementwise op sets (the rest of dt__nattr stays
@@ -39,7 +39,7 @@ typedef struct dt__ew {
 /* Step 1: inputs not NULL, one graph, one mesh; e->out gets the broadcast
  * shape and the mesh (dtype left to the op). DT_ESHAPE as torch words it. */
 dt_status dt__ew_shape(dt__ew *e);
-/* Step 3: e->out.pl from the placement engine (core/placement.h) with the
+/* Step 3: e->out.pl from the placement engine (core/client/placement.h) with the
  * "broadcast S/R" shard rule and `partial`, the 0-terminated Partial sets
  * the op is linear in (DT__PS_MASKS; NULL rejects every Partial);
  * PlacementError naming `accepted` otherwise. */
@@ -61,7 +61,7 @@ int dt__ew_scalar_fits(dt_scalar s, dt_dtype d);
 /* The kernel an elementwise node (any op dt__lower_elementwise lowers) runs
  * on each device: kernel op, attributes (dtype, sub, flags, scalars; the
  * rest of *a is left as it is) and the op name its kernels carry (NULL: the
- * node op's). Controller thread (the chain lowering, core/chain.c). */
+ * node op's). Controller thread (the chain lowering, core/controller/chain.c). */
 void dt__ew_kernel_spec(const dt__node *n, int *kop, dt__kattr *a, const char **opname);
 
 /* Op names for kernels' error messages (elementwise_unary.c). */

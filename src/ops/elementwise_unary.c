@@ -13,9 +13,9 @@
  */
 #include <string.h>
 
-#include "core/meta.h"
-#include "core/node.h"
-#include "core/tensor.h"
+#include "core/client/tensor.h"
+#include "core/records/meta.h"
+#include "core/records/node.h"
 #include "ops/elementwise.h"
 
 #define P_ DT_PLACEMENT_PARTIAL
@@ -34,7 +34,7 @@ static const struct {
     const char *name;
     int kind;
     const char *bool_kernel; /* torch's kernel name in its "not implemented for 'Bool'" error */
-    uint32_t partial[2];     /* the placement sets (core/placement.h) */
+    uint32_t partial[2];     /* the placement sets (core/client/placement.h) */
     const char *accepted;
 } unary_ops[DT_UNARY_COUNT] = {
 #define DT_UNARY_OP(E, name, result, bool_kernel, into, py, partial, row)                                    \

@@ -25,14 +25,14 @@
  */
 #include <string.h>
 
-#include "core/blob.h"
-#include "core/graph.h"
-#include "core/kernel.h"
-#include "core/lower.h"
-#include "core/mesh.h"
-#include "core/meta.h"
-#include "core/node.h"
-#include "core/tensor.h"
+#include "core/client/graph.h"
+#include "core/client/tensor.h"
+#include "core/controller/lower.h"
+#include "core/records/blob.h"
+#include "core/records/kernel.h"
+#include "core/records/mesh.h"
+#include "core/records/meta.h"
+#include "core/records/node.h"
 #include "ops/elementwise.h"
 #include "ops/ops.h"
 #include "ops/views_int.h"
@@ -41,7 +41,7 @@
 #define S_ DT_PLACEMENT_SHARD
 #define P_ DT_PLACEMENT_PARTIAL
 
-/* The placement rule (core/placement.h): only the input has a Shard row;
+/* The placement rule (core/client/placement.h): only the input has a Shard row;
  * the mask is Replicate and the source Replicate or Partial (checked per
  * mesh dim before the rows); Partial input and source pass through. */
 enum { ROW_INPUT };

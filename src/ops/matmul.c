@@ -15,7 +15,7 @@
  *   single-operand einsum passes Partial through.
  * Shards of different labels, Partial with anything but Replicate, and a Shard
  * of a size-1 dim that broadcasts are PlacementErrors. The placement engine
- * (core/placement.h) decides this from each kind's Shard rows (a row per
+ * (core/client/placement.h) decides this from each kind's Shard rows (a row per
  * label class; a contracted label is the key of its partial sum), which also
  * give the accepted text of errors and registry rows. On 2-D meshes every
  * device's needed operand regions must lie in what it holds (nested shards
@@ -36,14 +36,14 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/graph.h"
-#include "core/kernel.h"
-#include "core/lower.h"
-#include "core/mesh.h"
-#include "core/meta.h"
-#include "core/node.h"
-#include "core/placement.h"
-#include "core/tensor.h"
+#include "core/client/graph.h"
+#include "core/client/placement.h"
+#include "core/client/tensor.h"
+#include "core/controller/lower.h"
+#include "core/records/kernel.h"
+#include "core/records/mesh.h"
+#include "core/records/meta.h"
+#include "core/records/node.h"
 #include "ops/linalg.h"
 #include "ops/ops.h"
 
@@ -68,7 +68,7 @@ static const char *kind_name(int kind) {
     }
 }
 
-/* The Shard rows of each kind (core/placement.h), by the class of the
+/* The Shard rows of each kind (core/client/placement.h), by the class of the
  * sharded dim's label: a batch label both operands keep, M (kept, first
  * operand only), N (kept, second only), K (contracted: a partial sum whose
  * key is the label, so (S(K),S(K)) sums as one), einsum's kept and summed

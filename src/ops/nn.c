@@ -1,6 +1,6 @@
 /*
  * The nn functional family, part 1: the shared placement engine and lowering
- * (see nn_internal.h), activations, softmax/log_softmax, dropout, and the
+ * (see nn_int.h), activations, softmax/log_softmax, dropout, and the
  * family's registry rows. pad, interpolate and conv2d live in nn_spatial.c,
  * normalisations and embedding in nn_norm.c, scaled_dot_product_attention in
  * attention.c, pooling in nn_pool.c (with its own registry rows).
@@ -15,15 +15,15 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/graph.h"
-#include "core/kernel.h"
-#include "core/lower.h"
-#include "core/mesh.h"
-#include "core/meta.h"
-#include "core/node.h"
-#include "core/tensor.h"
+#include "core/client/graph.h"
+#include "core/client/tensor.h"
+#include "core/controller/lower.h"
+#include "core/records/kernel.h"
+#include "core/records/mesh.h"
+#include "core/records/meta.h"
+#include "core/records/node.h"
 #include "ops/elementwise.h"
-#include "ops/nn_internal.h"
+#include "ops/nn_int.h"
 #include "ops/ops.h"
 
 #define R_ DT_PLACEMENT_REPLICATE

@@ -1,7 +1,7 @@
 /*
  * The nn functional family, part 2: layer_norm, rms_norm, group_norm,
  * batch_norm (inference) and embedding (including the vocab-parallel masked
- * lookup). The placement engine and lowering are nn.c's (nn_internal.h).
+ * lookup). The placement engine and lowering are nn.c's (nn_int.h).
  *
  * Normalisations reduce over some dims: those must be whole on every device,
  * so only the other dims may be sharded, and Partial is rejected (the ops
@@ -14,12 +14,12 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/mesh.h"
-#include "core/meta.h"
-#include "core/node.h"
-#include "core/tensor.h"
+#include "core/client/tensor.h"
+#include "core/records/mesh.h"
+#include "core/records/meta.h"
+#include "core/records/node.h"
 #include "ops/elementwise.h"
-#include "ops/nn_internal.h"
+#include "ops/nn_int.h"
 #include "ops/ops.h"
 
 /* ------------------------------------------------------- normalisations */

@@ -2,7 +2,7 @@
  * The nn functional family, part 3: 2-D pooling (max_pool2d, avg_pool2d,
  * adaptive_avg_pool2d, adaptive_max_pool2d). One node op, DT_OP_POOL2D,
  * whose sub code is the kernel's DT_KPOOL_* (backend.h); placements and
- * lowering are the family's engine (nn_internal.h, nn.c).
+ * lowering are the family's engine (nn_int.h, nn.c).
  *
  * Validation repeats ATen's checks in ATen's order (max_pool2d_with_indices
  * and avg_pool2d meta functions: pooling_output_shape for H then W, then
@@ -21,11 +21,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/meta.h"
-#include "core/node.h"
-#include "core/tensor.h"
+#include "core/client/tensor.h"
+#include "core/records/meta.h"
+#include "core/records/node.h"
 #include "ops/elementwise.h"
-#include "ops/nn_internal.h"
+#include "ops/nn_int.h"
 #include "ops/ops.h"
 
 /* ------------------------------------------------------------- rules */

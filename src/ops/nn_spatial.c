@@ -1,6 +1,6 @@
 /*
  * The nn functional family, spatial ops: pad, interpolate and conv2d. Each is
- * an nn_rules table (nn_internal.h) driven by the family's engine in nn.c;
+ * an nn_rules table (nn_int.h) driven by the family's engine in nn.c;
  * their registry rows are in nn.c's dt__docs_nn.
  *
  * Threads: the dt_* functions on client threads; the rules' callbacks on the
@@ -10,11 +10,11 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/meta.h"
-#include "core/node.h"
-#include "core/tensor.h"
+#include "core/client/tensor.h"
+#include "core/records/meta.h"
+#include "core/records/node.h"
 #include "ops/elementwise.h"
-#include "ops/nn_internal.h"
+#include "ops/nn_int.h"
 #include "ops/ops.h"
 
 #define R_ DT_PLACEMENT_REPLICATE

@@ -1,5 +1,5 @@
 /*
- * Operator families: each src/ops/<family>.c (and src/dist/redistribute.c)
+ * Operator families: each src/ops/<family>.c (and src/ops/redistribute.c)
  * lists its user-facing operators here for the registry (op_docs.c).
  */
 #ifndef DT_OPS_H
@@ -13,7 +13,7 @@ extern const dt_op_doc dt__docs_reduce[];         /* reduce.c */
 extern const dt_op_doc dt__docs_linalg[];         /* matmul.c */
 extern const dt_op_doc dt__docs_views[];          /* views.c */
 extern const dt_op_doc dt__docs_nn[];             /* nn.c */
-extern const dt_op_doc dt__docs_dist[];           /* dist/redistribute.c */
+extern const dt_op_doc dt__docs_dist[];           /* ops/redistribute.c */
 extern const dt_op_doc dt__docs_sort_scan[];      /* sort_scan.c */
 extern const dt_op_doc dt__docs_pool[];           /* nn_pool.c */
 extern const dt_op_doc dt__docs_masked_scatter[]; /* masked_scatter.c */

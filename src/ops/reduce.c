@@ -18,7 +18,7 @@
  *    position, the smallest index among the best values - torch's first
  *    occurrence - whatever the order of the pieces.
  *
- * The placement engine (core/placement.h) decides these from the Shard rows
+ * The placement engine (core/client/placement.h) decides these from the Shard rows
  * below, which also give the accepted text of errors and registry rows.
  *
  * Node conventions (DT_OP_REDUCE, sum included): in[0] the
@@ -32,17 +32,17 @@
  */
 #include <string.h>
 
-#include "core/blob.h"
-#include "core/graph.h"
-#include "core/kernel.h"
-#include "core/lower.h"
-#include "core/mesh.h"
-#include "core/meta.h"
-#include "core/node.h"
-#include "core/placement.h"
-#include "core/stream.h"
-#include "core/tensor.h"
-#include "dist/coll.h"
+#include "comm/coll.h"
+#include "core/client/graph.h"
+#include "core/client/placement.h"
+#include "core/client/tensor.h"
+#include "core/controller/lower.h"
+#include "core/records/blob.h"
+#include "core/records/kernel.h"
+#include "core/records/mesh.h"
+#include "core/records/meta.h"
+#include "core/records/node.h"
+#include "core/worker/stream.h"
 #include "ops/ops.h"
 
 static const char *const reduce_names[DT_REDUCE_COUNT] = {
@@ -54,7 +54,7 @@ const char *dt_reduce_op_name(dt_reduce_op op) {
     return (unsigned)op < DT_REDUCE_COUNT ? reduce_names[op] : NULL;
 }
 
-/* The Shard rows (core/placement.h): a kept dim stays sharded (renumbered
+/* The Shard rows (core/client/placement.h): a kept dim stays sharded (renumbered
  * when dims are dropped), a reduced one becomes a partial sum (sum, mean)
  * or is gathered by the op (every other reduction). */
 enum { ROW_KEPT = DT__PS_ROW_KEEP, ROW_REDUCED = DT__PS_ROW_OWN };
@@ -304,7 +304,7 @@ static dt_status allgather(dt__lower *L, const dt_mesh *mesh, int md, int dim, i
         dt__coll *c = dt__coll_new(mesh->type, DT_COLL_ALLGATHER, (int)size, ndim, dtype);
         if (c) {
             c->dim_a = dim;
-            /* Each rank's piece shape (read by explain, core/record.c). */
+            /* Each rank's piece shape (read by explain, core/diag/record.c). */
             for (int64_t r = 0; r < size; r++)
                 memcpy(c->shapes[r], shapes[base + r * stride], sizeof c->shapes[r]);
         }

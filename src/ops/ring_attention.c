@@ -31,17 +31,17 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/blob.h"
-#include "core/graph.h"
-#include "core/kernel.h"
-#include "core/lower.h"
-#include "core/mesh.h"
-#include "core/meta.h"
-#include "core/node.h"
-#include "core/stream.h"
-#include "core/tensor.h"
-#include "dist/coll.h"
-#include "ops/nn_internal.h"
+#include "comm/coll.h"
+#include "core/client/graph.h"
+#include "core/client/tensor.h"
+#include "core/controller/lower.h"
+#include "core/records/blob.h"
+#include "core/records/kernel.h"
+#include "core/records/mesh.h"
+#include "core/records/meta.h"
+#include "core/records/node.h"
+#include "core/worker/stream.h"
+#include "ops/nn_int.h"
 #include "ops/ops.h"
 
 dt_tensor *dt_sdpa_ring(dt_tensor *q, dt_tensor *k, dt_tensor *v, int is_causal, double scale, int mesh_dim) {

@@ -19,7 +19,7 @@
  *    is a PlacementError: the order of a sum is not the sum of the orders.
  *  - nonzero synchronises: it reads the input's value, computes the indices
  *    on the calling thread and distributes them, all Replicate.
- * The placement engine (core/placement.h) decides the first three from the
+ * The placement engine (core/client/placement.h) decides the first three from the
  * Shard rows below, which also give the accepted text of errors and rows.
  *
  * Two-output ops (sort, topk) record two nodes, one per output, as
@@ -36,16 +36,16 @@
  */
 #include <string.h>
 
-#include "core/blob.h"
-#include "core/future.h"
-#include "core/graph.h"
-#include "core/kernel.h"
-#include "core/lower.h"
-#include "core/mesh.h"
-#include "core/meta.h"
-#include "core/node.h"
-#include "core/placement.h"
-#include "core/tensor.h"
+#include "core/client/graph.h"
+#include "core/client/placement.h"
+#include "core/client/tensor.h"
+#include "core/controller/lower.h"
+#include "core/records/blob.h"
+#include "core/records/future.h"
+#include "core/records/kernel.h"
+#include "core/records/mesh.h"
+#include "core/records/meta.h"
+#include "core/records/node.h"
 #include "ops/ops.h"
 
 static const char *const kind_names[] = {
@@ -53,7 +53,7 @@ static const char *const kind_names[] = {
     [DT_KS_TOPK_INDICES] = "topk", [DT_KS_CUMSUM] = "cumsum",
 };
 
-/* The Shard rows (core/placement.h): a dim the op does not work along stays
+/* The Shard rows (core/client/placement.h): a dim the op does not work along stays
  * sharded; the op's own dim is gathered (sort, topk: Replicate after) or
  * gathered and sliced back (cumsum). */
 enum { ROW_OTHER = DT__PS_ROW_KEEP, ROW_ALONG = DT__PS_ROW_OWN };

@@ -20,7 +20,7 @@
  * the set is unchanged); equal forms imply equal sets, so nothing wrong is
  * ever accepted.
  * The search decides all mesh dims jointly; the placement engine
- * (core/placement.h) then applies its result as one row per mesh dim
+ * (core/client/placement.h) then applies its result as one row per mesh dim
  * (shard_row_at), so the decision and the accepted text come from the
  * rows (RESHAPE_ROWS, SQUEEZE_ROWS, UNSQUEEZE_ROWS).
  *
@@ -28,15 +28,15 @@
  */
 #include <string.h>
 
-#include "core/blob.h"
-#include "core/graph.h"
-#include "core/kernel.h"
-#include "core/lower.h"
-#include "core/mesh.h"
-#include "core/meta.h"
-#include "core/node.h"
-#include "core/placement.h"
-#include "core/tensor.h"
+#include "core/client/graph.h"
+#include "core/client/placement.h"
+#include "core/client/tensor.h"
+#include "core/controller/lower.h"
+#include "core/records/blob.h"
+#include "core/records/kernel.h"
+#include "core/records/mesh.h"
+#include "core/records/meta.h"
+#include "core/records/node.h"
 #include "ops/ops.h"
 #include "ops/views_int.h"
 

@@ -10,8 +10,8 @@
 #ifndef DT_OPS_VIEWS_INT_H
 #define DT_OPS_VIEWS_INT_H
 
+#include "core/client/placement.h"
 #include "core/core.h"
-#include "core/placement.h"
 
 /* The kind of a DT_OP_VIEW node (nattr.sub), and the node attributes it
  * uses. "spec" means v_start/v_step/v_len per input dim and v_mask = the
@@ -53,7 +53,7 @@ dt_status dt__view_wrap_dim(const char *op, int64_t dim, int ndim, int scalar_ok
  * suggesting that input's placements with mesh dim md made Replicate. */
 dt_status dt__view_reject(const char *op, const dt__meta *const *ins, int nin, int which, int md,
                           const char *accepted);
-/* The output placements of a view from its Shard rows (core/placement.h):
+/* The output placements of a view from its Shard rows (core/client/placement.h):
  * R->R, P->P (a view moves data, so a Partial passes through), a Shard as
  * its row says; `accepted` is DT__VIEW_TEXT of the same list. Input 0 is
  * `ins[0]`; nin > 1 only with a mesh_dim_check (the other inputs' rule).

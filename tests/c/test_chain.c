@@ -1,6 +1,6 @@
 /*
- * The window's chain pass (src/core/passes/chain.c) and the DT_K_CHAIN
- * kernel (src/core/chain.c, the ref backend's run_chain): the pass's marks
+ * The window's chain pass (src/core/controller/passes/chain.c) and the DT_K_CHAIN
+ * kernel (src/core/controller/chain.c, the ref backend's run_chain): the pass's marks
  * on hand-made records, then chains end to end on the ref backend (whose
  * blocks are 1024 elements, so these sizes cross several block
  * boundaries) against values computed here element by element, with the
@@ -10,13 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/chain.h"
-#include "core/graph_int.h"
-#include "core/mesh.h"
-#include "core/meta.h"
-#include "core/node.h"
-#include "core/tensor.h"
-#include "core/window.h"
+#include "core/client/graph_int.h"
+#include "core/client/tensor.h"
+#include "core/controller/chain.h"
+#include "core/controller/window.h"
+#include "core/records/mesh.h"
+#include "core/records/meta.h"
+#include "core/records/node.h"
 #include "dtorch/dtorch.h"
 #include "test_util.h"
 

@@ -13,9 +13,9 @@
 
 #include "backend/backend.h"
 #include "backend/cuda_map.h"
-#include "core/graph.h"
-#include "dist/comm.h"
-#include "dist/span_nccl.h"
+#include "comm/comm.h"
+#include "comm/span_nccl.h"
+#include "core/client/graph.h"
 #include "test_util.h"
 
 static int64_t fake_gpus;

@@ -1,5 +1,5 @@
 /*
- * The graph's promises (src/core/graph.c, debug.c), tested without clocks:
+ * The graph's promises (src/core/client/graph.c, debug.c), tested without clocks:
  *  - flow control bounds the records in flight: 200,000 ops recorded behind
  *    a closed test gate (the device's worker is held, nothing drains) never
  *    put more than the bound in flight, and the client did wait (fails if

@@ -1,5 +1,5 @@
 /*
- * Self-contained kernels (src/core/kernel_codec.c): a controller round's
+ * Self-contained kernels (src/core/records/kernel_codec.c): a controller round's
  * kernels, encoded to bytes, decode in a fresh graph against fresh blobs and
  * give the same results bit for bit. The round holds elementwise ops (binary,
  * scalar, broadcast), a reduction, a view (a local slice) and collectives on a
@@ -18,12 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/blob.h"
-#include "core/future.h"
-#include "core/kernel.h"
-#include "core/mesh.h"
-#include "core/tensor.h"
-#include "dist/comm.h"
+#include "comm/comm.h"
+#include "core/client/tensor.h"
+#include "core/records/blob.h"
+#include "core/records/future.h"
+#include "core/records/kernel.h"
+#include "core/records/mesh.h"
 #include "test_util.h"
 
 #define ROWS 4

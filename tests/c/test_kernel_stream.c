@@ -1,5 +1,5 @@
 /*
- * The workers' buffer donation (src/core/kernel_stream.c): an elementwise
+ * The workers' buffer donation (src/core/worker/kernel_stream.c): an elementwise
  * kernel may write its result into its first input's buffer only when it
  * holds the last reference to that input. Checked on the 'ref' backend
  * (which writes in place when asked and the buffer has one owner, as torch's
@@ -12,7 +12,7 @@
  * A test gate holds the chain until the controller has seen the drops, so
  * which kernels may donate does not depend on timing. Also: a device's blob
  * that shares a source's storage (the ref backend's whole-tensor SLICE, as
- * a view) is still charged to that device (core/blob.c). Runs under
+ * a view) is still charged to that device (core/records/blob.c). Runs under
  * ASan/UBSan and TSan.
  */
 #include <stdio.h>
@@ -197,7 +197,7 @@ static int64_t current(int64_t id) {
 /* A device's value is charged to it even where it shares its storage: the
  * ref backend's whole-tensor SLICE of a source (the host copy) shares the
  * buffer, as a view would, but the source is on no device's account, so
- * each device of a Replicate is charged its blob (core/blob.c). */
+ * each device of a Replicate is charged its blob (core/records/blob.c). */
 static void test_sources_are_charged(void) {
     dt_graph *g = ref_graph();
     int64_t ids[2] = {21, 22}, mshape[1] = {2}, shape[1] = {NV};

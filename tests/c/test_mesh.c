@@ -1,5 +1,5 @@
 /*
- * Device meshes (src/core/mesh.c): validation at creation, the getters,
+ * Device meshes (src/core/records/mesh.c): validation at creation, the getters,
  * equality by value, row-major coordinates, and ids up to 2**31-1 and
  * beyond without any cost tied to the id's size. Expectations are written
  * here from the API's documented rules.
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/mesh.h"
+#include "core/records/mesh.h"
 #include "test_util.h"
 
 static dt_mesh *make(int ndim, const int64_t *shape, const int64_t *ids, const char *const *names) {

@@ -1,5 +1,5 @@
 /*
- * Shard boxes (src/core/meta.c: dt__chunk, dt__local_region) against
+ * Shard boxes (src/core/records/meta.c: dt__chunk, dt__local_region) against
  * expectations written here: torch.chunk's rule (c = ceil(n/k); shard i is
  * [min(i*c, n), min((i+1)*c, n))), hand-computed tables for uneven and nested
  * cases, and, end to end, each device's block as the workers hold it
@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/mesh.h"
-#include "core/meta.h"
-#include "core/tensor.h"
+#include "core/client/tensor.h"
+#include "core/records/mesh.h"
+#include "core/records/meta.h"
 #include "test_util.h"
 
 /* torch.chunk's i-th piece of [0, n) in k pieces, written independently of

@@ -1,5 +1,5 @@
 /*
- * The placement-signature engine (src/core/placement.c) on hand-written
+ * The placement-signature engine (src/core/client/placement.c) on hand-written
  * signatures: the per-mesh-dim rule (placement.h: every Shard input maps to
  * one output dim -> Shard of it; a listed Partial combination, or a
  * DT__PS_PARTIAL shard of a single input with the others Replicate -> Partial;
@@ -11,10 +11,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/mesh.h"
-#include "core/meta.h"
-#include "core/placement.h"
-#include "core/tensor.h"
+#include "core/client/placement.h"
+#include "core/client/tensor.h"
+#include "core/records/mesh.h"
+#include "core/records/meta.h"
 #include "test_util.h"
 
 /* ---------------------------------------------------------- signatures */

@@ -1,5 +1,5 @@
 /*
- * The client -> controller queue (src/core/graph.c: queue_push,
+ * The client -> controller queue (src/core/client/graph.c: queue_push,
  * dt__graph_take, wake_controller, close_queue), tested through the public
  * API without clocks:
  *  - several client threads push onto one graph at once while its

@@ -1,5 +1,5 @@
 /*
- * Remote streams in one process (core/remote.h): a main node and a worker
+ * Remote streams in one process (core/controller/remote.h): a main node and a worker
  * node thread (dt_node_run) over loopback, with the 'ref' backend, so the
  * sanitizer builds see the batch, the node's sub-controller, the reads,
  * the releases and a kernel error crossing the connection. A mesh of the

@@ -1,5 +1,5 @@
 /*
- * Capture and replay (src/core/replay.c) end to end on the ref backend: a
+ * Capture and replay (src/core/controller/replay.c) end to end on the ref backend: a
  * loop body lowered once and replayed after, with the same values as with
  * replay off; a sum over a sharded dim redistributed to Replicate (an
  * all-reduce) every step on two devices, whose replayed collectives must

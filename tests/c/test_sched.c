@@ -1,5 +1,5 @@
 /*
- * The schedule (src/core/sched.c): the order it hands a window's slots out
+ * The schedule (src/core/controller/sched.c): the order it hands a window's slots out
  * in, on hand-made node records (a worked example, the bound, barriers and
  * never-lowered slots, and random windows checked for the invariants: every
  * slot once, producers first, barriers in place, nothing further ahead than
@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/node.h"
-#include "core/sched.h"
-#include "core/tensor.h"
-#include "core/window.h"
+#include "core/client/tensor.h"
+#include "core/controller/sched.h"
+#include "core/controller/window.h"
+#include "core/records/node.h"
 #include "dtorch/dtorch.h"
 #include "dtorch/dtorch_schedule.h"
 #include "test_util.h"

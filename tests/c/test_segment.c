@@ -1,5 +1,5 @@
 /*
- * Segmented dims (src/core/segment.c) on the 'ref' backend, so the
+ * Segmented dims (src/core/client/segment.c) on the 'ref' backend, so the
  * sanitizer builds run them: cat along a Shard(0) dim on meshes of 2, 3 and
  * 4 devices with uneven and empty inputs is a local cat (no collective
  * lowered) with the segment lengths recorded; an elementwise op and a

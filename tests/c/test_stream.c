@@ -1,5 +1,5 @@
 /*
- * Streams and events (src/core/streams.c, kernel_stream.c) on the 'ref'
+ * Streams and events (src/core/worker/streams.c, kernel_stream.c) on the 'ref'
  * backend, against values computed here:
  *  - the event model itself: an event (producer, kernel number) is pending
  *    until that kernel completes, then done; a consumer thread waiting on
@@ -24,12 +24,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/blob.h"
-#include "core/graph_int.h"
-#include "core/mesh.h"
-#include "core/stream.h"
-#include "core/stream_int.h"
-#include "core/tensor.h"
+#include "core/client/graph_int.h"
+#include "core/client/tensor.h"
+#include "core/records/blob.h"
+#include "core/records/mesh.h"
+#include "core/worker/stream.h"
+#include "core/worker/stream_int.h"
 #include "dtorch/dtorch.h"
 #include "test_util.h"
 

@@ -1,5 +1,5 @@
 /*
- * The controller's window (src/core/window.c) and its passes: the
+ * The controller's window (src/core/controller/window.c) and its passes: the
  * bookkeeping on hand-made node records (consumers, releases, producer
  * lookups across rounds), dead-node elimination and the reuse marks, then
  * both passes end to end on the ref backend, with the controller held
@@ -9,10 +9,10 @@
 #include <sched.h>
 #include <string.h>
 
-#include "core/mesh.h"
-#include "core/node.h"
-#include "core/tensor.h"
-#include "core/window.h"
+#include "core/client/tensor.h"
+#include "core/controller/window.h"
+#include "core/records/mesh.h"
+#include "core/records/node.h"
 #include "dtorch/dtorch.h"
 #include "test_util.h"
 

@@ -1,5 +1,5 @@
 /*
- * Data between nodes without a network (dist/xfer.h, dist/coll_span.c):
+ * Data between nodes without a network (comm/xfer.h, comm/span.c):
  * the mailbox's waits wake on delivery, on a node's loss and on an abort;
  * a shared message is taken by each of its takers; the node table comes in
  * as a message. A spanning group's collectives (all-gather, reduce-scatter,
@@ -24,17 +24,17 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
-#include "core/blob.h"
-#include "dist/coll.h"
-#include "dist/comm.h"
-#include "dist/xfer.h"
+#include "comm/coll.h"
+#include "comm/comm.h"
+#include "comm/xfer.h"
+#include "core/records/blob.h"
 #include "test_util.h"
 
 static pthread_mutex_t wmu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wcond = PTHREAD_COND_INITIALIZER;
 static int wakes;
 
-/* Devices 0 .. 6 of each type are ours (keys: dist/xfer.h). */
+/* Devices 0 .. 6 of each type are ours (keys: comm/xfer.h). */
 static int is_local(int64_t key) { return dt__xfer_key_id(key) < 7; }
 
 static void wake(void) {
@@ -283,7 +283,7 @@ static dt__blob *blob_of(const float *v, int64_t n) {
  * ranges. */
 typedef struct setup {
     int n, kind, len, type;
-    int64_t ids[MAXN]; /* their keys (dist/xfer.h): what the messages name */
+    int64_t ids[MAXN]; /* their keys (comm/xfer.h): what the messages name */
     int local[MAXN], nlocal;
     int64_t start[MAXN], lens[MAXN]; /* torch.chunk ranges */
     int64_t lo[MAXN + 1];            /* all-reduce ranges */

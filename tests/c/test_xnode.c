@@ -2,7 +2,7 @@
  * Data between nodes over ZeroMQ, in the sanitizer builds: this process is
  * the main node (2 CPU devices, the 'ref' backend) and starts itself twice
  * as worker nodes (`--node ADDRESS`, fresh processes: one mailbox per
- * process, dist/xfer.h), A with ids 2, 3 and B with ids 4, 5. Values move
+ * process, comm/xfer.h), A with ids 2, 3 and B with ids 4, 5. Values move
  * between the three nodes' meshes; a mesh over all six devices all-gathers
  * and all-reduces (the sum compared with the one computed here in rank
  * order, exactly); B is made unable to decode a batch holding its ranks of

@@ -1,4 +1,4 @@
-"""Blocked elementwise chains (the window's chain pass, src/core/passes/chain.c) against eager torch.
+"""Blocked elementwise chains (the window's chain pass, src/core/controller/passes/chain.c) against eager torch.
 
 Each chain runs with the controller held (held_controller), so its nodes land in one window and
 the pass sees the whole chain; graph_stats()["nodes_fused"] says how many nodes ran inside chain

@@ -1,4 +1,4 @@
-"""Capture and replay (src/core/replay.c): a node with the signature of one lowered before gets copies
+"""Capture and replay (src/core/controller/replay.c): a node with the signature of one lowered before gets copies
 of its kernels bound to its own inputs. Every result is checked against eager torch, and the graph's
 counters (graph_stats()["replay_hits"], ["replay_misses"]) say which nodes were replayed.
 

@@ -18,7 +18,7 @@ from dtorch import Partial, Replicate, Shard
 from dtorch.test.probes import fail_allocs, fail_allocs_pending, graph_stats, held_controller, replay, schedule
 from helpers import CPU2, CPU2x2, DEV, assert_equal_everywhere, genuine_partial, int_valued
 
-AHEAD = 128  # DT__SCHED_AHEAD (src/core/sched.h)
+AHEAD = 128  # DT__SCHED_AHEAD (src/core/controller/sched.h)
 LAYERS = 3
 
 

@@ -1,4 +1,4 @@
-"""cat along a sharded dim without communication (src/core/segment.c, docs/decisions.md "segmented
+"""cat along a sharded dim without communication (src/core/client/segment.c, docs/decisions.md "segmented
 cat") against torch on the same inputs.
 
 cat of Shard(d) inputs along d is a local cat on every device; the result keeps ``Shard(d)`` in its

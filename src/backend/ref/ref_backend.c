@@ -4,7 +4,7 @@
  * It exists so that the runtime (queues, workers, placement math,
  * collectives) can be tested under ASan, TSan and valgrind without LibTorch.
  * Speed does not matter here; being obviously right does. Every op is one
- * walk over a strided index space (see `walk` in ref_internal.h): broadcasting, slicing,
+ * walk over a strided index space (see `walk` in ref_int.h): broadcasting, slicing,
  * concatenation, reduction and placement of pieces are all the same loop with
  * different strides.
  *
@@ -16,7 +16,7 @@
  * result then shares the buffer (`same_storage`), as the torch backend's
  * in-place ATen ops do. A SLICE of the whole tensor shares it too, as the
  * torch backend's views do, so the core's accounting of views (a blob
- * holding its base, core/blob.c) runs in the sanitizer builds. No other
+ * holding its base, core/records/blob.c) runs in the sanitizer builds. No other
  * kernel shares storage: ref tensors are always dense.
  *
  * Storage dtypes: bool, int32, int64, float32, float64. Arithmetic
@@ -34,7 +34,7 @@
  * thread concurrently; impls are only read after creation, and a buffer's
  * count is atomic (an impl may be freed on any thread).
  */
-#include "backend/ref/ref_internal.h"
+#include "backend/ref/ref_int.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -7,7 +7,7 @@
  *
  * Threads: a worker thread; no state is kept.
  */
-#include "backend/ref/ref_internal.h"
+#include "backend/ref/ref_int.h"
 
 #define REF_CHAIN_BLOCK 1024
 

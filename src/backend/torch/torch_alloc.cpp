@@ -32,7 +32,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "backend/torch/torch_internal.h"
+#include "backend/torch/torch_int.h"
 
 namespace dt_torch {
 namespace {

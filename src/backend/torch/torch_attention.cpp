@@ -22,7 +22,7 @@
  */
 #include <cmath>
 
-#include "torch_internal.h"
+#include "torch_int.h"
 
 namespace dt_torch {
 

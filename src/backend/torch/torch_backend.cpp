@@ -43,7 +43,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/torch/torch_internal.h"
+#include "backend/torch/torch_int.h"
 
 extern "C" {
 extern const dt__backend dt__backend_torch;
@@ -51,7 +51,7 @@ extern const dt__backend dt__backend_torch;
 
 namespace dt_torch {
 
-/* Kernels that operator-family files register (torch_internal.h). The table
+/* Kernels that operator-family files register (torch_int.h). The table
  * is zero-initialised before any dynamic initialiser runs, and each family
  * file fills its own slots during static initialisation, before main. */
 static kernel_fn kernel_table[DT_K_COUNT];

@@ -35,7 +35,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "backend/torch/torch_internal.h"
+#include "backend/torch/torch_int.h"
 
 #ifdef _OPENMP
 #include <omp.h>

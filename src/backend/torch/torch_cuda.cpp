@@ -55,7 +55,7 @@
 #include <vector>
 
 #include "backend/cuda_map.h"
-#include "backend/torch/torch_internal.h"
+#include "backend/torch/torch_int.h"
 
 extern "C" {
 extern const dt__backend dt__backend_torch;

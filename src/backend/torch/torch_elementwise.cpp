@@ -17,7 +17,7 @@
 
 #include <string>
 
-#include "backend/torch/torch_internal.h"
+#include "backend/torch/torch_int.h"
 
 namespace dt_torch {
 namespace {

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/torch/torch_internal.h"
+#include "backend/torch/torch_int.h"
 
 namespace dt_torch {
 namespace {

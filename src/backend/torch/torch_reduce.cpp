@@ -17,7 +17,7 @@
 #include <tuple>
 #include <vector>
 
-#include "backend/torch/torch_internal.h"
+#include "backend/torch/torch_int.h"
 
 namespace dt_torch {
 namespace {

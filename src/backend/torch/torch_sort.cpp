@@ -10,7 +10,7 @@
  *
  * Threads: kernels run on worker threads, concurrently; no shared state.
  */
-#include "backend/torch/torch_internal.h"
+#include "backend/torch/torch_int.h"
 
 namespace dt_torch {
 namespace {

@@ -1,0 +1,337 @@
+/*
+ * The tensor handles (the client's symbols), the records of values and
+ * nodes, call sites, random seeds, and reads (dt_tensor_fetch). Split from
+ * graph.c, which keeps the graph's life and its queue.
+ *
+ * Threads: client threads (any thread); dt__tval_free and
+ * dt__tval_free_list_deferred on the controller. A released symbol's value goes to
+ * the controller through the graph's release stack (graph.c).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/client/graph.h"
+#include "core/client/graph_int.h"
+#include "core/client/tensor.h"
+#include "core/controller/lower.h"
+#include "core/diag/record.h"
+#include "core/records/blob.h"
+#include "core/records/future.h"
+#include "core/records/mesh.h"
+#include "core/records/meta.h"
+#include "core/records/node.h"
+
+static _Atomic uint64_t next_tensor_id = 1;
+
+dt__pool dt__node_pool = DT__POOL_INIT(sizeof(dt__node));
+/* A symbol and its value share one record, value first: the client never
+ * touches the record after dropping the symbol, and the controller frees it
+ * with the value, so one allocation serves both. */
+typedef struct dt__symrec {
+    dt__tval v;
+    struct dt_tensor t;
+} dt__symrec;
+/* Type-stable, for the symbol's magic (core.h, handles). */
+dt__pool dt__tval_pool = DT__POOL_INIT_STABLE(sizeof(dt__symrec), offsetof(dt__symrec, t));
+static _Thread_local const char *tls_site_file;
+static _Thread_local int tls_site_line;
+
+/* ------------------------------------------------------------ call sites */
+
+void dt_set_call_site(const char *file, int line) {
+    /* Most calls repeat the previous file: skip the intern lookup then. */
+    if (file && tls_site_file && (file == tls_site_file || strcmp(file, tls_site_file) == 0)) {
+        tls_site_line = line;
+        return;
+    }
+    tls_site_file = dt__intern(file);
+    tls_site_line = line;
+}
+
+/* ---------------------------------------------------------------- seeds */
+
+static _Atomic uint64_t rng_seed = 0x5eed;
+static _Atomic uint64_t rng_counter;
+
+void dt_manual_seed(uint64_t seed) {
+    atomic_store(&rng_seed, seed);
+    atomic_store(&rng_counter, 0);
+}
+
+/* splitmix64 of (seed, call index): each random call gets an independent
+ * generator seed that does not depend on placement. */
+uint64_t dt__next_random_seed(void) {
+    uint64_t z = atomic_load(&rng_seed) * 0x9e3779b97f4a7c15ull + atomic_fetch_add(&rng_counter, 1) + 1;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (z ^ (z >> 31)) & 0x7fffffffffffffffull;
+}
+
+/* -------------------------------------------------------------- tensors */
+
+dt__node *dt__node_new(int op) { return dt__node_new_prefix(op, sizeof(dt__node)); }
+
+dt__node *dt__node_new_prefix(int op, size_t zeroed) {
+    dt__node *n = dt__pool_alloc_prefix(&dt__node_pool, zeroed);
+    if (!n)
+        return NULL;
+    n->op = op;
+    n->site_file = tls_site_file;
+    n->site_line = tls_site_line;
+    if (dt__rec_enabled(DT__REC_TRACE))
+        n->rec_t0 = dt__rec_now(); /* the client slice's start (record.h) */
+    return n;
+}
+
+dt_tensor *dt__tensor_new(dt_graph *g, const dt__meta *m) {
+    /* The atomic operations come before the record is written: each one
+     * waits until earlier stores have reached the cache, and the record's
+     * lines usually arrive from the controller's core (it freed them). The
+     * stores then complete in the background until the queue push. */
+    uint64_t id = atomic_fetch_add_explicit(&next_tensor_id, 1, memory_order_relaxed);
+    dt_mesh_retain(m->mesh);
+    dt_graph_retain(g);
+    /* Every field is set below: no zeroing first. */
+    dt__symrec *rec = dt__pool_alloc_prefix(&dt__tval_pool, 0);
+    if (!rec) {
+        dt_graph_release(g);
+        dt_mesh_release(m->mesh);
+        dt__error(DT_ENOMEM, "tensor: out of memory");
+        return NULL;
+    }
+    dt_tensor *t = &rec->t;
+    dt__tval *v = &rec->v;
+    v->meta = *m;
+    v->id = id;
+    v->blobs = NULL;
+    v->next_release = NULL;
+    v->mcls = 0;
+    v->wgen = 0;
+    t->magic = DT__TENSOR_LIVE;
+    atomic_init(&t->refs, 1);
+    t->graph = g;
+    t->v = v;
+    return t;
+}
+
+dt_tensor *dt__tval_tensor(dt__tval *v) { return &((dt__symrec *)v)->t; }
+
+dt_tensor *dt__client_submit(dt_tensor *t, dt__node *n) {
+    /* Segmented inputs (segment.c): the output's layout, or regular inputs
+     * first. The temporaries are released after the node is queued. */
+    dt_tensor *tmp[DT_MAX_OP_INPUTS];
+    int ntmp = 0;
+    if (n && dt__seg_gate(t, n, tmp, &ntmp) != DT_OK) {
+        dt__source_free(dt__graph_be(t->graph, t->v->meta.mesh->type), n);
+        dt__node_free(n);
+        n = NULL;
+    }
+    t = dt__client_submit_raw(t, n);
+    for (int i = 0; i < ntmp; i++)
+        dt_tensor_release(tmp[i]);
+    return t;
+}
+
+dt_tensor *dt__client_submit_raw(dt_tensor *t, dt__node *n) {
+    if (!n) {
+        if (dt_last_status() == DT_OK)
+            dt__error(DT_ENOMEM, "out of memory");
+    } else {
+        dt_status st = dt__graph_submit(t->graph, n);
+        if (st == DT_OK)
+            return t;
+        dt__submit_error(st);
+        dt__source_free(dt__graph_be(t->graph, t->v->meta.mesh->type), n);
+        dt__node_free(n);
+    }
+    dt_graph *g = t->graph;
+    t->magic = DT__HANDLE_DEAD;
+    dt__tval_free(t->v); /* the symbol's record too */
+    dt_graph_release(g);
+    return NULL;
+}
+
+/* `mine`: the calling thread's pool lists (NULL: looked up). */
+/* g: the controller's graph, whose workers free the blobs they made
+ * (dt__blob_release_ctl); NULL: freed here. */
+static inline __attribute__((always_inline)) void tval_free_keep_mesh(dt__tval *v, dt_graph *g,
+                                                                      dt__pool_lists *mine) {
+    if (v->blobs)
+        for (int64_t i = 0; i < v->meta.mesh->ndev; i++) {
+            if (g)
+                dt__blob_release_ctl(g, v->blobs[i], mine);
+            else
+                dt__blob_release_in(v->blobs[i], mine);
+        }
+    if (v->blobs != v->inl)
+        dt__free(v->blobs);
+    dt__pool_free_in(&dt__tval_pool, mine, v);
+}
+
+void dt__tval_free(dt__tval *v) {
+    if (!v)
+        return;
+    dt_mesh *mesh = v->meta.mesh;
+    tval_free_keep_mesh(v, NULL, NULL);
+    dt_mesh_release(mesh);
+}
+
+void dt__graph_flush_releases(dt_graph *g) {
+    if (g->defer_n) {
+        if (atomic_fetch_sub_explicit(&g->defer_mesh->refs, g->defer_n - 1, memory_order_acq_rel) ==
+            g->defer_n - 1)
+            DT_ASSERT(!"a deferred mesh reference was not counted"); /* invariant: refcount bug */
+        dt_mesh_release(g->defer_mesh);
+    }
+    g->defer_mesh = NULL;
+    g->defer_n = 0;
+}
+
+void dt__tval_free_list_deferred(dt_graph *g, dt__tval *list) {
+    for (dt__tval *v = list, *next; v; v = next) {
+        next = v->next_release;
+        dt_mesh *mesh = v->meta.mesh;
+        tval_free_keep_mesh(v, g, g->ctl_pools);
+        if (mesh != g->defer_mesh || g->defer_n >= 4096)
+            dt__graph_flush_releases(g);
+        g->defer_mesh = mesh;
+        g->defer_n++;
+    }
+}
+
+void dt_tensor_retain(dt_tensor *t) {
+    if (dt__tensor_ok(t))
+        atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+}
+
+void dt_tensor_release(dt_tensor *t) {
+    if (!dt__tensor_ok(t) || atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    t->magic = DT__HANDLE_DEAD; /* before the value goes to the controller, which frees the record */
+    dt_graph *g = t->graph;
+    if (dt__graph_forked(g))
+        return; /* a parent's graph (fork child): its controller is not here; leaked */
+    dt__tval *v = t->v;
+    dt__tval *h = atomic_load_explicit(&g->rhead, memory_order_relaxed);
+    do {
+        if (h == DT__R_CLOSED)
+            break;
+        v->next_release = h;
+    } while (
+        !atomic_compare_exchange_weak_explicit(&g->rhead, &h, v, memory_order_seq_cst, memory_order_relaxed));
+    if (h == DT__R_CLOSED) {
+        /* Shut down: once the controller has returned, nothing else can
+         * touch the value (a timed-out cancel may return before that). */
+        pthread_mutex_lock(&g->bl_lock);
+        while (!g->ctl_exited)
+            pthread_cond_wait(&g->bl_cond, &g->bl_lock);
+        pthread_mutex_unlock(&g->bl_lock);
+        dt__tval_free(v);
+    } else {
+        dt__graph_wake(g);
+    }
+    /* t shares v's record: the controller may have freed it by now. */
+    dt_graph_release(g);
+}
+
+dt_dtype dt_tensor_dtype(const dt_tensor *t) { return dt__tensor_ok(t) ? t->v->meta.dtype : DT_FLOAT32; }
+/* The getters take NULL or a released tensor and return a neutral value (0 or NULL). */
+int dt_tensor_ndim(const dt_tensor *t) { return dt__tensor_ok(t) ? t->v->meta.ndim : 0; }
+const int64_t *dt_tensor_shape(const dt_tensor *t) { return dt__tensor_ok(t) ? t->v->meta.shape : NULL; }
+int64_t dt_tensor_numel(const dt_tensor *t) {
+    return dt__tensor_ok(t) ? dt__numel(t->v->meta.ndim, t->v->meta.shape) : 0;
+}
+dt_mesh *dt_tensor_mesh(const dt_tensor *t) { return dt__tensor_ok(t) ? t->v->meta.mesh : NULL; }
+const dt_placement *dt_tensor_placements(const dt_tensor *t) {
+    return dt__tensor_ok(t) ? t->v->meta.pl : NULL;
+}
+dt_graph *dt_tensor_graph(const dt_tensor *t) { return dt__tensor_ok(t) ? t->graph : NULL; }
+uint64_t dt_tensor_id(const dt_tensor *t) { return dt__tensor_ok(t) ? t->v->id : 0; }
+
+/* -------------------------------------------------------------- reads */
+
+static dt_future *fetch(dt_tensor *t, int64_t local) {
+    dt_future *f = dt__future_new();
+    dt__node *n = dt__node_new(DT_OP_FETCH);
+    if (!f || !n) {
+        dt_future_release(f);
+        dt__node_free(n);
+        dt__error(DT_ENOMEM, "fetch: out of memory");
+        return NULL;
+    }
+    /* A value read is in user order (segment.c). */
+    dt_tensor *reg = t->v->meta.seg.n ? dt__seg_regular(t) : NULL;
+    if (t->v->meta.seg.n && !reg) {
+        dt_future_release(f);
+        dt__node_free(n);
+        return NULL;
+    }
+    if (reg)
+        t = reg;
+    const dt__meta *m = &t->v->meta;
+    f->be = dt__graph_be(t->graph, t->v->meta.mesh->type);
+    f->dtype = m->dtype;
+    f->ndim = m->ndim;
+    f->local = local;
+    if (local < 0) {
+        memcpy(f->shape, m->shape, sizeof f->shape);
+    } else {
+        int64_t coord[DT_MAX_MESH_NDIM], start[DT_MAX_NDIM];
+        dt__mesh_coord(m->mesh, local, coord);
+        dt__local_region(m, coord, start, f->shape);
+    }
+    atomic_fetch_add(&f->refs, 1); /* held by the controller and kernels */
+    n->in[0] = t->v;
+    n->n_in = 1;
+    n->extra = f;
+    dt_status st = dt__graph_submit(t->graph, n);
+    if (st != DT_OK) {
+        dt__node_free(n);
+        dt__submit_error(st);
+        dt__future_fail(f, st, dt_last_error());
+        dt_future_release(f);
+    }
+    if (reg)
+        dt_tensor_release(reg);
+    return f;
+}
+
+dt_future *dt_tensor_fetch(dt_tensor *t) {
+    if (!dt__tensor_ok(t)) {
+        dt__error(DT_EINVAL, "tensor is %s", dt__handle_bad(t));
+        return NULL;
+    }
+    return fetch(t, -1);
+}
+
+dt_future *dt_tensor_fetch_local(dt_tensor *t, int64_t mesh_index) {
+    if (!dt__tensor_ok(t)) {
+        dt__error(DT_EINVAL, "tensor is %s", dt__handle_bad(t));
+        return NULL;
+    }
+    int64_t n = t->v->meta.mesh->ndev;
+    if (mesh_index < 0 || mesh_index >= n) {
+        dt__error(DT_EINDEX, "fetch_local: mesh index %lld out of range for a mesh of %lld devices",
+                  (long long)mesh_index, (long long)n);
+        return NULL;
+    }
+    return fetch(t, mesh_index);
+}
+
+int dt_future_shape(const dt_future *f, int64_t *shape) {
+    if (!dt__future_ok(f) || !f->be)
+        return -1;
+    for (int d = 0; d < f->ndim; d++)
+        shape[d] = f->shape[d];
+    return f->ndim;
+}
+
+dt_status dt_tensor_read(dt_tensor *t, void *buf, size_t nbytes) {
+    dt_future *f = dt_tensor_fetch(t);
+    if (!f)
+        return dt_last_status();
+    dt_status st = dt_future_read(f, buf, nbytes);
+    dt_future_release(f);
+    return st;
+}

@@ -1,0 +1,116 @@
+/*
+ * Lowering (lower.c, executor.c, fetch.c): the controller's context while
+ * it lowers one node into kernels, the dt__lw_* helpers every lowering
+ * function calls, the op table (rows in src/ops/ops.def) and the per-family
+ * lowering hooks (src/ops). Everything here runs on the controller
+ * thread but dt__source_free (client). Included by every lowering function's
+ * file.
+ */
+#ifndef DT_CORE_LOWER_H
+#define DT_CORE_LOWER_H
+
+#include "core/records/node.h"
+
+/* The controller's view while it lowers one batch. */
+struct dt__lower {
+    dt_graph *g;
+    const dt__node *node; /* the node being lowered */
+    /* The node's first failure (sticky, reset per node): once set, the
+     * dt__lw_* helpers make nothing more and every push discards its kernel,
+     * so a lowering function may check only where it must release what it
+     * holds. Its detail is the controller thread's dt_last_error(). */
+    dt_status status;
+    int32_t kflags; /* DT_KF_* the window's passes put on its backend kernels */
+};
+
+/* Records a lowering failure (the first one wins) with its reason in the
+ * thread error; returns L->status. */
+dt_status dt__lw_fail(dt__lower *L, dt_status st, const char *what);
+
+/* The stream of mesh device `idx`, started on first use; NULL (L->status
+ * set) when it cannot be made. */
+dt__stream *dt__lw_stream(dt__lower *L, const dt_mesh *mesh, int64_t idx);
+dt__stream *dt__lw_stream_kind(dt__lower *L, const dt_mesh *mesh, int64_t idx, int kind);
+/* As dt__lw_push, on the device's communication stream. */
+dt__blob *dt__lw_push_comm(dt__lower *L, const dt_mesh *mesh, int64_t idx, dt__kernel *k);
+/* A new kernel of `kop` carrying the node's op name and call site; NULL
+ * (L->status set) when out of memory or after an earlier failure. */
+dt__kernel *dt__lw_kernel(dt__lower *L, int kop);
+/* Queues `k` on the stream of mesh device `idx`; sets k->out to a new blob
+ * unless already set, and returns that blob with one extra reference for the
+ * caller. The builder is packed into a queued record (dt__krec, its
+ * references and extra move there) and freed. Always takes k: NULL k, a NULL
+ * input (an earlier failure) or a failure here (out of memory) discards it
+ * (its references and extra go, see dt__lw_discard) and returns NULL with
+ * L->status set. */
+dt__blob *dt__lw_push(dt__lower *L, const dt_mesh *mesh, int64_t idx, dt__kernel *k);
+/* As dt__lw_push on a stream the caller already holds. */
+dt__blob *dt__lw_push_on(dt__lower *L, dt__stream *s, dt__kernel *k);
+/* Frees a kernel builder that will not be queued with its input and output
+ * references and what its extra owns (future reference, gate
+ * reference). NULL is ignored. */
+void dt__lw_discard(dt__kernel *k);
+/* dt__lw_bind and dt__lw_stream_append: core/controller/lower_queue.h. */
+/* A core kernel's record (DT_KC_*) with no attributes, carrying the node's
+ * op name and call site; NULL (L->status set) when out of memory. */
+dt__krec *dt__lw_core_krec(dt__lower *L, int kop);
+/* Queues a record whose blobs are all there (cannot fail). */
+void dt__lw_push_krec(dt_graph *g, dt__stream *s, dt__krec *k);
+/* Queues collective `c` on all of its c->n ranks or on none: rank r is mesh
+ * device base + r * stride, on its `stream_kind` stream. Every rank's stream,
+ * kernel and output are made before any is queued, so a failure leaves no
+ * rank waiting for peers that never come. On success the inputs
+ * blobs[idx] move into the kernels (set NULL) and next[idx] get the outputs
+ * (next may be blobs); on failure blobs are untouched. c is freed in either
+ * case. The ranks meet in the comm's group for their devices and stream kind
+ * (dt__lw_group), under the group's next sequence number. */
+dt_status dt__lw_collective(dt__lower *L, const dt_mesh *mesh, int stream_kind, dt__coll *c, int64_t base,
+                            int64_t stride, dt__blob **blobs, dt__blob **next, dt_dtype dtype,
+                            const char *opname);
+/* As dt__lw_collective; also, where deps[idx] is set, rank idx's kernel
+ * waits for that blob before it runs (its reference moves in, set NULL): an
+ * ordering edge, not an operand (ring attention bounds its blocks in flight
+ * with it). deps may be NULL. */
+dt_status dt__lw_collective_after(dt__lower *L, const dt_mesh *mesh, int stream_kind, dt__coll *c,
+                                  int64_t base, int64_t stride, dt__blob **blobs, dt__blob **deps,
+                                  dt__blob **next, dt_dtype dtype, const char *opname);
+/* Makes sure v has its blob array; DT_ENOMEM (L->status set) if not. */
+dt_status dt__lw_alloc_blobs(dt__lower *L, dt__tval *v);
+/* A blob holding the region (start, len) of `v` on device `idx`, which must
+ * lie within v's local region there: v's own blob (retained) when the regions
+ * are equal, else the output of a SLICE kernel (NULL on failure, as
+ * dt__lw_push). */
+dt__blob *dt__lw_region(dt__lower *L, dt__tval *v, int64_t idx, const int64_t *coord, const int64_t *start,
+                        const int64_t *len);
+
+/* Per-op hooks (src/ops/). */
+/* Returns DT_OK, or the failure (L->status) after which the controller
+ * poisons the node's output (dt__lower_node). */
+typedef dt_status (*dt__lower_fn)(dt__lower *L, dt__node *n);
+typedef struct dt__op_info {
+    const char *name;
+    dt__lower_fn lower;
+} dt__op_info;
+extern const dt__op_info dt__ops[DT_OP_COUNT];
+
+dt_status dt__lower_factory(dt__lower *L, dt__node *n);
+/* nattr.flags of a SOURCE node whose extra holds one host block per device
+ * (dt_tensor_from_local_buffers) instead of one global host impl. */
+#define DT__SOURCE_LOCAL 1
+/* Frees what a SOURCE node that was never lowered owns (client thread). */
+void dt__source_free(const dt__backend *be, dt__node *n);
+dt_status dt__lower_redistribute(dt__lower *L, dt__node *n);
+dt_status dt__lower_sdpa_ring(dt__lower *L, dt__node *n);
+dt_status dt__lower_reduce(dt__lower *L, dt__node *n);
+dt_status dt__lower_linalg(dt__lower *L, dt__node *n);
+dt_status dt__lower_view(dt__lower *L, dt__node *n);
+dt_status dt__lower_elementwise(dt__lower *L, dt__node *n);
+dt_status dt__lower_nn(dt__lower *L, dt__node *n);
+dt_status dt__lower_sort_scan(dt__lower *L, dt__node *n);
+dt_status dt__lower_masked_scatter(dt__lower *L, dt__node *n);
+dt_status dt__lower_debug_gate(dt__lower *L, dt__node *n);
+/* Value reads and graph-wide barriers (core/controller/fetch.c). */
+dt_status dt__lower_fetch(dt__lower *L, dt__node *n);
+dt_status dt__lower_sync(dt__lower *L, dt__node *n);
+
+#endif /* DT_CORE_LOWER_H */

@@ -1,0 +1,77 @@
+/*
+ * Queuing a kernel record on a stream's batch (dt__lw_bind, then
+ * dt__lw_stream_append): every kernel the controller makes or replays
+ * passes here, so they are inline. Shared by core/controller/lower.c, core/controller/fetch.c,
+ * core/controller/replay.c and the controller loop (core/controller/executor.c).
+ *
+ * Threads: the controller thread only. Nothing here locks: the batch is
+ * handed over by the controller's flush (core/controller/executor.c).
+ */
+#ifndef DT_CORE_LOWER_QUEUE_H
+#define DT_CORE_LOWER_QUEUE_H
+
+#include "core/client/graph_int.h"
+#include "core/controller/replay.h"
+#include "core/diag/record.h"
+#include "core/records/blob.h"
+#include "core/records/kernel_rec.h"
+#include "core/worker/stream_int.h"
+
+/* Puts s on the round's list of streams the flush hands over. */
+static inline void dt__lw_stream_dirty(dt_graph *g, dt__stream *s) {
+    if (!s->dirty) {
+        s->dirty = 1;
+        s->next_dirty = g->dirty;
+        g->dirty = s;
+    }
+}
+
+/* Links k (k->next NULL) into the stream's batch and counts it, with no
+ * capture or trace: a replayed record's path (core/controller/replay.c: the cache
+ * answers only for a node that is not recorded, and a replay captures
+ * nothing). Everything else appends with dt__lw_stream_append. */
+static inline void dt__lw_stream_link(dt_graph *g, dt__stream *s, dt__krec *k) {
+    g->kqueued_local++;
+    s->appended++;
+    if (s->kind == DT_STREAM_COMM)
+        g->comm_queued++; /* the schedule's cue (core/controller/sched.h) */
+    if (s->btail)
+        s->btail->next = k;
+    else
+        s->bhead = k;
+    s->btail = k;
+    dt__lw_stream_dirty(g, s);
+}
+
+/* Adds k to the stream's batch; the batch is handed over by flush()
+ * (core/controller/executor.c). */
+static inline void dt__lw_stream_append(dt_graph *g, dt__stream *s, dt__krec *k) {
+    if (g->replay_cap) /* capturing this node's kernels (replay.h) */
+        dt__replay_note(g->replay_cap, s, k);
+    /* Tracing this node (record.h): the record numbers it as the kernel
+     * about to be appended. */
+    if (dt__rec_enabled(DT__REC_TRACE) && g->rec && g->rec->cur_node)
+        dt__rec_kernel_queued(g, s, k, s->appended + 1);
+    k->next = NULL;
+    dt__lw_stream_link(g, s, k);
+}
+
+/* Binds a queued kernel to stream s: names its blobs (dt__blob.id), makes
+ * its output's event this kernel's number on s, and marks it to wait when
+ * an input comes from another stream. */
+static inline void dt__lw_bind(dt_graph *g, dt__stream *s, dt__krec *k) {
+    if (k->out) {
+        if (!k->out->id)
+            k->out->id = ++g->blob_ids;
+        k->out->producer = s;
+        k->out->seq = s->appended + 1;
+    }
+    for (int i = 0; i < k->n_in; i++) {
+        if (!k->in[i]->id)
+            k->in[i]->id = ++g->blob_ids; /* a source the controller made */
+        if (k->in[i]->producer != s)
+            k->wait = 1;
+    }
+}
+
+#endif /* DT_CORE_LOWER_QUEUE_H */

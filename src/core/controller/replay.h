@@ -1,0 +1,62 @@
+/*
+ * Capture and replay (issue 14 item 1; docs/decisions.md, "Replay"): the
+ * controller's cache of lowered nodes. A node's lowering is a function of
+ * its op, attributes, the layouts (metas) of its inputs and output, which
+ * input blobs are the same blob, whether the window's passes ran (the reuse
+ * mark, DT_KF_REUSE, follows from the op and the layouts) and the graph's
+ * overlap setting: every value is immutable and every lowering
+ * function reads only those (window.h, passes/dce.c). So the kernels it made
+ * once, with their blobs named relative to the node (input j on device d,
+ * or "the output of the node's k-th kernel"), are a template: a later node
+ * with the same signature gets copies of those records bound to its own
+ * input blobs and fresh output blobs, without lowering again. Collectives get
+ * their group's next sequence number, so (group, seq) pairs still match on
+ * every rank.
+ *
+ * Runs: each template remembers the templates that followed it; a node is
+ * compared first with the previous node's successors, so a loop body after
+ * its first node is found without a hash or table probe (docs/decisions.md,
+ * "Replay runs"). The comparison is the full signature either way.
+ *
+ * What is never cached: nodes that own something (n->extra: sources, reads,
+ * syncs, gates, chains), lowerings that made a kernel with a handle (future,
+ * assembly, gate) or named a blob that is neither an input's nor made by one
+ * of its own kernels, and failed lowerings. Nothing is captured or replayed
+ * while explain or traces record (record.h).
+ *
+ * Threads: controller only (one cache per graph, in the controller loop).
+ * Nothing here locks.
+ */
+#ifndef DT_CORE_REPLAY_H
+#define DT_CORE_REPLAY_H
+
+#include "core/controller/lower.h"
+
+typedef struct dt__replay dt__replay;
+
+/* A new, empty cache; NULL when out of memory (the controller then lowers
+ * every node). */
+dt__replay *dt__replay_new(void);
+/* Frees the cache (NULL is ignored). Templates hold no references. */
+void dt__replay_free(dt__replay *r);
+
+/* Adds the round's hits and misses to g's counters (dt_graph_get_replay_
+ * stats); the controller calls it once a round, before the round's kernels
+ * are handed over, so a read that waits for them sees the counts. */
+void dt__replay_publish(dt__replay *r, dt_graph *g);
+/* Drops every template (replay turned off); cheap when there is none. */
+void dt__replay_clear(dt__replay *r);
+
+/* Before node n is lowered (`passes`: whether the window's passes ran on
+ * its round; the lowering then takes the reuse mark, dt__reuse_mark):
+ *  1  n was replayed: its kernels are queued and its output has its blobs;
+ *  0  lower it normally;
+ *  2  lower it normally while the cache captures its kernels; then call
+ *     dt__replay_end with the lowering's status. */
+int dt__replay_begin(dt__replay *r, dt__lower *L, const dt__node *n, int passes);
+void dt__replay_end(dt__replay *r, dt__lower *L, const dt__node *n, dt_status st);
+/* Called by dt__lw_stream_append for every record queued while a capture is
+ * on (g->replay_cap). */
+void dt__replay_note(dt__replay *r, dt__stream *s, dt__krec *k);
+
+#endif /* DT_CORE_REPLAY_H */

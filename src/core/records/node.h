@@ -1,0 +1,94 @@
+/*
+ * Nodes: the records of the client->controller queue. One node per
+ * client-level op (dt__op, rows in src/ops/ops.def) with its attributes
+ * (dt__nattr) and its input and output values. A client thread makes a node
+ * (dt__node_new, tensor.c), fills it and submits it (graph.h); from then on
+ * it is immutable: the controller, the window's passes and the lowering
+ * functions read it, and whoever ends it frees it (any thread). Any module
+ * may include it.
+ */
+#ifndef DT_CORE_NODE_H
+#define DT_CORE_NODE_H
+
+#include "core/core.h"
+
+/* Client-level ops: one node record each; the rows (name, lowering) are
+ * src/ops/ops.def. */
+typedef enum dt__op {
+#define DT_OP(E, ...) DT_OP_##E,
+#include "ops/ops.def"
+    DT_OP_COUNT
+} dt__op;
+
+/* Node attributes: the fields any family may set first, then one block per
+ * family that needs many ints (a union: every node belongs to one family).
+ * The common fields lead so that an elementwise node's are in the node's
+ * first cache lines, the ones the controller reads. */
+typedef struct dt__nattr {
+    int32_t sub;   /* dt_binary_op */
+    int32_t flags; /* DT_KF_* for scalars/sum */
+    dt_scalar scalar;
+    /* elementwise: alpha of add/sub, y of where, max of clamp. */
+    dt_scalar scalar2;
+    uint64_t dims_mask;
+    uint64_t seed;
+    double f[3];
+    /* linalg einsum: the equation (interned, never freed). */
+    const char *text;
+    union {
+        /* views family (src/ops/views_int.h says what each holds per kind). */
+        struct {
+            int64_t v_start[DT_MAX_NDIM];
+            int64_t v_step[DT_MAX_NDIM];
+            int64_t v_len[DT_MAX_NDIM];
+            int64_t v_ints[DT_MAX_NDIM];
+            int32_t v_nints;
+            int32_t v_dim;
+            uint64_t v_mask;
+        };
+        /* nn family: integer arguments (normalized shape, conv stride/
+         * padding/dilation/groups, pad amounts, interpolate sizes). */
+        int64_t ints[2 * DT_MAX_NDIM];
+        /* creation and data-dependent family: the dim of sort/topk/cumsum
+         * (normalised, >= 0) and k of topk. */
+        struct {
+            int64_t sort_dim;
+            int64_t sort_k;
+        };
+    };
+} dt__nattr;
+
+struct dt__node {
+    struct dt__node *next;
+    int32_t op;
+    int32_t n_in;
+    dt__tval *out;
+    dt__tval *in[DT_MAX_OP_INPUTS];
+    const char *site_file; /* interned */
+    int32_t site_line;
+    void *extra; /* SOURCE: host impl (or blocks, DT__SOURCE_LOCAL); FETCH/SYNC: the dt_future */
+    /* While tracing (core/diag/record.h): when and on which client thread the
+     * node was recorded; zero otherwise. */
+    int64_t rec_t0, rec_t1;
+    uint32_t rec_tid;
+    dt__nattr a;
+};
+
+/* A node for `op` with the thread's call site. */
+dt__node *dt__node_new(int op);
+/* The same with only the first `zeroed` bytes zeroed. DT__NODE_COMMON_BYTES
+ * leaves the family union of the attributes (a.v_*, a.ints, a.sort_*)
+ * undefined: for the elementwise family, which reads none of it. */
+#define DT__NODE_COMMON_BYTES (offsetof(dt__node, a) + offsetof(dt__nattr, ints))
+dt__node *dt__node_new_prefix(int op, size_t zeroed);
+
+/* The node record pool (common/pool.h): made on one thread, freed on another. */
+extern dt__pool dt__node_pool;
+/* Frees a node record (any thread). */
+static inline void dt__node_free(dt__node *n) { dt__pool_free(&dt__node_pool, n); }
+/* The same with the calling thread's pool lists (common/pool.h). */
+static inline void dt__node_free_in(struct dt__pool_lists *mine, dt__node *n) {
+    dt__pool_free_in(&dt__node_pool, mine, n);
+}
+
+#endif /* DT_CORE_NODE_H */

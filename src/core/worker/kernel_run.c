@@ -1,0 +1,237 @@
+/*
+ * Running and dropping one kernel record on a stream's worker: the backend
+ * call (charging its output, core/records/blob.c) and poisoning on failure, the local
+ * assembly of a cross-mesh copy's pieces, collectives (and point-to-point
+ * copies) through the comm, the core kernels (fetch, sync, gate) and, after
+ * dt_graph_cancel, dropping a kernel without running it. The worker loop
+ * that calls dt__kernel_run / dt__kernel_drop is in core/worker/kernel_stream.c.
+ *
+ * Threads: the stream's worker thread. Locks: an input from another stream
+ * is waited for on its producer's ev_lock (dt__event_wait); futures and
+ * collectives take their own locks; no stream lock is held here.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "core/client/graph_int.h"
+#include "core/controller/chain.h"
+#include "core/diag/debug.h"
+#include "core/diag/record.h"
+#include "core/records/blob.h"
+#include "core/records/future.h"
+#include "core/records/kernel.h"
+#include "core/worker/stream.h"
+#include "core/worker/stream_int.h"
+
+/* From backend/kernels.def: a name per kernel op. */
+static const char *const kop_names[DT_K_COUNT] = {
+#define DT_KOP(E, name) [DT_K_##E] = name,
+#include "backend/kernels.def"
+};
+
+void dt__kernel_failure(char *buf, size_t cap, const dt__krec *k, const dt__stream *s, const char *what) {
+    const char *op = k->opname ? k->opname : "kernel", *dev = s->type == DT_DEVICE_CUDA ? "cuda" : "cpu";
+    if (k->site_file)
+        snprintf(buf, cap, "%s failed on %s:%lld (created at %s:%d): %s", op, dev, (long long)s->device_id,
+                 k->site_file, k->site_line, what);
+    else
+        snprintf(buf, cap, "%s failed on %s:%lld: %s", op, dev, (long long)s->device_id, what);
+}
+
+/* Poisons k->out with a message naming the op, the device and the call site. */
+static void poison(dt__krec *k, const dt__stream *s, const char *what) {
+    if (!k->out || k->out->error)
+        return;
+    char buf[1024];
+    dt__kernel_failure(buf, sizeof buf, k, s, what);
+    k->out->error = dt__strdup(buf);
+}
+
+/* Runs a backend kernel; returns 1 when it was allowed to write into in[0]
+ * (DT_KF_INPLACE). */
+static int run_backend(dt__krec *k, dt__stream *s) {
+    void *in[DT_MAX_OP_INPUTS] = {NULL};
+    for (int i = 0; i < k->n_in; i++) {
+        if (k->in[i]->error) {
+            /* Carry the first failure unchanged to everything downstream. */
+            k->out->error = dt__strdup(k->in[i]->error);
+            return 0;
+        }
+        in[i] = k->in[i]->impl;
+    }
+    /* The record's packed attributes, for the backend: unpacked over the
+     * stream's previous kernel's, which costs only what they differ in. */
+    dt__kattr *a = &s->kattr;
+    dt__kattr_unpack_over(k, a, s->kattr_lens);
+    /* The kernel holds the only reference left to in[0]: its tensor was
+     * released and no other kernel will read it, so its buffer may be reused
+     * (peak memory of a chain of ops stays at one buffer). Which kernels may
+     * is the window's reuse pass's call (DT_KF_REUSE). */
+    if ((a->flags & DT_KF_REUSE) && k->n_in > 0 && atomic_load(&k->in[0]->refs) == 1)
+        a->flags |= DT_KF_INPLACE;
+    char err[512] = "";
+    void *out = NULL;
+    dt_status st = s->be->run(k->kop, a, in, k->n_in, &out, err, sizeof err);
+    if (st != DT_OK) {
+        char what[600];
+        snprintf(what, sizeof what, "%s (%s kernel: %s)", err[0] ? err : dt_status_str(st), kop_names[k->kop],
+                 dt_status_str(st));
+        poison(k, s, what);
+        s->be->free(out);
+        return 0;
+    }
+    k->out->impl = out;
+    return (a->flags & DT_KF_INPLACE) != 0;
+}
+
+/* Places the kernel's inputs (local pieces: received copies and slices
+ * made here) into one new tensor, in input order. */
+static void run_assemble(dt__krec *k, dt__stream *s) {
+    dt__asmattr a;
+    if (dt__asmattr_parse(k->attr, k->alen, k->n_in, &a) != 0) {
+        poison(k, s, "malformed assembly attributes");
+        return;
+    }
+    void *impls[DT_MAX_OP_INPUTS] = {NULL};
+    for (int i = 0; i < k->n_in; i++) {
+        if (k->in[i]->error) {
+            k->out->error = dt__strdup(k->in[i]->error);
+            return;
+        }
+        impls[i] = k->in[i]->impl;
+    }
+    char err[512] = "";
+    void *out = NULL;
+    dt_status st =
+        s->be->assemble(a.dtype, a.ndim, a.shape, k->n_in, impls, a.starts, 0, &out, err, sizeof err);
+    if (st == DT_OK)
+        k->out->impl = out;
+    else
+        poison(k, s, err[0] ? err : dt_status_str(st));
+}
+
+/* Runs a collective kernel's rank through the graph's comm. */
+static void run_collective(dt__krec *k, dt__stream *s) {
+    dt__collattr a;
+    dt__collattr_read(k, &a);
+    /* The comm that holds the kernel's group (the ranks' device type, or
+     * the CPU's for a copy between types), made before the kernel was queued
+     * (dt__lw_group, or a decoder's resolver); the queue's hand-over
+     * publishes it. */
+    dt__comm *c = (unsigned)a.type < DT_DEVICE_TYPES
+                      ? atomic_load_explicit(&s->g->comm[a.type], memory_order_acquire)
+                      : NULL;
+    if (c)
+        c->ops->run(c, &a, k->rank, k->in[0], k->out, k->opname);
+    else if (!k->out->error)
+        poison(k, s, "no communication back end for this device type");
+}
+
+/* A kernel's name in traces. */
+static const char *kernel_name(int kop) {
+    if (kop < DT_K_COUNT)
+        return kop_names[kop];
+    return kop == DT_KC_COLLECTIVE ? "collective" : kop == DT_KC_ASSEMBLE ? "assemble" : "gate";
+}
+
+void dt__kernel_run(dt__krec *k, dt__stream *s) {
+    /* Tracing (record.h): one load when off. Reads and syncs are not traced:
+     * a sync's arrival is what a reader of the records waits for. */
+    int traced = dt__rec_enabled(DT__REC_TRACE) && k->kop != DT_KC_FETCH && k->kop != DT_KC_SYNC;
+    if (k->wait)
+        for (int i = 0; i < k->n_in; i++)
+            dt__event_wait(s, k->in[i]);
+    int64_t t0 = traced ? dt__rec_now() : 0; /* after the waits for other streams */
+    int inplace = 0;
+    switch (k->kop) {
+    case DT_KC_COLLECTIVE:
+        atomic_fetch_add_explicit(&s->n_comm, 1, memory_order_relaxed);
+        run_collective(k, s);
+        if (k->out && !k->out->impl && !k->out->error)
+            poison(k, s, "collective produced no value");
+        break;
+    case DT_KC_FETCH:
+        dt__future_arrive(k->handle, k->rank, k->in[0]);
+        dt_future_release(k->handle);
+        break;
+    case DT_KC_SYNC:
+        dt__future_arrive(k->handle, -1, NULL);
+        dt_future_release(k->handle);
+        break;
+    case DT_KC_ASSEMBLE:
+        run_assemble(k, s);
+        break;
+    case DT_KC_GATE:
+        dt__debug_gate_run(k, s);
+        break;
+    case DT_K_CHAIN:
+        inplace = dt__chain_run(k, s);
+        break;
+    default:
+        inplace = run_backend(k, s);
+        break;
+    }
+    if (k->out) {
+        dt__blob_account(k, s, inplace);
+        /* The backend's event (when it has events) is recorded before the
+         * host count says the kernel completed: a consumer that sees the
+         * count finds the event. */
+        if (s->record_events && (k->out->impl || k->out->error) &&
+            s->be->event_new(s->ctx, &k->out->bev) == DT_OK &&
+            s->be->event_record(k->out->bev, s->ctx) != DT_OK) {
+            s->be->event_free(k->out->bev);
+            k->out->bev = NULL;
+        }
+    }
+    if (t0)
+        dt__rec_kernel_ran(s, k, kernel_name(k->kop), t0);
+    /* Every kernel the controller appended counts, in order: this one's
+     * number is its output's event (streams.c). */
+    dt__event_complete(s, ++s->completed);
+    atomic_fetch_add_explicit(&s->n_run, 1, memory_order_relaxed);
+    for (int i = 0; i < k->n_in; i++)
+        dt__blob_release(k->in[i]);
+    dt__blob_release(k->out);
+    dt__krec_free(k);
+}
+
+/* After dt_graph_cancel: k is released without running. Its output is
+ * poisoned and made ready (a kernel waiting for it wakes), a read or sync
+ * fails, and a collective still meets its peers, so ranks that do run are
+ * not left waiting for this one. */
+void dt__kernel_drop(dt__krec *k, dt__stream *s) {
+    static const char msg[] = "cancelled: the graph was cancelled (dt_graph_cancel) before this ran";
+    atomic_fetch_add_explicit(&s->g->dropped, 1, memory_order_relaxed);
+    if (k->out)
+        poison(k, s, msg);
+    switch (k->kop) {
+    case DT_KC_COLLECTIVE:
+        /* Peers read the published input: it must be ready (producers
+         * elsewhere run or drop, so this wait ends). The poisoned output
+         * tells the collective to meet its peers and compute nothing. */
+        if (k->wait)
+            for (int i = 0; i < k->n_in; i++)
+                dt__event_wait(s, k->in[i]);
+        run_collective(k, s);
+        break;
+    case DT_KC_FETCH:
+    case DT_KC_SYNC:
+        dt__future_fail(k->handle, DT_ECANCELLED, msg);
+        dt__future_arrive(k->handle, -1, NULL);
+        dt_future_release(k->handle);
+        break;
+    case DT_KC_GATE:
+        dt__debug_gate_drop(k);
+        break;
+    default:
+        break;
+    }
+    /* A dropped kernel still completes its number: consumers on other
+     * streams wait on it (streams.c). */
+    dt__event_complete(s, ++s->completed);
+    for (int i = 0; i < k->n_in; i++)
+        dt__blob_release(k->in[i]);
+    dt__blob_release(k->out);
+    dt__krec_free(k);
+}

@@ -1,0 +1,96 @@
+/*
+ * Streams (interface): a worker thread with an in-order kernel queue per
+ * (device type, id, kind), the events that order kernels across streams,
+ * the graph's stream map, and the worker's kernel runner. kernel_stream.c
+ * holds the worker loop and the hand-over, streams.c the map and the events,
+ * kernel_run.c what runs one kernel. Included by the controller side
+ * (executor, lower, fetch, debug) and the workers' modules; src/ops and
+ * src/ops name only the stream kinds (for dt__lw_collective). The stream is opaque here; its layout is
+ * stream_int.h. Each declaration says its thread.
+ */
+#ifndef DT_CORE_STREAM_H
+#define DT_CORE_STREAM_H
+
+#include "core/core.h"
+
+/* Stream kinds: each device has a compute stream and, created on first use,
+ * a communication stream for collectives, so that a redistribute overlaps
+ * independent compute. */
+enum { DT_STREAM_COMPUTE = 0, DT_STREAM_COMM = 1, DT_STREAM_KINDS = 2 };
+
+/* Starts a stream (controller thread). NULL with the thread error set when
+ * memory, the backend's stream or the thread cannot be had. */
+dt__stream *dt__stream_start(struct dt_graph *g, dt_device_type type, int64_t device_id, int kind);
+/* Hands over a list of kernels (controller thread). */
+void dt__stream_submit(dt__stream *s, dt__krec *head, dt__krec *tail);
+/* Queues the stop kernel after everything handed over (controller). */
+void dt__stream_send_stop(dt__stream *s);
+/* Frees a stream whose worker has been joined (controller). Only once every
+ * worker of the graph has exited: a kernel on another stream may read this
+ * one's completed count (its events) until then. */
+void dt__stream_free(dt__stream *s);
+/* Runs kernel k on s, then completes its number and drops its references
+ * (s's worker thread; core/worker/kernel_run.c). */
+void dt__kernel_run(dt__krec *k, dt__stream *s);
+/* The message of kernel k on stream s failing for `what`, into buf: the
+ * op, the device and the user's call site (core/worker/kernel_run.c). */
+void dt__kernel_failure(char *buf, size_t cap, const dt__krec *k, const dt__stream *s, const char *what);
+/* After dt_graph_cancel: releases k without running it (its output poisoned,
+ * a read or sync failed, a collective still meets its peers), completing
+ * its number (s's worker thread; core/worker/kernel_run.c). */
+void dt__kernel_drop(dt__krec *k, dt__stream *s);
+
+/* The stream map (streams.c; controller thread): the stream of (type, id,
+ * kind), started on first use; NULL with the thread error set on failure. */
+dt__stream *dt__graph_stream(struct dt_graph *g, dt_device_type type, int64_t id, int kind);
+/* The cluster changed since g last looked (dt__cluster_generation): each
+ * stream of a device now served elsewhere is retired -- a local one whose
+ * id a worker node registered, a remote one whose node the cluster no
+ * longer has (it ended) -- out of the map: new work on the id goes where it
+ * is served now, as in a graph made then; the values it made stay where
+ * they are, read there. g's collective groups are retired too (a group
+ * records which ranks are this process's).
+ * Returns the number retired: the caller drops what names those streams
+ * (the replay cache). Controller thread, between rounds. */
+int dt__graph_streams_recheck(struct dt_graph *g);
+/* Stops every stream, oldest first, and frees the map (controller, at exit). */
+void dt__graph_streams_stop(struct dt_graph *g);
+
+/* Events (streams.c). The producing worker publishes a completed kernel
+ * (after recording the backend's event, if any, for its output). */
+void dt__event_complete(dt__stream *s, uint64_t n);
+/* Makes stream `s` wait for blob b's event (worker of s): returns once the
+ * producer has completed b's kernel on the host, and has the backend make
+ * s's device queue wait on b's backend event if there is one. */
+void dt__event_wait(dt__stream *s, const dt__blob *b);
+/* 1 when b's event has completed (any thread): the host count, and the
+ * backend's event_query for backends with events. */
+int dt__event_query(const dt__blob *b);
+
+/* In a fork child: the parent's workers are gone (kernel_stream.c). */
+void dt__stream_forked(void);
+
+/* Spins briefly until *counter differs from `seen` (1) or gives up (0). The
+ * spin is bounded (a few tens of microseconds) and yields the core between
+ * probes, so a 2-core machine running more threads than cores is not starved:
+ * it only saves the sleep/wake system calls when work arrives back to back. */
+int dt__spin_until_changed(atomic_uint *counter, unsigned seen);
+/* Probes of the bounded spins before a thread sleeps on its condition
+ * variable; each probe yields the core once. */
+#ifndef DT_SPIN_PROBES
+#define DT_SPIN_PROBES 64
+#endif
+
+/* ------------------------------------------------ test-only stream hooks */
+
+/* Test-only: serves device type `type` on g with `be` (for a C test that
+ * runs a second device type on a copy of the ref backend). Call right after
+ * dt_graph_create, before any op on that type. */
+void dt__graph_set_backend_for_test(dt_graph *g, dt_device_type type, const dt__backend *be);
+/* Test-only: kernels run so far on stream (type, id, kind), and of those
+ * collectives and cross-mesh assemblies; -1 when the stream does not exist.
+ * Call only after dt_graph_sync with no op recorded since (it reads the
+ * controller's map; the sync orders it). */
+int dt__graph_debug_stream(dt_graph *g, dt_device_type type, int64_t id, int kind, long *run, long *comm);
+
+#endif /* DT_CORE_STREAM_H */
