@@ -5,7 +5,23 @@
 #ifndef DT_OPS_H
 #define DT_OPS_H
 
+#include "core/records/node.h"
 #include "dtorch/dtorch.h"
+
+/* The op table's rows (op_table.c), registered with core at start-up. */
+extern const dt__op_info dt__op_rows[DT_OP_COUNT];
+
+/* The families' lowering functions, named by the op table's rows. */
+dt_status dt__lower_factory(dt__lower *L, dt__node *n);
+dt_status dt__lower_redistribute(dt__lower *L, dt__node *n);
+dt_status dt__lower_sdpa_ring(dt__lower *L, dt__node *n);
+dt_status dt__lower_reduce(dt__lower *L, dt__node *n);
+dt_status dt__lower_linalg(dt__lower *L, dt__node *n);
+dt_status dt__lower_view(dt__lower *L, dt__node *n);
+dt_status dt__lower_elementwise(dt__lower *L, dt__node *n);
+dt_status dt__lower_nn(dt__lower *L, dt__node *n);
+dt_status dt__lower_sort_scan(dt__lower *L, dt__node *n);
+dt_status dt__lower_masked_scatter(dt__lower *L, dt__node *n);
 
 extern const dt_op_doc dt__docs_creation[];       /* factory.c */
 extern const dt_op_doc dt__docs_elementwise[];    /* elementwise.c */

@@ -158,14 +158,6 @@ static inline __attribute__((always_inline)) int lower_node(dt__lower *L, dt__no
     return 0;
 }
 
-/* ------------------------------------------------------------ op table */
-
-/* Generated from src/ops/ops.def: a row per op, so none can be missing. */
-const dt__op_info dt__ops[DT_OP_COUNT] = {
-#define DT_OP(E, name, lower) [DT_OP_##E] = {name, lower},
-#include "ops/ops.def"
-};
-
 /* -------------------------------------------------------------- the loop */
 
 /* After dt_graph_cancel: frees what node n owns without lowering it. Its

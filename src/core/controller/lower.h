@@ -83,31 +83,12 @@ dt_status dt__lw_alloc_blobs(dt__lower *L, dt__tval *v);
 dt__blob *dt__lw_region(dt__lower *L, dt__tval *v, int64_t idx, const int64_t *coord, const int64_t *start,
                         const int64_t *len);
 
-/* Per-op hooks (src/ops/). */
-/* Returns DT_OK, or the failure (L->status) after which the controller
- * poisons the node's output (dt__lower_node). */
-typedef dt_status (*dt__lower_fn)(dt__lower *L, dt__node *n);
-typedef struct dt__op_info {
-    const char *name;
-    dt__lower_fn lower;
-} dt__op_info;
-extern const dt__op_info dt__ops[DT_OP_COUNT];
-
-dt_status dt__lower_factory(dt__lower *L, dt__node *n);
 /* nattr.flags of a SOURCE node whose extra holds one host block per device
  * (dt_tensor_from_local_buffers) instead of one global host impl. */
 #define DT__SOURCE_LOCAL 1
 /* Frees what a SOURCE node that was never lowered owns (client thread). */
 void dt__source_free(const dt__backend *be, dt__node *n);
-dt_status dt__lower_redistribute(dt__lower *L, dt__node *n);
-dt_status dt__lower_sdpa_ring(dt__lower *L, dt__node *n);
-dt_status dt__lower_reduce(dt__lower *L, dt__node *n);
-dt_status dt__lower_linalg(dt__lower *L, dt__node *n);
-dt_status dt__lower_view(dt__lower *L, dt__node *n);
-dt_status dt__lower_elementwise(dt__lower *L, dt__node *n);
-dt_status dt__lower_nn(dt__lower *L, dt__node *n);
-dt_status dt__lower_sort_scan(dt__lower *L, dt__node *n);
-dt_status dt__lower_masked_scatter(dt__lower *L, dt__node *n);
+/* The test gates' lowering (core/diag/debug.c). */
 dt_status dt__lower_debug_gate(dt__lower *L, dt__node *n);
 /* Value reads and graph-wide barriers (core/controller/fetch.c). */
 dt_status dt__lower_fetch(dt__lower *L, dt__node *n);

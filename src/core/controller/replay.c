@@ -418,13 +418,10 @@ static int reserve_sig(dt__replay *r, size_t words) {
     return 1;
 }
 
-/* Whether the lowering function of op reads the attribute block (the
- * union after `text`): the elementwise family leaves it undefined, and
- * reduce and linalg read only the words before it. */
-static inline int reads_block(int32_t op) {
-    dt_status (*f)(dt__lower *, dt__node *) = dt__ops[op].lower;
-    return f != dt__lower_elementwise && f != dt__lower_reduce && f != dt__lower_linalg;
-}
+/* Whether the lowering of op reads the attribute block (the union after
+ * `text`): the elementwise family leaves it undefined, and reduce and linalg
+ * read only the words before it. */
+static inline int reads_block(int32_t op) { return (dt__ops[op].flags & DT_OPF_READS_BLOCK) != 0; }
 
 /* Words a template's signature is followed by, zero (dt__replay_end): a
  * check reads up to a meta's words past the template's end before it finds

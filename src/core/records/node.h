@@ -74,6 +74,27 @@ struct dt__node {
     dt__nattr a;
 };
 
+/* The op table: one row per node op, generated from src/ops/ops.def by
+ * src/ops/op_table.c and registered at start-up (src/init.c), so core reads
+ * each op's facts without naming the functions that implement them. */
+typedef dt_status (*dt__lower_fn)(dt__lower *L, dt__node *n);
+typedef struct dt__op_info {
+    const char *name;
+    /* Returns DT_OK, or the failure (L->status) after which the controller
+     * poisons the node's output. */
+    dt__lower_fn lower;
+    unsigned flags; /* DT_OPF_* */
+} dt__op_info;
+/* An op's facts (the flags column of ops.def). */
+enum {
+    /* Its lowering reads the node's attribute block (the union after
+     * dt__nattr.text): replay compares it. */
+    DT_OPF_READS_BLOCK = 1u << 0,
+};
+/* The registered rows (DT_OP_COUNT of them); set before any graph exists. */
+extern const dt__op_info *dt__ops;
+void dt__ops_register(const dt__op_info *rows);
+
 /* A node for `op` with the thread's call site. */
 dt__node *dt__node_new(int op);
 /* The same with only the first `zeroed` bytes zeroed. DT__NODE_COMMON_BYTES
