@@ -6,6 +6,10 @@
  * single-threaded, before any graph exists.
  */
 #include "core/records/node.h"
+#include "net/net.h"
 #include "ops/ops.h"
 
-__attribute__((constructor)) static void dt_init(void) { dt__ops_register(dt__op_rows); }
+__attribute__((constructor)) static void dt_init(void) {
+    dt__ops_register(dt__op_rows);
+    dt__cluster_port_register(dt__net_port());
+}

@@ -156,4 +156,14 @@ void dt__cluster_data_welcome(const uint8_t *rid, size_t rid_len);
  * directly, and them where it does (under mu). */
 void dt__cluster_data_peers(const node *nd);
 
+/* The cluster port's entries (core/records/cluster_port.h says what each
+ * does), registered with core by src/init.c through dt__net_port(). */
+int dt__cluster_node_of(dt_device_type type, int64_t id);
+uint64_t dt__cluster_generation(void);
+void dt__cluster_ship(int node, const char *backend, void *body, size_t len, struct dt_future **futs,
+                      const int *counts, int n, uint32_t tag, dt__span_key *keys, int nkeys);
+int dt__cluster_span_nccl(uint32_t tag, uint64_t key, int n, const int64_t *ids);
+int64_t dt__cluster_relayed(void);
+void dt__cluster_release(int node, uint32_t tag, uint64_t id);
+
 #endif /* DT_NET_CLUSTER_INT_H */

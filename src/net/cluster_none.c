@@ -5,9 +5,8 @@
 #include <stdio.h>
 
 #include "common/common.h"
-#include "core/controller/remote.h"
-#include "core/records/future.h"
 #include "dtorch/dtorch_cluster.h"
+#include "net/net.h"
 
 #define NO_ZMQ "cluster: this build of dtorch has no ZeroMQ (install libzmq3-dev and rebuild)"
 
@@ -44,26 +43,5 @@ int dt_node_run(const dt_node_options *opts) {
     return 1;
 }
 
-/* Remote streams (core/controller/remote.h): no worker nodes without ZeroMQ. */
-uint64_t dt__cluster_generation(void) { return 0; }
-int dt__cluster_node_of(dt_device_type type, int64_t id) {
-    (void)type, (void)id;
-    return -1;
-}
-void dt__cluster_ship(int node, const char *backend, void *body, size_t len, struct dt_future **futs,
-                      const int *counts, int n, uint32_t tag, dt__span_key *keys, int nkeys) {
-    (void)node, (void)backend, (void)len, (void)tag, (void)nkeys;
-    dt__free(body);
-    dt__free(keys);
-    for (int i = 0; i < n; i++) {
-        dt__future_fail(futs[i], DT_EUNSUPPORTED, NO_ZMQ);
-        for (int c = 0; c < counts[i]; c++)
-            dt_future_release(futs[i]);
-    }
-}
-void dt__cluster_release(int node, uint32_t tag, uint64_t id) { (void)node, (void)tag, (void)id; }
-int64_t dt__cluster_relayed(void) { return 0; }
-int dt__cluster_span_nccl(uint32_t tag, uint64_t key, int n, const int64_t *ids) {
-    (void)tag, (void)key, (void)n, (void)ids;
-    return 0;
-}
+/* No worker nodes without ZeroMQ: core runs with no cluster port. */
+const dt__cluster_port *dt__net_port(void) { return NULL; }

@@ -19,9 +19,9 @@
 #include "core/client/graph.h"
 #include "core/client/graph_int.h"
 #include "core/client/tensor.h"
-#include "core/controller/remote.h"
 #include "core/diag/debug.h"
 #include "core/diag/record.h"
+#include "core/records/cluster_port.h"
 #include "core/records/future.h"
 #include "core/records/mesh.h"
 #include "core/records/meta.h"
@@ -443,7 +443,7 @@ static int64_t first_missing_device(const dt_graph *g, const dt_mesh *mesh, int6
     if (n < 0)
         return -1;
     for (int64_t i = 0; i < mesh->ndev; i++)
-        if (mesh->ids[i] >= n && (g->local_only || dt__cluster_node_of(mesh->type, mesh->ids[i]) < 0))
+        if (mesh->ids[i] >= n && (g->local_only || dt__port_node_of(mesh->type, mesh->ids[i]) < 0))
             return i;
     return -1;
 }
@@ -464,7 +464,7 @@ dt_status dt__graph_check_mesh(const dt_graph *g, const dt_mesh *mesh) {
     if (enverr)
         return dt__error(DT_EDEVICE, "device_mesh: %s:%lld is not available: %s", type,
                          (long long)mesh->ids[i], enverr);
-    int64_t total = mesh->type == DT_DEVICE_CUDA ? dt_cluster_cuda_devices() : 0;
+    int64_t total = mesh->type == DT_DEVICE_CUDA ? dt__port_cuda_devices() : 0;
     if (total > (count > 0 ? count : 0))
         return dt__error(DT_EDEVICE,
                          "device_mesh: cuda:%lld does not exist in this cluster: the main node has %lld CUDA "

@@ -349,7 +349,7 @@ void *dt__controller_main(void *arg) {
         dt__node *batch = dt__graph_take(g);
         /* After the take: a node recorded once a worker node registered is
          * lowered with its devices on that node. */
-        uint64_t gen = dt__cluster_generation();
+        uint64_t gen = dt__port_generation();
         if (gen != g->cluster_gen) {
             g->cluster_gen = gen;
             if (!g->local_only && dt__graph_streams_recheck(g) && cache)

@@ -34,7 +34,7 @@ void dt_cluster_counters_get(dt_cluster_counters *out) {
     out->value_bytes = atomic_load(&sent_bytes);
     out->values = atomic_load(&sent_values);
     out->kernels_on_nodes = atomic_load(&on_nodes);
-    out->relayed = dt__cluster_relayed();
+    out->relayed = dt__port_relayed();
     dt__xfer_counters(&out->data_bytes_sent, &out->data_messages_sent, &out->data_bytes_received,
                       &out->data_messages_received);
 }
@@ -358,7 +358,7 @@ static void add_span(dt_graph *g, spans *sp, const dt__krec *k, int node) {
     if (!dt__graph_group_info(g, a.group, &type, &n, &ids))
         return;
     for (int i = 0; i < n && !spanning; i++)
-        spanning = dt__cluster_node_of((dt_device_type)type, ids[i]) != node;
+        spanning = dt__port_node_of((dt_device_type)type, ids[i]) != node;
     for (int i = 0; i < sp->n && spanning; i++)
         spanning = sp->k[i].group != a.group || sp->k[i].seq != a.seq;
     if (!spanning)
@@ -459,8 +459,8 @@ static void ship(dt_graph *g, int node, dt__stream **ss, int n) {
         dt__backlog_done(g, nk);
     dt__free(kb.s);
     if (st == DT_OK) {
-        dt__cluster_ship(node, dt_graph_backend(g), body.p, body.len, fs.f, fs.count, fs.n, g->remote_tag,
-                         sp.k, sp.n);
+        dt__port_ship(node, dt_graph_backend(g), body.p, body.len, fs.f, fs.count, fs.n, g->remote_tag, sp.k,
+                      sp.n);
         sp.k = NULL;
     } else {
         dt__bytes_free(&body);

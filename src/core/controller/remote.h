@@ -39,6 +39,7 @@
 #define DT_CORE_REMOTE_H
 
 #include "core/core.h"
+#include "core/records/cluster_port.h"
 
 /* Controller: ships the dirty remote streams' batches (each worker node's
  * streams together) and takes them off g->dirty. */
@@ -49,44 +50,5 @@ void dt__remote_detach(struct dt_graph *g);
 
 /* Controller: g's name on the worker nodes (made on first use). */
 uint32_t dt__remote_tag(struct dt_graph *g);
-
-/* ---- src/net/cluster.c (cluster_none.c without ZeroMQ) ---- */
-
-/* The worker node serving device (type, id): its index, or -1 for a device
- * of this process (no cluster, or the main node's own). Any thread. */
-int dt__cluster_node_of(dt_device_type type, int64_t id);
-/* Moves when worker nodes register and when a cluster ends: ids a graph
- * ran here may be a worker node's now, or this process's again, and the
- * controller checks its streams (dt__graph_streams_recheck). Any thread. */
-uint64_t dt__cluster_generation(void);
-/* A collective of a batch whose group spans nodes (the group's key and
- * the collective's number, as its DATA messages name them with the
- * batch's tag). */
-typedef struct dt__span_key {
-    uint64_t group, seq;
-} dt__span_key;
-/* Ships a batch body (layout above; dt__malloc'd, taken over) to worker
- * node `node` on graph backend `backend`, with the `n` futures its FETCH
- * and SYNC kernels complete, counts[i] kernels naming futs[i] (one
- * reference each, taken over), and the `nkeys` collectives spanning nodes
- * among its kernels (`keys`, dt__malloc'd or NULL, taken over; graph tag
- * `tag`): if the node cannot run the batch, the waits of every node for
- * those collectives' parts from its ranks fail. A node that is not alive
- * fails the reads among them at once with its error, and lets the syncs
- * (futures without pieces) through. Controller thread. */
-void dt__cluster_ship(int node, const char *backend, void *body, size_t len, struct dt_future **futs,
-                      const int *counts, int n, uint32_t tag, dt__span_key *keys, int nkeys);
-/* A cuda group `key` of graph `tag` over devices ids[n] was just made:
- * when some of them are worker nodes' and NCCL can serve every process
- * holding a rank (comm/span_nccl.h), makes its NCCL unique id, keeps it
- * here and queues it to each of those nodes ahead of any batch queued
- * later; 1 then, else 0 (host staging). Controller thread. */
-int dt__cluster_span_nccl(uint32_t tag, uint64_t key, int n, const int64_t *ids);
-/* DATA chunks the main node relayed between two worker nodes (any
- * thread; dt_cluster_counters). */
-int64_t dt__cluster_relayed(void);
-/* Value `id` of graph `tag` held by worker node `node` is no longer needed
- * here (any thread; it leaves with the node's next message). */
-void dt__cluster_release(int node, uint32_t tag, uint64_t id);
 
 #endif /* DT_CORE_REMOTE_H */

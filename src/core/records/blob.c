@@ -14,8 +14,8 @@
 #include <string.h>
 
 #include "core/client/graph_int.h"
-#include "core/controller/remote.h"
 #include "core/records/blob.h"
+#include "core/records/cluster_port.h"
 #include "core/records/kernel.h"
 #include "core/records/kernel_rec.h"
 #include "core/records/memstats.h"
@@ -38,7 +38,7 @@ static dt__blob *blob_free(dt__blob *b, dt__pool_lists *mine) {
     if (b->error)
         dt__free(b->error);
     if (b->remote)
-        dt__cluster_release(b->remote - 1, b->rtag, b->id);
+        dt__port_release(b->remote - 1, b->rtag, b->id);
     dt__blob *base = b->base;
     dt__pool_free_in(&dt__blob_pool, mine, b);
     return base;

@@ -25,8 +25,8 @@
 #include "comm/comm.h"
 #include "core/client/graph.h"
 #include "core/client/graph_int.h"
-#include "core/controller/remote.h"
 #include "core/records/blob.h"
+#include "core/records/cluster_port.h"
 #include "core/records/kernel.h"
 #include "core/records/memstats.h"
 #include "core/worker/stream.h"
@@ -174,7 +174,7 @@ dt__stream *dt__stream_start(dt_graph *g, dt_device_type type, int64_t device_id
         return NULL;
     }
     const dt__backend *be = s->be;
-    int node = g->local_only ? -1 : dt__cluster_node_of(type, device_id);
+    int node = g->local_only ? -1 : dt__port_node_of(type, device_id);
     if (node >= 0) {
         /* A worker node's device (core/controller/remote.c): no thread; its kernels
          * leave at the flush. Local readers find its values at once (they

@@ -102,7 +102,7 @@ dt__stream *dt__graph_stream(dt_graph *g, dt_device_type type, int64_t id, int k
 int dt__graph_streams_recheck(dt_graph *g) {
     int retired = 0;
     for (dt__stream *s = g->streams; s; s = s->next_all)
-        if (!s->retired && dt__cluster_node_of(s->type, s->device_id) != s->remote - 1) {
+        if (!s->retired && dt__port_node_of(s->type, s->device_id) != s->remote - 1) {
             s->retired = 1;
             retired++;
         }
