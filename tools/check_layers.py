@@ -50,6 +50,7 @@ LAYERS = [
     ("core/client/", 5),
     ("core/controller/", 6),
     ("core/diag/", 7),
+    ("core/api/", 7),
     ("ops/", 8),
     ("net/", 9),
     ("init.c", 10),

@@ -53,10 +53,10 @@
 #include "comm/comm.h"
 #include "comm/inproc_int.h"
 #include "comm/xfer.h"
-#include "core/client/graph_int.h"
 #include "core/controller/lower.h"
 #include "core/controller/remote.h"
 #include "core/records/blob.h"
+#include "core/records/graph_int.h"
 #include "core/records/mesh.h"
 #include "core/worker/stream_int.h"
 

@@ -14,9 +14,9 @@
 
 #include "comm/comm.h"
 #include "core/client/graph.h"
-#include "core/client/graph_int.h"
 #include "core/records/blob.h"
 #include "core/records/future.h"
+#include "core/records/graph_int.h"
 #include "core/records/kernel.h"
 #include "core/records/kernel_rec.h"
 #include "net/subctl.h"

@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/client/graph_int.h"
 #include "core/client/tensor.h"
 #include "core/controller/chain.h"
 #include "core/controller/window.h"
+#include "core/records/graph_int.h"
 #include "core/records/mesh.h"
 #include "core/records/meta.h"
 #include "core/records/node.h"

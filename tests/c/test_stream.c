@@ -24,9 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/client/graph_int.h"
 #include "core/client/tensor.h"
 #include "core/records/blob.h"
+#include "core/records/graph_int.h"
 #include "core/records/mesh.h"
 #include "core/worker/stream.h"
 #include "core/worker/stream_int.h"

@@ -1,35 +1,20 @@
 /*
- * The graph's interface (graph.c): what the client side and the other
- * modules call on a graph: submitting a node, flow control, the client's
- * checks, the backend per device type. The graph is opaque here; its layout
- * and the controller's side of the queue are graph_int.h. Any module may
- * include it; each declaration says its thread.
+ * The client's side of a graph (graph.c): submitting a node, flow control,
+ * the client's checks, and the controller's side of the queue. The layout
+ * and the state every role shares are core/records/graph_int.h. Any module
+ * of the client layer or above may include it; each declaration says its
+ * thread.
  */
 #ifndef DT_CORE_GRAPH_H
 #define DT_CORE_GRAPH_H
 
 #include "core/core.h"
 
-/* The backend serving device type `t` on g (any thread). */
+/* The backend serving device type `t` on g (any thread; graph_state.c). */
 const dt__backend *dt__graph_be(const dt_graph *g, dt_device_type t);
-/* Bumped in the child of every fork() (graph.c): a graph whose fork_gen
- * differs was made by an ancestor process and has no threads here. */
-extern _Atomic unsigned dt__fork_gen;
-/* The error message for a failed dt__graph_submit status; returns st. */
-dt_status dt__submit_error(dt_status st);
 
 /* Appends a node; DT_ESHUTDOWN (node untouched) once the graph is closed. */
 dt_status dt__graph_submit(dt_graph *g, dt__node *n);
-
-#define DT_BACKLOG_MAX 32768
-/* A client thread compares the backlog with DT_BACKLOG_MAX once every this
- * many submissions. */
-#define DT_BACKLOG_STRIDE 64
-/* Counts records leaving the pipeline and wakes a waiting client (any thread). */
-void dt__backlog_done(dt_graph *g, long n);
-/* Records in flight now: nodes pushed + kernels queued - nodes lowered -
- * kernels run (any thread; a snapshot). */
-long dt__backlog(dt_graph *g);
 
 /* Checks a graph is usable and the mesh/meta are sane. */
 dt_status dt__client_check_graph(dt_graph *g);
@@ -39,5 +24,17 @@ dt_status dt__graph_check_mesh(const dt_graph *g, const dt_mesh *mesh);
 /* A PlacementError message: "op: placements ... not accepted ...". */
 dt_status dt__placement_error(const char *op, const dt__meta *const *ins, int nin, int mesh_dim,
                               const char *accepted, int fix_input, const dt_placement *fix);
+
+/* Controller: waits until the queue holds something, then takes it whole
+ * (oldest first); the closing batch ends in STOP. */
+void dt__graph_wait_queue(dt_graph *g);
+dt__node *dt__graph_take(dt_graph *g);
+/* Controller: takes the dropped values (any order). Taken before the nodes
+ * of the same round, so every node that reads one of them was pushed before
+ * and is lowered first. */
+dt__tval *dt__graph_take_releases(dt_graph *g);
+/* Wakes the controller if it sleeps (after a push to the queue or the release
+ * stack). */
+void dt__graph_wake(dt_graph *g);
 
 #endif /* DT_CORE_GRAPH_H */

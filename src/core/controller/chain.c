@@ -16,11 +16,11 @@
 #include <string.h>
 
 #include "core/client/graph.h"
-#include "core/client/graph_int.h"
 #include "core/client/tensor.h"
 #include "core/controller/chain.h"
 #include "core/controller/lower.h"
 #include "core/records/blob.h"
+#include "core/records/graph_int.h"
 #include "core/records/kernel.h"
 #include "core/records/mesh.h"
 #include "core/records/meta.h"

@@ -11,13 +11,13 @@
 #include <string.h>
 
 #include "comm/comm.h"
-#include "core/client/graph_int.h"
 #include "core/client/tensor.h"
 #include "core/controller/lower.h"
 #include "core/controller/lower_queue.h"
 #include "core/controller/window.h"
 #include "core/records/blob.h"
 #include "core/records/future.h"
+#include "core/records/graph_int.h"
 #include "core/records/kernel.h"
 #include "core/records/mesh.h"
 #include "core/records/meta.h"

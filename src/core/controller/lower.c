@@ -15,7 +15,6 @@
 
 #include "comm/coll.h"
 #include "comm/comm.h"
-#include "core/client/graph_int.h"
 #include "core/client/tensor.h"
 #include "core/controller/lower.h"
 #include "core/controller/lower_queue.h"
@@ -24,6 +23,7 @@
 #include "core/diag/debug.h"
 #include "core/diag/record.h"
 #include "core/records/blob.h"
+#include "core/records/graph_int.h"
 #include "core/records/kernel.h"
 #include "core/records/mesh.h"
 #include "core/records/meta.h"

@@ -10,10 +10,10 @@
 #ifndef DT_CORE_LOWER_QUEUE_H
 #define DT_CORE_LOWER_QUEUE_H
 
-#include "core/client/graph_int.h"
 #include "core/controller/replay.h"
 #include "core/diag/record.h"
 #include "core/records/blob.h"
+#include "core/records/graph_int.h"
 #include "core/records/kernel_rec.h"
 #include "core/worker/stream_int.h"
 

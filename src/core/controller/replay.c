@@ -21,13 +21,13 @@
 #include <string.h>
 
 #include "comm/comm.h"
-#include "core/client/graph_int.h"
 #include "core/client/segment.h"
 #include "core/client/tensor.h"
 #include "core/controller/lower.h"
 #include "core/controller/lower_queue.h"
 #include "core/controller/replay.h"
 #include "core/records/blob.h"
+#include "core/records/graph_int.h"
 #include "core/records/kernel.h"
 #include "core/records/kernel_rec.h"
 #include "core/records/mesh.h"

@@ -23,11 +23,11 @@
 #include <time.h>
 
 #include "core/client/graph.h"
-#include "core/client/graph_int.h"
 #include "core/client/tensor.h"
 #include "core/controller/lower.h"
 #include "core/diag/debug.h"
 #include "core/records/blob.h"
+#include "core/records/graph_int.h"
 #include "core/records/kernel.h"
 #include "core/records/kernel_rec.h"
 #include "core/records/mesh.h"

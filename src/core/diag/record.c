@@ -14,12 +14,12 @@
 #include <time.h>
 
 #include "comm/coll.h"
-#include "core/client/graph_int.h"
 #include "core/client/tensor.h"
 #include "core/controller/lower.h"
 #include "core/core.h"
 #include "core/diag/record.h"
 #include "core/records/blob.h"
+#include "core/records/graph_int.h"
 #include "core/records/kernel.h"
 #include "core/records/kernel_rec.h"
 #include "core/records/mesh.h"

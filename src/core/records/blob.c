@@ -13,9 +13,9 @@
  */
 #include <string.h>
 
-#include "core/client/graph_int.h"
 #include "core/records/blob.h"
 #include "core/records/cluster_port.h"
+#include "core/records/graph_int.h"
 #include "core/records/kernel.h"
 #include "core/records/kernel_rec.h"
 #include "core/records/memstats.h"

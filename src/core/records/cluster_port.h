@@ -69,7 +69,9 @@ static inline uint64_t dt__port_generation(void) {
 static inline int dt__port_span_nccl(uint32_t tag, uint64_t key, int n, const int64_t *ids) {
     return dt__cluster_port_used ? dt__cluster_port_used->span_nccl(tag, key, n, ids) : 0;
 }
-static inline int64_t dt__port_relayed(void) { return dt__cluster_port_used ? dt__cluster_port_used->relayed() : 0; }
+static inline int64_t dt__port_relayed(void) {
+    return dt__cluster_port_used ? dt__cluster_port_used->relayed() : 0;
+}
 static inline void dt__port_release(int node, uint32_t tag, uint64_t id) {
     if (dt__cluster_port_used)
         dt__cluster_port_used->release(node, tag, id);
@@ -79,8 +81,9 @@ static inline int64_t dt__port_cuda_devices(void) {
 }
 /* Only for a device dt__port_node_of placed on a worker node, so never
  * without a port. */
-static inline void dt__port_ship(int node, const char *backend, void *body, size_t len, struct dt_future **futs,
-                                 const int *counts, int n, uint32_t tag, dt__span_key *keys, int nkeys) {
+static inline void dt__port_ship(int node, const char *backend, void *body, size_t len,
+                                 struct dt_future **futs, const int *counts, int n, uint32_t tag,
+                                 dt__span_key *keys, int nkeys) {
     dt__cluster_port_used->ship(node, backend, body, len, futs, counts, n, tag, keys, nkeys);
 }
 

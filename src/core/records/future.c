@@ -9,9 +9,9 @@
 #include <time.h>
 
 #include "backend/backend.h"
-#include "core/client/graph.h"
 #include "core/records/blob.h"
 #include "core/records/future.h"
+#include "core/records/graph_int.h"
 #include "core/records/meta.h"
 
 /* Futures' ids (dt_future.id): unique in the process. */

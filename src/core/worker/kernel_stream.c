@@ -24,9 +24,9 @@
 
 #include "comm/comm.h"
 #include "core/client/graph.h"
-#include "core/client/graph_int.h"
 #include "core/records/blob.h"
 #include "core/records/cluster_port.h"
+#include "core/records/graph_int.h"
 #include "core/records/kernel.h"
 #include "core/records/memstats.h"
 #include "core/worker/stream.h"

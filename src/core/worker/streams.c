@@ -27,9 +27,9 @@
 #include <string.h>
 
 #include "comm/comm.h"
-#include "core/client/graph_int.h"
 #include "core/controller/remote.h"
 #include "core/records/blob.h"
+#include "core/records/graph_int.h"
 #include "core/worker/stream.h"
 #include "core/worker/stream_int.h"
 

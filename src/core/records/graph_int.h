@@ -10,7 +10,7 @@
 #ifndef DT_CORE_GRAPH_INT_H
 #define DT_CORE_GRAPH_INT_H
 
-#include "core/client/graph.h"
+#include "core/core.h"
 #include "core/records/kernel.h"
 
 /* Fields are grouped by the threads that write them, each group on its own
@@ -36,6 +36,11 @@ struct dt_graph {
      * collectives (core/controller/sched.h; on unless DTORCH_SCHEDULE=0 at creation;
      * dt_graph_set_schedule). */
     atomic_int schedule;
+    /* Shuts the graph down and frees it when the last reference goes
+     * (dt_graph_release, graph_state.c): set by dt_graph_create
+     * (core/api/graph_life.c), which is above every role that may hold the
+     * last reference. */
+    void (*finalize)(struct dt_graph *g);
     pthread_t ctl;
     pthread_mutex_t life_lock; /* serialises shutdown */
     int shut_down;             /* the controller is joined; guarded by life_lock */
@@ -146,27 +151,38 @@ struct dt_graph {
     struct dt__rec *rec;
 };
 
+#define DT__Q_IS_CLOSED(h) (((uintptr_t)(h)&1) != 0)
+#define DT__R_CLOSED ((dt__tval *)(uintptr_t)1)
+static inline int dt__graph_ok(const dt_graph *g) { return g && g->magic == DT__GRAPH_LIVE; }
+
+/* ---- the graph record's shared state (graph_state.c) ---- */
+
+/* The fork generation: moved in a forked child (src/init.c), so a graph
+ * made before the fork is not the child's. */
+extern _Atomic unsigned dt__fork_gen;
 static inline int dt__graph_forked(const dt_graph *g) {
     return g->fork_gen != atomic_load_explicit(&dt__fork_gen, memory_order_relaxed);
 }
 /* The controller's last act: wakes dt_graph_cancel/shutdown waiters. */
 void dt__graph_controller_exited(dt_graph *g);
 
-#define DT__Q_IS_CLOSED(h) (((uintptr_t)(h)&1) != 0)
-#define DT__R_CLOSED ((dt__tval *)(uintptr_t)1)
+/* The backend that runs device type t's kernels (any thread; fixed at
+ * creation). Declared in client/graph.h too, for modules the layout is not
+ * for (src/ops). */
+const dt__backend *dt__graph_be(const dt_graph *g, dt_device_type t);
 
-/* Controller: waits until the queue holds something, then takes it whole
- * (oldest first); the closing batch ends in STOP. */
-void dt__graph_wait_queue(dt_graph *g);
-dt__node *dt__graph_take(dt_graph *g);
-/* Controller: takes the dropped values (any order). Taken before the nodes
- * of the same round, so every node that reads one of them was pushed before
- * and is lowered first. */
-dt__tval *dt__graph_take_releases(dt_graph *g);
-static inline int dt__graph_ok(const dt_graph *g) { return g && g->magic == DT__GRAPH_LIVE; }
-/* Wakes the controller if it sleeps (after a push to the queue or the release
- * stack; graph.c). */
-void dt__graph_wake(dt_graph *g);
-void *dt__controller_main(void *arg);
+/* The error (set, and returned) of a push onto a graph that cannot take it:
+ * DT_EFORKED (made before this process forked) or shut down. */
+dt_status dt__submit_error(dt_status st);
+
+/* Flow control: a client that finds the backlog (nodes queued plus kernels
+ * not yet run) above DT_BACKLOG_MAX waits until it has drained to half,
+ * checking every DT_BACKLOG_STRIDE of its submissions. */
+#define DT_BACKLOG_MAX 32768
+#define DT_BACKLOG_STRIDE 64
+/* n nodes lowered or kernels run (controller, workers): wakes waiters once
+ * the backlog is down to half. */
+void dt__backlog_done(dt_graph *g, long n);
+long dt__backlog(dt_graph *g);
 
 #endif /* DT_CORE_GRAPH_INT_H */
