@@ -301,65 +301,66 @@ static int env_int(const char *name, int dflt) {
     return s && *s ? atoi(s) : dflt;
 }
 
-dt_status dt_cluster_listen(const char *address, const dt_cluster_options *opts) {
-    pthread_once(&C.once, init_cond);
+/* dt_cluster_listen's arguments, checked. */
+typedef struct listen_args {
+    const char *token;
+    int heartbeat_ms, cpu_devices;
+    char ep[200]; /* "tcp://HOST:PORT", PORT "*" for a free one */
+} listen_args;
+
+/* Checks the token, the devices, the heartbeat interval and the address
+ * before anything is made. */
+static dt_status check_listen(const char *address, const dt_cluster_options *opts, listen_args *a) {
     dt_cluster_options o = opts ? *opts : (dt_cluster_options){0};
-    const char *token = o.token ? o.token : getenv("DTORCH_CLUSTER_TOKEN");
-    if (!token || !*token)
+    a->token = o.token ? o.token : getenv("DTORCH_CLUSTER_TOKEN");
+    if (!a->token || !*a->token)
         return dt__error(DT_EINVAL,
                          "cluster: no cluster token: set DTORCH_CLUSTER_TOKEN (or pass a token) to "
                          "the secret the worker nodes are started with");
-    if (strlen(token) > DT__WIRE_TOKEN_MAX)
+    if (strlen(a->token) > DT__WIRE_TOKEN_MAX)
         return dt__error(DT_EINVAL, "cluster: the token is longer than %d bytes", DT__WIRE_TOKEN_MAX);
     if (o.cpu_devices < 0 || o.cpu_devices > DT__WIRE_MAX_DEVICES)
         return dt__error(DT_EINVAL, "cluster: cpu_devices must be in [0, %d], not %d", DT__WIRE_MAX_DEVICES,
                          o.cpu_devices);
-    int hb = o.heartbeat_ms ? o.heartbeat_ms : env_int("DTORCH_HEARTBEAT_MS", 1000);
-    if (hb < 10 || hb > 600000)
-        return dt__error(DT_EINVAL, "cluster: the heartbeat interval must be in [10, 600000] ms, not %d", hb);
-    char ep[200];
-    dt_status st = endpoint(address, ep, sizeof ep);
-    if (st != DT_OK)
-        return st;
-    pthread_mutex_lock(&C.life);
-    if (C.listening) {
-        pthread_mutex_unlock(&C.life);
-        return dt__error(DT_EINVAL, "cluster: this process is already the main node of a cluster at %s",
-                         C.address);
-    }
+    a->cpu_devices = o.cpu_devices;
+    a->heartbeat_ms = o.heartbeat_ms ? o.heartbeat_ms : env_int("DTORCH_HEARTBEAT_MS", 1000);
+    if (a->heartbeat_ms < 10 || a->heartbeat_ms > 600000)
+        return dt__error(DT_EINVAL, "cluster: the heartbeat interval must be in [10, 600000] ms, not %d",
+                         a->heartbeat_ms);
+    return endpoint(address, a->ep, sizeof a->ep);
+}
+
+/* Takes the cluster's token, heartbeat and devices (under life). Our own
+ * CUDA devices take the first CUDA ids; counted once, as a worker node
+ * counts its own when it registers. Outside mu: a backend's count may
+ * initialise CUDA. */
+static void configure(const listen_args *a) {
     pthread_mutex_lock(&C.mu);
-    snprintf(C.token, sizeof C.token, "%s", token);
-    C.heartbeat_ms = hb;
-    C.cpu_devices = o.cpu_devices;
-    C.cpu_total = o.cpu_devices;
+    snprintf(C.token, sizeof C.token, "%s", a->token);
+    C.heartbeat_ms = a->heartbeat_ms;
+    C.cpu_devices = a->cpu_devices;
+    C.cpu_total = a->cpu_devices;
     pthread_mutex_unlock(&C.mu);
-    /* Our own CUDA devices take the first CUDA ids; counted once, as a
-     * worker node counts its own when it registers. Outside mu: a
-     * backend's count may initialise CUDA. */
     int64_t cuda = dt__net_cuda_count(NULL, 0);
     uint32_t flags = dt__net_cuda_flags();
     pthread_mutex_lock(&C.mu);
     C.cuda_local = C.cuda_total = cuda;
     C.flags = flags;
     pthread_mutex_unlock(&C.mu);
+}
+
+/* Makes the cluster thread's receive buffer, the ROUTER socket worker
+ * nodes connect to (CURVE with the token's server key) and the wake pipe's
+ * two ends (under life). */
+static dt_status make_sockets(void) {
     int zero = 0, one = 1;
-    char bound[200];
-    size_t blen = sizeof bound;
-    char pipe[64];
-    snprintf(pipe, sizeof pipe, "inproc://dtorch-cluster-wake");
-    if (!(C.in = dt__calloc(1, sizeof *C.in))) {
-        st = dt__error(DT_ENOMEM, "cluster: out of memory");
-        goto fail;
-    }
+    if (!(C.in = dt__calloc(1, sizeof *C.in)))
+        return dt__error(DT_ENOMEM, "cluster: out of memory");
     if (!(C.ctx = zmq_ctx_new()) || !(C.router = zmq_socket(C.ctx, ZMQ_ROUTER)) ||
-        !(C.wake_rx = zmq_socket(C.ctx, ZMQ_PAIR)) || !(C.wake_tx = zmq_socket(C.ctx, ZMQ_PAIR))) {
-        st = dt__error(DT_EBACKEND, "cluster: making ZeroMQ sockets: %s", zmq_strerror(zmq_errno()));
-        goto fail;
-    }
-    if (dt__net_curve(C.router, C.token, 1) != 0) {
-        st = DT_EBACKEND;
-        goto fail;
-    }
+        !(C.wake_rx = zmq_socket(C.ctx, ZMQ_PAIR)) || !(C.wake_tx = zmq_socket(C.ctx, ZMQ_PAIR)))
+        return dt__error(DT_EBACKEND, "cluster: making ZeroMQ sockets: %s", zmq_strerror(zmq_errno()));
+    if (dt__net_curve(C.router, C.token, 1) != 0)
+        return DT_EBACKEND;
     zmq_setsockopt(C.router, ZMQ_LINGER, &(int){500}, sizeof(int));
     zmq_setsockopt(C.wake_tx, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(C.wake_rx, ZMQ_LINGER, &zero, sizeof zero);
@@ -369,48 +370,71 @@ dt_status dt_cluster_listen(const char *address, const dt_cluster_options *opts)
      * that passed the CURVE handshake; a header frame larger than any
      * message of this version is dropped (transport_zmq.c). */
     zmq_setsockopt(C.router, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
-    if (dt__net_bulk(C.router) != 0) {
-        st = DT_EBACKEND;
-        goto fail;
-    }
-    if (zmq_bind(C.router, ep) != 0) {
-        st = dt__error(DT_EBACKEND, "cluster: cannot listen at %s: %s", ep + 6, zmq_strerror(zmq_errno()));
-        goto fail;
-    }
-    if (zmq_getsockopt(C.router, ZMQ_LAST_ENDPOINT, bound, &blen) != 0 || strncmp(bound, "tcp://", 6) != 0) {
-        st = dt__error(DT_EBACKEND, "cluster: the bound address is unknown");
-        goto fail;
-    }
-    if (zmq_bind(C.wake_rx, pipe) != 0 || zmq_connect(C.wake_tx, pipe) != 0) {
-        st = dt__error(DT_EBACKEND, "cluster: the wake pipe: %s", zmq_strerror(zmq_errno()));
-        goto fail;
-    }
-    if ((st = dt__cluster_beat_open(ep)) != DT_OK)
-        goto fail;
+    if (dt__net_bulk(C.router) != 0)
+        return DT_EBACKEND;
+    return DT_OK;
+}
+
+/* Binds the ROUTER at `ep`, the wake pipe and the heartbeat channel, then
+ * records where the ROUTER listens (C.address; under life). */
+static dt_status bind_sockets(const char *ep) {
+    static const char wake[] = "inproc://dtorch-cluster-wake";
+    char bound[200];
+    size_t blen = sizeof bound;
+    if (zmq_bind(C.router, ep) != 0)
+        return dt__error(DT_EBACKEND, "cluster: cannot listen at %s: %s", ep + 6, zmq_strerror(zmq_errno()));
+    if (zmq_getsockopt(C.router, ZMQ_LAST_ENDPOINT, bound, &blen) != 0 || strncmp(bound, "tcp://", 6) != 0)
+        return dt__error(DT_EBACKEND, "cluster: the bound address is unknown");
+    if (zmq_bind(C.wake_rx, wake) != 0 || zmq_connect(C.wake_tx, wake) != 0)
+        return dt__error(DT_EBACKEND, "cluster: the wake pipe: %s", zmq_strerror(zmq_errno()));
+    dt_status st = dt__cluster_beat_open(ep);
+    if (st != DT_OK)
+        return st;
     pthread_mutex_lock(&C.mu);
     snprintf(C.address, sizeof C.address, "%.159s", bound + 6);
     pthread_mutex_unlock(&C.mu);
-    if (pthread_create(&C.thread, NULL, loop, NULL) != 0) {
-        st = dt__error(DT_EBACKEND, "cluster: cannot start the cluster thread");
-        goto fail;
-    }
-    if ((st = dt__cluster_beat_start()) != DT_OK) {
+    return DT_OK;
+}
+
+/* Starts the cluster thread, then the beat thread; stops the first when
+ * the second cannot start (under life). */
+static dt_status start_threads(void) {
+    if (pthread_create(&C.thread, NULL, loop, NULL) != 0)
+        return dt__error(DT_EBACKEND, "cluster: cannot start the cluster thread");
+    dt_status st = dt__cluster_beat_start();
+    if (st != DT_OK) {
         pthread_mutex_lock(&C.mu);
         zmq_send(C.wake_tx, "stop", 4, 0);
         pthread_mutex_unlock(&C.mu);
         pthread_join(C.thread, NULL);
-        goto fail;
     }
-    C.listening = 1;
-    C.pid = getpid();
-    dt__span_nccl_clear();
-    dt__cluster_data_start();
-    pthread_mutex_unlock(&C.life);
-    return DT_OK;
-fail:
-    pthread_mutex_lock(&C.mu);
-    close_all();
-    pthread_mutex_unlock(&C.mu);
+    return st;
+}
+
+dt_status dt_cluster_listen(const char *address, const dt_cluster_options *opts) {
+    pthread_once(&C.once, init_cond);
+    listen_args a;
+    dt_status st = check_listen(address, opts, &a);
+    if (st != DT_OK)
+        return st;
+    pthread_mutex_lock(&C.life);
+    if (C.listening) {
+        pthread_mutex_unlock(&C.life);
+        return dt__error(DT_EINVAL, "cluster: this process is already the main node of a cluster at %s",
+                         C.address);
+    }
+    configure(&a);
+    if ((st = make_sockets()) == DT_OK && (st = bind_sockets(a.ep)) == DT_OK &&
+        (st = start_threads()) == DT_OK) {
+        C.listening = 1;
+        C.pid = getpid();
+        dt__span_nccl_clear();
+        dt__cluster_data_start();
+    } else { /* whatever was made */
+        pthread_mutex_lock(&C.mu);
+        close_all();
+        pthread_mutex_unlock(&C.mu);
+    }
     pthread_mutex_unlock(&C.life);
     return st;
 }

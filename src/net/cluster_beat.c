@@ -1,12 +1,13 @@
 /*
- * The main node's heartbeat channel (issue 13 item 4): a connection of its
- * own to each worker node, on a ZeroMQ context of its own (so an I/O thread
- * of its own), served by a thread that does nothing else. Kernel batches,
- * reads and data between nodes share the main connection and its
- * context's I/O thread, whose CURVE encryption of tens of MB held
- * heartbeats back past the loss bound on a loaded machine; here a
- * heartbeat waits behind nothing but other heartbeats, and its thread does
- * no work whose length depends on the traffic.
+ * The main node's heartbeat channel (docs/decisions.md, "Faults: a
+ * heartbeat channel, two intervals, batches a node cannot run"): a
+ * connection of its own to each worker node, on a ZeroMQ context of its
+ * own (so an I/O thread of its own), served by a thread that does nothing
+ * else. Kernel batches, reads and data between nodes share the main
+ * connection and its context's I/O thread, whose CURVE encryption of tens
+ * of MB held heartbeats back past the loss bound on a loaded machine; here
+ * a heartbeat waits behind nothing but other heartbeats, and its thread
+ * does no work whose length depends on the traffic.
  *
  * Each side sends a heartbeat every half interval; a node not heard from
  * for two intervals is lost, judged at that instant (the poll's timeout is

@@ -4,7 +4,7 @@
  * node says stop or goes silent for two intervals. Heartbeats go both ways
  * on a connection of their own (the main node's second port, given in the
  * welcome), in a ZeroMQ context of their own, from a thread of their own
- * (cluster_beat.c says why).
+ * (node_beat.c).
  *
  * A refused token shows in one of two ways: with CURVE the main node cannot
  * open the handshake of a node whose token differs (its keys are derived
@@ -15,11 +15,10 @@
  * Threads: the calling thread (the node thread) runs everything but the
  * heartbeats, with the DEALER socket to the main node, the ROUTER other
  * worker nodes send data to, a DEALER per such peer and the monitor's PAIR
- * socket. The
- * beat thread (beat_loop) owns the heartbeat channel's DEALER socket; it
- * tells the node thread that the main node went silent or said stop
- * through `state` (an atomic) and a pipe, and the node thread stops it
- * through another pipe. No lock (the mailbox's, comm/xfer.c, is a leaf).
+ * socket. The beat thread (node_beat.c) owns the heartbeat channel's
+ * socket; it tells the node thread that the main node went silent or said
+ * stop through `state` (an atomic) and a pipe. No lock (the mailbox's,
+ * comm/xfer.c, is a leaf).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -36,22 +35,9 @@
 #include "comm/span_nccl.h"
 #include "comm/xfer.h"
 #include "dtorch/dtorch_cluster.h"
+#include "net/node_int.h"
 #include "net/subctl.h"
 #include "net/transport.h"
-
-enum { BEAT_ON, BEAT_GONE, BEAT_STOP };
-
-/* The heartbeat channel. */
-typedef struct nbeat {
-    pthread_t t;
-    int running;
-    void *ctx, *sock;
-    int stop[2]; /* node thread -> beat thread: end */
-    int wake[2]; /* beat thread -> node thread: `state` changed */
-    atomic_int state;
-    int hb;
-    dt__net_in *in;
-} nbeat;
 
 /* A worker node that takes DATA directly (a PEER message). */
 typedef struct peer {
@@ -73,6 +59,8 @@ typedef struct nodectx {
     const char *main;
     dt__subctl *sub; /* made by the first batch */
     char name[200];  /* "worker node I (host H, pid P)", for errors that name it */
+    char rid[96];    /* its routing id, on both connections to the main node */
+    size_t rid_len;
     nbeat beat;
     /* DATA this node sent to and received from other nodes (directly or
      * through the main node), DT__WIRE_DATA_*; every RESULT carries them. */
@@ -87,9 +75,7 @@ static void say(const nodectx *n, const char *fmt, const char *a) {
     }
 }
 
-/* A fatal condition: reported on stderr whatever `quiet`, and in the
- * thread error. */
-static int fail(const char *msg) {
+int dt__node_fail(const char *msg) {
     fprintf(stderr, "dtorch-node: %s\n", msg);
     dt__error(DT_EINVAL, "%s", msg);
     return 1;
@@ -123,7 +109,7 @@ static int mon_event(void *mon) {
 /* Registers; 0 with in->m the welcome, GONE, else the exit status. */
 static int enroll(nodectx *n, const dt__wire_msg *reg, int timeout_ms, dt__net_in *in) {
     if (dt__net_send(n->sock, NULL, 0, reg) != DT_OK)
-        return fail(dt_last_error());
+        return dt__node_fail(dt_last_error());
     int64_t deadline = dt__net_now_ms() + timeout_ms;
     int connected = 0, handshaken = 0, gone = 0;
     for (;;) {
@@ -132,11 +118,11 @@ static int enroll(nodectx *n, const dt__wire_msg *reg, int timeout_ms, dt__net_i
             char msg[300];
             snprintf(msg, sizeof msg, "no answer from the main node at %s after %d ms%s", n->main, timeout_ms,
                      connected ? "" : " (nothing listens there)");
-            return fail(msg);
+            return dt__node_fail(msg);
         }
         zmq_pollitem_t it[2] = {{n->sock, 0, ZMQ_POLLIN, 0}, {n->mon, 0, ZMQ_POLLIN, 0}};
         if (zmq_poll(it, 2, (long)left) < 0 && zmq_errno() != EINTR)
-            return fail("polling the connection failed");
+            return dt__node_fail("polling the connection failed");
         int ev;
         while ((ev = mon_event(n->mon)) != 0) {
             if (ev == ZMQ_EVENT_CONNECTED)
@@ -159,7 +145,7 @@ static int enroll(nodectx *n, const dt__wire_msg *reg, int timeout_ms, dt__net_i
                     "does not match the main node's (set the same DTORCH_CLUSTER_TOKEN on both hosts), or "
                     "what listens there is not a dtorch main node",
                     n->main);
-                return fail(msg);
+                return dt__node_fail(msg);
             }
         }
         int rc;
@@ -172,7 +158,7 @@ static int enroll(nodectx *n, const dt__wire_msg *reg, int timeout_ms, dt__net_i
                 char msg[700];
                 snprintf(msg, sizeof msg, "refused by the main node at %s: %s", n->main,
                          in->m.u.refuse.reason);
-                return fail(msg);
+                return dt__node_fail(msg);
             }
             if (in->m.type == DT__WIRE_STOP) {
                 say(n, "the main node said stop before registering%s", "");
@@ -392,129 +378,6 @@ static void run_message(nodectx *n, dt__net_in *in) {
     }
 }
 
-/* ------------------------------------------------ the heartbeat channel */
-
-static void *beat_loop(void *arg) {
-    nbeat *b = arg;
-    dt__thread_name("dt-node-beat");
-    int64_t now = dt__net_now_ms(), last_heard = now, next_beat = now;
-    int64_t limit = 2 * (int64_t)b->hb, half = b->hb / 2 > 0 ? b->hb / 2 : 1;
-    uint64_t seq = 0;
-    int state = BEAT_ON, stop = 0;
-    while (state == BEAT_ON && !stop) {
-        now = dt__net_now_ms();
-        if (now >= next_beat) {
-            dt__wire_msg h = {.type = DT__WIRE_HEARTBEAT};
-            h.u.heartbeat.seq = ++seq;
-            dt__net_send(b->sock, NULL, 0, &h);
-            next_beat = now + half;
-        }
-        if (now - last_heard >= limit) {
-            state = BEAT_GONE;
-            break;
-        }
-        int64_t wait = next_beat - now;
-        if (last_heard + limit - now < wait)
-            wait = last_heard + limit - now;
-        zmq_pollitem_t it[2] = {{b->sock, 0, ZMQ_POLLIN, 0}, {NULL, b->stop[0], ZMQ_POLLIN, 0}};
-        if (zmq_poll(it, 2, (long)(wait < 0 ? 0 : wait)) < 0 && zmq_errno() != EINTR)
-            break;
-        stop = (it[1].revents & ZMQ_POLLIN) != 0;
-        int rc;
-        while (!stop && (rc = dt__net_recv(b->sock, 0, b->in)) != 0) {
-            if (rc < 0)
-                continue;
-            if (b->in->m.type == DT__WIRE_HEARTBEAT)
-                last_heard = dt__net_now_ms();
-            else if (b->in->m.type == DT__WIRE_STOP)
-                state = BEAT_STOP;
-            else if (b->in->m.type == DT__WIRE_LOST) /* at once: the waits for its parts fail */
-                dt__xfer_lost(b->in->m.u.lost.first_device_id, b->in->m.u.lost.count, b->in->m.u.lost.error);
-        }
-        dt__net_in_done(b->in);
-    }
-    if (state != BEAT_ON) {
-        atomic_store(&b->state, state);
-        ssize_t w = write(b->wake[1], "b", 1); /* one byte into an empty pipe */
-        (void)w;
-    }
-    return NULL;
-}
-
-static void nonblocking_pipe(int fd[2]) {
-    for (int i = 0; i < 2; i++) {
-        fcntl(fd[i], F_SETFL, fcntl(fd[i], F_GETFL) | O_NONBLOCK);
-        fcntl(fd[i], F_SETFD, FD_CLOEXEC);
-    }
-}
-
-/* Connects the heartbeat channel to port `port` of the main node's host,
- * with routing id `rid` (the main connection's), and starts its thread.
- * 0, or 1 (the reason printed). */
-static int beat_start(nodectx *n, const char *token, const char *rid, size_t rid_len, int hb, int port) {
-    nbeat *b = &n->beat;
-    const char *colon = strrchr(n->main, ':');
-    char ep[320];
-    snprintf(ep, sizeof ep, "tcp://%.*s:%d", (int)(colon - n->main), n->main, port);
-    int64_t max = DT__WIRE_MAX;
-    int zero = 0;
-    b->hb = hb;
-    atomic_init(&b->state, BEAT_ON);
-    if (pipe(b->stop) != 0) {
-        b->stop[0] = b->stop[1] = -1;
-        return fail("cannot make a pipe");
-    }
-    if (pipe(b->wake) != 0) {
-        b->wake[0] = b->wake[1] = -1;
-        return fail("cannot make a pipe");
-    }
-    nonblocking_pipe(b->stop);
-    nonblocking_pipe(b->wake);
-    if (!(b->in = dt__calloc(1, sizeof *b->in)) || !(b->ctx = zmq_ctx_new()) ||
-        !(b->sock = zmq_socket(b->ctx, ZMQ_DEALER)))
-        return fail("cannot make the heartbeat socket");
-    zmq_setsockopt(b->sock, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(b->sock, ZMQ_MAXMSGSIZE, &max, sizeof max);
-    zmq_setsockopt(b->sock, ZMQ_ROUTING_ID, rid, rid_len);
-    if (dt__net_curve(b->sock, token, 0) != 0)
-        return fail(dt_last_error());
-    if (zmq_connect(b->sock, ep) != 0) {
-        char msg[400];
-        snprintf(msg, sizeof msg, "cannot connect the heartbeat channel to '%s': %s", ep + 6,
-                 zmq_strerror(zmq_errno()));
-        return fail(msg);
-    }
-    if (pthread_create(&b->t, NULL, beat_loop, b) != 0)
-        return fail("cannot start the heartbeat thread");
-    b->running = 1;
-    return 0;
-}
-
-/* Stops the beat thread and frees the channel (node thread). */
-static void beat_end(nbeat *b) {
-    if (b->running) {
-        ssize_t w = write(b->stop[1], "s", 1); /* the only byte it gets */
-        (void)w;
-        pthread_join(b->t, NULL);
-        b->running = 0;
-    }
-    if (b->in)
-        dt__net_in_done(b->in);
-    dt__free(b->in);
-    if (b->sock)
-        zmq_close(b->sock);
-    if (b->ctx)
-        zmq_ctx_term(b->ctx);
-    for (int i = 0; i < 2; i++) {
-        if (b->stop[i] >= 0)
-            close(b->stop[i]);
-        if (b->wake[i] >= 0)
-            close(b->wake[i]);
-    }
-    memset(b, 0, sizeof *b);
-    b->stop[0] = b->stop[1] = b->wake[0] = b->wake[1] = -1;
-}
-
 /* Serves after the welcome: batches, reads, data; the beat thread says
  * when the main node went silent or said stop. The exit status. */
 static int serve(nodectx *n, dt__net_in *in) {
@@ -541,7 +404,7 @@ static int serve(nodectx *n, dt__net_in *in) {
         if (n->sub)
             it[nit++] = it[5];
         if (zmq_poll(it, nit, 1000) < 0 && zmq_errno() != EINTR)
-            return fail("polling the connection failed");
+            return dt__node_fail("polling the connection failed");
         while (mon_event(n->mon) != 0) {
         }
         answer(n); /* the outbox first */
@@ -572,175 +435,223 @@ static int serve(nodectx *n, dt__net_in *in) {
     }
 }
 
-int dt_node_run(const dt_node_options *opts) {
+/* --------------------------------------------------------------- the run */
+
+/* The options, checked. */
+typedef struct nodeargs {
+    const char *token;
+    int cpus, cudas; /* the devices offered ('all' CUDA devices counted) */
+} nodeargs;
+
+/* --cuda-devices against what this host can offer: those the default
+ * backend's CUDA variant sees (after CUDA_VISIBLE_DEVICES and device
+ * virtualisation); asking for more, or for any without a GPU, is a bad
+ * argument here. 0 with *cudas the count, or the exit status (2). */
+static int check_cuda(int *cudas) {
+    if (*cudas < DT_NODE_CUDA_ALL || *cudas > DT__WIRE_MAX_DEVICES) {
+        fprintf(stderr, "dtorch-node: --cuda-devices must be in [0, %d] or 'all'\n", DT__WIRE_MAX_DEVICES);
+        return 2;
+    }
+    if (!*cudas)
+        return 0;
+    char why[400];
+    int64_t seen = dt__net_cuda_count(why, sizeof why);
+    if (seen == 0) {
+        fprintf(stderr, "dtorch-node: --cuda-devices: no CUDA device can be offered: %s\n", why);
+        dt__error(DT_EDEVICE, "no CUDA device can be offered: %s", why);
+        return 2;
+    }
+    if (*cudas > seen) {
+        fprintf(stderr,
+                "dtorch-node: --cuda-devices=%d: this host's CUDA backend sees %lld device%s "
+                "(CUDA_VISIBLE_DEVICES and DTORCH_DTENSOR_IN_SAME_DEVICE apply)\n",
+                *cudas, (long long)seen, seen == 1 ? "" : "s");
+        dt__error(DT_EDEVICE, "--cuda-devices=%d: the CUDA backend sees %lld", *cudas, (long long)seen);
+        return 2;
+    }
+    if (*cudas == DT_NODE_CUDA_ALL)
+        *cudas = seen > DT__WIRE_MAX_DEVICES ? DT__WIRE_MAX_DEVICES : (int)seen;
+    return 0;
+}
+
+/* Checks the options before anything is made: 0 with *a filled, else the
+ * exit status (1 without a token, 2 for a bad argument). */
+static int check_options(const dt_node_options *opts, nodeargs *a) {
     if (!opts || !opts->main_address || !*opts->main_address) {
         fprintf(stderr, "dtorch-node: --main-node-address=HOST:PORT is required\n");
         return 2;
     }
-    const char *token = opts->token ? opts->token : getenv("DTORCH_CLUSTER_TOKEN");
-    if (!token || !*token) {
-        fail("no cluster token: set DTORCH_CLUSTER_TOKEN or pass --token (the main node's secret)");
+    a->token = opts->token ? opts->token : getenv("DTORCH_CLUSTER_TOKEN");
+    if (!a->token || !*a->token) {
+        dt__node_fail("no cluster token: set DTORCH_CLUSTER_TOKEN or pass --token (the main node's secret)");
         return 1;
     }
-    if (strlen(token) > DT__WIRE_TOKEN_MAX) {
-        fail("the cluster token is longer than 1024 bytes");
+    if (strlen(a->token) > DT__WIRE_TOKEN_MAX) {
+        dt__node_fail("the cluster token is longer than 1024 bytes");
         return 2;
     }
-    int cpus = opts->cpu_devices ? opts->cpu_devices : 1;
-    if (cpus < 0 || cpus > DT__WIRE_MAX_DEVICES) {
+    a->cpus = opts->cpu_devices ? opts->cpu_devices : 1;
+    if (a->cpus < 0 || a->cpus > DT__WIRE_MAX_DEVICES) {
         fprintf(stderr, "dtorch-node: --cpu-devices must be in [1, %d]\n", DT__WIRE_MAX_DEVICES);
         return 2;
     }
-    /* Its CUDA devices: those the default backend's CUDA variant sees
-     * (after CUDA_VISIBLE_DEVICES and device virtualisation); asking for
-     * more, or for any without a GPU, is a bad argument here. */
-    int cudas = opts->cuda_devices;
-    if (cudas < DT_NODE_CUDA_ALL || cudas > DT__WIRE_MAX_DEVICES) {
-        fprintf(stderr, "dtorch-node: --cuda-devices must be in [0, %d] or 'all'\n", DT__WIRE_MAX_DEVICES);
-        return 2;
-    }
-    if (cudas) {
-        char why[400];
-        int64_t seen = dt__net_cuda_count(why, sizeof why);
-        if (seen == 0) {
-            fprintf(stderr, "dtorch-node: --cuda-devices: no CUDA device can be offered: %s\n", why);
-            dt__error(DT_EDEVICE, "no CUDA device can be offered: %s", why);
-            return 2;
-        }
-        if (cudas > seen) {
-            fprintf(stderr,
-                    "dtorch-node: --cuda-devices=%d: this host's CUDA backend sees %lld device%s "
-                    "(CUDA_VISIBLE_DEVICES and DTORCH_DTENSOR_IN_SAME_DEVICE apply)\n",
-                    cudas, (long long)seen, seen == 1 ? "" : "s");
-            dt__error(DT_EDEVICE, "--cuda-devices=%d: the CUDA backend sees %lld", cudas, (long long)seen);
-            return 2;
-        }
-        if (cudas == DT_NODE_CUDA_ALL)
-            cudas = seen > DT__WIRE_MAX_DEVICES ? DT__WIRE_MAX_DEVICES : (int)seen;
-    }
+    a->cudas = opts->cuda_devices;
+    int rc = check_cuda(&a->cudas);
+    if (rc != 0)
+        return rc;
     const char *colon = strrchr(opts->main_address, ':');
     if (!colon || colon == opts->main_address || !colon[1] ||
         strspn(colon + 1, "0123456789") != strlen(colon + 1)) {
         fprintf(stderr, "dtorch-node: --main-node-address must be HOST:PORT, not '%s'\n", opts->main_address);
         return 2;
     }
-    char ep[300];
-    snprintf(ep, sizeof ep, "tcp://%s", opts->main_address);
-    /* DTORCH_DIRECT_DATA=0 turns the direct links off (docs/cluster.md): the
-     * main node then sees, and counts, every message of this node. */
-    const char *direct = getenv("DTORCH_DIRECT_DATA");
-    nodectx n = {.quiet = opts->quiet,
-                 .main = opts->main_address,
-                 .token = token,
-                 .relay_only = direct && strcmp(direct, "0") == 0};
-    n.beat.stop[0] = n.beat.stop[1] = n.beat.wake[0] = n.beat.wake[1] = -1;
-    int rc = 1, zero = 0, linger = 200;
-    dt__net_in *in = dt__calloc(1, sizeof *in);
-    if (!in || !(n.ctx = zmq_ctx_new()) || !(n.sock = zmq_socket(n.ctx, ZMQ_DEALER)) ||
-        !(n.mon = zmq_socket(n.ctx, ZMQ_PAIR))) {
-        rc = fail("cannot make ZeroMQ sockets");
-        goto out;
-    }
-    zmq_setsockopt(n.sock, ZMQ_LINGER, &linger, sizeof linger);
-    if (dt__net_bulk(n.sock) != 0) {
-        rc = fail(dt_last_error());
-        goto out;
-    }
+    return 0;
+}
+
+/* Makes the connection to the main node (ZeroMQ brings it up in the
+ * background), with a monitor on it, and the wake pipe of the outbox. 0,
+ * or the exit status (1). */
+static int connect_main(nodectx *n) {
+    int zero = 0, linger = 200;
+    if (!(n->ctx = zmq_ctx_new()) || !(n->sock = zmq_socket(n->ctx, ZMQ_DEALER)) ||
+        !(n->mon = zmq_socket(n->ctx, ZMQ_PAIR)))
+        return dt__node_fail("cannot make ZeroMQ sockets");
+    zmq_setsockopt(n->sock, ZMQ_LINGER, &linger, sizeof linger);
+    if (dt__net_bulk(n->sock) != 0)
+        return dt__node_fail(dt_last_error());
     /* Our own routing id, so that a connection that drops and comes back
      * (ZeroMQ reconnects by itself) is still this node to the main node. */
-    char rid[96];
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    int rl = snprintf(rid, sizeof rid, "dtorch-node/%d/%lld.%09ld", (int)getpid(), (long long)ts.tv_sec,
-                      ts.tv_nsec);
-    zmq_setsockopt(n.sock, ZMQ_ROUTING_ID, rid, (size_t)rl);
-    zmq_setsockopt(n.mon, ZMQ_LINGER, &zero, sizeof zero);
-    if (dt__net_curve(n.sock, token, 0) != 0) {
-        rc = fail(dt_last_error());
-        goto out;
-    }
-    if (zmq_socket_monitor(n.sock, "inproc://dtorch-node-monitor", ZMQ_EVENT_ALL) != 0 ||
-        zmq_connect(n.mon, "inproc://dtorch-node-monitor") != 0) {
-        rc = fail("cannot monitor the connection");
-        goto out;
-    }
-    if (zmq_connect(n.sock, ep) != 0) {
+    n->rid_len = (size_t)snprintf(n->rid, sizeof n->rid, "dtorch-node/%d/%lld.%09ld", (int)getpid(),
+                                  (long long)ts.tv_sec, ts.tv_nsec);
+    zmq_setsockopt(n->sock, ZMQ_ROUTING_ID, n->rid, n->rid_len);
+    zmq_setsockopt(n->mon, ZMQ_LINGER, &zero, sizeof zero);
+    if (dt__net_curve(n->sock, n->token, 0) != 0)
+        return dt__node_fail(dt_last_error());
+    if (zmq_socket_monitor(n->sock, "inproc://dtorch-node-monitor", ZMQ_EVENT_ALL) != 0 ||
+        zmq_connect(n->mon, "inproc://dtorch-node-monitor") != 0)
+        return dt__node_fail("cannot monitor the connection");
+    char ep[300];
+    snprintf(ep, sizeof ep, "tcp://%s", n->main);
+    if (zmq_connect(n->sock, ep) != 0) {
         char msg[400];
-        snprintf(msg, sizeof msg, "cannot connect to '%s': %s", opts->main_address,
-                 zmq_strerror(zmq_errno()));
-        rc = fail(msg);
-        goto out;
+        snprintf(msg, sizeof msg, "cannot connect to '%s': %s", n->main, zmq_strerror(zmq_errno()));
+        return dt__node_fail(msg);
     }
     pthread_once(&data_pipe_once, make_data_pipe);
-    if (data_pipe_err) {
-        rc = fail("cannot make a pipe");
-        goto out;
-    }
+    if (data_pipe_err)
+        return dt__node_fail("cannot make a pipe");
+    return 0;
+}
+
+/* Takes the welcome `w`: this node's index and global device ids (said
+ * unless quiet), and its name for errors (`host` as registered). */
+static void take_welcome(nodectx *n, const nodeargs *a, const dt__wire_msg *w, const char *host) {
+    char line[400], cuda_line[160] = "";
+    int64_t first = w->u.welcome.first_device_id, cf = w->u.welcome.first_cuda_device_id;
+    if (a->cudas)
+        snprintf(cuda_line, sizeof cuda_line, "; %d CUDA devices, global cuda ids %lld..%lld", a->cudas,
+                 (long long)cf, (long long)cf + a->cudas - 1);
+    snprintf(line, sizeof line,
+             "worker node %u of the main node at %s: %d CPU devices, global ids %lld..%lld%s",
+             w->u.welcome.node_index, n->main, a->cpus, (long long)first, (long long)first + a->cpus - 1,
+             cuda_line);
+    say(n, "%s", line);
+    atomic_store_explicit(&own_first, first, memory_order_relaxed);
+    atomic_store_explicit(&own_count, (int64_t)a->cpus, memory_order_relaxed);
+    atomic_store_explicit(&own_cuda_first, cf, memory_order_relaxed);
+    atomic_store_explicit(&own_cuda_count, (int64_t)a->cudas, memory_order_relaxed);
+    n->cuda_first = cf;
+    n->index = w->u.welcome.node_index;
+    snprintf(n->name, sizeof n->name, "worker node %u (host %.127s, pid %d)", w->u.welcome.node_index, host,
+             (int)getpid());
+}
+
+#define WELCOMED (-2) /* join: registered; serve */
+
+/* Registers this node's devices (and its data port) and takes the
+ * welcome: WELCOMED with the welcome in in->m, else the exit status (0:
+ * the main node said stop or went away first). */
+static int join(nodectx *n, const nodeargs *a, int timeout_ms, dt__net_in *in) {
     dt__wire_msg reg = {.type = DT__WIRE_REGISTER};
-    reg.u.reg.cpu_devices = (uint32_t)cpus;
-    reg.u.reg.cuda_devices = (uint32_t)cudas;
-    reg.u.reg.flags = cudas ? dt__net_cuda_flags() : 0;
+    reg.u.reg.cpu_devices = (uint32_t)a->cpus;
+    reg.u.reg.cuda_devices = (uint32_t)a->cudas;
+    reg.u.reg.flags = a->cudas ? dt__net_cuda_flags() : 0;
     reg.u.reg.pid = (uint32_t)getpid();
     if (gethostname(reg.u.reg.host, sizeof reg.u.reg.host - 1) != 0)
         snprintf(reg.u.reg.host, sizeof reg.u.reg.host, "?");
-    reg.u.reg.token = (const uint8_t *)token;
-    reg.u.reg.token_len = strlen(token);
-    reg.u.reg.data_port = n.relay_only ? 0 : (uint32_t)data_open(&n);
-    rc = enroll(&n, &reg, opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 60000, in);
+    reg.u.reg.token = (const uint8_t *)n->token;
+    reg.u.reg.token_len = strlen(n->token);
+    reg.u.reg.data_port = n->relay_only ? 0 : (uint32_t)data_open(n);
+    int rc = enroll(n, &reg, timeout_ms, in);
     if (rc == GONE) {
-        say(&n, "the main node at %s is gone (it closed the connection while registering): exiting",
-            opts->main_address);
-        rc = 0;
-    } else if (rc == 0 && in->m.type == DT__WIRE_WELCOME) {
-        char line[400], cuda_line[160] = "";
-        int64_t cf = in->m.u.welcome.first_cuda_device_id;
-        if (cudas)
-            snprintf(cuda_line, sizeof cuda_line, "; %d CUDA devices, global cuda ids %lld..%lld", cudas,
-                     (long long)cf, (long long)cf + cudas - 1);
-        snprintf(line, sizeof line,
-                 "worker node %u of the main node at %s: %d CPU devices, global ids %lld..%lld%s",
-                 in->m.u.welcome.node_index, opts->main_address, cpus,
-                 (long long)in->m.u.welcome.first_device_id,
-                 (long long)in->m.u.welcome.first_device_id + cpus - 1, cuda_line);
-        say(&n, "%s", line);
-        atomic_store_explicit(&own_first, (int64_t)in->m.u.welcome.first_device_id, memory_order_relaxed);
-        atomic_store_explicit(&own_count, (int64_t)cpus, memory_order_relaxed);
-        atomic_store_explicit(&own_cuda_first, cf, memory_order_relaxed);
-        atomic_store_explicit(&own_cuda_count, (int64_t)cudas, memory_order_relaxed);
-        n.cuda_first = cf;
-        n.index = in->m.u.welcome.node_index;
-        snprintf(n.name, sizeof n.name, "worker node %u (host %.127s, pid %d)", in->m.u.welcome.node_index,
-                 reg.u.reg.host, (int)getpid());
-        dt__span_nccl_clear(); /* ids of an earlier cluster (the C tests' nodes share a process) */
-        /* The mailbox first: the beat thread may hear of a loss at once. */
-        static const dt__xfer_hooks hooks = {node_is_local, node_wake};
-        dt__xfer_start(&hooks);
-        rc = beat_start(&n, token, rid, (size_t)rl, (int)in->m.u.welcome.heartbeat_ms,
-                        (int)in->m.u.welcome.beat_port);
-        if (rc == 0)
-            rc = serve(&n, in);
+        say(n, "the main node at %s is gone (it closed the connection while registering): exiting", n->main);
+        return 0;
     }
-out:
-    beat_end(&n.beat);
+    if (rc != 0 || in->m.type != DT__WIRE_WELCOME)
+        return rc;
+    take_welcome(n, a, &in->m, reg.u.reg.host);
+    return WELCOMED;
+}
+
+/* Starts the mailbox and the heartbeat channel the welcome in in->m
+ * describes, then serves. The exit status. */
+static int start_serving(nodectx *n, dt__net_in *in) {
+    dt__span_nccl_clear(); /* ids of an earlier cluster (the C tests' nodes share a process) */
+    /* The mailbox first: the beat thread may hear of a loss at once. */
+    static const dt__xfer_hooks hooks = {node_is_local, node_wake};
+    dt__xfer_start(&hooks);
+    int rc = dt__node_beat_start(&n->beat, n->main, n->token, n->rid, n->rid_len,
+                                 (int)in->m.u.welcome.heartbeat_ms, (int)in->m.u.welcome.beat_port);
+    return rc != 0 ? rc : serve(n, in);
+}
+
+/* Ends whatever the run made, in order: the beat thread, the mailbox, the
+ * sub-controller (its work finishes first), the sockets; frees `in`. */
+static void node_close(nodectx *n, dt__net_in *in) {
+    dt__node_beat_end(&n->beat);
     /* Ranks waiting for another node's data fail: the cluster is gone. */
     dt__xfer_abort("this worker node left the cluster (its main node stopped or went away)");
-    dt__subctl_free(n.sub); /* its work finishes first */
+    dt__subctl_free(n->sub);
     dt__xfer_stop();
     if (in)
         dt__net_in_done(in);
-    if (n.sock)
-        zmq_socket_monitor(n.sock, NULL, 0);
-    if (n.mon)
-        zmq_close(n.mon);
-    for (int i = 0; i < n.npeers; i++)
-        zmq_close(n.peers[i].sock);
-    dt__free(n.peers);
-    if (n.data)
-        zmq_close(n.data);
-    if (n.sock)
-        zmq_close(n.sock);
-    if (n.ctx)
-        zmq_ctx_term(n.ctx);
+    if (n->sock)
+        zmq_socket_monitor(n->sock, NULL, 0);
+    if (n->mon)
+        zmq_close(n->mon);
+    for (int i = 0; i < n->npeers; i++)
+        zmq_close(n->peers[i].sock);
+    dt__free(n->peers);
+    if (n->data)
+        zmq_close(n->data);
+    if (n->sock)
+        zmq_close(n->sock);
+    if (n->ctx)
+        zmq_ctx_term(n->ctx);
     dt__free(in);
+}
+
+int dt_node_run(const dt_node_options *opts) {
+    nodeargs a;
+    int rc = check_options(opts, &a);
+    if (rc != 0)
+        return rc;
+    /* DTORCH_DIRECT_DATA=0 turns the direct links off (docs/cluster.md): the
+     * main node then sees, and counts, every message of this node. */
+    const char *direct_data = getenv("DTORCH_DIRECT_DATA");
+    nodectx n = {.quiet = opts->quiet,
+                 .main = opts->main_address,
+                 .token = a.token,
+                 .relay_only = direct_data && strcmp(direct_data, "0") == 0};
+    n.beat.stop[0] = n.beat.stop[1] = n.beat.wake[0] = n.beat.wake[1] = -1;
+    dt__net_in *in = dt__calloc(1, sizeof *in);
+    rc = in ? connect_main(&n) : dt__node_fail("cannot make ZeroMQ sockets");
+    if (rc == 0)
+        rc = join(&n, &a, opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 60000, in);
+    if (rc == WELCOMED)
+        rc = start_serving(&n, in);
+    node_close(&n, in);
     return rc;
 }

@@ -1,16 +1,18 @@
 /*
- * The cluster wire format (issue 13, DESIGN.md section 5): the framed,
- * versioned messages a main node and its worker nodes exchange over ZeroMQ,
- * encoded and decoded in this one place (wire.c). Pure C: nothing here
- * names ZeroMQ, so the decoder is tested (and fuzzed) in the sanitizer
- * builds.
+ * The cluster wire format: the framed, versioned messages a main node and
+ * its worker nodes (docs/cluster.md) exchange over ZeroMQ, encoded and
+ * decoded in this one place (wire.c; docs/decisions.md, "Worker nodes:
+ * formation, tokens, heartbeats", says why it is apart). Pure C: nothing
+ * here names ZeroMQ, so the decoder is tested (and fuzzed) in the
+ * sanitizer builds.
  *
  * A message is one ZeroMQ frame holding a header and a payload, possibly
  * followed by `nextra` frames of raw bytes (tensor payloads, sent without a
  * copy: BATCH, RELEASE and RESULT carry one; their layout is
  * core/controller/remote.h's; DATA carries a value's raw bytes, comm/xfer.h):
  *   header  := "DTNW" u16 version u16 type u32 length u32 nextra
- *   payload := length bytes, laid out per type (wire.c), little-endian.
+ *   payload := length bytes, laid out per type (wire.c, beside each type's
+ *              writer and reader), little-endian.
  * The decoder checks the magic, the version, the type, that the frame holds
  * exactly header + length bytes, and every field against its bounds, so a
  * truncated, corrupt or foreign frame is DT_EINVAL with the reason in the
@@ -65,7 +67,8 @@ typedef enum dt__wire_type {
 /* REGISTER flags: NCCL loads in the node's process, and its CUDA devices
  * are logical ones sharing GPUs (DTORCH_DTENSOR_IN_SAME_DEVICE=1), which
  * NCCL cannot serve. The main node decides from them whether a group
- * spanning nodes uses NCCL (comm/comm.h, dt__comm_span_nccl). */
+ * spanning nodes uses NCCL (dt__cluster_span_nccl, cluster_remote.c); if
+ * it does, dt__comm_nccl_span makes that group on each process. */
 #define DT__WIRE_REG_NCCL 1u
 #define DT__WIRE_REG_CUDA_VIRTUAL 2u
 
