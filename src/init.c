@@ -9,7 +9,7 @@
 
 #include "backend/backend.h"
 #include "common/common.h"
-#include "core/diag/debug.h"
+#include "core/records/gate.h"
 #include "core/records/graph_int.h"
 #include "core/records/node.h"
 #include "core/worker/stream.h"

@@ -49,7 +49,6 @@ LAYERS = [
     ("core/worker/", 4),
     ("core/client/", 5),
     ("core/controller/", 6),
-    ("core/diag/", 7),
     ("core/api/", 7),
     ("ops/", 8),
     ("net/", 9),

@@ -35,7 +35,7 @@
 #include "core/client/graph.h"
 #include "core/client/tensor.h"
 #include "core/controller/lower.h"
-#include "core/diag/record.h"
+#include "core/controller/trace_lower.h"
 #include "core/records/blob.h"
 #include "core/records/kernel.h"
 #include "core/records/mesh.h"

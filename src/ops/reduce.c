@@ -304,7 +304,7 @@ static dt_status allgather(dt__lower *L, const dt_mesh *mesh, int md, int dim, i
         dt__coll *c = dt__coll_new(mesh->type, DT_COLL_ALLGATHER, (int)size, ndim, dtype);
         if (c) {
             c->dim_a = dim;
-            /* Each rank's piece shape (read by explain, core/diag/record.c). */
+            /* Each rank's piece shape (read by explain, core/records/trace.c). */
             for (int64_t r = 0; r < size; r++)
                 memcpy(c->shapes[r], shapes[base + r * stride], sizeof c->shapes[r]);
         }

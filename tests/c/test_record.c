@@ -1,5 +1,5 @@
 /*
- * The recording layer (core/diag/record.c) on the 'ref' backend: the bounded
+ * The recording layer (core/records/trace.c) on the 'ref' backend: the bounded
  * buffer (fill, overflow counted, read back, reset), one writer thread
  * appending while a reader reads (the sanitizer builds check the
  * publication), and on a graph: explain records for an all-gather and a
@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/diag/record.h"
+#include "core/records/trace.h"
 #include "dtorch/dtorch_record.h"
 #include "test_util.h"
 

@@ -13,10 +13,10 @@
 #include "backend/backend.h"
 #include "core/client/graph.h"
 #include "core/controller/controller.h"
-#include "core/diag/debug.h"
-#include "core/diag/record.h"
+#include "core/records/gate.h"
 #include "core/records/graph_int.h"
 #include "core/records/node.h"
+#include "core/records/trace.h"
 
 /* ---------------------------------------------------------------- graph */
 

@@ -14,13 +14,13 @@
 #include "core/client/graph.h"
 #include "core/client/tensor.h"
 #include "core/controller/lower.h"
-#include "core/diag/record.h"
 #include "core/records/blob.h"
 #include "core/records/future.h"
 #include "core/records/graph_int.h"
 #include "core/records/mesh.h"
 #include "core/records/meta.h"
 #include "core/records/node.h"
+#include "core/records/trace.h"
 
 static _Atomic uint64_t next_tensor_id = 1;
 

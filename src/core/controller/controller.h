@@ -6,6 +6,12 @@
 #ifndef DT_CORE_CONTROLLER_H
 #define DT_CORE_CONTROLLER_H
 
+#include "core/core.h"
+
 void *dt__controller_main(void *arg);
+
+/* While a test holds the controller (dt_debug_hold_controller), waits;
+ * returns at once otherwise (debug_lower.c). */
+void dt__debug_wait_held(dt_graph *g);
 
 #endif /* DT_CORE_CONTROLLER_H */

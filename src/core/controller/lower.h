@@ -88,7 +88,7 @@ dt__blob *dt__lw_region(dt__lower *L, dt__tval *v, int64_t idx, const int64_t *c
 #define DT__SOURCE_LOCAL 1
 /* Frees what a SOURCE node that was never lowered owns (client thread). */
 void dt__source_free(const dt__backend *be, dt__node *n);
-/* The test gates' lowering (core/diag/debug.c). */
+/* The test gates' lowering (core/controller/debug_lower.c). */
 dt_status dt__lower_debug_gate(dt__lower *L, dt__node *n);
 /* Value reads and graph-wide barriers (core/controller/fetch.c). */
 dt_status dt__lower_fetch(dt__lower *L, dt__node *n);

@@ -11,7 +11,7 @@
 #define DT_CORE_LOWER_QUEUE_H
 
 #include "core/controller/replay.h"
-#include "core/diag/record.h"
+#include "core/controller/trace_lower.h"
 #include "core/records/blob.h"
 #include "core/records/graph_int.h"
 #include "core/records/kernel_rec.h"

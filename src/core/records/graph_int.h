@@ -146,7 +146,7 @@ struct dt_graph {
     /* One communication back end per device type, made on first use
      * (dt__graph_comm); read by workers, freed with the graph. */
     _Atomic(struct dt__comm *) comm[DT_DEVICE_TYPES];
-    /* Explain and trace records (core/diag/record.h); NULL when it could not be
+    /* Explain and trace records (core/records/trace.h); NULL when it could not be
      * made (nothing is recorded then). Made and freed with the graph. */
     struct dt__rec *rec;
 };

@@ -36,8 +36,8 @@
 
 #include "comm/coll.h"
 #include "comm/comm.h"
-#include "core/diag/debug.h"
 #include "core/records/blob.h"
+#include "core/records/gate.h"
 #include "core/records/kernel.h"
 
 /* ---------------------------------------------------------------- records */

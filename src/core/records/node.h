@@ -67,7 +67,7 @@ struct dt__node {
     const char *site_file; /* interned */
     int32_t site_line;
     void *extra; /* SOURCE: host impl (or blocks, DT__SOURCE_LOCAL); FETCH/SYNC: the dt_future */
-    /* While tracing (core/diag/record.h): when and on which client thread the
+    /* While tracing (core/records/trace.h): when and on which client thread the
      * node was recorded; zero otherwise. */
     int64_t rec_t0, rec_t1;
     uint32_t rec_tid;

@@ -15,12 +15,13 @@
 
 #include "comm/comm.h"
 #include "core/controller/chain.h"
-#include "core/diag/debug.h"
-#include "core/diag/record.h"
 #include "core/records/blob.h"
 #include "core/records/future.h"
+#include "core/records/gate.h"
 #include "core/records/graph_int.h"
 #include "core/records/kernel.h"
+#include "core/records/kernel_rec.h"
+#include "core/records/trace.h"
 #include "core/worker/stream.h"
 #include "core/worker/stream_int.h"
 
@@ -129,6 +130,36 @@ static void run_collective(dt__krec *k, dt__stream *s) {
 }
 
 /* A kernel's name in traces. */
+/* A gate kernel (core/records/gate.h): waits for the gate, then copies its
+ * input, so the gated value shares no storage with it. */
+static void gate_run(dt__krec *k, dt__stream *s) {
+    dt_debug_gate *gate = k->handle;
+    dt__debug_gate_wait(gate, &s->g->gates_bypassed);
+    dt__debug_gate_unref(gate);
+    k->handle = NULL;
+    const dt__blob *in = k->in[0];
+    if (in->error) {
+        k->out->error = dt__strdup(in->error);
+        return;
+    }
+    /* A fresh copy (assemble of one piece covering the whole block), so the
+     * gated value shares no storage with its input. */
+    static const int64_t zero[DT_MAX_NDIM];
+    void *impl = in->impl, *out = NULL;
+    char err[512] = "";
+    dt__kattr a;
+    dt__kattr_unpack(k, &a);
+    dt_status st = s->be->assemble(a.dtype, a.ndim, a.shape, 1, &impl, zero, 0, &out, err, sizeof err);
+    if (st == DT_OK) {
+        k->out->impl = out;
+    } else {
+        char buf[700];
+        snprintf(buf, sizeof buf, "%s failed on device %lld: %s", k->opname, (long long)s->device_id,
+                 err[0] ? err : dt_status_str(st));
+        k->out->error = dt__strdup(buf);
+    }
+}
+
 static const char *kernel_name(int kop) {
     if (kop < DT_K_COUNT)
         return kop_names[kop];
@@ -163,7 +194,7 @@ void dt__kernel_run(dt__krec *k, dt__stream *s) {
         run_assemble(k, s);
         break;
     case DT_KC_GATE:
-        dt__debug_gate_run(k, s);
+        gate_run(k, s);
         break;
     case DT_K_CHAIN:
         inplace = dt__chain_run(k, s);

@@ -93,4 +93,9 @@ void dt__graph_set_backend_for_test(dt_graph *g, dt_device_type type, const dt__
  * controller's map; the sync orders it). */
 int dt__graph_debug_stream(dt_graph *g, dt_device_type type, int64_t id, int kind, long *run, long *comm);
 
+/* Traces (core/records/trace.h; trace_kernels.c): kernel k (`kernel` its
+ * kernel's name, static) ran on s from t0 to now; called by s's worker
+ * before s completes its number. */
+void dt__rec_kernel_ran(dt__stream *s, const dt__krec *k, const char *kernel, int64_t t0);
+
 #endif /* DT_CORE_STREAM_H */

@@ -67,7 +67,7 @@ struct dt__stream {
      * collectives and cross-mesh assemblies. Worker-written, relaxed. */
     atomic_long n_run, n_comm;
     dt__krec *stop_k;       /* the stop kernel, made with the stream */
-    struct dt__recbuf *rec; /* worker-only: its trace buffer, owned by g->rec (core/diag/record.h) */
+    struct dt__recbuf *rec; /* worker-only: its trace buffer, owned by g->rec (core/records/trace.h) */
     /* Worker-only: the last backend kernel's attributes, which the next one
      * is unpacked over (dt__kattr_unpack_over), and its arrays' lengths. On
      * lines of their own, away from the fields other threads read. */

@@ -1,5 +1,5 @@
 /*
- * Recording for dtorch.explain() and dtorch.profiler.trace() (record.c): a
+ * Recording for dtorch.explain() and dtorch.profiler.trace() (trace.c): a
  * bounded, append-only buffer of fixed-size records per writing thread, the
  * records the controller and the workers append while recording is on, and
  * the hooks that append them.
@@ -26,8 +26,8 @@
  * Lock order: the recorder's lock is a leaf (taken by a worker only to
  * register its buffer, by readers to read).
  */
-#ifndef DT_RECORD_H
-#define DT_RECORD_H
+#ifndef DT_CORE_TRACE_H
+#define DT_CORE_TRACE_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -39,6 +39,12 @@
 /* ------------------------------------------------------------- buffers */
 
 #define DT__REC_CHUNKS 256
+/* Records per buffer: the controller's explain and node buffers, its kernel
+ * map and each worker's kernels. A full buffer drops (and counts). */
+#define DT__REC_EXPLAIN_CAP (1u << 18)
+#define DT__REC_NODES_CAP (1u << 18)
+#define DT__REC_KMAP_CAP (1u << 20)
+#define DT__REC_KERNELS_CAP (1u << 20)
 
 /* A bounded buffer of `cap` records of `elem` bytes, allocated in up to
  * DT__REC_CHUNKS chunks as it fills. One writer thread; readers as above. */
@@ -140,31 +146,11 @@ static inline uint64_t dt__rec_stream_key(int type, int kind, int64_t device_id)
 
 /* ------------------------------------------------------------- hooks */
 
-struct dt_graph;
-struct dt__lower;
+/* Each role appends its own records, from its own folder: the controller
+ * (core/controller/trace_lower.h), the workers (dt__rec_kernel_ran,
+ * core/worker/stream.h) and, here, the client. */
 struct dt__node;
-struct dt__stream;
-struct dt__krec;
-struct dt__coll;
-struct dt_mesh;
-
-/* Controller, lower_node: before and after lowering node n (t0: when it
- * began). */
-int64_t dt__rec_node_begin(struct dt__lower *L, struct dt__node *n);
-void dt__rec_node_end(struct dt__lower *L, struct dt__node *n, int64_t t0);
-/* Controller: one group (devices base + r * stride) of a collective. */
-void dt__rec_collective(struct dt__lower *L, const struct dt_mesh *mesh, const struct dt__coll *c,
-                        int64_t base, int64_t stride, const char *opname);
-/* Controller: a point-to-point move between meshes, `bytes` the most any
- * destination device receives from another device. */
-void dt__rec_send_recv(struct dt__lower *L, int64_t bytes);
-/* Controller: kernel k, number `seq`, was appended to stream s. */
-void dt__rec_kernel_queued(struct dt_graph *g, const struct dt__stream *s, const struct dt__krec *k,
-                           uint64_t seq);
-/* Worker: kernel k (`kernel` its kernel's name, static) ran on s from t0
- * to now; called before s completes its number. */
-void dt__rec_kernel_ran(struct dt__stream *s, const struct dt__krec *k, const char *kernel, int64_t t0);
 /* Client: stamps a node being submitted (its client thread and times). */
 void dt__rec_client_submit(struct dt__node *n);
 
-#endif /* DT_RECORD_H */
+#endif /* DT_CORE_TRACE_H */
