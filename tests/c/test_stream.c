@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "core/client/tensor.h"
+#include "core/controller/stream_map.h"
 #include "core/records/blob.h"
 #include "core/records/graph_int.h"
 #include "core/records/mesh.h"

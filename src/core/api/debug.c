@@ -113,7 +113,6 @@ dt_status dt_debug_hold_controller(dt_graph *g, int hold) {
     return DT_OK;
 }
 
-
 dt_tensor *dt_debug_gated(dt_tensor *x, dt_debug_gate *gate) {
     dt_clear_error();
     if (!dt__tensor_ok(x) || !dt__debug_gate_ok(gate)) {

@@ -21,6 +21,7 @@
 #include "core/records/meta.h"
 #include "core/records/node.h"
 #include "core/records/trace.h"
+#include "core/worker/stream.h"
 
 static _Atomic uint64_t next_tensor_id = 1;
 

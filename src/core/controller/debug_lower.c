@@ -7,6 +7,7 @@
  */
 #include <string.h>
 
+#include "core/client/tensor.h"
 #include "core/controller/controller.h"
 #include "core/controller/lower.h"
 #include "core/records/blob.h"
@@ -16,7 +17,6 @@
 #include "core/records/mesh.h"
 #include "core/records/meta.h"
 #include "core/records/node.h"
-#include "core/client/tensor.h"
 
 void dt__debug_wait_held(dt_graph *g) {
     pthread_mutex_lock(&g->qlock);

@@ -24,6 +24,7 @@
 #include "core/controller/remote.h"
 #include "core/controller/replay.h"
 #include "core/controller/sched.h"
+#include "core/controller/stream_map.h"
 #include "core/controller/trace_lower.h"
 #include "core/controller/window.h"
 #include "core/records/blob.h"

@@ -19,6 +19,7 @@
 #include "core/controller/lower.h"
 #include "core/controller/lower_queue.h"
 #include "core/controller/replay.h"
+#include "core/controller/stream_map.h"
 #include "core/controller/trace_lower.h"
 #include "core/controller/window.h"
 #include "core/records/blob.h"

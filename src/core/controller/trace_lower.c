@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "comm/coll.h"
+#include "core/client/tensor.h"
 #include "core/controller/lower.h"
 #include "core/controller/trace_lower.h"
 #include "core/records/graph_int.h"
@@ -16,7 +17,6 @@
 #include "core/records/mesh.h"
 #include "core/records/meta.h"
 #include "core/records/node.h"
-#include "core/client/tensor.h"
 #include "core/worker/stream_int.h"
 
 /* Appends the collective being merged, if any. */

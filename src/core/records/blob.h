@@ -70,22 +70,11 @@ void dt__blob_release(dt__blob *b);
 /* The same with the calling thread's pool lists (common/pool.h; NULL:
  * looked up), for a thread that holds them (the controller's release loop). */
 void dt__blob_release_in(dt__blob *b, struct dt__pool_lists *mine);
-/* The controller's release of a value's blob (its release loop): a blob
- * whose last reference this was and that a local stream's worker made goes
- * on that stream's dead list, which the flush hands to the worker to free
- * (dt__blob_free_dead): the backend's free (a tensor's destructor, its
- * storage) runs on the thread that made it, not on the controller. Others
- * are freed here, as dt__blob_release_in. */
-void dt__blob_release_ctl(struct dt_graph *g, dt__blob *b, struct dt__pool_lists *mine);
+/* Frees a blob whose last reference the caller has just dropped (and
+ * what it held). Any thread. */
+void dt__blob_free_last(dt__blob *b, struct dt__pool_lists *mine);
 /* Frees a dead list (a DT_KC_RELEASE kernel's handle). Any thread. */
 void dt__blob_free_dead(dt__blob *b);
-
-/* Charges k's new output to s's device: its storage's bytes, or nothing
- * when it shares an input's storage (a view: it then holds that input as
- * its base); an output written into its donated input's buffer (inplace)
- * takes that input's charge and base over instead (s's worker thread;
- * core/records/blob.c). */
-void dt__blob_account(dt__krec *k, const dt__stream *s, int inplace);
 
 /* The blob record pool (common/pool.h): made on one thread, freed on another. */
 extern dt__pool dt__blob_pool;

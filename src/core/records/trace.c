@@ -18,7 +18,6 @@
 
 dt__rec_flags dt__rec_flag;
 
-
 int64_t dt__rec_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -21,6 +21,7 @@
 #include "core/records/graph_int.h"
 #include "core/records/kernel.h"
 #include "core/records/kernel_rec.h"
+#include "core/records/memstats.h"
 #include "core/records/trace.h"
 #include "core/worker/stream.h"
 #include "core/worker/stream_int.h"
@@ -160,6 +161,47 @@ static void gate_run(dt__krec *k, dt__stream *s) {
     }
 }
 
+/* Charges a new output to its device (s's worker thread). Storage is counted once: an output
+ * written into its donated input's buffer takes that input's charge (and base) over; a view of
+ * an input on this device's account (the backend says they share storage) is charged nothing
+ * and holds that input, whose charge then lasts as long as the storage is seen; anything else is
+ * charged its storage's bytes, which for a view of the kernel's own temporary is more than its
+ * elements'. An input on no device's account (a source: the host copy from_torch made, which
+ * each device's blob of a Replicate shares) or on another device's (an in-process copy may
+ * share a host buffer) is not a base: that output is charged here, as before views, so a
+ * device's value is always counted on that device. */
+static void blob_account(dt__krec *k, const dt__stream *s, int inplace) {
+    dt__blob *out = k->out;
+    if (!out || !out->impl || out->charged || out->base)
+        return;
+    if (inplace && k->n_in > 0 && k->in[0]->impl && s->be->same_storage &&
+        s->be->same_storage(out->impl, k->in[0]->impl)) {
+        dt__blob *in = k->in[0];
+        out->charged = in->charged;
+        out->mem = in->mem;
+        out->base = in->base;
+        in->charged = 0;
+        in->base = NULL;
+        atomic_fetch_add_explicit(&s->g->kernels_in_place, 1, memory_order_relaxed);
+        return;
+    }
+    if (!s->mem)
+        return;
+    out->mem = s->mem;
+    if (s->be->same_storage)
+        for (int i = 0; i < k->n_in; i++) {
+            dt__blob *in = k->in[i];
+            if (in->impl && in->mem == s->mem && in->be == s->be &&
+                s->be->same_storage(out->impl, in->impl)) {
+                out->base = dt__blob_retain(in);
+                return;
+            }
+        }
+    out->charged =
+        (int64_t)(s->be->storage_nbytes ? s->be->storage_nbytes(out->impl) : s->be->nbytes(out->impl));
+    dt__mem_charge(out->mem, out->charged);
+}
+
 static const char *kernel_name(int kop) {
     if (kop < DT_K_COUNT)
         return kop_names[kop];
@@ -204,7 +246,7 @@ void dt__kernel_run(dt__krec *k, dt__stream *s) {
         break;
     }
     if (k->out) {
-        dt__blob_account(k, s, inplace);
+        blob_account(k, s, inplace);
         /* The backend's event (when it has events) is recorded before the
          * host count says the kernel completed: a consumer that sees the
          * count finds the event. */

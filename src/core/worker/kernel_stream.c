@@ -23,7 +23,6 @@
 #include <string.h>
 
 #include "comm/comm.h"
-#include "core/client/graph.h"
 #include "core/records/blob.h"
 #include "core/records/cluster_port.h"
 #include "core/records/graph_int.h"
@@ -253,4 +252,21 @@ void dt__stream_free(dt__stream *s) {
     if (s->ctx && s->be->stream_free)
         s->be->stream_free(s->ctx);
     dt__free(s);
+}
+
+void dt__blob_release_ctl(dt_graph *g, dt__blob *b, dt__pool_lists *mine) {
+    if (!b || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    dt__stream *s = b->producer;
+    if (s && !s->remote && !b->remote && b->impl) {
+        b->next_dead = s->dead;
+        s->dead = b;
+        if (!s->dead_queued) {
+            s->dead_queued = 1;
+            s->next_dead_q = g->dead_q;
+            g->dead_q = s;
+        }
+        return;
+    }
+    dt__blob_free_last(b, mine);
 }

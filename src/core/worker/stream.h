@@ -40,23 +40,7 @@ void dt__kernel_failure(char *buf, size_t cap, const dt__krec *k, const dt__stre
  * its number (s's worker thread; core/worker/kernel_run.c). */
 void dt__kernel_drop(dt__krec *k, dt__stream *s);
 
-/* The stream map (streams.c; controller thread): the stream of (type, id,
- * kind), started on first use; NULL with the thread error set on failure. */
-dt__stream *dt__graph_stream(struct dt_graph *g, dt_device_type type, int64_t id, int kind);
-/* The cluster changed since g last looked (dt__cluster_generation): each
- * stream of a device now served elsewhere is retired -- a local one whose
- * id a worker node registered, a remote one whose node the cluster no
- * longer has (it ended) -- out of the map: new work on the id goes where it
- * is served now, as in a graph made then; the values it made stay where
- * they are, read there. g's collective groups are retired too (a group
- * records which ranks are this process's).
- * Returns the number retired: the caller drops what names those streams
- * (the replay cache). Controller thread, between rounds. */
-int dt__graph_streams_recheck(struct dt_graph *g);
-/* Stops every stream, oldest first, and frees the map (controller, at exit). */
-void dt__graph_streams_stop(struct dt_graph *g);
-
-/* Events (streams.c). The producing worker publishes a completed kernel
+/* Events (events.c). The producing worker publishes a completed kernel
  * (after recording the backend's event, if any, for its output). */
 void dt__event_complete(dt__stream *s, uint64_t n);
 /* Makes stream `s` wait for blob b's event (worker of s): returns once the
@@ -81,21 +65,18 @@ int dt__spin_until_changed(atomic_uint *counter, unsigned seen);
 #define DT_SPIN_PROBES 64
 #endif
 
-/* ------------------------------------------------ test-only stream hooks */
-
-/* Test-only: serves device type `type` on g with `be` (for a C test that
- * runs a second device type on a copy of the ref backend). Call right after
- * dt_graph_create, before any op on that type. */
-void dt__graph_set_backend_for_test(dt_graph *g, dt_device_type type, const dt__backend *be);
-/* Test-only: kernels run so far on stream (type, id, kind), and of those
- * collectives and cross-mesh assemblies; -1 when the stream does not exist.
- * Call only after dt_graph_sync with no op recorded since (it reads the
- * controller's map; the sync orders it). */
-int dt__graph_debug_stream(dt_graph *g, dt_device_type type, int64_t id, int kind, long *run, long *comm);
-
 /* Traces (core/records/trace.h; trace_kernels.c): kernel k (`kernel` its
  * kernel's name, static) ran on s from t0 to now; called by s's worker
  * before s completes its number. */
 void dt__rec_kernel_ran(dt__stream *s, const dt__krec *k, const char *kernel, int64_t t0);
+
+/* The controller's release of a value's blob (its release loop): a blob
+ * whose last reference this was and that a local stream's worker made goes
+ * on that stream's dead list, which the flush hands to the worker to free
+ * (dt__blob_free_dead, core/records/blob.h): the backend's free (a tensor's destructor, its
+ * storage) runs on the thread that made it, not on the controller. Others
+ * are freed here (kernel_stream.c). */
+void dt__blob_release_ctl(struct dt_graph *g, dt__blob *b, struct dt__pool_lists *mine);
+void dt__blob_release_ctl(dt_graph *g, dt__blob *b, struct dt__pool_lists *mine);
 
 #endif /* DT_CORE_STREAM_H */

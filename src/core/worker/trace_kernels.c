@@ -6,8 +6,8 @@
  * Threads: the stream's worker; the recorder's lock (a leaf) only to add
  * the buffer to the recorder's list.
  */
-#include "core/records/graph_int.h"
 #include "core/records/blob.h"
+#include "core/records/graph_int.h"
 #include "core/records/kernel_rec.h"
 #include "core/records/trace.h"
 #include "core/worker/stream_int.h"

@@ -1,33 +1,18 @@
 /*
- * The graph's streams and their events.
+ * The graph's streams: a graph keeps one worker stream per (device type, id,
+ * kind) it has used, in an open-addressing map made on first use, so a mesh
+ * of ids [0, 2**31-1] costs two streams, not a table of two billion slots.
+ * The map and the list of streams in creation order are controller-only:
+ * lowering looks streams up, dt__lower_sync and shutdown walk the list.
  *
- * Streams: a graph keeps one worker stream per (device type, id, kind) it
- * has used, in an open-addressing map made on first use, so a mesh of ids
- * [0, 2**31-1] costs two streams, not a table of two billion slots. The map
- * and the list of streams in creation order are controller-only: lowering
- * looks streams up, dt__lower_sync and shutdown walk the list.
- *
- * Events: an event is (producer stream, kernel number). The producing worker
- * publishes how many of its kernels have completed (dt__event_complete, a
- * release store); a consumer on another stream spins briefly on that count
- * and then sleeps on the producer's own ev_lock/ev_cond, so no worker ever
- * waits on a graph-wide lock and recording an event costs nothing beyond the
- * count's store. A backend with event slots (backend.h) adds its own event
- * on top: the host wait then only covers the producer's launch, and the
- * device queue waits on the backend's event.
- *
- * Threads: dt__graph_stream, dt__graph_streams_stop and the test hooks' map
- * reads run on the controller thread (the debug read after a sync, see
- * stream.h). dt__event_complete runs on the producing worker, dt__event_wait
- * on the consuming worker, dt__event_query on any thread.
- * Locks: a stream's ev_lock is a leaf: the producer takes it only to
- * broadcast, the consumer only to sleep, neither holding any other lock.
+ * Threads: the controller (the test hooks' map reads too: the debug read
+ * after a sync, see stream_map.h).
  */
-#include <sched.h>
 #include <string.h>
 
 #include "comm/comm.h"
 #include "core/controller/remote.h"
+#include "core/controller/stream_map.h"
 #include "core/records/blob.h"
 #include "core/records/graph_int.h"
 #include "core/worker/stream.h"
@@ -139,57 +124,6 @@ void dt__graph_streams_stop(dt_graph *g) {
     g->smap = NULL;
     g->smap_cap = g->smap_n = 0;
     g->streams = g->streams_last = NULL;
-}
-
-/* ------------------------------------------------------------ events */
-
-static int has_events(const dt__backend *be) { return be->api_version >= 2 && be->event_wait; }
-
-void dt__event_complete(dt__stream *s, uint64_t n) {
-    /* seq_cst on both sides (done then ev_waiters here, ev_waiters then done
-     * in the waiter): one of the two always sees the other's store. */
-    atomic_store(&s->done, n);
-    if (atomic_load(&s->ev_waiters) > 0) {
-        pthread_mutex_lock(&s->ev_lock);
-        pthread_cond_broadcast(&s->ev_cond);
-        pthread_mutex_unlock(&s->ev_lock);
-    }
-}
-
-static int host_done(const dt__blob *b) {
-    return !b->producer || atomic_load_explicit(&b->producer->done, memory_order_acquire) >= b->seq;
-}
-
-void dt__event_wait(dt__stream *s, const dt__blob *b) {
-    dt__stream *p = b->producer;
-    if (p && p != s && !host_done(b)) {
-        /* A short bounded spin saves the sleep when the producer is about to
-         * finish (dt__spin_until_changed's reasoning: each probe yields). */
-        for (int i = 0; i < DT_SPIN_PROBES && !host_done(b); i++)
-            sched_yield();
-        if (!host_done(b)) {
-            pthread_mutex_lock(&p->ev_lock);
-            atomic_fetch_add(&p->ev_waiters, 1);
-            while (atomic_load(&p->done) < b->seq)
-                pthread_cond_wait(&p->ev_cond, &p->ev_lock);
-            atomic_fetch_sub(&p->ev_waiters, 1);
-            pthread_mutex_unlock(&p->ev_lock);
-        }
-    }
-    /* The device queue waits for the data (CUDA: cudaStreamWaitEvent). A
-     * failure leaves the host wait above, which is the stronger one for
-     * backends that run kernels synchronously. Another backend's event means
-     * nothing here: that piece is staged through host memory, which waits. */
-    if (p && p != s && b->bev && b->be == s->be && has_events(s->be))
-        (void)s->be->event_wait(s->ctx, b->bev);
-}
-
-int dt__event_query(const dt__blob *b) {
-    if (!host_done(b))
-        return 0;
-    if (b->bev && b->be->api_version >= 2 && b->be->event_query)
-        return b->be->event_query(b->bev) != 0;
-    return 1;
 }
 
 /* ------------------------------------------------------------ test hooks */
