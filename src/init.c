@@ -49,6 +49,7 @@ static void fork_child(void) {
 
 __attribute__((constructor)) static void dt_init(void) {
     pthread_atfork(fork_prepare, fork_parent, fork_child);
+    dt__pool_set_busy_fn(dt__streams_running);
     dt__ops_register(dt__op_rows);
     dt__cluster_port_register(dt__net_port());
 }

@@ -75,10 +75,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "comm/coll.h"
 #include "comm/span_nccl.h"
 #include "comm/xfer.h"
 #include "core/records/blob.h"
+#include "core/records/coll.h"
 
 _Static_assert(sizeof(ncclUniqueId) == DT__SPAN_NCCL_ID, "the wire carries an ncclUniqueId of this size");
 

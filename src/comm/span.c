@@ -49,10 +49,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm/coll.h"
 #include "comm/inproc_int.h"
 #include "comm/xfer.h"
 #include "core/records/blob.h"
+#include "core/records/coll.h"
 
 /* 1 when rank dst needs a part of rank src's input. */
 static int needs(int kind, int n, int dst, int src) {

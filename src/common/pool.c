@@ -255,8 +255,12 @@ void dt__pool_free_in_slow(dt__pool *p, dt__pool_lists *mine, void *obj) {
 /* Frees the slabs at exit so leak checkers see a clean process; not
  * while a program that never shut its graphs down still has workers running
  * (they may be using the pools). */
+static int (*busy_fn)(void);
+
+void dt__pool_set_busy_fn(int (*busy)(void)) { busy_fn = busy; }
+
 __attribute__((destructor)) static void pools_cleanup(void) {
-    if (dt__pool_busy && dt__pool_busy())
+    if (busy_fn && busy_fn())
         return;
     for (int i = 0; i < MAX_POOLS; i++) {
         if (!pools[i])

@@ -42,9 +42,10 @@ void *dt__pool_alloc(dt__pool *p);
 void *dt__pool_alloc_prefix(dt__pool *p, size_t zeroed);
 /* Returns a record to the pool. NULL is ignored. */
 void dt__pool_free(dt__pool *p, void *obj);
-/* Whether worker threads still run (defined by the core; weak so the pool
- * stands alone): the exit-time cleanup then leaves the pools alone. */
-int dt__pool_busy(void) __attribute__((weak));
+/* Registers the probe of whether threads that use the pools still run (the
+ * core's workers; src/init.c registers it at start-up): the exit-time
+ * cleanup then leaves the pools alone. Without one, the pools are freed. */
+void dt__pool_set_busy_fn(int (*busy)(void));
 
 /* A thread's own lists of every pool. A long-lived thread that allocates
  * and frees many records (the controller) looks them up once and passes

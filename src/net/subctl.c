@@ -14,6 +14,7 @@
 
 #include "comm/comm.h"
 #include "core/client/graph.h"
+#include "core/controller/lower_comm.h"
 #include "core/records/blob.h"
 #include "core/records/future.h"
 #include "core/records/graph_int.h"

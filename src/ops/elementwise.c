@@ -37,10 +37,6 @@ static const char *const binary_names[DT_BINARY_COUNT] = {
 #include "dtorch/dtorch_ops.def"
 };
 
-const char *dt_binary_op_name(dt_binary_op op) {
-    return (unsigned)op < DT_BINARY_COUNT ? binary_names[op] : NULL;
-}
-
 /* Per binary op, from dtorch_ops.def through the placement sets
  * (core/client/placement.h): the Partial combinations it is linear in with two
  * tensors and with a scalar, and the accepted text of both forms. */

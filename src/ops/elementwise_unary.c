@@ -43,10 +43,6 @@ static const struct {
 #include "dtorch/dtorch_ops.def"
 };
 
-const char *dt_unary_op_name(dt_unary_op op) {
-    return (unsigned)op < DT_UNARY_COUNT ? unary_ops[op].name : NULL;
-}
-
 const char *dt__ew_unary_name(int sub) {
     return sub >= 0 && sub < DT_UNARY_COUNT ? unary_ops[sub].name : "unary";
 }

@@ -30,13 +30,14 @@
  */
 #include <string.h>
 
-#include "comm/coll.h"
 #include "comm/comm.h"
 #include "core/client/graph.h"
 #include "core/client/tensor.h"
 #include "core/controller/lower.h"
+#include "core/controller/lower_comm.h"
 #include "core/controller/trace_lower.h"
 #include "core/records/blob.h"
+#include "core/records/coll.h"
 #include "core/records/kernel.h"
 #include "core/records/mesh.h"
 #include "core/records/meta.h"

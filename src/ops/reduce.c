@@ -32,12 +32,12 @@
  */
 #include <string.h>
 
-#include "comm/coll.h"
 #include "core/client/graph.h"
 #include "core/client/placement.h"
 #include "core/client/tensor.h"
 #include "core/controller/lower.h"
 #include "core/records/blob.h"
+#include "core/records/coll.h"
 #include "core/records/kernel.h"
 #include "core/records/mesh.h"
 #include "core/records/meta.h"
@@ -49,10 +49,6 @@ static const char *const reduce_names[DT_REDUCE_COUNT] = {
 #define DT_REDUCE_OP(E, name) [DT_REDUCE_##E] = name,
 #include "dtorch/dtorch_ops.def"
 };
-
-const char *dt_reduce_op_name(dt_reduce_op op) {
-    return (unsigned)op < DT_REDUCE_COUNT ? reduce_names[op] : NULL;
-}
 
 /* The Shard rows (core/client/placement.h): a kept dim stays sharded (renumbered
  * when dims are dropped), a reduced one becomes a partial sum (sum, mean)

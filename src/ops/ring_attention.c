@@ -31,11 +31,11 @@
 #include <math.h>
 #include <string.h>
 
-#include "comm/coll.h"
 #include "core/client/graph.h"
 #include "core/client/tensor.h"
 #include "core/controller/lower.h"
 #include "core/records/blob.h"
+#include "core/records/coll.h"
 #include "core/records/kernel.h"
 #include "core/records/mesh.h"
 #include "core/records/meta.h"

@@ -20,6 +20,7 @@
 
 #include "comm/comm.h"
 #include "core/client/tensor.h"
+#include "core/controller/lower_comm.h"
 #include "core/records/blob.h"
 #include "core/records/future.h"
 #include "core/records/kernel.h"

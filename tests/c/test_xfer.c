@@ -24,10 +24,10 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
-#include "comm/coll.h"
 #include "comm/comm.h"
 #include "comm/xfer.h"
 #include "core/records/blob.h"
+#include "core/records/coll.h"
 #include "test_util.h"
 
 static pthread_mutex_t wmu = PTHREAD_MUTEX_INITIALIZER;

@@ -20,6 +20,7 @@
 #include "core/controller/chain.h"
 #include "core/controller/controller.h"
 #include "core/controller/lower.h"
+#include "core/controller/lower_comm.h"
 #include "core/controller/lower_queue.h"
 #include "core/controller/remote.h"
 #include "core/controller/replay.h"
@@ -190,7 +191,7 @@ static void tap(dt_graph *g) {
     for (dt__stream *s = g->dirty; s && b.s; s = s->next_dirty)
         b.s[--i] = (dt__kbatch_stream){s->type, s->device_id, s->kind, s->bhead, s->btail};
     if (st == DT_OK)
-        st = dt__kernel_encode(g, &b, &bytes);
+        st = dt__kernel_encode(&b, dt__graph_group_lookup, g, &bytes);
     g->ktap(g->ktap_arg, st == DT_OK ? bytes.p : NULL, st == DT_OK ? bytes.len : 0, st);
     dt__bytes_free(&bytes);
     dt__free(b.s); /* a view: the kernels stay on their streams */

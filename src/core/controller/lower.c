@@ -13,16 +13,17 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm/coll.h"
 #include "comm/comm.h"
 #include "core/client/tensor.h"
 #include "core/controller/lower.h"
+#include "core/controller/lower_comm.h"
 #include "core/controller/lower_queue.h"
 #include "core/controller/replay.h"
 #include "core/controller/stream_map.h"
 #include "core/controller/trace_lower.h"
 #include "core/controller/window.h"
 #include "core/records/blob.h"
+#include "core/records/coll.h"
 #include "core/records/gate.h"
 #include "core/records/graph_int.h"
 #include "core/records/kernel.h"

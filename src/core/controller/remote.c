@@ -13,6 +13,7 @@
 #include "comm/comm.h"
 #include "comm/xfer.h"
 #include "core/client/graph.h"
+#include "core/controller/lower_comm.h"
 #include "core/controller/remote.h"
 #include "core/records/blob.h"
 #include "core/records/future.h"
@@ -412,7 +413,7 @@ static void ship(dt_graph *g, int node, dt__stream **ss, int n) {
     dt__bytes_put(&body, 0, 8);
     dt_status st = body.failed || !kb.s ? DT_ENOMEM : DT_OK;
     if (st == DT_OK)
-        st = dt__kernel_encode(g, &kb, &body);
+        st = dt__kernel_encode(&kb, dt__graph_group_lookup, g, &body);
     if (st == DT_OK && body.failed)
         st = DT_ENOMEM;
     if (st != DT_OK)

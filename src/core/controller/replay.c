@@ -24,6 +24,7 @@
 #include "core/client/segment.h"
 #include "core/client/tensor.h"
 #include "core/controller/lower.h"
+#include "core/controller/lower_comm.h"
 #include "core/controller/lower_queue.h"
 #include "core/controller/replay.h"
 #include "core/records/blob.h"

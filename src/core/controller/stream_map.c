@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "core/controller/lower_comm.h"
 #include "core/controller/remote.h"
 #include "core/controller/stream_map.h"
 #include "core/records/blob.h"

@@ -8,10 +8,10 @@
  */
 #include <string.h>
 
-#include "comm/coll.h"
 #include "core/client/tensor.h"
 #include "core/controller/lower.h"
 #include "core/controller/trace_lower.h"
+#include "core/records/coll.h"
 #include "core/records/graph_int.h"
 #include "core/records/kernel_rec.h"
 #include "core/records/mesh.h"

@@ -35,13 +35,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm/coll.h"
-#include "comm/comm.h"
 #include "core/controller/chain.h"
 #include "core/records/blob.h"
+#include "core/records/coll.h"
 #include "core/records/future.h"
 #include "core/records/kernel.h"
-#include "core/worker/stream.h"
 
 /* ---------------------------------------------------------------- buffer */
 
@@ -97,7 +95,7 @@ static void wr_str(dt__bytes *b, const char *s) {
 
 static int has_future(int kop) { return kop == DT_KC_FETCH || kop == DT_KC_SYNC; }
 
-dt_status dt__kernel_encode(dt_graph *g, const dt__kbatch *b, dt__bytes *out) {
+dt_status dt__kernel_encode(const dt__kbatch *b, dt__kgroup_fn group_of, void *ctx, dt__bytes *out) {
     uint64_t *groups = NULL;
     size_t ngroups = 0, gcap = 0;
     for (int i = 0; i < b->n; i++)
@@ -139,8 +137,7 @@ dt_status dt__kernel_encode(dt_graph *g, const dt__kbatch *b, dt__bytes *out) {
     for (size_t j = 0; j < ngroups; j++) {
         int type = 0, n = 0, t0 = 0, t1 = 0;
         const int64_t *ids = NULL;
-        if (!dt__graph_group_info(g, groups[j], &type, &n, &ids) ||
-            !dt__graph_group_types(g, groups[j], &t0, &t1)) {
+        if (!group_of(ctx, groups[j], &type, &n, &ids, &t0, &t1)) {
             dt__free(groups);
             return dt__error(DT_EINVAL, "kernel encode: collective group %llu is unknown",
                              (unsigned long long)groups[j]);

@@ -34,11 +34,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm/coll.h"
-#include "comm/comm.h"
 #include "core/records/blob.h"
+#include "core/records/coll.h"
 #include "core/records/gate.h"
 #include "core/records/kernel.h"
+#include "core/records/kernel_rec.h"
 
 /* ---------------------------------------------------------------- records */
 

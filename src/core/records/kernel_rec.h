@@ -12,6 +12,11 @@
 #include "core/core.h"
 #include "core/records/kernel.h"
 
+/* Stream kinds: each device has a compute stream and, created on first use,
+ * a communication stream for collectives, so that a redistribute overlaps
+ * independent compute. */
+enum { DT_STREAM_COMPUTE = 0, DT_STREAM_COMM = 1, DT_STREAM_KINDS = 2 };
+
 /* Little-endian fields of packed records and encodings. */
 /* n is at most 8. On a little-endian host the bytes are the value's own first n: one copy
  * (a store or a load where n is a constant), not a byte loop. */
@@ -198,11 +203,16 @@ uint8_t *dt__bytes_room(dt__bytes *b, size_t n);
 /* Appends v as n little-endian bytes. */
 void dt__bytes_put(dt__bytes *b, uint64_t v, int n);
 
-/* Serialises batch `b` of graph g (controller thread: the collectives'
- * groups are read from g's group cache) into `out` (appended). DT_EINVAL
- * (thread error set) for kernels that cannot leave the process (a
- * test's gate); DT_ENOMEM. Format: kernel_codec.c. */
-dt_status dt__kernel_encode(struct dt_graph *g, const dt__kbatch *b, dt__bytes *out);
+/* Group `id` of the batch's graph: its comm's device type, ranks, devices,
+ * and first and last ranks' device types; 0 when unknown (the controller's
+ * group cache, dt__graph_group_lookup in core/controller/lower_comm.h). */
+typedef int (*dt__kgroup_fn)(void *ctx, uint64_t id, int *type, int *n, const int64_t **device_ids, int *t0,
+                             int *t1);
+/* Serialises batch `b` into `out` (appended), the collectives' groups read
+ * through `groups(ctx, ...)`. DT_EINVAL (thread error set) for kernels that
+ * cannot leave the process (a test's gate); DT_ENOMEM. Format:
+ * kernel_codec.c. */
+dt_status dt__kernel_encode(const dt__kbatch *b, dt__kgroup_fn groups, void *ctx, dt__bytes *out);
 /* Rebuilds a batch from `len` bytes, binding names through `r`. A truncated,
  * corrupt or unsupported buffer is DT_EINVAL with the reason in the thread
  * error (never a crash); *out is then empty. */
@@ -237,5 +247,24 @@ int dt__asmattr_parse(const uint8_t *buf, size_t len, int n_in, dt__asmattr *a);
  * starts[n * ndim] of a new tensor of `shape`; inputs, output and names
  * unset. NULL when out of memory. */
 dt__krec *dt__asm_krec(dt_dtype dtype, int ndim, const int64_t *shape, int n, const int64_t *starts);
+
+/* A collective kernel's attributes, as read from its record (kernel_codec.c):
+ * the per-rank arrays stay in the record, little-endian (dt__collattr_at). */
+typedef struct dt__collattr {
+    uint64_t group, seq; /* the comm's group; the collective's number in it */
+    int kind, ndim, dim_a, dim_b, n;
+    int type; /* the device type whose comm holds the group */
+    dt_dtype dtype;
+    const uint8_t *shapes; /* n * ndim: each rank's input shape */
+    const uint8_t *starts; /* n: each rank's range along dim_b (sliced kinds) */
+    const uint8_t *lens;
+} dt__collattr;
+/* Entry i of one of a dt__collattr's arrays. */
+int64_t dt__collattr_at(const uint8_t *arr, size_t i);
+/* 0 when `len` bytes hold well-formed collective attributes (a filled,
+ * its arrays pointing into buf). */
+int dt__collattr_parse(const uint8_t *buf, size_t len, dt__collattr *a);
+/* Reads a DT_KC_COLLECTIVE record's attributes. */
+void dt__collattr_read(const dt__krec *k, dt__collattr *a);
 
 #endif /* DT_KERNEL_REC_H */

@@ -53,7 +53,7 @@ void dt__stream_forked(void) {
     atomic_fetch_add(&workers_gen, 1);
 }
 
-int dt__pool_busy(void) { return atomic_load(&live_workers) > 0; }
+int dt__streams_running(void) { return atomic_load(&live_workers) > 0; }
 
 /* ---------------------------------------------------------------- spins */
 

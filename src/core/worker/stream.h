@@ -12,11 +12,7 @@
 #define DT_CORE_STREAM_H
 
 #include "core/core.h"
-
-/* Stream kinds: each device has a compute stream and, created on first use,
- * a communication stream for collectives, so that a redistribute overlaps
- * independent compute. */
-enum { DT_STREAM_COMPUTE = 0, DT_STREAM_COMM = 1, DT_STREAM_KINDS = 2 };
+#include "core/records/kernel_rec.h"
 
 /* Starts a stream (controller thread). NULL with the thread error set when
  * memory, the backend's stream or the thread cannot be had. */
@@ -51,6 +47,9 @@ void dt__event_wait(dt__stream *s, const dt__blob *b);
  * backend's event_query for backends with events. */
 int dt__event_query(const dt__blob *b);
 
+/* Whether any worker thread still runs (any thread; the pools' busy probe,
+ * registered by src/init.c). */
+int dt__streams_running(void);
 /* In a fork child: the parent's workers are gone (kernel_stream.c). */
 void dt__stream_forked(void);
 
