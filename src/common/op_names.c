@@ -21,8 +21,14 @@ static const char *const reduce_names[DT_REDUCE_COUNT] = {
 #include "dtorch/dtorch_ops.def"
 };
 
-const char *dt_binary_op_name(dt_binary_op op) { return (unsigned)op < DT_BINARY_COUNT ? binary_names[op] : NULL; }
+const char *dt_binary_op_name(dt_binary_op op) {
+    return (unsigned)op < DT_BINARY_COUNT ? binary_names[op] : NULL;
+}
 
-const char *dt_unary_op_name(dt_unary_op op) { return (unsigned)op < DT_UNARY_COUNT ? unary_names[op] : NULL; }
+const char *dt_unary_op_name(dt_unary_op op) {
+    return (unsigned)op < DT_UNARY_COUNT ? unary_names[op] : NULL;
+}
 
-const char *dt_reduce_op_name(dt_reduce_op op) { return (unsigned)op < DT_REDUCE_COUNT ? reduce_names[op] : NULL; }
+const char *dt_reduce_op_name(dt_reduce_op op) {
+    return (unsigned)op < DT_REDUCE_COUNT ? reduce_names[op] : NULL;
+}

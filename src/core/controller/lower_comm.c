@@ -240,6 +240,7 @@ void dt__graph_comm_free(dt_graph *g) {
     }
 }
 
-int dt__graph_group_lookup(void *g, uint64_t id, int *type, int *n, const int64_t **device_ids, int *t0, int *t1) {
+int dt__graph_group_lookup(void *g, uint64_t id, int *type, int *n, const int64_t **device_ids, int *t0,
+                           int *t1) {
     return dt__graph_group_info(g, id, type, n, device_ids) && dt__graph_group_types(g, id, t0, t1);
 }

@@ -50,6 +50,7 @@ uint64_t dt__graph_group_next_seq(struct dt_graph *g, uint64_t id);
 /* Group `id` of g's cache for the kernel codec (dt__kgroup_fn,
  * core/records/kernel_rec.h): its comm's device type, ranks, devices and
  * first and last ranks' device types; 0 when unknown. */
-int dt__graph_group_lookup(void *g, uint64_t id, int *type, int *n, const int64_t **device_ids, int *t0, int *t1);
+int dt__graph_group_lookup(void *g, uint64_t id, int *type, int *n, const int64_t **device_ids, int *t0,
+                           int *t1);
 
 #endif /* DT_CORE_LOWER_COMM_H */
