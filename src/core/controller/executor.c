@@ -161,7 +161,7 @@ static inline __attribute__((always_inline)) int lower_node(dt__lower *L, dt__no
     return 0;
 }
 
-/* -------------------------------------------------------------- the loop */
+/* ------------------------------------------------------ nodes and flush */
 
 /* After dt_graph_cancel: frees what node n owns without lowering it. Its
  * outputs get no blobs (nothing can read them: the graph is closed); a read
@@ -326,93 +326,160 @@ static int lower_window(dt__lower *L, dt__window *w, dt__sched *S, int on, int p
     return stop;
 }
 
-void *dt__controller_main(void *arg) {
-    dt_graph *g = arg;
+/* ------------------------------------------------------------ the loop */
+
+/* The controller's state: what lasts across rounds, then the round's. */
+typedef struct ctl_loop {
+    dt_graph *g;
+    dt__lower L;
+    /* The round's window (window.h); its arrays are kept across rounds. */
+    dt__window w;
+    /* The replay cache (replay.h); NULL when out of memory: nodes are
+     * lowered. */
+    dt__replay *cache;
+    /* The order each round's slots are lowered in (sched.h). */
+    dt__sched sched;
+    /* The round: the values dropped and the nodes taken, the cache when
+     * replay is on, whether the window was made and its passes ran, how
+     * many nodes were taken, and whether STOP was among them. */
+    dt__tval *released;
+    dt__node *batch;
+    dt__replay *rp;
+    int windowed, passes, stop;
+    long taken;
+} ctl_loop;
+
+static void controller_start(ctl_loop *c, dt_graph *g) {
+    *c = (ctl_loop){.g = g, .L = {.g = g, .node = NULL}};
     dt__thread_name("dt-controller");
     /* Its only backend work is slicing host values a batch ships to a
      * worker node: on itself, so it never keeps a team beside the client's
      * and the workers' (backend.h thread_serial). */
     dt__backends_thread_serial();
-    dt__lower L = {.g = g, .node = NULL};
     dt__seg_regions = 1; /* lowering sees segmented layouts (meta.c) */
     g->ctl_pools = dt__pool_my_lists();
-    /* The round's window (window.h); its arrays are kept across rounds. */
-    dt__window w = {0};
-    /* The replay cache (replay.h); NULL when out of memory: nodes are
-     * lowered. */
-    dt__replay *cache = dt__replay_new();
-    /* The order each round's slots are lowered in (sched.h). */
-    dt__sched sched = {0};
-    int stop = 0;
-    while (!stop) {
-        dt__graph_wait_queue(g);
-        if (atomic_load_explicit(&g->held, memory_order_relaxed))
-            dt__debug_wait_held(g); /* tests only */
-        dt__tval *released = dt__graph_take_releases(g);
-        dt__node *batch = dt__graph_take(g);
-        /* After the take: a node recorded once a worker node registered is
-         * lowered with its devices on that node. */
-        uint64_t gen = dt__port_generation();
-        if (gen != g->cluster_gen) {
-            g->cluster_gen = gen;
-            if (!g->local_only && dt__graph_streams_recheck(g) && cache)
-                dt__replay_clear(cache); /* its templates name the retired streams */
-        }
-        /* Without a window (out of memory) or after a failed pass, the
-         * nodes are lowered as the passes before left the marks. */
-        w.chains = atomic_load_explicit(&g->chains, memory_order_relaxed);
-        dt__replay *rp = atomic_load_explicit(&g->replay, memory_order_relaxed) ? cache : NULL;
-        if (!rp && cache)
-            dt__replay_clear(cache); /* off drops the templates */
-        int windowed = dt__window_fill(&w, batch, released) == DT_OK;
-        int passes = windowed && dt__window_run_passes(&w) == DT_OK;
-        long taken = 0;
-        if (windowed) {
-            int on = atomic_load_explicit(&g->schedule, memory_order_relaxed);
-            stop |= lower_window(&L, &w, &sched, on, passes, rp);
-            taken = w.n;
-        } else {
-            for (dt__node *n = batch, *next; n; n = next) {
-                next = n->next;
-                taken++;
-                if (n->op != DT_OP_STOP && atomic_load_explicit(&g->cancelled, memory_order_relaxed))
-                    discard(g, n); /* dt_graph_cancel: freed unlowered */
-                else
-                    stop |= lower_node(&L, n, 0, rp);
-                dt__node_free(n);
-            }
-        }
-        if (windowed && w.eliminated)
-            atomic_fetch_add_explicit(&g->nodes_eliminated, w.eliminated, memory_order_relaxed);
-        if (windowed && w.fused) {
-            for (int i = 0; i < w.n; i++)
-                if (w.flags[i] & DT__WS_FUSED)
-                    dt__node_free(w.nodes[i]);
-            atomic_fetch_add_explicit(&g->nodes_fused, w.fused, memory_order_relaxed);
-        }
-        if (cache)
-            dt__replay_publish(cache, g);
-        dt__tval_free_list_deferred(g, released);
-        /* Published before the kernels can run and retire. */
-        atomic_store_explicit(&g->kqueued, g->kqueued_local, memory_order_relaxed);
-        flush(g);
-        /* Every node taken leaves the backlog, lowered or not; STOP was never
-         * counted: it does not go through dt__graph_submit. */
-        dt__backlog_done(g, taken - stop);
-        /* Once per batch, for dt_graph_get_stats: the batch's nodes now count
-         * as their kernels only, so this is what flow control bounds. */
-        long in_flight = dt__backlog(g);
-        if (in_flight > atomic_load_explicit(&g->peak_backlog, memory_order_relaxed))
-            atomic_store_explicit(&g->peak_backlog, in_flight, memory_order_relaxed);
+    c->cache = dt__replay_new();
+}
+
+/* Take: waits for work, then takes the dropped values and the nodes. */
+static void take(ctl_loop *c) {
+    dt_graph *g = c->g;
+    dt__graph_wait_queue(g);
+    if (atomic_load_explicit(&g->held, memory_order_relaxed))
+        dt__debug_wait_held(g); /* tests only */
+    c->released = dt__graph_take_releases(g);
+    c->batch = dt__graph_take(g);
+}
+
+/* Cluster recheck, after the take: a node recorded once a worker node
+ * registered is lowered with its devices on that node. */
+static void cluster_recheck(ctl_loop *c) {
+    dt_graph *g = c->g;
+    uint64_t gen = dt__port_generation();
+    if (gen == g->cluster_gen)
+        return;
+    g->cluster_gen = gen;
+    if (!g->local_only && dt__graph_streams_recheck(g) && c->cache)
+        dt__replay_clear(c->cache); /* its templates name the retired streams */
+}
+
+/* Window and passes. Without a window (out of memory) or after a failed
+ * pass, the nodes are lowered as the passes before left the marks. */
+static void window(ctl_loop *c) {
+    dt_graph *g = c->g;
+    c->w.chains = atomic_load_explicit(&g->chains, memory_order_relaxed);
+    c->rp = atomic_load_explicit(&g->replay, memory_order_relaxed) ? c->cache : NULL;
+    if (!c->rp && c->cache)
+        dt__replay_clear(c->cache); /* off drops the templates */
+    c->windowed = dt__window_fill(&c->w, c->batch, c->released) == DT_OK;
+    c->passes = c->windowed && dt__window_run_passes(&c->w) == DT_OK;
+}
+
+/* Lower: the window's slots in the schedule's order, or the batch's nodes
+ * in program order when there is no window. */
+static void lower(ctl_loop *c) {
+    dt_graph *g = c->g;
+    c->taken = 0;
+    c->stop = 0;
+    if (c->windowed) {
+        int on = atomic_load_explicit(&g->schedule, memory_order_relaxed);
+        c->stop = lower_window(&c->L, &c->w, &c->sched, on, c->passes, c->rp);
+        c->taken = c->w.n;
+        return;
     }
-    dt__window_free(&w);
-    dt__sched_free(&sched);
-    dt__replay_free(cache); /* its templates name streams, freed below */
+    for (dt__node *n = c->batch, *next; n; n = next) {
+        next = n->next;
+        c->taken++;
+        if (n->op != DT_OP_STOP && atomic_load_explicit(&g->cancelled, memory_order_relaxed))
+            discard(g, n); /* dt_graph_cancel: freed unlowered */
+        else
+            c->stop |= lower_node(&c->L, n, 0, c->rp);
+        dt__node_free(n);
+    }
+}
+
+/* Flush: the passes' counts, the fused nodes and the dropped values freed,
+ * then the round's kernels handed to their streams. */
+static void flush_round(ctl_loop *c) {
+    dt_graph *g = c->g;
+    dt__window *w = &c->w;
+    if (c->windowed && w->eliminated)
+        atomic_fetch_add_explicit(&g->nodes_eliminated, w->eliminated, memory_order_relaxed);
+    if (c->windowed && w->fused) {
+        for (int i = 0; i < w->n; i++)
+            if (w->flags[i] & DT__WS_FUSED)
+                dt__node_free(w->nodes[i]);
+        atomic_fetch_add_explicit(&g->nodes_fused, w->fused, memory_order_relaxed);
+    }
+    if (c->cache)
+        dt__replay_publish(c->cache, g);
+    dt__tval_free_list_deferred(g, c->released);
+    /* Published before the kernels can run and retire. */
+    atomic_store_explicit(&g->kqueued, g->kqueued_local, memory_order_relaxed);
+    flush(g);
+}
+
+/* Account: every node taken leaves the backlog, lowered or not (STOP was
+ * never counted: it does not go through dt__graph_submit); once per round,
+ * for dt_graph_get_stats, the peak of what flow control bounds (the round's
+ * nodes now count as their kernels only). */
+static void account(ctl_loop *c) {
+    dt_graph *g = c->g;
+    dt__backlog_done(g, c->taken - c->stop);
+    long in_flight = dt__backlog(g);
+    if (in_flight > atomic_load_explicit(&g->peak_backlog, memory_order_relaxed))
+        atomic_store_explicit(&g->peak_backlog, in_flight, memory_order_relaxed);
+}
+
+/* One round, as its phases; 1 once STOP was lowered. */
+static int controller_round(ctl_loop *c) {
+    take(c);
+    cluster_recheck(c);
+    window(c);
+    lower(c);
+    flush_round(c);
+    account(c);
+    return c->stop;
+}
+
+static void controller_end(ctl_loop *c) {
+    dt_graph *g = c->g;
+    dt__window_free(&c->w);
+    dt__sched_free(&c->sched);
+    dt__replay_free(c->cache); /* its templates name streams, freed below */
     dt__graph_flush_releases(g);
     /* Nodes after STOP cannot exist: the queue is closed before STOP goes in. */
     dt__graph_streams_stop(g);
     dt__graph_comm_free(g); /* after every worker: none runs a collective now */
     g->ctl_pools = NULL;    /* this thread's lists go back to the pools as it exits */
     dt__graph_controller_exited(g);
+}
+
+void *dt__controller_main(void *arg) {
+    ctl_loop c;
+    controller_start(&c, arg);
+    while (!controller_round(&c)) {
+    }
+    controller_end(&c);
     return NULL;
 }

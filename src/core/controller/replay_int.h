@@ -147,7 +147,6 @@ enum { META_WORDS = 4 + DT_MAX_NDIM + DT_MAX_MESH_NDIM + 2 * DT_MAX_SEGMENTS };
  * that the lengths differ, so it needs no bound on each word. */
 #define SIG_SLACK (META_WORDS + 2)
 
-
 /* The node's signature into r->sig (its hash not yet taken): 0 when it
  * cannot be cached (out of memory). */
 int dt__replay_sig_make(dt__replay *r, const dt__lower *L, const dt__node *n, int passes);

@@ -20,7 +20,6 @@ void dt__replay_classes_reset(dt__replay *r) {
     r->ncw = 0;
 }
 
-
 /* --------------------------------------------------------- signature */
 
 /* The meta's words: written at w (want NULL), or compared with want's
@@ -164,7 +163,6 @@ static int reserve_sig(dt__replay *r, size_t words) {
     return 1;
 }
 
-
 /* The attribute words: the record's bytes before the family block, as they
  * are (the client zeroes them before it sets any: node.h,
  * DT__NODE_COMMON_BYTES; so padding is zero and equal bytes are equal
@@ -208,7 +206,8 @@ static inline __attribute__((always_inline)) int head_same(const dt__nattr *attr
         memcpy(&a, na + 8 * i, sizeof a);
         memcpy(&b, hw + i, sizeof b);
         if (i == (SC1 & ~1) || i == (SC2 & ~1))
-            a &= (dt__w2){i == SC1 || i == SC2 ? KIND_MASK : ~0ull, i + 1 == SC1 || i + 1 == SC2 ? KIND_MASK : ~0ull};
+            a &= (dt__w2){i == SC1 || i == SC2 ? KIND_MASK : ~0ull,
+                          i + 1 == SC1 || i + 1 == SC2 ? KIND_MASK : ~0ull};
         diff |= a ^ b;
     }
     uint64_t last = 0;
