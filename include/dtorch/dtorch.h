@@ -22,7 +22,7 @@
  *     dt_tensor_release(y); dt_tensor_release(x);
  *     dt_mesh_release(mesh); dt_graph_release(g);
  *
- * Conventions (see STYLE.md):
+ * Conventions (docs/style.md says why):
  *  - Functions that build a tensor return a new reference, or NULL on failure
  *    with dt_last_status()/dt_last_error() describing why. Nothing is enqueued
  *    when a call fails.

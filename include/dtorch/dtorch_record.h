@@ -2,7 +2,7 @@
  * dtorch recording: what dtorch.explain() and dtorch.profiler.trace() are
  * built on (docs/explain-and-trace.md). Include after or instead of
  * dtorch.h (it includes it). The library's implementation is
- * src/core/diag/record.c.
+ * src/core/records/trace.c (the recorder) and the roles' own records.
  */
 #ifndef DTORCH_RECORD_H
 #define DTORCH_RECORD_H

@@ -27,11 +27,10 @@
  *                 checks (graph.c); graph_int.h: the graph's layout and the
  *                 controller's side of the queue (graph.c, executor.c)
  *  - future.h     futures, layout included (future.c)
- *  - lower.h      the lowering context, the dt__lw_* helpers, the op table
- *                 and the per-family lowering hooks (lower.c, executor.c)
- *  - debug.h      test-only gates and controller holds (debug.c)
+ *  - lower.h      the lowering context and the dt__lw_* helpers (lower.c)
+ *  - gate.h       test-only gates (gate.c)
  *  - window.h, placement.h: the window and its passes, the placement engine
- *  - comm/coll.h, comm/comm.h: the collective planner's description, the
+ *  - coll.h, comm/comm.h: the collective planner's description, the
  *    communication interface
  *
  * Threads and ownership (who may touch what):
@@ -109,6 +108,6 @@ typedef struct dt__kernel dt__kernel; /* kernel.h */
 typedef struct dt__krec dt__krec;     /* kernel_rec.h: a kernel as queued on a stream */
 typedef struct dt__stream dt__stream; /* stream_int.h */
 typedef struct dt__lower dt__lower;   /* lower.h */
-typedef struct dt__coll dt__coll;     /* comm/coll.h */
+typedef struct dt__coll dt__coll;     /* core/records/coll.h */
 
 #endif /* DT_CORE_H */

@@ -1,5 +1,6 @@
 /*
- * Collectives (src/comm/collective.c) against expectations computed here:
+ * Collectives (src/comm/inproc.c, src/core/controller/lower_comm.c) against
+ * expectations computed here:
  * every reduction of Partial pieces p0..p(k-1) must equal the rank-order sum
  * ((p0 + p1) + p2) + ... in float32 bit for bit (docs/decisions.md), on
  * every device that holds a copy (each one read with dt_tensor_fetch_local,

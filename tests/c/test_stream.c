@@ -1,5 +1,6 @@
 /*
- * Streams and events (src/core/worker/streams.c, kernel_stream.c) on the 'ref'
+ * Streams and events (src/core/worker/events.c, kernel_stream.c,
+ * core/controller/stream_map.c) on the 'ref'
  * backend, against values computed here:
  *  - the event model itself: an event (producer, kernel number) is pending
  *    until that kernel completes, then done; a consumer thread waiting on

@@ -7,7 +7,7 @@
  *
  * Threads: the controller thread only (op lowering functions and the
  * controller loop call them). Locks: none held across a call; the stream map
- * they look streams up in is controller-only (core/worker/streams.c), and kernels
+ * they look streams up in is controller-only (core/controller/stream_map.c), and kernels
  * reach a stream only at the controller's flush (dt__stream_submit).
  */
 #include <stdio.h>

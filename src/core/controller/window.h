@@ -1,5 +1,5 @@
 /*
- * The window (the LogicalGraph of DESIGN.md §1, §7): one controller round's
+ * The window (the LogicalGraph of docs/design.md): one controller round's
  * nodes, oldest first, with who reads what inside the round and which
  * values the client dropped in it, and the passes that run over it before
  * the nodes are lowered.
@@ -70,7 +70,7 @@ typedef struct dt__pass {
 extern const dt__pass dt__passes[];
 extern const int dt__npasses;
 
-/* Each pass (src/core/passes/<name>.c). */
+/* Each pass (src/core/controller/passes/<name>.c). */
 dt_status dt__pass_dce(dt__window *w);
 /* Whether node n's kernels may write into in[0]'s buffer (the reuse mark,
  * src/core/controller/passes/reuse.c): taken by the controller for each node it lowers

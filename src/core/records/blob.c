@@ -1,10 +1,10 @@
 /*
- * Blob lifetime and accounting: the pools of kernel records and blobs,
- * dt__blob_new, dt__blob_account (a kernel's new output charged to its
- * device, a view tied to the input whose storage it shares, or a donated
- * input's charge moved to it) and dt__blob_release (the last reference
- * returns the charge, frees the backend storage and event, and lets go of
- * the base).
+ * Blob lifetime: the pools of kernel records and blobs, dt__blob_new and
+ * dt__blob_release (the last reference returns the charge, frees the
+ * backend storage and event, and lets go of the base). The charge itself is
+ * made by the worker that produced the blob (core/worker/kernel_run.c: a
+ * kernel's new output charged to its device, a view tied to the input whose
+ * storage it shares, or a donated input's charge moved to it).
  * dt__blob_retain is inline in blob.h.
  *
  * Threads: any (controller, workers, client threads dropping a tensor);

@@ -4,7 +4,8 @@
  * The layout is shared by the controller (which makes blobs and names them),
  * the workers (which produce and read them) and the comm; the rules for who
  * writes which field are on the struct. dt__blob_new/retain/release run on
- * any thread; dt__blob_account on the producing worker.
+ * any thread; a new output is charged to its device by the producing
+ * worker (core/worker/kernel_run.c).
  */
 #ifndef DT_CORE_BLOB_H
 #define DT_CORE_BLOB_H

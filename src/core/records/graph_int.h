@@ -1,11 +1,9 @@
 /*
- * The graph's layout and the controller's side of its queue (layout and
- * controller-only interface). For graph.c, the core modules that run the
- * graph's threads or keep its counters (executor.c, lower.c, fetch.c,
- * streams.c, kernel_stream.c, kernel_run.c, blob.c, tensor.c, debug.c),
- * comm/collective.c (the graph's comms and groups) and C tests; src/ops
- * never include it. Which thread writes each field is on
- * the struct; the lock order is core.h's.
+ * The graph's layout, the record all three roles share, and the state they
+ * all touch (graph_state.c). For the core modules that run the graph's
+ * threads or keep its counters (the client's graph.c and tensor.c, the
+ * controller, the workers), core/api and C tests; src/ops never include it. Which thread writes each field is
+ * on the struct; the lock order is core.h's.
  */
 #ifndef DT_CORE_GRAPH_INT_H
 #define DT_CORE_GRAPH_INT_H
