@@ -404,11 +404,11 @@ dt_status dt__lower_factory(dt__lower *L, dt__node *n) {
         source->impl = n->extra;
         n->extra = NULL; /* the blob owns the host impl now */
     }
-    int64_t coord[DT_MAX_MESH_NDIM], start[DT_MAX_NDIM], len[DT_MAX_NDIM];
-    for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__mesh_coord(mesh, i, coord);
-        dt__local_region(m, coord, start, len);
-        int zero = !ls && dt__partial_zero(m, coord);
+    /* The kernel's kind depends on the device (zeros off a Partial's first
+     * coordinate), and from_local makes a source blob before it. */
+    for (dt__lw_dev dev = DT__LW_EACH(v, DT__LW_NO_KERNEL); dt__lw_each(L, &dev);) {
+        int64_t i = dev.idx;
+        int zero = !ls && dt__partial_zero(m, dev.coord);
         if (ls) {
             /* from_local: the device's own block, whole (the slice aliases it). */
             source = dt__blob_new(dt__graph_be(L->g, mesh->type));
@@ -418,7 +418,7 @@ dt_status dt__lower_factory(dt__lower *L, dt__node *n) {
             }
             source->impl = ls->impl[i];
             ls->impl[i] = NULL;
-            memset(start, 0, sizeof start);
+            memset(dev.start, 0, sizeof dev.start);
         }
         int kop;
         if (zero)
@@ -433,14 +433,14 @@ dt_status dt__lower_factory(dt__lower *L, dt__node *n) {
             kop = DT_K_RANDN;
         else
             kop = DT_K_ARANGE;
-        dt__kernel *k = dt__lw_kernel(L, kop);
+        dt__kernel *k = dev.k = dt__lw_kernel(L, kop);
         if (!k)
             break;
         dt__kattr *a = &k->attr;
         a->dtype = m->dtype;
         a->ndim = m->ndim;
-        memcpy(a->shape, len, sizeof len);
-        memcpy(a->start, start, sizeof start);
+        memcpy(a->shape, dev.len, sizeof dev.len);
+        memcpy(a->start, dev.start, sizeof dev.start);
         a->gndim = m->ndim;
         memcpy(a->gshape, m->shape, sizeof a->gshape);
         if (zero)
@@ -458,7 +458,7 @@ dt_status dt__lower_factory(dt__lower *L, dt__node *n) {
             k->n_in = 1;
             k->in[0] = dt__blob_retain(source);
         }
-        v->blobs[i] = dt__lw_push(L, mesh, i, k);
+        dt__lw_each_push(L, &dev);
         if (ls) {
             dt__blob_release(source);
             source = NULL;

@@ -428,29 +428,23 @@ dt_tensor *dt_stack(int n, dt_tensor *const *ts, int64_t dim) { return cat_impl(
 
 void dt__vlower_cat(dt__lower *L, dt__node *n) {
     dt__tval *o = n->out;
-    const dt_mesh *mesh = o->meta.mesh;
     int dim = n->a.v_dim, stack = n->a.v_nints;
-    if (dt__lw_alloc_blobs(L, o) != DT_OK)
-        return;
-    int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], s[DT_MAX_NDIM], l[DT_MAX_NDIM];
-    for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__mesh_coord(mesh, i, coord);
-        dt__local_region(&o->meta, coord, os, ol);
-        dt__kernel *k = dt__view_kernel(L, n, DT_KV_CAT);
-        if (!k)
-            break;
+    int64_t s[DT_MAX_NDIM], l[DT_MAX_NDIM];
+    for (dt__lw_dev dev = DT__LW_EACH(o, DT_K_VIEW); dt__lw_each(L, &dev);) {
+        dt__kernel *k = dev.k;
+        dt__view_kernel_set(k, n, DT_KV_CAT);
         k->n_in = n->n_in;
         for (int j = 0; j < n->n_in; j++) {
             /* The local cat (segmented result) takes each input's block. */
             if (n->a.v_mask)
-                dt__local_region(&n->in[j]->meta, coord, s, l);
+                dt__local_region(&n->in[j]->meta, dev.coord, s, l);
             else
-                cat_needed(&n->in[j]->meta, &o->meta, dim, stack, os, ol, s, l);
-            k->in[j] = dt__lw_region(L, n->in[j], i, coord, s, l);
+                cat_needed(&n->in[j]->meta, &o->meta, dim, stack, dev.start, dev.len, s, l);
+            k->in[j] = dt__lw_region(L, n->in[j], dev.idx, dev.coord, s, l);
         }
         k->attr.dim = dim;
         k->attr.ndim = o->meta.ndim;
-        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+        dt__lw_each_push(L, &dev);
     }
 }
 
@@ -487,24 +481,17 @@ dt_tensor *dt_tril(dt_tensor *a, int64_t diagonal, int upper) {
 }
 
 void dt__vlower_tril(dt__lower *L, dt__node *n) {
-    dt__tval *in = n->in[0], *o = n->out;
-    const dt_mesh *mesh = o->meta.mesh;
-    int nd = o->meta.ndim;
-    if (dt__lw_alloc_blobs(L, o) != DT_OK)
-        return;
-    int64_t coord[DT_MAX_MESH_NDIM], ls[DT_MAX_NDIM], ll[DT_MAX_NDIM];
-    for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__mesh_coord(mesh, i, coord);
-        dt__local_region(&o->meta, coord, ls, ll);
-        dt__kernel *k = dt__view_kernel(L, n, n->a.v_nints ? DT_KV_TRIU : DT_KV_TRIL);
-        if (!k)
-            break;
+    dt__tval *in = n->in[0];
+    int nd = n->out->meta.ndim;
+    for (dt__lw_dev dev = DT__LW_EACH(n->out, DT_K_VIEW); dt__lw_each(L, &dev);) {
+        dt__kernel *k = dev.k;
+        dt__view_kernel_set(k, n, n->a.v_nints ? DT_KV_TRIU : DT_KV_TRIL);
         if (n->a.v_nints)
             k->opname = "triu";
         k->n_in = 1;
-        k->in[0] = dt__blob_retain(in->blobs[i]);
-        k->attr.ints[0] = n->a.v_ints[0] + ls[nd - 2] - ls[nd - 1];
-        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+        k->in[0] = dt__blob_retain(in->blobs[dev.idx]);
+        k->attr.ints[0] = n->a.v_ints[0] + dev.start[nd - 2] - dev.start[nd - 1];
+        dt__lw_each_push(L, &dev);
     }
 }
 

@@ -138,7 +138,10 @@ dt_tensor *dt__view_begin(dt_tensor *a, dt_tensor *b, const dt__meta *out, int k
 
 /* ------------------------------------------------------------- lowering */
 
-/* A kernel of sub `sub` for the node being lowered, named after its kind. */
+/* Makes k, a DT_K_VIEW kernel of the node being lowered, one of sub `sub`
+ * in its dtype, named after its kind. */
+void dt__view_kernel_set(dt__kernel *k, const dt__node *n, int sub);
+/* A new DT_K_VIEW kernel set so; NULL (L->status set) as dt__lw_kernel. */
 dt__kernel *dt__view_kernel(dt__lower *L, const dt__node *n, int sub);
 /* Lowers n as one DT_K_VIEW kernel `sub` per device that reads every input's
  * own blob there, with `attr` (dtype and sub are set here). For the ops

@@ -188,6 +188,23 @@ dt_status dt__lw_alloc_blobs(dt__lower *L, dt__tval *v) {
     return L->status;
 }
 
+int dt__lw_each(dt__lower *L, dt__lw_dev *d) {
+    const dt__meta *m = &d->v->meta;
+    if (d->idx < 0 && dt__lw_alloc_blobs(L, d->v) != DT_OK)
+        return 0;
+    if (L->status != DT_OK || ++d->idx >= m->mesh->ndev)
+        return 0;
+    dt__mesh_coord(m->mesh, d->idx, d->coord);
+    dt__local_region(m, d->coord, d->start, d->len);
+    d->k = d->kop == DT__LW_NO_KERNEL ? NULL : dt__lw_kernel(L, d->kop);
+    return d->k || d->kop == DT__LW_NO_KERNEL;
+}
+
+void dt__lw_each_push(dt__lower *L, dt__lw_dev *d) {
+    d->v->blobs[d->idx] = dt__lw_push(L, d->v->meta.mesh, d->idx, d->k);
+    d->k = NULL;
+}
+
 dt_status dt__lw_collective(dt__lower *L, const dt_mesh *mesh, int stream_kind, dt__coll *c, int64_t base,
                             int64_t stride, dt__blob **blobs, dt__blob **next, dt_dtype dtype,
                             const char *opname) {
