@@ -2,7 +2,8 @@
  * The views and shape family, part 1: reshape (view, flatten, unflatten),
  * squeeze, unsqueeze, permute (transpose), expand and clone; the helpers the
  * family shares; the dispatch of DT_OP_VIEW lowering; the registry rows.
- * Indexing lives in index.c, cat/tril/flip/roll/repeat in shape_ops.c.
+ * Indexing lives in index.c (part 2), cat and stack in views_join.c (part 3),
+ * tril/flip/roll/repeat in views_rearrange.c (part 4).
  *
  * dtorch values are immutable, so a "view" is simply a new symbol: each
  * device runs the same torch op on its own block, and the backend hands on
