@@ -180,7 +180,7 @@ DT_API dt_tensor *dt_linear_param(dt_tensor *x, dt_tensor *weight, dt_tensor *bi
 DT_API dt_tensor *dt_einsum(const char *equation, int n, dt_tensor *const *operands);
 
 /* ------------------------------------------------------- views and shape */
-/* Data-movement ops (src/ops/views.c, index.c, shape_ops.c). dtorch values
+/* Data-movement ops (src/ops/views.c, index.c, views_join.c, views_rearrange.c). dtorch values
  * are immutable, so a "view" is a new symbol with its own value; the backend
  * may share storage underneath (a reshape of a contiguous block copies
  * nothing). All return a new reference or NULL, and record one node (cat and

@@ -99,22 +99,31 @@ static dt_status unify(dt__lplan *p, int l, int64_t size, char letter, int opera
         (long long)size, operand, (long long)cur);
 }
 
-dt_status dt__einsum_plan(const char *equation, int n, const dt__meta *const *ms, dt__lplan *p) {
-    char eq[MAX_EQ];
-    size_t len = 0;
+/* The labels while a plan is built: one per letter, then the ellipsis's. */
+typedef struct labels {
+    int of_letter[52]; /* a letter's label (letter_index), -1 until seen */
+    int count[52];     /* the letter's occurrences in the operand terms */
+    int ell_dims[2];   /* each operand's ellipsis dims */
+    int nell;          /* the widest operand's: the ellipsis labels */
+    int ell[DT_MAX_NDIM];
+} labels;
+
+/* The equation without its spaces into eq[MAX_EQ] (*len its length). */
+static dt_status strip_spaces(const char *equation, char *eq, size_t *len) {
+    *len = 0;
     for (const char *c = equation; *c; c++) {
         if (*c == ' ')
             continue;
-        if (len + 1 >= sizeof eq)
+        if (*len + 1 >= MAX_EQ)
             return dt__error(DT_EINVAL, "einsum(): the equation is longer than %d characters", MAX_EQ - 1);
-        eq[len++] = *c;
+        eq[(*len)++] = *c;
     }
-    eq[len] = 0;
-    const char *arrow = strstr(eq, "->");
-    const char *lhs_end = arrow ? arrow : eq + len;
+    eq[*len] = 0;
+    return DT_OK;
+}
 
-    /* Operand terms. */
-    term terms[2];
+/* The n operand terms, separated by ',' in [eq, lhs_end): exactly n. */
+static dt_status parse_operands(const char *eq, const char *lhs_end, int n, term *terms) {
     int nterms = 0;
     const char *s = eq;
     for (;;) {
@@ -131,16 +140,13 @@ dt_status dt__einsum_plan(const char *equation, int n, const dt__meta *const *ms
     }
     if (nterms < n)
         return dt__error(DT_EOP, "einsum(): more operands were provided than specified in the equation");
+    return DT_OK;
+}
 
-    memset(p, 0, sizeof *p);
-    p->nops = n;
-    int letter_label[52];
-    int letter_count[52];
-    for (int i = 0; i < 52; i++)
-        letter_label[i] = -1, letter_count[i] = 0;
-
-    /* Ellipsis dims: as many as the widest operand's, aligned right. */
-    int ell_dims[2] = {0, 0}, nell = 0;
+/* Checks each term's subscripts against its operand's dims, and makes the
+ * ellipsis labels: as many as the widest operand's ellipsis, aligned right. */
+static dt_status ellipsis_labels(dt__lplan *p, int n, const dt__meta *const *ms, const term *terms,
+                                 labels *lb) {
     for (int j = 0; j < n; j++) {
         const dt__meta *m = ms[j];
         p->in[j] = m;
@@ -152,7 +158,7 @@ dt_status dt__einsum_plan(const char *equation, int n, const dt__meta *const *ms
                     "einsum(): the number of subscripts in the equation (%d) is more than the number of "
                     "dimensions (%d) for operand %d",
                     nletters, m->ndim, j);
-            ell_dims[j] = m->ndim - nletters;
+            lb->ell_dims[j] = m->ndim - nletters;
         } else if (nletters != m->ndim) {
             return dt__error(
                 DT_EOP,
@@ -160,33 +166,39 @@ dt_status dt__einsum_plan(const char *equation, int n, const dt__meta *const *ms
                 "dimensions (%d) for operand %d and no ellipsis was given",
                 nletters, m->ndim, j);
         }
-        if (ell_dims[j] > nell)
-            nell = ell_dims[j];
+        if (lb->ell_dims[j] > lb->nell)
+            lb->nell = lb->ell_dims[j];
     }
-    int ell_label[DT_MAX_NDIM];
-    for (int i = 0; i < nell; i++) {
-        ell_label[i] = p->nlab;
+    for (int i = 0; i < lb->nell; i++) {
+        lb->ell[i] = p->nlab;
         p->lsize[p->nlab] = 1;
         p->opos[p->nlab] = -1;
         p->nlab++;
     }
+    return DT_OK;
+}
+
+/* Labels every dim of every operand (p->lab), making a label for each new
+ * letter and unifying the sizes of a label's occurrences. */
+static dt_status label_operands(dt__lplan *p, int n, const dt__meta *const *ms, const term *terms,
+                                labels *lb) {
     for (int j = 0; j < n; j++) {
         const dt__meta *m = ms[j];
         int d = 0;
         for (int t = 0; t < terms[j].n; t++) {
             int li = terms[j].sym[t];
             if (li < 0) {
-                for (int e = 0; e < ell_dims[j]; e++, d++) {
-                    int l = ell_label[nell - ell_dims[j] + e];
+                for (int e = 0; e < lb->ell_dims[j]; e++, d++) {
+                    int l = lb->ell[lb->nell - lb->ell_dims[j] + e];
                     if (unify(p, l, m->shape[d], 0, j) != DT_OK)
                         return DT_ESHAPE;
                     p->lab[j][d] = l;
                 }
                 continue;
             }
-            letter_count[li]++;
-            if (letter_label[li] < 0) {
-                letter_label[li] = p->nlab;
+            lb->count[li]++;
+            if (lb->of_letter[li] < 0) {
+                lb->of_letter[li] = p->nlab;
                 p->lsize[p->nlab] = m->shape[d];
                 p->opos[p->nlab] = -1;
                 p->nlab++;
@@ -194,59 +206,87 @@ dt_status dt__einsum_plan(const char *equation, int n, const dt__meta *const *ms
                 /* A letter repeated in one operand takes its diagonal: the
                  * sizes must be equal there. */
                 for (int t2 = 0; t2 < d; t2++)
-                    if (p->lab[j][t2] == letter_label[li] && m->shape[t2] != m->shape[d])
+                    if (p->lab[j][t2] == lb->of_letter[li] && m->shape[t2] != m->shape[d])
                         return dt__error(
                             DT_ESHAPE,
                             "einsum(): subscript %c is repeated for operand %d but the sizes don't "
                             "match, %lld != %lld",
                             index_letter(li), j, (long long)m->shape[t2], (long long)m->shape[d]);
-                if (unify(p, letter_label[li], m->shape[d], index_letter(li), j) != DT_OK)
+                if (unify(p, lb->of_letter[li], m->shape[d], index_letter(li), j) != DT_OK)
                     return DT_ESHAPE;
             }
-            p->lab[j][d++] = letter_label[li];
+            p->lab[j][d++] = lb->of_letter[li];
         }
     }
+    return DT_OK;
+}
 
-    /* Output. */
-    if (arrow) {
-        term out;
-        if (parse_term(arrow + 2, eq + len, (int)(arrow + 2 - eq), -1, &out) != DT_OK)
-            return dt_last_status();
-        int seen[52] = {0};
-        for (int t = 0; t < out.n; t++) {
-            int li = out.sym[t];
-            if (li < 0) {
-                for (int e = 0; e < nell; e++) {
-                    if (p->nout >= DT_MAX_NDIM)
-                        return dt__error(DT_EUNSUPPORTED, "einsum(): the output has more than %d dims",
-                                         DT_MAX_NDIM);
-                    p->olab[p->nout++] = ell_label[e];
-                }
-                continue;
-            }
-            if (letter_label[li] < 0)
-                return dt__error(
-                    DT_EOP,
-                    "einsum(): output subscript %c does not appear in the equation for any input operand",
-                    index_letter(li));
-            if (seen[li]++)
-                return dt__error(DT_EOP, "einsum(): output subscript %c appears more than once in the output",
-                                 index_letter(li));
-            if (p->nout >= DT_MAX_NDIM)
-                return dt__error(DT_EUNSUPPORTED, "einsum(): the output has more than %d dims", DT_MAX_NDIM);
-            p->olab[p->nout++] = letter_label[li];
+/* Appends label l to the output's. */
+static dt_status output_label(dt__lplan *p, int l) {
+    if (p->nout >= DT_MAX_NDIM)
+        return dt__error(DT_EUNSUPPORTED, "einsum(): the output has more than %d dims", DT_MAX_NDIM);
+    p->olab[p->nout++] = l;
+    return DT_OK;
+}
+
+/* The output labels of an explicit output term [s, end) (at index pos0). */
+static dt_status explicit_output(dt__lplan *p, const char *s, const char *end, int pos0, const labels *lb) {
+    term out;
+    if (parse_term(s, end, pos0, -1, &out) != DT_OK)
+        return dt_last_status();
+    int seen[52] = {0};
+    for (int t = 0; t < out.n; t++) {
+        int li = out.sym[t];
+        if (li < 0) {
+            for (int e = 0; e < lb->nell; e++)
+                if (output_label(p, lb->ell[e]) != DT_OK)
+                    return DT_EUNSUPPORTED;
+            continue;
         }
-    } else {
-        for (int e = 0; e < nell; e++)
-            p->olab[p->nout++] = ell_label[e];
-        for (int li = 0; li < 52; li++) {
-            if (letter_count[li] != 1)
-                continue;
-            if (p->nout >= DT_MAX_NDIM)
-                return dt__error(DT_EUNSUPPORTED, "einsum(): the output has more than %d dims", DT_MAX_NDIM);
-            p->olab[p->nout++] = letter_label[li];
-        }
+        if (lb->of_letter[li] < 0)
+            return dt__error(
+                DT_EOP, "einsum(): output subscript %c does not appear in the equation for any input operand",
+                index_letter(li));
+        if (seen[li]++)
+            return dt__error(DT_EOP, "einsum(): output subscript %c appears more than once in the output",
+                             index_letter(li));
+        if (output_label(p, lb->of_letter[li]) != DT_OK)
+            return DT_EUNSUPPORTED;
     }
+    return DT_OK;
+}
+
+/* torch's implicit output: the ellipsis dims, then the letters seen once in
+ * ASCII order. */
+static dt_status implicit_output(dt__lplan *p, const labels *lb) {
+    for (int e = 0; e < lb->nell; e++)
+        p->olab[p->nout++] = lb->ell[e];
+    for (int li = 0; li < 52; li++)
+        if (lb->count[li] == 1 && output_label(p, lb->of_letter[li]) != DT_OK)
+            return DT_EUNSUPPORTED;
+    return DT_OK;
+}
+
+dt_status dt__einsum_plan(const char *equation, int n, const dt__meta *const *ms, dt__lplan *p) {
+    char eq[MAX_EQ];
+    size_t len;
+    if (strip_spaces(equation, eq, &len) != DT_OK)
+        return DT_EINVAL;
+    const char *arrow = strstr(eq, "->");
+    term terms[2];
+    if (parse_operands(eq, arrow ? arrow : eq + len, n, terms) != DT_OK)
+        return dt_last_status();
+    memset(p, 0, sizeof *p);
+    p->nops = n;
+    labels lb = {.nell = 0};
+    for (int i = 0; i < 52; i++)
+        lb.of_letter[i] = -1;
+    if (ellipsis_labels(p, n, ms, terms, &lb) != DT_OK || label_operands(p, n, ms, terms, &lb) != DT_OK)
+        return dt_last_status();
+    dt_status st =
+        arrow ? explicit_output(p, arrow + 2, eq + len, (int)(arrow + 2 - eq), &lb) : implicit_output(p, &lb);
+    if (st != DT_OK)
+        return st;
     for (int i = 0; i < p->nout; i++)
         p->opos[p->olab[i]] = i;
     return DT_OK;

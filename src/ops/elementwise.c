@@ -570,26 +570,18 @@ void dt__ew_kernel_spec(const dt__node *n, int *kop, dt__kattr *a, const char **
 /* One kernel per device: each input is sliced (when Replicate or broadcast)
  * to the region the device's output needs. */
 dt_status dt__lower_elementwise(dt__lower *L, dt__node *n) {
-    dt__tval *o = n->out;
-    const dt__meta *out = &o->meta;
-    const dt_mesh *mesh = out->mesh;
+    const dt__meta *out = &n->out->meta;
     int kop;
     const char *opname;
     dt__kattr spec = {0};
     dt__ew_kernel_spec(n, &kop, &spec, &opname);
-    if (dt__lw_alloc_blobs(L, o) != DT_OK)
-        return L->status;
-    int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], ns[DT_MAX_NDIM], nl[DT_MAX_NDIM];
-    for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__mesh_coord(mesh, i, coord);
-        dt__local_region(out, coord, os, ol);
-        dt__kernel *k = dt__lw_kernel(L, kop);
-        if (!k)
-            break;
+    int64_t ns[DT_MAX_NDIM], nl[DT_MAX_NDIM];
+    for (dt__lw_dev dev = DT__LW_EACH(n->out, kop); dt__lw_each(L, &dev);) {
+        dt__kernel *k = dev.k;
         k->n_in = n->n_in;
         for (int j = 0; j < n->n_in; j++) {
-            needed_region(&n->in[j]->meta, out, os, ol, ns, nl);
-            k->in[j] = dt__lw_region(L, n->in[j], i, coord, ns, nl);
+            needed_region(&n->in[j]->meta, out, dev.start, dev.len, ns, nl);
+            k->in[j] = dt__lw_region(L, n->in[j], dev.idx, dev.coord, ns, nl);
         }
         if (opname)
             k->opname = opname;
@@ -598,7 +590,7 @@ dt_status dt__lower_elementwise(dt__lower *L, dt__node *n) {
         k->attr.flags = spec.flags;
         k->attr.scalar = spec.scalar;
         k->attr.scalar2 = spec.scalar2;
-        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+        dt__lw_each_push(L, &dev);
     }
     return L->status;
 }

@@ -32,32 +32,41 @@ static dt_status check_bytes(dt_dtype dtype, int ndim, const int64_t *shape) {
     return DT_OK;
 }
 
+/* The dtype and device_mesh arguments every factory takes. */
+static dt_status check_dtype(dt_dtype dtype) {
+    if ((unsigned)dtype >= DT_DTYPE_COUNT)
+        return dt__error(DT_ETYPE, "dtype: unknown dtype %d", (int)dtype);
+    return DT_OK;
+}
+
+static dt_status check_mesh(const dt_mesh *mesh) {
+    if (!dt__mesh_ok(mesh))
+        return dt__error(DT_EINVAL, mesh ? "device_mesh: the mesh is a released handle"
+                                         : "device_mesh: a mesh is required");
+    return DT_OK;
+}
+
+/* The meta of a factory's result before its placements (zero elsewhere). */
+static void factory_meta(dt__meta *m, dt_dtype dtype, int ndim, const int64_t *shape, dt_mesh *mesh) {
+    memset(m, 0, sizeof *m);
+    m->dtype = dtype;
+    m->ndim = ndim;
+    for (int d = 0; d < ndim; d++)
+        m->shape[d] = shape[d];
+    m->mesh = mesh;
+}
+
 /* Validates the common arguments and builds the symbol and its node. */
 static dt_tensor *factory_begin(dt_graph *g, int op, dt_dtype dtype, int ndim, const int64_t *shape,
                                 dt_mesh *mesh, const dt_placement *placements, dt__node **node) {
     *node = NULL;
     dt_clear_error();
-    if (dt__client_check_graph(g) != DT_OK)
-        return NULL;
-    if ((unsigned)dtype >= DT_DTYPE_COUNT) {
-        dt__error(DT_ETYPE, "dtype: unknown dtype %d", (int)dtype);
-        return NULL;
-    }
-    if (!dt__mesh_ok(mesh)) {
-        dt__error(DT_EINVAL,
-                  mesh ? "device_mesh: the mesh is a released handle" : "device_mesh: a mesh is required");
-        return NULL;
-    }
-    if (dt__shape_check(ndim, shape) != DT_OK || check_bytes(dtype, ndim, shape) != DT_OK ||
+    if (dt__client_check_graph(g) != DT_OK || check_dtype(dtype) != DT_OK || check_mesh(mesh) != DT_OK ||
+        dt__shape_check(ndim, shape) != DT_OK || check_bytes(dtype, ndim, shape) != DT_OK ||
         dt__graph_check_mesh(g, mesh) != DT_OK)
         return NULL;
     dt__meta m;
-    memset(&m, 0, sizeof m);
-    m.dtype = dtype;
-    m.ndim = ndim;
-    for (int d = 0; d < ndim; d++)
-        m.shape[d] = shape[d];
-    m.mesh = mesh;
+    factory_meta(&m, dtype, ndim, shape, mesh);
     if (dt__placements_normalize(mesh, ndim, placements, m.pl) != DT_OK)
         return NULL;
     dt_tensor *t = dt__tensor_new(g, &m);
@@ -89,12 +98,9 @@ dt_tensor *dt_tensor_from_buffer(dt_graph *g, dt_dtype dtype, int ndim, const in
                                  const void *data, size_t nbytes, dt_mesh *mesh,
                                  const dt_placement *placements) {
     dt_clear_error();
-    if (dt__client_check_graph(g) != DT_OK || dt__shape_check(ndim, shape) != DT_OK)
+    if (dt__client_check_graph(g) != DT_OK || dt__shape_check(ndim, shape) != DT_OK ||
+        check_dtype(dtype) != DT_OK)
         return NULL;
-    if ((unsigned)dtype >= DT_DTYPE_COUNT) {
-        dt__error(DT_ETYPE, "dtype: unknown dtype %d", (int)dtype);
-        return NULL;
-    }
     size_t want = (size_t)dt__numel(ndim, shape) * dt_dtype_size(dtype);
     if (nbytes != want || (want && !data)) {
         dt__error(DT_EINVAL, "data: %zu bytes given, the shape and dtype need %zu", nbytes, want);
@@ -102,12 +108,7 @@ dt_tensor *dt_tensor_from_buffer(dt_graph *g, dt_dtype dtype, int ndim, const in
     }
     /* Validate before copying so a bad call costs nothing. */
     dt_placement tmp[DT_MAX_MESH_NDIM];
-    if (!dt__mesh_ok(mesh)) {
-        dt__error(DT_EINVAL,
-                  mesh ? "device_mesh: the mesh is a released handle" : "device_mesh: a mesh is required");
-        return NULL;
-    }
-    if (dt__placements_normalize(mesh, ndim, placements, tmp) != DT_OK ||
+    if (check_mesh(mesh) != DT_OK || dt__placements_normalize(mesh, ndim, placements, tmp) != DT_OK ||
         dt__graph_check_mesh(g, mesh) != DT_OK)
         return NULL;
     void *impl = NULL;
@@ -181,17 +182,9 @@ dt_tensor *dt_tensor_from_local_buffers(dt_graph *g, dt_dtype dtype, int ndim, c
                                         dt_mesh *mesh, const dt_placement *placements,
                                         const void *const *data, const size_t *nbytes) {
     dt_clear_error();
-    if (dt__client_check_graph(g) != DT_OK || dt__shape_check(ndim, shape) != DT_OK)
+    if (dt__client_check_graph(g) != DT_OK || dt__shape_check(ndim, shape) != DT_OK ||
+        check_dtype(dtype) != DT_OK || check_mesh(mesh) != DT_OK)
         return NULL;
-    if ((unsigned)dtype >= DT_DTYPE_COUNT) {
-        dt__error(DT_ETYPE, "dtype: unknown dtype %d", (int)dtype);
-        return NULL;
-    }
-    if (!dt__mesh_ok(mesh)) {
-        dt__error(DT_EINVAL,
-                  mesh ? "device_mesh: the mesh is a released handle" : "device_mesh: a mesh is required");
-        return NULL;
-    }
     if (!data || !nbytes) {
         dt__error(DT_EINVAL, "from_local: one buffer and one size per device are required");
         return NULL;
@@ -199,12 +192,7 @@ dt_tensor *dt_tensor_from_local_buffers(dt_graph *g, dt_dtype dtype, int ndim, c
     /* Every block is checked against its device's region before anything is
      * copied, so a bad call costs nothing and enqueues nothing. */
     dt__meta m;
-    memset(&m, 0, sizeof m);
-    m.dtype = dtype;
-    m.ndim = ndim;
-    for (int d = 0; d < ndim; d++)
-        m.shape[d] = shape[d];
-    m.mesh = mesh;
+    factory_meta(&m, dtype, ndim, shape, mesh);
     if (check_bytes(dtype, ndim, shape) != DT_OK ||
         dt__placements_normalize(mesh, ndim, placements, m.pl) != DT_OK ||
         dt__graph_check_mesh(g, mesh) != DT_OK)
@@ -404,11 +392,11 @@ dt_status dt__lower_factory(dt__lower *L, dt__node *n) {
         source->impl = n->extra;
         n->extra = NULL; /* the blob owns the host impl now */
     }
-    int64_t coord[DT_MAX_MESH_NDIM], start[DT_MAX_NDIM], len[DT_MAX_NDIM];
-    for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__mesh_coord(mesh, i, coord);
-        dt__local_region(m, coord, start, len);
-        int zero = !ls && dt__partial_zero(m, coord);
+    /* The kernel's kind depends on the device (zeros off a Partial's first
+     * coordinate), and from_local makes a source blob before it. */
+    for (dt__lw_dev dev = DT__LW_EACH(v, DT__LW_NO_KERNEL); dt__lw_each(L, &dev);) {
+        int64_t i = dev.idx;
+        int zero = !ls && dt__partial_zero(m, dev.coord);
         if (ls) {
             /* from_local: the device's own block, whole (the slice aliases it). */
             source = dt__blob_new(dt__graph_be(L->g, mesh->type));
@@ -418,7 +406,7 @@ dt_status dt__lower_factory(dt__lower *L, dt__node *n) {
             }
             source->impl = ls->impl[i];
             ls->impl[i] = NULL;
-            memset(start, 0, sizeof start);
+            memset(dev.start, 0, sizeof dev.start);
         }
         int kop;
         if (zero)
@@ -433,14 +421,14 @@ dt_status dt__lower_factory(dt__lower *L, dt__node *n) {
             kop = DT_K_RANDN;
         else
             kop = DT_K_ARANGE;
-        dt__kernel *k = dt__lw_kernel(L, kop);
+        dt__kernel *k = dev.k = dt__lw_kernel(L, kop);
         if (!k)
             break;
         dt__kattr *a = &k->attr;
         a->dtype = m->dtype;
         a->ndim = m->ndim;
-        memcpy(a->shape, len, sizeof len);
-        memcpy(a->start, start, sizeof start);
+        memcpy(a->shape, dev.len, sizeof dev.len);
+        memcpy(a->start, dev.start, sizeof dev.start);
         a->gndim = m->ndim;
         memcpy(a->gshape, m->shape, sizeof a->gshape);
         if (zero)
@@ -458,7 +446,7 @@ dt_status dt__lower_factory(dt__lower *L, dt__node *n) {
             k->n_in = 1;
             k->in[0] = dt__blob_retain(source);
         }
-        v->blobs[i] = dt__lw_push(L, mesh, i, k);
+        dt__lw_each_push(L, &dev);
         if (ls) {
             dt__blob_release(source);
             source = NULL;

@@ -226,17 +226,12 @@ dt_tensor *dt_index(dt_tensor *a, const dt_slice *dims, uint64_t new_axes) {
 
 void dt__vlower_index(dt__lower *L, dt__node *n) {
     dt__tval *in = n->in[0], *o = n->out;
-    const dt_mesh *mesh = o->meta.mesh;
-    if (dt__lw_alloc_blobs(L, o) != DT_OK)
-        return;
-    int64_t coord[DT_MAX_MESH_NDIM], ls[DT_MAX_NDIM], ll[DT_MAX_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM];
-    for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__mesh_coord(mesh, i, coord);
+    int64_t ls[DT_MAX_NDIM], ll[DT_MAX_NDIM];
+    for (dt__lw_dev dev = DT__LW_EACH(o, DT_K_VIEW); dt__lw_each(L, &dev);) {
+        int64_t i = dev.idx, *coord = dev.coord, *ol = dev.len;
         dt__local_region(&in->meta, coord, ls, ll);
-        dt__local_region(&o->meta, coord, os, ol);
-        dt__kernel *k = dt__view_kernel(L, n, DT_KV_STRIDED);
-        if (!k)
-            break;
+        dt__kernel *k = dev.k;
+        dt__view_kernel_set(k, n, DT_KV_STRIDED);
         int whole = in->meta.ndim == o->meta.ndim;
         k->attr.ndim = in->meta.ndim;
         for (int d = 0; d < in->meta.ndim; d++) {
@@ -272,7 +267,7 @@ void dt__vlower_index(dt__lower *L, dt__node *n) {
         }
         k->n_in = 1;
         k->in[0] = dt__blob_retain(in->blobs[i]);
-        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+        dt__lw_each_push(L, &dev);
     }
 }
 
@@ -539,21 +534,19 @@ dt_tensor *dt_setitem(dt_tensor *a, const dt_slice *dims, dt_tensor *value, dt_s
 }
 
 void dt__vlower_setitem(dt__lower *L, dt__node *n) {
-    dt__tval *a = n->in[0], *v = n->n_in > 1 ? n->in[1] : NULL, *o = n->out;
+    dt__tval *a = n->in[0], *v = n->n_in > 1 ? n->in[1] : NULL;
     const dt__meta *am = &a->meta;
-    const dt_mesh *mesh = am->mesh;
-    if (dt__lw_alloc_blobs(L, o) != DT_OK)
-        return;
-    int64_t coord[DT_MAX_MESH_NDIM], k0[DT_MAX_NDIM], k1[DT_MAX_NDIM], ls[DT_MAX_NDIM];
+    int64_t k0[DT_MAX_NDIM], k1[DT_MAX_NDIM], ls[DT_MAX_NDIM];
     int64_t vs[DT_MAX_NDIM], vl[DT_MAX_NDIM];
-    for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__mesh_coord(mesh, i, coord);
+    /* A device that holds nothing of the selection gets no kernel. */
+    for (dt__lw_dev dev = DT__LW_EACH(n->out, DT__LW_NO_KERNEL); dt__lw_each(L, &dev);) {
+        int64_t i = dev.idx, *coord = dev.coord;
         if (!device_part(am, &n->a, coord, k0, k1, ls)) {
-            o->blobs[i] = dt__blob_retain(a->blobs[i]);
+            n->out->blobs[i] = dt__blob_retain(a->blobs[i]);
             continue;
         }
         int zero = writes_zero(am, v ? &v->meta : NULL, coord);
-        dt__kernel *k = dt__view_kernel(L, n, v && !zero ? DT_KV_SET_TENSOR : DT_KV_SET_SCALAR);
+        dt__kernel *k = dev.k = dt__view_kernel(L, n, v && !zero ? DT_KV_SET_TENSOR : DT_KV_SET_SCALAR);
         if (!k)
             break;
         k->n_in = 1;
@@ -584,7 +577,7 @@ void dt__vlower_setitem(dt__lower *L, dt__node *n) {
                     k->attr.gshape[d] = k1[d] - k0[d];
             }
         }
-        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+        dt__lw_each_push(L, &dev);
     }
 }
 
@@ -630,19 +623,15 @@ dt_tensor *dt_setitem_mask(dt_tensor *a, int64_t dim, dt_tensor *mask, dt_scalar
 }
 
 void dt__vlower_setitem_mask(dt__lower *L, dt__node *n) {
-    dt__tval *a = n->in[0], *mask = n->in[1], *o = n->out;
+    dt__tval *a = n->in[0], *mask = n->in[1];
     const dt__meta *am = &a->meta;
-    const dt_mesh *mesh = am->mesh;
     int dim = n->a.v_dim, k_nd = mask->meta.ndim;
-    if (dt__lw_alloc_blobs(L, o) != DT_OK)
-        return;
-    int64_t coord[DT_MAX_MESH_NDIM], ls[DT_MAX_NDIM], ll[DT_MAX_NDIM];
-    for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__mesh_coord(mesh, i, coord);
-        dt__local_region(am, coord, ls, ll);
-        dt__kernel *k = dt__view_kernel(L, n, DT_KV_MASKED_FILL);
-        if (!k)
-            break;
+    int64_t ls[DT_MAX_NDIM], ll[DT_MAX_NDIM];
+    for (dt__lw_dev dev = DT__LW_EACH(n->out, DT_K_VIEW); dt__lw_each(L, &dev);) {
+        int64_t i = dev.idx, *coord = dev.coord;
+        dt__local_region(am, coord, ls, ll); /* the block of the target it fills */
+        dt__kernel *k = dev.k;
+        dt__view_kernel_set(k, n, DT_KV_MASKED_FILL);
         k->n_in = 2;
         k->in[0] = dt__blob_retain(a->blobs[i]);
         k->in[1] = dt__lw_region(L, mask, i, coord, ls + dim, ll + dim);
@@ -650,7 +639,7 @@ void dt__vlower_setitem_mask(dt__lower *L, dt__node *n) {
         k->attr.gndim = am->ndim;
         for (int d = 0; d < am->ndim; d++)
             k->attr.gshape[d] = d >= dim && d < dim + k_nd ? ll[d] : 1;
-        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+        dt__lw_each_push(L, &dev);
     }
 }
 
@@ -691,22 +680,16 @@ dt_tensor *dt_setitem_index(dt_tensor *a, int64_t dim, dt_tensor *index, dt_scal
 }
 
 void dt__vlower_setitem_index(dt__lower *L, dt__node *n) {
-    dt__tval *a = n->in[0], *o = n->out;
-    const dt_mesh *mesh = a->meta.mesh;
-    if (dt__lw_alloc_blobs(L, o) != DT_OK)
-        return;
-    int64_t coord[DT_MAX_MESH_NDIM];
-    for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__mesh_coord(mesh, i, coord);
-        dt__kernel *k = dt__view_kernel(L, n, DT_KV_INDEX_FILL);
-        if (!k)
-            break;
+    dt__tval *a = n->in[0];
+    for (dt__lw_dev dev = DT__LW_EACH(n->out, DT_K_VIEW); dt__lw_each(L, &dev);) {
+        dt__kernel *k = dev.k;
+        dt__view_kernel_set(k, n, DT_KV_INDEX_FILL);
         k->n_in = 2;
-        k->in[0] = dt__blob_retain(a->blobs[i]);
-        k->in[1] = dt__blob_retain(n->in[1]->blobs[i]);
+        k->in[0] = dt__blob_retain(a->blobs[dev.idx]);
+        k->in[1] = dt__blob_retain(n->in[1]->blobs[dev.idx]);
         k->attr.dim = n->a.v_dim;
-        k->attr.scalar = writes_zero(&a->meta, NULL, coord) ? dt_scalar_int(0) : n->a.scalar;
-        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+        k->attr.scalar = writes_zero(&a->meta, NULL, dev.coord) ? dt_scalar_int(0) : n->a.scalar;
+        dt__lw_each_push(L, &dev);
     }
 }
 

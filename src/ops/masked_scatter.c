@@ -236,23 +236,17 @@ static int zero_part(const dt__meta *out, const dt__meta *m, const int64_t *coor
 }
 
 dt_status dt__lower_masked_scatter(dt__lower *L, dt__node *n) {
-    dt__tval *a = n->in[0], *mask = n->in[1], *src = n->in[2], *o = n->out;
-    const dt__meta *out = &o->meta;
-    const dt_mesh *mesh = out->mesh;
-    if (dt__lw_alloc_blobs(L, o) != DT_OK)
-        return L->status;
-    int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], s[DT_MAX_NDIM], l[DT_MAX_NDIM];
-    for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__mesh_coord(mesh, i, coord);
-        dt__local_region(out, coord, os, ol);
+    dt__tval *a = n->in[0], *mask = n->in[1], *src = n->in[2];
+    const dt__meta *out = &n->out->meta;
+    int64_t s[DT_MAX_NDIM], l[DT_MAX_NDIM];
+    for (dt__lw_dev dev = DT__LW_EACH(n->out, DT_K_MASKED_SCATTER); dt__lw_each(L, &dev);) {
+        const int64_t *os = dev.start, *ol = dev.len;
         input_region(&a->meta, out, os, ol, s, l);
-        dt__kernel *k = dt__lw_kernel(L, DT_K_MASKED_SCATTER);
-        if (!k)
-            break;
+        dt__kernel *k = dev.k;
         k->n_in = 3;
-        k->in[0] = dt__lw_region(L, a, i, coord, s, l);
-        k->in[1] = dt__blob_retain(mask->blobs[i]);
-        k->in[2] = dt__blob_retain(src->blobs[i]);
+        k->in[0] = dt__lw_region(L, a, dev.idx, dev.coord, s, l);
+        k->in[1] = dt__blob_retain(mask->blobs[dev.idx]);
+        k->in[2] = dt__blob_retain(src->blobs[dev.idx]);
         dt__kattr *ka = &k->attr;
         ka->dtype = out->dtype;
         ka->ndim = out->ndim;
@@ -264,14 +258,14 @@ dt_status dt__lower_masked_scatter(dt__lower *L, dt__node *n) {
         for (int d = 0; d < out->ndim; d++)
             whole &= os[d] == 0 && ol[d] == out->shape[d];
         int flags = 0;
-        if (zero_part(out, &a->meta, coord))
+        if (zero_part(out, &a->meta, dev.coord))
             flags |= DT_KMS_ZERO_INPUT;
-        if (zero_part(out, &src->meta, coord))
+        if (zero_part(out, &src->meta, dev.coord))
             flags |= DT_KMS_ZERO_SOURCE;
         if (!whole || flags)
             flags |= DT_KMS_REGION;
         ka->flags = flags;
-        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+        dt__lw_each_push(L, &dev);
     }
     return L->status;
 }

@@ -664,8 +664,7 @@ dt_tensor *dt_einsum(const char *equation, int n, dt_tensor *const *operands) {
 /* ------------------------------------------------------------ lowering */
 
 dt_status dt__lower_linalg(dt__lower *L, dt__node *n) {
-    dt__tval *o = n->out;
-    const dt__meta *out = &o->meta;
+    const dt__meta *out = &n->out->meta;
     const dt_mesh *mesh = out->mesh;
     int kind = n->a.sub;
     int nops = kind == DT_KL_EINSUM ? n->n_in : 2;
@@ -678,30 +677,24 @@ dt_status dt__lower_linalg(dt__lower *L, dt__node *n) {
     DT_ASSERT(build_plan(kind, ms, nops, n->a.text, &p) == DT_OK);
     DT_ASSERT(place(kind_name(kind), kind, &p, &scratch) == DT_OK);
     dt__tval *bias = n->n_in == 3 ? n->in[2] : NULL;
-    if (dt__lw_alloc_blobs(L, o) != DT_OK)
-        return L->status;
-    int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], s[DT_MAX_NDIM], l[DT_MAX_NDIM];
-    for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__mesh_coord(mesh, i, coord);
-        dt__local_region(out, coord, os, ol);
-        dt__kernel *k = dt__lw_kernel(L, DT_K_LINALG);
-        if (!k)
-            break;
+    int64_t s[DT_MAX_NDIM], l[DT_MAX_NDIM];
+    for (dt__lw_dev dev = DT__LW_EACH(n->out, DT_K_LINALG); dt__lw_each(L, &dev);) {
+        dt__kernel *k = dev.k;
         for (int j = 0; j < nops; j++) {
-            operand_region(&p, j, mesh, coord, os, ol, s, l);
-            k->in[j] = dt__lw_region(L, n->in[j], i, coord, s, l);
+            operand_region(&p, j, mesh, dev.coord, dev.start, dev.len, s, l);
+            k->in[j] = dt__lw_region(L, n->in[j], dev.idx, dev.coord, s, l);
         }
         k->n_in = nops;
-        if (bias && adds_bias(&bias->meta, out, coord)) {
-            addend_region(&bias->meta, out, os, ol, s, l);
-            k->in[k->n_in++] = dt__lw_region(L, bias, i, coord, s, l);
+        if (bias && adds_bias(&bias->meta, out, dev.coord)) {
+            addend_region(&bias->meta, out, dev.start, dev.len, s, l);
+            k->in[k->n_in++] = dt__lw_region(L, bias, dev.idx, dev.coord, s, l);
         }
         k->attr.sub = kind;
         k->attr.flags = n->a.flags & DT_KF_LINEAR_PARAM;
         k->attr.dtype = out->dtype;
         k->attr.text = n->a.text;
         k->opname = kind_name(kind);
-        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+        dt__lw_each_push(L, &dev);
     }
     return L->status;
 }

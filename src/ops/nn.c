@@ -122,26 +122,18 @@ dt_tensor *dt__nn_submit(int op, const char *name, dt_tensor *const *ins, int ni
 dt_status dt__lower_nn(dt__lower *L, dt__node *n) {
     const nn_rules *r = rules_of(n->op);
     DT_ASSERT(r); /* invariant: dt__ops sends only nn ops here */
-    dt__tval *o = n->out;
-    const dt__meta *out = &o->meta;
-    const dt_mesh *mesh = out->mesh;
+    const dt__meta *out = &n->out->meta;
     nn_ctx c = {.op = n->op, .a = &n->a, .nin = n->n_in, .out = out};
     for (int j = 0; j < n->n_in; j++)
         c.in[j] = &n->in[j]->meta;
     const dt__psig sig = {.needed = r->needed};
-    if (dt__lw_alloc_blobs(L, o) != DT_OK)
-        return L->status;
-    int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], ns[DT_MAX_NDIM], nl[DT_MAX_NDIM];
-    for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__mesh_coord(mesh, i, coord);
-        dt__local_region(out, coord, os, ol);
-        dt__kernel *k = dt__lw_kernel(L, r->kop);
-        if (!k)
-            break;
+    int64_t ns[DT_MAX_NDIM], nl[DT_MAX_NDIM];
+    for (dt__lw_dev dev = DT__LW_EACH(n->out, r->kop); dt__lw_each(L, &dev);) {
+        dt__kernel *k = dev.k;
         k->n_in = n->n_in;
         for (int j = 0; j < n->n_in; j++) {
-            dt__ps_needed(&sig, &c, j, coord, os, ol, ns, nl);
-            k->in[j] = dt__lw_region(L, n->in[j], i, coord, ns, nl);
+            dt__ps_needed(&sig, &c, j, dev.coord, dev.start, dev.len, ns, nl);
+            k->in[j] = dt__lw_region(L, n->in[j], dev.idx, dev.coord, ns, nl);
         }
         if (r->sub_names)
             k->opname = r->sub_names[n->a.sub];
@@ -155,10 +147,10 @@ dt_status dt__lower_nn(dt__lower *L, dt__node *n) {
         memcpy(ka->ints, n->a.ints, sizeof ka->ints);
         /* The local output shape: kernels use it to skip empty regions. */
         ka->ndim = out->ndim;
-        memcpy(ka->shape, ol, sizeof ka->shape);
+        memcpy(ka->shape, dev.len, sizeof ka->shape);
         if (r->kattr)
-            r->kattr(&c, coord, os, ol, ka);
-        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+            r->kattr(&c, dev.coord, dev.start, dev.len, ka);
+        dt__lw_each_push(L, &dev);
     }
     return L->status;
 }

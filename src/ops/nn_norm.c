@@ -161,6 +161,21 @@ static int compact(dt_tensor *const *all, int n, dt_tensor **out) {
     return k;
 }
 
+/* Submits a NORM node of `kind` on all[0] (the input) and those of all[1..n)
+ * that are given, weight and bias last; the result has the input's meta. a
+ * holds the kind's own attributes; the kind, eps and which of weight and
+ * bias are given are added here. */
+static dt_tensor *norm_submit(const char *op, int kind, dt__nattr *a, double eps, dt_tensor *const *all,
+                              int n) {
+    dt__meta out = all[0]->v->meta;
+    a->sub = kind;
+    a->flags |= (all[n - 2] ? DT_KNN_WEIGHT : 0) | (all[n - 1] ? DT_KNN_BIAS : 0);
+    a->f[0] = eps;
+    dt_tensor *ins[5];
+    int nin = compact(all, n, ins);
+    return dt__nn_submit(DT_OP_NORM, op, ins, nin, &out, a, 0);
+}
+
 /* An optional argument: absent, or a live handle (checked before its value is read). */
 static dt_status need_opt(const char *op, const char *what, const dt_tensor *t) {
     return t ? dt__nn_need(op, what, t) : DT_OK;
@@ -178,20 +193,15 @@ static dt_tensor *layer_like(int kind, dt_tensor *x, int nnorm, const int64_t *n
     if (check_normalized(op, m, nnorm, ns, affine, what, 2) != DT_OK ||
         check_dtypes(op, m, affine, 2) != DT_OK)
         return NULL;
-    dt__meta out = *m;
     dt__nattr a;
     memset(&a, 0, sizeof a);
-    a.sub = kind;
-    a.flags = (weight ? DT_KNN_WEIGHT : 0) | (bias ? DT_KNN_BIAS : 0);
     if (kind == DT_KNORM_RMS && isnan(eps))
-        a.flags |= DT_KNN_DEFAULT;
-    a.f[0] = isnan(eps) ? 0.0 : eps;
+        a.flags = DT_KNN_DEFAULT;
     for (int i = 0; i < nnorm; i++)
         a.ints[i] = ns[i];
     a.ints[DT_MAX_NDIM] = nnorm;
-    dt_tensor *all[3] = {x, weight, bias}, *ins[3];
-    int nin = compact(all, 3, ins);
-    return dt__nn_submit(DT_OP_NORM, op, ins, nin, &out, &a, 0);
+    dt_tensor *all[3] = {x, weight, bias};
+    return norm_submit(op, kind, &a, isnan(eps) ? 0.0 : eps, all, 3);
 }
 
 dt_tensor *dt_layer_norm(dt_tensor *x, int nnorm, const int64_t *normalized_shape, dt_tensor *weight,
@@ -208,6 +218,14 @@ dt_tensor *dt_rms_norm(dt_tensor *x, int nnorm, const int64_t *normalized_shape,
                        double eps) {
     dt_clear_error();
     return layer_like(DT_KNORM_RMS, x, nnorm, normalized_shape, weight, NULL, eps);
+}
+
+/* group_norm's and batch_norm's input: a channel dim (dim 1) at least. */
+static dt_status need_channels(const char *op, const dt__meta *x) {
+    if (x->ndim < 2)
+        return dt__error(DT_EOP, "%s(): Expected at least 2 dimensions for input tensor but received %d", op,
+                         x->ndim);
+    return DT_OK;
 }
 
 /* Checks a per-channel [C] input. */
@@ -238,11 +256,8 @@ dt_tensor *dt_group_norm(dt_tensor *x, int64_t num_groups, dt_tensor *weight, dt
         need_opt(op, "bias", bias) != DT_OK)
         return NULL;
     const dt__meta *m = &x->v->meta;
-    if (m->ndim < 2) {
-        dt__error(DT_EOP, "group_norm(): Expected at least 2 dimensions for input tensor but received %d",
-                  m->ndim);
+    if (need_channels(op, m) != DT_OK)
         return NULL;
-    }
     if (num_groups <= 0 || m->shape[1] % num_groups != 0) {
         dt__strbuf sb;
         dt__sb_init(&sb);
@@ -258,16 +273,11 @@ dt_tensor *dt_group_norm(dt_tensor *x, int64_t num_groups, dt_tensor *weight, dt
     if (check_channels(op, "weight", weight, m) != DT_OK || check_channels(op, "bias", bias, m) != DT_OK ||
         check_dtypes(op, m, affine, 2) != DT_OK)
         return NULL;
-    dt__meta out = *m;
     dt__nattr a;
     memset(&a, 0, sizeof a);
-    a.sub = DT_KNORM_GROUP;
-    a.flags = (weight ? DT_KNN_WEIGHT : 0) | (bias ? DT_KNN_BIAS : 0);
-    a.f[0] = eps;
     a.ints[0] = num_groups;
-    dt_tensor *all[3] = {x, weight, bias}, *ins[3];
-    int nin = compact(all, 3, ins);
-    return dt__nn_submit(DT_OP_NORM, op, ins, nin, &out, &a, 0);
+    dt_tensor *all[3] = {x, weight, bias};
+    return norm_submit(op, DT_KNORM_GROUP, &a, eps, all, 3);
 }
 
 dt_tensor *dt_batch_norm(dt_tensor *x, dt_tensor *running_mean, dt_tensor *running_var, dt_tensor *weight,
@@ -281,11 +291,8 @@ dt_tensor *dt_batch_norm(dt_tensor *x, dt_tensor *running_mean, dt_tensor *runni
         return NULL;
     }
     const dt__meta *m = &x->v->meta;
-    if (m->ndim < 2) {
-        dt__error(DT_EOP, "batch_norm(): Expected at least 2 dimensions for input tensor but received %d",
-                  m->ndim);
+    if (need_channels(op, m) != DT_OK)
         return NULL;
-    }
     dt_tensor *per_c[4] = {running_mean, running_var, weight, bias};
     static const char *const what[4] = {"running_mean", "running_var", "weight", "bias"};
     for (int i = 0; i < 4; i++)
@@ -303,16 +310,11 @@ dt_tensor *dt_batch_norm(dt_tensor *x, dt_tensor *running_mean, dt_tensor *runni
             return NULL;
         }
     }
-    dt__meta out = *m;
     dt__nattr a;
     memset(&a, 0, sizeof a);
-    a.sub = DT_KNORM_BATCH;
-    a.flags = (weight ? DT_KNN_WEIGHT : 0) | (bias ? DT_KNN_BIAS : 0);
-    a.f[0] = eps;
     a.f[1] = momentum;
-    dt_tensor *all[5] = {x, running_mean, running_var, weight, bias}, *ins[5];
-    int nin = compact(all, 5, ins);
-    return dt__nn_submit(DT_OP_NORM, op, ins, nin, &out, &a, 0);
+    dt_tensor *all[5] = {x, running_mean, running_var, weight, bias};
+    return norm_submit(op, DT_KNORM_BATCH, &a, eps, all, 5);
 }
 
 /* ------------------------------------------------------------ embedding */

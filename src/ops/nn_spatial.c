@@ -308,6 +308,89 @@ const nn_rules dt__nn_rules_conv2d = {
     .needed = needed_conv,
 };
 
+/* conv2d's stride, padding, dilation and groups, in torch's order (after the
+ * ranks, dt_conv2d). */
+static dt_status check_conv_params(const int64_t *stride, const int64_t *padding, const int64_t *dilation,
+                                   int64_t groups, dt_conv_padding padding_mode) {
+    if (groups <= 0)
+        return dt__error(DT_EOP, "conv2d(): non-positive groups is not supported");
+    for (int i = 0; i < 2; i++) {
+        if (stride[i] <= 0)
+            return dt__error(DT_EOP, "conv2d(): non-positive stride is not supported");
+        if (dilation[i] <= 0)
+            return dt__error(DT_EOP, "conv2d(): dilation should be greater than zero");
+        if (padding_mode == DT_CONV_PAD_EXPLICIT && padding[i] < 0)
+            return dt__error(DT_EOP, "conv2d(): negative padding is not supported");
+    }
+    if (padding_mode == DT_CONV_PAD_SAME && (stride[0] != 1 || stride[1] != 1))
+        return dt__error(DT_EOP, "conv2d(): padding='same' is not supported for strided convolutions");
+    return DT_OK;
+}
+
+/* The channels of x, weight and bias (mb NULL: none) against groups, and
+ * their dtypes. */
+static dt_status check_conv_operands(const dt__meta *mx, const dt__meta *mw, const dt__meta *mb,
+                                     int64_t groups) {
+    int b = mx->ndim == 4 ? 1 : 0; /* batch dims before the channels */
+    int64_t cin = mx->shape[b], cout = mw->shape[0];
+    if (cout % groups != 0)
+        return dt__error(
+            DT_EOP,
+            "conv2d(): Given groups=%lld, expected weight to be divisible by %lld at dimension 0, "
+            "but got weight of size [%lld, %lld, %lld, %lld] instead",
+            (long long)groups, (long long)groups, (long long)mw->shape[0], (long long)mw->shape[1],
+            (long long)mw->shape[2], (long long)mw->shape[3]);
+    if (cin != mw->shape[1] * groups)
+        return dt__error(
+            DT_EOP,
+            "conv2d(): Given groups=%lld, weight of size [%lld, %lld, %lld, %lld], expected input to "
+            "have %lld channels, but got %lld channels instead",
+            (long long)groups, (long long)mw->shape[0], (long long)mw->shape[1], (long long)mw->shape[2],
+            (long long)mw->shape[3], (long long)(mw->shape[1] * groups), (long long)cin);
+    if (mb && (mb->ndim != 1 || mb->shape[0] != cout))
+        return dt__error(DT_EOP,
+                         "conv2d(): Given weight of size [%lld, ...], expected bias to be 1-dimensional with "
+                         "%lld elements",
+                         (long long)cout, (long long)cout);
+    if (!dt_dtype_is_floating(mx->dtype))
+        return dt__error(DT_EOP, "conv2d(): argument 'input' must be a floating-point tensor, got %s",
+                         dt_dtype_name(mx->dtype));
+    if (mw->dtype != mx->dtype || (mb && mb->dtype != mx->dtype))
+        return dt__error(
+            DT_EOP, "conv2d(): Input type (%s), weight type (%s) and bias type (%s) should be the same",
+            dt_dtype_name(mx->dtype), dt_dtype_name(mw->dtype), mb ? dt_dtype_name(mb->dtype) : "none");
+    return DT_OK;
+}
+
+/* The result's meta: x's with cout channels and each spatial size after the
+ * kernel; an error where the kernel is larger than the padded input. */
+static dt_status conv_out(const dt__meta *mx, const dt__meta *mw, const int64_t *stride,
+                          const int64_t *padding, const int64_t *dilation, dt_conv_padding padding_mode,
+                          dt__meta *out) {
+    int b = mx->ndim == 4 ? 1 : 0;
+    *out = *mx;
+    out->shape[b] = mw->shape[0];
+    for (int i = 0; i < 2; i++) {
+        int64_t in = mx->shape[b + 1 + i], k = mw->shape[2 + i];
+        int64_t eff = dilation[i] * (k - 1) + 1;
+        int64_t o;
+        if (padding_mode == DT_CONV_PAD_SAME) {
+            o = in; /* padded by dilation * (k - 1) in total */
+        } else {
+            int64_t p = padding_mode == DT_CONV_PAD_VALID ? 0 : padding[i];
+            int64_t padded = in + 2 * p;
+            o = padded < eff ? 0 : (padded - eff) / stride[i] + 1;
+            if (padded < eff)
+                return dt__error(DT_EOP,
+                                 "conv2d(): Calculated padded input size per channel: (%lld). Kernel size: "
+                                 "(%lld). Kernel size can't be greater than actual input size",
+                                 (long long)padded, (long long)eff);
+        }
+        out->shape[b + 1 + i] = o;
+    }
+    return DT_OK;
+}
+
 dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *weight, dt_tensor *bias, const int64_t *stride,
                      const int64_t *padding, const int64_t *dilation, int64_t groups,
                      dt_conv_padding padding_mode) {
@@ -337,86 +420,11 @@ dt_tensor *dt_conv2d(dt_tensor *x, dt_tensor *weight, dt_tensor *bias, const int
                   mx->ndim);
         return NULL;
     }
-    if (groups <= 0) {
-        dt__error(DT_EOP, "conv2d(): non-positive groups is not supported");
+    dt__meta out;
+    if (check_conv_params(stride, padding, dilation, groups, padding_mode) != DT_OK ||
+        check_conv_operands(mx, mw, mb, groups) != DT_OK ||
+        conv_out(mx, mw, stride, padding, dilation, padding_mode, &out) != DT_OK)
         return NULL;
-    }
-    for (int i = 0; i < 2; i++) {
-        if (stride[i] <= 0) {
-            dt__error(DT_EOP, "conv2d(): non-positive stride is not supported");
-            return NULL;
-        }
-        if (dilation[i] <= 0) {
-            dt__error(DT_EOP, "conv2d(): dilation should be greater than zero");
-            return NULL;
-        }
-        if (padding_mode == DT_CONV_PAD_EXPLICIT && padding[i] < 0) {
-            dt__error(DT_EOP, "conv2d(): negative padding is not supported");
-            return NULL;
-        }
-    }
-    if (padding_mode == DT_CONV_PAD_SAME && (stride[0] != 1 || stride[1] != 1)) {
-        dt__error(DT_EOP, "conv2d(): padding='same' is not supported for strided convolutions");
-        return NULL;
-    }
-    int b = mx->ndim == 4 ? 1 : 0; /* batch dims before the channels */
-    int64_t cin = mx->shape[b], cout = mw->shape[0];
-    if (cout % groups != 0) {
-        dt__error(DT_EOP,
-                  "conv2d(): Given groups=%lld, expected weight to be divisible by %lld at dimension 0, "
-                  "but got weight of size [%lld, %lld, %lld, %lld] instead",
-                  (long long)groups, (long long)groups, (long long)mw->shape[0], (long long)mw->shape[1],
-                  (long long)mw->shape[2], (long long)mw->shape[3]);
-        return NULL;
-    }
-    if (cin != mw->shape[1] * groups) {
-        dt__error(DT_EOP,
-                  "conv2d(): Given groups=%lld, weight of size [%lld, %lld, %lld, %lld], expected input to "
-                  "have %lld channels, but got %lld channels instead",
-                  (long long)groups, (long long)mw->shape[0], (long long)mw->shape[1],
-                  (long long)mw->shape[2], (long long)mw->shape[3], (long long)(mw->shape[1] * groups),
-                  (long long)cin);
-        return NULL;
-    }
-    if (mb && (mb->ndim != 1 || mb->shape[0] != cout)) {
-        dt__error(DT_EOP,
-                  "conv2d(): Given weight of size [%lld, ...], expected bias to be 1-dimensional with %lld "
-                  "elements",
-                  (long long)cout, (long long)cout);
-        return NULL;
-    }
-    if (!dt_dtype_is_floating(mx->dtype)) {
-        dt__error(DT_EOP, "conv2d(): argument 'input' must be a floating-point tensor, got %s",
-                  dt_dtype_name(mx->dtype));
-        return NULL;
-    }
-    if (mw->dtype != mx->dtype || (mb && mb->dtype != mx->dtype)) {
-        dt__error(DT_EOP, "conv2d(): Input type (%s), weight type (%s) and bias type (%s) should be the same",
-                  dt_dtype_name(mx->dtype), dt_dtype_name(mw->dtype), mb ? dt_dtype_name(mb->dtype) : "none");
-        return NULL;
-    }
-    dt__meta out = *mx;
-    out.shape[b] = cout;
-    for (int i = 0; i < 2; i++) {
-        int64_t in = mx->shape[b + 1 + i], k = mw->shape[2 + i];
-        int64_t eff = dilation[i] * (k - 1) + 1;
-        int64_t o;
-        if (padding_mode == DT_CONV_PAD_SAME) {
-            o = in; /* padded by dilation * (k - 1) in total */
-        } else {
-            int64_t p = padding_mode == DT_CONV_PAD_VALID ? 0 : padding[i];
-            int64_t padded = in + 2 * p;
-            o = padded < eff ? 0 : (padded - eff) / stride[i] + 1;
-            if (padded < eff) {
-                dt__error(DT_EOP,
-                          "conv2d(): Calculated padded input size per channel: (%lld). Kernel size: (%lld). "
-                          "Kernel size can't be greater than actual input size",
-                          (long long)padded, (long long)eff);
-                return NULL;
-            }
-        }
-        out.shape[b + 1 + i] = o;
-    }
     dt__nattr a;
     memset(&a, 0, sizeof a);
     a.sub = padding_mode;

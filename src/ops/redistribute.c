@@ -152,6 +152,8 @@ static dt_status local_step(plan *p, int md, dt_placement to) {
     dt__blob **next = dt__calloc((size_t)mesh->ndev, sizeof *next);
     if (!next)
         return dt__lw_fail(p->L, DT_ENOMEM, "out of memory (redistribute plan)");
+    /* Not dt__lw_each: the blocks are of the placements after the step (a
+     * meta only, no value yet) and go to the plan's next state. */
     for (int64_t i = 0; i < mesh->ndev; i++) {
         dt__mesh_coord(mesh, i, coord);
         if (to.kind == DT_PLACEMENT_SHARD) {
@@ -296,8 +298,7 @@ static dt_status copy_across(plan *p, dt__tval *dst) {
     const dt__meta *sm = &p->cur.meta, *dm = &dst->meta;
     const dt_mesh *smesh = sm->mesh, *dmesh = dm->mesh;
     int nd = sm->ndim;
-    int64_t dc[DT_MAX_MESH_NDIM], sc[DT_MAX_MESH_NDIM];
-    int64_t ts[DT_MAX_NDIM], tl[DT_MAX_NDIM], qs[DT_MAX_NDIM], ql[DT_MAX_NDIM];
+    int64_t sc[DT_MAX_MESH_NDIM], qs[DT_MAX_NDIM], ql[DT_MAX_NDIM];
     if (dt__lw_alloc_blobs(p->L, dst) != DT_OK)
         return p->L->status;
     dt__blob **pieces = dt__calloc((size_t)smesh->ndev, sizeof *pieces);
@@ -308,19 +309,19 @@ static dt_status copy_across(plan *p, dt__tval *dst) {
         return dt__lw_fail(p->L, DT_ENOMEM, "out of memory (assembly)");
     }
     int64_t most = 0, es = (int64_t)dt_dtype_size(dm->dtype); /* for explain: bytes a device receives */
-    for (int64_t j = 0; j < dmesh->ndev && p->L->status == DT_OK; j++) {
-        int64_t received = 0;
-        dt__mesh_coord(dmesh, j, dc);
-        dt__local_region(dm, dc, ts, tl);
-        if (dt__partial_zero(dm, dc)) {
-            dt__kernel *k = dt__lw_kernel(p->L, DT_K_FULL);
+    /* Destination device j's block (ts, tl): zeros, a source block as it
+     * is, or pieces assembled; the body makes the kernels it needs. */
+    for (dt__lw_dev dev = DT__LW_EACH(dst, DT__LW_NO_KERNEL); dt__lw_each(p->L, &dev);) {
+        int64_t j = dev.idx, received = 0, *ts = dev.start, *tl = dev.len;
+        if (dt__partial_zero(dm, dev.coord)) {
+            dt__kernel *k = dev.k = dt__lw_kernel(p->L, DT_K_FULL);
             if (!k)
                 break;
             k->attr.dtype = dm->dtype;
             k->attr.ndim = nd;
-            memcpy(k->attr.shape, tl, sizeof tl);
+            memcpy(k->attr.shape, tl, sizeof dev.len);
             k->attr.scalar = dt_scalar_int(0);
-            dst->blobs[j] = dt__lw_push(p->L, dmesh, j, k);
+            dt__lw_each_push(p->L, &dev);
             continue;
         }
         int n = 0, shared = 0, whole = 0;

@@ -92,10 +92,11 @@ static const char *torch_type_name(dt_dtype d) {
     return (unsigned)d < DT_DTYPE_COUNT ? names[d] : "invalid";
 }
 
-/* Validates the op's arguments and fills the output meta. *mask gets the
- * reduced dims, *nodim whether it is torch's no-dim form. */
-static dt_status infer(int op, int mode, const dt__meta *m, int ndims, const int64_t *dims, int keepdim,
-                       int dtype, dt__meta *out, uint64_t *mask, int *nodim) {
+/* The reduced dims (*mask) from the op's dims argument, and *nodim: whether
+ * it is torch's no-dim form (ndims < 0, or no dims for an op that takes a
+ * list). Ops without an identity refuse empty reductions, as torch does. */
+static dt_status reduced_dims(int op, int mode, const dt__meta *m, int ndims, const int64_t *dims,
+                              int keepdim, uint64_t *mask, int *nodim) {
     const char *name = reduce_names[op];
     int nd = ndims < 0 || (ndims == 0 && !one_dim_only(op));
     *mask = 0;
@@ -125,7 +126,6 @@ static dt_status infer(int op, int mode, const dt__meta *m, int ndims, const int
             *mask |= 1ull << d;
         }
     }
-    /* Ops without an identity refuse empty reductions, as torch does. */
     if (needs_elements(op)) {
         /* torch: IndexError for argmax/argmin, RuntimeError for the others. */
         if (nd && dt__numel(m->ndim, m->shape) == 0)
@@ -137,16 +137,20 @@ static dt_status infer(int op, int mode, const dt__meta *m, int ndims, const int
                 return dt__error(DT_EINDEX, "%s(): Expected reduction dim %d to have non-zero size.", name,
                                  d);
     }
-    /* Result dtype. */
+    return DT_OK;
+}
+
+/* The result dtype (*od) from the input's and the dtype argument (-1: none). */
+static dt_status result_dtype(int op, int mode, const dt__meta *m, int dtype, dt_dtype *od) {
+    const char *name = reduce_names[op];
     if (dtype >= DT_DTYPE_COUNT || dtype < -1)
         return dt__error(DT_EINVAL, "%s(): unknown dtype %d", name, dtype);
     if (dtype >= 0 && op != DT_REDUCE_SUM && op != DT_REDUCE_MEAN && op != DT_REDUCE_PROD)
         return dt__error(DT_ETYPE, "%s(): got an unexpected keyword argument 'dtype'", name);
-    dt_dtype od = m->dtype;
     switch (op) {
     case DT_REDUCE_SUM:
     case DT_REDUCE_PROD:
-        od = dtype >= 0 ? (dt_dtype)dtype : dt_dtype_is_floating(m->dtype) ? m->dtype : DT_INT64;
+        *od = dtype >= 0 ? (dt_dtype)dtype : dt_dtype_is_floating(m->dtype) ? m->dtype : DT_INT64;
         break;
     case DT_REDUCE_MEAN:
         if (dtype >= 0 && !dt_dtype_is_floating((dt_dtype)dtype))
@@ -161,34 +165,39 @@ static dt_status infer(int op, int mode, const dt__meta *m, int ndims, const int
                 "mean(): could not infer output dtype. Input dtype must be either a floating point or "
                 "complex dtype. Got: %s",
                 torch_type_name(m->dtype));
-        od = dtype >= 0 ? (dt_dtype)dtype : m->dtype;
+        *od = dtype >= 0 ? (dt_dtype)dtype : m->dtype;
         break;
     case DT_REDUCE_ARGMAX:
     case DT_REDUCE_ARGMIN:
         if (m->dtype == DT_BOOL)
             return dt__error(DT_EOP, "%s(): does not support bool input", name);
-        od = DT_INT64;
+        *od = DT_INT64;
         break;
     case DT_REDUCE_ANY:
     case DT_REDUCE_ALL:
-        od = m->dtype == DT_UINT8 ? DT_UINT8 : DT_BOOL;
+        *od = m->dtype == DT_UINT8 ? DT_UINT8 : DT_BOOL;
         break;
     default:
-        od = mode == DT_KR_INDICES ? DT_INT64 : m->dtype;
+        *od = mode == DT_KR_INDICES ? DT_INT64 : m->dtype;
     }
-    /* Shape and placements. */
+    return DT_OK;
+}
+
+/* The output's shape (the reduced dims dropped, or 1 with keepdim) and its
+ * placements, from the Shard rows. */
+static dt_status place(int op, const dt__meta *m, dt_dtype od, uint64_t mask, int keepdim, dt__meta *out) {
     memset(out, 0, sizeof *out);
     out->mesh = m->mesh;
     out->dtype = od;
     for (int d = 0; d < m->ndim; d++) {
-        if (!(*mask & (1ull << d)))
+        if (!(mask & (1ull << d)))
             out->shape[out->ndim++] = m->shape[d];
         else if (keepdim)
             out->shape[out->ndim++] = 1;
     }
     /* A Partial float summed into an integer would truncate each piece. */
     int partial_ok = is_linear(op) && (dt_dtype_is_floating(od) || !dt_dtype_is_floating(m->dtype));
-    dt__nattr a = {.dims_mask = *mask, .flags = keepdim ? DT_KF_KEEPDIM : 0};
+    dt__nattr a = {.dims_mask = mask, .flags = keepdim ? DT_KF_KEEPDIM : 0};
     dt__pctx c = {.op = DT_OP_REDUCE, .a = &a, .nin = 1, .in = {m}, .out = out};
     const dt__psig sig = {
         .partial = partial_ok ? linear_partial : NULL,
@@ -198,13 +207,24 @@ static dt_status infer(int op, int mode, const dt__meta *m, int ndims, const int
         .own_regions = 1,
     };
     int bad;
-    if (dt__ps_apply(name, &sig, &c, 0, out->pl, &bad) != DT_OK) {
+    if (dt__ps_apply(reduce_names[op], &sig, &c, 0, out->pl, &bad) != DT_OK) {
         /* Every Shard has a row: only a Partial input is refused. */
         if (is_linear(op))
             dt__error_append(" (a Partial float cannot be reduced into an integer dtype piece by piece)");
         return DT_EPLACEMENT;
     }
     return DT_OK;
+}
+
+/* Validates the op's arguments and fills the output meta. *mask gets the
+ * reduced dims, *nodim whether it is torch's no-dim form. */
+static dt_status infer(int op, int mode, const dt__meta *m, int ndims, const int64_t *dims, int keepdim,
+                       int dtype, dt__meta *out, uint64_t *mask, int *nodim) {
+    dt_dtype od = m->dtype;
+    dt_status st = reduced_dims(op, mode, m, ndims, dims, keepdim, mask, nodim);
+    if (st == DT_OK)
+        st = result_dtype(op, mode, m, dtype, &od);
+    return st == DT_OK ? place(op, m, od, *mask, keepdim, out) : st;
 }
 
 static dt_tensor *submit(int op, int mode, dt_tensor *a, const dt__meta *out, uint64_t mask, int nodim,
@@ -365,34 +385,30 @@ static void lower_local(dt__lower *L, dt__node *n, int op, int mode, int sharded
     }
 }
 
-/* Reduction over sharded dims without an additive form: local reduce with
- * keepdim, all-gather along every mesh dim that shards a reduced dim
- * (innermost first), reduce the gathered pieces. */
-static void lower_gathered(dt__lower *L, dt__node *n, int op, int mode, uint32_t gmask) {
-    dt__tval *in = n->in[0], *o = n->out;
+/* A reduction over sharded dims without an additive form, between its
+ * steps (lower_gathered). */
+typedef struct gathered {
+    dt__lower *L;
+    const dt__node *n;
+    int op;                         /* the reduction asked for */
+    int arg;                        /* 1 when it gives indices: values and indices are gathered */
+    int best;                       /* ARGMAX or ARGMIN: which indices */
+    int vop;                        /* the reduction of the gathered values */
+    dt_dtype vdt;                   /* their dtype */
+    dt__blob **vals, **idxs;        /* per device: its pieces so far (owned) */
+    int64_t (*shapes)[DT_MAX_NDIM]; /* per device: its piece's shape */
+} gathered;
+
+/* Each device's piece: its block reduced with keepdim (values, and for an
+ * index result global indices too), or an empty piece where the block has
+ * no elements along a reduced dim (it keeps the gather's shapes consistent
+ * and adds nothing). Walks the input's blocks, two kernels on a device. */
+static void local_pieces(gathered *G) {
+    dt__tval *in = G->n->in[0];
     const dt__meta *m = &in->meta;
-    const dt_mesh *mesh = m->mesh;
-    uint64_t mask = n->a.dims_mask;
-    int flags = n->a.flags;
-    int arg = is_arg(op) || mode == DT_KR_INDICES;
-    int best = op == DT_REDUCE_ARGMAX || op == DT_REDUCE_MAX ? DT_REDUCE_ARGMAX : DT_REDUCE_ARGMIN;
-    /* max/min values over gathered pieces are amax/amin of them. */
-    int vop = arg                   ? (best == DT_REDUCE_ARGMAX ? DT_REDUCE_AMAX : DT_REDUCE_AMIN)
-              : op == DT_REDUCE_MAX ? DT_REDUCE_AMAX
-              : op == DT_REDUCE_MIN ? DT_REDUCE_AMIN
-                                    : op;
-    dt_dtype vdt = arg ? m->dtype : o->meta.dtype;
-    dt__blob **vals = dt__calloc((size_t)mesh->ndev, sizeof *vals);
-    dt__blob **idxs = dt__calloc((size_t)mesh->ndev, sizeof *idxs);
-    int64_t(*shapes)[DT_MAX_NDIM] = dt__calloc((size_t)mesh->ndev, sizeof *shapes); /* each device's piece */
-    if (!vals || !idxs || !shapes) {
-        dt__lw_fail(L, DT_ENOMEM, "out of memory (reduction)");
-        goto out;
-    }
-    int64_t coord[DT_MAX_MESH_NDIM], ls[DT_MAX_NDIM], ll[DT_MAX_NDIM];
-    for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__mesh_coord(mesh, i, coord);
-        dt__local_region(m, coord, ls, ll);
+    uint64_t mask = G->n->a.dims_mask;
+    for (dt__lw_dev dev = DT__LW_EACH(in, DT__LW_NO_KERNEL); dt__lw_each(G->L, &dev);) {
+        int64_t i = dev.idx, *ls = dev.start, *ll = dev.len;
         int empty = 0;
         int64_t pshape[DT_MAX_NDIM];
         for (int d = 0; d < m->ndim; d++) {
@@ -402,44 +418,50 @@ static void lower_gathered(dt__lower *L, dt__node *n, int op, int mode, uint32_t
                 pshape[d] = ll[d] ? 1 : 0;
             }
         }
-        memcpy(shapes[i], pshape, sizeof shapes[i]);
-        for (int which = 0; which < 1 + arg; which++) {
+        memcpy(G->shapes[i], pshape, sizeof G->shapes[i]);
+        for (int which = 0; which < 1 + G->arg; which++) {
             dt__kernel *k;
             if (empty) {
-                /* Nothing to reduce here: an empty piece keeps the gather's
-                 * shapes consistent and adds nothing. */
-                k = dt__lw_kernel(L, DT_K_FULL);
+                k = dt__lw_kernel(G->L, DT_K_FULL);
                 if (!k)
-                    goto out;
-                k->attr.dtype = which ? DT_INT64 : vdt;
+                    return;
+                k->attr.dtype = which ? DT_INT64 : G->vdt;
                 k->attr.ndim = m->ndim;
                 memcpy(k->attr.shape, pshape, sizeof pshape);
                 k->attr.scalar = dt_scalar_int(0);
-                k->opname = reduce_names[op];
+                k->opname = reduce_names[G->op];
             } else if (!which) {
-                k = reduce_kernel(L, vop, DT_KR_PLAIN, dt__blob_retain(in->blobs[i]), vdt, mask,
+                k = reduce_kernel(G->L, G->vop, DT_KR_PLAIN, dt__blob_retain(in->blobs[i]), G->vdt, mask,
                                   DT_KF_KEEPDIM);
             } else {
                 /* Global indices; the no-dim form gives the flat index. */
-                k = reduce_kernel(L, best, DT_KR_GLOBAL_INDEX, dt__blob_retain(in->blobs[i]), DT_INT64, mask,
-                                  DT_KF_KEEPDIM | (flags & DT_KF_ALL));
+                k = reduce_kernel(G->L, G->best, DT_KR_GLOBAL_INDEX, dt__blob_retain(in->blobs[i]), DT_INT64,
+                                  mask, DT_KF_KEEPDIM | (G->n->a.flags & DT_KF_ALL));
                 if (!k)
-                    goto out;
+                    return;
                 k->attr.ndim = m->ndim;
                 k->attr.gndim = m->ndim;
-                memcpy(k->attr.start, ls, sizeof ls);
+                memcpy(k->attr.start, ls, sizeof dev.start);
                 memcpy(k->attr.gshape, m->shape, sizeof m->shape);
             }
-            (which ? idxs : vals)[i] = dt__lw_push(L, mesh, i, k);
+            (which ? G->idxs : G->vals)[i] = dt__lw_push(G->L, m->mesh, i, k);
         }
     }
+}
+
+/* All-gathers the pieces along every mesh dim of gmask, innermost first;
+ * after each, a piece's shape along the gathered dim is its group's sum. */
+static dt_status gather_pieces(gathered *G, uint32_t gmask) {
+    const dt__meta *m = &G->n->in[0]->meta;
+    const dt_mesh *mesh = m->mesh;
+    const char *name = reduce_names[G->op];
     for (int md = mesh->ndim - 1; md >= 0; md--) {
         if (!(gmask & (1u << md)))
             continue;
         int d = m->pl[md].dim;
-        if (allgather(L, mesh, md, d, m->ndim, vdt, vals, shapes, reduce_names[op]) != DT_OK ||
-            (arg && allgather(L, mesh, md, d, m->ndim, DT_INT64, idxs, shapes, reduce_names[op]) != DT_OK))
-            goto out;
+        if (allgather(G->L, mesh, md, d, m->ndim, G->vdt, G->vals, G->shapes, name) != DT_OK ||
+            (G->arg && allgather(G->L, mesh, md, d, m->ndim, DT_INT64, G->idxs, G->shapes, name) != DT_OK))
+            return G->L->status;
         /* The gathered pieces: dim d summed over each group along md. */
         int64_t coord[DT_MAX_MESH_NDIM], size = mesh->shape[md], stride = mesh->strides[md];
         for (int64_t base = 0; base < mesh->ndev; base++) {
@@ -448,44 +470,76 @@ static void lower_gathered(dt__lower *L, dt__node *n, int op, int mode, uint32_t
                 continue;
             int64_t sum = 0;
             for (int64_t r = 0; r < size; r++)
-                sum += shapes[base + r * stride][d];
+                sum += G->shapes[base + r * stride][d];
             for (int64_t r = 0; r < size; r++)
-                shapes[base + r * stride][d] = sum;
+                G->shapes[base + r * stride][d] = sum;
         }
     }
-    if (dt__lw_alloc_blobs(L, o) != DT_OK)
-        goto out;
-    for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__kernel *k;
-        /* The references in vals/idxs move into the kernels. */
-        if (arg) {
-            k = reduce_kernel(L, best, DT_KR_COMBINE, vals[i], DT_INT64, mask, flags);
-            vals[i] = NULL;
-            if (!k)
-                goto out;
-            k->n_in = 2;
-            k->in[1] = idxs[i];
-            idxs[i] = NULL;
+    return DT_OK;
+}
+
+/* Each device's result: its gathered pieces reduced again (the values, or
+ * the best values' smallest global indices). The references in vals and
+ * idxs move into the kernels; a device's kernel takes them over whole, so
+ * the loop makes its own. */
+static void combine_pieces(gathered *G) {
+    dt__tval *o = G->n->out;
+    uint64_t mask = G->n->a.dims_mask;
+    int flags = G->n->a.flags;
+    for (dt__lw_dev dev = DT__LW_EACH(o, DT__LW_NO_KERNEL); dt__lw_each(G->L, &dev);) {
+        int64_t i = dev.idx;
+        if (G->arg) {
+            dev.k = reduce_kernel(G->L, G->best, DT_KR_COMBINE, G->vals[i], DT_INT64, mask, flags);
+            G->vals[i] = NULL;
+            if (!dev.k)
+                return;
+            dev.k->n_in = 2;
+            dev.k->in[1] = G->idxs[i];
+            G->idxs[i] = NULL;
         } else {
-            k = reduce_kernel(L, vop, DT_KR_PLAIN, vals[i], o->meta.dtype, mask, flags);
-            vals[i] = NULL;
-            if (!k)
-                goto out;
+            dev.k = reduce_kernel(G->L, G->vop, DT_KR_PLAIN, G->vals[i], o->meta.dtype, mask, flags);
+            G->vals[i] = NULL;
+            if (!dev.k)
+                return;
         }
-        k->opname = reduce_names[op];
-        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+        dev.k->opname = reduce_names[G->op];
+        dt__lw_each_push(G->L, &dev);
     }
-out:
+}
+
+/* Reduction over sharded dims without an additive form: local reduce with
+ * keepdim, all-gather along every mesh dim that shards a reduced dim
+ * (innermost first), reduce the gathered pieces. */
+static void lower_gathered(dt__lower *L, dt__node *n, int op, int mode, uint32_t gmask) {
+    const dt__meta *m = &n->in[0]->meta;
+    int64_t ndev = m->mesh->ndev;
+    gathered G = {.L = L, .n = n, .op = op, .arg = is_arg(op) || mode == DT_KR_INDICES};
+    G.best = op == DT_REDUCE_ARGMAX || op == DT_REDUCE_MAX ? DT_REDUCE_ARGMAX : DT_REDUCE_ARGMIN;
+    /* max/min values over gathered pieces are amax/amin of them. */
+    G.vop = G.arg                 ? (G.best == DT_REDUCE_ARGMAX ? DT_REDUCE_AMAX : DT_REDUCE_AMIN)
+            : op == DT_REDUCE_MAX ? DT_REDUCE_AMAX
+            : op == DT_REDUCE_MIN ? DT_REDUCE_AMIN
+                                  : op;
+    G.vdt = G.arg ? m->dtype : n->out->meta.dtype;
+    G.vals = dt__calloc((size_t)ndev, sizeof *G.vals);
+    G.idxs = dt__calloc((size_t)ndev, sizeof *G.idxs);
+    G.shapes = dt__calloc((size_t)ndev, sizeof *G.shapes);
+    if (!G.vals || !G.idxs || !G.shapes)
+        dt__lw_fail(L, DT_ENOMEM, "out of memory (reduction)");
+    else
+        local_pieces(&G);
+    if (L->status == DT_OK && gather_pieces(&G, gmask) == DT_OK)
+        combine_pieces(&G);
     /* What a failure left behind. */
-    for (int64_t i = 0; i < mesh->ndev; i++) {
-        if (vals)
-            dt__blob_release(vals[i]);
-        if (idxs)
-            dt__blob_release(idxs[i]);
+    for (int64_t i = 0; i < ndev; i++) {
+        if (G.vals)
+            dt__blob_release(G.vals[i]);
+        if (G.idxs)
+            dt__blob_release(G.idxs[i]);
     }
-    dt__free(vals);
-    dt__free(idxs);
-    dt__free(shapes);
+    dt__free(G.vals);
+    dt__free(G.idxs);
+    dt__free(G.shapes);
 }
 
 dt_status dt__lower_reduce(dt__lower *L, dt__node *n) {

@@ -124,49 +124,43 @@ typedef struct ring {
     dt__blob **dep; /* per device: the accumulator the next shift waits for (owned) */
 } ring;
 
-static dt__kernel *kernel(ring *R, int flags, dt_dtype dtype, const int64_t *shape) {
-    dt__kernel *k = dt__lw_kernel(R->L, DT_K_SDPA);
-    if (!k)
-        return NULL;
+/* Makes k an SDPA kernel of the ring: `flags`, its result's dtype and
+ * local shape. */
+static void sdpa_set(const ring *R, dt__kernel *k, int flags, dt_dtype dtype, const int64_t *shape) {
     k->attr.dtype = dtype;
     k->attr.flags = flags;
     k->attr.f[1] = R->n->a.f[1];
     k->attr.ndim = R->nd;
     memcpy(k->attr.shape, shape, sizeof(int64_t) * (size_t)R->nd);
-    return k;
 }
 
-/* Step 0's pack: kv = cat(k, v, dim=-1) on every device. */
+/* Step 0's pack: kv = cat(k, v, dim=-1) on every device (k's blocks). */
 static void pack(ring *R) {
-    const dt__tval *tk = R->n->in[1], *tv = R->n->in[2];
-    int64_t coord[DT_MAX_MESH_NDIM], s[DT_MAX_NDIM], l[DT_MAX_NDIM];
-    for (int64_t i = 0; i < R->mesh->ndev && R->L->status == DT_OK; i++) {
-        dt__mesh_coord(R->mesh, i, coord);
-        dt__local_region(&tk->meta, coord, s, l);
-        dt__kernel *k = dt__lw_kernel(R->L, DT_K_CAT);
-        if (!k)
-            return;
+    dt__tval *tk = R->n->in[1], *tv = R->n->in[2];
+    for (dt__lw_dev dev = DT__LW_EACH(tk, DT_K_CAT); dt__lw_each(R->L, &dev);) {
+        int64_t i = dev.idx;
+        dt__kernel *k = dev.k;
         k->n_in = 2;
         k->in[0] = dt__blob_retain(tk->blobs[i]);
         k->in[1] = dt__blob_retain(tv->blobs[i]);
         k->attr.dtype = R->kv_dtype;
         k->attr.dim = R->nd - 1;
         k->attr.ndim = R->nd;
-        memcpy(k->attr.shape, l, sizeof l);
+        memcpy(k->attr.shape, dev.len, sizeof dev.len);
         k->attr.shape[R->nd - 1] = R->dk + R->dv;
         R->kv[i] = dt__lw_push(R->L, R->mesh, i, k);
     }
 }
 
-/* Step `step` on every device: attend to the block it holds now. */
+/* Step `step` on every device: attend to the block it holds now (q's
+ * blocks; a device with nothing to attend to gets no kernel). */
 static void attend(ring *R, int step) {
-    const dt__tval *tq = R->n->in[0], *tk = R->n->in[1];
+    dt__tval *tq = R->n->in[0], *tk = R->n->in[1];
     int causal = (R->n->a.flags & DT_KNN_CAUSAL) != 0;
-    int64_t coord[DT_MAX_MESH_NDIM], qs[DT_MAX_NDIM], ql[DT_MAX_NDIM], ks[DT_MAX_NDIM], kl[DT_MAX_NDIM];
+    int64_t ks[DT_MAX_NDIM], kl[DT_MAX_NDIM];
     int seq = R->nd - 2;
-    for (int64_t i = 0; i < R->mesh->ndev && R->L->status == DT_OK; i++) {
-        dt__mesh_coord(R->mesh, i, coord);
-        dt__local_region(&tq->meta, coord, qs, ql);
+    for (dt__lw_dev dev = DT__LW_EACH(tq, DT__LW_NO_KERNEL); dt__lw_each(R->L, &dev);) {
+        int64_t i = dev.idx, *coord = dev.coord, *qs = dev.start, *ql = dev.len;
         int64_t r = coord[R->md];
         coord[R->md] = (r - step + R->size) % R->size; /* whose block it holds */
         dt__local_region(&tk->meta, coord, ks, kl);
@@ -181,9 +175,10 @@ static void attend(ring *R, int step) {
         int64_t shape[DT_MAX_NDIM];
         memcpy(shape, ql, sizeof shape);
         shape[R->nd - 1] = R->dv + 1;
-        dt__kernel *k = kernel(R, flags, R->acc_dtype, shape);
+        dt__kernel *k = dt__lw_kernel(R->L, DT_K_SDPA);
         if (!k)
             return;
+        sdpa_set(R, k, flags, R->acc_dtype, shape);
         k->attr.ints[0] = q0;
         k->attr.ints[1] = k0;
         k->attr.ints[2] = R->dk;
@@ -223,15 +218,11 @@ static void shift(ring *R, int step) {
  * dtype, or, for a device with no query rows, plain attention on its own
  * blocks (an empty result). */
 static void results(ring *R) {
-    const dt__tval *o = R->n->out;
-    int64_t coord[DT_MAX_MESH_NDIM], s[DT_MAX_NDIM], l[DT_MAX_NDIM];
-    for (int64_t i = 0; i < R->mesh->ndev && R->L->status == DT_OK; i++) {
-        dt__mesh_coord(R->mesh, i, coord);
-        dt__local_region(&o->meta, coord, s, l);
+    for (dt__lw_dev dev = DT__LW_EACH(R->n->out, DT_K_SDPA); dt__lw_each(R->L, &dev);) {
+        int64_t i = dev.idx;
         int flags = R->acc[i] ? DT_KNN_RING_FINAL : (R->n->a.flags & (DT_KNN_DEFAULT | DT_KNN_CAUSAL));
-        dt__kernel *k = kernel(R, flags, o->meta.dtype, l);
-        if (!k)
-            return;
+        dt__kernel *k = dev.k;
+        sdpa_set(R, k, flags, R->n->out->meta.dtype, dev.len);
         if (R->acc[i]) {
             k->n_in = 1;
             k->in[0] = R->acc[i]; /* the reference moves in */
@@ -241,7 +232,7 @@ static void results(ring *R) {
             for (int j = 0; j < 3; j++)
                 k->in[j] = dt__blob_retain(R->n->in[j]->blobs[i]);
         }
-        o->blobs[i] = dt__lw_push(R->L, R->mesh, i, k);
+        dt__lw_each_push(R->L, &dev);
     }
 }
 

@@ -366,13 +366,9 @@ dt_status dt__lower_sort_scan(dt__lower *L, dt__node *n) {
         if (!res.blobs)
             dt__lw_fail(L, DT_ENOMEM, "out of memory (blob array)");
     }
-    if (L->status == DT_OK)
-        dt__lw_alloc_blobs(L, o);
-    int64_t coord[DT_MAX_MESH_NDIM], start[DT_MAX_NDIM], len[DT_MAX_NDIM];
-    for (int64_t i = 0; L->status == DT_OK && i < mesh->ndev; i++) {
-        dt__kernel *k = dt__lw_kernel(L, DT_K_SORT);
-        if (!k)
-            break;
+    for (dt__lw_dev dev = DT__LW_EACH(o, DT_K_SORT); dt__lw_each(L, &dev);) {
+        int64_t i = dev.idx;
+        dt__kernel *k = dev.k;
         k->n_in = 1;
         k->in[0] = dt__blob_retain(x->blobs[i]);
         k->opname = kind_names[kind];
@@ -382,13 +378,11 @@ dt_status dt__lower_sort_scan(dt__lower *L, dt__node *n) {
         k->attr.ints[0] = n->a.sort_k;
         k->attr.dtype = o->meta.dtype;
         if (!slice_back) {
-            o->blobs[i] = dt__lw_push(L, mesh, i, k);
+            dt__lw_each_push(L, &dev);
             continue;
         }
         res.blobs[i] = dt__lw_push(L, mesh, i, k);
-        dt__mesh_coord(mesh, i, coord);
-        dt__local_region(&o->meta, coord, start, len);
-        o->blobs[i] = dt__lw_region(L, &res, i, coord, start, len);
+        o->blobs[i] = dt__lw_region(L, &res, i, dev.coord, dev.start, dev.len);
     }
     if (gather) {
         for (int64_t i = 0; i < mesh->ndev; i++) {

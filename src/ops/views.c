@@ -2,7 +2,8 @@
  * The views and shape family, part 1: reshape (view, flatten, unflatten),
  * squeeze, unsqueeze, permute (transpose), expand and clone; the helpers the
  * family shares; the dispatch of DT_OP_VIEW lowering; the registry rows.
- * Indexing lives in index.c, cat/tril/flip/roll/repeat in shape_ops.c.
+ * Indexing lives in index.c (part 2), cat and stack in views_join.c (part 3),
+ * tril/flip/roll/repeat in views_rearrange.c (part 4).
  *
  * dtorch values are immutable, so a "view" is simply a new symbol: each
  * device runs the same torch op on its own block, and the backend hands on
@@ -141,31 +142,28 @@ dt_tensor *dt__view_begin(dt_tensor *a, dt_tensor *b, const dt__meta *out, int k
     return t;
 }
 
-dt__kernel *dt__view_kernel(dt__lower *L, const dt__node *n, int sub) {
-    dt__kernel *k = dt__lw_kernel(L, DT_K_VIEW);
+void dt__view_kernel_set(dt__kernel *k, const dt__node *n, int sub) {
     k->opname = dt__view_names[n->a.sub];
     k->attr.sub = sub;
     k->attr.dtype = n->out->meta.dtype;
+}
+
+dt__kernel *dt__view_kernel(dt__lower *L, const dt__node *n, int sub) {
+    dt__kernel *k = dt__lw_kernel(L, DT_K_VIEW);
+    if (k)
+        dt__view_kernel_set(k, n, sub);
     return k;
 }
 
 void dt__view_lower_each(dt__lower *L, dt__node *n, int sub, const dt__kattr *attr) {
-    dt__tval *o = n->out;
-    const dt_mesh *mesh = o->meta.mesh;
-    if (dt__lw_alloc_blobs(L, o) != DT_OK)
-        return;
-    for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__kernel *k = dt__view_kernel(L, n, sub);
-        if (!k)
-            break;
-        int32_t dtype = k->attr.dtype;
+    for (dt__lw_dev dev = DT__LW_EACH(n->out, DT_K_VIEW); dt__lw_each(L, &dev);) {
+        dt__kernel *k = dev.k;
         k->attr = *attr;
-        k->attr.dtype = dtype;
-        k->attr.sub = sub;
+        dt__view_kernel_set(k, n, sub);
         k->n_in = (int16_t)n->n_in;
         for (int j = 0; j < n->n_in; j++)
-            k->in[j] = dt__blob_retain(n->in[j]->blobs[i]);
-        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+            k->in[j] = dt__blob_retain(n->in[j]->blobs[dev.idx]);
+        dt__lw_each_push(L, &dev);
     }
 }
 
@@ -622,15 +620,12 @@ dt_tensor *dt_contiguous(dt_tensor *a) { return same_meta("contiguous", a, DT_V_
  * contiguous is the backend's no-op: the controller cannot see layouts). */
 static void lower_local(dt__lower *L, dt__node *n) {
     dt__tval *in = n->in[0], *o = n->out;
-    const dt_mesh *mesh = o->meta.mesh;
-    if (dt__lw_alloc_blobs(L, o) != DT_OK)
-        return;
-    int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], is[DT_MAX_NDIM], il[DT_MAX_NDIM];
-    for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__mesh_coord(mesh, i, coord);
-        dt__local_region(&o->meta, coord, os, ol);
+    int64_t is[DT_MAX_NDIM], il[DT_MAX_NDIM];
+    /* A block that a reshape leaves as it is gets no kernel. */
+    for (dt__lw_dev dev = DT__LW_EACH(o, DT__LW_NO_KERNEL); dt__lw_each(L, &dev);) {
+        int64_t i = dev.idx, *ol = dev.len;
         if (n->a.sub == DT_V_RESHAPE) {
-            dt__local_region(&in->meta, coord, is, il);
+            dt__local_region(&in->meta, dev.coord, is, il);
             if (in->meta.ndim == o->meta.ndim &&
                 memcmp(il, ol, sizeof(int64_t) * (size_t)o->meta.ndim) == 0) {
                 o->blobs[i] = dt__blob_retain(in->blobs[i]);
@@ -641,9 +636,10 @@ static void lower_local(dt__lower *L, dt__node *n) {
                   : n->a.sub == DT_V_PERMUTE    ? DT_KV_PERMUTE
                   : n->a.sub == DT_V_CONTIGUOUS ? DT_KV_CONTIGUOUS
                                                 : DT_KV_EXPAND;
-        dt__kernel *k = dt__view_kernel(L, n, sub);
-        if (!k)
+        dev.k = dt__view_kernel(L, n, sub);
+        if (!dev.k)
             break;
+        dt__kernel *k = dev.k;
         k->n_in = 1;
         k->in[0] = dt__blob_retain(in->blobs[i]);
         k->attr.ndim = o->meta.ndim;
@@ -651,7 +647,7 @@ static void lower_local(dt__lower *L, dt__node *n) {
             k->attr.shape[d] = ol[d];
             k->attr.ints[d] = n->a.v_ints[d];
         }
-        o->blobs[i] = dt__lw_push(L, mesh, i, k);
+        dt__lw_each_push(L, &dev);
     }
 }
 

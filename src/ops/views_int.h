@@ -1,6 +1,6 @@
 /*
  * Private header of the views and shape family (views.c, index.c,
- * shape_ops.c, masked_scatter.c): the node kinds behind DT_OP_VIEW, what each
+ * views_join.c, views_rearrange.c, masked_scatter.c): the node kinds behind DT_OP_VIEW, what each
  * keeps in the node attributes, and the helpers the files share
  * (masked_scatter has a node op of its own and uses only the helpers).
  *
@@ -91,7 +91,7 @@ enum { DT__VR_KEEP = DT__PS_ROW_KEEP, DT__VR_OP = DT__PS_ROW_OWN, DT__VR_IDX };
     X(DT__VR_IDX, "S(dim)->S(dim) when every device's output block is its input block repeated", SHARD)
 #define DT__VIEW_RI_TENSOR_ROWS(X)                                                                           \
     DT__PS_ROWS2(X, "S(d)->S(d) for d != dim", "no S(dim); repeats Replicate", REJECT)
-/* cat and stack (shape_ops.c): a Shard of a dim the result keeps stays; cat
+/* cat and stack (views_join.c): a Shard of a dim the result keeps stays; cat
  * gathers a Shard(dim) itself. The all-Partial set is the bit set of every
  * input, made at the call (the text is the empty set's). */
 #define DT__VIEW_CAT_ROWS(X)                                                                                 \
@@ -138,7 +138,10 @@ dt_tensor *dt__view_begin(dt_tensor *a, dt_tensor *b, const dt__meta *out, int k
 
 /* ------------------------------------------------------------- lowering */
 
-/* A kernel of sub `sub` for the node being lowered, named after its kind. */
+/* Makes k, a DT_K_VIEW kernel of the node being lowered, one of sub `sub`
+ * in its dtype, named after its kind. */
+void dt__view_kernel_set(dt__kernel *k, const dt__node *n, int sub);
+/* A new DT_K_VIEW kernel set so; NULL (L->status set) as dt__lw_kernel. */
 dt__kernel *dt__view_kernel(dt__lower *L, const dt__node *n, int sub);
 /* Lowers n as one DT_K_VIEW kernel `sub` per device that reads every input's
  * own blob there, with `attr` (dtype and sub are set here). For the ops

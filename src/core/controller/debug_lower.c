@@ -26,27 +26,18 @@ void dt__debug_wait_held(dt_graph *g) {
 }
 
 dt_status dt__lower_debug_gate(dt__lower *L, dt__node *n) {
-    dt__tval *x = n->in[0], *y = n->out;
+    dt__tval *x = n->in[0];
     dt_debug_gate *gate = n->extra;
-    const dt_mesh *mesh = x->meta.mesh;
-    if (dt__lw_alloc_blobs(L, y) != DT_OK) {
-        dt__debug_gate_unref(gate);
-        return L->status;
-    }
-    int64_t coord[DT_MAX_MESH_NDIM], start[DT_MAX_NDIM], len[DT_MAX_NDIM];
-    for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__mesh_coord(mesh, i, coord);
-        dt__local_region(&x->meta, coord, start, len);
-        dt__kernel *k = dt__lw_kernel(L, DT_KC_GATE);
-        if (!k)
-            break;
+    /* The gate's output has x's meta: its blocks are x's. */
+    for (dt__lw_dev dev = DT__LW_EACH(n->out, DT_KC_GATE); dt__lw_each(L, &dev);) {
+        dt__kernel *k = dev.k;
         k->n_in = 1;
-        k->in[0] = dt__blob_retain(x->blobs[i]);
+        k->in[0] = dt__blob_retain(x->blobs[dev.idx]);
         k->attr.dtype = x->meta.dtype;
         k->attr.ndim = x->meta.ndim;
-        memcpy(k->attr.shape, len, sizeof len);
+        memcpy(k->attr.shape, dev.len, sizeof dev.len);
         k->extra = dt__debug_gate_retain(gate);
-        y->blobs[i] = dt__lw_push(L, mesh, i, k);
+        dt__lw_each_push(L, &dev);
     }
     dt__debug_gate_unref(gate); /* the node's reference */
     return L->status;

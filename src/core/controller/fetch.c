@@ -56,6 +56,9 @@ dt_status dt__lower_fetch(dt__lower *L, dt__node *n) {
     /* f->local: one device's block as stored, no sum, the piece starts at 0. */
     f->accumulate = f->local >= 0 ? 0 : accumulate;
     int npieces = 0;
+    /* Not dt__lw_each: one piece per distinct block (Replicate copies are
+     * skipped, f->local reads one device), each a core record queued only
+     * once all are made. */
     for (int64_t i = f->local >= 0 ? f->local : 0; i < (f->local >= 0 ? f->local + 1 : mesh->ndev); i++) {
         if (f->local < 0) {
             dt__mesh_coord(mesh, i, coord);

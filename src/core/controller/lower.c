@@ -59,18 +59,29 @@ dt__stream *dt__lw_stream(dt__lower *L, const dt_mesh *mesh, int64_t idx) {
     return dt__lw_stream_kind(L, mesh, idx, DT_STREAM_COMPUTE);
 }
 
-dt__kernel *dt__lw_kernel(dt__lower *L, int kop) {
-    if (L->status != DT_OK)
-        return NULL;
-    dt__kernel *k = dt__pool_alloc_in(&dt__kernel_pool, L->g->ctl_pools, sizeof(dt__kernel));
-    if (!k) {
+/* What every kernel of the node carries, builder or record: the node's op
+ * name (a lowering may put a finer one over it) and its call site. */
+static void node_site(const dt__lower *L, const char **opname, const char **file, int32_t *line) {
+    *opname = dt__ops[L->node->op].name;
+    *file = L->node->site_file;
+    *line = L->node->site_line;
+}
+
+/* 1 when a new kernel (builder or record) `k` was made; else records the
+ * failure (a no-op after an earlier one). */
+static int made(dt__lower *L, const void *k) {
+    if (!k)
         dt__lw_fail(L, DT_ENOMEM, "out of memory (kernel record)");
+    return k != NULL;
+}
+
+dt__kernel *dt__lw_kernel(dt__lower *L, int kop) {
+    dt__kernel *k =
+        L->status == DT_OK ? dt__pool_alloc_in(&dt__kernel_pool, L->g->ctl_pools, sizeof(dt__kernel)) : NULL;
+    if (!made(L, k))
         return NULL;
-    }
     k->kop = kop;
-    k->opname = dt__ops[L->node->op].name;
-    k->site_file = L->node->site_file;
-    k->site_line = L->node->site_line;
+    node_site(L, &k->opname, &k->site_file, &k->site_line);
     return k;
 }
 
@@ -148,14 +159,10 @@ dt__blob *dt__lw_push_on(dt__lower *L, dt__stream *s, dt__kernel *k) {
  * and call site; NULL (L->status set) when out of memory. */
 dt__krec *dt__lw_core_krec(dt__lower *L, int kop) {
     dt__krec *k = L->status == DT_OK ? dt__krec_alloc_in(L->g->ctl_pools, 0) : NULL;
-    if (!k) {
-        dt__lw_fail(L, DT_ENOMEM, "out of memory (kernel record)");
+    if (!made(L, k))
         return NULL;
-    }
     k->kop = kop;
-    k->opname = dt__ops[L->node->op].name;
-    k->site_file = L->node->site_file;
-    k->site_line = L->node->site_line;
+    node_site(L, &k->opname, &k->site_file, &k->site_line);
     return k;
 }
 
@@ -181,6 +188,23 @@ dt_status dt__lw_alloc_blobs(dt__lower *L, dt__tval *v) {
             dt__lw_fail(L, DT_ENOMEM, "out of memory (blob array)");
     }
     return L->status;
+}
+
+int dt__lw_each(dt__lower *L, dt__lw_dev *d) {
+    const dt__meta *m = &d->v->meta;
+    if (d->idx < 0 && dt__lw_alloc_blobs(L, d->v) != DT_OK)
+        return 0;
+    if (L->status != DT_OK || ++d->idx >= m->mesh->ndev)
+        return 0;
+    dt__mesh_coord(m->mesh, d->idx, d->coord);
+    dt__local_region(m, d->coord, d->start, d->len);
+    d->k = d->kop == DT__LW_NO_KERNEL ? NULL : dt__lw_kernel(L, d->kop);
+    return d->k || d->kop == DT__LW_NO_KERNEL;
+}
+
+void dt__lw_each_push(dt__lower *L, dt__lw_dev *d) {
+    d->v->blobs[d->idx] = dt__lw_push(L, d->v->meta.mesh, d->idx, d->k);
+    d->k = NULL;
 }
 
 dt_status dt__lw_collective(dt__lower *L, const dt_mesh *mesh, int stream_kind, dt__coll *c, int64_t base,
@@ -237,9 +261,9 @@ dt_status dt__lw_collective_after(dt__lower *L, const dt_mesh *mesh, int stream_
             k->in[k->n_in++] = deps[idx];
             deps[idx] = NULL;
         }
-        k->opname = opname ? opname : dt__ops[L->node->op].name;
-        k->site_file = L->node->site_file;
-        k->site_line = L->node->site_line;
+        node_site(L, &k->opname, &k->site_file, &k->site_line);
+        if (opname)
+            k->opname = opname;
         dt__lw_bind(L->g, ss[r], k);
         dt__lw_stream_append(L->g, ss[r], k);
         next[idx] = dt__blob_retain(k->out);

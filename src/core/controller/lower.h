@@ -76,6 +76,47 @@ dt_status dt__lw_collective_after(dt__lower *L, const dt_mesh *mesh, int stream_
                                   dt__blob **next, dt_dtype dtype, const char *opname);
 /* Makes sure v has its blob array; DT_ENOMEM (L->status set) if not. */
 dt_status dt__lw_alloc_blobs(dt__lower *L, dt__tval *v);
+
+/* One device of a per-device lowering loop, the shape most lowering
+ * functions have: the output's blob array, then for each device in mesh
+ * order its coordinate, its block of the output and a kernel to fill and
+ * queue there:
+ *
+ *     for (dt__lw_dev dev = DT__LW_EACH(n->out, DT_K_LINALG); dt__lw_each(L, &dev);) {
+ *         dev.k->in[0] = dt__lw_region(L, x, dev.idx, dev.coord, s, l);
+ *         ...
+ *         dt__lw_each_push(L, &dev);
+ *     }
+ *
+ * The loop walks the blocks of one value, v: the node's output, or an input
+ * whose blocks a step reads (its blob array exists already). */
+typedef struct dt__lw_dev {
+    int64_t idx;                                  /* the device's flat mesh index */
+    int64_t coord[DT_MAX_MESH_NDIM];              /* its mesh coordinate */
+    int64_t start[DT_MAX_NDIM], len[DT_MAX_NDIM]; /* its block of v (dt__local_region) */
+    /* A new kernel of kind kop (dt__lw_kernel), the body's to fill and then
+     * queue (dt__lw_each_push, dt__lw_push) or free; NULL with
+     * DT__LW_NO_KERNEL, where the body makes its own or none. */
+    dt__kernel *k;
+    /* The loop's own. */
+    dt__tval *v;
+    int kop;
+} dt__lw_dev;
+/* The kop of a loop whose body makes its kernels itself (a kind that
+ * changes per device, a device that gets none, two on a device). */
+#define DT__LW_NO_KERNEL (-1)
+/* A loop over the devices of value `val` with a kernel of kind `op` each. */
+#define DT__LW_EACH(val, op) ((dt__lw_dev){.idx = -1, .v = (val), .kop = (op)})
+/* Steps d to the next device of d->v's mesh and returns 1; on the first call
+ * it first makes sure v has its blob array (dt__lw_alloc_blobs). Returns 0,
+ * ending the loop, after the last device and as soon as the node has failed
+ * (L->status set, before a step or when the kernel cannot be made), so a
+ * body never runs after a failure and need not check for one before it
+ * makes its next kernel. Controller thread. */
+int dt__lw_each(dt__lower *L, dt__lw_dev *d);
+/* Queues d->k on d's device (dt__lw_push, which always takes the kernel)
+ * and makes the result v's blob there. */
+void dt__lw_each_push(dt__lower *L, dt__lw_dev *d);
 /* A blob holding the region (start, len) of `v` on device `idx`, which must
  * lie within v's local region there: v's own blob (retained) when the regions
  * are equal, else the output of a SLICE kernel (NULL on failure, as
