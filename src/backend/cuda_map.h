@@ -1,8 +1,7 @@
 /*
- * Logical CUDA devices (issue 12, item 3): how the ids of cuda meshes map
- * onto the GPUs present. Plain C, no CUDA: the LibTorch CUDA shim
- * (torch/torch_cuda.cpp) and the NCCL comm (comm/nccl.c) use it, and
- * the C tests check it with any GPU count.
+ * Logical CUDA devices (docs/decisions.md, "CUDA devices and NCCL, CPU-side increment"): how the ids of cuda
+ * meshes map onto the GPUs present. Plain C, no CUDA: the LibTorch CUDA shim (torch/torch_cuda.cpp) and the
+ * NCCL comm (comm/nccl.c) use it, and the C tests check it with any GPU count.
  *
  * By default a logical id is a GPU: ids 0 .. n_gpus-1. With
  * DTORCH_DTENSOR_IN_SAME_DEVICE=1, DTORCH_NUM_GPU_WHEN_ENABLE_DTENSOR_IN_SAME_DEVICE=N

@@ -1,6 +1,6 @@
 /*
- * The NCCL back end of the communication interface (comm.h, issue 12).
- * NOTHING HERE HAS RUN ON A GPU YET (docs/cuda.md says what to check).
+ * The NCCL back end of the communication interface (comm.h). What has run
+ * on a GPU and what has not is docs/cuda.md's.
  *
  * Built when CMake finds NCCL's header (/usr/local/cuda or the
  * nvidia-nccl-cu13 wheel: DT_HAVE_NCCL); otherwise only the stub at the end,
@@ -41,10 +41,10 @@
  * group fails every later collective. The wait costs the communication
  * stream its queue depth, never the compute stream (decisions.md).
  *
- * Groups spanning nodes (issue 13 item 3; NOTHING HERE HAS RUN: it needs
- * GPUs on two hosts). A group some of whose devices are another process's
+ * Groups spanning nodes (docs/cuda.md: not yet run, it needs GPUs on two
+ * hosts). A group some of whose devices are another process's
  * is made in an in-process comm this comm holds (`inner`), whose spanning
- * collectives stage data through host memory (coll_span.c). When the main
+ * collectives stage data through host memory (span.c). When the main
  * node chose NCCL for it (span_nccl.h: every process holding a rank can,
  * no virtual GPUs, no two of them on one host) it shipped the group's
  * ncclUniqueId before the batch that names it; dt__comm_nccl_span then

@@ -1,6 +1,6 @@
 /*
- * Collectives of a group whose ranks live on several nodes (issue 13 item
- * 3): the in-process comm's spanning groups (dt__comm_group_span).
+ * Collectives of a group whose ranks live on several nodes: the in-process
+ * comm's spanning groups (dt__comm_group_span).
  *
  * This process's ranks meet in the group's rendezvous as in-process ones
  * do (counting only themselves), so they read each other's inputs in

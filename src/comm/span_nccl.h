@@ -1,5 +1,5 @@
 /*
- * Groups spanning nodes over NCCL (issue 13 item 3): whether a cuda group
+ * Groups spanning nodes over NCCL: whether a cuda group
  * whose ranks live in several processes uses NCCL across them or stages its
  * data through host memory (comm/span.c), and the NCCL unique ids the
  * main node makes for the groups it chose NCCL for and ships to the worker

@@ -1,5 +1,5 @@
 /*
- * Data between nodes (issue 13 item 3): the process's mailbox and outbox
+ * Data between nodes (docs/decisions.md, "Data between nodes"): the process's mailbox and outbox
  * for the point-to-point messages of collectives whose ranks live in
  * several processes (collective.c's spanning groups), independent of the
  * transport. Pure C: the sanitizer builds test it without ZeroMQ.

@@ -1,5 +1,5 @@
 /*
- * The LibTorch CUDA shim (issue 12): the "torch_cuda" backend, which the
+ * The LibTorch CUDA shim (docs/cuda.md): the "torch_cuda" backend, which the
  * registry gives a graph's CUDA devices when torch has CUDA and a GPU is
  * visible (dt__backend_for_device). Linked only against a torch with CUDA
  * (libc10_cuda, libtorch_cuda); against a CPU torch CMake compiles this

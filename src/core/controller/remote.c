@@ -146,7 +146,7 @@ static int add_future(futs *fs, dt_future *f) {
     return 0;
 }
 
-/* ---- per-device pieces of host values (issue 13) ---- */
+/* ---- per-device pieces of host values ---- */
 
 typedef struct piece_ent {
     dt__blob *src, *piece; /* our references (src's: its address stays its own) */
@@ -248,7 +248,7 @@ static int put_piece(dt_graph *g, dt__bytes *body, pieces *ps, dt__krec *k, int 
     return 1;
 }
 
-/* ---- kernels queued on a node (the backlog, issue 13) ---- */
+/* ---- kernels queued on a node (the backlog) ---- */
 
 /* The graph as the batches' completions see it: NULL once it is gone
  * (dt__remote_detach), so a completion after the graph ended touches

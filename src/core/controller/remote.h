@@ -1,11 +1,9 @@
 /*
- * Remote streams (issue 13): the streams of a worker node's devices. The
- * controller lowers onto them as onto any stream; at the flush
- * (dt__remote_flush) each worker node's kernels of the round leave, in
- * order, as one batch (the kernel codec's bytes plus the values they read
- * that the node does not hold), and the node's sub-controller
- * (src/net/subctl.c) runs them on its own streams. A read (FETCH) comes back
- * as the piece's bytes, a sync as its arrivals; both complete the main
+ * Remote streams (docs/decisions.md, "Remote streams: the first working increment"): the streams of a worker
+ * node's devices. The controller lowers onto them as onto any stream; at the flush (dt__remote_flush) each
+ * worker node's kernels of the round leave, in order, as one batch (the kernel codec's bytes plus the values
+ * they read that the node does not hold), and the node's sub-controller (src/net/subctl.c) runs them on its
+ * own streams. A read (FETCH) comes back as the piece's bytes, a sync as its arrivals; both complete the main
  * node's future on the cluster thread (src/net/cluster.c). A value a node
  * holds is released there when its last reference here goes.
  *
@@ -18,7 +16,7 @@
  *
  * A remote stream has no worker thread here and its completed count is all
  * ones, so a local kernel that reads a worker node's value (a copy between
- * nodes, issue 13 item 3) never waits: the value carries the error that
+ * nodes) never waits: the value carries the error that
  * says where it lives, and the local kernel's output inherits it.
  *
  * The bytes of the extra frame of a BATCH message (net/wire.h),

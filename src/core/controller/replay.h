@@ -1,5 +1,5 @@
 /*
- * Capture and replay (issue 14 item 1; docs/decisions.md, "Replay"): the
+ * Capture and replay (docs/decisions.md, "Replay: per-node templates, keyed on a full signature"): the
  * controller's cache of lowered nodes. A node's lowering is a function of
  * its op, attributes, the layouts (metas) of its inputs and output, which
  * input blobs are the same blob, whether the window's passes ran (the reuse

@@ -1,5 +1,5 @@
 /*
- * The schedule (issue 14 item 3; docs/decisions.md, "Overlap by schedule"):
+ * The schedule (docs/decisions.md, "Overlap by schedule"):
  * the order in which the controller lowers one round's slots, so that a
  * collective queued on a communication stream hides behind compute that
  * does not need its result.

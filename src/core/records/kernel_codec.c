@@ -1,6 +1,6 @@
 /*
  * The kernel codec: a batch of queued kernels (dt__kbatch) to bytes and
- * back, for worker processes (issue 13). Records and packed attributes:
+ * back, for worker processes (docs/cluster.md). Records and packed attributes:
  * kernel_rec.c.
  *
  * Batch encoding, version 2, little-endian throughout:
@@ -9,7 +9,7 @@
  * (`type`: the device type whose comm holds the group; t0 and t1: the first
  * and the last rank's device types, the others t0; version 1 had neither:
  * a process that receives a group of another node's devices must know
- * their types to tell which are its own, issue 13.)
+ * their types to tell which are its own.)
  *   stream := i32 type i64 device_id i32 kind u32 nkernels kernel*
  *   kernel := i32 kop u8 n_in u8 has_out u16 0 i32 rank i32 site_line
  *             u64 in_id[n_in] [u64 out_id] [u64 future_id: FETCH, SYNC]
