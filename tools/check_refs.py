@@ -9,6 +9,8 @@ tests/). What it checks there:
             examples/..., include/..., or a path relative to src/ such as core/records/blob.h)
             names a file or folder that exists; a file outside the repository (DESIGN.md,
             API.md, STYLE.md, ../shared/...) is a dead reference too: the repository stands alone
+  files     a bare file name of the project's kinds (blob.c, lower.h, kernels.def, _methods.py)
+            is the name of some file in the repository
   names     a C name of the project (dt_..., dt__..., dtpy_...) cited in a comment or a doc is
             defined or declared somewhere in the code
 
@@ -30,6 +32,7 @@ SRC_TOP = ("core/", "ops/", "net/", "comm/", "common/", "backend/")
 OUTSIDE = re.compile(r"(?<![\w/.])(?:\.\./shared/\S+|DESIGN\.md|API\.md|STYLE\.md)")
 PATH = re.compile(r"(?<![\w/.-])((?:\.ci|src|docs|python|tools|tests|bench|examples|include|core|ops|net|comm|"
                   r"common|backend)/[\w./*-]*[\w*])")
+BASENAME = re.compile(r"(?<![\w/.<-])([A-Za-z_][\w-]*\.(?:c|h|cpp|def|py|md))(?![\w/])")
 NAME = re.compile(r"(?<![\w.])((?:dt__|dt_|dtpy_)[a-z0-9_]*[a-z0-9])\b")
 
 
@@ -86,7 +89,25 @@ def path_exists(ref, where):
     return any(os.path.exists(os.path.join(ROOT, c)) for c in candidates)
 
 
-def check_text(path, lines, names, bad):
+def basenames():
+    out = set()
+    for dirpath, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if not d.startswith((".", "build")) and d != "__pycache__"]
+        out.update(files)
+    return out
+
+
+# File names that are not the project's: other projects' (the house style's anchors), system
+# headers, and the user's own files in the guides' examples.
+FOREIGN = {"sqlite.h", "Int.h", "zmq.h", "mkl_service.h", "nccl.h", "cuda_runtime.h", "Python.h",
+           "demo.py", "my_program.c", "my_script.py", "app.c",
+           "ggml.c", "ggml.h", "ggml-backend-impl.h", "ggml-backend.h", "ggml-backend.cpp", "ggml-impl.h",
+           "threadpool.c", "core.c", "uv-common.h", "task.h", "sqliteInt.h", "sqlite3.h", "btree.h",
+           "btreeInt.h", "pager.h", "module.h", "test-backend-ops.cpp", "Backend.hpp", "setup.py",
+           "conftest.py", "__init__.py", "run.py"}
+
+
+def check_text(path, lines, names, bad, files=None):
     for lineno, line in lines:
         if "(was " in line:
             continue
@@ -97,6 +118,10 @@ def check_text(path, lines, names, bad):
             if ref.startswith(TOP) or ref.startswith(SRC_TOP):
                 if not path_exists(ref, path):
                     bad.append(f"{path}:{lineno}: no such path: {ref}")
+        for m in BASENAME.finditer(line) if files is not None else ():
+            base = m.group(1)
+            if base not in files and base not in FOREIGN:
+                bad.append(f"{path}:{lineno}: no such file: {base}")
         for m in NAME.finditer(line):
             name = m.group(1)
             if name in names or any(n.endswith("*") and name.startswith(n[:-1]) for n in names):
@@ -108,16 +133,17 @@ def main():
     names = code_names()
     names = {n for n in names if not n.endswith("*")} | {n for n in names if n.endswith("*")}
     bad = []
+    files = basenames()
     docs = ["README.md"] + [p for p in files_under("docs", (".md",)) if p not in LOGS]
     for path in docs:
         text = open(os.path.join(ROOT, path), encoding="utf-8").read()
-        check_text(path, list(enumerate(text.split("\n"), 1)), names, bad)
+        check_text(path, list(enumerate(text.split("\n"), 1)), names, bad, files)
     for top in SOURCE_DIRS:
         for path in files_under(top, (".c", ".h", ".cpp", ".def", ".py")):
             if path == "tools/check_refs.py":
                 continue
             text = open(os.path.join(ROOT, path), encoding="utf-8").read()
-            check_text(path, comments(path, text), names, bad)
+            check_text(path, comments(path, text), names, bad, files)
     for b in bad:
         print(b)
     print(f"check_refs.py: {len(bad)} dead reference(s)")

@@ -280,7 +280,7 @@ typedef struct dt__backend {
      * DT_BACKEND_API_VERSION. Every slot below is optional: a NULL slot
      * means the core's host implementation (a worker thread per stream;
      * an event is "kernel n of stream s has completed", waited on with the
-     * producing stream's mutex and condition variable, streams.c).
+     * producing stream's mutex and condition variable, events.c).
      *
      * Streams: a device (type, id) has one stream per kind (0 compute, 1
      * communication). stream_new makes the backend's context for one

@@ -163,7 +163,7 @@ dt_status dt__comm_group_span(dt__comm *base, uint64_t id, uint32_t tag, uint64_
             return dt__error(DT_ENOMEM, "collectives: out of memory (group)");
         }
     /* From here on the group's ids are its devices' keys: the messages
-     * (coll_span.c) name devices by key, whatever their type. */
+     * (span.c) name devices by key, whatever their type. */
     for (int i = 0; i < gr->n; i++)
         gr->ids[i] = dt__xfer_key(i == gr->n - 1 ? t1 : t0, gr->ids[i]);
     dt__free(gr->local);
@@ -232,7 +232,7 @@ static dt_status receive(const coll_view *c, const dt__backend *be, void **out, 
 
 /* Computes rank r's output from the published peers; pre[p], when pre and
  * it are not NULL, is peer p's input as rank r needs it (sliced already:
- * a remote peer's message, coll_span.c), used in its place. */
+ * a remote peer's message, span.c), used in its place. */
 dt_status dt__coll_compute(const coll_view *c, int r, void *const *pre, void **out, char *err,
                            size_t errlen) {
     if (c->kind == DT_COLL_SHIFT) /* a ring step: rank r gets rank r-1's input */
@@ -325,7 +325,7 @@ static void inproc_run(dt__comm *base, const dt__collattr *a, int r, dt__blob *i
             out->error = dt__strdup("collective: the kernel names a group this comm does not have");
         return;
     }
-    if (gr->span) { /* ranks on other nodes (coll_span.c) */
+    if (gr->span) { /* ranks on other nodes (span.c) */
         dt__coll_span_run(gr, a, r, in, out, opname);
         return;
     }
@@ -359,7 +359,7 @@ const dt__comm_ops dt__comm_inproc = {
 };
 
 const dt__comm_ops *dt__comm_for(dt_device_type type) {
-    /* NCCL for cuda meshes when it can serve them (comm_nccl.c says when);
+    /* NCCL for cuda meshes when it can serve them (nccl.c says when);
      * in-process collectives otherwise, logical devices sharing a GPU too. */
     return type == DT_DEVICE_CUDA && dt__comm_nccl_usable() ? &dt__comm_nccl : &dt__comm_inproc;
 }

@@ -1,6 +1,6 @@
 /*
- * The in-process comm's groups (collective.c), shared with its spanning
- * half (coll_span.c): a group some of whose ranks live on other nodes.
+ * The in-process comm's groups (inproc.c), shared with its spanning
+ * half (span.c): a group some of whose ranks live on other nodes.
  */
 #ifndef DT_COMM_INPROC_INT_H
 #define DT_COMM_INPROC_INT_H
@@ -8,13 +8,13 @@
 #include "comm/comm.h"
 #include "core/records/blob.h"
 
-typedef struct span_pub span_pub; /* coll_span.c: a rank's host copy, or its error */
+typedef struct span_pub span_pub; /* span.c: a rank's host copy, or its error */
 
 typedef struct rendezvous {
     uint64_t seq;
     int busy, arrived, departed;
     dt__blob **slots; /* n: each rank's input (this process's ranks only, in a spanning group) */
-    /* A spanning group's all-reduce (coll_span.c): 2n published host copies
+    /* A spanning group's all-reduce (span.c): 2n published host copies
      * (each local rank's input, then its reduced range) and how many local
      * ranks reached each of its two stages. NULL in other groups. */
     span_pub **pub;
@@ -53,7 +53,7 @@ dt_status dt__coll_slice_peer(const coll_view *c, int p, int r, int whole, void 
 /* Rank r's output of a gather or reduction kind; pre[p] (when pre and it
  * are not NULL) replaces peer p's sliced input. */
 dt_status dt__coll_compute(const coll_view *c, int r, void *const *pre, void **out, char *err, size_t errlen);
-/* coll_span.c: rank r's part of a collective of a spanning group. */
+/* span.c: rank r's part of a collective of a spanning group. */
 /* Puts rank r's input in the rendezvous of a->seq and waits until `expect`
  * ranks of this process have arrived; the rendezvous. */
 rendezvous *dt__coll_arrive(group *gr, const dt__collattr *a, int r, dt__blob *in, int expect);

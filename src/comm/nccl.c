@@ -16,7 +16,7 @@
  * the CUDA backend runs as device-to-device copies and ATen reductions.
  *
  * Groups: group_create (the controller, on a (mesh, mesh dim) group's first
- * use; cached with the graph, collective.c) makes one communicator per rank
+ * use; cached with the graph, core/controller/lower_comm.c) makes one communicator per rank
  * with ncclCommInitAll over the ranks' GPUs. run is each rank's part, on its
  * worker, whose current stream is its device's communication stream; the
  * backend gives buffers (empty), their device pointers (data_ptr) and that

@@ -42,7 +42,7 @@
  * still does all of it (its all-reduce range too: the others need it) and
  * keeps nothing.
  *
- * Threads: the ranks' workers; the group's lock as in collective.c (the
+ * Threads: the ranks' workers; the group's lock as in inproc.c (the
  * stage barriers wait on the group's condition under it).
  */
 #include <stdatomic.h>

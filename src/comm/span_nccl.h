@@ -45,7 +45,7 @@ void dt__span_nccl_clear(void);
 
 /* Makes a new NCCL unique id (ncclGetUniqueId: this process becomes the
  * group's bootstrap root, which every rank's process must reach). 0 when
- * NCCL is not built or cannot be loaded (comm_nccl.c). */
+ * NCCL is not built or cannot be loaded (nccl.c). */
 int dt__comm_nccl_unique_id(uint8_t id[DT__SPAN_NCCL_ID]);
 
 #endif /* DT_COMM_SPAN_NCCL_H */

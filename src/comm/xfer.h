@@ -1,7 +1,7 @@
 /*
  * Data between nodes (docs/decisions.md, "Data between nodes"): the process's mailbox and outbox
  * for the point-to-point messages of collectives whose ranks live in
- * several processes (collective.c's spanning groups), independent of the
+ * several processes (inproc.c's spanning groups), independent of the
  * transport. Pure C: the sanitizer builds test it without ZeroMQ.
  *
  * A rank's worker posts each message it owes a rank of another node

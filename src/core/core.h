@@ -21,7 +21,8 @@
  *  - kernel.h     the kernel builder that lowering fills, core kernel kinds
  *                 (lower.c); kernel_rec.h: the queued record and its codec
  *  - stream.h     worker streams, events, the stream map, the kernel runner
- *                 (kernel_stream.c, streams.c, kernel_run.c);
+ *                 (kernel_stream.c, events.c, kernel_run.c;
+ *                 the map: core/controller/stream_map.c);
  *                 stream_int.h: the stream's layout
  *  - graph.h      the graph's interface: submit, flow control, client
  *                 checks (graph.c); graph_int.h: the graph's layout and the
@@ -42,7 +43,7 @@
  *    touch the symbol after pushing the value onto the release stack.
  *  - dt__blob.impl/.error are written by the worker that runs the producing
  *    kernel, before any reader runs (same stream: program order; other
- *    streams: the reader waits on the blob's event, streams.c, which
+ *    streams: the reader waits on the blob's event, events.c, which
  *    publishes the producer's completed count with release/acquire).
  *  - Kernels are created by the controller and owned by a stream's queue,
  *    then by its worker, which frees them after running.

@@ -60,7 +60,7 @@ dt_tensor *dt_redistribute(dt_tensor *a, dt_mesh *mesh, const dt_placement *plac
     if (mesh && mesh != m->mesh && dt__graph_check_mesh(a->graph, mesh) != DT_OK)
         return NULL;
     /* Between device types the pieces are staged through host memory when
-     * the types' backends differ (the point-to-point receive, collective.c). */
+     * the types' backends differ (the point-to-point receive, comm/inproc.c). */
     dt__meta out = *m;
     if (mesh)
         out.mesh = mesh;

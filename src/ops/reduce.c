@@ -308,7 +308,7 @@ dt_status dt_reduce_with_indices(dt_reduce_op op, dt_tensor *a, int64_t dim, int
  * devices that differ only in mesh dim `md`. blobs[] (one per device) is
  * replaced by the gathered blobs; the old references move into the kernels.
  * Every collective is queued on all of its ranks before the next one, which
- * keeps the streams' orders consistent (collective.c). */
+ * keeps the streams' orders consistent (core/controller/lower_comm.c). */
 static dt_status allgather(dt__lower *L, const dt_mesh *mesh, int md, int dim, int ndim, dt_dtype dtype,
                            dt__blob **blobs, int64_t (*shapes)[DT_MAX_NDIM], const char *opname) {
     int64_t size = mesh->shape[md], stride = mesh->strides[md];

@@ -412,7 +412,7 @@ dt_status torch_run(int kop, const dt__kattr *a, void *const *in, int n_in, void
             bool whole = false;
             at::Tensor v = region(x, a->ndim, a->start, a->shape, &whole);
             // A contiguous copy rather than a view: the comm sends SLICE's
-            // result by its pointer (comm_nccl.c), and a shard's slice of a
+            // result by its pointer (comm/nccl.c), and a shard's slice of a
             // replicated value would pin the whole source storage.
             r = whole ? x.contiguous() : v.clone(at::MemoryFormat::Contiguous);
             break;

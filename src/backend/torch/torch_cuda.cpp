@@ -20,7 +20,7 @@
  * after the kernel that made it and that kernel's stream. The core's event
  * slots (event_new/record/wait) order kernels across streams; the same event,
  * kept on the impl, also orders the reads a collective makes of its peers'
- * impls (the in-process comm runs kernels on peers' inputs, collective.c)
+ * impls (the in-process comm runs kernels on peers' inputs, comm/inproc.c)
  * and tells to_host what to wait for. A CUDA input used on a stream other
  * than its producer's is held by the using stream (a reference, kept with an
  * event recorded after the kernel) until that use has completed, so its

@@ -70,7 +70,7 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
     pthread_mutex_init(&g->bl_lock, NULL);
     /* Monotonic: dt_graph_wait_capacity and dt_graph_cancel time out on it. */
     dt__cond_init_monotonic(&g->bl_cond);
-    g->rec = dt__rec_new(); /* NULL: this graph records nothing (record.h) */
+    g->rec = dt__rec_new(); /* NULL: this graph records nothing (core/records/trace.h) */
     if (pthread_create(&g->ctl, NULL, dt__controller_main, g) != 0) {
         dt__rec_free(g->rec);
         g->rec = NULL;

@@ -81,7 +81,7 @@ dt__node *dt__node_new_prefix(int op, size_t zeroed) {
     n->site_file = tls_site_file;
     n->site_line = tls_site_line;
     if (dt__rec_enabled(DT__REC_TRACE))
-        n->rec_t0 = dt__rec_now(); /* the client slice's start (record.h) */
+        n->rec_t0 = dt__rec_now(); /* the client slice's start (core/records/trace.h) */
     return n;
 }
 

@@ -102,7 +102,7 @@ static __attribute__((noinline)) int lower_node_full(dt__lower *L, dt__node *n, 
     L->node = n;
     if (how < 0)
         L->status = DT_OK;
-    /* Explain and traces (record.h): one load when nothing is recorded (a
+    /* Explain and traces (core/records/trace.h): one load when nothing is recorded (a
      * node the cache was asked about is not: the cache saw it unrecorded). */
     int rec = how < 0 && dt__rec_anything();
     int64_t t0 = rec ? dt__rec_node_begin(L, n) : 0;

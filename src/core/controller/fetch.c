@@ -73,7 +73,8 @@ dt_status dt__lower_fetch(dt__lower *L, dt__node *n) {
         ss[npieces] = dt__lw_stream(L, mesh, i);
         const dt__blob *b = v->blobs[i];
         if (ss[npieces] && b && b->producer && b->producer->remote != ss[npieces]->remote)
-            ss[npieces] = b->producer; /* made before the device moved (streams.c): read where it is */
+            ss[npieces] = b->producer; /* made before the device moved (core/controller/stream_map.c): read
+                                          where it is */
         dt__krec *k = ss[npieces] ? dt__lw_core_krec(L, DT_KC_FETCH) : NULL;
         if (!k)
             goto fail;

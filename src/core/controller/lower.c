@@ -234,7 +234,7 @@ dt_status dt__lw_collective_after(dt__lower *L, const dt_mesh *mesh, int stream_
     if (ok)
         group = dt__lw_group(L, mesh, base, stride, c->n, ss[0]->kind, &seq);
     if (ok && group && dt__rec_enabled(DT__REC_EXPLAIN))
-        dt__rec_collective(L, mesh, c, base, stride, opname); /* explain (record.h) */
+        dt__rec_collective(L, mesh, c, base, stride, opname); /* explain (core/records/trace.h) */
     ok = ok && group;
     for (int r = 0; ok && r < c->n; r++) {
         ks[r] = dt__coll_krec(c, group, seq, r);

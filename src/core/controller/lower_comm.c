@@ -97,7 +97,7 @@ static uint64_t group_for(dt__lower *L, dt_device_type type, int t0, int t1, int
             return 0;
         }
         /* Devices on other nodes: the group exchanges data with them by
-         * messages, under the name its kernels carry (coll_span.c), or
+         * messages, under the name its kernels carry (comm/span.c), or
          * through NCCL across the nodes when the cluster chooses that for
          * a cuda group (it ships the unique id first; span_nccl.h). */
         if (!g->local_only && type == DT_DEVICE_CUDA && t0 == t1)

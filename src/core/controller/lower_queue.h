@@ -48,7 +48,7 @@ static inline void dt__lw_stream_link(dt_graph *g, dt__stream *s, dt__krec *k) {
 static inline void dt__lw_stream_append(dt_graph *g, dt__stream *s, dt__krec *k) {
     if (g->replay_cap) /* capturing this node's kernels (replay.h) */
         dt__replay_note(g->replay_cap, s, k);
-    /* Tracing this node (record.h): the record numbers it as the kernel
+    /* Tracing this node (core/records/trace.h): the record numbers it as the kernel
      * about to be appended. */
     if (dt__rec_enabled(DT__REC_TRACE) && g->rec && g->rec->cur_node)
         dt__rec_kernel_queued(g, s, k, s->appended + 1);

@@ -22,7 +22,7 @@
  * syncs, gates, chains), lowerings that made a kernel with a handle (future,
  * assembly, gate) or named a blob that is neither an input's nor made by one
  * of its own kernels, and failed lowerings. Nothing is captured or replayed
- * while explain or traces record (record.h).
+ * while explain or traces record (core/records/trace.h).
  *
  * Threads: controller only (one cache per graph, in the controller loop).
  * Nothing here locks.

@@ -18,7 +18,7 @@
  * one.
  *
  * Its event is (producer, seq): the blob exists once kernel number `seq` of
- * stream `producer` has completed (streams.c). Both are written by the
+ * stream `producer` has completed (events.c). Both are written by the
  * controller when it queues the producing kernel, before any consumer is
  * queued, then only read. */
 struct dt__blob {

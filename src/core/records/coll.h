@@ -1,5 +1,5 @@
 /*
- * A collective as the planner describes it (collective.c): what lowering
+ * A collective as the planner describes it (core/controller/lower_comm.c): what lowering
  * (redistribute.c, ring_attention.c) fills and dt__lw_collective (lower.c)
  * turns into one kernel per rank. Controller thread only.
  */

@@ -118,7 +118,7 @@ struct dt_graph {
     dt__stream *dirty;
     dt__stream *dead_q; /* streams with dead blobs this round (stream_int.h) */
     uint64_t blob_ids;  /* the last blob id given (dt__blob.id) */
-    /* Controller-only: the collectives' groups made so far (collective.c). */
+    /* Controller-only: the collectives' groups made so far (core/controller/lower_comm.c). */
     struct dt__group_ref *groups;
     /* Controller-only: the graph has remote streams (core/controller/remote.c), and
      * its name on the worker nodes (0 until its first remote stream). */

@@ -13,7 +13,7 @@
 
 /* Core-run kernel kinds beyond the backend's dt__kop. */
 enum {
-    DT_KC_COLLECTIVE = DT_K_COUNT, /* attributes: dt__collattr; run by the comm (collective.c) */
+    DT_KC_COLLECTIVE = DT_K_COUNT, /* attributes: dt__collattr; run by the comm (comm/inproc.c) */
     DT_KC_FETCH,                   /* handle = dt_future, rank = piece */
     DT_KC_SYNC,                    /* handle = dt_future */
     DT_KC_STOP,                    /* the worker exits */

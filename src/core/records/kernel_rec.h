@@ -72,7 +72,7 @@ static inline uint64_t dt__rd_get(dt__rd *r, int n) {
  * (dt__kattr_unpack_over); a collective's dt__collattr
  * (group id, sequence number, kind, dims, per-rank shapes and ranges). No
  * pointer to another kernel's data: collectives meet their peers inside the
- * comm (collective.c). `handle` is the one in-process object a kernel may
+ * comm (comm/inproc.c). `handle` is the one in-process object a kernel may
  * hold: a FETCH/SYNC kernel's future (encoded by its id) or a GATE kernel's
  * gate (not encodable).
  *

@@ -209,7 +209,7 @@ static const char *kernel_name(int kop) {
 }
 
 void dt__kernel_run(dt__krec *k, dt__stream *s) {
-    /* Tracing (record.h): one load when off. Reads and syncs are not traced:
+    /* Tracing (core/records/trace.h): one load when off. Reads and syncs are not traced:
      * a sync's arrival is what a reader of the records waits for. */
     int traced = dt__rec_enabled(DT__REC_TRACE) && k->kop != DT_KC_FETCH && k->kop != DT_KC_SYNC;
     if (k->wait)
@@ -260,7 +260,7 @@ void dt__kernel_run(dt__krec *k, dt__stream *s) {
     if (t0)
         dt__rec_kernel_ran(s, k, kernel_name(k->kop), t0);
     /* Every kernel the controller appended counts, in order: this one's
-     * number is its output's event (streams.c). */
+     * number is its output's event (events.c). */
     dt__event_complete(s, ++s->completed);
     atomic_fetch_add_explicit(&s->n_run, 1, memory_order_relaxed);
     for (int i = 0; i < k->n_in; i++)
@@ -301,7 +301,7 @@ void dt__kernel_drop(dt__krec *k, dt__stream *s) {
         break;
     }
     /* A dropped kernel still completes its number: consumers on other
-     * streams wait on it (streams.c). */
+     * streams wait on it (events.c). */
     dt__event_complete(s, ++s->completed);
     for (int i = 0; i < k->n_in; i++)
         dt__blob_release(k->in[i]);

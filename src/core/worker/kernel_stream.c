@@ -1,6 +1,6 @@
 /*
  * KernelStream: one worker thread per (device type, id, kind) with an
- * in-order kernel queue (the map of them and their events: streams.c). This
+ * in-order kernel queue (their events: events.c; the map of them: core/controller/stream_map.c). This
  * file holds the worker loop and the stream's start/submit/stop/free;
  * running and dropping one kernel is core/worker/kernel_run.c, blob lifetime
  * core/records/blob.c.

@@ -2,7 +2,7 @@
  * Streams (interface): a worker thread with an in-order kernel queue per
  * (device type, id, kind), the events that order kernels across streams,
  * the graph's stream map, and the worker's kernel runner. kernel_stream.c
- * holds the worker loop and the hand-over, streams.c the map and the events,
+ * holds the worker loop and the hand-over, events.c the events (the map is core/controller/stream_map.c),
  * kernel_run.c what runs one kernel. Included by the controller side
  * (executor, lower, fetch, debug) and the workers' modules; src/ops and
  * src/ops name only the stream kinds (for dt__lw_collective). The stream is opaque here; its layout is

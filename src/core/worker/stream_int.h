@@ -1,6 +1,6 @@
 /*
  * The stream's layout (layout only; the functions are stream.h). For the
- * stream's own modules (kernel_stream.c, streams.c, kernel_run.c) and the
+ * stream's own modules (kernel_stream.c, events.c, kernel_run.c) and the
  * controller-side friends that read its device or queue its kernels
  * (lower.c, executor.c, fetch.c, blob.c, debug.c, and C tests). Which thread writes
  * each field is on the struct.
@@ -12,10 +12,10 @@
 #include "core/worker/stream.h"
 
 /* A worker thread with an in-order kernel queue for one (device type, id,
- * kind). Streams live in the graph's stream map (streams.c), made on first
+ * kind). Streams live in the graph's stream map (core/controller/stream_map.c), made on first
  * use, and stop with the graph.
  *
- * Events (streams.c): the worker counts the kernels it has completed in
+ * Events (events.c): the worker counts the kernels it has completed in
  * `done` (every kernel the controller appended, in order), so "kernel n of
  * this stream has completed" is an event that costs nothing to record. A
  * worker of another stream that needs such an event spins briefly, then
