@@ -85,6 +85,11 @@ typedef struct dtpy_state {
 
 extern PyModuleDef dtpy_module_def;
 
+/* The state of the extension module `module` (the `self` of a module
+ * function): the one accessor every file uses, as Modules/_sqlite's
+ * pysqlite_get_state. Never NULL for our module. */
+static inline dtpy_state *dtpy_state_of(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
+
 /* The class every tensor is handed out as (dtorch.Tensor) and its module's
  * state: set when the package registers the class, cleared with the module.
  * The op paths check this pair first instead of walking the MRO. */

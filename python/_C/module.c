@@ -12,8 +12,6 @@
 
 /* ---------------------------------------------------------------- state */
 
-static dtpy_state *get_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
-
 dtpy_state *dtpy_state_of_type(PyTypeObject *tp) {
     dtpy_state *st = dtpy_find_state(tp);
     if (st == NULL)
@@ -344,14 +342,14 @@ static PyObject *mod_manual_seed(PyObject *module, PyObject *arg) {
 
 static PyObject *mod_sync_default_dtype(PyObject *module, PyObject *unused) {
     (void)unused;
-    if (dtpy_sync_default_dtype(get_state(module)) < 0)
+    if (dtpy_sync_default_dtype(dtpy_state_of(module)) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
 
 static PyObject *mod_set_call_site(PyObject *module, PyObject *unused) {
     (void)unused;
-    dtpy_record_call_site(get_state(module));
+    dtpy_record_call_site(dtpy_state_of(module));
     Py_RETURN_NONE;
 }
 
@@ -367,7 +365,7 @@ static void free_kept_tensors(dtpy_state *st) {
 /* _register(tensor_cls, tensor_future_cls, sync_future_cls, mesh_from_handle,
  *           shard_cls, replicate, partial, package_dir) */
 static PyObject *mod_register(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = get_state(module);
+    dtpy_state *st = dtpy_state_of(module);
     if (nargs != 8)
         return PyErr_Format(PyExc_TypeError, "_C._register takes 8 arguments (%zd given)", nargs);
     if (!PyType_Check(args[0]) || !PyType_IsSubtype((PyTypeObject *)args[0], st->tensor_base_type))
@@ -440,7 +438,7 @@ static PyObject *mod_memory_stats(PyObject *self, PyObject *args) {
         return NULL;
     int64_t cur = 0, peak = 0;
     if (dt_memory_stats((dt_device_type)type, id, &cur, &peak) != DT_OK)
-        return dtpy_raise_last(get_state(self));
+        return dtpy_raise_last(dtpy_state_of(self));
     return Py_BuildValue("(LL)", (long long)cur, (long long)peak);
 }
 
@@ -461,7 +459,7 @@ static PyObject *mod_empty_cache(PyObject *self, PyObject *unused) {
 /* _rebind(x, y): the Python tensor x takes y's value (same graph); returns
  * x. Used by assignments, copy_ and inplace=True forms written in Python. */
 static PyObject *mod_rebind(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = get_state(self);
+    dtpy_state *st = dtpy_state_of(self);
     if (nargs != 2 || !DTPY_IS_TENSOR(st, args[0]) || !DTPY_IS_TENSOR(st, args[1])) {
         PyErr_SetString(PyExc_TypeError, "_rebind(x, y) takes two dtorch tensors");
         return NULL;
@@ -540,7 +538,7 @@ done:
 }
 
 static int module_exec(PyObject *module) {
-    dtpy_state *st = get_state(module);
+    dtpy_state *st = dtpy_state_of(module);
     if (dtpy_tensor_methods_init() < 0 || add_type(module, &dtpy_tensor_spec, &st->tensor_base_type) < 0 ||
         add_type(module, &dtpy_mesh_spec, &st->mesh_type) < 0 ||
         add_type(module, &dtpy_graph_spec, &st->graph_base_type) < 0 ||
@@ -601,7 +599,7 @@ static int module_exec(PyObject *module) {
 // clang-format on
 
 static int module_traverse(PyObject *module, visitproc visit, void *arg) {
-    dtpy_state *st = get_state(module);
+    dtpy_state *st = dtpy_state_of(module);
 #define VISIT(f) Py_VISIT(st->f);
     STATE_OBJECTS(VISIT)
 #undef VISIT
@@ -611,7 +609,7 @@ static int module_traverse(PyObject *module, visitproc visit, void *arg) {
 }
 
 static int module_clear(PyObject *module) {
-    dtpy_state *st = get_state(module);
+    dtpy_state *st = dtpy_state_of(module);
     if (dtpy_fast_state == st) {
         dtpy_fast_tensor_cls = NULL;
         dtpy_fast_state = NULL;

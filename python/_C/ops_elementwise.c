@@ -577,7 +577,7 @@ static PyObject *mod_ew_binary(PyObject *module, PyObject *args, PyObject *kwarg
                 PyExc_RuntimeError,
                 "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found %R", mode);
     }
-    dtpy_state *st = (dtpy_state *)PyModule_GetState(module);
+    dtpy_state *st = dtpy_state_of(module);
     return binary_core(st, a, b, (dt_binary_op)op, alpha, inplace, CALL_FUNCTION);
 }
 
@@ -585,7 +585,7 @@ static PyObject *mod_ew_binary(PyObject *module, PyObject *args, PyObject *kwarg
 static PyObject *mod_ew_where(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3)
         return PyErr_Format(PyExc_TypeError, "ew_where takes 3 arguments (%zd given)", nargs);
-    dtpy_state *st = (dtpy_state *)PyModule_GetState(module);
+    dtpy_state *st = dtpy_state_of(module);
     return where_core(st, args[0], args[1], args[2], NULL);
 }
 

@@ -13,8 +13,6 @@
 /* The `kind` argument of _linalg (the module's LINALG_* constants). */
 enum { KIND_MM = 0, KIND_BMM, KIND_OUTER };
 
-static dtpy_state *mod_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
-
 static int same_graph(dtpy_tensor *a, dtpy_tensor *b, const char *name) {
     if (dt_tensor_graph(a->t) != dt_tensor_graph(b->t)) {
         PyErr_Format(PyExc_ValueError,
@@ -28,7 +26,7 @@ static int same_graph(dtpy_tensor *a, dtpy_tensor *b, const char *name) {
 static PyObject *mod_linalg(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3)
         return PyErr_Format(PyExc_TypeError, "_linalg takes 3 arguments (%zd given)", nargs);
-    dtpy_state *st = mod_state(module);
+    dtpy_state *st = dtpy_state_of(module);
     long kind = PyLong_AsLong(args[0]);
     if (kind == -1 && PyErr_Occurred())
         return NULL;
@@ -53,7 +51,7 @@ static PyObject *mod_linear(PyObject *module, PyObject *const *args, Py_ssize_t 
     int param = nargs == 4 ? PyObject_IsTrue(args[3]) : 0;
     if (param < 0)
         return NULL;
-    dtpy_state *st = mod_state(module);
+    dtpy_state *st = dtpy_state_of(module);
     dtpy_tensor *x = dtpy_tensor_arg_or_null(st, args[0], "linear", "input");
     if (x == NULL)
         return NULL;
@@ -74,7 +72,7 @@ static PyObject *mod_linear(PyObject *module, PyObject *const *args, Py_ssize_t 
 static PyObject *mod_einsum(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2)
         return PyErr_Format(PyExc_TypeError, "_einsum takes 2 arguments (%zd given)", nargs);
-    dtpy_state *st = mod_state(module);
+    dtpy_state *st = dtpy_state_of(module);
     if (!PyUnicode_Check(args[0]))
         return PyErr_Format(PyExc_TypeError, "einsum(): argument 'equation' must be str, not %.100s",
                             Py_TYPE(args[0])->tp_name);

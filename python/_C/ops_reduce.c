@@ -9,8 +9,6 @@
  */
 #include "dtorch_py.h"
 
-static dtpy_state *mod_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
-
 static const char *op_name(long op) {
     const char *name = op >= 0 && op < DT_REDUCE_COUNT ? dt_reduce_op_name((dt_reduce_op)op) : NULL;
     return name ? name : "reduce";
@@ -19,7 +17,7 @@ static const char *op_name(long op) {
 static PyObject *mod_reduce(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5)
         return PyErr_Format(PyExc_TypeError, "_reduce takes 5 arguments (%zd given)", nargs);
-    dtpy_state *st = mod_state(module);
+    dtpy_state *st = dtpy_state_of(module);
     long op = PyLong_AsLong(args[1]);
     if (op == -1 && PyErr_Occurred())
         return NULL;
@@ -44,7 +42,7 @@ static PyObject *mod_reduce(PyObject *module, PyObject *const *args, Py_ssize_t 
 static PyObject *mod_reduce_with_indices(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4)
         return PyErr_Format(PyExc_TypeError, "_reduce_with_indices takes 4 arguments (%zd given)", nargs);
-    dtpy_state *st = mod_state(module);
+    dtpy_state *st = dtpy_state_of(module);
     long op = PyLong_AsLong(args[1]);
     if (op == -1 && PyErr_Occurred())
         return NULL;

@@ -16,8 +16,6 @@
 
 /* -------------------------------------------------------------- helpers */
 
-static dtpy_state *mod_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
-
 static int check_nargs(Py_ssize_t nargs, Py_ssize_t want, const char *name) {
     if (nargs != want) {
         PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", name, want, nargs);
@@ -56,7 +54,7 @@ static int parse_spec(PyObject *obj, int ndim, dt_slice *dims) {
 /* ------------------------------------------------------------ shape ops */
 
 static PyObject *v_reshape(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     int64_t shape[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd;
@@ -69,7 +67,7 @@ static PyObject *v_reshape(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyObject *v_squeeze(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     int64_t dims[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd = -1;
@@ -83,7 +81,7 @@ static PyObject *v_squeeze(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyObject *v_unsqueeze(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *a;
     if (check_nargs(nargs, 2, "_v_unsqueeze") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "unsqueeze", "input")))
@@ -96,7 +94,7 @@ static PyObject *v_unsqueeze(PyObject *m, PyObject *const *args, Py_ssize_t narg
 }
 
 static PyObject *v_permute(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     int64_t dims[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd;
@@ -109,7 +107,7 @@ static PyObject *v_permute(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyObject *v_expand(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     int64_t sizes[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd;
@@ -123,7 +121,7 @@ static PyObject *v_expand(PyObject *m, PyObject *const *args, Py_ssize_t nargs) 
 
 /* An op of one tensor and nothing else (clone, contiguous). */
 static PyObject *v_unary(PyObject *m, PyObject *arg, const char *op, dt_tensor *(*fn)(dt_tensor *)) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *a = dtpy_tensor_arg_or_null(st, arg, op, "input");
     if (a == NULL)
         return NULL;
@@ -141,7 +139,7 @@ static PyObject *v_contiguous(PyObject *m, PyObject *arg) {
 
 /* _v_index(x, spec, new_axes_mask) */
 static PyObject *v_index(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     dt_slice dims[DT_MAX_NDIM];
     dtpy_tensor *a;
     if (check_nargs(nargs, 3, "_v_index") < 0 ||
@@ -157,7 +155,7 @@ static PyObject *v_index(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 
 /* _v_index_tensor(x, dim, index) */
 static PyObject *v_index_tensor(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *a, *idx;
     if (check_nargs(nargs, 3, "_v_index_tensor") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "getitem", "input")) ||
@@ -180,7 +178,7 @@ static int scalar_arg(PyObject *o, dt_scalar *s, const char *op) {
 
 /* _v_setitem(x, spec, value) -> the new value of x (value: tensor or number) */
 static PyObject *v_setitem(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     dt_slice dims[DT_MAX_NDIM];
     dtpy_tensor *a;
     if (check_nargs(nargs, 3, "_v_setitem") < 0 ||
@@ -199,7 +197,7 @@ static PyObject *v_setitem(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 
 /* _v_setitem_mask(x, dim, mask, scalar) / _v_setitem_index(x, dim, index, scalar) */
 static PyObject *setitem_tensor(PyObject *m, PyObject *const *args, Py_ssize_t nargs, int mask) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *a, *t;
     dt_scalar s;
     if (check_nargs(nargs, 4, mask ? "_v_setitem_mask" : "_v_setitem_index") < 0 ||
@@ -223,7 +221,7 @@ static PyObject *v_setitem_index(PyObject *m, PyObject *const *args, Py_ssize_t 
 
 /* _v_copy(dst, src) -> the new value of dst */
 static PyObject *v_copy(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *a, *b;
     if (check_nargs(nargs, 2, "_v_copy") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "copy_", "self")) ||
@@ -237,7 +235,7 @@ static PyObject *v_copy(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 
 /* _v_cat(tensors, dim, stack) */
 static PyObject *v_cat(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     if (check_nargs(nargs, 3, "_v_cat") < 0)
         return NULL;
     int stack = PyObject_IsTrue(args[2]);
@@ -284,7 +282,7 @@ static PyObject *v_cat(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 
 /* _v_tril(x, diagonal, upper) */
 static PyObject *v_tril(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *a;
     if (check_nargs(nargs, 3, "_v_tril") < 0 || !(a = dtpy_tensor_arg_or_null(st, args[0], "tril", "input")))
         return NULL;
@@ -300,7 +298,7 @@ static PyObject *v_tril(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 
 /* _v_flip(x, dims) */
 static PyObject *v_flip(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     int64_t dims[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd;
@@ -314,7 +312,7 @@ static PyObject *v_flip(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 
 /* _v_roll(x, shifts, dims_or_None) */
 static PyObject *v_roll(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     int64_t shifts[DT_MAX_NDIM], dims[DT_MAX_NDIM];
     dtpy_tensor *a;
     int ns, nd = 0;
@@ -333,7 +331,7 @@ static PyObject *v_roll(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 
 /* _v_repeat(x, repeats) */
 static PyObject *v_repeat(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     int64_t reps[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd;
@@ -348,7 +346,7 @@ static PyObject *v_repeat(PyObject *m, PyObject *const *args, Py_ssize_t nargs) 
 /* _v_repeat_interleave(x, repeats, dim, output_size): repeats an int or a
  * dtorch tensor (then output_size is its sum). */
 static PyObject *v_repeat_interleave(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *a;
     if (check_nargs(nargs, 4, "_v_repeat_interleave") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "repeat_interleave", "input")))
@@ -374,7 +372,7 @@ static PyObject *v_repeat_interleave(PyObject *m, PyObject *const *args, Py_ssiz
 /* _v_masked_scatter(x, mask, source, inplace): x.masked_scatter(mask, source);
  * with inplace the new value of x (the caller rebinds x). */
 static PyObject *v_masked_scatter(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *a, *mask, *src;
     if (check_nargs(nargs, 4, "_v_masked_scatter") < 0)
         return NULL;

@@ -13,8 +13,6 @@
 #include "dtorch/dtorch_record.h"
 #include "dtorch_py.h"
 
-static dtpy_state *mod_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
-
 static dt_graph *graph_arg(dtpy_state *st, PyObject *graph) {
     if (!PyObject_TypeCheck(graph, st->graph_base_type) || ((dtpy_graph *)graph)->g == NULL) {
         PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s", Py_TYPE(graph)->tp_name);
@@ -28,7 +26,7 @@ static PyObject *mod_record_enable(PyObject *module, PyObject *args) {
     if (!PyArg_ParseTuple(args, "ip", &kind, &on))
         return NULL;
     if (dt_record_enable((dt_record_kind)kind, on) != DT_OK)
-        return dtpy_raise_last(mod_state(module));
+        return dtpy_raise_last(dtpy_state_of(module));
     Py_RETURN_NONE;
 }
 
@@ -47,7 +45,7 @@ static PyObject *str_or_none(const char *s) {
 }
 
 static PyObject *mod_take_explain(PyObject *module, PyObject *graph) {
-    dtpy_state *st = mod_state(module);
+    dtpy_state *st = dtpy_state_of(module);
     dt_graph *g = graph_arg(st, graph);
     if (!g)
         return NULL;
@@ -108,7 +106,7 @@ static PyObject *node_tuple(dtpy_state *st, const dt_trace_node *nd) {
 }
 
 static PyObject *mod_take_trace(PyObject *module, PyObject *graph) {
-    dtpy_state *st = mod_state(module);
+    dtpy_state *st = dtpy_state_of(module);
     dt_graph *g = graph_arg(st, graph);
     if (!g)
         return NULL;

@@ -32,8 +32,6 @@
 
 #define GATE_CAPSULE "dtorch._test_gate"
 
-static dtpy_state *mod_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
-
 static void gate_capsule_destructor(PyObject *cap) {
     dt_debug_gate_release(PyCapsule_GetPointer(cap, GATE_CAPSULE));
 }
@@ -50,7 +48,7 @@ static PyObject *mod_test_gate(PyObject *module, PyObject *unused) {
     (void)unused;
     dt_debug_gate *gate = NULL;
     if (dt_debug_gate_create(&gate) != DT_OK)
-        return dtpy_raise_last(mod_state(module));
+        return dtpy_raise_last(dtpy_state_of(module));
     PyObject *cap = PyCapsule_New(gate, GATE_CAPSULE, gate_capsule_destructor);
     if (cap == NULL)
         dt_debug_gate_release(gate);
@@ -75,7 +73,7 @@ static PyObject *mod_test_gate_is_open(PyObject *module, PyObject *arg) {
 }
 
 static PyObject *mod_test_gated(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(module);
+    dtpy_state *st = dtpy_state_of(module);
     if (nargs != 2 || !DTPY_IS_TENSOR(st, args[0]))
         return PyErr_Format(PyExc_TypeError, "_test_gated(x, gate) takes a dtorch.Tensor and a gate");
     dt_debug_gate *gate = gate_arg(args[1]);
@@ -87,7 +85,7 @@ static PyObject *mod_test_gated(PyObject *module, PyObject *const *args, Py_ssiz
 }
 
 static PyObject *mod_graph_stats(PyObject *module, PyObject *args) {
-    dtpy_state *st = mod_state(module);
+    dtpy_state *st = dtpy_state_of(module);
     PyObject *graph;
     int reset_peak = 0;
     if (!PyArg_ParseTuple(args, "O|p", &graph, &reset_peak))
@@ -113,7 +111,7 @@ static PyObject *mod_graph_stats(PyObject *module, PyObject *args) {
 
 /* Parses (graph, flag): 0 with *g and *on set, else -1 with an exception. */
 static int graph_and_flag(PyObject *module, PyObject *args, dt_graph **g, int *on) {
-    dtpy_state *st = mod_state(module);
+    dtpy_state *st = dtpy_state_of(module);
     PyObject *graph;
     if (!PyArg_ParseTuple(args, "Op", &graph, on))
         return -1;
@@ -132,7 +130,7 @@ static PyObject *set_switch(PyObject *module, PyObject *args, dt_status (*set)(d
     if (graph_and_flag(module, args, &g, &on) < 0)
         return NULL;
     if (set(g, on) != DT_OK)
-        return dtpy_raise_last(mod_state(module));
+        return dtpy_raise_last(dtpy_state_of(module));
     Py_RETURN_NONE;
 }
 
@@ -149,7 +147,7 @@ static PyObject *mod_set_schedule(PyObject *module, PyObject *args) {
 }
 
 static PyObject *mod_controller_cpu_ns(PyObject *module, PyObject *graph) {
-    dtpy_state *st = mod_state(module);
+    dtpy_state *st = dtpy_state_of(module);
     if (!PyObject_TypeCheck(graph, st->graph_base_type) || ((dtpy_graph *)graph)->g == NULL)
         return PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s",
                             Py_TYPE(graph)->tp_name);
@@ -174,7 +172,7 @@ static PyObject *mod_collectives_lowered(PyObject *module, PyObject *unused) {
  * layout, else (dim, mesh_dim, [lengths in user order]), mesh_dim a tuple
  * (most major first) when the dim was cut over several mesh dims. */
 static PyObject *mod_segments(PyObject *module, PyObject *arg) {
-    dtpy_state *st = mod_state(module);
+    dtpy_state *st = dtpy_state_of(module);
     if (!DTPY_IS_TENSOR(st, arg))
         return PyErr_Format(PyExc_TypeError, "_segments: expected a dtorch tensor");
     int dim = 0, md = 0;
@@ -231,7 +229,7 @@ static PyObject *mod_corrupt_next_batch(PyObject *module, PyObject *arg) {
     if (n == -1 && PyErr_Occurred())
         return NULL;
     if (dt_debug_cluster_corrupt_batch((int)n) != DT_OK)
-        return dtpy_raise_last(mod_state(module));
+        return dtpy_raise_last(dtpy_state_of(module));
     Py_RETURN_NONE;
 }
 
@@ -241,7 +239,7 @@ static PyObject *mod_fake_cuda(PyObject *module, PyObject *arg) {
         return NULL;
     if (n < INT_MIN || n > INT_MAX || dt_debug_fake_cuda((int)n) != DT_OK)
         return n < INT_MIN || n > INT_MAX ? PyErr_Format(PyExc_ValueError, "_test_fake_cuda: %ld GPUs", n)
-                                          : dtpy_raise_last(mod_state(module));
+                                          : dtpy_raise_last(dtpy_state_of(module));
     Py_RETURN_NONE;
 }
 
