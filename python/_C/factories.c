@@ -13,18 +13,6 @@
 
 #include <string.h>
 
-/* The dt_graph of a GraphBase instance (borrowed), or NULL with TypeError. */
-static dt_graph *graph_of(dtpy_state *st, PyObject *g) {
-    if (!PyObject_TypeCheck(g, st->graph_base_type)) {
-        PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s", Py_TYPE(g)->tp_name);
-        return NULL;
-    }
-    dt_graph *graph = ((dtpy_graph *)g)->g;
-    if (graph == NULL)
-        PyErr_SetString(PyExc_ValueError, "the graph was not initialised");
-    return graph;
-}
-
 /* ------------------------------------------------------------- factories */
 
 /* Parses the (graph, dtype, shape, ..., mesh, placements) arguments shared by
@@ -41,11 +29,9 @@ typedef struct factory_args {
 
 static int parse_factory(dtpy_state *st, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t expected,
                          const char *name, int has_shape, factory_args *fa) {
-    if (nargs != expected) {
-        PyErr_Format(PyExc_TypeError, "_C.%s takes %zd arguments (%zd given)", name, expected, nargs);
+    if (dtpy_nargs(nargs, expected, expected, name) < 0)
         return -1;
-    }
-    fa->g = graph_of(st, args[0]);
+    fa->g = dtpy_graph_arg(st, args[0]);
     if (fa->g == NULL)
         return -1;
     fa->dtype = dtpy_dtype_from_torch(st, args[1]);
@@ -131,9 +117,8 @@ static PyObject *mod_arange(PyObject *module, PyObject *const *args, Py_ssize_t 
  * host buffer instead of through DLPack. */
 static PyObject *mod_from_torch(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     dtpy_state *st = dtpy_state_of(module);
-    if (nargs != 4)
-        return PyErr_Format(PyExc_TypeError, "_C.from_torch takes 4 arguments (%zd given)", nargs);
-    dt_graph *g = graph_of(st, args[0]);
+    DTPY_NARGS(4, "from_torch");
+    dt_graph *g = dtpy_graph_arg(st, args[0]);
     if (g == NULL)
         return NULL;
     PyObject *tensor = args[1];

@@ -15,13 +15,11 @@
 #include "dtorch_py.h"
 
 static PyObject *mod_randint(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7)
-        return PyErr_Format(PyExc_TypeError, "_randint takes 7 arguments (%zd given)", nargs);
+    DTPY_NARGS(7, "_randint");
     dtpy_state *st = dtpy_state_of(module);
-    if (!PyObject_TypeCheck(args[0], st->graph_base_type) || ((dtpy_graph *)args[0])->g == NULL)
-        return PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s",
-                            Py_TYPE(args[0])->tp_name);
-    dt_graph *g = ((dtpy_graph *)args[0])->g;
+    dt_graph *g = dtpy_graph_arg(st, args[0]);
+    if (g == NULL)
+        return NULL;
     int dtype = dtpy_dtype_from_torch(st, args[1]);
     if (dtype < 0)
         return NULL;
@@ -46,8 +44,7 @@ static PyObject *mod_randint(PyObject *module, PyObject *const *args, Py_ssize_t
 }
 
 static PyObject *mod_cumsum(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3)
-        return PyErr_Format(PyExc_TypeError, "_cumsum takes 3 arguments (%zd given)", nargs);
+    DTPY_NARGS(3, "_cumsum");
     dtpy_state *st = dtpy_state_of(module);
     dtpy_tensor *a = dtpy_tensor_arg_or_null(st, args[0], "cumsum", "input");
     int64_t dim;
@@ -61,8 +58,7 @@ static PyObject *mod_cumsum(PyObject *module, PyObject *const *args, Py_ssize_t 
 }
 
 static PyObject *mod_sort(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5)
-        return PyErr_Format(PyExc_TypeError, "_sort takes 5 arguments (%zd given)", nargs);
+    DTPY_NARGS(5, "_sort");
     dtpy_state *st = dtpy_state_of(module);
     int with_values = PyObject_IsTrue(args[4]);
     const char *name = with_values ? "sort" : "argsort";
@@ -81,8 +77,7 @@ static PyObject *mod_sort(PyObject *module, PyObject *const *args, Py_ssize_t na
 }
 
 static PyObject *mod_topk(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5)
-        return PyErr_Format(PyExc_TypeError, "_topk takes 5 arguments (%zd given)", nargs);
+    DTPY_NARGS(5, "_topk");
     dtpy_state *st = dtpy_state_of(module);
     dtpy_tensor *a = dtpy_tensor_arg_or_null(st, args[0], "topk", "input");
     int64_t k, dim;

@@ -2,7 +2,7 @@
  * The elementwise family's Python face: Tensor methods (add with alpha, div
  * with rounding_mode, comparisons, logical/bitwise ops, pow, maximum,
  * minimum, where, masked_fill, clamp, unary math, casts and the in-place
- * forms), the number-protocol and rich-comparison slots that tensor.c's type
+ * forms), the number-protocol and rich-comparison slots that tensorobject.c's type
  * spec points at, and the module functions _C.ew_binary / _C.ew_where that
  * python/dtorch/_ops_elementwise.py builds torch's function forms on.
  *
@@ -12,7 +12,7 @@
  * method returns the object itself (docs/decisions.md).
  *
  * The method rows (dtpy_ew_methods) are part of _C.TensorBase's one method
- * table, joined with tensor.c's when the type is created; the type is not
+ * table, joined with tensorobject.c's when the type is created; the type is not
  * changed afterwards. dtpy_add_elementwise_methods adds the module functions.
  *
  * Every function runs on a Python thread holding the GIL.
@@ -79,17 +79,6 @@ static int operand(dtpy_state *st, PyObject *o, dt_tensor **t, dt_scalar *s) {
     return r < 0 ? -1 : r ? 2 : 0;
 }
 
-static int same_graph(dt_tensor *a, dt_tensor *b, const char *op) {
-    if (dt_tensor_graph(a) != dt_tensor_graph(b)) {
-        PyErr_Format(PyExc_ValueError,
-                     "%s: the operands belong to different graphs; a dtorch op takes tensors of one graph "
-                     "(create both with the same graph=...)",
-                     op);
-        return -1;
-    }
-    return 0;
-}
-
 /* Everything before a C call: torch's default dtype, when the result may
  * depend on it (`uses_default`: an integer or bool tensor that may become
  * floating, or a float scalar), and the caller's file:line for kernel
@@ -142,7 +131,7 @@ static PyObject *binary_core(dtpy_state *st, PyObject *a, PyObject *b, dt_binary
             return PyErr_Format(PyExc_TypeError, "%s(): argument 'alpha' must be a number, not %.100s", name,
                                 type_name(alpha));
     }
-    if (ta && tb && same_graph(ta, tb, name) < 0)
+    if (ta && tb && dtpy_same_graph(ta, tb, name) < 0)
         return NULL;
     int uses_default = not_floating(ta) || not_floating(tb) || (!ta && sa.kind == DT_SCALAR_FLOAT) ||
                        (!tb && sb.kind == DT_SCALAR_FLOAT);
@@ -178,7 +167,7 @@ static PyObject *slot_arith(PyObject *a, PyObject *b, dt_binary_op op) {
     int at = DTPY_IS_TENSOR(st, a), bt = DTPY_IS_TENSOR(st, b);
     if (at && bt) {
         dt_tensor *ta = ((dtpy_tensor *)a)->t, *tb = ((dtpy_tensor *)b)->t;
-        if (same_graph(ta, tb, binary_names(op)) < 0 ||
+        if (dtpy_same_graph(ta, tb, binary_names(op)) < 0 ||
             prepare_ex(st, op == DT_BINARY_DIV && (not_floating(ta) || not_floating(tb))) < 0)
             return NULL;
         return wrap_like(st, dt_binary(op, ta, tb), a);
@@ -451,7 +440,7 @@ static int tensor_or_number(dtpy_state *st, PyObject *o, const char *op, const c
 
 static int check_graphs(dt_tensor *const *ts, int n, const char *op) {
     for (int i = 1; i < n; i++)
-        if (ts[i] && ts[0] && same_graph(ts[0], ts[i], op) < 0)
+        if (ts[i] && ts[0] && dtpy_same_graph(ts[0], ts[i], op) < 0)
             return -1;
     return 0;
 }
@@ -583,8 +572,7 @@ static PyObject *mod_ew_binary(PyObject *module, PyObject *args, PyObject *kwarg
 
 /* ew_where(condition, input, other) */
 static PyObject *mod_ew_where(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3)
-        return PyErr_Format(PyExc_TypeError, "ew_where takes 3 arguments (%zd given)", nargs);
+    DTPY_NARGS(3, "ew_where");
     dtpy_state *st = dtpy_state_of(module);
     return where_core(st, args[0], args[1], args[2], NULL);
 }

@@ -16,15 +16,9 @@
 /* Arguments are converted by args.c (dtpy_tensor_arg, dtpy_int_arg, ...). */
 static dt_tensor *handle(dtpy_tensor *t) { return t ? t->t : NULL; }
 
-#define NARGS(n, name)                                                                                       \
-    do {                                                                                                     \
-        if (nargs != (n))                                                                                    \
-            return PyErr_Format(PyExc_TypeError, "_C." name " takes %d arguments (%zd given)", (n), nargs);  \
-    } while (0)
-
 /* _nn_activation(x, kind, param) */
 static PyObject *nn_activation(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(3, "_nn_activation");
+    DTPY_NARGS(3, "_nn_activation");
     dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *x;
     int64_t kind;
@@ -41,7 +35,7 @@ static PyObject *nn_activation(PyObject *m, PyObject *const *args, Py_ssize_t na
 
 /* _nn_softmax(x, dim, log, dtype_or_None) */
 static PyObject *nn_softmax(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(4, "_nn_softmax");
+    DTPY_NARGS(4, "_nn_softmax");
     dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *x;
     int64_t dim;
@@ -62,7 +56,7 @@ static PyObject *nn_softmax(PyObject *m, PyObject *const *args, Py_ssize_t nargs
 
 /* _nn_layer_norm(x, normalized_shape, weight, bias, eps) */
 static PyObject *nn_layer_norm(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(5, "_nn_layer_norm");
+    DTPY_NARGS(5, "_nn_layer_norm");
     dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *x, *w, *b;
     int64_t ns[DT_MAX_NDIM];
@@ -80,7 +74,7 @@ static PyObject *nn_layer_norm(PyObject *m, PyObject *const *args, Py_ssize_t na
 
 /* _nn_rms_norm(x, normalized_shape, weight, eps_or_None) */
 static PyObject *nn_rms_norm(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(4, "_nn_rms_norm");
+    DTPY_NARGS(4, "_nn_rms_norm");
     dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *x, *w;
     int64_t ns[DT_MAX_NDIM];
@@ -97,7 +91,7 @@ static PyObject *nn_rms_norm(PyObject *m, PyObject *const *args, Py_ssize_t narg
 
 /* _nn_group_norm(x, num_groups, weight, bias, eps) */
 static PyObject *nn_group_norm(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(5, "_nn_group_norm");
+    DTPY_NARGS(5, "_nn_group_norm");
     dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *x, *w, *b;
     int64_t groups;
@@ -114,7 +108,7 @@ static PyObject *nn_group_norm(PyObject *m, PyObject *const *args, Py_ssize_t na
 
 /* _nn_batch_norm(x, running_mean, running_var, weight, bias, momentum, eps) */
 static PyObject *nn_batch_norm(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(7, "_nn_batch_norm");
+    DTPY_NARGS(7, "_nn_batch_norm");
     dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *x, *rm, *rv, *w, *b;
     double momentum, eps;
@@ -133,7 +127,7 @@ static PyObject *nn_batch_norm(PyObject *m, PyObject *const *args, Py_ssize_t na
 
 /* _nn_embedding(indices, weight) */
 static PyObject *nn_embedding(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(2, "_nn_embedding");
+    DTPY_NARGS(2, "_nn_embedding");
     dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *idx, *w;
     if (dtpy_tensor_arg(st, args[0], "embedding", "input", 0, &idx) < 0 ||
@@ -147,7 +141,7 @@ static PyObject *nn_embedding(PyObject *m, PyObject *const *args, Py_ssize_t nar
 
 /* _nn_conv2d(x, weight, bias, stride, padding, dilation, groups, padding_mode) */
 static PyObject *nn_conv2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(8, "_nn_conv2d");
+    DTPY_NARGS(8, "_nn_conv2d");
     dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *x, *w, *b;
     int64_t stride[2], padding[2] = {0, 0}, dilation[2];
@@ -171,7 +165,7 @@ static PyObject *nn_conv2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 
 /* _nn_interpolate(x, mode, size_or_None, scales_or_None, align_corners) */
 static PyObject *nn_interpolate(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(5, "_nn_interpolate");
+    DTPY_NARGS(5, "_nn_interpolate");
     dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *x;
     int64_t mode, align;
@@ -219,7 +213,7 @@ static PyObject *nn_interpolate(PyObject *m, PyObject *const *args, Py_ssize_t n
 
 /* _nn_pad(x, pad, mode, value_or_None) */
 static PyObject *nn_pad(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(4, "_nn_pad");
+    DTPY_NARGS(4, "_nn_pad");
     dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *x;
     int64_t pad[2 * DT_MAX_NDIM];
@@ -237,7 +231,7 @@ static PyObject *nn_pad(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 
 /* _nn_dropout(x, p, training) */
 static PyObject *nn_dropout(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(3, "_nn_dropout");
+    DTPY_NARGS(3, "_nn_dropout");
     dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *x;
     double p;
@@ -253,7 +247,7 @@ static PyObject *nn_dropout(PyObject *m, PyObject *const *args, Py_ssize_t nargs
 
 /* _nn_sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale_or_None) */
 static PyObject *nn_sdpa(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(7, "_nn_sdpa");
+    DTPY_NARGS(7, "_nn_sdpa");
     dtpy_state *st = dtpy_state_of(m);
     const char *op = "scaled_dot_product_attention";
     dtpy_tensor *q, *k, *v, *mask;
@@ -275,7 +269,7 @@ static PyObject *nn_sdpa(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 
 /* _nn_sdpa_ring(q, k, v, is_causal, scale_or_None, mesh_dim) */
 static PyObject *nn_sdpa_ring(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(6, "_nn_sdpa_ring");
+    DTPY_NARGS(6, "_nn_sdpa_ring");
     dtpy_state *st = dtpy_state_of(m);
     const char *op = "scaled_dot_product_attention";
     dtpy_tensor *q, *k, *v;
@@ -309,7 +303,7 @@ static int pair_arg(PyObject *o, const char *op, const char *what, int64_t *out)
 
 /* _nn_max_pool2d(x, kernel_size, stride_or_None, padding, dilation, ceil_mode, return_indices) */
 static PyObject *nn_max_pool2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(7, "_nn_max_pool2d");
+    DTPY_NARGS(7, "_nn_max_pool2d");
     dtpy_state *st = dtpy_state_of(m);
     const char *op = "max_pool2d";
     dtpy_tensor *x;
@@ -331,7 +325,7 @@ static PyObject *nn_max_pool2d(PyObject *m, PyObject *const *args, Py_ssize_t na
 
 /* _nn_avg_pool2d(x, kernel_size, stride_or_None, padding, ceil_mode, count_include_pad, divisor_or_None) */
 static PyObject *nn_avg_pool2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(7, "_nn_avg_pool2d");
+    DTPY_NARGS(7, "_nn_avg_pool2d");
     dtpy_state *st = dtpy_state_of(m);
     const char *op = "avg_pool2d";
     dtpy_tensor *x;
@@ -355,7 +349,7 @@ static PyObject *nn_avg_pool2d(PyObject *m, PyObject *const *args, Py_ssize_t na
 
 /* _nn_adaptive_pool2d(x, output_size, kind): kind 0 avg, 1 max, 2 max with indices */
 static PyObject *nn_adaptive_pool2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(3, "_nn_adaptive_pool2d");
+    DTPY_NARGS(3, "_nn_adaptive_pool2d");
     dtpy_state *st = dtpy_state_of(m);
     int64_t kind;
     if (dtpy_int_arg(args[2], "adaptive_pool2d", "kind", &kind) < 0)
@@ -378,7 +372,7 @@ static PyObject *nn_adaptive_pool2d(PyObject *m, PyObject *const *args, Py_ssize
 /* _nn_alias(x, cls): a new Python tensor of class `cls` (a subclass of
  * TensorBase with the same layout, e.g. dtorch.nn.Parameter) on x's value. */
 static PyObject *nn_alias(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(2, "_nn_alias");
+    DTPY_NARGS(2, "_nn_alias");
     dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *x;
     if (dtpy_tensor_arg(st, args[0], "alias", "data", 0, &x) < 0)

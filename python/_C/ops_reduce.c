@@ -15,8 +15,7 @@ static const char *op_name(long op) {
 }
 
 static PyObject *mod_reduce(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5)
-        return PyErr_Format(PyExc_TypeError, "_reduce takes 5 arguments (%zd given)", nargs);
+    DTPY_NARGS(5, "_reduce");
     dtpy_state *st = dtpy_state_of(module);
     long op = PyLong_AsLong(args[1]);
     if (op == -1 && PyErr_Occurred())
@@ -40,8 +39,7 @@ static PyObject *mod_reduce(PyObject *module, PyObject *const *args, Py_ssize_t 
 }
 
 static PyObject *mod_reduce_with_indices(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4)
-        return PyErr_Format(PyExc_TypeError, "_reduce_with_indices takes 4 arguments (%zd given)", nargs);
+    DTPY_NARGS(4, "_reduce_with_indices");
     dtpy_state *st = dtpy_state_of(module);
     long op = PyLong_AsLong(args[1]);
     if (op == -1 && PyErr_Occurred())

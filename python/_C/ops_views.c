@@ -16,14 +16,6 @@
 
 /* -------------------------------------------------------------- helpers */
 
-static int check_nargs(Py_ssize_t nargs, Py_ssize_t want, const char *name) {
-    if (nargs != want) {
-        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", name, want, nargs);
-        return -1;
-    }
-    return 0;
-}
-
 /* Parses a sequence of (start, step, len, drop) tuples into `dims`. */
 static int parse_spec(PyObject *obj, int ndim, dt_slice *dims) {
     PyObject *seq = PySequence_Fast(obj, "index spec must be a sequence");
@@ -58,7 +50,7 @@ static PyObject *v_reshape(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     int64_t shape[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd;
-    if (check_nargs(nargs, 2, "_v_reshape") < 0 ||
+    if (dtpy_nargs(nargs, 2, 2, "_v_reshape") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "reshape", "input")) ||
         (nd = dtpy_parse_shape(args[1], shape, "shape")) < 0)
         return NULL;
@@ -71,7 +63,7 @@ static PyObject *v_squeeze(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     int64_t dims[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd = -1;
-    if (check_nargs(nargs, 2, "_v_squeeze") < 0 ||
+    if (dtpy_nargs(nargs, 2, 2, "_v_squeeze") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "squeeze", "input")))
         return NULL;
     if (args[1] != Py_None && (nd = dtpy_parse_shape(args[1], dims, "dim")) < 0)
@@ -83,7 +75,7 @@ static PyObject *v_squeeze(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *v_unsqueeze(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *a;
-    if (check_nargs(nargs, 2, "_v_unsqueeze") < 0 ||
+    if (dtpy_nargs(nargs, 2, 2, "_v_unsqueeze") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "unsqueeze", "input")))
         return NULL;
     int64_t dim;
@@ -98,7 +90,7 @@ static PyObject *v_permute(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     int64_t dims[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd;
-    if (check_nargs(nargs, 2, "_v_permute") < 0 ||
+    if (dtpy_nargs(nargs, 2, 2, "_v_permute") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "permute", "input")) ||
         (nd = dtpy_parse_shape(args[1], dims, "dims")) < 0)
         return NULL;
@@ -111,7 +103,7 @@ static PyObject *v_expand(PyObject *m, PyObject *const *args, Py_ssize_t nargs) 
     int64_t sizes[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd;
-    if (check_nargs(nargs, 2, "_v_expand") < 0 ||
+    if (dtpy_nargs(nargs, 2, 2, "_v_expand") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "expand", "input")) ||
         (nd = dtpy_parse_shape(args[1], sizes, "size")) < 0)
         return NULL;
@@ -142,7 +134,7 @@ static PyObject *v_index(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     dtpy_state *st = dtpy_state_of(m);
     dt_slice dims[DT_MAX_NDIM];
     dtpy_tensor *a;
-    if (check_nargs(nargs, 3, "_v_index") < 0 ||
+    if (dtpy_nargs(nargs, 3, 3, "_v_index") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "getitem", "input")) ||
         parse_spec(args[1], dt_tensor_ndim(a->t), dims) < 0)
         return NULL;
@@ -157,7 +149,7 @@ static PyObject *v_index(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 static PyObject *v_index_tensor(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *a, *idx;
-    if (check_nargs(nargs, 3, "_v_index_tensor") < 0 ||
+    if (dtpy_nargs(nargs, 3, 3, "_v_index_tensor") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "getitem", "input")) ||
         !(idx = dtpy_tensor_arg_or_null(st, args[2], "getitem", "index")))
         return NULL;
@@ -181,7 +173,7 @@ static PyObject *v_setitem(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     dtpy_state *st = dtpy_state_of(m);
     dt_slice dims[DT_MAX_NDIM];
     dtpy_tensor *a;
-    if (check_nargs(nargs, 3, "_v_setitem") < 0 ||
+    if (dtpy_nargs(nargs, 3, 3, "_v_setitem") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "setitem", "input")) ||
         parse_spec(args[1], dt_tensor_ndim(a->t), dims) < 0)
         return NULL;
@@ -200,7 +192,7 @@ static PyObject *setitem_tensor(PyObject *m, PyObject *const *args, Py_ssize_t n
     dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *a, *t;
     dt_scalar s;
-    if (check_nargs(nargs, 4, mask ? "_v_setitem_mask" : "_v_setitem_index") < 0 ||
+    if (dtpy_nargs(nargs, 4, 4, mask ? "_v_setitem_mask" : "_v_setitem_index") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "setitem", "input")) ||
         !(t = dtpy_tensor_arg_or_null(st, args[2], "setitem", "index")) ||
         scalar_arg(args[3], &s, "setitem") < 0)
@@ -223,7 +215,7 @@ static PyObject *v_setitem_index(PyObject *m, PyObject *const *args, Py_ssize_t 
 static PyObject *v_copy(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *a, *b;
-    if (check_nargs(nargs, 2, "_v_copy") < 0 ||
+    if (dtpy_nargs(nargs, 2, 2, "_v_copy") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "copy_", "self")) ||
         !(b = dtpy_tensor_arg_or_null(st, args[1], "copy_", "src")))
         return NULL;
@@ -236,7 +228,7 @@ static PyObject *v_copy(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 /* _v_cat(tensors, dim, stack) */
 static PyObject *v_cat(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     dtpy_state *st = dtpy_state_of(m);
-    if (check_nargs(nargs, 3, "_v_cat") < 0)
+    if (dtpy_nargs(nargs, 3, 3, "_v_cat") < 0)
         return NULL;
     int stack = PyObject_IsTrue(args[2]);
     const char *op = stack ? "stack" : "cat";
@@ -284,7 +276,8 @@ static PyObject *v_cat(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 static PyObject *v_tril(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *a;
-    if (check_nargs(nargs, 3, "_v_tril") < 0 || !(a = dtpy_tensor_arg_or_null(st, args[0], "tril", "input")))
+    if (dtpy_nargs(nargs, 3, 3, "_v_tril") < 0 ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "tril", "input")))
         return NULL;
     int64_t diag;
     if (dtpy_int_arg(args[1], "tril", "diagonal", &diag) < 0)
@@ -302,7 +295,7 @@ static PyObject *v_flip(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     int64_t dims[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd;
-    if (check_nargs(nargs, 2, "_v_flip") < 0 ||
+    if (dtpy_nargs(nargs, 2, 2, "_v_flip") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "flip", "input")) ||
         (nd = dtpy_parse_shape(args[1], dims, "dims")) < 0)
         return NULL;
@@ -316,7 +309,7 @@ static PyObject *v_roll(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     int64_t shifts[DT_MAX_NDIM], dims[DT_MAX_NDIM];
     dtpy_tensor *a;
     int ns, nd = 0;
-    if (check_nargs(nargs, 3, "_v_roll") < 0 ||
+    if (dtpy_nargs(nargs, 3, 3, "_v_roll") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "roll", "input")) ||
         (ns = dtpy_parse_shape(args[1], shifts, "shifts")) < 0)
         return NULL;
@@ -335,7 +328,7 @@ static PyObject *v_repeat(PyObject *m, PyObject *const *args, Py_ssize_t nargs) 
     int64_t reps[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd;
-    if (check_nargs(nargs, 2, "_v_repeat") < 0 ||
+    if (dtpy_nargs(nargs, 2, 2, "_v_repeat") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "repeat", "input")) ||
         (nd = dtpy_parse_shape(args[1], reps, "repeats")) < 0)
         return NULL;
@@ -348,7 +341,7 @@ static PyObject *v_repeat(PyObject *m, PyObject *const *args, Py_ssize_t nargs) 
 static PyObject *v_repeat_interleave(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *a;
-    if (check_nargs(nargs, 4, "_v_repeat_interleave") < 0 ||
+    if (dtpy_nargs(nargs, 4, 4, "_v_repeat_interleave") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "repeat_interleave", "input")))
         return NULL;
     int64_t dim;
@@ -374,7 +367,7 @@ static PyObject *v_repeat_interleave(PyObject *m, PyObject *const *args, Py_ssiz
 static PyObject *v_masked_scatter(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *a, *mask, *src;
-    if (check_nargs(nargs, 4, "_v_masked_scatter") < 0)
+    if (dtpy_nargs(nargs, 4, 4, "_v_masked_scatter") < 0)
         return NULL;
     int inplace = PyObject_IsTrue(args[3]);
     if (inplace < 0)

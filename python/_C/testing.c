@@ -90,23 +90,23 @@ static PyObject *mod_graph_stats(PyObject *module, PyObject *args) {
     int reset_peak = 0;
     if (!PyArg_ParseTuple(args, "O|p", &graph, &reset_peak))
         return NULL;
-    if (!PyObject_TypeCheck(graph, st->graph_base_type) || ((dtpy_graph *)graph)->g == NULL)
-        return PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s",
-                            Py_TYPE(graph)->tp_name);
+    dt_graph *g = dtpy_graph_arg(st, graph);
+    if (g == NULL)
+        return NULL;
     dt_graph_stats s;
     int64_t hits, misses;
-    if (dt_graph_get_stats(((dtpy_graph *)graph)->g, &s, reset_peak) != DT_OK ||
-        dt_graph_get_replay_stats(((dtpy_graph *)graph)->g, &hits, &misses) != DT_OK)
+    if (dt_graph_get_stats(g, &s, reset_peak) != DT_OK ||
+        dt_graph_get_replay_stats(g, &hits, &misses) != DT_OK)
         return dtpy_raise_last(st);
-    return Py_BuildValue(
-        "{sLsLsLsLsLsLsLsLsLsLsLsLsLsL}", "submitted", (long long)s.submitted, "in_flight",
-        (long long)s.in_flight, "peak_in_flight", (long long)s.peak_in_flight, "in_flight_limit",
-        (long long)s.in_flight_limit, "check_interval", (long long)s.check_interval, "flow_waits",
-        (long long)s.flow_waits, "nodes_eliminated", (long long)s.nodes_eliminated, "kernels_in_place",
-        (long long)s.kernels_in_place, "nodes_fused", (long long)s.nodes_fused, "cancelled",
-        (long long)s.cancelled, "replay_hits", (long long)hits, "replay_misses", (long long)misses,
-        "replay_run_hits", (long long)dt_debug_replay_run_hits(((dtpy_graph *)graph)->g), "nodes_reordered",
-        (long long)dt_debug_nodes_reordered(((dtpy_graph *)graph)->g));
+    return Py_BuildValue("{sLsLsLsLsLsLsLsLsLsLsLsLsLsL}", "submitted", (long long)s.submitted, "in_flight",
+                         (long long)s.in_flight, "peak_in_flight", (long long)s.peak_in_flight,
+                         "in_flight_limit", (long long)s.in_flight_limit, "check_interval",
+                         (long long)s.check_interval, "flow_waits", (long long)s.flow_waits,
+                         "nodes_eliminated", (long long)s.nodes_eliminated, "kernels_in_place",
+                         (long long)s.kernels_in_place, "nodes_fused", (long long)s.nodes_fused, "cancelled",
+                         (long long)s.cancelled, "replay_hits", (long long)hits, "replay_misses",
+                         (long long)misses, "replay_run_hits", (long long)dt_debug_replay_run_hits(g),
+                         "nodes_reordered", (long long)dt_debug_nodes_reordered(g));
 }
 
 /* Parses (graph, flag): 0 with *g and *on set, else -1 with an exception. */
@@ -115,12 +115,8 @@ static int graph_and_flag(PyObject *module, PyObject *args, dt_graph **g, int *o
     PyObject *graph;
     if (!PyArg_ParseTuple(args, "Op", &graph, on))
         return -1;
-    if (!PyObject_TypeCheck(graph, st->graph_base_type) || ((dtpy_graph *)graph)->g == NULL) {
-        PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s", Py_TYPE(graph)->tp_name);
-        return -1;
-    }
-    *g = ((dtpy_graph *)graph)->g;
-    return 0;
+    *g = dtpy_graph_arg(st, graph);
+    return *g == NULL ? -1 : 0;
 }
 
 /* A graph's on/off switch: (graph, on) -> None. */
@@ -148,10 +144,8 @@ static PyObject *mod_set_schedule(PyObject *module, PyObject *args) {
 
 static PyObject *mod_controller_cpu_ns(PyObject *module, PyObject *graph) {
     dtpy_state *st = dtpy_state_of(module);
-    if (!PyObject_TypeCheck(graph, st->graph_base_type) || ((dtpy_graph *)graph)->g == NULL)
-        return PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s",
-                            Py_TYPE(graph)->tp_name);
-    return PyLong_FromLongLong((long long)dt_debug_controller_cpu_ns(((dtpy_graph *)graph)->g));
+    dt_graph *g = dtpy_graph_arg(st, graph);
+    return g == NULL ? NULL : PyLong_FromLongLong((long long)dt_debug_controller_cpu_ns(g));
 }
 
 static PyObject *mod_lowering_ns(PyObject *module, PyObject *args) {

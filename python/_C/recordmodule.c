@@ -13,14 +13,6 @@
 #include "dtorch/dtorch_record.h"
 #include "dtorch_py.h"
 
-static dt_graph *graph_arg(dtpy_state *st, PyObject *graph) {
-    if (!PyObject_TypeCheck(graph, st->graph_base_type) || ((dtpy_graph *)graph)->g == NULL) {
-        PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s", Py_TYPE(graph)->tp_name);
-        return NULL;
-    }
-    return ((dtpy_graph *)graph)->g;
-}
-
 static PyObject *mod_record_enable(PyObject *module, PyObject *args) {
     int kind, on;
     if (!PyArg_ParseTuple(args, "ip", &kind, &on))
@@ -46,7 +38,7 @@ static PyObject *str_or_none(const char *s) {
 
 static PyObject *mod_take_explain(PyObject *module, PyObject *graph) {
     dtpy_state *st = dtpy_state_of(module);
-    dt_graph *g = graph_arg(st, graph);
+    dt_graph *g = dtpy_graph_arg(st, graph);
     if (!g)
         return NULL;
     dt_explain_record *recs = NULL;
@@ -107,7 +99,7 @@ static PyObject *node_tuple(dtpy_state *st, const dt_trace_node *nd) {
 
 static PyObject *mod_take_trace(PyObject *module, PyObject *graph) {
     dtpy_state *st = dtpy_state_of(module);
-    dt_graph *g = graph_arg(st, graph);
+    dt_graph *g = dtpy_graph_arg(st, graph);
     if (!g)
         return NULL;
     dt_trace_node *nodes = NULL;
