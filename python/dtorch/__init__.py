@@ -92,7 +92,6 @@ from ._factories import (
 # no two of these export the same name); Tensor's methods come from the table in _methods.py.
 from ._ops_views import *  # noqa: F401,F403 - views and shape family (its own __all__)
 from ._ops_masked_scatter import masked_scatter  # noqa: F401
-from ._ops import add, div, divide, mul, multiply, neg, negative, sub, subtract, true_divide
 from ._ops_reduce import *  # noqa: F401,F403  (reductions family, sum included)
 from ._ops_linalg import *  # noqa: F401,F403  (linear algebra family, matmul and mm included)
 from . import nn  # noqa: E402
@@ -148,7 +147,6 @@ __all__ = [
     "Tensor", "PlacementError", "KernelError",
     "empty", "zeros", "ones", "full", "rand", "randn", "arange", "from_torch", "tensor",
     "empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "manual_seed",
-    "add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide", "neg", "negative",
     "SdpaOption",
 ]
 __all__ += _ops_reduce.__all__ + _ops_linalg.__all__ + _ops_elementwise.__all__  # noqa: F405

@@ -147,7 +147,7 @@ def test_import_order_does_not_change_methods():
 
 
 def test_each_top_level_name_has_one_source():
-    families = ["_ops_views", "_ops", "_ops_reduce", "_ops_linalg", "_ops_elementwise", "_ops_sort_scan",
+    families = ["_ops_views", "_ops_reduce", "_ops_linalg", "_ops_elementwise", "_ops_sort_scan",
                 "_ops_nn_top", "_ops_method_forms", "_factories"]
     seen = {}
     for fam in families:
