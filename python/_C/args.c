@@ -349,3 +349,12 @@ int dtpy_same_graph(dt_tensor *a, dt_tensor *b, const char *op) {
     }
     return 0;
 }
+
+/* ----------------------------------------------------------- constants */
+
+int dtpy_add_constants(PyObject *module, const dtpy_constant *c, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (PyModule_AddIntConstant(module, c[i].name, c[i].value) < 0)
+            return -1;
+    return 0;
+}

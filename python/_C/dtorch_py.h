@@ -323,6 +323,17 @@ int dtpy_nargs(Py_ssize_t nargs, Py_ssize_t lo, Py_ssize_t hi, const char *name)
             return NULL;                                                                                     \
     } while (0)
 
+/* An enum value Python uses, exported as the module constant `name` (the
+ * way BINARY_ADD is): Python takes the values from _C, never copies them. */
+typedef struct dtpy_constant {
+    const char *name;
+    long value;
+} dtpy_constant;
+/* Adds the n constants c[] to the module. 0 or -1 with an exception. */
+int dtpy_add_constants(PyObject *module, const dtpy_constant *c, size_t n);
+#define DTPY_ADD_CONSTANTS(module, table)                                                                    \
+    dtpy_add_constants((module), (table), sizeof(table) / sizeof *(table))
+
 /* ------------------------------------------------------ call sites (callsite.c) */
 
 /* Records the innermost Python frame outside the dtorch package as the call
@@ -370,12 +381,13 @@ int dtpy_add_elementwise_methods(PyObject *module); /* ops_elementwise.c: ew_bin
 int dtpy_add_reduce_methods(PyObject *module);      /* ops_reduce.c: _reduce*, REDUCE_* */
 int dtpy_add_linalg_methods(PyObject *module);      /* ops_linalg.c: _linalg, _linear, _einsum */
 int dtpy_add_views_methods(PyObject *module);       /* ops_views.c: _v_* */
-int dtpy_add_nn_methods(PyObject *module);          /* ops_nn.c: _nn_* */
-int dtpy_add_creation_methods(PyObject *module);    /* ops_creation.c: _randint, _cumsum, _sort, ... */
-int dtpy_add_factory_methods(PyObject *module);     /* factories.c: full, empty, rand, ..., from_torch */
-int dtpy_add_record_methods(PyObject *module);      /* recordmodule.c: explain and trace records */
-int dtpy_add_cluster_methods(PyObject *module);     /* clustermodule.c: MainNode's _cluster_* */
-int dtpy_add_testing_methods(PyObject *module);     /* testing.c: _test_gate*, _graph_stats, ... */
-int dtpy_add_runtime_methods(PyObject *module);     /* runtime.c: manual_seed, op_docs, _rebind, ... */
+int dtpy_add_nn_methods(PyObject *module); /* ops_nn.c: _nn_*, ACTIVATION_*, INTERP_*, PAD_*, CONV_PAD_* */
+int dtpy_add_creation_methods(PyObject *module); /* ops_creation.c: _randint, _cumsum, _sort, ... */
+int dtpy_add_factory_methods(PyObject *module);  /* factories.c: full, empty, rand, ..., from_torch */
+int dtpy_add_record_methods(PyObject *module);   /* recordmodule.c: explain and trace records, RECORD_* */
+int dtpy_add_cluster_methods(PyObject *module);  /* clustermodule.c: MainNode's _cluster_* */
+int dtpy_add_testing_methods(PyObject *module);  /* testing.c: _test_gate*, _graph_stats, ... */
+int dtpy_add_runtime_methods(PyObject *module);  /* runtime.c: manual_seed, op_docs, _rebind, ... */
+int dtpy_add_tensor_methods(PyObject *module);   /* tensorobject.c: METHOD_NAMES */
 
 #endif /* DTORCH_PY_H */

@@ -142,15 +142,19 @@ static int module_exec(PyObject *module) {
         return -1;
     if (dtpy_add_creation_methods(module) < 0 || dtpy_add_testing_methods(module) < 0 ||
         dtpy_add_record_methods(module) < 0 || dtpy_add_factory_methods(module) < 0 ||
-        dtpy_add_cluster_methods(module) < 0 || dtpy_add_runtime_methods(module) < 0)
+        dtpy_add_cluster_methods(module) < 0 || dtpy_add_runtime_methods(module) < 0 ||
+        dtpy_add_tensor_methods(module) < 0)
         return -1;
-    if (PyModule_AddIntConstant(module, "MAX_NDIM", DT_MAX_NDIM) < 0 ||
-        PyModule_AddIntConstant(module, "MAX_MESH_NDIM", DT_MAX_MESH_NDIM) < 0 ||
-        PyModule_AddIntConstant(module, "PLACEMENT_REPLICATE", DT_PLACEMENT_REPLICATE) < 0 ||
-        PyModule_AddIntConstant(module, "PLACEMENT_SHARD", DT_PLACEMENT_SHARD) < 0 ||
-        PyModule_AddIntConstant(module, "PLACEMENT_PARTIAL", DT_PLACEMENT_PARTIAL) < 0 ||
-        PyModule_AddIntConstant(module, "DEVICE_CPU", DT_DEVICE_CPU) < 0 ||
-        PyModule_AddIntConstant(module, "DEVICE_CUDA", DT_DEVICE_CUDA) < 0 ||
+    static const dtpy_constant constants[] = {
+        {"MAX_NDIM", DT_MAX_NDIM},
+        {"MAX_MESH_NDIM", DT_MAX_MESH_NDIM},
+        {"PLACEMENT_REPLICATE", DT_PLACEMENT_REPLICATE},
+        {"PLACEMENT_SHARD", DT_PLACEMENT_SHARD},
+        {"PLACEMENT_PARTIAL", DT_PLACEMENT_PARTIAL},
+        {"DEVICE_CPU", DT_DEVICE_CPU},
+        {"DEVICE_CUDA", DT_DEVICE_CUDA},
+    };
+    if (DTPY_ADD_CONSTANTS(module, constants) < 0 ||
         PyModule_AddStringConstant(module, "__version__", dt_version()) < 0 ||
         PyModule_AddStringConstant(module, "TORCH_BUILD_VERSION", DT_TORCH_BUILD_VERSION) < 0)
         return -1;

@@ -109,10 +109,9 @@ static PyMethodDef linalg_methods[] = {
 };
 
 int dtpy_add_linalg_methods(PyObject *module) {
-    if (PyModule_AddFunctions(module, linalg_methods) < 0 ||
-        PyModule_AddIntConstant(module, "LINALG_MM", KIND_MM) < 0 ||
-        PyModule_AddIntConstant(module, "LINALG_BMM", KIND_BMM) < 0 ||
-        PyModule_AddIntConstant(module, "LINALG_OUTER", KIND_OUTER) < 0)
+    static const dtpy_constant kinds[] = {
+        {"LINALG_MM", KIND_MM}, {"LINALG_BMM", KIND_BMM}, {"LINALG_OUTER", KIND_OUTER}};
+    if (PyModule_AddFunctions(module, linalg_methods) < 0 || DTPY_ADD_CONSTANTS(module, kinds) < 0)
         return -1;
     return 0;
 }

@@ -422,4 +422,23 @@ static PyMethodDef nn_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int dtpy_add_nn_methods(PyObject *module) { return PyModule_AddFunctions(module, nn_methods); }
+/* The codes _nn_activation, _nn_interpolate, _nn_pad and _nn_conv2d take
+ * (dt_activation_kind from dtorch_ops.def, dt_interp_mode, dt_pad_mode,
+ * dt_conv_padding). */
+static const dtpy_constant nn_constants[] = {
+#define DT_ACTIVATION(E, ...) {"ACTIVATION_" #E, DT_ACT_##E},
+#include "dtorch/dtorch_ops.def"
+    {"INTERP_NEAREST", DT_INTERP_NEAREST},       {"INTERP_NEAREST_EXACT", DT_INTERP_NEAREST_EXACT},
+    {"INTERP_LINEAR", DT_INTERP_LINEAR},         {"INTERP_BILINEAR", DT_INTERP_BILINEAR},
+    {"INTERP_BICUBIC", DT_INTERP_BICUBIC},       {"INTERP_TRILINEAR", DT_INTERP_TRILINEAR},
+    {"PAD_CONSTANT", DT_PAD_CONSTANT},           {"PAD_REFLECT", DT_PAD_REFLECT},
+    {"PAD_REPLICATE", DT_PAD_REPLICATE},         {"PAD_CIRCULAR", DT_PAD_CIRCULAR},
+    {"CONV_PAD_EXPLICIT", DT_CONV_PAD_EXPLICIT}, {"CONV_PAD_VALID", DT_CONV_PAD_VALID},
+    {"CONV_PAD_SAME", DT_CONV_PAD_SAME},
+};
+
+int dtpy_add_nn_methods(PyObject *module) {
+    if (PyModule_AddFunctions(module, nn_methods) < 0)
+        return -1;
+    return DTPY_ADD_CONSTANTS(module, nn_constants);
+}

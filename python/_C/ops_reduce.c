@@ -73,21 +73,11 @@ static PyMethodDef reduce_methods[] = {
 };
 
 int dtpy_add_reduce_methods(PyObject *module) {
-    static const struct {
-        const char *name;
-        int value;
-    } codes[] = {
-        {"REDUCE_SUM", DT_REDUCE_SUM},       {"REDUCE_MEAN", DT_REDUCE_MEAN},
-        {"REDUCE_PROD", DT_REDUCE_PROD},     {"REDUCE_AMAX", DT_REDUCE_AMAX},
-        {"REDUCE_AMIN", DT_REDUCE_AMIN},     {"REDUCE_MAX", DT_REDUCE_MAX},
-        {"REDUCE_MIN", DT_REDUCE_MIN},       {"REDUCE_ARGMAX", DT_REDUCE_ARGMAX},
-        {"REDUCE_ARGMIN", DT_REDUCE_ARGMIN}, {"REDUCE_ANY", DT_REDUCE_ANY},
-        {"REDUCE_ALL", DT_REDUCE_ALL},
+    static const dtpy_constant codes[] = {
+#define DT_REDUCE_OP(E, ...) {"REDUCE_" #E, DT_REDUCE_##E},
+#include "dtorch/dtorch_ops.def"
     };
     if (PyModule_AddFunctions(module, reduce_methods) < 0)
         return -1;
-    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
-        if (PyModule_AddIntConstant(module, codes[i].name, codes[i].value) < 0)
-            return -1;
-    return 0;
+    return DTPY_ADD_CONSTANTS(module, codes);
 }

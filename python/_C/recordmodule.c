@@ -1,7 +1,7 @@
 /*
  * dtorch._C entry points for dtorch.explain() and dtorch.profiler.trace()
  * (private; python/dtorch/explain.py and profiler.py wrap them):
- *   _record_enable(kind, on)        dt_record_enable (0 explain, 1 trace)
+ *   _record_enable(kind, on)        dt_record_enable (RECORD_EXPLAIN, RECORD_TRACE)
  *   _record_enabled(kind) -> bool
  *   _graph_take_explain(graph) -> ([(file, line, collective, mesh_dim, mesh_dim_name, op, bytes)], dropped)
  *   _graph_take_trace(graph) -> ([node tuples], [kernel tuples], dropped): a node is
@@ -152,4 +152,10 @@ static PyMethodDef record_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int dtpy_add_record_methods(PyObject *module) { return PyModule_AddFunctions(module, record_methods); }
+int dtpy_add_record_methods(PyObject *module) {
+    static const dtpy_constant kinds[] = {{"RECORD_EXPLAIN", DT_RECORD_EXPLAIN},
+                                          {"RECORD_TRACE", DT_RECORD_TRACE}};
+    if (PyModule_AddFunctions(module, record_methods) < 0)
+        return -1;
+    return DTPY_ADD_CONSTANTS(module, kinds);
+}

@@ -517,6 +517,31 @@ static PyGetSetDef tensor_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+static int append_name(PyObject *list, const char *name) {
+    PyObject *s = PyUnicode_FromString(name);
+    int rc = s ? PyList_Append(list, s) : -1;
+    Py_XDECREF(s);
+    return rc;
+}
+
+/* _C.METHOD_NAMES: the names of TensorBase's methods and properties, in
+ * table order (python/dtorch/_methods.py's C_METHODS). */
+int dtpy_add_tensor_methods(PyObject *module) {
+    if (dtpy_tensor_methods_init() < 0)
+        return -1;
+    PyObject *names = PyList_New(0);
+    int rc = names ? 0 : -1;
+    for (const PyMethodDef *d = tensor_methods; rc == 0 && d->ml_name != NULL; d++)
+        rc = append_name(names, d->ml_name);
+    for (const PyGetSetDef *g = tensor_getset; rc == 0 && g->name != NULL; g++)
+        rc = append_name(names, g->name);
+    PyObject *tup = rc == 0 ? PyList_AsTuple(names) : NULL;
+    Py_XDECREF(names);
+    rc = tup ? PyModule_AddObjectRef(module, "METHOD_NAMES", tup) : -1;
+    Py_XDECREF(tup);
+    return rc;
+}
+
 static PyMemberDef tensor_members[] = {
     {"__weaklistoffset__", T_PYSSIZET, offsetof(dtpy_tensor, weakreflist), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},

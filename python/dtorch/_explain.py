@@ -36,7 +36,7 @@ from . import _C
 
 __all__ = ["explain", "Explain", "ExplainRecord"]
 
-_EXPLAIN = 0  # dt_record_kind
+_EXPLAIN = _C.RECORD_EXPLAIN
 
 
 class ExplainRecord(NamedTuple):

@@ -96,7 +96,7 @@ class Graph(_C.GraphBase):
         # A graph collected while explain or a trace records (a thread's default graph when the
         # thread ends) hands its records over first: they go with the graph otherwise.
         try:
-            if _C._record_enabled(0) or _C._record_enabled(1):
+            if _C._record_enabled(_C.RECORD_EXPLAIN) or _C._record_enabled(_C.RECORD_TRACE):
                 from . import _explain
 
                 _explain._graph_ending(self)
@@ -231,7 +231,7 @@ def _resolve(graph):
     return graph
 
 
-_DEVICE_TYPES = {"cpu": 0, "cuda": 1}
+_DEVICE_TYPES = {"cpu": _C.DEVICE_CPU, "cuda": _C.DEVICE_CUDA}
 
 
 def memory_stats(device_mesh: Optional[DeviceMesh] = None) -> dict:

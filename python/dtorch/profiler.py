@@ -29,7 +29,7 @@ from ._explain import _live_graphs, _sync_all
 
 __all__ = ["trace", "Trace"]
 
-_TRACE = 1  # dt_record_kind
+_TRACE = _C.RECORD_TRACE
 _STREAM_KINDS = ("compute", "comm")
 
 

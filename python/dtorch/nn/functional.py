@@ -45,11 +45,11 @@ __all__ = [
 
 _Tensor = _C.TensorBase
 
-# dt_activation_kind, dt_interp_mode, dt_pad_mode, dt_conv_padding (dtorch.h).
-_RELU, _GELU, _GELU_TANH, _SILU, _LEAKY_RELU, _ELU, _SIGMOID, _TANH = range(8)
-_INTERP_MODES = {"nearest": 0, "nearest-exact": 1, "linear": 2, "bilinear": 3, "bicubic": 4, "trilinear": 5}
-_PAD_MODES = {"constant": 0, "reflect": 1, "replicate": 2, "circular": 3}
-_CONV_EXPLICIT, _CONV_VALID, _CONV_SAME = range(3)
+# torch's mode names for the codes of dt_interp_mode and dt_pad_mode (the values come from _C).
+_INTERP_MODES = {"nearest": _C.INTERP_NEAREST, "nearest-exact": _C.INTERP_NEAREST_EXACT, "linear": _C.INTERP_LINEAR,
+                 "bilinear": _C.INTERP_BILINEAR, "bicubic": _C.INTERP_BICUBIC, "trilinear": _C.INTERP_TRILINEAR}
+_PAD_MODES = {"constant": _C.PAD_CONSTANT, "reflect": _C.PAD_REFLECT, "replicate": _C.PAD_REPLICATE,
+              "circular": _C.PAD_CIRCULAR}
 
 
 def _inplace(input, result, inplace: bool):
@@ -80,7 +80,7 @@ def relu(input, inplace: bool = False):
 
     >>> F.relu(dtorch.tensor([-1.0, 2.0]))   # tensor([0., 2.])
     """
-    return _inplace(input, _C._nn_activation(input, _RELU, 0.0), inplace)
+    return _inplace(input, _C._nn_activation(input, _C.ACTIVATION_RELU, 0.0), inplace)
 
 
 def gelu(input, approximate: str = "none"):
@@ -90,7 +90,8 @@ def gelu(input, approximate: str = "none"):
     """
     if approximate not in ("none", "tanh"):
         raise RuntimeError("approximate argument must be either none or tanh.")
-    return _C._nn_activation(input, _GELU if approximate == "none" else _GELU_TANH, 0.0)
+    kind = _C.ACTIVATION_GELU if approximate == "none" else _C.ACTIVATION_GELU_TANH
+    return _C._nn_activation(input, kind, 0.0)
 
 
 def silu(input, inplace: bool = False):
@@ -98,7 +99,7 @@ def silu(input, inplace: bool = False):
 
     >>> F.silu(x)
     """
-    return _inplace(input, _C._nn_activation(input, _SILU, 0.0), inplace)
+    return _inplace(input, _C._nn_activation(input, _C.ACTIVATION_SILU, 0.0), inplace)
 
 
 def leaky_relu(input, negative_slope: float = 0.01, inplace: bool = False):
@@ -106,7 +107,7 @@ def leaky_relu(input, negative_slope: float = 0.01, inplace: bool = False):
 
     >>> F.leaky_relu(x, 0.2)
     """
-    return _inplace(input, _C._nn_activation(input, _LEAKY_RELU, negative_slope), inplace)
+    return _inplace(input, _C._nn_activation(input, _C.ACTIVATION_LEAKY_RELU, negative_slope), inplace)
 
 
 def elu(input, alpha: float = 1.0, inplace: bool = False):
@@ -114,7 +115,7 @@ def elu(input, alpha: float = 1.0, inplace: bool = False):
 
     >>> F.elu(x, alpha=0.5)
     """
-    return _inplace(input, _C._nn_activation(input, _ELU, alpha), inplace)
+    return _inplace(input, _C._nn_activation(input, _C.ACTIVATION_ELU, alpha), inplace)
 
 
 def sigmoid(input):
@@ -122,7 +123,7 @@ def sigmoid(input):
 
     >>> F.sigmoid(x)
     """
-    return _C._nn_activation(input, _SIGMOID, 0.0)
+    return _C._nn_activation(input, _C.ACTIVATION_SIGMOID, 0.0)
 
 
 def tanh(input):
@@ -130,7 +131,7 @@ def tanh(input):
 
     >>> F.tanh(x)
     """
-    return _C._nn_activation(input, _TANH, 0.0)
+    return _C._nn_activation(input, _C.ACTIVATION_TANH, 0.0)
 
 
 # ---------------------------------------------------------------- softmax
@@ -244,10 +245,10 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: in
     if isinstance(padding, str):
         if padding not in ("valid", "same"):
             raise RuntimeError(f"Invalid padding string '{padding}', should be one of {{'valid', 'same'}}")
-        mode = _CONV_VALID if padding == "valid" else _CONV_SAME
+        mode = _C.CONV_PAD_VALID if padding == "valid" else _C.CONV_PAD_SAME
         pad = (0, 0)
     else:
-        mode, pad = _CONV_EXPLICIT, _pair(padding, "padding")
+        mode, pad = _C.CONV_PAD_EXPLICIT, _pair(padding, "padding")
     return _C._nn_conv2d(input, weight, bias, _pair(stride, "stride"), pad, _pair(dilation, "dilation"), groups, mode)
 
 
