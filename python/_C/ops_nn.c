@@ -1,6 +1,7 @@
 /*
  * The nn functional family's entries on dtorch._C (`_nn_*`), called by
- * python/dtorch/nn/functional.py.
+ * python/dtorch/_ops_nn.py (the functions of dtorch.nn.functional and their
+ * torch top-level forms).
  *
  * The Python layer does torch's argument conveniences (keyword arguments,
  * int-or-tuple sizes, string modes, defaults); these entries take the

@@ -32,7 +32,7 @@ import sys
 import threading
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
-from . import _C
+from . import _C, _graph
 
 __all__ = ["explain", "Explain", "ExplainRecord"]
 
@@ -61,8 +61,6 @@ class ExplainRecord(NamedTuple):
 
 
 def _live_graphs():
-    from . import _graph
-
     return [g for g in list(_graph._live_graphs) if not getattr(g, "_shut", False)]
 
 

@@ -27,15 +27,14 @@ True
 
 from __future__ import annotations
 
-from . import _C
-from . import _layout as _layout
+from . import _C, _layout
 from . import _ops_elementwise as _ew
+from . import _ops_indexing as _indexing
 from . import _ops_linalg as _linalg
 from . import _ops_masked_scatter as _ms
-from . import _ops_nn_top as _nn
+from . import _ops_nn as _nn
 from . import _ops_reduce as _reduce
 from . import _ops_sort_scan as _sort
-from . import _ops_indexing as _indexing
 from . import _ops_views as _views
 
 __all__ = ["C_METHODS", "CLASS_METHODS", "PY_METHODS"]
@@ -79,8 +78,8 @@ PY_METHODS = {
     "nonzero": _sort.nonzero,
     # elementwise, the parts written in Python (_ops_elementwise.py)
     "to": _ew._to, "type_as": _ew._type_as, "equal": _ew._equal,
-    # nn (torch.softmax's signature is Tensor.softmax's: _ops_nn_top.py over nn.functional)
-    "softmax": _nn.softmax, "log_softmax": _nn.log_softmax,
+    # nn (torch.softmax's signature is Tensor.softmax's: the nn family's torch forms, _ops_nn.py)
+    "softmax": _nn.TORCH_FORMS["softmax"], "log_softmax": _nn.TORCH_FORMS["log_softmax"],
     # layout (_layout.py)
     "redistribute_by_dict": _layout.redistribute_by_dict, "redistribute_like": _layout.redistribute_like,
 }

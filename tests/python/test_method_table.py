@@ -67,7 +67,7 @@ def test_sample_names_come_from_their_family():
     assert Tensor.sum.__module__ == "dtorch._ops_reduce"
     assert Tensor.view.__module__ == "dtorch._ops_views"
     assert Tensor.sort.__module__ == "dtorch._ops_sort_scan"
-    assert Tensor.softmax.__module__ == "dtorch._ops_nn_top"
+    assert Tensor.softmax.__module__ == "dtorch._ops_nn"
     assert Tensor.mm.__module__ == "dtorch._ops_linalg"
     assert Tensor.to.__module__ == "dtorch._ops_elementwise"
     assert type(inspect.getattr_static(Tensor, "add")).__name__ == "method_descriptor"
@@ -140,24 +140,26 @@ def _describe(*first):
 def test_import_order_does_not_change_methods():
     base = _describe("dtorch")
     for first in (["dtorch.nn.functional"], ["dtorch.nn.modules", "dtorch._ops_reduce"],
-                  ["dtorch._ops_nn_top", "dtorch._ops_linalg", "dtorch._ops_views", "dtorch._ops_elementwise"]):
+                  ["dtorch._ops_nn", "dtorch._ops_linalg", "dtorch._ops_views", "dtorch._ops_elementwise"]):
         assert _describe(*first) == base, first
     methods, _ = base
-    assert methods["softmax"][2] == "dtorch._ops_nn_top" and methods["sum"][2] == "dtorch._ops_reduce"
+    assert methods["softmax"][2] == "dtorch._ops_nn" and methods["sum"][2] == "dtorch._ops_reduce"
 
 
 def test_each_top_level_name_has_one_source():
     families = ["_ops_views", "_ops_reduce", "_ops_linalg", "_ops_elementwise", "_ops_sort_scan",
-                "_ops_nn_top", "_ops_method_forms", "_factories"]
+                "_ops_nn", "_ops_method_forms", "_factories"]
     seen = {}
     for fam in families:
         mod = importlib.import_module("dtorch." + fam)
-        for name in getattr(mod, "__all__", ()):
+        # The nn family's top-level names are its torch forms (its __all__ is torch.nn.functional's).
+        names = mod.TORCH_FORMS if fam == "_ops_nn" else getattr(mod, "__all__", ())
+        for name in names:
             assert name not in seen, f"dtorch.{name} is exported by {seen.get(name)} and {fam}"
             seen[name] = fam
             if name in ("tensor", "memory_stats"):
                 continue  # the original DTorch's callable modules of those names (dtorch/__init__.py)
-            assert getattr(dtorch, name) is getattr(mod, name), name
+            assert getattr(dtorch, name) is (mod.TORCH_FORMS[name] if fam == "_ops_nn" else getattr(mod, name)), name
 
 
 # ------------------------------------------------------------------ behaviour against eager torch
