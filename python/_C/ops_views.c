@@ -3,7 +3,8 @@
  * C API (dt_reshape, dt_index, dt_setitem, dt_cat, ...). They take already
  * normalised arguments; torch's argument conventions (varargs sizes, key
  * parsing for __getitem__/__setitem__, chunk/split sizes) live in
- * python/dtorch/_ops_views.py, which also attaches the Tensor methods.
+ * python/dtorch/_ops_views.py, whose functions python/dtorch/_methods.py
+ * makes the Tensor methods.
  *
  * Assignments (__setitem__, copy_) compute a new value and rebind the Python
  * object to it (_rebind): dtorch values are immutable, so every reference

@@ -1,6 +1,6 @@
 /*
  * dtorch._C entry points for dtorch.explain() and dtorch.profiler.trace()
- * (private; python/dtorch/explain.py and profiler.py wrap them):
+ * (private; python/dtorch/_explain.py and profiler.py wrap them):
  *   _record_enable(kind, on)        dt_record_enable (RECORD_EXPLAIN, RECORD_TRACE)
  *   _record_enabled(kind) -> bool
  *   _graph_take_explain(graph) -> ([(file, line, collective, mesh_dim, mesh_dim_name, op, bytes)], dropped)

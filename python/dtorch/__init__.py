@@ -88,7 +88,7 @@ from ._factories import (
     zeros,
     zeros_like,
 )
-from . import nn
+from . import nn as nn
 
 # The op families, each imported once. A family's functions are its __all__, bound here by the loop;
 # the nn family's __all__ is torch.nn.functional's names (dtorch.nn.functional's), and its torch
@@ -134,10 +134,10 @@ __version__ = _C.__version__
 # (import_module: "from . import tensor" would just bind the function already named tensor here.)
 import importlib as _importlib  # noqa: E402
 
-tensor = _importlib.import_module(".tensor", __name__)
-memory_stats = _importlib.import_module(".memory_stats", __name__)
-from . import graph, global_option, cluster, cuda, util  # noqa: E402
-from . import profiler  # noqa: E402
+tensor = _importlib.import_module(".tensor", __name__)  # noqa: F811 - replaces the factory, callable as it
+memory_stats = _importlib.import_module(".memory_stats", __name__)  # noqa: F811 - the same for the function
+from . import cluster as cluster, cuda as cuda, global_option as global_option, graph as graph  # noqa: E402
+from . import profiler as profiler, util as util  # noqa: E402
 from ._explain import Explain, ExplainRecord, explain  # noqa: E402
 from .cluster import MainNode  # noqa: E402
 from .global_option import GlobalOption  # noqa: E402

@@ -15,7 +15,7 @@ records the whole run and prints the table (to stderr) at exit.
 >>> e.records[0].collective, e.records[0].mesh_dim_name, e.records[0].bytes
 ('all_gather', 'dp', 24)
 
-What counts (docs/explain_and_trace.md): ``bytes`` is per device: for each
+What counts (docs/explain-and-trace.md): ``bytes`` is per device: for each
 collective, the bytes of the largest input any one device contributes
 (``send_recv``: the most one destination device receives from other
 devices), summed over the record's ``count`` collectives. A device takes

@@ -20,16 +20,13 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 
 from . import _C
 from ._C import PlacementError
 from ._factories import from_torch
-
-if TYPE_CHECKING:  # the class is built from the method table (_methods.py), after this module
-    from ._tensor import Tensor
 
 __all__ = [
     "reshape", "transpose", "swapaxes", "swapdims", "permute", "movedim", "moveaxis", "flatten",

@@ -182,7 +182,7 @@ def _eq(a, b):
 
 A = torch.tensor([[1.0, -2.0, 3.5], [4.0, 0.5, -6.0]])
 B = torch.tensor([[2.0, 4.0, -1.0], [0.5, 8.0, 3.0]])
-I = torch.tensor([[3, -7, 2], [9, 4, -1]])
+INTS = torch.tensor([[3, -7, 2], [9, 4, -1]])
 
 
 def test_add_method(mesh):
@@ -190,7 +190,7 @@ def test_add_method(mesh):
     _eq(x.add(y), A.add(B))
     _eq(x.add(y, alpha=2), A.add(B, alpha=2))
     _eq(x.add(3), A.add(3))
-    _eq(_d(I, mesh).add(2.5), I.add(2.5))
+    _eq(_d(INTS, mesh).add(2.5), INTS.add(2.5))
 
 
 def test_sum_method(mesh):
@@ -198,7 +198,7 @@ def test_sum_method(mesh):
     _eq(x.sum(), A.sum())
     _eq(x.sum(dim=1), A.sum(dim=1))
     _eq(x.sum(0, keepdim=True), A.sum(0, keepdim=True))
-    _eq(_d(I, mesh).sum(dim=(0, 1)), I.sum(dim=(0, 1)))
+    _eq(_d(INTS, mesh).sum(dim=(0, 1)), INTS.sum(dim=(0, 1)))
     _eq(dtorch.sum(x, 1), torch.sum(A, 1))
 
 
@@ -239,21 +239,21 @@ def test_matmul_method(mesh):
 @pytest.mark.parametrize("op", ["+", "-", "*", "/"])
 def test_operators(mesh, op):
     f = eval(f"lambda a, b: a {op} b")
-    x, y, n = _d(A, mesh), _d(B, mesh), _d(I, mesh)
+    x, y, n = _d(A, mesh), _d(B, mesh), _d(INTS, mesh)
     _eq(f(x, y), f(A, B))
     _eq(f(x, 3), f(A, 3))
     _eq(f(x, 2.5), f(A, 2.5))
     _eq(f(3, x), f(3, A))
     _eq(f(2.5, y), f(2.5, B))
-    _eq(f(n, 2), f(I, 2))
-    _eq(f(7, n), f(7, I))
-    _eq(f(n, x), f(I, A))
+    _eq(f(n, 2), f(INTS, 2))
+    _eq(f(7, n), f(7, INTS))
+    _eq(f(n, x), f(INTS, A))
 
 
 def test_negation_and_in_place(mesh):
     x = _d(A, mesh)
     _eq(-x, -A)
-    _eq(-_d(I, mesh), -I)
+    _eq(-_d(INTS, mesh), -INTS)
     y = _d(A, mesh)
     y += 1
     _eq(y, A + 1)

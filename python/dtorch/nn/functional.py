@@ -24,8 +24,13 @@ family's (``dtorch.nn._linalg``); this module is their torch-shaped namespace.
 """
 
 from .. import _ops_nn
-from .._ops_nn import SdpaOption, _apply_rotary_emb, _layer_norm_mul_add
-from ._linalg import _silu_linear_chunk, linear
+# Re-exported (the "as" form says so): the option type of scaled_dot_product_attention, and dtorch's
+# fused helpers that the applications call as F._...
+from .._ops_nn import SdpaOption as SdpaOption
+from .._ops_nn import _apply_rotary_emb as _apply_rotary_emb
+from .._ops_nn import _layer_norm_mul_add as _layer_norm_mul_add
+from ._linalg import _silu_linear_chunk as _silu_linear_chunk
+from ._linalg import linear
 
 __all__ = ["linear"] + _ops_nn.__all__
 
