@@ -3,8 +3,8 @@
  *
  * The extension is a thin layer over include/dtorch/dtorch.h, laid out as
  * CPython's Modules/_sqlite: module.c is the module state and its
- * initialisation (it calls every other file's dtpy_add_*_methods; nothing
- * calls into it), one file per Python type (tensorobject.c, meshobject.c,
+ * initialisation (it calls every other file's dtpy_add_*_methods; no file
+ * calls a function of it), one file per Python type (tensorobject.c, meshobject.c,
  * graphobject.c, futureobject.c), and the files every other file uses:
  * errors.c (the status-to-exception map), args.c (argument converters,
  * dtype tables, the parsers of placements, meshes, shapes and scalars),
@@ -177,11 +177,11 @@ extern PyType_Spec dtpy_future_spec; /* futureobject.c */
 /* The slots of a handle type (Mesh, GraphBase): a docstring, a constructor,
  * a destructor that releases the handle, methods and getters; ends the
  * slot array. */
+// clang-format off
 #define DTPY_HANDLE_SLOTS(doc, new_fn, dealloc_fn, methods, getset)                                          \
     {Py_tp_doc, doc}, {Py_tp_new, new_fn}, {Py_tp_dealloc, dealloc_fn}, {Py_tp_methods, methods},            \
-        {Py_tp_getset, getset}, {                                                                            \
-        0, NULL                                                                                              \
-    }
+    {Py_tp_getset, getset}, {0, NULL}
+// clang-format on
 
 /* The end of a heap type's tp_dealloc: frees `self` and drops the reference
  * every instance of a heap type holds on its type. */

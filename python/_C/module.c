@@ -2,8 +2,11 @@
  * dtorch._C: the module state (its objects, their traversal and clearing,
  * _register, by which the Python package puts its classes into it) and the
  * multi-phase initialisation that creates the types and the exception types
- * and calls each file's dtpy_add_*_methods. This file calls the others; none
- * calls into it (they reach the state through dtorch_py.h's accessors).
+ * and calls each file's dtpy_add_*_methods. This file calls the others and
+ * no function here is called from them: they reach the state through
+ * dtorch_py.h's inline accessors (dtpy_state_of, dtpy_find_state), which
+ * read dtpy_module_def and dtpy_fast_state, defined here. The status-to-
+ * exception map that every file calls is errors.c, as _sqlite's util.c.
  *
  * Every function runs on a Python thread holding the GIL.
  */
