@@ -1,4 +1,5 @@
-"""Worker nodes on loopback (issue 13): per-op overhead and bandwidth.
+"""Worker nodes on loopback: per-op overhead and bandwidth (docs/decisions.md, "Worker nodes:
+formation, tokens, heartbeats").
 
 This process is the main node; it starts 2 worker-node processes (``dtorch-node``, 2 CPU devices
 each) on 127.0.0.1 and measures:
@@ -242,7 +243,6 @@ def dtorch_lines(nbytes: int, repeat: int, a0: int, b0: int) -> List[tuple]:
     numel = nbytes // 4
     t = torch.randn(numel)
     on_a = dtorch.DeviceMesh("cpu", [a0])
-    on_b = dtorch.DeviceMesh("cpu", [b0])
     g = dtorch.Graph()
     lines = []
 

@@ -2,19 +2,21 @@
 # Installs everything, builds, and runs every test:
 #   0. format                   clang-format --dry-run -Werror on every C/C++ file
 #                               (tools/check_format.sh; --fix formats them)
-#   1. ctest in build/          the C tests and the C quickstart
-#   2. pytest tests/python      with the project's .venv (torch 2.13.0 from pip)
-#   3. package                  pip install . into a fresh venv, then import dtorch
+#   1. lint                     ruff check on the Python of python/, tests/, bench/,
+#                               examples/ and tools/ (the rules: pyproject.toml [tool.ruff])
+#   2. ctest in build/          the C tests and the C quickstart
+#   3. pytest tests/python      with the project's .venv (torch 2.13.0 from pip)
+#   4. package                  pip install . into a fresh venv, then import dtorch
 #                               from / and build a C program with pkg-config
-#   4. ctest in build-asan/     the C tests under AddressSanitizer + UBSan + LeakSanitizer
-#   5. ctest in build-tsan/     the C tests under ThreadSanitizer
+#   5. ctest in build-asan/     the C tests under AddressSanitizer + UBSan + LeakSanitizer
+#   6. ctest in build-tsan/     the C tests under ThreadSanitizer
 # The sanitizer builds use only the pure-C 'ref' backend (no LibTorch, no Python).
 # Every stage runs even when an earlier one failed, so one run reports all of
 # them; the exit status is non-zero when any stage failed.
 #
 # Environment:
-#   DT_SKIP_SANITIZERS=1   skip stages 4 and 5 (quicker local runs; CI runs them)
-#   DT_SKIP_PACKAGE=1      skip stage 3 (quicker local runs; CI runs it)
+#   DT_SKIP_SANITIZERS=1   skip stages 5 and 6 (quicker local runs; CI runs them)
+#   DT_SKIP_PACKAGE=1      skip stage 4 (quicker local runs; CI runs it)
 #   DT_JOBS                parallel build jobs (default: nproc)
 set -euo pipefail
 
@@ -43,13 +45,19 @@ rc=0
 tools/check_format.sh || rc=$?
 record format "$rc"
 
-# ------------------------------------------------------------- 1. C tests
+# ---------------------------------------------------------------- 1. lint
+echo "test.sh: [lint] ruff check python tests bench examples tools"
+rc=0
+"$py" -m ruff check python tests bench examples tools || rc=$?
+record lint "$rc"
+
+# ------------------------------------------------------------- 2. C tests
 echo "test.sh: [ctest] build/"
 rc=0
 ctest --test-dir build --output-on-failure -j"$jobs" || rc=$?
 record ctest "$rc"
 
-# -------------------------------------------------------- 2. Python tests
+# -------------------------------------------------------- 3. Python tests
 echo "test.sh: [pytest] tests/python with $py ($("$py" -c 'import torch; print("torch", torch.__version__)'))"
 rc=0
 "$py" -m pytest -q -p no:cacheprovider tests/python || rc=$?
@@ -58,7 +66,7 @@ if [ "$rc" -eq 5 ]; then
 fi
 record pytest "$rc"
 
-# ------------------------------------------------------------ 3. package
+# ------------------------------------------------------------ 4. package
 if [ "${DT_SKIP_PACKAGE:-0}" = 1 ]; then
     results+=("package=SKIPPED")
 else
@@ -67,7 +75,7 @@ else
     record package "$rc"
 fi
 
-# ---------------------------------------------------- 4-5. sanitizer builds
+# ---------------------------------------------------- 5-6. sanitizer builds
 san_build() { # san_build NAME SANITIZER
     local dir=build-$1
     echo "test.sh: [$1] $dir/ (-DDT_SANITIZE=$2, 'ref' backend only)"

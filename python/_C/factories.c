@@ -13,20 +13,6 @@
 
 #include <string.h>
 
-static dtpy_state *get_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
-
-/* The dt_graph of a GraphBase instance (borrowed), or NULL with TypeError. */
-static dt_graph *graph_of(dtpy_state *st, PyObject *g) {
-    if (!PyObject_TypeCheck(g, st->graph_base_type)) {
-        PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s", Py_TYPE(g)->tp_name);
-        return NULL;
-    }
-    dt_graph *graph = ((dtpy_graph *)g)->g;
-    if (graph == NULL)
-        PyErr_SetString(PyExc_ValueError, "the graph was not initialised");
-    return graph;
-}
-
 /* ------------------------------------------------------------- factories */
 
 /* Parses the (graph, dtype, shape, ..., mesh, placements) arguments shared by
@@ -43,11 +29,9 @@ typedef struct factory_args {
 
 static int parse_factory(dtpy_state *st, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t expected,
                          const char *name, int has_shape, factory_args *fa) {
-    if (nargs != expected) {
-        PyErr_Format(PyExc_TypeError, "_C.%s takes %zd arguments (%zd given)", name, expected, nargs);
+    if (dtpy_nargs(nargs, expected, expected, name) < 0)
         return -1;
-    }
-    fa->g = graph_of(st, args[0]);
+    fa->g = dtpy_graph_arg(st, args[0]);
     if (fa->g == NULL)
         return -1;
     fa->dtype = dtpy_dtype_from_torch(st, args[1]);
@@ -70,7 +54,7 @@ static int parse_factory(dtpy_state *st, PyObject *const *args, Py_ssize_t nargs
 
 /* full(graph, dtype, shape, value, mesh, placements) */
 static PyObject *mod_full(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = get_state(module);
+    dtpy_state *st = dtpy_state_of(module);
     factory_args fa;
     dt_scalar v;
     if (parse_factory(st, args, nargs, 6, "full", 1, &fa) < 0)
@@ -91,7 +75,7 @@ typedef dt_tensor *(*shape_factory_fn)(dt_graph *, dt_dtype, int, const int64_t 
 
 static PyObject *shape_factory(PyObject *module, PyObject *const *args, Py_ssize_t nargs, const char *name,
                                shape_factory_fn fn) {
-    dtpy_state *st = get_state(module);
+    dtpy_state *st = dtpy_state_of(module);
     factory_args fa;
     if (parse_factory(st, args, nargs, 5, name, 1, &fa) < 0)
         return NULL;
@@ -113,7 +97,7 @@ static PyObject *mod_randn(PyObject *m, PyObject *const *a, Py_ssize_t n) {
 
 /* arange(graph, dtype, start, end, step, mesh, placements) */
 static PyObject *mod_arange(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = get_state(module);
+    dtpy_state *st = dtpy_state_of(module);
     factory_args fa;
     if (parse_factory(st, args, nargs, 7, "arange", 0, &fa) < 0)
         return NULL;
@@ -132,10 +116,9 @@ static PyObject *mod_arange(PyObject *module, PyObject *const *args, Py_ssize_t 
  * "torch" it is on the CPU (the caller sees to it) and is copied from its
  * host buffer instead of through DLPack. */
 static PyObject *mod_from_torch(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = get_state(module);
-    if (nargs != 4)
-        return PyErr_Format(PyExc_TypeError, "_C.from_torch takes 4 arguments (%zd given)", nargs);
-    dt_graph *g = graph_of(st, args[0]);
+    dtpy_state *st = dtpy_state_of(module);
+    DTPY_NARGS(4, "from_torch");
+    dt_graph *g = dtpy_graph_arg(st, args[0]);
     if (g == NULL)
         return NULL;
     PyObject *tensor = args[1];
@@ -209,7 +192,7 @@ static PyObject *mod_from_torch(PyObject *module, PyObject *const *args, Py_ssiz
  * row-major mesh order, each that device's local block (the caller sees to
  * contiguity, dtype and device). The blocks are copied at the call. */
 static PyObject *mod_from_local(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = get_state(module);
+    dtpy_state *st = dtpy_state_of(module);
     factory_args fa;
     if (parse_factory(st, args, nargs, 6, "_from_local", 1, &fa) < 0)
         return NULL;

@@ -14,16 +14,12 @@
  */
 #include "dtorch_py.h"
 
-static dtpy_state *mod_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
-
 static PyObject *mod_randint(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7)
-        return PyErr_Format(PyExc_TypeError, "_randint takes 7 arguments (%zd given)", nargs);
-    dtpy_state *st = mod_state(module);
-    if (!PyObject_TypeCheck(args[0], st->graph_base_type) || ((dtpy_graph *)args[0])->g == NULL)
-        return PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s",
-                            Py_TYPE(args[0])->tp_name);
-    dt_graph *g = ((dtpy_graph *)args[0])->g;
+    DTPY_NARGS(7, "_randint");
+    dtpy_state *st = dtpy_state_of(module);
+    dt_graph *g = dtpy_graph_arg(st, args[0]);
+    if (g == NULL)
+        return NULL;
     int dtype = dtpy_dtype_from_torch(st, args[1]);
     if (dtype < 0)
         return NULL;
@@ -48,9 +44,8 @@ static PyObject *mod_randint(PyObject *module, PyObject *const *args, Py_ssize_t
 }
 
 static PyObject *mod_cumsum(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3)
-        return PyErr_Format(PyExc_TypeError, "_cumsum takes 3 arguments (%zd given)", nargs);
-    dtpy_state *st = mod_state(module);
+    DTPY_NARGS(3, "_cumsum");
+    dtpy_state *st = dtpy_state_of(module);
     dtpy_tensor *a = dtpy_tensor_arg_or_null(st, args[0], "cumsum", "input");
     int64_t dim;
     if (a == NULL || dtpy_int_arg(args[1], "cumsum", "dim", &dim) < 0)
@@ -63,9 +58,8 @@ static PyObject *mod_cumsum(PyObject *module, PyObject *const *args, Py_ssize_t 
 }
 
 static PyObject *mod_sort(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5)
-        return PyErr_Format(PyExc_TypeError, "_sort takes 5 arguments (%zd given)", nargs);
-    dtpy_state *st = mod_state(module);
+    DTPY_NARGS(5, "_sort");
+    dtpy_state *st = dtpy_state_of(module);
     int with_values = PyObject_IsTrue(args[4]);
     const char *name = with_values ? "sort" : "argsort";
     dtpy_tensor *a = dtpy_tensor_arg_or_null(st, args[0], name, "input");
@@ -83,9 +77,8 @@ static PyObject *mod_sort(PyObject *module, PyObject *const *args, Py_ssize_t na
 }
 
 static PyObject *mod_topk(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5)
-        return PyErr_Format(PyExc_TypeError, "_topk takes 5 arguments (%zd given)", nargs);
-    dtpy_state *st = mod_state(module);
+    DTPY_NARGS(5, "_topk");
+    dtpy_state *st = dtpy_state_of(module);
     dtpy_tensor *a = dtpy_tensor_arg_or_null(st, args[0], "topk", "input");
     int64_t k, dim;
     if (a == NULL || dtpy_int_arg(args[1], "topk", "k", &k) < 0 ||
@@ -102,7 +95,7 @@ static PyObject *mod_topk(PyObject *module, PyObject *const *args, Py_ssize_t na
 }
 
 static PyObject *mod_nonzero(PyObject *module, PyObject *arg) {
-    dtpy_state *st = mod_state(module);
+    dtpy_state *st = dtpy_state_of(module);
     dtpy_tensor *a = dtpy_tensor_arg_or_null(st, arg, "nonzero", "input");
     if (a == NULL)
         return NULL;

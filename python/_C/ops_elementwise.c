@@ -2,7 +2,7 @@
  * The elementwise family's Python face: Tensor methods (add with alpha, div
  * with rounding_mode, comparisons, logical/bitwise ops, pow, maximum,
  * minimum, where, masked_fill, clamp, unary math, casts and the in-place
- * forms), the number-protocol and rich-comparison slots that tensor.c's type
+ * forms), the number-protocol and rich-comparison slots that tensorobject.c's type
  * spec points at, and the module functions _C.ew_binary / _C.ew_where that
  * python/dtorch/_ops_elementwise.py builds torch's function forms on.
  *
@@ -12,7 +12,7 @@
  * method returns the object itself (docs/decisions.md).
  *
  * The method rows (dtpy_ew_methods) are part of _C.TensorBase's one method
- * table, joined with tensor.c's when the type is created; the type is not
+ * table, joined with tensorobject.c's when the type is created; the type is not
  * changed afterwards. dtpy_add_elementwise_methods adds the module functions.
  *
  * Every function runs on a Python thread holding the GIL.
@@ -79,17 +79,6 @@ static int operand(dtpy_state *st, PyObject *o, dt_tensor **t, dt_scalar *s) {
     return r < 0 ? -1 : r ? 2 : 0;
 }
 
-static int same_graph(dt_tensor *a, dt_tensor *b, const char *op) {
-    if (dt_tensor_graph(a) != dt_tensor_graph(b)) {
-        PyErr_Format(PyExc_ValueError,
-                     "%s: the operands belong to different graphs; a dtorch op takes tensors of one graph "
-                     "(create both with the same graph=...)",
-                     op);
-        return -1;
-    }
-    return 0;
-}
-
 /* Everything before a C call: torch's default dtype, when the result may
  * depend on it (`uses_default`: an integer or bool tensor that may become
  * floating, or a float scalar), and the caller's file:line for kernel
@@ -142,7 +131,7 @@ static PyObject *binary_core(dtpy_state *st, PyObject *a, PyObject *b, dt_binary
             return PyErr_Format(PyExc_TypeError, "%s(): argument 'alpha' must be a number, not %.100s", name,
                                 type_name(alpha));
     }
-    if (ta && tb && same_graph(ta, tb, name) < 0)
+    if (ta && tb && dtpy_same_graph(ta, tb, name) < 0)
         return NULL;
     int uses_default = not_floating(ta) || not_floating(tb) || (!ta && sa.kind == DT_SCALAR_FLOAT) ||
                        (!tb && sb.kind == DT_SCALAR_FLOAT);
@@ -178,7 +167,7 @@ static PyObject *slot_arith(PyObject *a, PyObject *b, dt_binary_op op) {
     int at = DTPY_IS_TENSOR(st, a), bt = DTPY_IS_TENSOR(st, b);
     if (at && bt) {
         dt_tensor *ta = ((dtpy_tensor *)a)->t, *tb = ((dtpy_tensor *)b)->t;
-        if (same_graph(ta, tb, binary_names(op)) < 0 ||
+        if (dtpy_same_graph(ta, tb, binary_names(op)) < 0 ||
             prepare_ex(st, op == DT_BINARY_DIV && (not_floating(ta) || not_floating(tb))) < 0)
             return NULL;
         return wrap_like(st, dt_binary(op, ta, tb), a);
@@ -312,46 +301,24 @@ static PyObject *method_binary(PyObject *self, PyObject *args, PyObject *kwargs,
     static PyObject *fname(PyObject *self, PyObject *args, PyObject *kwargs) {                               \
         return method_binary(self, args, kwargs, OP, INPLACE);                                               \
     }
+/* Written by hand: their keywords differ (alpha, rounding_mode, exponent). */
 BINARY_METHOD(m_add, DT_BINARY_ADD, 0)
 BINARY_METHOD(m_add_, DT_BINARY_ADD, 1)
 BINARY_METHOD(m_sub, DT_BINARY_SUB, 0)
 BINARY_METHOD(m_sub_, DT_BINARY_SUB, 1)
-BINARY_METHOD(m_mul, DT_BINARY_MUL, 0)
-BINARY_METHOD(m_mul_, DT_BINARY_MUL, 1)
 BINARY_METHOD(m_div, DT_BINARY_DIV, 0)
 BINARY_METHOD(m_div_, DT_BINARY_DIV, 1)
-BINARY_METHOD(m_floor_divide, DT_BINARY_DIV_FLOOR, 0)
-BINARY_METHOD(m_floor_divide_, DT_BINARY_DIV_FLOOR, 1)
-BINARY_METHOD(m_remainder, DT_BINARY_REMAINDER, 0)
-BINARY_METHOD(m_remainder_, DT_BINARY_REMAINDER, 1)
 BINARY_METHOD(m_pow, DT_BINARY_POW, 0)
 BINARY_METHOD(m_pow_, DT_BINARY_POW, 1)
-BINARY_METHOD(m_maximum, DT_BINARY_MAXIMUM, 0)
-BINARY_METHOD(m_minimum, DT_BINARY_MINIMUM, 0)
-BINARY_METHOD(m_eq, DT_BINARY_EQ, 0)
-BINARY_METHOD(m_eq_, DT_BINARY_EQ, 1)
-BINARY_METHOD(m_ne, DT_BINARY_NE, 0)
-BINARY_METHOD(m_ne_, DT_BINARY_NE, 1)
-BINARY_METHOD(m_lt, DT_BINARY_LT, 0)
-BINARY_METHOD(m_lt_, DT_BINARY_LT, 1)
-BINARY_METHOD(m_le, DT_BINARY_LE, 0)
-BINARY_METHOD(m_le_, DT_BINARY_LE, 1)
-BINARY_METHOD(m_gt, DT_BINARY_GT, 0)
-BINARY_METHOD(m_gt_, DT_BINARY_GT, 1)
-BINARY_METHOD(m_ge, DT_BINARY_GE, 0)
-BINARY_METHOD(m_ge_, DT_BINARY_GE, 1)
-BINARY_METHOD(m_logical_and, DT_BINARY_LOGICAL_AND, 0)
-BINARY_METHOD(m_logical_and_, DT_BINARY_LOGICAL_AND, 1)
-BINARY_METHOD(m_logical_or, DT_BINARY_LOGICAL_OR, 0)
-BINARY_METHOD(m_logical_or_, DT_BINARY_LOGICAL_OR, 1)
-BINARY_METHOD(m_logical_xor, DT_BINARY_LOGICAL_XOR, 0)
-BINARY_METHOD(m_logical_xor_, DT_BINARY_LOGICAL_XOR, 1)
-BINARY_METHOD(m_bitwise_and, DT_BINARY_BITWISE_AND, 0)
-BINARY_METHOD(m_bitwise_and_, DT_BINARY_BITWISE_AND, 1)
-BINARY_METHOD(m_bitwise_or, DT_BINARY_BITWISE_OR, 0)
-BINARY_METHOD(m_bitwise_or_, DT_BINARY_BITWISE_OR, 1)
-BINARY_METHOD(m_bitwise_xor, DT_BINARY_BITWISE_XOR, 0)
-BINARY_METHOD(m_bitwise_xor_, DT_BINARY_BITWISE_XOR, 1)
+/* The methods of every other binary row of include/dtorch/dtorch_ops.def
+ * (its py column). */
+#define BINARY_FNS_PAIR(E, name)                                                                             \
+    BINARY_METHOD(m_##name, DT_BINARY_##E, 0) BINARY_METHOD(m_##name##_, DT_BINARY_##E, 1)
+#define BINARY_FNS_ONE(E, name) BINARY_METHOD(m_##name, DT_BINARY_##E, 0)
+#define BINARY_FNS_NONE(E, name)
+#define DT_BINARY_OP(E, name, tensors, scalar, row, note, result, bool_kernel, call, into, py)               \
+    BINARY_FNS_##py(E, name)
+#include "dtorch/dtorch_ops.def"
 
 #define UNARY_METHOD(fname, OP, INPLACE)                                                                     \
     static PyObject *fname(PyObject *self, PyObject *unused) {                                               \
@@ -451,7 +418,7 @@ static int tensor_or_number(dtpy_state *st, PyObject *o, const char *op, const c
 
 static int check_graphs(dt_tensor *const *ts, int n, const char *op) {
     for (int i = 1; i < n; i++)
-        if (ts[i] && ts[0] && same_graph(ts[0], ts[i], op) < 0)
+        if (ts[i] && ts[0] && dtpy_same_graph(ts[0], ts[i], op) < 0)
             return -1;
     return 0;
 }
@@ -577,15 +544,14 @@ static PyObject *mod_ew_binary(PyObject *module, PyObject *args, PyObject *kwarg
                 PyExc_RuntimeError,
                 "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found %R", mode);
     }
-    dtpy_state *st = (dtpy_state *)PyModule_GetState(module);
+    dtpy_state *st = dtpy_state_of(module);
     return binary_core(st, a, b, (dt_binary_op)op, alpha, inplace, CALL_FUNCTION);
 }
 
 /* ew_where(condition, input, other) */
 static PyObject *mod_ew_where(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3)
-        return PyErr_Format(PyExc_TypeError, "ew_where takes 3 arguments (%zd given)", nargs);
-    dtpy_state *st = (dtpy_state *)PyModule_GetState(module);
+    DTPY_NARGS(3, "ew_where");
+    dtpy_state *st = dtpy_state_of(module);
     return where_core(st, args[0], args[1], args[2], NULL);
 }
 
@@ -613,51 +579,28 @@ PyMethodDef dtpy_ew_methods[] = {
     KW("sub", m_sub, "sub(other, *, alpha=1) -> Tensor: self - alpha * other."),
     KW("sub_", m_sub_, "sub_(other, *, alpha=1) -> self: in place."),
     KW("subtract", m_sub, "Alias of sub."),
-    KW("mul", m_mul, "mul(other) -> Tensor: self * other."),
-    KW("mul_", m_mul_, "mul_(other) -> self: in place."),
     KW("multiply", m_mul, "Alias of mul."),
     KW("div", m_div,
        "div(other, *, rounding_mode=None) -> Tensor: true division, or 'trunc'/'floor' rounding."),
     KW("div_", m_div_, "div_(other, *, rounding_mode=None) -> self: in place."),
     KW("divide", m_div, "Alias of div."),
     KW("true_divide", m_div, "true_divide(other) -> Tensor: self / other."),
-    KW("floor_divide", m_floor_divide, "floor_divide(other) -> Tensor: self // other."),
-    KW("floor_divide_", m_floor_divide_, "floor_divide_(other) -> self: in place."),
-    KW("remainder", m_remainder, "remainder(other) -> Tensor: self % other (Python's sign convention)."),
-    KW("remainder_", m_remainder_, "remainder_(other) -> self: in place."),
     KW("pow", m_pow, "pow(exponent) -> Tensor: self ** exponent."),
     KW("pow_", m_pow_, "pow_(exponent) -> self: in place."),
-    KW("maximum", m_maximum, "maximum(other) -> Tensor: the elementwise maximum of two tensors."),
-    KW("minimum", m_minimum, "minimum(other) -> Tensor: the elementwise minimum of two tensors."),
-    KW("eq", m_eq, "eq(other) -> bool Tensor: self == other."),
-    KW("eq_", m_eq_, "eq_(other) -> self: in place, in self's dtype."),
-    KW("ne", m_ne, "ne(other) -> bool Tensor: self != other."),
-    KW("ne_", m_ne_, "ne_(other) -> self: in place."),
     KW("not_equal", m_ne, "Alias of ne."),
-    KW("lt", m_lt, "lt(other) -> bool Tensor: self < other."),
-    KW("lt_", m_lt_, "lt_(other) -> self: in place."),
     KW("less", m_lt, "Alias of lt."),
-    KW("le", m_le, "le(other) -> bool Tensor: self <= other."),
-    KW("le_", m_le_, "le_(other) -> self: in place."),
     KW("less_equal", m_le, "Alias of le."),
-    KW("gt", m_gt, "gt(other) -> bool Tensor: self > other."),
-    KW("gt_", m_gt_, "gt_(other) -> self: in place."),
     KW("greater", m_gt, "Alias of gt."),
-    KW("ge", m_ge, "ge(other) -> bool Tensor: self >= other."),
-    KW("ge_", m_ge_, "ge_(other) -> self: in place."),
     KW("greater_equal", m_ge, "Alias of ge."),
-    KW("logical_and", m_logical_and, "logical_and(other) -> bool Tensor."),
-    KW("logical_and_", m_logical_and_, "logical_and_(other) -> self: in place."),
-    KW("logical_or", m_logical_or, "logical_or(other) -> bool Tensor."),
-    KW("logical_or_", m_logical_or_, "logical_or_(other) -> self: in place."),
-    KW("logical_xor", m_logical_xor, "logical_xor(other) -> bool Tensor."),
-    KW("logical_xor_", m_logical_xor_, "logical_xor_(other) -> self: in place."),
-    KW("bitwise_and", m_bitwise_and, "bitwise_and(other) -> Tensor: self & other."),
-    KW("bitwise_and_", m_bitwise_and_, "bitwise_and_(other) -> self: in place."),
-    KW("bitwise_or", m_bitwise_or, "bitwise_or(other) -> Tensor: self | other."),
-    KW("bitwise_or_", m_bitwise_or_, "bitwise_or_(other) -> self: in place."),
-    KW("bitwise_xor", m_bitwise_xor, "bitwise_xor(other) -> Tensor: self ^ other."),
-    KW("bitwise_xor_", m_bitwise_xor_, "bitwise_xor_(other) -> self: in place."),
+#define BINARY_ROWS_PAIR(name)                                                                               \
+    KW(#name, m_##name, #name "(other) -> Tensor: torch." #name " elementwise."),                            \
+        KW(#name "_", m_##name##_,                                                                           \
+           #name "_(other) -> self: in place (rebinds self, see docs/decisions.md)."),
+#define BINARY_ROWS_ONE(name) KW(#name, m_##name, #name "(other) -> Tensor: torch." #name " elementwise."),
+#define BINARY_ROWS_NONE(name)
+#define DT_BINARY_OP(E, name, tensors, scalar, row, note, result, bool_kernel, call, into, py)               \
+    BINARY_ROWS_##py(name)
+#include "dtorch/dtorch_ops.def"
 #define UNARY_ROWS_PAIR(name) UNARY_DEFS(name),
 #define UNARY_ROWS_ONE(name) NOARGS(#name, m_##name, #name "() -> Tensor: torch." #name " elementwise."),
 #define UNARY_ROWS_NONE(name)
@@ -693,8 +636,53 @@ PyMethodDef dtpy_ew_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-/* The module functions and the BINARY_<op> / UNARY_<op> constants that
- * Python passes to ew_binary (generated from dtorch_ops.def). */
+/* The function forms Python makes from the table: a row with a registry row
+ * and generated methods (its py column) gets dtorch.<name>(...). */
+typedef struct fn_row {
+    const char *name;
+    int code;
+    int function;
+} fn_row;
+#define FN_ROW 1
+#define FN_NOROW 0
+#define FN_PAIR 1
+#define FN_ONE 1
+#define FN_NONE 0
+static const fn_row binary_rows[] = {
+#define DT_BINARY_OP(E, name, tensors, scalar, row, note, result, bool_kernel, call, into, py)               \
+    {#name, DT_BINARY_##E, FN_##row && FN_##py},
+#include "dtorch/dtorch_ops.def"
+};
+static const fn_row unary_rows[] = {
+#define DT_UNARY_OP(E, name, result, bool_kernel, into, py, partial, row)                                    \
+    {#name, DT_UNARY_##E, FN_##row && FN_##py},
+#include "dtorch/dtorch_ops.def"
+};
+
+/* module.<attr> = {name: code} of the rows with a function form. */
+static int add_functions(PyObject *module, const char *attr, const fn_row *rows, size_t n) {
+    PyObject *d = PyDict_New();
+    if (d == NULL)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (!rows[i].function)
+            continue;
+        PyObject *code = PyLong_FromLong(rows[i].code);
+        int rc = code ? PyDict_SetItemString(d, rows[i].name, code) : -1;
+        Py_XDECREF(code);
+        if (rc < 0) {
+            Py_DECREF(d);
+            return -1;
+        }
+    }
+    int rc = PyModule_AddObjectRef(module, attr, d);
+    Py_DECREF(d);
+    return rc;
+}
+
+/* The module functions, the BINARY_<op> constants that Python passes to
+ * ew_binary and the BINARY_FUNCTIONS / UNARY_FUNCTIONS tables (generated
+ * from dtorch_ops.def). */
 int dtpy_add_elementwise_methods(PyObject *module) {
     if (PyModule_AddFunctions(module, module_functions) < 0)
         return -1;
@@ -702,5 +690,9 @@ int dtpy_add_elementwise_methods(PyObject *module) {
     if (PyModule_AddIntConstant(module, "BINARY_" #E, DT_BINARY_##E) < 0)                                    \
         return -1;
 #include "dtorch/dtorch_ops.def"
+    if (add_functions(module, "BINARY_FUNCTIONS", binary_rows, sizeof binary_rows / sizeof *binary_rows) <
+            0 ||
+        add_functions(module, "UNARY_FUNCTIONS", unary_rows, sizeof unary_rows / sizeof *unary_rows) < 0)
+        return -1;
     return 0;
 }

@@ -3,7 +3,7 @@
  *   _linalg(kind, a, b) -> Tensor   (LINALG_MM, LINALG_BMM, LINALG_OUTER)
  *   _linear(x, weight, bias_or_None) -> Tensor
  *   _einsum(equation, operands) -> Tensor
- * matmul and `@` are TensorBase's (tensor.c). The torch-style signatures live
+ * matmul and `@` are TensorBase's (tensorobject.c). The torch-style signatures live
  * in dtorch/_ops_linalg.py and dtorch/nn/_linalg.py.
  *
  * Every function runs on a Python thread holding the GIL; none waits.
@@ -13,22 +13,9 @@
 /* The `kind` argument of _linalg (the module's LINALG_* constants). */
 enum { KIND_MM = 0, KIND_BMM, KIND_OUTER };
 
-static dtpy_state *mod_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
-
-static int same_graph(dtpy_tensor *a, dtpy_tensor *b, const char *name) {
-    if (dt_tensor_graph(a->t) != dt_tensor_graph(b->t)) {
-        PyErr_Format(PyExc_ValueError,
-                     "%s: the operands belong to different graphs; a dtorch op takes tensors of one graph",
-                     name);
-        return -1;
-    }
-    return 0;
-}
-
 static PyObject *mod_linalg(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3)
-        return PyErr_Format(PyExc_TypeError, "_linalg takes 3 arguments (%zd given)", nargs);
-    dtpy_state *st = mod_state(module);
+    DTPY_NARGS(3, "_linalg");
+    dtpy_state *st = dtpy_state_of(module);
     long kind = PyLong_AsLong(args[0]);
     if (kind == -1 && PyErr_Occurred())
         return NULL;
@@ -37,7 +24,7 @@ static PyObject *mod_linalg(PyObject *module, PyObject *const *args, Py_ssize_t 
     if (a == NULL)
         return NULL;
     dtpy_tensor *b = dtpy_tensor_arg_or_null(st, args[2], name, kind == KIND_OUTER ? "vec2" : "mat2");
-    if (b == NULL || same_graph(a, b, name) < 0)
+    if (b == NULL || dtpy_same_graph(a->t, b->t, name) < 0)
         return NULL;
     dtpy_record_call_site(st);
     dt_tensor *t = kind == KIND_MM    ? dt_mm(a->t, b->t)
@@ -47,23 +34,23 @@ static PyObject *mod_linalg(PyObject *module, PyObject *const *args, Py_ssize_t 
 }
 
 static PyObject *mod_linear(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 && nargs != 4)
-        return PyErr_Format(PyExc_TypeError, "_linear takes 3 or 4 arguments (%zd given)", nargs);
+    if (dtpy_nargs(nargs, 3, 4, "_linear") < 0)
+        return NULL;
     /* The 4th: the weight is a module's parameter (dt_linear_param). */
     int param = nargs == 4 ? PyObject_IsTrue(args[3]) : 0;
     if (param < 0)
         return NULL;
-    dtpy_state *st = mod_state(module);
+    dtpy_state *st = dtpy_state_of(module);
     dtpy_tensor *x = dtpy_tensor_arg_or_null(st, args[0], "linear", "input");
     if (x == NULL)
         return NULL;
     dtpy_tensor *w = dtpy_tensor_arg_or_null(st, args[1], "linear", "weight");
-    if (w == NULL || same_graph(x, w, "linear") < 0)
+    if (w == NULL || dtpy_same_graph(x->t, w->t, "linear") < 0)
         return NULL;
     dtpy_tensor *b = NULL;
     if (args[2] != Py_None) {
         b = dtpy_tensor_arg_or_null(st, args[2], "linear", "bias");
-        if (b == NULL || same_graph(x, b, "linear") < 0)
+        if (b == NULL || dtpy_same_graph(x->t, b->t, "linear") < 0)
             return NULL;
     }
     dtpy_record_call_site(st);
@@ -72,9 +59,8 @@ static PyObject *mod_linear(PyObject *module, PyObject *const *args, Py_ssize_t 
 }
 
 static PyObject *mod_einsum(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2)
-        return PyErr_Format(PyExc_TypeError, "_einsum takes 2 arguments (%zd given)", nargs);
-    dtpy_state *st = mod_state(module);
+    DTPY_NARGS(2, "_einsum");
+    dtpy_state *st = dtpy_state_of(module);
     if (!PyUnicode_Check(args[0]))
         return PyErr_Format(PyExc_TypeError, "einsum(): argument 'equation' must be str, not %.100s",
                             Py_TYPE(args[0])->tp_name);
@@ -99,7 +85,7 @@ static PyObject *mod_einsum(PyObject *module, PyObject *const *args, Py_ssize_t 
         dtpy_tensor *t = dtpy_tensor_arg_or_null(st, PySequence_Fast_GET_ITEM(seq, i), "einsum", "operands");
         if (t == NULL)
             goto done;
-        if (first && same_graph(first, t, "einsum") < 0)
+        if (first && dtpy_same_graph(first->t, t->t, "einsum") < 0)
             goto done;
         if (!first)
             first = t;
@@ -123,10 +109,9 @@ static PyMethodDef linalg_methods[] = {
 };
 
 int dtpy_add_linalg_methods(PyObject *module) {
-    if (PyModule_AddFunctions(module, linalg_methods) < 0 ||
-        PyModule_AddIntConstant(module, "LINALG_MM", KIND_MM) < 0 ||
-        PyModule_AddIntConstant(module, "LINALG_BMM", KIND_BMM) < 0 ||
-        PyModule_AddIntConstant(module, "LINALG_OUTER", KIND_OUTER) < 0)
+    static const dtpy_constant kinds[] = {
+        {"LINALG_MM", KIND_MM}, {"LINALG_BMM", KIND_BMM}, {"LINALG_OUTER", KIND_OUTER}};
+    if (PyModule_AddFunctions(module, linalg_methods) < 0 || DTPY_ADD_CONSTANTS(module, kinds) < 0)
         return -1;
     return 0;
 }

@@ -1,6 +1,7 @@
 /*
  * The nn functional family's entries on dtorch._C (`_nn_*`), called by
- * python/dtorch/nn/functional.py.
+ * python/dtorch/_ops_nn.py (the functions of dtorch.nn.functional and their
+ * torch top-level forms).
  *
  * The Python layer does torch's argument conveniences (keyword arguments,
  * int-or-tuple sizes, string modes, defaults); these entries take the
@@ -13,21 +14,13 @@
 
 #include <math.h>
 
-static dtpy_state *nn_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
-
 /* Arguments are converted by args.c (dtpy_tensor_arg, dtpy_int_arg, ...). */
 static dt_tensor *handle(dtpy_tensor *t) { return t ? t->t : NULL; }
 
-#define NARGS(n, name)                                                                                       \
-    do {                                                                                                     \
-        if (nargs != (n))                                                                                    \
-            return PyErr_Format(PyExc_TypeError, "_C." name " takes %d arguments (%zd given)", (n), nargs);  \
-    } while (0)
-
 /* _nn_activation(x, kind, param) */
 static PyObject *nn_activation(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(3, "_nn_activation");
-    dtpy_state *st = nn_state(m);
+    DTPY_NARGS(3, "_nn_activation");
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *x;
     int64_t kind;
     double param;
@@ -43,8 +36,8 @@ static PyObject *nn_activation(PyObject *m, PyObject *const *args, Py_ssize_t na
 
 /* _nn_softmax(x, dim, log, dtype_or_None) */
 static PyObject *nn_softmax(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(4, "_nn_softmax");
-    dtpy_state *st = nn_state(m);
+    DTPY_NARGS(4, "_nn_softmax");
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *x;
     int64_t dim;
     if (dtpy_tensor_arg(st, args[0], "softmax", "input", 0, &x) < 0 ||
@@ -64,8 +57,8 @@ static PyObject *nn_softmax(PyObject *m, PyObject *const *args, Py_ssize_t nargs
 
 /* _nn_layer_norm(x, normalized_shape, weight, bias, eps) */
 static PyObject *nn_layer_norm(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(5, "_nn_layer_norm");
-    dtpy_state *st = nn_state(m);
+    DTPY_NARGS(5, "_nn_layer_norm");
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *x, *w, *b;
     int64_t ns[DT_MAX_NDIM];
     double eps;
@@ -82,8 +75,8 @@ static PyObject *nn_layer_norm(PyObject *m, PyObject *const *args, Py_ssize_t na
 
 /* _nn_rms_norm(x, normalized_shape, weight, eps_or_None) */
 static PyObject *nn_rms_norm(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(4, "_nn_rms_norm");
-    dtpy_state *st = nn_state(m);
+    DTPY_NARGS(4, "_nn_rms_norm");
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *x, *w;
     int64_t ns[DT_MAX_NDIM];
     double eps;
@@ -99,8 +92,8 @@ static PyObject *nn_rms_norm(PyObject *m, PyObject *const *args, Py_ssize_t narg
 
 /* _nn_group_norm(x, num_groups, weight, bias, eps) */
 static PyObject *nn_group_norm(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(5, "_nn_group_norm");
-    dtpy_state *st = nn_state(m);
+    DTPY_NARGS(5, "_nn_group_norm");
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *x, *w, *b;
     int64_t groups;
     double eps;
@@ -116,8 +109,8 @@ static PyObject *nn_group_norm(PyObject *m, PyObject *const *args, Py_ssize_t na
 
 /* _nn_batch_norm(x, running_mean, running_var, weight, bias, momentum, eps) */
 static PyObject *nn_batch_norm(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(7, "_nn_batch_norm");
-    dtpy_state *st = nn_state(m);
+    DTPY_NARGS(7, "_nn_batch_norm");
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *x, *rm, *rv, *w, *b;
     double momentum, eps;
     if (dtpy_tensor_arg(st, args[0], "batch_norm", "input", 0, &x) < 0 ||
@@ -135,8 +128,8 @@ static PyObject *nn_batch_norm(PyObject *m, PyObject *const *args, Py_ssize_t na
 
 /* _nn_embedding(indices, weight) */
 static PyObject *nn_embedding(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(2, "_nn_embedding");
-    dtpy_state *st = nn_state(m);
+    DTPY_NARGS(2, "_nn_embedding");
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *idx, *w;
     if (dtpy_tensor_arg(st, args[0], "embedding", "input", 0, &idx) < 0 ||
         dtpy_tensor_arg(st, args[1], "embedding", "weight", 0, &w) < 0)
@@ -149,8 +142,8 @@ static PyObject *nn_embedding(PyObject *m, PyObject *const *args, Py_ssize_t nar
 
 /* _nn_conv2d(x, weight, bias, stride, padding, dilation, groups, padding_mode) */
 static PyObject *nn_conv2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(8, "_nn_conv2d");
-    dtpy_state *st = nn_state(m);
+    DTPY_NARGS(8, "_nn_conv2d");
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *x, *w, *b;
     int64_t stride[2], padding[2] = {0, 0}, dilation[2];
     int64_t groups, mode;
@@ -173,8 +166,8 @@ static PyObject *nn_conv2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 
 /* _nn_interpolate(x, mode, size_or_None, scales_or_None, align_corners) */
 static PyObject *nn_interpolate(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(5, "_nn_interpolate");
-    dtpy_state *st = nn_state(m);
+    DTPY_NARGS(5, "_nn_interpolate");
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *x;
     int64_t mode, align;
     int64_t size[3];
@@ -221,8 +214,8 @@ static PyObject *nn_interpolate(PyObject *m, PyObject *const *args, Py_ssize_t n
 
 /* _nn_pad(x, pad, mode, value_or_None) */
 static PyObject *nn_pad(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(4, "_nn_pad");
-    dtpy_state *st = nn_state(m);
+    DTPY_NARGS(4, "_nn_pad");
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *x;
     int64_t pad[2 * DT_MAX_NDIM];
     int64_t mode;
@@ -239,8 +232,8 @@ static PyObject *nn_pad(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 
 /* _nn_dropout(x, p, training) */
 static PyObject *nn_dropout(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(3, "_nn_dropout");
-    dtpy_state *st = nn_state(m);
+    DTPY_NARGS(3, "_nn_dropout");
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *x;
     double p;
     if (dtpy_tensor_arg(st, args[0], "dropout", "input", 0, &x) < 0 ||
@@ -255,8 +248,8 @@ static PyObject *nn_dropout(PyObject *m, PyObject *const *args, Py_ssize_t nargs
 
 /* _nn_sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale_or_None) */
 static PyObject *nn_sdpa(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(7, "_nn_sdpa");
-    dtpy_state *st = nn_state(m);
+    DTPY_NARGS(7, "_nn_sdpa");
+    dtpy_state *st = dtpy_state_of(m);
     const char *op = "scaled_dot_product_attention";
     dtpy_tensor *q, *k, *v, *mask;
     double p, scale;
@@ -277,8 +270,8 @@ static PyObject *nn_sdpa(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 
 /* _nn_sdpa_ring(q, k, v, is_causal, scale_or_None, mesh_dim) */
 static PyObject *nn_sdpa_ring(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(6, "_nn_sdpa_ring");
-    dtpy_state *st = nn_state(m);
+    DTPY_NARGS(6, "_nn_sdpa_ring");
+    dtpy_state *st = dtpy_state_of(m);
     const char *op = "scaled_dot_product_attention";
     dtpy_tensor *q, *k, *v;
     double scale;
@@ -311,8 +304,8 @@ static int pair_arg(PyObject *o, const char *op, const char *what, int64_t *out)
 
 /* _nn_max_pool2d(x, kernel_size, stride_or_None, padding, dilation, ceil_mode, return_indices) */
 static PyObject *nn_max_pool2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(7, "_nn_max_pool2d");
-    dtpy_state *st = nn_state(m);
+    DTPY_NARGS(7, "_nn_max_pool2d");
+    dtpy_state *st = dtpy_state_of(m);
     const char *op = "max_pool2d";
     dtpy_tensor *x;
     int64_t k[2], s[2], p[2], d[2];
@@ -333,8 +326,8 @@ static PyObject *nn_max_pool2d(PyObject *m, PyObject *const *args, Py_ssize_t na
 
 /* _nn_avg_pool2d(x, kernel_size, stride_or_None, padding, ceil_mode, count_include_pad, divisor_or_None) */
 static PyObject *nn_avg_pool2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(7, "_nn_avg_pool2d");
-    dtpy_state *st = nn_state(m);
+    DTPY_NARGS(7, "_nn_avg_pool2d");
+    dtpy_state *st = dtpy_state_of(m);
     const char *op = "avg_pool2d";
     dtpy_tensor *x;
     int64_t k[2], s[2], p[2];
@@ -357,8 +350,8 @@ static PyObject *nn_avg_pool2d(PyObject *m, PyObject *const *args, Py_ssize_t na
 
 /* _nn_adaptive_pool2d(x, output_size, kind): kind 0 avg, 1 max, 2 max with indices */
 static PyObject *nn_adaptive_pool2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(3, "_nn_adaptive_pool2d");
-    dtpy_state *st = nn_state(m);
+    DTPY_NARGS(3, "_nn_adaptive_pool2d");
+    dtpy_state *st = dtpy_state_of(m);
     int64_t kind;
     if (dtpy_int_arg(args[2], "adaptive_pool2d", "kind", &kind) < 0)
         return NULL;
@@ -380,8 +373,8 @@ static PyObject *nn_adaptive_pool2d(PyObject *m, PyObject *const *args, Py_ssize
 /* _nn_alias(x, cls): a new Python tensor of class `cls` (a subclass of
  * TensorBase with the same layout, e.g. dtorch.nn.Parameter) on x's value. */
 static PyObject *nn_alias(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(2, "_nn_alias");
-    dtpy_state *st = nn_state(m);
+    DTPY_NARGS(2, "_nn_alias");
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *x;
     if (dtpy_tensor_arg(st, args[0], "alias", "data", 0, &x) < 0)
         return NULL;
@@ -430,4 +423,23 @@ static PyMethodDef nn_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int dtpy_add_nn_methods(PyObject *module) { return PyModule_AddFunctions(module, nn_methods); }
+/* The codes _nn_activation, _nn_interpolate, _nn_pad and _nn_conv2d take
+ * (dt_activation_kind from dtorch_ops.def, dt_interp_mode, dt_pad_mode,
+ * dt_conv_padding). */
+static const dtpy_constant nn_constants[] = {
+#define DT_ACTIVATION(E, ...) {"ACTIVATION_" #E, DT_ACT_##E},
+#include "dtorch/dtorch_ops.def"
+    {"INTERP_NEAREST", DT_INTERP_NEAREST},       {"INTERP_NEAREST_EXACT", DT_INTERP_NEAREST_EXACT},
+    {"INTERP_LINEAR", DT_INTERP_LINEAR},         {"INTERP_BILINEAR", DT_INTERP_BILINEAR},
+    {"INTERP_BICUBIC", DT_INTERP_BICUBIC},       {"INTERP_TRILINEAR", DT_INTERP_TRILINEAR},
+    {"PAD_CONSTANT", DT_PAD_CONSTANT},           {"PAD_REFLECT", DT_PAD_REFLECT},
+    {"PAD_REPLICATE", DT_PAD_REPLICATE},         {"PAD_CIRCULAR", DT_PAD_CIRCULAR},
+    {"CONV_PAD_EXPLICIT", DT_CONV_PAD_EXPLICIT}, {"CONV_PAD_VALID", DT_CONV_PAD_VALID},
+    {"CONV_PAD_SAME", DT_CONV_PAD_SAME},
+};
+
+int dtpy_add_nn_methods(PyObject *module) {
+    if (PyModule_AddFunctions(module, nn_methods) < 0)
+        return -1;
+    return DTPY_ADD_CONSTANTS(module, nn_constants);
+}

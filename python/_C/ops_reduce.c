@@ -9,51 +9,47 @@
  */
 #include "dtorch_py.h"
 
-static dtpy_state *mod_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
+/* The arguments both entries share: x (args[0]) and op (args[1]), with the
+ * op's torch name for errors; parse_common fills it, 0 or -1 with an
+ * exception. */
+typedef struct reduce_args {
+    dt_reduce_op op;
+    const char *name;
+    dtpy_tensor *x;
+} reduce_args;
 
-static const char *op_name(long op) {
+static int parse_common(dtpy_state *st, PyObject *const *args, reduce_args *r) {
+    long op = PyLong_AsLong(args[1]);
+    if (op == -1 && PyErr_Occurred())
+        return -1;
     const char *name = op >= 0 && op < DT_REDUCE_COUNT ? dt_reduce_op_name((dt_reduce_op)op) : NULL;
-    return name ? name : "reduce";
+    r->op = (dt_reduce_op)op;
+    r->name = name ? name : "reduce";
+    r->x = dtpy_tensor_arg_or_null(st, args[0], r->name, "input");
+    return r->x == NULL ? -1 : 0;
 }
 
 static PyObject *mod_reduce(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5)
-        return PyErr_Format(PyExc_TypeError, "_reduce takes 5 arguments (%zd given)", nargs);
-    dtpy_state *st = mod_state(module);
-    long op = PyLong_AsLong(args[1]);
-    if (op == -1 && PyErr_Occurred())
-        return NULL;
-    const char *name = op_name(op);
-    dtpy_tensor *a = dtpy_tensor_arg_or_null(st, args[0], name, "input");
-    if (a == NULL)
-        return NULL;
+    DTPY_NARGS(5, "_reduce");
+    dtpy_state *st = dtpy_state_of(module);
+    reduce_args r;
     int64_t dims[DT_MAX_NDIM];
-    int ndims = dtpy_dims_arg(args[2], name, dims);
-    if (ndims < -1)
-        return NULL;
-    int keepdim = PyObject_IsTrue(args[3]);
-    if (keepdim < 0)
-        return NULL;
-    int dtype = -1;
-    if (dtpy_dtype_arg(st, args[4], 1, &dtype) < 0)
+    int ndims, keepdim, dtype = -1;
+    if (parse_common(st, args, &r) < 0 || (ndims = dtpy_dims_arg(args[2], r.name, dims)) < -1 ||
+        (keepdim = PyObject_IsTrue(args[3])) < 0 || dtpy_dtype_arg(st, args[4], 1, &dtype) < 0)
         return NULL;
     dtpy_record_call_site(st);
-    return dtpy_tensor_wrap_like(st, dt_reduce((dt_reduce_op)op, a->t, ndims, dims, keepdim, dtype), a);
+    return dtpy_tensor_wrap_like(st, dt_reduce(r.op, r.x->t, ndims, dims, keepdim, dtype), r.x);
 }
 
 static PyObject *mod_reduce_with_indices(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4)
-        return PyErr_Format(PyExc_TypeError, "_reduce_with_indices takes 4 arguments (%zd given)", nargs);
-    dtpy_state *st = mod_state(module);
-    long op = PyLong_AsLong(args[1]);
-    if (op == -1 && PyErr_Occurred())
-        return NULL;
-    const char *name = op_name(op);
-    dtpy_tensor *a = dtpy_tensor_arg_or_null(st, args[0], name, "input");
-    if (a == NULL)
+    DTPY_NARGS(4, "_reduce_with_indices");
+    dtpy_state *st = dtpy_state_of(module);
+    reduce_args r;
+    if (parse_common(st, args, &r) < 0)
         return NULL;
     if (!PyLong_Check(args[2]) || PyBool_Check(args[2]))
-        return PyErr_Format(PyExc_TypeError, "%s(): argument 'dim' must be int, not %.100s", name,
+        return PyErr_Format(PyExc_TypeError, "%s(): argument 'dim' must be int, not %.100s", r.name,
                             Py_TYPE(args[2])->tp_name);
     int64_t dim = PyLong_AsLongLong(args[2]);
     if (dim == -1 && PyErr_Occurred())
@@ -63,9 +59,9 @@ static PyObject *mod_reduce_with_indices(PyObject *module, PyObject *const *args
         return NULL;
     dtpy_record_call_site(st);
     dt_tensor *values = NULL, *indices = NULL;
-    if (dt_reduce_with_indices((dt_reduce_op)op, a->t, dim, keepdim, &values, &indices) != DT_OK)
+    if (dt_reduce_with_indices(r.op, r.x->t, dim, keepdim, &values, &indices) != DT_OK)
         return dtpy_raise_last(st);
-    return dtpy_tensor_pair(st, a, values, indices);
+    return dtpy_tensor_pair(st, r.x, values, indices);
 }
 
 static PyMethodDef reduce_methods[] = {
@@ -77,21 +73,11 @@ static PyMethodDef reduce_methods[] = {
 };
 
 int dtpy_add_reduce_methods(PyObject *module) {
-    static const struct {
-        const char *name;
-        int value;
-    } codes[] = {
-        {"REDUCE_SUM", DT_REDUCE_SUM},       {"REDUCE_MEAN", DT_REDUCE_MEAN},
-        {"REDUCE_PROD", DT_REDUCE_PROD},     {"REDUCE_AMAX", DT_REDUCE_AMAX},
-        {"REDUCE_AMIN", DT_REDUCE_AMIN},     {"REDUCE_MAX", DT_REDUCE_MAX},
-        {"REDUCE_MIN", DT_REDUCE_MIN},       {"REDUCE_ARGMAX", DT_REDUCE_ARGMAX},
-        {"REDUCE_ARGMIN", DT_REDUCE_ARGMIN}, {"REDUCE_ANY", DT_REDUCE_ANY},
-        {"REDUCE_ALL", DT_REDUCE_ALL},
+    static const dtpy_constant codes[] = {
+#define DT_REDUCE_OP(E, ...) {"REDUCE_" #E, DT_REDUCE_##E},
+#include "dtorch/dtorch_ops.def"
     };
     if (PyModule_AddFunctions(module, reduce_methods) < 0)
         return -1;
-    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
-        if (PyModule_AddIntConstant(module, codes[i].name, codes[i].value) < 0)
-            return -1;
-    return 0;
+    return DTPY_ADD_CONSTANTS(module, codes);
 }

@@ -3,7 +3,8 @@
  * C API (dt_reshape, dt_index, dt_setitem, dt_cat, ...). They take already
  * normalised arguments; torch's argument conventions (varargs sizes, key
  * parsing for __getitem__/__setitem__, chunk/split sizes) live in
- * python/dtorch/_ops_views.py, which also attaches the Tensor methods.
+ * python/dtorch/_ops_views.py, whose functions python/dtorch/_methods.py
+ * makes the Tensor methods.
  *
  * Assignments (__setitem__, copy_) compute a new value and rebind the Python
  * object to it (_rebind): dtorch values are immutable, so every reference
@@ -15,16 +16,6 @@
 #include "dtorch_py.h"
 
 /* -------------------------------------------------------------- helpers */
-
-static dtpy_state *mod_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
-
-static int check_nargs(Py_ssize_t nargs, Py_ssize_t want, const char *name) {
-    if (nargs != want) {
-        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", name, want, nargs);
-        return -1;
-    }
-    return 0;
-}
 
 /* Parses a sequence of (start, step, len, drop) tuples into `dims`. */
 static int parse_spec(PyObject *obj, int ndim, dt_slice *dims) {
@@ -56,11 +47,11 @@ static int parse_spec(PyObject *obj, int ndim, dt_slice *dims) {
 /* ------------------------------------------------------------ shape ops */
 
 static PyObject *v_reshape(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     int64_t shape[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd;
-    if (check_nargs(nargs, 2, "_v_reshape") < 0 ||
+    if (dtpy_nargs(nargs, 2, 2, "_v_reshape") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "reshape", "input")) ||
         (nd = dtpy_parse_shape(args[1], shape, "shape")) < 0)
         return NULL;
@@ -69,11 +60,11 @@ static PyObject *v_reshape(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyObject *v_squeeze(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     int64_t dims[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd = -1;
-    if (check_nargs(nargs, 2, "_v_squeeze") < 0 ||
+    if (dtpy_nargs(nargs, 2, 2, "_v_squeeze") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "squeeze", "input")))
         return NULL;
     if (args[1] != Py_None && (nd = dtpy_parse_shape(args[1], dims, "dim")) < 0)
@@ -83,9 +74,9 @@ static PyObject *v_squeeze(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyObject *v_unsqueeze(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *a;
-    if (check_nargs(nargs, 2, "_v_unsqueeze") < 0 ||
+    if (dtpy_nargs(nargs, 2, 2, "_v_unsqueeze") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "unsqueeze", "input")))
         return NULL;
     int64_t dim;
@@ -96,11 +87,11 @@ static PyObject *v_unsqueeze(PyObject *m, PyObject *const *args, Py_ssize_t narg
 }
 
 static PyObject *v_permute(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     int64_t dims[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd;
-    if (check_nargs(nargs, 2, "_v_permute") < 0 ||
+    if (dtpy_nargs(nargs, 2, 2, "_v_permute") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "permute", "input")) ||
         (nd = dtpy_parse_shape(args[1], dims, "dims")) < 0)
         return NULL;
@@ -109,11 +100,11 @@ static PyObject *v_permute(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyObject *v_expand(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     int64_t sizes[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd;
-    if (check_nargs(nargs, 2, "_v_expand") < 0 ||
+    if (dtpy_nargs(nargs, 2, 2, "_v_expand") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "expand", "input")) ||
         (nd = dtpy_parse_shape(args[1], sizes, "size")) < 0)
         return NULL;
@@ -123,7 +114,7 @@ static PyObject *v_expand(PyObject *m, PyObject *const *args, Py_ssize_t nargs) 
 
 /* An op of one tensor and nothing else (clone, contiguous). */
 static PyObject *v_unary(PyObject *m, PyObject *arg, const char *op, dt_tensor *(*fn)(dt_tensor *)) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *a = dtpy_tensor_arg_or_null(st, arg, op, "input");
     if (a == NULL)
         return NULL;
@@ -141,10 +132,10 @@ static PyObject *v_contiguous(PyObject *m, PyObject *arg) {
 
 /* _v_index(x, spec, new_axes_mask) */
 static PyObject *v_index(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     dt_slice dims[DT_MAX_NDIM];
     dtpy_tensor *a;
-    if (check_nargs(nargs, 3, "_v_index") < 0 ||
+    if (dtpy_nargs(nargs, 3, 3, "_v_index") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "getitem", "input")) ||
         parse_spec(args[1], dt_tensor_ndim(a->t), dims) < 0)
         return NULL;
@@ -157,9 +148,9 @@ static PyObject *v_index(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 
 /* _v_index_tensor(x, dim, index) */
 static PyObject *v_index_tensor(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *a, *idx;
-    if (check_nargs(nargs, 3, "_v_index_tensor") < 0 ||
+    if (dtpy_nargs(nargs, 3, 3, "_v_index_tensor") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "getitem", "input")) ||
         !(idx = dtpy_tensor_arg_or_null(st, args[2], "getitem", "index")))
         return NULL;
@@ -180,10 +171,10 @@ static int scalar_arg(PyObject *o, dt_scalar *s, const char *op) {
 
 /* _v_setitem(x, spec, value) -> the new value of x (value: tensor or number) */
 static PyObject *v_setitem(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     dt_slice dims[DT_MAX_NDIM];
     dtpy_tensor *a;
-    if (check_nargs(nargs, 3, "_v_setitem") < 0 ||
+    if (dtpy_nargs(nargs, 3, 3, "_v_setitem") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "setitem", "input")) ||
         parse_spec(args[1], dt_tensor_ndim(a->t), dims) < 0)
         return NULL;
@@ -199,10 +190,10 @@ static PyObject *v_setitem(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 
 /* _v_setitem_mask(x, dim, mask, scalar) / _v_setitem_index(x, dim, index, scalar) */
 static PyObject *setitem_tensor(PyObject *m, PyObject *const *args, Py_ssize_t nargs, int mask) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *a, *t;
     dt_scalar s;
-    if (check_nargs(nargs, 4, mask ? "_v_setitem_mask" : "_v_setitem_index") < 0 ||
+    if (dtpy_nargs(nargs, 4, 4, mask ? "_v_setitem_mask" : "_v_setitem_index") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "setitem", "input")) ||
         !(t = dtpy_tensor_arg_or_null(st, args[2], "setitem", "index")) ||
         scalar_arg(args[3], &s, "setitem") < 0)
@@ -223,9 +214,9 @@ static PyObject *v_setitem_index(PyObject *m, PyObject *const *args, Py_ssize_t 
 
 /* _v_copy(dst, src) -> the new value of dst */
 static PyObject *v_copy(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *a, *b;
-    if (check_nargs(nargs, 2, "_v_copy") < 0 ||
+    if (dtpy_nargs(nargs, 2, 2, "_v_copy") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "copy_", "self")) ||
         !(b = dtpy_tensor_arg_or_null(st, args[1], "copy_", "src")))
         return NULL;
@@ -237,8 +228,8 @@ static PyObject *v_copy(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 
 /* _v_cat(tensors, dim, stack) */
 static PyObject *v_cat(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
-    if (check_nargs(nargs, 3, "_v_cat") < 0)
+    dtpy_state *st = dtpy_state_of(m);
+    if (dtpy_nargs(nargs, 3, 3, "_v_cat") < 0)
         return NULL;
     int stack = PyObject_IsTrue(args[2]);
     const char *op = stack ? "stack" : "cat";
@@ -284,9 +275,10 @@ static PyObject *v_cat(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 
 /* _v_tril(x, diagonal, upper) */
 static PyObject *v_tril(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *a;
-    if (check_nargs(nargs, 3, "_v_tril") < 0 || !(a = dtpy_tensor_arg_or_null(st, args[0], "tril", "input")))
+    if (dtpy_nargs(nargs, 3, 3, "_v_tril") < 0 ||
+        !(a = dtpy_tensor_arg_or_null(st, args[0], "tril", "input")))
         return NULL;
     int64_t diag;
     if (dtpy_int_arg(args[1], "tril", "diagonal", &diag) < 0)
@@ -300,11 +292,11 @@ static PyObject *v_tril(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 
 /* _v_flip(x, dims) */
 static PyObject *v_flip(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     int64_t dims[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd;
-    if (check_nargs(nargs, 2, "_v_flip") < 0 ||
+    if (dtpy_nargs(nargs, 2, 2, "_v_flip") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "flip", "input")) ||
         (nd = dtpy_parse_shape(args[1], dims, "dims")) < 0)
         return NULL;
@@ -314,11 +306,11 @@ static PyObject *v_flip(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 
 /* _v_roll(x, shifts, dims_or_None) */
 static PyObject *v_roll(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     int64_t shifts[DT_MAX_NDIM], dims[DT_MAX_NDIM];
     dtpy_tensor *a;
     int ns, nd = 0;
-    if (check_nargs(nargs, 3, "_v_roll") < 0 ||
+    if (dtpy_nargs(nargs, 3, 3, "_v_roll") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "roll", "input")) ||
         (ns = dtpy_parse_shape(args[1], shifts, "shifts")) < 0)
         return NULL;
@@ -333,11 +325,11 @@ static PyObject *v_roll(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 
 /* _v_repeat(x, repeats) */
 static PyObject *v_repeat(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     int64_t reps[DT_MAX_NDIM];
     dtpy_tensor *a;
     int nd;
-    if (check_nargs(nargs, 2, "_v_repeat") < 0 ||
+    if (dtpy_nargs(nargs, 2, 2, "_v_repeat") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "repeat", "input")) ||
         (nd = dtpy_parse_shape(args[1], reps, "repeats")) < 0)
         return NULL;
@@ -348,9 +340,9 @@ static PyObject *v_repeat(PyObject *m, PyObject *const *args, Py_ssize_t nargs) 
 /* _v_repeat_interleave(x, repeats, dim, output_size): repeats an int or a
  * dtorch tensor (then output_size is its sum). */
 static PyObject *v_repeat_interleave(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *a;
-    if (check_nargs(nargs, 4, "_v_repeat_interleave") < 0 ||
+    if (dtpy_nargs(nargs, 4, 4, "_v_repeat_interleave") < 0 ||
         !(a = dtpy_tensor_arg_or_null(st, args[0], "repeat_interleave", "input")))
         return NULL;
     int64_t dim;
@@ -374,9 +366,9 @@ static PyObject *v_repeat_interleave(PyObject *m, PyObject *const *args, Py_ssiz
 /* _v_masked_scatter(x, mask, source, inplace): x.masked_scatter(mask, source);
  * with inplace the new value of x (the caller rebinds x). */
 static PyObject *v_masked_scatter(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(m);
+    dtpy_state *st = dtpy_state_of(m);
     dtpy_tensor *a, *mask, *src;
-    if (check_nargs(nargs, 4, "_v_masked_scatter") < 0)
+    if (dtpy_nargs(nargs, 4, 4, "_v_masked_scatter") < 0)
         return NULL;
     int inplace = PyObject_IsTrue(args[3]);
     if (inplace < 0)

@@ -32,8 +32,6 @@
 
 #define GATE_CAPSULE "dtorch._test_gate"
 
-static dtpy_state *mod_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
-
 static void gate_capsule_destructor(PyObject *cap) {
     dt_debug_gate_release(PyCapsule_GetPointer(cap, GATE_CAPSULE));
 }
@@ -50,7 +48,7 @@ static PyObject *mod_test_gate(PyObject *module, PyObject *unused) {
     (void)unused;
     dt_debug_gate *gate = NULL;
     if (dt_debug_gate_create(&gate) != DT_OK)
-        return dtpy_raise_last(mod_state(module));
+        return dtpy_raise_last(dtpy_state_of(module));
     PyObject *cap = PyCapsule_New(gate, GATE_CAPSULE, gate_capsule_destructor);
     if (cap == NULL)
         dt_debug_gate_release(gate);
@@ -75,7 +73,7 @@ static PyObject *mod_test_gate_is_open(PyObject *module, PyObject *arg) {
 }
 
 static PyObject *mod_test_gated(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    dtpy_state *st = mod_state(module);
+    dtpy_state *st = dtpy_state_of(module);
     if (nargs != 2 || !DTPY_IS_TENSOR(st, args[0]))
         return PyErr_Format(PyExc_TypeError, "_test_gated(x, gate) takes a dtorch.Tensor and a gate");
     dt_debug_gate *gate = gate_arg(args[1]);
@@ -87,42 +85,38 @@ static PyObject *mod_test_gated(PyObject *module, PyObject *const *args, Py_ssiz
 }
 
 static PyObject *mod_graph_stats(PyObject *module, PyObject *args) {
-    dtpy_state *st = mod_state(module);
+    dtpy_state *st = dtpy_state_of(module);
     PyObject *graph;
     int reset_peak = 0;
     if (!PyArg_ParseTuple(args, "O|p", &graph, &reset_peak))
         return NULL;
-    if (!PyObject_TypeCheck(graph, st->graph_base_type) || ((dtpy_graph *)graph)->g == NULL)
-        return PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s",
-                            Py_TYPE(graph)->tp_name);
+    dt_graph *g = dtpy_graph_arg(st, graph);
+    if (g == NULL)
+        return NULL;
     dt_graph_stats s;
     int64_t hits, misses;
-    if (dt_graph_get_stats(((dtpy_graph *)graph)->g, &s, reset_peak) != DT_OK ||
-        dt_graph_get_replay_stats(((dtpy_graph *)graph)->g, &hits, &misses) != DT_OK)
+    if (dt_graph_get_stats(g, &s, reset_peak) != DT_OK ||
+        dt_graph_get_replay_stats(g, &hits, &misses) != DT_OK)
         return dtpy_raise_last(st);
-    return Py_BuildValue(
-        "{sLsLsLsLsLsLsLsLsLsLsLsLsLsL}", "submitted", (long long)s.submitted, "in_flight",
-        (long long)s.in_flight, "peak_in_flight", (long long)s.peak_in_flight, "in_flight_limit",
-        (long long)s.in_flight_limit, "check_interval", (long long)s.check_interval, "flow_waits",
-        (long long)s.flow_waits, "nodes_eliminated", (long long)s.nodes_eliminated, "kernels_in_place",
-        (long long)s.kernels_in_place, "nodes_fused", (long long)s.nodes_fused, "cancelled",
-        (long long)s.cancelled, "replay_hits", (long long)hits, "replay_misses", (long long)misses,
-        "replay_run_hits", (long long)dt_debug_replay_run_hits(((dtpy_graph *)graph)->g), "nodes_reordered",
-        (long long)dt_debug_nodes_reordered(((dtpy_graph *)graph)->g));
+    return Py_BuildValue("{sLsLsLsLsLsLsLsLsLsLsLsLsLsL}", "submitted", (long long)s.submitted, "in_flight",
+                         (long long)s.in_flight, "peak_in_flight", (long long)s.peak_in_flight,
+                         "in_flight_limit", (long long)s.in_flight_limit, "check_interval",
+                         (long long)s.check_interval, "flow_waits", (long long)s.flow_waits,
+                         "nodes_eliminated", (long long)s.nodes_eliminated, "kernels_in_place",
+                         (long long)s.kernels_in_place, "nodes_fused", (long long)s.nodes_fused, "cancelled",
+                         (long long)s.cancelled, "replay_hits", (long long)hits, "replay_misses",
+                         (long long)misses, "replay_run_hits", (long long)dt_debug_replay_run_hits(g),
+                         "nodes_reordered", (long long)dt_debug_nodes_reordered(g));
 }
 
 /* Parses (graph, flag): 0 with *g and *on set, else -1 with an exception. */
 static int graph_and_flag(PyObject *module, PyObject *args, dt_graph **g, int *on) {
-    dtpy_state *st = mod_state(module);
+    dtpy_state *st = dtpy_state_of(module);
     PyObject *graph;
     if (!PyArg_ParseTuple(args, "Op", &graph, on))
         return -1;
-    if (!PyObject_TypeCheck(graph, st->graph_base_type) || ((dtpy_graph *)graph)->g == NULL) {
-        PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s", Py_TYPE(graph)->tp_name);
-        return -1;
-    }
-    *g = ((dtpy_graph *)graph)->g;
-    return 0;
+    *g = dtpy_graph_arg(st, graph);
+    return *g == NULL ? -1 : 0;
 }
 
 /* A graph's on/off switch: (graph, on) -> None. */
@@ -132,7 +126,7 @@ static PyObject *set_switch(PyObject *module, PyObject *args, dt_status (*set)(d
     if (graph_and_flag(module, args, &g, &on) < 0)
         return NULL;
     if (set(g, on) != DT_OK)
-        return dtpy_raise_last(mod_state(module));
+        return dtpy_raise_last(dtpy_state_of(module));
     Py_RETURN_NONE;
 }
 
@@ -149,11 +143,9 @@ static PyObject *mod_set_schedule(PyObject *module, PyObject *args) {
 }
 
 static PyObject *mod_controller_cpu_ns(PyObject *module, PyObject *graph) {
-    dtpy_state *st = mod_state(module);
-    if (!PyObject_TypeCheck(graph, st->graph_base_type) || ((dtpy_graph *)graph)->g == NULL)
-        return PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s",
-                            Py_TYPE(graph)->tp_name);
-    return PyLong_FromLongLong((long long)dt_debug_controller_cpu_ns(((dtpy_graph *)graph)->g));
+    dtpy_state *st = dtpy_state_of(module);
+    dt_graph *g = dtpy_graph_arg(st, graph);
+    return g == NULL ? NULL : PyLong_FromLongLong((long long)dt_debug_controller_cpu_ns(g));
 }
 
 static PyObject *mod_lowering_ns(PyObject *module, PyObject *args) {
@@ -174,7 +166,7 @@ static PyObject *mod_collectives_lowered(PyObject *module, PyObject *unused) {
  * layout, else (dim, mesh_dim, [lengths in user order]), mesh_dim a tuple
  * (most major first) when the dim was cut over several mesh dims. */
 static PyObject *mod_segments(PyObject *module, PyObject *arg) {
-    dtpy_state *st = mod_state(module);
+    dtpy_state *st = dtpy_state_of(module);
     if (!DTPY_IS_TENSOR(st, arg))
         return PyErr_Format(PyExc_TypeError, "_segments: expected a dtorch tensor");
     int dim = 0, md = 0;
@@ -231,7 +223,7 @@ static PyObject *mod_corrupt_next_batch(PyObject *module, PyObject *arg) {
     if (n == -1 && PyErr_Occurred())
         return NULL;
     if (dt_debug_cluster_corrupt_batch((int)n) != DT_OK)
-        return dtpy_raise_last(mod_state(module));
+        return dtpy_raise_last(dtpy_state_of(module));
     Py_RETURN_NONE;
 }
 
@@ -241,7 +233,7 @@ static PyObject *mod_fake_cuda(PyObject *module, PyObject *arg) {
         return NULL;
     if (n < INT_MIN || n > INT_MAX || dt_debug_fake_cuda((int)n) != DT_OK)
         return n < INT_MIN || n > INT_MAX ? PyErr_Format(PyExc_ValueError, "_test_fake_cuda: %ld GPUs", n)
-                                          : dtpy_raise_last(mod_state(module));
+                                          : dtpy_raise_last(dtpy_state_of(module));
     Py_RETURN_NONE;
 }
 

@@ -88,19 +88,31 @@ from ._factories import (
     zeros,
     zeros_like,
 )
-# Each top-level name comes from exactly one module (tests/python/test_method_table.py checks that
-# no two of these export the same name); Tensor's methods come from the table in _methods.py.
-from ._ops_views import *  # noqa: F401,F403 - views and shape family (its own __all__)
-from ._ops_masked_scatter import masked_scatter  # noqa: F401
-from ._ops import add, div, divide, mul, multiply, neg, negative, sub, subtract, true_divide
-from ._ops_reduce import *  # noqa: F401,F403  (reductions family, sum included)
-from ._ops_linalg import *  # noqa: F401,F403  (linear algebra family, matmul and mm included)
-from . import nn  # noqa: E402
-from .nn.functional import SdpaOption  # noqa: E402
-from ._ops_elementwise import *  # noqa: F401,F403 - the elementwise family's functions and Tensor.to
-from ._ops_sort_scan import *  # noqa: F401,F403 - sort, argsort, topk, cumsum, nonzero (creation family)
-from ._ops_nn_top import *  # noqa: F401,F403 - relu, softmax, batch_norm, ... with torch's top-level signatures
-from ._ops_method_forms import *  # noqa: F401,F403 - dtorch.exp_(x), dtorch.numel(x), ... (torch's method forms)
+from . import nn as nn
+
+# The op families, each imported once. A family's functions are its __all__, bound here by the loop;
+# the nn family's __all__ is torch.nn.functional's names (dtorch.nn.functional's), and its torch
+# top-level forms (dtorch.relu, dtorch.softmax, ...) are its TORCH_FORMS. Each top-level name comes
+# from exactly one family (tests/python/test_method_table.py checks that no two export the same
+# name); Tensor's methods come from the table in _methods.py.
+from . import (
+    _ops_elementwise,  # torch's elementwise functions (add, exp, where, ...)
+    _ops_linalg,  # matmul, mm, bmm, einsum, ...
+    _ops_masked_scatter,
+    _ops_method_forms,  # dtorch.exp_(x), dtorch.numel(x), ... (torch's method forms)
+    _ops_nn,  # relu, softmax, batch_norm, ... with torch's top-level signatures
+    _ops_reduce,  # sum, mean, amax, ...
+    _ops_sort_scan,  # sort, argsort, topk, cumsum, nonzero
+    _ops_views,  # the views and shape family
+)
+
+for _family in (_ops_views, _ops_reduce, _ops_linalg, _ops_elementwise, _ops_sort_scan, _ops_method_forms):
+    for _name in _family.__all__:
+        globals()[_name] = getattr(_family, _name)
+globals().update(_ops_nn.TORCH_FORMS)
+del _family, _name
+masked_scatter = _ops_masked_scatter.masked_scatter
+SdpaOption = _ops_nn.SdpaOption
 
 # Tell the C layer which classes to hand out, and where the package lives so
 # that call sites recorded for error messages skip dtorch's own frames.
@@ -122,10 +134,10 @@ __version__ = _C.__version__
 # (import_module: "from . import tensor" would just bind the function already named tensor here.)
 import importlib as _importlib  # noqa: E402
 
-tensor = _importlib.import_module(".tensor", __name__)
-memory_stats = _importlib.import_module(".memory_stats", __name__)
-from . import graph, global_option, cluster, cuda, util  # noqa: E402
-from . import profiler  # noqa: E402
+tensor = _importlib.import_module(".tensor", __name__)  # noqa: F811 - replaces the factory, callable as it
+memory_stats = _importlib.import_module(".memory_stats", __name__)  # noqa: F811 - the same for the function
+from . import cluster as cluster, cuda as cuda, global_option as global_option, graph as graph  # noqa: E402
+from . import profiler as profiler, util as util  # noqa: E402
 from ._explain import Explain, ExplainRecord, explain  # noqa: E402
 from .cluster import MainNode  # noqa: E402
 from .global_option import GlobalOption  # noqa: E402
@@ -136,9 +148,13 @@ from .memory_stats import MemoryStat, MemoryStats  # noqa: E402
 # call the builtins of those names.
 from torch import Generator, Size, device, dtype, finfo, iinfo  # noqa: E402
 
+# Every torch dtype (dtorch.float16, dtorch.bfloat16, ...): torch 2.13 has 56 and each release adds
+# some, so they are taken from torch rather than listed.
 _DTYPE_NAMES = tuple(n for n in dir(_torch) if not n.startswith("_") and isinstance(getattr(_torch, n), _torch.dtype))
 globals().update({n: getattr(_torch, n) for n in _DTYPE_NAMES})
-# dtorch.type (OperatorFormat, PaddingType, PoolingKind): from here on "type" is that module here.
+# dtorch.type (OperatorFormat, PaddingType, PoolingKind) is a public module of the original DTorch's API,
+# so the package's global "type" is that module, not the builtin: it is bound last, and nothing in this
+# file calls the builtin type().
 from . import type  # noqa: E402,F401,A001
 
 __all__ = [
@@ -148,12 +164,11 @@ __all__ = [
     "Tensor", "PlacementError", "KernelError",
     "empty", "zeros", "ones", "full", "rand", "randn", "arange", "from_torch", "tensor",
     "empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "manual_seed",
-    "add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide", "neg", "negative",
     "SdpaOption",
 ]
-__all__ += _ops_reduce.__all__ + _ops_linalg.__all__ + _ops_elementwise.__all__  # noqa: F405
-__all__ += ["randint", "randint_like"] + _ops_sort_scan.__all__  # noqa: F405
-__all__ += _ops_nn_top.__all__ + _ops_method_forms.__all__ + list(_DTYPE_NAMES) + [  # noqa: F405
+__all__ += _ops_reduce.__all__ + _ops_linalg.__all__ + _ops_elementwise.__all__
+__all__ += ["randint", "randint_like"] + _ops_sort_scan.__all__
+__all__ += list(_ops_nn.TORCH_FORMS) + _ops_method_forms.__all__ + list(_DTYPE_NAMES) + [
     "GraphOption", "get_default_device_mesh", "assign_layers_to_stages", "tensors_redistribute_by_dict", "from_numpy",
     "FloatTensor", "HalfTensor", "BFloat16Tensor", "DoubleTensor", "LongTensor", "IntTensor", "ShortTensor",
     "CharTensor", "ByteTensor", "BoolTensor", "MainNode", "GlobalOption", "MemoryStat", "MemoryStats",

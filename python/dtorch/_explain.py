@@ -15,7 +15,7 @@ records the whole run and prints the table (to stderr) at exit.
 >>> e.records[0].collective, e.records[0].mesh_dim_name, e.records[0].bytes
 ('all_gather', 'dp', 24)
 
-What counts (docs/explain_and_trace.md): ``bytes`` is per device: for each
+What counts (docs/explain-and-trace.md): ``bytes`` is per device: for each
 collective, the bytes of the largest input any one device contributes
 (``send_recv``: the most one destination device receives from other
 devices), summed over the record's ``count`` collectives. A device takes
@@ -32,11 +32,11 @@ import sys
 import threading
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
-from . import _C
+from . import _C, _graph
 
 __all__ = ["explain", "Explain", "ExplainRecord"]
 
-_EXPLAIN = 0  # dt_record_kind
+_EXPLAIN = _C.RECORD_EXPLAIN
 
 
 class ExplainRecord(NamedTuple):
@@ -61,8 +61,6 @@ class ExplainRecord(NamedTuple):
 
 
 def _live_graphs():
-    from . import _graph
-
     return [g for g in list(_graph._live_graphs) if not getattr(g, "_shut", False)]
 
 

@@ -96,7 +96,9 @@ class Graph(_C.GraphBase):
         # A graph collected while explain or a trace records (a thread's default graph when the
         # thread ends) hands its records over first: they go with the graph otherwise.
         try:
-            if _C._record_enabled(0) or _C._record_enabled(1):
+            if _C._record_enabled(_C.RECORD_EXPLAIN) or _C._record_enabled(_C.RECORD_TRACE):
+                # Late: _explain (above this module) imports it; explain or a trace records only once
+                # _explain has been imported.
                 from . import _explain
 
                 _explain._graph_ending(self)
@@ -162,6 +164,7 @@ class Graph(_C.GraphBase):
         >>> stats = dtorch.default_graph.get_memory_stats(mesh)
         >>> stats["cpu:0"].peak
         """
+        # Late: dtorch.memory_stats imports this module (its callable form is memory_stats here).
         from .memory_stats import MemoryStats
 
         stats = MemoryStats.from_dict(memory_stats(device_mesh))
@@ -231,7 +234,7 @@ def _resolve(graph):
     return graph
 
 
-_DEVICE_TYPES = {"cpu": 0, "cuda": 1}
+_DEVICE_TYPES = {"cpu": _C.DEVICE_CPU, "cuda": _C.DEVICE_CUDA}
 
 
 def memory_stats(device_mesh: Optional[DeviceMesh] = None) -> dict:

@@ -5,8 +5,9 @@ Tensor, and ``_C.TensorBase`` is an immutable type whose C methods are fixed whe
 Three groups, which must not overlap (checked when this module is imported):
 
 - ``C_METHODS``: methods and properties of ``_C.TensorBase``, written in C and registered by the
-  type's own method table (``python/_C/tensor.c`` for metadata and reads, the elementwise family
-  in ``python/_C/ops_elementwise.c``). The operators (``+ - * / // % ** & | ^ ~ < == ...``,
+  type's own method table (``python/_C/tensorobject.c`` for metadata and reads, the elementwise
+  family in ``python/_C/ops_elementwise.c``, whose rows come from ``dtorch_ops.def``); ``_C``
+  exports their names as ``METHOD_NAMES``. The operators (``+ - * / // % ** & | ^ ~ < == ...``,
   ``@``, ``+=`` ...) are that type's number and comparison slots, one C function each.
 - ``CLASS_METHODS``: defined in ``class Tensor``'s body (``python/dtorch/_tensor.py``): values
   (``item``, ``tolist``, ``repr``), layout (``redistribute``), torch conveniences.
@@ -14,9 +15,9 @@ Three groups, which must not overlap (checked when this module is imported):
   into the class namespace when it creates ``Tensor``.
 
 To add a method: write it in its family (C in ``python/_C/ops_<family>.c`` with a row in that
-file's ``PyMethodDef`` table, or Python in ``python/dtorch/_ops_<family>.py``), then add its name
-here, to ``C_METHODS`` or to ``PY_METHODS`` with the function. tests/python/test_method_table.py
-checks the table against the class.
+file's ``PyMethodDef`` table, which ``C_METHODS`` then names, or Python in
+``python/dtorch/_ops_<family>.py``, then add it to ``PY_METHODS`` with the function).
+tests/python/test_method_table.py checks the table against the class.
 
 >>> import dtorch
 >>> from dtorch import _methods
@@ -26,43 +27,22 @@ True
 
 from __future__ import annotations
 
-from . import _C
-from . import _layout as _layout
+from . import _C, _layout
 from . import _ops_elementwise as _ew
+from . import _ops_indexing as _indexing
 from . import _ops_linalg as _linalg
 from . import _ops_masked_scatter as _ms
-from . import _ops_nn_top as _nn
+from . import _ops_nn as _nn
 from . import _ops_reduce as _reduce
 from . import _ops_sort_scan as _sort
-from . import _ops_indexing as _indexing
 from . import _ops_views as _views
 
 __all__ = ["C_METHODS", "CLASS_METHODS", "PY_METHODS"]
 
-C_METHODS = (
-    # python/_C/tensor.c: metadata (never waits) and reads
-    "shape", "ndim", "dtype", "device", "device_mesh", "placements", "graph", "is_dtensor", "_id",
-    "size", "dim", "numel", "nelement", "is_floating_point", "to_torch", "to_torch_async", "_local_values",
-    "_local_value", "_redistribute", "matmul",
-    # python/_C/ops_elementwise.c: binary (with their in-place forms and torch's aliases)
-    "add", "add_", "sub", "sub_", "subtract", "mul", "mul_", "multiply", "div", "div_", "divide", "true_divide",
-    "floor_divide", "floor_divide_", "remainder", "remainder_", "pow", "pow_", "maximum", "minimum",
-    "eq", "eq_", "ne", "ne_", "not_equal", "lt", "lt_", "less", "le", "le_", "less_equal", "gt", "gt_", "greater",
-    "ge", "ge_", "greater_equal", "logical_and", "logical_and_", "logical_or", "logical_or_", "logical_xor",
-    "logical_xor_", "bitwise_and", "bitwise_and_", "bitwise_or", "bitwise_or_", "bitwise_xor", "bitwise_xor_",
-    # unary
-    "neg", "neg_", "negative", "abs", "abs_", "absolute", "exp", "exp_", "log", "log_", "log2", "log2_", "log10",
-    "log10_", "sqrt", "sqrt_", "rsqrt", "rsqrt_", "reciprocal", "reciprocal_", "sin", "sin_", "cos", "cos_",
-    "tanh", "tanh_", "sigmoid", "sigmoid_", "erf", "erf_", "erfc", "erfc_", "expm1", "expm1_", "asin", "asin_", "acos", "acos_",
-    "atan", "atan_", "tan", "tan_", "sinh", "sinh_", "cosh", "cosh_", "log1p", "log1p_", "exp2", "exp2_",
-    "square", "square_", "floor", "floor_", "ceil", "ceil_", "trunc", "trunc_", "fix", "sign", "sign_", "relu",
-    "relu_", "isnan", "isinf", "isfinite", "logical_not", "logical_not_", "bitwise_not", "bitwise_not_",
-    "round", "round_",
-    # casts
-    "_cast", "_alias", "half", "float", "double", "bfloat16", "int", "long", "bool", "short", "char", "byte",
-    # where, masked_fill, clamp
-    "where", "masked_fill", "masked_fill_", "clamp", "clamp_", "clip", "clip_", "clamp_min", "clamp_max",
-)
+# TensorBase's own methods and properties, named by its C tables: python/_C/tensorobject.c (metadata and
+# reads) and python/_C/ops_elementwise.c (the elementwise family, whose rows mostly come from
+# include/dtorch/dtorch_ops.def's py columns).
+C_METHODS = _C.METHOD_NAMES
 
 CLASS_METHODS = (
     "__new__", "__init__", "__bool__", "__float__", "__int__", "__repr__", "__str__", "__torch_function__",
@@ -98,8 +78,8 @@ PY_METHODS = {
     "nonzero": _sort.nonzero,
     # elementwise, the parts written in Python (_ops_elementwise.py)
     "to": _ew._to, "type_as": _ew._type_as, "equal": _ew._equal,
-    # nn (torch.softmax's signature is Tensor.softmax's: _ops_nn_top.py over nn.functional)
-    "softmax": _nn.softmax, "log_softmax": _nn.log_softmax,
+    # nn (torch.softmax's signature is Tensor.softmax's: the nn family's torch forms, _ops_nn.py)
+    "softmax": _nn.TORCH_FORMS["softmax"], "log_softmax": _nn.TORCH_FORMS["log_softmax"],
     # layout (_layout.py)
     "redistribute_by_dict": _layout.redistribute_by_dict, "redistribute_like": _layout.redistribute_like,
 }

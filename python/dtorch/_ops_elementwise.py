@@ -31,22 +31,18 @@ _Tensor = _C.TensorBase
 Number = Union[bool, int, float]
 Operand = Union["Tensor", Number]
 
-_UNARY = (
-    "abs", "exp", "exp2", "expm1", "asin", "acos", "atan", "tan", "sinh", "cosh", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "square", "reciprocal",
-    "sin", "cos", "tanh", "sigmoid", "erf", "erfc", "floor", "ceil", "trunc", "sign", "isnan", "isinf", "isfinite",
-    "logical_not", "bitwise_not",
-)
-_UNARY_ALIASES = {"absolute": "abs", "fix": "trunc"}
-
-_BINARY = (
-    "floor_divide", "remainder", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
-    "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
-)
-_BINARY_ALIASES = {"greater": "gt", "greater_equal": "ge", "less": "lt", "less_equal": "le", "not_equal": "ne"}
+# The function forms generated from include/dtorch/dtorch_ops.def's rows (those with a registry row
+# and generated methods): {torch name: op code}.
+_UNARY = tuple(_C.UNARY_FUNCTIONS)
+_UNARY_ALIASES = {"absolute": "abs", "fix": "trunc", "negative": "neg"}
+_BINARY = dict(_C.BINARY_FUNCTIONS)
+_BINARY_ALIASES = {"greater": "gt", "greater_equal": "ge", "less": "lt", "less_equal": "le", "not_equal": "ne",
+                   "multiply": "mul"}
 
 __all__ = sorted(
     set(_UNARY) | set(_UNARY_ALIASES) | set(_BINARY) | set(_BINARY_ALIASES)
-    | {"pow", "round", "where", "masked_fill", "clamp", "clip", "equal"}
+    | {"add", "sub", "subtract", "div", "divide", "true_divide", "pow", "round", "where", "masked_fill", "clamp",
+       "clip", "equal"}
 )
 
 
@@ -67,7 +63,7 @@ def _make_unary(name: str, method: str):
 
 
 def _make_binary(name: str, op_name: str):
-    code = getattr(_C, "BINARY_" + {"floor_divide": "div_floor"}.get(op_name, op_name).upper())
+    code = _BINARY[op_name]
 
     def op(input: Operand, other: Operand) -> Tensor:
         return _C.ew_binary(code, input, other)
@@ -86,6 +82,34 @@ for _name in _BINARY:
     globals()[_name] = _make_binary(_name, _name)
 for _name, _target in _BINARY_ALIASES.items():
     globals()[_name] = _make_binary(_name, _target)
+
+
+def add(input: Operand, other: Operand, *, alpha: Number = 1) -> Tensor:
+    """``input + alpha * other`` (either operand may be a Python number).
+
+    >>> z = dtorch.add(dtorch.ones(2, 3), 1, alpha=2)
+    """
+    return _C.ew_binary(_C.BINARY_ADD, input, other, alpha)
+
+
+def sub(input: Operand, other: Operand, *, alpha: Number = 1) -> Tensor:
+    """``input - alpha * other`` (either operand may be a Python number).
+
+    >>> z = dtorch.sub(dtorch.ones(2, 3), 1, alpha=2)
+    """
+    return _C.ew_binary(_C.BINARY_SUB, input, other, alpha)
+
+
+def div(input: Operand, other: Operand, *, rounding_mode: Optional[str] = None) -> Tensor:
+    """``input / other``: true division (integers divide to the default float dtype), or with
+    ``rounding_mode`` "trunc" / "floor" rounded in the promoted dtype.
+
+    >>> z = dtorch.div(dtorch.arange(6), 4, rounding_mode="floor")
+    """
+    return _C.ew_binary(_C.BINARY_DIV, input, other, None, rounding_mode)
+
+
+subtract, divide, true_divide = sub, div, div
 
 
 def pow(input: Operand, exponent: Operand) -> Tensor:  # noqa: A001 - torch's name

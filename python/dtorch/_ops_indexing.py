@@ -18,8 +18,7 @@ from typing import List, Tuple
 import torch
 
 from . import _C
-from ._C import PlacementError
-from ._ops_views import _Base, _as_value, _replicated_like, _unbind, reshape
+from ._ops_views import _Base, _as_value, _replicated_like, _unbind
 
 def _is_tensor_index(k) -> bool:
     return isinstance(k, (_Base, torch.Tensor, list))

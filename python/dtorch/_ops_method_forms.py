@@ -13,13 +13,18 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import torch
+
 from . import _C
 
-__all__ = [
-    "abs_", "ceil_", "clamp_", "clamp_max", "clamp_min", "clip_", "cos_", "detach", "detach_", "erf_", "erfc_", "exp2_",
-    "exp_", "expm1_", "asin_", "acos_", "atan_", "tan_", "sinh_", "cosh_", "floor_", "is_floating_point", "log10_", "log1p_", "log2_", "log_", "neg_", "numel",
-    "reciprocal_", "round_", "rsqrt_", "sigmoid_", "sin_", "sqrt_", "square_", "t", "tanh_", "trunc_",
-]
+# The rule applied to _C.TensorBase's methods (_C.METHOD_NAMES): its in-place methods whose torch
+# function exists (torch.exp_, but no torch.eq_), less relu_, which the nn family's torch forms give;
+# then the other methods with a torch function that no family defines.
+_ELSEWHERE = {"relu_"}
+__all__ = sorted(
+    {n for n in _C.METHOD_NAMES if n.endswith("_") and callable(getattr(torch, n, None))} - _ELSEWHERE
+    | {"clamp_max", "clamp_min", "detach", "detach_", "is_floating_point", "numel", "t"}
+)
 
 
 def _method_form(name: str) -> Callable[..., Any]:

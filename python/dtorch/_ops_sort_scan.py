@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Optional
 import torch
 
 from . import _C
+from ._factories import zeros
 
 if TYPE_CHECKING:  # the class is built from the method table (_methods.py), after this module
     from ._tensor import Tensor
@@ -67,8 +68,6 @@ def nonzero(input: Tensor, *, as_tuple: bool = False):
         return idx
     if input.dim() == 0:
         # torch treats a 0-d input as 1-D here: one index tensor of zeros.
-        from ._factories import zeros
-
         return (zeros(idx.shape[0], dtype=torch.int64, device_mesh=idx.device_mesh, graph=idx.graph),)
     return tuple(idx[:, d] for d in range(input.dim()))
 

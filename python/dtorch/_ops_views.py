@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 
 from . import _C
 from ._C import PlacementError
-
-if TYPE_CHECKING:  # the class is built from the method table (_methods.py), after this module
-    from ._tensor import Tensor
+from ._factories import from_torch
 
 __all__ = [
     "reshape", "transpose", "swapaxes", "swapdims", "permute", "movedim", "moveaxis", "flatten",
@@ -78,8 +76,6 @@ def _renamed(name: str, fn, *args):
 
 def _replicated_like(x, t: torch.Tensor):
     """A torch tensor distributed as Replicate on x's mesh and graph."""
-    from ._factories import from_torch
-
     return from_torch(t, device_mesh=x.device_mesh, graph=x.graph)
 
 
@@ -272,8 +268,6 @@ def _copy_(self, src, non_blocking: bool = False):
     A dtorch ``src`` is redistributed by itself when its placements do not line up; a torch
     tensor is distributed straight onto self's placements."""
     if isinstance(src, torch.Tensor):
-        from ._factories import from_torch
-
         if tuple(src.shape) == tuple(self.shape):
             src = from_torch(src.to(self.dtype), device_mesh=self.device_mesh, placements=self.placements,
                              graph=self.graph)

@@ -21,7 +21,7 @@ from typing import Any, Optional, Sequence, Union
 
 import torch
 
-from . import _C
+from . import _C, _factories
 from . import _methods  # the families; none of them imports this module at import time
 from .distributed_spec import DeviceMesh, Placement, Replicate, Shard, _as_placement, _placements_to_raw
 
@@ -76,8 +76,7 @@ class Tensor(_C.TensorBase):
         dtype: Optional[torch.dtype] = None,
         graph=None,
     ) -> "Tensor":
-        from . import _factories as f
-
+        f = _factories
         kw = dict(device=device, device_mesh=device_mesh, placements=placements, graph=graph)
         if len(args) == 1 and isinstance(args[0], torch.Tensor):
             t = args[0] if dtype is None else args[0].to(dtype)
@@ -243,9 +242,7 @@ class Tensor(_C.TensorBase):
         if mesh.device_type == src.device_type:
             return self.redistribute(mesh, self.placements)
         # Between device types the value travels through the client (this waits for it).
-        from ._factories import from_torch
-
-        return from_torch(self.to_torch().to(mesh.first_device()), mesh,
+        return _factories.from_torch(self.to_torch().to(mesh.first_device()), mesh,
                           [p if not p.is_partial() else Replicate() for p in self.placements], graph=self.graph)
 
     def cpu(self) -> "Tensor":

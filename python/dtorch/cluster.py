@@ -35,6 +35,7 @@ import atexit
 from typing import Any, Dict, List, Optional
 
 from . import _C
+from .global_option import GlobalOption
 
 __all__ = ["MainNode"]
 
@@ -75,7 +76,6 @@ class MainNode:
             raise RuntimeError("MainNode.set_address(): this build of dtorch has no ZeroMQ; install "
                                "libzmq3-dev and rebuild to form clusters")
         if address is None:
-            from .global_option import GlobalOption
             address = GlobalOption.main_node_address
         _C._cluster_listen(address, cpu_devices, token, hb_ms)
 

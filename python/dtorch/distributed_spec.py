@@ -653,7 +653,7 @@ def get_default_device_mesh() -> DeviceMesh:
 
 
 def _default_graph():
-    from ._graph import Graph
+    from ._graph import Graph  # late: graphs import this module
 
     return Graph.default_graph()
 

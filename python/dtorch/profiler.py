@@ -14,7 +14,7 @@ and input shapes), dtype, output bytes and the user's file:line in ``args``;
 a flow arrow joins each op on the client track to each of its kernels.
 Times are microseconds on the monotonic clock. Value reads and syncs are not
 drawn (they are the trace's own synchronisation). See
-docs/explain_and_trace.md.
+docs/explain-and-trace.md.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from ._explain import _live_graphs, _sync_all
 
 __all__ = ["trace", "Trace"]
 
-_TRACE = 1  # dt_record_kind
+_TRACE = _C.RECORD_TRACE
 _STREAM_KINDS = ("compute", "comm")
 
 

@@ -7,6 +7,8 @@
 
 import enum
 
+from . import _C
+
 __all__ = ["OperatorFormat", "PaddingType", "PoolingKind"]
 
 
@@ -20,12 +22,13 @@ class OperatorFormat(str, enum.Enum):
 class PaddingType(enum.IntEnum):
     """How a convolution or pooling pads: explicit sizes, ``"valid"`` (none) or ``"same"`` (output size = input).
 
-    The values are ``dtorch.nn.functional``'s own codes for ``padding=`` ints, ``"valid"`` and ``"same"``.
+    The values are the C library's codes for ``padding=`` ints, ``"valid"`` and ``"same"``
+    (``dt_conv_padding``).
     """
 
-    EXPLICIT = 0
-    VALID = 1
-    SAME = 2
+    EXPLICIT = _C.CONV_PAD_EXPLICIT
+    VALID = _C.CONV_PAD_VALID
+    SAME = _C.CONV_PAD_SAME
 
 
 class PoolingKind(enum.IntEnum):

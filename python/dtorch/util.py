@@ -18,6 +18,7 @@ from typing import Any, Callable, List, Optional
 import torch
 
 from ._C import TensorBase
+from ._graph import synchronize
 
 __all__ = ["TensorChecker", "Benchmark"]
 
@@ -160,8 +161,6 @@ class Benchmark:
         if self._sync is not None:
             self._sync()
         else:
-            from ._graph import synchronize
-
             synchronize()
 
     def __enter__(self) -> "Benchmark":

@@ -7,7 +7,7 @@
 #include "dtorch/dtorch_ops.h"
 
 static const char *const binary_names[DT_BINARY_COUNT] = {
-#define DT_BINARY_OP(E, name, ...) [DT_BINARY_##E] = name,
+#define DT_BINARY_OP(E, name, ...) [DT_BINARY_##E] = #name,
 #include "dtorch/dtorch_ops.def"
 };
 

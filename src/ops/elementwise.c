@@ -33,7 +33,32 @@
 #include "ops/ops.h"
 
 static const char *const binary_names[DT_BINARY_COUNT] = {
-#define DT_BINARY_OP(E, name, ...) [DT_BINARY_##E] = name,
+#define DT_BINARY_OP(E, name, ...) [DT_BINARY_##E] = #name,
+#include "dtorch/dtorch_ops.def"
+};
+
+/* How a binary op types its result (the `result` column of dtorch_ops.def). */
+enum {
+    B_KEEP,   /* the promoted dtype */
+    B_FLOAT,  /* integer and bool give the default float dtype */
+    B_BOOL,   /* always bool */
+    B_INTDIV, /* the promoted dtype; bool rejected; an integer scalar divisor of 0 is an error */
+    B_POW,    /* the promoted dtype; bool rejected but for a bool exponent; no negative integer powers */
+    B_BITWISE /* integers and bool only */
+};
+
+static const struct {
+    int result;
+    const char *bool_kernel; /* torch's kernel name in its "not implemented for 'Bool'" error */
+    int alpha;               /* the op takes alpha (its `call` column is ALPHA) */
+} binary_ops[DT_BINARY_COUNT] = {
+#define ALPHA_ALPHA 1
+#define ALPHA_SCALAR 0
+#define ALPHA_SCALAR2 0
+#define ALPHA_TENSOR 0
+#define ALPHA_CUSTOM 0
+#define DT_BINARY_OP(E, name, tensors, scalar, row, note, result, bool_kernel, call, ...)                    \
+    [DT_BINARY_##E] = {B_##result, bool_kernel, ALPHA_##call},
 #include "dtorch/dtorch_ops.def"
 };
 
@@ -41,20 +66,20 @@ static const char *const binary_names[DT_BINARY_COUNT] = {
  * (core/client/placement.h): the Partial combinations it is linear in with two
  * tensors and with a scalar, and the accepted text of both forms. */
 static const uint32_t binary_tensor_sets[DT_BINARY_COUNT][3] = {
-#define DT_BINARY_OP(E, name, tensors, scalar, row, note) [DT_BINARY_##E] = DT__PS_MASKS(tensors),
+#define DT_BINARY_OP(E, name, tensors, scalar, row, ...) [DT_BINARY_##E] = DT__PS_MASKS(tensors),
 #include "dtorch/dtorch_ops.def"
 };
 static const uint32_t binary_scalar_sets[DT_BINARY_COUNT][2] = {
-#define DT_BINARY_OP(E, name, tensors, scalar, row, note) [DT_BINARY_##E] = DT__PS_MASKS(scalar),
+#define DT_BINARY_OP(E, name, tensors, scalar, row, ...) [DT_BINARY_##E] = DT__PS_MASKS(scalar),
 #include "dtorch/dtorch_ops.def"
 };
 static const char *const binary_tensor_accepts[DT_BINARY_COUNT] = {
-#define DT_BINARY_OP(E, name, tensors, scalar, row, note)                                                    \
+#define DT_BINARY_OP(E, name, tensors, scalar, row, ...)                                                     \
     [DT_BINARY_##E] = DT__PS_SHARDS_2 DT__PS_TEXT(tensors),
 #include "dtorch/dtorch_ops.def"
 };
 static const char *const binary_scalar_accepts[DT_BINARY_COUNT] = {
-#define DT_BINARY_OP(E, name, tensors, scalar, row, note)                                                    \
+#define DT_BINARY_OP(E, name, tensors, scalar, row, ...)                                                     \
     [DT_BINARY_##E] = DT__PS_SHARDS_1 DT__PS_TEXT(scalar),
 #include "dtorch/dtorch_ops.def"
 };
@@ -304,8 +329,6 @@ dt_tensor *dt__ew_submit(dt__ew *e, int flags) {
 
 static int is_one(dt_scalar s) { return s.kind == DT_SCALAR_INT && s.i == 1; }
 
-static int is_compare_or_logical(int op) { return op >= DT_BINARY_EQ && op <= DT_BINARY_LOGICAL_XOR; }
-
 /* The result dtype of op over promoted dtype rt, and torch's call-time
  * errors. `s` is the scalar operand (NULL for tensor-tensor). */
 static dt_status binary_dtype(int op, const char *name, dt_dtype rt, int has_bool, const dt_scalar *s,
@@ -314,7 +337,7 @@ static dt_status binary_dtype(int op, const char *name, dt_dtype rt, int has_boo
         return dt__error(DT_EOP,
                          "sub: subtraction, the `-` operator, with a bool tensor is not supported; use the "
                          "`~` or logical_not() operator to invert a mask");
-    if (op == DT_BINARY_ADD || op == DT_BINARY_SUB) {
+    if (binary_ops[op].alpha) {
         if (alpha.kind == DT_SCALAR_BOOL && rt != DT_BOOL)
             return dt__error(DT_EOP, "%s: Boolean alpha only supported for Boolean results.", name);
         if (alpha.kind == DT_SCALAR_FLOAT && !dt_dtype_is_floating(rt))
@@ -325,32 +348,29 @@ static dt_status binary_dtype(int op, const char *name, dt_dtype rt, int has_boo
         return dt__error(DT_EINVAL, "%s: takes no alpha (only add and sub do)", name);
     }
     int integral = !dt_dtype_is_floating(rt);
-    switch (op) {
-    case DT_BINARY_DIV:
+    int kind = binary_ops[op].result;
+    switch (kind) {
+    case B_FLOAT:
         *out = integral ? dt_get_default_dtype() : rt;
         return DT_OK;
-    case DT_BINARY_DIV_TRUNC:
-    case DT_BINARY_DIV_FLOOR:
-    case DT_BINARY_REMAINDER:
-    case DT_BINARY_POW:
+    case B_BOOL:
+        *out = DT_BOOL;
+        return DT_OK;
+    case B_INTDIV:
+    case B_POW:
         /* pow(Tensor, Scalar) fills or copies for an exponent of 0 or 1
          * without a kernel, so a bool tensor to a bool power works. */
-        if (rt == DT_BOOL && !(op == DT_BINARY_POW && s && !scalar_first && s->kind == DT_SCALAR_BOOL))
+        if (rt == DT_BOOL && !(kind == B_POW && s && !scalar_first && s->kind == DT_SCALAR_BOOL))
             return dt__error(DT_EUNSUPPORTED, "%s: \"%s\" not implemented for 'Bool'", name,
-                             op == DT_BINARY_POW         ? "pow"
-                             : op == DT_BINARY_REMAINDER ? "remainder_cpu"
-                             : op == DT_BINARY_DIV_TRUNC ? "div_trunc_cpu"
-                                                         : "div_floor_cpu");
+                             binary_ops[op].bool_kernel);
         if (s && !scalar_first && integral && s->kind != DT_SCALAR_FLOAT) {
-            if (op == DT_BINARY_POW && s->i < 0)
-                return dt__error(DT_EOP, "pow: Integers to negative integer powers are not allowed.");
-            if (op != DT_BINARY_POW && s->i == 0)
+            if (kind == B_POW && s->i < 0)
+                return dt__error(DT_EOP, "%s: Integers to negative integer powers are not allowed.", name);
+            if (kind == B_INTDIV && s->i == 0)
                 return dt__error(DT_EOP, "%s: ZeroDivisionError", name);
         }
         break;
-    case DT_BINARY_BITWISE_AND:
-    case DT_BINARY_BITWISE_OR:
-    case DT_BINARY_BITWISE_XOR:
+    case B_BITWISE:
         if (!integral)
             return dt__error(DT_EUNSUPPORTED, "%s: \"%s_cpu\" not implemented for '%s'", name, name,
                              dt__ew_torch_name(rt));
@@ -358,7 +378,7 @@ static dt_status binary_dtype(int op, const char *name, dt_dtype rt, int has_boo
     default:
         break;
     }
-    *out = is_compare_or_logical(op) ? DT_BOOL : rt;
+    *out = rt;
     return DT_OK;
 }
 
@@ -608,8 +628,8 @@ dt_status dt__lower_elementwise(dt__lower *L, dt__node *n) {
 #define SCALAR_PDIV "; tensor / scalar: " DT__PS_SHARDS_1 DT__PS_TEXT(P) "; scalar / tensor: no Partial"
 
 const dt_op_doc dt__docs_elementwise[] = {
-#define DT_BINARY_OP(E, name, tensors, scalar, row, note)                                                    \
-    DOC_##row(name, DT__PS_SHARDS_2 DT__PS_TEXT(tensors) SCALAR_##scalar note)
+#define DT_BINARY_OP(E, name, tensors, scalar, row, note, ...)                                               \
+    DOC_##row(#name, DT__PS_SHARDS_2 DT__PS_TEXT(tensors) SCALAR_##scalar note)
 #include "dtorch/dtorch_ops.def"
     {"equal", "elementwise", DT__PS_SHARDS_2 " compare in place; any other combination reads both values", 1},
     {"where", "elementwise",

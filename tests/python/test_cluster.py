@@ -1,5 +1,5 @@
-"""Clusters on loopback (issue 13): this pytest process is the main node and worker nodes are
-``dtorch-node`` processes (one through ``python -m dtorch.node``); as root, also a main node and a
+"""Clusters on loopback (docs/decisions.md, "Worker nodes: formation, tokens, heartbeats"): this
+pytest process is the main node and worker nodes are ``dtorch-node`` processes (one through ``python -m dtorch.node``); as root, also a main node and a
 worker node in two network namespaces joined by a veth pair. Every wait is bounded and every child
 is killed in teardown. Heartbeats run every second (the default), so a node is lost 2 s after its
 last heartbeat (each side beats every half interval, on a connection of its own)."""
@@ -423,7 +423,8 @@ def test_two_network_namespaces(netns_pair, tmp_path):
             p.communicate(timeout=30)
 
 
-# ------------------------------------------------------------------ remote streams (issue 13 item 2)
+# ------------------------------------------------------------------ remote streams
+# (docs/decisions.md, "Remote streams: the first working increment")
 # A worker node's devices run ordinary programs: the main node lowers, ships each round's kernels to
 # the node, which runs them on its own streams; reads come back as bytes. Each test uses a fresh
 # graph (a graph's streams are bound to their node when first used).
@@ -476,9 +477,9 @@ def test_remote_ops_equal_torch(cluster):
         here = _program(local, g, pl, a, c, ai, bi)
         want = [a * 1.5 + c, torch.exp(a) - c.abs(), ai @ bi, None, a.sum(1), torch.softmax(a, dim=1),
                 a.max(dim=1).values, ai.sum(0), ai.sum()]
-        for i, (r, l, t) in enumerate(zip(got, here, want)):
+        for i, (r, loc, t) in enumerate(zip(got, here, want)):
             assert_replicas_equal(None, r)
-            rv, lv = r.to_torch(), l.to_torch()
+            rv, lv = r.to_torch(), loc.to_torch()
             assert torch.equal(rv, lv), (pl, i, rv, lv)
             if t is not None:
                 assert rv.dtype == t.dtype and torch.equal(rv, t), (pl, i, rv, t)

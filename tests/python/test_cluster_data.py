@@ -1,5 +1,5 @@
-"""Data between nodes (issue 13 item 3): this pytest process is the main node with 4 CPU devices
-(ids 0..3, the one-process reference meshes) and two ``dtorch-node`` worker nodes of 2 devices
+"""Data between nodes (docs/decisions.md, "Data between nodes"): this pytest process is the main
+node with 4 CPU devices (ids 0..3, the one-process reference meshes) and two ``dtorch-node`` worker nodes of 2 devices
 each (A: ids 4, 5; B: ids 6, 7). Values move between nodes (redistribute across meshes of
 different nodes), meshes span nodes (their collectives exchange messages), and the results are
 bit-identical to the same program on a mesh of the same shape in this process; a node killed
@@ -7,7 +7,6 @@ while a cross-node collective waits on it is an error naming it within the loss 
 a batch a node cannot decode (at once); large transfers on a loaded machine cause no false loss.
 Every wait is bounded and every child is killed in teardown."""
 
-import os
 import signal
 import subprocess
 import sys
@@ -181,8 +180,8 @@ def test_mesh_spanning_nodes(two_nodes, ids):
     ti = torch.randint(-9, 10, (5, 7), generator=torch.Generator().manual_seed(6)).float()
     got, ref = _collectives(span, g, t, ti), _collectives(here, g, t, ti)
     want = [t, t, t, t, ti, t.sum(0), (t @ _randn(7, 3, seed=9)).sum(), torch.softmax(t, dim=1)]
-    for i, (r, l, w) in enumerate(zip(got, ref, want)):
-        _same(r, l)
+    for i, (r, loc, w) in enumerate(zip(got, ref, want)):
+        _same(r, loc)
         _check(r, w, exact=i in (0, 1, 4))
 
 
@@ -271,8 +270,8 @@ def test_2d_mesh_data_parallel_across_nodes(two_nodes, rows):
                      p.redistribute(placements=[Replicate(), Shard(0)]),
                      p.redistribute(placements=[Shard(1), Replicate()]),
                      x @ ww])
-    for i, (r, l, want) in enumerate(zip(outs[0], outs[1], [t, t, t, t, t @ w])):
-        _same(r, l)
+    for i, (r, loc, want) in enumerate(zip(outs[0], outs[1], [t, t, t, t, t @ w])):
+        _same(r, loc)
         _check(r, want, exact=i < 2)
 
 

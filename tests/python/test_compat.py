@@ -180,11 +180,11 @@ class TestModules(unittest.TestCase):
         self.assertIn("dtensor_in_same_device", GlobalOption.as_dict())
 
     def test_type_enums(self):
-        from dtorch.nn import functional as F
+        from dtorch import _C
         from dtorch.type import OperatorFormat, PaddingType, PoolingKind
         self.assertEqual([p.name for p in PaddingType], ["EXPLICIT", "VALID", "SAME"])
         self.assertEqual((PaddingType.EXPLICIT, PaddingType.VALID, PaddingType.SAME),
-                         (F._CONV_EXPLICIT, F._CONV_VALID, F._CONV_SAME))
+                         (_C.CONV_PAD_EXPLICIT, _C.CONV_PAD_VALID, _C.CONV_PAD_SAME))
         self.assertEqual({p.name for p in PoolingKind}, {"MAX", "AVG"})
         self.assertEqual(OperatorFormat("NCHW"), OperatorFormat.NCHW)
 

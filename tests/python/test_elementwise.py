@@ -18,7 +18,7 @@ from helpers import cpu_only
 TESTED_OPS = {
     "add", "sub", "mul", "div", "floor_divide", "remainder", "pow", "maximum", "minimum",
     "eq", "ne", "lt", "le", "gt", "ge", "equal", "logical_and", "logical_or", "logical_xor", "logical_not",
-    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "where", "masked_fill", "clamp", "clip",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "xlogy", "where", "masked_fill", "clamp", "clip",
     "neg", "abs", "exp", "exp2", "expm1", "asin", "acos", "atan", "tan", "sinh", "cosh",
     "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "square",
     "reciprocal", "sin", "cos", "tanh", "sigmoid", "erf", "erfc", "floor", "ceil", "trunc", "round", "sign",
@@ -38,6 +38,7 @@ BINARY = {
     "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge,
     "logical_and": torch.logical_and, "logical_or": torch.logical_or, "logical_xor": torch.logical_xor,
     "bitwise_and": torch.bitwise_and, "bitwise_or": torch.bitwise_or, "bitwise_xor": torch.bitwise_xor,
+    "xlogy": torch.xlogy,
 }
 SCALAR_OK = [n for n in BINARY if n not in ("maximum", "minimum", "logical_and", "logical_or", "logical_xor")]
 
@@ -188,7 +189,7 @@ class TestBinary(unittest.TestCase):
                 a = values((3, 5), dtype, 7, positive=True)
                 self.check(name, a, s)
                 # torch's function form with the scalar first (torch.pow(2, t), torch.remainder(2, t)...).
-                if name in ("add", "sub", "mul", "div", "floor_divide", "remainder", "pow"):
+                if name in ("add", "sub", "mul", "div", "floor_divide", "remainder", "pow", "xlogy"):
                     self.check(name, s, a)
 
     def test_scalars_into_a_dropped_operand(self):
@@ -292,7 +293,7 @@ class TestBinary(unittest.TestCase):
         b = values((4,), torch.float32, 17, positive=True)
         cases = [("add_", (b,), {"alpha": 2}), ("sub_", (2,), {"alpha": 0.5}), ("mul_", (b,), {}),
                  ("div_", (b,), {"rounding_mode": "floor"}), ("div_", (3,), {}), ("pow_", (2,), {}),
-                 ("floor_divide_", (b,), {}), ("remainder_", (1.5,), {}), ("clamp_", (), {"min": 0.7, "max": 1.5}),
+                 ("floor_divide_", (b,), {}), ("remainder_", (1.5,), {}), ("xlogy_", (b,), {}), ("xlogy_", (3,), {}), ("clamp_", (), {"min": 0.7, "max": 1.5}),
                  ("clip_", (0.7,), {}), ("eq_", (b,), {}), ("lt_", (1.0,), {}),
                  ("masked_fill_", (torch.tensor([True, False, True, False]), -1.0), {})]
         for name, args, kw in cases:

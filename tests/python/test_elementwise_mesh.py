@@ -19,7 +19,7 @@ from helpers import CPU2, CPU3, CPU2x2, placements_1d, placements_2d
 TESTED_OPS = {"add", "sub", "mul", "div", "floor_divide", "remainder", "pow", "maximum", "minimum", "eq", "ne",
               "lt", "gt", "logical_and", "logical_or", "logical_not", "bitwise_and", "bitwise_not", "where",
               "masked_fill", "clamp", "neg", "abs", "exp", "sqrt", "sigmoid", "floor", "isnan", "to", "half",
-              "float", "long", "bool", "bfloat16", "equal", "erfc"}
+              "float", "long", "bool", "bfloat16", "equal", "erfc", "xlogy"}
 
 # ATen's CPU kernels of these calls round differently in their vectorised body and their scalar tail,
 # or when a broadcast operand's piece is a single element (torch's own op on a slice can differ
@@ -175,6 +175,7 @@ class TestBinary(MeshCase):
         "div_floor": (lambda a, b: torch.div(a, b, rounding_mode="floor"),
                       lambda a, b: dtorch.div(a, b, rounding_mode="floor")),
         "logical_and": (torch.logical_and, dtorch.logical_and),
+        "xlogy": (torch.xlogy, dtorch.xlogy),
     }
 
     def test_nonlinear_1d(self):
@@ -229,6 +230,9 @@ class TestBinary(MeshCase):
             ("lt", lambda t: t < 1, lambda t: t < 1, False, False),
             ("gt", lambda t: 1 < t, lambda t: 1 < t, False, False),
             ("ne", lambda t: t != 1, lambda t: t != 1, False, False),
+            ("xlogy", lambda t: torch.xlogy(t, 3), lambda t: dtorch.xlogy(t, 3), False, False),
+            ("xlogy", lambda t: torch.xlogy(2, t), lambda t: dtorch.xlogy(2, t), False, False),
+            ("xlogy", lambda t: t.xlogy(0.5), lambda t: t.xlogy(0.5), False, False),
         ]
         b = a > 1
         for mesh, p in itertools.product(MESHES, placements_1d(2)):
@@ -244,7 +248,7 @@ class TestBinary(MeshCase):
 
     def test_2x2(self):
         shapes = [((4, 6), (4, 6)), ((5, 6), (6,)), ((5, 1), (5, 6))]
-        for (sa, sb), name in itertools.product(shapes, ("maximum", "lt")):
+        for (sa, sb), name in itertools.product(shapes, ("maximum", "lt", "xlogy")):
             a, b = values(sa, torch.float32, 12), values(sb, torch.float32, 13)
             out = broadcast(sa, sb)
             for pa, pb in itertools.product(placements_2d(len(sa)), placements_2d(len(sb))):
@@ -265,7 +269,7 @@ class TestBinary(MeshCase):
 
     def test_dtypes(self):
         for dt, name in itertools.product((torch.float16, torch.bfloat16, torch.int64, torch.bool),
-                                          ("maximum", "eq", "logical_or", "add", "mul", "bitwise_and")):
+                                          ("maximum", "eq", "logical_or", "add", "mul", "bitwise_and", "xlogy")):
             a, b = values((5, 7), dt, 16), values((7,), dt, 17, positive=True)
             tf = getattr(torch, name)
             try:

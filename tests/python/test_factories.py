@@ -2,7 +2,6 @@
 
 import contextlib
 import io
-import itertools
 import re
 import unittest
 
@@ -11,7 +10,6 @@ import torch
 
 import dtorch
 from dtorch import DeviceMesh, Partial, Replicate, Shard
-from dtorch.test.test_util import assert_tensor_allclose
 
 # Operators this module tests against eager PyTorch (tests/python/test_registry.py).
 TESTED_OPS = {'tensor', 'from_torch', 'empty', 'zeros', 'ones', 'full', 'rand', 'randn', 'arange', 'randint',

@@ -5,7 +5,6 @@ import itertools
 import random
 import unittest
 
-import torch
 
 import dtorch
 from dtorch import DeviceMesh, Partial, Replicate, Shard

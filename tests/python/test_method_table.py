@@ -67,7 +67,7 @@ def test_sample_names_come_from_their_family():
     assert Tensor.sum.__module__ == "dtorch._ops_reduce"
     assert Tensor.view.__module__ == "dtorch._ops_views"
     assert Tensor.sort.__module__ == "dtorch._ops_sort_scan"
-    assert Tensor.softmax.__module__ == "dtorch._ops_nn_top"
+    assert Tensor.softmax.__module__ == "dtorch._ops_nn"
     assert Tensor.mm.__module__ == "dtorch._ops_linalg"
     assert Tensor.to.__module__ == "dtorch._ops_elementwise"
     assert type(inspect.getattr_static(Tensor, "add")).__name__ == "method_descriptor"
@@ -140,24 +140,26 @@ def _describe(*first):
 def test_import_order_does_not_change_methods():
     base = _describe("dtorch")
     for first in (["dtorch.nn.functional"], ["dtorch.nn.modules", "dtorch._ops_reduce"],
-                  ["dtorch._ops_nn_top", "dtorch._ops_linalg", "dtorch._ops_views", "dtorch._ops_elementwise"]):
+                  ["dtorch._ops_nn", "dtorch._ops_linalg", "dtorch._ops_views", "dtorch._ops_elementwise"]):
         assert _describe(*first) == base, first
     methods, _ = base
-    assert methods["softmax"][2] == "dtorch._ops_nn_top" and methods["sum"][2] == "dtorch._ops_reduce"
+    assert methods["softmax"][2] == "dtorch._ops_nn" and methods["sum"][2] == "dtorch._ops_reduce"
 
 
 def test_each_top_level_name_has_one_source():
-    families = ["_ops_views", "_ops", "_ops_reduce", "_ops_linalg", "_ops_elementwise", "_ops_sort_scan",
-                "_ops_nn_top", "_ops_method_forms", "_factories"]
+    families = ["_ops_views", "_ops_reduce", "_ops_linalg", "_ops_elementwise", "_ops_sort_scan",
+                "_ops_nn", "_ops_method_forms", "_factories"]
     seen = {}
     for fam in families:
         mod = importlib.import_module("dtorch." + fam)
-        for name in getattr(mod, "__all__", ()):
+        # The nn family's top-level names are its torch forms (its __all__ is torch.nn.functional's).
+        names = mod.TORCH_FORMS if fam == "_ops_nn" else getattr(mod, "__all__", ())
+        for name in names:
             assert name not in seen, f"dtorch.{name} is exported by {seen.get(name)} and {fam}"
             seen[name] = fam
             if name in ("tensor", "memory_stats"):
                 continue  # the original DTorch's callable modules of those names (dtorch/__init__.py)
-            assert getattr(dtorch, name) is getattr(mod, name), name
+            assert getattr(dtorch, name) is (mod.TORCH_FORMS[name] if fam == "_ops_nn" else getattr(mod, name)), name
 
 
 # ------------------------------------------------------------------ behaviour against eager torch
@@ -180,7 +182,7 @@ def _eq(a, b):
 
 A = torch.tensor([[1.0, -2.0, 3.5], [4.0, 0.5, -6.0]])
 B = torch.tensor([[2.0, 4.0, -1.0], [0.5, 8.0, 3.0]])
-I = torch.tensor([[3, -7, 2], [9, 4, -1]])
+INTS = torch.tensor([[3, -7, 2], [9, 4, -1]])
 
 
 def test_add_method(mesh):
@@ -188,7 +190,7 @@ def test_add_method(mesh):
     _eq(x.add(y), A.add(B))
     _eq(x.add(y, alpha=2), A.add(B, alpha=2))
     _eq(x.add(3), A.add(3))
-    _eq(_d(I, mesh).add(2.5), I.add(2.5))
+    _eq(_d(INTS, mesh).add(2.5), INTS.add(2.5))
 
 
 def test_sum_method(mesh):
@@ -196,7 +198,7 @@ def test_sum_method(mesh):
     _eq(x.sum(), A.sum())
     _eq(x.sum(dim=1), A.sum(dim=1))
     _eq(x.sum(0, keepdim=True), A.sum(0, keepdim=True))
-    _eq(_d(I, mesh).sum(dim=(0, 1)), I.sum(dim=(0, 1)))
+    _eq(_d(INTS, mesh).sum(dim=(0, 1)), INTS.sum(dim=(0, 1)))
     _eq(dtorch.sum(x, 1), torch.sum(A, 1))
 
 
@@ -237,21 +239,21 @@ def test_matmul_method(mesh):
 @pytest.mark.parametrize("op", ["+", "-", "*", "/"])
 def test_operators(mesh, op):
     f = eval(f"lambda a, b: a {op} b")
-    x, y, n = _d(A, mesh), _d(B, mesh), _d(I, mesh)
+    x, y, n = _d(A, mesh), _d(B, mesh), _d(INTS, mesh)
     _eq(f(x, y), f(A, B))
     _eq(f(x, 3), f(A, 3))
     _eq(f(x, 2.5), f(A, 2.5))
     _eq(f(3, x), f(3, A))
     _eq(f(2.5, y), f(2.5, B))
-    _eq(f(n, 2), f(I, 2))
-    _eq(f(7, n), f(7, I))
-    _eq(f(n, x), f(I, A))
+    _eq(f(n, 2), f(INTS, 2))
+    _eq(f(7, n), f(7, INTS))
+    _eq(f(n, x), f(INTS, A))
 
 
 def test_negation_and_in_place(mesh):
     x = _d(A, mesh)
     _eq(-x, -A)
-    _eq(-_d(I, mesh), -I)
+    _eq(-_d(INTS, mesh), -INTS)
     y = _d(A, mesh)
     y += 1
     _eq(y, A + 1)

@@ -8,10 +8,10 @@ import unittest
 import torch
 
 import dtorch
-from dtorch import DeviceMesh, Partial, PlacementError, Replicate, Shard
+from dtorch import Partial, PlacementError, Replicate, Shard
 from dtorch.test.test_util import assert_replicas_equal, assert_tensor_allclose, assert_tensor_equal
 
-from helpers import CPU1, CPU2, CPU3, CPU2x2, genuine_partial, int_valued, placements_1d, randn
+from helpers import CPU2, CPU3, CPU2x2, genuine_partial, int_valued, placements_1d, randn
 
 # Operators this module tests against eager PyTorch (tests/python/test_registry.py).
 TESTED_OPS = {'add', 'sub', 'mul', 'div', 'neg', 'matmul', 'sum'}

@@ -6,7 +6,6 @@ R->R, S(kept)->S(renumbered), S(reduced)->P for sum/mean and ->R (gathered by th
 op) for the others, P only for sum/mean.
 """
 
-import itertools
 import unittest
 
 import torch

@@ -249,10 +249,14 @@ class TestPlacementErrors(unittest.TestCase):
             return dtorch.from_torch(t, CPU2, pl)
 
         # (5, 3) Shard(0): blocks of 9 and 6 elements, but chunking 15 gives 8 and 7.
-        flat = lambda u: u.reshape(15)
+        def flat(u):
+            return u.reshape(15)
+
         self.assertEqual(accepted(flat, [fresh((5, 3), [Shard(0)])]), docs["reshape"])
         self.check("reshape", flat, [fresh((5, 3), [Shard(0)])], "no S(d) whose blocks")
-        sq = lambda u: u.squeeze(0)
+        def sq(u):
+            return u.squeeze(0)
+
         self.assertEqual(accepted(sq, [fresh((1, 4), [Shard(0)])]), docs["squeeze"])
         self.check("squeeze", sq, [fresh((1, 4), [Shard(0)])], "no S(removed d)")
         cases = [  # (fn, inputs, a part of the text)

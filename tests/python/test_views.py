@@ -389,13 +389,13 @@ class TestCatStack(ViewTestCase):
         h = int_valued(2, 3, dtype=torch.float16)
         bf = int_valued(2, 3, dtype=torch.bfloat16)
         bo = int_valued(2, 3) > 0
-        I, H, BF, BO = (dist(v, CPU1, None) for v in (i, h, bf, bo))
-        for xs, ts in [((A, I), (a, i)), ((I, H), (i, h)), ((H, BF, I), (h, bf, i)), ((BO, I), (bo, i)),
+        I64, H, BF, BO = (dist(v, CPU1, None) for v in (i, h, bf, bo))
+        for xs, ts in [((A, I64), (a, i)), ((I64, H), (i, h)), ((H, BF, I64), (h, bf, i)), ((BO, I64), (bo, i)),
                        ((BO, BO), (bo, bo))]:
             assert_tensor_equal(self, dtorch.cat(xs), torch.cat(ts))
             assert_tensor_equal(self, dtorch.stack(xs, 1), torch.stack(ts, 1))
         e = torch.zeros(0, dtype=torch.float64)
-        assert_tensor_equal(self, dtorch.cat([I, dist(e, CPU1, None)]), torch.cat([i, e]))
+        assert_tensor_equal(self, dtorch.cat([I64, dist(e, CPU1, None)]), torch.cat([i, e]))
 
     def test_errors(self):
         A = dist(randn(2, 3), CPU1, None)

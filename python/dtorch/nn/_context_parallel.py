@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from .. import _C
+from ..distributed_spec import Replicate, Shard
 
 _Tensor = _C.TensorBase
 
@@ -64,8 +65,6 @@ def _with(placements, mesh_dim: int, p) -> List:
 
 def ulysses(sdpa, query, key, value, attn_mask, mesh_dim: int, name: str):
     """Ulysses attention along ``mesh_dim``; ``sdpa(q, k, v, mask)`` is the local attention."""
-    from .. import Replicate, Shard
-
     n = query.device_mesh.shape[mesh_dim]
     for what, t in (("query", query), ("key", key), ("value", value)):
         heads = t.shape[-3]
@@ -92,8 +91,6 @@ def ulysses(sdpa, query, key, value, attn_mask, mesh_dim: int, name: str):
 def ring(query, key, value, attn_mask, dropout_p: float, is_causal: bool, scale, mesh_dim: int, name: str):
     """Ring attention along ``mesh_dim`` (all three brought to the query's placements, sequence-sharded
     on the ring); the output comes back in the query's placements."""
-    from .. import Shard
-
     if attn_mask is not None:
         raise NotImplementedError(
             f"scaled_dot_product_attention(): ring attention (mesh dim '{name}') does not take attn_mask; "

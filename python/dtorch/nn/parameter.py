@@ -22,7 +22,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from .. import _C
+from .. import _C, _factories
 from .._tensor import Tensor
 from ..distributed_spec import DeviceMesh, Placement
 
@@ -32,8 +32,6 @@ __all__ = ["Parameter", "Buffer"]
 def _alias(cls: type, data: Any, device_mesh: Optional[DeviceMesh], placements: Optional[Sequence[Placement]],
            what: str) -> Tensor:
     """A new ``cls`` object on ``data``'s value (a dtorch tensor) or on a distributed torch tensor."""
-    from .. import _factories
-
     if data is None:
         data = _factories.empty(0, device_mesh=device_mesh)
     elif isinstance(data, torch.Tensor):

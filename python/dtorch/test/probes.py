@@ -28,6 +28,7 @@ from typing import Dict, Iterator, Optional
 
 from .. import _C
 from .._C import TensorBase
+from .._graph import Graph, _resolve
 
 __all__ = ["Gate", "graph_stats", "cached_bytes", "fail_allocs", "fail_allocs_pending", "held_controller", "chains",
            "schedule", "replay", "controller_cpu_ns", "lowering_ns"]
@@ -89,8 +90,6 @@ def graph_stats(graph=None, reset_peak: bool = False) -> Dict[str, int]:
     >>> graph_stats()["in_flight_limit"]
     32768
     """
-    from .._graph import Graph, _resolve
-
     g: Optional[Graph] = _resolve(graph) if graph is not None else Graph.default_graph()
     return _C._graph_stats(g, reset_peak)
 
@@ -128,8 +127,6 @@ def held_controller(graph=None) -> Iterator[None]:
     >>> with held_controller():
     ...     y = dtorch.ones(3).exp(); del y   # made and dropped unread: never lowered
     """
-    from .._graph import Graph, _resolve
-
     g: Optional[Graph] = _resolve(graph) if graph is not None else Graph.default_graph()
     _C._hold_controller(g, True)
     try:
@@ -146,8 +143,6 @@ def chains(on: bool, graph=None) -> Iterator[None]:
     >>> with chains(False):
     ...     y = dtorch.ones(3).exp().sin()   # two kernels, not one chain
     """
-    from .._graph import Graph, _resolve
-
     g: Optional[Graph] = _resolve(graph) if graph is not None else Graph.default_graph()
     _C._set_chains(g, bool(on))
     try:
@@ -164,8 +159,6 @@ def replay(on: bool, graph=None) -> Iterator[None]:
     >>> with replay(False):
     ...     y = dtorch.ones(3).exp()   # lowered, never replayed
     """
-    from .._graph import Graph, _resolve
-
     g: Optional[Graph] = _resolve(graph) if graph is not None else Graph.default_graph()
     _C._set_replay(g, bool(on))
     try:
@@ -182,8 +175,6 @@ def schedule(on: bool, graph=None) -> Iterator[None]:
     >>> with schedule(False):
     ...     y = dtorch.ones(3).exp()   # lowered in program order
     """
-    from .._graph import Graph, _resolve
-
     g: Optional[Graph] = _resolve(graph) if graph is not None else Graph.default_graph()
     _C._set_schedule(g, bool(on))
     try:
@@ -199,8 +190,6 @@ def controller_cpu_ns(graph=None) -> int:
     >>> controller_cpu_ns() >= 0
     True
     """
-    from .._graph import Graph, _resolve
-
     g: Optional[Graph] = _resolve(graph) if graph is not None else Graph.default_graph()
     return _C._controller_cpu_ns(g)
 
@@ -213,7 +202,5 @@ def lowering_ns(on: bool = True, graph=None) -> int:
     >>> t0 = lowering_ns(True); y = (dtorch.ones(3) * 2).to_torch(); lowering_ns(False) >= t0
     True
     """
-    from .._graph import Graph, _resolve
-
     g: Optional[Graph] = _resolve(graph) if graph is not None else Graph.default_graph()
     return _C._lowering_ns(g, bool(on))

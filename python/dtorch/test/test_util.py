@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
+from .. import _factories
 from .._C import TensorBase
+from .._graph import Graph, _resolve
 
 __all__ = ["assert_tensor_equal", "assert_tensor_allclose", "gen_arg_list", "is_graph_satisfy", "local_values",
            "assert_replicas_equal", "genuine_partial", "partial_from_pieces", "local_regions"]
@@ -136,8 +137,6 @@ def is_graph_satisfy(device_mesh, graph=None) -> bool:
     >>> if not is_graph_satisfy(dtorch.DeviceMesh("cuda", [0, 1])):
     ...     raise unittest.SkipTest("needs 2 GPUs")
     """
-    from .._graph import Graph, _resolve
-
     g = Graph.default_graph() if graph is None else _resolve(graph)
     return g.satisfy(device_mesh)
 
@@ -321,8 +320,6 @@ def genuine_partial(t: torch.Tensor, device_mesh: Any, placements: Sequence[Any]
     >>> [v.tolist() for v in local_values(x)]   # two different addends of [0, 1, 2, 3]
     [[1.0, 4.0, 2.0, -4.0], [-1.0, -3.0, 0.0, 7.0]]
     """
-    from .. import _factories
-
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"genuine_partial: expected a torch.Tensor, got {type(t).__name__}")
     placements = list(placements)
@@ -385,8 +382,6 @@ def _partial_dims(mesh_shape: Tuple[int, ...], placements: List[Any]) -> List[in
 
 
 def _from_pieces(pieces: torch.Tensor, device_mesh: Any, placements: List[Any], graph: Any) -> Tuple[Any, List[Any]]:
-    from .. import _factories
-
     mesh_shape = tuple(device_mesh.shape)
     pdims = _partial_dims(mesh_shape, placements)
     shape = tuple(pieces.shape[1:])

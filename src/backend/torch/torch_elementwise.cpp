@@ -27,52 +27,73 @@ namespace {
  * promotion treats it as a scalar. */
 at::Tensor wrapped(const dt_scalar &s) { return at::native::wrapped_scalar_tensor(to_scalar(s)); }
 
+// The binary calls come from include/dtorch/dtorch_ops.def's binary rows:
+// `call` names the ATen overloads the op has (x op y, x op s, s op x) and
+// `into` the form that writes into x; CUSTOM rows are written by hand below.
+#define BIN_TT_SCALAR(E, name)                                                                               \
+    case DT_BINARY_##E:                                                                                      \
+        return at::name(x, y);
+#define BIN_TT_SCALAR2 BIN_TT_SCALAR
+#define BIN_TT_TENSOR BIN_TT_SCALAR
+#define BIN_TT_ALPHA(E, name)                                                                                \
+    case DT_BINARY_##E:                                                                                      \
+        return at::name(x, y, alpha);
+#define BIN_TT_CUSTOM(E, name)
+#define BIN_TS_SCALAR(E, name)                                                                               \
+    case DT_BINARY_##E:                                                                                      \
+        return at::name(x, s);
+#define BIN_TS_SCALAR2 BIN_TS_SCALAR
+#define BIN_TS_ALPHA(E, name)                                                                                \
+    case DT_BINARY_##E:                                                                                      \
+        return at::name(x, s, alpha);
+#define BIN_TS_TENSOR(E, name)
+#define BIN_TS_CUSTOM(E, name)
+#define BIN_ST_SCALAR2(E, name)                                                                              \
+    case DT_BINARY_##E:                                                                                      \
+        return at::name(to_scalar(ds), x);
+#define BIN_ST_SCALAR(E, name)
+#define BIN_ST_ALPHA(E, name)
+#define BIN_ST_TENSOR(E, name)
+#define BIN_ST_CUSTOM(E, name)
+#define BIN_TT_INTO_OUT_SCALAR(E, name)                                                                      \
+    case DT_BINARY_##E:                                                                                      \
+        at::name##_out(x, x, y);                                                                             \
+        return true;
+#define BIN_TT_INTO_OUT_SCALAR2 BIN_TT_INTO_OUT_SCALAR
+#define BIN_TT_INTO_OUT_TENSOR BIN_TT_INTO_OUT_SCALAR
+#define BIN_TT_INTO_OUT_ALPHA(E, name)                                                                       \
+    case DT_BINARY_##E:                                                                                      \
+        at::name##_out(x, x, y, alpha);                                                                      \
+        return true;
+#define BIN_TT_INTO_OUT_CUSTOM(E, name)
+#define BIN_TS_INTO_OUT_SCALAR(E, name)                                                                      \
+    case DT_BINARY_##E:                                                                                      \
+        x.name##_(s);                                                                                        \
+        return true;
+#define BIN_TS_INTO_OUT_SCALAR2 BIN_TS_INTO_OUT_SCALAR
+#define BIN_TS_INTO_OUT_ALPHA(E, name)                                                                       \
+    case DT_BINARY_##E:                                                                                      \
+        x.name##_(s, alpha);                                                                                 \
+        return true;
+#define BIN_TS_INTO_OUT_TENSOR(E, name)
+#define BIN_TS_INTO_OUT_CUSTOM(E, name)
+#define BIN_TT_INTO_OUT(E, name, call) BIN_TT_INTO_OUT_##call(E, name)
+#define BIN_TS_INTO_OUT(E, name, call) BIN_TS_INTO_OUT_##call(E, name)
+#define BIN_TT_INTO_NONE(E, name, call)
+#define BIN_TS_INTO_NONE(E, name, call)
+#define BIN_TT_INTO_CUSTOM(E, name, call)
+#define BIN_TS_INTO_CUSTOM(E, name, call)
+#define BIN_ROW(form, E, name, tensors, scalar, row, note, result, bool_kernel, call, ...)                   \
+    BIN_##form##_##call(E, name)
+#define BIN_INTO(form, E, name, tensors, scalar, row, note, result, bool_kernel, call, into, py)             \
+    BIN_##form##_INTO_##into(E, name, call)
+
 at::Tensor binary_tt(int sub, const at::Tensor &x, const at::Tensor &y, const at::Scalar &alpha) {
     switch (sub) {
-    case DT_BINARY_ADD:
-        return at::add(x, y, alpha);
-    case DT_BINARY_SUB:
-        return at::sub(x, y, alpha);
-    case DT_BINARY_MUL:
-        return at::mul(x, y);
-    case DT_BINARY_DIV:
-        return at::div(x, y);
+#define DT_BINARY_OP(...) BIN_ROW(TT, __VA_ARGS__)
+#include "dtorch/dtorch_ops.def"
     case DT_BINARY_DIV_TRUNC:
         return at::div(x, y, c10::optional<c10::string_view>("trunc"));
-    case DT_BINARY_DIV_FLOOR:
-        return at::floor_divide(x, y);
-    case DT_BINARY_REMAINDER:
-        return at::remainder(x, y);
-    case DT_BINARY_POW:
-        return at::pow(x, y);
-    case DT_BINARY_MAXIMUM:
-        return at::maximum(x, y);
-    case DT_BINARY_MINIMUM:
-        return at::minimum(x, y);
-    case DT_BINARY_EQ:
-        return at::eq(x, y);
-    case DT_BINARY_NE:
-        return at::ne(x, y);
-    case DT_BINARY_LT:
-        return at::lt(x, y);
-    case DT_BINARY_LE:
-        return at::le(x, y);
-    case DT_BINARY_GT:
-        return at::gt(x, y);
-    case DT_BINARY_GE:
-        return at::ge(x, y);
-    case DT_BINARY_LOGICAL_AND:
-        return at::logical_and(x, y);
-    case DT_BINARY_LOGICAL_OR:
-        return at::logical_or(x, y);
-    case DT_BINARY_LOGICAL_XOR:
-        return at::logical_xor(x, y);
-    case DT_BINARY_BITWISE_AND:
-        return at::bitwise_and(x, y);
-    case DT_BINARY_BITWISE_OR:
-        return at::bitwise_or(x, y);
-    case DT_BINARY_BITWISE_XOR:
-        return at::bitwise_xor(x, y);
     default:
         fail("torch backend: unknown binary op " + std::to_string(sub));
     }
@@ -83,35 +104,13 @@ at::Tensor binary_tt(int sub, const at::Tensor &x, const at::Tensor &y, const at
  * shape; see donatable). false when the op has no such form. */
 bool binary_tt_into(int sub, at::Tensor &x, const at::Tensor &y, const at::Scalar &alpha) {
     switch (sub) {
-    case DT_BINARY_ADD:
-        at::add_out(x, x, y, alpha);
-        return true;
-    case DT_BINARY_SUB:
-        at::sub_out(x, x, y, alpha);
-        return true;
+#define DT_BINARY_OP(...) BIN_INTO(TT, __VA_ARGS__)
+#include "dtorch/dtorch_ops.def"
     case DT_BINARY_MUL:
         at::mul_out(x, x, y);
         return true;
-    case DT_BINARY_DIV:
-        at::div_out(x, x, y);
-        return true;
     case DT_BINARY_DIV_TRUNC:
         at::div_out(x, x, y, c10::optional<c10::string_view>("trunc"));
-        return true;
-    case DT_BINARY_DIV_FLOOR:
-        at::floor_divide_out(x, x, y);
-        return true;
-    case DT_BINARY_REMAINDER:
-        at::remainder_out(x, x, y);
-        return true;
-    case DT_BINARY_POW:
-        at::pow_out(x, x, y);
-        return true;
-    case DT_BINARY_MAXIMUM:
-        at::maximum_out(x, x, y);
-        return true;
-    case DT_BINARY_MINIMUM:
-        at::minimum_out(x, x, y);
         return true;
     default:
         return false;
@@ -123,75 +122,30 @@ bool binary_tt_into(int sub, at::Tensor &x, const at::Tensor &y, const at::Scala
 bool binary_ts_into(int sub, at::Tensor &x, const dt_scalar &ds, const at::Scalar &alpha) {
     at::Scalar s = to_scalar(ds);
     switch (sub) {
-    case DT_BINARY_ADD:
-        x.add_(s, alpha);
-        return true;
-    case DT_BINARY_SUB:
-        x.sub_(s, alpha);
-        return true;
+#define DT_BINARY_OP(...) BIN_INTO(TS, __VA_ARGS__)
+#include "dtorch/dtorch_ops.def"
     case DT_BINARY_MUL:
         // Python's x.mul_(float) is mul_.Tensor with a wrapped number; ATen's
         // mul_.Scalar rounds the scalar to x's dtype first (bf16/fp16 differ).
         x.mul_(wrapped(ds));
         return true;
-    case DT_BINARY_DIV:
-        x.div_(s);
-        return true;
     case DT_BINARY_DIV_TRUNC:
         x.div_(s, c10::optional<c10::string_view>("trunc"));
-        return true;
-    case DT_BINARY_DIV_FLOOR:
-        x.floor_divide_(s);
-        return true;
-    case DT_BINARY_REMAINDER:
-        x.remainder_(s);
-        return true;
-    case DT_BINARY_POW:
-        x.pow_(s);
         return true;
     default:
         return false;
     }
 }
 
-/* x op s through the Scalar overloads torch's Python binding picks. */
+/* x op s through the Scalar overloads torch's Python binding picks; an op
+ * without one takes s as a wrapped number, as torch's parser passes it. */
 at::Tensor binary_ts(int sub, const at::Tensor &x, const dt_scalar &ds, const at::Scalar &alpha) {
     at::Scalar s = to_scalar(ds);
     switch (sub) {
-    case DT_BINARY_ADD:
-        return at::add(x, s, alpha);
-    case DT_BINARY_SUB:
-        return at::sub(x, s, alpha);
-    case DT_BINARY_MUL:
-        return at::mul(x, s);
-    case DT_BINARY_DIV:
-        return at::div(x, s);
+#define DT_BINARY_OP(...) BIN_ROW(TS, __VA_ARGS__)
+#include "dtorch/dtorch_ops.def"
     case DT_BINARY_DIV_TRUNC:
         return at::div(x, s, c10::optional<c10::string_view>("trunc"));
-    case DT_BINARY_DIV_FLOOR:
-        return at::floor_divide(x, s);
-    case DT_BINARY_REMAINDER:
-        return at::remainder(x, s);
-    case DT_BINARY_POW:
-        return at::pow(x, s);
-    case DT_BINARY_EQ:
-        return at::eq(x, s);
-    case DT_BINARY_NE:
-        return at::ne(x, s);
-    case DT_BINARY_LT:
-        return at::lt(x, s);
-    case DT_BINARY_LE:
-        return at::le(x, s);
-    case DT_BINARY_GT:
-        return at::gt(x, s);
-    case DT_BINARY_GE:
-        return at::ge(x, s);
-    case DT_BINARY_BITWISE_AND:
-        return at::bitwise_and(x, s);
-    case DT_BINARY_BITWISE_OR:
-        return at::bitwise_or(x, s);
-    case DT_BINARY_BITWISE_XOR:
-        return at::bitwise_xor(x, s);
     default:
         return binary_tt(sub, x, wrapped(ds), alpha);
     }
@@ -200,10 +154,8 @@ at::Tensor binary_ts(int sub, const at::Tensor &x, const dt_scalar &ds, const at
 /* s op x: torch.<op>(s, x) (the function form). */
 at::Tensor binary_st(int sub, const dt_scalar &ds, const at::Tensor &x, const at::Scalar &alpha) {
     switch (sub) {
-    case DT_BINARY_POW:
-        return at::pow(to_scalar(ds), x);
-    case DT_BINARY_REMAINDER:
-        return at::remainder(to_scalar(ds), x);
+#define DT_BINARY_OP(...) BIN_ROW(ST, __VA_ARGS__)
+#include "dtorch/dtorch_ops.def"
     default:
         return binary_tt(sub, wrapped(ds), x, alpha);
     }

@@ -21,10 +21,13 @@ from ... import _C, _factories
 from ..._ops_views import cat
 from ...distributed_spec import DeviceMesh, Replicate
 from ...nn import functional as F
+from ...nn.modules._common import _where
 from ...nn.modules.container import ModuleList
 from ...nn.modules.module import Module
 from ...nn.parameter import Parameter
 from .config import LlamaConfig
+from .generation import generate as _generate
+from .loading import load
 from .layout import ACT, COL, CP_DIMS, KV, ROW, ROW_BIAS, VOCAB, Layout, lay, placements
 
 __all__ = ["LlamaForCausalLM", "LlamaModel"]
@@ -273,8 +276,6 @@ class LlamaForCausalLM(Module):
     def __init__(self, config: LlamaConfig, device_mesh: Optional[DeviceMesh] = None,
                  dtype: Optional[torch.dtype] = None, *, graph: Any = None, _make: Optional[Maker] = None) -> None:
         super().__init__()
-        from ...nn.modules._common import _where
-
         w = _where(None, device_mesh, dtype, graph)
         self.config, self.graph, self.dtype = config, w.graph, w.dtype
         self.layout = Layout(w.mesh, config.num_hidden_layers)
@@ -304,8 +305,6 @@ class LlamaForCausalLM(Module):
 
         >>> model = LlamaForCausalLM.from_pretrained("/models/llama", device_mesh=mesh, dtype=torch.bfloat16)
         """
-        from .loading import load
-
         return load(cls, path, device_mesh, dtype, graph)
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
@@ -340,9 +339,7 @@ class LlamaForCausalLM(Module):
         """Greedy or sampled decoding with a preallocated KV cache, as ``transformers``' ``generate``;
         see ``generation.generate`` for the arguments. Returns the prompt and the new tokens
         (torch.LongTensor [B, S + n])."""
-        from .generation import generate
-
-        return generate(self, input_ids, max_new_tokens, do_sample, **kwargs)
+        return _generate(self, input_ids, max_new_tokens, do_sample, **kwargs)
 
 
 def _check_mesh(cfg: LlamaConfig, lay_: Layout) -> None:

@@ -20,7 +20,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import torch
 
-from ... import _factories
+from ... import _factories, _ops_views
 from ...distributed_spec import DeviceMesh, Replicate, Shard
 from ...nn import functional as F
 from ...nn.modules.container import ModuleList
@@ -140,8 +140,6 @@ def _split_tokens(h: Any, s: int):
 
 
 def _cat(ts: Sequence[Any], dim: int) -> Any:
-    from ... import _ops_views
-
     return _ops_views.cat(list(ts), dim=dim)
 
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
-from ... import _C
+from ... import _C, _factories
 from ..._tensor import Tensor
 from ...distributed_spec import DeviceMesh, Replicate
 from ..parameter import Buffer, Parameter
@@ -53,8 +53,6 @@ def _cast(t: Tensor, dtype: torch.dtype) -> Tensor:
     if to is not None:
         return to(t, dtype)
     # Without a cast op (another family's), go through the host value once.
-    from ... import _factories
-
     return _factories.from_torch(t.to_torch().to(dtype), t.device_mesh, t.placements, graph=t.graph)
 
 
@@ -343,8 +341,6 @@ class Module:
 
         >>> model.load_state_dict(torch_model.state_dict())
         """
-        from ... import _factories
-
         if not isinstance(state_dict, dict):
             raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}.")
         items = list(self._state_items())
@@ -393,8 +389,6 @@ class Module:
         >>> model.to(torch.float64)
         >>> model.to(dtorch.DeviceMesh("cpu", [2, 3], mesh_dim_names=("tp",)))
         """
-        from ... import _factories
-
         dtype = kwargs.pop("dtype", None)
         mesh = kwargs.pop("device_mesh", None)
         device = kwargs.pop("device", None)

@@ -1,7 +1,7 @@
 /*
  * dtorch._C entry points for dtorch.explain() and dtorch.profiler.trace()
- * (private; python/dtorch/explain.py and profiler.py wrap them):
- *   _record_enable(kind, on)        dt_record_enable (0 explain, 1 trace)
+ * (private; python/dtorch/_explain.py and profiler.py wrap them):
+ *   _record_enable(kind, on)        dt_record_enable (RECORD_EXPLAIN, RECORD_TRACE)
  *   _record_enabled(kind) -> bool
  *   _graph_take_explain(graph) -> ([(file, line, collective, mesh_dim, mesh_dim_name, op, bytes)], dropped)
  *   _graph_take_trace(graph) -> ([node tuples], [kernel tuples], dropped): a node is
@@ -13,22 +13,12 @@
 #include "dtorch/dtorch_record.h"
 #include "dtorch_py.h"
 
-static dtpy_state *mod_state(PyObject *module) { return (dtpy_state *)PyModule_GetState(module); }
-
-static dt_graph *graph_arg(dtpy_state *st, PyObject *graph) {
-    if (!PyObject_TypeCheck(graph, st->graph_base_type) || ((dtpy_graph *)graph)->g == NULL) {
-        PyErr_Format(PyExc_TypeError, "graph must be a dtorch.Graph, not %.100s", Py_TYPE(graph)->tp_name);
-        return NULL;
-    }
-    return ((dtpy_graph *)graph)->g;
-}
-
 static PyObject *mod_record_enable(PyObject *module, PyObject *args) {
     int kind, on;
     if (!PyArg_ParseTuple(args, "ip", &kind, &on))
         return NULL;
     if (dt_record_enable((dt_record_kind)kind, on) != DT_OK)
-        return dtpy_raise_last(mod_state(module));
+        return dtpy_raise_last(dtpy_state_of(module));
     Py_RETURN_NONE;
 }
 
@@ -47,8 +37,8 @@ static PyObject *str_or_none(const char *s) {
 }
 
 static PyObject *mod_take_explain(PyObject *module, PyObject *graph) {
-    dtpy_state *st = mod_state(module);
-    dt_graph *g = graph_arg(st, graph);
+    dtpy_state *st = dtpy_state_of(module);
+    dt_graph *g = dtpy_graph_arg(st, graph);
     if (!g)
         return NULL;
     dt_explain_record *recs = NULL;
@@ -108,8 +98,8 @@ static PyObject *node_tuple(dtpy_state *st, const dt_trace_node *nd) {
 }
 
 static PyObject *mod_take_trace(PyObject *module, PyObject *graph) {
-    dtpy_state *st = mod_state(module);
-    dt_graph *g = graph_arg(st, graph);
+    dtpy_state *st = dtpy_state_of(module);
+    dt_graph *g = dtpy_graph_arg(st, graph);
     if (!g)
         return NULL;
     dt_trace_node *nodes = NULL;
@@ -162,4 +152,10 @@ static PyMethodDef record_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int dtpy_add_record_methods(PyObject *module) { return PyModule_AddFunctions(module, record_methods); }
+int dtpy_add_record_methods(PyObject *module) {
+    static const dtpy_constant kinds[] = {{"RECORD_EXPLAIN", DT_RECORD_EXPLAIN},
+                                          {"RECORD_TRACE", DT_RECORD_TRACE}};
+    if (PyModule_AddFunctions(module, record_methods) < 0)
+        return -1;
+    return DTPY_ADD_CONSTANTS(module, kinds);
+}

@@ -126,27 +126,11 @@ static void tensor_dealloc(PyObject *self) {
 
 /* ------------------------------------------------------------ metadata */
 
-static PyObject *shape_tuple(const dt_tensor *t) {
-    int n = dt_tensor_ndim(t);
-    const int64_t *s = dt_tensor_shape(t);
-    PyObject *tup = PyTuple_New(n);
-    if (tup == NULL)
-        return NULL;
-    for (int i = 0; i < n; i++) {
-        PyObject *v = PyLong_FromLongLong(s[i]);
-        if (v == NULL) {
-            Py_DECREF(tup);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(tup, i, v);
-    }
-    return tup;
-}
-
 static PyObject *tensor_get_shape(PyObject *self, void *c) {
     (void)c;
     dtpy_state *st = tensor_state(self);
-    PyObject *tup = shape_tuple(((dtpy_tensor *)self)->t);
+    dt_tensor *t = ((dtpy_tensor *)self)->t;
+    PyObject *tup = dtpy_shape_tuple(dt_tensor_ndim(t), dt_tensor_shape(t));
     if (tup == NULL)
         return NULL;
     PyObject *size = PyObject_CallOneArg(st->torch_size_type, tup);
@@ -189,16 +173,6 @@ static PyObject *tensor_get_device(PyObject *self, void *c) {
     return PyObject_CallFunction(st->torch_device_type, "sL", "cuda", (long long)dt_mesh_ids(m)[0]);
 }
 
-/* A new _C.Mesh handle on `m` (retained). */
-static PyObject *mesh_handle_new(dtpy_state *st, dt_mesh *m) {
-    dtpy_mesh *h = (dtpy_mesh *)st->mesh_type->tp_alloc(st->mesh_type, 0);
-    if (h == NULL)
-        return NULL;
-    dt_mesh_retain(m);
-    h->m = m;
-    return (PyObject *)h;
-}
-
 static PyObject *tensor_get_device_mesh(PyObject *self, void *c) {
     (void)c;
     dtpy_tensor *o = (dtpy_tensor *)self;
@@ -208,7 +182,7 @@ static PyObject *tensor_get_device_mesh(PyObject *self, void *c) {
             PyErr_SetString(PyExc_RuntimeError, "the dtorch package did not register its classes");
             return NULL;
         }
-        PyObject *h = mesh_handle_new(st, dt_tensor_mesh(o->t));
+        PyObject *h = dtpy_mesh_handle_new(st, dt_tensor_mesh(o->t));
         if (h == NULL)
             return NULL;
         o->mesh = PyObject_CallOneArg(st->mesh_from_handle, h);
@@ -394,17 +368,6 @@ static PyObject *tensor_to_torch_async(PyObject *self, PyObject *unused) {
 
 /* ------------------------------------------------------------------- ops */
 
-static int check_same_graph(dtpy_tensor *a, dtpy_tensor *b, const char *op) {
-    if (dt_tensor_graph(a->t) != dt_tensor_graph(b->t)) {
-        PyErr_Format(PyExc_ValueError,
-                     "%s: the operands belong to different graphs; a dtorch op takes tensors of one graph "
-                     "(create both with the same graph=...)",
-                     op);
-        return -1;
-    }
-    return 0;
-}
-
 static PyObject *torch_operand_error(const char *op, int tensor_first) {
     PyErr_Format(PyExc_TypeError,
                  "%s: cannot mix a dtorch.Tensor with a torch.Tensor %s; convert the torch tensor with "
@@ -418,7 +381,7 @@ static PyObject *torch_operand_error(const char *op, int tensor_first) {
  * (ops_elementwise.c), as are their method forms; one implementation each. */
 
 static PyObject *matmul(dtpy_state *st, dtpy_tensor *a, dtpy_tensor *b) {
-    if (check_same_graph(a, b, "matmul") < 0)
+    if (dtpy_same_graph(a->t, b->t, "matmul") < 0)
         return NULL;
     dtpy_record_call_site(st);
     return dtpy_tensor_wrap_like(st, dt_matmul(a->t, b->t), a);
@@ -454,8 +417,8 @@ static PyObject *tensor_matmul(PyObject *self, PyObject *other) {
 /* _redistribute(mesh_or_None, placements_or_None): the Python method
  * `redistribute` validates and converts its arguments first. */
 static PyObject *tensor_redistribute(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2)
-        return PyErr_Format(PyExc_TypeError, "_redistribute takes 2 arguments (%zd given)", nargs);
+    if (dtpy_nargs(nargs, 2, 2, "TensorBase._redistribute") < 0)
+        return NULL;
     dtpy_state *st = tensor_state(self);
     dtpy_tensor *a = (dtpy_tensor *)self;
     PyObject *mesh_obj = args[0];
@@ -554,6 +517,31 @@ static PyGetSetDef tensor_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+static int append_name(PyObject *list, const char *name) {
+    PyObject *s = PyUnicode_FromString(name);
+    int rc = s ? PyList_Append(list, s) : -1;
+    Py_XDECREF(s);
+    return rc;
+}
+
+/* _C.METHOD_NAMES: the names of TensorBase's methods and properties, in
+ * table order (python/dtorch/_methods.py's C_METHODS). */
+int dtpy_add_tensor_methods(PyObject *module) {
+    if (dtpy_tensor_methods_init() < 0)
+        return -1;
+    PyObject *names = PyList_New(0);
+    int rc = names ? 0 : -1;
+    for (const PyMethodDef *d = tensor_methods; rc == 0 && d->ml_name != NULL; d++)
+        rc = append_name(names, d->ml_name);
+    for (const PyGetSetDef *g = tensor_getset; rc == 0 && g->name != NULL; g++)
+        rc = append_name(names, g->name);
+    PyObject *tup = rc == 0 ? PyList_AsTuple(names) : NULL;
+    Py_XDECREF(names);
+    rc = tup ? PyModule_AddObjectRef(module, "METHOD_NAMES", tup) : -1;
+    Py_XDECREF(tup);
+    return rc;
+}
+
 static PyMemberDef tensor_members[] = {
     {"__weaklistoffset__", T_PYSSIZET, offsetof(dtpy_tensor, weakreflist), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
@@ -599,15 +587,9 @@ static PyType_Slot tensor_slots[] = {
     {0, NULL},
 };
 
-PyType_Spec dtpy_tensor_spec = {
-    .name = "dtorch._C.TensorBase",
-    .basicsize = sizeof(dtpy_tensor),
-    /* Immutable: no attribute of the type changes after creation (the method
-     * table is complete when it is created). */
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION
-#ifdef Py_TPFLAGS_IMMUTABLETYPE
-             | Py_TPFLAGS_IMMUTABLETYPE
-#endif
-    ,
-    .slots = tensor_slots,
-};
+/* Immutable: no attribute of the type changes after creation (the method
+ * table is complete when it is created). */
+PyType_Spec dtpy_tensor_spec = DTPY_TYPE_SPEC(
+    "TensorBase", dtpy_tensor,
+    Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+    tensor_slots);
