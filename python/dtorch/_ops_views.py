@@ -2,7 +2,7 @@
 
 torch's argument conventions live here (varargs sizes, ``-1`` inference, the parsing of ``x[...]``
 keys, chunk/split sizes); the placement rules and the work live in C (src/ops/views.c, index.c,
-shape_ops.c). This module holds the Tensor methods (listed in _methods.py) and defines the ``dtorch.*`` functions.
+views_join.c, views_rearrange.c). This module holds the Tensor methods (listed in _methods.py) and defines the ``dtorch.*`` functions.
 
 dtorch values are immutable: ``x.view(...)``, ``x[0]`` and friends return new tensors (the
 backend may share storage underneath), and ``x[key] = v`` / ``x.copy_(src)`` compute the new

@@ -103,7 +103,7 @@ def _chunk(n, k, i):
 
 
 def local_region(shape, mesh_shape, placements, coord):
-    """DESIGN.md §2: shards follow torch.chunk and nest in mesh-dim order."""
+    """docs/design.md, "Distributed tensors": shards follow torch.chunk and nest in mesh-dim order."""
     start, length = [0] * len(shape), list(shape)
     for md, p in enumerate(placements):
         if p.is_shard() and mesh_shape[md] > 1:

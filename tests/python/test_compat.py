@@ -1,4 +1,4 @@
-"""The original DTorch's public names (API.md, "Compatibility with the original DTorch"), each listed
+"""The original DTorch's public names (docs/api.md, "Compatibility with the original DTorch"), each listed
 explicitly, and their behaviour against eager torch. dtorch.nn.* is checked by the nn tests.
 
 Every name below must exist: a missing one fails the test that lists it.

@@ -1,4 +1,4 @@
-"""dtorch.nn as the original DTorch's users expect it (API.md, "Compatibility": nn and nn.functional).
+"""dtorch.nn as the original DTorch's users expect it (docs/api.md, "Compatibility": nn and nn.functional).
 
 Every name of that section is checked explicitly, then the behaviour against eager torch: each layer
 and function on a one-device mesh (torch.equal against the torch module holding the same state_dict),
@@ -85,7 +85,7 @@ def randomize(model, seed=7, ints=False):
 
 
 class TestNames(unittest.TestCase):
-    """Each nn name of API.md's Compatibility section, by name: a missing one fails here."""
+    """Each nn name of docs/api.md's Compatibility section, by name: a missing one fails here."""
 
     def test_module_paths(self):
         for path, names in MODULE_PATHS.items():

@@ -86,7 +86,7 @@ class TestLocalValues(unittest.TestCase):
         for g, w in zip(got, want):
             self.assertTrue(torch.equal(g, w), (g, w))
         # Replicate: every device its own full copy; Partial from a torch tensor: the value on the
-        # first coordinate and zeros elsewhere (API.md), read as stored, not summed.
+        # first coordinate and zeros elsewhere (docs/api.md), read as stored, not summed.
         got = local_values(dtorch.from_torch(t, m, [Replicate(), Partial()]))
         want = [t, torch.zeros_like(t), t, torch.zeros_like(t)]
         for g, w in zip(got, want):

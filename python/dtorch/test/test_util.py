@@ -199,7 +199,7 @@ def _replica_mismatch(shape: Tuple[int, ...], placements: List[Any], values: Lis
 
 def local_regions(shape: Sequence[int], mesh_shape: Sequence[int], placements: Sequence[Any]) -> List[Tuple[slice, ...]]:
     """The region of a tensor of ``shape`` that each device holds, in row-major mesh order, written
-    here from DESIGN.md section 2 rather than read from the library: ``torch.chunk`` sizes
+    here from docs/design.md ("Distributed tensors") rather than read from the library: ``torch.chunk`` sizes
     (``c = ceil(n/k)``, piece i is ``[min(i*c, n), min((i+1)*c, n))``), mesh dims that shard the same
     tensor dim nesting in mesh-dim order. Replicate and Partial mesh dims hold the whole extent.
 
