@@ -76,8 +76,13 @@ static void say(const nodectx *n, const char *fmt, const char *a) {
 }
 
 int dt__node_fail(const char *msg) {
-    fprintf(stderr, "dtorch-node: %s\n", msg);
-    dt__error(DT_EINVAL, "%s", msg);
+    /* msg may be the thread's own error buffer (dt_last_error()), which
+     * dt__error writes: copied first, so the message is never formatted
+     * into itself. */
+    char copy[1024];
+    snprintf(copy, sizeof copy, "%s", msg);
+    fprintf(stderr, "dtorch-node: %s\n", copy);
+    dt__error(DT_EINVAL, "%s", copy);
     return 1;
 }
 
