@@ -430,9 +430,10 @@ dt_status dt_cluster_listen(const char *address, const dt_cluster_options *opts)
         C.pid = getpid();
         dt__span_nccl_clear();
         dt__cluster_data_start();
-    } else { /* whatever was made */
+    } else { /* whatever was made, and the address bound before a later step failed */
         pthread_mutex_lock(&C.mu);
         close_all();
+        C.address[0] = 0;
         pthread_mutex_unlock(&C.mu);
     }
     pthread_mutex_unlock(&C.life);
