@@ -45,33 +45,6 @@ dt_status dt__nn_need(const char *op, const char *what, const dt_tensor *t) {
     return DT_OK;
 }
 
-static const nn_rules *rules_of(int op) {
-    switch (op) {
-    case DT_OP_ACTIVATION:
-        return &dt__nn_rules_activation;
-    case DT_OP_SOFTMAX:
-        return &dt__nn_rules_softmax;
-    case DT_OP_NORM:
-        return &dt__nn_rules_norm;
-    case DT_OP_EMBEDDING:
-        return &dt__nn_rules_embedding;
-    case DT_OP_CONV2D:
-        return &dt__nn_rules_conv2d;
-    case DT_OP_INTERPOLATE:
-        return &dt__nn_rules_interpolate;
-    case DT_OP_PAD:
-        return &dt__nn_rules_pad;
-    case DT_OP_DROPOUT:
-        return &dt__nn_rules_dropout;
-    case DT_OP_SDPA:
-        return &dt__nn_rules_sdpa;
-    case DT_OP_POOL2D:
-        return &dt__nn_rules_pool2d;
-    default:
-        return NULL;
-    }
-}
-
 /* ------------------------------------------------------------- engine */
 
 /* The engine's signature of an nn op: its rules, with the rule's Partial
@@ -86,7 +59,7 @@ static dt__psig signature(const nn_rules *r, int linear) {
 
 dt_tensor *dt__nn_submit(int op, const char *name, dt_tensor *const *ins, int nin, dt__meta *out,
                          const dt__nattr *a, int linear) {
-    const nn_rules *r = rules_of(op);
+    const nn_rules *r = dt__ops[op].rules;
     /* Invariant: the family's own entry points pass their op and count. */
     DT_ASSERT(r && nin >= 1 && nin <= DT_MAX_OP_INPUTS);
     if (dt__check_operands(name, ins, nin) != DT_OK)
@@ -120,7 +93,7 @@ dt_tensor *dt__nn_submit(int op, const char *name, dt_tensor *const *ins, int ni
 }
 
 dt_status dt__lower_nn(dt__lower *L, dt__node *n) {
-    const nn_rules *r = rules_of(n->op);
+    const nn_rules *r = dt__ops[n->op].rules;
     DT_ASSERT(r); /* invariant: dt__ops sends only nn ops here */
     dt__tval *o = n->out;
     const dt__meta *out = &o->meta;

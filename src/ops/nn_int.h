@@ -4,7 +4,8 @@
  * device computes its output region from regions of its inputs, with no
  * communication.
  *
- * An op describes itself with an nn_rules table:
+ * An op describes itself with an nn_rules table, which its row of ops.def
+ * names (the rules column, read by dt__nn_submit and dt__lower_nn):
  *  - rows and shard_row: its Shard rows (core/client/placement.h; the NN_*_ROWS
  *    lists below) and which row a Shard(d) of input j falls in. A row's
  *    outcome is an output dim, a partial sum (e.g. a vocab-sharded
@@ -36,7 +37,8 @@
  * on the controller from the node (the placement engine's context). */
 typedef dt__pctx nn_ctx;
 
-typedef struct nn_rules {
+/* The op table's rules column (core/records/node.h) points at these. */
+typedef struct dt__nn_rules {
     int kop;
     /* NN_TEXT of the rows, for PlacementError messages. */
     const char *accepted;
@@ -94,7 +96,8 @@ enum { NN_ROW_KEEP = DT__PS_ROW_KEEP, NN_ROW_OP = DT__PS_ROW_OWN, NN_ROW_OUT, NN
 #define NN_EMB_TEXT NN_TEXT("(indices, weight): (R,R)->R", NN_EMB_ROWS, EMB)
 #define NN_SDPA_TEXT NN_TEXT("(q, k, v, attn_mask): (R,R,R,R)->R", NN_SDPA_ROWS, SDPA)
 
-/* The rules of each DT_OP_* of the family (defined next to each op). */
+/* The rules of each DT_OP_* of the family (defined next to each op, named
+ * by its ops.def row). */
 extern const nn_rules dt__nn_rules_activation, dt__nn_rules_softmax, dt__nn_rules_dropout, dt__nn_rules_pad,
     dt__nn_rules_interpolate, dt__nn_rules_conv2d, dt__nn_rules_norm, dt__nn_rules_embedding,
     dt__nn_rules_sdpa;

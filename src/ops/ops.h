@@ -22,6 +22,22 @@ dt_status dt__lower_elementwise(dt__lower *L, dt__node *n);
 dt_status dt__lower_nn(dt__lower *L, dt__node *n);
 dt_status dt__lower_sort_scan(dt__lower *L, dt__node *n);
 dt_status dt__lower_masked_scatter(dt__lower *L, dt__node *n);
+/* A CHAIN node (the chain pass's, core/controller/passes/chain.c): one
+ * DT_K_CHAIN kernel per device (elementwise_chain.c). */
+dt_status dt__lower_chain(dt__lower *L, dt__node *n);
+
+/* The chainable column (elementwise_chain.c): 1 when node n may be a step
+ * of a blocked elementwise chain, its kernel computing each element alike
+ * however the data is split in blocks: every node of the op, or those of
+ * the binary and unary sub-ops that are. */
+int dt__ew_chainable(const dt__node *n);
+int dt__ew_chainable_binary(const dt__node *n);
+int dt__ew_chainable_unary(const dt__node *n);
+
+/* Frees what a SOURCE node owns (its host data: the lowering, once
+ * distributed), and the SOURCE row's discard (factory.c). */
+void dt__source_free(const dt__backend *be, dt__node *n);
+void dt__source_discard(dt_graph *g, dt__node *n);
 
 extern const dt_op_doc dt__docs_creation[];       /* factory.c */
 extern const dt_op_doc dt__docs_elementwise[];    /* elementwise.c */

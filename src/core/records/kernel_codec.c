@@ -37,8 +37,8 @@
 
 #include "comm/coll.h"
 #include "comm/comm.h"
-#include "core/controller/chain.h"
 #include "core/records/blob.h"
+#include "core/records/chain_prog.h"
 #include "core/records/future.h"
 #include "core/records/kernel.h"
 #include "core/worker/stream.h"

@@ -15,12 +15,12 @@
 
 #include "comm/comm.h"
 #include "core/client/graph_int.h"
-#include "core/controller/chain.h"
 #include "core/diag/debug.h"
 #include "core/diag/record.h"
 #include "core/records/blob.h"
 #include "core/records/future.h"
 #include "core/records/kernel.h"
+#include "core/worker/chain_run.h"
 #include "core/worker/stream.h"
 #include "core/worker/stream_int.h"
 
