@@ -5,7 +5,12 @@
  * here, never by name (tools/check_layers.py checks that). Runs once,
  * single-threaded, before any graph exists.
  */
+#include "core/client/segment.h"
 #include "core/records/node.h"
 #include "ops/ops.h"
 
-__attribute__((constructor)) static void dt_init(void) { dt__ops_register(dt__op_rows); }
+__attribute__((constructor)) static void dt_init(void) {
+    dt__ops_register(dt__op_rows);
+    /* The segmented-dim gate's conversion, built out of ops. */
+    dt__seg_set_regularise(dt__seg_regularise);
+}

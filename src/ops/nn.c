@@ -330,3 +330,15 @@ const dt_op_doc dt__docs_nn[] = {
      0},
     {NULL, NULL, NULL, 0},
 };
+
+/* ------------------------------------------------------ segmented dims */
+
+/* softmax's seg rule (the SOFTMAX row's; core/records/seg.h): over another
+ * dim, each row is whole on its device. */
+int dt__seg_rule_softmax(const dt__node *n, dt__meta *out) {
+    dt__seg g = n->in[0]->meta.seg;
+    if (!g.n || n->a.ints[0] == g.dim)
+        return DT__SEG_REGULAR;
+    out->seg = g;
+    return DT__SEG_PASS;
+}

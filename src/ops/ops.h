@@ -26,6 +26,20 @@ dt_status dt__lower_masked_scatter(dt__lower *L, dt__node *n);
  * DT_K_CHAIN kernel per device (elementwise_chain.c). */
 dt_status dt__lower_chain(dt__lower *L, dt__node *n);
 
+/* The families' seg rules (the seg_rule column; core/records/seg.h), each
+ * next to its family; the broadcasting ops use core's dt__seg_broadcast. */
+int dt__seg_rule_view(const dt__node *n, dt__meta *out);         /* views.c */
+int dt__seg_rule_sdpa(const dt__node *n, dt__meta *out);         /* attention.c */
+int dt__seg_rule_softmax(const dt__node *n, dt__meta *out);      /* nn.c */
+int dt__seg_rule_norm(const dt__node *n, dt__meta *out);         /* nn_norm.c */
+int dt__seg_rule_reduce(const dt__node *n, dt__meta *out);       /* reduce.c */
+int dt__seg_rule_linalg(const dt__node *n, dt__meta *out);       /* matmul.c */
+int dt__seg_rule_redistribute(const dt__node *n, dt__meta *out); /* redistribute.c */
+
+/* Segmented dims to the regular layout (segment_regular.c): the conversion
+ * src/init.c registers with the gate (dt__seg_set_regularise). */
+dt_tensor *dt__seg_regularise(dt_tensor *x);
+
 /* The chainable column (elementwise_chain.c): 1 when node n may be a step
  * of a blocked elementwise chain, its kernel computing each element alike
  * however the data is split in blocks: every node of the op, or those of

@@ -13,6 +13,7 @@
 
 #include "core/client/graph.h"
 #include "core/client/graph_int.h"
+#include "core/client/segment.h"
 #include "core/client/tensor.h"
 #include "core/diag/record.h"
 #include "core/records/blob.h"

@@ -93,5 +93,8 @@ dt_status dt__lower_sync(dt__lower *L, dt__node *n);
 /* The discard of both (the op table's column): fails the node's future as
  * cancelled and drops the node's reference (controller thread). */
 void dt__fetch_discard(dt_graph *g, dt__node *n);
+/* Test-only: collective groups lowered so far, process-wide (lower.c, and
+ * replay.c for a replayed one; dt_debug_collectives_lowered reads it). */
+extern atomic_long dt__collectives_lowered;
 
 #endif /* DT_CORE_LOWER_H */

@@ -22,7 +22,6 @@
 
 #include "comm/comm.h"
 #include "core/client/graph_int.h"
-#include "core/client/segment.h"
 #include "core/client/tensor.h"
 #include "core/controller/lower.h"
 #include "core/controller/lower_queue.h"

@@ -79,6 +79,7 @@ struct dt__node {
  * each op's facts without naming the op or the functions that implement
  * them. Every row has every field (ops.def's head says each column). */
 typedef dt_status (*dt__lower_fn)(dt__lower *L, dt__node *n);
+typedef int (*dt__seg_rule_fn)(const dt__node *n, dt__meta *out);
 typedef int (*dt__chainable_fn)(const dt__node *n);
 typedef void (*dt__discard_fn)(dt_graph *g, dt__node *n);
 typedef struct dt__op_info {
@@ -91,6 +92,14 @@ typedef struct dt__op_info {
      * which its lowering reads; NULL for the other families. Core never
      * reads them. */
     const struct dt__nn_rules *rules;
+    /* Segmented dims (core/records/seg.h): whether node n passes a
+     * segmented input's layout through to out (its output's meta, the
+     * descriptor set by the rule), sets it itself, or needs regular inputs
+     * (DT__SEG_PASS, DT__SEG_OWN, DT__SEG_REGULAR). Called by the gate
+     * (core/client/segment.c) on the client thread for a node with a
+     * segmented input, and for every node of a DT_OPF_SEG_OWN op. NULL: the
+     * op always takes regular inputs. */
+    dt__seg_rule_fn seg_rule;
     /* 1 when node n may be a step of a blocked elementwise chain (the
      * chain pass, passes/chain.c): its kernel is elementwise and computes
      * each element alike however the data is cut in blocks. NULL for an op
@@ -127,6 +136,10 @@ enum {
      * to poison, and a trace records no node for it (the caller may read
      * the trace as soon as the future completes). */
     DT_OPF_FUTURE = 1u << 4,
+    /* Some of its nodes set their output's segmented-dim descriptor
+     * themselves (cat, getitem): the gate asks its seg rule about every
+     * node, not only those with a segmented input. */
+    DT_OPF_SEG_OWN = 1u << 5,
 };
 /* The registered rows (DT_OP_COUNT of them); set before any graph exists. */
 extern const dt__op_info *dt__ops;
