@@ -1,7 +1,7 @@
 /*
  * The nn functional family, part 1: the shared placement engine and lowering
- * (see nn_int.h), activations, softmax/log_softmax, dropout, and the
- * family's registry rows. pad, interpolate and conv2d live in nn_spatial.c,
+ * (see nn_int.h), activations, softmax/log_softmax, dropout, pixel_shuffle,
+ * and the family's registry rows. pad, interpolate and conv2d live in nn_spatial.c,
  * normalisations and embedding in nn_norm.c, scaled_dot_product_attention in
  * attention.c, pooling in nn_pool.c (with its own registry rows).
  *
@@ -305,6 +305,76 @@ dt_tensor *dt_dropout(dt_tensor *x, double p, int training) {
     return dt__nn_submit(DT_OP_DROPOUT, "dropout", &x, 1, &out, &a, 1);
 }
 
+/* ------------------------------------------------------- pixel_shuffle */
+
+/* Batch dims pass through; the last three are rearranged as a whole. */
+static int row_shuffle(const nn_ctx *c, int j, int d, int *od) {
+    (void)j;
+    *od = d;
+    return d < c->in[0]->ndim - 3 ? NN_ROW_KEEP : NN_ROW_OP;
+}
+
+static void needed_shuffle(const nn_ctx *c, int j, const int64_t *coord, const int64_t *os, const int64_t *ol,
+                           int64_t *s, int64_t *l) {
+    (void)j, (void)coord;
+    dt__nn_full(c->in[0], s, l);
+    for (int d = 0; d < c->in[0]->ndim - 3; d++) {
+        s[d] = os[d];
+        l[d] = ol[d];
+    }
+}
+
+static const dt__ps_row shuffle_rows[] = DT__PS_ROWS(NN_SHUFFLE_ROWS);
+
+const nn_rules dt__nn_rules_pixel_shuffle = {
+    .kop = DT_K_PIXEL_SHUFFLE,
+    .accepted = NN_SHUFFLE_TEXT,
+    .rows = shuffle_rows,
+    .shard_row = row_shuffle,
+    .partial = set_p,
+    .needed = needed_shuffle,
+};
+
+dt_tensor *dt_pixel_shuffle(dt_tensor *x, int64_t upscale_factor) {
+    dt_clear_error();
+    if (dt__nn_need("pixel_shuffle", "input", x) != DT_OK)
+        return NULL;
+    const dt__meta *m = &x->v->meta;
+    if (m->ndim < 3) {
+        dt__error(DT_EOP,
+                  "pixel_shuffle(): pixel_shuffle expects input to have at least 3 dimensions, but got input "
+                  "with %d dimension(s)",
+                  m->ndim);
+        return NULL;
+    }
+    if (upscale_factor <= 0) {
+        dt__error(DT_EOP, "pixel_shuffle(): pixel_shuffle expects a positive upscale_factor, but got %lld",
+                  (long long)upscale_factor);
+        return NULL;
+    }
+    int nd = m->ndim;
+    int64_t r2, c = m->shape[nd - 3];
+    if (__builtin_mul_overflow(upscale_factor, upscale_factor, &r2) || c % r2 != 0) {
+        dt__error(DT_EOP,
+                  "pixel_shuffle(): pixel_shuffle expects its input's 'channel' dimension to be divisible by "
+                  "the square of upscale_factor, but input.size(-3)=%lld is not divisible by %lld",
+                  (long long)c, (long long)r2);
+        return NULL;
+    }
+    dt__meta out = *m;
+    out.shape[nd - 3] = c / r2;
+    if (__builtin_mul_overflow(m->shape[nd - 2], upscale_factor, &out.shape[nd - 2]) ||
+        __builtin_mul_overflow(m->shape[nd - 1], upscale_factor, &out.shape[nd - 1])) {
+        dt__error(DT_EOP, "pixel_shuffle(): the output size overflows");
+        return NULL;
+    }
+    dt__nattr a;
+    memset(&a, 0, sizeof a);
+    a.ints[0] = upscale_factor;
+    /* It moves elements: linear, so Partial passes through. */
+    return dt__nn_submit(DT_OP_PIXEL_SHUFFLE, "pixel_shuffle", &x, 1, &out, &a, 1);
+}
+
 /* ------------------------------------------------------------ registry */
 
 const dt_op_doc dt__docs_nn[] = {
@@ -316,6 +386,7 @@ const dt_op_doc dt__docs_nn[] = {
     {"softmax", "nn", NN_SOFTMAX_TEXT, 0},
     {"log_softmax", "nn", NN_SOFTMAX_TEXT, 0},
     {"dropout", "nn", NN_DROPOUT_TEXT "; identity when not training", 0},
+    {"pixel_shuffle", "nn", NN_SHUFFLE_TEXT, 0},
     {"pad", "nn", NN_PAD_TEXT, 0},
     {"interpolate", "nn", NN_INTERP_TEXT, 0},
     {"conv2d", "nn", NN_CONV_TEXT, 0},

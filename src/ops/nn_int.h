@@ -76,6 +76,8 @@ enum { NN_ROW_KEEP = DT__PS_ROW_KEEP, NN_ROW_OP = DT__PS_ROW_OWN, NN_ROW_OUT, NN
 #define NN_EMB_ROWS(X)                                                                                       \
     X(NN_ROW_KEEP, "(S(d),R)->S(d)", SHARD)                                                                  \
     X(NN_ROW_OUT, "(R,S(1))->S(-1)", SHARD) X(NN_ROW_SUM, "(R,S(0))->P", PARTIAL)
+#define NN_SHUFFLE_ROWS(X)                                                                                   \
+    DT__PS_ROWS2(X, "S(d)->S(d) for d before the last three (batch)", "no S(the last three dims)", REJECT)
 #define NN_SDPA_ROWS(X)                                                                                      \
     DT__PS_ROWS2(X, "R or S(d) on the same batch/head dim d (not the last two) -> S(d)",                     \
                  "no Shard of the last two dims or of a mask dim that broadcasts", REJECT)
@@ -94,6 +96,7 @@ enum { NN_ROW_KEEP = DT__PS_ROW_KEEP, NN_ROW_OP = DT__PS_ROW_OWN, NN_ROW_OUT, NN
 #define NN_CONV_TEXT NN_TEXT("(x, weight, bias): (R,R,R)->R", NN_CONV_ROWS, MUL) "; P only without bias"
 #define NN_NORM_TEXT NN_TEXT("R->R (x and its weight, bias or [C] inputs)", NN_NORM_ROWS, NONE)
 #define NN_EMB_TEXT NN_TEXT("(indices, weight): (R,R)->R", NN_EMB_ROWS, EMB)
+#define NN_SHUFFLE_TEXT NN_TEXT("R->R", NN_SHUFFLE_ROWS, P)
 #define NN_SDPA_TEXT NN_TEXT("(q, k, v, attn_mask): (R,R,R,R)->R", NN_SDPA_ROWS, SDPA)
 
 /* The rules of each DT_OP_* of the family (defined next to each op, named
@@ -103,6 +106,8 @@ extern const nn_rules dt__nn_rules_activation, dt__nn_rules_softmax, dt__nn_rule
     dt__nn_rules_sdpa;
 /* 2-D pooling (nn_pool.c). */
 extern const nn_rules dt__nn_rules_pool2d;
+/* pixel_shuffle (nn.c). */
+extern const nn_rules dt__nn_rules_pixel_shuffle;
 
 /* Validates placements and records the op: `ins` (nin non-NULL tensors, all
  * on one graph and mesh), `out` with dtype, ndim and shape set (mesh and
