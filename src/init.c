@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "common/common.h"
+#include "core/client/segment.h"
 #include "core/records/gate.h"
 #include "core/records/graph_int.h"
 #include "core/records/node.h"
@@ -52,4 +53,6 @@ __attribute__((constructor)) static void dt_init(void) {
     dt__pool_set_busy_fn(dt__streams_running);
     dt__ops_register(dt__op_rows);
     dt__cluster_port_register(dt__net_port());
+    /* The segmented-dim gate's conversion, built out of ops. */
+    dt__seg_set_regularise(dt__seg_regularise);
 }

@@ -545,6 +545,14 @@ DT_API dt_tensor *dt_pad(dt_tensor *x, int npad, const int64_t *pad, dt_pad_mode
  * S(d)->S(d), P->P (the mask is the same on every device). */
 DT_API dt_tensor *dt_dropout(dt_tensor *x, double p, int training);
 
+/* torch.nn.functional.pixel_shuffle: x [..., C * r * r, H, W] (at least 3
+ * dims) to [..., C, H * r, W * r] with r = upscale_factor > 0, element
+ * (..., c, h * r + i, w * r + j) taken from (..., c * r * r + i * r + j, h, w).
+ * Any dtype; it moves elements, so results are exact. Per mesh dim: R->R,
+ * S(d)->S(d) for d before the last three (batch dims), P->P (the op is
+ * linear); no Shard of the last three dims. */
+DT_API dt_tensor *dt_pixel_shuffle(dt_tensor *x, int64_t upscale_factor);
+
 /* softmax(q @ k^T * scale + mask) @ v for q [..., L, E], k [..., S, E],
  * v [..., S, Ev] with equal leading (batch, head) dims; attn_mask (NULL,
  * bool: True keeps, or q's dtype: added) broadcasts to [..., L, S];

@@ -246,6 +246,19 @@ static PyObject *nn_dropout(PyObject *m, PyObject *const *args, Py_ssize_t nargs
     return dtpy_tensor_wrap_like(st, dt_dropout(x->t, p, training), x);
 }
 
+/* _nn_pixel_shuffle(x, upscale_factor) */
+static PyObject *nn_pixel_shuffle(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    DTPY_NARGS(2, "_nn_pixel_shuffle");
+    dtpy_state *st = dtpy_state_of(m);
+    dtpy_tensor *x;
+    int64_t r;
+    if (dtpy_tensor_arg(st, args[0], "pixel_shuffle", "input", 0, &x) < 0 ||
+        dtpy_int_arg(args[1], "pixel_shuffle", "upscale_factor", &r) < 0)
+        return NULL;
+    dtpy_record_call_site(st);
+    return dtpy_tensor_wrap_like(st, dt_pixel_shuffle(x->t, r), x);
+}
+
 /* _nn_sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale_or_None) */
 static PyObject *nn_sdpa(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     DTPY_NARGS(7, "_nn_sdpa");
@@ -411,6 +424,7 @@ static PyMethodDef nn_methods[] = {
      "_nn_interpolate(x, mode, size, scale_factors, align_corners)"},
     {"_nn_pad", FASTCALL(nn_pad), "_nn_pad(x, pad, mode, value)"},
     {"_nn_dropout", FASTCALL(nn_dropout), "_nn_dropout(x, p, training)"},
+    {"_nn_pixel_shuffle", FASTCALL(nn_pixel_shuffle), "_nn_pixel_shuffle(x, upscale_factor)"},
     {"_nn_alias", FASTCALL(nn_alias), "_nn_alias(x, cls): a tensor of class cls on x's value"},
     {"_nn_sdpa", FASTCALL(nn_sdpa), "_nn_sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale)"},
     {"_nn_sdpa_ring", FASTCALL(nn_sdpa_ring), "_nn_sdpa_ring(q, k, v, is_causal, scale, mesh_dim)"},

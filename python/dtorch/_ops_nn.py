@@ -46,7 +46,7 @@ __all__ = [
     "relu", "gelu", "silu", "leaky_relu", "elu", "sigmoid", "tanh",
     "softmax", "log_softmax",
     "layer_norm", "rms_norm", "group_norm", "batch_norm",
-    "embedding", "conv2d", "interpolate", "pad", "dropout",
+    "embedding", "conv2d", "interpolate", "pad", "dropout", "pixel_shuffle",
     "scaled_dot_product_attention",
 ]
 
@@ -351,6 +351,17 @@ def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False)
     if not training or p == 0.0 or input.numel() == 0:
         return input
     return _inplace(input, _C._nn_dropout(input, p, True), inplace)
+
+
+def pixel_shuffle(input, upscale_factor: int):
+    """Rearrange ``(*, C * r * r, H, W)`` into ``(*, C, H * r, W * r)`` with ``r = upscale_factor``.
+
+    It only moves elements, so results are exact; batch dims (before the last three) may be
+    ``Shard``, the last three may not, and ``Partial()`` inputs keep ``Partial()``.
+
+    >>> F.pixel_shuffle(x, 2)
+    """
+    return _C._nn_pixel_shuffle(input, upscale_factor)
 
 
 # ---------------------------------------------------------------- attention

@@ -181,3 +181,26 @@ dt_tensor *dt_scaled_dot_product_attention(dt_tensor *q, dt_tensor *k, dt_tensor
     dt_tensor *ins[4] = {q, k, v, attn_mask};
     return dt__nn_submit(DT_OP_SDPA, op, ins, attn_mask ? 4 : 3, &out, &a, 1);
 }
+
+/* ------------------------------------------------------ segmented dims */
+
+/* The seg rule of attention (the SDPA and SDPA_RING rows; core/records/
+ * seg.h): non-causal, unmasked, without dropout, with the segmented dim the
+ * sequence dim of q, or of k and v alike. */
+int dt__seg_rule_sdpa(const dt__node *n, dt__meta *out) {
+    const dt__meta *in = &n->in[0]->meta;
+    dt__seg g = in->seg;
+    if (n->a.flags & (DT_KNN_CAUSAL | DT_KNN_MASK) || n->n_in != 3 || n->a.f[0] != 0.0)
+        return DT__SEG_REGULAR;
+    const dt__seg *k = &n->in[1]->meta.seg, *v = &n->in[2]->meta.seg;
+    /* Keys and values permuted alike leave the result unchanged. */
+    if (k->n != v->n || (k->n && (!dt__seg_same(k, v) || k->dim != v->dim ||
+                                  dt__seg_sharding(&n->in[1]->meta) != dt__seg_sharding(&n->in[2]->meta))))
+        return DT__SEG_REGULAR;
+    if (k->n && k->dim != n->in[1]->meta.ndim - 2)
+        return DT__SEG_REGULAR;
+    if (g.n && g.dim != in->ndim - 2)
+        return DT__SEG_REGULAR;
+    out->seg = g;
+    return dt__seg_same_sharding(in, out) ? DT__SEG_PASS : DT__SEG_REGULAR;
+}

@@ -61,7 +61,7 @@ int dt__ew_scalar_fits(dt_scalar s, dt_dtype d);
 /* The kernel an elementwise node (any op dt__lower_elementwise lowers) runs
  * on each device: kernel op, attributes (dtype, sub, flags, scalars; the
  * rest of *a is left as it is) and the op name its kernels carry (NULL: the
- * node op's). Controller thread (the chain lowering, core/controller/chain.c). */
+ * node op's). Controller thread (the chain lowering, elementwise_chain.c). */
 void dt__ew_kernel_spec(const dt__node *n, int *kop, dt__kattr *a, const char **opname);
 
 /* Op names for kernels' error messages (elementwise_unary.c). */

@@ -178,6 +178,11 @@ void dt__source_free(const dt__backend *be, dt__node *n) {
     n->extra = NULL;
 }
 
+void dt__source_discard(dt_graph *g, dt__node *n) {
+    if (n->extra)
+        dt__source_free(dt__graph_be(g, n->out->meta.mesh->type), n);
+}
+
 dt_tensor *dt_tensor_from_local_buffers(dt_graph *g, dt_dtype dtype, int ndim, const int64_t *shape,
                                         dt_mesh *mesh, const dt_placement *placements,
                                         const void *const *data, const size_t *nbytes) {

@@ -215,7 +215,7 @@ dt_tensor *dt_index(dt_tensor *a, const dt_slice *dims, uint64_t new_axes) {
     if (n) {
         store_spec(n, m->ndim, dims);
         if (s0 >= 0) {
-            /* Sets its own output layout (segment.c); 1: the segment narrow. */
+            /* Sets its own output layout (the views' seg rule); 1: the segment narrow. */
             n->a.v_nints = keep ? 2 : 1;
             n->a.v_dim = s0;
             n->a.v_ints[0] = s1;

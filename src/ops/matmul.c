@@ -710,3 +710,21 @@ const dt_op_doc dt__docs_linalg[] = {
     {"einsum", "linalg", TEXT_EINSUM, 0},
     {NULL, NULL, NULL, 0},
 };
+
+/* ------------------------------------------------------ segmented dims */
+
+/* The linalg seg rule (the LINALG row's; core/records/seg.h): linear, or
+ * matmul by a matrix, with the dim a batch or row dim of the first operand
+ * and the others without it. */
+int dt__seg_rule_linalg(const dt__node *n, dt__meta *out) {
+    const dt__meta *in = &n->in[0]->meta;
+    dt__seg g = in->seg;
+    if (!g.n || g.dim >= in->ndim - 1 || (n->a.sub != DT_KL_LINEAR && n->a.sub != DT_KL_MATMUL) ||
+        n->in[1]->meta.ndim != 2 || out->ndim != in->ndim)
+        return DT__SEG_REGULAR;
+    for (int j = 1; j < n->n_in; j++)
+        if (n->in[j]->meta.seg.n)
+            return DT__SEG_REGULAR;
+    out->seg = g; /* the dim keeps its number: so must its Shards */
+    return dt__seg_same_sharding(in, out) ? DT__SEG_PASS : DT__SEG_REGULAR;
+}

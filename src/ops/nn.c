@@ -1,7 +1,7 @@
 /*
  * The nn functional family, part 1: the shared placement engine and lowering
- * (see nn_int.h), activations, softmax/log_softmax, dropout, and the
- * family's registry rows. pad, interpolate and conv2d live in nn_spatial.c,
+ * (see nn_int.h), activations, softmax/log_softmax, dropout, pixel_shuffle,
+ * and the family's registry rows. pad, interpolate and conv2d live in nn_spatial.c,
  * normalisations and embedding in nn_norm.c, scaled_dot_product_attention in
  * attention.c, pooling in nn_pool.c (with its own registry rows).
  *
@@ -45,33 +45,6 @@ dt_status dt__nn_need(const char *op, const char *what, const dt_tensor *t) {
     return DT_OK;
 }
 
-static const nn_rules *rules_of(int op) {
-    switch (op) {
-    case DT_OP_ACTIVATION:
-        return &dt__nn_rules_activation;
-    case DT_OP_SOFTMAX:
-        return &dt__nn_rules_softmax;
-    case DT_OP_NORM:
-        return &dt__nn_rules_norm;
-    case DT_OP_EMBEDDING:
-        return &dt__nn_rules_embedding;
-    case DT_OP_CONV2D:
-        return &dt__nn_rules_conv2d;
-    case DT_OP_INTERPOLATE:
-        return &dt__nn_rules_interpolate;
-    case DT_OP_PAD:
-        return &dt__nn_rules_pad;
-    case DT_OP_DROPOUT:
-        return &dt__nn_rules_dropout;
-    case DT_OP_SDPA:
-        return &dt__nn_rules_sdpa;
-    case DT_OP_POOL2D:
-        return &dt__nn_rules_pool2d;
-    default:
-        return NULL;
-    }
-}
-
 /* ------------------------------------------------------------- engine */
 
 /* The engine's signature of an nn op: its rules, with the rule's Partial
@@ -86,7 +59,7 @@ static dt__psig signature(const nn_rules *r, int linear) {
 
 dt_tensor *dt__nn_submit(int op, const char *name, dt_tensor *const *ins, int nin, dt__meta *out,
                          const dt__nattr *a, int linear) {
-    const nn_rules *r = rules_of(op);
+    const nn_rules *r = dt__ops[op].rules;
     /* Invariant: the family's own entry points pass their op and count. */
     DT_ASSERT(r && nin >= 1 && nin <= DT_MAX_OP_INPUTS);
     if (dt__check_operands(name, ins, nin) != DT_OK)
@@ -120,7 +93,7 @@ dt_tensor *dt__nn_submit(int op, const char *name, dt_tensor *const *ins, int ni
 }
 
 dt_status dt__lower_nn(dt__lower *L, dt__node *n) {
-    const nn_rules *r = rules_of(n->op);
+    const nn_rules *r = dt__ops[n->op].rules;
     DT_ASSERT(r); /* invariant: dt__ops sends only nn ops here */
     const dt__meta *out = &n->out->meta;
     nn_ctx c = {.op = n->op, .a = &n->a, .nin = n->n_in, .out = out};
@@ -324,6 +297,76 @@ dt_tensor *dt_dropout(dt_tensor *x, double p, int training) {
     return dt__nn_submit(DT_OP_DROPOUT, "dropout", &x, 1, &out, &a, 1);
 }
 
+/* ------------------------------------------------------- pixel_shuffle */
+
+/* Batch dims pass through; the last three are rearranged as a whole. */
+static int row_shuffle(const nn_ctx *c, int j, int d, int *od) {
+    (void)j;
+    *od = d;
+    return d < c->in[0]->ndim - 3 ? NN_ROW_KEEP : NN_ROW_OP;
+}
+
+static void needed_shuffle(const nn_ctx *c, int j, const int64_t *coord, const int64_t *os, const int64_t *ol,
+                           int64_t *s, int64_t *l) {
+    (void)j, (void)coord;
+    dt__nn_full(c->in[0], s, l);
+    for (int d = 0; d < c->in[0]->ndim - 3; d++) {
+        s[d] = os[d];
+        l[d] = ol[d];
+    }
+}
+
+static const dt__ps_row shuffle_rows[] = DT__PS_ROWS(NN_SHUFFLE_ROWS);
+
+const nn_rules dt__nn_rules_pixel_shuffle = {
+    .kop = DT_K_PIXEL_SHUFFLE,
+    .accepted = NN_SHUFFLE_TEXT,
+    .rows = shuffle_rows,
+    .shard_row = row_shuffle,
+    .partial = set_p,
+    .needed = needed_shuffle,
+};
+
+dt_tensor *dt_pixel_shuffle(dt_tensor *x, int64_t upscale_factor) {
+    dt_clear_error();
+    if (dt__nn_need("pixel_shuffle", "input", x) != DT_OK)
+        return NULL;
+    const dt__meta *m = &x->v->meta;
+    if (m->ndim < 3) {
+        dt__error(DT_EOP,
+                  "pixel_shuffle(): pixel_shuffle expects input to have at least 3 dimensions, but got input "
+                  "with %d dimension(s)",
+                  m->ndim);
+        return NULL;
+    }
+    if (upscale_factor <= 0) {
+        dt__error(DT_EOP, "pixel_shuffle(): pixel_shuffle expects a positive upscale_factor, but got %lld",
+                  (long long)upscale_factor);
+        return NULL;
+    }
+    int nd = m->ndim;
+    int64_t r2, c = m->shape[nd - 3];
+    if (__builtin_mul_overflow(upscale_factor, upscale_factor, &r2) || c % r2 != 0) {
+        dt__error(DT_EOP,
+                  "pixel_shuffle(): pixel_shuffle expects its input's 'channel' dimension to be divisible by "
+                  "the square of upscale_factor, but input.size(-3)=%lld is not divisible by %lld",
+                  (long long)c, (long long)r2);
+        return NULL;
+    }
+    dt__meta out = *m;
+    out.shape[nd - 3] = c / r2;
+    if (__builtin_mul_overflow(m->shape[nd - 2], upscale_factor, &out.shape[nd - 2]) ||
+        __builtin_mul_overflow(m->shape[nd - 1], upscale_factor, &out.shape[nd - 1])) {
+        dt__error(DT_EOP, "pixel_shuffle(): the output size overflows");
+        return NULL;
+    }
+    dt__nattr a;
+    memset(&a, 0, sizeof a);
+    a.ints[0] = upscale_factor;
+    /* It moves elements: linear, so Partial passes through. */
+    return dt__nn_submit(DT_OP_PIXEL_SHUFFLE, "pixel_shuffle", &x, 1, &out, &a, 1);
+}
+
 /* ------------------------------------------------------------ registry */
 
 const dt_op_doc dt__docs_nn[] = {
@@ -335,6 +378,7 @@ const dt_op_doc dt__docs_nn[] = {
     {"softmax", "nn", NN_SOFTMAX_TEXT, 0},
     {"log_softmax", "nn", NN_SOFTMAX_TEXT, 0},
     {"dropout", "nn", NN_DROPOUT_TEXT "; identity when not training", 0},
+    {"pixel_shuffle", "nn", NN_SHUFFLE_TEXT, 0},
     {"pad", "nn", NN_PAD_TEXT, 0},
     {"interpolate", "nn", NN_INTERP_TEXT, 0},
     {"conv2d", "nn", NN_CONV_TEXT, 0},
@@ -349,3 +393,15 @@ const dt_op_doc dt__docs_nn[] = {
      0},
     {NULL, NULL, NULL, 0},
 };
+
+/* ------------------------------------------------------ segmented dims */
+
+/* softmax's seg rule (the SOFTMAX row's; core/records/seg.h): over another
+ * dim, each row is whole on its device. */
+int dt__seg_rule_softmax(const dt__node *n, dt__meta *out) {
+    dt__seg g = n->in[0]->meta.seg;
+    if (!g.n || n->a.ints[0] == g.dim)
+        return DT__SEG_REGULAR;
+    out->seg = g;
+    return DT__SEG_PASS;
+}

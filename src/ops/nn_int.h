@@ -4,7 +4,8 @@
  * device computes its output region from regions of its inputs, with no
  * communication.
  *
- * An op describes itself with an nn_rules table:
+ * An op describes itself with an nn_rules table, which its row of ops.def
+ * names (the rules column, read by dt__nn_submit and dt__lower_nn):
  *  - rows and shard_row: its Shard rows (core/client/placement.h; the NN_*_ROWS
  *    lists below) and which row a Shard(d) of input j falls in. A row's
  *    outcome is an output dim, a partial sum (e.g. a vocab-sharded
@@ -36,7 +37,8 @@
  * on the controller from the node (the placement engine's context). */
 typedef dt__pctx nn_ctx;
 
-typedef struct nn_rules {
+/* The op table's rules column (core/records/node.h) points at these. */
+typedef struct dt__nn_rules {
     int kop;
     /* NN_TEXT of the rows, for PlacementError messages. */
     const char *accepted;
@@ -74,6 +76,8 @@ enum { NN_ROW_KEEP = DT__PS_ROW_KEEP, NN_ROW_OP = DT__PS_ROW_OWN, NN_ROW_OUT, NN
 #define NN_EMB_ROWS(X)                                                                                       \
     X(NN_ROW_KEEP, "(S(d),R)->S(d)", SHARD)                                                                  \
     X(NN_ROW_OUT, "(R,S(1))->S(-1)", SHARD) X(NN_ROW_SUM, "(R,S(0))->P", PARTIAL)
+#define NN_SHUFFLE_ROWS(X)                                                                                   \
+    DT__PS_ROWS2(X, "S(d)->S(d) for d before the last three (batch)", "no S(the last three dims)", REJECT)
 #define NN_SDPA_ROWS(X)                                                                                      \
     DT__PS_ROWS2(X, "R or S(d) on the same batch/head dim d (not the last two) -> S(d)",                     \
                  "no Shard of the last two dims or of a mask dim that broadcasts", REJECT)
@@ -92,14 +96,18 @@ enum { NN_ROW_KEEP = DT__PS_ROW_KEEP, NN_ROW_OP = DT__PS_ROW_OWN, NN_ROW_OUT, NN
 #define NN_CONV_TEXT NN_TEXT("(x, weight, bias): (R,R,R)->R", NN_CONV_ROWS, MUL) "; P only without bias"
 #define NN_NORM_TEXT NN_TEXT("R->R (x and its weight, bias or [C] inputs)", NN_NORM_ROWS, NONE)
 #define NN_EMB_TEXT NN_TEXT("(indices, weight): (R,R)->R", NN_EMB_ROWS, EMB)
+#define NN_SHUFFLE_TEXT NN_TEXT("R->R", NN_SHUFFLE_ROWS, P)
 #define NN_SDPA_TEXT NN_TEXT("(q, k, v, attn_mask): (R,R,R,R)->R", NN_SDPA_ROWS, SDPA)
 
-/* The rules of each DT_OP_* of the family (defined next to each op). */
+/* The rules of each DT_OP_* of the family (defined next to each op, named
+ * by its ops.def row). */
 extern const nn_rules dt__nn_rules_activation, dt__nn_rules_softmax, dt__nn_rules_dropout, dt__nn_rules_pad,
     dt__nn_rules_interpolate, dt__nn_rules_conv2d, dt__nn_rules_norm, dt__nn_rules_embedding,
     dt__nn_rules_sdpa;
 /* 2-D pooling (nn_pool.c). */
 extern const nn_rules dt__nn_rules_pool2d;
+/* pixel_shuffle (nn.c). */
+extern const nn_rules dt__nn_rules_pixel_shuffle;
 
 /* Validates placements and records the op: `ins` (nin non-NULL tensors, all
  * on one graph and mesh), `out` with dtype, ndim and shape set (mesh and

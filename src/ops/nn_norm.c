@@ -404,3 +404,18 @@ dt_tensor *dt_embedding(dt_tensor *indices, dt_tensor *weight) {
     /* Looking rows up is linear in the weight (not in the indices). */
     return dt__nn_submit(DT_OP_EMBEDDING, "embedding", ins, 2, &out, &a, 1);
 }
+
+/* ------------------------------------------------------ segmented dims */
+
+/* The norms' seg rule (the NORM row's; core/records/seg.h): layer_norm and
+ * rms_norm over trailing dims that exclude the dim (the weight and bias
+ * have only those dims). */
+int dt__seg_rule_norm(const dt__node *n, dt__meta *out) {
+    const dt__meta *in = &n->in[0]->meta;
+    dt__seg g = in->seg;
+    if (!g.n || (n->a.sub != DT_KNORM_LAYER && n->a.sub != DT_KNORM_RMS) ||
+        g.dim >= in->ndim - n->a.ints[DT_MAX_NDIM])
+        return DT__SEG_REGULAR;
+    out->seg = g;
+    return DT__SEG_PASS;
+}

@@ -112,7 +112,7 @@ static dt_status collective(plan *p, int md, int kind, int dim_a, int dim_b, dt_
                 memcpy(c->shapes[r], ll, sizeof c->shapes[r]);
                 if ((kind == DT_COLL_REDUCESCATTER || kind == DT_COLL_ALLTOALL) && m->seg.n &&
                     m->seg.dim == dim_b && ((dt__seg_mask(&m->seg) >> md) & 1)) {
-                    /* Rank r's range of the held one, in storage order (segment.h;
+                    /* Rank r's range of the held one, in storage order (seg.h;
                      * the descriptor's order as it is: the same positions). */
                     dt__meta after = *m;
                     int64_t at;
@@ -213,7 +213,7 @@ static int must_undo(const dt__meta *cur, const dt__meta *dst, int md) {
  * Shard(dim) then splits the full dim, as the target wants. */
 static int direct_ok(const dt__meta *cur, const dt__meta *dst, int md, int dim) {
     if (seg_grid(cur, md, dim))
-        return 1; /* the gate let only a one-step change through (segment.h) */
+        return 1; /* the gate let only a one-step change through (core/records/seg.h) */
     for (int e = 0; e < cur->mesh->ndim; e++)
         if (e != md && shards(cur, e, dim))
             return 0;
@@ -469,3 +469,19 @@ const dt_op_doc dt__docs_dist[] = {
      1},
     {NULL, NULL, NULL, 0},
 };
+
+/* ------------------------------------------------------ segmented dims */
+
+/* redistribute's seg rule (the REDISTRIBUTE row's; core/records/seg.h): on
+ * the same mesh, when the plan keeps the dim (dt__seg_redistributes), the
+ * one mesh dim that changes moves as the plan's step does. */
+int dt__seg_rule_redistribute(const dt__node *n, dt__meta *out) {
+    const dt__meta *in = &n->in[0]->meta;
+    if (!in->seg.n || out->mesh != in->mesh || !dt__seg_redistributes(in, out))
+        return DT__SEG_REGULAR;
+    dt__meta step = *in;
+    for (int md = 0; md < in->mesh->ndim; md++)
+        dt__seg_step(&step, md, out->pl[md]);
+    out->seg = step.seg;
+    return DT__SEG_PASS;
+}

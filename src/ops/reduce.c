@@ -575,3 +575,21 @@ const dt_op_doc dt__docs_reduce[] = {
     {"all", "reduction", GATHER_TEXT, 1},
     {NULL, NULL, NULL, 0},
 };
+
+/* ------------------------------------------------------ segmented dims */
+
+/* The reductions' seg rule (the REDUCE row's; core/records/seg.h): over
+ * other dims of one input, the dim kept whole (renumbered when dims go). */
+int dt__seg_rule_reduce(const dt__node *n, dt__meta *out) {
+    const dt__meta *in = &n->in[0]->meta;
+    dt__seg g = in->seg;
+    if (!g.n || n->n_in != 1 || (n->a.dims_mask >> g.dim) & 1 || out->ndim > in->ndim ||
+        (n->a.flags & DT_KF_ALL))
+        return DT__SEG_REGULAR;
+    if (out->ndim < in->ndim)
+        g.dim = (int8_t)(g.dim - __builtin_popcountll(n->a.dims_mask & ((1ull << g.dim) - 1)));
+    if (out->shape[g.dim] != in->shape[in->seg.dim])
+        return DT__SEG_REGULAR;
+    out->seg = g;
+    return dt__seg_same_sharding(in, out) ? DT__SEG_PASS : DT__SEG_REGULAR;
+}

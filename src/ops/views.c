@@ -754,3 +754,37 @@ const dt_op_doc dt__docs_views[] = {
     {"roll", "views", DT__VIEW_TEXT(DT__VIEW_ROLL_ROWS), 0},
     {NULL, NULL, NULL, 0},
 };
+
+/* ------------------------------------------------------ segmented dims */
+
+/* The views' seg rule (the VIEW row's seg_rule; core/records/seg.h): cat
+ * and getitem set their output's descriptor themselves (views_join.c,
+ * index.c); clone and contiguous keep it; permute and a reshape that keeps
+ * the dim whole move it with the dim and its Shards. */
+int dt__seg_rule_view(const dt__node *n, dt__meta *out) {
+    if (n->a.sub == DT_V_CAT || (n->a.sub == DT_V_INDEX && n->a.v_nints > 0))
+        return DT__SEG_OWN;
+    if (n->n_in != 1 || !n->in[0]->meta.seg.n)
+        return DT__SEG_REGULAR;
+    const dt__meta *in = &n->in[0]->meta;
+    dt__seg g = in->seg;
+    if (n->a.sub == DT_V_CLONE || n->a.sub == DT_V_CONTIGUOUS) {
+        out->seg = g;
+        return DT__SEG_PASS;
+    }
+    if (n->a.sub == DT_V_PERMUTE) {
+        for (int o = 0; o < out->ndim; o++)
+            if (n->a.v_ints[o] == g.dim)
+                g.dim = (int8_t)o, o = out->ndim;
+    } else if (n->a.sub == DT_V_RESHAPE) {
+        int o = dt__seg_reshape_dim(in, out, g.dim);
+        if (o < 0)
+            return DT__SEG_REGULAR;
+        g.dim = (int8_t)o;
+    } else {
+        return DT__SEG_REGULAR;
+    }
+    out->seg = g;
+    /* the op moved the Shards with the dim */
+    return dt__seg_same_sharding(in, out) ? DT__SEG_PASS : DT__SEG_REGULAR;
+}

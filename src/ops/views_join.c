@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/client/graph.h"
+#include "core/client/segment.h"
 #include "core/client/tensor.h"
 #include "core/controller/lower.h"
 #include "core/records/blob.h"
@@ -46,7 +47,7 @@ static int seg_append(dt__seg *g, const dt__meta *x, int dim) {
 
 /* One level of the tree: a node concatenating l (and r when not NULL). lmd
  * > 0: the local cat along a dim all inputs shard on the mesh dims of the
- * bit mask lmd, whose result is segmented (segment.h, dt__seg). */
+ * bit mask lmd, whose result is segmented (core/records/seg.h, dt__seg). */
 static dt_tensor *cat_node(dt_tensor *l, dt_tensor *r, const dt__meta *final, int dim, int stack, int lmd) {
     dt__meta out = *final;
     int64_t nl = stack && l->v->meta.ndim < final->ndim ? 1 : l->v->meta.shape[dim];

@@ -1,6 +1,7 @@
 /*
  * The window's chain pass (src/core/controller/passes/chain.c) and the DT_K_CHAIN
- * kernel (src/core/controller/chain.c, the ref backend's run_chain): the pass's marks
+ * kernel (src/ops/elementwise_chain.c, src/core/worker/chain_run.c, the ref
+ * backend's run_chain): the pass's marks
  * on hand-made records, then chains end to end on the ref backend (whose
  * blocks are 1024 elements, so these sizes cross several block
  * boundaries) against values computed here element by element, with the
@@ -11,7 +12,6 @@
 #include <string.h>
 
 #include "core/client/tensor.h"
-#include "core/controller/chain.h"
 #include "core/controller/window.h"
 #include "core/records/graph_int.h"
 #include "core/records/mesh.h"

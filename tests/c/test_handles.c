@@ -182,6 +182,7 @@ CASE(conv2d, einval_obj(dt_conv2d(NULL, NULL, NULL, NULL, NULL, NULL, 1, 0)))
 CASE(interpolate, einval_obj(dt_interpolate(NULL, 0, NULL, NULL, 0)))
 CASE(pad, einval_obj(dt_pad(NULL, 0, NULL, 0, 0)))
 CASE(dropout, einval_obj(dt_dropout(NULL, 0.5, 1)))
+CASE(pixel_shuffle, einval_obj(dt_pixel_shuffle(NULL, 2)))
 CASE(sdpa, einval_obj(dt_scaled_dot_product_attention(NULL, NULL, NULL, NULL, 0, 0, 0)))
 CASE(sdpa_ring, einval_obj(dt_sdpa_ring(NULL, NULL, NULL, 0, 0, 0)))
 CASE(max_pool2d, einval(dt_max_pool2d(NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL)))
@@ -492,6 +493,7 @@ static const struct {
     C(interpolate),
     C(pad),
     C(dropout),
+    C(pixel_shuffle),
     C(sdpa),
     C(sdpa_ring),
     C(max_pool2d),

@@ -26,7 +26,7 @@ from test_views import local_box, mesh_coords
 TESTED_OPS = {
     "relu", "gelu", "silu", "leaky_relu", "elu", "sigmoid", "tanh", "softmax", "log_softmax",
     "layer_norm", "rms_norm", "group_norm", "batch_norm", "embedding", "conv2d", "interpolate", "pad",
-    "dropout", "scaled_dot_product_attention",
+    "dropout", "pixel_shuffle", "scaled_dot_product_attention",
 }
 
 R, P = Replicate(), Partial()
@@ -682,6 +682,59 @@ class TestDropout(NNTestCase):
             F.dropout(d, 1.5)
         with self.assertRaises(RuntimeError):
             F.dropout(dtorch.ones(3, dtype=torch.int64), 0.5)
+
+
+# ------------------------------------------------------------------ pixel_shuffle
+
+
+class TestPixelShuffle(NNTestCase):
+    SHAPES = [((2, 8, 3, 3), 2), ((3, 9, 2, 1), 3), ((4, 2, 3), 1), ((2, 3, 4, 2, 2), 2), ((2, 0, 3, 3), 2),
+              ((0, 4, 3, 3), 2), ((1, 4, 0, 2), 2)]
+
+    def test_one_device(self):
+        for shape, r in self.SHAPES:
+            for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.uint8,
+                          torch.bool):
+                with self.subTest(shape=shape, r=r, dtype=dtype):
+                    x = (randn(*shape, dtype=torch.float64) * 5).to(dtype)
+                    assert_tensor_equal(self, F.pixel_shuffle(dtorch.from_torch(x), r), TF.pixel_shuffle(x, r))
+        x = randn(2, 3, 4, 8).transpose(1, 3)  # not contiguous
+        assert_tensor_equal(self, F.pixel_shuffle(dtorch.from_torch(x), 2), TF.pixel_shuffle(x, 2))
+
+    def test_placements(self):
+        # Batch dims only (uneven: 3 rows over 2 devices); every Shard of the last three is refused.
+        for shape, r in (((3, 8, 2, 3), 2), ((3, 2, 4, 1, 2), 2)):
+            nb = len(shape) - 3
+            rule = rule_from([lambda d, nb=nb: d if d < nb else None], linear=(0,))
+            self.sweep(Case("pixel_shuffle", lambda t, r=r: TF.pixel_shuffle(t, r),
+                            lambda t, r=r: F.pixel_shuffle(t, r), [randn(*shape)], rule), grid=len(shape) == 4)
+
+    def test_refuses_channel_shard(self):
+        x = dtorch.from_torch(randn(2, 8, 2, 2), CPU2, [S(1)])
+        with self.assertRaises(PlacementError) as cm:
+            F.pixel_shuffle(x, 2)
+        self.assertIn("pixel_shuffle", str(cm.exception))
+        self.assertIn("redistribute", str(cm.exception))
+
+    def test_segmented_input(self):
+        # A cat along a sharded batch dim leaves a segmented layout; the op has no pass-through rule
+        # (its seg_rule is 0), so the gate makes the input regular first.
+        a, b = randn(3, 4, 2, 2), randn(2, 4, 2, 2)
+        c = dtorch.cat([dtorch.from_torch(a, CPU2, [S(0)]), dtorch.from_torch(b, CPU2, [S(0)])], dim=0)
+        out = F.pixel_shuffle(c, 2)
+        self.assertEqual(list(out.placements), [S(0)])
+        assert_tensor_equal(self, out, TF.pixel_shuffle(torch.cat([a, b]), 2))
+
+    def test_errors(self):
+        x = dtorch.ones(1, 8, 2, 2)
+        for args in ((dtorch.ones(2, 4), 2), (x, 0), (x, -1), (x, 3)):
+            with self.subTest(shape=tuple(args[0].shape), r=args[1]):
+                self.same_outcome(lambda: TF.pixel_shuffle(args[0].to_torch(), args[1]),
+                                  lambda: F.pixel_shuffle(*args))
+        with self.assertRaises(TypeError):
+            F.pixel_shuffle(x, 2.0)
+        with self.assertRaises(TypeError):
+            F.pixel_shuffle(torch.ones(1, 4, 2, 2), 2)
 
 
 # ------------------------------------------------------------------ attention

@@ -332,6 +332,17 @@ at::Tensor dropout_kernel(const dt__kattr *a, void *const *in, int n_in) {
 }
 DT_TORCH_KERNEL(DT_K_DROPOUT, dropout_kernel);
 
+/* -------------------------------------------------------- pixel_shuffle */
+
+at::Tensor pixel_shuffle_kernel(const dt__kattr *a, void *const *in, int n_in) {
+    need_inputs(DT_K_PIXEL_SHUFFLE, n_in, 1, 1);
+    const at::Tensor &x = impl(in[0]);
+    if (empty_out(a))
+        return empty_result(a, x);
+    return finish(at::pixel_shuffle(x, a->ints[0]), to_aten(a->dtype));
+}
+DT_TORCH_KERNEL(DT_K_PIXEL_SHUFFLE, pixel_shuffle_kernel);
+
 /* ------------------------------------------------------------ attention */
 
 /* The math of torch 2.x's reference implementation: scores scaled after the

@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "core/client/graph.h"
+#include "core/client/segment.h"
 #include "core/client/tensor.h"
-#include "core/controller/lower.h"
 #include "core/records/blob.h"
 #include "core/records/future.h"
 #include "core/records/graph_int.h"
@@ -118,13 +118,20 @@ dt_tensor *dt__tensor_new(dt_graph *g, const dt__meta *m) {
 
 dt_tensor *dt__tval_tensor(dt__tval *v) { return &((dt__symrec *)v)->t; }
 
+/* A node that will not be queued: what it owns beyond its values (a
+ * source's host data) is freed by its op's discard (src/ops/ops.def). */
+static void discard(dt_graph *g, dt__node *n) {
+    if (dt__ops[n->op].discard)
+        dt__ops[n->op].discard(g, n);
+}
+
 dt_tensor *dt__client_submit(dt_tensor *t, dt__node *n) {
     /* Segmented inputs (segment.c): the output's layout, or regular inputs
      * first. The temporaries are released after the node is queued. */
     dt_tensor *tmp[DT_MAX_OP_INPUTS];
     int ntmp = 0;
     if (n && dt__seg_gate(t, n, tmp, &ntmp) != DT_OK) {
-        dt__source_free(dt__graph_be(t->graph, t->v->meta.mesh->type), n);
+        discard(t->graph, n);
         dt__node_free(n);
         n = NULL;
     }
@@ -143,7 +150,7 @@ dt_tensor *dt__client_submit_raw(dt_tensor *t, dt__node *n) {
         if (st == DT_OK)
             return t;
         dt__submit_error(st);
-        dt__source_free(dt__graph_be(t->graph, t->v->meta.mesh->type), n);
+        discard(t->graph, n);
         dt__node_free(n);
     }
     dt_graph *g = t->graph;

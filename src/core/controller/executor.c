@@ -17,7 +17,6 @@
 #include "comm/comm.h"
 #include "core/client/graph.h"
 #include "core/client/tensor.h"
-#include "core/controller/chain.h"
 #include "core/controller/controller.h"
 #include "core/controller/lower.h"
 #include "core/controller/lower_comm.h"
@@ -56,9 +55,10 @@ static dt__blob *error_blob(const dt__backend *be, const char *msg) {
 
 /* After a failed lowering: every device blob of the node's output becomes an
  * error blob, so the next read raises it as it would a kernel failure and
- * everything downstream inherits it; a read or sync completes its future
- * with it. Kernels already queued for the node may still run; their outputs
- * are released here, not used. Allocation faults are off meanwhile. */
+ * everything downstream inherits it; a read or sync (DT_OPF_FUTURE)
+ * completes its future with it. Kernels already queued for the node may
+ * still run; their outputs are released here, not used. Allocation faults
+ * are off meanwhile. */
 static void lower_failed(dt__lower *L, dt__node *n, dt_status st) {
     char msg[1024];
     const char *why = dt_last_error()[0] ? dt_last_error() : dt_status_str(st);
@@ -67,7 +67,7 @@ static void lower_failed(dt__lower *L, dt__node *n, dt_status st) {
                  n->site_file, n->site_line, why);
     else
         snprintf(msg, sizeof msg, "%s failed on the controller: %s", dt__ops[n->op].name, why);
-    if (n->op == DT_OP_FETCH || n->op == DT_OP_SYNC) {
+    if (dt__ops[n->op].flags & DT_OPF_FUTURE) {
         dt__future_fail(n->extra, DT_EKERNEL, msg);
         dt_future_release(n->extra); /* the node's reference */
         return;
@@ -163,20 +163,13 @@ static inline __attribute__((always_inline)) int lower_node(dt__lower *L, dt__no
 
 /* ------------------------------------------------------ nodes and flush */
 
-/* After dt_graph_cancel: frees what node n owns without lowering it. Its
- * outputs get no blobs (nothing can read them: the graph is closed); a read
- * or sync fails with DT_ECANCELLED. */
+/* After dt_graph_cancel: frees what node n owns without lowering it (its
+ * op's discard, src/ops/ops.def). Its outputs get no blobs (nothing can read
+ * them: the graph is closed); a read or sync fails with DT_ECANCELLED. */
 static void discard(dt_graph *g, dt__node *n) {
     atomic_fetch_add_explicit(&g->dropped, 1, memory_order_relaxed);
-    if (n->op == DT_OP_FETCH || n->op == DT_OP_SYNC) {
-        dt__future_fail(n->extra, DT_ECANCELLED, "cancelled: the graph was cancelled before this read ran");
-        dt_future_release(n->extra); /* the node's reference */
-        n->extra = NULL;
-    } else if (n->op == DT_OP_DEBUG_GATE) {
-        dt__debug_node_drop(n);
-    } else if (n->op == DT_OP_SOURCE) {
-        dt__source_free(dt__graph_be(g, n->out->meta.mesh->type), n);
-    }
+    if (dt__ops[n->op].discard)
+        dt__ops[n->op].discard(g, n);
 }
 
 /* Test-only: the round's kernels, encoded, to the tap. */

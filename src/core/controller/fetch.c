@@ -144,3 +144,10 @@ dt_status dt__lower_sync(dt__lower *L, dt__node *n) {
     dt_future_release(f);
     return DT_OK;
 }
+
+void dt__fetch_discard(dt_graph *g, dt__node *n) {
+    (void)g;
+    dt__future_fail(n->extra, DT_ECANCELLED, "cancelled: the graph was cancelled before this read ran");
+    dt_future_release(n->extra); /* the node's reference */
+    n->extra = NULL;
+}

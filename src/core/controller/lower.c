@@ -215,6 +215,8 @@ dt_status dt__lw_collective(dt__lower *L, const dt_mesh *mesh, int stream_kind, 
 
 atomic_long dt__collectives_lowered;
 
+long dt_debug_collectives_lowered(void) { return atomic_load(&dt__collectives_lowered); }
+
 dt_status dt__lw_collective_after(dt__lower *L, const dt_mesh *mesh, int stream_kind, dt__coll *c,
                                   int64_t base, int64_t stride, dt__blob **blobs, dt__blob **deps,
                                   dt__blob **next, dt_dtype dtype, const char *opname) {

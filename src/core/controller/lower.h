@@ -3,8 +3,7 @@
  * it lowers one node into kernels, the dt__lw_* helpers every lowering
  * function calls, the op table (rows in src/ops/ops.def) and the per-family
  * lowering hooks (src/ops). Everything here runs on the controller
- * thread but dt__source_free (client). Included by every lowering function's
- * file.
+ * thread. Included by every lowering function's file.
  */
 #ifndef DT_CORE_LOWER_H
 #define DT_CORE_LOWER_H
@@ -127,12 +126,16 @@ dt__blob *dt__lw_region(dt__lower *L, dt__tval *v, int64_t idx, const int64_t *c
 /* nattr.flags of a SOURCE node whose extra holds one host block per device
  * (dt_tensor_from_local_buffers) instead of one global host impl. */
 #define DT__SOURCE_LOCAL 1
-/* Frees what a SOURCE node that was never lowered owns (client thread). */
-void dt__source_free(const dt__backend *be, dt__node *n);
 /* The test gates' lowering (core/controller/debug_lower.c). */
 dt_status dt__lower_debug_gate(dt__lower *L, dt__node *n);
 /* Value reads and graph-wide barriers (core/controller/fetch.c). */
 dt_status dt__lower_fetch(dt__lower *L, dt__node *n);
 dt_status dt__lower_sync(dt__lower *L, dt__node *n);
+/* The discard of both (the op table's column): fails the node's future as
+ * cancelled and drops the node's reference (controller thread). */
+void dt__fetch_discard(dt_graph *g, dt__node *n);
+/* Test-only: collective groups lowered so far, process-wide (lower.c, and
+ * replay.c for a replayed one; dt_debug_collectives_lowered reads it). */
+extern atomic_long dt__collectives_lowered;
 
 #endif /* DT_CORE_LOWER_H */

@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "comm/comm.h"
-#include "core/client/segment.h"
 #include "core/client/tensor.h"
 #include "core/controller/lower.h"
 #include "core/controller/lower_comm.h"

@@ -22,18 +22,9 @@ enum {
     DT__SCHED_ADMITTED = 1 << 1,
 };
 
-/* Lowered in its place: reads, graph-wide waits, test gates, the shutdown. */
-static int barrier(const dt__node *n) {
-    switch (n->op) {
-    case DT_OP_FETCH:
-    case DT_OP_SYNC:
-    case DT_OP_DEBUG_GATE:
-    case DT_OP_STOP:
-        return 1;
-    default:
-        return 0;
-    }
-}
+/* Lowered in its place (DT_OPF_BARRIER, src/ops/ops.def): reads,
+ * graph-wide waits, test gates, the shutdown. */
+static int barrier(const dt__node *n) { return (dt__ops[n->op].flags & DT_OPF_BARRIER) != 0; }
 
 /* A slot that is lowered (not DEAD or FUSED), so readers wait for it. */
 static int lowers(const dt__window *w, int s) { return !(w->flags[s] & (DT__WS_DEAD | DT__WS_FUSED)); }

@@ -36,8 +36,9 @@ int64_t dt__rec_node_begin(dt__lower *L, dt__node *n) {
     if (!r || !dt__rec_enabled(DT__REC_TRACE))
         return 0;
     /* Reads and syncs are the take's own synchronisation: not traced, so
-     * nothing is written after a sync completes. */
-    if (n->op == DT_OP_FETCH || n->op == DT_OP_SYNC || n->op == DT_OP_STOP)
+     * nothing is written after a sync completes (STOP never comes here: the
+     * controller handles it before). */
+    if (dt__ops[n->op].flags & DT_OPF_FUTURE)
         return 0;
     r->cur_node = ++r->node_seq;
     r->cur_op = NULL;

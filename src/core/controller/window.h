@@ -77,6 +77,9 @@ dt_status dt__pass_dce(dt__window *w);
  * after the passes ran, not a pass. */
 int dt__reuse_mark(const dt__node *n);
 dt_status dt__pass_chain(dt__window *w);
+/* The chain pass fuses tensors of at least this many elements (globally):
+ * below it the unfused kernels' fast paths for tiny operands win. */
+#define DT__CHAIN_MIN_NUMEL 8192
 
 /* Fills w with a batch (linked oldest first through ->next, which is left as
  * it is) and the values released in the same round. DT_ENOMEM when the

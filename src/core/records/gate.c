@@ -126,8 +126,9 @@ void dt__debug_gate_drop(dt__krec *k) {
     k->handle = NULL;
 }
 
-void dt__debug_node_drop(dt__node *n) {
-    if (n->op == DT_OP_DEBUG_GATE && n->extra)
+void dt__debug_node_drop(dt_graph *g, dt__node *n) {
+    (void)g;
+    if (n->extra)
         dt__debug_gate_unref(n->extra);
     n->extra = NULL;
 }

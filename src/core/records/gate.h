@@ -27,6 +27,8 @@ void dt__debug_gates_bypass(dt_graph *g);
 void dt__debug_fork_lock(int lock);
 /* A gate kernel or node dropped unrun: its reference goes. */
 void dt__debug_gate_drop(dt__krec *k);
-void dt__debug_node_drop(dt__node *n);
+/* The DEBUG_GATE node's discard (the op table's column): its gate
+ * reference, when g was cancelled before it was lowered (controller). */
+void dt__debug_node_drop(dt_graph *g, dt__node *n);
 
 #endif /* DT_CORE_GATE_H */

@@ -35,11 +35,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/controller/chain.h"
 #include "core/records/blob.h"
+#include "core/records/chain_prog.h"
 #include "core/records/coll.h"
 #include "core/records/future.h"
 #include "core/records/kernel.h"
+#include "core/records/kernel_rec.h"
 
 /* ---------------------------------------------------------------- buffer */
 

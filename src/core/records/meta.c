@@ -203,7 +203,7 @@ void dt__local_region(const dt__meta *m, const int64_t *coord, int64_t *start, i
         start[d] += s;
         len[d] = l;
     }
-    if (seg) /* no other mesh dim shards it (segment.h) */
+    if (seg) /* no other mesh dim shards it (seg.h) */
         dt__seg_range(m, coord, &start[m->seg.dim], &len[m->seg.dim]);
 }
 

@@ -9,8 +9,8 @@
 #ifndef DT_CORE_META_H
 #define DT_CORE_META_H
 
-#include "core/client/segment.h"
 #include "core/core.h"
+#include "core/records/seg.h"
 
 struct dt__meta {
     dt_dtype dtype;
@@ -18,7 +18,7 @@ struct dt__meta {
     int64_t shape[DT_MAX_NDIM];
     dt_mesh *mesh;                     /* owned reference */
     dt_placement pl[DT_MAX_MESH_NDIM]; /* normalised: shard dims >= 0 */
-    dt__seg seg;                       /* segment.h; set by dt__client_submit for every value */
+    dt__seg seg;                       /* seg.h; set by dt__client_submit for every value */
 };
 
 int64_t dt__numel(int ndim, const int64_t *shape);
@@ -28,7 +28,7 @@ int dt__meta_same(const dt__meta *a, const dt__meta *b);
  * [min(i*c, n), min((i+1)*c, n)) with c = ceil(n/k). */
 void dt__chunk(int64_t n, int64_t k, int64_t i, int64_t *start, int64_t *len);
 /* The region of the global tensor that the device at `coord` holds: nested
- * shards split in mesh-dim order (segmented dims: segment.h). */
+ * shards split in mesh-dim order (segmented dims: seg.h). */
 void dt__local_region(const dt__meta *m, const int64_t *coord, int64_t *start, int64_t *len);
 /* 1 when the device at `coord` must hold zeros for a Partial value built from
  * a full one (its coordinate along some Partial mesh dim is not 0). */

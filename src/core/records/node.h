@@ -12,8 +12,8 @@
 
 #include "core/core.h"
 
-/* Client-level ops: one node record each; the rows (name, lowering) are
- * src/ops/ops.def. */
+/* Client-level ops: one node record each; the rows (name, lowering and
+ * every fact core reads of an op) are src/ops/ops.def. */
 typedef enum dt__op {
 #define DT_OP(E, ...) DT_OP_##E,
 #include "ops/ops.def"
@@ -76,20 +76,70 @@ struct dt__node {
 
 /* The op table: one row per node op, generated from src/ops/ops.def by
  * src/ops/op_table.c and registered at start-up (src/init.c), so core reads
- * each op's facts without naming the functions that implement them. */
+ * each op's facts without naming the op or the functions that implement
+ * them. Every row has every field (ops.def's head says each column). */
 typedef dt_status (*dt__lower_fn)(dt__lower *L, dt__node *n);
+typedef int (*dt__seg_rule_fn)(const dt__node *n, dt__meta *out);
+typedef int (*dt__chainable_fn)(const dt__node *n);
+typedef void (*dt__discard_fn)(dt_graph *g, dt__node *n);
 typedef struct dt__op_info {
     const char *name;
     /* Returns DT_OK, or the failure (L->status) after which the controller
      * poisons the node's output. */
     dt__lower_fn lower;
     unsigned flags; /* DT_OPF_* */
+    /* The nn family's placement and lowering rules (src/ops/nn_int.h),
+     * which its lowering reads; NULL for the other families. Core never
+     * reads them. */
+    const struct dt__nn_rules *rules;
+    /* Segmented dims (core/records/seg.h): whether node n passes a
+     * segmented input's layout through to out (its output's meta, the
+     * descriptor set by the rule), sets it itself, or needs regular inputs
+     * (DT__SEG_PASS, DT__SEG_OWN, DT__SEG_REGULAR). Called by the gate
+     * (core/client/segment.c) on the client thread for a node with a
+     * segmented input, and for every node of a DT_OPF_SEG_OWN op. NULL: the
+     * op always takes regular inputs. */
+    dt__seg_rule_fn seg_rule;
+    /* 1 when node n may be a step of a blocked elementwise chain (the
+     * chain pass, passes/chain.c): its kernel is elementwise and computes
+     * each element alike however the data is cut in blocks. NULL for an op
+     * whose nodes never are. */
+    dt__chainable_fn chainable;
+    /* Ends a node of graph g that is never lowered: frees what it owns
+     * beyond its values (n->extra) and fails what waits on it (a read's
+     * future, as cancelled). Called by the client after a failed submit and
+     * by the controller after dt_graph_cancel; NULL for an op whose node
+     * owns nothing else. */
+    dt__discard_fn discard;
 } dt__op_info;
-/* An op's facts (the flags column of ops.def). */
+/* An op's facts (the flags column of ops.def): what core's generic code
+ * (the passes, the schedule, replay, the controller loop, traces) must know
+ * of an op it does not name. */
 enum {
     /* Its lowering reads the node's attribute block (the union after
      * dt__nattr.text): replay compares it. */
     DT_OPF_READS_BLOCK = 1u << 0,
+    /* Lowering it does more than compute its output (frees the host data
+     * it owns, completes a read, holds kernels at a test gate, shuts the
+     * controller down): the dce pass keeps it when nobody reads its output. */
+    DT_OPF_SIDE_EFFECT = 1u << 1,
+    /* Lowered in its place: the schedule (sched.c) moves no slot across it
+     * (reads, graph-wide waits, test gates, the shutdown). */
+    DT_OPF_BARRIER = 1u << 2,
+    /* Each output element comes from the inputs' elements at its position
+     * only, so its kernels may write the result into in[0]'s storage (the
+     * reuse mark, passes/reuse.c, when in[0] has the result's shape and
+     * element size). */
+    DT_OPF_REUSES_IN0 = 1u << 3,
+    /* n->extra is the dt_future (one reference) the caller waits on and the
+     * lowering completes: a failed lowering fails it, there being no output
+     * to poison, and a trace records no node for it (the caller may read
+     * the trace as soon as the future completes). */
+    DT_OPF_FUTURE = 1u << 4,
+    /* Some of its nodes set their output's segmented-dim descriptor
+     * themselves (cat, getitem): the gate asks its seg rule about every
+     * node, not only those with a segmented input. */
+    DT_OPF_SEG_OWN = 1u << 5,
 };
 /* The registered rows (DT_OP_COUNT of them); set before any graph exists. */
 extern const dt__op_info *dt__ops;

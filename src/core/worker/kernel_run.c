@@ -14,7 +14,6 @@
 #include <string.h>
 
 #include "comm/comm.h"
-#include "core/controller/chain.h"
 #include "core/records/blob.h"
 #include "core/records/future.h"
 #include "core/records/gate.h"
@@ -23,6 +22,7 @@
 #include "core/records/kernel_rec.h"
 #include "core/records/memstats.h"
 #include "core/records/trace.h"
+#include "core/worker/chain_run.h"
 #include "core/worker/stream.h"
 #include "core/worker/stream_int.h"
 

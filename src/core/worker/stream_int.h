@@ -2,7 +2,8 @@
  * The stream's layout (layout only; the functions are stream.h). For the
  * stream's own modules (kernel_stream.c, events.c, kernel_run.c) and the
  * controller-side friends that read its device or queue its kernels
- * (lower.c, executor.c, fetch.c, blob.c, debug.c, and C tests). Which thread writes
+ * (lower.c, executor.c, fetch.c, blob.c, debug.c, the CHAIN lowering in
+ * src/ops/elementwise_chain.c, and C tests). Which thread writes
  * each field is on the struct.
  */
 #ifndef DT_CORE_STREAM_INT_H

@@ -3,11 +3,13 @@
  * nodes, each reading the one before, whose intermediate results nobody
  * else can see, becomes one CHAIN node lowered at the last node's slot: one
  * kernel per device that walks the data in cache-sized blocks and runs every
- * step's kernel on each block (core/controller/chain.c, the backends' run_chain), so
- * only the chain's inputs and its result touch memory-sized buffers.
+ * step's kernel on each block (src/ops/elementwise_chain.c lowers it,
+ * core/worker/chain_run.c and the backends' run_chain run it), so only the
+ * chain's inputs and its result touch memory-sized buffers.
  *
- * Which nodes. The ops dt__lower_elementwise lowers (binary with a tensor or
- * scalar operand, unary, casts, where, masked_fill, clamp) on a CPU mesh,
+ * Which nodes. Those whose op's chainable column (src/ops/ops.def) says so:
+ * the ops dt__lower_elementwise lowers (binary with a tensor or scalar
+ * operand, unary, casts, where, masked_fill, clamp), on a CPU mesh,
  * with every tensor operand of the result's shape and placements and no
  * Partial: then each device's kernel reads the whole local pieces, as in
  * the chain kernel. Node s links to its reader c when s's result was
@@ -26,7 +28,7 @@
  * (docs/decisions.md lists them: sigmoid, exp2, sinh, cosh, rsqrt, pow,
  * add/sub with alpha, rounding divisions) give a different result to
  * another split, which eager torch's own threads already make; they end a
- * chain rather than join it.
+ * chain rather than join it (their chainable function says 0).
  *
  * Placement. The CHAIN node takes the last node's slot: every outside input
  * of every step was made before that node was recorded. The earlier steps'
@@ -39,7 +41,6 @@
 
 #include "core/client/graph.h"
 #include "core/client/tensor.h"
-#include "core/controller/chain.h"
 #include "core/controller/lower.h"
 #include "core/controller/window.h"
 #include "core/records/blob.h"
@@ -50,41 +51,11 @@
 #include "core/records/node.h"
 #include "core/worker/stream.h"
 
+/* The op's chainable column (src/ops/ops.def): the elementwise family says
+ * which of its nodes may be steps. */
 static int fusable_op(const dt__node *n) {
-    switch (n->op) {
-    case DT_OP_EW_BINARY:
-        switch (n->a.sub) {
-        case DT_BINARY_POW:
-            return 0;
-        case DT_BINARY_ADD:
-        case DT_BINARY_SUB:
-            /* alpha != 1 */
-            return n->a.scalar2.kind == DT_SCALAR_INT && n->a.scalar2.i == 1;
-        case DT_BINARY_DIV_TRUNC:
-        case DT_BINARY_DIV_FLOOR:
-            return n->out->meta.dtype != DT_FLOAT16 && n->out->meta.dtype != DT_BFLOAT16;
-        default:
-            return 1;
-        }
-    case DT_OP_UNARY:
-        switch (n->a.sub) {
-        case DT_UNARY_SIGMOID:
-        case DT_UNARY_EXP2:
-        case DT_UNARY_SINH:
-        case DT_UNARY_COSH:
-        case DT_UNARY_RSQRT:
-            return 0;
-        default:
-            return 1;
-        }
-    case DT_OP_CAST:
-    case DT_OP_WHERE:
-    case DT_OP_MASKED_FILL:
-    case DT_OP_CLAMP:
-        return 1;
-    default:
-        return 0;
-    }
+    dt__chainable_fn ok = dt__ops[n->op].chainable;
+    return ok && ok(n);
 }
 
 static int same_layout(const dt__meta *a, const dt__meta *b) {
@@ -99,7 +70,7 @@ static int same_layout(const dt__meta *a, const dt__meta *b) {
     return 1;
 }
 
-/* A node that may be a step: an op above on a CPU mesh, every operand laid
+/* A node that may be a step: a chainable one on a CPU mesh, every operand laid
  * out as the result, no Partial, enough elements. */
 static int fusable(const dt__node *n) {
     if (!n->out || n->n_in < 1 || n->n_in > DT__CHAIN_MAX_IN || !fusable_op(n))

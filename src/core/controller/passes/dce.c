@@ -7,14 +7,12 @@
  * (x = a.exp(); y = x.sin(); both dropped unread) dies in one walk.
  *
  * A node is kept, whatever its result, when lowering it does something
- * besides computing that result:
- *  - SOURCE frees the host data it owns as it is distributed;
- *  - FETCH, SYNC and STOP are reads, barriers and the shutdown;
- *  - DEBUG_GATE holds kernels at a test's gate.
- * Every other node is pure: dtorch values are immutable, and the in-place
- * Python forms (x.add_(y), x[i] = v, masked_fill_) record a new value and
- * rebind the symbol. Random ops draw their seed when recorded, so dropping
- * one does not shift the next one's numbers.
+ * besides computing that result: its op has DT_OPF_SIDE_EFFECT in
+ * src/ops/ops.def (SOURCE frees the host data it owns as it is
+ * distributed; FETCH, SYNC and STOP are reads, barriers and the shutdown;
+ * DEBUG_GATE holds kernels at a test's gate). Every other node is pure: dtorch values are immutable, and the
+ * in-place Python forms (x.add_(y), x[i] = v, masked_fill_) record a new value and rebind the symbol. Random
+ * ops draw their seed when recorded, so dropping one does not shift the next one's numbers.
  *
  * The dead node's value is freed with the round's releases, as any other:
  * its blob array was never made, which dt__tval_free_list_deferred allows.
@@ -24,23 +22,11 @@
 #include "core/controller/window.h"
 #include "core/records/node.h"
 
-static int has_side_effect(int op) {
-    switch (op) {
-    case DT_OP_SOURCE:
-    case DT_OP_FETCH:
-    case DT_OP_SYNC:
-    case DT_OP_STOP:
-    case DT_OP_DEBUG_GATE:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
 dt_status dt__pass_dce(dt__window *w) {
     for (int i = w->n - 1; i >= 0; i--) {
         const dt__node *n = w->nodes[i];
-        if (!(w->flags[i] & DT__WS_RELEASED) || w->consumers[i] != 0 || !n->out || has_side_effect(n->op))
+        if (!(w->flags[i] & DT__WS_RELEASED) || w->consumers[i] != 0 || !n->out ||
+            (dt__ops[n->op].flags & DT_OPF_SIDE_EFFECT))
             continue;
         w->flags[i] |= DT__WS_DEAD;
         w->eliminated++;

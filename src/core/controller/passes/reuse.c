@@ -29,12 +29,6 @@
 #include "core/records/meta.h"
 #include "core/records/node.h"
 
-/* Node ops whose kernels may take in[0]'s storage. */
-static const uint8_t reusable[DT_OP_COUNT] = {
-    [DT_OP_EW_BINARY] = 1, [DT_OP_UNARY] = 1,       [DT_OP_CAST] = 1,       [DT_OP_CLAMP] = 1,
-    [DT_OP_WHERE] = 1,     [DT_OP_MASKED_FILL] = 1, [DT_OP_ACTIVATION] = 1, [DT_OP_CHAIN] = 1,
-};
-
 static int fits(const dt__meta *in, const dt__meta *out) {
     /* One dtype needs no size lookup (the usual case). */
     if (in->ndim != out->ndim ||
@@ -47,6 +41,6 @@ static int fits(const dt__meta *in, const dt__meta *out) {
 }
 
 int dt__reuse_mark(const dt__node *n) {
-    return (unsigned)n->op < DT_OP_COUNT && reusable[n->op] && n->n_in >= 1 && n->out &&
-           fits(&n->in[0]->meta, &n->out->meta);
+    return (unsigned)n->op < DT_OP_COUNT && (dt__ops[n->op].flags & DT_OPF_REUSES_IN0) && n->n_in >= 1 &&
+           n->out && fits(&n->in[0]->meta, &n->out->meta);
 }
