@@ -4,19 +4,24 @@
 #                               (tools/check_format.sh; --fix formats them)
 #   1. lint                     ruff check on the Python of python/, tests/, bench/,
 #                               examples/ and tools/ (the rules: pyproject.toml [tool.ruff])
-#   2. ctest in build/          the C tests and the C quickstart
-#   3. pytest tests/python      with the project's .venv (torch 2.13.0 from pip)
-#   4. package                  pip install . into a fresh venv, then import dtorch
+#   2. refs                     every path and C name the docs and comments cite exists
+#                               (tools/check_refs.py)
+#   3. layers                   no include or call runs from a lower folder of src/ to a
+#                               higher one; no file over 800 lines, no function over 120
+#                               (tools/check_layers.py --sizes, on build/'s objects)
+#   4. ctest in build/          the C tests and the C quickstart
+#   5. pytest tests/python      with the project's .venv (torch 2.13.0 from pip)
+#   6. package                  pip install . into a fresh venv, then import dtorch
 #                               from / and build a C program with pkg-config
-#   5. ctest in build-asan/     the C tests under AddressSanitizer + UBSan + LeakSanitizer
-#   6. ctest in build-tsan/     the C tests under ThreadSanitizer
+#   7. ctest in build-asan/     the C tests under AddressSanitizer + UBSan + LeakSanitizer
+#   8. ctest in build-tsan/     the C tests under ThreadSanitizer
 # The sanitizer builds use only the pure-C 'ref' backend (no LibTorch, no Python).
 # Every stage runs even when an earlier one failed, so one run reports all of
 # them; the exit status is non-zero when any stage failed.
 #
 # Environment:
-#   DT_SKIP_SANITIZERS=1   skip stages 5 and 6 (quicker local runs; CI runs them)
-#   DT_SKIP_PACKAGE=1      skip stage 4 (quicker local runs; CI runs it)
+#   DT_SKIP_SANITIZERS=1   skip stages 7 and 8 (quicker local runs; CI runs them)
+#   DT_SKIP_PACKAGE=1      skip stage 6 (quicker local runs; CI runs it)
 #   DT_JOBS                parallel build jobs (default: nproc)
 set -euo pipefail
 
@@ -51,13 +56,25 @@ rc=0
 "$py" -m ruff check python tests bench examples tools || rc=$?
 record lint "$rc"
 
-# ------------------------------------------------------------- 2. C tests
+# ---------------------------------------------------------------- 2. refs
+echo "test.sh: [refs] tools/check_refs.py"
+rc=0
+"$py" tools/check_refs.py || rc=$?
+record refs "$rc"
+
+# -------------------------------------------------------------- 3. layers
+echo "test.sh: [layers] tools/check_layers.py --sizes (build/)"
+rc=0
+"$py" tools/check_layers.py --sizes --build build || rc=$?
+record layers "$rc"
+
+# ------------------------------------------------------------- 4. C tests
 echo "test.sh: [ctest] build/"
 rc=0
 ctest --test-dir build --output-on-failure -j"$jobs" || rc=$?
 record ctest "$rc"
 
-# -------------------------------------------------------- 3. Python tests
+# -------------------------------------------------------- 5. Python tests
 echo "test.sh: [pytest] tests/python with $py ($("$py" -c 'import torch; print("torch", torch.__version__)'))"
 rc=0
 "$py" -m pytest -q -p no:cacheprovider tests/python || rc=$?
@@ -66,7 +83,7 @@ if [ "$rc" -eq 5 ]; then
 fi
 record pytest "$rc"
 
-# ------------------------------------------------------------ 4. package
+# ------------------------------------------------------------ 6. package
 if [ "${DT_SKIP_PACKAGE:-0}" = 1 ]; then
     results+=("package=SKIPPED")
 else
@@ -75,7 +92,7 @@ else
     record package "$rc"
 fi
 
-# ---------------------------------------------------- 5-6. sanitizer builds
+# ---------------------------------------------------- 7-8. sanitizer builds
 san_build() { # san_build NAME SANITIZER
     local dir=build-$1
     echo "test.sh: [$1] $dir/ (-DDT_SANITIZE=$2, 'ref' backend only)"
