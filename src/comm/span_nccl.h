@@ -7,8 +7,8 @@
  * ahead of the first batch that names the group). Pure C, built
  * everywhere, so the choice and the table are tested without NCCL or a GPU.
  *
- * NOTHING OF THE NCCL PATH ACROSS NODES HAS RUN: it needs GPUs on two hosts
- * (docs/cuda.md).
+ * The NCCL path across nodes needs GPUs on two hosts; docs/cuda.md records
+ * what has run.
  *
  * Threads: any thread; the table's lock is a leaf.
  */

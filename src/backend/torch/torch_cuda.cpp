@@ -4,7 +4,7 @@
  * visible (dt__backend_for_device). Linked only against a torch with CUDA
  * (libc10_cuda, libtorch_cuda); against a CPU torch CMake compiles this
  * file for its errors only (dtorch_torch_cuda_check), so it never runs
- * there. NOTHING HERE HAS RUN ON A GPU YET (docs/cuda.md).
+ * there. What has run on a GPU is docs/cuda.md's record.
  *
  * Devices: logical CUDA ids map onto the GPUs present (backend/cuda_map.h;
  * several logical ids on one GPU with DTORCH_DTENSOR_IN_SAME_DEVICE=1).

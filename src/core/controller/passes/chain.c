@@ -1,5 +1,6 @@
 /*
- * Pass chain: blocked elementwise chains (issue 14). A run of elementwise
+ * Pass chain: blocked elementwise chains (docs/decisions.md, "Blocked
+ * elementwise chains"). A run of elementwise
  * nodes, each reading the one before, whose intermediate results nobody
  * else can see, becomes one CHAIN node lowered at the last node's slot: one
  * kernel per device that walks the data in cache-sized blocks and runs every
