@@ -8,24 +8,8 @@ The family lives here, beside the other ``_ops_<family>.py`` modules, rather tha
 and importing anything under ``dtorch.nn`` first imports ``dtorch.nn``'s layers, which subclass
 that class.
 
-Each function takes torch's arguments and returns what torch returns, computed
-shard by shard without communication; placements each op accepts are listed in
-``docs/operators.md`` (and ``include/dtorch/dtorch.h``). A placement an op
-cannot take raises ``dtorch.PlacementError`` naming the ``redistribute`` that
-fixes it. Inference only: there is no autograd.
-
->>> import dtorch, torch
->>> import dtorch.nn.functional as F
->>> mesh = dtorch.DeviceMesh("cpu", [0, 1])
->>> x = dtorch.randn(4, 8, device_mesh=mesh, placements=[dtorch.Shard(0)])
->>> y = F.softmax(F.gelu(x), dim=-1)        # Shard(0) stays Shard(0)
->>> w = dtorch.randn(100, 8, device_mesh=mesh, placements=[dtorch.Shard(0)])
->>> e = F.embedding(dtorch.tensor([[1, 99]]), w)  # vocab-parallel lookup -> Partial()
-
-The naming rule of the original DTorch holds: every public function here exists in
-``torch.nn.functional`` (with torch's meaning); dtorch's own fused helpers are private
-(``_apply_rotary_emb``, ``_layer_norm_mul_add``, ``_silu_linear_chunk``), and ``SdpaOption`` (the
-option type of ``scaled_dot_product_attention``, also ``dtorch.SdpaOption``) stays out of ``__all__``.
+What each function computes and which placements it takes is ``dtorch.nn.functional``'s module
+docstring and ``docs/operators.md``.
 """
 
 from __future__ import annotations

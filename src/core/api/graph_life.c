@@ -25,6 +25,20 @@ static dt__pool graph_pool = DT__POOL_INIT_STABLE(sizeof(dt_graph), 0);
 
 static void graph_free(dt_graph *g);
 
+/* Frees what dt_graph_create made, once no thread of the graph runs: its
+ * recorder, its locks, the record itself. */
+static void graph_destroy(dt_graph *g) {
+    dt__rec_free(g->rec);
+    g->rec = NULL;
+    pthread_cond_destroy(&g->bl_cond);
+    pthread_mutex_destroy(&g->bl_lock);
+    pthread_cond_destroy(&g->qcond);
+    pthread_mutex_destroy(&g->qlock);
+    pthread_mutex_destroy(&g->life_lock);
+    g->magic = DT__HANDLE_DEAD;
+    dt__pool_free(&graph_pool, g);
+}
+
 dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
     if (!out)
         return dt__error(DT_EINVAL, "dt_graph_create: out is NULL");
@@ -72,15 +86,7 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
     dt__cond_init_monotonic(&g->bl_cond);
     g->rec = dt__rec_new(); /* NULL: this graph records nothing (core/records/trace.h) */
     if (pthread_create(&g->ctl, NULL, dt__controller_main, g) != 0) {
-        dt__rec_free(g->rec);
-        g->rec = NULL;
-        pthread_cond_destroy(&g->bl_cond);
-        pthread_mutex_destroy(&g->bl_lock);
-        pthread_cond_destroy(&g->qcond);
-        pthread_mutex_destroy(&g->qlock);
-        pthread_mutex_destroy(&g->life_lock);
-        g->magic = DT__HANDLE_DEAD;
-        dt__pool_free(&graph_pool, g);
+        graph_destroy(g);
         return dt__error(DT_EINTERNAL, "graph: could not start the controller thread");
     }
     if (be->default_dtype)
@@ -93,15 +99,7 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
  * it when the last reference goes, which may be a client's tensor. */
 static void graph_free(dt_graph *g) {
     dt_graph_shutdown(g);
-    dt__rec_free(g->rec); /* every thread that wrote into it has exited */
-    g->rec = NULL;
-    pthread_cond_destroy(&g->bl_cond);
-    pthread_mutex_destroy(&g->bl_lock);
-    pthread_cond_destroy(&g->qcond);
-    pthread_mutex_destroy(&g->qlock);
-    pthread_mutex_destroy(&g->life_lock);
-    g->magic = DT__HANDLE_DEAD;
-    dt__pool_free(&graph_pool, g);
+    graph_destroy(g); /* every thread that wrote into it has exited */
 }
 
 /* Closes the queue with a STOP node and lets gated kernels through; the
