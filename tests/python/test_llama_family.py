@@ -192,6 +192,25 @@ class TestLlamaFamily(unittest.TestCase):
         self.assertEqual([tuple(v.shape) for v in local_values(attn.o_proj.weight)], [(64, 48)] * 2)
         self.assertIs(model.lm_head.weight, model.model.embed_tokens.weight)
 
+    def test_tied_checkpoint_that_stores_lm_head(self):
+        """Some tied checkpoints store lm_head.weight too: read when it equals the embedding, refused
+        (naming it) when it does not."""
+        from safetensors.torch import load_file, save_file
+
+        name = "llama_head_dim_bias_tied"
+        for delta, ok in ((0.0, True), (1.0, False)):
+            folder = os.path.join(self.tmp, f"tied_lm_head_{ok}")
+            shutil.copytree(self.dirs[name], folder)
+            path = os.path.join(folder, "model.safetensors")
+            tensors = load_file(path)
+            tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"] + delta
+            save_file(tensors, path, metadata={"format": "pt"})
+            if ok:
+                assert_equal_everywhere(self, AutoModelForCausalLM.from_pretrained(folder)(PROMPT), self.ref[name])
+            else:
+                with self.assertRaisesRegex(ValueError, "lm_head.weight differs from model.embed_tokens.weight"):
+                    AutoModelForCausalLM.from_pretrained(folder)
+
 
 if __name__ == "__main__":
     unittest.main()

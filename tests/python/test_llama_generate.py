@@ -16,6 +16,8 @@ queued (a fresh graph has allocated nothing), and a good model runs after each.
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import unittest
 
@@ -269,6 +271,29 @@ class TestLlamaGenerate(unittest.TestCase):
             want = self.hf["llama"].generate(IDS[1:2], max_new_tokens=NEW, do_sample=False, eos_token_id=None)
         for m in (ring, model):
             self.assertTrue(torch.equal(m.generate(IDS[1:2], max_new_tokens=NEW, eos_token_id=[]), want))
+
+    def test_example_takes_any_family_folder(self):
+        """examples/llama/run.py --model on a Qwen3 folder with a word-level tokenizer: two --prompt make a
+        left-padded batch, generated on tp2 and on one device by the script, which compares them."""
+        from tokenizers import Tokenizer, models, pre_tokenizers
+
+        folder = os.path.join(self.tmp, "qwen3_tok")
+        shutil.copytree(self.dirs["qwen3"], folder)
+        words = Tokenizer(models.WordLevel({f"w{i}": i for i in range(128)}, unk_token="w1"))
+        words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        transformers.PreTrainedTokenizerFast(tokenizer_object=words, pad_token="w0", eos_token="w2",
+                                             unk_token="w1").save_pretrained(folder)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        here = os.path.dirname(os.path.dirname(os.path.abspath(dtorch.__file__)))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
+        r = subprocess.run([sys.executable, os.path.join(root, "examples", "llama", "run.py"), "--model", folder,
+                            "--mesh", "tp=2", "--prompt", "w5 w6 w7 w8", "--prompt", "w9", "--max-new-tokens", "4"],
+                           env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("Qwen3ForCausalLM, mesh {'tp': 2}: 4 new tokens", r.stdout)
+        self.assertIn("matches single-device: True", r.stdout)
+        self.assertIn("  ids: [0, 0, 0, 9, ", r.stdout)  # the short prompt, left-padded
+        self.assertIn("  text: w5 w6 w7 w8 w", r.stdout)
 
 
 if __name__ == "__main__":
