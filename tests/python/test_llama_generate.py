@@ -266,11 +266,19 @@ class TestLlamaGenerate(unittest.TestCase):
         ring = AutoModelForCausalLM.from_pretrained(self.dirs["llama"], device_mesh=mesh((2,), ("ring_cp",)), graph=g)
         self.assert_refused_before_queueing(
             lambda _: ring.generate(IDS, attention_mask=MASK, max_new_tokens=2), NotImplementedError, "ring_cp", g)
-        # Unpadded rows run on ring attention, and the models still work after the refusals.
+        # Unpadded rows run on ring attention, and the models still work after the refusals. So does a
+        # sliding window there when the prompt fits in it: the decoding steps read the window's keys only,
+        # and a mask that keeps them all is dropped.
         with torch.no_grad():
             want = self.hf["llama"].generate(IDS[1:2], max_new_tokens=NEW, do_sample=False, eos_token_id=None)
         for m in (ring, model):
             self.assertTrue(torch.equal(m.generate(IDS[1:2], max_new_tokens=NEW, eos_token_id=[]), want))
+        with torch.no_grad():
+            want = self.hf["mistral"].generate(IDS[1:2, :4], max_new_tokens=NEW, do_sample=False, eos_token_id=None)
+        ring = AutoModelForCausalLM.from_pretrained(self.dirs["mistral"], device_mesh=mesh((2,), ("ring_cp",)))
+        self.assertTrue(torch.equal(ring.generate(IDS[1:2, :4], max_new_tokens=NEW, eos_token_id=[]), want))
+        self.assert_refused_before_queueing(lambda _: ring.generate(IDS[1:2], max_new_tokens=2), NotImplementedError,
+                                            "sliding window", ring.graph)
 
     def test_example_takes_any_family_folder(self):
         """examples/llama/run.py --model on a Qwen3 folder with a word-level tokenizer: two --prompt make a

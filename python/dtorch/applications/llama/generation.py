@@ -119,7 +119,10 @@ def generate(model: Any, input_ids: torch.Tensor, max_new_tokens: int = 20, do_s
         return out.clone()
     b, s = out.shape
     step_args = _step_args(pad, b, s)
-    model.attention_plans(b, s, 0, pad, True)  # what the mesh cannot run raises here, before the cache
+    # What the mesh cannot run raises here, before the cache is made: the prefill and the last step
+    # (the most keys: a mask any step needs, for padding or a window, the last one needs too).
+    model.attention_plans(b, s, 0, pad, True)
+    model.attention_plans(b, 1, s + max_new_tokens - 1, step_args(max_new_tokens - 1).get("attention_mask"), True)
     stop_t = torch.tensor(stops, dtype=torch.int64)
     unfinished = torch.ones(b, dtype=torch.bool)
     cache = model.new_cache(b, s + max_new_tokens)

@@ -21,7 +21,7 @@ from typing import Optional
 
 import torch
 
-__all__ = ["AttentionPlan", "attention_plan", "left_padding_positions"]
+__all__ = ["AttentionPlan", "attention_plan", "without_redundant_mask", "left_padding_positions"]
 
 
 @dataclasses.dataclass
@@ -74,6 +74,25 @@ def attention_plan(pad: Optional[torch.Tensor], s: int, start: int, window: Opti
     if keys is not None:
         allowed = allowed & keys[:, None, None, :]
     return AttentionPlan(lo, hi, allowed, False)
+
+
+def without_redundant_mask(plan: AttentionPlan, s: int) -> AttentionPlan:
+    """``plan`` without its mask where the mask says no more than SDPA's defaults (all keys for one
+    query; ``is_causal`` for as many keys as queries): the same attention, for an SDPA that takes no
+    mask (ring attention), though no longer the call transformers makes.
+
+    >>> without_redundant_mask(attention_plan(None, 1, 5, 8, True), 1).mask is None
+    True
+    """
+    m = plan.mask
+    if m is None:
+        return plan
+    n = plan.kv_hi - plan.kv_lo
+    if s == 1 and bool(m.all()):
+        return AttentionPlan(plan.kv_lo, plan.kv_hi, None, False)
+    if n == s and bool((m == torch.ones(s, s, dtype=torch.bool).tril()).all()):
+        return AttentionPlan(plan.kv_lo, plan.kv_hi, None, True)
+    return plan
 
 
 def left_padding_positions(attention_mask: torch.Tensor) -> torch.Tensor:

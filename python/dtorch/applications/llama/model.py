@@ -31,7 +31,7 @@ from .config import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 from .generation import generate as _generate
 from .layout import ACT, COL, CP_DIMS, KV, ROW, ROW_BIAS, VOCAB, Layout, lay, placements, replicate_heads
 from .loading import load
-from .masks import AttentionPlan, attention_plan
+from .masks import AttentionPlan, attention_plan, without_redundant_mask
 from .rope import Rotary
 
 __all__ = ["LlamaForCausalLM", "LlamaModel", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM",
@@ -333,9 +333,9 @@ class LlamaForCausalLM(Module):
     def __init__(self, config: LlamaConfig, device_mesh: Optional[DeviceMesh] = None,
                  dtype: Optional[torch.dtype] = None, *, graph: Any = None, _make: Optional[Maker] = None) -> None:
         super().__init__()
-        if not isinstance(config, self.config_class):
+        if not isinstance(config, LlamaConfig) or config.model_type != self.config_class.model_type:
             raise TypeError(f"{type(self).__name__} takes a {self.config_class.__name__}, not "
-                            f"{type(config).__name__}")
+                            f"{type(config).__name__} (AutoModelForCausalLM.from_config picks the class)")
         w = _where(None, device_mesh, dtype, graph)
         self.config, self.graph, self.dtype = config, w.graph, w.dtype
         self.layout = Layout(w.mesh, config.num_hidden_layers)
@@ -417,10 +417,12 @@ class LlamaForCausalLM(Module):
             pad = attention_mask.to(torch.bool)
         plans = {w: attention_plan(pad, s, start, w, cached) for w in set(self.config.layer_windows)}
         ring = self.layout.size("ring_cp")
+        if ring > 1:  # ring attention takes no mask: drop those that say nothing SDPA's defaults do not
+            plans = {w: without_redundant_mask(p, s) for w, p in plans.items()}
         if ring > 1 and any(p.mask is not None for p in plans.values()):
             raise NotImplementedError(f"{name}: ring attention (mesh dim 'ring_cp' of size {ring}) takes no mask; "
                                       "padding (attention_mask), a chunk after cached positions or a sliding window "
-                                      "needs one: use ulysess_cp or a mesh without ring_cp")
+                                      "shorter than the keys needs one: use ulysess_cp or a mesh without ring_cp")
         return plans
 
     def forward(self, input_ids: Any, cache: Optional[KVCache] = None, start: int = 0, logits_to_keep: int = 0,
