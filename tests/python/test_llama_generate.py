@@ -3,8 +3,9 @@ the loaders and generate refuse.
 
 A batch of prompts of different lengths, left-padded with its attention_mask as transformers takes
 it: greedy tokens equal to transformers' generate on one device and on tp2 (and dp2 x tp2, tp2 x
-ulysess_cp2), for Llama with GQA, a dynamic rope that grows while decoding, Mistral with a sliding
-window shorter than the prompt plus the new tokens, and Qwen3; the padded forward's logits equal;
+ulysess_cp2, tp2 x pp2, dp2 x tp2 x pp2), for Llama with GQA, a dynamic rope that grows while
+decoding, Mistral with a sliding window shorter than the prompt plus the new tokens, and Qwen3; the
+padded forward's logits equal;
 sampled tokens equal to transformers' sampled generate with the same global seed (its RNG use,
 torch.multinomial on the global generator, is reproduced); stop tokens ending rows at different
 steps, with the pad token after. A model on a graph of its own next to one on the default graph.
@@ -82,7 +83,9 @@ class TestLlamaGenerate(unittest.TestCase):
         for name in CASES:
             want = self.hf_generate(name, do_sample=False)
             self.assertEqual(want.shape, (3, 8 + NEW))
-            extra = [mesh((2, 2), ("dp", "tp")), mesh((2, 2), ("tp", "ulysess_cp"))] if name == "llama" else []
+            extra = {"llama": [mesh((2, 2), ("dp", "tp")), mesh((2, 2), ("tp", "ulysess_cp"))],
+                     "dynamic": [mesh((2, 2), ("tp", "pp"))], "mistral": [mesh((2, 2, 2), ("dp", "tp", "pp"))]}
+            extra = extra.get(name, [])
             for m in meshes + extra:
                 with self.subTest(name=name, mesh=m):
                     model = AutoModelForCausalLM.from_pretrained(self.dirs[name], device_mesh=m)
