@@ -272,7 +272,11 @@ MODEL_TYPES: Dict[str, type] = {c.model_type: c for c in (LlamaConfig, Qwen2Conf
 
 
 def read_config_json(path: str) -> Dict[str, Any]:
-    """The parsed ``config.json`` at ``path`` (the file, or a folder holding one)."""
+    """The parsed ``config.json`` at ``path`` (the file, or a folder holding one).
+
+    >>> read_config_json("/models/Qwen3-0.6B")["model_type"]
+    'qwen3'
+    """
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
     with open(path, encoding="utf-8") as f:

@@ -51,7 +51,11 @@ def lay(t: Any, mesh: DeviceMesh, by_name: Dict[str, Placement]) -> Any:
 
 def replicate_heads(t: Any, rep: Optional[Tuple[int, int]]) -> Any:
     """``t`` [heads * n, ...] with each of its ``heads`` row blocks repeated ``r`` times in place
-    (``rep = (heads, r)``; None or r == 1: ``t``). Works on torch and dtorch tensors."""
+    (``rep = (heads, r)``; None or r == 1: ``t``). Works on torch and dtorch tensors.
+
+    >>> replicate_heads(torch.tensor([[0], [1], [2], [3]]), (2, 2)).flatten().tolist()
+    [0, 1, 0, 1, 2, 3, 2, 3]
+    """
     if rep is None or rep[1] == 1:
         return t
     heads, r = rep

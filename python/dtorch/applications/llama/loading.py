@@ -127,7 +127,11 @@ def _names(names: list, most: int = 6) -> str:
 def check_checkpoint(reader: SafetensorsReader, cfg: LlamaConfig, want: Dict[str, Tuple[int, ...]]) -> None:
     """ValueError naming the missing tensors, the tensors the model does not use, or a tensor whose
     shape differs from the config's (both shapes). A tied model's ``lm_head.weight`` is accepted
-    when it equals the embedding (some checkpoints store both)."""
+    when it equals the embedding (some checkpoints store both).
+
+    >>> with SafetensorsReader(folder) as r:
+    ...     check_checkpoint(r, cfg, expected_tensors(cfg))
+    """
     kind = cfg.model_type
     have = set(reader.weight_map)
     missing = sorted(set(want) - have)

@@ -375,7 +375,11 @@ class LlamaForCausalLM(Module):
 
     def check_ids(self, input_ids: Any, name: str = "input_ids") -> None:
         """Raises (before anything is queued) for ids that are not [batch, seq] integers in the vocabulary:
-        IndexError for an id out of range, as torch's embedding. dtorch tensors are checked for shape only."""
+        IndexError for an id out of range, as torch's embedding. dtorch tensors are checked for shape only.
+
+        >>> model.check_ids(torch.tensor([[1, 2, 999999]]))
+        IndexError: LlamaForCausalLM: input_ids holds token id 999999, outside the vocabulary [0, 128256)
+        """
         if isinstance(input_ids, torch.Tensor):
             if input_ids.dim() != 2:
                 raise ValueError(f"{type(self).__name__}: {name} must be [batch, seq], got shape "
@@ -404,7 +408,11 @@ class LlamaForCausalLM(Module):
     def attention_plans(self, batch: int, s: int, start: int, attention_mask: Optional[torch.Tensor],
                         cached: bool) -> Dict[Optional[int], AttentionPlan]:
         """The ``AttentionPlan`` of each sliding window of the layers (None: full attention) for ``s``
-        positions after ``start``; raises before anything is queued for what the mesh cannot run."""
+        positions after ``start``; raises before anything is queued for what the mesh cannot run.
+
+        >>> model.attention_plans(2, 1, 9, torch.tensor([[0] * 3 + [1] * 7, [1] * 10]), True)[None].mask.shape
+        torch.Size([2, 1, 1, 10])
+        """
         name = type(self).__name__
         pad = None
         if attention_mask is not None:
