@@ -160,16 +160,17 @@ class TestMoe(unittest.TestCase):
         block, hf_experts = model.model.layers[1].mlp, self.hf["qwen2_moe"].model.layers[1].mlp.experts
         gate_up, down = hf_experts.gate_up_proj.detach(), hf_experts.down_proj.detach()
         m = gate_up.shape[1] // 2
+        gu, dn = local_values(block.experts.gate_up_proj), local_values(block.experts.down_proj)
+        self.assertEqual([tuple(v.shape) for v in gu], [(1, 4, m, 32)] * 4)
         for j in range(4):
-            gu, dn = local_values(getattr(block, f"slot{j}_gate_up_proj")), local_values(getattr(block, f"slot{j}_down_proj"))
             for rank in range(4):
                 e, t = divmod(rank, 2)
                 expert = e * 4 + j
                 rows = torch.cat([gate_up[expert, t * m // 2:(t + 1) * m // 2],
                                   gate_up[expert, m + t * m // 2:m + (t + 1) * m // 2]])
                 with self.subTest(slot=j, rank=rank):
-                    self.assertTrue(torch.equal(gu[rank][0], rows))
-                    self.assertTrue(torch.equal(dn[rank][0], down[expert][:, t * m // 2:(t + 1) * m // 2]))
+                    self.assertTrue(torch.equal(gu[rank][0, j], rows))
+                    self.assertTrue(torch.equal(dn[rank][0, j], down[expert][:, t * m // 2:(t + 1) * m // 2]))
 
     def test_generate_equal_transformers(self):
         """Greedy decoding of a left-padded batch (each step one token per row: a sequence padded to ep
@@ -263,6 +264,22 @@ class TestMoe(unittest.TestCase):
                                                 "input_ids", g)
         # The runtime goes on: the same model after the refusals.
         assert_close_everywhere(self, model(PROMPT), self.ref["mixtral"], atol=1e-5, rtol=1e-4)
+
+    def test_example_takes_a_moe_folder(self):
+        """examples/llama/run.py --model on the Mixtral folder, on ep2 x tp2 (--prompt-ids): the script's
+        tokens match its single-device run."""
+        import subprocess
+        import sys
+
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        here = os.path.dirname(os.path.dirname(os.path.abspath(dtorch.__file__)))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
+        r = subprocess.run([sys.executable, os.path.join(root, "examples", "llama", "run.py"), "--model",
+                            self.dirs["mixtral"], "--mesh", "ep=2,tp=2", "--prompt-ids", "5,6,7,8",
+                            "--max-new-tokens", "4"], env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("MixtralForCausalLM, mesh {'ep': 2, 'tp': 2}: 4 new tokens", r.stdout)
+        self.assertIn("matches single-device: True", r.stdout)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ more than its shard. A sharded checkpoint (``model.safetensors.index.json`` with
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -167,10 +168,12 @@ def load(cls: type, path: str, device_mesh: Optional[DeviceMesh], dtype: Optiona
                 if want_shapes.get(name) != tuple(shape):  # the model and expected_tensors disagree: a bug here
                     raise RuntimeError(f"{cls.__name__}: {name} {tuple(shape)} is not among the expected tensors")
                 t = reader.get(name)
-            else:  # experts: each entry's tensors (fused by ``fuse``) stacked along a new dim 0
+            else:  # experts: each entry's tensors (fused by ``fuse``) stacked into the leading dims
                 if any(n not in want_shapes for entry in stack for n in entry):
                     raise RuntimeError(f"{cls.__name__}: {name} stacks tensors that are not among the expected ones")
                 t = torch.stack([(fuse or (lambda ts: ts[0]))([reader.get(n) for n in entry]) for entry in stack])
+                if t.numel() == math.prod(shape):  # several leading dims: the entries in row-major order
+                    t = t.reshape(shape)
                 if tuple(t.shape) != tuple(shape):
                     raise RuntimeError(f"{cls.__name__}: {name} stacks to {tuple(t.shape)}, not {tuple(shape)}")
             t = replicate_heads(t.to(want), rep)

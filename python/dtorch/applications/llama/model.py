@@ -43,7 +43,7 @@ SDPA_OPTION = F.SdpaOption(ulysess_cp_dim="ulysess_cp", ring_cp_dim="ring_cp")
 # stack) -> Parameter. The replication (heads, r) repeats each of the ``heads`` row blocks r times in
 # place (tp larger than the kv heads: block i serves the tp ranks i * r .. i * r + r - 1); ``stack``
 # lists tuples of checkpoint names, each tuple's tensors combined by ``fuse`` (default: the one
-# tensor) and the results stacked along a new dim 0 (a slot of the experts, one entry per ep rank).
+# tensor) and the results stacked into the leading dims of ``shape`` in row-major order (experts).
 Maker = Callable[..., Parameter]
 
 

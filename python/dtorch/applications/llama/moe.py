@@ -46,16 +46,17 @@ TOK: Dict[str, Placement] = {"dp": Shard(0), "ep": Shard(1)}
 # The dispatch buffer [ep, B, S, K, H] at its source (sequence on ep) and at its destination (dim 0 on ep).
 SEND: Dict[str, Placement] = {"dp": Shard(1), "ep": Shard(2)}
 RECV: Dict[str, Placement] = {"dp": Shard(1), "ep": Shard(0)}
-# An expert slot's weights: gate_up [ep, 2I, H] (intermediate on tp), down [ep, H, I].
-EXPERT_IN: Dict[str, Placement] = {"ep": Shard(0), "tp": Shard(1)}
-EXPERT_OUT: Dict[str, Placement] = {"ep": Shard(0), "tp": Shard(2)}
-# The rows an expert slot computes [ep, B, S * K, H]: the destination on ep, batch on dp.
-ROWS: Dict[str, Placement] = {"dp": Shard(1), "ep": Shard(0)}
+# The experts' weights: gate_up [ep, E/ep, 2I, H] (intermediate on tp), down [ep, E/ep, H, I].
+EXPERT_IN: Dict[str, Placement] = {"ep": Shard(0), "tp": Shard(2)}
+EXPERT_OUT: Dict[str, Placement] = {"ep": Shard(0), "tp": Shard(3)}
+# The rows every local expert computes [ep, E/ep, B, S * K, H]: the destination on ep, batch on dp.
+SLOT_ROWS: Dict[str, Placement] = {"dp": Shard(2), "ep": Shard(0)}
 
 
 class SparseMoeBlock(Module):
-    """A sparse MoE block on one stage mesh: router ``gate`` [E, H] (replicated), experts in
-    ``E / ep`` slots (slot j holds experts j, E/ep + j, ... stacked over ``ep``), and for Qwen2-MoE
+    """A sparse MoE block on one stage mesh: router ``gate`` [E, H] (replicated), the experts'
+    weights ``experts.gate_up_proj`` [ep, E/ep, 2I, H] and ``experts.down_proj`` [ep, E/ep, H, I]
+    (expert r * E/ep + j at [r, j]; rank r of ep holds row r), and for Qwen2-MoE
     a shared expert (a SwiGLU MLP, tp-sharded) scaled by ``sigmoid(shared_expert_gate(x))``.
 
     >>> block = model.model.layers[0].mlp
@@ -66,7 +67,7 @@ class SparseMoeBlock(Module):
         super().__init__()
         self.mesh = mesh
         self.ep = ep = layout.size("ep")
-        self.top_k, self.experts = cfg.num_experts_per_tok, cfg.num_experts
+        self.top_k, self.num_experts = cfg.num_experts_per_tok, cfg.num_experts
         self.per_rank = cfg.num_experts // ep
         self.norm_topk, self.cast_weights = cfg.norm_topk, cfg.weights_in_hidden_dtype
         h, m = cfg.hidden_size, cfg.moe_intermediate_size
@@ -75,38 +76,50 @@ class SparseMoeBlock(Module):
         self.tp = tp = layout.size("tp")
         if m % tp != 0:
             raise ValueError(f"moe_intermediate_size ({m}) must be divisible by the tp size ({tp})")
-        for j in range(self.per_rank):
-            names = [cfg.expert_names(idx, r * self.per_rank + j) for r in range(ep)]
-            # gate and up fused as transformers fuses them ([gate; up] rows), blocked by tp rank (rank t's
-            # rows: its gate block then its up block), so that a tp shard is a fused SwiGLU input.
-            w = make(f"{p}.experts.slot{j}.gate_up_proj", (ep, 2 * m, h), mesh, EXPERT_IN, "normal",
-                     stack=[n[:2] for n in names], fuse=lambda ts: fuse_gate_up(ts[0], ts[1], tp))
-            setattr(self, f"slot{j}_gate_up_proj", w)
-            w = make(f"{p}.experts.slot{j}.down_proj", (ep, h, m), mesh, EXPERT_OUT, "normal",
-                     stack=[n[2:] for n in names])
-            setattr(self, f"slot{j}_down_proj", w)
+        # Expert r * E/ep + j at [r, j]. gate and up fused as transformers fuses them ([gate; up] rows),
+        # blocked by tp rank (rank t's rows: its gate block then its up block), so that a tp shard is
+        # itself a fused SwiGLU input.
+        names = [cfg.expert_names(idx, e) for e in range(cfg.num_experts)]
+        self.experts = Module()
+        self.experts.gate_up_proj = make(f"{p}.experts.gate_up_proj", (ep, self.per_rank, 2 * m, h), mesh, EXPERT_IN,
+                                         "normal", stack=[n[:2] for n in names],
+                                         fuse=lambda ts: fuse_gate_up(ts[0], ts[1], tp))
+        self.experts.down_proj = make(f"{p}.experts.down_proj", (ep, self.per_rank, h, m), mesh, EXPERT_OUT, "normal",
+                                      stack=[n[2:] for n in names])
         self.shared_expert = self.shared_expert_gate = None
         if cfg.shared_expert_intermediate_size:
             self.shared_expert = LlamaMLP(make, p + ".shared_expert", cfg, mesh, cfg.shared_expert_intermediate_size)
             self.shared_expert_gate = _Linear(make, p + ".shared_expert_gate", h, 1, False, mesh, {})
-        # Each ep rank's own coordinate, [ep] split over ep: compared with the routing to find the
-        # rows a rank sends to each destination.
-        self._ranks: Any = None
+        # arange(ep) and arange(E/ep) [n, 1, 1]: compared with the routing to find the rows for each
+        # destination rank and each local slot.
+        self._ids: Dict[int, Any] = {}
+
+    def _arange(self, n: int, graph: Any) -> Any:
+        if n not in self._ids or self._ids[n][0] is not graph:
+            t = _factories.arange(n, device_mesh=self.mesh, placements=placements(self.mesh, {}), graph=graph)
+            self._ids[n] = (graph, t.view(n, 1, 1))
+        return self._ids[n][1]
 
     def _rank_ids(self, graph: Any) -> Any:
-        if self._ranks is None or self._ranks[0] is not graph:
-            t = _factories.arange(self.ep, device_mesh=self.mesh, placements=placements(self.mesh, {}), graph=graph)
-            self._ranks = (graph, t)
-        return self._ranks[1]
+        return self._arange(self.ep, graph).unsqueeze(-1)  # [ep, 1, 1, 1]
 
-    def _expert(self, j: int, rows: Any) -> Any:
-        """Slot j's SwiGLU on ``rows`` [ep, B, N, H] (rank r: expert r * E/ep + j), the tp Partial reduced."""
+    def _slot_ids(self, graph: Any) -> Any:
+        return self._arange(self.per_rank, graph)  # [E/ep, 1, 1]
+
+    def _experts(self, rows: Any, slot: Any) -> Any:
+        """Every local expert on ``rows`` [ep, B, N, H] (rank r, slot j: expert r * E/ep + j), each row
+        keeping the output of the slot ``slot`` [B, N] names; the tp Partial reduced."""
         ep, b, n, _ = rows.shape
-        gu = rows.matmul(getattr(self, f"slot{j}_gate_up_proj").transpose(1, 2).unsqueeze(1))  # [ep, B, N, 2I]
-        gu = gu.view(ep, b, n, self.tp, 2, -1)  # each tp rank's block: its gate columns, then its up columns
-        act = (F.silu(gu[:, :, :, :, 0]) * gu[:, :, :, :, 1]).reshape(ep, b, n, -1)
-        out = act.matmul(getattr(self, f"slot{j}_down_proj").transpose(1, 2).unsqueeze(1))
-        return lay(out, self.mesh, ROWS)
+        e_l = self.per_rank
+        gu = rows.unsqueeze(1).matmul(self.experts.gate_up_proj.transpose(2, 3).unsqueeze(2))  # [ep, E/ep, B, N, 2I]
+        gu = gu.view(ep, e_l, b, n, self.tp, 2, -1)  # each tp rank's block: its gate columns, then its up columns
+        act = (F.silu(gu[:, :, :, :, :, 0]) * gu[:, :, :, :, :, 1]).reshape(ep, e_l, b, n, -1)
+        out = act.matmul(self.experts.down_proj.transpose(2, 3).unsqueeze(2))  # [ep, E/ep, B, N, H]
+        out = lay(out, self.mesh, SLOT_ROWS)
+        if e_l == 1:
+            return out[:, 0]
+        mine = slot.unsqueeze(0) == self._slot_ids(slot.graph)  # [E/ep, B, N]: the row's slot
+        return where(mine.unsqueeze(-1).unsqueeze(0), out, 0.0).sum(dim=1)  # one term, zeros: exact
 
     def forward(self, h: Any) -> Any:
         b, s, hd = h.shape
@@ -131,16 +144,13 @@ class SparseMoeBlock(Module):
             weights = weights.to(logits.dtype)
         # Dispatch: row (b, s, k) goes in the chunk of the rank holding its expert (zeros elsewhere).
         dest = experts // self.per_rank
-        ranks = self._rank_ids(h.graph).view(ep, 1, 1, 1)
+        ranks = self._rank_ids(h.graph)
         to = dest.unsqueeze(0) == ranks  # [ep, B, Sp, K], sequence on ep
         send = where(to.unsqueeze(-1), x.unsqueeze(0).unsqueeze(3), 0.0)  # [ep, B, Sp, K, H]
         recv = lay(send, mesh, RECV)  # the all-to-all: each rank now holds the rows for its experts
         rows = recv.reshape(ep, b, sp * k_top, hd)
         slot = lay(experts, mesh, {"dp": Shard(0)}) % self.per_rank  # every token's slot, on every rank
-        slot = slot.reshape(1, b, sp * k_top, 1)
-        y = self._expert(0, rows)
-        for j in range(1, self.per_rank):
-            y = where(slot == j, self._expert(j, rows), y)
+        y = self._experts(rows, slot.reshape(b, sp * k_top))
         back = lay(y.reshape(ep, b, sp, k_top, hd), mesh, SEND)  # the all-to-all back to the tokens' ranks
         out = where(to.unsqueeze(-1), back, 0.0).sum(dim=0)  # [B, Sp, K, H]: the row from the expert's rank
         out = (out * weights.unsqueeze(-1)).to(h.dtype)
