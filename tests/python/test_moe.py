@@ -153,6 +153,16 @@ class TestMoe(unittest.TestCase):
                 rows = torch.bincount(chosen.flatten(), minlength=hf.config.num_experts)
                 self.assertFalse(((rows > 0) & (rows < 3)).any(), f"{name}: {rows.tolist()}")
 
+    def test_slot_groups(self):
+        """A prefill too big for one batched matmul of every expert runs the experts in groups (here of
+        3, 3 and 2 of Qwen2-MoE's 8, and of 1): the same bits."""
+        from dtorch.applications.llama import moe
+
+        rows = 2 * 23 * 3 * 48  # a slot's SwiGLU input [B, S * K, 2I] on one device
+        for budget in (3 * rows, 1):
+            with self.subTest(budget=budget), mock.patch.object(moe, "SLOT_BUDGET", budget):
+                assert_equal_everywhere(self, self.load("qwen2_moe")(PROMPT), self.ref["qwen2_moe"])
+
     def test_experts_split_over_ep(self):
         """On ep2 x tp2 rank (e, t) holds experts e * E/2 .. and, of each, the t-th block of the gate and
         up rows and of the down columns."""

@@ -51,6 +51,10 @@ EXPERT_IN: Dict[str, Placement] = {"ep": Shard(0), "tp": Shard(2)}
 EXPERT_OUT: Dict[str, Placement] = {"ep": Shard(0), "tp": Shard(3)}
 # The rows every local expert computes [ep, E/ep, B, S * K, H]: the destination on ep, batch on dp.
 SLOT_ROWS: Dict[str, Placement] = {"dp": Shard(2), "ep": Shard(0)}
+# The most elements a device's SwiGLU input [slots, B, N, 2I] may hold before the slots are split
+# into groups (float32: 8 MiB): prefills of many tokens trade ops for memory, decoding steps run every
+# slot in one batched matmul.
+SLOT_BUDGET = 1 << 21
 
 
 class SparseMoeBlock(Module):
@@ -67,6 +71,7 @@ class SparseMoeBlock(Module):
         super().__init__()
         self.mesh = mesh
         self.ep = ep = layout.size("ep")
+        self.dp = layout.size("dp")
         self.top_k, self.num_experts = cfg.num_experts_per_tok, cfg.num_experts
         self.per_rank = cfg.num_experts // ep
         self.norm_topk, self.cast_weights = cfg.norm_topk, cfg.weights_in_hidden_dtype
@@ -108,20 +113,31 @@ class SparseMoeBlock(Module):
 
     def _experts(self, rows: Any, slot: Any) -> Any:
         """Every local expert on ``rows`` [ep, B, N, H] (rank r, slot j: expert r * E/ep + j), each row
-        keeping the output of the slot ``slot`` [B, N] names; the tp Partial reduced."""
+        keeping the output of the slot ``slot`` [B, N] names; the tp Partial reduced. The slots run in
+        groups whose SwiGLU input stays under ``SLOT_BUDGET`` elements a device (one group when
+        decoding); each group is one batched matmul."""
         ep, b, n, _ = rows.shape
-        e_l = self.per_rank
-        gu = rows.unsqueeze(1).matmul(self.experts.gate_up_proj.transpose(2, 3).unsqueeze(2))  # [ep, E/ep, B, N, 2I]
-        gu = gu.view(ep, e_l, b, n, self.tp, 2, -1)  # each tp rank's block: its gate columns, then its up columns
-        act = (F.silu(gu[:, :, :, :, :, 0]) * gu[:, :, :, :, :, 1]).reshape(ep, e_l, b, n, -1)
-        out = act.matmul(self.experts.down_proj.transpose(2, 3).unsqueeze(2))  # [ep, E/ep, B, N, H]
-        out = lay(out, self.mesh, SLOT_ROWS)
-        if e_l == 1:
-            return out[:, 0]
-        mine = slot.unsqueeze(0) == self._slot_ids(slot.graph)  # [E/ep, B, N]: the row's slot
-        return where(mine.unsqueeze(-1).unsqueeze(0), out, 0.0).sum(dim=1)  # one term, zeros: exact
+        e_l, (_, _, two_i, _) = self.per_rank, self.experts.gate_up_proj.shape
+        local = -(-b // self.dp) * n * two_i // self.tp  # a slot's [B, N, 2I] block on one device
+        group = max(1, min(e_l, SLOT_BUDGET // max(1, local)))
+        y = None
+        for j0 in range(0, e_l, group):
+            j1 = min(e_l, j0 + group)
+            gate_up = self.experts.gate_up_proj[:, j0:j1].transpose(2, 3).unsqueeze(2)
+            gu = rows.unsqueeze(1).matmul(gate_up)  # [ep, j1 - j0, B, N, 2I]
+            gu = gu.view(ep, j1 - j0, b, n, self.tp, 2, -1)  # each tp rank's block: its gate, then its up columns
+            act = (F.silu(gu[:, :, :, :, :, 0]) * gu[:, :, :, :, :, 1]).reshape(ep, j1 - j0, b, n, -1)
+            out = lay(act.matmul(self.experts.down_proj[:, j0:j1].transpose(2, 3).unsqueeze(2)), self.mesh,
+                      SLOT_ROWS)  # [ep, j1 - j0, B, N, H]
+            if e_l == 1:
+                return out[:, 0]
+            mine = slot.unsqueeze(0) == self._slot_ids(slot.graph)[j0:j1]  # [j1 - j0, B, N]: the row's slot
+            part = where(mine.unsqueeze(-1).unsqueeze(0), out, 0.0).sum(dim=1)  # one term or none, zeros: exact
+            y = part if y is None else y + part  # a row's value plus zeros, or zeros plus its value: exact
+        return y
 
     def forward(self, h: Any) -> Any:
+        """``h`` [B, S, H], laid out as the decoder's activations -> the block's output, laid out the same."""
         b, s, hd = h.shape
         ep, k_top, mesh = self.ep, self.top_k, self.mesh
         shared = None
