@@ -75,6 +75,45 @@ def gen_dtorch(model, ids, n):
     return (time.perf_counter() - t0, time.thread_time() - c0, out)
 
 
+def forward_pair(ref, model, ids, iters, repeat):
+    """(torch's total, dtorch's total, dtorch's client time) of ``iters`` forwards, best of ``repeat``."""
+    fwd_torch(ref, ids, 2), fwd_dtorch(model, ids, 2)  # warm-up
+    (tt, _), (dt, dc) = interleaved([lambda: fwd_torch(ref, ids, iters), lambda: fwd_dtorch(model, ids, iters)],
+                                    repeat)
+    return tt, dt, dc
+
+
+def print_forward(tags, tt, dt, dc, iters):
+    """The total and client lines of ``forward_pair``'s figures, per forward."""
+    print(f"{tags[0]} forward total   : torch {tt / iters * 1e3:7.2f} ms  dtorch {dt / iters * 1e3:7.2f} ms  "
+          f"ratio {dt / tt:5.2f}")
+    print(f"{tags[1]} forward client  : torch {tt / iters * 1e3:7.2f} ms  dtorch {dc / iters * 1e3:7.2f} ms  "
+          f"ratio {dc / tt:5.2f}")
+
+
+def print_memory(tag, pt, pd, args):
+    """The peak-memory line of the two fresh processes' figures."""
+    print(f"{tag} peak memory     : torch {pt / 2**20:7.1f} MiB  dtorch {pd / 2**20:7.1f} MiB  ratio {pd / pt:5.2f}  "
+          f"(forward of [{args.mem_batch}, {args.mem_seq}], each in a fresh process)")
+
+
+def generate_pair(ref, model, prompt, n, repeat):
+    """(torch's time, dtorch's time, dtorch's client CPU time, tokens equal) of greedy generate of n tokens."""
+    outs = {}
+
+    def run_t():
+        t, c, outs["t"] = gen_torch(ref, prompt, n)
+        return (t, c)
+
+    def run_d():
+        t, c, outs["d"] = gen_dtorch(model, prompt, n)
+        return (t, c)
+
+    run_t(), run_d()
+    (gt, _), (gd, gc_) = interleaved([run_t, run_d], repeat)
+    return gt, gd, gc_, torch.equal(outs["t"], outs["d"])
+
+
 def peak(fn):
     gc.collect()
     dtorch.synchronize()
@@ -141,36 +180,16 @@ def main() -> int:
         model = LlamaForCausalLM.from_pretrained(d, device_mesh=dtorch.DeviceMesh("cpu", [0]))
         g = torch.Generator().manual_seed(1)
         ids = torch.randint(0, args.vocab, (2, 64), generator=g)
-        fwd_torch(ref, ids, 2), fwd_dtorch(model, ids, 2)  # warm-up
-        (tt, _), (dt, dc) = interleaved([lambda: fwd_torch(ref, ids, args.iters),
-                                         lambda: fwd_dtorch(model, ids, args.iters)], args.repeat)
-        print(f"L1 forward total   : torch {tt / args.iters * 1e3:7.2f} ms  dtorch {dt / args.iters * 1e3:7.2f} ms  "
-              f"ratio {dt / tt:5.2f}")
-        print(f"L2 forward client  : torch {tt / args.iters * 1e3:7.2f} ms  dtorch {dc / args.iters * 1e3:7.2f} ms  "
-              f"ratio {dc / tt:5.2f}")
-
-        prompt = ids[:, :8]
-        outs = {}
-
-        def run_t():
-            t, c, outs["t"] = gen_torch(ref, prompt, 32)
-            return (t, c)
-
-        def run_d():
-            t, c, outs["d"] = gen_dtorch(model, prompt, 32)
-            return (t, c)
-
-        run_t(), run_d()
-        (gt, _), (gd, gc_) = interleaved([run_t, run_d], args.repeat)
-        same = torch.equal(outs["t"], outs["d"])
+        tt, dt, dc = forward_pair(ref, model, ids, args.iters, args.repeat)
+        print_forward(("L1", "L2"), tt, dt, dc, args.iters)
+        gt, gd, gc_, same = generate_pair(ref, model, ids[:, :8], 32, args.repeat)
         print(f"L3 generate total  : torch {gt * 1e3:7.1f} ms  dtorch {gd * 1e3:7.1f} ms  ratio {gd / gt:5.2f}  "
               f"(tokens equal: {same})")
         print(f"L4 generate client : torch {gt * 1e3:7.1f} ms  dtorch {gc_ * 1e3:7.1f} ms  ratio {gc_ / gt:5.2f}  "
               f"(CPU time of the calling thread)")
 
         pt, pd = (mem_child(d, which, args) for which in ("torch", "dtorch"))
-    print(f"L5 peak memory     : torch {pt / 2**20:7.1f} MiB  dtorch {pd / 2**20:7.1f} MiB  ratio {pd / pt:5.2f}  "
-          f"(forward of [{args.mem_batch}, {args.mem_seq}], each in a fresh process)")
+    print_memory("L5", pt, pd, args)
     return 0
 
 

@@ -26,6 +26,9 @@
 #                 latents 1x16x128x128, 4 steps, dtorch on cuda:0 against
 #                 diffusers eager (goals: time <= 0.95, client <= 0.3, peak
 #                 memory <= 0.97; its "sd3m" lines go into the summary)
+#   7. moe        bench/moe.py --check: a tiny Mixtral on 8 logical devices (ep4 x
+#                 tp2), forward and greedy decode steps against transformers on
+#                 the GPU; its "moe check" lines go into the summary
 # Without a GPU (torch.cuda.is_available() False) steps 0-1 run, then the
 # no-GPU checks (cuda meshes refused at the call, satisfy False, the
 # "torch_cuda" backend registered); it says NO GPU and exits 3.
@@ -316,7 +319,25 @@ if [ "$dry" = 0 ]; then
     fi
 fi
 
-# ------------------------------------------------------------ 7. suite x4
+# ------------------------------------------------------------ 7. moe
+# Mixture of experts (issue 34): a tiny Mixtral (8 experts, top 2) on 8 logical devices of
+# one GPU, ep4 x tp2 (two experts a rank, each split over tp; the tokens dispatched by
+# all-to-alls), its forward and 8 greedy decode steps against transformers on the GPU.
+step moe 60 env DTORCH_DTENSOR_IN_SAME_DEVICE=1 DTORCH_NUM_GPU_WHEN_ENABLE_DTENSOR_IN_SAME_DEVICE=8 \
+    "$py" bench/moe.py --check --device cuda --mesh ep4,tp2
+if [ "$dry" = 0 ]; then
+    moe=$(grep -E '^moe check:' "$log/moe.log" 2>/dev/null)
+    if [ -n "$moe" ]; then
+        while IFS= read -r l; do
+            lines+=("$l")
+        done <<<"$moe"
+    else
+        lines+=("moe check: no lines (see $log/moe.log)")
+    fi
+    grep -q '^moe check: PASSED' "$log/moe.log" 2>/dev/null && rm -f "$log/moe.log"
+fi
+
+# ------------------------------------------------------------ 8. suite x4
 # Last: as 4 logical devices, the tests that need ids >= 4 fail by design.
 suite 4 60
 

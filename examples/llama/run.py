@@ -10,12 +10,14 @@ both and whether they match.
     .venv/bin/python examples/llama/run.py --model /models/Llama-3.2-1B --mesh tp=2 --prompt "The capital of"
     .venv/bin/python examples/llama/run.py --model /models/llama --prompt-ids 1,450,7483 --sample --seed 0
     .venv/bin/python examples/llama/run.py --model /models/Qwen3-0.6B --mesh tp=2 --prompt "Hi" --prompt "The sky is"
+    .venv/bin/python examples/llama/run.py --model /models/Mixtral-8x7B-v0.1 --mesh ep=4,tp=2 --prompt "Hello"
 
 ``--model`` is a Hugging Face folder of any model type ``dtorch.applications.AutoModelForCausalLM``
-reads (llama, qwen2, qwen3, mistral: config.json and safetensors); ``--prompt`` needs a tokenizer in
-that folder (transformers' AutoTokenizer) and may be given several times: the prompts then make one
-batch, left-padded with its attention mask. Mesh dims are any of dp, tp, pp, ulysess_cp and ring_cp;
-``--device cuda`` puts the mesh on GPUs.
+reads (llama, qwen2, qwen3, mistral, and the mixtures of experts mixtral, qwen2_moe, qwen3_moe:
+config.json and safetensors); ``--prompt`` needs a tokenizer in that folder (transformers'
+AutoTokenizer) and may be given several times: the prompts then make one batch, left-padded with its
+attention mask. Mesh dims are any of dp, tp, pp, ulysess_cp, ring_cp and ep (the experts of a
+mixture of experts split over it); ``--device cuda`` puts the mesh on GPUs.
 
 Across worker nodes (docs/cluster.md): ``--nodes N`` makes this process a cluster's main node and
 waits for N worker nodes, whose devices are then the mesh's (this process keeps none);
@@ -42,7 +44,7 @@ import dtorch
 from dtorch.applications import AutoModelForCausalLM
 from dtorch.applications.llama import LlamaConfig, LlamaForCausalLM
 
-NAMES = ("dp", "tp", "pp", "ulysess_cp", "ring_cp")
+NAMES = ("dp", "tp", "pp", "ulysess_cp", "ring_cp", "ep")
 TINY = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
             vocab_size=128, tie_word_embeddings=True, eos_token_id=None,
             initializer_range=0.2)  # wider than 0.02, so that the greedy tokens vary

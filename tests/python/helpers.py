@@ -118,3 +118,40 @@ def moved_between_nodes(g, step):
     g.sync()
     info = dtorch._C._cluster_info()
     return info["data_bytes_sent"] + info["data_bytes_received"] - before, keep
+
+
+def edited_folder(src, tmp, edit_config=None, edit_tensors=None):
+    """A copy (under ``tmp``) of the saved Hugging Face folder ``src`` with its config.json edited by
+    ``edit_config(dict)`` and its model.safetensors by ``edit_tensors(dict)``."""
+    import json
+    import shutil
+    import tempfile
+
+    from safetensors.torch import load_file, save_file
+
+    dst = tempfile.mkdtemp(dir=tmp)
+    shutil.copytree(src, dst, dirs_exist_ok=True)
+    if edit_config:
+        with open(os.path.join(dst, "config.json")) as f:
+            cfg = json.load(f)
+        edit_config(cfg)
+        with open(os.path.join(dst, "config.json"), "w") as f:
+            json.dump(cfg, f)
+    if edit_tensors:
+        path = os.path.join(dst, "model.safetensors")
+        tensors = load_file(path)
+        edit_tensors(tensors)
+        save_file(tensors, path, metadata={"format": "pt"})
+    return dst
+
+
+def assert_refused_before_queueing(tc, call, exc, pattern, g=None):
+    """``call(g)`` raises ``exc`` matching ``pattern`` and submits nothing to the graph g (a new one
+    unless given)."""
+    g = g or dtorch.Graph()
+    g.sync()
+    before = dtorch._C._graph_stats(g)["submitted"]
+    with tc.assertRaisesRegex(exc, pattern):
+        call(g)
+    g.sync()
+    tc.assertEqual(dtorch._C._graph_stats(g)["submitted"], before + 1)  # the sync only

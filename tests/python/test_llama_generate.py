@@ -14,7 +14,6 @@ token ids outside the vocabulary, right padding, a mask on ring attention) raise
 queued (a fresh graph has allocated nothing), and a good model runs after each.
 """
 
-import json
 import os
 import shutil
 import subprocess
@@ -28,10 +27,11 @@ import dtorch
 from dtorch.applications import AutoModelForCausalLM
 from dtorch.applications.llama import LlamaForCausalLM, Qwen2Config
 
+from helpers import assert_refused_before_queueing, edited_folder
+
 transformers = None
 try:
     import transformers  # noqa: F811
-    from safetensors.torch import load_file, save_file
 except ImportError:  # pragma: no cover - the platform installs them
     pass
 
@@ -187,32 +187,11 @@ class TestLlamaGenerate(unittest.TestCase):
         self.assertEqual(rand.generate(IDS[:, -3:] % 64, max_new_tokens=3).shape, (3, 6))
 
     def _folder(self, name, edit_config=None, edit_tensors=None):
-        """A copy of a saved model with its config.json or its tensors edited."""
-        dst = tempfile.mkdtemp(dir=self.tmp)
-        shutil.copytree(self.dirs["llama"], dst, dirs_exist_ok=True)
-        if edit_config:
-            with open(os.path.join(dst, "config.json")) as f:
-                cfg = json.load(f)
-            edit_config(cfg)
-            with open(os.path.join(dst, "config.json"), "w") as f:
-                json.dump(cfg, f)
-        if edit_tensors:
-            path = os.path.join(dst, "model.safetensors")
-            tensors = load_file(path)
-            edit_tensors(tensors)
-            save_file(tensors, path, metadata={"format": "pt"})
-        return dst
+        """A copy of the saved Llama with its config.json or its tensors edited."""
+        return edited_folder(self.dirs["llama"], self.tmp, edit_config, edit_tensors)
 
     def assert_refused_before_queueing(self, call, exc, pattern, g=None):
-        """``call(g)`` raises ``exc`` matching ``pattern`` and submits nothing to the graph g (a new one
-        unless given)."""
-        g = g or dtorch.Graph()
-        g.sync()
-        before = dtorch._C._graph_stats(g)["submitted"]
-        with self.assertRaisesRegex(exc, pattern):
-            call(g)
-        g.sync()
-        self.assertEqual(dtorch._C._graph_stats(g)["submitted"], before + 1)  # the sync only
+        assert_refused_before_queueing(self, call, exc, pattern, g)
 
     def test_loaders_refuse_before_queueing(self):
         def rope(cfg):

@@ -21,8 +21,9 @@ __all__ = ["AutoModelForCausalLM"]
 
 class AutoModelForCausalLM:
     """Loads the model class that implements a folder's ``model_type``: "llama"
-    (``LlamaForCausalLM``), "qwen2", "qwen3", "mistral"; any other raises ValueError naming it
-    before anything is read or queued.
+    (``LlamaForCausalLM``), "qwen2", "qwen3", "mistral", and the mixtures of experts "mixtral",
+    "qwen2_moe", "qwen3_moe" (``MixtralForCausalLM``, ...: experts split over a mesh dim ``ep``); any
+    other raises ValueError naming it before anything is read or queued.
 
     >>> model = AutoModelForCausalLM.from_pretrained("/models/Mistral-7B-v0.1", device_mesh=mesh)
     """
@@ -31,7 +32,9 @@ class AutoModelForCausalLM:
     def model_class(model_type: Optional[str]) -> type:
         """The class implementing ``model_type`` (ValueError if none does)."""
         config_class_for(model_type)
-        return MODEL_CLASSES[model_type]
+        from .llama.moe import MOE_CLASSES
+
+        return {**MODEL_CLASSES, **MOE_CLASSES}[model_type]
 
     @classmethod
     def from_pretrained(cls, path: str, device_mesh: Optional[DeviceMesh] = None, dtype: Optional[torch.dtype] = None,

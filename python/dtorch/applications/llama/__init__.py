@@ -4,8 +4,9 @@ The mesh dims are found by name: ``dp`` shards the batch, ``tp`` the heads and t
 (Megatron-style: column-parallel q/k/v/gate/up, row-parallel o/down, the Partial all-reduced; kv
 heads replicated on the tp ranks that read them when there are fewer than tp), ``pp`` splits the
 layers into stages (``dtorch.assign_layers_to_stages``, stage meshes from ``mesh.unbind("pp")``),
-``ulysess_cp`` and ``ring_cp`` shard the sequence for the context-parallel attention. Any of them
-may be absent or of size 1. ``dtorch.applications.AutoModelForCausalLM`` picks the class of a
+``ulysess_cp`` and ``ring_cp`` shard the sequence for the context-parallel attention, and ``ep``
+splits the experts of the mixture-of-experts models (Mixtral, Qwen2-MoE, Qwen3-MoE; ``moe.py``). Any
+of them may be absent or of size 1. ``dtorch.applications.AutoModelForCausalLM`` picks the class of a
 folder by its ``model_type``.
 
 >>> mesh = dtorch.init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("dp", "tp", "pp"))
@@ -16,6 +17,9 @@ folder by its ``model_type``.
 
 from .config import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 from .model import LlamaForCausalLM, LlamaModel, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM
+from .moe import MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM
+from .moe_config import MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig
 
 __all__ = ["LlamaConfig", "LlamaForCausalLM", "LlamaModel", "Qwen2Config", "Qwen2ForCausalLM", "Qwen3Config",
-           "Qwen3ForCausalLM", "MistralConfig", "MistralForCausalLM"]
+           "Qwen3ForCausalLM", "MistralConfig", "MistralForCausalLM", "MixtralConfig", "MixtralForCausalLM",
+           "Qwen2MoeConfig", "Qwen2MoeForCausalLM", "Qwen3MoeConfig", "Qwen3MoeForCausalLM"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, ClassVar, Dict, List, Optional, Union
+from typing import Any, ClassVar, Dict, List, Optional, Tuple, Union
 
 import torch
 
@@ -119,6 +119,14 @@ class LlamaConfig:
     def qk_norm(self) -> bool:
         """Whether q and k go through an RMS norm per head before the rotary embedding."""
         return False
+
+    def mlp_tensors(self, i: int) -> Dict[str, Tuple[int, ...]]:
+        """The checkpoint names and shapes of layer i's MLP tensors (SwiGLU gate/up/down)."""
+        h, inter, m = self.hidden_size, self.intermediate_size, f"model.layers.{i}.mlp."
+        out = {m + "gate_proj.weight": (inter, h), m + "up_proj.weight": (inter, h), m + "down_proj.weight": (h, inter)}
+        if self.mlp_has_bias:
+            out.update({m + "gate_proj.bias": (inter,), m + "up_proj.bias": (inter,), m + "down_proj.bias": (h,)})
+        return out
 
     @property
     def rope_type(self) -> str:
@@ -289,8 +297,11 @@ def config_class_for(model_type: Optional[str]) -> type:
     >>> config_class_for("qwen3").__name__
     'Qwen3Config'
     """
-    if model_type not in MODEL_TYPES:
+    from .moe_config import MOE_TYPES  # the mixture-of-experts members subclass these configs
+
+    types = {**MODEL_TYPES, **MOE_TYPES}
+    if model_type not in types:
         raise ValueError(f"model_type {model_type!r} is not supported by dtorch.applications "
-                         f"(supported: {', '.join(MODEL_TYPES)})")
-    return MODEL_TYPES[model_type]
+                         f"(supported: {', '.join(types)})")
+    return types[model_type]
 

@@ -15,8 +15,9 @@ more than its shard. A sharded checkpoint (``model.safetensors.index.json`` with
 from __future__ import annotations
 
 import json
+import math
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -97,25 +98,23 @@ def expected_tensors(cfg: LlamaConfig) -> Dict[str, Tuple[int, ...]]:
     >>> expected_tensors(cfg)["model.layers.0.self_attn.k_proj.weight"]
     (32, 64)
     """
-    h, d, v, inter = cfg.hidden_size, cfg.head_dim, cfg.vocab_size, cfg.intermediate_size
+    h, d, v = cfg.hidden_size, cfg.head_dim, cfg.vocab_size
     q, kv = cfg.num_attention_heads * d, cfg.num_key_value_heads * d
     out: Dict[str, Tuple[int, ...]] = {"model.embed_tokens.weight": (v, h), "model.norm.weight": (h,)}
     if not cfg.tie_word_embeddings:
         out["lm_head.weight"] = (v, h)
     for i in range(cfg.num_hidden_layers):
-        a, m = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
+        a = f"model.layers.{i}.self_attn."
         out.update({a + "q_proj.weight": (q, h), a + "k_proj.weight": (kv, h), a + "v_proj.weight": (kv, h),
-                    a + "o_proj.weight": (h, q), m + "gate_proj.weight": (inter, h), m + "up_proj.weight": (inter, h),
-                    m + "down_proj.weight": (h, inter), f"model.layers.{i}.input_layernorm.weight": (h,),
+                    a + "o_proj.weight": (h, q), f"model.layers.{i}.input_layernorm.weight": (h,),
                     f"model.layers.{i}.post_attention_layernorm.weight": (h,)})
+        out.update(cfg.mlp_tensors(i))
         if cfg.qkv_bias:
             out.update({a + "q_proj.bias": (q,), a + "k_proj.bias": (kv,), a + "v_proj.bias": (kv,)})
         if cfg.o_bias:
             out[a + "o_proj.bias"] = (h,)
         if cfg.qk_norm:
             out.update({a + "q_norm.weight": (d,), a + "k_norm.weight": (d,)})
-        if cfg.mlp_has_bias:
-            out.update({m + "gate_proj.bias": (inter,), m + "up_proj.bias": (inter,), m + "down_proj.bias": (h,)})
     return out
 
 
@@ -163,10 +162,21 @@ def load(cls: type, path: str, device_mesh: Optional[DeviceMesh], dtype: Optiona
         want = dtype or reader.dtype("model.embed_tokens.weight")
 
         def make(name: str, shape: tuple, mesh: DeviceMesh, by_name: dict, kind: str,
-                 rep: Optional[Tuple[int, int]] = None) -> Parameter:
-            if want_shapes.get(name) != tuple(shape):  # the model and expected_tensors disagree: a bug here
-                raise RuntimeError(f"{cls.__name__}: {name} {tuple(shape)} is not among the expected tensors")
-            t = replicate_heads(reader.get(name).to(want), rep)
+                 rep: Optional[Tuple[int, int]] = None, stack: Optional[List[Tuple[str, ...]]] = None,
+                 fuse: Optional[Callable[[List[torch.Tensor]], torch.Tensor]] = None) -> Parameter:
+            if stack is None:
+                if want_shapes.get(name) != tuple(shape):  # the model and expected_tensors disagree: a bug here
+                    raise RuntimeError(f"{cls.__name__}: {name} {tuple(shape)} is not among the expected tensors")
+                t = reader.get(name)
+            else:  # experts: each entry's tensors (fused by ``fuse``) stacked into the leading dims
+                if any(n not in want_shapes for entry in stack for n in entry):
+                    raise RuntimeError(f"{cls.__name__}: {name} stacks tensors that are not among the expected ones")
+                t = torch.stack([(fuse or (lambda ts: ts[0]))([reader.get(n) for n in entry]) for entry in stack])
+                if t.numel() == math.prod(shape):  # several leading dims: the entries in row-major order
+                    t = t.reshape(shape)
+                if tuple(t.shape) != tuple(shape):
+                    raise RuntimeError(f"{cls.__name__}: {name} stacks to {tuple(t.shape)}, not {tuple(shape)}")
+            t = replicate_heads(t.to(want), rep)
             return Parameter(_factories.from_torch(t, mesh, placements(mesh, by_name), graph=graph))
 
         return cls(cfg, device_mesh, want, graph=graph, _make=make)

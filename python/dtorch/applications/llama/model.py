@@ -39,9 +39,11 @@ __all__ = ["LlamaForCausalLM", "LlamaModel", "Qwen2ForCausalLM", "Qwen3ForCausal
 
 SDPA_OPTION = F.SdpaOption(ulysess_cp_dim="ulysess_cp", ring_cp_dim="ring_cp")
 
-# Makes a parameter: (name, checkpoint shape, mesh, placements by name, init kind, kv replication)
-# -> Parameter. The replication (heads, r) repeats each of the ``heads`` row blocks r times in place
-# (tp larger than the kv heads: block i serves the tp ranks i * r .. i * r + r - 1).
+# Makes a parameter: (name, checkpoint shape, mesh, placements by name, init kind, kv replication,
+# stack) -> Parameter. The replication (heads, r) repeats each of the ``heads`` row blocks r times in
+# place (tp larger than the kv heads: block i serves the tp ranks i * r .. i * r + r - 1); ``stack``
+# lists tuples of checkpoint names, each tuple's tensors combined by ``fuse`` (default: the one
+# tensor) and the results stacked into the leading dims of ``shape`` in row-major order (experts).
 Maker = Callable[..., Parameter]
 
 
@@ -50,7 +52,8 @@ def random_maker(cfg: LlamaConfig, dtype: torch.dtype, graph: Any) -> Maker:
     norms, zeros for the biases."""
 
     def make(name: str, shape: tuple, mesh: DeviceMesh, by_name: dict, kind: str,
-             rep: Optional[Tuple[int, int]] = None) -> Parameter:
+             rep: Optional[Tuple[int, int]] = None, stack: Optional[list] = None,
+             fuse: Optional[Callable] = None) -> Parameter:
         pl = placements(mesh, by_name)
         whole = [Replicate() if p.is_partial() else p for p in pl]
         if rep is not None and rep[1] > 1:
@@ -203,26 +206,33 @@ class _DevicePlan:
 class LlamaMLP(Module):
     """SwiGLU: ``down(silu(gate(x)) * up(x))``; gate/up column-parallel, down row-parallel."""
 
-    def __init__(self, make: Maker, name: str, cfg: LlamaConfig, mesh: DeviceMesh) -> None:
+    def __init__(self, make: Maker, name: str, cfg: LlamaConfig, mesh: DeviceMesh, size: Optional[int] = None,
+                 out: Optional[dict] = None) -> None:
         super().__init__()
         self.mesh = mesh
-        h, i, b = cfg.hidden_size, cfg.intermediate_size, cfg.mlp_has_bias
+        self.out = ACT if out is None else out  # the output's layout (the Partial of down_proj reduced)
+        h, b = cfg.hidden_size, cfg.mlp_has_bias
+        i = cfg.intermediate_size if size is None else size
         self.gate_proj = _Linear(make, name + ".gate_proj", h, i, b, mesh, COL)
         self.up_proj = _Linear(make, name + ".up_proj", h, i, b, mesh, COL)
         self.down_proj = _Linear(make, name + ".down_proj", i, h, b, mesh, ROW, ROW_BIAS)
 
     def forward(self, x: Any) -> Any:
-        return lay(self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x)), self.mesh, ACT)
+        return lay(self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x)), self.mesh, self.out)
 
 
 class LlamaDecoderLayer(Module):
     """Pre-norm attention and MLP blocks with residuals, on one stage mesh."""
 
-    def __init__(self, make: Maker, name: str, cfg: LlamaConfig, layout: Layout, idx: int) -> None:
+    def __init__(self, make: Maker, name: str, cfg: LlamaConfig, layout: Layout, idx: int,
+                 build_mlp: Optional[Callable[..., Module]] = None) -> None:
         super().__init__()
         self.mesh = mesh = layout.stages[layout.layer_stage[idx]]
         self.self_attn = LlamaAttention(make, name + ".self_attn", cfg, layout, mesh, idx)
-        self.mlp = LlamaMLP(make, name + ".mlp", cfg, mesh)
+        if build_mlp is None:
+            self.mlp = LlamaMLP(make, name + ".mlp", cfg, mesh)
+        else:  # the mixture-of-experts models: a sparse block or a dense MLP, by layer
+            self.mlp = build_mlp(make, name, cfg, layout, mesh, idx)
         self.input_layernorm = LlamaRMSNorm(make, name + ".input_layernorm", cfg.hidden_size, cfg.rms_norm_eps, mesh)
         self.post_attention_layernorm = LlamaRMSNorm(make, name + ".post_attention_layernorm", cfg.hidden_size,
                                                      cfg.rms_norm_eps, mesh)
@@ -247,12 +257,13 @@ class _Embedding(Module):
 class LlamaModel(Module):
     """The embedding, the decoder layers over the pipeline stages and the final norm."""
 
-    def __init__(self, make: Maker, cfg: LlamaConfig, layout: Layout, graph: Any = None) -> None:
+    def __init__(self, make: Maker, cfg: LlamaConfig, layout: Layout, graph: Any = None,
+                 build_mlp: Optional[Callable[..., Module]] = None) -> None:
         super().__init__()
         self.layout = layout
         self.graph = graph
         self.embed_tokens = _Embedding(make, "model.embed_tokens", cfg, layout.first)
-        self.layers = ModuleList([LlamaDecoderLayer(make, f"model.layers.{i}", cfg, layout, i)
+        self.layers = ModuleList([LlamaDecoderLayer(make, f"model.layers.{i}", cfg, layout, i, build_mlp)
                                   for i in range(cfg.num_hidden_layers)])
         self.norm = LlamaRMSNorm(make, "model.norm", cfg.hidden_size, cfg.rms_norm_eps, layout.last)
         self.rotary = Rotary(cfg)
@@ -341,7 +352,7 @@ class LlamaForCausalLM(Module):
         self.layout = Layout(w.mesh, config.num_hidden_layers)
         _check_mesh(config, self.layout, type(self).__name__)
         make = _make or random_maker(config, w.dtype, w.graph)
-        self.model = LlamaModel(make, config, self.layout, w.graph)
+        self.model = LlamaModel(make, config, self.layout, w.graph, self._build_mlp)
         if config.tie_word_embeddings:
             # Tied: the embedding's weight, copied to the last stage when that is another mesh.
             self.lm_head = Module()
@@ -351,6 +362,9 @@ class LlamaForCausalLM(Module):
         else:
             self.lm_head = _Linear(make, "lm_head", config.hidden_size, config.vocab_size, False, self.layout.last,
                                    VOCAB)
+
+    # (make, name, cfg, layout, mesh, layer) -> the layer's MLP module; None: LlamaMLP everywhere.
+    _build_mlp: Optional[Callable[..., Module]] = None
 
     @property
     def device_mesh(self) -> DeviceMesh:
