@@ -11,6 +11,7 @@ Usage:
     tools/mutate.py                      # every mutant, with the Python running this script
     tools/mutate.py 01 chunk-off-by-one  # only these (number prefix, name, file name or path)
     tools/mutate.py --list               # the mutants and what each breaks
+    tools/mutate.py --check              # only: does every patch apply to this tree? (no build)
     tools/mutate.py --suite c            # C tests only (which mutants do they kill alone?)
     tools/mutate.py --python .venv/bin/python --workdir /tmp/dtorch-mutate --jobs 4
 
@@ -30,6 +31,13 @@ Options:
     --pytest-args A extra pytest arguments, one shell-quoted string (e.g. "--deselect NODEID" for a
                     test known to be flaky; say so when you quote the score).
     --list          print the mutants and exit.
+    --check         check that every selected patch applies (git apply --check against the working
+                    tree; nothing is built or changed) and exit: 0 when all apply, 2 otherwise.
+
+A patch that does not apply is never a result: before building anything, every selected patch is
+checked against the tree, and if one does not apply the tool names it, says to regenerate it
+against today's code, and exits 2 without running any mutant (no score is printed). A patch that
+applies but does not build is reported as "invalid" and also makes the exit status 2.
 
 What is copied: the files git lists in your working tree (tracked and untracked-but-not-ignored),
 as they are when the run starts, uncommitted edits included -- so you can check new tests before
@@ -75,6 +83,26 @@ class Mutant:
         first = head.strip().splitlines()[0] if head.strip() else ""
         self.description = first[len("Mutant: "):] if first.startswith("Mutant: ") else first
         self.files = sorted(set(re.findall(r"^(?:\+\+\+ b|--- a)/(\S+)", text, flags=re.M)))
+
+
+def not_applying(mutants, tree):
+    """[(mutant, git's message)] for the patches that `git apply --check` refuses in `tree`."""
+    bad = []
+    env = dict(os.environ, GIT_CEILING_DIRECTORIES=os.path.dirname(os.path.abspath(tree)))
+    for m in mutants:
+        r = subprocess.run(["git", "apply", "--check", m.path], cwd=tree, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT)
+        if r.returncode != 0:
+            bad.append((m, r.stdout.decode(errors="replace").strip()))
+    return bad
+
+
+def report_not_applying(bad, where):
+    """Says loudly, on stderr, which patches do not apply; never a score."""
+    print(f"mutate.py: ERROR: {len(bad)} patch(es) do not apply to {where}; no mutant was run and "
+          "nothing is counted. Regenerate each against today's code (see docs/testing.md):", file=sys.stderr)
+    for m, msg in bad:
+        print(f"  {m.name}: " + "; ".join(msg.splitlines()[:3]), file=sys.stderr)
 
 
 def all_mutants():
@@ -298,6 +326,7 @@ def main(argv=None):
     p.add_argument("--no-baseline", action="store_true")
     p.add_argument("--pytest-args", default="")
     p.add_argument("--list", action="store_true")
+    p.add_argument("--check", action="store_true")
     args = p.parse_args(argv)
 
     mutants = select(all_mutants(), args.mutants)
@@ -308,6 +337,13 @@ def main(argv=None):
     if not mutants:
         print(f"mutate.py: no mutants in {MUTANTS}", file=sys.stderr)
         return 2
+    bad = not_applying(mutants, ROOT)  # the scratch tree is a copy of these files
+    if bad:
+        report_not_applying(bad, "the working tree")
+        return 2
+    if args.check:
+        print(f"mutate.py: all {len(mutants)} patch(es) apply")
+        return 0
     args.python = os.path.abspath(args.python) if os.sep in args.python else shutil.which(args.python) or args.python
 
     temporary = args.workdir is None
@@ -356,6 +392,7 @@ def run_all(runner, mutants, args):
         applied, saved = runner.apply(m)
         if not applied.ok:
             status, detail = "invalid", "the patch does not apply"
+            print(f"mutate.py: ERROR: {m.name} does not apply\n{applied.output[-1000:]}", file=sys.stderr)
         else:
             try:
                 b = runner.compile()
@@ -375,12 +412,16 @@ def run_all(runner, mutants, args):
     survived = [m for m, s, _ in results if s == "survived"]
     invalid = [m for m, s, _ in results if s == "invalid"]
     valid = len(results) - len(invalid)
-    print(f"score: {len(killed)}/{valid} killed" + (f" ({len(invalid)} invalid, not counted)" if invalid else ""))
+    if invalid:
+        # No score: a run with a patch that did not apply or build is not a result.
+        print("mutate.py: ERROR: invalid (does not apply or does not build), no score: "
+              + ", ".join(m.name for m in invalid), file=sys.stderr)
+        if survived:
+            print("survived: " + ", ".join(m.name for m in survived))
+        return 2
+    print(f"score: {len(killed)}/{valid} killed")
     if survived:
         print("survived: " + ", ".join(m.name for m in survived))
-    if invalid:
-        print("invalid: " + ", ".join(m.name for m in invalid))
-        return 2
     return 1 if survived else 0
 
 
