@@ -1,4 +1,4 @@
-"""Llama text generation on a dtorch mesh, checked against one device.
+"""Llama-family text generation on a dtorch mesh, checked against one device.
 
 By default a tiny random Llama (hidden 64, 4 heads, 2 kv heads, 3 layers, vocab 128) runs on 8
 virtual CPU devices as dp=2 x tp=2 x pp=2, greedy-decodes from a prompt of token ids, and the same
@@ -9,10 +9,13 @@ both and whether they match.
     .venv/bin/python examples/llama/run.py --mesh dp=1,tp=2,pp=2 --max-new-tokens 16
     .venv/bin/python examples/llama/run.py --model /models/Llama-3.2-1B --mesh tp=2 --prompt "The capital of"
     .venv/bin/python examples/llama/run.py --model /models/llama --prompt-ids 1,450,7483 --sample --seed 0
+    .venv/bin/python examples/llama/run.py --model /models/Qwen3-0.6B --mesh tp=2 --prompt "Hi" --prompt "The sky is"
 
-``--model`` is a Hugging Face Llama folder (config.json and safetensors); ``--prompt`` needs a
-tokenizer in that folder (transformers' AutoTokenizer). Mesh dims are any of dp, tp, pp, ulysess_cp
-and ring_cp; ``--device cuda`` puts the mesh on GPUs.
+``--model`` is a Hugging Face folder of any model type ``dtorch.applications.AutoModelForCausalLM``
+reads (llama, qwen2, qwen3, mistral: config.json and safetensors); ``--prompt`` needs a tokenizer in
+that folder (transformers' AutoTokenizer) and may be given several times: the prompts then make one
+batch, left-padded with its attention mask. Mesh dims are any of dp, tp, pp, ulysess_cp and ring_cp;
+``--device cuda`` puts the mesh on GPUs.
 
 Across worker nodes (docs/cluster.md): ``--nodes N`` makes this process a cluster's main node and
 waits for N worker nodes, whose devices are then the mesh's (this process keeps none);
@@ -36,6 +39,7 @@ import time
 import torch
 
 import dtorch
+from dtorch.applications import AutoModelForCausalLM
 from dtorch.applications.llama import LlamaConfig, LlamaForCausalLM
 
 NAMES = ("dp", "tp", "pp", "ulysess_cp", "ring_cp")
@@ -65,24 +69,30 @@ def parse_mesh(text: str, device: str) -> dtorch.DeviceMesh:
 
 def build(args: argparse.Namespace, mesh: dtorch.DeviceMesh) -> LlamaForCausalLM:
     if args.model:
-        return LlamaForCausalLM.from_pretrained(args.model, device_mesh=mesh)
+        return AutoModelForCausalLM.from_pretrained(args.model, device_mesh=mesh)
     dtorch.manual_seed(args.seed)
     return LlamaForCausalLM(LlamaConfig(**TINY), device_mesh=mesh)
 
 
 def prompt_ids(args: argparse.Namespace, batch: int):
+    """The prompt batch, its attention mask (None: no padding) and the tokenizer (None without --prompt)."""
     tok = None
-    if args.prompt is not None:
+    if args.prompt:
         if not args.model:
             raise SystemExit("--prompt needs --model with a tokenizer; use --prompt-ids for the random model")
         from transformers import AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(args.model)
-        ids = tok(args.prompt, return_tensors="pt").input_ids
+        tok = AutoTokenizer.from_pretrained(args.model, padding_side="left")
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+        enc = tok(args.prompt, return_tensors="pt", padding=True)
+        if len(args.prompt) > 1:  # one row per prompt, left-padded
+            return enc.input_ids, enc.attention_mask, tok
+        ids = enc.input_ids
     else:
         ids = torch.tensor([[int(t) for t in args.prompt_ids.split(",")]])
     # Row i is the prompt rotated by i: the sequences dp shards differ.
-    return torch.cat([ids.roll(i, dims=1) for i in range(batch)]), tok
+    return torch.cat([ids.roll(i, dims=1) for i in range(batch)]), None, tok
 
 
 def form_cluster(args: argparse.Namespace, devices: int) -> list:
@@ -115,12 +125,15 @@ def form_cluster(args: argparse.Namespace, devices: int) -> list:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", help="a Hugging Face Llama folder (default: a tiny random model)")
+    ap.add_argument("--model", help="a Hugging Face llama, qwen2, qwen3 or mistral folder (default: a tiny random "
+                    "Llama)")
     ap.add_argument("--mesh", default="dp=2,tp=2,pp=2", help="mesh dims and sizes (default dp=2,tp=2,pp=2)")
     ap.add_argument("--device", default="cpu", help="cpu (virtual devices) or cuda")
-    ap.add_argument("--prompt", help="text (needs a tokenizer in --model)")
+    ap.add_argument("--prompt", action="append", help="text (needs a tokenizer in --model); several: a left-padded "
+                    "batch")
     ap.add_argument("--prompt-ids", default="3,17,99,5,64,1,9,8", help="comma-separated token ids")
-    ap.add_argument("--batch", type=int, default=2, help="rows (the prompt rotated by 0, 1, ...; dp shards them)")
+    ap.add_argument("--batch", type=int, default=2, help="rows (the prompt rotated by 0, 1, ...; dp shards them; "
+                    "several --prompt: one row each)")
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--sample", action="store_true", help="sample (temperature 0.8, top-p 0.95) instead of greedy")
     ap.add_argument("--seed", type=int, default=0)
@@ -148,14 +161,17 @@ def main() -> int:
 
 def run(args: argparse.Namespace) -> int:
     mesh = parse_mesh(args.mesh, args.device)
-    ids, tok = prompt_ids(args, args.batch)
+    ids, mask, tok = prompt_ids(args, args.batch)
     kw = dict(do_sample=args.sample, temperature=0.8, top_p=0.95, seed=args.seed) if args.sample else {}
+    if mask is not None:
+        kw["attention_mask"] = mask
 
     model = build(args, mesh)
     t0 = time.perf_counter()
     out = model.generate(ids, max_new_tokens=args.max_new_tokens, **kw)
     dt = time.perf_counter() - t0
-    print(f"mesh {dict(zip(mesh.dim_names, mesh.shape))}: {out.shape[1] - ids.shape[1]} new tokens in {dt:.2f} s")
+    print(f"{type(model).__name__}, mesh {dict(zip(mesh.dim_names, mesh.shape))}: {out.shape[1] - ids.shape[1]} new "
+          f"tokens in {dt:.2f} s")
     for row in out.tolist():
         print("  ids:", row)
         if tok is not None:

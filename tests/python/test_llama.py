@@ -90,8 +90,8 @@ class TestLlama(unittest.TestCase):
                                           rope_parameters={"rope_type": "linear", "factor": 4.0, "rope_theta": 1e4})
         want, _ = transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS["linear"](hf_lin, None)
         self.assertTrue(torch.equal(lin.inv_freq(), want))
-        with self.assertRaisesRegex(ValueError, "rope type 'yarn'"):
-            LlamaConfig.from_dict({"rope_scaling": {"rope_type": "yarn", "factor": 2.0}})
+        with self.assertRaisesRegex(ValueError, "rope type 'proportional' is not supported"):
+            LlamaConfig.from_dict({"rope_scaling": {"rope_type": "proportional", "factor": 2.0}})
 
     def test_sharded_checkpoint_files(self):
         names = os.listdir(self.untied_dir)
@@ -318,8 +318,8 @@ class TestLlama(unittest.TestCase):
             self.assertFalse(os.path.exists(f"/proc/{pid}"), pid)
 
     def test_errors(self):
-        with self.assertRaisesRegex(ValueError, r"num_key_value_heads \(2\) must be divisible by the tp size \(4\)"):
-            LlamaForCausalLM.from_pretrained(self.tied_dir, device_mesh=_mesh((4,), ("tp",)))
+        with self.assertRaisesRegex(ValueError, r"num_attention_heads \(4\) must be divisible by the tp size \(8\)"):
+            LlamaForCausalLM.from_pretrained(self.tied_dir, device_mesh=_mesh((8,), ("tp",)))
         with self.assertRaises(FileNotFoundError):
             LlamaForCausalLM.from_pretrained(self.tmp)
         model = LlamaForCausalLM.from_pretrained(self.tied_dir)

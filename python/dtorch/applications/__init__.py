@@ -5,9 +5,14 @@ Each application is a subpackage, imported on demand (``import dtorch.applicatio
 
 - ``llama``: ``LlamaForCausalLM``, a ``transformers.LlamaForCausalLM``-compatible decoder with
   ``generate()`` on a mesh with the dims ``dp, tp, pp, ulysess_cp, ring_cp`` (any of them absent or of
-  size 1);
+  size 1), and its variants ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``, ``MistralForCausalLM``;
+- ``AutoModelForCausalLM``: ``from_pretrained(folder, ...)`` picks one of those by the folder's
+  ``model_type`` (imported on first use);
 - ``sd3``: Stable Diffusion 3 (the MMDiT transformer, the VAE decoder, the CLIP and T5 text
   encoders, the flow-matching scheduler and ``StableDiffusion3Pipeline``).
+
+>>> from dtorch.applications import AutoModelForCausalLM
+>>> model = AutoModelForCausalLM.from_pretrained("/path/to/hf-qwen3", device_mesh=mesh)
 
 >>> from dtorch.applications.llama import LlamaForCausalLM
 >>> mesh = dtorch.init_device_mesh("cpu", (2, 2), mesh_dim_names=("tp", "pp"))
@@ -18,4 +23,12 @@ Each application is a subpackage, imported on demand (``import dtorch.applicatio
 >>> pipe = StableDiffusion3Pipeline.from_pretrained("stable-diffusion-3-medium-diffusers", device_mesh=mesh)
 """
 
-__all__ = ["llama", "sd3"]
+__all__ = ["llama", "sd3", "AutoModelForCausalLM"]
+
+
+def __getattr__(name: str):
+    if name == "AutoModelForCausalLM":  # on first use, so that importing the package stays light
+        from .auto import AutoModelForCausalLM
+
+        return AutoModelForCausalLM
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,11 +11,11 @@ mix of ``dp, tp, pp, ulysess_cp, ring_cp``.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 from ...distributed_spec import DeviceMesh, Partial, Placement, Replicate, Shard, assign_layers_to_stages
 
-__all__ = ["Layout", "ACT", "COL", "ROW", "ROW_BIAS", "VOCAB", "KV", "CP_DIMS"]
+__all__ = ["Layout", "ACT", "COL", "ROW", "ROW_BIAS", "VOCAB", "KV", "CP_DIMS", "replicate_heads"]
 
 CP_DIMS = ("ulysess_cp", "ring_cp")
 # Activations [B, S, H] (also ids [B, S]): batch on dp, sequence on the context-parallel dims.
@@ -49,6 +49,21 @@ def lay(t: Any, mesh: DeviceMesh, by_name: Dict[str, Placement]) -> Any:
     return t.redistribute_by_dict(mesh, by_name, default_placement_mode="replicate")
 
 
+def replicate_heads(t: Any, rep: Optional[Tuple[int, int]]) -> Any:
+    """``t`` [heads * n, ...] with each of its ``heads`` row blocks repeated ``r`` times in place
+    (``rep = (heads, r)``; None or r == 1: ``t``). Works on torch and dtorch tensors.
+
+    >>> replicate_heads(torch.tensor([[0], [1], [2], [3]]), (2, 2)).flatten().tolist()
+    [0, 1, 0, 1, 2, 3, 2, 3]
+    """
+    if rep is None or rep[1] == 1:
+        return t
+    heads, r = rep
+    rest = tuple(t.shape[1:])
+    per = t.shape[0] // heads
+    return t.reshape(heads, 1, per, *rest).expand(heads, r, per, *rest).reshape(heads * r * per, *rest)
+
+
 class Layout:
     """The mesh of a model, its pipeline stages and the sizes of its parallel dims.
 
@@ -63,6 +78,9 @@ class Layout:
         self.layer_stage: List[int] = assign_layers_to_stages(num_layers, len(self.stages))
         self.tp = self.size("tp")
         self.dp = self.size("dp")
+        # The kv heads the attention computes: the config's, or the tp size when that is larger
+        # (each kv head then replicated on tp // num_key_value_heads ranks); set by the model.
+        self.kv_heads: Optional[int] = None
 
     def size(self, name: str) -> int:
         """The size of the mesh dim ``name`` (1 when the mesh has none)."""
