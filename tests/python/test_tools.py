@@ -67,22 +67,14 @@ class TestPytestDigest(unittest.TestCase):
         self.assertTrue(self.run_digest("....F\n").startswith("summary: none (timed out or crashed)"))
 
 
-GOOD = textwrap.dedent("""\
-    Mutant: one becomes two.
-    Observed: nothing (a test of the tool).
-    diff --git a/src/a.txt b/src/a.txt
-    --- a/src/a.txt
-    +++ b/src/a.txt
-    @@ -1,3 +1,3 @@
-     zero
-    -one
-    +two
-     three
-    """)
+GOOD = "\n".join(["Mutant: one becomes two.", "Observed: nothing (a test of the tool).",
+                   "diff --git a/src/a.txt b/src/a.txt", "--- a/src/a.txt", "+++ b/src/a.txt", "@@ -1,3 +1,3 @@",
+                   " zero", "-one", "+two", " three", ""])
 
 
+# tools/mutate.py copied into a temporary tree with its own tests/mutants/: no build runs. (Comments,
+# not docstrings, below LOG: tools/check_refs.py would pair LOG's closing quotes with a docstring's.)
 class TestMutate(unittest.TestCase):
-    """tools/mutate.py copied into a temporary tree with its own tests/mutants/: no build runs."""
 
     def setUp(self):
         import shutil
