@@ -8,7 +8,8 @@ which test covers each option.
   ``max_new_tokens=0``.
 - The SD3 pipeline's ``__call__``: several prompts with ``num_images_per_prompt > 1`` (the order of
   the images), ``sigmas=``, ``prompt_3``/``negative_prompt_2``/``negative_prompt_3``, the skip-layer
-  guidance window and scale, ``max_sequence_length``, ``output_type="pt"``: latents or images
+  guidance window and scale, ``max_sequence_length``, ``output_type="pt"``, a non-square size with
+  another guidance scale, ``mu`` (given and computed) on a dynamic-shifting scheduler: latents or images
   ``torch.equal`` to diffusers' on one device.
 - The flow-matching scheduler's ``set_timesteps`` with user-given ``sigmas=``, ``timesteps=``, both,
   and with dynamic shifting (``mu``), inverted sigmas and a terminal shift: ``torch.equal``.
@@ -187,6 +188,26 @@ class TestPipelineOptions(unittest.TestCase):
     def test_skip_layer_guidance_window(self):
         self.compare(prompt="a cat", num_inference_steps=6, skip_guidance_layers=[1], skip_layer_guidance_scale=1.5,
                      skip_layer_guidance_start=0.0, skip_layer_guidance_stop=0.6)
+
+    def test_size_and_guidance(self):
+        got = self.compare(prompt="a cat", height=16, width=32, guidance_scale=2.5)
+        self.assertEqual(tuple(got.shape), (1, 4, 16, 32))
+
+    def test_dynamic_shifting_and_mu(self):
+        # Both pipelines on a scheduler with use_dynamic_shifting: mu computed from the image's
+        # token count (no mu=), and mu= given.
+        from diffusers import FlowMatchEulerDiscreteScheduler as Ref
+
+        old = self.ref.scheduler, self.pipe.scheduler
+        try:
+            self.ref.scheduler = Ref(use_dynamic_shifting=True, base_image_seq_len=16, max_image_seq_len=256)
+            self.pipe.scheduler = FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True, base_image_seq_len=16,
+                                                                  max_image_seq_len=256)
+            a = self.compare(prompt="a cat", num_inference_steps=3)
+            b = self.compare(prompt="a cat", num_inference_steps=3, mu=1.7)
+            self.assertFalse(torch.equal(a, b))
+        finally:
+            self.ref.scheduler, self.pipe.scheduler = old
 
     def test_max_sequence_length_and_pt(self):
         self.compare(prompt="a photo of a cat on the moon", max_sequence_length=4)
