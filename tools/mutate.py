@@ -30,6 +30,9 @@ Options:
                     default and a failing baseline stops the tool.
     --pytest-args A extra pytest arguments, one shell-quoted string (e.g. "--deselect NODEID" for a
                     test known to be flaky; say so when you quote the score).
+    --pytest-paths P the test files or node ids pytest runs instead of tests/python, one shell-quoted
+                    string: to check that a new mutant is killed by the test written for it. A score
+                    from a subset is not the suite's score; quote only whole-suite runs.
     --list          print the mutants and exit.
     --check         check that every selected patch applies (git apply --check against the working
                     tree; nothing is built or changed) and exit: 0 when all apply, 2 otherwise.
@@ -281,8 +284,9 @@ class Runner:
             stages.append(("C tests", ["ctest", "--test-dir", self.build, "--output-on-failure",
                                        "--stop-on-failure", "-j", str(self.args.jobs)]))
         if self.args.suite in ("all", "python"):
+            paths = shlex.split(self.args.pytest_paths) or ["tests/python"]
             stages.append(("Python tests", [self.args.python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
-                           + shlex.split(self.args.pytest_args) + ["tests/python"]))
+                           + shlex.split(self.args.pytest_args) + paths))
         for stage, cmd in stages:
             r = run(cmd, self.tree, self.env, timeout=left(), log=self.log)
             if r.timed_out:
@@ -325,6 +329,7 @@ def main(argv=None):
     p.add_argument("--suite", choices=("all", "c", "python"), default="all")
     p.add_argument("--no-baseline", action="store_true")
     p.add_argument("--pytest-args", default="")
+    p.add_argument("--pytest-paths", default="")
     p.add_argument("--list", action="store_true")
     p.add_argument("--check", action="store_true")
     args = p.parse_args(argv)
@@ -419,7 +424,8 @@ def run_all(runner, mutants, args):
         if survived:
             print("survived: " + ", ".join(m.name for m in survived))
         return 2
-    print(f"score: {len(killed)}/{valid} killed")
+    subset = f" (tests: {args.pytest_paths}; not the suite's score)" if args.pytest_paths else ""
+    print(f"score: {len(killed)}/{valid} killed{subset}")
     if survived:
         print("survived: " + ", ".join(m.name for m in survived))
     return 1 if survived else 0
