@@ -257,6 +257,9 @@ class Runner:
                                                                  if env.get("PYTHONPATH") else "")
         # The scratch tree is not a repository; stop git from finding one above it.
         env["GIT_CEILING_DIRECTORIES"] = work
+        # Tests that must not judge a mutated tree (test_tools.py's check that every patch applies:
+        # in the scratch tree the mutant under test is already applied) skip on this.
+        env["DTORCH_MUTATE_SCRATCH"] = "1"
         self.env = env
 
     def configure(self):
