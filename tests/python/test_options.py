@@ -96,8 +96,9 @@ class TestGenerateOptions(unittest.TestCase):
     def test_sampled_stop_tokens(self):
         kw = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=10)
         full = self.hf_generate(3, **kw, eos_token_id=None, pad_token_id=0)
-        # Row 0's third token stops it; a token of row 1 later stops the other.
-        a, b = int(full[0, 8 + 2]), int(full[1, 8 + 6])
+        # Row 0's third token stops it; a later token of row 1 (another one) stops the other.
+        a = int(full[0, 8 + 2])
+        b = next(int(t) for t in full[1, 8 + 4:] if int(t) != a)
         for eos, extra in ((a, None), ([a, b], None), (a, [b])):
             with self.subTest(eos=eos, stop_token_ids=extra):
                 hf_eos = eos if extra is None else [eos] + extra
