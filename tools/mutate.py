@@ -11,6 +11,7 @@ Usage:
     tools/mutate.py                      # every mutant, with the Python running this script
     tools/mutate.py 01 chunk-off-by-one  # only these (number prefix, name, file name or path)
     tools/mutate.py --list               # the mutants and what each breaks
+    tools/mutate.py --check              # only: does every patch apply to this tree? (no build)
     tools/mutate.py --suite c            # C tests only (which mutants do they kill alone?)
     tools/mutate.py --python .venv/bin/python --workdir /tmp/dtorch-mutate --jobs 4
 
@@ -29,7 +30,17 @@ Options:
                     default and a failing baseline stops the tool.
     --pytest-args A extra pytest arguments, one shell-quoted string (e.g. "--deselect NODEID" for a
                     test known to be flaky; say so when you quote the score).
+    --pytest-paths P the test files or node ids pytest runs instead of tests/python, one shell-quoted
+                    string: to check that a new mutant is killed by the test written for it. A score
+                    from a subset is not the suite's score; quote only whole-suite runs.
     --list          print the mutants and exit.
+    --check         check that every selected patch applies (git apply --check against the working
+                    tree; nothing is built or changed) and exit: 0 when all apply, 2 otherwise.
+
+A patch that does not apply is never a result: before building anything, every selected patch is
+checked against the tree, and if one does not apply the tool names it, says to regenerate it
+against today's code, and exits 2 without running any mutant (no score is printed). A patch that
+applies but does not build is reported as "invalid" and also makes the exit status 2.
 
 What is copied: the files git lists in your working tree (tracked and untracked-but-not-ignored),
 as they are when the run starts, uncommitted edits included -- so you can check new tests before
@@ -75,6 +86,26 @@ class Mutant:
         first = head.strip().splitlines()[0] if head.strip() else ""
         self.description = first[len("Mutant: "):] if first.startswith("Mutant: ") else first
         self.files = sorted(set(re.findall(r"^(?:\+\+\+ b|--- a)/(\S+)", text, flags=re.M)))
+
+
+def not_applying(mutants, tree):
+    """[(mutant, git's message)] for the patches that `git apply --check` refuses in `tree`."""
+    bad = []
+    env = dict(os.environ, GIT_CEILING_DIRECTORIES=os.path.dirname(os.path.abspath(tree)))
+    for m in mutants:
+        r = subprocess.run(["git", "apply", "--check", m.path], cwd=tree, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT)
+        if r.returncode != 0:
+            bad.append((m, r.stdout.decode(errors="replace").strip()))
+    return bad
+
+
+def report_not_applying(bad, where):
+    """Says loudly, on stderr, which patches do not apply; never a score."""
+    print(f"mutate.py: ERROR: {len(bad)} patch(es) do not apply to {where}; no mutant was run and "
+          "nothing is counted. Regenerate each against today's code (see docs/testing.md):", file=sys.stderr)
+    for m, msg in bad:
+        print(f"  {m.name}: " + "; ".join(msg.splitlines()[:3]), file=sys.stderr)
 
 
 def all_mutants():
@@ -226,6 +257,9 @@ class Runner:
                                                                  if env.get("PYTHONPATH") else "")
         # The scratch tree is not a repository; stop git from finding one above it.
         env["GIT_CEILING_DIRECTORIES"] = work
+        # Tests that must not judge a mutated tree (test_tools.py's check that every patch applies:
+        # in the scratch tree the mutant under test is already applied) skip on this.
+        env["DTORCH_MUTATE_SCRATCH"] = "1"
         self.env = env
 
     def configure(self):
@@ -253,8 +287,9 @@ class Runner:
             stages.append(("C tests", ["ctest", "--test-dir", self.build, "--output-on-failure",
                                        "--stop-on-failure", "-j", str(self.args.jobs)]))
         if self.args.suite in ("all", "python"):
+            paths = shlex.split(self.args.pytest_paths) or ["tests/python"]
             stages.append(("Python tests", [self.args.python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
-                           + shlex.split(self.args.pytest_args) + ["tests/python"]))
+                           + shlex.split(self.args.pytest_args) + paths))
         for stage, cmd in stages:
             r = run(cmd, self.tree, self.env, timeout=left(), log=self.log)
             if r.timed_out:
@@ -297,7 +332,9 @@ def main(argv=None):
     p.add_argument("--suite", choices=("all", "c", "python"), default="all")
     p.add_argument("--no-baseline", action="store_true")
     p.add_argument("--pytest-args", default="")
+    p.add_argument("--pytest-paths", default="")
     p.add_argument("--list", action="store_true")
+    p.add_argument("--check", action="store_true")
     args = p.parse_args(argv)
 
     mutants = select(all_mutants(), args.mutants)
@@ -308,6 +345,13 @@ def main(argv=None):
     if not mutants:
         print(f"mutate.py: no mutants in {MUTANTS}", file=sys.stderr)
         return 2
+    bad = not_applying(mutants, ROOT)  # the scratch tree is a copy of these files
+    if bad:
+        report_not_applying(bad, "the working tree")
+        return 2
+    if args.check:
+        print(f"mutate.py: all {len(mutants)} patch(es) apply")
+        return 0
     args.python = os.path.abspath(args.python) if os.sep in args.python else shutil.which(args.python) or args.python
 
     temporary = args.workdir is None
@@ -356,6 +400,7 @@ def run_all(runner, mutants, args):
         applied, saved = runner.apply(m)
         if not applied.ok:
             status, detail = "invalid", "the patch does not apply"
+            print(f"mutate.py: ERROR: {m.name} does not apply\n{applied.output[-1000:]}", file=sys.stderr)
         else:
             try:
                 b = runner.compile()
@@ -375,12 +420,17 @@ def run_all(runner, mutants, args):
     survived = [m for m, s, _ in results if s == "survived"]
     invalid = [m for m, s, _ in results if s == "invalid"]
     valid = len(results) - len(invalid)
-    print(f"score: {len(killed)}/{valid} killed" + (f" ({len(invalid)} invalid, not counted)" if invalid else ""))
+    if invalid:
+        # No score: a run with a patch that did not apply or build is not a result.
+        print("mutate.py: ERROR: invalid (does not apply or does not build), no score: "
+              + ", ".join(m.name for m in invalid), file=sys.stderr)
+        if survived:
+            print("survived: " + ", ".join(m.name for m in survived))
+        return 2
+    subset = f" (tests: {args.pytest_paths}; not the suite's score)" if args.pytest_paths else ""
+    print(f"score: {len(killed)}/{valid} killed{subset}")
     if survived:
         print("survived: " + ", ".join(m.name for m in survived))
-    if invalid:
-        print("invalid: " + ", ".join(m.name for m in invalid))
-        return 2
     return 1 if survived else 0
 
 

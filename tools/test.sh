@@ -11,6 +11,11 @@
 #                               (tools/check_layers.py --sizes, on build/'s objects)
 #   4. ctest in build/          the C tests and the C quickstart
 #   5. pytest tests/python      with the project's .venv (torch 2.13.0 from pip)
+#   5b. opt-in                  the controller-exercising tests again with each opt-in
+#                               mechanism switched on (or the default one off): capture
+#                               and replay (DTORCH_REPLAY=1), blocked elementwise chains
+#                               (DTORCH_CHAINS=1), program order (DTORCH_SCHEDULE=0); the
+#                               files: OPTIN_TESTS below
 #   6. package                  pip install . into a fresh venv, then import dtorch
 #                               from / and build a C program with pkg-config
 #   7. ctest in build-asan/     the C tests under AddressSanitizer + UBSan + LeakSanitizer
@@ -82,6 +87,28 @@ if [ "$rc" -eq 5 ]; then
     echo "test.sh: [pytest] no tests were collected: counted as a failure" >&2
 fi
 record pytest "$rc"
+
+# ---------------------------------------------- 5b. opt-in mechanisms on
+# Off-by-default paths run here, so the suite reaches them: each setting runs
+# the tests that exercise the controller (replay, chains, the schedule,
+# elementwise and reduction ops on meshes, redistribution, a Llama forward and
+# generate, context-parallel attention, the switches' own comparison). A new
+# opt-in mechanism adds its setting to OPTIN_SETTINGS (docs/testing.md).
+# (DTORCH_OVERLAP=0 is read when a graph is made; test_streams.py and test_switches.py run it in
+# child processes, and test_schedule.py's reorders need the communication stream it removes.)
+OPTIN_SETTINGS=("DTORCH_REPLAY=1" "DTORCH_CHAINS=1" "DTORCH_SCHEDULE=0")
+OPTIN_TESTS=(tests/python/test_replay.py tests/python/test_chain.py tests/python/test_schedule.py
+    tests/python/test_switches.py tests/python/test_elementwise_mesh.py tests/python/test_reduce.py
+    tests/python/test_redistribute.py tests/python/test_context_parallel.py tests/python/test_llama.py)
+# Left out: the example scripts (child processes that repeat test_llama's values) and the overlap
+# child of test_switches (DTORCH_OVERLAP is its own setting).
+OPTIN_SKIP="not test_example and not TestOverlapSwitch"
+rc=0
+for setting in "${OPTIN_SETTINGS[@]}"; do
+    echo "test.sh: [opt-in] $setting pytest ${OPTIN_TESTS[*]}"
+    env $setting "$py" -m pytest -q -p no:cacheprovider -k "$OPTIN_SKIP" "${OPTIN_TESTS[@]}" || rc=$?
+done
+record opt-in "$rc"
 
 # ------------------------------------------------------------ 6. package
 if [ "${DT_SKIP_PACKAGE:-0}" = 1 ]; then

@@ -225,8 +225,8 @@ static void put_data(writer *w, const dt__wire_msg *m) {
     put(w, h->offset, 8);
     put(w, h->total, 8);
     put(w, (uint32_t)h->dtype, 4);
-    put(w, h->ndim > DT_MAX_NDIM ? DT_MAX_NDIM : h->ndim, 4);
-    for (uint32_t d = 0; d < h->ndim && d < DT_MAX_NDIM; d++)
+    put(w, h->ndim, 4); /* dt__wire_encode refused more than DT_MAX_NDIM */
+    for (uint32_t d = 0; d < h->ndim; d++)
         put(w, (uint64_t)h->shape[d], 8);
     put_text(w, h->error);
 }
@@ -382,6 +382,10 @@ size_t dt__wire_encode(const dt__wire_msg *m, uint8_t *buf, size_t cap) {
     if (m->type == DT__WIRE_REGISTER && m->u.reg.token_len > DT__WIRE_TOKEN_MAX) {
         dt__error(DT_EINVAL, "wire: a cluster token is at most %d bytes, not %zu", DT__WIRE_TOKEN_MAX,
                   m->u.reg.token_len);
+        return 0;
+    }
+    if (m->type == DT__WIRE_DATA && m->u.data.ndim > DT_MAX_NDIM) {
+        dt__error(DT_EINVAL, "wire: a data message has at most %d dims, not %u", DT_MAX_NDIM, m->u.data.ndim);
         return 0;
     }
     writer w = {buf, buf + cap, cap < DT__WIRE_HEADER};

@@ -141,8 +141,8 @@ typedef struct dt__wire_msg {
 
 /* Encodes `m` (type and the fields of its type; text longer than the limit
  * is cut) into `buf` of `cap` bytes; the encoded length, or 0 (thread error
- * set) for an unknown type, a token over DT__WIRE_TOKEN_MAX or a buffer too
- * small. A buffer of DT__WIRE_MAX bytes holds any message. */
+ * set) for an unknown type, a token over DT__WIRE_TOKEN_MAX, a DATA shape of
+ * more than DT_MAX_NDIM dims or a buffer too small. A buffer of DT__WIRE_MAX bytes holds any message. */
 size_t dt__wire_encode(const dt__wire_msg *m, uint8_t *buf, size_t cap);
 /* Decodes one frame of `len` bytes into *m. DT_EINVAL with the reason
  * ("wire: ...") for anything that is not a well-formed message of this

@@ -13,7 +13,16 @@ Ring: sequence-sharded q/k/v on the ``ring_cp`` mesh dim of 2, 3 and 4 devices, 
 empty shards, causal and not, Sq != Sk, a scale, a value width unlike the key's, GQA, bfloat16,
 with tp/dp, with k/v replicated on the ring, and Ulysses and ring together on 2-D and 3-D meshes;
 a mask or dropout is refused at the call and the runtime keeps working.
+
+Wrong mesh dims (generated): every placement of q/k/v from {R, S(0..3)} on each mesh dim of 2-D
+meshes with a ring dim, a Ulysses dim, both, or neither, and of one input alone: the outcome is
+decided by the rule the registry row states -- PlacementError where a sequence dim is sharded along a
+mesh dim that is not context-parallel or an embedding dim along any, torch's value otherwise; and
+the ring's C entry (``_C._nn_sdpa_ring``) on every placement and ring dim, accepted only for
+S(seq) on the ring dim with R or a batch/head shard elsewhere, all three alike.
 """
+
+import itertools
 
 import unittest
 
@@ -230,6 +239,91 @@ class TestRing(unittest.TestCase):
             _C._nn_sdpa_ring(q, r, r, False, None, 0)
         with self.assertRaises(IndexError):
             _C._nn_sdpa_ring(q, q, q, False, None, 1)
+
+
+def refused(placements, mesh, cp_names, ndim=4):
+    """The registry row's rule: no Shard of the embedding dim, no Shard of the sequence dim along a
+    mesh dim (of more than one device) that is not context-parallel."""
+    for md, p in enumerate(placements):
+        if mesh.shape[md] > 1 and p.is_shard():
+            if p.dim == ndim - 1 or (p.dim == ndim - 2 and mesh.mesh_dim_names[md] not in cp_names):
+                return True
+    return False
+
+
+class TestWrongMeshDims(unittest.TestCase):
+    PL = [Replicate(), Shard(0), Shard(1), Shard(2), Shard(3)]
+    MESHES = (("dp", "ring_cp"), ("ring_cp", "dp"), ("tp", "ulysess_cp"), ("ulysess_cp", "ring_cp"), ("dp", "tp"))
+
+    @classmethod
+    def setUpClass(cls):
+        cls.t = [randn(2, 4, 6, 4, seed=s) for s in (21, 22, 23)]
+
+    def outcome(self, mesh, pls, causal):
+        q, k, v = (dist(t, mesh, list(p)) for t, p in zip(self.t, pls))
+        if any(refused(p, mesh, ("ulysess_cp", "ring_cp")) for p in pls):
+            with self.assertRaises(dtorch.PlacementError):
+                F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        else:
+            got = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            assert_close_everywhere(self, got, TF.scaled_dot_product_attention(*self.t, is_causal=causal), **TOL)
+
+    def test_every_placement_of_all_three(self):
+        n_refused = 0
+        for names in self.MESHES:
+            mesh = dtorch.DeviceMesh("cpu", [[0, 1], [2, 3]], mesh_dim_names=names)
+            for pl in itertools.product(self.PL, repeat=2):
+                n_refused += refused(pl, mesh, ("ulysess_cp", "ring_cp"))
+                with self.subTest(mesh=names, placements=pl):
+                    self.outcome(mesh, [pl] * 3, causal=True)
+        self.assertGreater(n_refused, 30)  # the generator does reach the refusals
+
+    def test_one_input_on_a_wrong_dim(self):
+        # q and the others on the ring (or Ulysses) dim; one of them also split along the other mesh dim.
+        for names in (("dp", "ring_cp"), ("dp", "ulysess_cp"), ("ulysess_cp", "ring_cp")):
+            mesh = dtorch.DeviceMesh("cpu", [[0, 1], [2, 3]], mesh_dim_names=names)
+            good = [Shard(1) if names[0] == "ulysess_cp" else Replicate(), Shard(2)]
+            for which in range(3):
+                for wrong in ([Shard(2), Shard(2)], [good[0], Shard(3)], [Shard(3), Shard(2)]):
+                    pls = [good] * 3
+                    pls[which] = wrong
+                    with self.subTest(mesh=names, input=which, wrong=wrong):
+                        self.outcome(mesh, pls, causal=False)
+        # The refusals left nothing behind: the runtime keeps working.
+        mesh = dtorch.DeviceMesh("cpu", [[0, 1], [2, 3]], mesh_dim_names=("dp", "ring_cp"))
+        self.outcome(mesh, [[Shard(0), Shard(2)]] * 3, causal=True)
+
+    def test_three_dim_mesh(self):
+        mesh = dtorch.DeviceMesh("cpu", [[[0, 1], [2, 3]], [[4, 5], [6, 7]]],
+                                 mesh_dim_names=("dp", "ulysess_cp", "ring_cp"))
+        for pl in ([Shard(2), Shard(2), Shard(2)], [Shard(0), Shard(2), Shard(3)], [Shard(0), Shard(3), Shard(2)],
+                   [Shard(0), Shard(2), Shard(2)], [Shard(0), Replicate(), Shard(2)]):
+            with self.subTest(placements=pl):
+                self.outcome(mesh, [pl] * 3, causal=True)
+
+    def test_ring_c_entry(self):
+        from dtorch import _C
+        mesh = dtorch.DeviceMesh("cpu", [[0, 1], [2, 3]], mesh_dim_names=("a", "b"))
+        want = TF.scaled_dot_product_attention(*self.t)
+        accepted = 0
+        for ring_dim in (0, 1):
+            for pl in itertools.product(self.PL, repeat=2):
+                q, k, v = (dist(t, mesh, list(pl)) for t in self.t)
+                other = pl[1 - ring_dim]
+                ok = pl[ring_dim] == Shard(2) and (other.is_replicate() or other.dim < 2)
+                with self.subTest(ring_dim=ring_dim, placements=pl):
+                    if ok:
+                        accepted += 1
+                        assert_close_everywhere(self, _C._nn_sdpa_ring(q, k, v, False, None, ring_dim), want, **TOL)
+                    else:
+                        with self.assertRaises(dtorch.PlacementError):
+                            _C._nn_sdpa_ring(q, k, v, False, None, ring_dim)
+                # q, k and v must agree: k alone on another placement is refused.
+                if ok:
+                    k2 = dist(self.t[1], mesh, [Replicate(), Replicate()])
+                    with self.assertRaises(dtorch.PlacementError):
+                        _C._nn_sdpa_ring(q, k2, v, False, None, ring_dim)
+        self.assertEqual(accepted, 6)
 
 
 if __name__ == "__main__":

@@ -182,6 +182,7 @@ class TestErrorsAndMemory(unittest.TestCase):
         b = dtorch.from_torch(torch.arange(8, dtype=torch.int64), CPU2, [Replicate()])
         zeros = dtorch.from_torch(torch.zeros(8, dtype=torch.int64), CPU2, [Replicate()])
         dtorch.synchronize()
+        self.enterContext(schedule(True))  # on until the read (the opt-in pass runs with DTORCH_SCHEDULE=0)
         before = reordered()
         with held_controller():
             x = a

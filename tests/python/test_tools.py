@@ -1,5 +1,7 @@
 """The scripts under tools/ that tests can run here: tools/pytest_digest.py, which folds a pytest log
-from tools/gpu_check.sh into one line per cause."""
+from tools/gpu_check.sh into one line per cause; tools/mutate.py's refusal of a patch that does not
+apply (loud, exit 2, never a score), on a copy of the script in a temporary tree, and its check that
+every patch under tests/mutants/ applies to this tree."""
 
 import os
 import subprocess
@@ -9,6 +11,7 @@ import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DIGEST = os.path.join(ROOT, "tools", "pytest_digest.py")
+MUTATE = os.path.join(ROOT, "tools", "mutate.py")
 
 LOG = textwrap.dedent("""\
     ..FF.F
@@ -62,6 +65,68 @@ class TestPytestDigest(unittest.TestCase):
 
     def test_a_log_without_summary(self):
         self.assertTrue(self.run_digest("....F\n").startswith("summary: none (timed out or crashed)"))
+
+
+GOOD = "\n".join(["Mutant: one becomes two.", "Observed: nothing (a test of the tool).",
+                   "diff --git a/src/a.txt b/src/a.txt", "--- a/src/a.txt", "+++ b/src/a.txt", "@@ -1,3 +1,3 @@",
+                   " zero", "-one", "+two", " three", ""])
+
+
+# tools/mutate.py copied into a temporary tree with its own tests/mutants/: no build runs. (Comments,
+# not docstrings, below LOG: tools/check_refs.py would pair LOG's closing quotes with a docstring's.)
+class TestMutate(unittest.TestCase):
+
+    def setUp(self):
+        import shutil
+        import tempfile
+        self.tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        for d in ("tools", "tests/mutants", "src"):
+            os.makedirs(os.path.join(self.tmp, d))
+        shutil.copy(MUTATE, os.path.join(self.tmp, "tools", "mutate.py"))
+        with open(os.path.join(self.tmp, "src", "a.txt"), "w") as f:
+            f.write("zero\none\nthree\n")
+        self.patch("01-good", GOOD)
+
+    def patch(self, name, text):
+        with open(os.path.join(self.tmp, "tests", "mutants", name + ".patch"), "w") as f:
+            f.write(text)
+
+    def mutate(self, *args):
+        env = dict(os.environ, GIT_CEILING_DIRECTORIES=os.path.dirname(self.tmp))
+        return subprocess.run([sys.executable, os.path.join(self.tmp, "tools", "mutate.py"), *args], cwd=self.tmp,
+                              capture_output=True, text=True, timeout=60, env=env)
+
+    def test_applying_patches_pass_the_check(self):
+        r = self.mutate("--check")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("all 1 patch(es) apply", r.stdout)
+
+    def test_a_stale_patch_fails_loudly_and_is_not_counted(self):
+        # The context changed under the patch (as when the code it mutates is edited).
+        self.patch("02-stale", GOOD.replace(" zero", " nought"))
+        for args in (("--check",), ("--no-baseline", "--workdir", os.path.join(self.tmp, "w"))):
+            with self.subTest(args=args):
+                r = self.mutate(*args)
+                self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+                self.assertIn("ERROR: 1 patch(es) do not apply", r.stderr)
+                self.assertIn("02-stale", r.stderr)
+                self.assertNotIn("01-good:", r.stderr)
+                self.assertNotIn("score", r.stdout + r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "w")))  # refused before any build
+
+    def test_a_patch_with_no_diff_fails(self):
+        self.patch("02-empty", "Mutant: says what, changes nothing.\n")
+        r = self.mutate("--check", "02")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("02-empty", r.stderr)
+
+    @unittest.skipIf(os.environ.get("DTORCH_MUTATE_SCRATCH") == "1",
+                     "in mutate.py's scratch tree the mutant under test is applied: it would kill every mutant")
+    def test_every_patch_of_this_tree_applies(self):
+        # The acceptance of issue 35: a stale mutant is caught here, not by a run that counts fewer.
+        r = subprocess.run([sys.executable, MUTATE, "--check"], capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
 
 
 if __name__ == "__main__":

@@ -109,10 +109,35 @@ def ring(query, key, value, attn_mask, dropout_p: float, is_causal: bool, scale,
     return out
 
 
+def check_placements(query, key, value, ulysses_dim: int, ring_dim: int, option) -> None:
+    """PlacementError, before anything is recorded, for a shard of the sequence dim (-2) along a mesh
+    dim that is not context-parallel, or of the embedding dim (-1) anywhere: neither can be attended
+    locally, and the forms below would move the other shards first and fail half-way."""
+    mesh = query.device_mesh
+    names = mesh.mesh_dim_names or ()
+    for what, t in (("query", query), ("key", key), ("value", value)):
+        for md, p in enumerate(t.placements):
+            if mesh.shape[md] == 1 or not p.is_shard():
+                continue
+            d = p.dim % t.ndim
+            name = names[md] if md < len(names) else str(md)
+            if d == t.ndim - 1:
+                raise _C.PlacementError(
+                    f"scaled_dot_product_attention(): the {what} is sharded on its embedding dim (-1) along mesh "
+                    f"dim {md} ('{name}'); redistribute it to Replicate() there")
+            if d == t.ndim - 2 and md not in (ulysses_dim, ring_dim):
+                raise _C.PlacementError(
+                    f"scaled_dot_product_attention(): the {what} is sharded on its sequence dim (-2) along mesh dim "
+                    f"{md} ('{name}'), which is not a context-parallel mesh dim (SdpaOption: ulysess_cp_dim="
+                    f"{option.ulysess_cp_dim!r}, ring_cp_dim={option.ring_cp_dim!r}); redistribute it to "
+                    f"Replicate() there or name that mesh dim in sdpa_option")
+
+
 def attention(query, key, value, attn_mask, dropout_p, is_causal, scale, ulysses_dim: int, ring_dim: int,
               option):
     """Context-parallel attention: Ulysses on ``ulysses_dim`` (>= 0) outside, the ring on ``ring_dim``
     (>= 0) inside, plain attention where either is -1."""
+    check_placements(query, key, value, ulysses_dim, ring_dim, option)
 
     def local(q, k, v, m):
         if ring_dim >= 0:

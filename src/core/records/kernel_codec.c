@@ -24,7 +24,8 @@
  * the future's id, which the resolver maps back.
  *
  * Decoding checks every length and count against the bytes left and every
- * field the core indexes with (ndim, lens, n_in, kinds, ranks, group ids),
+ * field the core indexes with (ndim, lens, n_in, kinds, ranks, group ids,
+ * device ids: never negative),
  * so a truncated or corrupt buffer is an error, never a read out of bounds.
  * Outputs are bound first, then inputs: a kernel may read what a kernel of
  * a later stream in the batch makes.
@@ -405,8 +406,11 @@ dt_status dt__kernel_decode(const void *buf, size_t len, const dt__kresolver *re
             fail(&r, "out of memory");
             break;
         }
-        for (uint64_t i = 0; i < n; i++)
-            ids[i] = (int64_t)rd(&r, 8);
+        for (uint64_t i = 0; i < n && !r.why; i++)
+            if ((ids[i] = (int64_t)rd(&r, 8)) < 0)
+                fail(&r, "a negative device id in a group");
+        if (r.why)
+            break;
         if (res->group(res->ctx, gm[j].from, type, t0, t1, (int)n, ids, &gm[j].to) != DT_OK)
             fail(&r, "the resolver could not make a group");
     }
@@ -418,9 +422,9 @@ dt_status dt__kernel_decode(const void *buf, size_t len, const dt__kresolver *re
         s->device_id = (int64_t)rd(&r, 8);
         s->kind = (int)(int32_t)(uint32_t)rd(&r, 4);
         uint64_t nk = rd(&r, 4);
-        if (!r.why &&
-            (s->type < 0 || s->type >= DT_DEVICE_TYPES || s->kind < 0 || s->kind >= DT_STREAM_KINDS))
-            fail(&r, "bad stream");
+        if (!r.why && (s->type < 0 || s->type >= DT_DEVICE_TYPES || s->device_id < 0 || s->kind < 0 ||
+                       s->kind >= DT_STREAM_KINDS))
+            fail(&r, "bad stream (device type, device id or kind)");
         if (!r.why && nk > (size_t)(r.end - r.p) / 20)
             fail(&r, "truncated");
         for (uint64_t j = 0; j < nk && !r.why; j++) {
