@@ -11,6 +11,10 @@
 #                               (tools/check_layers.py --sizes, on build/'s objects)
 #   4. ctest in build/          the C tests and the C quickstart
 #   5. pytest tests/python      with the project's .venv (torch 2.13.0 from pip)
+#   5b. slurm                  a real one-host Slurm (Debian's slurmctld, slurmd, munge; apt-get
+#                               installs them when missing) runs examples/llama/run.py --cluster
+#                               env with srun -n 3 (tools/slurm_test.sh; skipped, saying why,
+#                               when not root or the packages cannot be installed)
 #   6. package                  pip install . into a fresh venv, then import dtorch
 #                               from / and build a C program with pkg-config
 #   7. ctest in build-asan/     the C tests under AddressSanitizer + UBSan + LeakSanitizer
@@ -22,6 +26,7 @@
 # Environment:
 #   DT_SKIP_SANITIZERS=1   skip stages 7 and 8 (quicker local runs; CI runs them)
 #   DT_SKIP_PACKAGE=1      skip stage 6 (quicker local runs; CI runs it)
+#   DT_SKIP_SLURM=1        skip stage 5b
 #   DT_JOBS                parallel build jobs (default: nproc)
 set -euo pipefail
 
@@ -82,6 +87,20 @@ if [ "$rc" -eq 5 ]; then
     echo "test.sh: [pytest] no tests were collected: counted as a failure" >&2
 fi
 record pytest "$rc"
+
+# ------------------------------------------------------------ 5b. slurm
+if [ "${DT_SKIP_SLURM:-0}" = 1 ]; then
+    results+=("slurm=SKIPPED")
+else
+    echo "test.sh: [slurm] tools/slurm_test.sh $py"
+    rc=0
+    timeout 1200 tools/slurm_test.sh "$py" || rc=$?
+    if [ "$rc" -eq 77 ]; then
+        results+=("slurm=SKIPPED")
+    else
+        record slurm "$rc"
+    fi
+fi
 
 # ------------------------------------------------------------ 6. package
 if [ "${DT_SKIP_PACKAGE:-0}" = 1 ]; then

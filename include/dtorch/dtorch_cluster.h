@@ -141,6 +141,12 @@ DT_API void dt_cluster_shutdown(void);
  * cannot run). DT_EINDEX for a node that does not exist. */
 DT_API dt_status dt_debug_cluster_corrupt_batch(int node);
 
+/* Tests only: this process speaks cluster wire version `version` (0: its
+ * own, src/net/wire.h), as a dtorch of another version would: a main node
+ * refuses such a worker node, saying which versions met. DT_EINVAL outside
+ * 0..65535. */
+DT_API dt_status dt_debug_wire_version(int version);
+
 /* ------------------------------------------------------ the worker node */
 
 /* Parameters of dt_node_run; zero-initialise, then set fields. */

@@ -68,13 +68,21 @@ static PyObject *c_wait(PyObject *self, PyObject *args) {
         if (s != DT_ETIMEDOUT)
             return cluster_error(s);
         if (left <= 0) {
-            char addr[200] = "?";
+            /* dt_cluster_wait's message has the refused and lost counts;
+             * PyErr_Format knows no %g, so the seconds are formatted here. */
+            char addr[200] = "?", why[400];
             dt_cluster_address(addr, sizeof addr);
-            return PyErr_Format(
-                PyExc_TimeoutError,
-                "MainNode.wait_cluster_ready: %d of %d worker nodes joined the main node at %s "
-                "within %g s (%d registered in all)",
-                dt_cluster_num_alive(), n, addr, timeout_s, dt_cluster_num_nodes());
+            snprintf(why, sizeof why, "%s", dt_last_error());
+            char *counts = strrchr(why, '(');
+            char msg[800];
+            snprintf(
+                msg, sizeof msg,
+                "MainNode.wait_cluster_ready: %d of %d worker nodes joined the main node at %s within %g s "
+                "(%d registered in all%s%s",
+                dt_cluster_num_alive(), n, addr, timeout_s, dt_cluster_num_nodes(), counts ? "; " : ")",
+                counts ? counts + 1 : "");
+            PyErr_SetString(PyExc_TimeoutError, msg);
+            return NULL;
         }
         if (PyErr_CheckSignals() < 0)
             return NULL;

@@ -155,6 +155,14 @@ static int enroll(nodectx *n, const dt__wire_msg *reg, int timeout_ms, dt__net_i
         }
         int rc;
         while ((rc = dt__net_recv(n->sock, 0, in)) != 0) {
+            if (rc < 0 && in->foreign_version) {
+                char msg[400];
+                snprintf(msg, sizeof msg,
+                         "refused: the main node at %s speaks cluster wire version %d, this worker node "
+                         "(dtorch %s) version %d: run the same dtorch version on every host",
+                         n->main, in->foreign_version, dt_version(), dt__wire_version());
+                return dt__node_fail(msg);
+            }
             if (rc < 0)
                 continue; /* a malformed message: ignored */
             if (in->m.type == DT__WIRE_WELCOME)

@@ -8,8 +8,10 @@
  *   uN, iN := N / 8 bytes
  *   text   := u16 len u8 bytes[len]  (len < DT__WIRE_TEXT_MAX, no NUL)
  */
+#include <stdatomic.h>
 #include <string.h>
 
+#include "dtorch/dtorch_cluster.h"
 #include "net/wire.h"
 
 /* ------------------------------------------------------------ the fields */
@@ -387,7 +389,7 @@ size_t dt__wire_encode(const dt__wire_msg *m, uint8_t *buf, size_t cap) {
     writer w = {buf, buf + cap, cap < DT__WIRE_HEADER};
     if (!w.full)
         memcpy(w.p, DT__WIRE_MAGIC, 4), w.p += 4;
-    put(&w, DT__WIRE_VERSION, 2);
+    put(&w, (uint64_t)dt__wire_version(), 2);
     put(&w, (uint64_t)m->type, 2);
     uint8_t *len_at = w.p;
     put(&w, 0, 4); /* the payload's length, written last */
@@ -407,15 +409,38 @@ size_t dt__wire_encode(const dt__wire_msg *m, uint8_t *buf, size_t cap) {
 
 /* ---------------------------------------------------------------- decode */
 
+static _Atomic int version_override; /* dt_debug_wire_version; 0: DT__WIRE_VERSION */
+
+int dt__wire_version(void) {
+    int v = atomic_load_explicit(&version_override, memory_order_relaxed);
+    return v ? v : DT__WIRE_VERSION;
+}
+
+dt_status dt_debug_wire_version(int version) {
+    if (version < 0 || version > 65535)
+        return dt__error(DT_EINVAL, "dt_debug_wire_version: %d is not a version (0..65535)", version);
+    atomic_store_explicit(&version_override, version, memory_order_relaxed);
+    return DT_OK;
+}
+
+int dt__wire_foreign_version(const void *buf, size_t len, int *type) {
+    if (!buf || len < DT__WIRE_HEADER || memcmp(buf, DT__WIRE_MAGIC, 4) != 0)
+        return 0;
+    reader r = {(const uint8_t *)buf + 4, (const uint8_t *)buf + len, NULL};
+    int version = (int)get(&r, 2);
+    *type = (int)get(&r, 2);
+    return version != dt__wire_version() ? version : 0;
+}
+
 /* The header after the magic, checked against this version, the types,
  * the frame's `len` bytes and the type's extra frames; sets m->type and
  * m->nextra. */
 static dt_status get_header(reader *r, size_t len, dt__wire_msg *m) {
     uint64_t version = get(r, 2), type = get(r, 2), length = get(r, 4);
     m->nextra = (uint32_t)get(r, 4);
-    if (version != DT__WIRE_VERSION)
+    if (version != (uint64_t)dt__wire_version())
         return dt__error(DT_EINVAL, "wire: message version %llu, this build speaks version %d",
-                         (unsigned long long)version, DT__WIRE_VERSION);
+                         (unsigned long long)version, dt__wire_version());
     if (type == 0 || type >= DT__WIRE_TYPE_END)
         return dt__error(DT_EINVAL, "wire: unknown message type %llu", (unsigned long long)type);
     if (length != len - DT__WIRE_HEADER)

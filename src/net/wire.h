@@ -144,6 +144,17 @@ typedef struct dt__wire_msg {
  * set) for an unknown type, a token over DT__WIRE_TOKEN_MAX or a buffer too
  * small. A buffer of DT__WIRE_MAX bytes holds any message. */
 size_t dt__wire_encode(const dt__wire_msg *m, uint8_t *buf, size_t cap);
+/* The header's version of frame `buf` of `len` bytes when it is a dtorch
+ * cluster message (the magic, a whole header) of a version other than the
+ * one this process speaks, its type in *type; else 0. Message types and
+ * the header are the same in every version, so a REGISTER of another
+ * version is known as one: the main node refuses it saying why, and a node
+ * that hears a main node of another version says so (docs/cluster.md). */
+int dt__wire_foreign_version(const void *buf, size_t len, int *type);
+/* The version this process speaks: DT__WIRE_VERSION, or the one
+ * dt_debug_wire_version set (tests only). */
+int dt__wire_version(void);
+
 /* Decodes one frame of `len` bytes into *m. DT_EINVAL with the reason
  * ("wire: ...") for anything that is not a well-formed message of this
  * version. */
