@@ -93,6 +93,12 @@ typedef struct dt_node_info {
      * nodes (directly, or through the main node), as of its latest answer:
      * exact once a sync of the work has returned. */
     int64_t data_bytes_sent, data_messages_sent, data_bytes_received, data_messages_received;
+    /* Its clock (CLOCK_MONOTONIC, as traces read it) minus the main node's,
+     * estimated from the heartbeats (the exchange of the smallest round
+     * trip so far), and that round trip: the true offset lies within
+     * clock_offset_ns +- clock_rtt_ns / 2. clock_rtt_ns is -1 before the
+     * first exchange (a heartbeat interval or so after registering). */
+    int64_t clock_offset_ns, clock_rtt_ns;
 } dt_node_info;
 
 /* Worker node `index` (< dt_cluster_num_nodes()) into *out. DT_EINDEX. */
@@ -146,6 +152,11 @@ DT_API dt_status dt_debug_cluster_corrupt_batch(int node);
  * refuses such a worker node, saying which versions met. DT_EINVAL outside
  * 0..65535. */
 DT_API dt_status dt_debug_wire_version(int version);
+
+/* Tests only: a worker node run in this process reads its clock `ns`
+ * nanoseconds ahead in the heartbeats it sends (as a host whose clock
+ * differs would), so the main node's estimate of its offset is tested. */
+DT_API void dt_debug_node_clock_skew(int64_t ns);
 
 /* ------------------------------------------------------ the worker node */
 

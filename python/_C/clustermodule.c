@@ -99,13 +99,14 @@ static PyObject *c_nodes(PyObject *self, PyObject *noargs) {
             break;
         static const char *const states[] = {"alive", "lost", "stopped"};
         PyObject *d = Py_BuildValue(
-            "{s:i,s:s,s:i,s:L,s:i,s:L,s:i,s:s,s:s,s:s,s:L,s:L,s:L,s:L}", "index", in.index, "state",
+            "{s:i,s:s,s:i,s:L,s:i,s:L,s:i,s:s,s:s,s:s,s:L,s:L,s:L,s:L,s:L,s:L}", "index", in.index, "state",
             states[in.state], "cpu_devices", in.cpu_devices, "first_device_id", (long long)in.first_device_id,
             "cuda_devices", in.cuda_devices, "first_cuda_device_id", (long long)in.first_cuda_device_id,
             "pid", in.pid, "address", in.address, "host", in.host, "error", in.error, "data_bytes_sent",
             (long long)in.data_bytes_sent, "data_messages_sent", (long long)in.data_messages_sent,
             "data_bytes_received", (long long)in.data_bytes_received, "data_messages_received",
-            (long long)in.data_messages_received);
+            (long long)in.data_messages_received, "clock_offset_ns", (long long)in.clock_offset_ns,
+            "clock_rtt_ns", (long long)in.clock_rtt_ns);
         if (!d || PyList_Append(list, d) < 0) {
             Py_XDECREF(d);
             Py_CLEAR(list);

@@ -119,6 +119,7 @@ static void on_register(const dt__net_in *in, int64_t now) {
         nd->rid_len = in->rid_len;
         nd->info.index = C.n++;
         nd->info.state = DT_NODE_ALIVE;
+        nd->info.clock_rtt_ns = -1; /* no clock exchange yet (cluster_beat.c) */
         nd->info.cpu_devices = (int)m->u.reg.cpu_devices;
         nd->info.first_device_id = C.cpu_total;
         nd->info.pid = (int)m->u.reg.pid;

@@ -3,7 +3,7 @@
  * header, each type's payload, and the token helpers. A type's payload
  * layout is written above its writer and its reader, which sit side by
  * side; `kinds` has one row per type (name, extra frames, writer, reader).
- * A layout that changes is a new DT__WIRE_VERSION (4 now). Fields are
+ * A layout that changes is a new DT__WIRE_VERSION (5 now). Fields are
  * little-endian, signed ones in two's complement:
  *   uN, iN := N / 8 bytes
  *   text   := u16 len u8 bytes[len]  (len < DT__WIRE_TEXT_MAX, no NUL)
@@ -157,10 +157,20 @@ static void put_refuse(writer *w, const dt__wire_msg *m) { put_text(w, m->u.refu
 
 static void get_refuse(reader *r, dt__wire_msg *m) { get_text(r, m->u.refuse.reason); }
 
-/* HEARTBEAT := u64 seq */
-static void put_heartbeat(writer *w, const dt__wire_msg *m) { put(w, m->u.heartbeat.seq, 8); }
+/* HEARTBEAT := u64 seq i64 sent_ns i64 echo_ns i64 echo_recv_ns */
+static void put_heartbeat(writer *w, const dt__wire_msg *m) {
+    put(w, m->u.heartbeat.seq, 8);
+    put(w, (uint64_t)m->u.heartbeat.sent_ns, 8);
+    put(w, (uint64_t)m->u.heartbeat.echo_ns, 8);
+    put(w, (uint64_t)m->u.heartbeat.echo_recv_ns, 8);
+}
 
-static void get_heartbeat(reader *r, dt__wire_msg *m) { m->u.heartbeat.seq = get(r, 8); }
+static void get_heartbeat(reader *r, dt__wire_msg *m) {
+    m->u.heartbeat.seq = get(r, 8);
+    m->u.heartbeat.sent_ns = (int64_t)get(r, 8);
+    m->u.heartbeat.echo_ns = (int64_t)get(r, 8);
+    m->u.heartbeat.echo_recv_ns = (int64_t)get(r, 8);
+}
 
 /* BATCH := u16 len u8 backend[len] u64 seq  (the kernels and inputs in the
  * extra frame; RELEASE has no payload, its blob ids in the extra frame) */

@@ -31,7 +31,7 @@
 #include "common/common.h"
 
 #define DT__WIRE_MAGIC "DTNW"
-#define DT__WIRE_VERSION 4
+#define DT__WIRE_VERSION 5
 #define DT__WIRE_HEADER 16
 /* A RESULT's data counters (u.result.data): bytes and messages sent, bytes
  * and messages received. */
@@ -97,6 +97,12 @@ typedef struct dt__wire_msg {
         } refuse;
         struct {
             uint64_t seq;
+            /* Clock readings (ns, dt__rec_now) for the clock offset
+             * (cluster_beat.c): when the sender sent this, and, from a
+             * worker node, when the main node sent the last heartbeat it
+             * heard (echo_ns, the main node's clock) and when it heard it
+             * (echo_recv_ns, its own); 0 when none yet. */
+            int64_t sent_ns, echo_ns, echo_recv_ns;
         } heartbeat;
         struct {
             char backend[32]; /* the main graph's backend: the node runs the same */
