@@ -10,7 +10,11 @@
       own device; a ``dtorch-node`` is started meanwhile. Printed: milliseconds from its start to
       its being alive (a process start included), then from alive to the first read of an op on a
       new mesh of its device (host value shipped, op run there, result back), against one such
-      step of the loop on the main node's own device, best of --repeat, and the ratio.
+      step of the loop on the main node's own device, best of --repeat, and the ratio;
+  (c) trace: --n adds (4x4, ``a = a + b``, then one read) on a worker node's device, untraced and
+      inside ``dtorch.profiler.trace(None)`` (the node records each kernel and sends the records
+      with its answers; the main node merges them), microseconds per op, best of --repeat, the
+      ratio, and the kernels of the worker node the trace holds.
 
     .venv/bin/python bench/cluster_launch.py
     .venv/bin/python bench/cluster_launch.py --world 4 --repeat 5
@@ -93,6 +97,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--world", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--n", type=int, default=500)
     args = ap.parse_args()
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
 
@@ -112,6 +117,36 @@ def main() -> int:
     print(f"(b) a worker node started while a program runs: alive {min(joins) * 1e3:.0f} ms after its start; "
           f"then the first op on its device read {min(uses) * 1e3:.1f} ms later; the same op on the main node's "
           f"device {min(locals_) * 1e3:.1f} ms; ratio {min(uses) / min(locals_):.1f}")
+
+    dtorch.MainNode.set_address("127.0.0.1:0", cpu_devices=1)
+    p = subprocess.Popen([executable(), f"--main-node-address={dtorch.MainNode.get_address()}", "--cpu-devices=1",
+                          "--quiet"])
+    dtorch.MainNode.wait_cluster_ready(1, timeout_second=120)
+    mesh = dtorch.DeviceMesh("cpu", [dtorch.MainNode.nodes()[0]["first_device_id"]])
+
+    def loop() -> float:
+        a = dtorch.from_torch(torch.zeros(4, 4), mesh, [dtorch.Replicate()])
+        b = dtorch.from_torch(torch.ones(4, 4), mesh, [dtorch.Replicate()])
+        a.to_torch()
+        t0 = time.perf_counter()
+        for _ in range(args.n):
+            a = a + b
+        a.to_torch()
+        return (time.perf_counter() - t0) / args.n * 1e6
+
+    loop()  # warm-up
+    plain = min(loop() for _ in range(args.repeat))
+    traced, kernels = [], 0
+    for _ in range(args.repeat):
+        with dtorch.profiler.trace(None) as tr:
+            traced.append(loop())
+        workers = {e["pid"] for e in tr.events
+                   if e.get("name") == "process_name" and e["args"]["name"].startswith("worker node")}
+        kernels = sum(1 for e in tr.events if e.get("cat") == "kernel" and e["pid"] in workers)
+    print(f"(c) {args.n} adds on a worker node's device: {plain:.1f} us/op untraced, {min(traced):.1f} us/op traced; "
+          f"ratio {min(traced) / plain:.2f}; the trace held {kernels} of the node's kernels")
+    dtorch.MainNode.shutdown()
+    p.wait(timeout=60)
     return 0
 
 

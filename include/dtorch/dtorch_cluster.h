@@ -142,6 +142,24 @@ DT_API void dt_cluster_counters_get(dt_cluster_counters *out);
  * listening. */
 DT_API void dt_cluster_shutdown(void);
 
+/* A kernel a worker node ran while the main node traced
+ * (dtorch.profiler.trace, dt_record_enable(DT_RECORD_TRACE)): its node's
+ * records, sent with the node's answers to syncs, on the main node's clock
+ * (the node's minus its clock_offset_ns, dt_node_info). Device ids are
+ * global. Text longer than its field is cut. */
+typedef struct dt_cluster_trace_kernel {
+    int node;                         /* the worker node's index */
+    int32_t device_type, stream_kind; /* dt_device_type; 0 compute, 1 communication */
+    int64_t device_id;
+    uint64_t seq; /* the kernel's number on its stream */
+    char op[64], kernel[64], file[256];
+    int32_t line;
+    int64_t begin_ns, end_ns, bytes;
+} dt_cluster_trace_kernel;
+/* The worker nodes' kernel records received since the last call, as a new
+ * array (free it with dt_record_free; NULL when none). DT_ENOMEM. */
+DT_API dt_status dt_cluster_take_trace(dt_cluster_trace_kernel **out, size_t *n);
+
 /* Tests only: the next kernel batch shipped to worker node `node` leaves
  * one byte short, so the node cannot decode it (the path of a batch a node
  * cannot run). DT_EINDEX for a node that does not exist. */

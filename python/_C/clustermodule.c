@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "dtorch/dtorch_cluster.h"
+#include "dtorch/dtorch_record.h"
 
 #define SLICE_MS 100
 
@@ -117,6 +118,33 @@ static PyObject *c_nodes(PyObject *self, PyObject *noargs) {
     return list;
 }
 
+/* The worker nodes' kernel records since the last call (dt_cluster_take_trace): a list of
+ * (node, device_type, device_id, stream_kind, seq, op, kernel, file, line, begin_ns, end_ns,
+ * bytes), times on this process's clock; [] without ZeroMQ. */
+static PyObject *c_take_trace(PyObject *self, PyObject *noargs) {
+    (void)self, (void)noargs;
+    dt_cluster_trace_kernel *ks = NULL;
+    size_t n = 0;
+    if (!dt_cluster_available())
+        return PyList_New(0);
+    dt_status st;
+    Py_BEGIN_ALLOW_THREADS st = dt_cluster_take_trace(&ks, &n);
+    Py_END_ALLOW_THREADS if (st != DT_OK) return cluster_error(st);
+    PyObject *list = PyList_New(0);
+    for (size_t i = 0; list && i < n; i++) {
+        const dt_cluster_trace_kernel *k = &ks[i];
+        PyObject *t = Py_BuildValue("(iiLiKssziLLL)", k->node, (int)k->device_type, (long long)k->device_id,
+                                    (int)k->stream_kind, (unsigned long long)k->seq, k->op, k->kernel,
+                                    k->file[0] ? k->file : NULL, k->line, (long long)k->begin_ns,
+                                    (long long)k->end_ns, (long long)k->bytes);
+        if (!t || PyList_Append(list, t) < 0)
+            Py_CLEAR(list);
+        Py_XDECREF(t);
+    }
+    dt_record_free(ks);
+    return list;
+}
+
 static PyObject *c_shutdown(PyObject *self, PyObject *noargs) {
     (void)self, (void)noargs;
     Py_BEGIN_ALLOW_THREADS dt_cluster_shutdown();
@@ -146,6 +174,8 @@ static PyMethodDef cluster_methods[] = {
     {"_cluster_wait", c_wait, METH_VARARGS, "_cluster_wait(num_nodes, timeout_second); TimeoutError"},
     {"_cluster_nodes", c_nodes, METH_NOARGS, "_cluster_nodes() -> [dict] in registration order"},
     {"_cluster_shutdown", c_shutdown, METH_NOARGS, "_cluster_shutdown(): stop every worker node"},
+    {"_cluster_take_trace", c_take_trace, METH_NOARGS,
+     "_cluster_take_trace(): the worker nodes' kernel records since the last call"},
     {"_cluster_info", c_info, METH_NOARGS, "_cluster_info() -> dict"},
     {NULL, NULL, 0, NULL},
 };

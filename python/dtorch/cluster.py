@@ -114,7 +114,10 @@ class MainNode:
         ``pid``, ``address``, ``host``, once lost ``error``, and the data of collectives and copies
         it sent to and received from other nodes (``data_bytes_sent``, ``data_messages_sent``,
         ``data_bytes_received``, ``data_messages_received``; as of its latest answer, so exact once
-        a sync of that work has returned)."""
+        a sync of that work has returned), and its clock's offset from this process's
+        (``clock_offset_ns``, its clock minus ours, estimated from the heartbeats) with the round
+        trip it was measured over (``clock_rtt_ns``: the offset is right within half of it; -1
+        before the first exchange)."""
         return _C._cluster_nodes()
 
     @staticmethod

@@ -311,6 +311,7 @@ static void close_all(void) {
         dt__net_in_done(C.in);
     dt__free(C.in);
     C.in = NULL;
+    dt__cluster_trace_clear();
     C.n = C.cap = C.alive = C.refused = C.corrupt = 0;
     C.cpu_total = C.cuda_local = C.cuda_total = 0;
     C.flags = 0;

@@ -372,8 +372,9 @@ static void run_message(nodectx *n, dt__net_in *in) {
             dt__subctl_release(n->sub, body, len);
         return;
     }
-    if ((!n->sub && !(n->sub = dt__subctl_new(n->cuda_first))) ||
-        dt__subctl_batch(n->sub, in->m.u.batch.backend, body, len) != DT_OK) {
+    if (n->sub || (n->sub = dt__subctl_new(n->cuda_first)))
+        dt__subctl_trace(n->sub, (in->m.u.batch.flags & DT__WIRE_BATCH_TRACE) != 0);
+    if (!n->sub || dt__subctl_batch(n->sub, in->m.u.batch.backend, body, len) != DT_OK) {
         /* The main node fails the batch's reads and tells every node that
          * its collectives' parts from here will not come. */
         dt__wire_msg r = {.type = DT__WIRE_RESULT};

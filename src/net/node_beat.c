@@ -32,10 +32,10 @@ static _Atomic int64_t clock_skew; /* dt_debug_node_clock_skew */
 
 void dt_debug_node_clock_skew(int64_t ns) { atomic_store(&clock_skew, ns); }
 
+int64_t dt__node_clock_skew(void) { return atomic_load_explicit(&clock_skew, memory_order_relaxed); }
+
 /* This node's clock as its heartbeats give it (dt__rec_now, as the traces). */
-static int64_t clock_ns(void) {
-    return dt__rec_now() + atomic_load_explicit(&clock_skew, memory_order_relaxed);
-}
+static int64_t clock_ns(void) { return dt__rec_now() + dt__node_clock_skew(); }
 
 /* The beat thread: beats and listens until the main node is silent for two
  * intervals or says stop (then `state` says which and `wake` gets a byte),

@@ -172,11 +172,13 @@ static void get_heartbeat(reader *r, dt__wire_msg *m) {
     m->u.heartbeat.echo_recv_ns = (int64_t)get(r, 8);
 }
 
-/* BATCH := u16 len u8 backend[len] u64 seq  (the kernels and inputs in the
- * extra frame; RELEASE has no payload, its blob ids in the extra frame) */
+/* BATCH := u16 len u8 backend[len] u64 seq u32 flags  (the kernels and
+ * inputs in the extra frame; RELEASE has no payload, its blob ids in the
+ * extra frame) */
 static void put_batch(writer *w, const dt__wire_msg *m) {
     put_bytes(w, m->u.batch.backend, strnlen(m->u.batch.backend, sizeof m->u.batch.backend - 1));
     put(w, m->u.batch.seq, 8);
+    put(w, m->u.batch.flags, 4);
 }
 
 static void get_batch(reader *r, dt__wire_msg *m) {
@@ -189,11 +191,15 @@ static void get_batch(reader *r, dt__wire_msg *m) {
         m->u.batch.backend[n] = 0;
     }
     m->u.batch.seq = get(r, 8);
+    m->u.batch.flags = (uint32_t)get(r, 4);
+    if (!r->why && (m->u.batch.flags & ~DT__WIRE_BATCH_TRACE))
+        r->why = "unknown batch flags";
 }
 
 /* RESULT := u64 future i32 rank u32 count i32 status u64 batch text error
  *           i64 data[4]  (the node's DATA counters, DT__WIRE_DATA_*; a
- *           read's piece in the extra frame) */
+ *           read's piece, or a sync's kernel records while tracing,
+ *           in the extra frame, never with an error) */
 static void put_result(writer *w, const dt__wire_msg *m) {
     put(w, m->u.result.future, 8);
     put(w, (uint32_t)m->u.result.rank, 4);
@@ -218,7 +224,7 @@ static void get_result(reader *r, dt__wire_msg *m) {
                     m->u.result.data[3] < 0))
         r->why = "bad data counters";
     if (!r->why && (m->u.result.rank < -1 || m->u.result.count > (1u << 30) ||
-                    (m->nextra && (m->u.result.rank < 0 || m->u.result.status != 0))))
+                    (m->nextra && (m->u.result.future == 0 || m->u.result.status != 0))))
         r->why = "bad rank, count or payload";
 }
 

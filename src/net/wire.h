@@ -70,6 +70,10 @@ typedef enum dt__wire_type {
  * spanning nodes uses NCCL (dt__cluster_span_nccl, cluster_remote.c); if
  * it does, dt__comm_nccl_span makes that group on each process. */
 #define DT__WIRE_REG_NCCL 1u
+/* BATCH flags: the main node traces (dtorch.profiler.trace): the node
+ * records its kernels and sends their records with each sync's RESULT,
+ * as its extra frame (subctl.h has the layout). */
+#define DT__WIRE_BATCH_TRACE 1u
 #define DT__WIRE_REG_CUDA_VIRTUAL 2u
 
 /* One decoded message. Text fields are NUL-terminated copies; `token`
@@ -107,6 +111,7 @@ typedef struct dt__wire_msg {
         struct {
             char backend[32]; /* the main graph's backend: the node runs the same */
             uint64_t seq;     /* the batch's number on its node's connection, from 1 */
+            uint32_t flags;   /* DT__WIRE_BATCH_* */
         } batch;
         struct {
             uint64_t future; /* the main node's future id; 0: a whole batch failed */
