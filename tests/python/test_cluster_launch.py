@@ -129,7 +129,8 @@ def test_read_token(tmp_path):
 # ------------------------------------------------------------------- whole jobs
 
 # Each rank runs this; only rank 0 may get past init(). It runs elementwise ops on each worker
-# node's mesh (bit-identical to torch) and a sum over a mesh spanning both worker nodes.
+# node's mesh (bit-identical to torch), traced (the trace must hold every worker node's kernels),
+# and a sum over a mesh spanning both worker nodes.
 PROGRAM = textwrap.dedent("""
     import sys
     import torch
@@ -140,12 +141,17 @@ PROGRAM = textwrap.dedent("""
     assert len(nodes) == launch.world_size - 1 and all(n["cpu_devices"] == 2 for n in nodes), nodes
     t = torch.randn(6, 5, generator=torch.Generator().manual_seed(0))
     ids = []
-    for n in nodes:
-        f = n["first_device_id"]
-        ids += [f, f + 1]
-        mesh = dtorch.DeviceMesh("cpu", [f, f + 1])
-        x = dtorch.from_torch(t, mesh, [dtorch.Shard(0)])
-        assert torch.equal((x.exp() * 3 - x).to_torch(), t.exp() * 3 - t)
+    with dtorch.profiler.trace(None) as tr:  # every worker node's kernels, on one time axis
+        for n in nodes:
+            f = n["first_device_id"]
+            ids += [f, f + 1]
+            mesh = dtorch.DeviceMesh("cpu", [f, f + 1])
+            x = dtorch.from_torch(t, mesh, [dtorch.Shard(0)])
+            assert torch.equal((x.exp() * 3 - x).to_torch(), t.exp() * 3 - t)
+    names = {e["pid"]: e["args"]["name"] for e in tr.events if e.get("name") == "process_name"}
+    traced = {e["args"]["device"] for e in tr.events if e.get("cat") == "kernel" and e["name"] == "exp"
+              and names[e["pid"]].startswith("worker node")}
+    assert traced == {f"cpu:{i}" for i in ids}, (traced, ids)
     if len(ids) > 2:
         x = dtorch.from_torch(t, dtorch.DeviceMesh("cpu", ids), [dtorch.Shard(1)])
         torch.testing.assert_close(x.sum(1).to_torch(), t.sum(1))
