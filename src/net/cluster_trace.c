@@ -14,6 +14,10 @@
 #include "core/records/kernel_rec.h"
 #include "net/cluster_int.h"
 
+/* Records kept at most (a trace's worth: the workers' own buffers hold
+ * DT__REC_KERNELS_CAP per stream); past it a node's records are dropped. */
+#define TRACE_MAX ((size_t)1 << 22)
+
 static void get_text(dt__rd *r, char *out, size_t cap) {
     size_t n = (size_t)dt__rd_get(r, 2);
     if (r->bad || (size_t)(r->end - r->p) < n) {
@@ -32,7 +36,8 @@ void dt__cluster_trace_add(int idx, const void *body, size_t len) {
     if (n > len / 50) /* each record takes at least 50 bytes */
         r.bad = 1;
     pthread_mutex_lock(&C.mu);
-    if (!r.bad && C.ntrace + n > C.trace_cap) {
+    int lost = C.ntrace + n > TRACE_MAX; /* nobody takes them (a C program tracing without the take) */
+    if (!r.bad && !lost && C.ntrace + n > C.trace_cap) {
         size_t cap = C.trace_cap ? C.trace_cap : 256;
         while (cap < C.ntrace + n)
             cap *= 2;
@@ -41,11 +46,11 @@ void dt__cluster_trace_add(int idx, const void *body, size_t len) {
             C.trace = v;
             C.trace_cap = cap;
         } else {
-            n = 0; /* out of memory: these records are lost */
+            lost = 1; /* out of memory: these records are lost */
         }
     }
     size_t at = C.ntrace;
-    for (size_t i = 0; i < n && !r.bad; i++) {
+    for (size_t i = 0; i < n && !r.bad && !lost; i++) {
         dt_cluster_trace_kernel *k = &C.trace[at + i];
         memset(k, 0, sizeof *k);
         uint64_t key = dt__rd_get(&r, 8);
@@ -62,9 +67,9 @@ void dt__cluster_trace_add(int idx, const void *body, size_t len) {
         get_text(&r, k->kernel, sizeof k->kernel);
         get_text(&r, k->file, sizeof k->file);
     }
-    if (!r.bad && r.p == r.end)
+    if (!lost && !r.bad && r.p == r.end)
         C.ntrace += n;
-    else
+    else if (!lost)
         fprintf(stderr, "dtorch main node: dropped worker node %d's malformed trace records\n", idx);
     pthread_mutex_unlock(&C.mu);
 }
