@@ -16,6 +16,11 @@
 #                               and replay (DTORCH_REPLAY=1), blocked elementwise chains
 #                               (DTORCH_CHAINS=1), program order (DTORCH_SCHEDULE=0); the
 #                               files: OPTIN_TESTS below
+
+#   5c. slurm                   a real one-host Slurm (Debian's slurmctld, slurmd, munge; apt-get
+#                               installs them when missing) runs examples/llama/run.py --cluster
+#                               env with srun -n 3 (tools/slurm_test.sh; skipped, saying why,
+#                               when not root or the packages cannot be installed)
 #   6. package                  pip install . into a fresh venv, then import dtorch
 #                               from / and build a C program with pkg-config
 #   7. ctest in build-asan/     the C tests under AddressSanitizer + UBSan + LeakSanitizer
@@ -27,6 +32,7 @@
 # Environment:
 #   DT_SKIP_SANITIZERS=1   skip stages 7 and 8 (quicker local runs; CI runs them)
 #   DT_SKIP_PACKAGE=1      skip stage 6 (quicker local runs; CI runs it)
+#   DT_SKIP_SLURM=1        skip stage 5c
 #   DT_JOBS                parallel build jobs (default: nproc)
 set -euo pipefail
 
@@ -109,6 +115,20 @@ for setting in "${OPTIN_SETTINGS[@]}"; do
     env $setting "$py" -m pytest -q -p no:cacheprovider -k "$OPTIN_SKIP" "${OPTIN_TESTS[@]}" || rc=$?
 done
 record opt-in "$rc"
+
+# ------------------------------------------------------------ 5c. slurm
+if [ "${DT_SKIP_SLURM:-0}" = 1 ]; then
+    results+=("slurm=SKIPPED")
+else
+    echo "test.sh: [slurm] tools/slurm_test.sh $py"
+    rc=0
+    timeout 1200 tools/slurm_test.sh "$py" || rc=$?
+    if [ "$rc" -eq 77 ]; then
+        results+=("slurm=SKIPPED")
+    else
+        record slurm "$rc"
+    fi
+fi
 
 # ------------------------------------------------------------ 6. package
 if [ "${DT_SKIP_PACKAGE:-0}" = 1 ]; then

@@ -26,6 +26,12 @@ waits for N worker nodes, whose devices are then the mesh's (this process keeps 
     .venv/bin/python examples/llama/run.py --nodes 2 --spawn-nodes      # 2 dtorch-node processes
     DTORCH_CLUSTER_TOKEN=... .venv/bin/python examples/llama/run.py --nodes 2 --main-node-address 0.0.0.0:5555
     # then on each of two hosts: DTORCH_CLUSTER_TOKEN=... dtorch-node --main-node-address=HOST:5555 --cpu-devices=4
+
+``--cluster env`` takes the cluster from a launcher (``dtorch.cluster.init``): rank 0 is the main node
+and runs the example, every other rank a worker node with an equal share of the mesh's devices:
+
+    DTORCH_CLUSTER_TOKEN=... torchrun --nnodes 1 --nproc-per-node 3 examples/llama/run.py --cluster env
+    DTORCH_CLUSTER_TOKEN=... srun -n 3 .venv/bin/python examples/llama/run.py --cluster env
 """
 
 from __future__ import annotations
@@ -97,6 +103,26 @@ def prompt_ids(args: argparse.Namespace, batch: int):
     return torch.cat([ids.roll(i, dims=1) for i in range(batch)]), None, tok
 
 
+def print_nodes() -> None:
+    for n in dtorch.MainNode.nodes():
+        print(f"worker node {n['index']} ({n['host']}, pid {n['pid']}): devices "
+              f"{n['first_device_id']}..{n['first_device_id'] + n['cpu_devices'] - 1}")
+
+
+def launched_cluster(args: argparse.Namespace, devices: int) -> None:
+    """--cluster env: one cluster of the processes torchrun or srun started (rank 0 returns here as
+    the main node; every other rank serves as a worker node and never returns)."""
+    from dtorch._launch import detect
+
+    world = detect(os.environ).world_size
+    if world < 2 or devices % (world - 1):
+        raise SystemExit(f"--cluster env: the mesh's {devices} devices do not split evenly over the "
+                         f"{world - 1} worker rank(s) of {world} processes")
+    launch = dtorch.cluster.init(cpu_devices=devices // (world - 1), timeout_second=args.node_timeout)
+    print(f"main node ({launch.launcher} rank 0 of {world}) at {dtorch.MainNode.get_address()}")
+    print_nodes()
+
+
 def form_cluster(args: argparse.Namespace, devices: int) -> list:
     """Makes this process the main node and waits for --nodes worker nodes (started here with
     --spawn-nodes, each with devices / nodes CPU devices); returns the processes it started."""
@@ -119,9 +145,7 @@ def form_cluster(args: argparse.Namespace, devices: int) -> list:
         print(f"main node at {address}: start {args.nodes} worker node(s) with\n"
               f"  dtorch-node --main-node-address=HOST:{address.rsplit(':', 1)[1]} --cpu-devices=N")
     dtorch.MainNode.wait_cluster_ready(args.nodes, timeout_second=args.node_timeout)
-    for n in dtorch.MainNode.nodes():
-        print(f"worker node {n['index']} ({n['host']}, pid {n['pid']}): devices "
-              f"{n['first_device_id']}..{n['first_device_id'] + n['cpu_devices'] - 1}")
+    print_nodes()
     return procs
 
 
@@ -145,12 +169,18 @@ def main() -> int:
     ap.add_argument("--main-node-address", default=None,
                     help="with --nodes: HOST:PORT to listen at (default: DTORCH_MAIN_NODE_ADDRESS, else loopback)")
     ap.add_argument("--node-timeout", type=float, default=600, help="seconds to wait for the worker nodes")
+    ap.add_argument("--cluster", choices=["env"], default=None,
+                    help="env: a cluster of the processes torchrun or srun started (rank 0 runs the example)")
     args = ap.parse_args()
+    if args.cluster and (args.nodes or args.device != "cpu"):
+        raise SystemExit("--cluster env: not with --nodes; this example forms clusters of CPU devices")
     if args.nodes < 0 or (args.spawn_nodes and not args.nodes):
         raise SystemExit("--spawn-nodes needs --nodes N (N >= 1)")
     if args.nodes and args.device != "cpu":
         raise SystemExit("--nodes: this example forms clusters of CPU devices (docs/cluster.md has CUDA)")
 
+    if args.cluster:
+        launched_cluster(args, math.prod(mesh_dims(args.mesh)[1]))
     procs = form_cluster(args, math.prod(mesh_dims(args.mesh)[1])) if args.nodes else []
     try:
         return run(args)

@@ -93,6 +93,12 @@ typedef struct dt_node_info {
      * nodes (directly, or through the main node), as of its latest answer:
      * exact once a sync of the work has returned. */
     int64_t data_bytes_sent, data_messages_sent, data_bytes_received, data_messages_received;
+    /* Its clock (CLOCK_MONOTONIC, as traces read it) minus the main node's,
+     * estimated from the heartbeats (the exchange of the smallest round
+     * trip so far), and that round trip: the true offset lies within
+     * clock_offset_ns +- clock_rtt_ns / 2. clock_rtt_ns is -1 before the
+     * first exchange (a heartbeat interval or so after registering). */
+    int64_t clock_offset_ns, clock_rtt_ns;
 } dt_node_info;
 
 /* Worker node `index` (< dt_cluster_num_nodes()) into *out. DT_EINDEX. */
@@ -136,10 +142,39 @@ DT_API void dt_cluster_counters_get(dt_cluster_counters *out);
  * listening. */
 DT_API void dt_cluster_shutdown(void);
 
+/* A kernel a worker node ran while the main node traced
+ * (dtorch.profiler.trace, dt_record_enable(DT_RECORD_TRACE)): its node's
+ * records, sent with the node's answers to syncs, on the main node's clock
+ * (the node's minus its clock_offset_ns, dt_node_info). Device ids are
+ * global. Text longer than its field is cut. */
+typedef struct dt_cluster_trace_kernel {
+    int node;                         /* the worker node's index */
+    int32_t device_type, stream_kind; /* dt_device_type; 0 compute, 1 communication */
+    int64_t device_id;
+    uint64_t seq; /* the kernel's number on its stream */
+    char op[64], kernel[64], file[256];
+    int32_t line;
+    int64_t begin_ns, end_ns, bytes;
+} dt_cluster_trace_kernel;
+/* The worker nodes' kernel records received since the last call, as a new
+ * array (free it with dt_record_free; NULL when none). DT_ENOMEM. */
+DT_API dt_status dt_cluster_take_trace(dt_cluster_trace_kernel **out, size_t *n);
+
 /* Tests only: the next kernel batch shipped to worker node `node` leaves
  * one byte short, so the node cannot decode it (the path of a batch a node
  * cannot run). DT_EINDEX for a node that does not exist. */
 DT_API dt_status dt_debug_cluster_corrupt_batch(int node);
+
+/* Tests only: this process speaks cluster wire version `version` (0: its
+ * own, src/net/wire.h), as a dtorch of another version would: a main node
+ * refuses such a worker node, saying which versions met. DT_EINVAL outside
+ * 0..65535. */
+DT_API dt_status dt_debug_wire_version(int version);
+
+/* Tests only: a worker node run in this process reads its clock `ns`
+ * nanoseconds ahead in the heartbeats it sends (as a host whose clock
+ * differs would), so the main node's estimate of its offset is tested. */
+DT_API void dt_debug_node_clock_skew(int64_t ns);
 
 /* ------------------------------------------------------ the worker node */
 

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "dtorch/dtorch_cluster.h"
+#include "dtorch/dtorch_record.h"
 
 #define SLICE_MS 100
 
@@ -68,13 +69,21 @@ static PyObject *c_wait(PyObject *self, PyObject *args) {
         if (s != DT_ETIMEDOUT)
             return cluster_error(s);
         if (left <= 0) {
-            char addr[200] = "?";
+            /* dt_cluster_wait's message has the refused and lost counts;
+             * PyErr_Format knows no %g, so the seconds are formatted here. */
+            char addr[200] = "?", why[400];
             dt_cluster_address(addr, sizeof addr);
-            return PyErr_Format(
-                PyExc_TimeoutError,
-                "MainNode.wait_cluster_ready: %d of %d worker nodes joined the main node at %s "
-                "within %g s (%d registered in all)",
-                dt_cluster_num_alive(), n, addr, timeout_s, dt_cluster_num_nodes());
+            snprintf(why, sizeof why, "%s", dt_last_error());
+            char *counts = strrchr(why, '(');
+            char msg[800];
+            snprintf(
+                msg, sizeof msg,
+                "MainNode.wait_cluster_ready: %d of %d worker nodes joined the main node at %s within %g s "
+                "(%d registered in all%s%s",
+                dt_cluster_num_alive(), n, addr, timeout_s, dt_cluster_num_nodes(), counts ? "; " : ")",
+                counts ? counts + 1 : "");
+            PyErr_SetString(PyExc_TimeoutError, msg);
+            return NULL;
         }
         if (PyErr_CheckSignals() < 0)
             return NULL;
@@ -91,13 +100,14 @@ static PyObject *c_nodes(PyObject *self, PyObject *noargs) {
             break;
         static const char *const states[] = {"alive", "lost", "stopped"};
         PyObject *d = Py_BuildValue(
-            "{s:i,s:s,s:i,s:L,s:i,s:L,s:i,s:s,s:s,s:s,s:L,s:L,s:L,s:L}", "index", in.index, "state",
+            "{s:i,s:s,s:i,s:L,s:i,s:L,s:i,s:s,s:s,s:s,s:L,s:L,s:L,s:L,s:L,s:L}", "index", in.index, "state",
             states[in.state], "cpu_devices", in.cpu_devices, "first_device_id", (long long)in.first_device_id,
             "cuda_devices", in.cuda_devices, "first_cuda_device_id", (long long)in.first_cuda_device_id,
             "pid", in.pid, "address", in.address, "host", in.host, "error", in.error, "data_bytes_sent",
             (long long)in.data_bytes_sent, "data_messages_sent", (long long)in.data_messages_sent,
             "data_bytes_received", (long long)in.data_bytes_received, "data_messages_received",
-            (long long)in.data_messages_received);
+            (long long)in.data_messages_received, "clock_offset_ns", (long long)in.clock_offset_ns,
+            "clock_rtt_ns", (long long)in.clock_rtt_ns);
         if (!d || PyList_Append(list, d) < 0) {
             Py_XDECREF(d);
             Py_CLEAR(list);
@@ -105,6 +115,33 @@ static PyObject *c_nodes(PyObject *self, PyObject *noargs) {
         }
         Py_DECREF(d);
     }
+    return list;
+}
+
+/* The worker nodes' kernel records since the last call (dt_cluster_take_trace): a list of
+ * (node, device_type, device_id, stream_kind, seq, op, kernel, file, line, begin_ns, end_ns,
+ * bytes), times on this process's clock; [] without ZeroMQ. */
+static PyObject *c_take_trace(PyObject *self, PyObject *noargs) {
+    (void)self, (void)noargs;
+    dt_cluster_trace_kernel *ks = NULL;
+    size_t n = 0;
+    if (!dt_cluster_available())
+        return PyList_New(0);
+    dt_status st;
+    Py_BEGIN_ALLOW_THREADS st = dt_cluster_take_trace(&ks, &n);
+    Py_END_ALLOW_THREADS if (st != DT_OK) return cluster_error(st);
+    PyObject *list = PyList_New(0);
+    for (size_t i = 0; list && i < n; i++) {
+        const dt_cluster_trace_kernel *k = &ks[i];
+        PyObject *t = Py_BuildValue("(iiLiKssziLLL)", k->node, (int)k->device_type, (long long)k->device_id,
+                                    (int)k->stream_kind, (unsigned long long)k->seq, k->op, k->kernel,
+                                    k->file[0] ? k->file : NULL, k->line, (long long)k->begin_ns,
+                                    (long long)k->end_ns, (long long)k->bytes);
+        if (!t || PyList_Append(list, t) < 0)
+            Py_CLEAR(list);
+        Py_XDECREF(t);
+    }
+    dt_record_free(ks);
     return list;
 }
 
@@ -137,6 +174,8 @@ static PyMethodDef cluster_methods[] = {
     {"_cluster_wait", c_wait, METH_VARARGS, "_cluster_wait(num_nodes, timeout_second); TimeoutError"},
     {"_cluster_nodes", c_nodes, METH_NOARGS, "_cluster_nodes() -> [dict] in registration order"},
     {"_cluster_shutdown", c_shutdown, METH_NOARGS, "_cluster_shutdown(): stop every worker node"},
+    {"_cluster_take_trace", c_take_trace, METH_NOARGS,
+     "_cluster_take_trace(): the worker nodes' kernel records since the last call"},
     {"_cluster_info", c_info, METH_NOARGS, "_cluster_info() -> dict"},
     {NULL, NULL, 0, NULL},
 };

@@ -32,12 +32,16 @@ with results bit-identical to a one-process mesh of the same shape).
 from __future__ import annotations
 
 import atexit
-from typing import Any, Dict, List, Optional
+import os
+import socket
+import sys
+from typing import Any, Dict, List, Mapping, Optional
 
 from . import _C
+from ._launch import Launch, detect, expand_hostlist, read_token
 from .global_option import GlobalOption
 
-__all__ = ["MainNode"]
+__all__ = ["MainNode", "Launch", "init", "expand_hostlist"]
 
 
 class MainNode:
@@ -110,13 +114,107 @@ class MainNode:
         ``pid``, ``address``, ``host``, once lost ``error``, and the data of collectives and copies
         it sent to and received from other nodes (``data_bytes_sent``, ``data_messages_sent``,
         ``data_bytes_received``, ``data_messages_received``; as of its latest answer, so exact once
-        a sync of that work has returned)."""
+        a sync of that work has returned), and its clock's offset from this process's
+        (``clock_offset_ns``, its clock minus ours, estimated from the heartbeats) with the round
+        trip it was measured over (``clock_rtt_ns``: the offset is right within half of it; -1
+        before the first exchange)."""
         return _C._cluster_nodes()
 
     @staticmethod
     def shutdown() -> None:
         """Tells every worker node to stop (they exit 0) and stops listening; also run at exit."""
         _C._cluster_shutdown()
+
+
+_LOOPBACK = ("localhost", "127.0.0.1", "::1", "ip6-localhost")
+
+
+def _worker_argv(launch: Launch, cpu_devices: int, device: str, connect_timeout: float) -> List[str]:
+    """The ``dtorch-node`` command line a rank other than 0 becomes."""
+    from .node import executable
+
+    argv = [executable(), f"--main-node-address={launch.main_host}:{launch.port}", f"--cpu-devices={cpu_devices}",
+            f"--connect-timeout={max(1, int(round(connect_timeout)))}", "--quiet"]
+    if device == "cuda":  # the GPU LOCAL_RANK names (a single index is written "I,"), or the one
+        visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+        argv.append(f"--cuda-devices={0 if len(visible) == 1 else launch.local_rank},")  # the launcher left
+    return argv
+
+
+def _serve(argv: List[str], token: str) -> None:
+    """Replaces this process with the worker node `argv`: it never returns into the caller's
+    script; the process exits as the node does (0 when the main node ends)."""
+    env = dict(os.environ)
+    env["DTORCH_CLUSTER_TOKEN"] = token
+    env.pop("DTORCH_CLUSTER_TOKEN_FILE", None)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(argv[0], argv, env)
+    except OSError as e:  # only when the executable cannot run; never back into the script
+        print(f"dtorch.cluster.init(): cannot start the worker node {argv[0]}: {e}", file=sys.stderr, flush=True)
+    os._exit(1)
+
+
+def init(*, cpu_devices: int = 1, main_cpu_devices: int = 0, device: str = "cpu", token: Optional[str] = None,
+         token_file: Optional[str] = None, heartbeat_second: Optional[float] = None, timeout_second: float = 600,
+         env: Optional[Mapping[str, str]] = None) -> Launch:
+    """Makes one cluster of the processes a launcher started, one script on every host
+    (docs/cluster.md, "Launchers"): torchrun's variables (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
+    ``MASTER_PORT``, ``LOCAL_RANK``; a Kubernetes Job may set them) or Slurm's (``SLURM_PROCID``,
+    ``SLURM_NTASKS``, ``SLURM_STEP_NODELIST``; srun sets them).
+
+    Rank 0 becomes the main node (``main_cpu_devices`` CPU devices of its own), listening on the
+    main host at ``MASTER_PORT + 1`` under torchrun (whose agent holds ``MASTER_PORT``), at
+    ``20000 + 2 * (SLURM_JOB_ID mod 20000)`` under Slurm, or at ``DTORCH_MAIN_NODE_PORT``; the
+    heartbeats take the next port. It waits until every other rank has joined (TimeoutError after
+    ``timeout_second``) and returns the ``Launch``: the program runs there.
+
+    Every other rank becomes a worker node and never returns: the process is replaced by
+    ``dtorch-node`` offering ``cpu_devices`` CPU devices (and, with ``device="cuda"``, the GPU
+    ``LOCAL_RANK`` names), which serves until the main node ends and exits 0 (1 when refused:
+    a wrong token, a main node of another job or of another dtorch version).
+
+    The token is ``token``, else ``DTORCH_CLUSTER_TOKEN``, else the contents of ``token_file`` or
+    ``DTORCH_CLUSTER_TOKEN_FILE``; the job's name is mixed into it, so the ranks of another job
+    with the same secret are refused. ``env`` (default ``os.environ``) is where the variables are read.
+
+    >>> launch = dtorch.cluster.init(cpu_devices=4)   # doctest: +SKIP
+    >>> launch.rank, dtorch.MainNode.num_node_in_cluster()  # only rank 0 gets here  # doctest: +SKIP
+    (0, 2)
+    """
+    for name, v in (("cpu_devices", cpu_devices), ("main_cpu_devices", main_cpu_devices)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"init(): {name} must be an int, not {type(v).__name__}")
+        if v < 0:
+            raise ValueError(f"init(): {name} must be >= 0, not {v}")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"init(): device must be 'cpu' or 'cuda', not {device!r}")
+    env = os.environ if env is None else env
+    launch = detect(env)
+    secret = read_token(token, token_file, env)
+    job_token = f"{secret}\n{launch.job}"  # another job's ranks, with the same secret, are refused
+    if len(job_token.encode()) > 1024:
+        raise ValueError("init(): the cluster token is at most 1024 bytes with the job's name")
+    if launch.rank != 0:
+        _serve(_worker_argv(launch, cpu_devices, device, timeout_second), job_token)
+    if device == "cuda" and "CUDA_VISIBLE_DEVICES" not in os.environ:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(launch.local_rank)  # the main node's own GPU
+    bind = "127.0.0.1" if launch.main_host in _LOOPBACK else "0.0.0.0"
+    address = f"{bind}:{launch.port}"
+    if not _C._cluster_info()["available"]:
+        raise RuntimeError("dtorch.cluster.init(): this build of dtorch has no ZeroMQ; install libzmq3-dev and "
+                           "rebuild to form clusters")
+    try:
+        MainNode.set_address(address, cpu_devices=main_cpu_devices, token=job_token,
+                             heartbeat_second=heartbeat_second)
+    except RuntimeError as e:
+        raise RuntimeError(
+            f"dtorch.cluster.init(): rank 0 cannot be the main node at {address} (host {socket.gethostname()}): "
+            f"{e}. Another dtorch main node (another job?) or another program holds port {launch.port} or "
+            f"{launch.port + 1}: give every rank a free one in DTORCH_MAIN_NODE_PORT") from None
+    MainNode.wait_cluster_ready(launch.world_size - 1, timeout_second=timeout_second)
+    return launch
 
 
 atexit.register(_C._cluster_shutdown)

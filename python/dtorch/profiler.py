@@ -15,6 +15,15 @@ a flow arrow joins each op on the client track to each of its kernels.
 Times are microseconds on the monotonic clock. Value reads and syncs are not
 drawn (they are the trace's own synchronisation). See
 docs/explain-and-trace.md.
+
+On a cluster's main node (docs/cluster.md) each worker node records the
+kernels it runs for the trace and sends their records with its answers: the
+file has a process per worker node ("worker node I (host H, pid P)"), a
+track per device stream of it, on the main node's time axis (each node's
+clock offset, estimated from the heartbeats, is subtracted; ``otherData``
+gives every node's ``clock_offset_ns`` and ``clock_rtt_ns``, the offset
+being right within half the round trip), with the op and the user's
+file:line on each kernel.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ class Trace:
         self.path = None if path is None else os.fspath(path)
         self.events: List[Dict[str, Any]] = []
         self.dropped = 0
+        self.origin_ns = 0  # the CLOCK_MONOTONIC reading (ns) of ts 0
         self._open = False
         self._ended: list = []  # records of graphs collected while open (_explain._graph_ending)
 
@@ -72,11 +82,14 @@ class Trace:
                 continue
             self.dropped += dropped
             taken.append((nodes, kernels))
+        workers = _worker_nodes(taken)
         self.events = _events(taken)
+        self.origin_ns = _origin(taken)
         if self.path is not None:
             with open(self.path, "w") as f:
                 json.dump({"traceEvents": self.events, "displayTimeUnit": "ms",
-                           "otherData": {"dropped_records": self.dropped}}, f)
+                           "otherData": {"dropped_records": self.dropped, "worker_nodes": workers,
+                                         "time_origin_ns": self.origin_ns}}, f)
 
 
 def trace(path: Optional[str] = "trace.json") -> Trace:
@@ -88,28 +101,52 @@ def trace(path: Optional[str] = "trace.json") -> Trace:
     return Trace(path)
 
 
+def _worker_nodes(taken: list) -> List[Dict[str, Any]]:
+    """Appends the worker nodes' kernels (one entry per node, named) to `taken`; returns what the
+    file's metadata says of each node: index, host, pid and its clock's offset and round trip."""
+    # The nodes first: the take moves the records by each node's offset as it is then, whose round
+    # trip is at most the one said here (the kept exchange only ever gets a smaller one), so the
+    # metadata's bound holds for every record.
+    info = {n["index"]: n for n in _C._cluster_nodes()} if _C._cluster_info()["available"] else {}
+    by_node: Dict[int, list] = {}
+    for (node, dev_type, dev, skind, seq, op, kname, file, line, kb, ke, nbytes) in _C._cluster_take_trace():
+        by_node.setdefault(node, []).append((0, dev_type, dev, skind, seq, op, kname, file, line, kb, ke, nbytes))
+    for node in sorted(by_node):
+        n = info.get(node, {})
+        taken.append(([], by_node[node], f"worker node {node} (host {n.get('host', '?')}, pid {n.get('pid', '?')})"))
+    return [{"index": i, "host": n["host"], "pid": n["pid"], "clock_offset_ns": n["clock_offset_ns"],
+             "clock_rtt_ns": n["clock_rtt_ns"]} for i, n in sorted(info.items())]
+
+
+def _origin(taken) -> int:
+    """The earliest clock reading (ns) of the records: the trace's time 0."""
+    stamps = [t for e in taken for n in e[0] for t in (n[5], n[7]) if t] + [k[9] for e in taken for k in e[1]]
+    return min(stamps) if stamps else 0
+
+
 def _site(file: Optional[str], line: int) -> Optional[str]:
     return f"{file}:{line}" if file else None
 
 
 def _events(taken) -> List[Dict[str, Any]]:
     """Trace events for each graph's (nodes, kernels): a process per graph."""
-    stamps = [t for nodes, kernels in taken for n in nodes for t in (n[5], n[7]) if t] + \
-             [k[9] for nodes, kernels in taken for k in kernels]
-    base = min(stamps) if stamps else 0
+    taken = [t if len(t) == 3 else (t[0], t[1], None) for t in taken]  # (nodes, kernels, process name)
+    base = _origin(taken)
 
     def us(ns: int) -> float:
         return (ns - base) / 1000.0
 
     ev: List[Dict[str, Any]] = []
     flow = 0
-    for gi, (nodes, kernels) in enumerate(taken):
+    for gi, (nodes, kernels, pname) in enumerate(taken):
         if not nodes and not kernels:
             continue
         pid = gi + 1
-        ev.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"dtorch graph {pid}"}})
-        ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "controller"}})
-        ev.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": 1, "args": {"sort_index": 1}})
+        ev.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                   "args": {"name": pname or f"dtorch graph {pid}"}})
+        if nodes:  # a worker node's process has its streams only
+            ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "controller"}})
+            ev.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": 1, "args": {"sort_index": 1}})
         by_id = {}
         clients = set()
         for (nid, op, file, line, client, cb, ce, lb, le, dtype, shapes) in nodes:

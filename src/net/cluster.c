@@ -67,6 +67,24 @@ static void refuse(const dt__net_in *in, const char *why) {
     dt__net_send(C.router, in->rid, in->rid_len, &r);
 }
 
+/* A REGISTER of another wire version (another dtorch): refused, saying
+ * which versions met; the node, hearing a reply of our version, says so
+ * too and exits 1 (node.c). */
+static void refuse_version(const dt__net_in *in) {
+    char why[300];
+    snprintf(why, sizeof why,
+             "this main node runs dtorch %s (cluster wire version %d), the worker node speaks version %d: "
+             "run the same dtorch version on every host",
+             dt_version(), dt__wire_version(), in->foreign_version);
+    fprintf(stderr, "dtorch main node: refused a worker node from %s: %s\n",
+            in->peer[0] ? in->peer : "an unknown address", why);
+    pthread_mutex_lock(&C.mu);
+    C.refused++;
+    refuse(in, why);
+    pthread_cond_broadcast(&C.changed);
+    pthread_mutex_unlock(&C.mu);
+}
+
 /* Under mu. */
 static void on_register(const dt__net_in *in, int64_t now) {
     const dt__wire_msg *m = &in->m;
@@ -101,6 +119,7 @@ static void on_register(const dt__net_in *in, int64_t now) {
         nd->rid_len = in->rid_len;
         nd->info.index = C.n++;
         nd->info.state = DT_NODE_ALIVE;
+        nd->info.clock_rtt_ns = -1; /* no clock exchange yet (cluster_beat.c) */
         nd->info.cpu_devices = (int)m->u.reg.cpu_devices;
         nd->info.first_device_id = C.cpu_total;
         nd->info.pid = (int)m->u.reg.pid;
@@ -214,6 +233,8 @@ static void *loop(void *arg) {
         while ((rc = dt__net_recv(C.router, 1, in)) != 0) {
             if (rc > 0)
                 on_message(in, dt__net_now_ms());
+            else if (in->foreign_version && in->foreign_type == DT__WIRE_REGISTER)
+                refuse_version(in);
             else
                 fprintf(stderr, "dtorch main node: dropped a message: %s\n", dt_last_error());
         }
@@ -290,6 +311,7 @@ static void close_all(void) {
         dt__net_in_done(C.in);
     dt__free(C.in);
     C.in = NULL;
+    dt__cluster_trace_clear();
     C.n = C.cap = C.alive = C.refused = C.corrupt = 0;
     C.cpu_total = C.cuda_local = C.cuda_total = 0;
     C.flags = 0;

@@ -31,6 +31,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "core/records/trace.h"
 #include "net/cluster_int.h"
 
 dt_status dt__cluster_beat_open(const char *ep) {
@@ -83,6 +84,23 @@ void dt__cluster_beat_wake(void) {
     }
 }
 
+/* A worker node's heartbeat, received at `t4` (our clock), echoing our
+ * heartbeat sent at t1 = echo_ns that it heard at t2 = echo_recv_ns and
+ * sent at t3 = sent_ns (its clock): the round trip is (t4 - t1) - (t3 - t2)
+ * and its clock minus ours ((t2 - t1) + (t3 - t4)) / 2, within half the
+ * round trip. The exchange of the smallest round trip so far is kept (the
+ * least queueing). Under mu. */
+static void clock_sample(dt_node_info *info, const dt__wire_msg *m, int64_t t4) {
+    int64_t t1 = m->u.heartbeat.echo_ns, t2 = m->u.heartbeat.echo_recv_ns, t3 = m->u.heartbeat.sent_ns;
+    if (!t1 || !t2 || t1 > t4)
+        return; /* nothing echoed yet, or not one of our readings */
+    int64_t rtt = (t4 - t1) - (t3 - t2);
+    if (rtt < 0 || (info->clock_rtt_ns >= 0 && rtt >= info->clock_rtt_ns))
+        return;
+    info->clock_rtt_ns = rtt;
+    info->clock_offset_ns = ((t2 - t1) + (t3 - t4)) / 2;
+}
+
 /* Heartbeats due, losses, LOST notices; the ms until the next deadline
  * (a heartbeat to send or a node's silence to judge). *lost: a node was
  * lost. Under mu. */
@@ -90,6 +108,7 @@ static int64_t beat(int64_t now, int64_t *next_beat, uint64_t *seq, int *lost) {
     if (now >= *next_beat) {
         dt__wire_msg h = {.type = DT__WIRE_HEARTBEAT};
         h.u.heartbeat.seq = ++*seq;
+        h.u.heartbeat.sent_ns = dt__rec_now();
         for (int i = 0; i < C.n; i++)
             if (C.nodes[i].info.state == DT_NODE_ALIVE)
                 dt__net_send(C.beat, C.nodes[i].rid, C.nodes[i].rid_len, &h);
@@ -145,11 +164,12 @@ static void *beat_loop(void *arg) {
         while ((rc = dt__net_recv(C.beat, 1, in)) != 0) {
             if (rc < 0 || in->m.type != DT__WIRE_HEARTBEAT)
                 continue;
-            int64_t now = dt__net_now_ms();
+            int64_t now = dt__net_now_ms(), now_ns = dt__rec_now();
             pthread_mutex_lock(&C.mu);
             node *nd = dt__cluster_find(in);
             if (nd && nd->info.state == DT_NODE_ALIVE) {
                 nd->last_seen = now;
+                clock_sample(&nd->info, &in->m, now_ns);
             } else { /* a node the cluster no longer counts: tell it to go */
                 dt__wire_msg s = {.type = DT__WIRE_STOP};
                 dt__net_send(C.beat, in->rid, in->rid_len, &s);

@@ -100,10 +100,21 @@ typedef struct dt__cluster_state {
      * process's) and when the cluster ends (they are again):
      * dt__cluster_generation. */
     atomic_uint_fast64_t generation;
+    /* Worker nodes' kernel records not taken yet (cluster_trace.c), on
+     * their nodes' clocks. */
+    dt_cluster_trace_kernel *trace;
+    size_t ntrace, trace_cap;
 } dt__cluster_state;
 
 extern dt__cluster_state dt__C;
 #define C dt__C
+
+/* Keeps the kernel records of the extra frame of node idx's RESULT (the
+ * layout: subctl.h); a malformed frame is dropped with a message. Cluster
+ * thread; takes mu. */
+void dt__cluster_trace_add(int idx, const void *body, size_t len);
+/* Forgets the records not taken (under mu). */
+void dt__cluster_trace_clear(void);
 
 /* The node a message came from, or NULL (under mu). */
 node *dt__cluster_find(const dt__net_in *in);

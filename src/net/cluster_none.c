@@ -33,6 +33,14 @@ dt_status dt_cluster_node(int index, dt_node_info *out) {
 int64_t dt_cluster_cpu_devices(void) { return 0; }
 int64_t dt_cluster_cuda_devices(void) { return 0; }
 void dt_cluster_shutdown(void) {}
+void dt_debug_node_clock_skew(int64_t ns) { (void)ns; }
+dt_status dt_cluster_take_trace(dt_cluster_trace_kernel **out, size_t *n) {
+    if (out)
+        *out = NULL;
+    if (n)
+        *n = 0;
+    return dt__error(DT_EUNSUPPORTED, NO_ZMQ);
+}
 dt_status dt_debug_cluster_corrupt_batch(int node) {
     (void)node;
     return dt__error(DT_EUNSUPPORTED, NO_ZMQ);

@@ -15,6 +15,7 @@
 #include "core/records/blob.h"
 #include "core/records/future.h"
 #include "core/records/kernel_rec.h"
+#include "core/records/trace.h"
 #include "net/cluster_int.h"
 
 static void free_body(void *data, void *hint) {
@@ -155,6 +156,8 @@ void dt__cluster_on_result(dt__net_in *in) {
     pthread_mutex_unlock(&C.mu);
     if (idx < 0)
         return;
+    if (m->u.result.rank < 0 && in->has_extra) /* a sync's answer: the kernels the node traced */
+        dt__cluster_trace_add(idx, zmq_msg_data(&in->extra), zmq_msg_size(&in->extra));
     if (m->u.result.future == 0) { /* a batch the node could not run */
         batch_failed(idx, m->u.result.batch, m->u.result.error);
         return;
@@ -284,6 +287,7 @@ void dt__cluster_send_out(void) {
         dt__wire_msg b = {.type = DT__WIRE_BATCH, .nextra = 1};
         snprintf(b.u.batch.backend, sizeof b.u.batch.backend, "%s", o->backend);
         b.u.batch.seq = o->seq;
+        b.u.batch.flags = dt__rec_enabled(DT__REC_TRACE) ? DT__WIRE_BATCH_TRACE : 0;
         zmq_msg_t x;
         if (zmq_msg_init_data(&x, o->body, o->len, free_body, NULL) != 0) {
             dt__free(o->body);

@@ -155,6 +155,14 @@ static int enroll(nodectx *n, const dt__wire_msg *reg, int timeout_ms, dt__net_i
         }
         int rc;
         while ((rc = dt__net_recv(n->sock, 0, in)) != 0) {
+            if (rc < 0 && in->foreign_version) {
+                char msg[400];
+                snprintf(msg, sizeof msg,
+                         "refused: the main node at %s speaks cluster wire version %d, this worker node "
+                         "(dtorch %s) version %d: run the same dtorch version on every host",
+                         n->main, in->foreign_version, dt_version(), dt__wire_version());
+                return dt__node_fail(msg);
+            }
             if (rc < 0)
                 continue; /* a malformed message: ignored */
             if (in->m.type == DT__WIRE_WELCOME)
@@ -364,8 +372,9 @@ static void run_message(nodectx *n, dt__net_in *in) {
             dt__subctl_release(n->sub, body, len);
         return;
     }
-    if ((!n->sub && !(n->sub = dt__subctl_new(n->cuda_first))) ||
-        dt__subctl_batch(n->sub, in->m.u.batch.backend, body, len) != DT_OK) {
+    if (n->sub || (n->sub = dt__subctl_new(n->cuda_first)))
+        dt__subctl_trace(n->sub, (in->m.u.batch.flags & DT__WIRE_BATCH_TRACE) != 0);
+    if (!n->sub || dt__subctl_batch(n->sub, in->m.u.batch.backend, body, len) != DT_OK) {
         /* The main node fails the batch's reads and tells every node that
          * its collectives' parts from here will not come. */
         dt__wire_msg r = {.type = DT__WIRE_RESULT};

@@ -24,7 +24,18 @@
 #include <zmq.h>
 
 #include "comm/xfer.h"
+#include "core/records/trace.h"
+#include "dtorch/dtorch_cluster.h"
 #include "net/node_int.h"
+
+static _Atomic int64_t clock_skew; /* dt_debug_node_clock_skew */
+
+void dt_debug_node_clock_skew(int64_t ns) { atomic_store(&clock_skew, ns); }
+
+int64_t dt__node_clock_skew(void) { return atomic_load_explicit(&clock_skew, memory_order_relaxed); }
+
+/* This node's clock as its heartbeats give it (dt__rec_now, as the traces). */
+static int64_t clock_ns(void) { return dt__rec_now() + dt__node_clock_skew(); }
 
 /* The beat thread: beats and listens until the main node is silent for two
  * intervals or says stop (then `state` says which and `wake` gets a byte),
@@ -35,12 +46,16 @@ static void *beat_loop(void *arg) {
     int64_t now = dt__net_now_ms(), last_heard = now, next_beat = now;
     int64_t limit = 2 * (int64_t)b->hb, half = b->hb / 2 > 0 ? b->hb / 2 : 1;
     uint64_t seq = 0;
+    int64_t echo = 0, echo_recv = 0; /* the main node's last heartbeat: its sending time, our receipt */
     int state = BEAT_ON, stop = 0;
     while (state == BEAT_ON && !stop) {
         now = dt__net_now_ms();
         if (now >= next_beat) {
             dt__wire_msg h = {.type = DT__WIRE_HEARTBEAT};
             h.u.heartbeat.seq = ++seq;
+            h.u.heartbeat.echo_ns = echo;
+            h.u.heartbeat.echo_recv_ns = echo_recv;
+            h.u.heartbeat.sent_ns = clock_ns();
             dt__net_send(b->sock, NULL, 0, &h);
             next_beat = now + half;
         }
@@ -59,9 +74,11 @@ static void *beat_loop(void *arg) {
         while (!stop && (rc = dt__net_recv(b->sock, 0, b->in)) != 0) {
             if (rc < 0)
                 continue;
-            if (b->in->m.type == DT__WIRE_HEARTBEAT)
+            if (b->in->m.type == DT__WIRE_HEARTBEAT) {
                 last_heard = dt__net_now_ms();
-            else if (b->in->m.type == DT__WIRE_STOP)
+                echo_recv = clock_ns();
+                echo = b->in->m.u.heartbeat.sent_ns;
+            } else if (b->in->m.type == DT__WIRE_STOP)
                 state = BEAT_STOP;
             else if (b->in->m.type == DT__WIRE_LOST) /* at once: the waits for its parts fail */
                 dt__xfer_lost(b->in->m.u.lost.first_device_id, b->in->m.u.lost.count, b->in->m.u.lost.error);

@@ -145,6 +145,19 @@ int main(int argc, char **argv) {
         } else if ((v = flag(argc, argv, &i, "--cuda-devices"))) {
             if (cuda_devices(v, &o.cuda_devices) != 0)
                 return 2;
+        } else if ((v = flag(argc, argv, &i, "--debug-wire-version"))) {
+            /* Tests only (dt_debug_wire_version): speak another wire
+             * version, as a dtorch-node of another release would. */
+            int version;
+            if (number(v, "--debug-wire-version", &version) != 0 || dt_debug_wire_version(version) != DT_OK)
+                return 2;
+        } else if ((v = flag(argc, argv, &i, "--debug-clock-skew-ms"))) {
+            /* Tests only (dt_debug_node_clock_skew): heartbeats read the
+             * clock this many ms ahead, as another host's would. */
+            int ms;
+            if (number(v, "--debug-clock-skew-ms", &ms) != 0)
+                return 2;
+            dt_debug_node_clock_skew((int64_t)ms * 1000000);
         } else if ((v = flag(argc, argv, &i, "--debug-fake-gpus"))) {
             /* Tests only (dt_debug_fake_cuda): N stand-in GPUs served by
              * the CPU kernels, for the CUDA-on-node tests of a machine

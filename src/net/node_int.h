@@ -28,6 +28,10 @@ typedef struct nbeat {
     dt__net_in *in;
 } nbeat;
 
+/* What dt_debug_node_clock_skew set: ns this node's clock readings (its
+ * heartbeats', its trace records') are moved ahead. Any thread. */
+int64_t dt__node_clock_skew(void);
+
 /* A fatal condition of the node: reported on stderr whatever `quiet`, and
  * in the thread error (DT_EINVAL); returns 1, the node's exit status. Node
  * thread (node.c). */

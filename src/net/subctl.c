@@ -20,6 +20,8 @@
 #include "core/records/graph_int.h"
 #include "core/records/kernel.h"
 #include "core/records/kernel_rec.h"
+#include "core/records/trace.h"
+#include "net/node_int.h"
 #include "net/subctl.h"
 
 typedef struct entry {
@@ -64,6 +66,7 @@ struct dt__subctl {
     pthread_mutex_t mu; /* guards done */
     ticket *done, *done_last;
     int pipe[2];
+    int tracing; /* dt__subctl_trace */
 };
 
 /* ---------------------------------------------------------------- values */
@@ -280,6 +283,7 @@ void dt__subctl_free(dt__subctl *x) {
         dt_graph_shutdown(x->g); /* every kernel handed over runs first */
         dt_graph_release(x->g);
     }
+    dt__subctl_trace(x, 0);
     for (size_t i = 0; i < x->cap; i++)
         for (entry *e = x->tab[i], *next; e; e = next) {
             next = e->next;
@@ -432,6 +436,69 @@ void dt__subctl_release(dt__subctl *x, const void *body, size_t len) {
     }
 }
 
+/* ---------------------------------------------------------------- traces */
+
+void dt__subctl_trace(dt__subctl *x, int on) {
+    if (!on == !x->tracing)
+        return;
+    x->tracing = on != 0;
+    dt_record_enable(DT_RECORD_TRACE, on != 0);
+}
+
+static size_t text_len(const char *s) { return s ? strnlen(s, 1023) : 0; }
+
+static void put_text(uint8_t **w, const char *s) {
+    size_t n = text_len(s);
+    dt__le_put(w, n, 2);
+    if (n)
+        memcpy(*w, s, n);
+    *w += n;
+}
+
+/* The kernel records the graph's workers made since the last take, in
+ * subctl.h's layout (dt__malloc'd, *len bytes); NULL when none. */
+static uint8_t *dt__subctl_take_trace(dt__subctl *x, size_t *len) {
+    dt__rec *r = x->g ? x->g->rec : NULL;
+    if (!r)
+        return NULL;
+    int64_t skew = dt__node_clock_skew();
+    pthread_mutex_lock(&r->lock);
+    size_t n = 0, bytes = 4;
+    for (dt__recbuf *b = r->workers; b; b = b->next)
+        for (size_t i = b->taken, cnt = dt__recbuf_count(b); i < cnt; i++) {
+            const dt__rec_kernel *e = dt__recbuf_at(b, i);
+            bytes += 44 + 6 + text_len(e->op) + text_len(e->kernel) + text_len(e->file);
+            n++;
+        }
+    uint8_t *out = n ? dt__malloc(bytes) : NULL, *w = out;
+    if (out) {
+        dt__le_put(&w, n, 4);
+        for (dt__recbuf *b = r->workers; b; b = b->next) {
+            size_t cnt = dt__recbuf_count(b);
+            uint64_t key = b->key;
+            if ((int)(key >> 56) == DT_DEVICE_CUDA) /* its graph's ids are local: the global one */
+                key = dt__rec_stream_key(DT_DEVICE_CUDA, (int)((key >> 48) & 0xff),
+                                         (int64_t)(key & 0xffffffffffffull) + x->cuda_first);
+            for (size_t i = b->taken; i < cnt; i++) {
+                const dt__rec_kernel *e = dt__recbuf_at(b, i);
+                dt__le_put(&w, key, 8);
+                dt__le_put(&w, e->seq, 8);
+                dt__le_put(&w, (uint64_t)(e->begin_ns + skew), 8);
+                dt__le_put(&w, (uint64_t)(e->end_ns + skew), 8);
+                dt__le_put(&w, (uint64_t)e->bytes, 8);
+                dt__le_put(&w, (uint32_t)e->line, 4);
+                put_text(&w, e->op);
+                put_text(&w, e->kernel);
+                put_text(&w, e->file);
+            }
+            b->taken = cnt;
+        }
+        *len = bytes;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return out;
+}
+
 int dt__subctl_next(dt__subctl *x, dt__wire_msg *m, void **payload, size_t *plen) {
     char c[64];
     while (read(x->pipe[0], c, sizeof c) > 0) {
@@ -485,6 +552,8 @@ int dt__subctl_next(dt__subctl *x, dt__wire_msg *m, void **payload, size_t *plen
             }
         }
     }
+    if (!err && t->rank < 0 && x->tracing && (*payload = dt__subctl_take_trace(x, plen)))
+        m->nextra = 1;
     if (err) {
         m->u.result.status = f->status != DT_OK ? f->status : DT_EKERNEL;
         snprintf(m->u.result.error, sizeof m->u.result.error, "%s", err);

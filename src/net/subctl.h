@@ -35,10 +35,21 @@ dt_status dt__subctl_batch(dt__subctl *x, const char *backend, const void *body,
  * node does not hold (one the failed batch would have made) reads a value
  * failed with `why` instead of making its whole batch fail to decode. */
 void dt__subctl_failed(dt__subctl *x, const char *why);
+/* Records this node's kernels while `on` (the main node traces: the BATCH
+ * says so): each sync's RESULT then carries the records made since the
+ * last one as its extra frame, little-endian:
+ *   trace  := u32 n kernel[n]
+ *   kernel := u64 stream_key u64 seq i64 begin_ns i64 end_ns i64 bytes
+ *             i32 line text op text kernel text file
+ *   text   := u16 len u8 bytes[len]
+ * stream_key is core/records/trace.h's, with the global device id; times
+ * are this node's clock (the one its heartbeats read). */
+void dt__subctl_trace(dt__subctl *x, int on);
 /* Drops the values a RELEASE message names (malformed: ignored). */
 void dt__subctl_release(dt__subctl *x, const void *body, size_t len);
-/* The next completed read or sync as a RESULT message; a read's piece goes
- * into *payload (dt__malloc'd, *plen bytes; NULL when none). 0 when nothing
+/* The next completed read or sync as a RESULT message; a read's piece, or
+ * a sync's kernel records while tracing (dt__subctl_trace), goes into
+ * *payload (dt__malloc'd, *plen bytes; NULL when none). 0 when nothing
  * waits. */
 int dt__subctl_next(dt__subctl *x, dt__wire_msg *m, void **payload, size_t *plen);
 

@@ -46,6 +46,9 @@ typedef struct dt__net_in {
     dt__wire_msg m;
     int has_extra;
     zmq_msg_t extra;
+    /* A message of another wire version (dt__net_recv returned -1): its
+     * version and type (dt__wire_foreign_version); 0 otherwise. */
+    int foreign_version, foreign_type;
 } dt__net_in;
 
 /* Delivers DATA header h, whose payload is in's extra frame (moved into the

@@ -175,6 +175,7 @@ int dt__net_recv(void *sock, int router, dt__net_in *in) {
     dt__net_in_done(in);
     in->rid_len = 0;
     in->peer[0] = 0;
+    in->foreign_version = in->foreign_type = 0;
     if (zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT) < 0) {
         int e = zmq_errno();
         zmq_msg_close(&msg);
@@ -214,9 +215,10 @@ int dt__net_recv(void *sock, int router, dt__net_in *in) {
         rc = -1;
     } else {
         memcpy(in->frame, zmq_msg_data(&msg), n);
-        if (dt__wire_decode(in->frame, n, &in->m) != DT_OK)
+        if (dt__wire_decode(in->frame, n, &in->m) != DT_OK) {
+            in->foreign_version = dt__wire_foreign_version(in->frame, n, &in->foreign_type);
             rc = -1;
-        else if (more && in->m.nextra == 1) {
+        } else if (more && in->m.nextra == 1) {
             rest = 0;
             zmq_msg_init(&in->extra);
             in->has_extra = 1;

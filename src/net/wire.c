@@ -3,13 +3,15 @@
  * header, each type's payload, and the token helpers. A type's payload
  * layout is written above its writer and its reader, which sit side by
  * side; `kinds` has one row per type (name, extra frames, writer, reader).
- * A layout that changes is a new DT__WIRE_VERSION (4 now). Fields are
+ * A layout that changes is a new DT__WIRE_VERSION (5 now). Fields are
  * little-endian, signed ones in two's complement:
  *   uN, iN := N / 8 bytes
  *   text   := u16 len u8 bytes[len]  (len < DT__WIRE_TEXT_MAX, no NUL)
  */
+#include <stdatomic.h>
 #include <string.h>
 
+#include "dtorch/dtorch_cluster.h"
 #include "net/wire.h"
 
 /* ------------------------------------------------------------ the fields */
@@ -155,16 +157,28 @@ static void put_refuse(writer *w, const dt__wire_msg *m) { put_text(w, m->u.refu
 
 static void get_refuse(reader *r, dt__wire_msg *m) { get_text(r, m->u.refuse.reason); }
 
-/* HEARTBEAT := u64 seq */
-static void put_heartbeat(writer *w, const dt__wire_msg *m) { put(w, m->u.heartbeat.seq, 8); }
+/* HEARTBEAT := u64 seq i64 sent_ns i64 echo_ns i64 echo_recv_ns */
+static void put_heartbeat(writer *w, const dt__wire_msg *m) {
+    put(w, m->u.heartbeat.seq, 8);
+    put(w, (uint64_t)m->u.heartbeat.sent_ns, 8);
+    put(w, (uint64_t)m->u.heartbeat.echo_ns, 8);
+    put(w, (uint64_t)m->u.heartbeat.echo_recv_ns, 8);
+}
 
-static void get_heartbeat(reader *r, dt__wire_msg *m) { m->u.heartbeat.seq = get(r, 8); }
+static void get_heartbeat(reader *r, dt__wire_msg *m) {
+    m->u.heartbeat.seq = get(r, 8);
+    m->u.heartbeat.sent_ns = (int64_t)get(r, 8);
+    m->u.heartbeat.echo_ns = (int64_t)get(r, 8);
+    m->u.heartbeat.echo_recv_ns = (int64_t)get(r, 8);
+}
 
-/* BATCH := u16 len u8 backend[len] u64 seq  (the kernels and inputs in the
- * extra frame; RELEASE has no payload, its blob ids in the extra frame) */
+/* BATCH := u16 len u8 backend[len] u64 seq u32 flags  (the kernels and
+ * inputs in the extra frame; RELEASE has no payload, its blob ids in the
+ * extra frame) */
 static void put_batch(writer *w, const dt__wire_msg *m) {
     put_bytes(w, m->u.batch.backend, strnlen(m->u.batch.backend, sizeof m->u.batch.backend - 1));
     put(w, m->u.batch.seq, 8);
+    put(w, m->u.batch.flags, 4);
 }
 
 static void get_batch(reader *r, dt__wire_msg *m) {
@@ -177,11 +191,15 @@ static void get_batch(reader *r, dt__wire_msg *m) {
         m->u.batch.backend[n] = 0;
     }
     m->u.batch.seq = get(r, 8);
+    m->u.batch.flags = (uint32_t)get(r, 4);
+    if (!r->why && (m->u.batch.flags & ~DT__WIRE_BATCH_TRACE))
+        r->why = "unknown batch flags";
 }
 
 /* RESULT := u64 future i32 rank u32 count i32 status u64 batch text error
  *           i64 data[4]  (the node's DATA counters, DT__WIRE_DATA_*; a
- *           read's piece in the extra frame) */
+ *           read's piece, or a sync's kernel records while tracing,
+ *           in the extra frame, never with an error) */
 static void put_result(writer *w, const dt__wire_msg *m) {
     put(w, m->u.result.future, 8);
     put(w, (uint32_t)m->u.result.rank, 4);
@@ -206,7 +224,7 @@ static void get_result(reader *r, dt__wire_msg *m) {
                     m->u.result.data[3] < 0))
         r->why = "bad data counters";
     if (!r->why && (m->u.result.rank < -1 || m->u.result.count > (1u << 30) ||
-                    (m->nextra && (m->u.result.rank < 0 || m->u.result.status != 0))))
+                    (m->nextra && (m->u.result.future == 0 || m->u.result.status != 0))))
         r->why = "bad rank, count or payload";
 }
 
@@ -391,7 +409,7 @@ size_t dt__wire_encode(const dt__wire_msg *m, uint8_t *buf, size_t cap) {
     writer w = {buf, buf + cap, cap < DT__WIRE_HEADER};
     if (!w.full)
         memcpy(w.p, DT__WIRE_MAGIC, 4), w.p += 4;
-    put(&w, DT__WIRE_VERSION, 2);
+    put(&w, (uint64_t)dt__wire_version(), 2);
     put(&w, (uint64_t)m->type, 2);
     uint8_t *len_at = w.p;
     put(&w, 0, 4); /* the payload's length, written last */
@@ -411,15 +429,38 @@ size_t dt__wire_encode(const dt__wire_msg *m, uint8_t *buf, size_t cap) {
 
 /* ---------------------------------------------------------------- decode */
 
+static _Atomic int version_override; /* dt_debug_wire_version; 0: DT__WIRE_VERSION */
+
+int dt__wire_version(void) {
+    int v = atomic_load_explicit(&version_override, memory_order_relaxed);
+    return v ? v : DT__WIRE_VERSION;
+}
+
+dt_status dt_debug_wire_version(int version) {
+    if (version < 0 || version > 65535)
+        return dt__error(DT_EINVAL, "dt_debug_wire_version: %d is not a version (0..65535)", version);
+    atomic_store_explicit(&version_override, version, memory_order_relaxed);
+    return DT_OK;
+}
+
+int dt__wire_foreign_version(const void *buf, size_t len, int *type) {
+    if (!buf || len < DT__WIRE_HEADER || memcmp(buf, DT__WIRE_MAGIC, 4) != 0)
+        return 0;
+    reader r = {(const uint8_t *)buf + 4, (const uint8_t *)buf + len, NULL};
+    int version = (int)get(&r, 2);
+    *type = (int)get(&r, 2);
+    return version != dt__wire_version() ? version : 0;
+}
+
 /* The header after the magic, checked against this version, the types,
  * the frame's `len` bytes and the type's extra frames; sets m->type and
  * m->nextra. */
 static dt_status get_header(reader *r, size_t len, dt__wire_msg *m) {
     uint64_t version = get(r, 2), type = get(r, 2), length = get(r, 4);
     m->nextra = (uint32_t)get(r, 4);
-    if (version != DT__WIRE_VERSION)
+    if (version != (uint64_t)dt__wire_version())
         return dt__error(DT_EINVAL, "wire: message version %llu, this build speaks version %d",
-                         (unsigned long long)version, DT__WIRE_VERSION);
+                         (unsigned long long)version, dt__wire_version());
     if (type == 0 || type >= DT__WIRE_TYPE_END)
         return dt__error(DT_EINVAL, "wire: unknown message type %llu", (unsigned long long)type);
     if (length != len - DT__WIRE_HEADER)

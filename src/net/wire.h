@@ -31,7 +31,7 @@
 #include "common/common.h"
 
 #define DT__WIRE_MAGIC "DTNW"
-#define DT__WIRE_VERSION 4
+#define DT__WIRE_VERSION 5
 #define DT__WIRE_HEADER 16
 /* A RESULT's data counters (u.result.data): bytes and messages sent, bytes
  * and messages received. */
@@ -70,6 +70,10 @@ typedef enum dt__wire_type {
  * spanning nodes uses NCCL (dt__cluster_span_nccl, cluster_remote.c); if
  * it does, dt__comm_nccl_span makes that group on each process. */
 #define DT__WIRE_REG_NCCL 1u
+/* BATCH flags: the main node traces (dtorch.profiler.trace): the node
+ * records its kernels and sends their records with each sync's RESULT,
+ * as its extra frame (subctl.h has the layout). */
+#define DT__WIRE_BATCH_TRACE 1u
 #define DT__WIRE_REG_CUDA_VIRTUAL 2u
 
 /* One decoded message. Text fields are NUL-terminated copies; `token`
@@ -97,10 +101,17 @@ typedef struct dt__wire_msg {
         } refuse;
         struct {
             uint64_t seq;
+            /* Clock readings (ns, dt__rec_now) for the clock offset
+             * (cluster_beat.c): when the sender sent this, and, from a
+             * worker node, when the main node sent the last heartbeat it
+             * heard (echo_ns, the main node's clock) and when it heard it
+             * (echo_recv_ns, its own); 0 when none yet. */
+            int64_t sent_ns, echo_ns, echo_recv_ns;
         } heartbeat;
         struct {
             char backend[32]; /* the main graph's backend: the node runs the same */
             uint64_t seq;     /* the batch's number on its node's connection, from 1 */
+            uint32_t flags;   /* DT__WIRE_BATCH_* */
         } batch;
         struct {
             uint64_t future; /* the main node's future id; 0: a whole batch failed */
@@ -144,6 +155,17 @@ typedef struct dt__wire_msg {
  * set) for an unknown type, a token over DT__WIRE_TOKEN_MAX, a DATA shape of
  * more than DT_MAX_NDIM dims or a buffer too small. A buffer of DT__WIRE_MAX bytes holds any message. */
 size_t dt__wire_encode(const dt__wire_msg *m, uint8_t *buf, size_t cap);
+/* The header's version of frame `buf` of `len` bytes when it is a dtorch
+ * cluster message (the magic, a whole header) of a version other than the
+ * one this process speaks, its type in *type; else 0. Message types and
+ * the header are the same in every version, so a REGISTER of another
+ * version is known as one: the main node refuses it saying why, and a node
+ * that hears a main node of another version says so (docs/cluster.md). */
+int dt__wire_foreign_version(const void *buf, size_t len, int *type);
+/* The version this process speaks: DT__WIRE_VERSION, or the one
+ * dt_debug_wire_version set (tests only). */
+int dt__wire_version(void);
+
 /* Decodes one frame of `len` bytes into *m. DT_EINVAL with the reason
  * ("wire: ...") for anything that is not a well-formed message of this
  * version. */

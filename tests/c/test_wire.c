@@ -91,6 +91,9 @@ static int sample(int type, dt__wire_msg *m) {
         return 1;
     case DT__WIRE_HEARTBEAT:
         m->u.heartbeat.seq = 0xfedcba9876543210ULL;
+        m->u.heartbeat.sent_ns = 123456789012345LL;
+        m->u.heartbeat.echo_ns = -5; /* another host's clock may read less */
+        m->u.heartbeat.echo_recv_ns = 0x7fffffffffffffffLL;
         return 1;
     case DT__WIRE_STOP:
     case DT__WIRE_BYE:
@@ -180,7 +183,7 @@ static int same_msg(const dt__wire_msg *a, const dt__wire_msg *b) {
     case DT__WIRE_REFUSE:
         return !strcmp(a->u.refuse.reason, b->u.refuse.reason);
     case DT__WIRE_HEARTBEAT:
-        return a->u.heartbeat.seq == b->u.heartbeat.seq;
+        return !memcmp(&a->u.heartbeat, &b->u.heartbeat, sizeof a->u.heartbeat);
     case DT__WIRE_BATCH:
         return !strcmp(a->u.batch.backend, b->u.batch.backend) && a->u.batch.seq == b->u.batch.seq;
     case DT__WIRE_RESULT:
@@ -292,7 +295,7 @@ static void test_refusals(void) {
     CHECK_EQ(dt__wire_decode(NULL, 0, &out), DT_EINVAL);
     buf[4] = DT__WIRE_VERSION + 1; /* a later version */
     CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
-    CHECK(strstr(dt_last_error(), "message version 5") != NULL);
+    CHECK(strstr(dt_last_error(), "message version 6") != NULL);
     buf[4] = 1; /* the first version: its welcome had no heartbeat port */
     CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
     CHECK(strstr(dt_last_error(), "message version 1") != NULL);
@@ -302,6 +305,9 @@ static void test_refusals(void) {
     buf[4] = 3; /* the third: no data counters in a result */
     CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
     CHECK(strstr(dt_last_error(), "message version 3") != NULL);
+    buf[4] = 4; /* the fourth: heartbeats without clock readings */
+    CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);
+    CHECK(strstr(dt_last_error(), "message version 4") != NULL);
     buf[4] = DT__WIRE_VERSION;
     buf[6] = 99; /* type 99 */
     CHECK_EQ(dt__wire_decode(buf, n, &out), DT_EINVAL);

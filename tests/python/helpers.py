@@ -2,6 +2,7 @@
 
 import itertools
 import os
+import subprocess
 import unittest
 
 import torch
@@ -155,3 +156,24 @@ def assert_refused_before_queueing(tc, call, exc, pattern, g=None):
         call(g)
     g.sync()
     tc.assertEqual(dtorch._C._graph_stats(g)["submitted"], before + 1)  # the sync only
+
+def reap(procs):
+    """Kills every child process of `procs` still running and collects them all (bounded: 30 s each)."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.communicate(timeout=30)
+
+
+def communicate_within(p, timeout):
+    """(exit status, stdout, stderr) of child `p`; a test failure showing its output when it runs past
+    `timeout` seconds (it is killed then)."""
+    import pytest
+
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate(timeout=30)
+        pytest.fail(f"{p.args} still ran after {timeout} s; its stdout {out!r}, its stderr {err[-3000:]!r}")
+    return p.returncode, out, err

@@ -19,7 +19,7 @@ import dtorch
 from dtorch import MainNode, Partial, Replicate, Shard, _C
 from dtorch.node import executable
 from dtorch.test.test_util import assert_replicas_equal, genuine_partial, local_values
-from helpers import thread_names
+from helpers import communicate_within, reap, thread_names
 
 pytestmark = pytest.mark.skipif(not _C._cluster_info()["available"], reason="built without ZeroMQ")
 
@@ -68,13 +68,8 @@ def cluster(monkeypatch):
 
 def wait_exit(p, timeout=30):
     """The exit status and stderr of `p`; a failure showing its stderr when it runs past `timeout`."""
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        out, err = p.communicate(timeout=30)
-        pytest.fail(f"{p.args} still ran after {timeout} s; its stderr: {err}")
-    return p.returncode, err
+    rc, _, err = communicate_within(p, timeout)
+    return rc, err
 
 
 def wait_for(cond, timeout):
@@ -417,10 +412,7 @@ def test_two_network_namespaces(netns_pair, tmp_path):
         assert rc == 0 and "said stop" in err, err
         assert main.wait(timeout=60) == 0
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.communicate(timeout=30)
+        reap(procs)
 
 
 # ------------------------------------------------------------------ remote streams
