@@ -124,7 +124,15 @@ static void wire_welcome(void) {
 static void wire_heartbeat_batch(void) {
     dt__wire_msg m = msg(DT__WIRE_HEARTBEAT, 0);
     U64_EDGES(m, u.heartbeat.seq);
+    /* Clock readings (wire version 5): any 64-bit value travels whole. */
+    ACCEPT(m, u.heartbeat.sent_ns, INT64_MAX);
+    ACCEPT(m, u.heartbeat.sent_ns, INT64_MIN);
+    ACCEPT(m, u.heartbeat.echo_ns, BIG32P1);
+    ACCEPT(m, u.heartbeat.echo_recv_ns, -BIG32P1);
     m = msg(DT__WIRE_BATCH, 1);
+    ACCEPT(m, u.batch.flags, DT__WIRE_BATCH_TRACE);
+    REFUSE(m, u.batch.flags, DT__WIRE_BATCH_TRACE << 1);
+    REFUSE(m, u.batch.flags, UINT32_MAX);
     memset(m.u.batch.backend, 't', sizeof m.u.batch.backend - 1); /* 31 bytes: the limit */
     U64_EDGES(m, u.batch.seq);
     dt__wire_msg b;
@@ -147,10 +155,14 @@ static void wire_result(void) {
     for (int i = 0; i < 4; i++) {
         I64_EDGES(m, u.result.data[i]);
     }
-    /* A piece (one extra frame): a rank >= 0 and no failure status. */
+    /* An extra frame (a piece of a value, or a sync's trace records with
+     * rank -1): a future and no failure status. */
     dt__wire_msg piece = msg(DT__WIRE_RESULT, 1);
+    piece.u.result.future = 1;
     ACCEPT(piece, u.result.rank, INT32_MAX);
-    REFUSE(piece, u.result.rank, -1);
+    ACCEPT(piece, u.result.rank, -1);
+    REFUSE(piece, u.result.rank, -2);
+    REFUSE(piece, u.result.future, 0);
     REFUSE(piece, u.result.status, DT_EKERNEL);
 }
 
@@ -251,7 +263,7 @@ static void wire_header(void) {
     m.u.heartbeat.seq = 5;
     uint8_t good[DT__WIRE_MAX], buf[DT__WIRE_MAX + 8];
     size_t n = dt__wire_encode(&m, good, sizeof good);
-    CHECK_EQ(n, DT__WIRE_HEADER + 8);
+    CHECK_EQ(n, DT__WIRE_HEADER + 32); /* seq and three clock readings */
     CHECK_EQ(dt__wire_decode(good, n, &out), DT_OK);
 #define MALFORMED(at, width, value, why)                                                                     \
     do {                                                                                                     \
