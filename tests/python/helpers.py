@@ -118,3 +118,24 @@ def moved_between_nodes(g, step):
     g.sync()
     info = dtorch._C._cluster_info()
     return info["data_bytes_sent"] + info["data_bytes_received"] - before, keep
+
+
+def run_example_script(tc, name, out):
+    """Runs ``examples/<name>/run.py --out OUT`` with its defaults (this tree's dtorch first); checks it
+    exits 0, wrote a 32x32 PNG, printed a PSNR against one device above 40 dB and drew its tqdm bar."""
+    import re
+    import subprocess
+    import sys
+
+    from PIL import Image
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.path.join(root, "python"))
+    r = subprocess.run([sys.executable, os.path.join(root, "examples", name, "run.py"), "--out", out],
+                       capture_output=True, text=True, timeout=300, env=env)
+    tc.assertEqual(r.returncode, 0, r.stderr[-2000:])
+    tc.assertEqual(Image.open(out).size, (32, 32))
+    m = re.search(r"PSNR against one device: ([0-9.]+|inf) dB", r.stdout)
+    tc.assertIsNotNone(m, r.stdout)
+    tc.assertGreater(float(m.group(1)), 40)
+    tc.assertIn("denoising", r.stderr)  # the tqdm bar
