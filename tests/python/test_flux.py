@@ -183,6 +183,8 @@ class PipelineTest(FluxCase):
                                                             prompt_2=["red", "blue house"], num_images_per_prompt=2,
                                                             num_inference_steps=2)),
             "sigmas": (self.ref, dict(sigmas=[1.0, 0.6, 0.2], num_inference_steps=3)),
+            "given packed latents": (self.ref, dict(latents=torch.randn(1, 256, 16,
+                                                                        generator=torch.Generator().manual_seed(9)))),
         }
         schnell = self.pipe(folder=self.schnell)
         for name, (ref, kw) in cases.items():
@@ -235,6 +237,14 @@ class PipelineTest(FluxCase):
                     got = pipe(**self.KW, seed=0, output_type="latent", negative_prompt="blurry",
                                true_cfg_scale=2.0).images
                     torch.testing.assert_close(got, want_cfg, rtol=1e-4, atol=1e-4)
+
+    def test_parallel_set(self):
+        # dp x tp x ring_cp on 8 devices (item 4): the CFG pair on dp, heads on tp, tokens on the ring.
+        m = mesh((2, 2, 2), ("dp", "tp", "ring_cp"))
+        want = self.want(self.ref, output_type="latent", negative_prompt="blurry", true_cfg_scale=2.0)
+        got = self.pipe(m)(**self.KW, seed=0, output_type="latent", negative_prompt="blurry",
+                           true_cfg_scale=2.0).images
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
     def test_bad_input(self):
         pipe = self.pipe()

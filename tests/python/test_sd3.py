@@ -563,7 +563,8 @@ class PipelineTest(unittest.TestCase):
         # The context-parallel meshes: the text encoders on the unbound mesh, the VAE on the first
         # device, and the transformer's tokens split on the cp dims (Ulysses, ring, both nested).
         cp = {"ulysess_cp2": mesh((2,), ("ulysess_cp",)), "ring_cp2": mesh((2,), ("ring_cp",)),
-              "dp2*ulysess_cp2*ring_cp2": mesh((2, 2, 2), ("dp", "ulysess_cp", "ring_cp"))}
+              "dp2*ulysess_cp2*ring_cp2": mesh((2, 2, 2), ("dp", "ulysess_cp", "ring_cp")),
+              "dp2*tp2*ring_cp2": mesh((2, 2, 2), ("dp", "tp", "ring_cp"))}
         for mname in ("dp2", "tp2", "dp2*tp2", "dp2*tp1*cp1*cp1") + tuple(cp):
             with self.subTest(mname):
                 pipe = self.pipe(MESHES.get(mname) or cp[mname])

@@ -7,7 +7,10 @@ Each application is a subpackage, imported on demand (``import dtorch.applicatio
   ``generate()`` on a mesh with the dims ``dp, tp, pp, ulysess_cp, ring_cp`` (any of them absent or of
   size 1);
 - ``sd3``: Stable Diffusion 3 (the MMDiT transformer, the VAE decoder, the CLIP and T5 text
-  encoders, the flow-matching scheduler and ``StableDiffusion3Pipeline``).
+  encoders, the flow-matching scheduler and ``StableDiffusion3Pipeline``);
+- ``flux``: Flux.1 (``FluxTransformer2DModel`` and ``FluxPipeline``, on SD3's components).
+
+Both diffusion pipelines have First-Block-Cache and TeaCache (``dtorch.ExecuteConfig``).
 
 >>> from dtorch.applications.llama import LlamaForCausalLM
 >>> mesh = dtorch.init_device_mesh("cpu", (2, 2), mesh_dim_names=("tp", "pp"))
@@ -18,4 +21,4 @@ Each application is a subpackage, imported on demand (``import dtorch.applicatio
 >>> pipe = StableDiffusion3Pipeline.from_pretrained("stable-diffusion-3-medium-diffusers", device_mesh=mesh)
 """
 
-__all__ = ["llama", "sd3"]
+__all__ = ["llama", "sd3", "flux"]
