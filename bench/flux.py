@@ -117,7 +117,8 @@ def pipeline_bench(args) -> int:
                 plain_t, cached_t = min(plain_t, t), min(cached_t, c)
             st = pipe.last_cache_stats
             print(f"cache  : {spec:16s} {st['skipped']}/{st['steps']} steps skipped, time / uncached "
-                  f"{cached_t / plain_t:5.2f}, PSNR vs uncached {psnr(cached, plain):6.1f} dB")
+                  f"{cached_t / plain_t:5.2f}, PSNR vs uncached {psnr(cached, plain):6.1f} dB; the client waited "
+                  f"{st['waited'] / st['steps'] * 1e3:.1f} ms/step for the decisions")
     return 0
 
 

@@ -24,6 +24,7 @@ the reference arithmetic (docs/decisions.md, "First-Block-Cache and TeaCache").
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence
 
@@ -100,7 +101,7 @@ class StepCache:
       with the residual of the whole stack.
 
     ``steps`` and ``skipped`` count the decisions, ``decisions`` lists them (True: skipped);
-    ``distances`` holds each distance read.
+    ``distances`` holds each distance read, ``waited`` the seconds the client spent waiting for them.
     """
 
     def __init__(self, config: ExecuteConfig, num_steps: int) -> None:
@@ -110,6 +111,7 @@ class StepCache:
         self.steps = self.skipped = 0
         self.distances: List[float] = []
         self.decisions: List[bool] = []
+        self.waited = 0.0
         self._ref: Any = None
         self._stored: dict = {}
         self._acc = 0.0
@@ -123,6 +125,14 @@ class StepCache:
     def begin_step(self, step: int) -> None:
         self.step = step
 
+    def _read(self, value: Any) -> float:
+        """The distance's value on the host; the time the client waited for it adds to ``waited``."""
+        t0 = time.perf_counter()
+        distance = float(value.to_torch())
+        self.waited += time.perf_counter() - t0
+        self.distances.append(distance)
+        return distance
+
     def _decide(self, skip: bool) -> bool:
         self.steps += 1
         self.skipped += int(skip)
@@ -134,8 +144,7 @@ class StepCache:
         if self._ref is None or not self._stored:
             self._ref = residual
             return self._decide(False)
-        distance = float(_relative_l1(residual, self._ref).to_torch())
-        self.distances.append(distance)
+        distance = self._read(_relative_l1(residual, self._ref))
         if distance > self.config.first_block_cache_threshold:  # diffusers' FirstBlockCache: compute above it
             self._ref = residual
             return self._decide(False)
@@ -147,8 +156,7 @@ class StepCache:
         if previous is None or not self._stored or self.step in (0, self.num_steps - 1):
             self._acc = 0.0
             return self._decide(False)
-        distance = float(_relative_l1(value, previous).to_torch())
-        self.distances.append(distance)
+        distance = self._read(_relative_l1(value, previous))
         self._acc += float(self._rescale(distance))
         if self._acc < self.config.teacache_threshold:
             return self._decide(True)
@@ -163,7 +171,9 @@ class StepCache:
 
 
 def cache_stats(caches: Sequence[StepCache]) -> dict:
-    """{"steps", "skipped", "decisions", "distances"} over a generation's caches (the pipelines'
-    ``last_cache_stats``; ``decisions`` and ``distances`` list each cache's in turn)."""
+    """{"steps", "skipped", "decisions", "distances", "waited"} over a generation's caches (the
+    pipelines' ``last_cache_stats``; ``decisions`` and ``distances`` list each cache's in turn,
+    ``waited`` is the client's total wait for the distances, in seconds)."""
     return dict(steps=sum(c.steps for c in caches), skipped=sum(c.skipped for c in caches),
-                decisions=[d for c in caches for d in c.decisions], distances=[d for c in caches for d in c.distances])
+                decisions=[d for c in caches for d in c.decisions], distances=[d for c in caches for d in c.distances],
+                waited=sum(c.waited for c in caches))
