@@ -26,6 +26,10 @@
 #                 latents 1x16x128x128, 4 steps, dtorch on cuda:0 against
 #                 diffusers eager (goals: time <= 0.95, client <= 0.3, peak
 #                 memory <= 0.97; its "sd3m" lines go into the summary)
+#   6b. flux      bench/flux.py --mode transformer: a FLUX.1-dev-shaped
+#                 transformer, bf16, 1024x1024, 4 steps, against diffusers eager
+#                 (goals: time <= 0.9, memory <= 0.97; its "flux" lines go
+#                 into the summary)
 #   7. moe        bench/moe.py --check: a tiny Mixtral on 8 logical devices (ep4 x
 #                 tp2), forward and greedy decode steps against transformers on
 #                 the GPU; its "moe check" lines go into the summary
@@ -219,7 +223,7 @@ else:
     step test_cuda 60 "$py" -m pytest -q -p no:cacheprovider tests/python/test_cuda.py
     lines+=("$(grep '^nogpu:' "$log/nogpu.log" || echo "nogpu: FAILED (see $log/nogpu.log)")")
     lines+=("test_cuda: $(summary "$log/test_cuda.log")")
-    lines+=("NO GPU: torch.cuda.is_available() is False; the GPU steps (smoke, suite x8/x4, bench, sd3m) did not run")
+    lines+=("NO GPU: torch.cuda.is_available() is False; the GPU steps (smoke, suite x8/x4, bench, sd3m, flux) did not run")
     [ "$failed" = 0 ] && finish 3 "NO GPU (build and no-GPU checks passed)"
     finish 1 "FAILED (and NO GPU)"
 fi
@@ -305,19 +309,30 @@ if [ "$dry" = 0 ]; then
     done < <(grep -E '^P[0-9]' "$log/bench.log")
 fi
 
+# figures NAME: the lines of $log/NAME.log that start with "NAME " go into the summary.
+figures() {
+    [ "$dry" = 1 ] && return
+    local found
+    found=$(grep -E "^$1 " "$log/$1.log" 2>/dev/null)
+    if [ -n "$found" ]; then
+        while IFS= read -r l; do
+            lines+=("$l")
+        done <<<"$found"
+    else
+        lines+=("$1: no figure lines (see $log/$1.log)")
+    fi
+}
+
 # ------------------------------------------------------------ 6. sd3m
 # SD3-medium shapes end to end (issue 12 item 6): one GPU, no virtualisation.
 step sd3m 120 "$py" bench/sd3_medium.py --device cuda --steps 4 --repeat 3
-if [ "$dry" = 0 ]; then
-    sd3m=$(grep -E '^sd3m ' "$log/sd3m.log" 2>/dev/null)
-    if [ -n "$sd3m" ]; then
-        while IFS= read -r l; do
-            lines+=("$l")
-        done <<<"$sd3m"
-    else
-        lines+=("sd3m: no figure lines (see $log/sd3m.log)")
-    fi
-fi
+figures sd3m
+
+# ------------------------------------------------------------ 6b. flux
+# A FLUX.1-dev-shaped transformer (19 double and 38 single blocks, 24 heads x 128; two bf16 copies
+# are 47 GB) at 1024x1024 (4096 image + 512 text tokens), 4 steps, against diffusers eager (issue 33).
+step flux 150 "$py" bench/flux.py --mode transformer --device cuda --steps 4 --repeat 2
+figures flux
 
 # ------------------------------------------------------------ 7. moe
 # Mixture of experts (issue 34): a tiny Mixtral (8 experts, top 2) on 8 logical devices of

@@ -142,6 +142,8 @@ from ._explain import Explain, ExplainRecord, explain  # noqa: E402
 from .cluster import MainNode  # noqa: E402
 from .global_option import GlobalOption  # noqa: E402
 from .memory_stats import MemoryStat, MemoryStats  # noqa: E402
+# The diffusion accelerators' switches (First-Block-Cache, TeaCache): the original DTorch's ExecuteConfig.
+from .applications._cache import ExecuteConfig  # noqa: E402
 
 # torch's names that dtorch code uses as its own: dtypes and the types next to them. After this
 # point the module's globals "bool", "float", "int", ... are torch dtypes, so nothing below may
@@ -173,4 +175,5 @@ __all__ += list(_ops_nn.TORCH_FORMS) + _ops_method_forms.__all__ + list(_DTYPE_N
     "FloatTensor", "HalfTensor", "BFloat16Tensor", "DoubleTensor", "LongTensor", "IntTensor", "ShortTensor",
     "CharTensor", "ByteTensor", "BoolTensor", "MainNode", "GlobalOption", "MemoryStat", "MemoryStats",
     "Generator", "Size", "device", "dtype", "finfo", "iinfo", "explain", "Explain", "ExplainRecord",
+    "ExecuteConfig",
 ]

@@ -157,6 +157,7 @@ def assert_refused_before_queueing(tc, call, exc, pattern, g=None):
     g.sync()
     tc.assertEqual(dtorch._C._graph_stats(g)["submitted"], before + 1)  # the sync only
 
+
 def reap(procs):
     """Kills every child process of `procs` still running and collects them all (bounded: 30 s each)."""
     for p in procs:
@@ -177,3 +178,24 @@ def communicate_within(p, timeout):
         out, err = p.communicate(timeout=30)
         pytest.fail(f"{p.args} still ran after {timeout} s; its stdout {out!r}, its stderr {err[-3000:]!r}")
     return p.returncode, out, err
+
+
+def run_example_script(tc, name, out):
+    """Runs ``examples/<name>/run.py --out OUT`` with its defaults (this tree's dtorch first); checks it
+    exits 0, wrote a 32x32 PNG, printed a PSNR against one device above 40 dB and drew its tqdm bar."""
+    import re
+    import subprocess
+    import sys
+
+    from PIL import Image
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.path.join(root, "python"))
+    r = subprocess.run([sys.executable, os.path.join(root, "examples", name, "run.py"), "--out", out],
+                       capture_output=True, text=True, timeout=300, env=env)
+    tc.assertEqual(r.returncode, 0, r.stderr[-2000:])
+    tc.assertEqual(Image.open(out).size, (32, 32))
+    m = re.search(r"PSNR against one device: ([0-9.]+|inf) dB", r.stdout)
+    tc.assertIsNotNone(m, r.stdout)
+    tc.assertGreater(float(m.group(1)), 40)
+    tc.assertIn("denoising", r.stderr)  # the tqdm bar

@@ -3,16 +3,18 @@ VAE decoder, the text encoders and the whole pipeline, at tiny random configs sa
 ``save_pretrained`` into temporary folders. One device: torch.equal (docs/decisions.md lists what
 cannot be); dp2, tp2 and dp2*tp2 meshes: allclose, every replica checked."""
 
+import os
 import shutil
 import tempfile
 import unittest
 
+import numpy as np
 import torch
 
 import dtorch
 from dtorch.applications.sd3 import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel
 
-from helpers import assert_close_everywhere, assert_equal_everywhere
+from helpers import assert_close_everywhere, assert_equal_everywhere, run_example_script
 
 # The application composes operators that their own test modules claim.
 TESTED_OPS = set()
@@ -465,6 +467,78 @@ class PipelineTest(unittest.TestCase):
             want = self.ref(**self.KW, latents=lat, output_type="latent").images
         self.assertTrue(torch.equal(pipe(**self.KW, latents=lat, output_type="latent").images, want))
 
+    def test_prompt_embeds_equal(self):
+        # Embeddings instead of prompts, as diffusers takes them: diffusers' own encode_prompt output
+        # (torch tensors) given to both pipelines, and dtorch's encode_prompt output given back to it.
+        pipe = self.pipe(dtorch.DeviceMesh("cpu", [0]))
+        kw = {k: v for k, v in self.KW.items() if k not in ("prompt", "negative_prompt")}
+        with torch.no_grad():
+            pe, npe, ppe, nppe = self.ref.encode_prompt("a photo of a cat", None, None, negative_prompt="blurry",
+                                                        max_sequence_length=16)
+        embeds = dict(prompt_embeds=pe, negative_prompt_embeds=npe, pooled_prompt_embeds=ppe,
+                      negative_pooled_prompt_embeds=nppe)
+        with torch.no_grad():
+            want = self.ref(**kw, **embeds, generator=torch.Generator().manual_seed(0), output_type="latent").images
+        self.assertTrue(torch.equal(want, self.want_latents))
+        got = pipe(**kw, **embeds, generator=torch.Generator().manual_seed(0), output_type="latent").images
+        self.assertTrue(torch.equal(got, want))
+        mine = pipe.encode_prompt("a photo of a cat", negative_prompt="blurry", max_sequence_length=16)
+        self.assertIsInstance(mine[0], dtorch.Tensor)
+        got = pipe(**kw, **dict(zip(embeds, (mine[0], mine[1], mine[2], mine[3]))), seed=0, output_type="latent").images
+        self.assertTrue(torch.equal(got, want))
+        # Only the positive embeddings: the negative ones are encoded from negative_prompt.
+        got = pipe(**kw, negative_prompt="blurry", prompt_embeds=pe, pooled_prompt_embeds=ppe, seed=0,
+                   output_type="latent").images
+        self.assertTrue(torch.equal(got, want))
+        # On a dp x tp mesh the given torch embeddings are split over dp like the encoders' output.
+        got = self.pipe(MESHES["dp2*tp2"])(**kw, **embeds, seed=0, output_type="latent").images
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        for bad, msg in ((dict(prompt="a cat", prompt_embeds=pe, pooled_prompt_embeds=ppe), "Cannot forward both"),
+                         (dict(prompt_embeds=pe), "pooled_prompt_embeds"),
+                         (dict(prompt="a cat", negative_prompt_embeds=npe), "negative_pooled_prompt_embeds"),
+                         (dict(prompt_embeds=pe, pooled_prompt_embeds=ppe, negative_prompt_embeds=npe[:, :3],
+                               negative_pooled_prompt_embeds=nppe), "same shape"),
+                         (dict(), "Provide either")):
+            with self.subTest(msg):
+                with self.assertRaisesRegex(ValueError, msg):
+                    pipe(**kw, **bad)
+
+    def test_bfloat16_equal(self):
+        # bf16 latents are bit-identical: the scheduler multiplies by the 0-d float32 sigma difference
+        # as diffusers does (torch rounds it to bf16 first), not by a Python float.
+        from diffusers import StableDiffusion3Pipeline as Ref
+
+        from dtorch.applications.sd3 import StableDiffusion3Pipeline
+
+        ref = Ref.from_pretrained(self.tmp).to(torch.bfloat16)
+        ref.set_progress_bar_config(disable=True)
+        with torch.no_grad():
+            want = ref(**self.KW, generator=torch.Generator().manual_seed(0), output_type="latent").images
+        pipe = StableDiffusion3Pipeline.from_pretrained(self.tmp, device_mesh=dtorch.DeviceMesh("cpu", [0]),
+                                                        torch_dtype=torch.bfloat16)
+        got = pipe(**self.KW, seed=0, output_type="latent").images
+        self.assertEqual(want.dtype, torch.bfloat16)
+        self.assertTrue(torch.equal(got, want), (got.float() - want.float()).abs().max())
+
+    def test_caches(self):
+        # First-Block-Cache and TeaCache on SD3's CFG batch: the skip counts and the PSNR against the
+        # uncached run for this seed; threshold 0 changes nothing; a negative one is refused at the call.
+        pipe = self.pipe(dtorch.DeviceMesh("cpu", [0]))
+        kw = dict(self.KW, num_inference_steps=8, output_type="np", seed=0)
+        plain = pipe(**kw).images
+        for cache, decisions, lo, hi in ((dict(first_block_cache_threshold=1.0), [1], 33, 40),
+                                         (dict(teacache_threshold=150.0), [1, 4, 6], 25, 32)):
+            with self.subTest(cache):
+                got = pipe(**kw, **cache).images
+                stats = pipe.last_cache_stats
+                self.assertEqual(stats["steps"], 8)
+                self.assertEqual([i for i, d in enumerate(stats["decisions"]) if d], decisions)
+                self.assertTrue(lo < psnr(got, plain) < hi, psnr(got, plain))
+                zero = {k: 0.0 for k in cache}
+                self.assertTrue(np.array_equal(pipe(**kw, **zero).images, plain))
+        with self.assertRaisesRegex(ValueError, "first_block_cache_threshold must be >= 0"):
+            pipe(**kw, first_block_cache_threshold=-0.5)
+
     def test_arguments_equal(self):
         # diffusers' other arguments, latents compared on one device (torch.equal).
         pipe = self.pipe(dtorch.DeviceMesh("cpu", [0]))
@@ -489,7 +563,8 @@ class PipelineTest(unittest.TestCase):
         # The context-parallel meshes: the text encoders on the unbound mesh, the VAE on the first
         # device, and the transformer's tokens split on the cp dims (Ulysses, ring, both nested).
         cp = {"ulysess_cp2": mesh((2,), ("ulysess_cp",)), "ring_cp2": mesh((2,), ("ring_cp",)),
-              "dp2*ulysess_cp2*ring_cp2": mesh((2, 2, 2), ("dp", "ulysess_cp", "ring_cp"))}
+              "dp2*ulysess_cp2*ring_cp2": mesh((2, 2, 2), ("dp", "ulysess_cp", "ring_cp")),
+              "dp2*tp2*ring_cp2": mesh((2, 2, 2), ("dp", "tp", "ring_cp"))}
         for mname in ("dp2", "tp2", "dp2*tp2", "dp2*tp1*cp1*cp1") + tuple(cp):
             with self.subTest(mname):
                 pipe = self.pipe(MESHES.get(mname) or cp[mname])
@@ -501,24 +576,7 @@ class PipelineTest(unittest.TestCase):
 
     def test_example_runs(self):
         # examples/sd3/run.py with its defaults: tiny random weights on dp=2 x tp=2, a PNG written.
-        import os
-        import re
-        import subprocess
-        import sys
-
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        out = os.path.join(self.tmp, "example.png")
-        env = dict(os.environ, PYTHONPATH=os.path.join(root, "python"))
-        r = subprocess.run([sys.executable, os.path.join(root, "examples", "sd3", "run.py"), "--out", out],
-                           capture_output=True, text=True, timeout=300, env=env)
-        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
-        from PIL import Image
-
-        self.assertEqual(Image.open(out).size, (32, 32))
-        m = re.search(r"PSNR against one device: ([0-9.]+|inf) dB", r.stdout)
-        self.assertIsNotNone(m, r.stdout)
-        self.assertGreater(float(m.group(1)), 40)
-        self.assertIn("denoising", r.stderr)  # the tqdm bar
+        run_example_script(self, "sd3", os.path.join(self.tmp, "example.png"))
 
     def test_bad_input(self):
         pipe = self.pipe(dtorch.DeviceMesh("cpu", [0]))

@@ -9,7 +9,10 @@ Each application is a subpackage, imported on demand (``import dtorch.applicatio
 - ``AutoModelForCausalLM``: ``from_pretrained(folder, ...)`` picks one of those by the folder's
   ``model_type`` (imported on first use);
 - ``sd3``: Stable Diffusion 3 (the MMDiT transformer, the VAE decoder, the CLIP and T5 text
-  encoders, the flow-matching scheduler and ``StableDiffusion3Pipeline``).
+  encoders, the flow-matching scheduler and ``StableDiffusion3Pipeline``);
+- ``flux``: Flux.1 (``FluxTransformer2DModel`` and ``FluxPipeline``, on SD3's components).
+
+Both diffusion pipelines have First-Block-Cache and TeaCache (``dtorch.ExecuteConfig``).
 
 >>> from dtorch.applications import AutoModelForCausalLM
 >>> model = AutoModelForCausalLM.from_pretrained("/path/to/hf-qwen3", device_mesh=mesh)
@@ -23,7 +26,7 @@ Each application is a subpackage, imported on demand (``import dtorch.applicatio
 >>> pipe = StableDiffusion3Pipeline.from_pretrained("stable-diffusion-3-medium-diffusers", device_mesh=mesh)
 """
 
-__all__ = ["llama", "sd3", "AutoModelForCausalLM"]
+__all__ = ["llama", "sd3", "flux", "AutoModelForCausalLM"]
 
 
 def __getattr__(name: str):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -90,6 +90,16 @@ def to_mesh(t: Any, mesh: DeviceMesh, pl: Sequence[Placement]) -> Any:
     return t.redistribute(placements=list(pl)) if any(not p.is_replicate() for p in pl) else t
 
 
+def configure(module: Module, config: Dict[str, Any], defaults: Dict[str, Any], mesh: DeviceMesh) -> Dict[str, Any]:
+    """Sets ``module.config`` (``defaults`` updated by ``config``'s keys but the private ``_*`` ones)
+    and ``module.mesh``; returns the config."""
+    cfg = dict(defaults)
+    cfg.update({k: v for k, v in config.items() if not k.startswith("_")})
+    module.config = cfg
+    object.__setattr__(module, "mesh", mesh)
+    return cfg
+
+
 # ---------------------------------------------------------------- layers with declared parameters
 
 
@@ -102,10 +112,12 @@ class Layer(Module):
         object.__setattr__(self, "_specs", {})
 
     def declare(self, name: str, shape: Sequence[int], pl: Optional[Sequence[Placement]] = None,
-                buffer: bool = False) -> None:
-        """Declares parameter (or persistent buffer) ``name`` of ``shape``, laid out as ``pl``."""
+                buffer: bool = False, source: Optional[Tuple[str, int, int]] = None) -> None:
+        """Declares parameter (or persistent buffer) ``name`` of ``shape``, laid out as ``pl``.
+        ``source=(key, lo, hi)`` reads columns ``lo:hi`` of the checkpoint's ``key`` (a sibling's
+        name) instead: one stored matrix split into two parameters."""
         pl = list(pl) if pl is not None else [Replicate()] * self.mesh.ndim
-        self._specs[name] = (tuple(int(s) for s in shape), pl, buffer)
+        self._specs[name] = (tuple(int(s) for s in shape), pl, buffer, source)
         if buffer:
             self.register_buffer(name, None)
         else:
@@ -261,6 +273,16 @@ class Checkpoint:
         self._files.clear()
 
 
+def declared_keys(module: Module) -> List[str]:
+    """The checkpoint keys (without prefix) of every parameter ``module`` declares."""
+    keys = []
+    for mod_name, mod in module.named_modules():
+        if isinstance(mod, Layer):
+            dot = mod_name + "." if mod_name else ""
+            keys += [dot + (name if spec[3] is None else spec[3][0]) for name, spec in mod._specs.items()]
+    return keys
+
+
 def load_module(module: Module, ckpt: Checkpoint, *, prefix: str = "", dtype: Optional[torch.dtype] = None,
                 ignore: Sequence[str] = (), aliases: Optional[Dict[str, str]] = None) -> None:
     """Fills every declared parameter of ``module`` (and its submodules) from ``ckpt`` key
@@ -275,14 +297,19 @@ def load_module(module: Module, ckpt: Checkpoint, *, prefix: str = "", dtype: Op
         if not isinstance(mod, Layer):
             continue
         dot = mod_name + "." if mod_name else ""
-        for name, (shape, pl, buffer) in mod._specs.items():
-            key = prefix + dot + name
+        for name, (shape, pl, buffer, source) in mod._specs.items():
+            key = prefix + dot + (name if source is None else source[0])
             if key not in ckpt and aliases and aliases.get(key) in ckpt:
                 key = aliases[key]
             if key not in ckpt:
                 missing.append(key)
                 continue
             t = ckpt.get(key)
+            if source is not None:
+                if t.ndim != 2 or t.shape[1] < source[2]:
+                    raise RuntimeError(f"size mismatch for {key}: the checkpoint has shape {tuple(t.shape)}, the model "
+                                       f"reads its columns {source[1]}:{source[2]}")
+                t = t[:, source[1]:source[2]].contiguous()
             if tuple(t.shape) != shape and tuple(t.shape) == shape + (1,) * (t.ndim - len(shape)):
                 t = t.reshape(shape)  # a 1x1 conv stored for a linear (old VAE attention files)
             if tuple(t.shape) != shape:
@@ -301,3 +328,33 @@ def load_module(module: Module, ckpt: Checkpoint, *, prefix: str = "", dtype: Op
                            f"{' ...' if len(missing) > 8 else ''}, unexpected keys {unexpected[:8]}"
                            f"{' ...' if len(unexpected) > 8 else ''}")
 
+
+def load_pretrained(cls: Any, path: str, *, device_mesh: DeviceMesh, torch_dtype: Optional[torch.dtype] = None,
+                    stem: str = "diffusion_pytorch_model", aliases: Any = None, **load_kw: Any) -> Any:
+    """``cls(config, device_mesh=...)`` from ``path/config.json``, filled by ``load_module`` from
+    ``path/<stem>*.safetensors`` (dtype: the file's, or ``torch_dtype``). ``aliases`` may be a
+    function of the built model (its declared keys) returning ``load_module``'s aliases.
+
+    >>> vae = load_pretrained(AutoencoderKL, "sd3/vae", device_mesh=mesh)
+    """
+    config = os.path.join(path, "config.json")
+    if not os.path.exists(config):
+        raise FileNotFoundError(f"no config.json in {path!r} (a {cls.__name__} folder)")
+    model = cls(read_json(config), device_mesh=device_mesh)
+    if callable(aliases):
+        aliases = aliases(model)
+    ckpt = Checkpoint(path, stem)
+    try:
+        load_module(model, ckpt, dtype=torch_dtype, aliases=aliases, **load_kw)
+    finally:
+        ckpt.close()
+    return model
+
+
+def batch_input(t: Any, mesh: DeviceMesh, who: str) -> Any:
+    """A torch tensor distributed over ``dp`` (Shard(0) there); a dtorch tensor is used as it is."""
+    if isinstance(t, torch.Tensor):
+        return _factories.from_torch(t, mesh, batch_placements(mesh))
+    if not hasattr(t, "device_mesh"):
+        raise TypeError(f"{who}: expected a torch or dtorch tensor, got {type(t).__name__}")
+    return t

@@ -23,6 +23,10 @@ import torch
 from ... import _factories, _ops_views
 from ...distributed_spec import DeviceMesh
 from ...nn import functional as F
+from .._cache import ExecuteConfig, StepCache, cache_stats
+from .._cache import execute_config as execute_config_of
+from .._diffusion import (DiffusionPipeline, PipelineFuture, PipelineOutput, calculate_shift, check_output_type,
+                          check_prompts, generator_for)
 from ._common import batch_placements, one_device_mesh, placements, read_json, replicated, to_mesh
 from .scheduler import FlowMatchEulerDiscreteScheduler
 from .text_encoders import CLIPTextModelWithProjection, T5EncoderModel
@@ -34,46 +38,11 @@ __all__ = ["StableDiffusion3Pipeline", "StableDiffusion3PipelineOutput", "Pipeli
 CP_DIMS = ["ulysess_cp", "ring_cp"]
 
 
-class StableDiffusion3PipelineOutput:
-    """``images``: a list of PIL images, a numpy array (N, H, W, 3), a torch tensor (N, 3, H, W) or
-    the latents, by ``output_type``."""
-
-    def __init__(self, images: Any) -> None:
-        self.images = images
-
-    def __getitem__(self, i: int) -> Any:
-        return (self.images,)[i]
+# The original names of the shared output and future types.
+StableDiffusion3PipelineOutput = PipelineOutput
 
 
-def _calculate_shift(seq_len: int, base_len: int, max_len: int, base_shift: float, max_shift: float) -> float:
-    m = (max_shift - base_shift) / (max_len - base_len)
-    return seq_len * m + base_shift - m * base_len
-
-
-class PipelineFuture:
-    """The pending result of ``async_call``: ``get()`` waits and returns the pipeline output,
-    ``is_ready()`` never waits, ``await`` works too.
-
-    >>> out = pipe.async_call("a cat", seed=0).get()
-    """
-
-    def __init__(self, future: Any, finish: Any) -> None:
-        self._future, self._finish = future, finish
-
-    def is_ready(self) -> bool:
-        return self._future.is_ready()
-
-    def get(self) -> StableDiffusion3PipelineOutput:
-        return self._finish(self._future.get())
-
-    wait = get
-
-    def __await__(self):
-        value = yield from self._future.__await__()
-        return self._finish(value)
-
-
-class StableDiffusion3Pipeline:
+class StableDiffusion3Pipeline(DiffusionPipeline):
     """diffusers' ``StableDiffusion3Pipeline`` on dtorch components (see the module).
 
     ``from_pretrained(path, device_mesh=mesh)`` reads ``model_index.json`` and each component's
@@ -93,6 +62,7 @@ class StableDiffusion3Pipeline:
         self.tokenizer_max_length = getattr(tokenizer, "model_max_length", 77)
         self.default_sample_size = transformer.config["sample_size"]
         self.patch_size = transformer.config["patch_size"]
+        self.last_cache_stats: Optional[dict] = None
 
     # ------------------------------------------------------------ loading
 
@@ -181,22 +151,44 @@ class StableDiffusion3Pipeline:
         clip_seq = F.pad(clip_seq, (0, width)) if width > 0 else clip_seq[..., :t5.shape[-1]] if width < 0 else clip_seq
         return _ops_views.cat([clip_seq, t5], dim=-2), _ops_views.cat([l_pooled, g_pooled], dim=-1)
 
-    def encode_prompt(self, prompt: Union[str, List[str]], prompt_2: Any = None, prompt_3: Any = None,
+    def _given(self, t: Any) -> Any:
+        """A caller's embedding (torch or dtorch) on the text mesh, split over ``dp`` like the encoders' output."""
+        mesh = self.text_encoder.mesh
+        if isinstance(t, torch.Tensor):
+            return _factories.from_torch(t, mesh, batch_placements(mesh))
+        if not hasattr(t, "device_mesh"):
+            raise TypeError(f"expected a torch or dtorch tensor of embeddings, got {type(t).__name__}")
+        return to_mesh(t, mesh, batch_placements(mesh))
+
+    def encode_prompt(self, prompt: Union[str, List[str], None], prompt_2: Any = None, prompt_3: Any = None,
                       num_images_per_prompt: int = 1, do_classifier_free_guidance: bool = True,
                       negative_prompt: Any = None, negative_prompt_2: Any = None, negative_prompt_3: Any = None,
-                      clip_skip: Optional[int] = None, max_sequence_length: int = 256):
-        """(prompt_embeds, negative_prompt_embeds, pooled, negative_pooled) on the text mesh, as diffusers'."""
-        prompt = [prompt] if isinstance(prompt, str) else list(prompt)
-        b = len(prompt)
+                      clip_skip: Optional[int] = None, max_sequence_length: int = 256, *, prompt_embeds: Any = None,
+                      negative_prompt_embeds: Any = None, pooled_prompt_embeds: Any = None,
+                      negative_pooled_prompt_embeds: Any = None):
+        """(prompt_embeds, negative_prompt_embeds, pooled, negative_pooled) on the text mesh, as diffusers':
+        embeddings given (torch or dtorch tensors) are used as given, the others encoded.
+
+        >>> embeds, neg, pooled, neg_pooled = pipe.encode_prompt("a cat", negative_prompt="blurry")
+        >>> image = pipe(prompt_embeds=embeds, pooled_prompt_embeds=pooled, negative_prompt_embeds=neg,
+        ...              negative_pooled_prompt_embeds=neg_pooled, seed=0).images[0]
+        """
+        prompt = [prompt] if isinstance(prompt, str) else prompt
+        b = len(prompt) if prompt is not None else prompt_embeds.shape[0]
 
         def listed(p: Any, default: List[str]) -> List[str]:
             p = p or default
             return [p] if isinstance(p, str) else list(p)
 
-        embeds, pooled = self._encode(prompt, listed(prompt_2, prompt), listed(prompt_3, prompt), num_images_per_prompt,
-                                      clip_skip, max_sequence_length)
+        if prompt_embeds is None:
+            embeds, pooled = self._encode(list(prompt), listed(prompt_2, prompt), listed(prompt_3, prompt),
+                                          num_images_per_prompt, clip_skip, max_sequence_length)
+        else:
+            embeds, pooled = self._given(prompt_embeds), self._given(pooled_prompt_embeds)
         if not do_classifier_free_guidance:
             return embeds, None, pooled, None
+        if negative_prompt_embeds is not None:
+            return embeds, self._given(negative_prompt_embeds), pooled, self._given(negative_pooled_prompt_embeds)
         negative_prompt = negative_prompt or ""
         neg = b * [negative_prompt] if isinstance(negative_prompt, str) else list(negative_prompt)
         if len(neg) != b:
@@ -223,14 +215,17 @@ class StableDiffusion3Pipeline:
                 output_type: str = "pil", clip_skip: Optional[int] = None, max_sequence_length: int = 256,
                 mu: Optional[float] = None, skip_guidance_layers: Optional[Sequence[int]] = None,
                 skip_layer_guidance_scale: float = 2.8, skip_layer_guidance_start: float = 0.01,
-                skip_layer_guidance_stop: float = 0.2, step_done: Any = None):
+                skip_layer_guidance_stop: float = 0.2, prompt_embeds: Any = None, negative_prompt_embeds: Any = None,
+                pooled_prompt_embeds: Any = None, negative_pooled_prompt_embeds: Any = None,
+                execute_config: Optional[ExecuteConfig] = None, first_block_cache_threshold: Optional[float] = None,
+                teacache_threshold: Optional[float] = None, step_done: Any = None):
         """Records the whole generation; returns the dtorch result (image or latents)."""
-        if output_type not in ("pil", "np", "pt", "latent"):
-            raise ValueError(f"output_type must be 'pil', 'np', 'pt' or 'latent', not {output_type!r}")
-        if prompt is None:
-            raise ValueError("Provide `prompt` (a string or a list of strings)")
-        if not isinstance(prompt, (str, list)):
-            raise ValueError(f"`prompt` has to be of type `str` or `list` but is {type(prompt)}")
+        check_output_type(output_type)
+        config = execute_config_of(execute_config, first_block_cache_threshold, teacache_threshold)
+        check_prompts(dict(prompt=prompt, prompt_2=prompt_2, prompt_3=prompt_3),
+                      dict(negative_prompt=negative_prompt, negative_prompt_2=negative_prompt_2,
+                           negative_prompt_3=negative_prompt_3), prompt_embeds, pooled_prompt_embeds,
+                      negative_prompt_embeds, negative_pooled_prompt_embeds)
         height = height or self.default_sample_size * self.vae_scale_factor
         width = width or self.default_sample_size * self.vae_scale_factor
         multiple = self.vae_scale_factor * self.patch_size
@@ -238,12 +233,13 @@ class StableDiffusion3Pipeline:
             raise ValueError(f"`height` and `width` have to be divisible by {multiple} but are {height} and {width}.")
         if max_sequence_length > 512:
             raise ValueError(f"`max_sequence_length` cannot be greater than 512 but is {max_sequence_length}")
-        if generator is None and seed is not None:
-            generator = torch.Generator().manual_seed(int(seed))
+        generator = generator_for(generator, seed)
         cfg = guidance_scale > 1
         embeds, n_embeds, pooled, n_pooled = self.encode_prompt(
             prompt, prompt_2, prompt_3, num_images_per_prompt, cfg, negative_prompt, negative_prompt_2,
-            negative_prompt_3, clip_skip, max_sequence_length)
+            negative_prompt_3, clip_skip, max_sequence_length, prompt_embeds=prompt_embeds,
+            negative_prompt_embeds=negative_prompt_embeds, pooled_prompt_embeds=pooled_prompt_embeds,
+            negative_pooled_prompt_embeds=negative_pooled_prompt_embeds)
         mesh = self.transformer.mesh
         batch = batch_placements(mesh)
         orig_embeds, orig_pooled = embeds, pooled
@@ -251,7 +247,10 @@ class StableDiffusion3Pipeline:
             embeds = _ops_views.cat([replicated(n_embeds), replicated(embeds)], dim=0)
             pooled = _ops_views.cat([replicated(n_pooled), replicated(pooled)], dim=0)
         embeds, pooled = to_mesh(embeds, mesh, batch), to_mesh(pooled, mesh, batch)
-        b = (1 if isinstance(prompt, str) else len(prompt)) * num_images_per_prompt
+        if prompt is not None:
+            b = (1 if isinstance(prompt, str) else len(prompt)) * num_images_per_prompt
+        else:
+            b = prompt_embeds.shape[0] * num_images_per_prompt
         shape = (b, self.transformer.config["in_channels"], height // self.vae_scale_factor,
                  width // self.vae_scale_factor)
         rep = placements(mesh)
@@ -265,7 +264,7 @@ class StableDiffusion3Pipeline:
         kw = {}
         if self.scheduler.config.get("use_dynamic_shifting") and mu is None:
             p = self.patch_size
-            mu = _calculate_shift((shape[2] // p) * (shape[3] // p), self.scheduler.config["base_image_seq_len"],
+            mu = calculate_shift((shape[2] // p) * (shape[3] // p), self.scheduler.config["base_image_seq_len"],
                                   self.scheduler.config["max_image_seq_len"], self.scheduler.config["base_shift"],
                                   self.scheduler.config["max_shift"])
         if mu is not None:
@@ -277,12 +276,16 @@ class StableDiffusion3Pipeline:
         timesteps = self.scheduler.timesteps
         if skip_guidance_layers is not None:
             orig_embeds, orig_pooled = to_mesh(orig_embeds, mesh, batch), to_mesh(orig_pooled, mesh, batch)
+        cache = None if config is None else StepCache(config, len(timesteps))
+        self.last_cache_stats = None if cache is None else cache_stats([cache])
         for i, t in enumerate(timesteps):
             model_in = _ops_views.cat([latents, latents], dim=0) if cfg else latents
             model_in = model_in.redistribute(placements=batch)
             tt = _factories.full((model_in.shape[0],), float(t), dtype=torch.float32, device_mesh=mesh,
                                  placements=batch)
-            v = replicated(self.transformer(model_in, embeds, pooled, tt))
+            if cache is not None:
+                cache.begin_step(i)
+            v = replicated(self.transformer(model_in, embeds, pooled, tt, cache=cache))
             if cfg:
                 v_uncond, v_text = v.chunk(2)
                 v = v_uncond + guidance_scale * (v_text - v_uncond)
@@ -297,59 +300,11 @@ class StableDiffusion3Pipeline:
             latents = self.scheduler.step(v, t, latents)
             if step_done is not None:
                 step_done(i, latents)
+        if cache is not None:
+            self.last_cache_stats = cache_stats([cache])
         if output_type == "latent":
             return latents
         vae = self.vae
         z = to_mesh(latents, vae.mesh, placements(vae.mesh))
         z = z / vae.config["scaling_factor"] + (vae.config["shift_factor"] or 0.0)
-        image = vae.decode(z)
-        image = (image * 0.5 + 0.5).clamp(0, 1)
-        if output_type == "pt":
-            return image
-        image = image.permute(0, 2, 3, 1).float()
-        if output_type == "pil":
-            image = (image * 255).round().to(torch.uint8)
-        return image
-
-    @staticmethod
-    def _finish(value: torch.Tensor, output_type: str) -> StableDiffusion3PipelineOutput:
-        if output_type == "pil":
-            from PIL import Image
-
-            arr = value.numpy()
-            images = [Image.fromarray(a.squeeze(), mode="L") if a.shape[-1] == 1 else Image.fromarray(a) for a in arr]
-            return StableDiffusion3PipelineOutput(images)
-        if output_type == "np":
-            return StableDiffusion3PipelineOutput(value.numpy())
-        return StableDiffusion3PipelineOutput(value)
-
-    def __call__(self, prompt: Any = None, *, progress: bool = False, **kwargs: Any) -> StableDiffusion3PipelineOutput:
-        """Generates images as diffusers' pipeline; ``progress=True`` shows a tqdm bar over the steps
-        (it advances as each step finishes on the devices, not as it is recorded).
-
-        >>> out = pipe("a cat", negative_prompt="blurry", num_inference_steps=28, height=1024, width=1024, seed=0)
-        """
-        output_type = kwargs.get("output_type", "pil")
-        futures = []
-        if progress:
-            # A one-element read per step: its completion marks the step done on the devices.
-            kwargs["step_done"] = lambda i, lat: futures.append(lat[(0,) * lat.ndim].to_torch_async())
-        result = self._record(prompt, **kwargs)
-        if progress:
-            from tqdm.auto import tqdm
-
-            with tqdm(total=len(futures), desc="denoising") as bar:
-                for f in futures:
-                    f.get()
-                    bar.update()
-        return self._finish(result.to_torch(), output_type)
-
-    def async_call(self, prompt: Any = None, **kwargs: Any) -> PipelineFuture:
-        """``__call__`` that returns at once: a ``PipelineFuture`` of the output.
-
-        >>> pending = pipe.async_call("a cat", seed=0)
-        >>> image = pending.get().images[0]
-        """
-        output_type = kwargs.get("output_type", "pil")
-        result = self._record(prompt, **kwargs)
-        return PipelineFuture(result.to_torch_async(), lambda v: self._finish(v, output_type))
+        return self._postprocess(vae.decode(z), output_type)

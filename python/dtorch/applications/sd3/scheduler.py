@@ -2,7 +2,8 @@
 
 The schedule (sigmas and timesteps) is host metadata computed exactly as diffusers computes it
 (numpy float64, then float32); ``step`` is one elementwise update of the dtorch latents,
-``prev = sample.float() + dt * v`` cast back to the velocity's dtype, so it keeps any placements.
+``prev = sample.float() + dt * v`` (``dt`` a 0-d float32 tensor, as diffusers') cast back to the
+velocity's dtype, so it keeps any placements.
 
 >>> sched = FlowMatchEulerDiscreteScheduler(shift=3.0)
 >>> sched.set_timesteps(28)
@@ -19,6 +20,8 @@ from typing import Any, Dict, List, Optional, Union
 import numpy as np
 import torch
 
+from ... import _factories
+from ...distributed_spec import Replicate
 from ._common import read_json
 
 __all__ = ["FlowMatchEulerDiscreteScheduler"]
@@ -161,7 +164,8 @@ class FlowMatchEulerDiscreteScheduler:
 
     def step(self, model_output: Any, timestep: Union[float, torch.Tensor], sample: Any,
              return_dict: bool = False, **unused: Any) -> Any:
-        """``sample.float() + (sigma_next - sigma) * model_output``, cast to ``model_output``'s dtype.
+        """``sample.float() + (sigma_next - sigma) * model_output``, cast to ``model_output``'s dtype (the
+        difference a 0-d float32 tensor, which torch rounds to ``model_output``'s dtype before the product).
 
         ``model_output`` and ``sample`` are dtorch (or torch) tensors of one layout; returns the new
         latents (a tuple ``(prev,)`` with ``return_dict=True``, diffusers' output shape).
@@ -176,11 +180,21 @@ class FlowMatchEulerDiscreteScheduler:
             self._step_index = (self.index_for_timestep(timestep) if self._begin_index is None
                                 else self._begin_index)
         i = self._step_index
-        dt = float(self.sigmas[i + 1] - self.sigmas[i])  # the float32 difference, exactly as a double
+        dt = self._zero_dim(self.sigmas[i + 1] - self.sigmas[i], model_output)
         prev = sample.to(torch.float32) + dt * model_output
         self._step_index += 1
         prev = prev.to(model_output.dtype)
         return (prev,) if return_dict else prev
+
+    @staticmethod
+    def _zero_dim(value: torch.Tensor, like: Any) -> Any:
+        """``value`` (a 0-d float32 tensor) where ``like`` lives. diffusers multiplies the velocity by
+        the 0-d float32 ``sigma_next - sigma``; torch's promotion rounds a 0-d operand to the other
+        operand's dtype first (bfloat16 for a bfloat16 velocity), which a Python float would skip."""
+        if isinstance(like, torch.Tensor):
+            return value
+        return _factories.full((), float(value), dtype=torch.float32, device_mesh=like.device_mesh,
+                               placements=[Replicate()] * like.device_mesh.ndim)
 
     def scale_noise(self, sample: Any, timestep: Any, noise: Any) -> Any:
         """The forward process ``sigma * noise + (1 - sigma) * sample`` at ``timestep`` (image-to-image)."""

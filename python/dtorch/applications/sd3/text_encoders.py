@@ -14,7 +14,6 @@ ids come from the host (the tokenizers); the outputs stay dtorch tensors.
 from __future__ import annotations
 
 import math
-import os
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -24,11 +23,11 @@ from ...distributed_spec import DeviceMesh, Replicate, Shard
 from ...nn import functional as F
 from ...nn.modules.container import ModuleList
 from ...nn.modules.module import Module
-from ._common import (DP, TP, Checkpoint, Embedding, Layer, LayerNorm, Linear, batch_placements, load_module, mesh_dim,
-                      mesh_size, placements, read_json, with_placement)
+from ._common import (DP, TP, Embedding, Layer, LayerNorm, Linear, batch_placements, configure, declared_keys,
+                      load_pretrained, mesh_dim, mesh_size, placements, with_placement)
 from .transformer import _QKNorm
 
-__all__ = ["CLIPTextModelWithProjection", "T5EncoderModel"]
+__all__ = ["CLIPTextModelWithProjection", "CLIPTextModel", "T5EncoderModel"]
 
 
 def _act(x: Any, name: str) -> Any:
@@ -118,13 +117,12 @@ class CLIPTextModelWithProjection(Module):
     >>> pooled, hs = clip(tokenizer(prompt, padding="max_length", max_length=77, return_tensors="pt").input_ids)
     """
 
+    projection = True
+
     def __init__(self, config: Dict[str, Any], *, device_mesh: DeviceMesh) -> None:
         super().__init__()
-        cfg = dict(_CLIP_DEFAULTS)
-        cfg.update({k: v for k, v in config.items() if not k.startswith("_")})
-        self.config = cfg
+        cfg = configure(self, config, _CLIP_DEFAULTS, device_mesh)
         mesh = device_mesh
-        object.__setattr__(self, "mesh", mesh)
         _check_heads(cfg["num_attention_heads"], mesh, "CLIP")
         d = cfg["hidden_size"]
         tm = Module()
@@ -137,23 +135,24 @@ class CLIPTextModelWithProjection(Module):
         tm.encoder = enc
         tm.final_layer_norm = LayerNorm(d, cfg["layer_norm_eps"], mesh=mesh)
         self.text_model = tm
-        self.text_projection = Linear(d, cfg["projection_dim"], bias=False, mesh=mesh)
+        if self.projection:
+            self.text_projection = Linear(d, cfg["projection_dim"], bias=False, mesh=mesh)
 
     @classmethod
     def from_pretrained(cls, path: str, *, device_mesh: DeviceMesh,
                         torch_dtype: Optional[torch.dtype] = None) -> "CLIPTextModelWithProjection":
         """Reads ``path/config.json`` and ``path/model*.safetensors``."""
-        model = cls(read_json(os.path.join(path, "config.json")), device_mesh=device_mesh)
-        ckpt = Checkpoint(path, "model")
-        try:
-            load_module(model, ckpt, dtype=torch_dtype, ignore=("text_model.embeddings.position_ids",))
-        finally:
-            ckpt.close()
-        return model
+        # transformers 5 saves CLIPTextModel's keys without the ``text_model.`` prefix.
+        def aliases(model: Module) -> Dict[str, str]:
+            return {k: k[len("text_model."):] for k in declared_keys(model) if k.startswith("text_model.")}
+
+        return load_pretrained(cls, path, device_mesh=device_mesh, torch_dtype=torch_dtype, stem="model",
+                               aliases=aliases,
+                               ignore=("text_model.embeddings.position_ids", "embeddings.position_ids"))
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.text_projection.weight.dtype
+        return self.text_model.final_layer_norm.weight.dtype
 
     def eos_positions(self, ids: torch.Tensor) -> torch.Tensor:
         """transformers' pooling index per row: argmax of the ids (legacy eos_token_id 2), else the first EOS."""
@@ -184,7 +183,17 @@ class CLIPTextModelWithProjection(Module):
         whole = with_placement(last, mesh_dim(mesh, DP), Replicate())
         pooled = whole.reshape(b * s, -1)[_factories.from_torch(rows, mesh, placements(mesh))]
         pooled = with_placement(pooled, mesh_dim(mesh, DP), Shard(0))
-        return self.text_projection(pooled), hidden
+        return (self.text_projection(pooled) if self.projection else pooled), hidden
+
+
+class CLIPTextModel(CLIPTextModelWithProjection):
+    """transformers' ``CLIPTextModel`` (Flux's CLIP-L): ``forward(input_ids)`` returns
+    ``(pooler_output, hidden_states)``, the final-norm state at the EOS token without a projection.
+
+    >>> pooled, hs = CLIPTextModel.from_pretrained("flux/text_encoder", device_mesh=text_mesh)(ids)
+    """
+
+    projection = False
 
 
 # ---------------------------------------------------------------- T5
@@ -296,11 +305,8 @@ class T5EncoderModel(Module):
 
     def __init__(self, config: Dict[str, Any], *, device_mesh: DeviceMesh) -> None:
         super().__init__()
-        cfg = dict(_T5_DEFAULTS)
-        cfg.update({k: v for k, v in config.items() if not k.startswith("_")})
-        self.config = cfg
+        cfg = configure(self, config, _T5_DEFAULTS, device_mesh)
         mesh = device_mesh
-        object.__setattr__(self, "mesh", mesh)
         _check_heads(cfg["num_heads"], mesh, "T5")
         self.shared = Embedding(cfg["vocab_size"], cfg["d_model"], mesh=mesh)
         enc = Module()
@@ -313,14 +319,9 @@ class T5EncoderModel(Module):
                         torch_dtype: Optional[torch.dtype] = None) -> "T5EncoderModel":
         """Reads ``path/config.json`` and ``path/model*.safetensors`` (single or sharded; the tied
         ``encoder.embed_tokens.weight`` is ``shared.weight`` when present)."""
-        model = cls(read_json(os.path.join(path, "config.json")), device_mesh=device_mesh)
-        ckpt = Checkpoint(path, "model")
-        try:
-            load_module(model, ckpt, dtype=torch_dtype, ignore=("encoder.embed_tokens.",),
-                        aliases={"shared.weight": "encoder.embed_tokens.weight"})
-        finally:
-            ckpt.close()
-        return model
+        return load_pretrained(cls, path, device_mesh=device_mesh, torch_dtype=torch_dtype, stem="model",
+                               ignore=("encoder.embed_tokens.",),
+                               aliases={"shared.weight": "encoder.embed_tokens.weight"})
 
     @property
     def dtype(self) -> torch.dtype:

@@ -15,7 +15,6 @@ op sequence are diffusers' (``docs/decisions.md`` says which results are bit-ide
 from __future__ import annotations
 
 import math
-import os
 from typing import Any, Dict, Optional, Sequence
 
 import torch
@@ -25,8 +24,8 @@ from ...distributed_spec import DeviceMesh, Replicate, Shard
 from ...nn import functional as F
 from ...nn.modules.container import ModuleList
 from ...nn.modules.module import Module
-from ._common import (RING_CP, SDPA_OPTION, TP, ULYSSES_CP, Checkpoint, Conv2d, Layer, Linear, batch_placements,
-                      load_module, mesh_dim, mesh_size, read_json)
+from ._common import (RING_CP, SDPA_OPTION, TP, ULYSSES_CP, Conv2d, Layer, Linear, batch_input, configure,
+                      load_pretrained, mesh_dim, mesh_size)
 
 __all__ = ["SD3Transformer2DModel"]
 
@@ -295,11 +294,8 @@ class SD3Transformer2DModel(Module):
 
     def __init__(self, config: Dict[str, Any], *, device_mesh: DeviceMesh) -> None:
         super().__init__()
-        cfg = dict(_DEFAULTS)
-        cfg.update({k: v for k, v in config.items() if not k.startswith("_")})
-        self.config = cfg
+        cfg = configure(self, config, _DEFAULTS, device_mesh)
         mesh = device_mesh
-        object.__setattr__(self, "mesh", mesh)
         heads, hd = cfg["num_attention_heads"], cfg["attention_head_dim"]
         dim = heads * hd
         if cfg["caption_projection_dim"] != dim:
@@ -325,28 +321,42 @@ class SD3Transformer2DModel(Module):
         """Reads ``path/config.json`` and ``path/diffusion_pytorch_model*.safetensors`` (single or
         sharded), each tensor distributed to its placements as it is read (dtype: the file's, or
         ``torch_dtype``)."""
-        model = cls(read_json(os.path.join(path, "config.json")), device_mesh=device_mesh)
-        ckpt = Checkpoint(path, "diffusion_pytorch_model")
-        try:
-            load_module(model, ckpt, dtype=torch_dtype)
-        finally:
-            ckpt.close()
-        return model
+        return load_pretrained(cls, path, device_mesh=device_mesh, torch_dtype=torch_dtype)
 
     @property
     def dtype(self) -> torch.dtype:
         return self.proj_out.weight.dtype
 
     def _input(self, t: Any) -> Any:
-        """A torch tensor distributed over ``dp``; a dtorch tensor is used as it is."""
-        if isinstance(t, torch.Tensor):
-            return _factories.from_torch(t, self.mesh, batch_placements(self.mesh))
-        if not hasattr(t, "device_mesh"):
-            raise TypeError(f"SD3Transformer2DModel: expected a torch or dtorch tensor, got {type(t).__name__}")
-        return t
+        return batch_input(t, self.mesh, type(self).__name__)
+
+    def _blocks(self, x: Any, c: Any, temb: Any, skip_layers: Optional[Sequence[int]] = None, start: int = 0) -> Any:
+        """The blocks from ``start`` (but ``skip_layers``); the image tokens after them."""
+        for i, block in enumerate(self.transformer_blocks):
+            if i < start or (skip_layers is not None and i in skip_layers):
+                continue
+            c, x = block(x, c, temb)
+        return x
+
+    def _cached_blocks(self, x: Any, c: Any, temb: Any, cache: Any) -> Any:
+        """``_blocks`` under First-Block-Cache or TeaCache (``dtorch.applications._cache``)."""
+        first = self.transformer_blocks[0]
+        if cache.kind == "teacache":
+            shift, scale = _ada_chunks(temb, first.norm1.linear, 9 if first.dual else 6)[:2]
+            if cache.modulated(first.norm1.norm(x) * (1 + scale[:, None]) + shift[:, None]):
+                return x + cache.cached("x")
+            out = self._blocks(x, c, temb)
+            cache.store(x=out - x)
+            return out
+        c1, x1 = first(x, c, temb)
+        if cache.first_block(x1 - x):
+            return x1 + cache.cached("x")
+        out = self._blocks(x1, c1, temb, start=1)
+        cache.store(x=out - x1)
+        return out
 
     def forward(self, hidden_states: Any, encoder_hidden_states: Any, pooled_projections: Any, timestep: Any,
-                skip_layers: Optional[Sequence[int]] = None) -> Any:
+                skip_layers: Optional[Sequence[int]] = None, cache: Any = None) -> Any:
         x = self._input(hidden_states)
         c = self._input(encoder_hidden_states)
         pooled = self._input(pooled_projections)
@@ -358,15 +368,17 @@ class SD3Transformer2DModel(Module):
         if t.ndim != 1 or t.shape[0] != x.shape[0]:
             raise ValueError(f"timestep must be a number or have shape ({x.shape[0]},), got {tuple(t.shape)}")
         height, width = x.shape[-2:]
+        if cache is not None and len(self.transformer_blocks) < 2:
+            raise ValueError("First-Block-Cache and TeaCache need at least two transformer blocks")
         # The image and the context tokens are split over the context-parallel mesh dims: every
         # block runs on its share of the tokens, and the joint attention's cat/split need no gather.
         x = _on_cp(self.pos_embed(x).contiguous(), Shard(1))
         temb = self.time_text_embed(t, pooled)
         c = _on_cp(self.context_embedder(c), Shard(1))
-        for i, block in enumerate(self.transformer_blocks):
-            if skip_layers is not None and i in skip_layers:
-                continue
-            c, x = block(x, c, temb)
+        if cache is None:
+            x = self._blocks(x, c, temb, skip_layers)
+        else:
+            x = self._cached_blocks(x, c, temb, cache)
         scale, shift = self.norm_out.linear(F.silu(temb).to(x.dtype)).chunk(2, dim=1)
         x = self.norm_out.norm(x) * (1 + scale)[:, None, :] + shift[:, None, :]
         x = _on_cp(self.proj_out(x), Replicate())  # the tokens gathered for unpatchify

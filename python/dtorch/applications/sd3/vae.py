@@ -20,7 +20,7 @@ from ...distributed_spec import DeviceMesh
 from ...nn import functional as F
 from ...nn.modules.container import ModuleList
 from ...nn.modules.module import Module
-from ._common import Checkpoint, Conv2d, GroupNorm, Linear, load_module, read_json
+from ._common import Checkpoint, Conv2d, GroupNorm, Linear, configure, load_module, read_json
 
 __all__ = ["AutoencoderKL"]
 
@@ -165,10 +165,7 @@ class AutoencoderKL(Module):
 
     def __init__(self, config: Dict[str, Any], *, device_mesh: DeviceMesh) -> None:
         super().__init__()
-        cfg = dict(_DEFAULTS)
-        cfg.update({k: v for k, v in config.items() if not k.startswith("_")})
-        self.config = cfg
-        object.__setattr__(self, "mesh", device_mesh)
+        cfg = configure(self, config, _DEFAULTS, device_mesh)
         lc = cfg["latent_channels"]
         self.post_quant_conv = Conv2d(lc, lc, 1, mesh=device_mesh) if cfg["use_post_quant_conv"] else None
         self.decoder = _Decoder(cfg, mesh=device_mesh)
