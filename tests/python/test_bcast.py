@@ -98,14 +98,15 @@ class TestSameAsPerDevice(unittest.TestCase):
         self.assertTrue(torch.equal(y.to_torch(), t + t * 2.0))
 
     def test_inputs_laid_out_differently_go_per_device(self):
-        # x Shard(1) with a Replicate row vector, or with a Replicate value of its own shape: the
-        # Replicate input's block is sliced per device, so no shared record.
+        # x sharded with a Replicate row vector, or with a Replicate value of its own shape: the
+        # Replicate input's block is sliced per device (or, for the vector beside Shard(0), read
+        # whole by the per-device path too), so no shared record.
         tx, tv, ty = int_valued(4, 6), int_valued(6, seed=1), int_valued(4, 6, seed=2)
-        for mesh in (CPU2, CPU3):
-            x = dtorch.from_torch(tx, mesh, [Shard(1)])
+        for mesh, dim in ((CPU2, 0), (CPU2, 1), (CPU3, 1)):
+            x = dtorch.from_torch(tx, mesh, [Shard(dim)])
             for other, want in ((tv, tx * tv), (ty, tx * ty)):
                 v = dtorch.from_torch(other, mesh, [R])
-                with self.subTest(mesh=mesh, shape=tuple(other.shape)):
+                with self.subTest(mesh=mesh, dim=dim, shape=tuple(other.shape)):
                     off, off_v, n_off = run(False, lambda a, b: a * b, x, v)
                     on, on_v, n_on = run(True, lambda a, b: a * b, x, v)
                     self.assertEqual((n_off, n_on), (0, 0))
