@@ -597,7 +597,7 @@ dt_status dt__lower_elementwise(dt__lower *L, dt__node *n) {
     dt__kattr spec = {0};
     dt__ew_kernel_spec(n, &kop, &spec, &opname);
     /* One record for every device where the blocks line up (lower_bcast.c). */
-    if (dt__lw_bcast(L, n->out, kop, &spec, opname, n->in, n->n_in))
+    if (dt__lw_bcast(L, n->out, kop, &spec, opname, n->in, n->n_in, 0))
         return L->status;
     int64_t ns[DT_MAX_NDIM], nl[DT_MAX_NDIM];
     for (dt__lw_dev dev = DT__LW_EACH(n->out, kop); dt__lw_each(L, &dev);) {

@@ -146,6 +146,52 @@ class TestSameAsPerDevice(unittest.TestCase):
                 assert_equal_everywhere(self, on, tx * tv)
 
 
+class TestLinalg(unittest.TestCase):
+    """matmul/linear: one shared record where every device's operands are its own blocks
+    (column- and row-parallel linears, a Replicate matmul, a batch sharded on dp); per device
+    where a device needs a slice of an operand or a bias on some devices only."""
+
+    CASES = [
+        # (name, mesh, x shape, x placements, w shape, w placements, bias placements or None, shared)
+        ("column", CPU2, (3, 4, 8), [R], (6, 8), [Shard(0)], None, True),
+        ("column_uneven", CPU3, (3, 4, 8), [R], (5, 8), [Shard(0)], None, True),
+        ("row", CPU2, (3, 4, 8), [Shard(2)], (6, 8), [Shard(1)], None, True),
+        ("replicate", CPU3, (3, 4, 8), [R], (6, 8), [R], None, True),
+        ("dp_tp", CPU2x2, (4, 2, 8), [Shard(0), R], (6, 8), [R, Shard(0)], None, True),
+        ("slice_of_w", CPU2, (3, 4, 8), [Shard(2)], (6, 8), [R], None, False),
+        ("row_bias", CPU2, (3, 4, 8), [Shard(2)], (6, 8), [Shard(1)], [R], False),
+    ]
+
+    def test_linear_same_as_per_device(self):
+        for name, mesh, xs, xp, ws, wp, bp, shared in self.CASES:
+            tx, tw = int_valued(*xs, seed=1), int_valued(*ws, seed=2)
+            tb = int_valued(ws[0], seed=3)
+            x, w = dtorch.from_torch(tx, mesh, xp), dtorch.from_torch(tw, mesh, wp)
+            b = dtorch.from_torch(tb, mesh, bp) if bp else None
+
+            def fn(x, w, b=b):
+                return dtorch.nn.functional.linear(x, w, b)
+
+            with self.subTest(case=name):
+                off, off_v, n_off = run(False, fn, x, w)
+                on, on_v, n_on = run(True, fn, x, w)
+                self.assertEqual(n_off, 0)
+                self.assertEqual(n_on > 0, shared, n_on)
+                for d, (a, c) in enumerate(zip(on_v, off_v)):
+                    self.assertTrue(torch.equal(bits(a), bits(c)), f"device {d}")
+                assert_equal_everywhere(self, on, torch.nn.functional.linear(tx, tw, tb if bp else None))
+
+    def test_matmul_bfloat16(self):
+        tx, tw = int_valued(4, 8, dtype=torch.bfloat16), int_valued(8, 6, dtype=torch.bfloat16, seed=1)
+        x, w = dtorch.from_torch(tx, CPU2, [R]), dtorch.from_torch(tw, CPU2, [Shard(1)])
+        off, off_v, _ = run(False, lambda a, b: a @ b, x, w)
+        on, on_v, n_on = run(True, lambda a, b: a @ b, x, w)
+        self.assertEqual(n_on, 1)
+        for a, c in zip(on_v, off_v):
+            self.assertTrue(torch.equal(bits(a), bits(c)))
+        assert_equal_everywhere(self, on, tx @ tw)
+
+
 class TestErrorsAndReplay(unittest.TestCase):
     def test_traced_nodes_keep_their_device_kernels(self):
         # A trace records each device's kernel of a node: while it records, nodes go per device.

@@ -50,8 +50,6 @@ static int whole(const dt__meta *m) {
  * device, exactly its own local block: both hold their whole shape, or
  * both have the same shape and placements. */
 static int same_blocks(const dt__meta *in, const dt__meta *out) {
-    if (in->mesh != out->mesh || in->seg.n)
-        return 0;
     if (whole(in) && whole(out))
         return 1;
     if (in->ndim != out->ndim || memcmp(in->shape, out->shape, sizeof(int64_t) * (size_t)in->ndim))
@@ -62,16 +60,23 @@ static int same_blocks(const dt__meta *in, const dt__meta *out) {
     return 1;
 }
 
-/* Whether node inputs `in` and output `out` may be lowered as one record. */
-static int eligible(const dt__lower *L, const dt__tval *out, dt__tval *const *in, int n_in) {
+int dt__lw_bcast_wanted(const dt__lower *L, const dt__tval *out) {
     const dt_graph *g = L->g;
     const dt_mesh *mesh = out->meta.mesh;
-    if (L->status != DT_OK || g->ktap || g->has_remote || dt__rec_anything())
-        return 0;
-    if (mesh->ndev < 2 || mesh->ndev > BCAST_MAX_DEV || out->meta.seg.n)
+    return atomic_load_explicit(&g->bcast, memory_order_relaxed) && L->status == DT_OK && !g->ktap &&
+           !g->has_remote && !dt__rec_anything() && mesh->ndev >= 2 && mesh->ndev <= BCAST_MAX_DEV &&
+           !out->meta.seg.n;
+}
+
+/* Whether node inputs `in` and output `out` may be lowered as one record
+ * (`checked`: the caller found every device's input blocks its own). */
+static int eligible(const dt__lower *L, const dt__tval *out, dt__tval *const *in, int n_in, int checked) {
+    const dt_mesh *mesh = out->meta.mesh;
+    if (!dt__lw_bcast_wanted(L, out))
         return 0;
     for (int j = 0; j < n_in; j++) {
-        if (!same_blocks(&in[j]->meta, &out->meta) || !in[j]->blobs)
+        const dt__meta *m = &in[j]->meta;
+        if (m->mesh != mesh || m->seg.n || !in[j]->blobs || (!checked && !same_blocks(m, &out->meta)))
             return 0;
         for (int64_t d = 0; d < mesh->ndev; d++)
             if (!in[j]->blobs[d])
@@ -81,10 +86,9 @@ static int eligible(const dt__lower *L, const dt__tval *out, dt__tval *const *in
 }
 
 int dt__lw_bcast(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname, dt__tval *const *in,
-                 int n_in) {
+                 int n_in, int checked) {
     dt_graph *g = L->g;
-    if (!atomic_load_explicit(&g->bcast, memory_order_relaxed) || kop >= DT_K_COUNT || a->text ||
-        !eligible(L, out, in, n_in))
+    if (kop >= DT_K_COUNT || a->text || !eligible(L, out, in, n_in, checked))
         return 0;
     const dt_mesh *mesh = out->meta.mesh;
     int n = (int)mesh->ndev;
