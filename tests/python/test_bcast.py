@@ -232,6 +232,35 @@ class TestErrorsAndReplay(unittest.TestCase):
         with bcast(True):
             assert_equal_everywhere(self, x + z, torch.tensor([6, 9, 8, 15]))
 
+    def test_failed_lowering_poisons_every_device(self):
+        # An allocation that fails while the shared record is made (dt_debug_fail_allocs): the
+        # value raises at the read with the op, "controller" and the line; nothing half-queued
+        # is left behind, and the next op on the same inputs is right.
+        from dtorch.test.probes import fail_allocs
+
+        tx, tz = int_valued(5, 4), int_valued(5, 4, seed=1)
+        x, z = dtorch.from_torch(tx, CPU3, [Shard(0)]), dtorch.from_torch(tz, CPU3, [Shard(0)])
+        x.to_torch(), z.to_torch()
+        failed = 0
+        with bcast(True):
+            for after in range(4):
+                try:
+                    fail_allocs(after)
+                    line = inspect.currentframe().f_lineno + 1
+                    y = x + z
+                    try:
+                        got = y.to_torch()
+                    except dtorch.KernelError as e:
+                        failed += 1
+                        self.assertIn("failed on the controller", str(e))
+                        self.assertIn(f"{os.path.basename(__file__)}:{line}", str(e))
+                    else:
+                        self.assertTrue(torch.equal(got, tx + tz))
+                finally:
+                    fail_allocs(-1)
+                assert_equal_everywhere(self, x + z, tx + tz)
+        self.assertGreater(failed, 0)
+
     def test_with_replay_every_step_is_right(self):
         # Replay on: a template whose lowering made shared records is kept unusable, so every
         # later sighting is lowered as one record again (not replayed per device); a change of
