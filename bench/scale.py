@@ -120,7 +120,7 @@ def decode(args):
         print(f"   {k:10s} growth over tp{rows[0][0]}: {growth(rows, k)}")
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=20000, help="tiny adds per mesh (S1)")
     ap.add_argument("--repeat", type=int, default=3)
@@ -132,7 +132,7 @@ def main() -> int:
     ap.add_argument("--long", type=int, default=40)
     ap.add_argument("--short", type=int, default=8)
     ap.add_argument("--only", choices=["ops", "decode"], help="run one part")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     torch.set_num_threads(1)
     env = " ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("DTORCH_")) or "defaults"
     print(f"scale: python {platform.python_version()}, torch {torch.__version__}, {os.cpu_count()} CPUs; {env}")
