@@ -3,7 +3,8 @@
  * end to end on the ref backend: a loop of elementwise ops on meshes of 2
  * and 4 devices, Replicate and Shard (even and uneven), gives bitwise the
  * values of the per-device path and of a host reference, and is lowered as
- * one record per node (dt_debug_bcast_nodes); with the switch off none is.
+ * one record per node (dt_debug_bcast_nodes); with the switch off none is;
+ * so is a column-parallel matmul.
  * A kernel that fails names its op, a device and the call site; the graph
  * keeps working. Work queued behind a closed gate is dropped by
  * dt_graph_cancel with every slot freed. Device memory is back where it
@@ -91,6 +92,49 @@ static void test_same_values(void) {
         CHECK_EQ(n_off, 0);
         CHECK_EQ(n_on, 4 * steps); /* every node, one record each */
     }
+}
+
+/* x [4, 8] Replicate @ w [8, 6] Shard(1) on 2 devices (column-parallel): one
+ * shared LINALG record; the same values as per device and the host's. */
+static void matmul(int bcast, float *out, int64_t *nodes) {
+    dt_graph *g = ref_graph(bcast);
+    dt_mesh *m = mesh1d(2);
+    int64_t xs[2] = {4, 8}, ws[2] = {8, 6};
+    float hx[32], hw[48];
+    for (int i = 0; i < 32; i++)
+        hx[i] = (float)(i % 7) - 3.0f;
+    for (int i = 0; i < 48; i++)
+        hw[i] = (float)(i % 5) * 0.5f - 1.0f;
+    dt_placement r[1] = {{DT_PLACEMENT_REPLICATE, 0}}, s1[1] = {{DT_PLACEMENT_SHARD, 1}};
+    dt_tensor *x = dt_tensor_from_buffer(g, DT_FLOAT32, 2, xs, hx, sizeof hx, m, r);
+    dt_tensor *w = dt_tensor_from_buffer(g, DT_FLOAT32, 2, ws, hw, sizeof hw, m, s1);
+    dt_tensor *y = dt_matmul(x, w);
+    CHECK(y && dt_tensor_read(y, out, 24 * sizeof *out) == DT_OK);
+    *nodes = dt_debug_bcast_nodes(g);
+    dt_tensor_release(y);
+    dt_tensor_release(w);
+    dt_tensor_release(x);
+    dt_mesh_release(m);
+    CHECK(dt_graph_shutdown(g) == DT_OK);
+    dt_graph_release(g);
+}
+
+static void test_matmul(void) {
+    float off[24], on[24], want[24];
+    int64_t n_off = -1, n_on = -1;
+    matmul(0, off, &n_off);
+    matmul(1, on, &n_on);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 6; j++) {
+            float acc = 0;
+            for (int k = 0; k < 8; k++)
+                acc += ((float)((i * 8 + k) % 7) - 3.0f) * ((float)((k * 6 + j) % 5) * 0.5f - 1.0f);
+            want[i * 6 + j] = acc;
+        }
+    CHECK(memcmp(off, on, sizeof on) == 0);
+    CHECK(memcmp(want, on, sizeof on) == 0);
+    CHECK_EQ(n_off, 0);
+    CHECK_EQ(n_on, 1);
 }
 
 /* A kernel that fails (the ref backend has no floor_divide) poisons its
@@ -196,6 +240,7 @@ static void test_memory(void) {
 
 int main(void) {
     test_same_values();
+    test_matmul();
     test_kernel_error();
     test_cancel();
     test_memory();
