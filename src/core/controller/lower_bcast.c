@@ -11,8 +11,9 @@
  *
  * Taken only where nothing else needs per-device records: the switch on
  * (g->bcast), no tap, nothing recorded (explain, traces), no worker node's
- * devices, regular layouts, and every input laid out as the output (or both
- * all Replicate/Partial), so a device's input region is its input blob.
+ * devices, regular layouts, and every input's block on each device the
+ * kernel's whole input there: laid out as the output (or both all
+ * Replicate/Partial), or as the caller checked device by device (linalg).
  * Replay (replay.c) captures the slots while it captures a node: a slot has
  * a handle, so the template is kept unusable and later sightings of the
  * signature are lowered here again, not replayed per device.
@@ -97,6 +98,8 @@ int dt__lw_bcast(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char 
         ss[d] = dt__lw_stream(L, mesh, d);
         if (!ss[d])
             return 1; /* L->status set */
+        if (ss[d]->remote)
+            return 0; /* a worker node's device (its first use): records leave per device */
     }
     /* The node's reuse mark (passes/reuse.c), as dt__lw_push_on puts it. */
     a->flags |= L->kflags;
