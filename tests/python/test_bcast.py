@@ -264,22 +264,23 @@ class TestErrorsAndReplay(unittest.TestCase):
     def test_with_replay_every_step_is_right(self):
         # Replay on: a template whose lowering made shared records is kept unusable, so every
         # later sighting is lowered as one record again (not replayed per device); a change of
-        # scalar, dtype, placement or mesh in the middle of the loop is lowered anew, right.
+        # scalar, dtype, placement, shape or mesh in the middle of the loop is lowered anew, right.
         t = int_valued(4, 6)
         meshes = {"R": (CPU2, [R]), "S": (CPU2, [Shard(1)]), "M": (CPU3, [Shard(0)])}
-        plan = ["S", "S", "S", ("S", 0.25), "S", ("S", torch.bfloat16), "R", "S", "M", "S"]
+        plan = ["S", "S", "S", ("S", 0.25), "S", ("S", torch.bfloat16), "R", "S", ("S", (2, 8)), "M", "S"]
         with replay(True), bcast(True):
             for i, step in enumerate(plan):
                 key, extra = (step, None) if isinstance(step, str) else step
                 mesh, pl = meshes[key]
                 dtype = extra if isinstance(extra, torch.dtype) else torch.float32
                 s = extra if isinstance(extra, float) else 1.5
-                x = dtorch.from_torch(t.to(dtype), mesh, pl)
+                tt = int_valued(*extra) if isinstance(extra, tuple) else t
+                x = dtorch.from_torch(tt.to(dtype), mesh, pl)
                 n0 = nodes()
                 y = (x * s + 1.0) - x
                 got = y.to_torch()
                 self.assertEqual(nodes() - n0, 3, f"step {i}")
-                tt = t.to(dtype)
+                tt = tt.to(dtype)
                 self.assertTrue(torch.equal(got, (tt * s + 1.0) - tt), f"step {i}")
 
 
