@@ -32,12 +32,13 @@ from dtorch.applications.llama import LlamaForCausalLM
 from pipeline import _reset_hwm, _status, interleaved
 
 
-def hf_model(args):
+def hf_model(args, heads=4, kv_heads=2):
     import transformers
 
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(hidden_size=args.hidden, intermediate_size=args.hidden * 3 // 2,
-                                   num_hidden_layers=args.layers, num_attention_heads=4, num_key_value_heads=2,
+                                   num_hidden_layers=args.layers, num_attention_heads=heads,
+                                   num_key_value_heads=kv_heads,
                                    vocab_size=args.vocab, tie_word_embeddings=False, initializer_range=0.2)
     return transformers.LlamaForCausalLM(cfg).eval()
 

@@ -98,15 +98,15 @@ static PyObject *mod_graph_stats(PyObject *module, PyObject *args) {
     if (dt_graph_get_stats(g, &s, reset_peak) != DT_OK ||
         dt_graph_get_replay_stats(g, &hits, &misses) != DT_OK)
         return dtpy_raise_last(st);
-    return Py_BuildValue("{sLsLsLsLsLsLsLsLsLsLsLsLsLsL}", "submitted", (long long)s.submitted, "in_flight",
-                         (long long)s.in_flight, "peak_in_flight", (long long)s.peak_in_flight,
-                         "in_flight_limit", (long long)s.in_flight_limit, "check_interval",
-                         (long long)s.check_interval, "flow_waits", (long long)s.flow_waits,
-                         "nodes_eliminated", (long long)s.nodes_eliminated, "kernels_in_place",
-                         (long long)s.kernels_in_place, "nodes_fused", (long long)s.nodes_fused, "cancelled",
-                         (long long)s.cancelled, "replay_hits", (long long)hits, "replay_misses",
-                         (long long)misses, "replay_run_hits", (long long)dt_debug_replay_run_hits(g),
-                         "nodes_reordered", (long long)dt_debug_nodes_reordered(g));
+    return Py_BuildValue(
+        "{sLsLsLsLsLsLsLsLsLsLsLsLsLsLsL}", "submitted", (long long)s.submitted, "in_flight",
+        (long long)s.in_flight, "peak_in_flight", (long long)s.peak_in_flight, "in_flight_limit",
+        (long long)s.in_flight_limit, "check_interval", (long long)s.check_interval, "flow_waits",
+        (long long)s.flow_waits, "nodes_eliminated", (long long)s.nodes_eliminated, "kernels_in_place",
+        (long long)s.kernels_in_place, "nodes_fused", (long long)s.nodes_fused, "cancelled",
+        (long long)s.cancelled, "replay_hits", (long long)hits, "replay_misses", (long long)misses,
+        "replay_run_hits", (long long)dt_debug_replay_run_hits(g), "nodes_reordered",
+        (long long)dt_debug_nodes_reordered(g), "bcast_nodes", (long long)dt_debug_bcast_nodes(g));
 }
 
 /* Parses (graph, flag): 0 with *g and *on set, else -1 with an exception. */
@@ -136,6 +136,10 @@ static PyObject *mod_set_chains(PyObject *module, PyObject *args) {
 
 static PyObject *mod_set_replay(PyObject *module, PyObject *args) {
     return set_switch(module, args, dt_graph_set_replay);
+}
+
+static PyObject *mod_set_bcast(PyObject *module, PyObject *args) {
+    return set_switch(module, args, dt_graph_set_bcast);
 }
 
 static PyObject *mod_set_schedule(PyObject *module, PyObject *args) {
@@ -256,6 +260,8 @@ static PyMethodDef testing_methods[] = {
      "_set_chains(graph, on): turns the blocked elementwise chains on or off"},
     {"_set_replay", mod_set_replay, METH_VARARGS,
      "_set_replay(graph, on): turns capture and replay on or off"},
+    {"_set_bcast", mod_set_bcast, METH_VARARGS,
+     "_set_bcast(graph, on): turns the device-independent records on or off"},
     {"_set_schedule", mod_set_schedule, METH_VARARGS,
      "_set_schedule(graph, on): turns the overlap schedule on or off"},
     {"_lowering_ns", mod_lowering_ns, METH_VARARGS,

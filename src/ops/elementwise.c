@@ -588,13 +588,17 @@ void dt__ew_kernel_spec(const dt__node *n, int *kop, dt__kattr *a, const char **
 }
 
 /* One kernel per device: each input is sliced (when Replicate or broadcast)
- * to the region the device's output needs. */
+ * to the region the device's output needs; or one device-independent record
+ * (dt__lw_bcast) where every device's input blocks are its blobs. */
 dt_status dt__lower_elementwise(dt__lower *L, dt__node *n) {
     const dt__meta *out = &n->out->meta;
     int kop;
     const char *opname;
     dt__kattr spec = {0};
     dt__ew_kernel_spec(n, &kop, &spec, &opname);
+    /* One record for every device where the blocks line up (lower_bcast.c). */
+    if (dt__lw_bcast(L, n->out, kop, &spec, opname, n->in, n->n_in, 0))
+        return L->status;
     int64_t ns[DT_MAX_NDIM], nl[DT_MAX_NDIM];
     for (dt__lw_dev dev = DT__LW_EACH(n->out, kop); dt__lw_each(L, &dev);) {
         dt__kernel *k = dev.k;

@@ -663,6 +663,27 @@ dt_tensor *dt_einsum(const char *equation, int n, dt_tensor *const *operands) {
 
 /* ------------------------------------------------------------ lowering */
 
+/* 1 when on every device of n's mesh each operand's region is the device's
+ * whole block of it (no slice), so the kernel differs between devices only
+ * by its blobs (dt__lw_bcast). Arithmetic only: no record is made. */
+static int operands_local(const dt__lplan *p, const dt__node *n, int nops) {
+    const dt__meta *out = &n->out->meta;
+    int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM];
+    int64_t s[DT_MAX_NDIM], l[DT_MAX_NDIM], ls[DT_MAX_NDIM], ll[DT_MAX_NDIM];
+    for (int64_t d = 0; d < out->mesh->ndev; d++) {
+        dt__mesh_coord(out->mesh, d, coord);
+        dt__local_region(out, coord, os, ol);
+        for (int j = 0; j < nops; j++) {
+            size_t bytes = sizeof(int64_t) * (size_t)n->in[j]->meta.ndim;
+            operand_region(p, j, out->mesh, coord, os, ol, s, l);
+            dt__local_region(&n->in[j]->meta, coord, ls, ll);
+            if (memcmp(s, ls, bytes) || memcmp(l, ll, bytes))
+                return 0;
+        }
+    }
+    return 1;
+}
+
 dt_status dt__lower_linalg(dt__lower *L, dt__node *n) {
     const dt__meta *out = &n->out->meta;
     const dt_mesh *mesh = out->mesh;
@@ -677,6 +698,14 @@ dt_status dt__lower_linalg(dt__lower *L, dt__node *n) {
     DT_ASSERT(build_plan(kind, ms, nops, n->a.text, &p) == DT_OK);
     DT_ASSERT(place(kind_name(kind), kind, &p, &scratch) == DT_OK);
     dt__tval *bias = n->n_in == 3 ? n->in[2] : NULL;
+    /* One record for every device where each operand is the device's own
+     * block and no bias is added on some devices only (lower_bcast.c). */
+    if (!bias && kind != DT_KL_EINSUM && dt__lw_bcast_wanted(L, n->out) && operands_local(&p, n, nops)) {
+        dt__kattr a = {
+            .sub = kind, .flags = n->a.flags & DT_KF_LINEAR_PARAM, .dtype = out->dtype, .text = n->a.text};
+        if (dt__lw_bcast(L, n->out, DT_K_LINALG, &a, kind_name(kind), n->in, nops, 1))
+            return L->status;
+    }
     int64_t s[DT_MAX_NDIM], l[DT_MAX_NDIM];
     for (dt__lw_dev dev = DT__LW_EACH(n->out, DT_K_LINALG); dt__lw_each(L, &dev);) {
         dt__kernel *k = dev.k;

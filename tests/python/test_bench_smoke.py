@@ -50,5 +50,32 @@ class TestSd3Medium(unittest.TestCase):
         self.assertTrue(torch.equal(got, want), f"max |diff| {float((got - want).abs().max()):.3e}")
 
 
+class TestScale(unittest.TestCase):
+    def test_tiny_figures_and_tokens(self):
+        # bench/scale.py imports its neighbours (threads.py, llama.py) as bench/ scripts do.
+        import sys
+
+        try:
+            import transformers  # noqa: F401
+        except ImportError:
+            self.skipTest("needs transformers (the eager Llama)")
+        sys.path.insert(0, BENCH)
+        try:
+            bench = load("scale")
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                rc = bench.main(["--n", "200", "--repeat", "1", "--devices", "1", "2", "--tp", "1", "2",
+                                 "--long", "4", "--short", "2"])
+        finally:
+            sys.path.remove(BENCH)
+        text = out.getvalue()
+        self.assertEqual(rc, 0, text)
+        for ndev in ("1 device ", "2 devices"):
+            self.assertRegex(text, rf"(?m)^ +{ndev}: client +\d+ +controller +\d+ +workers +\d+ +ns/op", text)
+        for tp in (1, 2):  # the decoded tokens are transformers' on each mesh
+            self.assertRegex(text, rf"(?m)^ +tp{tp}: .*tokens equal: True$", text)
+        self.assertRegex(text, r"(?m)^ +controller growth over tp1: x 1.00 x *\d", text)
+
+
 if __name__ == "__main__":
     unittest.main()

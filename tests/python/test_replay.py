@@ -16,7 +16,7 @@ import torch
 import dtorch
 import dtorch.nn.functional as F
 from dtorch import DeviceMesh, Partial, Replicate, Shard
-from dtorch.test.probes import fail_allocs, fail_allocs_pending, graph_stats, held_controller, replay
+from dtorch.test.probes import bcast, fail_allocs, fail_allocs_pending, graph_stats, held_controller, replay
 from dtorch.test.test_util import genuine_partial
 
 from helpers import CPU2, assert_equal_everywhere, device_assert, int_valued, randn
@@ -37,8 +37,13 @@ class ReplayCase(unittest.TestCase):
             dtorch.synchronize()
         self._ctx = replay(True)
         self._ctx.__enter__()
+        # Replay's own templates are what these tests count: device-independent records
+        # (DTORCH_BCAST=1, test_bcast.py) would take the elementwise nodes instead.
+        self._bc = bcast(False)
+        self._bc.__enter__()
 
     def tearDown(self):
+        self._bc.__exit__(None, None, None)
         self._ctx.__exit__(None, None, None)
 
     def step(self, fn, *args):

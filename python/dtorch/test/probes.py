@@ -31,7 +31,7 @@ from .._C import TensorBase
 from .._graph import Graph, _resolve
 
 __all__ = ["Gate", "graph_stats", "cached_bytes", "fail_allocs", "fail_allocs_pending", "held_controller", "chains",
-           "schedule", "replay", "controller_cpu_ns", "lowering_ns"]
+           "schedule", "replay", "bcast", "controller_cpu_ns", "lowering_ns"]
 
 
 class Gate:
@@ -85,7 +85,8 @@ def graph_stats(graph=None, reset_peak: bool = False) -> Dict[str, int]:
     signature), ``replay_misses`` (nodes it could have replayed but lowered), ``replay_run_hits`` (of
     the hits, those found by the run: the template that followed the previous node's last time) and
     ``nodes_reordered`` (nodes the schedule lowered ahead of an older node of their round, so that
-    compute runs while a collective is in flight).
+    compute runs while a collective is in flight) and ``bcast_nodes`` (nodes lowered as one
+    device-independent record for all their devices, ``bcast``).
 
     >>> graph_stats()["in_flight_limit"]
     32768
@@ -165,6 +166,22 @@ def replay(on: bool, graph=None) -> Iterator[None]:
         yield
     finally:
         _C._set_replay(g, os.environ.get("DTORCH_REPLAY") == "1")
+
+
+@contextlib.contextmanager
+def bcast(on: bool, graph=None) -> Iterator[None]:
+    """Turns a graph's device-independent records on or off (``dt_graph_set_bcast``) inside the
+    block, and back to the default after it (off; on with ``DTORCH_BCAST=1``).
+
+    >>> with bcast(True):
+    ...     y = x + 1   # one record for every device of x's mesh
+    """
+    g: Optional[Graph] = _resolve(graph) if graph is not None else Graph.default_graph()
+    _C._set_bcast(g, bool(on))
+    try:
+        yield
+    finally:
+        _C._set_bcast(g, os.environ.get("DTORCH_BCAST") == "1")
 
 
 @contextlib.contextmanager

@@ -52,6 +52,15 @@ dt_status dt_graph_set_replay(dt_graph *g, int on) {
     return DT_OK;
 }
 
+dt_status dt_graph_set_bcast(dt_graph *g, int on) {
+    if (!dt__graph_ok(g))
+        return dt__error(DT_EINVAL, "graph_set_bcast: graph is %s", dt__handle_bad(g));
+    atomic_store(&g->bcast, on != 0);
+    return DT_OK;
+}
+
+int64_t dt_debug_bcast_nodes(dt_graph *g) { return dt__graph_ok(g) ? atomic_load(&g->bcast_nodes) : -1; }
+
 dt_status dt_graph_set_schedule(dt_graph *g, int on) {
     if (!dt__graph_ok(g))
         return dt__error(DT_EINVAL, "graph_set_schedule: graph is %s", dt__handle_bad(g));

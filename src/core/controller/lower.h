@@ -123,6 +123,24 @@ void dt__lw_each_push(dt__lower *L, dt__lw_dev *d);
 dt__blob *dt__lw_region(dt__lower *L, dt__tval *v, int64_t idx, const int64_t *coord, const int64_t *start,
                         const int64_t *len);
 
+/* Lowers the node being lowered as one device-independent record
+ * (core/records/bcast.h, core/controller/lower_bcast.c) when the graph's
+ * switch is on and nothing needs per-device records: backend kernel `kop`
+ * with attributes *a (no text; the node's reuse mark is added) and op name
+ * `opname` (NULL: the node op's) on every device of out's mesh, reading the
+ * n_in inputs' blobs of the same device. Each input must be the device's
+ * whole block of what the kernel reads there: `checked` says the caller
+ * found so for every device; else each input must be laid out as out (the
+ * same shape and placements) or both whole (Replicate/Partial only).
+ * Returns 1 when it took the node (L->status set on a failure), 0 when the
+ * caller lowers it per device (nothing was made). */
+int dt__lw_bcast(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname, dt__tval *const *in,
+                 int n_in, int checked);
+/* 1 when dt__lw_bcast may take a node with output `out` at all (the switch
+ * on, nothing recorded, a mesh of several local devices): whether a family
+ * should check its blocks for it. */
+int dt__lw_bcast_wanted(const dt__lower *L, const dt__tval *out);
+
 /* nattr.flags of a SOURCE node whose extra holds one host block per device
  * (dt_tensor_from_local_buffers) instead of one global host impl. */
 #define DT__SOURCE_LOCAL 1

@@ -30,6 +30,10 @@ struct dt_graph {
      * (core/controller/replay.h; off unless DTORCH_REPLAY=1 at creation or
      * dt_graph_set_replay turn it on). */
     atomic_int replay;
+    /* The controller lowers an eligible node as one device-independent
+     * record (core/records/bcast.h; off unless DTORCH_BCAST=1 at creation
+     * or dt_graph_set_bcast turn it on). */
+    atomic_int bcast;
     /* The controller lowers a round's compute ahead of what waits on its
      * collectives (core/controller/sched.h; on unless DTORCH_SCHEDULE=0 at creation;
      * dt_graph_set_schedule). */
@@ -77,6 +81,7 @@ struct dt_graph {
     atomic_long replay_hits;      /* nodes whose kernels were replayed (replay.c) */
     atomic_long replay_misses;    /* nodes the cache could hold that were lowered */
     atomic_long replay_run_hits;  /* of replay_hits, found by the run's prediction (replay.c) */
+    atomic_long bcast_nodes;      /* nodes lowered as one device-independent record (lower_bcast.c) */
     atomic_int time_lowering;     /* dt_debug_lowering_ns: time each node's lowering */
     atomic_long lowering_ns;      /* the lowering steps' time while timed */
     atomic_long nodes_reordered;  /* lowered ahead of an older node (core/controller/sched.c) */

@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/records/bcast.h"
 #include "core/records/blob.h"
 #include "core/records/coll.h"
 #include "core/records/gate.h"
@@ -46,6 +47,7 @@
 #define KREC_CLASSES DT__KREC_CLASSES
 #define KREC_MALLOC DT__KREC_MALLOC
 static const size_t class_size[KREC_CLASSES] = {DT__KREC_SMALL, 256, 640};
+dt__pool dt__bcast_pool = DT__POOL_INIT(DT__BCAST_BYTES(DT__BCAST_POOLED, DT__KATTR_PACK_MAX));
 dt__pool dt__krec_pools[KREC_CLASSES] = {DT__POOL_INIT(DT__KREC_SMALL), DT__POOL_INIT(256),
                                          DT__POOL_INIT(640)};
 _Static_assert(offsetof(dt__krec, attr) < DT__KREC_SMALL, "the smallest class holds a header");
@@ -103,6 +105,10 @@ void dt__krec_discard(dt__krec *k) {
             dt__debug_gate_unref(k->handle);
         else if (k->kop == DT_KC_RELEASE)
             dt__blob_free_dead(k->handle);
+        else if (k->kop == DT_KC_BCAST) {
+            dt__bcast_unref(k->handle); /* a slot: the shared record holds it */
+            return;
+        }
     }
     dt__krec_free(k);
 }

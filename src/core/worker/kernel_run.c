@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "core/records/bcast.h"
 #include "core/records/blob.h"
 #include "core/records/future.h"
 #include "core/records/gate.h"
@@ -208,7 +209,42 @@ static const char *kernel_name(int kop) {
     return kop == DT_KC_COLLECTIVE ? "collective" : kop == DT_KC_ASSEMBLE ? "assemble" : "gate";
 }
 
+/* A device-independent record's slot (core/records/bcast.h), instantiated:
+ * the shared image's kernel with the slot's blobs, in `buf` (the slot's
+ * references move into it). The shared record is let go of once copied. */
+typedef union bcast_buf {
+    dt__krec k;
+    uint8_t bytes[sizeof(dt__krec) + DT__KATTR_PACK_MAX];
+} bcast_buf;
+
+static dt__krec *bcast_local(dt__krec *slot, bcast_buf *buf) {
+    dt__bcast *b = slot->handle;
+    const dt__krec *img = b->img;
+    dt__krec *k = &buf->k;
+    memcpy(k, img, offsetof(dt__krec, attr) + img->alen);
+    k->next = NULL;
+    k->n_in = slot->n_in;
+    k->wait = slot->wait;
+    memcpy(k->in, slot->in, sizeof k->in);
+    k->out = slot->out;
+    dt__bcast_unref(b);
+    return k;
+}
+
+static void kernel_exec(dt__krec *k, dt__stream *s);
+
 void dt__kernel_run(dt__krec *k, dt__stream *s) {
+    if (k->kop == DT_KC_BCAST) {
+        bcast_buf buf;
+        kernel_exec(bcast_local(k, &buf), s);
+        return;
+    }
+    kernel_exec(k, s);
+    dt__krec_free(k);
+}
+
+/* Runs k and releases its blobs; the record itself stays the caller's. */
+static void kernel_exec(dt__krec *k, dt__stream *s) {
     /* Tracing (core/records/trace.h): one load when off. Reads and syncs are not traced:
      * a sync's arrival is what a reader of the records waits for. */
     int traced = dt__rec_enabled(DT__REC_TRACE) && k->kop != DT_KC_FETCH && k->kop != DT_KC_SYNC;
@@ -266,6 +302,17 @@ void dt__kernel_run(dt__krec *k, dt__stream *s) {
     for (int i = 0; i < k->n_in; i++)
         dt__blob_release(k->in[i]);
     dt__blob_release(k->out);
+}
+
+static void kernel_drop(dt__krec *k, dt__stream *s);
+
+void dt__kernel_drop(dt__krec *k, dt__stream *s) {
+    if (k->kop == DT_KC_BCAST) {
+        bcast_buf buf;
+        kernel_drop(bcast_local(k, &buf), s);
+        return;
+    }
+    kernel_drop(k, s);
     dt__krec_free(k);
 }
 
@@ -273,7 +320,7 @@ void dt__kernel_run(dt__krec *k, dt__stream *s) {
  * poisoned and made ready (a kernel waiting for it wakes), a read or sync
  * fails, and a collective still meets its peers, so ranks that do run are
  * not left waiting for this one. */
-void dt__kernel_drop(dt__krec *k, dt__stream *s) {
+static void kernel_drop(dt__krec *k, dt__stream *s) {
     static const char msg[] = "cancelled: the graph was cancelled (dt_graph_cancel) before this ran";
     atomic_fetch_add_explicit(&s->g->dropped, 1, memory_order_relaxed);
     if (k->out)
@@ -306,5 +353,4 @@ void dt__kernel_drop(dt__krec *k, dt__stream *s) {
     for (int i = 0; i < k->n_in; i++)
         dt__blob_release(k->in[i]);
     dt__blob_release(k->out);
-    dt__krec_free(k);
 }

@@ -1,0 +1,151 @@
+/*
+ * Lower once, instantiate per device (docs/decisions.md): a node whose
+ * kernel is the same on every device of its mesh but for the blobs it reads
+ * and writes there is lowered into one device-independent record
+ * (core/records/bcast.h) instead of one record per device. The controller
+ * packs the kernel's attributes once; per device it makes the output's blob
+ * and links the device's slot (a record header naming its blobs) into that
+ * stream's batch, so the streams' order, events, memory charges and frees
+ * are those of per-device records. Each worker instantiates its slot
+ * itself (core/worker/kernel_run.c).
+ *
+ * Taken only where nothing else needs per-device records: the switch on
+ * (g->bcast), no tap, nothing recorded (explain, traces), no worker node's
+ * devices, regular layouts, and every input's block on each device the
+ * kernel's whole input there: laid out as the output (or both all
+ * Replicate/Partial), or as the caller checked device by device (linalg).
+ * Replay (replay.c) captures the slots while it captures a node: a slot has
+ * a handle, so the template is kept unusable and later sightings of the
+ * signature are lowered here again, not replayed per device.
+ *
+ * Threads: the controller thread only.
+ */
+#include <string.h>
+
+#include "core/client/tensor.h"
+#include "core/controller/lower.h"
+#include "core/controller/lower_queue.h"
+#include "core/records/bcast.h"
+#include "core/records/blob.h"
+#include "core/records/graph_int.h"
+#include "core/records/kernel.h"
+#include "core/records/mesh.h"
+#include "core/records/meta.h"
+#include "core/records/trace.h"
+#include "core/worker/stream_int.h"
+
+/* Meshes of more devices are lowered per device (the streams are looked up
+ * into a stack array). */
+#define BCAST_MAX_DEV 64
+
+/* 1 when every placement of m is Replicate or Partial: each device holds the
+ * whole global shape. */
+static int whole(const dt__meta *m) {
+    for (int md = 0; md < m->mesh->ndim; md++)
+        if (m->pl[md].kind == DT_PLACEMENT_SHARD)
+            return 0;
+    return 1;
+}
+
+/* 1 when input `in` of an elementwise kernel writing `out` needs, on every
+ * device, exactly its own local block: both hold their whole shape, or
+ * both have the same shape and placements. */
+static int same_blocks(const dt__meta *in, const dt__meta *out) {
+    if (whole(in) && whole(out))
+        return 1;
+    if (in->ndim != out->ndim || memcmp(in->shape, out->shape, sizeof(int64_t) * (size_t)in->ndim))
+        return 0;
+    for (int md = 0; md < out->mesh->ndim; md++)
+        if (in->pl[md].kind != out->pl[md].kind || in->pl[md].dim != out->pl[md].dim)
+            return 0;
+    return 1;
+}
+
+int dt__lw_bcast_wanted(const dt__lower *L, const dt__tval *out) {
+    const dt_graph *g = L->g;
+    const dt_mesh *mesh = out->meta.mesh;
+    return atomic_load_explicit(&g->bcast, memory_order_relaxed) && L->status == DT_OK && !g->ktap &&
+           !g->has_remote && !dt__rec_anything() && mesh->ndev >= 2 && mesh->ndev <= BCAST_MAX_DEV &&
+           !out->meta.seg.n;
+}
+
+/* Whether node inputs `in` and output `out` may be lowered as one record
+ * (`checked`: the caller found every device's input blocks its own). */
+static int eligible(const dt__lower *L, const dt__tval *out, dt__tval *const *in, int n_in, int checked) {
+    const dt_mesh *mesh = out->meta.mesh;
+    if (!dt__lw_bcast_wanted(L, out))
+        return 0;
+    for (int j = 0; j < n_in; j++) {
+        const dt__meta *m = &in[j]->meta;
+        if (m->mesh != mesh || m->seg.n || !in[j]->blobs || (!checked && !same_blocks(m, &out->meta)))
+            return 0;
+        for (int64_t d = 0; d < mesh->ndev; d++)
+            if (!in[j]->blobs[d])
+                return 0; /* an earlier failure: the per-device path reports it */
+    }
+    return 1;
+}
+
+int dt__lw_bcast(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname, dt__tval *const *in,
+                 int n_in, int checked) {
+    dt_graph *g = L->g;
+    if (kop >= DT_K_COUNT || a->text || !eligible(L, out, in, n_in, checked))
+        return 0;
+    const dt_mesh *mesh = out->meta.mesh;
+    int n = (int)mesh->ndev;
+    dt__stream *ss[BCAST_MAX_DEV];
+    for (int d = 0; d < n; d++) {
+        ss[d] = dt__lw_stream(L, mesh, d);
+        if (!ss[d])
+            return 1; /* L->status set */
+        if (ss[d]->remote)
+            return 0; /* a worker node's device (its first use): records leave per device */
+    }
+    /* The node's reuse mark (passes/reuse.c), as dt__lw_push_on puts it. */
+    a->flags |= L->kflags;
+    uint8_t attr[DT__KATTR_PACK_MAX];
+    size_t alen = dt__kattr_pack(a, attr);
+    dt__bcast *b = dt__lw_alloc_blobs(L, out) == DT_OK ? dt__bcast_new(g->ctl_pools, n, alen) : NULL;
+    dt__blob *outs[BCAST_MAX_DEV];
+    int made = 0;
+    while (b && made < n && (outs[made] = dt__blob_new_in(g->ctl_pools, ss[made]->be))) {
+        /* The kernel's reference and the value's: no other thread sees it yet. */
+        atomic_init(&outs[made]->refs, 2);
+        made++;
+    }
+    if (!b || made < n) {
+        for (int d = 0; d < made; d++) {
+            dt__blob_release(outs[d]);
+            dt__blob_release(outs[d]);
+        }
+        if (b) {
+            atomic_store_explicit(&b->left, 1, memory_order_relaxed);
+            dt__bcast_unref(b);
+        }
+        dt__lw_fail(L, DT_ENOMEM, "out of memory (device-independent record)");
+        return 1;
+    }
+    dt__krec *img = b->img;
+    img->kop = kop;
+    img->opname = opname ? opname : dt__ops[L->node->op].name;
+    img->site_file = L->node->site_file;
+    img->site_line = L->node->site_line;
+    memcpy(img->attr, attr, alen);
+    for (int d = 0; d < n; d++) {
+        dt__krec *slot = dt__bcast_slot(b, d);
+        slot->kop = DT_KC_BCAST;
+        slot->handle = b;
+        slot->opname = img->opname;
+        slot->site_file = img->site_file;
+        slot->site_line = img->site_line;
+        slot->n_in = (int16_t)n_in;
+        for (int j = 0; j < n_in; j++)
+            slot->in[j] = dt__blob_retain(in[j]->blobs[d]);
+        slot->out = outs[d];
+        dt__lw_bind(g, ss[d], slot);
+        dt__lw_stream_append(g, ss[d], slot);
+        out->blobs[d] = outs[d];
+    }
+    atomic_fetch_add_explicit(&g->bcast_nodes, 1, memory_order_relaxed);
+    return 1;
+}

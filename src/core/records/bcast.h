@@ -1,0 +1,79 @@
+/*
+ * A device-independent kernel record (docs/decisions.md, "Lower once,
+ * instantiate per device"): one node's kernel, lowered once for every device
+ * of its mesh. The kernel op, its attributes, its op name and call site are
+ * stored once, in `img`; what differs between devices is only which blobs
+ * it reads and writes, and those are the device's slot: a record header
+ * (kop DT_KC_BCAST, handle the shared record, in[], out, wait) that is
+ * linked into that device's stream queue like any record, so the stream's
+ * order and events are unchanged. A worker that reaches its slot
+ * instantiates the kernel on its stack (the image's header and attributes
+ * with the slot's blobs) and runs it as any record (core/worker/kernel_run.c);
+ * the last slot run frees the whole record.
+ *
+ * Memory: one allocation, [dt__bcast][n slots][img + its attributes],
+ * from a pool for meshes of up to DT__BCAST_POOLED devices.
+ * Threads: made by the controller (core/controller/lower_bcast.c), read by the
+ * workers of its streams; `left` is the only field written after the
+ * hand-over.
+ */
+#ifndef DT_CORE_BCAST_H
+#define DT_CORE_BCAST_H
+
+#include "common/pool.h"
+#include "core/records/kernel_rec.h"
+
+typedef struct dt__bcast {
+    atomic_int left; /* slots not yet run or dropped */
+    int n;           /* slots */
+    int pooled;      /* from dt__bcast_pool (else malloc) */
+    dt__krec *img;   /* the kernel: kop, attributes, name and call site; no blobs */
+} dt__bcast;
+
+/* A slot's stride: a record without attributes. */
+#define DT__BCAST_SLOT sizeof(dt__krec)
+/* The header's size: a cache line, so the workers' count down of `left`
+ * does not share one with the first slot. */
+#define DT__BCAST_HDR ((size_t)DT_CACHE_LINE)
+_Static_assert(sizeof(dt__bcast) <= DT_CACHE_LINE && DT_CACHE_LINE % _Alignof(dt__krec) == 0,
+               "dt__bcast header");
+/* Records of up to this many slots come from a pool (made on the
+ * controller, freed on a worker: no malloc arena traffic between threads). */
+#define DT__BCAST_POOLED 8
+#define DT__BCAST_BYTES(n, alen) (DT__BCAST_HDR + ((size_t)(n) + 1) * DT__BCAST_SLOT + (alen))
+extern dt__pool dt__bcast_pool; /* kernel_rec.c */
+
+/* Slot i of b. */
+static inline dt__krec *dt__bcast_slot(dt__bcast *b, int i) {
+    return (dt__krec *)((uint8_t *)b + DT__BCAST_HDR + (size_t)i * DT__BCAST_SLOT);
+}
+
+/* A record of n slots whose image has alen bytes of attributes (at most
+ * DT__KATTR_PACK_MAX), its header, slots and image header zeroed (left =
+ * n); NULL when out of memory. Controller thread (`mine`: its pool lists). */
+static inline dt__bcast *dt__bcast_new(struct dt__pool_lists *mine, int n, size_t alen) {
+    size_t zeroed = DT__BCAST_BYTES(n, 0);
+    int pooled = n <= DT__BCAST_POOLED;
+    dt__bcast *b = pooled ? dt__pool_alloc_in(&dt__bcast_pool, mine, zeroed) : dt__calloc(1, zeroed + alen);
+    if (!b)
+        return NULL;
+    b->n = n;
+    b->pooled = pooled;
+    atomic_init(&b->left, n);
+    b->img = dt__bcast_slot(b, n);
+    b->img->alen = (uint32_t)alen;
+    return b;
+}
+
+/* One slot is done with b (run, dropped, or never queued): the last frees
+ * it. Any thread. */
+static inline void dt__bcast_unref(dt__bcast *b) {
+    if (atomic_fetch_sub_explicit(&b->left, 1, memory_order_acq_rel) != 1)
+        return;
+    if (b->pooled)
+        dt__pool_free(&dt__bcast_pool, b);
+    else
+        dt__free(b);
+}
+
+#endif /* DT_CORE_BCAST_H */
