@@ -471,7 +471,10 @@ def cat(tensors, dim: int = 0):
     all sharded along ``dim`` on one mesh dim are concatenated locally, with no communication (the result
     reports that Shard and keeps a segmented order inside, docs/decisions.md "segmented cat"); other inputs
     sharded along ``dim`` are all-gathered and the result sliced back to that Shard."""
-    return _C._v_cat(_tensor_list("cat", tensors), dim, False)
+    tensors = _tensor_list("cat", tensors)
+    if not tensors:
+        raise ValueError("torch.cat(): expected a non-empty list of Tensors")  # torch's class and words
+    return _C._v_cat(tensors, dim, False)
 
 
 concat = concatenate = cat

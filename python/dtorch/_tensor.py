@@ -99,7 +99,7 @@ class Tensor(_C.TensorBase):
         """The single value as a Python number (waits)."""
         n = self.numel()
         if n != 1:
-            raise ValueError(f"a Tensor with {n} elements cannot be converted to Scalar")
+            raise RuntimeError(f"a Tensor with {n} elements cannot be converted to Scalar")
         return self.to_torch().item()
 
     def tolist(self) -> Any:
