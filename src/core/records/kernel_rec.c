@@ -39,6 +39,7 @@
 #include "core/records/gate.h"
 #include "core/records/kernel.h"
 #include "core/records/kernel_rec.h"
+#include "core/records/ufn.h"
 
 /* ---------------------------------------------------------------- records */
 
@@ -103,6 +104,8 @@ void dt__krec_discard(dt__krec *k) {
             dt__debug_gate_unref(k->handle);
         else if (k->kop == DT_KC_RELEASE)
             dt__blob_free_dead(k->handle);
+        else if (k->kop == DT_KC_USER)
+            dt__ufn_unref(k->handle);
     }
     dt__krec_free(k);
 }
