@@ -6,15 +6,19 @@
  * returns the local result as one, or a str (the formatted traceback) when
  * the user's function raised.
  *
- * Threads: _user_op runs on a Python thread holding the GIL. run_kernel and
- * release_ctx run on a worker thread (release also on the controller or
- * the caller): each takes the GIL itself (PyGILState_Ensure). Every wait of
+ * Threads: _user_op runs on a Python thread holding the GIL. run_kernel runs
+ * on a worker thread and takes the GIL itself (PyGILState_Ensure);
+ * release_ctx runs on any thread and only queues the callable for the main
+ * thread to drop (drop_dead, a pending call). Lock order: dead_lock is a
+ * leaf, never held with the GIL requested. Every wait of
  * the extension releases the GIL (reads, flow control, graph shutdown), so a
  * worker waiting here for it never waits on a client that waits on that
  * worker. After the interpreter began finalising (the graphs were shut down
  * by dtorch/_graph.py's atexit handler before then) nothing is called: the
  * kernel fails and the callable is leaked rather than touched.
  */
+#include <pthread.h>
+
 #include "dtorch_py.h"
 
 static int finalizing(void) {
@@ -85,7 +89,8 @@ static dt_status run_kernel(void *ctx, int64_t rank, int n_in, void *const *in_d
         else
             *out_dl = NULL, exception_text(err, errlen);
     } else {
-        snprintf(err, errlen, "the kernel runner returned %.100s, not a DLPack capsule", Py_TYPE(res)->tp_name);
+        snprintf(err, errlen, "the kernel runner returned %.100s, not a DLPack capsule",
+                 Py_TYPE(res)->tp_name);
     }
     if (PyErr_Occurred())
         PyErr_Clear();
@@ -95,18 +100,62 @@ static dt_status run_kernel(void *ctx, int64_t rank, int n_in, void *const *in_d
     return st;
 }
 
+/* The callables whose last runtime reference went: dropped by the interpreter's main thread (a
+ * pending call), never on the thread that released them. A worker or the controller must not run
+ * arbitrary Python deallocation: the callable's closure may hold dtorch tensors, whose release
+ * during a shutdown waits for the controller, which is joining that very worker. Guarded by
+ * dead_lock; `scheduled` says a pending call is queued. */
+typedef struct dead_ctx {
+    struct dead_ctx *next;
+    PyObject *obj;
+} dead_ctx;
+static pthread_mutex_t dead_lock = PTHREAD_MUTEX_INITIALIZER;
+static dead_ctx *dead_list;
+static int dead_scheduled;
+
+/* Drops the dead callables (a thread holding the GIL). */
+static int drop_dead(void *unused) {
+    (void)unused;
+    pthread_mutex_lock(&dead_lock);
+    dead_ctx *d = dead_list;
+    dead_list = NULL;
+    dead_scheduled = 0;
+    pthread_mutex_unlock(&dead_lock);
+    while (d) {
+        dead_ctx *next = d->next;
+        Py_DECREF(d->obj);
+        PyMem_RawFree(d);
+        d = next;
+    }
+    return 0;
+}
+
 static void release_ctx(void *ctx) {
     if (!Py_IsInitialized() || finalizing())
         return; /* leaked at exit: nothing may touch Python objects now */
-    PyGILState_STATE gil = PyGILState_Ensure();
-    Py_DECREF((PyObject *)ctx);
-    PyGILState_Release(gil);
+    dead_ctx *d = PyMem_RawMalloc(sizeof *d);
+    if (d == NULL)
+        return; /* leaked rather than dropped on this thread */
+    d->obj = ctx;
+    pthread_mutex_lock(&dead_lock);
+    d->next = dead_list;
+    dead_list = d;
+    int schedule = !dead_scheduled;
+    dead_scheduled = 1;
+    pthread_mutex_unlock(&dead_lock);
+    /* Needs no GIL; a full queue leaves the list to the next _user_op call's drop_dead. */
+    if (schedule && Py_AddPendingCall(drop_dead, NULL) != 0) {
+        pthread_mutex_lock(&dead_lock);
+        dead_scheduled = 0;
+        pthread_mutex_unlock(&dead_lock);
+    }
 }
 
 /* _user_op(graph, call, name, inputs, dtype, shape, mesh, placements) */
 static PyObject *mod_user_op(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     dtpy_state *st = dtpy_state_of(module);
     DTPY_NARGS(8, "_user_op");
+    drop_dead(NULL);
     dt_graph *g = dtpy_graph_arg(st, args[0]);
     if (g == NULL)
         return NULL;

@@ -91,6 +91,10 @@ def _runner(func: Callable, args: Tuple, kwargs: Dict, positions: List[int], ind
     """What the worker calls (python/_C/ops_user.c): call(rank, capsules) -> a DLPack capsule of the
     local result, or the formatted traceback (a str) when ``func`` raised or returned no tensor."""
 
+    # The dtorch tensors' places hold None: the runner lives as long as the kernels, and it must not
+    # keep dtorch values (or drop them on a worker: python/_C/ops_user.c).
+    args = tuple(None if i in positions else a for i, a in enumerate(args))
+
     def call(rank: int, capsules: list):
         try:
             full = list(args)

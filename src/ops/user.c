@@ -45,8 +45,9 @@ static dt_status check(dt_graph *g, const dt_user_kernel *uk, dt_tensor *const *
     if (mesh && !dt__mesh_ok(mesh))
         return dt__error(DT_EINVAL, "user_op: mesh is %s", dt__handle_bad(mesh));
     if (mesh && n_in && !dt_mesh_equal(mesh, in[0]->v->meta.mesh))
-        return dt__error(DT_EINVAL, "user_op: the inputs are on another mesh than the output's; redistribute them "
-                                    "(device_mesh=...) first");
+        return dt__error(DT_EINVAL,
+                         "user_op: the inputs are on another mesh than the output's; redistribute them "
+                         "(device_mesh=...) first");
     if ((int)dtype < 0 || dtype >= DT_DTYPE_COUNT)
         return dt__error(DT_EINVAL, "user_op: dtype %d is not a dtype", (int)dtype);
     return dt__shape_check(ndim, shape);

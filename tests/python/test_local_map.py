@@ -4,6 +4,8 @@ device's local pieces, run by that device's worker thread, against eager torch o
 import inspect
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import threading
 import unittest
@@ -180,6 +182,34 @@ class TestLocalMap(unittest.TestCase):
             self.assertIn('raise ValueError("bad rows in the user\'s kernel")', msg)  # the user's line in fn
             self.assertIn("ValueError: bad rows in the user's kernel", msg)
         assert_tensor_equal(self, dtorch.local_map(act, [Shard(0)])(x), act(a))  # the runtime goes on
+
+    def test_shutdown_with_user_kernels_queued(self):
+        # A graph dropped, and the interpreter leaving, with user kernels queued whose function holds a
+        # dtorch tensor: the function is dropped on the main thread, never on the worker being joined.
+        script = """if True:
+            import threading, torch, dtorch
+            mesh = dtorch.DeviceMesh("cpu", [0, 1])
+            go = threading.Event()
+            g = dtorch.Graph()
+            x = dtorch.from_torch(torch.ones(4), mesh, [dtorch.Shard(0)], graph=g)
+            kept = dtorch.from_torch(torch.ones(4), mesh, [dtorch.Shard(0)], graph=g)
+            def held(t):
+                go.wait(0.05)
+                return t + kept.numel()  # the closure holds a dtorch tensor of the graph
+            ys = [dtorch.local_map(held, [dtorch.Shard(0)])(x) for _ in range(4)]
+            del ys, x, kept, held
+            g.shutdown()
+            del g
+            x = dtorch.from_torch(torch.ones(4), mesh, [dtorch.Shard(0)])
+            ys = [dtorch.local_map(lambda t: t * 2, [dtorch.Shard(0)])(x) for _ in range(4)]
+            print(ys[0].tolist())
+            ys.append(dtorch.local_map(lambda t: (go.wait(0.05), t)[1], [dtorch.Shard(0)])(x))
+            print("exiting")  # with the last kernel queued
+        """
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(), ["[2.0,", "2.0,", "2.0,", "2.0]", "exiting"])
 
     def test_a_wrong_result_fails_the_read(self):
         a = torch.randn(4, 2)

@@ -47,18 +47,21 @@ static void shape_text(char *buf, size_t cap, int ndim, const int64_t *shape) {
 
 /* The returned value against the device's block (dtype, ndim, shape in the
  * record's attributes); 0 when it fits, else a message in err. */
-static int check_result(const dt__krec *k, dt_dtype dtype, int ndim, const int64_t *shape, char *err, size_t cap) {
+static int check_result(const dt__krec *k, dt_dtype dtype, int ndim, const int64_t *shape, char *err,
+                        size_t cap) {
     dt__kattr a;
     dt__kattr_unpack(k, &a);
-    if ((int32_t)dtype == a.dtype && ndim == a.ndim && memcmp(shape, a.shape, sizeof *shape * (size_t)ndim) == 0)
+    if ((int32_t)dtype == a.dtype && ndim == a.ndim &&
+        memcmp(shape, a.shape, sizeof *shape * (size_t)ndim) == 0)
         return 0;
     char got[256], want[256];
     shape_text(got, sizeof got, ndim, shape);
     shape_text(want, sizeof want, a.ndim, a.shape);
-    snprintf(err, cap,
-             "the function returned a tensor of shape %s and dtype %s; this device's block of the output is %s "
-             "of dtype %s (out_meta, or the meta-tensor run, said so)",
-             got, dt_dtype_name(dtype), want, dt_dtype_name((dt_dtype)a.dtype));
+    snprintf(
+        err, cap,
+        "the function returned a tensor of shape %s and dtype %s; this device's block of the output is %s "
+        "of dtype %s (out_meta, or the meta-tensor run, said so)",
+        got, dt_dtype_name(dtype), want, dt_dtype_name((dt_dtype)a.dtype));
     return -1;
 }
 
