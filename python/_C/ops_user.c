@@ -201,4 +201,14 @@ static PyMethodDef user_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int dtpy_add_user_methods(PyObject *module) { return PyModule_AddFunctions(module, user_methods); }
+/* fork(): the list's lock is held across it, so a child never inherits it locked by a worker that
+ * does not exist there (the child's graphs are dead; its dropped callables are still queued). */
+static void fork_lock(void) { pthread_mutex_lock(&dead_lock); }
+static void fork_unlock(void) { pthread_mutex_unlock(&dead_lock); }
+
+int dtpy_add_user_methods(PyObject *module) {
+    static int registered;
+    if (!registered && pthread_atfork(fork_lock, fork_unlock, fork_unlock) == 0)
+        registered = 1;
+    return PyModule_AddFunctions(module, user_methods);
+}
