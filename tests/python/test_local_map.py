@@ -193,9 +193,9 @@ class TestLocalMap(unittest.TestCase):
             g = dtorch.Graph()
             x = dtorch.from_torch(torch.ones(4), mesh, [dtorch.Shard(0)], graph=g)
             kept = dtorch.from_torch(torch.ones(4), mesh, [dtorch.Shard(0)], graph=g)
-            def held(t):
+            def held(t, _kept=kept):  # the function holds a dtorch tensor of the graph
                 go.wait(0.05)
-                return t + kept.numel()  # the closure holds a dtorch tensor of the graph
+                return t + _kept.numel()
             ys = [dtorch.local_map(held, [dtorch.Shard(0)])(x) for _ in range(4)]
             del ys, x, kept, held
             g.shutdown()
@@ -207,7 +207,7 @@ class TestLocalMap(unittest.TestCase):
             print("exiting")  # with the last kernel queued
         """
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env)
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout.split(), ["[2.0,", "2.0,", "2.0,", "2.0]", "exiting"])
 
