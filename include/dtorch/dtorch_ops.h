@@ -671,6 +671,48 @@ DT_API dt_status dt_topk(dt_tensor *a, int64_t k, int64_t dim, int largest, int 
  * and distributes them on a's mesh, all Replicate. Any input placements. */
 DT_API dt_tensor *dt_nonzero(dt_tensor *a);
 
+/* ------------------------------------------------------------ user kernels */
+
+/* A user kernel: the caller's own code run on each device's local pieces
+ * (Python's dtorch.local_map and dtorch.library.custom_op; any C program).
+ * `run` is called on the worker thread of each device of the output's mesh,
+ * in that device's stream order, once per device: `rank` is the device's
+ * flat index in the mesh (row-major), `in_dl` the n_in inputs' local pieces
+ * as DLPack DLManagedTensor pointers, NEW references the callee owns (it
+ * must call each one's deleter, or hand it to a consumer that does, such as
+ * torch.from_dlpack). It returns DT_OK with *out_dl a new DLManagedTensor
+ * that the runtime takes over (its local result, which must have the
+ * output's dtype and the device's local shape, else the result is poisoned
+ * with a message saying both), or an error status with a message in err
+ * (at most errlen bytes, NUL-terminated): the output is poisoned and the
+ * message surfaces as DT_EKERNEL at the next read, after the op's name, the
+ * device and the call site. `release(ctx)` is called once, on any thread
+ * (a worker's, the controller's or the caller's), when no kernel can call
+ * `run` any more. Only backends with DLPack run user kernels (the torch
+ * backend; the ref backend poisons the output with DT_EUNSUPPORTED), and not
+ * on worker nodes: the function lives in this process. */
+typedef dt_status (*dt_user_run_fn)(void *ctx, int64_t rank, int n_in, void *const *in_dl, void **out_dl,
+                                    char *err, size_t errlen);
+typedef struct dt_user_kernel {
+    const char *name;           /* shown in messages, explain and traces; copied */
+    dt_user_run_fn run;         /* required */
+    void (*release)(void *ctx); /* optional */
+    void *ctx;
+} dt_user_kernel;
+
+/* Records one user-kernel node with inputs `in` (0 to 6, all on
+ * `mesh`, taken as they are laid out: each device's piece, Partial addends
+ * included) and one output of dtype, global shape and placements on `mesh`
+ * (NULL: the first input's mesh). The caller states the output's layout; the
+ * kernel must produce each device's block of it. On success the runtime owns
+ * uk->ctx (release is called once the kernels have run); on failure
+ * (DT_EINVAL for a NULL or foreign handle, a bad shape or placements; no
+ * node is recorded) release is called before returning. New reference or
+ * NULL. Client threads. */
+DT_API dt_tensor *dt_user_op(dt_graph *g, const dt_user_kernel *uk, dt_tensor *const *in, int n_in,
+                             dt_dtype dtype, int ndim, const int64_t *shape, dt_mesh *mesh,
+                             const dt_placement *placements);
+
 /* ------------------------------------------------------- operator registry */
 
 /* One user-facing operator: its torch name, its family, the placement

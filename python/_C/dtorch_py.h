@@ -389,5 +389,6 @@ int dtpy_add_cluster_methods(PyObject *module);  /* clustermodule.c: MainNode's 
 int dtpy_add_testing_methods(PyObject *module);  /* testing.c: _test_gate*, _graph_stats, ... */
 int dtpy_add_runtime_methods(PyObject *module);  /* runtime.c: manual_seed, op_docs, _rebind, ... */
 int dtpy_add_tensor_methods(PyObject *module);   /* tensorobject.c: METHOD_NAMES */
+int dtpy_add_user_methods(PyObject *module);     /* ops_user.c: _user_op */
 
 #endif /* DTORCH_PY_H */

@@ -146,7 +146,7 @@ static int module_exec(PyObject *module) {
     if (dtpy_add_creation_methods(module) < 0 || dtpy_add_testing_methods(module) < 0 ||
         dtpy_add_record_methods(module) < 0 || dtpy_add_factory_methods(module) < 0 ||
         dtpy_add_cluster_methods(module) < 0 || dtpy_add_runtime_methods(module) < 0 ||
-        dtpy_add_tensor_methods(module) < 0)
+        dtpy_add_tensor_methods(module) < 0 || dtpy_add_user_methods(module) < 0)
         return -1;
     static const dtpy_constant constants[] = {
         {"MAX_NDIM", DT_MAX_NDIM},

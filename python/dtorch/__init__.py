@@ -139,6 +139,8 @@ memory_stats = _importlib.import_module(".memory_stats", __name__)  # noqa: F811
 from . import cluster as cluster, cuda as cuda, global_option as global_option, graph as graph  # noqa: E402
 from . import profiler as profiler, util as util  # noqa: E402
 from ._explain import Explain, ExplainRecord, explain  # noqa: E402
+from ._local_map import local_map  # noqa: E402
+from . import library as library  # noqa: E402
 from .cluster import MainNode  # noqa: E402
 from .global_option import GlobalOption  # noqa: E402
 from .memory_stats import MemoryStat, MemoryStats  # noqa: E402
@@ -176,4 +178,5 @@ __all__ += list(_ops_nn.TORCH_FORMS) + _ops_method_forms.__all__ + list(_DTYPE_N
     "CharTensor", "ByteTensor", "BoolTensor", "MainNode", "GlobalOption", "MemoryStat", "MemoryStats",
     "Generator", "Size", "device", "dtype", "finfo", "iinfo", "explain", "Explain", "ExplainRecord",
     "ExecuteConfig",
+    "local_map",
 ]

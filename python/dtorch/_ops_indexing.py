@@ -41,6 +41,8 @@ def _parse_key(x, key):
             raise NotImplementedError("indexing with False is not supported by dtorch")
         if isinstance(k, list):
             k = torch.tensor(k) if k else torch.empty(0, dtype=torch.int64)
+        if k is Ellipsis and any(i is Ellipsis for i in items):
+            continue  # torch (2.13) lets the first ellipsis span the dims; a later one spans none
         items.append(k)
     consumed = 0
     n_ellipsis = 0

@@ -81,17 +81,28 @@ def _replicated_like(x, t: torch.Tensor):
 
 # ---------------------------------------------------------------- reshape family
 
-def _view(self, *shape):
-    """``x.view(2, -1)``, ``x.view((2, -1))``: the same op as reshape, so view never fails where
-    reshape succeeds (dtorch's is_contiguous() is always True). ``view(dtype)`` is not supported."""
-    if len(shape) == 1 and isinstance(shape[0], torch.dtype):
+def _one_form(name: str, kw: str, args: tuple, value) -> tuple:
+    """torch's two forms of a sizes argument: positional (``x.view(2, -1)``, ``x.view((2, -1))``) or
+    the keyword ``kw`` (``x.view(size=(2, -1))``), not both (TypeError, as torch)."""
+    if value is None:
+        return args
+    if args:
+        raise TypeError(f"{name}() received an invalid combination of arguments: both positional sizes and {kw}=")
+    return (value,)
+
+
+def _view(self, *shape, size=None, dtype=None):
+    """``x.view(2, -1)``, ``x.view((2, -1))``, ``x.view(size=(2, -1))``: the same op as reshape, so view
+    never fails where reshape succeeds (dtorch's is_contiguous() is always True). ``view(dtype)`` is
+    not supported."""
+    if dtype is not None or (len(shape) == 1 and isinstance(shape[0], torch.dtype)):
         raise NotImplementedError("view(dtype) is not supported by dtorch; use .to(dtype) for a value cast")
-    return _C._v_reshape(self, _sizes(shape, "view"))
+    return _C._v_reshape(self, _sizes(_one_form("view", "size", shape, size), "view"))
 
 
-def _reshape(self, *shape):
-    """``x.reshape(2, -1)``: the same op as view (one -1 is inferred)."""
-    return _C._v_reshape(self, _sizes(shape, "reshape"))
+def _reshape(self, *sizes, shape=None):
+    """``x.reshape(2, -1)``, ``x.reshape(shape=(2, -1))``: the same op as view (one -1 is inferred)."""
+    return _C._v_reshape(self, _sizes(_one_form("reshape", "shape", sizes, shape), "reshape"))
 
 
 def _view_as(self, other):
@@ -203,8 +214,9 @@ def _expand_as(self, other):
     return _C._v_expand(self, tuple(other.shape))
 
 
-def _repeat(self, *sizes):
-    return _C._v_repeat(self, _sizes(sizes, "repeat"))
+def _repeat(self, *sizes, repeats=None):
+    """``x.repeat(1, 2)``, ``x.repeat((1, 2))``, ``x.repeat(repeats=(1, 2))``."""
+    return _C._v_repeat(self, _sizes(_one_form("repeat", "repeats", sizes, repeats), "repeat"))
 
 
 def _repeat_interleave(self, repeats, dim: Optional[int] = None, *, output_size: Optional[int] = None):
@@ -471,7 +483,10 @@ def cat(tensors, dim: int = 0):
     all sharded along ``dim`` on one mesh dim are concatenated locally, with no communication (the result
     reports that Shard and keeps a segmented order inside, docs/decisions.md "segmented cat"); other inputs
     sharded along ``dim`` are all-gathered and the result sliced back to that Shard."""
-    return _C._v_cat(_tensor_list("cat", tensors), dim, False)
+    tensors = _tensor_list("cat", tensors)
+    if not tensors:
+        raise ValueError("torch.cat(): expected a non-empty list of Tensors")  # torch's class and words
+    return _C._v_cat(tensors, dim, False)
 
 
 concat = concatenate = cat

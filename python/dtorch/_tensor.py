@@ -21,7 +21,7 @@ from typing import Any, Optional, Sequence, Union
 
 import torch
 
-from . import _C, _factories
+from . import _C, _factories, _torch_function
 from . import _methods  # the families; none of them imports this module at import time
 from .distributed_spec import DeviceMesh, Placement, Replicate, Shard, _as_placement, _placements_to_raw
 
@@ -99,7 +99,7 @@ class Tensor(_C.TensorBase):
         """The single value as a Python number (waits)."""
         n = self.numel()
         if n != 1:
-            raise ValueError(f"a Tensor with {n} elements cannot be converted to Scalar")
+            raise RuntimeError(f"a Tensor with {n} elements cannot be converted to Scalar")
         return self.to_torch().item()
 
     def tolist(self) -> Any:
@@ -301,11 +301,13 @@ class Tensor(_C.TensorBase):
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
-        """torch functions do not take dtorch tensors: say so instead of failing obscurely."""
-        raise TypeError(
-            f"{getattr(func, '__name__', func)}: torch functions do not take dtorch tensors; use the dtorch "
-            f"function of the same name, or read the value with .to_torch()"
-        )
+        """A torch function (``torch.cat``, ``torch.nn.functional.gelu``, ``torch.Tensor.sum``, ...)
+        called with dtorch tensors runs dtorch's function of the same name with the same arguments;
+        one dtorch lacks is a TypeError naming ``dtorch.local_map`` (``_torch_function.py``).
+
+        >>> torch.matmul(x, torch.nn.functional.gelu(w))   # x, w dtorch tensors: a dtorch tensor
+        """
+        return _torch_function.torch_function(func, types, args, kwargs)
 
     # Every family method (views, reductions, ...): exactly the table's PY_METHODS, put into the
     # class namespace as the class is created (no attribute is set on the class afterwards).

@@ -22,6 +22,9 @@ dt_status dt__lower_elementwise(dt__lower *L, dt__node *n);
 dt_status dt__lower_nn(dt__lower *L, dt__node *n);
 dt_status dt__lower_sort_scan(dt__lower *L, dt__node *n);
 dt_status dt__lower_masked_scatter(dt__lower *L, dt__node *n);
+/* A USER node (user.c): one DT_KC_USER kernel per device; its discard. */
+dt_status dt__lower_user(dt__lower *L, dt__node *n);
+void dt__user_node_drop(dt_graph *g, dt__node *n);
 /* A CHAIN node (the chain pass's, core/controller/passes/chain.c): one
  * DT_K_CHAIN kernel per device (elementwise_chain.c). */
 dt_status dt__lower_chain(dt__lower *L, dt__node *n);

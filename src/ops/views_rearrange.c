@@ -38,9 +38,8 @@ dt_tensor *dt_tril(dt_tensor *a, int64_t diagonal, int upper) {
     if (dt__view_check(op, a) != DT_OK)
         return NULL;
     const dt__meta *m = &a->v->meta;
-    if (m->ndim < 2) {
-        int dummy;
-        dt__view_wrap_dim(op, -2, m->ndim, 1, &dummy);
+    if (m->ndim < 2) { /* torch's RuntimeError (DT_EOP), not an index error */
+        dt__error(DT_EOP, "%s: input tensor must have at least 2 dimensions", op);
         return NULL;
     }
     dt__node *n;

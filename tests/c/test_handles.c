@@ -159,6 +159,7 @@ CASE(masked_scatter, einval_obj(dt_masked_scatter(NULL, NULL, NULL, 0)))
 CASE(cat_null_list, einval_obj(dt_cat(1, NULL, 0)))
 CASE(stack_null_list, einval_obj(dt_stack(1, NULL, 0)))
 CASE(tril, einval_obj(dt_tril(NULL, 0, 0)))
+CASE(user_op, einval_obj(dt_user_op(NULL, NULL, NULL, 0, DT_FLOAT32, 0, NULL, NULL, NULL)))
 CASE(flip, einval_obj(dt_flip(NULL, 1, dims1)))
 CASE(roll, einval_obj(dt_roll(NULL, 1, dims1, dims1)))
 CASE(repeat, einval_obj(dt_repeat(NULL, 1, shape2)))
@@ -470,6 +471,7 @@ static const struct {
     C(cat_null_list),
     C(stack_null_list),
     C(tril),
+    C(user_op),
     C(flip),
     C(roll),
     C(repeat),

@@ -8,11 +8,13 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dtorch/dtorch.h"
+#include "dtorch/dtorch_ops.h"
 #include "test_util.h"
 
 static dt_mesh *mesh1d(int n, int first_id) {
@@ -527,6 +529,55 @@ static void test_mesh_rank_and_devices(void) {
     dt_graph_release(g);
 }
 
+/* User kernels (dt_user_op) on the ref backend, which has no DLPack: the
+ * call records, the read fails with DT_EKERNEL naming the kernel and the
+ * backend, the function is never called, and release runs exactly once,
+ * also for a refused call; the graph goes on. (The torch backend runs them:
+ * tests/python/test_local_map.py.) */
+static atomic_int user_runs, user_releases;
+
+static dt_status user_never(void *ctx, int64_t rank, int n_in, void *const *in_dl, void **out_dl, char *err,
+                            size_t errlen) {
+    (void)ctx, (void)rank, (void)n_in, (void)in_dl, (void)out_dl, (void)err, (void)errlen;
+    atomic_fetch_add(&user_runs, 1);
+    return DT_EKERNEL;
+}
+
+static void user_release(void *ctx) {
+    CHECK(ctx == &user_runs);
+    atomic_fetch_add(&user_releases, 1);
+}
+
+static void test_user_kernel_without_dlpack(void) {
+    dt_graph *g = ref_graph();
+    dt_mesh *m = mesh1d(2, 0);
+    int64_t shape[1] = {4};
+    float x[4] = {1, 2, 3, 4};
+    dt_placement s0[1] = {{DT_PLACEMENT_SHARD, 0}};
+    dt_tensor *a = dt_tensor_from_buffer(g, DT_FLOAT32, 1, shape, x, sizeof x, m, s0);
+    dt_user_kernel uk = {"mine", user_never, user_release, &user_runs};
+    dt_tensor *y = dt_user_op(g, &uk, &a, 1, DT_FLOAT32, 1, shape, NULL, s0);
+    CHECK(y != NULL);
+    float got[4];
+    CHECK(dt_tensor_read(y, got, sizeof got) == DT_EKERNEL);
+    CHECK(strstr(dt_last_error(), "mine failed") != NULL && strstr(dt_last_error(), "DLPack") != NULL);
+    dt_tensor_release(y);
+    /* Refused at the call (a 2-D shape with a Shard of dim 3): release still runs, nothing is recorded. */
+    int64_t bad_shape[2] = {4, 1};
+    dt_placement s3[1] = {{DT_PLACEMENT_SHARD, 3}};
+    CHECK(dt_user_op(g, &uk, &a, 1, DT_FLOAT32, 2, bad_shape, NULL, s3) == NULL);
+    CHECK(dt_graph_sync(g) == DT_OK);
+    CHECK(atomic_load(&user_runs) == 0);
+    CHECK(atomic_load(&user_releases) == 2);
+    float want[4] = {2, 3, 4, 5};
+    dt_tensor *b = dt_binary_scalar(DT_BINARY_ADD, a, dt_scalar_float(1.0), 0);
+    expect_values(b, want, 4, "user kernel: the graph goes on");
+    dt_tensor_release(b);
+    dt_tensor_release(a);
+    dt_mesh_release(m);
+    dt_graph_release(g);
+}
+
 int main(void) {
     test_elementwise_and_sum();
     test_redistribute_all();
@@ -541,6 +592,7 @@ int main(void) {
     test_many_threads();
     test_futures();
     test_backlog_bound();
+    test_user_kernel_without_dlpack();
     if (failures) {
         fprintf(stderr, "test_runtime: %d failure(s)\n", failures);
         return 1;

@@ -190,3 +190,34 @@ class TestNnDtypes(BadInputCase):
         ]:
             with self.subTest(call=dt_call):
                 self.assertSameError(dt_call, torch_call)
+
+
+class TestTorchExceptionClasses(BadInputCase):
+    """Issue 31, item 5: the class (and the words) torch 2.13 raises, at the call."""
+
+    def test_cat_of_nothing(self):
+        for name in ("cat", "concat", "concatenate"):
+            for empty in ([], ()):
+                with self.subTest(op=name, arg=empty):
+                    self.assertSameError(lambda: getattr(dtorch, name)(empty), lambda: getattr(torch, name)(empty),
+                                         "expected a non-empty list of Tensors")
+        self.assertSameError(lambda: dtorch.stack([]), lambda: torch.stack([]))
+
+    def test_item_of_many_elements(self):
+        for shape in ((3,), (2, 2), (0,)):
+            for mesh in (None, CPU2):
+                with self.subTest(shape=shape, mesh=mesh):
+                    a = torch.ones(shape)
+                    x = dtorch.from_torch(a, mesh, [Shard(0)]) if mesh else dtorch.from_torch(a)
+                    n = a.numel()
+                    self.assertSameError(lambda: x.item(), lambda: a.item(),
+                                         f"a Tensor with {n} elements cannot be converted to Scalar")
+
+    def test_tril_triu_of_fewer_than_two_dims(self):
+        for name in ("tril", "triu"):
+            for a in (torch.ones(3), torch.tensor(2.0)):
+                with self.subTest(op=name, ndim=a.ndim):
+                    x = dtorch.from_torch(a)
+                    self.assertSameError(lambda: getattr(dtorch, name)(x), lambda: getattr(torch, name)(a),
+                                         f"{name}: input tensor must have at least 2 dimensions")
+                    self.assertSameError(lambda: getattr(x, name)(1), lambda: getattr(a, name)(1))

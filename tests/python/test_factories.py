@@ -471,7 +471,7 @@ class TestMetadataAndValues(unittest.TestCase):
         x = dtorch.from_torch(torch.tensor([[1.5, -2.0], [3.0, 4.25]]), CPU2, [Shard(0)])
         self.assertEqual(x.tolist(), [[1.5, -2.0], [3.0, 4.25]])
         np.testing.assert_array_equal(x.numpy(), np.array([[1.5, -2.0], [3.0, 4.25]], dtype=np.float32))
-        with self.assertRaisesRegex(ValueError, "a Tensor with 4 elements cannot be converted to Scalar"):
+        with self.assertRaisesRegex(RuntimeError, "a Tensor with 4 elements cannot be converted to Scalar"):
             x.item()
         with self.assertRaisesRegex(RuntimeError, "ambiguous"):
             bool(x)

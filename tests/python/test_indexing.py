@@ -131,8 +131,7 @@ class TestGetitemBasic(IndexTestCase):
             x[0, 0, 0]
         with self.assertRaisesRegex(ValueError, "step must be greater than zero"):
             x[::-1]
-        with self.assertRaisesRegex(IndexError, "single ellipsis"):
-            x[..., ...]
+        # x[..., ...] is no error: torch 2.13 takes several ellipses (test_api_gaps.py compares them)
         with self.assertRaises(IndexError):
             x["a"]
 

@@ -399,7 +399,7 @@ class TestCatStack(ViewTestCase):
 
     def test_errors(self):
         A = dist(randn(2, 3), CPU1, None)
-        with self.assertRaisesRegex(RuntimeError, "non-empty list"):
+        with self.assertRaisesRegex(ValueError, "non-empty list"):  # torch.cat([]) raises ValueError
             dtorch.cat([])
         with self.assertRaisesRegex(RuntimeError, "Sizes of tensors must match except in dimension 0"):
             dtorch.cat([A, dist(randn(2, 4), CPU1, None)])
@@ -564,7 +564,7 @@ class TestTrilFlipRoll(ViewTestCase):
 
     def test_errors(self):
         x = dist(randn(2, 3), CPU1, None)
-        with self.assertRaises(IndexError):
+        with self.assertRaisesRegex(RuntimeError, "at least 2 dimensions"):  # torch: RuntimeError, not IndexError
             dist(randn(3), CPU1, None).tril()
         with self.assertRaisesRegex(RuntimeError, "multiple times"):
             x.flip(0, 0)

@@ -29,6 +29,7 @@
 #include "core/records/kernel.h"
 #include "core/records/mesh.h"
 #include "core/records/meta.h"
+#include "core/records/ufn.h"
 #include "core/worker/stream.h"
 #include "core/worker/stream_int.h"
 
@@ -96,6 +97,8 @@ void dt__lw_discard(dt__kernel *k) {
             dt_future_release(k->extra);
         } else if (k->kop == DT_KC_GATE) {
             dt__debug_gate_unref(k->extra);
+        } else if (k->kop == DT_KC_USER) {
+            dt__ufn_unref(k->extra);
         }
     }
     dt__kernel_free(k);

@@ -21,6 +21,8 @@ enum {
     DT_KC_GATE,                    /* handle = dt_debug_gate: wait for it, then copy in[0] */
     DT_KC_RELEASE, /* handle = dead blobs to free (dt__blob_free_dead); not counted, not numbered */
     DT_KC_BCAST,   /* a device's slot of a device-independent record (core/records/bcast.h): handle */
+    DT_KC_USER, /* handle = dt__ufn (core/records/ufn.h); attributes: the device's block (dtype, ndim, shape)
+                 */
     DT_KC_END
 };
 

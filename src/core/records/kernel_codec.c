@@ -103,11 +103,13 @@ dt_status dt__kernel_encode(const dt__kbatch *b, dt__kgroup_fn group_of, void *c
     for (int i = 0; i < b->n; i++)
         for (const dt__krec *k = b->s[i].head; k; k = k->next) {
             if (k->kop == DT_KC_GATE || k->kop == DT_KC_STOP || k->kop == DT_KC_RELEASE ||
-                k->kop == DT_KC_BCAST || k->kop < 0 || k->kop >= DT_KC_END) {
+                k->kop == DT_KC_BCAST || k->kop == DT_KC_USER || k->kop < 0 || k->kop >= DT_KC_END) {
                 dt__free(groups);
                 return dt__error(DT_EINVAL, "kernel encode: a %s kernel (%s) cannot leave the process",
                                  k->opname ? k->opname : "core",
-                                 k->kop == DT_KC_GATE ? "test gate" : "not a kernel");
+                                 k->kop == DT_KC_GATE   ? "test gate"
+                                 : k->kop == DT_KC_USER ? "a user kernel: its function lives in this process"
+                                                        : "not a kernel");
             }
             if (k->kop != DT_KC_COLLECTIVE)
                 continue;
@@ -263,7 +265,7 @@ static dt__krec *rd_kernel(reader *r, int type, const dt__kresolver *res, const 
     if (r->why)
         return NULL;
     if (kop < 0 || kop >= DT_KC_END || kop == DT_KC_STOP || kop == DT_KC_GATE || kop == DT_KC_RELEASE ||
-        kop == DT_KC_BCAST) {
+        kop == DT_KC_BCAST || kop == DT_KC_USER) {
         fail(r, "unknown or in-process kernel op");
         return NULL;
     }

@@ -40,6 +40,7 @@
 #include "core/records/gate.h"
 #include "core/records/kernel.h"
 #include "core/records/kernel_rec.h"
+#include "core/records/ufn.h"
 
 /* ---------------------------------------------------------------- records */
 
@@ -108,7 +109,8 @@ void dt__krec_discard(dt__krec *k) {
         else if (k->kop == DT_KC_BCAST) {
             dt__bcast_unref(k->handle); /* a slot: the shared record holds it */
             return;
-        }
+        } else if (k->kop == DT_KC_USER)
+            dt__ufn_unref(k->handle);
     }
     dt__krec_free(k);
 }

@@ -23,6 +23,7 @@
 #include "core/records/kernel_rec.h"
 #include "core/records/memstats.h"
 #include "core/records/trace.h"
+#include "core/records/ufn.h"
 #include "core/worker/chain_run.h"
 #include "core/worker/stream.h"
 #include "core/worker/stream_int.h"
@@ -206,7 +207,10 @@ static void blob_account(dt__krec *k, const dt__stream *s, int inplace) {
 static const char *kernel_name(int kop) {
     if (kop < DT_K_COUNT)
         return kop_names[kop];
-    return kop == DT_KC_COLLECTIVE ? "collective" : kop == DT_KC_ASSEMBLE ? "assemble" : "gate";
+    return kop == DT_KC_COLLECTIVE ? "collective"
+           : kop == DT_KC_ASSEMBLE ? "assemble"
+           : kop == DT_KC_USER     ? "user"
+                                   : "gate";
 }
 
 /* A device-independent record's slot (core/records/bcast.h), instantiated:
@@ -274,6 +278,9 @@ static void kernel_exec(dt__krec *k, dt__stream *s) {
     case DT_KC_GATE:
         gate_run(k, s);
         break;
+    case DT_KC_USER:
+        dt__user_run(k, s);
+        break;
     case DT_K_CHAIN:
         inplace = dt__chain_run(k, s);
         break;
@@ -294,7 +301,7 @@ static void kernel_exec(dt__krec *k, dt__stream *s) {
         }
     }
     if (t0)
-        dt__rec_kernel_ran(s, k, kernel_name(k->kop), t0);
+        dt__rec_kernel_ran(s, k, k->kop == DT_KC_USER ? k->opname : kernel_name(k->kop), t0);
     /* Every kernel the controller appended counts, in order: this one's
      * number is its output's event (events.c). */
     dt__event_complete(s, ++s->completed);
@@ -343,6 +350,10 @@ static void kernel_drop(dt__krec *k, dt__stream *s) {
         break;
     case DT_KC_GATE:
         dt__debug_gate_drop(k);
+        break;
+    case DT_KC_USER:
+        dt__ufn_unref(k->handle);
+        k->handle = NULL;
         break;
     default:
         break;

@@ -31,6 +31,9 @@ void dt__kernel_run(dt__krec *k, dt__stream *s);
 /* The message of kernel k on stream s failing for `what`, into buf: the
  * op, the device and the user's call site (core/worker/kernel_run.c). */
 void dt__kernel_failure(char *buf, size_t cap, const dt__krec *k, const dt__stream *s, const char *what);
+/* Runs a user kernel (DT_KC_USER: the caller's function on the inputs' local
+ * pieces; s's worker thread; core/worker/user_run.c). */
+void dt__user_run(dt__krec *k, dt__stream *s);
 /* After dt_graph_cancel: releases k without running it (its output poisoned,
  * a read or sync failed, a collective still meets its peers), completing
  * its number (s's worker thread; core/worker/kernel_run.c). */
