@@ -109,8 +109,8 @@ class MainNode:
     @staticmethod
     def nodes() -> List[Dict[str, Any]]:
         """Every worker node registered so far, in registration order: ``index``, ``state``
-        ("alive", "lost" or "stopped"), ``cpu_devices``, ``first_device_id`` (its first global CPU
-        device id), ``cuda_devices``, ``first_cuda_device_id`` (its first global CUDA device id),
+        ("alive", "lost", "stopped", or "removed" by ``remove()``), ``cpu_devices``,
+        ``first_device_id`` (its first global CPU device id), ``cuda_devices``, ``first_cuda_device_id`` (its first global CUDA device id),
         ``pid``, ``address``, ``host``, once lost ``error``, and the data of collectives and copies
         it sent to and received from other nodes (``data_bytes_sent``, ``data_messages_sent``,
         ``data_bytes_received``, ``data_messages_received``; as of its latest answer, so exact once

@@ -123,8 +123,10 @@ dt_tensor *dt__tensor_new(dt_graph *g, const dt__meta *m) {
 void dt_tensor_site(const dt_tensor *t, const char **file, int *line) {
     const dt__symrec *rec =
         dt__tensor_ok(t) ? (const dt__symrec *)((const char *)t - offsetof(dt__symrec, t)) : NULL;
-    *file = rec ? rec->site_file : NULL;
-    *line = rec ? rec->site_line : 0;
+    if (file)
+        *file = rec ? rec->site_file : NULL;
+    if (line)
+        *line = rec ? rec->site_line : 0;
 }
 
 /* ------------------------------------------------- values on some devices */
