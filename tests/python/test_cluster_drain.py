@@ -150,3 +150,22 @@ def test_remove_drains_values_to_local_devices(cluster):
     assert torch.equal((part.redistribute(placements=[Replicate()]) + 1).to_torch(), before["part"][0] + 1)
     assert torch.equal((span * 2 - 1).to_torch(), t * 2 - 1)
     _local_still_works(g)
+
+
+def test_remove_drains_to_another_worker_node(cluster):
+    p = cluster("--cpu-devices=2")
+    MainNode.wait_cluster_ready(1, timeout_second=60)
+    q = cluster("--cpu-devices=2")
+    MainNode.wait_cluster_ready(2, timeout_second=60)
+    a, b = (n["first_device_id"] for n in MainNode.nodes())
+    g = dtorch.Graph()
+    t = torch.randn(5, 6, generator=torch.Generator().manual_seed(7))
+    x = dtorch.from_torch(t, dtorch.DeviceMesh("cpu", [[a], [a + 1]]), [Shard(0), Replicate()], graph=g).exp()
+    pieces = local_values(x)
+    MainNode.remove(0, to=[b + 1, b])  # node to node, the order swapped
+    rc, err = wait_exit(p, timeout=30)
+    assert rc == 0, err
+    assert x.device_mesh.mesh.tolist() == [[b + 1], [b]] and list(x.placements) == [Shard(0), Replicate()]
+    assert all(torch.equal(u, v) for u, v in zip(pieces, local_values(x))) and torch.equal(x.to_torch(), t.exp())
+    assert torch.equal((x - 1).to_torch(), t.exp() - 1)  # computed on node 1 now
+    assert [n["state"] for n in MainNode.nodes()] == ["removed", "alive"] and q.poll() is None
