@@ -329,6 +329,18 @@ DT_API const dt_placement *dt_tensor_placements(const dt_tensor *t); /* borrowed
 DT_API dt_graph *dt_tensor_graph(const dt_tensor *t);                /* borrowed */
 /* A process-unique id of the symbol. */
 DT_API uint64_t dt_tensor_id(const dt_tensor *t);
+/* The call site (dt_set_call_site) current when the symbol was made: *file
+ * NULL when none was set (and for a released handle). The file is interned
+ * (lives as long as the process); either pointer may be NULL. */
+DT_API void dt_tensor_site(const dt_tensor *t, const char **file, int *line);
+/* The live symbols, of every graph, whose mesh is of `type` and holds one of
+ * the device ids first..first+count-1 (what a worker node's devices hold,
+ * MainNode.remove): up to `cap` of them into out[], each retained (release
+ * each); returns how many there are (more than cap: call again with room).
+ * Any thread; a symbol made or dropped meanwhile on another thread may be
+ * missed or counted. */
+DT_API int64_t dt_tensors_on_devices(dt_device_type type, int64_t first, int64_t count, dt_tensor **out,
+                                     int64_t cap);
 
 /* ------------------------------------------------------------ memory stats */
 

@@ -75,6 +75,7 @@ typedef enum dt_node_state {
     DT_NODE_ALIVE = 0,
     DT_NODE_LOST = 1,    /* no heartbeat for two intervals, or it left */
     DT_NODE_STOPPED = 2, /* the main node told it to stop */
+    DT_NODE_REMOVED = 3, /* dt_cluster_remove: told to stop; its ids stay numbered, unusable */
 } dt_node_state;
 
 /* One worker node, as the main node sees it. */
@@ -141,6 +142,14 @@ DT_API void dt_cluster_counters_get(dt_cluster_counters *out);
  * cluster (a later dt_cluster_listen may form a new one). No-op when not
  * listening. */
 DT_API void dt_cluster_shutdown(void);
+/* Removes worker node `index` from the cluster while the program runs
+ * (MainNode.remove, which first moves or refuses the values it holds): it
+ * is told to stop (it exits 0), its state becomes DT_NODE_REMOVED and its
+ * device ids stay numbered but are no longer usable; what was still queued
+ * for it, or waited on it, fails with "worker node N was removed". The
+ * other nodes are untouched. DT_EINDEX for no such node, DT_EINVAL for a
+ * node that is not alive or when not listening. */
+DT_API dt_status dt_cluster_remove(int index);
 
 /* A kernel a worker node ran while the main node traced
  * (dtorch.profiler.trace, dt_record_enable(DT_RECORD_TRACE)): its node's

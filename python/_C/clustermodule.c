@@ -98,7 +98,7 @@ static PyObject *c_nodes(PyObject *self, PyObject *noargs) {
         dt_node_info in;
         if (dt_cluster_node(i, &in) != DT_OK)
             break;
-        static const char *const states[] = {"alive", "lost", "stopped"};
+        static const char *const states[] = {"alive", "lost", "stopped", "removed"};
         PyObject *d = Py_BuildValue(
             "{s:i,s:s,s:i,s:L,s:i,s:L,s:i,s:s,s:s,s:s,s:L,s:L,s:L,s:L,s:L,s:L}", "index", in.index, "state",
             states[in.state], "cpu_devices", in.cpu_devices, "first_device_id", (long long)in.first_device_id,
@@ -151,6 +151,57 @@ static PyObject *c_shutdown(PyObject *self, PyObject *noargs) {
     Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
 
+static PyObject *c_remove(PyObject *self, PyObject *args) {
+    (void)self;
+    int index;
+    if (!PyArg_ParseTuple(args, "i", &index))
+        return NULL;
+    dt_status st;
+    Py_BEGIN_ALLOW_THREADS st = dt_cluster_remove(index);
+    Py_END_ALLOW_THREADS if (st != DT_OK) return cluster_error(st);
+    Py_RETURN_NONE;
+}
+
+/* The live values with a piece on devices first..first+count-1 of `type`
+ * (0 cpu, 1 cuda): a list of (id, shape, dtype, file or None, line). */
+static PyObject *c_values_on(PyObject *self, PyObject *args) {
+    int type;
+    long long first, count;
+    if (!PyArg_ParseTuple(args, "iLL", &type, &first, &count))
+        return NULL;
+    dt_tensor **ts = NULL;
+    int64_t n = 0, cap = 0;
+    do { /* more may appear between the calls: again with room for them */
+        for (int64_t i = 0; i < (n < cap ? n : cap); i++)
+            dt_tensor_release(ts[i]);
+        PyMem_Free(ts);
+        cap = n + 16;
+        if (!(ts = PyMem_Calloc((size_t)cap, sizeof *ts)))
+            return PyErr_NoMemory();
+        n = dt_tensors_on_devices((dt_device_type)type, first, count, ts, cap);
+    } while (n > cap);
+    PyObject *list = PyList_New(0);
+    for (int64_t i = 0; i < n; i++) {
+        const char *file;
+        int line, nd = dt_tensor_ndim(ts[i]);
+        dt_tensor_site(ts[i], &file, &line);
+        PyObject *shape = list ? PyTuple_New(nd) : NULL;
+        for (int d = 0; shape && d < nd; d++)
+            PyTuple_SET_ITEM(shape, d, PyLong_FromLongLong((long long)dt_tensor_shape(ts[i])[d]));
+        PyObject *dtype = shape ? dtpy_dtype_to_torch(dtpy_state_of(self), dt_tensor_dtype(ts[i])) : NULL;
+        PyObject *row = dtype ? Py_BuildValue("(KOOzi)", (unsigned long long)dt_tensor_id(ts[i]), shape,
+                                              dtype, file, line)
+                              : NULL;
+        if (!row || PyList_Append(list, row) < 0)
+            Py_CLEAR(list);
+        Py_XDECREF(row); /* dtype is borrowed */
+        Py_XDECREF(shape);
+        dt_tensor_release(ts[i]);
+    }
+    PyMem_Free(ts);
+    return list;
+}
+
 static PyObject *c_info(PyObject *self, PyObject *noargs) {
     (void)self, (void)noargs;
     dt_cluster_counters c;
@@ -177,6 +228,10 @@ static PyMethodDef cluster_methods[] = {
     {"_cluster_take_trace", c_take_trace, METH_NOARGS,
      "_cluster_take_trace(): the worker nodes' kernel records since the last call"},
     {"_cluster_info", c_info, METH_NOARGS, "_cluster_info() -> dict"},
+    {"_cluster_remove", c_remove, METH_VARARGS,
+     "_cluster_remove(index): stop worker node index, mark it removed"},
+    {"_values_on_devices", c_values_on, METH_VARARGS,
+     "_values_on_devices(type, first, count) -> [(id, shape, dtype, file, line)] of the live values there"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -109,8 +109,8 @@ class MainNode:
     @staticmethod
     def nodes() -> List[Dict[str, Any]]:
         """Every worker node registered so far, in registration order: ``index``, ``state``
-        ("alive", "lost" or "stopped"), ``cpu_devices``, ``first_device_id`` (its first global CPU
-        device id), ``cuda_devices``, ``first_cuda_device_id`` (its first global CUDA device id),
+        ("alive", "lost", "stopped", or "removed" by ``remove()``), ``cpu_devices``,
+        ``first_device_id`` (its first global CPU device id), ``cuda_devices``, ``first_cuda_device_id`` (its first global CUDA device id),
         ``pid``, ``address``, ``host``, once lost ``error``, and the data of collectives and copies
         it sent to and received from other nodes (``data_bytes_sent``, ``data_messages_sent``,
         ``data_bytes_received``, ``data_messages_received``; as of its latest answer, so exact once
@@ -121,9 +121,130 @@ class MainNode:
         return _C._cluster_nodes()
 
     @staticmethod
+    def remove(node: Any, to: Any = None) -> None:
+        """Removes worker node ``node`` (its ``index``, or its entry of ``nodes()``) from the
+        cluster while the program runs (docs/cluster.md, "Removing a node").
+
+        Without ``to``, a node that holds no live value is told to stop (it exits 0); one that
+        holds some is refused with a RuntimeError listing each value (shape, dtype, the line that
+        made it) and nothing changes. With ``to``, the device ids to move them to (as many as the
+        node has, its i-th device's pieces going to ``to[i]``; a dict ``{"cpu": [...], "cuda":
+        [...]}`` for a node with both kinds), every value with a piece there is copied to the
+        same mesh with those ids, and every dtorch.Tensor holding it now holds the copy (the same
+        value, placements and shape; a Partial value's sum is finished on the way, its first
+        coordinate holding it); then the node is removed. Its ids stay numbered but are
+        marked removed: ``nodes()`` shows ``state: "removed"`` and a mesh on them is a
+        ValueError. Call it from the thread that records the program's ops, with no other
+        thread recording meanwhile.
+
+        >>> MainNode.remove(1, to=[0, 1])  # doctest: +SKIP
+        """
+        index = node.get("index") if isinstance(node, Mapping) else node
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise TypeError(f"remove(): node must be a worker node's index or its nodes() entry, not "
+                            f"{type(node).__name__}")
+        if MainNode.get_address() is None:
+            raise RuntimeError("MainNode.remove(): this process is not a main node (MainNode.set_address)")
+        nodes = MainNode.nodes()
+        if not 0 <= index < len(nodes):
+            raise IndexError(f"remove(): worker node {index} does not exist ({len(nodes)} registered)")
+        info = nodes[index]
+        if info["state"] != "alive":
+            raise ValueError(f"remove(): worker node {index} is {info['state']}, not alive")
+        ranges = _ranges(info)
+        held = _held(ranges)
+        if held and to is None:
+            raise RuntimeError(f"MainNode.remove(): worker node {index} holds {len(held)} live value"
+                               f"{'' if len(held) == 1 else 's'}; move them with remove({index}, to=[device ids]) "
+                               f"or drop them first:\n" + _describe(held))
+        if held:
+            _drain(held, _destinations(index, ranges, to))
+            left = _held(ranges)
+            if left:
+                raise RuntimeError(f"MainNode.remove(): worker node {index} still holds {len(left)} value"
+                                   f"{'' if len(left) == 1 else 's'} that no dtorch.Tensor of this process "
+                                   f"holds (the node stays):\n" + _describe(left))
+        _C._cluster_remove(index)
+
+    @staticmethod
     def shutdown() -> None:
         """Tells every worker node to stop (they exit 0) and stops listening; also run at exit."""
         _C._cluster_shutdown()
+
+
+def _ranges(info: Mapping[str, Any]) -> Dict[str, range]:
+    """The node's global device ids per kind, those it has."""
+    out = {"cpu": range(info["first_device_id"], info["first_device_id"] + info["cpu_devices"]),
+           "cuda": range(info["first_cuda_device_id"], info["first_cuda_device_id"] + info["cuda_devices"])}
+    return {k: r for k, r in out.items() if len(r)}
+
+
+_KIND = {"cpu": _C.DEVICE_CPU, "cuda": _C.DEVICE_CUDA}
+
+
+def _held(ranges: Mapping[str, range]) -> List[tuple]:
+    """The live values with a piece on those ids: (id, shape, dtype, file, line) each."""
+    return [v for k, r in ranges.items() for v in _C._values_on_devices(_KIND[k], r.start, len(r))]
+
+
+def _describe(values: List[tuple]) -> str:
+    return "\n".join(f"  shape {list(shape)}, {dtype}, made at {f'{file}:{line}' if file else '(unknown line)'}"
+                     for _, shape, dtype, file, line in values)
+
+
+def _destinations(index: int, ranges: Mapping[str, range], to: Any) -> Dict[str, Dict[int, int]]:
+    """to, checked, as {kind: {node's id: new id}}; a ValueError naming ``to`` before anything moves."""
+    from .distributed_spec import DeviceMesh, _check_cluster_ids
+
+    if isinstance(to, DeviceMesh):
+        to = {to.device_type: list(to._ids)}
+    elif not isinstance(to, Mapping):
+        if len(ranges) != 1:
+            raise ValueError(f"remove(): worker node {index} has CPU and CUDA devices: give to as "
+                             f"{{'cpu': [...], 'cuda': [...]}}")
+        to = {next(iter(ranges)): to}
+    out = {}
+    for kind, r in ranges.items():
+        ids = to.get(kind)
+        if ids is None:
+            raise ValueError(f"remove(): to names no {kind} devices for worker node {index}'s {len(r)}")
+        ids = list(ids)
+        if any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
+            raise TypeError(f"remove(): to must hold int device ids, not {ids!r}")
+        if len(ids) != len(r):
+            raise ValueError(f"remove(): to has {len(ids)} {kind} device ids but worker node {index} has "
+                             f"{len(r)} (ids {r.start}..{r.stop - 1}), mapped in order")
+        if len(set(ids)) != len(ids) or any(i in r for i in ids):
+            raise ValueError(f"remove(): to={ids} must name {len(r)} distinct {kind} devices, none of worker "
+                             f"node {index}'s own ({r.start}..{r.stop - 1})")
+        _check_cluster_ids(ids, kind)
+        out[kind] = dict(zip(r, ids))
+    return out
+
+
+def _drain(held: List[tuple], maps: Mapping[str, Dict[int, int]]) -> None:
+    """Copies every value in `held` to its mesh with the node's ids mapped, then points each
+    dtorch.Tensor holding it at the copy: the meshes are made (and refused) before anything
+    moves, and the tensors change only once the copies have run."""
+    import gc
+
+    wanted = {v[0] for v in held}
+    found: Dict[int, list] = {}  # value id -> [tensors holding it]
+    for o in gc.get_objects():
+        if issubclass(type(o), _C.TensorBase) and o._id in wanted:  # type(): no proxy's __class__
+            found.setdefault(o._id, []).append(o)
+    dests = {}
+    for vid, holders in found.items():
+        mesh = holders[0].device_mesh
+        m = maps[mesh.device_type]
+        dests[vid] = mesh._sub(mesh.shape, [m.get(i, i) for i in mesh._ids], mesh.dim_names)
+    copies = {vid: found[vid][0].redistribute(device_mesh=dests[vid], placements=found[vid][0].placements)
+              for vid in found}
+    for g in {id(c.graph): c.graph for c in copies.values()}.values():
+        g.sync()
+    for vid, holders in found.items():
+        for o in holders:
+            _C._rebind(o, copies[vid])
 
 
 _LOOPBACK = ("localhost", "127.0.0.1", "::1", "ip6-localhost")

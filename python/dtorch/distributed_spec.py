@@ -335,6 +335,11 @@ def _check_cluster_ids(ids, kind: str = "cpu") -> None:
     local = total - added
     name = "CUDA" if kind == "cuda" else "CPU"
     for i in ids:
+        gone = [n for n in nodes if n["state"] == "removed" and n[first] <= i < n[first] + n[key]]
+        if gone:  # MainNode.remove(): its ids stay numbered, unusable
+            raise ValueError(f"{name} device {i} belonged to worker node {gone[0]['index']}, which was removed "
+                             f"from the cluster (MainNode.remove); its ids {gone[0][first]}.."
+                             f"{gone[0][first] + gone[0][key] - 1} are no longer usable")
         if i < local or any(n[first] <= i < n[first] + n[key] for n in nodes):
             continue
         raise ValueError(f"{name} device {i} does not exist in this cluster: the main node has {local} "

@@ -183,6 +183,18 @@ static int refill_from_slab(dt__pool *p, tls_list *l) {
     return 0;
 }
 
+/* Every record of a stable pool's slabs, live or free, under its lock (the
+ * slabs only grow): `fn` reads the magic at keep_off first. */
+void dt__pool_each(dt__pool *p, void (*fn)(void *rec, void *arg), void *arg) {
+    size_t rsize = (p->size < sizeof(free_rec) ? sizeof(free_rec) : p->size);
+    rsize = (rsize + LINE - 1) / LINE * LINE;
+    pthread_mutex_lock(&p->lock);
+    for (slab *sl = p->stable ? p->slabs : NULL; sl; sl = sl->next)
+        for (int i = 1; i <= BATCH; i++)
+            fn((char *)sl + (size_t)i * rsize, arg);
+    pthread_mutex_unlock(&p->lock);
+}
+
 void *dt__pool_alloc(dt__pool *p) { return dt__pool_alloc_in_slow(p, NULL, p->size); }
 void *dt__pool_alloc_prefix(dt__pool *p, size_t zeroed) { return dt__pool_alloc_in_slow(p, NULL, zeroed); }
 void dt__pool_free(dt__pool *p, void *obj) { dt__pool_free_in_slow(p, NULL, obj); }

@@ -42,6 +42,10 @@ void *dt__pool_alloc(dt__pool *p);
 void *dt__pool_alloc_prefix(dt__pool *p, size_t zeroed);
 /* Returns a record to the pool. NULL is ignored. */
 void dt__pool_free(dt__pool *p, void *obj);
+/* Calls fn on every record of a stable pool, live or free (a free one
+ * keeps only its magic readable), under the pool's lock: fn must not use
+ * the pool. Nothing for other pools. */
+void dt__pool_each(dt__pool *p, void (*fn)(void *rec, void *arg), void *arg);
 /* Registers the probe of whether threads that use the pools still run (the
  * core's workers; src/init.c registers it at start-up): the exit-time
  * cleanup then leaves the pools alone. Without one, the pools are freed. */

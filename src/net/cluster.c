@@ -583,6 +583,38 @@ dt_status dt_cluster_node(int index, dt_node_info *out) {
     return st;
 }
 
+dt_status dt_cluster_remove(int index) {
+    dt__wire_msg *m = dt__calloc(1, sizeof *m);
+    outmsg *o = m ? dt__calloc(1, sizeof *o) : NULL;
+    pthread_mutex_lock(&C.mu);
+    dt_status st = DT_OK;
+    if (!o)
+        st = dt__error(DT_ENOMEM, "cluster: out of memory removing worker node %d", index);
+    else if (!C.address[0])
+        st = dt__error(DT_EINVAL, "cluster: this process is not a main node (dt_cluster_listen)");
+    else if (index < 0 || index >= C.n)
+        st = dt__error(DT_EINDEX, "cluster: worker node %d does not exist (%d registered)", index, C.n);
+    else if (C.nodes[index].info.state != DT_NODE_ALIVE)
+        st = dt__error(DT_EINVAL, "cluster: worker node %d is not alive (%s)", index,
+                       C.nodes[index].info.error[0] ? C.nodes[index].info.error : "stopped");
+    if (st == DT_OK) {
+        /* As a lost node (its pending reads and collectives fail), then
+         * marked removed; nothing more goes to it but the STOP below. */
+        dt__cluster_lose(&C.nodes[index], "was removed from the cluster (MainNode.remove)");
+        C.nodes[index].info.state = DT_NODE_REMOVED;
+        m->type = DT__WIRE_STOP;
+        o->node = index;
+        o->ctl = m;
+        m = NULL;
+        dt__cluster_queue(o);
+        o = NULL;
+    }
+    pthread_mutex_unlock(&C.mu);
+    dt__free(m);
+    dt__free(o);
+    return st;
+}
+
 dt_status dt_debug_cluster_corrupt_batch(int node) {
     pthread_mutex_lock(&C.mu);
     dt_status st = DT_OK;

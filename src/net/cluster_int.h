@@ -124,6 +124,8 @@ node *dt__cluster_find(const dt__net_in *in);
 void dt__cluster_lose(node *nd, const char *why);
 /* Wakes the cluster thread (under mu). */
 void dt__cluster_wake(void);
+/* Appends o to the messages the cluster thread sends next (under mu). */
+void dt__cluster_queue(outmsg *o);
 /* Cluster thread (cluster_remote.c): a RESULT from a live node (not under
  * mu); sends the queued batches and releases; fails the pending futures of
  * nodes not alive (only < 0), or of node `only` with `why` (only those of

@@ -33,6 +33,10 @@ dt_status dt_cluster_node(int index, dt_node_info *out) {
 int64_t dt_cluster_cpu_devices(void) { return 0; }
 int64_t dt_cluster_cuda_devices(void) { return 0; }
 void dt_cluster_shutdown(void) {}
+dt_status dt_cluster_remove(int index) {
+    (void)index;
+    return dt__error(DT_EUNSUPPORTED, NO_ZMQ);
+}
 void dt_debug_node_clock_skew(int64_t ns) { (void)ns; }
 dt_status dt_cluster_take_trace(dt_cluster_trace_kernel **out, size_t *n) {
     if (out)

@@ -257,7 +257,9 @@ void dt__cluster_send_out(void) {
             pthread_mutex_lock(&C.mu);
             node nd = C.nodes[o->node];
             pthread_mutex_unlock(&C.mu);
-            if (nd.info.state == DT_NODE_ALIVE && dt__net_send(C.router, nd.rid, nd.rid_len, o->ctl) != DT_OK)
+            int stop = o->ctl->type == DT__WIRE_STOP; /* dt_cluster_remove's, to a removed node */
+            if ((nd.info.state == DT_NODE_ALIVE || stop) &&
+                dt__net_send(C.router, nd.rid, nd.rid_len, o->ctl) != DT_OK)
                 fprintf(stderr, "dtorch main node: %s\n", dt_last_error());
             dt__free(o->ctl);
             dt__free(o);
@@ -317,6 +319,14 @@ void dt__cluster_send_out(void) {
             dt__net_send_extra(C.router, r->rid, r->rid_len, &m, &x);
     }
     dt__free(rels);
+}
+
+void dt__cluster_queue(outmsg *o) {
+    if (C.out_last)
+        C.out_last->next = o;
+    else
+        C.out = o;
+    C.out_last = o;
 }
 
 uint64_t dt__cluster_generation(void) { return atomic_load_explicit(&C.generation, memory_order_acquire); }
@@ -389,11 +399,7 @@ int dt__cluster_span_nccl(uint32_t tag, uint64_t key, int n, const int64_t *ids)
             memcpy(m->u.ncclid.id, uid, sizeof uid);
             o->node = procs[i].proc;
             o->ctl = m;
-            if (C.out_last)
-                C.out_last->next = o;
-            else
-                C.out = o;
-            C.out_last = o;
+            dt__cluster_queue(o);
         }
         dt__cluster_wake();
         pthread_mutex_unlock(&C.mu);
@@ -428,11 +434,7 @@ void dt__cluster_ship(int idx, const char *backend, void *body, size_t len, dt_f
         o->keys = keys;
         o->nkeys = nkeys;
         keys = NULL;
-        if (C.out_last)
-            C.out_last->next = o;
-        else
-            C.out = o;
-        C.out_last = o;
+        dt__cluster_queue(o);
         for (int i = 0; i < n; i++) {
             ps[i]->f = futs[i];
             ps[i]->node = idx;

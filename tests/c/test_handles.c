@@ -93,6 +93,7 @@ CASE(tensor_mesh, dt_tensor_mesh(NULL) == NULL)
 CASE(tensor_placements, dt_tensor_placements(NULL) == NULL)
 CASE(tensor_graph, dt_tensor_graph(NULL) == NULL)
 CASE(tensor_id, dt_tensor_id(NULL) == 0)
+CASE(tensor_site, (dt_tensor_site(NULL, NULL, NULL), 1))
 CASE(tensor_read, einval(dt_tensor_read(NULL, NULL, 0)))
 CASE(tensor_fetch, einval_obj(dt_tensor_fetch(NULL)))
 CASE(tensor_fetch_local, einval_obj(dt_tensor_fetch_local(NULL, 0)))
@@ -304,6 +305,16 @@ static int dead_tensor_handle(void) {
              dt_debug_segment_mesh_dims(fx.dead, NULL) == -1 && dead_einval_obj(dt_tensor_fetch(fx.dead)) &&
              dead_einval_obj(dt_tensor_fetch_local(fx.dead, 0)) &&
              dead_einval(dt_tensor_read(fx.dead, buf, sizeof buf));
+    const char *file = "x";
+    int line = 1;
+    dt_tensor_site(fx.dead, &file, &line);
+    ok = ok && file == NULL && line == 0;
+    /* The live tensor is the one value on its devices; the dead one is not listed. */
+    dt_tensor *found[2] = {NULL, NULL};
+    ok = ok && dt_tensors_on_devices(DT_DEVICE_CPU, 0, 64, found, 2) == 1 && found[0] == fx.live &&
+         dt_tensors_on_devices(DT_DEVICE_CPU, 64, 8, NULL, 0) == 0 &&
+         dt_tensors_on_devices(DT_DEVICE_CUDA, 0, 64, NULL, 0) == 0;
+    dt_tensor_release(found[0]);
     /* The live tensor still reads its value. */
     ok = ok && dt_tensor_read(fx.live, buf, sizeof buf) == DT_OK && buf[0] == 1.0f && buf[1] == 1.0f;
     return dead_tensor_teardown(&fx, ok);
@@ -408,6 +419,7 @@ static const struct {
     C(tensor_placements),
     C(tensor_graph),
     C(tensor_id),
+    C(tensor_site),
     C(tensor_read),
     C(tensor_fetch),
     C(tensor_fetch_local),

@@ -32,6 +32,8 @@ dt__pool dt__node_pool = DT__POOL_INIT(sizeof(dt__node));
 typedef struct dt__symrec {
     dt__tval v;
     struct dt_tensor t;
+    const char *site_file; /* the user's line that made it (dt_tensor_site) */
+    int site_line;
 } dt__symrec;
 /* Type-stable, for the symbol's magic (core.h, handles). */
 dt__pool dt__tval_pool = DT__POOL_INIT_STABLE(sizeof(dt__symrec), offsetof(dt__symrec, t));
@@ -113,7 +115,89 @@ dt_tensor *dt__tensor_new(dt_graph *g, const dt__meta *m) {
     atomic_init(&t->refs, 1);
     t->graph = g;
     t->v = v;
+    rec->site_file = NULL; /* dt__client_submit_raw: its node's */
+    rec->site_line = 0;
     return t;
+}
+
+void dt_tensor_site(const dt_tensor *t, const char **file, int *line) {
+    const dt__symrec *rec =
+        dt__tensor_ok(t) ? (const dt__symrec *)((const char *)t - offsetof(dt__symrec, t)) : NULL;
+    if (file)
+        *file = rec ? rec->site_file : NULL;
+    if (line)
+        *line = rec ? rec->site_line : 0;
+}
+
+/* ------------------------------------------------- values on some devices */
+
+typedef struct tlist {
+    dt_tensor **v;
+    int64_t n, cap;
+} tlist;
+
+typedef struct on_devices {
+    dt_device_type type;
+    int64_t first, count;
+    tlist hits, drop; /* drop: references to release that may be the last */
+} on_devices;
+
+/* Appends t to l; 0 when out of memory. The pool's lock is held: no pool call. */
+static int tlist_push(tlist *l, dt_tensor *t) {
+    if (l->n == l->cap) {
+        int64_t cap = l->cap ? 2 * l->cap : 64;
+        dt_tensor **v = dt__realloc(l->v, (size_t)cap * sizeof *v);
+        if (!v)
+            return 0;
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = t;
+    return 1;
+}
+
+/* A live symbol with a piece on one of the devices, retained into q->hits
+ * (one whose last reference is being dropped is skipped). */
+static void visit_symbol(void *rec, void *arg) {
+    on_devices *q = arg;
+    dt_tensor *t = &((dt__symrec *)rec)->t;
+    if (!dt__tensor_ok(t))
+        return;
+    int refs = atomic_load(&t->refs);
+    do
+        if (refs <= 0)
+            return;
+    while (!atomic_compare_exchange_weak(&t->refs, &refs, refs + 1));
+    const dt_mesh *m = t->v->meta.mesh;
+    int hit = 0;
+    for (int64_t i = 0; m->type == q->type && i < m->ndev; i++)
+        hit |= m->ids[i] >= q->first && m->ids[i] < q->first + q->count;
+    if (hit && tlist_push(&q->hits, t))
+        return;
+    /* Ours back: a plain decrement unless it may be the last reference
+     * (dropped meanwhile on another thread), which is released after the
+     * walk, outside the lock. */
+    refs = atomic_load(&t->refs);
+    while (refs > 1 && !atomic_compare_exchange_weak(&t->refs, &refs, refs - 1)) {
+    }
+    if (refs <= 1 && !tlist_push(&q->drop, t))
+        atomic_fetch_sub(&t->refs, 1); /* out of memory: leaked rather than freed under the lock */
+}
+
+int64_t dt_tensors_on_devices(dt_device_type type, int64_t first, int64_t count, dt_tensor **out,
+                              int64_t cap) {
+    on_devices q = {type, first, count, {NULL, 0, 0}, {NULL, 0, 0}};
+    dt__pool_each(&dt__tval_pool, visit_symbol, &q);
+    for (int64_t i = 0; i < q.drop.n; i++)
+        dt_tensor_release(q.drop.v[i]);
+    for (int64_t i = 0; i < q.hits.n; i++)
+        if (out && i < cap)
+            out[i] = q.hits.v[i];
+        else
+            dt_tensor_release(q.hits.v[i]);
+    dt__free(q.drop.v);
+    dt__free(q.hits.v);
+    return q.hits.n;
 }
 
 dt_tensor *dt__tval_tensor(dt__tval *v) { return &((dt__symrec *)v)->t; }
@@ -146,6 +230,9 @@ dt_tensor *dt__client_submit_raw(dt_tensor *t, dt__node *n) {
         if (dt_last_status() == DT_OK)
             dt__error(DT_ENOMEM, "out of memory");
     } else {
+        dt__symrec *rec = (dt__symrec *)((char *)t - offsetof(dt__symrec, t));
+        rec->site_file = n->site_file;
+        rec->site_line = n->site_line;
         dt_status st = dt__graph_submit(t->graph, n);
         if (st == DT_OK)
             return t;
