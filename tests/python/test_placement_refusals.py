@@ -379,6 +379,33 @@ class TestViewBlockRows(unittest.TestCase):
                                         t, d, mesh)] += 1
         self.assertTrue(seen[0] and seen[1], seen)
 
+    def test_repeat_interleave_of_the_sharded_dim(self):
+        # Its row: "int repeats: ... S(dim)->S(dim) when every device's output block is its input block
+        # repeated"; the outcome here is that clause computed with torch.chunk.
+        self.assertIn("S(dim)->S(dim) when every device's output block is its input block repeated",
+                      ROWS["repeat_interleave"])
+        mesh3 = dtorch.DeviceMesh("cpu", [0, 1, 2])
+        seen = [0, 0]
+        for size in (2, 3, 4, 5, 6):
+            t = torch.arange(size * 2, dtype=torch.float32).reshape(size, 2)
+            for reps in (1, 2, 3):
+                for mesh in (CPU2, mesh3):
+                    n = mesh.size()
+                    want = t.repeat_interleave(reps, dim=0)
+                    ok = all(torch.equal(a, b.repeat_interleave(reps, dim=0))
+                             for a, b in zip(chunks(want, n, 0), chunks(t, n, 0)))
+                    with self.subTest(size=size, repeats=reps, n=n):
+                        x = dtorch.from_torch(t, mesh, [Shard(0)])
+                        if ok:
+                            got = x.repeat_interleave(reps, dim=0)
+                            self.assertEqual(tuple(got.placements), (Shard(0),))
+                            self.assertTrue(torch.equal(got.to_torch(), want))
+                        else:
+                            with self.assertRaises(dtorch.PlacementError):
+                                x.repeat_interleave(reps, dim=0)
+                    seen[ok] += 1
+        self.assertTrue(seen[0] and seen[1], seen)
+
 
 if __name__ == "__main__":
     unittest.main()
