@@ -8,6 +8,11 @@ all-to-alls (Ulysses) and ring shifts, moves between meshes). ``str(e)`` is a
 table; ``e.records`` the same as data. ``DTORCH_EXPLAIN=1`` in the environment
 records the whole run and prints the table (to stderr) at exit.
 
+Work whose result is dropped is recorded: outside ``explain()`` such an op is never
+computed (dead-code elimination), while it records nothing is eliminated, so
+``with dtorch.explain() as e: model(ids)`` shows the forward's communication
+whether or not the logits are kept (docs/decisions.md).
+
 >>> mesh = dtorch.DeviceMesh("cpu", [0, 1], mesh_dim_names=("dp",))
 >>> x = dtorch.ones(4, 3, device_mesh=mesh, placements=[dtorch.Shard(0)])
 >>> with dtorch.explain() as e:

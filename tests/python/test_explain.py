@@ -243,6 +243,12 @@ class TestImplicit(unittest.TestCase):
         assert_tensor_equal(self, y, t)
 
 
+def with_explain_env(code, value="1"):
+    """Runs ``code`` in a fresh interpreter with DTORCH_EXPLAIN=value; its CompletedProcess."""
+    env = dict(os.environ, DTORCH_EXPLAIN=value)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+
+
 class TestEnvironment(unittest.TestCase):
     def test_dtorch_explain_prints_at_exit(self):
         code = (
@@ -251,17 +257,80 @@ class TestEnvironment(unittest.TestCase):
             "x = dtorch.ones(4, 3, device_mesh=m, placements=[dtorch.Shard(0)])\n"
             "y = x.redistribute(placements=[dtorch.Replicate()])\n"
         )
-        env = dict(os.environ, DTORCH_EXPLAIN="1")
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        out = with_explain_env(code)
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertIn("dtorch.explain: 1 collective(s)", out.stderr)
         self.assertIn("<string>:4", out.stderr)
         self.assertIn("all_gather", out.stderr)
         self.assertIn(str(2 * 3 * F32), out.stderr)
-        env["DTORCH_EXPLAIN"] = "0"
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        out = with_explain_env(code, "0")
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertNotIn("dtorch.explain", out.stderr)
+
+    def test_a_block_after_a_full_buffer_under_dtorch_explain(self):
+        """DTORCH_EXPLAIN=1 keeps recording on for the whole run: a block opened after more collectives
+        than the record buffer holds (2^18) still sees its own (it showed "no communication")."""
+        code = (
+            "import torch, dtorch\n"
+            "m = dtorch.DeviceMesh('cpu', [0, 1], mesh_dim_names=('tp',))\n"
+            "p = dtorch.ones(1, device_mesh=m, placements=[dtorch.Partial()])\n"
+            "for _ in range(2 ** 18 + 100):\n"
+            "    p.redistribute(placements=[dtorch.Replicate()])\n"
+            "x, w1, w2 = torch.randn(4, 8), torch.randn(16, 8), torch.randn(8, 16)\n"
+            "dx = dtorch.from_torch(x, m, [dtorch.Replicate()])\n"
+            "d1 = dtorch.from_torch(w1, m, [dtorch.Shard(0)])\n"  # column parallel
+            "d2 = dtorch.from_torch(w2, m, [dtorch.Shard(1)])\n"  # row parallel: a Partial out
+            "with dtorch.explain() as e:\n"
+            "    y = (dx @ d1.t() @ d2.t()).redistribute(placements=[dtorch.Replicate()])\n"
+            "print([(r.collective, r.mesh_dim_name, r.count, r.bytes) for r in e.records], e.dropped)\n"
+            "print(torch.allclose(y.to_torch(), x @ w1.t() @ w2.t(), atol=1e-5))\n"
+        )
+        out = with_explain_env(code)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        # The pair's only communication: the all-reduce of the row-parallel Partial, [4, 8] per device.
+        self.assertEqual(out.stdout.split("\n")[:2], [f"[('all_reduce', 'tp', 1, {4 * 8 * F32})] 0", "True"])
+        # The whole run: the 2^18 the buffer held (taken when the block opened), the 100 beyond them
+        # dropped, then the block's own.
+        self.assertIn(f"dtorch.explain: {2 ** 18 + 1} collective(s)", out.stderr)
+        self.assertIn("(100 collective(s) not recorded: the record buffer was full)", out.stderr)
+
+
+class TestDroppedResults(unittest.TestCase):
+    """A forward whose result nobody keeps is recorded as if it were kept (dead-code elimination is off
+    while explain records)."""
+
+    def test_linear_pair_result_discarded(self):
+        x, w1, w2 = randn(4, 8), randn(16, 8, seed=1), randn(8, 16, seed=2)
+        dx = dtorch.from_torch(x, CPU2, [Replicate()])
+        d1, d2 = dtorch.from_torch(w1, CPU2, [Shard(0)]), dtorch.from_torch(w2, CPU2, [Shard(1)])
+        with dtorch.explain() as e:
+            line = here() + 1
+            (dx @ d1.t() @ d2.t()).redistribute(placements=[Replicate()])
+        # Column- then row-parallel: one all-reduce of the [4, 8] Partial on the mesh's only dim.
+        self.assertEqual([(r.line, r.collective, r.mesh_dim, r.count, r.bytes) for r in e.records],
+                         [(line, "all_reduce", 0, 1, 4 * 8 * F32)])
+        with dtorch.explain() as e:  # the kept form records the same
+            y = (dx @ d1.t() @ d2.t()).redistribute(placements=[Replicate()])
+        self.assertEqual([(r.collective, r.count, r.bytes) for r in e.records], [("all_reduce", 1, 4 * 8 * F32)])
+        assert_close_everywhere(self, y, x @ w1.t() @ w2.t())
+
+    def test_model_forward_discarded(self):
+        from dtorch.applications.llama import LlamaConfig, LlamaForCausalLM
+        layers, hidden, vocab = 2, 32, 64
+        cfg = LlamaConfig(hidden_size=hidden, intermediate_size=48, num_hidden_layers=layers, num_attention_heads=4,
+                          num_key_value_heads=2, vocab_size=vocab)
+        mesh = dtorch.DeviceMesh("cpu", [0, 1], mesh_dim_names=("tp",))
+        dtorch.manual_seed(0)
+        model = LlamaForCausalLM(cfg, device_mesh=mesh)
+        ids = torch.tensor([[3, 17, 9, 5]])
+        with dtorch.explain() as e:
+            model(ids)
+        got = sorted((r.collective, r.mesh_dim_name, r.count, r.bytes) for r in e.records)
+        # tp2 Megatron layout: the vocab-sharded embedding's Partial, each layer's o_proj and down_proj
+        # (row parallel) all-reduce a [1, 4, hidden] activation; the vocab-sharded logits are gathered.
+        act = 4 * hidden * F32
+        self.assertEqual(got, sorted([("all_reduce", "tp", 2 * layers + 1, (2 * layers + 1) * act),
+                                      ("all_gather", "tp", 1, 4 * (vocab // 2) * F32)]))
 
 
 if __name__ == "__main__":

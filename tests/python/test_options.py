@@ -313,6 +313,26 @@ class TestEnvironment(unittest.TestCase):
         self.assertEqual(int(child(code, DTORCH_CPU_CACHE_MB="0")), 0)
         self.assertEqual(int(child(code, DTORCH_CPU_CACHE_MB="4")), 0)
 
+    def test_heartbeat_ms(self):
+        # Read (getenv) each time a main node starts: out of range it is refused naming the value
+        # read, so a change to the variable's name, parsing or bounds shows; heartbeat_second= wins.
+        code = ("import os, dtorch\n"
+                "from dtorch import _C\n"
+                "if not _C._cluster_info()['available']: print('no zmq'); raise SystemExit\n"
+                "out = []\n"
+                "for ms, kw in (('5', {}), ('9', {}), ('600001', {}), ('5', {'heartbeat_second': 1})):\n"
+                "    os.environ['DTORCH_HEARTBEAT_MS'] = ms\n"
+                "    try:\n"
+                "        dtorch.MainNode.set_address('127.0.0.1:0', cpu_devices=1, **kw)\n"
+                "        out.append('listening')\n"
+                "    except Exception as e:\n"
+                "        out.append(type(e).__name__ + ' ' + str(e).split(': ')[-1])\n"
+                "print(out)")
+        got = child(code, DTORCH_CLUSTER_TOKEN="t")
+        if got == "no zmq":
+            self.skipTest("this build has no ZeroMQ")
+        bad = "ValueError the heartbeat interval must be in [10, 600000] ms, not "
+        self.assertEqual(got, str([bad + "5", bad + "9", bad + "600001", "listening"]))
 
 if __name__ == "__main__":
     unittest.main()

@@ -282,5 +282,130 @@ class TestShardRows(unittest.TestCase):
                 torch.testing.assert_close(got.to_torch(), ref(t), rtol=1e-5, atol=1e-5)
 
 
+BLOCK_CLAUSE = "S(d)->S(d') when every device's block of the input is, in row-major order, the block the result's torch.chunk split gives it"
+
+
+def chunks(t, n, dim):
+    """torch.chunk's n blocks of t along dim, empty ones added where chunk gives fewer (a device's share)."""
+    got = list(torch.chunk(t, n, dim))
+    return got + [t.narrow(dim, 0, 0)] * (n - len(got))
+
+
+def leading_dim(shape, d, result):
+    """The result dim holding input dim d's leading part: the first whose stride is below d's span."""
+    span = 1
+    for s in shape[d:]:
+        span *= s
+    for j in range(len(result)):
+        stride = 1
+        for s in result[j + 1:]:
+            stride *= s
+        if stride < span:
+            return j
+    raise AssertionError((shape, d, result))
+
+
+def block_rule(shape, d, result, n):
+    """The views rows' clause, read literally: S(d) -> S(d') when every device's input block, in
+    row-major order, is the block torch.chunk gives it of the result along d' (None: refused)."""
+    ids = torch.arange(torch.Size(shape).numel())
+    j = leading_dim(shape, d, result)
+    ins, outs = chunks(ids.reshape(shape), n, d), chunks(ids.reshape(result), n, j)
+    ok = all(torch.equal(a.flatten(), b.flatten()) for a, b in zip(ins, outs))
+    return j if ok else None
+
+
+def factorizations(n, most=3):
+    """Ordered factorizations of n into at most ``most`` factors > 1."""
+    if n == 1:
+        return [()]
+    out = []
+    for f in range(2, n + 1):
+        if n % f == 0:
+            out += [(f,) + rest for rest in factorizations(n // f, most - 1) if most > 1 or n == f]
+    return [t for t in out if len(t) <= most]
+
+
+class TestViewBlockRows(unittest.TestCase):
+    """view, reshape, flatten and unflatten: the rows' "when every device's block ..." clause decides
+    each case (accepted: torch's value and S(d'); refused: PlacementError), over every reshape of a
+    few shapes, each sharded dim, on 2 and 3 devices (uneven blocks included)."""
+
+    def check(self, call, ref, t, d, mesh):
+        result = tuple(ref(t).shape)
+        j = block_rule(tuple(t.shape), d, result, mesh.size())
+        x = dtorch.from_torch(t, mesh, [Shard(d)])
+        if j is None:
+            with self.assertRaises(dtorch.PlacementError):
+                call(x)
+            return 0
+        got = call(x)
+        self.assertEqual(tuple(got.placements), (Shard(j),))
+        self.assertTrue(torch.equal(got.to_torch(), ref(t)))
+        return 1
+
+    def test_rows_say_it(self):
+        for name in ("view", "reshape", "flatten", "unflatten"):
+            self.assertIn(BLOCK_CLAUSE, ROWS[name], name)
+
+    def test_view_and_reshape(self):
+        mesh3 = dtorch.DeviceMesh("cpu", [0, 1, 2])
+        seen = [0, 0]
+        for shape in ((4, 6), (6, 4), (2, 3, 4), (3, 8), (24,)):
+            t = torch.arange(24, dtype=torch.float32).reshape(shape) * 0.5
+            for result in factorizations(24):
+                for d in range(len(shape)):
+                    for mesh in (CPU2, mesh3):
+                        for name in ("view", "reshape"):
+                            with self.subTest(op=name, shape=shape, d=d, result=result, n=mesh.size()):
+                                ok = self.check(lambda x: getattr(x, name)(result), lambda y: y.reshape(result),
+                                                t, d, mesh)
+                                seen[ok] += 1
+        self.assertTrue(seen[0] and seen[1], seen)  # both outcomes reached
+
+    def test_flatten_and_unflatten(self):
+        mesh3 = dtorch.DeviceMesh("cpu", [0, 1, 2])
+        t = torch.arange(48, dtype=torch.float32).reshape(2, 4, 6)
+        seen = [0, 0]
+        for mesh in (CPU2, mesh3):
+            for d in range(3):
+                for start, end in ((0, 1), (1, 2), (0, 2), (0, -1)):
+                    with self.subTest(op="flatten", d=d, start=start, end=end, n=mesh.size()):
+                        seen[self.check(lambda x: x.flatten(start, end), lambda y: y.flatten(start, end),
+                                        t, d, mesh)] += 1
+                for dim, sizes in ((1, (2, 2)), (2, (2, 3)), (2, (3, 2)), (0, (2, 1))):
+                    with self.subTest(op="unflatten", d=d, dim=dim, sizes=sizes, n=mesh.size()):
+                        seen[self.check(lambda x: x.unflatten(dim, sizes), lambda y: y.unflatten(dim, sizes),
+                                        t, d, mesh)] += 1
+        self.assertTrue(seen[0] and seen[1], seen)
+
+    def test_repeat_interleave_of_the_sharded_dim(self):
+        # Its row: "int repeats: ... S(dim)->S(dim) when every device's output block is its input block
+        # repeated"; the outcome here is that clause computed with torch.chunk.
+        self.assertIn("S(dim)->S(dim) when every device's output block is its input block repeated",
+                      ROWS["repeat_interleave"])
+        mesh3 = dtorch.DeviceMesh("cpu", [0, 1, 2])
+        seen = [0, 0]
+        for size in (2, 3, 4, 5, 6):
+            t = torch.arange(size * 2, dtype=torch.float32).reshape(size, 2)
+            for reps in (1, 2, 3):
+                for mesh in (CPU2, mesh3):
+                    n = mesh.size()
+                    want = t.repeat_interleave(reps, dim=0)
+                    ok = all(torch.equal(a, b.repeat_interleave(reps, dim=0))
+                             for a, b in zip(chunks(want, n, 0), chunks(t, n, 0)))
+                    with self.subTest(size=size, repeats=reps, n=n):
+                        x = dtorch.from_torch(t, mesh, [Shard(0)])
+                        if ok:
+                            got = x.repeat_interleave(reps, dim=0)
+                            self.assertEqual(tuple(got.placements), (Shard(0),))
+                            self.assertTrue(torch.equal(got.to_torch(), want))
+                        else:
+                            with self.assertRaises(dtorch.PlacementError):
+                                x.repeat_interleave(reps, dim=0)
+                    seen[ok] += 1
+        self.assertTrue(seen[0] and seen[1], seen)
+
+
 if __name__ == "__main__":
     unittest.main()

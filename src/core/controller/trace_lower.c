@@ -24,6 +24,8 @@ static void flush_pending(dt__rec *r) {
     if (!r->pend_valid)
         return;
     r->pend_valid = 0;
+    if (dt__recbuf_count(&r->explain) >= r->explain.cap)
+        dt__recbuf_rewind_taken(&r->explain, &r->lock);
     dt_explain_record *e = dt__recbuf_slot(&r->explain);
     if (!e)
         return;

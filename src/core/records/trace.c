@@ -84,6 +84,16 @@ void dt__recbuf_reset(dt__recbuf *b) {
     b->taken = 0;
 }
 
+void dt__recbuf_rewind_taken(dt__recbuf *b, pthread_mutex_t *lock) {
+    pthread_mutex_lock(lock);
+    /* The caller is the only writer: n cannot move while we look. */
+    if (b->taken == dt__recbuf_count(b)) {
+        atomic_store_explicit(&b->n, 0, memory_order_release);
+        b->taken = 0;
+    }
+    pthread_mutex_unlock(lock);
+}
+
 /* ------------------------------------------------------------ recorder */
 
 dt__rec *dt__rec_new(void) {

@@ -69,6 +69,11 @@ size_t dt__recbuf_count(const dt__recbuf *b);
 const void *dt__recbuf_at(const dt__recbuf *b, size_t i);
 /* With no writer appending: forgets every record and frees the chunks. */
 void dt__recbuf_reset(dt__recbuf *b);
+/* Writer, of a full buffer, under the readers' lock `lock`: when every record
+ * was taken, starts again at the first slot (the chunks stay) so recording
+ * that never stops (DTORCH_EXPLAIN=1, a long-open explain()) keeps its newest
+ * records instead of dropping all after the first `cap`. */
+void dt__recbuf_rewind_taken(dt__recbuf *b, pthread_mutex_t *lock);
 /* Frees the chunks (not b). NULL is ignored. */
 void dt__recbuf_free(dt__recbuf *b);
 

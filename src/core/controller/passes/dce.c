@@ -17,12 +17,20 @@
  * The dead node's value is freed with the round's releases, as any other:
  * its blob array was never made, which dt__tval_free_list_deferred allows.
  *
+ * While explain records (dtorch.explain(), DTORCH_EXPLAIN=1) nothing is
+ * eliminated: `with explain(): model(x)` shows the forward's communication
+ * whether or not its result is kept (docs/decisions.md, "explain keeps the
+ * work whose result is dropped").
+ *
  * Threads: controller only.
  */
 #include "core/controller/window.h"
 #include "core/records/node.h"
+#include "core/records/trace.h"
 
 dt_status dt__pass_dce(dt__window *w) {
+    if (dt__rec_enabled(DT__REC_EXPLAIN))
+        return DT_OK;
     for (int i = w->n - 1; i >= 0; i--) {
         const dt__node *n = w->nodes[i];
         if (!(w->flags[i] & DT__WS_RELEASED) || w->consumers[i] != 0 || !n->out ||
