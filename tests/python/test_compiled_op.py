@@ -152,6 +152,28 @@ class TestCompiledOpCompiled(unittest.TestCase):
         assert_tensor_allclose(self, y, adaln_ref(t, sc, sh), rtol=1e-4, atol=1e-5)  # the reads waited
         self.assertEqual(len(co.compiled_kernels()) - before, 3)  # one per op: both workers share it
 
+    def test_environment_default_and_explicit_off(self):
+        # DTORCH_COMPILE_FUSED=1 compiles calls without execute_config (here the rotary's halves form:
+        # one more compile); an explicit ExecuteConfig() keeps the call eager, bit-identical
+        co = dtorch.compiled_op
+        x, cos, sin = inputs(torch.float32, b=1, s=4, d=8)
+        args = [dtorch.from_torch(t) for t in (x, cos, sin)]
+        old = os.environ.get("DTORCH_COMPILE_FUSED")
+        os.environ["DTORCH_COMPILE_FUSED"] = "1"
+        try:
+            before = co.compiled_kernels()
+            y = co.apply_rotary_emb(*args, interleaved=False, execute_config=dtorch.ExecuteConfig())
+            assert_tensor_equal(self, y, rotary_ref(x, cos, sin, False))
+            self.assertEqual(co.compiled_kernels(), before)
+            y = co.apply_rotary_emb(*args, interleaved=False)
+            assert_tensor_allclose(self, y, rotary_ref(x, cos, sin, False), rtol=1e-5, atol=1e-5)
+            self.assertEqual([k[0] for k in co.compiled_kernels() if k not in before], ["_rotary_halves"])
+        finally:
+            if old is None:
+                del os.environ["DTORCH_COMPILE_FUSED"]
+            else:
+                os.environ["DTORCH_COMPILE_FUSED"] = old
+
 
 if __name__ == "__main__":
     unittest.main()
