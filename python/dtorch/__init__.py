@@ -141,6 +141,7 @@ from . import profiler as profiler, util as util  # noqa: E402
 from ._explain import Explain, ExplainRecord, explain  # noqa: E402
 from ._local_map import local_map  # noqa: E402
 from . import library as library  # noqa: E402
+from . import compiled_op as compiled_op  # noqa: E402
 from .cluster import MainNode  # noqa: E402
 from .global_option import GlobalOption  # noqa: E402
 from .memory_stats import MemoryStat, MemoryStats  # noqa: E402

@@ -40,7 +40,9 @@ TEACACHE_FLUX_COEFFICIENTS = (4.98651651e02, -2.83781631e02, 5.58554382e01, -3.8
 class ExecuteConfig:
     """How a diffusion pipeline runs its transformer: ``first_block_cache_threshold`` (None: off)
     switches First-Block-Cache on, ``teacache_threshold`` TeaCache (one of the two), with
-    ``teacache_coefficients`` the rescaling polynomial (highest power first; default FLUX.1's).
+    ``teacache_coefficients`` the rescaling polynomial (highest power first; default FLUX.1's);
+    ``compile_fused_ops=True`` runs ``dtorch.compiled_op``'s ops through ``torch.compile`` when
+    passed to them as ``execute_config=`` (dtorch/compiled_op.py).
 
     >>> pipe("a cat", execute_config=dtorch.ExecuteConfig(teacache_threshold=0.4))
     """
@@ -48,8 +50,12 @@ class ExecuteConfig:
     first_block_cache_threshold: Optional[float] = None
     teacache_threshold: Optional[float] = None
     teacache_coefficients: Optional[Sequence[float]] = None
+    # dtorch.compiled_op's fused ops through torch.compile (allclose to eager, not bit-identical)
+    compile_fused_ops: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.compile_fused_ops, bool):
+            raise TypeError(f"compile_fused_ops must be a bool, got {type(self.compile_fused_ops).__name__}")
         for name in ("first_block_cache_threshold", "teacache_threshold"):
             value = getattr(self, name)
             if value is None:
