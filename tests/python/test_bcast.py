@@ -35,8 +35,10 @@ def bits(t):
 
 
 def run(on, fn, *args):
-    """fn(*args) with the records on or off, its per-device values and how many nodes took them."""
-    with bcast(on):
+    """fn(*args) with the records on or off, its per-device values and how many nodes took them.
+    Replay is off here (also under DTORCH_REPLAY=1): it would replay the records-off run's per-device
+    template for the records-on run, and the count compares the two lowerings."""
+    with replay(False), bcast(on):
         n0 = nodes()
         y = fn(*args)
         values = local_values(y)
