@@ -22,17 +22,7 @@ import torch
 
 import dtorch
 from dtorch.compiled_op import _layer_norm_mul_add, _rotary_interleaved, _silu_linear_chunk
-
-
-def best_of(fns, repeat):
-    bests = [None] * len(fns)
-    for _ in range(repeat):
-        for i, fn in enumerate(fns):
-            t0 = time.perf_counter()
-            fn()
-            dt = time.perf_counter() - t0
-            bests[i] = dt if bests[i] is None else min(bests[i], dt)
-    return bests
+from local_map import best_of
 
 
 def cases(tokens: int, dim: int):
