@@ -32,6 +32,15 @@ and runs the example, every other rank a worker node with an equal share of the 
 
     DTORCH_CLUSTER_TOKEN=... torchrun --nnodes 1 --nproc-per-node 3 examples/llama/run.py --cluster env
     DTORCH_CLUSTER_TOKEN=... srun -n 3 .venv/bin/python examples/llama/run.py --cluster env
+
+``--kill-node-after K`` (with ``--nodes N --spawn-nodes``) shows recovery from a lost node: after K
+new tokens it SIGKILLs worker node 0; the next read fails (KernelError); it starts a replacement
+node, gives it the lost node's device ids (``dtorch.cluster.replace``), loads the model again onto
+the same mesh, feeds the prompt and the K tokens through the same steps (so the KV cache and the
+logits are those of an uninterrupted run) and generates the rest; the tokens equal the single-device
+run's:
+
+    .venv/bin/python examples/llama/run.py --nodes 2 --spawn-nodes --kill-node-after 5
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ import argparse
 import math
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -171,7 +181,13 @@ def main() -> int:
     ap.add_argument("--node-timeout", type=float, default=600, help="seconds to wait for the worker nodes")
     ap.add_argument("--cluster", choices=["env"], default=None,
                     help="env: a cluster of the processes torchrun or srun started (rank 0 runs the example)")
+    ap.add_argument("--kill-node-after", type=int, default=None, metavar="K",
+                    help="with --nodes --spawn-nodes: SIGKILL worker node 0 after K new tokens, replace it, go on")
     args = ap.parse_args()
+    if args.kill_node_after is not None and (not args.spawn_nodes or args.sample or args.prompt or args.model
+                                             or not 0 < args.kill_node_after < args.max_new_tokens):
+        raise SystemExit("--kill-node-after K: with --nodes N --spawn-nodes, the random model, greedy, "
+                         "0 < K < --max-new-tokens")
     if args.cluster and (args.nodes or args.device != "cpu"):
         raise SystemExit("--cluster env: not with --nodes; this example forms clusters of CPU devices")
     if args.nodes < 0 or (args.spawn_nodes and not args.nodes):
@@ -183,7 +199,7 @@ def main() -> int:
         launched_cluster(args, math.prod(mesh_dims(args.mesh)[1]))
     procs = form_cluster(args, math.prod(mesh_dims(args.mesh)[1])) if args.nodes else []
     try:
-        return run(args)
+        return run(args, procs)
     finally:
         if procs:  # what the exit would do: the worker nodes hear stop and exit 0
             dtorch.MainNode.shutdown()
@@ -191,16 +207,70 @@ def main() -> int:
                 p.wait(timeout=60)
 
 
-def run(args: argparse.Namespace) -> int:
+def decode(model: LlamaForCausalLM, ids: torch.Tensor, toks: list, max_new: int, after=None) -> torch.Tensor:
+    """Greedy decoding of max_new tokens after ids [B, S], one step at a time, appending each new
+    token to toks (the caller's list, so the tokens survive a failure); tokens already in toks
+    (those generated before a recovery) are fed through the same steps instead of being chosen,
+    so the cache and the logits are those of an uninterrupted run. after(n): called once the
+    n-th new token has been read."""
+    b, s = ids.shape
+    cache = model.new_cache(b, s + max_new)
+    logits = model(ids, cache=cache, start=0, logits_to_keep=1)
+    for step in range(max_new):
+        if step == len(toks):
+            toks.append(logits[:, -1, :].argmax(dim=-1).to_torch().to(torch.int64))
+            if after:
+                after(len(toks))
+        if step < max_new - 1:
+            logits = model(toks[step][:, None], cache=cache, start=s + step, logits_to_keep=1)
+    return torch.cat([ids, torch.stack(toks, dim=1)], dim=1)
+
+
+def recover_demo(args: argparse.Namespace, mesh: dtorch.DeviceMesh, ids: torch.Tensor, procs: list) -> tuple:
+    """--kill-node-after K: generation with worker node 0 SIGKILLed after K tokens, the node
+    replaced and the model loaded again; returns (tokens, model)."""
+    from dtorch.node import executable
+
+    model, toks = build(args, mesh), []
+
+    def kill(n):
+        if n == args.kill_node_after:
+            print(f"after {n} tokens: SIGKILL worker node 0 (pid {dtorch.MainNode.nodes()[0]['pid']})")
+            os.kill(dtorch.MainNode.nodes()[0]["pid"], signal.SIGKILL)
+
+    try:
+        return decode(model, ids, toks, args.max_new_tokens, kill), model
+    except dtorch.KernelError as e:
+        print(f"read failed after {len(toks)} tokens: {str(e).splitlines()[0]}")
+    deadline = time.monotonic() + args.node_timeout
+    while dtorch.MainNode.nodes()[0]["state"] != "lost" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    info = dtorch.MainNode.nodes()[0]
+    procs.append(subprocess.Popen([executable(), f"--main-node-address={dtorch.MainNode.get_address()}",
+                                   f"--cpu-devices={info['cpu_devices']}", "--quiet"]))
+    dtorch.MainNode.wait_cluster_ready(args.nodes, timeout_second=args.node_timeout)
+    new = dtorch.MainNode.nodes()[-1]["index"]
+    got = dtorch.cluster.replace(0, new)
+    print(f"worker node {new} replaces worker node 0: {got['recomputed']} values recomputed, {got['lost']} to "
+          f"reload; mesh now {mesh.mesh.flatten().tolist()}")
+    del model
+    model = build(args, mesh)  # the lost shards (here the whole model) loaded again, on the same mesh
+    return decode(model, ids, toks, args.max_new_tokens), model
+
+
+def run(args: argparse.Namespace, procs: list) -> int:
     mesh = parse_mesh(args.mesh, args.device)
     ids, mask, tok = prompt_ids(args, args.batch)
     kw = dict(do_sample=args.sample, temperature=0.8, top_p=0.95, seed=args.seed) if args.sample else {}
     if mask is not None:
         kw["attention_mask"] = mask
 
-    model = build(args, mesh)
     t0 = time.perf_counter()
-    out = model.generate(ids, max_new_tokens=args.max_new_tokens, **kw)
+    if args.kill_node_after is not None:
+        out, model = recover_demo(args, mesh, ids, procs)
+    else:
+        model = build(args, mesh)
+        out = model.generate(ids, max_new_tokens=args.max_new_tokens, **kw)
     dt = time.perf_counter() - t0
     print(f"{type(model).__name__}, mesh {dict(zip(mesh.dim_names, mesh.shape))}: {out.shape[1] - ids.shape[1]} new "
           f"tokens in {dt:.2f} s")

@@ -341,6 +341,23 @@ DT_API void dt_tensor_site(const dt_tensor *t, const char **file, int *line);
  * missed or counted. */
 DT_API int64_t dt_tensors_on_devices(dt_device_type type, int64_t first, int64_t count, dt_tensor **out,
                                      int64_t cap);
+/* Recovery after a worker node is lost (MainNode.replace, docs/cluster.md).
+ * A value made, in a cluster, on a mesh with a worker node's device by a
+ * pure op (no host data, no callable, no side effect) keeps a copy of its
+ * producing node: its op, attributes and its inputs' value ids (no input is
+ * kept alive by it). dt_tensor_lineage writes those ids (at most
+ * 6) and returns how many, or -1 when t has no lineage (a
+ * value loaded from host data, local, or released); dt_tensor_lineage_op
+ * names the op (NULL without). dt_tensor_recompute submits the same node
+ * again on `inputs` (the current values for those ids, of t's graph) with
+ * the output on `mesh` (t's device type and device count; the ids may
+ * differ): a new symbol, or NULL (DT_EINVAL: no lineage, a wrong input or
+ * mesh). dt_tensor_mark_lost makes every later read of t fail at once
+ * (DT_EKERNEL) with `why` (copied). Client thread. */
+DT_API int dt_tensor_lineage(const dt_tensor *t, uint64_t *in_ids);
+DT_API const char *dt_tensor_lineage_op(const dt_tensor *t);
+DT_API dt_tensor *dt_tensor_recompute(const dt_tensor *t, dt_tensor *const *inputs, int n_in, dt_mesh *mesh);
+DT_API dt_status dt_tensor_mark_lost(dt_tensor *t, const char *why);
 
 /* ------------------------------------------------------------ memory stats */
 

@@ -202,6 +202,82 @@ static PyObject *c_values_on(PyObject *self, PyObject *args) {
     return list;
 }
 
+/* _lineage(x) -> (op name, (input value ids...)) or None: what made x, as
+ * recorded for recovery (dt_tensor_lineage). */
+static PyObject *c_lineage(PyObject *self, PyObject *arg) {
+    dtpy_state *st = dtpy_state_of(self);
+    if (!DTPY_IS_TENSOR(st, arg)) {
+        PyErr_SetString(PyExc_TypeError, "_lineage(x) takes a dtorch tensor");
+        return NULL;
+    }
+    const dt_tensor *t = ((dtpy_tensor *)arg)->t;
+    uint64_t ids[8];
+    int n = dt_tensor_lineage(t, ids);
+    if (n < 0)
+        Py_RETURN_NONE;
+    PyObject *in = PyTuple_New(n);
+    for (int i = 0; in && i < n; i++)
+        PyTuple_SET_ITEM(in, i, PyLong_FromUnsignedLongLong((unsigned long long)ids[i]));
+    PyObject *out = in ? Py_BuildValue("(sO)", dt_tensor_lineage_op(t), in) : NULL;
+    Py_XDECREF(in);
+    return out;
+}
+
+/* _recompute(x, inputs, mesh) -> a new tensor: x's recorded producer run
+ * again on `inputs` (tensors, in its order), its output on `mesh`. */
+static PyObject *c_recompute(PyObject *self, PyObject *args) {
+    dtpy_state *st = dtpy_state_of(self);
+    PyObject *x, *seq, *mesh_obj;
+    if (!PyArg_ParseTuple(args, "OOO", &x, &seq, &mesh_obj))
+        return NULL;
+    if (!DTPY_IS_TENSOR(st, x)) {
+        PyErr_SetString(PyExc_TypeError, "_recompute: x must be a dtorch tensor");
+        return NULL;
+    }
+    dt_mesh *mesh = dtpy_mesh_of(st, mesh_obj);
+    PyObject *fast = mesh ? PySequence_Fast(seq, "_recompute: inputs must be a sequence") : NULL;
+    if (!fast)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    dt_tensor *in[8];
+    for (Py_ssize_t i = 0; i < n && i < 8; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(fast, i);
+        if (o == Py_None) { /* an input the op left out (id 0) */
+            in[i] = NULL;
+            continue;
+        }
+        if (!DTPY_IS_TENSOR(st, o)) {
+            Py_DECREF(fast);
+            PyErr_SetString(PyExc_TypeError, "_recompute: inputs must be dtorch tensors");
+            return NULL;
+        }
+        in[i] = ((dtpy_tensor *)o)->t;
+    }
+    dt_tensor *r = n <= 8 ? dt_tensor_recompute(((dtpy_tensor *)x)->t, in, (int)n, mesh) : NULL;
+    Py_DECREF(fast);
+    if (n > 8) {
+        PyErr_SetString(PyExc_ValueError, "_recompute: at most 8 inputs");
+        return NULL;
+    }
+    return dtpy_tensor_wrap(st, r, ((dtpy_tensor *)x)->graph, mesh_obj, mesh);
+}
+
+/* _mark_lost(x, why): every later read of x's value raises KernelError(why). */
+static PyObject *c_mark_lost(PyObject *self, PyObject *args) {
+    dtpy_state *st = dtpy_state_of(self);
+    PyObject *x;
+    const char *why;
+    if (!PyArg_ParseTuple(args, "Os", &x, &why))
+        return NULL;
+    if (!DTPY_IS_TENSOR(st, x)) {
+        PyErr_SetString(PyExc_TypeError, "_mark_lost: x must be a dtorch tensor");
+        return NULL;
+    }
+    if (dt_tensor_mark_lost(((dtpy_tensor *)x)->t, why) != DT_OK)
+        return dtpy_raise_last(st);
+    Py_RETURN_NONE;
+}
+
 static PyObject *c_info(PyObject *self, PyObject *noargs) {
     (void)self, (void)noargs;
     dt_cluster_counters c;
@@ -232,6 +308,9 @@ static PyMethodDef cluster_methods[] = {
      "_cluster_remove(index): stop worker node index, mark it removed"},
     {"_values_on_devices", c_values_on, METH_VARARGS,
      "_values_on_devices(type, first, count) -> [(id, shape, dtype, file, line)] of the live values there"},
+    {"_lineage", c_lineage, METH_O, "_lineage(x) -> (op, input ids) or None: x's recorded producer"},
+    {"_recompute", c_recompute, METH_VARARGS, "_recompute(x, inputs, mesh) -> x's producer run again"},
+    {"_mark_lost", c_mark_lost, METH_VARARGS, "_mark_lost(x, why): reads of x raise KernelError(why)"},
     {NULL, NULL, 0, NULL},
 };
 

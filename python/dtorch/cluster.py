@@ -41,7 +41,7 @@ from . import _C
 from ._launch import Launch, detect, expand_hostlist, read_token
 from .global_option import GlobalOption
 
-__all__ = ["MainNode", "Launch", "init", "expand_hostlist"]
+__all__ = ["MainNode", "Launch", "init", "expand_hostlist", "replace"]
 
 
 class MainNode:
@@ -117,8 +117,15 @@ class MainNode:
         a sync of that work has returned), and its clock's offset from this process's
         (``clock_offset_ns``, its clock minus ours, estimated from the heartbeats) with the round
         trip it was measured over (``clock_rtt_ns``: the offset is right within half of it; -1
-        before the first exchange)."""
-        return _C._cluster_nodes()
+        before the first exchange). A lost node given a new home by ``replace()`` shows
+        ``state: "replaced"`` and ``replaced_by``: the new home (a worker node's index, or
+        ``{kind: [device ids]}``)."""
+        nodes = _C._cluster_nodes()
+        for n in nodes:
+            if n["index"] in _REPLACED:
+                n["state"] = "replaced"
+                n["replaced_by"] = _REPLACED[n["index"]]
+        return nodes
 
     @staticmethod
     def remove(node: Any, to: Any = None) -> None:
@@ -139,12 +146,7 @@ class MainNode:
 
         >>> MainNode.remove(1, to=[0, 1])  # doctest: +SKIP
         """
-        index = node.get("index") if isinstance(node, Mapping) else node
-        if isinstance(index, bool) or not isinstance(index, int):
-            raise TypeError(f"remove(): node must be a worker node's index or its nodes() entry, not "
-                            f"{type(node).__name__}")
-        if MainNode.get_address() is None:
-            raise RuntimeError("MainNode.remove(): this process is not a main node (MainNode.set_address)")
+        index = _node_index(node, "node", "remove")
         nodes = MainNode.nodes()
         if not 0 <= index < len(nodes):
             raise IndexError(f"remove(): worker node {index} does not exist ({len(nodes)} registered)")
@@ -167,9 +169,182 @@ class MainNode:
         _C._cluster_remove(index)
 
     @staticmethod
+    def replace(lost: Any, new: Any) -> Dict[str, int]:
+        """Gives the device ids of worker node ``lost`` (lost: killed, hung, unreachable) a new
+        home, so that the program goes on (docs/cluster.md, "Replacing a lost node").
+
+        ``new`` is a worker node registered since (its index or ``nodes()`` entry: alive, with as
+        many CPU and CUDA devices as the lost one), or device ids like ``remove()``'s ``to=`` (a
+        list, in the lost node's device order; ``{"cpu": [...], "cuda": [...]}``; a DeviceMesh).
+        Then a DeviceMesh on the lost ids, the ones that exist and the ones made later, is on the
+        new home (the i-th lost id becomes the i-th new one), and each value that had a piece on
+        the lost devices is, for every dtorch.Tensor holding it, either recomputed there from its
+        recorded producer, when that op is pure and all its inputs are alive (or recomputed
+        before it), bit-identical to before; or marked lost: a read of it raises ``KernelError``
+        naming its shape, dtype, the line that made it and that it must be reloaded (a value
+        loaded from host data: ``from_torch``, a checkpoint). Values elsewhere are untouched.
+        Returns ``{"recomputed": n, "lost": m}``. ValueError for a node that does not exist or
+        is not lost, or a bad ``new`` (a node not alive, other device counts, wrong ids), with
+        nothing changed. Call it from the thread that records the program's ops.
+
+        >>> MainNode.replace(0, 1)            # node 1 registered after node 0 was lost  # doctest: +SKIP
+        {'recomputed': 12, 'lost': 3}
+        """
+        index = _node_index(lost, "lost")
+        nodes = MainNode.nodes()
+        if not 0 <= index < len(nodes):
+            raise ValueError(f"replace(): worker node {index} does not exist ({len(nodes)} registered)")
+        info = nodes[index]
+        if info["state"] != "lost":
+            raise ValueError(f"replace(): worker node {index} is {info['state']}, not lost: only a lost node's "
+                             f"devices are replaced (MainNode.remove() moves a live node's values)")
+        ranges = _ranges(info)
+        maps, home = _new_home(index, info, ranges, new, nodes)
+        return _recover(index, info, ranges, maps, home)
+
+    @staticmethod
     def shutdown() -> None:
-        """Tells every worker node to stop (they exit 0) and stops listening; also run at exit."""
+        """Tells every worker node to stop (they exit 0) and stops listening; also run at exit.
+        Replacements (``replace()``) end with the cluster: ids are this process's again."""
         _C._cluster_shutdown()
+        from .distributed_spec import _REDIRECT
+
+        _REPLACED.clear()
+        for redirect in _REDIRECT.values():
+            redirect.clear()
+
+
+_REPLACED: Dict[int, Any] = {}  # lost node index -> its new home (MainNode.replace)
+
+
+def _node_index(node: Any, what: str, who: str = "replace") -> int:
+    """A worker node's index from its index or nodes() entry; TypeError naming `what`."""
+    index = node.get("index") if isinstance(node, Mapping) else node
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise TypeError(f"{who}(): {what} must be a worker node's index or its nodes() entry, not "
+                        f"{type(node).__name__}")
+    if MainNode.get_address() is None:
+        raise RuntimeError(f"MainNode.{who}(): this process is not a main node (MainNode.set_address)")
+    return index
+
+
+def _new_home(index: int, info: Mapping[str, Any], ranges: Mapping[str, range], new: Any,
+              nodes: List[Dict[str, Any]]) -> tuple:
+    """new, checked: ({kind: {lost id: new id}}, what nodes() shows as replaced_by)."""
+    if isinstance(new, (int, Mapping)) and not isinstance(new, bool) and (
+            not isinstance(new, Mapping) or "index" in new):
+        j = _node_index(new, "new")
+        if not 0 <= j < len(nodes):
+            raise ValueError(f"replace(): worker node {j} does not exist ({len(nodes)} registered)")
+        other = nodes[j]
+        if j == index or other["state"] != "alive":
+            raise ValueError(f"replace(): the new home, worker node {j}, is {other['state']}, not alive")
+        if j in _REPLACED.values():
+            raise ValueError(f"replace(): worker node {j} is already the new home of another node")
+        for key in ("cpu_devices", "cuda_devices"):
+            if other[key] != info[key]:
+                raise ValueError(f"replace(): worker node {j} has {other[key]} {key.replace('_', ' ')}, "
+                                 f"worker node {index} had {info[key]}: the new home needs as many of each kind")
+        new_ranges = _ranges(other)
+        return {k: dict(zip(r, new_ranges[k])) for k, r in ranges.items()}, j
+    maps = _destinations(index, ranges, new, "replace")
+    return maps, {k: list(m.values()) for k, m in maps.items()}
+
+
+def _recover(index: int, info: Mapping[str, Any], ranges: Mapping[str, range], maps: Mapping[str, Dict[int, int]],
+             home: Any) -> Dict[str, int]:
+    """Recomputes or marks lost every value on the lost ids (oldest first, so that a value's
+    recomputed inputs come before it), rebinds the tensors holding them, then points every
+    DeviceMesh on the lost ids, and the ones made later, at the new home."""
+    import gc
+
+    from .distributed_spec import _REDIRECT, DeviceMesh
+
+    gc.collect()  # tensors and meshes only garbage holds are not moved
+    affected = {v[0]: v for v in _held(ranges)}
+    holders: Dict[int, list] = {}  # value id -> [tensors holding it], every live tensor
+    meshes = []
+    for o in gc.get_objects():
+        if issubclass(type(o), _C.TensorBase):  # type(): no proxy's __class__
+            holders.setdefault(o._id, []).append(o)
+        elif type(o) is DeviceMesh and any(i in maps.get(o._device_type, ()) for i in o._ids):
+            meshes.append(o)
+    new_mesh = {}  # (device type, ids, names) of an old mesh -> the mesh on the new home
+
+    def moved(mesh):
+        m = maps.get(mesh.device_type, {})
+        key = (mesh.device_type, mesh._ids, mesh.dim_names)
+        if key not in new_mesh:
+            new_mesh[key] = mesh._sub(mesh.shape, [m.get(i, i) for i in mesh._ids], mesh.dim_names)
+        return new_mesh[key]
+
+    # Every value's new mesh first: one refused (a duplicate id) is a ValueError with nothing
+    # changed. A DeviceMesh object no value needs that the mapping would make invalid (a local id
+    # it already has) keeps its ids: using it fails as a lost node's mesh does.
+    for vid in affected:
+        if vid in holders:
+            moved(holders[vid][0].device_mesh)
+    meshes = [m for m in meshes if _movable(moved, m)]
+    why = info.get("error") or f"worker node {index} was lost"
+    done: Dict[int, Any] = {}
+    lost = 0
+    for vid in sorted(affected):
+        if vid not in holders:
+            continue  # no dtorch.Tensor of this process holds it
+        x = holders[vid][0]
+        reason = _recompute_reason(x, affected, done, holders)
+        if reason is None:
+            op, ins = _C._lineage(x)
+            inputs = [None if i == 0 else done[i] if i in done else holders[i][0] for i in ins]
+            try:
+                done[vid] = _C._recompute(x, inputs, moved(x.device_mesh))
+                continue
+            except (RuntimeError, ValueError, TypeError) as e:
+                reason = f"recomputing its producer ({op}) failed: {e}"
+        _, shape, dtype, file, line = affected[vid]
+        _C._mark_lost(x, f"a value of shape {list(shape)}, {dtype}, made at "
+                         f"{f'{file}:{line}' if file else '(unknown line)'}, was lost with worker node {index} "
+                         f"({why}) and cannot be recomputed ({reason}): reload it (from_torch, or load the "
+                         f"checkpoint again) onto its mesh, which is now on the replacement's devices")
+        lost += 1
+    for vid, y in done.items():
+        for o in holders[vid]:
+            _C._rebind(o, y)
+    for kind, m in maps.items():
+        redirect = _REDIRECT[kind]
+        for old, now in list(redirect.items()):  # an earlier replacement's ids, lost again
+            redirect[old] = m.get(now, now)
+        redirect.update(m)
+    for mesh in meshes:  # the DeviceMesh objects on the lost ids: on the new home
+        handle = moved(mesh)._handle
+        mesh._init(handle, mesh._device_type, handle.shape, handle.ids, handle.dim_names)
+    _REPLACED[index] = home
+    return {"recomputed": len(done), "lost": lost}
+
+
+def _movable(moved: Any, mesh: Any) -> bool:
+    try:
+        moved(mesh)
+        return True
+    except ValueError:
+        return False
+
+
+def _recompute_reason(x: Any, affected: Mapping[int, tuple], done: Mapping[int, Any],
+                      holders: Mapping[int, list]) -> Optional[str]:
+    """None when x can be recomputed now, else why not."""
+    lineage = _C._lineage(x)
+    if lineage is None:
+        return "it was loaded from host data or made by an op that is not pure, so no producer was recorded"
+    op, ins = lineage
+    for i in ins:
+        if i == 0 or i in done:  # 0: an input the op left out
+            continue
+        if i in affected:
+            return f"an input of its producer ({op}) was lost too and cannot be recomputed"
+        if i not in holders:
+            return f"an input of its producer ({op}) is no longer held by any dtorch.Tensor"
+    return None
 
 
 def _ranges(info: Mapping[str, Any]) -> Dict[str, range]:
@@ -192,7 +367,7 @@ def _describe(values: List[tuple]) -> str:
                      for _, shape, dtype, file, line in values)
 
 
-def _destinations(index: int, ranges: Mapping[str, range], to: Any) -> Dict[str, Dict[int, int]]:
+def _destinations(index: int, ranges: Mapping[str, range], to: Any, who: str = "remove") -> Dict[str, Dict[int, int]]:
     """to, checked, as {kind: {node's id: new id}}; a ValueError naming ``to`` before anything moves."""
     from .distributed_spec import DeviceMesh, _check_cluster_ids
 
@@ -200,22 +375,22 @@ def _destinations(index: int, ranges: Mapping[str, range], to: Any) -> Dict[str,
         to = {to.device_type: list(to._ids)}
     elif not isinstance(to, Mapping):
         if len(ranges) != 1:
-            raise ValueError(f"remove(): worker node {index} has CPU and CUDA devices: give to as "
+            raise ValueError(f"{who}(): worker node {index} has CPU and CUDA devices: give to as "
                              f"{{'cpu': [...], 'cuda': [...]}}")
         to = {next(iter(ranges)): to}
     out = {}
     for kind, r in ranges.items():
         ids = to.get(kind)
         if ids is None:
-            raise ValueError(f"remove(): to names no {kind} devices for worker node {index}'s {len(r)}")
+            raise ValueError(f"{who}(): to names no {kind} devices for worker node {index}'s {len(r)}")
         ids = list(ids)
         if any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
-            raise TypeError(f"remove(): to must hold int device ids, not {ids!r}")
+            raise TypeError(f"{who}(): to must hold int device ids, not {ids!r}")
         if len(ids) != len(r):
-            raise ValueError(f"remove(): to has {len(ids)} {kind} device ids but worker node {index} has "
+            raise ValueError(f"{who}(): to has {len(ids)} {kind} device ids but worker node {index} has "
                              f"{len(r)} (ids {r.start}..{r.stop - 1}), mapped in order")
         if len(set(ids)) != len(ids) or any(i in r for i in ids):
-            raise ValueError(f"remove(): to={ids} must name {len(r)} distinct {kind} devices, none of worker "
+            raise ValueError(f"{who}(): to={ids} must name {len(r)} distinct {kind} devices, none of worker "
                              f"node {index}'s own ({r.start}..{r.stop - 1})")
         _check_cluster_ids(ids, kind)
         out[kind] = dict(zip(r, ids))
@@ -337,5 +512,7 @@ def init(*, cpu_devices: int = 1, main_cpu_devices: int = 0, device: str = "cpu"
     MainNode.wait_cluster_ready(launch.world_size - 1, timeout_second=timeout_second)
     return launch
 
+
+replace = MainNode.replace
 
 atexit.register(_C._cluster_shutdown)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 import operator
-from typing import Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -318,6 +318,11 @@ def _parse_mesh(mesh) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
     return tuple(t.shape), tuple(int(v) for v in t.reshape(-1).tolist())
 
 
+# Ids of worker nodes lost and replaced (MainNode.replace): old id -> its new home's id, per
+# device type. A mesh built on an old id is built on the new one.
+_REDIRECT: Dict[str, Dict[int, int]] = {"cpu": {}, "cuda": {}}
+
+
 def _check_cluster_ids(ids, kind: str = "cpu") -> None:
     """Once this process is a cluster's main node (``MainNode.set_address``), device ids of each
     type are global and node-major (docs/cluster.md): the main node's own first, then each worker
@@ -382,6 +387,9 @@ class DeviceMesh:
         negative = [i for i in ids if i < 0]
         if negative:
             raise ValueError(f"mesh has negative device ids {negative}: device ids must be >= 0")
+        redirect = _REDIRECT[dtype_name]
+        if redirect:  # a replaced worker node's ids: their new home (MainNode.replace)
+            ids = tuple(redirect.get(i, i) for i in ids)
         if len(set(ids)) != len(ids):
             seen, dups = set(), []
             for i in ids:

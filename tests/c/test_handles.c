@@ -94,6 +94,10 @@ CASE(tensor_placements, dt_tensor_placements(NULL) == NULL)
 CASE(tensor_graph, dt_tensor_graph(NULL) == NULL)
 CASE(tensor_id, dt_tensor_id(NULL) == 0)
 CASE(tensor_site, (dt_tensor_site(NULL, NULL, NULL), 1))
+CASE(tensor_lineage, dt_tensor_lineage(NULL, NULL) == -1)
+CASE(tensor_lineage_op, dt_tensor_lineage_op(NULL) == NULL)
+CASE(tensor_recompute, einval_obj(dt_tensor_recompute(NULL, NULL, 0, NULL)))
+CASE(tensor_mark_lost, einval(dt_tensor_mark_lost(NULL, "why")))
 CASE(tensor_read, einval(dt_tensor_read(NULL, NULL, 0)))
 CASE(tensor_fetch, einval_obj(dt_tensor_fetch(NULL)))
 CASE(tensor_fetch_local, einval_obj(dt_tensor_fetch_local(NULL, 0)))
@@ -309,6 +313,10 @@ static int dead_tensor_handle(void) {
     int line = 1;
     dt_tensor_site(fx.dead, &file, &line);
     ok = ok && file == NULL && line == 0;
+    /* Recovery's entries refuse it too; a local value has no lineage. */
+    ok = ok && dt_tensor_lineage(fx.dead, NULL) == -1 && dt_tensor_lineage_op(fx.dead) == NULL &&
+         dead_einval_obj(dt_tensor_recompute(fx.dead, NULL, 0, dt_tensor_mesh(fx.live))) &&
+         dead_einval(dt_tensor_mark_lost(fx.dead, "why")) && dt_tensor_lineage(fx.live, NULL) == -1;
     /* The live tensor is the one value on its devices; the dead one is not listed. */
     dt_tensor *found[2] = {NULL, NULL};
     ok = ok && dt_tensors_on_devices(DT_DEVICE_CPU, 0, 64, found, 2) == 1 && found[0] == fx.live &&
@@ -420,6 +428,10 @@ static const struct {
     C(tensor_graph),
     C(tensor_id),
     C(tensor_site),
+    C(tensor_lineage),
+    C(tensor_lineage_op),
+    C(tensor_recompute),
+    C(tensor_mark_lost),
     C(tensor_read),
     C(tensor_fetch),
     C(tensor_fetch_local),

@@ -15,6 +15,7 @@
 #include "core/client/segment.h"
 #include "core/client/tensor.h"
 #include "core/records/blob.h"
+#include "core/records/cluster_port.h"
 #include "core/records/future.h"
 #include "core/records/graph_int.h"
 #include "core/records/mesh.h"
@@ -34,7 +35,21 @@ typedef struct dt__symrec {
     struct dt_tensor t;
     const char *site_file; /* the user's line that made it (dt_tensor_site) */
     int site_line;
+    /* Recovery (dt_tensor_lineage, dt_tensor_recompute, dt_tensor_mark_lost):
+     * a copy of the node that made a value living on a worker node's
+     * devices (NULL otherwise, or when its op is not pure), and the reason
+     * reads of a value lost with its node fail; both freed with the value. */
+    struct lineage *lineage;
+    char *lost;
 } dt__symrec;
+
+/* A value's producer as the client submitted it: the node's op and
+ * attributes (its pointers are not followed) and its inputs' value ids, so
+ * no input is kept alive by it. */
+typedef struct lineage {
+    dt__node n;
+    uint64_t in_id[DT_MAX_OP_INPUTS];
+} lineage;
 /* Type-stable, for the symbol's magic (core.h, handles). */
 dt__pool dt__tval_pool = DT__POOL_INIT_STABLE(sizeof(dt__symrec), offsetof(dt__symrec, t));
 static _Thread_local const char *tls_site_file;
@@ -117,6 +132,8 @@ dt_tensor *dt__tensor_new(dt_graph *g, const dt__meta *m) {
     t->v = v;
     rec->site_file = NULL; /* dt__client_submit_raw: its node's */
     rec->site_line = 0;
+    rec->lineage = NULL;
+    rec->lost = NULL;
     return t;
 }
 
@@ -202,6 +219,108 @@ int64_t dt_tensors_on_devices(dt_device_type type, int64_t first, int64_t count,
 
 dt_tensor *dt__tval_tensor(dt__tval *v) { return &((dt__symrec *)v)->t; }
 
+/* ------------------------------------------------------------- lineage */
+
+static dt__symrec *symrec_of(const dt_tensor *t) {
+    return dt__tensor_ok(t) ? (dt__symrec *)((char *)t - offsetof(dt__symrec, t)) : NULL;
+}
+
+/* A copy of n when its output has a piece on a worker node's device and its
+ * op is pure: it computes the output from its inputs and attributes alone
+ * (no host data or callable in n->extra, no side effect); else NULL (also
+ * when out of memory: the value is then a reload value). Client thread,
+ * before n is queued. */
+static lineage *lineage_of(const dt__node *n, const dt__tval *out) {
+    const dt_mesh *m = out->meta.mesh;
+    int remote = 0;
+    for (int64_t i = 0; i < m->ndev && !remote; i++)
+        remote = dt__port_node_of(m->type, m->ids[i]) >= 0;
+    if (!remote || n->extra || (dt__ops[n->op].flags & (DT_OPF_SIDE_EFFECT | DT_OPF_FUTURE | DT_OPF_BARRIER)))
+        return NULL;
+    lineage *l = dt__malloc(sizeof *l);
+    if (!l)
+        return NULL;
+    l->n = *n;
+    for (int i = 0; i < DT_MAX_OP_INPUTS; i++)
+        l->in_id[i] = i < n->n_in && n->in[i] ? n->in[i]->id : 0;
+    return l;
+}
+
+static void symrec_extras_free(dt__symrec *rec) {
+    dt__free(rec->lineage);
+    dt__free(rec->lost);
+    rec->lineage = NULL;
+    rec->lost = NULL;
+}
+
+int dt_tensor_lineage(const dt_tensor *t, uint64_t *in_ids) {
+    const dt__symrec *rec = symrec_of(t);
+    if (!rec || !rec->lineage)
+        return -1;
+    for (int i = 0; i < rec->lineage->n.n_in; i++)
+        in_ids[i] = rec->lineage->in_id[i];
+    return rec->lineage->n.n_in;
+}
+
+const char *dt_tensor_lineage_op(const dt_tensor *t) {
+    const dt__symrec *rec = symrec_of(t);
+    return rec && rec->lineage ? dt__ops[rec->lineage->n.op].name : NULL;
+}
+
+dt_tensor *dt_tensor_recompute(const dt_tensor *t, dt_tensor *const *inputs, int n_in, dt_mesh *mesh) {
+    const dt__symrec *rec = symrec_of(t);
+    if (!rec) {
+        dt__error(DT_EINVAL, "recompute: tensor is %s", dt__handle_bad(t));
+        return NULL;
+    }
+    if (!rec->lineage || n_in != rec->lineage->n.n_in) {
+        dt__error(DT_EINVAL, "recompute: %s",
+                  rec->lineage ? "wrong number of inputs" : "the value has no recorded producer");
+        return NULL;
+    }
+    if (!dt__mesh_ok(mesh) || mesh->type != t->v->meta.mesh->type || mesh->ndev != t->v->meta.mesh->ndev) {
+        dt__error(DT_EINVAL, "recompute: the new mesh must have the value's device type and device count");
+        return NULL;
+    }
+    for (int i = 0; i < n_in; i++)
+        if (rec->lineage->in_id[i] == 0 ? inputs[i] != NULL
+                                        : !dt__tensor_ok(inputs[i]) || inputs[i]->graph != t->graph) {
+            dt__error(DT_EINVAL, "recompute: input %d is released or of another graph", i);
+            return NULL;
+        }
+    dt__meta m = t->v->meta;
+    m.mesh = mesh;
+    dt_tensor *out = dt__tensor_new(t->graph, &m);
+    dt__node *n = out ? dt__node_new(rec->lineage->n.op) : NULL;
+    if (!n) {
+        if (out)
+            dt__error(DT_ENOMEM, "recompute: out of memory");
+        return out ? dt__client_submit_raw(out, NULL) : NULL;
+    }
+    n->n_in = n_in;
+    n->a = rec->lineage->n.a;
+    n->site_file = rec->lineage->n.site_file;
+    n->site_line = rec->lineage->n.site_line;
+    n->out = out->v;
+    for (int i = 0; i < n_in; i++)
+        n->in[i] = inputs[i] ? inputs[i]->v : NULL;
+    return dt__client_submit(out, n);
+}
+
+dt_status dt_tensor_mark_lost(dt_tensor *t, const char *why) {
+    dt__symrec *rec = symrec_of(t);
+    if (!rec)
+        return dt__error(DT_EINVAL, "mark_lost: tensor is %s", dt__handle_bad(t));
+    if (!why)
+        return dt__error(DT_EINVAL, "mark_lost: no reason given");
+    char *copy = dt__strdup(why);
+    if (!copy)
+        return dt__error(DT_ENOMEM, "mark_lost: out of memory");
+    dt__free(rec->lost);
+    rec->lost = copy;
+    return DT_OK;
+}
+
 /* A node that will not be queued: what it owns beyond its values (a
  * source's host data) is freed by its op's discard (src/ops/ops.def). */
 static void discard(dt_graph *g, dt__node *n) {
@@ -233,6 +352,8 @@ dt_tensor *dt__client_submit_raw(dt_tensor *t, dt__node *n) {
         dt__symrec *rec = (dt__symrec *)((char *)t - offsetof(dt__symrec, t));
         rec->site_file = n->site_file;
         rec->site_line = n->site_line;
+        if (!t->graph->local_only && dt__port_generation() != 0)
+            rec->lineage = lineage_of(n, t->v);
         dt_status st = dt__graph_submit(t->graph, n);
         if (st == DT_OK)
             return t;
@@ -252,6 +373,7 @@ dt_tensor *dt__client_submit_raw(dt_tensor *t, dt__node *n) {
  * (dt__blob_release_ctl); NULL: freed here. */
 static inline __attribute__((always_inline)) void tval_free_keep_mesh(dt__tval *v, dt_graph *g,
                                                                       dt__pool_lists *mine) {
+    symrec_extras_free((dt__symrec *)v);
     if (v->blobs)
         for (int64_t i = 0; i < v->meta.mesh->ndev; i++) {
             if (g)
@@ -347,6 +469,15 @@ uint64_t dt_tensor_id(const dt_tensor *t) { return dt__tensor_ok(t) ? t->v->id :
 /* -------------------------------------------------------------- reads */
 
 static dt_future *fetch(dt_tensor *t, int64_t local) {
+    const dt__symrec *rec = symrec_of(t);
+    if (rec->lost) { /* lost with its worker node (dt_tensor_mark_lost) */
+        dt_future *f = dt__future_new();
+        if (f)
+            dt__future_fail(f, DT_EKERNEL, rec->lost);
+        else
+            dt__error(DT_ENOMEM, "fetch: out of memory");
+        return f;
+    }
     dt_future *f = dt__future_new();
     dt__node *n = dt__node_new(DT_OP_FETCH);
     if (!f || !n) {
