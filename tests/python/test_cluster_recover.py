@@ -4,7 +4,10 @@ values that lived there are recomputed from their recorded producers, bit-identi
 where their inputs survive, and the rest fail at the read naming what to reload. On loopback;
 every wait bounded, every child killed (the fixture)."""
 
+import json
+import os
 import signal
+import subprocess
 import sys
 
 import pytest
@@ -13,8 +16,10 @@ import torch
 
 import dtorch
 from dtorch import KernelError, MainNode, Replicate, Shard, _C
+from dtorch.node import executable
 from dtorch.test.test_util import local_values
-from test_cluster import HB, cluster_at, wait_for
+from helpers import reap
+from test_cluster import HB, TOKEN, _readline, cluster_at, netns_pair, wait_for  # noqa: F401 (netns_pair: a fixture)
 from test_cluster_drain import _line
 
 pytestmark = pytest.mark.skipif(not _C._cluster_info()["available"], reason="built without ZeroMQ")
@@ -179,9 +184,7 @@ def test_llama_example_recovers_a_killed_node():
     started in its place, replace(), the model loaded again, generation continued: the 8 tokens
     equal the single-device run's (the script compares them: an uninterrupted generate on one
     device)."""
-    import os
     import re
-    import subprocess
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     here = os.path.dirname(os.path.dirname(os.path.abspath(dtorch.__file__)))
@@ -200,3 +203,79 @@ def test_llama_example_recovers_a_killed_node():
     pids = [int(m) for m in re.findall(r"pid (\d+)\)", r.stdout)]
     for pid in pids:  # every node it started is gone (the killed one reaped too)
         assert not os.path.exists(f"/proc/{pid}"), pid
+
+
+_NETNS_MAIN = """
+import json, os, sys, time
+import torch
+import dtorch
+from dtorch import MainNode, DeviceMesh, Shard
+MainNode.set_address('10.231.7.1:0', cpu_devices=2, heartbeat_second=float(sys.argv[2]))
+open(sys.argv[1], 'w').write(MainNode.get_address())
+MainNode.wait_cluster_ready(2, timeout_second=60)
+a, b = (n['first_device_id'] for n in MainNode.nodes())
+g = dtorch.Graph()
+t = torch.arange(-12, 12, dtype=torch.float32).reshape(6, 4)
+src = dtorch.from_torch(t, DeviceMesh('cpu', [0, 1]), [Shard(0)], graph=g)
+x = dtorch.from_torch(t, DeviceMesh('cpu', [a, a + 1]), [Shard(0)], graph=g) * 3   # node 0's
+MainNode.remove(0, to=[1, 0])                                                       # drained here
+print(json.dumps({'x': x.to_torch().tolist(), 'x_mesh': x.device_mesh.mesh.tolist()}), flush=True)
+y = src.redistribute(device_mesh=DeviceMesh('cpu', [b, b + 1]), placements=[Shard(0)])  # node 1's
+w = y * 2
+z = w.sum(0)
+before = z.to_torch().tolist()
+print(json.dumps({'kill': MainNode.nodes()[1]['pid']}), flush=True)
+deadline = time.monotonic() + 60
+while MainNode.nodes()[1]['state'] != 'lost' and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(json.dumps({'lost': MainNode.nodes()[1]['state']}), flush=True)
+MainNode.wait_cluster_ready(1, timeout_second=60)                                   # the replacement
+got = dtorch.cluster.replace(1, MainNode.nodes()[-1])
+print(json.dumps({'got': got, 'z': z.to_torch().tolist(), 'before': before, 'z_mesh': z.device_mesh.mesh.tolist(),
+                  'c': MainNode.nodes()[-1]['first_device_id'], 'b': b}), flush=True)
+MainNode.shutdown()
+"""
+
+
+@pytest.fixture
+def namespaces(request):
+    """test_cluster.py's two network namespaces (skipped where they cannot be made)."""
+    return request.getfixturevalue("netns_pair")
+
+
+def test_drain_and_replace_in_two_network_namespaces(namespaces, tmp_path):
+    """Item 4's across-hosts check: the main node in one network namespace, its worker nodes in
+    another (a veth pair between them): remove(0, to=[1, 0]) drains node 0's value to the main node,
+    then node 1 is SIGKILLed, a replacement joins from the other namespace and replace() recomputes
+    node 1's values there, equal to before."""
+    ns_main, ns_node = namespaces
+    env = dict(os.environ, DTORCH_CLUSTER_TOKEN=TOKEN)
+    addr_file = tmp_path / "addr"
+    main = subprocess.Popen(["ip", "netns", "exec", ns_main, sys.executable, "-c", _NETNS_MAIN, str(addr_file), str(HB)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs = [main]
+    try:
+        assert wait_for(lambda: addr_file.exists() and addr_file.read_text(), 60), "no address"
+        address = addr_file.read_text()
+
+        def node():
+            p = subprocess.Popen(["ip", "netns", "exec", ns_node, executable(), f"--main-node-address={address}",
+                                  "--cpu-devices=2", "--quiet"], env=env, stderr=subprocess.PIPE, text=True)
+            procs.append(p)
+            return p
+
+        node(), node()
+        t = torch.arange(-12, 12, dtype=torch.float32).reshape(6, 4)
+        drained = json.loads(_readline(main))
+        assert drained["x_mesh"] == [1, 0] and torch.equal(torch.tensor(drained["x"]), t * 3), drained
+        victim = json.loads(_readline(main))["kill"]
+        os.kill(victim, signal.SIGKILL)
+        assert json.loads(_readline(main)) == {"lost": "lost"}
+        node()
+        done = json.loads(_readline(main))
+        assert done["got"] == {"recomputed": 3, "lost": 0}, done
+        assert done["z"] == done["before"] == (t * 2).sum(0).tolist(), done
+        assert done["z_mesh"] == [done["c"], done["c"] + 1] and done["c"] != done["b"], done
+        assert main.wait(timeout=60) == 0, main.stderr.read()
+    finally:
+        reap(procs)
