@@ -230,11 +230,16 @@ static dt__symrec *symrec_of(const dt_tensor *t) {
  * (no host data or callable in n->extra, no side effect); else NULL (also
  * when out of memory: the value is then a reload value). Client thread,
  * before n is queued. */
-static lineage *lineage_of(const dt__node *n, const dt__tval *out) {
-    const dt_mesh *m = out->meta.mesh;
-    int remote = 0;
-    for (int64_t i = 0; i < m->ndev && !remote; i++)
-        remote = dt__port_node_of(m->type, m->ids[i]) >= 0;
+static lineage *lineage_of(const dt__node *n, const dt__tval *out, uint64_t gen) {
+    dt_mesh *m = out->meta.mesh;
+    uint_fast64_t known = atomic_load_explicit(&m->on_node, memory_order_relaxed);
+    int remote = (int)(known & 1);
+    if (known >> 1 != gen) { /* once per mesh and cluster generation: node_of takes a lock */
+        remote = 0;
+        for (int64_t i = 0; i < m->ndev && !remote; i++)
+            remote = dt__port_node_of(m->type, m->ids[i]) >= 0;
+        atomic_store_explicit(&m->on_node, gen << 1 | (uint_fast64_t)remote, memory_order_relaxed);
+    }
     if (!remote || n->extra || (dt__ops[n->op].flags & (DT_OPF_SIDE_EFFECT | DT_OPF_FUTURE | DT_OPF_BARRIER)))
         return NULL;
     lineage *l = dt__malloc(sizeof *l);
@@ -352,8 +357,9 @@ dt_tensor *dt__client_submit_raw(dt_tensor *t, dt__node *n) {
         dt__symrec *rec = (dt__symrec *)((char *)t - offsetof(dt__symrec, t));
         rec->site_file = n->site_file;
         rec->site_line = n->site_line;
-        if (!t->graph->local_only && dt__port_generation() != 0)
-            rec->lineage = lineage_of(n, t->v);
+        uint64_t gen = t->graph->local_only ? 0 : dt__port_generation();
+        if (gen != 0)
+            rec->lineage = lineage_of(n, t->v, gen);
         dt_status st = dt__graph_submit(t->graph, n);
         if (st == DT_OK)
             return t;

@@ -20,6 +20,10 @@ struct dt_mesh {
     char names[DT_MAX_MESH_NDIM][DT_MAX_DIM_NAME];
     int64_t *ids; /* ndev entries */
     uint64_t uid; /* unique per mesh ever made: a reused address is not the same mesh */
+    /* Client threads (core/client/tensor.c, lineage): whether an id is a
+     * worker node's, as of cluster generation g, stored as 2 * g + answer;
+     * 0: not known yet. */
+    atomic_uint_fast64_t on_node;
     /* Every value retains its mesh on the client and the controller drops
      * it: the count has a cache line of its own (the struct is allocated
      * aligned), away from the fields and the ids array the controller reads. */
