@@ -138,6 +138,7 @@ def test_replace_onto_local_devices_and_bad_arguments(cluster):
     x = src.redistribute(device_mesh=node, placements=[Shard(1)])
     xx = x * x
     y = xx.sum(0)  # over the unsharded dim: still Shard(0) of the result
+    span = dtorch.from_torch(u, dtorch.DeviceMesh("cpu", [1, a + 1]), [Shard(0)], graph=g)  # a reload value
     before = _snapshot({"x": x, "xx": xx, "y": y})
 
     with pytest.raises(ValueError, match="worker node 0 is alive, not lost"):
@@ -159,13 +160,15 @@ def test_replace_onto_local_devices_and_bad_arguments(cluster):
             (["x", 1], TypeError, "must hold int device ids")):
         with pytest.raises(err, match=match):
             MainNode.replace(0, bad)
+    with pytest.raises(ValueError, match="duplicate device ids"):  # span would be on [1, 1]
+        MainNode.replace(0, [0, 1])
     # nothing changed: the node is still lost, the values still where they were, meshes unmoved
     assert MainNode.nodes()[0]["state"] == "lost" and node.mesh.tolist() == [a, a + 1]
-    assert x.device_mesh.mesh.tolist() == [a, a + 1]
+    assert x.device_mesh.mesh.tolist() == [a, a + 1] and span.device_mesh.mesh.tolist() == [1, a + 1]
     assert dtorch.DeviceMesh("cpu", [a]).mesh.tolist() == [a]
 
     got = MainNode.replace(MainNode.nodes()[0], [1, 0])  # the order swapped: a -> 1, a + 1 -> 0
-    assert got == {"recomputed": 3, "lost": 0}
+    assert got == {"recomputed": 3, "lost": 1}
     assert x.device_mesh.mesh.tolist() == [1, 0] and y.device_mesh.mesh.tolist() == [1, 0]
     _same(x, before["x"], "x")
     _same(xx, before["xx"], "xx")
@@ -175,6 +178,8 @@ def test_replace_onto_local_devices_and_bad_arguments(cluster):
     with pytest.raises(ValueError, match="worker node 0 is replaced, not lost"):
         MainNode.replace(0, [0, 1])
     assert torch.equal((x * 2).to_torch(), before["x"][0] * 2)
+    with pytest.raises(KernelError, match=r"shape \[3, 4\], torch.bfloat16.*reload it"):
+        span.to_torch()
     assert small.poll() is None
 
 
