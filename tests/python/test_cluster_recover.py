@@ -96,6 +96,8 @@ def test_replace_with_a_new_node_recomputes_and_marks_reloads(cluster):
     b = MainNode.nodes()[1]["first_device_id"]
     assert b == a + 2
 
+    with pytest.raises(ValueError, match=r"none of worker node 0's own"):
+        dtorch.cluster.replace(0, [0, a])  # the lost node's own ids
     got = dtorch.cluster.replace(0, 1)
     assert got == {"recomputed": len(v), "lost": 4}
     for k, val in v.items():
