@@ -6,7 +6,11 @@ sequence is diffusers' (test_sd3.py checks it bit-identical). torch.compile is s
 machine: one shape set per mesh, compiled once for the process."""
 
 import os
+import shutil
+import tempfile
 import unittest
+
+import torch
 
 
 import dtorch
@@ -68,6 +72,44 @@ class FusedTransformerTest(unittest.TestCase):
         model = SD3Transformer2DModel.from_pretrained(self.dirs["sd3"], device_mesh=mesh((1,), ("dp",)))
         with self.assertRaisesRegex(TypeError, "execute_config must be a dtorch.ExecuteConfig"):
             model(*inputs(), execute_config={"compile_fused_ops": True})
+
+
+@unittest.skipIf(os.environ.get("DTORCH_SKIP_COMPILE") == "1", "DTORCH_SKIP_COMPILE=1: torch.compile cases skipped")
+class FusedPipelineTest(unittest.TestCase):
+    """SLOW: the pipeline hands its execute_config to the transformer (alone, and merged with a
+    cache threshold), against diffusers' pipeline on test_sd3's tiny random folder."""
+
+    KW = dict(test_sd3.PipelineTest.KW, num_inference_steps=2)
+
+    @classmethod
+    def setUpClass(cls):
+        from dtorch.applications.sd3.testing import make_tiny_pipeline
+
+        cls.tmp = tempfile.mkdtemp()
+        cls.ref = make_tiny_pipeline(cls.tmp, seed=0)
+        cls.ref.set_progress_bar_config(disable=True)
+        with torch.no_grad():
+            cls.want = cls.ref(**cls.KW, generator=torch.Generator().manual_seed(0), output_type="latent").images
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_config_reaches_the_transformer(self):
+        from dtorch.applications.sd3 import StableDiffusion3Pipeline
+
+        pipe = StableDiffusion3Pipeline.from_pretrained(self.tmp, device_mesh=dtorch.DeviceMesh("cpu", [0]))
+        steps = self.KW["num_inference_steps"]
+        # threshold 0: First-Block-Cache on but never skipping (a distance is never below 0)
+        for extra in ({}, {"first_block_cache_threshold": 0.0}):
+            with self.subTest(**extra), dtorch.profiler.trace(None) as tr:
+                got = pipe(**self.KW, generator=torch.Generator().manual_seed(0), output_type="latent",
+                           execute_config=ON, **extra).images
+                got = got.to_torch() if isinstance(got, dtorch.Tensor) else got
+            # one transformer call a step (the CFG halves are one batch), SITES["sd3"] sites each
+            self.assertEqual(fused_kernels(tr.events), steps * SITES["sd3"])
+            self.assertEqual(pipe.last_cache_stats is not None, bool(extra))
+            torch.testing.assert_close(got, self.want, rtol=1e-4, atol=1e-4)
 
 
 class ExecuteConfigMergeTest(unittest.TestCase):
