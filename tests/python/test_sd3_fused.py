@@ -6,8 +6,6 @@ sequence is diffusers' (test_sd3.py checks it bit-identical). torch.compile is s
 machine: one shape set per mesh, compiled once for the process."""
 
 import os
-import shutil
-import tempfile
 import unittest
 
 import torch
@@ -79,21 +77,10 @@ class FusedPipelineTest(unittest.TestCase):
     """SLOW: the pipeline hands its execute_config to the transformer (alone, and merged with a
     cache threshold), against diffusers' pipeline on test_sd3's tiny random folder."""
 
-    KW = dict(test_sd3.PipelineTest.KW, num_inference_steps=2)
-
-    @classmethod
-    def setUpClass(cls):
-        from dtorch.applications.sd3.testing import make_tiny_pipeline
-
-        cls.tmp = tempfile.mkdtemp()
-        cls.ref = make_tiny_pipeline(cls.tmp, seed=0)
-        cls.ref.set_progress_bar_config(disable=True)
-        with torch.no_grad():
-            cls.want = cls.ref(**cls.KW, generator=torch.Generator().manual_seed(0), output_type="latent").images
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp, ignore_errors=True)
+    # test_sd3's tiny random pipeline folder and diffusers' latents for KW (3 steps, CFG)
+    KW = test_sd3.PipelineTest.KW
+    setUpClass = classmethod(test_sd3.PipelineTest.setUpClass.__func__)
+    tearDownClass = classmethod(test_sd3.PipelineTest.tearDownClass.__func__)
 
     def test_config_reaches_the_transformer(self):
         from dtorch.applications.sd3 import StableDiffusion3Pipeline
@@ -109,7 +96,7 @@ class FusedPipelineTest(unittest.TestCase):
             # one transformer call a step (the CFG halves are one batch), SITES["sd3"] sites each
             self.assertEqual(fused_kernels(tr.events), steps * SITES["sd3"])
             self.assertEqual(pipe.last_cache_stats is not None, bool(extra))
-            torch.testing.assert_close(got, self.want, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(got, self.want_latents, rtol=1e-4, atol=1e-4)
 
 
 class ExecuteConfigMergeTest(unittest.TestCase):
