@@ -8,6 +8,13 @@ shape/dtype and cached. Shapes (--tokens T, --dim D): rotary on [1, 4, T, D/4] w
 tables (interleaved pairs, Flux's form), the SwiGLU gate on [T, D] with a [2D, D] weight, adaLN
 modulation on [1, T, D] with [1, 1, D] scale/shift.
 
+Then the SD3 transformer (``dtorch.applications.sd3``, a small random diffusers config: --sd3-layers
+blocks, 4 heads x 32, latents 2x4x(--sd3-size)^2, 16 text tokens): one forward, diffusers eager
+against dtorch with fusion off (diffusers' op sequence, bit-identical) and on
+(``execute_config=ExecuteConfig(compile_fused_ops=True)``: every adaLN modulation one compiled
+``layer_norm_mul_add`` kernel); best of --repeat, ratios against diffusers. ``--sd3-only`` skips
+the per-op rows, ``--no-sd3`` the transformer row.
+
     /work/main/.venv/bin/python bench/compiled_op.py
     /work/main/.venv/bin/python bench/compiled_op.py --tokens 4096 --dim 512 --steps 20
 """
@@ -46,11 +53,23 @@ def main(argv=None) -> int:
     p.add_argument("--dim", type=int, default=256)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--sd3-layers", type=int, default=2)
+    p.add_argument("--sd3-size", type=int, default=32, help="latent height = width (tokens: (size / 2)^2)")
+    p.add_argument("--sd3-only", action="store_true")
+    p.add_argument("--no-sd3", action="store_true")
     args = p.parse_args(argv)
     print(f"# bench/compiled_op.py: {platform.node()}, {torch.get_num_threads()} torch threads, torch "
           f"{torch.__version__}, tokens {args.tokens}, dim {args.dim}, {args.steps} steps, best of {args.repeat}")
     mesh = dtorch.DeviceMesh("cpu", [0])
     on = dtorch.ExecuteConfig(compile_fused_ops=True)
+    if not args.sd3_only:
+        ops(args, mesh, on)
+    if not args.no_sd3:
+        sd3(args, mesh, on)
+    return 0
+
+
+def ops(args, mesh, on) -> None:
     print(f"{'op':20s} {'torch ms':>9s} {'torch.compile':>14s} {'dtorch eager':>13s} {'dtorch compiled':>16s}"
           f"   (ratios: time / torch eager)")
     for name, fn, op, x0, rest in cases(args.tokens, args.dim):
@@ -79,7 +98,48 @@ def main(argv=None) -> int:
         b = best_of(fns, args.repeat)
         print(f"{name:20s} {1e3 * b[0] / args.steps:9.3f} {b[1] / b[0]:14.2f} {b[2] / b[0]:13.2f} {b[3] / b[0]:16.2f}"
               f"   (warm-up with compiles {warm:.0f} s; |torch.compile - dtorch compiled| {diff:.1e})")
-    return 0
+
+
+def sd3(args, mesh, on) -> None:
+    """The SD3 transformer's forward: diffusers eager, dtorch fusion off, dtorch fusion on."""
+    import tempfile
+
+    from diffusers import SD3Transformer2DModel as Ref
+
+    from dtorch.applications.sd3 import SD3Transformer2DModel
+
+    size = args.sd3_size
+    cfg = dict(sample_size=size, patch_size=2, in_channels=4, out_channels=4, num_layers=args.sd3_layers,
+               attention_head_dim=32, num_attention_heads=4, joint_attention_dim=64, caption_projection_dim=128,
+               pooled_projection_dim=64, pos_embed_max_size=size)
+    g = torch.Generator().manual_seed(0)
+    ref = Ref(**cfg).eval()
+    with torch.no_grad():
+        for prm in ref.parameters():
+            prm.copy_(torch.randn(prm.shape, generator=g) * 0.1)
+    x, c = torch.randn(2, 4, size, size, generator=g), torch.randn(2, 16, 64, generator=g)
+    pooled, t = torch.randn(2, 64, generator=g), torch.tensor([981.5, 3.25])
+    with tempfile.TemporaryDirectory() as tmp:
+        ref.save_pretrained(tmp)
+        model = SD3Transformer2DModel.from_pretrained(tmp, device_mesh=mesh)
+
+    def run_ref():
+        with torch.no_grad():
+            return ref(x, c, pooled, t).sample
+
+    fns = [run_ref, lambda: model(x, c, pooled, t).to_torch(),
+           lambda: model(x, c, pooled, t, execute_config=on).to_torch()]
+    t0 = time.perf_counter()
+    outs = [f() for f in fns]  # warm-up: compiles the adaLN kernel for the image and the text tokens
+    warm = time.perf_counter() - t0
+    assert torch.equal(outs[0], outs[1]), "sd3: dtorch with fusion off is not bit-identical to diffusers"
+    diff = (outs[0] - outs[2]).abs().max().item()
+    assert torch.allclose(outs[0], outs[2], rtol=1e-4, atol=1e-4), f"sd3: fusion on differs by {diff}"
+    b = best_of(fns, args.repeat)
+    print(f"{'sd3 transformer':20s} {'diffusers ms':>12s} {'fusion off':>11s} {'fusion on':>10s} {'on / off':>9s}"
+          f"   (ratios: time / diffusers eager; {args.sd3_layers} blocks, {(size // 2) ** 2} image + 16 text tokens)")
+    print(f"{'sd3 transformer':20s} {1e3 * b[0]:12.1f} {b[1] / b[0]:11.2f} {b[2] / b[0]:10.2f} {b[2] / b[1]:9.2f}"
+          f"   (warm-up with compiles {warm:.0f} s; |diffusers - fusion on| {diff:.1e})")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,10 @@
 #   7. moe        bench/moe.py --check: a tiny Mixtral on 8 logical devices (ep4 x
 #                 tp2), forward and greedy decode steps against transformers on
 #                 the GPU; its "moe check" lines go into the summary
+#   7b. userk     user kernels on CUDA: a local_map function on 2 logical
+#                 devices runs on the workers' streams, equal to eager; a
+#                 two-output one runs once per device; compiled_op's adaLN
+#                 through torch.compile (Triton) allclose; "userk" lines
 # Without a GPU (torch.cuda.is_available() False) steps 0-1 run, then the
 # no-GPU checks (cuda meshes refused at the call, satisfy False, the
 # "torch_cuda" backend registered); it says NO GPU and exits 3.
@@ -351,6 +355,44 @@ if [ "$dry" = 0 ]; then
     fi
     grep -q '^moe check: PASSED' "$log/moe.log" 2>/dev/null && rm -f "$log/moe.log"
 fi
+
+# ------------------------------------------------------------ 7b. userk
+# User kernels on CUDA (issue 31): a local_map function runs on each device's worker stream
+# (torch's current stream inside it is the worker's, not the default one), equal to eager torch;
+# a two-output function once per device; compiled_op.layer_norm_mul_add through torch.compile
+# (Triton) allclose to eager. Two logical devices of one GPU.
+step userk 90 env DTORCH_DTENSOR_IN_SAME_DEVICE=1 DTORCH_NUM_GPU_WHEN_ENABLE_DTENSOR_IN_SAME_DEVICE=2 "$py" -c '
+import threading, torch, dtorch, torch.nn.functional as F
+from dtorch import DeviceMesh, Shard
+m = DeviceMesh("cuda", [0, 1])
+seen, lock = [], threading.Lock()
+def act(t):
+    with lock:
+        seen.append((t.device.type, torch.cuda.current_stream().cuda_stream, torch.cuda.default_stream().cuda_stream))
+    return torch.special.erf(t) * torch.sigmoid(t) + torch.log1p(t.abs())
+a = torch.randn(1024, 512, device="cuda")
+y = dtorch.local_map(act, [Shard(0)])(dtorch.from_torch(a, m, [Shard(0)])).to_torch()
+real = [s for s in seen if s[0] == "cuda"]
+on_worker = len(real) == 2 and all(cur != 0 and cur != dflt for _, cur, dflt in real)
+print("userk equal", torch.equal(y, act(a)), "on the worker stream", on_worker)
+calls = []
+def two(t):
+    if t.device.type != "meta":
+        with lock:
+            calls.append(1)
+    return t * 2, t.sum(-1)
+p, q = dtorch.local_map(two, ([Shard(0)], [Shard(0)]))(dtorch.from_torch(a, m, [Shard(0)]))
+print("userk two outputs equal", torch.equal(p.to_torch(), a * 2) and torch.equal(q.to_torch(), a.sum(-1)),
+      "runs", len(calls))
+x, sc, sh = torch.randn(2, 256, 512, device="cuda"), torch.randn(2, 1, 512, device="cuda"), torch.randn(2, 1, 512, device="cuda")
+d = [dtorch.from_torch(t, m, [Shard(0)]) for t in (x, sc, sh)]
+on = dtorch.ExecuteConfig(compile_fused_ops=True)
+got = dtorch.compiled_op.layer_norm_mul_add(*d, execute_config=on).to_torch()
+want = F.layer_norm(x, (512,), eps=1e-6) * (1 + sc) + sh
+print("userk compiled layer_norm_mul_add allclose", torch.allclose(got, want, rtol=1e-4, atol=1e-4),
+      "kernels", len(dtorch.compiled_op.compiled_kernels()))
+'
+figures userk
 
 # ------------------------------------------------------------ 8. suite x4
 # Last: as 4 logical devices, the tests that need ids >= 4 fail by design.

@@ -713,6 +713,13 @@ DT_API dt_tensor *dt_user_op(dt_graph *g, const dt_user_kernel *uk, dt_tensor *c
                              dt_dtype dtype, int ndim, const int64_t *shape, dt_mesh *mesh,
                              const dt_placement *placements);
 
+/* Called by a user kernel's run function, on its worker thread, while it
+ * runs: the worker's native stream (CUDA: the cudaStream_t the device's
+ * kernels are queued on, where the function must queue its own work so that
+ * it is ordered after the inputs and before the readers of its output), or
+ * NULL on a device without one (CPU) and on any other thread. */
+DT_API void *dt_user_kernel_stream(void);
+
 /* ------------------------------------------------------- operator registry */
 
 /* One user-facing operator: its torch name, its family, the placement

@@ -2,9 +2,10 @@
  * dtorch._C's user kernels: _user_op records a node whose kernels call a
  * Python callable on each device's worker thread (dt_user_op, public
  * dtorch_ops.h). The callable is dtorch/_local_map.py's per-op runner:
- * call(rank, capsules) takes the inputs' local pieces as DLPack capsules and
- * returns the local result as one, or a str (the formatted traceback) when
- * the user's function raised.
+ * call(rank, capsules, stream) takes the inputs' local pieces as DLPack
+ * capsules and the worker's native stream (a CUDA device's cudaStream_t as an
+ * int, 0 on CPU: dt_user_kernel_stream) and returns the local result as one,
+ * or a str (the formatted traceback) when the user's function raised.
  *
  * Threads: _user_op runs on a Python thread holding the GIL. run_kernel runs
  * on a worker thread and takes the GIL itself (PyGILState_Ensure);
@@ -18,6 +19,7 @@
  * kernel fails and the callable is leaked rather than touched.
  */
 #include <pthread.h>
+#include <stdint.h>
 
 #include "dtorch_py.h"
 
@@ -76,7 +78,8 @@ static dt_status run_kernel(void *ctx, int64_t rank, int n_in, void *const *in_d
     for (int i = given; i < n_in; i++)
         dt_dlpack_delete(in_dl[i]);
     if (given == n_in)
-        res = PyObject_CallFunction((PyObject *)ctx, "LO", (long long)rank, caps);
+        res = PyObject_CallFunction((PyObject *)ctx, "LOK", (long long)rank, caps,
+                                    (unsigned long long)(uintptr_t)dt_user_kernel_stream());
     if (!res) {
         exception_text(err, errlen);
     } else if (PyUnicode_Check(res)) {

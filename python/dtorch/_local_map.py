@@ -18,7 +18,12 @@ file:line and the Python traceback; the runtime goes on.
 
 ``func`` must not modify its inputs in place (they are dtorch's values, shared with other
 readers) and must compute the same thing on every device where the placements say the values
-are replicas. With several outputs ``func`` runs once per output (one node each).
+are replicas. With several outputs ``func`` runs once per device: the outputs are one node each
+(a node has one output in dtorch's core), and the first of them to run on a device runs ``func``
+and keeps the others' results for their nodes; an output of the wrong shape or dtype fails the
+reads of that output, naming its index. On a CUDA device ``func`` runs with the worker's stream as
+torch's current stream (``torch.cuda.ExternalStream`` of the handle the runtime gives the kernel),
+so its work is queued in order with dtorch's.
 
 >>> import torch, dtorch
 >>> mesh = dtorch.DeviceMesh("cpu", [0, 1])
@@ -29,7 +34,9 @@ are replicas. With several outputs ``func`` runs once per output (one node each)
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -87,20 +94,39 @@ def _is_single(spec: Any) -> bool:
         isinstance(spec, (list, tuple)) and all(isinstance(p, (Placement, str)) for p in spec))
 
 
+def _on_stream(stream: int, inputs: List[torch.Tensor]) -> Any:
+    """The worker's native stream as torch's current stream (a CUDA device: ``stream`` is its
+    cudaStream_t, python/_C/ops_user.c), so that the function's kernels queue on it; on CPU (0)
+    nothing."""
+    if not stream:
+        return contextlib.nullcontext()
+    device = inputs[0].device if inputs else None
+    return torch.cuda.stream(torch.cuda.ExternalStream(stream, device=device))
+
+
+def _call_local(func: Callable, args: Tuple, kwargs: Dict, positions: List[int], capsules: list,
+                stream: int) -> Any:
+    """``func`` on the local pieces (``args`` with the capsules' tensors at ``positions``), on the
+    worker's stream."""
+    full = list(args)
+    for pos, cap in zip(positions, capsules):
+        full[pos] = torch.from_dlpack(cap)
+    with _on_stream(stream, [full[p] for p in positions]):
+        return func(*full, **kwargs)
+
+
 def _runner(func: Callable, args: Tuple, kwargs: Dict, positions: List[int], index: Optional[int]) -> Callable:
-    """What the worker calls (python/_C/ops_user.c): call(rank, capsules) -> a DLPack capsule of the
-    local result, or the formatted traceback (a str) when ``func`` raised or returned no tensor."""
+    """What the worker calls (python/_C/ops_user.c): call(rank, capsules, stream) -> a DLPack capsule
+    of the local result, or the formatted traceback (a str) when ``func`` raised or returned no
+    tensor. ``stream``: the worker's native stream (CUDA), 0 on CPU."""
 
     # The dtorch tensors' places hold None: the runner lives as long as the kernels, and it must not
     # keep dtorch values (or drop them on a worker: python/_C/ops_user.c).
     args = tuple(None if i in positions else a for i, a in enumerate(args))
 
-    def call(rank: int, capsules: list):
+    def call(rank: int, capsules: list, stream: int = 0):
         try:
-            full = list(args)
-            for pos, cap in zip(positions, capsules):
-                full[pos] = torch.from_dlpack(cap)
-            out = func(*full, **kwargs)
+            out = _call_local(func, args, kwargs, positions, capsules, stream)
             if index is not None:
                 out = out[index]
             if not isinstance(out, torch.Tensor):
@@ -110,6 +136,78 @@ def _runner(func: Callable, args: Tuple, kwargs: Dict, positions: List[int], ind
             return "".join(traceback.format_exc())
 
     return call
+
+
+class _Shared:
+    """The one run per device of a k-output function, shared by the k USER nodes that record its
+    outputs (the core's nodes have one output each, as sort/topk's two): on each device the first
+    of the k kernels to run calls ``func`` and keeps the other outputs, each handed to its node's
+    kernel, then dropped. ``slots``: {rank: [outputs, or the traceback when func raised; the output
+    indices not handed out yet]}; a kernel whose index is not pending runs ``func`` afresh (its
+    node ran again, or a sibling was never lowered). One lock per rank (func runs under it, so two
+    kernels of one device never both run it; other devices go on)."""
+
+    def __init__(self, n_ranks: int) -> None:
+        self.locks = [threading.Lock() for _ in range(n_ranks)]
+        self.slots: Dict[int, list] = {}
+
+
+def _block_error(name: str, k: int, out: Any, mesh_shape: Tuple[int, ...], shape: Tuple[int, ...],
+                 dtype: torch.dtype, placements: List[Placement], rank: int) -> Optional[str]:
+    """Why output k's local result is not this device's block of it (None when it is)."""
+    coord = []
+    for n in reversed(mesh_shape):
+        coord.append(rank % n)
+        rank //= n
+    want = local_shape(shape, mesh_shape, placements, tuple(reversed(coord)))
+    if not isinstance(out, torch.Tensor):
+        return f"{name}: output {k} of the function is a {type(out).__name__}, not a torch.Tensor"
+    if tuple(out.shape) != want or out.dtype != dtype:
+        return (f"{name}: output {k} of the function has shape {list(out.shape)} and dtype {out.dtype}; this "
+                f"device's block of it is {list(want)} of dtype {dtype} (out_meta, or the meta-tensor run, said so)")
+    return None
+
+
+def _shared_runners(name: str, func: Callable, args: Tuple, kwargs: Dict, positions: List[int],
+                    mesh: DeviceMesh, shapes: List[Tuple[int, ...]], dtypes: List[torch.dtype],
+                    outs_pl: List[List[Placement]]) -> List[Callable]:
+    """The k runners (``_runner``'s protocol) of a k-output call, sharing one run of ``func`` per
+    device (``_Shared``); each checks its output against the device's block and names it."""
+    args = tuple(None if i in positions else a for i, a in enumerate(args))
+    n_out = len(shapes)
+    shared = _Shared(mesh.size())
+    mesh_shape = tuple(mesh.shape)
+
+    def run(capsules: list, stream: int) -> Any:
+        try:
+            outs = _call_local(func, args, kwargs, positions, capsules, stream)
+            if not isinstance(outs, (tuple, list)) or len(outs) != n_out:
+                raise TypeError(f"local_map: the function returned {type(outs).__name__}, not {n_out} tensors")
+            return list(outs)
+        except BaseException:  # noqa: BLE001 - every output's read gets the traceback
+            return "".join(traceback.format_exc())
+
+    def runner(k: int) -> Callable:
+        def call(rank: int, capsules: list, stream: int = 0):
+            with shared.locks[rank]:
+                slot = shared.slots.get(rank)
+                if slot is None or k not in slot[1]:
+                    slot = shared.slots[rank] = [run(capsules, stream), set(range(n_out))]
+                slot[1].discard(k)
+                outs = slot[0]
+                out = outs if isinstance(outs, str) else outs[k]
+                if not isinstance(outs, str):
+                    outs[k] = None  # handed out: the slot keeps only the others
+                if not slot[1]:
+                    del shared.slots[rank]
+            if isinstance(out, str):
+                return out
+            bad = _block_error(name, k, out, mesh_shape, shapes[k], dtypes[k], outs_pl[k], rank)
+            return bad if bad is not None else torch.utils.dlpack.to_dlpack(out.detach())
+
+        return call
+
+    return [runner(k) for k in range(n_out)]
 
 
 def _meta_outputs(func: Callable, args: Tuple, kwargs: Dict, positions: List[int], mesh: DeviceMesh,
@@ -183,7 +281,8 @@ def _meta_key(args: Tuple, kwargs: Dict, positions: List[int], tensors: List[Any
 def _record(name: str, func: Callable, args: Tuple, kwargs: Dict, positions: List[int], tensors: List[Any],
             mesh: DeviceMesh, outs_pl: List[List[Placement]], single: bool, out_meta: Any,
             meta_cache: Dict) -> Any:
-    """One USER node per output; returns the output or the tuple of them. ``meta_cache``: the wrapped
+    """One USER node per output, the k of a k-output call sharing one run of ``func`` per device
+    (``_Shared``); returns the output or the tuple of them. ``meta_cache``: the wrapped
     function's memo of meta runs, {layout key: (global shapes, dtypes)}."""
     n_out = len(outs_pl)
     if out_meta is not None:
@@ -212,8 +311,9 @@ def _record(name: str, func: Callable, args: Tuple, kwargs: Dict, positions: Lis
         from ._graph import default_graph
         graph = default_graph
     results = []
-    for k in range(n_out):
-        call = _runner(func, args, kwargs, positions, None if single else k)
+    calls = ([_runner(func, args, kwargs, positions, None)] if single else
+             _shared_runners(name, func, args, kwargs, positions, mesh, shapes, dtypes, outs_pl))
+    for k, call in enumerate(calls):
         raw = _placements_to_raw(outs_pl[k], mesh, len(shapes[k]), f"{name}: out_placements")
         results.append(_C._user_op(graph, call, name, list(tensors), dtypes[k], list(shapes[k]), mesh, raw))
     return results[0] if single else tuple(results)

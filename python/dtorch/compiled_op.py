@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import threading
+import types
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -80,6 +81,16 @@ def compiled_kernels() -> List[Tuple]:
         return list(_compiled)
 
 
+def _own_code(fn: Callable) -> Callable:
+    """``fn`` with a code object of its own. Dynamo keeps compiled entries on the code object and
+    fails a call once one code object has been compiled for more than its recompile limit (8)
+    different sets of shapes, however many ``torch.compile`` wrappers there are: a model with
+    many adaLN shapes (image and text tokens, per mesh) passes that. One copy per cache key keeps
+    each key's kernel alone on its code object."""
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__,
+                              fn.__closure__)
+
+
 def _kernel(fn: Callable, compiled: bool, extra: Tuple = ()) -> Callable:
     """What the worker runs on the local tensors: ``fn`` itself, or its torch.compile'd form for
     these shapes/dtypes (compiled on first use, on the worker that meets it first)."""
@@ -96,7 +107,7 @@ def _kernel(fn: Callable, compiled: bool, extra: Tuple = ()) -> Callable:
         with _compiled_lock:  # the first call compiles: one worker at a time, the others then find it
             k = _compiled.get(key)
             if k is None:  # dynamic=False: one specialised kernel per key, never a recompile
-                k = torch.compile(fn, dynamic=False, fullgraph=True)
+                k = torch.compile(_own_code(fn), dynamic=False, fullgraph=True)
                 out = k(*tensors)
                 _compiled[key] = k
                 return out

@@ -569,6 +569,7 @@ static void test_user_kernel_without_dlpack(void) {
     CHECK(dt_graph_sync(g) == DT_OK);
     CHECK(atomic_load(&user_runs) == 0);
     CHECK(atomic_load(&user_releases) == 2);
+    CHECK(dt_user_kernel_stream() == NULL); /* only a running user kernel's thread has one */
     float want[4] = {2, 3, 4, 5};
     dt_tensor *b = dt_binary_scalar(DT_BINARY_ADD, a, dt_scalar_float(1.0), 0);
     expect_values(b, want, 4, "user kernel: the graph goes on");

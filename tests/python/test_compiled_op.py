@@ -152,6 +152,19 @@ class TestCompiledOpCompiled(unittest.TestCase):
         assert_tensor_allclose(self, y, adaln_ref(t, sc, sh), rtol=1e-4, atol=1e-5)  # the reads waited
         self.assertEqual(len(co.compiled_kernels()) - before, 3)  # one per op: both workers share it
 
+    def test_more_shapes_than_dynamos_recompile_limit(self):
+        # Dynamo refuses a 9th shape on one code object (recompile_limit 8); a model meets more
+        # adaLN shapes than that (image and text tokens, per mesh, per resolution): each key
+        # compiles a code object of its own. 9 token counts, one device.
+        co = dtorch.compiled_op
+        cfg = dtorch.ExecuteConfig(compile_fused_ops=True)
+        sc, sh = torch.randn(1, 1, 4), torch.randn(1, 1, 4)
+        dsc, dsh = dtorch.from_torch(sc, CPU1), dtorch.from_torch(sh, CPU1)
+        for n in range(1, 10):
+            x = torch.randn(1, n, 4)
+            y = co.layer_norm_mul_add(dtorch.from_torch(x, CPU1), dsc, dsh, eps=1e-5, execute_config=cfg)
+            assert_tensor_allclose(self, y, adaln_ref(x, sc, sh, eps=1e-5), rtol=1e-4, atol=1e-5)
+
     def test_environment_default_and_explicit_off(self):
         # DTORCH_COMPILE_FUSED=1 compiles calls without execute_config (here the rotary's halves form:
         # one more compile); an explicit ExecuteConfig() keeps the call eager, bit-identical

@@ -225,6 +225,86 @@ class TestLocalMap(unittest.TestCase):
         assert_tensor_equal(self, x + 1, a + 1)
 
 
+class Counted:
+    """A two-output function written for one device, counting its runs on real (not meta) tensors."""
+
+    def __init__(self, fn):
+        self.fn, self.calls, self.lock = fn, 0, threading.Lock()
+
+    def __call__(self, t):
+        if t.device.type != "meta":
+            with self.lock:
+                self.calls += 1
+        return self.fn(t)
+
+
+class TestSeveralOutputs(unittest.TestCase):
+    """A k-output function runs once per device (issue 31): its k nodes share the run."""
+
+    def test_runs_once_per_device(self):
+        a = torch.randn(7, 4)
+        for mesh, pl in ((CPU1, [Shard(0)]), (CPU2, [Shard(0)]), (CPU3, [Shard(0)]),
+                         (CPU2x2, [Shard(0), Replicate()])):
+            with self.subTest(mesh=mesh):
+                f = Counted(lambda t: (t.clamp(min=0) * 3, t.sum(-1)))
+                hi, total = dtorch.local_map(f, (pl, pl))(dtorch.from_torch(a, mesh, pl))
+                assert_tensor_equal(self, total, a.sum(-1))  # the second output read first
+                assert_tensor_equal(self, hi, a.clamp(min=0) * 3)
+                for t in (hi, total):
+                    assert_replicas_equal(self, t)
+                self.assertEqual(f.calls, mesh.size())
+
+    def test_an_output_dropped_unread(self):
+        a = torch.randn(6, 4)
+        f = Counted(lambda t: (t * 2, t - 1))
+        for _ in range(2):  # the same wrapped function again: a fresh run, no stale result
+            _, low = dtorch.local_map(f, ([Shard(0)], [Shard(0)]))(dtorch.from_torch(a, CPU2, [Shard(0)]))
+            assert_tensor_equal(self, low, a - 1)
+            a = a + 1
+        self.assertEqual(f.calls, 4)
+
+    def test_several_calls_in_flight(self):
+        a = torch.randn(6, 4)
+        x = dtorch.from_torch(a, CPU2, [Shard(0)])
+        f = Counted(lambda t: (t + 1, t * t))
+        g = dtorch.local_map(f, ([Shard(0)], [Shard(0)]))
+        outs = [g(x * k) for k in range(5)]
+        for k, (p, q) in enumerate(outs):
+            assert_tensor_equal(self, q, (a * k) * (a * k))
+            assert_tensor_equal(self, p, a * k + 1)
+        self.assertEqual(f.calls, 10)
+
+    def test_a_wrong_output_fails_its_reads_naming_it(self):
+        a = torch.randn(4, 2)
+        x = dtorch.from_torch(a, CPU2, [Shard(0)])
+        meta = (torch.empty(4, 2, device="meta"), torch.empty(4, 2, device="meta"))
+        good, bad = dtorch.local_map(lambda t: (t * 2, t[:1]), ([Shard(0)], [Shard(0)]), out_meta=meta)(x)
+        with self.assertRaisesRegex(dtorch.KernelError, "output 1 of the function has shape \\[1, 2\\].*block of it "
+                                    "is \\[2, 2\\]"):
+            bad.to_torch()
+        assert_tensor_equal(self, good, a * 2)
+        good, bad = dtorch.local_map(lambda t: (t.double(), t), ([Shard(0)], [Shard(0)]), out_meta=meta)(x)
+        with self.assertRaisesRegex(dtorch.KernelError, "output 0 .*dtype torch.float64"):
+            good.to_torch()
+        assert_tensor_equal(self, bad, a)
+        assert_tensor_equal(self, x + 1, a + 1)  # the runtime goes on
+
+    def test_an_exception_fails_every_output(self):
+        a = torch.randn(4, 2)
+        x = dtorch.from_torch(a, CPU2, [Shard(0)])
+
+        def broken(t):
+            if t.device.type != "meta":
+                raise ValueError("two-output kernel broke")
+            return t, t
+
+        p, q = dtorch.local_map(broken, ([Shard(0)], [Shard(0)]))(x)
+        for t in (p, q):
+            with self.assertRaisesRegex(dtorch.KernelError, "(?s)Traceback.*two-output kernel broke"):
+                t.to_torch()
+        assert_tensor_equal(self, x * 3, a * 3)
+
+
 @dtorch.library.custom_op("testlib::softcap")
 def softcap(x: torch.Tensor, cap: float) -> torch.Tensor:
     return torch.tanh(x / cap) * cap

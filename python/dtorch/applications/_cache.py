@@ -76,16 +76,18 @@ class ExecuteConfig:
 
 def execute_config(config: Optional[ExecuteConfig], first_block_cache_threshold: Optional[float],
                    teacache_threshold: Optional[float]) -> Optional[ExecuteConfig]:
-    """The pipeline's ``execute_config`` merged with its threshold arguments (checked at the call)."""
+    """The pipeline's ``execute_config`` merged with its threshold arguments (checked at the call);
+    None when it asks for nothing (no cache, no compiled fused ops). A cache is on when the result's
+    ``enabled`` is."""
     if config is not None and not isinstance(config, ExecuteConfig):
         raise TypeError(f"execute_config must be a dtorch.ExecuteConfig, got {type(config).__name__}")
     if first_block_cache_threshold is None and teacache_threshold is None:
-        return config if config is not None and config.enabled else None
+        return config if config is not None and (config.enabled or config.compile_fused_ops) else None
     base = config or ExecuteConfig()
     return ExecuteConfig(first_block_cache_threshold if first_block_cache_threshold is not None
                          else base.first_block_cache_threshold,
                          teacache_threshold if teacache_threshold is not None else base.teacache_threshold,
-                         base.teacache_coefficients)
+                         base.teacache_coefficients, base.compile_fused_ops)
 
 
 def _relative_l1(a: Any, ref: Any) -> Any:

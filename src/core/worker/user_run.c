@@ -8,6 +8,9 @@
  * whole message the function gave (a Python traceback can be long), after
  * the op's name, the device and the call site.
  *
+ * The function learns the worker's native stream (a CUDA device's
+ * cudaStream_t) from dt_user_kernel_stream while it runs.
+ *
  * Threads: the stream's worker thread. The caller's function may take its
  * own locks (the extension takes the GIL); no runtime lock is held here.
  */
@@ -23,6 +26,12 @@
 
 /* Room for the function's message: a Python traceback of a few frames. */
 #define USER_ERR_MAX 16384
+
+/* The worker's native stream while a user kernel's function runs on this
+ * thread (dt_user_kernel_stream), NULL otherwise. */
+static _Thread_local void *tls_stream;
+
+void *dt_user_kernel_stream(void) { return tls_stream; }
 
 static void fail(dt__krec *k, const dt__stream *s, const char *what) {
     if (k->out->error)
@@ -93,7 +102,9 @@ void dt__user_run(dt__krec *k, dt__stream *s) {
         }
     void *out_dl = NULL;
     made = 0; /* the function owns the inputs now */
+    tls_stream = s->be->native_stream ? s->be->native_stream() : NULL;
     dt_status st = f->uk.run(f->uk.ctx, k->rank, k->n_in, dl, &out_dl, err, USER_ERR_MAX);
+    tls_stream = NULL;
     err[USER_ERR_MAX - 1] = '\0';
     if (st != DT_OK || !out_dl) {
         if (out_dl && s->be->dlpack_delete)

@@ -276,7 +276,7 @@ class StableDiffusion3Pipeline(DiffusionPipeline):
         timesteps = self.scheduler.timesteps
         if skip_guidance_layers is not None:
             orig_embeds, orig_pooled = to_mesh(orig_embeds, mesh, batch), to_mesh(orig_pooled, mesh, batch)
-        cache = None if config is None else StepCache(config, len(timesteps))
+        cache = None if config is None or not config.enabled else StepCache(config, len(timesteps))
         self.last_cache_stats = None if cache is None else cache_stats([cache])
         for i, t in enumerate(timesteps):
             model_in = _ops_views.cat([latents, latents], dim=0) if cfg else latents
@@ -285,7 +285,7 @@ class StableDiffusion3Pipeline(DiffusionPipeline):
                                  placements=batch)
             if cache is not None:
                 cache.begin_step(i)
-            v = replicated(self.transformer(model_in, embeds, pooled, tt, cache=cache))
+            v = replicated(self.transformer(model_in, embeds, pooled, tt, cache=cache, execute_config=config))
             if cfg:
                 v_uncond, v_text = v.chunk(2)
                 v = v_uncond + guidance_scale * (v_text - v_uncond)
@@ -295,7 +295,8 @@ class StableDiffusion3Pipeline(DiffusionPipeline):
                     tl = _factories.full((latents.shape[0],), float(t), dtype=torch.float32, device_mesh=mesh,
                                          placements=batch)
                     v_skip = replicated(self.transformer(latents.redistribute(placements=batch), orig_embeds,
-                                                         orig_pooled, tl, skip_layers=skip_guidance_layers))
+                                                         orig_pooled, tl, skip_layers=skip_guidance_layers,
+                                                         execute_config=config))
                     v = v + (v_text - v_skip) * skip_layer_guidance_scale
             latents = self.scheduler.step(v, t, latents)
             if step_done is not None:

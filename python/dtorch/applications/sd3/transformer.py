@@ -19,7 +19,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import torch
 
-from ... import _factories, _ops_views
+from ... import _factories, _ops_views, compiled_op
 from ...distributed_spec import DeviceMesh, Replicate, Shard
 from ...nn import functional as F
 from ...nn.modules.container import ModuleList
@@ -166,6 +166,18 @@ class _AdaNorm(Layer):
     def norm(self, x: Any) -> Any:
         return F.layer_norm(x, (self.dim,), None, None, 1e-6)
 
+    def modulate(self, x: Any, scale: Any, shift: Any, fused: Any) -> Any:
+        """``norm(x) * (1 + scale) + shift`` (scale/shift ``[B, 1, D]``): diffusers' ops, or with
+        ``fused`` (an ExecuteConfig with compile_fused_ops) ``compiled_op.layer_norm_mul_add``."""
+        if fused is None:
+            return self.norm(x) * (1 + scale) + shift
+        return _fused_modulate(x, scale, shift, fused)
+
+
+def _fused_modulate(x: Any, scale: Any, shift: Any, fused: Any) -> Any:
+    """adaLN's ``layer_norm(x, eps=1e-6) * (1 + scale) + shift`` as one compiled USER node."""
+    return compiled_op.layer_norm_mul_add(x, scale, shift, eps=1e-6, execute_config=fused)
+
 
 class JointTransformerBlock(Module):
     """One MMDiT block: adaLN-Zero on both streams, joint attention, gated FF; the last block
@@ -187,36 +199,42 @@ class JointTransformerBlock(Module):
             self.ff_context = _FeedForward(dim, mesh=mesh)
         self.dim = dim
 
-    def forward(self, x: Any, c: Any, temb: Any):
+    def forward(self, x: Any, c: Any, temb: Any, fused: Any = None):
+        """``fused``: None (diffusers' op sequence) or an ExecuteConfig whose compile_fused_ops runs
+        each adaLN modulation as ``compiled_op.layer_norm_mul_add``."""
         n1 = self.norm1
         if self.dual:
             (shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp, shift_msa2, scale_msa2,
              gate_msa2) = _ada_chunks(temb, n1.linear, 9)
-            normed = n1.norm(x)
-            nx = normed * (1 + scale_msa[:, None]) + shift_msa[:, None]
-            nx2 = normed * (1 + scale_msa2[:, None]) + shift_msa2[:, None]
+            if fused is None:
+                normed = n1.norm(x)
+                nx = normed * (1 + scale_msa[:, None]) + shift_msa[:, None]
+                nx2 = normed * (1 + scale_msa2[:, None]) + shift_msa2[:, None]
+            else:
+                nx = _fused_modulate(x, scale_msa[:, None], shift_msa[:, None], fused)
+                nx2 = _fused_modulate(x, scale_msa2[:, None], shift_msa2[:, None], fused)
         else:
             shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = _ada_chunks(temb, n1.linear, 6)
-            nx = n1.norm(x) * (1 + scale_msa[:, None]) + shift_msa[:, None]
+            nx = n1.modulate(x, scale_msa[:, None], shift_msa[:, None], fused)
         nc1 = self.norm1_context
         if self.context_pre_only:
             scale, shift = nc1.linear(F.silu(temb).to(c.dtype)).chunk(2, dim=1)
-            nc = nc1.norm(c) * (1 + scale)[:, None, :] + shift[:, None, :]
+            nc = nc1.modulate(c, scale[:, None, :], shift[:, None, :], fused)
         else:
             c_shift_msa, c_scale_msa, c_gate_msa, c_shift_mlp, c_scale_mlp, c_gate_mlp = _ada_chunks(temb, nc1.linear,
                                                                                                      6)
-            nc = nc1.norm(c) * (1 + c_scale_msa[:, None]) + c_shift_msa[:, None]
+            nc = nc1.modulate(c, c_scale_msa[:, None], c_shift_msa[:, None], fused)
 
         attn_out, ctx_attn_out = self.attn(nx, nc)
         x = x + gate_msa.unsqueeze(1) * attn_out
         if self.dual:
             x = x + gate_msa2.unsqueeze(1) * self.attn2(nx2)
-        nx = F.layer_norm(x, (self.dim,), None, None, 1e-6) * (1 + scale_mlp[:, None]) + shift_mlp[:, None]
+        nx = n1.modulate(x, scale_mlp[:, None], shift_mlp[:, None], fused)
         x = x + gate_mlp.unsqueeze(1) * self.ff(nx)
         if self.context_pre_only:
             return None, x
         c = c + c_gate_msa.unsqueeze(1) * ctx_attn_out
-        nc = F.layer_norm(c, (self.dim,), None, None, 1e-6) * (1 + c_scale_mlp[:, None]) + c_shift_mlp[:, None]
+        nc = nc1.modulate(c, c_scale_mlp[:, None], c_shift_mlp[:, None], fused)
         c = c + c_gate_mlp.unsqueeze(1) * self.ff_context(nc)
         return c, x
 
@@ -266,6 +284,16 @@ class _TimeTextEmbed(Module):
     def forward(self, timestep: Any, pooled: Any) -> Any:
         proj = timestep_sinusoid(timestep, 256)
         return self.timestep_embedder(proj.to(pooled.dtype)) + self.text_embedder(pooled)
+
+
+def _fused_config(config: Any) -> Any:
+    """The ExecuteConfig when it asks for compiled fused ops, else None (checked: a wrong type raises)."""
+    if config is None:
+        return None
+    from .._cache import ExecuteConfig
+    if not isinstance(config, ExecuteConfig):
+        raise TypeError(f"execute_config must be a dtorch.ExecuteConfig, got {type(config).__name__}")
+    return config if config.compile_fused_ops else None
 
 
 def timestep_sinusoid(t: Any, dim: int, max_period: int = 10000) -> Any:
@@ -330,33 +358,38 @@ class SD3Transformer2DModel(Module):
     def _input(self, t: Any) -> Any:
         return batch_input(t, self.mesh, type(self).__name__)
 
-    def _blocks(self, x: Any, c: Any, temb: Any, skip_layers: Optional[Sequence[int]] = None, start: int = 0) -> Any:
+    def _blocks(self, x: Any, c: Any, temb: Any, skip_layers: Optional[Sequence[int]] = None, start: int = 0,
+                fused: Any = None) -> Any:
         """The blocks from ``start`` (but ``skip_layers``); the image tokens after them."""
         for i, block in enumerate(self.transformer_blocks):
             if i < start or (skip_layers is not None and i in skip_layers):
                 continue
-            c, x = block(x, c, temb)
+            c, x = block(x, c, temb, fused)
         return x
 
-    def _cached_blocks(self, x: Any, c: Any, temb: Any, cache: Any) -> Any:
+    def _cached_blocks(self, x: Any, c: Any, temb: Any, cache: Any, fused: Any) -> Any:
         """``_blocks`` under First-Block-Cache or TeaCache (``dtorch.applications._cache``)."""
         first = self.transformer_blocks[0]
         if cache.kind == "teacache":
             shift, scale = _ada_chunks(temb, first.norm1.linear, 9 if first.dual else 6)[:2]
             if cache.modulated(first.norm1.norm(x) * (1 + scale[:, None]) + shift[:, None]):
                 return x + cache.cached("x")
-            out = self._blocks(x, c, temb)
+            out = self._blocks(x, c, temb, fused=fused)
             cache.store(x=out - x)
             return out
-        c1, x1 = first(x, c, temb)
+        c1, x1 = first(x, c, temb, fused)
         if cache.first_block(x1 - x):
             return x1 + cache.cached("x")
-        out = self._blocks(x1, c1, temb, start=1)
+        out = self._blocks(x1, c1, temb, start=1, fused=fused)
         cache.store(x=out - x1)
         return out
 
     def forward(self, hidden_states: Any, encoder_hidden_states: Any, pooled_projections: Any, timestep: Any,
-                skip_layers: Optional[Sequence[int]] = None, cache: Any = None) -> Any:
+                skip_layers: Optional[Sequence[int]] = None, cache: Any = None, execute_config: Any = None) -> Any:
+        """``execute_config``: a ``dtorch.ExecuteConfig`` whose ``compile_fused_ops=True`` runs every
+        adaLN modulation (``layer_norm(x) * (1 + scale) + shift``) as ``compiled_op.layer_norm_mul_add``
+        through torch.compile (allclose to diffusers); None or False: diffusers' ops (bit-identical)."""
+        fused = _fused_config(execute_config)
         x = self._input(hidden_states)
         c = self._input(encoder_hidden_states)
         pooled = self._input(pooled_projections)
@@ -376,11 +409,11 @@ class SD3Transformer2DModel(Module):
         temb = self.time_text_embed(t, pooled)
         c = _on_cp(self.context_embedder(c), Shard(1))
         if cache is None:
-            x = self._blocks(x, c, temb, skip_layers)
+            x = self._blocks(x, c, temb, skip_layers, fused=fused)
         else:
-            x = self._cached_blocks(x, c, temb, cache)
+            x = self._cached_blocks(x, c, temb, cache, fused)
         scale, shift = self.norm_out.linear(F.silu(temb).to(x.dtype)).chunk(2, dim=1)
-        x = self.norm_out.norm(x) * (1 + scale)[:, None, :] + shift[:, None, :]
+        x = self.norm_out.modulate(x, scale[:, None, :], shift[:, None, :], fused)
         x = _on_cp(self.proj_out(x), Replicate())  # the tokens gathered for unpatchify
         p, co = self.config["patch_size"], self.out_channels
         h, w = height // p, width // p
