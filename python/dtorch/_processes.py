@@ -32,7 +32,9 @@ from . import _C
 
 __all__ = ["ensure", "release", "private", "pids"]
 
-_lock = threading.Lock()
+# Re-entrant: a graph's __del__ (release) may run from a garbage collection on a thread that is
+# inside ensure(); the new graph is counted first, so that release never stops the children then.
+_lock = threading.RLock()
 _children: List[subprocess.Popen] = []
 _graphs = 0  # live per-device-per-process graphs
 _listening = False  # this module made the (private) cluster
@@ -45,13 +47,14 @@ def ensure(num_devices: int) -> None:
     ``0..num_devices-1`` each have one, and counts the graph (``release`` uncounts it)."""
     global _graphs
     with _lock:
+        _graphs += 1
         try:
             _start(num_devices)
         except BaseException:
+            _graphs -= 1
             if not _graphs:
                 _stop_all()
             raise
-        _graphs += 1
 
 
 def release() -> None:
