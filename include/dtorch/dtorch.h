@@ -234,6 +234,10 @@ typedef struct dt_graph_options {
     /* "torch" (LibTorch, the default when built in) or "ref" (a small pure-C
      * float32 backend used by the C tests). NULL means the default. */
     const char *backend;
+    /* Nonzero: the graph runs every device on a worker node of a cluster
+     * made with dt_cluster_options.private_nodes (one process per device);
+     * a device no worker node serves is an error at the call that names it. */
+    int per_device_per_process;
 } dt_graph_options;
 
 /* Starts a graph's controller. Workers start on first use of a device.

@@ -44,6 +44,11 @@ typedef struct dt_cluster_options {
     int cpu_devices;   /* the main node's own CPU devices (global ids 0..N-1) */
     const char *token; /* the shared secret; NULL: $DTORCH_CLUSTER_TOKEN */
     int heartbeat_ms;  /* heartbeat interval; 0: $DTORCH_HEARTBEAT_MS, else 1000 */
+    /* Nonzero: the worker nodes serve only graphs made with
+     * dt_graph_options.per_device_per_process; every other graph keeps all
+     * its devices in this process (the processes dtorch starts for
+     * GraphOption(per_device_per_process=True), docs/user-guide.md). */
+    int private_nodes;
 } dt_cluster_options;
 
 /* 1 when this build can form clusters (ZeroMQ found), and when its libzmq

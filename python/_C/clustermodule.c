@@ -25,10 +25,10 @@ static PyObject *cluster_error(dt_status s) {
 static PyObject *c_listen(PyObject *self, PyObject *args) {
     (void)self;
     const char *address = NULL, *token = NULL;
-    int cpu = 0, hb = 0;
-    if (!PyArg_ParseTuple(args, "ziz|i", &address, &cpu, &token, &hb))
+    int cpu = 0, hb = 0, priv = 0;
+    if (!PyArg_ParseTuple(args, "ziz|ip", &address, &cpu, &token, &hb, &priv))
         return NULL;
-    dt_cluster_options o = {.cpu_devices = cpu, .token = token, .heartbeat_ms = hb};
+    dt_cluster_options o = {.cpu_devices = cpu, .token = token, .heartbeat_ms = hb, .private_nodes = priv};
     dt_status s;
     Py_BEGIN_ALLOW_THREADS s = dt_cluster_listen(address, &o);
     Py_END_ALLOW_THREADS if (s != DT_OK) return cluster_error(s);
@@ -296,7 +296,7 @@ static PyObject *c_info(PyObject *self, PyObject *noargs) {
 
 static PyMethodDef cluster_methods[] = {
     {"_cluster_listen", c_listen, METH_VARARGS,
-     "_cluster_listen(address, cpu_devices, token, heartbeat_ms=0)"},
+     "_cluster_listen(address, cpu_devices, token, heartbeat_ms=0, private_nodes=False)"},
     {"_cluster_address", c_address, METH_NOARGS, "_cluster_address() -> 'HOST:PORT' or None"},
     {"_cluster_wait", c_wait, METH_VARARGS, "_cluster_wait(num_nodes, timeout_second); TimeoutError"},
     {"_cluster_nodes", c_nodes, METH_NOARGS, "_cluster_nodes() -> [dict] in registration order"},

@@ -9,9 +9,10 @@
 #include "dtorch_py.h"
 
 static PyObject *graph_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *kwlist[] = {"backend", NULL};
+    static char *kwlist[] = {"backend", "per_device_per_process", NULL};
     const char *backend = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|z:Graph", kwlist, &backend))
+    int per_process = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|zp:Graph", kwlist, &backend, &per_process))
         return NULL;
     dtpy_state *st = dtpy_state_of_type(type);
     if (st == NULL)
@@ -19,7 +20,7 @@ static PyObject *graph_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     dtpy_graph *self = (dtpy_graph *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    dt_graph_options opts = {backend};
+    dt_graph_options opts = {.backend = backend, .per_device_per_process = per_process};
     dt_status s = dt_graph_create(&opts, &self->g);
     if (s != DT_OK) {
         self->g = NULL;

@@ -48,15 +48,36 @@ _graph_ids = itertools.count()
 class GraphOption:
     """How a :class:`Graph` runs.
 
-    ``per_device_per_process`` (the original DTorch's option to run each device's
-    workers in a process of their own) must be False in this build: every device's
-    worker is a thread of this process. ``backend`` is "torch" (the default) or "ref".
+    ``per_device_per_process`` (the original DTorch's option): False (the default) runs every
+    device's workers as threads of this process; True runs each CPU device's kernels in a local
+    process of its own (a ``dtorch-node`` child serving that one id; python/dtorch/_processes.py),
+    with the same results. ``num_devices`` (dtorch's addition, for that mode) is how many CPU
+    ids, ``0..num_devices-1``, get a process (default 4); a mesh naming another id is a
+    ValueError at the call. ``backend`` is "torch" (the default) or "ref".
 
-    >>> g = dtorch.Graph(dtorch.GraphOption(per_device_per_process=False))
+    >>> g = dtorch.Graph(dtorch.GraphOption(per_device_per_process=True, num_devices=2))
     """
 
     per_device_per_process: bool = False
     backend: Optional[str] = None
+    num_devices: Optional[int] = None
+
+
+def _start_processes(option: GraphOption) -> None:
+    """Checks ``num_devices`` and starts the processes of a per-device-per-process graph."""
+    n = 4 if option.num_devices is None else option.num_devices
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"GraphOption(num_devices=...): expected an int, got {type(n).__name__}")
+    if n < 1:
+        raise ValueError(f"GraphOption(num_devices=...): expected at least 1, got {n}")
+    _processes().ensure(n)
+
+
+def _processes():
+    # Late: only this mode needs the processes (and the dtorch-node executable).
+    from . import _processes as p
+
+    return p
 
 
 class Graph(_C.GraphBase):
@@ -78,12 +99,17 @@ class Graph(_C.GraphBase):
             elif not isinstance(option, GraphOption):
                 raise TypeError(f"Graph() takes a dtorch.GraphOption, not {type(option).__name__}")
             else:
-                if option.per_device_per_process:
-                    raise NotImplementedError(
-                        "GraphOption(per_device_per_process=True): this build runs every device's worker as a "
-                        "thread of this process; pass per_device_per_process=False")
                 if backend is None:
                     backend = option.backend
+                if option.per_device_per_process:
+                    _start_processes(option)
+                    try:
+                        g = super().__new__(cls, backend=backend, per_device_per_process=True)
+                    except BaseException:
+                        _processes().release()
+                        raise
+                    g._per_process = g.per_device_per_process = True
+                    return g
         return super().__new__(cls, backend=backend)
 
     def __init__(self, option: Optional[GraphOption] = None, backend: Optional[str] = None) -> None:
@@ -92,7 +118,17 @@ class Graph(_C.GraphBase):
         self.id: int = next(_graph_ids)
         _live_graphs.add(self)
 
+    per_device_per_process = False  # the mode it was made in (GraphOption)
+    _per_process = False  # it still holds its processes (ensure/release in _processes)
+
     def __del__(self) -> None:
+        if self._per_process:
+            # Its work finishes while the processes still run; the last such graph stops them.
+            self._per_process = False
+            try:
+                self.shutdown()
+            finally:
+                _processes().release()
         # A graph collected while explain or a trace records (a thread's default graph when the
         # thread ends) hands its records over first: they go with the graph otherwise.
         try:

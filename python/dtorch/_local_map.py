@@ -310,6 +310,9 @@ def _record(name: str, func: Callable, args: Tuple, kwargs: Dict, positions: Lis
     if graph is None:
         from ._graph import default_graph
         graph = default_graph
+    if getattr(graph, "per_device_per_process", False):
+        raise NotImplementedError(f"{name}: a Python kernel on a GraphOption(per_device_per_process=True) graph "
+                                  f"(its devices run in dtorch-node processes, without Python) is not implemented")
     results = []
     calls = ([_runner(func, args, kwargs, positions, None)] if single else
              _shared_runners(name, func, args, kwargs, positions, mesh, shapes, dtypes, outs_pl))

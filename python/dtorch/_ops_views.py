@@ -27,6 +27,7 @@ import torch
 from . import _C
 from ._C import PlacementError
 from ._factories import from_torch
+from .distributed_spec import Replicate
 
 __all__ = [
     "reshape", "transpose", "swapaxes", "swapdims", "permute", "movedim", "moveaxis", "flatten",
@@ -94,10 +95,48 @@ def _one_form(name: str, kw: str, args: tuple, value) -> tuple:
 def _view(self, *shape, size=None, dtype=None):
     """``x.view(2, -1)``, ``x.view((2, -1))``, ``x.view(size=(2, -1))``: the same op as reshape, so view
     never fails where reshape succeeds (dtorch's is_contiguous() is always True). ``view(dtype)`` is
-    not supported."""
+    ``x.view(torch.int32)`` reinterprets the bits (``_view_dtype``)."""
     if dtype is not None or (len(shape) == 1 and isinstance(shape[0], torch.dtype)):
-        raise NotImplementedError("view(dtype) is not supported by dtorch; use .to(dtype) for a value cast")
+        if dtype is not None and shape:
+            raise TypeError("view() received an invalid combination of arguments: both sizes and dtype=")
+        return _view_dtype(self, dtype if dtype is not None else shape[0])
     return _C._v_reshape(self, _sizes(_one_form("view", "size", shape, size), "view"))
+
+
+def _reinterpret(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The kernel of ``view(dtype)`` on one device's block (run by its worker; shares the storage)."""
+    return t.view(dtype)
+
+
+def _view_dtype(self, dtype):
+    """``x.view(dtype)``: torch's bit reinterpretation, on each device's block. torch's own checks run
+    first on a meta tensor of the global shape (a 0-d tensor or a last dim whose bytes do not divide
+    raise RuntimeError, as torch). The result keeps the placements; it is refused (PlacementError)
+    where the blocks' reinterpretations are not the global one's blocks: a Partial (the sum of
+    reinterpreted addends is not the reinterpreted sum) and, when the element size changes, a Shard
+    of the last dim whose blocks' bytes do not fall on the new blocks' bounds."""
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"view(): argument 'dtype' must be torch.dtype, not {type(dtype).__name__}")
+    meta = torch.empty(tuple(self.shape), dtype=self.dtype, device="meta").view(dtype)
+    if dtype == self.dtype:
+        return _C._v_reshape(self, tuple(self.shape))
+    from ._local_map import _coords, local_map, local_shape
+    mesh, placements = self.device_mesh, list(self.placements)
+    if any(p.is_partial() for p in placements):
+        raise PlacementError(f"view(dtype): a Partial input ({placements}) cannot be reinterpreted as {dtype}; "
+                             f"call x.redistribute(placements=[Replicate() ...]) first")
+    old, new = self.element_size(), meta.element_size()
+    if old != new and self.ndim > 0:
+        for coord in _coords(mesh.shape):
+            a = local_shape(tuple(self.shape), mesh.shape, placements, coord)[-1]
+            b = local_shape(tuple(meta.shape), mesh.shape, placements, coord)[-1]
+            if a * old != b * new:
+                raise PlacementError(
+                    f"view(dtype): the block at mesh coordinate {coord} of {placements} holds {a * old} bytes of "
+                    f"the last dim, the {dtype} result's block {b * new}; redistribute the last dim (e.g. to "
+                    f"Replicate) first")
+    fn = local_map(_reinterpret, out_placements=placements, out_meta=meta)
+    return fn(self, dtype)
 
 
 def _reshape(self, *sizes, shape=None):
@@ -277,8 +316,9 @@ def _as_value(x, value):
 
 def _copy_(self, src, non_blocking: bool = False):
     """Copies ``src`` (broadcast, cast to self's dtype) into self, keeping self's placements.
-    A dtorch ``src`` is redistributed by itself when its placements do not line up; a torch
-    tensor is distributed straight onto self's placements."""
+    A dtorch ``src`` is redistributed by itself when its placements do not line up, and moved onto
+    self's mesh first when it lives on another one (of any shape: self's placements when the shapes
+    agree, Replicate for a broadcast); a torch tensor is distributed straight onto self's placements."""
     if isinstance(src, torch.Tensor):
         if tuple(src.shape) == tuple(self.shape):
             src = from_torch(src.to(self.dtype), device_mesh=self.device_mesh, placements=self.placements,
@@ -286,6 +326,13 @@ def _copy_(self, src, non_blocking: bool = False):
         else:
             src = _replicated_like(self, src)
     _check("copy_", src, "src")
+    if src.device_mesh != self.device_mesh and src.graph == self.graph:
+        # torch's RuntimeError for shapes that do not broadcast into self, before anything moves
+        torch.empty(tuple(self.shape), device="meta").copy_(torch.empty(tuple(src.shape), device="meta"))
+        if tuple(src.shape) == tuple(self.shape):
+            src = src.redistribute(self.device_mesh, self.placements)
+        else:
+            src = src.redistribute(self.device_mesh, [Replicate()] * self.device_mesh.ndim)
     return _C._rebind(self, _C._v_copy(self, src))
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 import operator
+import sys
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -332,6 +333,9 @@ def _check_cluster_ids(ids, kind: str = "cpu") -> None:
     virtual CPU device and CUDA ids are this machine's."""
     if _C._cluster_address() is None:
         return
+    procs = sys.modules.get("dtorch._processes")
+    if procs is not None and procs.private():
+        return  # the per-device-per-process graphs' own cluster: only they use it, and check ids (graph.c)
     nodes = _C._cluster_nodes()
     key = "cuda_devices" if kind == "cuda" else "cpu_devices"
     first = "first_cuda_device_id" if kind == "cuda" else "first_device_id"

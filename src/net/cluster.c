@@ -326,7 +326,7 @@ static int env_int(const char *name, int dflt) {
 /* dt_cluster_listen's arguments, checked. */
 typedef struct listen_args {
     const char *token;
-    int heartbeat_ms, cpu_devices;
+    int heartbeat_ms, cpu_devices, private_nodes;
     char ep[200]; /* "tcp://HOST:PORT", PORT "*" for a free one */
 } listen_args;
 
@@ -345,6 +345,7 @@ static dt_status check_listen(const char *address, const dt_cluster_options *opt
         return dt__error(DT_EINVAL, "cluster: cpu_devices must be in [0, %d], not %d", DT__WIRE_MAX_DEVICES,
                          o.cpu_devices);
     a->cpu_devices = o.cpu_devices;
+    a->private_nodes = o.private_nodes != 0;
     a->heartbeat_ms = o.heartbeat_ms ? o.heartbeat_ms : env_int("DTORCH_HEARTBEAT_MS", 1000);
     if (a->heartbeat_ms < 10 || a->heartbeat_ms > 600000)
         return dt__error(DT_EINVAL, "cluster: the heartbeat interval must be in [10, 600000] ms, not %d",
@@ -362,6 +363,7 @@ static void configure(const listen_args *a) {
     C.heartbeat_ms = a->heartbeat_ms;
     C.cpu_devices = a->cpu_devices;
     C.cpu_total = a->cpu_devices;
+    atomic_store_explicit(&C.private_nodes, a->private_nodes, memory_order_release);
     pthread_mutex_unlock(&C.mu);
     int64_t cuda = dt__net_cuda_count(NULL, 0);
     uint32_t flags = dt__net_cuda_flags();

@@ -100,6 +100,9 @@ typedef struct dt__cluster_state {
      * process's) and when the cluster ends (they are again):
      * dt__cluster_generation. */
     atomic_uint_fast64_t generation;
+    /* dt_cluster_options.private_nodes, set before the cluster listens
+     * (dt__cluster_private). */
+    atomic_int private_nodes;
     /* Worker nodes' kernel records not taken yet (cluster_trace.c), on
      * their nodes' clocks. */
     dt_cluster_trace_kernel *trace;
@@ -173,6 +176,7 @@ void dt__cluster_data_peers(const node *nd);
  * does), registered with core by src/init.c through dt__net_port(). */
 int dt__cluster_node_of(dt_device_type type, int64_t id);
 uint64_t dt__cluster_generation(void);
+int dt__cluster_private(void);
 void dt__cluster_ship(int node, const char *backend, void *body, size_t len, struct dt_future **futs,
                       const int *counts, int n, uint32_t tag, dt__span_key *keys, int nkeys);
 int dt__cluster_span_nccl(uint32_t tag, uint64_t key, int n, const int64_t *ids);

@@ -10,6 +10,7 @@ static const dt__cluster_port port = {
     .relayed = dt__cluster_relayed,
     .release = dt__cluster_release,
     .cuda_devices = dt_cluster_cuda_devices,
+    .private_nodes = dt__cluster_private,
 };
 
 const dt__cluster_port *dt__net_port(void) { return &port; }

@@ -329,6 +329,8 @@ void dt__cluster_queue(outmsg *o) {
     C.out_last = o;
 }
 
+int dt__cluster_private(void) { return atomic_load_explicit(&C.private_nodes, memory_order_acquire); }
+
 uint64_t dt__cluster_generation(void) { return atomic_load_explicit(&C.generation, memory_order_acquire); }
 
 int dt__cluster_node_of(dt_device_type type, int64_t id) {

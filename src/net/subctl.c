@@ -356,7 +356,7 @@ static dt_status put(dt__subctl *x, dt__rd *r) {
 
 dt_status dt__subctl_batch(dt__subctl *x, const char *backend, const void *body, size_t len) {
     if (!x->g) {
-        dt_graph_options o = {backend && *backend ? backend : NULL};
+        dt_graph_options o = {.backend = backend && *backend ? backend : NULL};
         dt_status st = dt_graph_create(&o, &x->g);
         if (st != DT_OK)
             return st;

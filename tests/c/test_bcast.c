@@ -22,7 +22,7 @@
 #define MAXN 16
 
 static dt_graph *ref_graph(int bcast) {
-    dt_graph_options o = {"ref"};
+    dt_graph_options o = {.backend = "ref"};
     dt_graph *g = NULL;
     CHECK(dt_graph_create(&o, &g) == DT_OK);
     CHECK(dt_graph_set_bcast(g, bcast) == DT_OK);

@@ -116,7 +116,7 @@ static void test_pass_marks(void) {
 /* ------------------------------------------------------ end to end */
 
 static dt_graph *ref_graph(void) {
-    dt_graph_options o = {"ref"};
+    dt_graph_options o = {.backend = "ref"};
     dt_graph *g = NULL;
     CHECK(dt_graph_create(&o, &g) == DT_OK);
     CHECK(dt_graph_set_chains(g, 1) == DT_OK); /* off by default */

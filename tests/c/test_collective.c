@@ -28,7 +28,7 @@
 #define MAXK 6 /* ranks */
 
 static dt_graph *ref_graph(void) {
-    dt_graph_options o = {"ref"};
+    dt_graph_options o = {.backend = "ref"};
     dt_graph *g = NULL;
     CHECK(dt_graph_create(&o, &g) == DT_OK);
     return g;

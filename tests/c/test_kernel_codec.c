@@ -187,7 +187,7 @@ static void table_free(table *t) {
 /* --------------------------------------------------------- helpers */
 
 static dt_graph *ref_graph(void) {
-    dt_graph_options o = {"ref"};
+    dt_graph_options o = {.backend = "ref"};
     dt_graph *g = NULL;
     CHECK(dt_graph_create(&o, &g) == DT_OK);
     return g;

@@ -79,7 +79,7 @@ static int run(int which, dt_tensor *x, dt_mesh *mesh, int armed) {
 }
 
 int main(void) {
-    dt_graph_options o = {"ref"};
+    dt_graph_options o = {.backend = "ref"};
     dt_graph *g = NULL;
     CHECK(dt_graph_create(&o, &g) == DT_OK);
     int64_t shape = 2, ids[2] = {0, 1};

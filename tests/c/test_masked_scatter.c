@@ -85,7 +85,7 @@ static void test_meta(dt_graph *g, dt_mesh *m, dt_mesh *m2) {
 }
 
 int main(void) {
-    dt_graph_options o = {"ref"};
+    dt_graph_options o = {.backend = "ref"};
     dt_graph *g = NULL;
     CHECK(dt_graph_create(&o, &g) == DT_OK);
     int64_t mshape[1] = {3}, ids[3] = {0, 1, 2}, m2shape[2] = {2, 2}, ids4[4] = {0, 1, 2, 3};

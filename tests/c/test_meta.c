@@ -225,7 +225,7 @@ static void test_region_rule(void) {
  * distributed, then each device's block read back as stored. The block's
  * shape and every value must be the rule's box of the global tensor. */
 static void test_device_blocks(void) {
-    dt_graph_options o = {"ref"};
+    dt_graph_options o = {.backend = "ref"};
     dt_graph *g = NULL;
     CHECK(dt_graph_create(&o, &g) == DT_OK);
     int64_t mshape[2] = {2, 3}, shape[2] = {7, 5};

@@ -253,7 +253,7 @@ static void test_deterministic(dt_graph *g) {
 }
 
 int main(void) {
-    dt_graph_options o = {"ref"};
+    dt_graph_options o = {.backend = "ref"};
     dt_graph *g = NULL;
     CHECK(dt_graph_create(&o, &g) == DT_OK);
     const int64_t m1[] = {2}, m2[] = {3}, m3[] = {4}, m4[] = {2, 2}, m5[] = {2, 3}, m6[] = {2, 1, 2};

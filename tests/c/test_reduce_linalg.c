@@ -134,7 +134,7 @@ static void test_linalg(dt_graph *g, dt_mesh *m) {
 }
 
 int main(void) {
-    dt_graph_options o = {"ref"};
+    dt_graph_options o = {.backend = "ref"};
     dt_graph *g = NULL;
     CHECK(dt_graph_create(&o, &g) == DT_OK);
     int64_t mshape[1] = {2}, ids[2] = {0, 1};

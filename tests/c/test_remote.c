@@ -38,7 +38,7 @@ static void check_drained(dt_graph *g) {
 }
 
 static void run_programs(dt_mesh *mesh) {
-    dt_graph_options go = {"ref"};
+    dt_graph_options go = {.backend = "ref"};
     dt_graph *g = NULL;
     CHECK_EQ(dt_graph_create(&go, &g), DT_OK);
     if (!g)

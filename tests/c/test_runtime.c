@@ -27,7 +27,7 @@ static dt_mesh *mesh1d(int n, int first_id) {
 }
 
 static dt_graph *ref_graph(void) {
-    dt_graph_options o = {"ref"};
+    dt_graph_options o = {.backend = "ref"};
     dt_graph *g = NULL;
     CHECK(dt_graph_create(&o, &g) == DT_OK);
     return g;

@@ -251,7 +251,7 @@ static long run_chains(dt_graph *g, int ndev, int schedule) {
 }
 
 static dt_graph *ref_graph(void) {
-    dt_graph_options o = {"ref"};
+    dt_graph_options o = {.backend = "ref"};
     dt_graph *g = NULL;
     CHECK(dt_graph_create(&o, &g) == DT_OK);
     return g;

@@ -190,7 +190,7 @@ static void run2d(dt_graph *g, int64_t a, int64_t b, const int64_t *lens, int ns
 }
 
 int main(void) {
-    dt_graph_options o = {"ref"};
+    dt_graph_options o = {.backend = "ref"};
     dt_graph *g = NULL;
     CHECK(dt_graph_create(&o, &g) == DT_OK);
     const int64_t a[] = {5, 3}, b[] = {1, 2}, c[] = {0, 4, 7}, d[] = {2, 1, 6, 3};

@@ -51,7 +51,7 @@ static dt_mesh *mesh_of(int n, const int64_t *ids) {
 }
 
 static void run(void) {
-    dt_graph_options go = {"ref"};
+    dt_graph_options go = {.backend = "ref"};
     dt_graph *g = NULL;
     CHECK_EQ(dt_graph_create(&go, &g), DT_OK);
     static const int64_t here_ids[2] = {0, 1}, a_ids[2] = {2, 3}, b_ids[2] = {4, 5},

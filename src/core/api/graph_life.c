@@ -53,6 +53,7 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
     if (!g)
         return dt__error(DT_ENOMEM, "graph: out of memory");
     g->magic = DT__GRAPH_LIVE;
+    g->per_process = options && options->per_device_per_process;
     g->finalize = graph_free;
     atomic_init(&g->refs, 1);
     /* The named backend serves every device type, except that CUDA devices

@@ -193,10 +193,11 @@ static int64_t first_missing_device(const dt_graph *g, const dt_mesh *mesh, int6
     const dt__backend *be = dt__graph_be(g, mesh->type);
     int64_t n = be->device_count ? be->device_count(mesh->type) : (mesh->type == DT_DEVICE_CPU ? -1 : 0);
     *count = n;
-    if (n < 0)
+    if (n < 0 && !g->per_process)
         return -1;
     for (int64_t i = 0; i < mesh->ndev; i++)
-        if (mesh->ids[i] >= n && (g->local_only || dt__port_node_of(mesh->type, mesh->ids[i]) < 0))
+        if ((g->per_process || mesh->ids[i] >= n) &&
+            (dt__graph_local(g) || dt__port_node_of(mesh->type, mesh->ids[i]) < 0))
             return i;
     return -1;
 }
@@ -211,6 +212,17 @@ dt_status dt__graph_check_mesh(const dt_graph *g, const dt_mesh *mesh) {
     int64_t i = first_missing_device(g, mesh, &count);
     if (i < 0)
         return DT_OK; /* a mesh may span nodes: its collectives exchange messages (comm/span.c) */
+    if (g->per_process && mesh->type == DT_DEVICE_CUDA)
+        return dt__error(DT_EUNSUPPORTED,
+                         "device_mesh: cuda:%lld: GraphOption(per_device_per_process=True) runs CPU devices "
+                         "only; CUDA devices in a process each are not implemented",
+                         (long long)mesh->ids[i]);
+    if (g->per_process)
+        return dt__error(DT_EINVAL,
+                         "device_mesh: cpu:%lld has no process of its own: a GraphOption(per_device_per_process="
+                         "True) graph runs CPU ids 0..num_devices-1, one process each; make it with a larger "
+                         "num_devices",
+                         (long long)mesh->ids[i]);
     const char *type = mesh->type == DT_DEVICE_CUDA ? "cuda" : "cpu";
     char envbuf[256];
     const char *enverr = mesh->type == DT_DEVICE_CUDA ? dt__cuda_map_env_error(envbuf, sizeof envbuf) : NULL;

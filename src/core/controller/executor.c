@@ -372,7 +372,7 @@ static void cluster_recheck(ctl_loop *c) {
     if (gen == g->cluster_gen)
         return;
     g->cluster_gen = gen;
-    if (!g->local_only && dt__graph_streams_recheck(g) && c->cache)
+    if (!dt__graph_local(g) && dt__graph_streams_recheck(g) && c->cache)
         dt__replay_clear(c->cache); /* its templates name the retired streams */
 }
 

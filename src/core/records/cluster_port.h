@@ -54,6 +54,9 @@ typedef struct dt__cluster_port {
     void (*release)(int node, uint32_t tag, uint64_t id);
     /* CUDA devices the cluster's worker nodes serve in all (any thread). */
     int64_t (*cuda_devices)(void);
+    /* 1 when the worker nodes serve only per-device-per-process graphs
+     * (dt_cluster_options.private_nodes; any thread). */
+    int (*private_nodes)(void);
 } dt__cluster_port;
 
 /* The registered port, NULL without a cluster layer. */
@@ -75,6 +78,9 @@ static inline int64_t dt__port_relayed(void) {
 static inline void dt__port_release(int node, uint32_t tag, uint64_t id) {
     if (dt__cluster_port_used)
         dt__cluster_port_used->release(node, tag, id);
+}
+static inline int dt__port_private(void) {
+    return dt__cluster_port_used ? dt__cluster_port_used->private_nodes() : 0;
 }
 static inline int64_t dt__port_cuda_devices(void) {
     return dt__cluster_port_used ? dt__cluster_port_used->cuda_devices() : 0;

@@ -9,6 +9,7 @@
 #define DT_CORE_GRAPH_INT_H
 
 #include "core/core.h"
+#include "core/records/cluster_port.h"
 #include "core/records/kernel.h"
 
 /* Fields are grouped by the threads that write them, each group on its own
@@ -138,6 +139,9 @@ struct dt_graph {
     /* Every device is this process's (a worker node's own graph, which in a
      * one-process test shares the process with its main node). */
     int local_only;
+    /* dt_graph_options.per_device_per_process: every device is a worker
+     * node's of a private cluster (dt__graph_local); set at creation. */
+    int per_process;
     /* The global id of this process's device 0, per type: 0, except in a
      * worker node's graph, whose CUDA devices are the global ids from its
      * first (node-major numbering, docs/cluster.md) and run as the node's
@@ -187,5 +191,12 @@ dt_status dt__submit_error(dt_status st);
  * the backlog is down to half. */
 void dt__backlog_done(dt_graph *g, long n);
 long dt__backlog(dt_graph *g);
+
+/* Whether every device of g is this process's: a worker node's own graph,
+ * or an ordinary graph while the cluster's worker nodes serve only
+ * per-device-per-process graphs (dt_cluster_options.private_nodes). */
+static inline int dt__graph_local(const dt_graph *g) {
+    return g->local_only || (!g->per_process && dt__port_private());
+}
 
 #endif /* DT_CORE_GRAPH_INT_H */

@@ -173,7 +173,7 @@ dt__stream *dt__stream_start(dt_graph *g, dt_device_type type, int64_t device_id
         return NULL;
     }
     const dt__backend *be = s->be;
-    int node = g->local_only ? -1 : dt__port_node_of(type, device_id);
+    int node = dt__graph_local(g) ? -1 : dt__port_node_of(type, device_id);
     if (node >= 0) {
         /* A worker node's device (core/controller/remote.c): no thread; its kernels
          * leave at the flush. Local readers find its values at once (they
