@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 import threading
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -278,6 +279,19 @@ def _meta_key(args: Tuple, kwargs: Dict, positions: List[int], tensors: List[Any
     return key
 
 
+def _worker_node_ids(mesh: DeviceMesh) -> List[int]:
+    """The ids of ``mesh`` that live on a worker node of this process's cluster (none without one)."""
+    if _C._cluster_address() is None:
+        return []
+    procs = sys.modules.get("dtorch._processes")
+    if procs is not None and procs.private():
+        return []  # the per-device-per-process graphs' cluster: ordinary graphs keep their devices here
+    kind = "cuda_devices" if mesh.device_type == "cuda" else "cpu_devices"
+    first = "first_cuda_device_id" if mesh.device_type == "cuda" else "first_device_id"
+    nodes = _C._cluster_nodes()
+    return [i for i in mesh.device_ids if any(n[first] <= i < n[first] + n[kind] for n in nodes)]
+
+
 def _record(name: str, func: Callable, args: Tuple, kwargs: Dict, positions: List[int], tensors: List[Any],
             mesh: DeviceMesh, outs_pl: List[List[Placement]], single: bool, out_meta: Any,
             meta_cache: Dict) -> Any:
@@ -313,6 +327,11 @@ def _record(name: str, func: Callable, args: Tuple, kwargs: Dict, positions: Lis
     if getattr(graph, "per_device_per_process", False):
         raise NotImplementedError(f"{name}: a Python kernel on a GraphOption(per_device_per_process=True) graph "
                                   f"(its devices run in dtorch-node processes, without Python) is not implemented")
+    on_node = _worker_node_ids(mesh)
+    if on_node:
+        raise NotImplementedError(f"{name}: a Python kernel on a mesh with worker-node devices ({mesh.device_type} ids "
+                                  f"{', '.join(map(str, on_node))}: dtorch-node processes run no Python) is not "
+                                  f"implemented; run it on the main node's own devices")
     results = []
     calls = ([_runner(func, args, kwargs, positions, None)] if single else
              _shared_runners(name, func, args, kwargs, positions, mesh, shapes, dtypes, outs_pl))

@@ -169,3 +169,24 @@ def test_remove_drains_to_another_worker_node(cluster):
     assert all(torch.equal(u, v) for u, v in zip(pieces, local_values(x))) and torch.equal(x.to_torch(), t.exp())
     assert torch.equal((x - 1).to_torch(), t.exp() - 1)  # computed on node 1 now
     assert [n["state"] for n in MainNode.nodes()] == ["removed", "alive"] and q.poll() is None
+
+
+def test_a_python_kernel_on_a_worker_node_is_refused_at_the_call(cluster):
+    """A dtorch-node runs no Python: a local_map on a mesh holding one of its devices is a
+    NotImplementedError at the call, naming the ids, with nothing recorded (it used to be shipped
+    and its whole batch dropped, host values included); the main node's own devices run it."""
+    p = cluster("--cpu-devices=2")
+    MainNode.wait_cluster_ready(1, timeout_second=60)
+    a = MainNode.nodes()[0]["first_device_id"]
+    g = dtorch.Graph()
+    t = torch.randn(4, 6, generator=torch.Generator().manual_seed(3))
+    gelu = dtorch.local_map(torch.nn.functional.gelu, out_placements=[Shard(0)])
+    for ids, named in (([a, a + 1], f"{a}, {a + 1}"), ([0, a + 1], f"{a + 1}")):
+        x = dtorch.from_torch(t, dtorch.DeviceMesh("cpu", ids), [Shard(0)], graph=g)
+        with pytest.raises(NotImplementedError, match=f"worker-node devices \\(cpu ids {named}:"):
+            gelu(x)
+        assert torch.equal((x + 1).to_torch(), t + 1)  # the host data was not dropped with a batch
+    y = dtorch.from_torch(t, dtorch.DeviceMesh("cpu", [0, 1]), [Shard(0)], graph=g)
+    assert torch.equal(gelu(y).to_torch(), torch.nn.functional.gelu(t))
+    _local_still_works(g)
+    assert p.poll() is None
