@@ -1,6 +1,7 @@
 /*
- * The views and shape family, part 3: the joining ops, cat and stack
- * (flip, roll, repeat and tril/triu are part 4, views_rearrange.c).
+ * The views and shape family, part 3: the joining ops, cat and stack, and
+ * copy_ (a whole-tensor setitem, index.c) (flip, roll, repeat and
+ * tril/triu are part 4, views_rearrange.c).
  *
  * cat and stack of n inputs are a balanced tree of two-input nodes (kernels
  * take at most two inputs): each level casts its inputs to the final dtype
@@ -452,4 +453,73 @@ void dt__vlower_cat(dt__lower *L, dt__node *n) {
         k->attr.ndim = o->meta.ndim;
         dt__lw_each_push(L, &dev);
     }
+}
+
+/* ------------------------------------------------------------------ copy_ */
+
+/* A setitem of the whole tensor (index.c), src first laid out to line up. */
+
+dt_tensor *dt_copy(dt_tensor *dst, dt_tensor *src) {
+    dt_clear_error();
+    if (dt__view_check_pair("copy_", dst, src) != DT_OK)
+        return NULL;
+    const dt__meta *m = &dst->v->meta, *ms = &src->v->meta;
+    if (ms->ndim > m->ndim) {
+        dt__error(DT_ESHAPE,
+                  "copy_: the source with %d dimensions cannot be broadcast to the destination's %d",
+                  ms->ndim, m->ndim);
+        return NULL;
+    }
+    int off = m->ndim - ms->ndim;
+    for (int j = 0; j < ms->ndim; j++)
+        if (ms->shape[j] != 1 && ms->shape[j] != m->shape[j + off]) {
+            dt__error(
+                DT_ESHAPE,
+                "copy_: The size of tensor a (%lld) must match the size of tensor b (%lld) at non-singleton "
+                "dimension %d",
+                (long long)m->shape[j + off], (long long)ms->shape[j], j + off);
+            return NULL;
+        }
+    /* The placements src needs: what it has when setitem takes it, else the
+     * cheapest that lines up (the matching Shard, or Replicate). */
+    dt_placement want[DT_MAX_MESH_NDIM];
+    int move = 0;
+    for (int md = 0; md < m->mesh->ndim; md++) {
+        dt_placement pd = m->pl[md], ps = ms->pl[md];
+        want[md] = ps;
+        if (pd.kind == DT_PLACEMENT_REPLICATE) {
+            want[md] = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
+        } else if (pd.kind == DT_PLACEMENT_SHARD) {
+            int j = pd.dim - off;
+            int aligned = j >= 0 && ms->shape[j] == m->shape[pd.dim];
+            if (ps.kind == DT_PLACEMENT_PARTIAL ||
+                (ps.kind == DT_PLACEMENT_SHARD && !(aligned && ps.dim == j)))
+                want[md] = aligned ? (dt_placement){DT_PLACEMENT_SHARD, j}
+                                   : (dt_placement){DT_PLACEMENT_REPLICATE, 0};
+        } else if (ps.kind == DT_PLACEMENT_SHARD) {
+            want[md] = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
+        }
+        move |= want[md].kind != ps.kind || want[md].dim != ps.dim;
+    }
+    dt_slice dims[DT_MAX_NDIM];
+    for (int d = 0; d < m->ndim; d++)
+        dims[d] = (dt_slice){0, 1, m->shape[d], 0};
+    dt_tensor *s = src;
+    if (move && !(s = dt_redistribute(src, NULL, want)))
+        return NULL;
+    dt_tensor *t = dt_setitem(dst, dims, s, dt_scalar_int(0));
+    if (!t && dt_last_status() == DT_EPLACEMENT) {
+        /* Nested shards that do not line up: Replicate always does. */
+        for (int md = 0; md < m->mesh->ndim; md++)
+            if (want[md].kind == DT_PLACEMENT_SHARD)
+                want[md] = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
+        dt_tensor *r = dt_redistribute(src, NULL, want);
+        if (r) {
+            t = dt_setitem(dst, dims, r, dt_scalar_int(0));
+            dt_tensor_release(r);
+        }
+    }
+    if (s != src)
+        dt_tensor_release(s);
+    return t;
 }
