@@ -433,24 +433,53 @@ dt_tensor *dt_cat(int n, dt_tensor *const *ts, int64_t dim) { return cat_impl("c
 
 dt_tensor *dt_stack(int n, dt_tensor *const *ts, int64_t dim) { return cat_impl("stack", n, ts, dim, 1); }
 
+/* The region of input j the device at `coord` (output block os, ol) reads. */
+static void cat_region(const dt__node *n, int j, const int64_t *coord, const int64_t *os, const int64_t *ol,
+                       int64_t *s, int64_t *l) {
+    /* The local cat (segmented result) takes each input's block. */
+    if (n->a.v_mask)
+        dt__local_region(&n->in[j]->meta, coord, s, l);
+    else
+        cat_needed(&n->in[j]->meta, &n->out->meta, n->a.v_dim, n->a.v_nints, os, ol, s, l);
+}
+
+/* A cat as one shared record (lower_bcast.c) when every device joins its
+ * own blocks of the inputs (a dim no mesh dim shards): its kernel has no
+ * per-device attributes. 1 when taken. */
+static int cat_shared(dt__lower *L, dt__node *n, const dt__kattr *a) {
+    const dt__meta *om = &n->out->meta;
+    if (!dt__lw_bcast_wanted(L, n->out))
+        return 0;
+    int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], s[DT_MAX_NDIM], l[DT_MAX_NDIM];
+    for (int64_t d = 0; d < om->mesh->ndev; d++) {
+        dt__mesh_coord(om->mesh, d, coord);
+        dt__local_region(om, coord, os, ol);
+        for (int j = 0; j < n->n_in; j++) {
+            cat_region(n, j, coord, os, ol, s, l);
+            if (!dt__lw_own_block(&n->in[j]->meta, coord, s, l))
+                return 0;
+        }
+    }
+    dt__kattr b = *a;
+    return dt__lw_bcast(L, n->out, DT_K_VIEW, &b, dt__view_names[n->a.sub], n->in, n->n_in, 1);
+}
+
 void dt__vlower_cat(dt__lower *L, dt__node *n) {
     dt__tval *o = n->out;
-    int dim = n->a.v_dim, stack = n->a.v_nints;
     int64_t s[DT_MAX_NDIM], l[DT_MAX_NDIM];
+    const dt__kattr a = {.sub = DT_KV_CAT, .dtype = o->meta.dtype, .dim = n->a.v_dim, .ndim = o->meta.ndim};
+    if (cat_shared(L, n, &a))
+        return;
     for (dt__lw_dev dev = DT__LW_EACH(o, DT_K_VIEW); dt__lw_each(L, &dev);) {
         dt__kernel *k = dev.k;
         dt__view_kernel_set(k, n, DT_KV_CAT);
         k->n_in = n->n_in;
         for (int j = 0; j < n->n_in; j++) {
-            /* The local cat (segmented result) takes each input's block. */
-            if (n->a.v_mask)
-                dt__local_region(&n->in[j]->meta, dev.coord, s, l);
-            else
-                cat_needed(&n->in[j]->meta, &o->meta, dim, stack, dev.start, dev.len, s, l);
+            cat_region(n, j, dev.coord, dev.start, dev.len, s, l);
             k->in[j] = dt__lw_region(L, n->in[j], dev.idx, dev.coord, s, l);
         }
-        k->attr.dim = dim;
-        k->attr.ndim = o->meta.ndim;
+        k->attr.dim = a.dim;
+        k->attr.ndim = a.ndim;
         dt__lw_each_push(L, &dev);
     }
 }

@@ -99,22 +99,45 @@ class TestSameAsPerDevice(unittest.TestCase):
         self.assertEqual(n, 0)
         self.assertTrue(torch.equal(y.to_torch(), t + t * 2.0))
 
-    def test_inputs_laid_out_differently_go_per_device(self):
-        # x sharded with a Replicate row vector, or with a Replicate value of its own shape: the
-        # Replicate input's block is sliced per device (or, for the vector beside Shard(0), read
-        # whole by the per-device path too), so no shared record.
+    def test_inputs_laid_out_differently(self):
+        # x sharded with a Replicate row vector, or with a Replicate value of its own shape: where a
+        # device must slice the Replicate input (its dims cut by the output's shard) the node is per
+        # device; the vector beside Shard(0) is every device's whole block, so it is shared.
         tx, tv, ty = int_valued(4, 6), int_valued(6, seed=1), int_valued(4, 6, seed=2)
         for mesh, dim in ((CPU2, 0), (CPU2, 1), (CPU3, 1)):
             x = dtorch.from_torch(tx, mesh, [Shard(dim)])
             for other, want in ((tv, tx * tv), (ty, tx * ty)):
                 v = dtorch.from_torch(other, mesh, [R])
+                shared = dim == 0 and other.dim() == 1
                 with self.subTest(mesh=mesh, dim=dim, shape=tuple(other.shape)):
-                    off, off_v, n_off = run(False, lambda a, b: a * b, x, v)
-                    on, on_v, n_on = run(True, lambda a, b: a * b, x, v)
-                    self.assertEqual((n_off, n_on), (0, 0))
-                    for x1, x2 in zip(on_v, off_v):
-                        self.assertTrue(torch.equal(x1, x2))
-                    assert_equal_everywhere(self, on, want)
+                    same_both_ways(self, lambda a, b: a * b, (x, v), want, shared, exact=True)
+
+    def test_rotary_broadcast_and_cat(self):
+        # Rotary's shape: q [B, H, S, D] on its heads, cos/sin [B, 1, S, D] Replicate (broadcast over
+        # the heads), rotate_half's cat of the halves of the last dim: all shared, uneven heads too.
+        B, H, S, D = 1, 4, 3, 8
+        tq, tc, ts = int_valued(B, H, S, D, seed=1), int_valued(B, 1, S, D, seed=2), int_valued(B, 1, S, D, seed=3)
+
+        def rot(t):
+            return dtorch.cat([-t[..., D // 2:], t[..., :D // 2]], dim=-1)
+
+        def trot(t):
+            return torch.cat([-t[..., D // 2:], t[..., :D // 2]], dim=-1)
+
+        for mesh, pl in ((CPU2, [Shard(1)]), (CPU3, [Shard(1)]), (CPU2x2, [R, Shard(1)])):
+            q = dtorch.from_torch(tq, mesh, pl)
+            c, s_ = (dtorch.from_torch(t, mesh, [R] * mesh.ndim) for t in (tc, ts))
+            with self.subTest(mesh=mesh, placements=pl, op="mul_broadcast"):
+                same_both_ways(self, lambda q, c: q * c, (q, c), tq * tc, True, exact=True)
+            with self.subTest(mesh=mesh, placements=pl, op="rotate_half"):
+                # The slices of the last dim carry each device's local shape (uneven: per device);
+                # the cat of two own blocks does not.
+                want = trot(tq)
+                n = same_both_ways(self, rot, (q,), want, True, exact=True)
+                self.assertGreaterEqual(n, 2)  # the neg and the cat at least
+            with self.subTest(mesh=mesh, placements=pl, op="rotary"):
+                same_both_ways(self, lambda q, c, s: q * c + rot(q) * s, (q, c, s_), tq * tc + trot(tq) * ts, True,
+                               exact=True)
 
     def test_in_place_reuse_as_per_device(self):
         # The window's reuse mark reaches the shared record: a chain of ops on a dropped
