@@ -21,14 +21,15 @@ extern "C" {
  * Any thread. */
 DT_API dt_status dt_graph_set_replay(dt_graph *g, int on);
 
-/* Turns g's device-independent records on (1; the default only when
- * DTORCH_BCAST=1 was set when g was made) or off (0, the default), for the
- * controller rounds that start afterwards: an elementwise node whose kernel
- * is the same on every device of its mesh but for the device's own blobs
- * (inputs laid out as its output, or Replicate) is lowered once, into one
- * record every device's worker instantiates, instead of one record per
- * device. Results are the same either way. DT_EINVAL for a bad graph. Any
- * thread. */
+/* Turns g's device-independent records on (1, the default unless
+ * DTORCH_BCAST=0 was set when g was made) or off (0), for the controller
+ * rounds that start afterwards: a node whose kernel is the same on every
+ * device of its mesh but for the device's own blobs (elementwise ops on
+ * inputs laid out as their output, matmuls on each device's own blocks,
+ * norms, softmax, attention on each device's heads, views, a slice write,
+ * reductions along unsharded dims) is lowered once, into one record every
+ * device's worker instantiates, instead of one record per device. Results
+ * are the same either way. DT_EINVAL for a bad graph. Any thread. */
 DT_API dt_status dt_graph_set_bcast(dt_graph *g, int on);
 
 /* g's device-independent records so far (nodes lowered that way); -1 for a

@@ -55,6 +55,11 @@ static void needed_sdpa(const nn_ctx *c, int j, const int64_t *coord, const int6
 static void kattr_sdpa(const nn_ctx *c, const int64_t *coord, const int64_t *os, const int64_t *ol,
                        dt__kattr *k) {
     (void)coord, (void)ol;
+    /* The global shape and the region's offsets place the dropout mask
+     * only: without dropout they are left out, so the kernels of devices
+     * holding different heads are the same (a device-independent record). */
+    if (c->a->f[0] == 0)
+        return;
     int nd = c->out->ndim;
     k->gndim = nd;
     memcpy(k->gshape, c->out->shape, sizeof(int64_t) * (size_t)nd);

@@ -587,6 +587,23 @@ void dt__ew_kernel_spec(const dt__node *n, int *kop, dt__kattr *a, const char **
     a->scalar2 = n->a.scalar2;
 }
 
+/* 1 when on every device each input's region is its own block there (no
+ * slice). Arithmetic only. */
+static int ew_own_blocks(const dt__node *n) {
+    const dt__meta *out = &n->out->meta;
+    int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], s[DT_MAX_NDIM], l[DT_MAX_NDIM];
+    for (int64_t d = 0; d < out->mesh->ndev; d++) {
+        dt__mesh_coord(out->mesh, d, coord);
+        dt__local_region(out, coord, os, ol);
+        for (int j = 0; j < n->n_in; j++) {
+            needed_region(&n->in[j]->meta, out, os, ol, s, l);
+            if (!dt__lw_own_block(&n->in[j]->meta, coord, s, l))
+                return 0;
+        }
+    }
+    return 1;
+}
+
 /* One kernel per device: each input is sliced (when Replicate or broadcast)
  * to the region the device's output needs; or one device-independent record
  * (dt__lw_bcast) where every device's input blocks are its blobs. */
@@ -596,8 +613,12 @@ dt_status dt__lower_elementwise(dt__lower *L, dt__node *n) {
     const char *opname;
     dt__kattr spec = {0};
     dt__ew_kernel_spec(n, &kop, &spec, &opname);
-    /* One record for every device where the blocks line up (lower_bcast.c). */
-    if (dt__lw_bcast(L, n->out, kop, &spec, opname, n->in, n->n_in, 0))
+    /* One record for every device where the blocks line up (lower_bcast.c),
+     * or where each device's region of each input is its own block (a
+     * Replicate input broadcast along the dims the output's shards cut). */
+    if (dt__lw_bcast(L, n->out, kop, &spec, opname, n->in, n->n_in, 0) ||
+        (dt__lw_bcast_wanted(L, n->out) && ew_own_blocks(n) &&
+         dt__lw_bcast(L, n->out, kop, &spec, opname, n->in, n->n_in, 1)))
         return L->status;
     int64_t ns[DT_MAX_NDIM], nl[DT_MAX_NDIM];
     for (dt__lw_dev dev = DT__LW_EACH(n->out, kop); dt__lw_each(L, &dev);) {

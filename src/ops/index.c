@@ -2,8 +2,9 @@
  * The views and shape family, part 2: indexing. Basic indexing (ints,
  * slices with positive steps, None, ...) as one strided selection; indexing
  * along one dim by an int64 tensor; and the assignments behind __setitem__
- * and copy_, which compute the new value of the whole tensor (values are
- * immutable; the Python layer rebinds the assigned-to object to it).
+ * (copy_'s too: views_join.c), which compute the new value of the whole
+ * tensor (values are immutable; the Python layer rebinds the assigned-to
+ * object to it).
  *
  * Placements:
  *  - getitem: a Shard on a dim taken whole follows the dim; a Shard on a dim
@@ -224,49 +225,77 @@ dt_tensor *dt_index(dt_tensor *a, const dt_slice *dims, uint64_t new_axes) {
     return dt__client_submit(t, n);
 }
 
+/* The strided selection's attributes on the device at `coord` (output
+ * block length ol); 1 when its block is the result as it is (x[:]). */
+static int index_device(const dt__node *n, const int64_t *coord, const int64_t *ol, dt__kattr *ka) {
+    const dt__meta *im = &n->in[0]->meta, *om = &n->out->meta;
+    int64_t ls[DT_MAX_NDIM], ll[DT_MAX_NDIM];
+    dt__local_region(im, coord, ls, ll);
+    int whole = im->ndim == om->ndim;
+    ka->ndim = im->ndim;
+    for (int d = 0; d < im->ndim; d++) {
+        int64_t k0, k1;
+        /* A sharded dim is taken whole, so this is the whole block. */
+        ka->shape[d] = part_in_block(&n->a, d, ls[d], ll[d], &k0, &k1, &ka->start[d]);
+        ka->step[d] = n->a.v_step[d];
+        if (ka->start[d] != 0 || ka->shape[d] != ll[d] || (ka->step[d] != 1 && ll[d] > 1))
+            whole = 0;
+    }
+    if (n->a.v_nints == 1) {
+        /* The segment narrow: this device's pieces of segments [s0, s1). */
+        const dt__seg *g = &im->seg;
+        int64_t st = 0, len = 0;
+        for (int q = 0; q < (int)n->a.v_ints[0]; q++)
+            *(q < n->a.v_dim ? &st : &len) += dt__seg_piece(im, q, coord);
+        ka->start[g->dim] = st;
+        ka->shape[g->dim] = len;
+        ka->step[g->dim] = 1;
+        whole = whole && st == 0 && len == ll[g->dim];
+    }
+    ka->gndim = om->ndim;
+    for (int d = 0; d < om->ndim; d++) {
+        ka->gshape[d] = ol[d];
+        if (whole && ol[d] != ll[d])
+            whole = 0;
+    }
+    return whole;
+}
+
+/* A selection as one shared record (lower_bcast.c) when every device takes
+ * the same part of its own block (a slice of a dim no mesh dim shards, on
+ * even blocks). 1 when taken. */
+static int index_shared(dt__lower *L, dt__node *n) {
+    const dt__meta *om = &n->out->meta;
+    if (!dt__lw_bcast_wanted(L, n->out))
+        return 0;
+    int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM];
+    dt__kattr a;
+    dt__lw_same same;
+    for (int64_t d = 0; d < om->mesh->ndev; d++) {
+        dt__mesh_coord(om->mesh, d, coord);
+        dt__local_region(om, coord, os, ol);
+        a = (dt__kattr){.sub = DT_KV_STRIDED, .dtype = om->dtype};
+        if (index_device(n, coord, ol, &a) || !dt__lw_same_attr(&same, d, &a))
+            return 0;
+    }
+    return dt__lw_bcast(L, n->out, DT_K_VIEW, &a, dt__view_names[n->a.sub], n->in, 1, 1);
+}
+
 void dt__vlower_index(dt__lower *L, dt__node *n) {
     dt__tval *in = n->in[0], *o = n->out;
-    int64_t ls[DT_MAX_NDIM], ll[DT_MAX_NDIM];
+    if (index_shared(L, n))
+        return;
     for (dt__lw_dev dev = DT__LW_EACH(o, DT_K_VIEW); dt__lw_each(L, &dev);) {
-        int64_t i = dev.idx, *coord = dev.coord, *ol = dev.len;
-        dt__local_region(&in->meta, coord, ls, ll);
         dt__kernel *k = dev.k;
         dt__view_kernel_set(k, n, DT_KV_STRIDED);
-        int whole = in->meta.ndim == o->meta.ndim;
-        k->attr.ndim = in->meta.ndim;
-        for (int d = 0; d < in->meta.ndim; d++) {
-            int64_t k0, k1;
-            /* A sharded dim is taken whole, so this is the whole block. */
-            k->attr.shape[d] = part_in_block(&n->a, d, ls[d], ll[d], &k0, &k1, &k->attr.start[d]);
-            k->attr.step[d] = n->a.v_step[d];
-            if (k->attr.start[d] != 0 || k->attr.shape[d] != ll[d] || (k->attr.step[d] != 1 && ll[d] > 1))
-                whole = 0;
-        }
-        if (n->a.v_nints == 1) {
-            /* The segment narrow: this device's pieces of segments [s0, s1). */
-            const dt__seg *g = &in->meta.seg;
-            int64_t st = 0, len = 0;
-            for (int q = 0; q < (int)n->a.v_ints[0]; q++)
-                *(q < n->a.v_dim ? &st : &len) += dt__seg_piece(&in->meta, q, coord);
-            k->attr.start[g->dim] = st;
-            k->attr.shape[g->dim] = len;
-            k->attr.step[g->dim] = 1;
-            whole = whole && st == 0 && len == ll[g->dim];
-        }
-        k->attr.gndim = o->meta.ndim;
-        for (int d = 0; d < o->meta.ndim; d++) {
-            k->attr.gshape[d] = ol[d];
-            if (whole && ol[d] != ll[d])
-                whole = 0;
-        }
-        if (whole) {
+        if (index_device(n, dev.coord, dev.len, &k->attr)) {
             /* x[:] and friends: the block is the result. */
             dt__kernel_free(k);
-            o->blobs[i] = dt__blob_retain(in->blobs[i]);
+            o->blobs[dev.idx] = dt__blob_retain(in->blobs[dev.idx]);
             continue;
         }
         k->n_in = 1;
-        k->in[0] = dt__blob_retain(in->blobs[i]);
+        k->in[0] = dt__blob_retain(in->blobs[dev.idx]);
         dt__lw_each_push(L, &dev);
     }
 }
@@ -533,49 +562,97 @@ dt_tensor *dt_setitem(dt_tensor *a, const dt_slice *dims, dt_tensor *value, dt_s
     return setitem_submit(a, value, &out, DT_V_SETITEM, &proto);
 }
 
-void dt__vlower_setitem(dt__lower *L, dt__node *n) {
-    dt__tval *a = n->in[0], *v = n->n_in > 1 ? n->in[1] : NULL;
+/* The kernel of the device at `coord` writing its part of a setitem: its
+ * kind (DT_KV_SET_TENSOR / _SCALAR) and attributes, and the value's region
+ * it reads (vs, vl); -1 when the device holds nothing of the selection. */
+static int setitem_device(const dt__node *n, const int64_t *coord, dt__kattr *ka, int64_t *vs, int64_t *vl) {
+    const dt__tval *a = n->in[0], *v = n->n_in > 1 ? n->in[1] : NULL;
     const dt__meta *am = &a->meta;
     int64_t k0[DT_MAX_NDIM], k1[DT_MAX_NDIM], ls[DT_MAX_NDIM];
+    if (!device_part(am, &n->a, coord, k0, k1, ls))
+        return -1;
+    int zero = writes_zero(am, v ? &v->meta : NULL, coord);
+    ka->ndim = am->ndim;
+    for (int d = 0; d < am->ndim; d++) {
+        ka->start[d] = ls[d];
+        ka->step[d] = n->a.v_step[d];
+        ka->shape[d] = k1[d] - k0[d];
+    }
+    ka->scalar = zero ? dt_scalar_int(0) : n->a.scalar;
+    if (!v || zero)
+        return DT_KV_SET_SCALAR;
+    value_needed(am, &n->a, &v->meta, k0, k1, vs, vl);
+    /* The value part seen in the target's dims: 1 where it is broadcast or
+     * the dim is integer-indexed. */
+    int nk = 0;
+    for (int d = 0; d < am->ndim; d++)
+        nk += !(n->a.v_mask & (1ull << d));
+    ka->gndim = am->ndim;
+    for (int d = 0, r = 0; d < am->ndim; d++) {
+        ka->gshape[d] = 1;
+        if (n->a.v_mask & (1ull << d))
+            continue;
+        int j = r++ + v->meta.ndim - nk;
+        if (j >= 0 && v->meta.shape[j] != 1)
+            ka->gshape[d] = k1[d] - k0[d];
+    }
+    return DT_KV_SET_TENSOR;
+}
+
+/* A setitem as one shared record (lower_bcast.c) when every device writes
+ * the same part of its own block from its own block of the value (a KV
+ * cache written at a position, heads sharded). 1 when taken. */
+static int setitem_shared(dt__lower *L, dt__node *n) {
+    if (!dt__lw_bcast_wanted(L, n->out))
+        return 0;
+    const dt__meta *om = &n->out->meta;
+    int64_t coord[DT_MAX_MESH_NDIM], vs[DT_MAX_NDIM], vl[DT_MAX_NDIM];
+    dt__kattr first = {0}, ka;
+    dt__lw_same same;
+    int sub = -1;
+    for (int64_t d = 0; d < om->mesh->ndev; d++) {
+        dt__mesh_coord(om->mesh, d, coord);
+        ka = (dt__kattr){0};
+        int s = setitem_device(n, coord, &ka, vs, vl);
+        if (s < 0 || (d && s != sub) ||
+            (s == DT_KV_SET_TENSOR && !dt__lw_own_block(&n->in[1]->meta, coord, vs, vl)))
+            return 0;
+        ka.sub = s;
+        if (!dt__lw_same_attr(&same, d, &ka))
+            return 0;
+        if (d == 0)
+            first = ka, sub = s;
+    }
+    first.dtype = om->dtype;
+    return dt__lw_bcast(L, n->out, DT_K_VIEW, &first, dt__view_names[n->a.sub], n->in,
+                        sub == DT_KV_SET_TENSOR ? 2 : 1, 1);
+}
+
+void dt__vlower_setitem(dt__lower *L, dt__node *n) {
+    dt__tval *a = n->in[0], *v = n->n_in > 1 ? n->in[1] : NULL;
     int64_t vs[DT_MAX_NDIM], vl[DT_MAX_NDIM];
+    if (setitem_shared(L, n))
+        return;
     /* A device that holds nothing of the selection gets no kernel. */
     for (dt__lw_dev dev = DT__LW_EACH(n->out, DT__LW_NO_KERNEL); dt__lw_each(L, &dev);) {
-        int64_t i = dev.idx, *coord = dev.coord;
-        if (!device_part(am, &n->a, coord, k0, k1, ls)) {
+        int64_t i = dev.idx;
+        dt__kattr ka = {0};
+        int sub = setitem_device(n, dev.coord, &ka, vs, vl);
+        if (sub < 0) {
             n->out->blobs[i] = dt__blob_retain(a->blobs[i]);
             continue;
         }
-        int zero = writes_zero(am, v ? &v->meta : NULL, coord);
-        dt__kernel *k = dev.k = dt__view_kernel(L, n, v && !zero ? DT_KV_SET_TENSOR : DT_KV_SET_SCALAR);
+        dt__kernel *k = dev.k = dt__view_kernel(L, n, sub);
         if (!k)
             break;
+        ka.sub = k->attr.sub;
+        ka.dtype = k->attr.dtype;
+        k->attr = ka;
         k->n_in = 1;
         k->in[0] = dt__blob_retain(a->blobs[i]);
-        k->attr.ndim = am->ndim;
-        for (int d = 0; d < am->ndim; d++) {
-            k->attr.start[d] = ls[d];
-            k->attr.step[d] = n->a.v_step[d];
-            k->attr.shape[d] = k1[d] - k0[d];
-        }
-        k->attr.scalar = zero ? dt_scalar_int(0) : n->a.scalar;
-        if (v && !zero) {
-            value_needed(am, &n->a, &v->meta, k0, k1, vs, vl);
+        if (sub == DT_KV_SET_TENSOR) {
             k->n_in = 2;
-            k->in[1] = dt__lw_region(L, v, i, coord, vs, vl);
-            /* The value part seen in the target's dims: 1 where it is
-             * broadcast or the dim is integer-indexed. */
-            int nk = 0;
-            for (int d = 0; d < am->ndim; d++)
-                nk += !(n->a.v_mask & (1ull << d));
-            k->attr.gndim = am->ndim;
-            for (int d = 0, r = 0; d < am->ndim; d++) {
-                k->attr.gshape[d] = 1;
-                if (n->a.v_mask & (1ull << d))
-                    continue;
-                int j = r++ + v->meta.ndim - nk;
-                if (j >= 0 && v->meta.shape[j] != 1)
-                    k->attr.gshape[d] = k1[d] - k0[d];
-            }
+            k->in[1] = dt__lw_region(L, v, i, dev.coord, vs, vl);
         }
         dt__lw_each_push(L, &dev);
     }
@@ -691,71 +768,4 @@ void dt__vlower_setitem_index(dt__lower *L, dt__node *n) {
         k->attr.scalar = writes_zero(&a->meta, NULL, dev.coord) ? dt_scalar_int(0) : n->a.scalar;
         dt__lw_each_push(L, &dev);
     }
-}
-
-/* ------------------------------------------------------------------ copy_ */
-
-dt_tensor *dt_copy(dt_tensor *dst, dt_tensor *src) {
-    dt_clear_error();
-    if (dt__view_check_pair("copy_", dst, src) != DT_OK)
-        return NULL;
-    const dt__meta *m = &dst->v->meta, *ms = &src->v->meta;
-    if (ms->ndim > m->ndim) {
-        dt__error(DT_ESHAPE,
-                  "copy_: the source with %d dimensions cannot be broadcast to the destination's %d",
-                  ms->ndim, m->ndim);
-        return NULL;
-    }
-    int off = m->ndim - ms->ndim;
-    for (int j = 0; j < ms->ndim; j++)
-        if (ms->shape[j] != 1 && ms->shape[j] != m->shape[j + off]) {
-            dt__error(
-                DT_ESHAPE,
-                "copy_: The size of tensor a (%lld) must match the size of tensor b (%lld) at non-singleton "
-                "dimension %d",
-                (long long)m->shape[j + off], (long long)ms->shape[j], j + off);
-            return NULL;
-        }
-    /* The placements src needs: what it has when setitem takes it, else the
-     * cheapest that lines up (the matching Shard, or Replicate). */
-    dt_placement want[DT_MAX_MESH_NDIM];
-    int move = 0;
-    for (int md = 0; md < m->mesh->ndim; md++) {
-        dt_placement pd = m->pl[md], ps = ms->pl[md];
-        want[md] = ps;
-        if (pd.kind == DT_PLACEMENT_REPLICATE) {
-            want[md] = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
-        } else if (pd.kind == DT_PLACEMENT_SHARD) {
-            int j = pd.dim - off;
-            int aligned = j >= 0 && ms->shape[j] == m->shape[pd.dim];
-            if (ps.kind == DT_PLACEMENT_PARTIAL ||
-                (ps.kind == DT_PLACEMENT_SHARD && !(aligned && ps.dim == j)))
-                want[md] = aligned ? (dt_placement){DT_PLACEMENT_SHARD, j}
-                                   : (dt_placement){DT_PLACEMENT_REPLICATE, 0};
-        } else if (ps.kind == DT_PLACEMENT_SHARD) {
-            want[md] = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
-        }
-        move |= want[md].kind != ps.kind || want[md].dim != ps.dim;
-    }
-    dt_slice dims[DT_MAX_NDIM];
-    for (int d = 0; d < m->ndim; d++)
-        dims[d] = (dt_slice){0, 1, m->shape[d], 0};
-    dt_tensor *s = src;
-    if (move && !(s = dt_redistribute(src, NULL, want)))
-        return NULL;
-    dt_tensor *t = dt_setitem(dst, dims, s, dt_scalar_int(0));
-    if (!t && dt_last_status() == DT_EPLACEMENT) {
-        /* Nested shards that do not line up: Replicate always does. */
-        for (int md = 0; md < m->mesh->ndim; md++)
-            if (want[md].kind == DT_PLACEMENT_SHARD)
-                want[md] = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
-        dt_tensor *r = dt_redistribute(src, NULL, want);
-        if (r) {
-            t = dt_setitem(dst, dims, r, dt_scalar_int(0));
-            dt_tensor_release(r);
-        }
-    }
-    if (s != src)
-        dt_tensor_release(s);
-    return t;
 }

@@ -92,6 +92,55 @@ dt_tensor *dt__nn_submit(int op, const char *name, dt_tensor *const *ins, int ni
     return dt__client_submit(t, n);
 }
 
+/* The attributes of the kernel of device `coord` (output region os, ol). */
+static void nn_kattr(const nn_rules *r, const nn_ctx *c, const dt__node *n, const int64_t *coord,
+                     const int64_t *os, const int64_t *ol, dt__kattr *ka) {
+    ka->dtype = c->out->dtype;
+    ka->sub = n->a.sub;
+    ka->flags = n->a.flags;
+    ka->seed = n->a.seed;
+    ka->scalar = n->a.scalar;
+    memcpy(ka->f, n->a.f, sizeof ka->f);
+    memcpy(ka->ints, n->a.ints, sizeof ka->ints);
+    /* The local output shape: kernels use it to skip empty regions. */
+    ka->ndim = c->out->ndim;
+    memcpy(ka->shape, ol, sizeof ka->shape);
+    if (r->kattr)
+        r->kattr(c, coord, os, ol, ka);
+}
+
+/* Lowers n as one device-independent record (lower_bcast.c) when on every
+ * device each input's region is the device's whole block of it and the
+ * kernel's attributes (packed) are the same bytes on every device: a hook
+ * that gives a device its offsets, or an uneven shard's shape, keeps the
+ * node per device. 1 when taken (L->status set on a failure). */
+static int nn_bcast(dt__lower *L, dt__node *n, const nn_rules *r, const nn_ctx *c) {
+    const dt__meta *out = c->out;
+    if (!dt__lw_bcast_wanted(L, n->out))
+        return 0;
+    const dt__psig sig = {.needed = r->needed};
+    int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], ns[DT_MAX_NDIM], nl[DT_MAX_NDIM];
+    dt__kattr first = {0}, ka;
+    dt__lw_same same;
+    for (int64_t d = 0; d < out->mesh->ndev; d++) {
+        dt__mesh_coord(out->mesh, d, coord);
+        dt__local_region(out, coord, os, ol);
+        for (int j = 0; j < n->n_in; j++) {
+            dt__ps_needed(&sig, c, j, coord, os, ol, ns, nl);
+            if (!dt__lw_own_block(c->in[j], coord, ns, nl))
+                return 0;
+        }
+        ka = (dt__kattr){0};
+        nn_kattr(r, c, n, coord, os, ol, &ka);
+        if (!dt__lw_same_attr(&same, d, &ka))
+            return 0;
+        if (d == 0)
+            first = ka;
+    }
+    const char *opname = r->sub_names ? r->sub_names[n->a.sub] : NULL;
+    return dt__lw_bcast(L, n->out, r->kop, &first, opname, n->in, n->n_in, 1);
+}
+
 dt_status dt__lower_nn(dt__lower *L, dt__node *n) {
     const nn_rules *r = dt__ops[n->op].rules;
     DT_ASSERT(r); /* invariant: dt__ops sends only nn ops here */
@@ -99,6 +148,9 @@ dt_status dt__lower_nn(dt__lower *L, dt__node *n) {
     nn_ctx c = {.op = n->op, .a = &n->a, .nin = n->n_in, .out = out};
     for (int j = 0; j < n->n_in; j++)
         c.in[j] = &n->in[j]->meta;
+    /* One record for every device where nothing differs but the blobs. */
+    if (nn_bcast(L, n, r, &c))
+        return L->status;
     const dt__psig sig = {.needed = r->needed};
     int64_t ns[DT_MAX_NDIM], nl[DT_MAX_NDIM];
     for (dt__lw_dev dev = DT__LW_EACH(n->out, r->kop); dt__lw_each(L, &dev);) {
@@ -110,19 +162,7 @@ dt_status dt__lower_nn(dt__lower *L, dt__node *n) {
         }
         if (r->sub_names)
             k->opname = r->sub_names[n->a.sub];
-        dt__kattr *ka = &k->attr;
-        ka->dtype = out->dtype;
-        ka->sub = n->a.sub;
-        ka->flags = n->a.flags;
-        ka->seed = n->a.seed;
-        ka->scalar = n->a.scalar;
-        memcpy(ka->f, n->a.f, sizeof ka->f);
-        memcpy(ka->ints, n->a.ints, sizeof ka->ints);
-        /* The local output shape: kernels use it to skip empty regions. */
-        ka->ndim = out->ndim;
-        memcpy(ka->shape, dev.len, sizeof ka->shape);
-        if (r->kattr)
-            r->kattr(&c, dev.coord, dev.start, dev.len, ka);
+        nn_kattr(r, &c, n, dev.coord, dev.start, dev.len, &k->attr);
         dt__lw_each_push(L, &dev);
     }
     return L->status;

@@ -356,31 +356,32 @@ static void lower_local(dt__lower *L, dt__node *n, int op, int mode, int sharded
     dt__tval *in = n->in[0], *o = n->out;
     const dt__meta *m = &in->meta;
     const dt_mesh *mesh = o->meta.mesh;
-    uint64_t mask = n->a.dims_mask;
-    int flags = n->a.flags;
-    double count = 1;
-    for (int d = 0; d < m->ndim; d++)
-        if (mask & (1ull << d))
-            count *= (double)m->shape[d];
+    /* The kernel is the same on every device. */
+    dt__kattr a = {
+        .sub = op | mode << 8, .dtype = o->meta.dtype, .dims_mask = n->a.dims_mask, .flags = n->a.flags};
+    if (op == DT_REDUCE_SUM) {
+        /* The no-dim form keeps nothing; with keepdim it is every dim
+         * listed. A 0-d sum with or without dim is the value itself. */
+        int all = m->ndim == 0 || ((a.flags & DT_KF_ALL) && !(a.flags & DT_KF_KEEPDIM));
+        a.sub = op | DT_KR_PLAIN << 8;
+        a.dims_mask = all ? 0 : a.dims_mask;
+        a.flags = all ? DT_KF_ALL : a.flags & DT_KF_KEEPDIM;
+    } else if (op == DT_REDUCE_MEAN && sharded_reduce) {
+        a.sub = op | DT_KR_SUM_DIV << 8;
+        a.flags &= DT_KF_KEEPDIM;
+        a.f[0] = 1;
+        for (int d = 0; d < m->ndim; d++)
+            if (a.dims_mask & (1ull << d))
+                a.f[0] *= (double)m->shape[d];
+    }
+    /* Each device reduces its own block: one shared record (lower_bcast.c). */
+    if (dt__lw_bcast(L, o, DT_K_REDUCE, &a, reduce_names[op], n->in, 1, 1))
+        return;
     for (int64_t i = 0; i < mesh->ndev; i++) {
-        dt__blob *x = dt__blob_retain(in->blobs[i]);
-        dt__kernel *k;
-        if (op == DT_REDUCE_SUM) {
-            /* The no-dim form keeps nothing; with keepdim it is every dim
-             * listed. A 0-d sum with or without dim is the value itself. */
-            int all = m->ndim == 0 || ((flags & DT_KF_ALL) && !(flags & DT_KF_KEEPDIM));
-            k = reduce_kernel(L, op, DT_KR_PLAIN, x, o->meta.dtype, all ? 0 : mask,
-                              all ? DT_KF_ALL : flags & DT_KF_KEEPDIM);
-            if (!k)
-                return;
-        } else if (op == DT_REDUCE_MEAN && sharded_reduce) {
-            k = reduce_kernel(L, op, DT_KR_SUM_DIV, x, o->meta.dtype, mask, flags & DT_KF_KEEPDIM);
-            if (!k)
-                return;
-            k->attr.f[0] = count;
-        } else {
-            k = reduce_kernel(L, op, mode, x, o->meta.dtype, mask, flags);
-        }
+        dt__kernel *k = reduce_kernel(L, op, 0, dt__blob_retain(in->blobs[i]), a.dtype, 0, 0);
+        if (!k)
+            return;
+        k->attr = a;
         o->blobs[i] = dt__lw_push(L, mesh, i, k);
     }
 }

@@ -156,6 +156,12 @@ dt__kernel *dt__view_kernel(dt__lower *L, const dt__node *n, int sub) {
 }
 
 void dt__view_lower_each(dt__lower *L, dt__node *n, int sub, const dt__kattr *attr) {
+    /* The same kernel on every device's own blocks: one shared record (lower_bcast.c). */
+    dt__kattr a = *attr;
+    a.sub = sub;
+    a.dtype = n->out->meta.dtype;
+    if (dt__lw_bcast(L, n->out, DT_K_VIEW, &a, dt__view_names[n->a.sub], n->in, n->n_in, 1))
+        return;
     for (dt__lw_dev dev = DT__LW_EACH(n->out, DT_K_VIEW); dt__lw_each(L, &dev);) {
         dt__kernel *k = dev.k;
         k->attr = *attr;
@@ -614,43 +620,6 @@ dt_tensor *dt_contiguous(dt_tensor *a) { return same_meta("contiguous", a, DT_V_
 
 /* --------------------------------------------------------------- lowering */
 
-/* One kernel per device from the input's own block to the output's block:
- * reshape, permute, expand and contiguous. Unchanged blocks are handed on as
- * they are by a reshape (a contiguous() of a block that is already
- * contiguous is the backend's no-op: the controller cannot see layouts). */
-static void lower_local(dt__lower *L, dt__node *n) {
-    dt__tval *in = n->in[0], *o = n->out;
-    int64_t is[DT_MAX_NDIM], il[DT_MAX_NDIM];
-    /* A block that a reshape leaves as it is gets no kernel. */
-    for (dt__lw_dev dev = DT__LW_EACH(o, DT__LW_NO_KERNEL); dt__lw_each(L, &dev);) {
-        int64_t i = dev.idx, *ol = dev.len;
-        if (n->a.sub == DT_V_RESHAPE) {
-            dt__local_region(&in->meta, dev.coord, is, il);
-            if (in->meta.ndim == o->meta.ndim &&
-                memcmp(il, ol, sizeof(int64_t) * (size_t)o->meta.ndim) == 0) {
-                o->blobs[i] = dt__blob_retain(in->blobs[i]);
-                continue;
-            }
-        }
-        int sub = n->a.sub == DT_V_RESHAPE      ? DT_KV_RESHAPE
-                  : n->a.sub == DT_V_PERMUTE    ? DT_KV_PERMUTE
-                  : n->a.sub == DT_V_CONTIGUOUS ? DT_KV_CONTIGUOUS
-                                                : DT_KV_EXPAND;
-        dev.k = dt__view_kernel(L, n, sub);
-        if (!dev.k)
-            break;
-        dt__kernel *k = dev.k;
-        k->n_in = 1;
-        k->in[0] = dt__blob_retain(in->blobs[i]);
-        k->attr.ndim = o->meta.ndim;
-        for (int d = 0; d < o->meta.ndim; d++) {
-            k->attr.shape[d] = ol[d];
-            k->attr.ints[d] = n->a.v_ints[d];
-        }
-        dt__lw_each_push(L, &dev);
-    }
-}
-
 /* A clone shares the blobs: values are immutable. */
 static void lower_clone(dt__lower *L, dt__node *n) {
     (void)L;
@@ -667,7 +636,7 @@ dt_status dt__lower_view(dt__lower *L, dt__node *n) {
     case DT_V_PERMUTE:
     case DT_V_EXPAND:
     case DT_V_CONTIGUOUS:
-        lower_local(L, n);
+        dt__vlower_local(L, n);
         break;
     case DT_V_INDEX:
         dt__vlower_index(L, n);

@@ -147,6 +147,9 @@ dt__kernel *dt__view_kernel(dt__lower *L, const dt__node *n, int sub);
  * own blob there, with `attr` (dtype and sub are set here). For the ops
  * whose local computation does not depend on the device. */
 void dt__view_lower_each(dt__lower *L, dt__node *n, int sub, const dt__kattr *attr);
+/* reshape, permute, expand and contiguous: one kernel per device from the
+ * input's own block to the output's (views_rearrange.c). */
+void dt__vlower_local(dt__lower *L, dt__node *n);
 /* Lowering of each kind (views.c dispatches). */
 void dt__vlower_index(dt__lower *L, dt__node *n);
 void dt__vlower_index_tensor(dt__lower *L, dt__node *n);

@@ -1,6 +1,7 @@
 /*
- * The views and shape family, part 3: the joining ops, cat and stack
- * (flip, roll, repeat and tril/triu are part 4, views_rearrange.c).
+ * The views and shape family, part 3: the joining ops, cat and stack, and
+ * copy_ (a whole-tensor setitem, index.c) (flip, roll, repeat and
+ * tril/triu are part 4, views_rearrange.c).
  *
  * cat and stack of n inputs are a balanced tree of two-input nodes (kernels
  * take at most two inputs): each level casts its inputs to the final dtype
@@ -432,24 +433,122 @@ dt_tensor *dt_cat(int n, dt_tensor *const *ts, int64_t dim) { return cat_impl("c
 
 dt_tensor *dt_stack(int n, dt_tensor *const *ts, int64_t dim) { return cat_impl("stack", n, ts, dim, 1); }
 
+/* The region of input j the device at `coord` (output block os, ol) reads. */
+static void cat_region(const dt__node *n, int j, const int64_t *coord, const int64_t *os, const int64_t *ol,
+                       int64_t *s, int64_t *l) {
+    /* The local cat (segmented result) takes each input's block. */
+    if (n->a.v_mask)
+        dt__local_region(&n->in[j]->meta, coord, s, l);
+    else
+        cat_needed(&n->in[j]->meta, &n->out->meta, n->a.v_dim, n->a.v_nints, os, ol, s, l);
+}
+
+/* A cat as one shared record (lower_bcast.c) when every device joins its
+ * own blocks of the inputs (a dim no mesh dim shards): its kernel has no
+ * per-device attributes. 1 when taken. */
+static int cat_shared(dt__lower *L, dt__node *n, const dt__kattr *a) {
+    const dt__meta *om = &n->out->meta;
+    if (!dt__lw_bcast_wanted(L, n->out))
+        return 0;
+    int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], s[DT_MAX_NDIM], l[DT_MAX_NDIM];
+    for (int64_t d = 0; d < om->mesh->ndev; d++) {
+        dt__mesh_coord(om->mesh, d, coord);
+        dt__local_region(om, coord, os, ol);
+        for (int j = 0; j < n->n_in; j++) {
+            cat_region(n, j, coord, os, ol, s, l);
+            if (!dt__lw_own_block(&n->in[j]->meta, coord, s, l))
+                return 0;
+        }
+    }
+    dt__kattr b = *a;
+    return dt__lw_bcast(L, n->out, DT_K_VIEW, &b, dt__view_names[n->a.sub], n->in, n->n_in, 1);
+}
+
 void dt__vlower_cat(dt__lower *L, dt__node *n) {
     dt__tval *o = n->out;
-    int dim = n->a.v_dim, stack = n->a.v_nints;
     int64_t s[DT_MAX_NDIM], l[DT_MAX_NDIM];
+    const dt__kattr a = {.sub = DT_KV_CAT, .dtype = o->meta.dtype, .dim = n->a.v_dim, .ndim = o->meta.ndim};
+    if (cat_shared(L, n, &a))
+        return;
     for (dt__lw_dev dev = DT__LW_EACH(o, DT_K_VIEW); dt__lw_each(L, &dev);) {
         dt__kernel *k = dev.k;
         dt__view_kernel_set(k, n, DT_KV_CAT);
         k->n_in = n->n_in;
         for (int j = 0; j < n->n_in; j++) {
-            /* The local cat (segmented result) takes each input's block. */
-            if (n->a.v_mask)
-                dt__local_region(&n->in[j]->meta, dev.coord, s, l);
-            else
-                cat_needed(&n->in[j]->meta, &o->meta, dim, stack, dev.start, dev.len, s, l);
+            cat_region(n, j, dev.coord, dev.start, dev.len, s, l);
             k->in[j] = dt__lw_region(L, n->in[j], dev.idx, dev.coord, s, l);
         }
-        k->attr.dim = dim;
-        k->attr.ndim = o->meta.ndim;
+        k->attr.dim = a.dim;
+        k->attr.ndim = a.ndim;
         dt__lw_each_push(L, &dev);
     }
+}
+
+/* ------------------------------------------------------------------ copy_ */
+
+/* A setitem of the whole tensor (index.c), src first laid out to line up. */
+
+dt_tensor *dt_copy(dt_tensor *dst, dt_tensor *src) {
+    dt_clear_error();
+    if (dt__view_check_pair("copy_", dst, src) != DT_OK)
+        return NULL;
+    const dt__meta *m = &dst->v->meta, *ms = &src->v->meta;
+    if (ms->ndim > m->ndim) {
+        dt__error(DT_ESHAPE,
+                  "copy_: the source with %d dimensions cannot be broadcast to the destination's %d",
+                  ms->ndim, m->ndim);
+        return NULL;
+    }
+    int off = m->ndim - ms->ndim;
+    for (int j = 0; j < ms->ndim; j++)
+        if (ms->shape[j] != 1 && ms->shape[j] != m->shape[j + off]) {
+            dt__error(
+                DT_ESHAPE,
+                "copy_: The size of tensor a (%lld) must match the size of tensor b (%lld) at non-singleton "
+                "dimension %d",
+                (long long)m->shape[j + off], (long long)ms->shape[j], j + off);
+            return NULL;
+        }
+    /* The placements src needs: what it has when setitem takes it, else the
+     * cheapest that lines up (the matching Shard, or Replicate). */
+    dt_placement want[DT_MAX_MESH_NDIM];
+    int move = 0;
+    for (int md = 0; md < m->mesh->ndim; md++) {
+        dt_placement pd = m->pl[md], ps = ms->pl[md];
+        want[md] = ps;
+        if (pd.kind == DT_PLACEMENT_REPLICATE) {
+            want[md] = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
+        } else if (pd.kind == DT_PLACEMENT_SHARD) {
+            int j = pd.dim - off;
+            int aligned = j >= 0 && ms->shape[j] == m->shape[pd.dim];
+            if (ps.kind == DT_PLACEMENT_PARTIAL ||
+                (ps.kind == DT_PLACEMENT_SHARD && !(aligned && ps.dim == j)))
+                want[md] = aligned ? (dt_placement){DT_PLACEMENT_SHARD, j}
+                                   : (dt_placement){DT_PLACEMENT_REPLICATE, 0};
+        } else if (ps.kind == DT_PLACEMENT_SHARD) {
+            want[md] = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
+        }
+        move |= want[md].kind != ps.kind || want[md].dim != ps.dim;
+    }
+    dt_slice dims[DT_MAX_NDIM];
+    for (int d = 0; d < m->ndim; d++)
+        dims[d] = (dt_slice){0, 1, m->shape[d], 0};
+    dt_tensor *s = src;
+    if (move && !(s = dt_redistribute(src, NULL, want)))
+        return NULL;
+    dt_tensor *t = dt_setitem(dst, dims, s, dt_scalar_int(0));
+    if (!t && dt_last_status() == DT_EPLACEMENT) {
+        /* Nested shards that do not line up: Replicate always does. */
+        for (int md = 0; md < m->mesh->ndim; md++)
+            if (want[md].kind == DT_PLACEMENT_SHARD)
+                want[md] = (dt_placement){DT_PLACEMENT_REPLICATE, 0};
+        dt_tensor *r = dt_redistribute(src, NULL, want);
+        if (r) {
+            t = dt_setitem(dst, dims, r, dt_scalar_int(0));
+            dt_tensor_release(r);
+        }
+    }
+    if (s != src)
+        dt_tensor_release(s);
+    return t;
 }

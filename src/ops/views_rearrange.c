@@ -1,7 +1,9 @@
 /*
  * The views and shape family, part 4: ops that rearrange one input's
  * elements within each device's block, one kernel per device: tril/triu,
- * flip, roll, repeat and repeat_interleave.
+ * flip, roll, repeat and repeat_interleave; and the lowering of the local
+ * views (reshape, permute, expand, contiguous), whose client side is
+ * views.c's.
  *
  * Placements: see dtorch.h. tril/triu take every placement: the device that
  * holds rows r0.. and columns c0.. of the last two dims applies the local
@@ -357,4 +359,72 @@ void dt__vlower_repeat_interleave(dt__lower *L, dt__node *n) {
     a.ints[0] = n->a.v_ints[0];
     a.ints[1] = n->a.v_ints[1];
     dt__view_lower_each(L, n, DT_KV_REPEAT_INTERLEAVE, &a);
+}
+
+/* The kernel kind of a local view node. */
+static int local_sub(const dt__node *n) {
+    return n->a.sub == DT_V_RESHAPE      ? DT_KV_RESHAPE
+           : n->a.sub == DT_V_PERMUTE    ? DT_KV_PERMUTE
+           : n->a.sub == DT_V_CONTIGUOUS ? DT_KV_CONTIGUOUS
+                                         : DT_KV_EXPAND;
+}
+
+/* A local view as one shared record (lower_bcast.c) when every device's
+ * kernel is the same: each makes one (no block a reshape leaves as it is)
+ * of the same local shape. 1 when taken (L->status set on a failure). */
+static int local_shared(dt__lower *L, dt__node *n) {
+    dt__tval *in = n->in[0], *o = n->out;
+    if (!dt__lw_bcast_wanted(L, o))
+        return 0;
+    int nd = o->meta.ndim;
+    int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], is[DT_MAX_NDIM], il[DT_MAX_NDIM];
+    dt__kattr a = {.sub = local_sub(n), .dtype = o->meta.dtype, .ndim = nd};
+    memcpy(a.ints, n->a.v_ints, sizeof(int64_t) * (size_t)nd);
+    dt__lw_same same;
+    for (int64_t d = 0; d < o->meta.mesh->ndev; d++) {
+        dt__mesh_coord(o->meta.mesh, d, coord);
+        dt__local_region(&o->meta, coord, os, ol);
+        dt__local_region(&in->meta, coord, is, il);
+        if (n->a.sub == DT_V_RESHAPE && in->meta.ndim == nd && !memcmp(il, ol, sizeof(int64_t) * (size_t)nd))
+            return 0;
+        memcpy(a.shape, ol, sizeof(int64_t) * (size_t)nd);
+        if (!dt__lw_same_attr(&same, d, &a))
+            return 0;
+    }
+    return dt__lw_bcast(L, o, DT_K_VIEW, &a, dt__view_names[n->a.sub], n->in, 1, 1);
+}
+
+/* One kernel per device from the input's own block to the output's block:
+ * reshape, permute, expand and contiguous. Unchanged blocks are handed on as
+ * they are by a reshape (a contiguous() of a block that is already
+ * contiguous is the backend's no-op: the controller cannot see layouts). */
+void dt__vlower_local(dt__lower *L, dt__node *n) {
+    dt__tval *in = n->in[0], *o = n->out;
+    int64_t is[DT_MAX_NDIM], il[DT_MAX_NDIM];
+    if (local_shared(L, n))
+        return;
+    /* A block that a reshape leaves as it is gets no kernel. */
+    for (dt__lw_dev dev = DT__LW_EACH(o, DT__LW_NO_KERNEL); dt__lw_each(L, &dev);) {
+        int64_t i = dev.idx, *ol = dev.len;
+        if (n->a.sub == DT_V_RESHAPE) {
+            dt__local_region(&in->meta, dev.coord, is, il);
+            if (in->meta.ndim == o->meta.ndim &&
+                memcmp(il, ol, sizeof(int64_t) * (size_t)o->meta.ndim) == 0) {
+                o->blobs[i] = dt__blob_retain(in->blobs[i]);
+                continue;
+            }
+        }
+        dev.k = dt__view_kernel(L, n, local_sub(n));
+        if (!dev.k)
+            break;
+        dt__kernel *k = dev.k;
+        k->n_in = 1;
+        k->in[0] = dt__blob_retain(in->blobs[i]);
+        k->attr.ndim = o->meta.ndim;
+        for (int d = 0; d < o->meta.ndim; d++) {
+            k->attr.shape[d] = ol[d];
+            k->attr.ints[d] = n->a.v_ints[d];
+        }
+        dt__lw_each_push(L, &dev);
+    }
 }

@@ -19,8 +19,8 @@ from dtorch import DeviceMesh, Partial, Replicate, Shard
 from dtorch.test.probes import bcast, graph_stats, replay
 from dtorch.test.test_util import local_values
 
-from helpers import CPU2, CPU3, CPU2x2, DEV, assert_equal_everywhere, genuine_partial, int_valued, placements_1d
-from helpers import placements_2d
+from helpers import CPU1, CPU2, CPU3, CPU2x2, DEV, assert_close_everywhere, assert_equal_everywhere, genuine_partial, int_valued
+from helpers import placements_1d, placements_2d, randn
 
 R, P = Replicate(), Partial()
 
@@ -99,22 +99,45 @@ class TestSameAsPerDevice(unittest.TestCase):
         self.assertEqual(n, 0)
         self.assertTrue(torch.equal(y.to_torch(), t + t * 2.0))
 
-    def test_inputs_laid_out_differently_go_per_device(self):
-        # x sharded with a Replicate row vector, or with a Replicate value of its own shape: the
-        # Replicate input's block is sliced per device (or, for the vector beside Shard(0), read
-        # whole by the per-device path too), so no shared record.
+    def test_inputs_laid_out_differently(self):
+        # x sharded with a Replicate row vector, or with a Replicate value of its own shape: where a
+        # device must slice the Replicate input (its dims cut by the output's shard) the node is per
+        # device; the vector beside Shard(0) is every device's whole block, so it is shared.
         tx, tv, ty = int_valued(4, 6), int_valued(6, seed=1), int_valued(4, 6, seed=2)
         for mesh, dim in ((CPU2, 0), (CPU2, 1), (CPU3, 1)):
             x = dtorch.from_torch(tx, mesh, [Shard(dim)])
             for other, want in ((tv, tx * tv), (ty, tx * ty)):
                 v = dtorch.from_torch(other, mesh, [R])
+                shared = dim == 0 and other.dim() == 1
                 with self.subTest(mesh=mesh, dim=dim, shape=tuple(other.shape)):
-                    off, off_v, n_off = run(False, lambda a, b: a * b, x, v)
-                    on, on_v, n_on = run(True, lambda a, b: a * b, x, v)
-                    self.assertEqual((n_off, n_on), (0, 0))
-                    for x1, x2 in zip(on_v, off_v):
-                        self.assertTrue(torch.equal(x1, x2))
-                    assert_equal_everywhere(self, on, want)
+                    same_both_ways(self, lambda a, b: a * b, (x, v), want, shared, exact=True)
+
+    def test_rotary_broadcast_and_cat(self):
+        # Rotary's shape: q [B, H, S, D] on its heads, cos/sin [B, 1, S, D] Replicate (broadcast over
+        # the heads), rotate_half's cat of the halves of the last dim: all shared, uneven heads too.
+        B, H, S, D = 1, 4, 3, 8
+        tq, tc, ts = int_valued(B, H, S, D, seed=1), int_valued(B, 1, S, D, seed=2), int_valued(B, 1, S, D, seed=3)
+
+        def rot(t):
+            return dtorch.cat([-t[..., D // 2:], t[..., :D // 2]], dim=-1)
+
+        def trot(t):
+            return torch.cat([-t[..., D // 2:], t[..., :D // 2]], dim=-1)
+
+        for mesh, pl in ((CPU2, [Shard(1)]), (CPU3, [Shard(1)]), (CPU2x2, [R, Shard(1)])):
+            q = dtorch.from_torch(tq, mesh, pl)
+            c, s_ = (dtorch.from_torch(t, mesh, [R] * mesh.ndim) for t in (tc, ts))
+            with self.subTest(mesh=mesh, placements=pl, op="mul_broadcast"):
+                same_both_ways(self, lambda q, c: q * c, (q, c), tq * tc, True, exact=True)
+            with self.subTest(mesh=mesh, placements=pl, op="rotate_half"):
+                # The slices of the last dim carry each device's local shape (uneven: per device);
+                # the cat of two own blocks does not.
+                want = trot(tq)
+                n = same_both_ways(self, rot, (q,), want, True, exact=True)
+                self.assertGreaterEqual(n, 2)  # the neg and the cat at least
+            with self.subTest(mesh=mesh, placements=pl, op="rotary"):
+                same_both_ways(self, lambda q, c, s: q * c + rot(q) * s, (q, c, s_), tq * tc + trot(tq) * ts, True,
+                               exact=True)
 
     def test_in_place_reuse_as_per_device(self):
         # The window's reuse mark reaches the shared record: a chain of ops on a dropped
@@ -192,6 +215,228 @@ class TestLinalg(unittest.TestCase):
         for a, c in zip(on_v, off_v):
             self.assertTrue(torch.equal(bits(a), bits(c)))
         assert_equal_everywhere(self, on, tx @ tw)
+
+
+F = dtorch.nn.functional
+
+
+def same_both_ways(tc, fn, args, want, shared, exact=False):
+    """fn(*args) with the records off and on: bitwise equal device by device, close to (or equal to)
+    eager torch's `want` on every device, and shared (bcast_nodes > 0) exactly when `shared` says."""
+    off, off_v, n_off = run(False, fn, *args)
+    on, on_v, n_on = run(True, fn, *args)
+    tc.assertEqual(n_off, 0)
+    tc.assertEqual(n_on > 0, shared, f"{n_on} nodes shared")
+    tc.assertEqual(len(on_v), len(off_v))
+    for d, (x, y) in enumerate(zip(on_v, off_v)):
+        tc.assertTrue(torch.equal(bits(x), bits(y)), f"device {d}")
+    tc.assertEqual(on.placements, off.placements)
+    tol = {} if exact else {"atol": 1e-5, "rtol": 1e-5}
+    (assert_close_everywhere if tol else assert_equal_everywhere)(tc, on, want, **tol)
+    return n_on
+
+
+class TestNNFamilies(unittest.TestCase):
+    """Norms, softmax/log_softmax and attention: one shared record where every device reads its
+    own blocks and the kernel's attributes are the same bytes on every device; per device where a
+    device's attributes differ (an uneven shard's local shape, dropout's offsets)."""
+
+    # (mesh, x shape, x placements, shared): the normalized / softmax dim is the last, never sharded.
+    LAYOUTS = [
+        (CPU2, (4, 6), [Shard(0)], True),
+        (CPU2, (4, 6), [R], True),
+        (CPU3, (6, 5), [Shard(0)], True),
+        (CPU3, (5, 6), [Shard(0)], False),  # uneven rows: device 2's local shape differs
+        (CPU3, (5, 6), [R], True),
+        (CPU2x2, (4, 6), [Shard(0), R], True),
+        (CPU2x2, (4, 2, 6), [Shard(0), Shard(1)], True),
+    ]
+
+    def test_norms_and_softmax(self):
+        for mesh, shape, pl, shared in self.LAYOUTS:
+            for dtype in (torch.float32, torch.bfloat16):
+                tx = randn(*shape, dtype=dtype, seed=1)
+                tw, tb = randn(shape[-1], dtype=dtype, seed=2), randn(shape[-1], dtype=dtype, seed=3)
+                x = dtorch.from_torch(tx, mesh, pl)
+                rr = [R] * mesh.ndim
+                w, b = dtorch.from_torch(tw, mesh, rr), dtorch.from_torch(tb, mesh, rr)
+                n = shape[-1:]
+                cases = [
+                    ("layer_norm", lambda x, w, b: F.layer_norm(x, n, w, b, eps=1e-3),
+                     torch.nn.functional.layer_norm(tx, n, tw, tb, eps=1e-3)),
+                    ("rms_norm", lambda x, w, b: F.rms_norm(x, n, w, eps=1e-4),
+                     torch.nn.functional.rms_norm(tx, n, tw, eps=1e-4)),
+                    ("softmax", lambda x, w, b: F.softmax(x, dim=-1), torch.softmax(tx, dim=-1)),
+                    ("log_softmax", lambda x, w, b: F.log_softmax(x, dim=-1), torch.log_softmax(tx, dim=-1)),
+                ]
+                for name, fn, want in cases:
+                    with self.subTest(mesh=mesh, shape=shape, placements=pl, dtype=dtype, op=name):
+                        tol = {} if dtype == torch.float32 else {"atol": 2e-2, "rtol": 2e-2}
+                        off, off_v, n_off = run(False, fn, x, w, b)
+                        on, on_v, n_on = run(True, fn, x, w, b)
+                        self.assertEqual((n_off, n_on > 0), (0, shared), n_on)
+                        for d, (p, q) in enumerate(zip(on_v, off_v)):
+                            self.assertTrue(torch.equal(bits(p), bits(q)), f"device {d}")
+                        assert_close_everywhere(self, on, want, **(tol or {"atol": 1e-5, "rtol": 1e-5}))
+
+    def test_two_norms_with_different_eps(self):
+        # Two nodes, same layout, different eps: each shared record carries its own.
+        tx, tw = randn(4, 6, seed=4) * 1e-2, randn(6, seed=5)
+        x, w = dtorch.from_torch(tx, CPU2, [Shard(0)]), dtorch.from_torch(tw, CPU2, [R])
+        fn = lambda x, w: F.rms_norm(x, (6,), w, eps=1e-1) - F.rms_norm(x, (6,), w, eps=1e-6)  # noqa: E731
+        want = torch.nn.functional.rms_norm(tx, (6,), tw, eps=1e-1) - torch.nn.functional.rms_norm(
+            tx, (6,), tw, eps=1e-6)
+        self.assertEqual(same_both_ways(self, fn, (x, w), want, True), 3)
+
+    def test_attention_on_own_heads(self):
+        # q, k, v sharded on heads: each device attends over its own heads with the same kernel.
+        B, H, L, S, E = 2, 4, 3, 5, 8
+        tq, tk, tv = randn(B, H, L, E, seed=1), randn(B, H, S, E, seed=2), randn(B, H, S, E, seed=3)
+        tm = randn(L, S, seed=4)
+        for mesh, pl, shared in ((CPU2, [Shard(1)], True), (CPU3, [Shard(1)], False), (CPU3, [R], True),
+                                 (CPU2x2, [Shard(0), Shard(1)], True)):
+            q, k, v = (dtorch.from_torch(t, mesh, pl) for t in (tq, tk, tv))
+            m = dtorch.from_torch(tm, mesh, [R] * mesh.ndim)
+            for causal in (False, True):
+                with self.subTest(mesh=mesh, placements=pl, causal=causal):
+                    fn = lambda q, k, v, c=causal: F.scaled_dot_product_attention(q, k, v, is_causal=c)  # noqa: E731
+                    want = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
+                    same_both_ways(self, fn, (q, k, v), want, shared)
+            with self.subTest(mesh=mesh, placements=pl, mask=True):
+                fn = lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m)  # noqa: E731
+                want = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=tm)
+                same_both_ways(self, fn, (q, k, v, m), want, shared)
+        # A mask per head, Replicate beside heads sharded: each device reads a slice of it, per device.
+        tm4 = randn(B, H, L, S, seed=5)
+        q, k, v = (dtorch.from_torch(t, CPU2, [Shard(1)]) for t in (tq, tk, tv))
+        m4 = dtorch.from_torch(tm4, CPU2, [R])
+        fn = lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m)  # noqa: E731
+        want = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=tm4)
+        same_both_ways(self, fn, (q, k, v, m4), want, False)
+
+    def test_attention_dropout_goes_per_device(self):
+        # Dropout's mask is placed by each device's offsets: per device, and the same mask as on
+        # one device (the global draw, sliced).
+        tq = randn(2, 4, 3, 8, seed=1)
+        q = dtorch.from_torch(tq, CPU2, [Shard(1)])
+        fn = lambda q: F.scaled_dot_product_attention(q, q, q, dropout_p=0.5)  # noqa: E731
+        dtorch.manual_seed(7)
+        off, off_v, n_off = run(False, fn, q)
+        dtorch.manual_seed(7)
+        on, on_v, n_on = run(True, fn, q)
+        self.assertEqual((n_off, n_on), (0, 0))
+        for p, r in zip(on_v, off_v):
+            self.assertTrue(torch.equal(p, r))
+        dtorch.manual_seed(7)
+        one = fn(dtorch.from_torch(tq, CPU1, [R])).to_torch()
+        torch.testing.assert_close(on.to_torch(), one, rtol=1e-5, atol=1e-5)  # the same mask
+
+
+class TestViewsCacheAndReductions(unittest.TestCase):
+    """Views of each device's own block (reshape, transpose, expand, contiguous, getitem of an
+    unsharded dim), a KV cache written at a position on each device's own heads, and reductions
+    along unsharded dims (argmax, sum, amax, mean): one shared record each where every device's
+    kernel is the same; per device where a device's shape or part differs."""
+
+    # (mesh, placements of a [B, H, S, D] value, shared)
+    LAYOUTS = [
+        (CPU2, [Shard(1)], True),
+        (CPU3, [Shard(1)], False),  # 4 heads on 3 devices: 2, 1, 1
+        (CPU3, [R], True),
+        (CPU2x2, [Shard(0), Shard(1)], True),
+        (CPU2, [P], True),
+    ]
+    B, H, S, D = 2, 4, 6, 4
+
+    def value(self, seed):
+        return int_valued(self.B, self.H, self.S, self.D, seed=seed)
+
+    def test_views(self):
+        B, H, S, D = self.B, self.H, self.S, self.D
+        cases = [
+            # Views only: an elementwise op after one would share its record on uneven blocks too.
+            ("reshape", lambda x: x.reshape(B, H, S * D), lambda t: t.reshape(B, H, S * D)),
+            ("transpose_contiguous", lambda x: x.transpose(2, 3).contiguous(),
+             lambda t: t.transpose(2, 3).contiguous()),
+            ("expand", lambda x: x[:, :, :, None].expand(B, H, S, 3, D).reshape(B, H, S * 3, D),
+             lambda t: t[:, :, :, None].expand(B, H, S, 3, D).reshape(B, H, S * 3, D)),
+            ("getitem", lambda x: x[:, :, 1:5], lambda t: t[:, :, 1:5]),
+            ("flip", lambda x: x.flip(2), lambda t: t.flip(2)),  # no local shape: uneven too
+        ]
+        for mesh, pl, shared in self.LAYOUTS:
+            t = self.value(1)
+            x = genuine_partial(t, mesh, pl, seed=2)
+            for name, fn, ref in cases:
+                if name == "expand" and any(p.is_partial() for p in pl):
+                    continue
+                with self.subTest(mesh=mesh, placements=pl, op=name):
+                    same_both_ways(self, fn, (x,), ref(t), shared or name == "flip", exact=True)
+
+    def test_kv_cache_update(self):
+        # The decode step's write: cache[:, :, pos:pos + 1] = k, cache and k sharded on heads alike.
+        B, H, S, D = self.B, self.H, self.S, self.D
+        for mesh, pl, shared in self.LAYOUTS:
+            if any(p.is_partial() for p in pl):
+                continue
+            tc, tk = self.value(3), int_valued(B, H, 1, D, seed=4)
+            for pos in (0, 3, S - 1):
+                cache = dtorch.from_torch(tc, mesh, pl)
+                k = dtorch.from_torch(tk, mesh, pl)
+
+                def fn(cache, k, pos=pos):
+                    c = cache.clone()
+                    c[:, :, pos:pos + 1] = k
+                    return c
+
+                want = tc.clone()
+                want[:, :, pos:pos + 1] = tk
+                with self.subTest(mesh=mesh, placements=pl, pos=pos):
+                    same_both_ways(self, fn, (cache, k), want, shared, exact=True)
+                if any(p.is_shard() for p in pl):
+                    # k whole beside the cache's shards: each device writes a slice of k, per device.
+                    kr = dtorch.from_torch(tk, mesh, [R] * mesh.ndim)
+                    with self.subTest(mesh=mesh, placements=pl, pos=pos, value="replicate"):
+                        same_both_ways(self, fn, (cache, kr), want, False, exact=True)
+
+    def test_scalar_fill_of_a_slice(self):
+        t = self.value(5)
+        for mesh, pl, shared in self.LAYOUTS:
+            if any(p.is_partial() for p in pl):
+                continue
+            x = dtorch.from_torch(t, mesh, pl)
+
+            def fn(x):
+                c = x.clone()
+                c[:, :, 2:4] = 7.0
+                return c
+
+            want = t.clone()
+            want[:, :, 2:4] = 7.0
+            with self.subTest(mesh=mesh, placements=pl):
+                same_both_ways(self, fn, (x,), want, shared, exact=True)
+
+    def test_reductions_along_an_unsharded_dim(self):
+        cases = [
+            ("argmax", lambda x: x.argmax(dim=-1), lambda t: t.argmax(dim=-1)),
+            ("amax", lambda x: x.amax(dim=2, keepdim=True), lambda t: t.amax(dim=2, keepdim=True)),
+            ("sum", lambda x: x.sum(dim=3), lambda t: t.sum(dim=3)),
+            ("mean", lambda x: x.mean(dim=2), lambda t: t.mean(dim=2)),
+        ]
+        for mesh, pl, shared in self.LAYOUTS:
+            if any(p.is_partial() for p in pl):
+                continue
+            t = self.value(6)
+            x = dtorch.from_torch(t, mesh, pl)
+            for name, fn, ref in cases:
+                with self.subTest(mesh=mesh, placements=pl, op=name):
+                    # A reduction's kernel carries no local shape: uneven heads share it too.
+                    same_both_ways(self, fn, (x,), ref(t), True, exact=True)
+
+    def test_sum_over_a_sharded_dim_is_one_record_then_reduced(self):
+        # The local sums (Partial) share a record; the all-reduce that the read needs is per device.
+        t = self.value(7)
+        x = dtorch.from_torch(t, CPU3, [Shard(1)])
+        self.assertEqual(same_both_ways(self, lambda x: x.sum(dim=1), (x,), t.sum(dim=1), True, exact=True), 1)
 
 
 class TestErrorsAndReplay(unittest.TestCase):

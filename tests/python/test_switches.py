@@ -1,7 +1,8 @@
 """Each controller mechanism that a switch turns on or off gives the same values both ways
 (issue 35, item 3): capture and replay (``DTORCH_REPLAY`` / ``probes.replay``), blocked elementwise
-chains (``DTORCH_CHAINS`` / ``probes.chains``) and the overlap schedule (``DTORCH_SCHEDULE`` /
-``probes.schedule``), alone and all together, and the collectives' stream (``DTORCH_OVERLAP=0``, read
+chains (``DTORCH_CHAINS`` / ``probes.chains``), the overlap schedule (``DTORCH_SCHEDULE`` /
+``probes.schedule``) and device-independent records (``DTORCH_BCAST`` / ``probes.bcast``), alone and
+all together, and the collectives' stream (``DTORCH_OVERLAP=0``, read
 when a graph is made: a child process).
 
 One program -- elementwise runs long enough to chain, a reduction of a sharded dim (Partial), a
@@ -9,7 +10,8 @@ matmul, softmax, collectives (all-gather, all-reduce), a cat, two micro-batches 
 tensor-parallel MLP one after the other (what the schedule reorders) -- runs three times per
 setting on one device and on a 2x2 mesh. The all-off run is compared with eager torch (equal on one
 device, allclose on the mesh); every other setting must be bitwise equal to the all-off run on every
-device, and its counters show the mechanism ran (replayed nodes, fused nodes, reordered nodes), so
+device, and its counters show the mechanism ran (replayed nodes, fused nodes, reordered nodes, shared
+records), so
 a switch that stops working fails here rather than passing vacuously.
 """
 
@@ -22,7 +24,7 @@ import torch
 
 import dtorch
 from dtorch import Replicate, Shard
-from dtorch.test.probes import chains, graph_stats, held_controller, replay, schedule
+from dtorch.test.probes import bcast, chains, graph_stats, held_controller, replay, schedule
 from dtorch.test.test_util import local_values
 
 from helpers import CPU1, CPU2x2, randn
@@ -68,13 +70,14 @@ def torch_program(x, w):
 
 
 SETTINGS = {
-    "off": dict(replay=False, chains=False, schedule=False),
-    "replay": dict(replay=True, chains=False, schedule=False),
-    "chains": dict(replay=False, chains=True, schedule=False),
-    "schedule": dict(replay=False, chains=False, schedule=True),
-    "all": dict(replay=True, chains=True, schedule=True),
+    "off": dict(replay=False, chains=False, schedule=False, bcast=False),
+    "replay": dict(replay=True, chains=False, schedule=False, bcast=False),
+    "chains": dict(replay=False, chains=True, schedule=False, bcast=False),
+    "schedule": dict(replay=False, chains=False, schedule=True, bcast=False),
+    "bcast": dict(replay=False, chains=False, schedule=False, bcast=True),
+    "all": dict(replay=True, chains=True, schedule=True, bcast=True),
 }
-COUNTER = {"replay": "replay_hits", "chains": "nodes_fused", "schedule": "nodes_reordered"}
+COUNTER = {"replay": "replay_hits", "chains": "nodes_fused", "schedule": "nodes_reordered", "bcast": "bcast_nodes"}
 
 
 class TestSwitches(unittest.TestCase):
@@ -87,7 +90,7 @@ class TestSwitches(unittest.TestCase):
     def run_setting(self, mesh, pl, setting):
         sw = SETTINGS[setting]
         before = graph_stats()
-        with replay(sw["replay"]), chains(sw["chains"]), schedule(sw["schedule"]):
+        with replay(sw["replay"]), chains(sw["chains"]), schedule(sw["schedule"]), bcast(sw["bcast"]):
             outs = []
             for _ in range(3):  # replay captures the first pass and replays the others
                 x = dtorch.from_torch(self.x, mesh, pl)
@@ -117,7 +120,9 @@ class TestSwitches(unittest.TestCase):
                 for mech, key in COUNTER.items():
                     # The schedule reorders only around collectives on the communication stream.
                     comm_stream = os.environ.get("DTORCH_OVERLAP") != "0" and mesh.size() > 1
-                    if SETTINGS[setting][mech] and (mech != "schedule" or comm_stream):
+                    # Shared records need a mesh of several devices.
+                    if SETTINGS[setting][mech] and (mech != "schedule" or comm_stream) and (
+                            mech != "bcast" or mesh.size() > 1):
                         self.assertGreater(counters[key], 0, f"{setting}: {key} did not move")
                     if not SETTINGS[setting][mech]:
                         self.assertEqual(counters[key], 0, f"{setting}: {key} moved while off")
@@ -132,7 +137,7 @@ class TestSwitches(unittest.TestCase):
         pl = [Shard(0), Shard(1)]
         self.check_mesh(CPU2x2, pl, exact=False)
         # The all-off run against torch: the read value, allclose (sums of sharded pieces).
-        with replay(False), chains(False), schedule(False):
+        with replay(False), chains(False), schedule(False), bcast(False):
             res = program(dtorch.from_torch(self.x, CPU2x2, pl),
                           dtorch.from_torch(self.w, CPU2x2, [Replicate(), Replicate()]))
             for got, want in zip(res, self.want):

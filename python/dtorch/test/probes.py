@@ -171,7 +171,7 @@ def replay(on: bool, graph=None) -> Iterator[None]:
 @contextlib.contextmanager
 def bcast(on: bool, graph=None) -> Iterator[None]:
     """Turns a graph's device-independent records on or off (``dt_graph_set_bcast``) inside the
-    block, and back to the default after it (off; on with ``DTORCH_BCAST=1``).
+    block, and back to the default after it (on; off with ``DTORCH_BCAST=0``).
 
     >>> with bcast(True):
     ...     y = x + 1   # one record for every device of x's mesh
@@ -181,7 +181,7 @@ def bcast(on: bool, graph=None) -> Iterator[None]:
     try:
         yield
     finally:
-        _C._set_bcast(g, os.environ.get("DTORCH_BCAST") == "1")
+        _C._set_bcast(g, os.environ.get("DTORCH_BCAST") != "0")
 
 
 @contextlib.contextmanager

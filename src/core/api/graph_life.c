@@ -74,11 +74,11 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
      * default for now: docs/decisions.md, "Replay". */
     const char *rp = getenv("DTORCH_REPLAY");
     atomic_init(&g->replay, rp && rp[0] == '1' && rp[1] == 0);
-    /* DTORCH_BCAST=1 lowers eligible nodes as one device-independent record
-     * each (core/records/bcast.h; docs/decisions.md, "Lower once,
-     * instantiate per device"). */
+    /* Eligible nodes are lowered as one device-independent record each
+     * (core/records/bcast.h; docs/decisions.md, "Lower once, instantiate
+     * per device"); DTORCH_BCAST=0 keeps one record per device. */
     const char *bc = getenv("DTORCH_BCAST");
-    atomic_init(&g->bcast, bc && bc[0] == '1' && bc[1] == 0);
+    atomic_init(&g->bcast, !(bc && bc[0] == '0' && bc[1] == 0));
     /* DTORCH_SCHEDULE=0 lowers every round in program order (core/controller/sched.h),
      * so bench/overlap.py can compare the two in one process. */
     const char *sc = getenv("DTORCH_SCHEDULE");

@@ -8,6 +8,7 @@
 #ifndef DT_CORE_LOWER_H
 #define DT_CORE_LOWER_H
 
+#include "core/records/kernel_rec.h"
 #include "core/records/node.h"
 
 /* The controller's view while it lowers one batch. */
@@ -140,6 +141,20 @@ int dt__lw_bcast(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char 
  * on, nothing recorded, a mesh of several local devices): whether a family
  * should check its blocks for it. */
 int dt__lw_bcast_wanted(const dt__lower *L, const dt__tval *out);
+
+/* A family's check that its per-device kernels of a node are one kernel:
+ * device 0's attributes, packed, to compare the others' with. */
+typedef struct dt__lw_same {
+    size_t len; /* bytes of p0 */
+    uint8_t p0[DT__KATTR_PACK_MAX];
+} dt__lw_same;
+/* Device d's attributes *a (d counted from 0): 1 while they are the same
+ * bytes as device 0's (no text), 0 once they differ. Arithmetic only. */
+int dt__lw_same_attr(dt__lw_same *s, int64_t d, const dt__kattr *a);
+/* 1 when the region (start, len) of a value laid out as m is, on the
+ * device at `coord`, its whole local block there (dt__lw_region would
+ * return its own blob). */
+int dt__lw_own_block(const dt__meta *m, const int64_t *coord, const int64_t *start, const int64_t *len);
 
 /* nattr.flags of a SOURCE node whose extra holds one host block per device
  * (dt_tensor_from_local_buffers) instead of one global host impl. */

@@ -86,6 +86,24 @@ static int eligible(const dt__lower *L, const dt__tval *out, dt__tval *const *in
     return 1;
 }
 
+int dt__lw_same_attr(dt__lw_same *s, int64_t d, const dt__kattr *a) {
+    if (a->text)
+        return 0; /* not packed into a fixed buffer: per device */
+    if (d == 0) {
+        s->len = dt__kattr_pack(a, s->p0);
+        return 1;
+    }
+    uint8_t p[DT__KATTR_PACK_MAX];
+    return dt__kattr_pack(a, p) == s->len && !memcmp(p, s->p0, s->len);
+}
+
+int dt__lw_own_block(const dt__meta *m, const int64_t *coord, const int64_t *start, const int64_t *len) {
+    int64_t ls[DT_MAX_NDIM], ll[DT_MAX_NDIM];
+    dt__local_region(m, coord, ls, ll);
+    size_t bytes = sizeof(int64_t) * (size_t)m->ndim;
+    return !memcmp(start, ls, bytes) && !memcmp(len, ll, bytes);
+}
+
 int dt__lw_bcast(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname, dt__tval *const *in,
                  int n_in, int checked) {
     dt_graph *g = L->g;

@@ -32,8 +32,8 @@ struct dt_graph {
      * dt_graph_set_replay turn it on). */
     atomic_int replay;
     /* The controller lowers an eligible node as one device-independent
-     * record (core/records/bcast.h; off unless DTORCH_BCAST=1 at creation
-     * or dt_graph_set_bcast turn it on). */
+     * record (core/records/bcast.h; on unless DTORCH_BCAST=0 at creation
+     * or dt_graph_set_bcast turn it off). */
     atomic_int bcast;
     /* The controller lowers a round's compute ahead of what waits on its
      * collectives (core/controller/sched.h; on unless DTORCH_SCHEDULE=0 at creation;
