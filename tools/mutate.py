@@ -49,7 +49,8 @@ follow as usual. Both runs share the mutant's --timeout. The header names a test
     tests/python/<file>.py <Class>.<test>   the same node id, written with a dot
     tests/python/<file>.py <Class>          the class
     tests/python/<file>.py <test>           the function, in the class that defines it if any
-    tests/c/<name>, tests/c/<name>.c, or a bare C test name (a tests/c/test_*.c stem): that C test
+    tests/c/<name>, tests/c/<name>.c, or a bare C test name (a tests/c/test_*.c stem, or a name
+                                            the top CMakeLists.txt gives add_test): that C test
 A node id whose class or function the file does not define is run as the whole file. With
 --pytest-paths the Python names are not run first (they may lie outside those paths); with --suite
 c or python only that kind is. --list shows each mutant's named tests.
@@ -151,6 +152,15 @@ def named_tests(header, tree):
     for m in C_NAME.finditer(PY_NAME.sub(" ", header)):
         if os.path.isfile(os.path.join(tree, "tests", "c", m.group(1) + ".c")) and m.group(1) not in c_names:
             c_names.append(m.group(1))
+    # The C tests the top CMakeLists.txt adds by name (quickstart_c).
+    try:
+        with open(os.path.join(tree, "CMakeLists.txt"), encoding="utf-8") as f:
+            extra = re.findall(r"add_test\(NAME (\w+)", f.read())
+    except OSError:
+        extra = []
+    for name in extra:
+        if re.search(rf"(?<![\w/.]){name}\b", header) and name not in c_names:
+            c_names.append(name)
     return c_names, py_ids
 
 

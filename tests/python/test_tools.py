@@ -139,6 +139,8 @@ class TestMutate(unittest.TestCase):
                     "    def test_other(self):\n        pass\n")
         for name in ("test_y.c", "test_z.c"):
             open(os.path.join(self.tmp, "tests", "c", name), "w").close()
+        with open(os.path.join(self.tmp, "CMakeLists.txt"), "w") as f:
+            f.write("add_test(NAME quickstart_c COMMAND quickstart_c)\n")
         cases = [
             ("Mutant: m.\nObserved: killed by tests/python/test_x.py.", ["tests/python/test_x.py"]),
             ("Mutant: m.\nKilled by test_x.py (the file, without its folder).", ["tests/python/test_x.py"]),
@@ -158,6 +160,7 @@ class TestMutate(unittest.TestCase):
              ["test_y", "test_z"]),
             ("Mutant: m.\nObserved: killed by tests/c/test_y and tests/python/test_x.py::TestA.",
              ["test_y", "tests/python/test_x.py::TestA"]),
+            ("Mutant: m.\nObserved: killed by quickstart_c (a test the top CMakeLists.txt adds).", ["quickstart_c"]),
             # A name of no file of the tree, and none at all.
             ("Mutant: m.\nKilled by tests/python/test_gone.py::test_a.", []),
             ("Mutant: m.\nObserved: wrong values (a short script).", []),
