@@ -37,6 +37,24 @@ Options:
     --check         check that every selected patch applies (git apply --check against the working
                     tree; nothing is built or changed) and exit: 0 when all apply, 2 otherwise.
 
+Tests named in the header run first. Each patch's header (the text before its first
+``diff --git``) says which test killed it; those tests run before the whole suite, so a mutant they
+kill costs one short run instead of the whole suite. The verdict is the same as a whole-suite run's
+(only the order changes): the named tests are tests of the suite, so if one fails the suite with -x
+would fail too, and the mutant is reported "killed by <test> (named in the header)"; if they all
+pass (or the header names none, or none of its names is found), ctest and the whole pytest run
+follow as usual. Both runs share the mutant's --timeout. The header names a test as:
+    tests/python/<file>.py                  the file (also as <file>.py, without the folder)
+    tests/python/<file>.py::<Class>::<test> a node id (a [param] suffix is dropped: every case runs)
+    tests/python/<file>.py <Class>.<test>   the same node id, written with a dot
+    tests/python/<file>.py <Class>          the class
+    tests/python/<file>.py <test>           the function, in the class that defines it if any
+    tests/c/<name>, tests/c/<name>.c, or a bare C test name (a tests/c/test_*.c stem, or a name
+                                            the top CMakeLists.txt gives add_test): that C test
+A node id whose class or function the file does not define is run as the whole file. With
+--pytest-paths the Python names are not run first (they may lie outside those paths); with --suite
+c or python only that kind is. --list shows each mutant's named tests.
+
 A patch that does not apply is never a result: before building anything, every selected patch is
 checked against the tree, and if one does not apply the tool names it, says to regenerate it
 against today's code, and exits 2 without running any mutant (no score is printed). A patch that
@@ -86,6 +104,64 @@ class Mutant:
         first = head.strip().splitlines()[0] if head.strip() else ""
         self.description = first[len("Mutant: "):] if first.startswith("Mutant: ") else first
         self.files = sorted(set(re.findall(r"^(?:\+\+\+ b|--- a)/(\S+)", text, flags=re.M)))
+        self.c_named, self.py_named = named_tests(head, ROOT)
+
+
+PY_NAME = re.compile(r"(?<![\w/.])(?:tests/python/)?(test_\w+)\.py"
+                     r"(?:::(\w+(?:::\w+)?)|[ \t]*\n?[ \t]*\(?([A-Z]\w*)(?:\.(test_\w+))?|[ \t]+\(?(test_\w+))?")
+C_NAME = re.compile(r"(?<![\w/.:])(?:tests/c/)?(test_\w+)(?:\.c)?(?![\w.(/]|\.py)")
+
+
+def enclosing_class(source, name):
+    """[the class that defines test function `name`], or [] for a module-level (or absent) one."""
+    lines = source.splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(rf"(\s*)(?:async )?def {re.escape(name)}\b", line)
+        if m and m.group(1):
+            for prev in reversed(lines[:i]):
+                c = re.match(r"(\s*)class (\w+)", prev)
+                if c and len(c.group(1)) < len(m.group(1)):
+                    return [c.group(2)]
+    return []
+
+
+def named_tests(header, tree):
+    """(C test names, pytest node ids) the header text names, as the module docstring says.
+
+    Only names the tree has count: a C test is a tests/c/<name>.c; a Python file is a
+    tests/python/<file>; a class or function the file does not define falls back to the file.
+    """
+    c_names, py_ids = [], []
+    for m in PY_NAME.finditer(header):
+        path = f"tests/python/{m.group(1)}.py"
+        full = os.path.join(tree, path)
+        if not os.path.isfile(full):
+            continue
+        parts = m.group(2).split("::") if m.group(2) else [p for p in (m.group(3), m.group(4), m.group(5)) if p]
+        with open(full, encoding="utf-8") as f:
+            source = f.read()
+        if len(parts) == 1 and parts[0].startswith("test_"):
+            parts = enclosing_class(source, parts[0]) + parts
+        defined = all(re.search(rf"^\s*(?:class|def|async def) {re.escape(p)}\b", source, flags=re.M)
+                      for p in parts)
+        node = "::".join([path] + parts) if parts and defined else path
+        if node not in py_ids:
+            py_ids.append(node)
+    # A file also named by node ids runs those only (first; the whole suite still follows a pass).
+    py_ids = [n for n in py_ids if "::" in n or not any(o.startswith(n + "::") for o in py_ids)]
+    for m in C_NAME.finditer(PY_NAME.sub(" ", header)):
+        if os.path.isfile(os.path.join(tree, "tests", "c", m.group(1) + ".c")) and m.group(1) not in c_names:
+            c_names.append(m.group(1))
+    # The C tests the top CMakeLists.txt adds by name (quickstart_c).
+    try:
+        with open(os.path.join(tree, "CMakeLists.txt"), encoding="utf-8") as f:
+            extra = re.findall(r"add_test\(NAME (\w+)", f.read())
+    except OSError:
+        extra = []
+    for name in extra:
+        if re.search(rf"(?<![\w/.]){name}\b", header) and name not in c_names:
+            c_names.append(name)
+    return c_names, py_ids
 
 
 def not_applying(mutants, tree):
@@ -194,8 +270,9 @@ def sync(tree):
 
 
 class Result:
-    def __init__(self, ok, timed_out=False, output="", seconds=0.0):
+    def __init__(self, ok, timed_out=False, output="", seconds=0.0, returncode=0):
         self.ok, self.timed_out, self.output, self.seconds = ok, timed_out, output, seconds
+        self.returncode = returncode
 
 
 def default_sigint():
@@ -233,7 +310,8 @@ def run(cmd, cwd, env=None, timeout=None, log=None):
     if log:
         with open(log, "a", encoding="utf-8") as f:
             f.write(f"$ {' '.join(cmd)}  (in {cwd})\n{text}\n")
-    return Result(proc.returncode == 0 and not timed_out, timed_out, text, time.monotonic() - start)
+    return Result(proc.returncode == 0 and not timed_out, timed_out, text, time.monotonic() - start,
+                  proc.returncode)
 
 
 def first_failure(stage, output):
@@ -275,12 +353,37 @@ class Runner:
         return run(["cmake", "--build", self.build, "-j", str(self.args.jobs)], self.work, self.env,
                    log=self.log)
 
-    def tests(self, timeout):
-        """(verdict, detail): verdict "pass", "fail" or "timeout"."""
+    def named_stages(self, m):
+        """The stages that run the tests m's header names (see the module docstring)."""
+        stages = []
+        if m.c_named and self.args.suite in ("all", "c"):
+            regex = "^(" + "|".join(m.c_named) + ")$"
+            stages.append(("C tests", ["ctest", "--test-dir", self.build, "--output-on-failure",
+                                       "--stop-on-failure", "-j", str(self.args.jobs), "-R", regex]))
+        if m.py_named and self.args.suite in ("all", "python") and not self.args.pytest_paths:
+            stages.append(("Python tests", [self.args.python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
+                           + shlex.split(self.args.pytest_args) + m.py_named))
+        return stages
+
+    def tests(self, timeout, mutant=None):
+        """(verdict, detail): verdict "pass", "fail" or "timeout".
+
+        With a mutant, the tests its header names run first; a failure there is the verdict (the
+        whole suite holds them), a pass goes on to the whole suite.
+        """
         deadline = time.monotonic() + timeout if timeout else None
 
         def left():
             return None if deadline is None else max(1.0, deadline - time.monotonic())
+
+        for stage, cmd in self.named_stages(mutant) if mutant else []:
+            r = run(cmd, self.tree, self.env, timeout=left(), log=self.log)
+            if r.timed_out:
+                return "timeout", f"{stage} named in the header"
+            # pytest's 4 (usage error: a node id not found) and 5 (nothing collected) say nothing
+            # about the mutant: the whole suite decides.
+            if not r.ok and not (stage == "Python tests" and r.returncode in (4, 5)):
+                return "fail", f"{stage}: killed by {first_failure(stage, r.output)} (named in the header)"
 
         stages = []
         if self.args.suite in ("all", "c"):
@@ -341,6 +444,8 @@ def main(argv=None):
     if args.list:
         for m in mutants:
             print(f"{m.name}\n    {m.description}")
+            named = m.c_named + m.py_named
+            print("    named tests (run first): " + (" ".join(named) if named else "none"))
         return 0
     if not mutants:
         print(f"mutate.py: no mutants in {MUTANTS}", file=sys.stderr)
@@ -407,7 +512,7 @@ def run_all(runner, mutants, args):
                 if not b.ok:
                     status, detail = "invalid", "does not build"
                 else:
-                    verdict, detail = runner.tests(timeout)
+                    verdict, detail = runner.tests(timeout, m)
                     status = {"pass": "survived", "fail": "killed", "timeout": "killed (timeout)"}[verdict]
                     if verdict == "timeout":
                         detail = f"{detail} ran past {timeout:.0f} s"

@@ -474,6 +474,12 @@ DT_API dt_status dt_graph_get_stats(dt_graph *g, dt_graph_stats *out, int reset_
  * DT_EINVAL for a bad graph. Any thread. */
 DT_API dt_status dt_graph_set_chains(dt_graph *g, int on);
 
+/* The blocks g's chain kernels ran on so far, over every device (the
+ * backend's block size, DTORCH_CHAIN_BLOCK for the torch backend, decides
+ * how many; a chain run on whole tensors counts none); -1 for a bad graph.
+ * A test aid. Any thread. */
+DT_API int64_t dt_debug_chain_blocks(dt_graph *g);
+
 /* Test-only: with `hold` set, g's controller takes nothing more from its
  * queue (what it already took is lowered) until called again with 0 or the
  * graph shuts down; everything recorded meanwhile is then taken in one

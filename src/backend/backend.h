@@ -318,9 +318,12 @@ typedef struct dt__backend {
      * result, of that shape and the last step's dtype. `inplace` allows the
      * result to be written into in[0]'s buffer (DT_KF_INPLACE's rules). On
      * failure *failed_step is the step whose kernel failed (-1: none in
-     * particular) and err its message. Called on a worker thread. */
+     * particular) and err its message. On success *blocks is the number of
+     * blocks the steps ran on (0 when they ran on the whole tensors; the
+     * core counts them, dt_debug_chain_blocks). Called on a worker thread. */
     dt_status (*run_chain)(const struct dt__chain_step *steps, int nsteps, void *const *in, int n_in,
-                           int inplace, void **out, int *failed_step, char *err, size_t errlen);
+                           int inplace, void **out, int *failed_step, int64_t *blocks, char *err,
+                           size_t errlen);
 
     /* Optional (any api_version; NULL: unknown). The impl's dtype and shape
      * (at most DT_MAX_NDIM dims into `shape`): returns its ndim, or -1. Used

@@ -6,7 +6,8 @@
  * blocks are 1024 elements, so these sizes cross several block
  * boundaries) against values computed here element by element, with the
  * pass on and off, on one and two devices, a chain whose intermediate is
- * read, and a kernel error inside a chain.
+ * read, and a kernel error inside a chain. The blocks each chain ran on
+ * are counted (dt_debug_chain_blocks).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -174,7 +175,7 @@ static void check_chain(int ndev, int64_t n, int on, int keep_mid) {
     dt_tensor *y0 = dt_arange(g, DT_FLOAT32, 0, (double)n, 1, m, pl);
     dt_tensor *y = dt_binary_scalar(DT_BINARY_MUL, y0, dt_scalar_float(0.5), 0);
     CHECK(dt_graph_sync(g) == DT_OK);
-    int64_t before = fused(g);
+    int64_t before = fused(g), blocks = dt_debug_chain_blocks(g);
     dt_tensor *mid = NULL;
     CHECK(dt_debug_hold_controller(g, 1) == DT_OK);
     dt_tensor *e = chain(x, y, keep_mid ? &mid : NULL);
@@ -196,6 +197,12 @@ static void check_chain(int ndev, int64_t n, int on, int keep_mid) {
     /* On: one chain of all five nodes, or of the two before and the three
      * after the value that is read; off: none. */
     CHECK_EQ(fused(g) - before, on ? 5 : 0);
+    /* Each chain kernel ran on ceil(piece / 1024) blocks on each device
+     * (the ref backend's block size), the pieces as torch.chunk cuts them. */
+    int64_t per_chain = 0, piece = (n + ndev - 1) / ndev;
+    for (int64_t off = 0; off < n; off += piece)
+        per_chain += ((n - off < piece ? n - off : piece) + 1023) / 1024;
+    CHECK_EQ(dt_debug_chain_blocks(g) - blocks, on ? (keep_mid ? 2 : 1) * per_chain : 0);
     free(got);
     dt_tensor_release(e);
     dt_tensor_release(y);

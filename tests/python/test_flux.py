@@ -185,6 +185,9 @@ class PipelineTest(FluxCase):
             "sigmas": (self.ref, dict(sigmas=[1.0, 0.6, 0.2], num_inference_steps=3)),
             "given packed latents": (self.ref, dict(latents=torch.randn(1, 256, 16,
                                                                         generator=torch.Generator().manual_seed(9)))),
+            "negative_prompt_2": (self.ref, dict(negative_prompt="blurry", negative_prompt_2="a dark night",
+                                                 true_cfg_scale=2.0)),
+            "non-square, another guidance scale": (self.ref, dict(height=32, width=48, guidance_scale=5.0)),
         }
         schnell = self.pipe(folder=self.schnell)
         for name, (ref, kw) in cases.items():
@@ -194,6 +197,15 @@ class PipelineTest(FluxCase):
                                                                       output_type="latent").images
                 self.assertEqual(got.shape, want.shape)
                 self.assertTrue(torch.equal(got, want), (got - want).abs().max())
+
+    def test_generator_and_pt(self):
+        # generator= instead of seed=, and output_type="pt" (the decoded image as a tensor).
+        kw = dict(self.KW, output_type="pt", num_inference_steps=2)
+        want = self.want(self.ref, **kw)
+        got = self.pipe()(**kw, generator=torch.Generator().manual_seed(0)).images
+        self.assertIsInstance(got, torch.Tensor)
+        self.assertEqual(got.shape, want.shape)
+        self.assertTrue(torch.equal(got, want), (got - want).abs().max())
 
     def test_prompt_embeds_equal(self):
         pipe = self.pipe()

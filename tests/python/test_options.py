@@ -13,8 +13,10 @@ which test covers each option.
   ``torch.equal`` to diffusers' on one device.
 - The flow-matching scheduler's ``set_timesteps`` with user-given ``sigmas=``, ``timesteps=``, both,
   and with dynamic shifting (``mu``), inverted sigmas and a terminal shift: ``torch.equal``.
-- Environment variables no other test sets: ``DTORCH_COMM_TIMEOUT_SECOND`` (GlobalOption) and
-  ``DTORCH_CPU_CACHE_MB`` (the CPU allocation cache's bound; 0 turns it off), in child processes.
+- Environment variables no other test sets: ``DTORCH_COMM_TIMEOUT_SECOND`` (GlobalOption),
+  ``DTORCH_CPU_CACHE_MB`` (the CPU allocation cache's bound; 0 turns it off) and
+  ``DTORCH_CHAIN_BLOCK`` (the chain runner's block size: blocks counted, values unchanged), in child
+  processes.
 - torch's global state that operators read: ``torch.set_default_dtype(torch.float64)`` (factories,
   integer division, casts of Python floats, reductions' dtype), the legacy implicit dim of
   ``softmax``/``log_softmax`` for 0- to 4-D inputs.
@@ -333,6 +335,44 @@ class TestEnvironment(unittest.TestCase):
             self.skipTest("this build has no ZeroMQ")
         bad = "ValueError the heartbeat interval must be in [10, 600000] ms, not "
         self.assertEqual(got, str([bad + "5", bad + "9", bad + "600001", "listening"]))
+
+    def test_chain_block(self):
+        # The torch backend's chain runner walks a chain in blocks of DTORCH_CHAIN_BLOCK elements
+        # (read once per process: a child each), 1024..32768 rounded down to a multiple of 1024,
+        # 32768 when unset or out of range. Values never change (torch.equal to eager torch, every
+        # size); the blocks run (graph_stats' chain_blocks) are ceil(elements / size) per device.
+        code = ("import torch, dtorch\n"
+                "from dtorch import DeviceMesh, Replicate, Shard\n"
+                "from dtorch.test.probes import chains, graph_stats, held_controller\n"
+                "n = 3 * 32768 + 7\n"
+                "x = torch.randn(2 * n, generator=torch.Generator().manual_seed(0))\n"
+                "def fn(x):\n"
+                "    x = x * 2\n"
+                "    x = x + 1\n"
+                "    x = x.exp()\n"
+                "    x = x - 3\n"
+                "    return x\n"
+                "out = []\n"
+                "for mesh, pl in ((DeviceMesh('cpu', [0]), [Replicate()]), (DeviceMesh('cpu', [0, 1]), [Shard(0)])):\n"
+                "    d = dtorch.from_torch(x, mesh, pl)\n"
+                "    dtorch.synchronize()\n"
+                "    s0 = graph_stats()\n"
+                "    with chains(True):\n"
+                "        with held_controller():\n"
+                "            y = fn(d)\n"
+                "        dtorch.synchronize()\n"
+                "    s1 = graph_stats()\n"
+                "    out += [s1['nodes_fused'] - s0['nodes_fused'], s1['chain_blocks'] - s0['chain_blocks'],\n"
+                "            torch.equal(y.to_torch(), fn(x))]\n"
+                "print(out)")
+        n = 3 * 32768 + 7
+        for value, size in ((None, 32768), ("1024", 1024), ("5000", 4096), ("2047", 1024),
+                            ("512", 32768), ("40000", 32768)):
+            with self.subTest(DTORCH_CHAIN_BLOCK=value):
+                # One device: 2n elements; two devices, Shard(0): n each.
+                want = [4, -(-2 * n // size), True, 4, 2 * -(-n // size), True]
+                self.assertEqual(child(code, DTORCH_CHAIN_BLOCK=value), str(want))
+
 
 if __name__ == "__main__":
     unittest.main()

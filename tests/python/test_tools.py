@@ -4,6 +4,7 @@ apply (loud, exit 2, never a score), on a copy of the script in a temporary tree
 every patch under tests/mutants/ applies to this tree."""
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -120,6 +121,86 @@ class TestMutate(unittest.TestCase):
         r = self.mutate("--check", "02")
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
         self.assertIn("02-empty", r.stderr)
+
+    def named(self, header):
+        # The tests `--list` says the mutant's header names (run first, before the whole suite).
+        self.patch("01-good", header + "\n" + GOOD.split("\n", 2)[2])
+        r = self.mutate("--list")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        line = [ln for ln in r.stdout.splitlines() if "named tests (run first):" in ln]
+        self.assertEqual(len(line), 1, r.stdout)
+        return line[0].split("named tests (run first):")[1].split()
+
+    def test_header_names_the_tests_run_first(self):
+        for d in ("tests/python", "tests/c"):
+            os.makedirs(os.path.join(self.tmp, d), exist_ok=True)
+        with open(os.path.join(self.tmp, "tests", "python", "test_x.py"), "w") as f:
+            f.write("def test_top():\n    pass\n\n\nclass TestA:\n    def test_m(self):\n        pass\n\n"
+                    "    def test_other(self):\n        pass\n")
+        for name in ("test_y.c", "test_z.c"):
+            open(os.path.join(self.tmp, "tests", "c", name), "w").close()
+        with open(os.path.join(self.tmp, "CMakeLists.txt"), "w") as f:
+            f.write("add_test(NAME quickstart_c COMMAND quickstart_c)\n")
+        cases = [
+            ("Mutant: m.\nObserved: killed by tests/python/test_x.py.", ["tests/python/test_x.py"]),
+            ("Mutant: m.\nKilled by test_x.py (the file, without its folder).", ["tests/python/test_x.py"]),
+            ("Mutant: m.\nKilled by tests/python/test_x.py::TestA::test_m[case-1] (a parameter is dropped).",
+             ["tests/python/test_x.py::TestA::test_m"]),
+            ("Mutant: m.\nKilled by tests/python/test_x.py\nTestA.test_m and TestA.test_other.",
+             ["tests/python/test_x.py::TestA::test_m"]),
+            ("Mutant: m.\nKilled by test_x.py TestA (the class).", ["tests/python/test_x.py::TestA"]),
+            ("Mutant: m.\nKilled by test_x.py test_other and test_x.py test_top.",
+             ["tests/python/test_x.py::TestA::test_other", "tests/python/test_x.py::test_top"]),
+            # Names the file does not define: the whole file runs.
+            ("Mutant: m.\nKilled by tests/python/test_x.py::TestGone::test_m.", ["tests/python/test_x.py"]),
+            # A file named beside node ids of it: the node ids only.
+            ("Mutant: m.\nObserved (--pytest-paths tests/python/test_x.py): killed by "
+             "tests/python/test_x.py::test_top.", ["tests/python/test_x.py::test_top"]),
+            ("Mutant: m.\nObserved: killed by tests/c/test_y (and test_z.c; test_w is no C test).",
+             ["test_y", "test_z"]),
+            ("Mutant: m.\nObserved: killed by tests/c/test_y and tests/python/test_x.py::TestA.",
+             ["test_y", "tests/python/test_x.py::TestA"]),
+            ("Mutant: m.\nObserved: killed by quickstart_c (a test the top CMakeLists.txt adds).", ["quickstart_c"]),
+            # A name of no file of the tree, and none at all.
+            ("Mutant: m.\nKilled by tests/python/test_gone.py::test_a.", []),
+            ("Mutant: m.\nObserved: wrong values (a short script).", []),
+        ]
+        for header, want in cases:
+            with self.subTest(header=header):
+                self.assertEqual(self.named(header), want if want else ["none"])
+
+    @unittest.skipIf(shutil.which("cmake") is None or shutil.which("ctest") is None, "needs cmake and ctest")
+    def test_a_named_test_that_fails_kills_first_and_one_that_passes_goes_on(self):
+        # A whole run on a tiny tree: a CMake project whose one C test passes, and two Python tests
+        # (pytest, this interpreter's) of which test_reads_one fails when the tree's a.txt loses "one".
+        for d in ("tests/python", "tests/c"):
+            os.makedirs(os.path.join(self.tmp, d), exist_ok=True)
+        files = {
+            "CMakeLists.txt": "cmake_minimum_required(VERSION 3.10)\nproject(t NONE)\nenable_testing()\n"
+                              "add_test(NAME test_y COMMAND ${CMAKE_COMMAND} -E true)\n",
+            "tests/c/test_y.c": "",
+            "tests/python/test_x.py": "import os\n\n\ndef test_passes():\n    pass\n\n\n"
+                                      "def test_reads_one():\n    here = os.path.dirname(__file__)\n"
+                                      "    assert 'one' in open(os.path.join(here, '..', '..', 'src', 'a.txt')).read()\n",
+        }
+        for name, text in files.items():
+            with open(os.path.join(self.tmp, name), "w") as f:
+                f.write(text)
+        body = GOOD.split("\n", 2)[2]
+        self.patch("01-good", "Mutant: one becomes two.\nKilled by tests/python/test_x.py::test_reads_one.\n" + body)
+        self.patch("02-named-passes", "Mutant: the same.\nKilled by tests/c/test_y and test_x.py test_passes.\n" + body)
+        self.patch("03-none-named", "Mutant: the same.\nObserved: nothing named.\n" + body)
+        subprocess.run(["git", "init", "-q"], cwd=self.tmp, check=True)
+        subprocess.run(["git", "add", "-A"], cwd=self.tmp, check=True)
+        r = self.mutate("--python", sys.executable, "--workdir", os.path.join(self.tmp, "w"), "--jobs", "1")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        lines = {ln.split()[0]: ln for ln in r.stdout.splitlines() if ln[:2] in ("01", "02", "03")}
+        self.assertIn("Python tests: killed by tests/python/test_x.py::test_reads_one (named in the header)", lines["01-good"])
+        for name in ("02-named-passes", "03-none-named"):  # the whole suite decides
+            self.assertIn("killed", lines[name])
+            self.assertIn("tests/python/test_x.py::test_reads_one", lines[name])
+            self.assertNotIn("named in the header", lines[name])
+        self.assertIn("score: 3/3 killed", r.stdout)
 
     @unittest.skipIf(os.environ.get("DTORCH_MUTATE_SCRATCH") == "1",
                      "in mutate.py's scratch tree the mutant under test is applied: it would kill every mutant")

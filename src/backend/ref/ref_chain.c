@@ -24,9 +24,10 @@ static ref_tensor block_view(const ref_tensor *x, int64_t off, int64_t len) {
 }
 
 dt_status ref_run_chain(const dt__chain_step *steps, int nsteps, void *const *in, int n_in, int inplace,
-                        void **out, int *failed_step, char *err, size_t errlen) {
+                        void **out, int *failed_step, int64_t *blocks, char *err, size_t errlen) {
     *out = NULL;
     *failed_step = -1;
+    *blocks = 0;
     if (nsteps < 1 || n_in < 1 || n_in > DT__CHAIN_MAX_IN)
         return fail(err, errlen, DT_EINVAL, "ref: chain: %d steps, %d inputs", nsteps, n_in);
     const ref_tensor *x0 = in[0];
@@ -73,6 +74,7 @@ dt_status ref_run_chain(const dt__chain_step *steps, int nsteps, void *const *in
         }
         memcpy((unsigned char *)o->data + (size_t)off * oes, cur->data, (size_t)len * oes);
         ref_free(cur);
+        ++*blocks;
     }
     *out = o;
     return DT_OK;

@@ -292,7 +292,7 @@ static inline ref_tensor *donated(const dt__kattr *a, const ref_tensor *x, int d
 dt_status ref_run(int kop, const dt__kattr *a, void *const *in, int n_in, void **out, char *err,
                   size_t errlen);
 dt_status ref_run_chain(const dt__chain_step *steps, int nsteps, void *const *in, int n_in, int inplace,
-                        void **out, int *failed_step, char *err, size_t errlen);
+                        void **out, int *failed_step, int64_t *blocks, char *err, size_t errlen);
 
 /* ------------------------------------------------------- strided walks */
 

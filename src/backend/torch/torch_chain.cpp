@@ -12,9 +12,11 @@
  * whole tensor would (blocks start at multiples of every vector width);
  * the blocks are handed out one by one to the intra-op threads (at::parallel_for
  * over the threads, a shared counter over the blocks).
- * The block size is DTORCH_CHAIN_BLOCK elements (1024..32768, a multiple
- * of 1024; default 32768, ATen's grain size: 128 KiB of float32 per operand, measured in
- * docs/benchmarks.md).
+ * The block size is DTORCH_CHAIN_BLOCK elements (1024..32768, rounded down
+ * to a multiple of 1024; default 32768, also for a value out of that range:
+ * ATen's grain size, 128 KiB of float32 per operand, measured in
+ * docs/benchmarks.md). The blocks run are reported (*blocks), so a test can
+ * see the size taken (dt_debug_chain_blocks).
  *
  * Blocks are row-major ranges, which is the order ATen's kernels walk a
  * contiguous tensor in. A strided input (kernel results may be views) is
@@ -114,9 +116,10 @@ at::Tensor run_whole(const dt__chain_step *steps, int nsteps, void *const *in, s
 } // namespace
 
 dt_status torch_run_chain(const dt__chain_step *steps, int nsteps, void *const *in, int n_in, int inplace,
-                          void **out, int *failed_step, char *err, size_t errlen) noexcept {
+                          void **out, int *failed_step, int64_t *blocks, char *err, size_t errlen) noexcept {
     *out = nullptr;
     *failed_step = -1;
+    *blocks = 0;
     std::atomic<int> failed{-1};
     try {
         if (nsteps < 1 || n_in < 1 || n_in > DT__CHAIN_MAX_IN)
@@ -183,6 +186,7 @@ dt_status torch_run_chain(const dt__chain_step *steps, int nsteps, void *const *
                 run_block(b);
         });
         *out = new at::Tensor(std::move(o));
+        *blocks = nb;
         return DT_OK;
     } catch (...) {
         *failed_step = failed.load();

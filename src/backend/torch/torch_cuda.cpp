@@ -285,13 +285,14 @@ dt_status cuda_run(int kop, const dt__kattr *a, void *const *in, int n_in, void 
 }
 
 dt_status cuda_run_chain(const dt__chain_step *steps, int nsteps, void *const *in, int n_in, int inplace,
-                         void **out, int *failed_step, char *err, size_t errlen) {
+                         void **out, int *failed_step, int64_t *blocks, char *err, size_t errlen) {
+    *blocks = 0;
     try {
         prepared p(in, n_in);
         /* A moved input is a copy: writing the result into it is no donation. */
         int inp = inplace && p.moved.empty();
-        dt_status st =
-            out_of(T.run_chain(steps, nsteps, p.ptrs.data(), n_in, inp, out, failed_step, err, errlen), out);
+        dt_status st = out_of(
+            T.run_chain(steps, nsteps, p.ptrs.data(), n_in, inp, out, failed_step, blocks, err, errlen), out);
         if (st != DT_OK)
             note_stream();
         return st;

@@ -101,7 +101,7 @@ void torch_thread_serial(void);
 
 /* The run_chain entry (torch_chain.cpp). */
 dt_status torch_run_chain(const dt__chain_step *steps, int nsteps, void *const *in, int n_in, int inplace,
-                          void **out, int *failed_step, char *err, size_t errlen) noexcept;
+                          void **out, int *failed_step, int64_t *blocks, char *err, size_t errlen) noexcept;
 
 } // namespace dt_torch
 

@@ -59,6 +59,8 @@ dt_status dt_graph_set_bcast(dt_graph *g, int on) {
     return DT_OK;
 }
 
+int64_t dt_debug_chain_blocks(dt_graph *g) { return dt__graph_ok(g) ? atomic_load(&g->chain_blocks) : -1; }
+
 int64_t dt_debug_bcast_nodes(dt_graph *g) { return dt__graph_ok(g) ? atomic_load(&g->bcast_nodes) : -1; }
 
 dt_status dt_graph_set_schedule(dt_graph *g, int on) {

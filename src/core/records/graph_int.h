@@ -82,6 +82,7 @@ struct dt_graph {
     atomic_long replay_hits;      /* nodes whose kernels were replayed (replay.c) */
     atomic_long replay_misses;    /* nodes the cache could hold that were lowered */
     atomic_long replay_run_hits;  /* of replay_hits, found by the run's prediction (replay.c) */
+    atomic_long chain_blocks;     /* blocks the backends' run_chain ran chain kernels on (chain_run.c) */
     atomic_long bcast_nodes;      /* nodes lowered as one device-independent record (lower_bcast.c) */
     atomic_int time_lowering;     /* dt_debug_lowering_ns: time each node's lowering */
     atomic_long lowering_ns;      /* the lowering steps' time while timed */

@@ -13,6 +13,7 @@
 
 #include "core/records/blob.h"
 #include "core/records/chain_prog.h"
+#include "core/records/graph_int.h"
 #include "core/records/kernel_rec.h"
 #include "core/worker/chain_run.h"
 #include "core/worker/stream.h"
@@ -96,15 +97,17 @@ int dt__chain_run(dt__krec *k, const dt__stream *s) {
     int inplace = (p.flags & DT_KF_REUSE) && atomic_load(&k->in[0]->refs) == 1;
     char err[512] = "";
     int failed = -1;
+    int64_t blocks = 0;
     void *out = NULL;
-    dt_status st = s->be->run_chain
-                       ? s->be->run_chain(p.st, p.n, in, k->n_in, inplace, &out, &failed, err, sizeof err)
-                       : run_steps(s->be, &p, in, k->n_in, &out, &failed, err, sizeof err);
+    dt_status st = s->be->run_chain ? s->be->run_chain(p.st, p.n, in, k->n_in, inplace, &out, &failed,
+                                                       &blocks, err, sizeof err)
+                                    : run_steps(s->be, &p, in, k->n_in, &out, &failed, err, sizeof err);
     if (st != DT_OK) {
         poison_step(k, s, &p, failed, err, st);
         s->be->free(out);
         return 0;
     }
     k->out->impl = out;
+    atomic_fetch_add_explicit(&s->g->chain_blocks, (long)blocks, memory_order_relaxed);
     return inplace;
 }
