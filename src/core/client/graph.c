@@ -218,11 +218,12 @@ dt_status dt__graph_check_mesh(const dt_graph *g, const dt_mesh *mesh) {
                          "only; CUDA devices in a process each are not implemented",
                          (long long)mesh->ids[i]);
     if (g->per_process)
-        return dt__error(DT_EINVAL,
-                         "device_mesh: cpu:%lld has no process of its own: a GraphOption(per_device_per_process="
-                         "True) graph runs CPU ids 0..num_devices-1, one process each; make it with a larger "
-                         "num_devices",
-                         (long long)mesh->ids[i]);
+        return dt__error(
+            DT_EINVAL,
+            "device_mesh: cpu:%lld has no process of its own: a GraphOption(per_device_per_process="
+            "True) graph runs CPU ids 0..num_devices-1, one process each; make it with a larger "
+            "num_devices",
+            (long long)mesh->ids[i]);
     const char *type = mesh->type == DT_DEVICE_CUDA ? "cuda" : "cpu";
     char envbuf[256];
     const char *enverr = mesh->type == DT_DEVICE_CUDA ? dt__cuda_map_env_error(envbuf, sizeof envbuf) : NULL;

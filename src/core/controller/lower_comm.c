@@ -102,7 +102,8 @@ static uint64_t group_for(dt__lower *L, dt_device_type type, int t0, int t1, int
          * a cuda group (it ships the unique id first; span_nccl.h). */
         if (!dt__graph_local(g) && type == DT_DEVICE_CUDA && t0 == t1)
             dt__port_span_nccl(dt__remote_tag(g), ref->id, n, ref->ids);
-        if (!dt__graph_local(g) && dt__comm_group_span(c, ref->id, dt__remote_tag(g), ref->id, t0, t1) != DT_OK) {
+        if (!dt__graph_local(g) &&
+            dt__comm_group_span(c, ref->id, dt__remote_tag(g), ref->id, t0, t1) != DT_OK) {
             c->ops->group_destroy(c, ref->id);
             dt__free(ref->ids);
             dt__free(ref);
