@@ -35,6 +35,7 @@ import atexit
 import os
 import socket
 import sys
+import weakref
 from typing import Any, Dict, List, Mapping, Optional
 
 from . import _C
@@ -212,9 +213,16 @@ class MainNode:
         _REPLACED.clear()
         for redirect in _REDIRECT.values():
             redirect.clear()
+        for ref, state in _MOVED_MESHES.values():  # a mesh made before the cluster means its own ids again
+            mesh = ref()
+            if mesh is not None:
+                mesh._init(*state)
+        _MOVED_MESHES.clear()
 
 
 _REPLACED: Dict[int, Any] = {}  # lost node index -> its new home (MainNode.replace)
+# id(DeviceMesh) -> (weakref to it, its state before replace() moved it in place), until shutdown()
+_MOVED_MESHES: Dict[int, Any] = {}
 
 
 def _node_index(node: Any, what: str, who: str = "replace") -> int:
@@ -316,6 +324,10 @@ def _recover(index: int, info: Mapping[str, Any], ranges: Mapping[str, range], m
             redirect[old] = m.get(now, now)
         redirect.update(m)
     for mesh in meshes:  # the DeviceMesh objects on the lost ids: on the new home
+        seen = _MOVED_MESHES.get(id(mesh))
+        if seen is None or seen[0]() is not mesh:  # as it was before the first replace; shutdown() restores it
+            _MOVED_MESHES[id(mesh)] = (weakref.ref(mesh), (mesh._handle, mesh._device_type, mesh._shape, mesh._ids,
+                                                           mesh._names))
         handle = moved(mesh)._handle
         mesh._init(handle, mesh._device_type, handle.shape, handle.ids, handle.dim_names)
     _REPLACED[index] = home

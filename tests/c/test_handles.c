@@ -119,6 +119,7 @@ CASE(gate_release, (dt_debug_gate_release(NULL), 1))
 CASE(gated, einval_obj(dt_debug_gated(NULL, NULL)))
 CASE(debug_segments, dt_debug_segments(NULL, NULL, NULL, NULL) == -1)
 CASE(debug_segment_mesh_dims, dt_debug_segment_mesh_dims(NULL, NULL) == -1)
+CASE(debug_chain_blocks, dt_debug_chain_blocks(NULL) == -1)
 /* Factories with a NULL graph or mesh. */
 CASE(from_buffer, einval_obj(dt_tensor_from_buffer(NULL, DT_FLOAT32, 1, shape2, NULL, 0, NULL, NULL)))
 CASE(from_dlpack, einval_obj(dt_tensor_from_dlpack(NULL, NULL, NULL, NULL)))
@@ -261,7 +262,7 @@ static int dead_graph(void) {
              dead_einval(dt_graph_cancel(g, 0)) && dead_einval(dt_graph_wait_capacity(g, 0)) &&
              dead_einval(dt_graph_get_stats(g, &stats, 0)) && dead_einval(dt_debug_hold_controller(g, 1)) &&
              dead_einval(dt_graph_set_chains(g, 0)) && dead_einval_obj(dt_graph_sync_future(g)) &&
-             dt_graph_backend(g) == NULL && dt_graph_satisfy(g, m) == 0 &&
+             dt_graph_backend(g) == NULL && dt_graph_satisfy(g, m) == 0 && dt_debug_chain_blocks(g) == -1 &&
              dead_einval_obj(dt_full(g, DT_FLOAT32, 1, shape2, one, m, NULL));
     dt_graph_set_deferred_backpressure(g, 1);
     dt_mesh_release(m);
@@ -452,6 +453,7 @@ static const struct {
     C(gate_release),
     C(gated),
     C(debug_segments),
+    C(debug_chain_blocks),
     C(debug_segment_mesh_dims),
     C(from_buffer),
     C(from_dlpack),

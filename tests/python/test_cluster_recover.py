@@ -185,6 +185,34 @@ def test_replace_onto_local_devices_and_bad_arguments(cluster):
     assert small.poll() is None
 
 
+# Made at import, before any cluster: ids 2 and 3 are this process's own CPU devices (in the tests'
+# clusters they are the first worker node's, the main node offering 2).
+EARLY = dtorch.DeviceMesh("cpu", [2, 3])
+
+
+def test_meshes_made_before_the_cluster_get_their_ids_back_at_shutdown(monkeypatch):
+    """replace() moves every DeviceMesh on the lost ids in place, one made before the cluster
+    included; once the cluster is shut down its ids are the process's own devices again, so the
+    mesh is as it was (it used to stay moved, and a later program's mesh pointed elsewhere)."""
+    t = torch.arange(12.0).reshape(4, 3)
+    start = cluster_at(monkeypatch, HB)
+    cluster = next(start)
+    try:
+        p = cluster("--cpu-devices=2")
+        MainNode.wait_cluster_ready(1, timeout_second=60)
+        assert MainNode.nodes()[0]["first_device_id"] == 2
+        _kill(p, 0)
+        MainNode.replace(0, [1, 0])
+        assert EARLY.mesh.tolist() == [1, 0]  # on the new home while the cluster lasts
+    finally:
+        start.close()  # the fixture's end: MainNode.shutdown()
+    assert EARLY.mesh.tolist() == [2, 3] and EARLY.device_ids == (2, 3)
+    x = dtorch.from_torch(t, EARLY, [Shard(0)])
+    assert [v.shape for v in local_values(x)] == [(2, 3), (2, 3)]
+    assert torch.equal((x * 2).to_torch(), t * 2)
+    assert dtorch.DeviceMesh("cpu", [2, 3]).mesh.tolist() == [2, 3]  # no redirect left either
+
+
 def test_llama_example_recovers_a_killed_node():
     """examples/llama/run.py --nodes 2 --spawn-nodes --kill-node-after 3: the tiny random Llama on
     dp2 x tp2 x pp2 over two worker nodes; worker node 0 SIGKILLed after 3 of 8 tokens, a node
