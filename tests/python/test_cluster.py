@@ -366,10 +366,11 @@ def _readline(p, timeout=60):
 def test_two_network_namespaces(netns_pair, tmp_path):
     """A main node listening on its veth address in one namespace, a worker node in the other: a
     wrong token is refused, the right one joins from 10.231.7.2 and runs a program (sharded matmul,
-    an all-gather, a reduction) whose value is torch's; both exit 0 at the main node's stop."""
+    an all-gather, a reduction) whose value is torch's, traced into one file holding both nodes'
+    kernels; both exit 0 at the main node's stop."""
     ns_main, ns_node = netns_pair
     env = dict(os.environ, DTORCH_CLUSTER_TOKEN=TOKEN)
-    addr_file, go_file = tmp_path / "addr", tmp_path / "go"
+    addr_file, go_file, trace_file = tmp_path / "addr", tmp_path / "go", tmp_path / "trace.json"
     main = subprocess.Popen(["ip", "netns", "exec", ns_main, sys.executable, "-c", (
         "import json, os, time, dtorch\n"
         f"dtorch.MainNode.set_address('10.231.7.1:0', cpu_devices=1, heartbeat_second={HB})\n"
@@ -383,8 +384,15 @@ def test_two_network_namespaces(netns_pair, tmp_path):
         "g = dtorch.Graph()\n"
         "a = torch.arange(-12, 12, dtype=torch.float32).reshape(6, 4)\n"
         "x = dtorch.from_torch(a, mesh, [dtorch.Shard(0)], graph=g)\n"
-        "y = ((x @ x.redistribute(placements=[dtorch.Replicate()]).T) * 0.5 - 1).sum(0)\n"
-        "print(json.dumps(y.to_torch().tolist()), flush=True)\n"
+        f"with dtorch.profiler.trace({str(trace_file)!r}):\n"
+        "    y = ((x @ x.redistribute(placements=[dtorch.Replicate()]).T) * 0.5 - 1).sum(0)\n"
+        "    z = dtorch.from_torch(a, dtorch.DeviceMesh('cpu', [0]), [dtorch.Replicate()], graph=g).exp()\n"
+        "    print(json.dumps(y.to_torch().tolist()), flush=True)\n"
+        "    assert torch.equal(z.to_torch(), a.exp())\n"
+        "data = json.load(open(" + repr(str(trace_file)) + "))\n"
+        "names = {e['pid']: e['args']['name'] for e in data['traceEvents'] if e.get('name') == 'process_name'}\n"
+        "print(json.dumps(sorted({(names[e['pid']], e['args']['device'], e['name']) for e in data['traceEvents']\n"
+        "                         if e.get('cat') == 'kernel'})), flush=True)\n"
         f"while not os.path.exists({str(go_file)!r}): time.sleep(0.05)\n"
         "dtorch.MainNode.shutdown()\n")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     procs = [main]
@@ -407,6 +415,13 @@ def test_two_network_namespaces(netns_pair, tmp_path):
         want = ((a @ a.T) * 0.5 - 1).sum(0)
         got = torch.tensor(json.loads(_readline(main)), dtype=torch.float32)
         assert torch.equal(got, want), (got, want)
+        # One trace of both nodes (issue 32 item 4, across hosts): the worker node's kernels, sent
+        # back over the veth pair, as a process of their own; the main node's exp on its device 0.
+        kernels = {tuple(k) for k in json.loads(_readline(main))}
+        on_node = {(dev, op) for name, dev, op in kernels if name.startswith("worker node 0 (host ")}
+        here = {(dev, op) for name, dev, op in kernels if name.startswith("dtorch graph")}
+        assert {"cpu:1", "cpu:2"} <= {dev for dev, _ in on_node} and ("cpu:0", "exp") in here, kernels
+        assert not {dev for dev, _ in here} & {"cpu:1", "cpu:2"}, kernels
         go_file.write_text("go")
         rc, err = wait_exit(node)
         assert rc == 0 and "said stop" in err, err
