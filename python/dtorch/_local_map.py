@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import sys
 import threading
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -45,7 +44,7 @@ import torch
 import torch.utils.dlpack
 
 from . import _C
-from .distributed_spec import DeviceMesh, Placement, _as_placement, _placements_to_raw
+from .distributed_spec import DeviceMesh, Placement, _as_placement, _placements_to_raw, _private_cluster
 
 __all__ = ["local_map", "local_shape"]
 
@@ -283,8 +282,7 @@ def _worker_node_ids(mesh: DeviceMesh) -> List[int]:
     """The ids of ``mesh`` that live on a worker node of this process's cluster (none without one)."""
     if _C._cluster_address() is None:
         return []
-    procs = sys.modules.get("dtorch._processes")
-    if procs is not None and procs.private():
+    if _private_cluster():
         return []  # the per-device-per-process graphs' cluster: ordinary graphs keep their devices here
     kind = "cuda_devices" if mesh.device_type == "cuda" else "cpu_devices"
     first = "first_cuda_device_id" if mesh.device_type == "cuda" else "first_device_id"

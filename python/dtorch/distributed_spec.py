@@ -324,6 +324,13 @@ def _parse_mesh(mesh) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
 _REDIRECT: Dict[str, Dict[int, int]] = {"cpu": {}, "cuda": {}}
 
 
+def _private_cluster() -> bool:
+    """Whether this process's cluster is the per-device-per-process graphs' own (dtorch._processes):
+    ordinary graphs keep every device id in this process then."""
+    procs = sys.modules.get("dtorch._processes")  # not imported: no such graph was ever made
+    return procs is not None and procs.private()
+
+
 def _check_cluster_ids(ids, kind: str = "cpu") -> None:
     """Once this process is a cluster's main node (``MainNode.set_address``), device ids of each
     type are global and node-major (docs/cluster.md): the main node's own first, then each worker
@@ -333,8 +340,7 @@ def _check_cluster_ids(ids, kind: str = "cpu") -> None:
     virtual CPU device and CUDA ids are this machine's."""
     if _C._cluster_address() is None:
         return
-    procs = sys.modules.get("dtorch._processes")
-    if procs is not None and procs.private():
+    if _private_cluster():
         return  # the per-device-per-process graphs' own cluster: only they use it, and check ids (graph.c)
     nodes = _C._cluster_nodes()
     key = "cuda_devices" if kind == "cuda" else "cpu_devices"
