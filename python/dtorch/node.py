@@ -19,7 +19,13 @@ __all__ = ["executable", "main"]
 
 
 def executable() -> str:
-    """The path of the ``dtorch-node`` executable; FileNotFoundError when there is none."""
+    """The path of the ``dtorch-node`` executable; FileNotFoundError when there is none.
+    ``DTORCH_NODE_EXECUTABLE`` names another build of it (tools/asan_node.sh: an ASan one)."""
+    given = os.environ.get("DTORCH_NODE_EXECUTABLE")
+    if given:
+        if not os.access(given, os.X_OK):
+            raise FileNotFoundError(f"DTORCH_NODE_EXECUTABLE={given!r} is not an executable file")
+        return given
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", "dtorch-node")
     if os.access(here, os.X_OK):
         return here

@@ -464,17 +464,21 @@ static uint8_t *dt__subctl_take_trace(dt__subctl *x, size_t *len) {
     int64_t skew = dt__node_clock_skew();
     pthread_mutex_lock(&r->lock);
     size_t n = 0, bytes = 4;
-    for (dt__recbuf *b = r->workers; b; b = b->next)
-        for (size_t i = b->taken, cnt = dt__recbuf_count(b); i < cnt; i++) {
+    /* Workers publish records while this runs: both passes take the count the
+     * first one saw (b->upto), or the second would write past what was sized. */
+    for (dt__recbuf *b = r->workers; b; b = b->next) {
+        b->upto = dt__recbuf_count(b);
+        for (size_t i = b->taken; i < b->upto; i++) {
             const dt__rec_kernel *e = dt__recbuf_at(b, i);
             bytes += 44 + 6 + text_len(e->op) + text_len(e->kernel) + text_len(e->file);
             n++;
         }
+    }
     uint8_t *out = n ? dt__malloc(bytes) : NULL, *w = out;
     if (out) {
         dt__le_put(&w, n, 4);
         for (dt__recbuf *b = r->workers; b; b = b->next) {
-            size_t cnt = dt__recbuf_count(b);
+            size_t cnt = b->upto;
             uint64_t key = b->key;
             if ((int)(key >> 56) == DT_DEVICE_CUDA) /* its graph's ids are local: the global one */
                 key = dt__rec_stream_key(DT_DEVICE_CUDA, (int)((key >> 48) & 0xff),

@@ -296,6 +296,27 @@ def test_bad_arguments(cluster):
         node.communicate(timeout=30)
 
 
+def test_node_executable_override(monkeypatch, tmp_path):
+    """DTORCH_NODE_EXECUTABLE names the dtorch-node that executable() (so every launcher and
+    ``python -m dtorch.node``) runs: tools/asan_node.sh points it at an AddressSanitizer build."""
+    monkeypatch.delenv("DTORCH_NODE_EXECUTABLE", raising=False)
+    real = executable()
+    wrapper = tmp_path / "node-wrapper"
+    wrapper.write_text(f"#!/bin/sh\necho wrapped >&2\nexec {real} \"$@\"\n")
+    wrapper.chmod(0o755)
+    env = {**os.environ, "DTORCH_NODE_EXECUTABLE": str(wrapper)}
+    p = subprocess.run([sys.executable, "-m", "dtorch.node", "--version"], capture_output=True, text=True,
+                       timeout=60, env=env)
+    assert p.returncode == 0 and "wrapped" in p.stderr and dtorch.__version__ in p.stdout, (p.stdout, p.stderr)
+    monkeypatch.setenv("DTORCH_NODE_EXECUTABLE", str(wrapper))
+    assert executable() == str(wrapper)
+    wrapper.chmod(0o644)
+    with pytest.raises(FileNotFoundError, match="DTORCH_NODE_EXECUTABLE=.*node-wrapper.* is not an executable"):
+        executable()
+    monkeypatch.setenv("DTORCH_NODE_EXECUTABLE", "")  # empty: the installed one
+    assert executable() == real
+
+
 def test_set_address_validation(monkeypatch):
     monkeypatch.delenv("DTORCH_CLUSTER_TOKEN", raising=False)
     with pytest.raises(ValueError, match="no cluster token"):

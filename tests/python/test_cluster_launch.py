@@ -220,8 +220,8 @@ def test_three_ranks_one_cluster(job):
     port = free_port_pair() - 1  # the main node takes MASTER_PORT + 1 and + 2
     ranks = [job(r, 3, port) for r in (1, 2, 0)]  # workers first: they wait for the main node
     results = [finish(p) for p in ranks]
-    for (rc, out, err), rank in zip(results, (1, 2, 0)):
-        assert rc == 0, (rank, out, err[-3000:])
+    for (rc, out, err), rank in zip(results, (1, 2, 0)):  # every rank's stderr when one failed
+        assert rc == 0, (rank, out, err[-3000:], [(r, e[-2000:]) for (c, _, e), r in zip(results, (1, 2, 0)) if r != rank])
     rc, out, err = results[2]
     assert "RETURNED rank 0 of 3 torchrun" in out and "PROGRAM OK on 2 worker nodes" in out, (out, err)
     for rc, out, err in results[:2]:
@@ -327,6 +327,10 @@ def test_two_network_namespaces(netns_pair, job):  # noqa: F811
     main = job(0, 2, port, prefix=("ip", "netns", "exec", ns_main), master_addr="10.231.7.1")
     node = job(1, 2, port, prefix=("ip", "netns", "exec", ns_node), master_addr="10.231.7.1")
     rc, out, err = finish(main)
-    assert rc == 0 and "PROGRAM OK on 1 worker nodes" in out, err[-3000:]
+    if rc != 0 or "PROGRAM OK on 1 worker nodes" not in out:  # the worker rank's side of it too
+        before = node.poll()  # None: it still ran when the main node ended
+        node.kill()
+        _, nout, nerr = finish(node, 30)
+        raise AssertionError(f"main node rc={rc}: {err[-3000:]}\nworker rank's status {before}: {nerr[-3000:]}")
     rc, out, err = finish(node)
     assert rc == 0 and out == "", err[-3000:]

@@ -111,15 +111,17 @@ dt_status dt_graph_take_trace(dt_graph *g, dt_trace_node **nodes, size_t *n_node
         qsort(map, nm, sizeof *map, kmap_cmp);
     d += atomic_exchange(&r->kmap.dropped, 0);
     size_t total = 0;
-    for (dt__recbuf *b = r->workers; b; b = b->next)
-        total += dt__recbuf_count(b) - b->taken;
+    for (dt__recbuf *b = r->workers; b; b = b->next) { /* the counts seen here bound both passes */
+        b->upto = dt__recbuf_count(b);
+        total += b->upto - b->taken;
+    }
     dt_trace_kernel *ks = st == DT_OK && total ? dt__calloc(total, sizeof *ks) : NULL;
     if (st == DT_OK && total && !ks)
         st = dt__error(DT_ENOMEM, "records: out of memory");
     size_t nk = 0;
     for (dt__recbuf *b = r->workers; b && st == DT_OK; b = b->next) {
-        size_t cnt = dt__recbuf_count(b);
-        for (size_t i = b->taken; i < cnt && nk < total; i++) {
+        size_t cnt = b->upto;
+        for (size_t i = b->taken; i < cnt; i++) {
             const dt__rec_kernel *e = dt__recbuf_at(b, i);
             dt_trace_kernel *o = &ks[nk++];
             o->node = kmap_find(map, nm, b->key, e->seq);

@@ -54,6 +54,7 @@ typedef struct dt__recbuf {
     _Atomic size_t n;             /* records published (writer: release; readers: acquire) */
     atomic_long dropped;          /* records lost to a full buffer (or out of memory) */
     size_t taken;                 /* readers (under the recorder's lock): records handed out */
+    size_t upto;                  /* readers (under the lock): the count a take in progress saw */
     uint64_t key;                 /* what the writer is (a stream's dt__rec_stream_key) */
     struct dt__recbuf *next;      /* the recorder's list of worker buffers */
 } dt__recbuf;
