@@ -54,8 +54,8 @@ _Static_assert(sizeof(dt__bgroup) <= DT__BGROUP_HDR && DT__BGROUP_HDR % _Alignof
                "dt__bgroup header");
 /* Where the members start: after the header and n pointers, aligned. */
 #define DT__BGROUP_MEMBERS(n)                                                                                \
-    ((DT__BGROUP_HDR + (size_t)(n) * sizeof(dt__blob *) + _Alignof(dt__blob) - 1) /                         \
-     _Alignof(dt__blob) * _Alignof(dt__blob))
+    ((DT__BGROUP_HDR + (size_t)(n) * sizeof(dt__blob *) + _Alignof(dt__blob) - 1) / _Alignof(dt__blob) *     \
+     _Alignof(dt__blob))
 #define DT__BGROUP_BYTES(n) (DT__BGROUP_MEMBERS(n) + (size_t)(n) * sizeof(dt__blob))
 extern dt__pool dt__bgroup_pool; /* blob.c */
 
@@ -81,7 +81,9 @@ static inline int dt__bgroup_taken(dt__bgroup *gr, int d) {
 }
 
 /* One more holder of the whole group. */
-static inline void dt__bgroup_hold(dt__bgroup *gr) { atomic_fetch_add_explicit(&gr->holds, 1, memory_order_relaxed); }
+static inline void dt__bgroup_hold(dt__bgroup *gr) {
+    atomic_fetch_add_explicit(&gr->holds, 1, memory_order_relaxed);
+}
 
 /* Drops one hold; returns 1 when it was the last, and the caller then drops
  * the group's reference on every member not taken over (dt__bgroup_taken),
