@@ -79,8 +79,8 @@ dt__bgroup *dt__bgroup_new(dt__pool_lists *mine, int n, const dt__backend *const
     gr->pooled = pooled;
     dt__blob **ptrs = dt__bgroup_ptrs(gr);
     dt__blob *m = (dt__blob *)((uint8_t *)gr + DT__BGROUP_MEMBERS(n));
+    memset(m, 0, sizeof *m * (size_t)n); /* one run of stores over the members' lines */
     for (int d = 0; d < n; d++) {
-        memset(&m[d], 0, sizeof m[d]);
         atomic_init(&m[d].refs, refs);
         m[d].be = be[d];
         m[d].grp = gr;
