@@ -4,8 +4,8 @@ that reads it hold the group once instead of each device's blob.
 
 Each chain is run three ways: one record per device (shared records off), shared records without
 groups, and with groups; every device's value (every shard, replica and Partial addend) is checked
-bitwise equal across the three and against eager torch, and the in-place kernels and the memory
-charged to each device are checked equal with groups on and off. Meshes: 1-D of 2 and 3 devices
+bitwise equal across the three and against eager torch, and the memory charged to each device
+(and, on a plain chain, the in-place kernels) checked equal with groups on and off. Meshes: 1-D of 2 and 3 devices
 (uneven shards), 2-D; genuine multi-piece Partial inputs; float32 and bfloat16. Plus a kernel error
 and a dropped value inside a chain of groups.
 """
@@ -87,7 +87,7 @@ class TestGroupsAsWithout(unittest.TestCase):
             b = genuine_partial(tb, mesh, pl, seed=4)
             with self.subTest(mesh=mesh, placements=pl, dtype=dtype):
                 runs = [run(m, fn, mesh, a, b) for m in MODES]
-                (_, base_v, _, _, n_dev), (_, _, ip_sh, mem_sh, n_sh), (y, grp_v, ip_grp, mem_grp, n_grp) = runs
+                (_, base_v, _, _, n_dev), (_, _, _, mem_sh, n_sh), (y, _, _, mem_grp, n_grp) = runs
                 self.assertEqual(n_dev, 0)
                 self.assertGreater(n_grp, 0)
                 self.assertEqual(n_sh, n_grp)
@@ -96,7 +96,9 @@ class TestGroupsAsWithout(unittest.TestCase):
                     self.assertEqual(len(values), len(base_v), name)
                     for d, (x, w) in enumerate(zip(values, base_v)):
                         self.assertTrue(torch.equal(bits(x), bits(w)), f"{name}, device {d}")
-                self.assertEqual(ip_grp, ip_sh)
+                # (In-place kernels are compared on a plain chain below: here `a` has several
+                # readers, and whether a dropped value's buffer is free when its last reader runs
+                # depends on how far the other devices and the controller have got, both ways.)
                 self.assertEqual(mem_grp, mem_sh)
                 self.assertTrue(any(v > 0 for v in mem_grp.values()))
                 assert_equal_everywhere(self, y, ref(ta, tb))
