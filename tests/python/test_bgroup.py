@@ -5,8 +5,8 @@ that reads it hold the group once instead of each device's blob.
 Each chain is run three ways: one record per device (shared records off), shared records without
 groups, and with groups; every device's value (every shard, replica and Partial addend) is checked
 bitwise equal across the three and against eager torch, and the memory charged to each device
-(and, on a plain chain, the in-place kernels) checked equal with groups on and off. Meshes: 1-D of 2 and 3 devices
-(uneven shards), 2-D; genuine multi-piece Partial inputs; float32 and bfloat16. Plus a kernel error
+(and, on a plain chain, the in-place kernels) checked equal with groups on and off. Meshes: 1-D of 2, 3 and 12 devices
+(uneven shards; 12 is past the groups' pool), 2-D; genuine multi-piece Partial inputs; float32 and bfloat16. Plus a kernel error
 and a dropped value inside a chain of groups.
 """
 
@@ -24,6 +24,7 @@ from dtorch.test.test_util import local_values
 from helpers import CPU2, CPU3, CPU2x2, assert_equal_everywhere, genuine_partial, int_valued
 from helpers import placements_1d, placements_2d
 
+CPU12 = dtorch.DeviceMesh("cpu", list(range(12)))
 MODES = (("per device", False, False), ("shared", True, False), ("groups", True, True))
 
 
@@ -106,10 +107,11 @@ class TestGroupsAsWithout(unittest.TestCase):
 
     def test_meshes(self):
         # 1-D even and uneven (float32, bfloat16), 2-D; every layout, Partial ones genuine.
-        cases = [(CPU2, (4, 6), placements_1d), (CPU3, (5, 7), placements_1d), (CPU2x2, (4, 6), placements_2d)]
+        cases = [(CPU2, (4, 6), placements_1d), (CPU3, (5, 7), placements_1d), (CPU2x2, (4, 6), placements_2d),
+                 (CPU12, (25, 3), placements_1d)]  # past the groups' pool (8 members): allocated
         for mesh, shape, layouts in cases:
             pls = [list(p) if isinstance(p, (list, tuple)) else [p] for p in layouts(2)]
-            dtypes = (torch.float32, torch.bfloat16) if mesh.ndim == 1 else (torch.float32,)
+            dtypes = (torch.float32, torch.bfloat16) if mesh in (CPU2, CPU3) else (torch.float32,)
             self.assertGreater(sum(self.sweep(mesh, pls, shape, dt) for dt in dtypes), 0)
 
     def test_dropped_intermediates_are_written_in_place(self):
