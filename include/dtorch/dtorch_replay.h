@@ -32,6 +32,14 @@ DT_API dt_status dt_graph_set_replay(dt_graph *g, int on);
  * are the same either way. DT_EINVAL for a bad graph. Any thread. */
 DT_API dt_status dt_graph_set_bcast(dt_graph *g, int on);
 
+/* Turns on (1, the default unless DTORCH_BGROUP=0 was set when g was made)
+ * or off (0) blob groups: a device-independent record makes a fresh value's
+ * blobs on every device as one group, which the value and each shared
+ * record that reads it hold once, not once per device. Results and memory
+ * accounting are the same either way. DT_EINVAL for a bad graph. Any
+ * thread. */
+DT_API dt_status dt_graph_set_bgroup(dt_graph *g, int on);
+
 /* g's device-independent records so far (nodes lowered that way); -1 for a
  * bad graph. Any thread. */
 DT_API int64_t dt_debug_bcast_nodes(dt_graph *g);

@@ -143,6 +143,10 @@ static PyObject *mod_set_bcast(PyObject *module, PyObject *args) {
     return set_switch(module, args, dt_graph_set_bcast);
 }
 
+static PyObject *mod_set_bgroup(PyObject *module, PyObject *args) {
+    return set_switch(module, args, dt_graph_set_bgroup);
+}
+
 static PyObject *mod_set_schedule(PyObject *module, PyObject *args) {
     return set_switch(module, args, dt_graph_set_schedule);
 }
@@ -263,6 +267,7 @@ static PyMethodDef testing_methods[] = {
      "_set_replay(graph, on): turns capture and replay on or off"},
     {"_set_bcast", mod_set_bcast, METH_VARARGS,
      "_set_bcast(graph, on): turns the device-independent records on or off"},
+    {"_set_bgroup", mod_set_bgroup, METH_VARARGS, "_set_bgroup(graph, on): turns blob groups on or off"},
     {"_set_schedule", mod_set_schedule, METH_VARARGS,
      "_set_schedule(graph, on): turns the overlap schedule on or off"},
     {"_lowering_ns", mod_lowering_ns, METH_VARARGS,

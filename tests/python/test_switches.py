@@ -24,7 +24,7 @@ import torch
 
 import dtorch
 from dtorch import Replicate, Shard
-from dtorch.test.probes import bcast, chains, graph_stats, held_controller, replay, schedule
+from dtorch.test.probes import bcast, bgroup, chains, graph_stats, held_controller, replay, schedule
 from dtorch.test.test_util import local_values
 
 from helpers import CPU1, CPU2x2, randn
@@ -75,6 +75,8 @@ SETTINGS = {
     "chains": dict(replay=False, chains=True, schedule=False, bcast=False),
     "schedule": dict(replay=False, chains=False, schedule=True, bcast=False),
     "bcast": dict(replay=False, chains=False, schedule=False, bcast=True),
+    # Shared records without blob groups (``probes.bgroup``; on everywhere else).
+    "bcast_no_groups": dict(replay=False, chains=False, schedule=False, bcast=True, bgroup=False),
     "all": dict(replay=True, chains=True, schedule=True, bcast=True),
 }
 COUNTER = {"replay": "replay_hits", "chains": "nodes_fused", "schedule": "nodes_reordered", "bcast": "bcast_nodes"}
@@ -90,7 +92,8 @@ class TestSwitches(unittest.TestCase):
     def run_setting(self, mesh, pl, setting):
         sw = SETTINGS[setting]
         before = graph_stats()
-        with replay(sw["replay"]), chains(sw["chains"]), schedule(sw["schedule"]), bcast(sw["bcast"]):
+        with replay(sw["replay"]), chains(sw["chains"]), schedule(sw["schedule"]), bcast(sw["bcast"]), \
+                bgroup(sw.get("bgroup", True)):
             outs = []
             for _ in range(3):  # replay captures the first pass and replays the others
                 x = dtorch.from_torch(self.x, mesh, pl)

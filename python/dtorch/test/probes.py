@@ -171,6 +171,18 @@ def replay(on: bool, graph=None) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def bgroup(on: bool, graph=None) -> Iterator[None]:
+    """Turns a graph's blob groups on or off (``dt_graph_set_bgroup``) inside the block, and back
+    to the default after it (on; off with ``DTORCH_BGROUP=0``)."""
+    g: Optional[Graph] = _resolve(graph) if graph is not None else Graph.default_graph()
+    _C._set_bgroup(g, bool(on))
+    try:
+        yield
+    finally:
+        _C._set_bgroup(g, os.environ.get("DTORCH_BGROUP") != "0")
+
+
+@contextlib.contextmanager
 def bcast(on: bool, graph=None) -> Iterator[None]:
     """Turns a graph's device-independent records on or off (``dt_graph_set_bcast``) inside the
     block, and back to the default after it (on; off with ``DTORCH_BCAST=0``).

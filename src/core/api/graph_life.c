@@ -79,6 +79,10 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
      * per device"); DTORCH_BCAST=0 keeps one record per device. */
     const char *bc = getenv("DTORCH_BCAST");
     atomic_init(&g->bcast, !(bc && bc[0] == '0' && bc[1] == 0));
+    /* Their outputs' blobs as one group per value (core/records/bgroup.h;
+     * docs/decisions.md, "Blob groups"); DTORCH_BGROUP=0 makes one blob each. */
+    const char *bgr = getenv("DTORCH_BGROUP");
+    atomic_init(&g->bgroup, !(bgr && bgr[0] == '0' && bgr[1] == 0));
     /* DTORCH_SCHEDULE=0 lowers every round in program order (core/controller/sched.h),
      * so bench/overlap.py can compare the two in one process. */
     const char *sc = getenv("DTORCH_SCHEDULE");

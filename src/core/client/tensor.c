@@ -14,6 +14,7 @@
 #include "core/client/graph.h"
 #include "core/client/segment.h"
 #include "core/client/tensor.h"
+#include "core/records/bgroup.h"
 #include "core/records/blob.h"
 #include "core/records/cluster_port.h"
 #include "core/records/future.h"
@@ -123,6 +124,7 @@ dt_tensor *dt__tensor_new(dt_graph *g, const dt__meta *m) {
     v->meta = *m;
     v->id = id;
     v->blobs = NULL;
+    v->grp = NULL;
     v->next_release = NULL;
     v->mcls = 0;
     v->wgen = 0;
@@ -380,6 +382,19 @@ dt_tensor *dt__client_submit_raw(dt_tensor *t, dt__node *n) {
 static inline __attribute__((always_inline)) void tval_free_keep_mesh(dt__tval *v, dt_graph *g,
                                                                       dt__pool_lists *mine) {
     symrec_extras_free((dt__symrec *)v);
+    if (v->grp) {
+        /* One hold of the whole group; the last drops its members. */
+        if (!g)
+            dt__bgroup_release(v->grp);
+        else if (dt__bgroup_unhold(v->grp)) {
+            for (int64_t i = 0; i < v->meta.mesh->ndev; i++)
+                if (!dt__bgroup_taken(v->grp, (int)i))
+                    dt__blob_release_ctl(g, v->blobs[i], mine);
+            dt__bgroup_member_gone(v->grp, mine);
+        }
+        dt__pool_free_in(&dt__tval_pool, mine, v);
+        return;
+    }
     if (v->blobs)
         for (int64_t i = 0; i < v->meta.mesh->ndev; i++) {
             if (g)

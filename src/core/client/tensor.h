@@ -15,7 +15,10 @@
 struct dt__tval {
     dt__meta meta;
     uint64_t id;
-    dt__blob **blobs;              /* controller-only; one per mesh device once lowered */
+    dt__blob **blobs; /* controller-only; one per mesh device once lowered */
+    /* Controller-only: when set, `blobs` is this group's member array and
+     * the value holds the group once (core/records/bgroup.h), not each blob. */
+    struct dt__bgroup *grp;
     struct dt__tval *next_release; /* link in the graph's release stack */
     /* Controller-only: storage blobs may point at for a mesh of at most
      * DT__TVAL_INLINE devices (replay.c's replays use it; the free skips it). */

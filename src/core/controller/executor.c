@@ -27,6 +27,7 @@
 #include "core/controller/stream_map.h"
 #include "core/controller/trace_lower.h"
 #include "core/controller/window.h"
+#include "core/records/bgroup.h"
 #include "core/records/blob.h"
 #include "core/records/future.h"
 #include "core/records/gate.h"
@@ -75,6 +76,13 @@ static void lower_failed(dt__lower *L, dt__node *n, dt_status st) {
     dt__tval *v = n->out;
     if (!v)
         return;
+    if (v->grp) {
+        /* Shared records made its blobs (core/records/bgroup.h): the value
+         * lets go of the group and holds its error blobs one by one. */
+        dt__bgroup_release(v->grp);
+        v->grp = NULL;
+        v->blobs = NULL;
+    }
     if (!v->blobs)
         v->blobs = dt__calloc((size_t)v->meta.mesh->ndev, sizeof *v->blobs);
     if (!v->blobs)

@@ -143,10 +143,11 @@ int dt__lw_bcast(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char 
 int dt__lw_bcast_wanted(const dt__lower *L, const dt__tval *out);
 
 /* A family's check that its per-device kernels of a node are one kernel:
- * device 0's attributes, packed, to compare the others' with. */
+ * device 0's attributes, as given and packed, to compare the others' with. */
 typedef struct dt__lw_same {
     size_t len; /* bytes of p0 */
     uint8_t p0[DT__KATTR_PACK_MAX];
+    dt__kattr a0;
 } dt__lw_same;
 /* Device d's attributes *a (d counted from 0): 1 while they are the same
  * bytes as device 0's (no text), 0 once they differ. Arithmetic only. */

@@ -26,6 +26,7 @@
 #include "core/controller/lower.h"
 #include "core/controller/lower_queue.h"
 #include "core/records/bcast.h"
+#include "core/records/bgroup.h"
 #include "core/records/blob.h"
 #include "core/records/graph_int.h"
 #include "core/records/kernel.h"
@@ -90,9 +91,14 @@ int dt__lw_same_attr(dt__lw_same *s, int64_t d, const dt__kattr *a) {
     if (a->text)
         return 0; /* not packed into a fixed buffer: per device */
     if (d == 0) {
+        memcpy(&s->a0, a, sizeof *a);
         s->len = dt__kattr_pack(a, s->p0);
         return 1;
     }
+    /* The same bytes as given pack the same (the usual case, cheap); bytes
+     * that differ may still pack the same (unused entries, padding). */
+    if (!memcmp(a, &s->a0, sizeof *a))
+        return 1;
     uint8_t p[DT__KATTR_PACK_MAX];
     return dt__kattr_pack(a, p) == s->len && !memcmp(p, s->p0, s->len);
 }
@@ -102,6 +108,59 @@ int dt__lw_own_block(const dt__meta *m, const int64_t *coord, const int64_t *sta
     dt__local_region(m, coord, ls, ll);
     size_t bytes = sizeof(int64_t) * (size_t)m->ndim;
     return !memcmp(start, ls, bytes) && !memcmp(len, ll, bytes);
+}
+
+/* The node's output blobs, one per device, each with the kernel's
+ * reference and the value's: a fresh value's as one group (the value holds
+ * the group; core/records/bgroup.h) when g->bgroup is on, else one blob
+ * each. 0 when out of memory. */
+static int make_outs(dt__lower *L, dt__tval *out, dt__stream *const *ss, int n, dt__blob **outs) {
+    dt_graph *g = L->g;
+    if (atomic_load_explicit(&g->bgroup, memory_order_relaxed) && !out->blobs) {
+        const dt__backend *be[BCAST_MAX_DEV];
+        for (int d = 0; d < n; d++)
+            be[d] = ss[d]->be;
+        dt__bgroup *gr = dt__bgroup_new(g->ctl_pools, n, be, 2);
+        if (!gr)
+            return 0;
+        out->grp = gr;
+        out->blobs = dt__bgroup_ptrs(gr);
+        memcpy(outs, out->blobs, sizeof *outs * (size_t)n);
+        return 1;
+    }
+    if (dt__lw_alloc_blobs(L, out) != DT_OK)
+        return 0;
+    int made = 0;
+    while (made < n && (outs[made] = dt__blob_new_in(g->ctl_pools, ss[made]->be))) {
+        /* The kernel's reference and the value's: no other thread sees it yet. */
+        atomic_init(&outs[made]->refs, 2);
+        made++;
+    }
+    if (made == n) {
+        memcpy(out->blobs, outs, sizeof *outs * (size_t)n);
+        return 1;
+    }
+    for (int d = 0; d < made; d++) {
+        dt__blob_release(outs[d]);
+        dt__blob_release(outs[d]);
+    }
+    return 0;
+}
+
+/* The group holding v's blobs: made now from its per-device blobs (the
+ * value's references move into it) when g->bgroup is on. NULL: none (off,
+ * or out of memory: the slots then hold each blob). */
+static dt__bgroup *group_of(dt_graph *g, dt__tval *v, int n) {
+    if (v->grp || !atomic_load_explicit(&g->bgroup, memory_order_relaxed))
+        return v->grp;
+    dt__bgroup *gr = dt__bgroup_adopt(g->ctl_pools, n, v->blobs);
+    if (!gr)
+        return NULL;
+    if (v->blobs != v->inl)
+        dt__free(v->blobs);
+    v->grp = gr;
+    v->blobs = dt__bgroup_ptrs(gr);
+    return gr;
 }
 
 int dt__lw_bcast(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname, dt__tval *const *in,
@@ -123,19 +182,9 @@ int dt__lw_bcast(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char 
     a->flags |= L->kflags;
     uint8_t attr[DT__KATTR_PACK_MAX];
     size_t alen = dt__kattr_pack(a, attr);
-    dt__bcast *b = dt__lw_alloc_blobs(L, out) == DT_OK ? dt__bcast_new(g->ctl_pools, n, alen) : NULL;
+    dt__bcast *b = dt__bcast_new(g->ctl_pools, n, alen);
     dt__blob *outs[BCAST_MAX_DEV];
-    int made = 0;
-    while (b && made < n && (outs[made] = dt__blob_new_in(g->ctl_pools, ss[made]->be))) {
-        /* The kernel's reference and the value's: no other thread sees it yet. */
-        atomic_init(&outs[made]->refs, 2);
-        made++;
-    }
-    if (!b || made < n) {
-        for (int d = 0; d < made; d++) {
-            dt__blob_release(outs[d]);
-            dt__blob_release(outs[d]);
-        }
+    if (!b || !make_outs(L, out, ss, n, outs)) {
         if (b) {
             atomic_store_explicit(&b->left, 1, memory_order_relaxed);
             dt__bcast_unref(b);
@@ -149,6 +198,15 @@ int dt__lw_bcast(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char 
     img->site_file = L->node->site_file;
     img->site_line = L->node->site_line;
     memcpy(img->attr, attr, alen);
+    /* Each input is held once, whole, by this record (its group; a value
+     * made per device is adopted into one first): its slots borrow their
+     * device's member. */
+    dt__bgroup *gin[DT_MAX_OP_INPUTS] = {NULL};
+    for (int j = 0; j < n_in; j++)
+        if ((gin[j] = group_of(g, in[j], n))) {
+            b->gin[j] = gin[j];
+            dt__bgroup_hold(gin[j]);
+        }
     for (int d = 0; d < n; d++) {
         dt__krec *slot = dt__bcast_slot(b, d);
         slot->kop = DT_KC_BCAST;
@@ -158,11 +216,10 @@ int dt__lw_bcast(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char 
         slot->site_line = img->site_line;
         slot->n_in = (int16_t)n_in;
         for (int j = 0; j < n_in; j++)
-            slot->in[j] = dt__blob_retain(in[j]->blobs[d]);
+            slot->in[j] = gin[j] ? in[j]->blobs[d] : dt__blob_retain(in[j]->blobs[d]);
         slot->out = outs[d];
         dt__lw_bind(g, ss[d], slot);
         dt__lw_stream_append(g, ss[d], slot);
-        out->blobs[d] = outs[d];
     }
     atomic_fetch_add_explicit(&g->bcast_nodes, 1, memory_order_relaxed);
     return 1;

@@ -21,6 +21,7 @@
 #define DT_CORE_BCAST_H
 
 #include "common/pool.h"
+#include "core/records/bgroup.h"
 #include "core/records/kernel_rec.h"
 
 typedef struct dt__bcast {
@@ -28,14 +29,19 @@ typedef struct dt__bcast {
     int n;           /* slots */
     int pooled;      /* from dt__bcast_pool (else malloc) */
     dt__krec *img;   /* the kernel: kop, attributes, name and call site; no blobs */
+    /* Input j's group when the record holds it whole (core/records/bgroup.h):
+     * the slots' in[j] are then its members, borrowed (no reference of
+     * their own); the last slot drops the hold. NULL: the slots hold
+     * in[j]. Written before the hand-over, then only read. */
+    struct dt__bgroup *gin[DT_MAX_OP_INPUTS];
 } dt__bcast;
 
 /* A slot's stride: a record without attributes. */
 #define DT__BCAST_SLOT sizeof(dt__krec)
-/* The header's size: a cache line, so the workers' count down of `left`
+/* The header's size: two cache lines, so the workers' count down of `left`
  * does not share one with the first slot. */
-#define DT__BCAST_HDR ((size_t)DT_CACHE_LINE)
-_Static_assert(sizeof(dt__bcast) <= DT_CACHE_LINE && DT_CACHE_LINE % _Alignof(dt__krec) == 0,
+#define DT__BCAST_HDR ((size_t)2 * DT_CACHE_LINE)
+_Static_assert(sizeof(dt__bcast) <= DT__BCAST_HDR && DT_CACHE_LINE % _Alignof(dt__krec) == 0,
                "dt__bcast header");
 /* Records of up to this many slots come from a pool (made on the
  * controller, freed on a worker: no malloc arena traffic between threads). */
@@ -65,15 +71,34 @@ static inline dt__bcast *dt__bcast_new(struct dt__pool_lists *mine, int n, size_
     return b;
 }
 
-/* One slot is done with b (run, dropped, or never queued): the last frees
- * it. Any thread. */
+/* One slot is done with b (run, dropped, or never queued): the last drops
+ * the groups it holds and frees it. Any thread. */
 static inline void dt__bcast_unref(dt__bcast *b) {
     if (atomic_fetch_sub_explicit(&b->left, 1, memory_order_acq_rel) != 1)
         return;
+    for (int j = 0; j < DT_MAX_OP_INPUTS; j++)
+        if (b->gin[j])
+            dt__bgroup_release(b->gin[j]);
     if (b->pooled)
         dt__pool_free(&dt__bcast_pool, b);
     else
         dt__free(b);
+}
+
+/* The device index of slot k of b. */
+static inline int dt__bcast_slot_index(const dt__bcast *b, const dt__krec *k) {
+    return (int)(((const uint8_t *)k - ((const uint8_t *)b + DT__BCAST_HDR)) / DT__BCAST_SLOT);
+}
+
+/* Drops a record's references to its blobs: for device `d`'s instance of a
+ * slot (`bc` its shared record; d < 0: a slot that never ran), not the
+ * inputs it borrows from groups bc holds, but for a member whose group
+ * reference the kernel took over (dt__bgroup.taken). */
+static inline void dt__krec_release_blobs(dt__krec *k, const dt__bcast *bc, int d) {
+    for (int i = 0; i < k->n_in; i++)
+        if (!bc || !bc->gin[i] || (d >= 0 && dt__bgroup_taken(bc->gin[i], d)))
+            dt__blob_release(k->in[i]);
+    dt__blob_release(k->out);
 }
 
 #endif /* DT_CORE_BCAST_H */

@@ -13,6 +13,7 @@
  */
 #include <string.h>
 
+#include "core/records/bgroup.h"
 #include "core/records/blob.h"
 #include "core/records/cluster_port.h"
 #include "core/records/graph_int.h"
@@ -22,6 +23,7 @@
 
 dt__pool dt__kernel_pool = DT__POOL_INIT(sizeof(dt__kernel));
 dt__pool dt__blob_pool = DT__POOL_INIT(sizeof(dt__blob));
+dt__pool dt__bgroup_pool = DT__POOL_INIT(DT__BGROUP_BYTES(DT__BGROUP_POOLED));
 
 dt__blob *dt__blob_new(const dt__backend *be) { return dt__blob_new_in(NULL, be); }
 
@@ -39,7 +41,10 @@ static dt__blob *blob_free(dt__blob *b, dt__pool_lists *mine) {
     if (b->remote)
         dt__port_release(b->remote - 1, b->rtag, b->id);
     dt__blob *base = b->base;
-    dt__pool_free_in(&dt__blob_pool, mine, b);
+    if (b->grp)
+        dt__bgroup_member_gone(b->grp, mine);
+    else
+        dt__pool_free_in(&dt__blob_pool, mine, b);
     return base;
 }
 
@@ -60,4 +65,61 @@ void dt__blob_free_dead(dt__blob *b) {
         next = b->next_dead;
         dt__blob_release_in(blob_free(b, mine), mine);
     }
+}
+
+dt__bgroup *dt__bgroup_new(dt__pool_lists *mine, int n, const dt__backend *const *be, int refs) {
+    int pooled = n <= DT__BGROUP_POOLED;
+    dt__bgroup *gr = pooled ? dt__pool_alloc_in(&dt__bgroup_pool, mine, 0) : dt__malloc(DT__BGROUP_BYTES(n));
+    if (!gr)
+        return NULL;
+    atomic_init(&gr->holds, 1);
+    atomic_init(&gr->live, n + 1);
+    atomic_init(&gr->taken, 0);
+    gr->n = n;
+    gr->pooled = pooled;
+    dt__blob **ptrs = dt__bgroup_ptrs(gr);
+    dt__blob *m = (dt__blob *)((uint8_t *)gr + DT__BGROUP_MEMBERS(n));
+    memset(m, 0, sizeof *m * (size_t)n); /* one run of stores over the members' lines */
+    for (int d = 0; d < n; d++) {
+        atomic_init(&m[d].refs, refs);
+        m[d].be = be[d];
+        m[d].grp = gr;
+        ptrs[d] = &m[d];
+    }
+    return gr;
+}
+
+dt__bgroup *dt__bgroup_adopt(dt__pool_lists *mine, int n, dt__blob *const *blobs) {
+    int pooled = n <= DT__BGROUP_POOLED;
+    dt__bgroup *gr = pooled ? dt__pool_alloc_in(&dt__bgroup_pool, mine, 0)
+                            : dt__malloc(DT__BGROUP_HDR + (size_t)n * sizeof(dt__blob *));
+    if (!gr)
+        return NULL;
+    atomic_init(&gr->holds, 1);
+    atomic_init(&gr->live, 1); /* no member in the allocation */
+    atomic_init(&gr->taken, 0);
+    gr->n = n;
+    gr->pooled = pooled;
+    memcpy(dt__bgroup_ptrs(gr), blobs, sizeof *blobs * (size_t)n);
+    return gr;
+}
+
+void dt__bgroup_release(dt__bgroup *gr) {
+    if (!dt__bgroup_unhold(gr))
+        return;
+    dt__pool_lists *mine = dt__pool_my_lists();
+    dt__blob **ptrs = dt__bgroup_ptrs(gr);
+    for (int d = 0; d < gr->n; d++)
+        if (!dt__bgroup_taken(gr, d))
+            dt__blob_release_in(ptrs[d], mine);
+    dt__bgroup_member_gone(gr, mine);
+}
+
+void dt__bgroup_member_gone(dt__bgroup *gr, dt__pool_lists *mine) {
+    if (atomic_fetch_sub_explicit(&gr->live, 1, memory_order_acq_rel) != 1)
+        return;
+    if (gr->pooled)
+        dt__pool_free_in(&dt__bgroup_pool, mine, gr);
+    else
+        dt__free(gr);
 }

@@ -56,6 +56,9 @@ struct dt__blob {
     /* Controller-only, once the last reference is gone: the next blob its
      * producer's worker frees (dt__blob_release_ctl). */
     struct dt__blob *next_dead;
+    /* The group whose allocation holds this blob (core/records/bgroup.h),
+     * NULL for a blob of its own. Set when made, then only read. */
+    struct dt__bgroup *grp;
 };
 
 dt__blob *dt__blob_new(const dt__backend *be);

@@ -35,6 +35,11 @@ struct dt_graph {
      * record (core/records/bcast.h; on unless DTORCH_BCAST=0 at creation
      * or dt_graph_set_bcast turn it off). */
     atomic_int bcast;
+    /* A shared record makes a fresh value's blobs as one group, which the
+     * value and the shared records reading it hold once each
+     * (core/records/bgroup.h; on unless DTORCH_BGROUP=0 at creation or
+     * dt_graph_set_bgroup turn it off). */
+    atomic_int bgroup;
     /* The controller lowers a round's compute ahead of what waits on its
      * collectives (core/controller/sched.h; on unless DTORCH_SCHEDULE=0 at creation;
      * dt_graph_set_schedule). */

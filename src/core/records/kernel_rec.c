@@ -96,9 +96,8 @@ void dt__krec_free(dt__krec *k) {
 void dt__krec_discard(dt__krec *k) {
     if (!k)
         return;
-    for (int i = 0; i < k->n_in; i++)
-        dt__blob_release(k->in[i]);
-    dt__blob_release(k->out);
+    /* A slot's inputs from a group its shared record holds are borrowed. */
+    dt__krec_release_blobs(k, k->kop == DT_KC_BCAST ? k->handle : NULL, -1);
     if (k->handle) {
         if (k->kop == DT_KC_FETCH || k->kop == DT_KC_SYNC)
             dt_future_release(k->handle);

@@ -52,9 +52,31 @@ static void poison(dt__krec *k, const dt__stream *s, const char *what) {
     k->out->error = dt__strdup(buf);
 }
 
+/* Where an instantiated kernel came from: the shared record and the
+ * device index of its slot (core/records/bcast.h). */
+typedef struct slot_of {
+    dt__bcast *bc;
+    int d;
+} slot_of;
+
+/* 1 when k holds the only reference left to its input 0: its own, or, for
+ * a shared record's slot that borrows it (`so`, core/records/bcast.h), the
+ * group's on the member while the record is the group's only holder. The
+ * kernel then takes the group's reference over (dt__bgroup.taken): it drops it when
+ * done, as a per-device kernel drops its input, so the buffer it wrote into
+ * is not held by a second reference until the group goes. */
+static int sole_input(const dt__krec *k, const slot_of *so) {
+    dt__bgroup *gr = so ? so->bc->gin[0] : NULL;
+    if (atomic_load(&k->in[0]->refs) != 1 || (gr && atomic_load(&gr->holds) != 1))
+        return 0;
+    if (gr)
+        atomic_fetch_or_explicit(&gr->taken, 1ull << so->d, memory_order_relaxed);
+    return 1;
+}
+
 /* Runs a backend kernel; returns 1 when it was allowed to write into in[0]
- * (DT_KF_INPLACE). */
-static int run_backend(dt__krec *k, dt__stream *s) {
+ * (DT_KF_INPLACE). `so`: the slot k was instantiated from, or NULL. */
+static int run_backend(dt__krec *k, dt__stream *s, const slot_of *so) {
     void *in[DT_MAX_OP_INPUTS] = {NULL};
     for (int i = 0; i < k->n_in; i++) {
         if (k->in[i]->error) {
@@ -72,7 +94,7 @@ static int run_backend(dt__krec *k, dt__stream *s) {
      * released and no other kernel will read it, so its buffer may be reused
      * (peak memory of a chain of ops stays at one buffer). Which kernels may
      * is the window's reuse pass's call (DT_KF_REUSE). */
-    if ((a->flags & DT_KF_REUSE) && k->n_in > 0 && atomic_load(&k->in[0]->refs) == 1)
+    if ((a->flags & DT_KF_REUSE) && k->n_in > 0 && sole_input(k, so))
         a->flags |= DT_KF_INPLACE;
     char err[512] = "";
     void *out = NULL;
@@ -215,7 +237,9 @@ static const char *kernel_name(int kop) {
 
 /* A device-independent record's slot (core/records/bcast.h), instantiated:
  * the shared image's kernel with the slot's blobs, in `buf` (the slot's
- * references move into it). The shared record is let go of once copied. */
+ * references move into it; the inputs it borrows from groups the shared
+ * record holds stay borrowed). The caller lets go of the shared record
+ * once the kernel is done with those inputs. */
 typedef union bcast_buf {
     dt__krec k;
     uint8_t bytes[sizeof(dt__krec) + DT__KATTR_PACK_MAX];
@@ -231,24 +255,26 @@ static dt__krec *bcast_local(dt__krec *slot, bcast_buf *buf) {
     k->wait = slot->wait;
     memcpy(k->in, slot->in, sizeof k->in);
     k->out = slot->out;
-    dt__bcast_unref(b);
     return k;
 }
 
-static void kernel_exec(dt__krec *k, dt__stream *s);
+static void kernel_exec(dt__krec *k, dt__stream *s, const slot_of *so);
 
 void dt__kernel_run(dt__krec *k, dt__stream *s) {
     if (k->kop == DT_KC_BCAST) {
         bcast_buf buf;
-        kernel_exec(bcast_local(k, &buf), s);
+        slot_of so = {k->handle, dt__bcast_slot_index(k->handle, k)};
+        kernel_exec(bcast_local(k, &buf), s, &so);
+        dt__bcast_unref(so.bc);
         return;
     }
-    kernel_exec(k, s);
+    kernel_exec(k, s, NULL);
     dt__krec_free(k);
 }
 
-/* Runs k and releases its blobs; the record itself stays the caller's. */
-static void kernel_exec(dt__krec *k, dt__stream *s) {
+/* Runs k and releases its blobs; the record itself stays the caller's.
+ * `so`: the slot k was instantiated from, or NULL. */
+static void kernel_exec(dt__krec *k, dt__stream *s, const slot_of *so) {
     /* Tracing (core/records/trace.h): one load when off. Reads and syncs are not traced:
      * a sync's arrival is what a reader of the records waits for. */
     int traced = dt__rec_enabled(DT__REC_TRACE) && k->kop != DT_KC_FETCH && k->kop != DT_KC_SYNC;
@@ -285,7 +311,7 @@ static void kernel_exec(dt__krec *k, dt__stream *s) {
         inplace = dt__chain_run(k, s);
         break;
     default:
-        inplace = run_backend(k, s);
+        inplace = run_backend(k, s, so);
         break;
     }
     if (k->out) {
@@ -306,20 +332,20 @@ static void kernel_exec(dt__krec *k, dt__stream *s) {
      * number is its output's event (events.c). */
     dt__event_complete(s, ++s->completed);
     atomic_fetch_add_explicit(&s->n_run, 1, memory_order_relaxed);
-    for (int i = 0; i < k->n_in; i++)
-        dt__blob_release(k->in[i]);
-    dt__blob_release(k->out);
+    dt__krec_release_blobs(k, so ? so->bc : NULL, so ? so->d : -1);
 }
 
-static void kernel_drop(dt__krec *k, dt__stream *s);
+static void kernel_drop(dt__krec *k, dt__stream *s, const slot_of *so);
 
 void dt__kernel_drop(dt__krec *k, dt__stream *s) {
     if (k->kop == DT_KC_BCAST) {
         bcast_buf buf;
-        kernel_drop(bcast_local(k, &buf), s);
+        slot_of so = {k->handle, dt__bcast_slot_index(k->handle, k)};
+        kernel_drop(bcast_local(k, &buf), s, &so);
+        dt__bcast_unref(so.bc);
         return;
     }
-    kernel_drop(k, s);
+    kernel_drop(k, s, NULL);
     dt__krec_free(k);
 }
 
@@ -327,7 +353,7 @@ void dt__kernel_drop(dt__krec *k, dt__stream *s) {
  * poisoned and made ready (a kernel waiting for it wakes), a read or sync
  * fails, and a collective still meets its peers, so ranks that do run are
  * not left waiting for this one. */
-static void kernel_drop(dt__krec *k, dt__stream *s) {
+static void kernel_drop(dt__krec *k, dt__stream *s, const slot_of *so) {
     static const char msg[] = "cancelled: the graph was cancelled (dt_graph_cancel) before this ran";
     atomic_fetch_add_explicit(&s->g->dropped, 1, memory_order_relaxed);
     if (k->out)
@@ -361,7 +387,5 @@ static void kernel_drop(dt__krec *k, dt__stream *s) {
     /* A dropped kernel still completes its number: consumers on other
      * streams wait on it (events.c). */
     dt__event_complete(s, ++s->completed);
-    for (int i = 0; i < k->n_in; i++)
-        dt__blob_release(k->in[i]);
-    dt__blob_release(k->out);
+    dt__krec_release_blobs(k, so ? so->bc : NULL, so ? so->d : -1);
 }
