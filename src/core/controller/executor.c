@@ -231,6 +231,7 @@ static void hand_dead(dt_graph *g) {
 }
 
 static void flush(dt_graph *g) {
+    dt__lw_step_close(g); /* the open run's slots (core/controller/lower_step.h) */
     if (g->ktap && g->dirty)
         tap(g);
     if (g->dead_q)
