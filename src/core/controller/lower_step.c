@@ -77,8 +77,8 @@ void dt__lw_step_close(dt_graph *g) {
     atomic_fetch_add_explicit(&g->step_runs, 1, memory_order_relaxed);
 }
 
-int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname, dt__tval *const *in,
-                    int n_in) {
+int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname,
+                    dt__tval *const *in, int n_in) {
     dt_graph *g = L->g;
     if (!atomic_load_explicit(&g->step, memory_order_relaxed) ||
         !atomic_load_explicit(&g->bgroup, memory_order_relaxed) || g->replay_cap || out->blobs)

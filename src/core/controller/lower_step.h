@@ -19,8 +19,8 @@
  * (L->status set on a failure), 0 when the caller lowers it otherwise
  * (nothing was made; the switch off, groups off, a capture, an output with
  * blobs already, a worker node's device). */
-int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname, dt__tval *const *in,
-                    int n_in);
+int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname,
+                    dt__tval *const *in, int n_in);
 
 /* Closes the open run (g->step_open): links its slot on each device's
  * stream. Called before anything else is linked on any stream (the

@@ -42,27 +42,27 @@ typedef struct dt__step_img {
 /* An image's stride: its header, then its kernel with the most attributes. */
 #define DT__STEP_IMG_HDR ((sizeof(dt__step_img) + DT_CACHE_LINE - 1) / DT_CACHE_LINE * DT_CACHE_LINE)
 #define DT__STEP_IMG_STRIDE                                                                                  \
-    ((DT__STEP_IMG_HDR + sizeof(dt__krec) + DT__KATTR_PACK_MAX + DT_CACHE_LINE - 1) / DT_CACHE_LINE *         \
+    ((DT__STEP_IMG_HDR + sizeof(dt__krec) + DT__KATTR_PACK_MAX + DT_CACHE_LINE - 1) / DT_CACHE_LINE *        \
      DT_CACHE_LINE)
 
 struct dt__stream;
 struct dt_mesh;
 
 typedef struct dt__step {
-    atomic_int left;             /* slots not yet run or dropped */
-    int n;                       /* slots: the mesh's devices */
-    int k;                       /* images so far */
-    const struct dt_mesh *mesh;  /* controller only */
-    struct dt__stream **ss;      /* controller only: device d's stream */
-    const dt__backend **be;      /* controller only: ss[d]'s backend */
-    uint8_t *imgs;               /* image 0 */
+    atomic_int left;            /* slots not yet run or dropped */
+    int n;                      /* slots: the mesh's devices */
+    int k;                      /* images so far */
+    const struct dt_mesh *mesh; /* controller only */
+    struct dt__stream **ss;     /* controller only: device d's stream */
+    const dt__backend **be;     /* controller only: ss[d]'s backend */
+    uint8_t *imgs;              /* image 0 */
 } dt__step;
 
 #define DT__STEP_HDR ((size_t)2 * DT_CACHE_LINE)
 _Static_assert(sizeof(dt__step) <= DT__STEP_HDR, "dt__step header");
 /* Where the images start: after the slots, streams and backends. */
 #define DT__STEP_IMGS(n)                                                                                     \
-    ((DT__STEP_HDR + (size_t)(n) * (DT__BCAST_SLOT + 2 * sizeof(void *)) + DT_CACHE_LINE - 1) /               \
+    ((DT__STEP_HDR + (size_t)(n) * (DT__BCAST_SLOT + 2 * sizeof(void *)) + DT_CACHE_LINE - 1) /              \
      DT_CACHE_LINE * DT_CACHE_LINE)
 #define DT__STEP_BYTES(n) (DT__STEP_IMGS(n) + (size_t)DT__STEP_MAX * DT__STEP_IMG_STRIDE)
 
