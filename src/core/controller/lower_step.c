@@ -15,8 +15,9 @@
  * kernel.
  *
  * Taken only with blob groups on (every input is named by its group; a
- * value made per device is adopted into one), for a fresh output, and not
- * while replay captures a node (a template must see its records).
+ * value made per device is adopted into one) and for a fresh output. A
+ * node that replay is capturing keeps only its signature (its template
+ * would have no records): later sightings join runs at once.
  *
  * Threads: the controller thread only.
  */
@@ -81,7 +82,7 @@ int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const ch
                     dt__tval *const *in, int n_in) {
     dt_graph *g = L->g;
     if (!atomic_load_explicit(&g->step, memory_order_relaxed) ||
-        !atomic_load_explicit(&g->bgroup, memory_order_relaxed) || g->replay_cap || out->blobs)
+        !atomic_load_explicit(&g->bgroup, memory_order_relaxed) || out->blobs)
         return 0;
     const dt_mesh *mesh = out->meta.mesh;
     int n = (int)mesh->ndev;
@@ -95,6 +96,8 @@ int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const ch
     if (!st && !(st = step_open(L, mesh, n)))
         return 0;
     g->step_open = st;
+    if (g->replay_cap) /* capturing this node: its template cannot be replayed */
+        dt__replay_uncapturable(g->replay_cap);
     /* Every input by its group: a value made per device is adopted. */
     dt__bgroup *gin[DT_MAX_OP_INPUTS];
     for (int j = 0; j < n_in; j++)

@@ -17,8 +17,8 @@
  * dt__lw_bcast found) to the graph's open run on out's mesh, opening one
  * (and closing another mesh's) as needed. Returns 1 when it took the node
  * (L->status set on a failure), 0 when the caller lowers it otherwise
- * (nothing was made; the switch off, groups off, a capture, an output with
- * blobs already, a worker node's device). */
+ * (nothing was made; the switch off, groups off, an output with blobs
+ * already, a worker node's device). */
 int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname,
                     dt__tval *const *in, int n_in);
 
