@@ -103,8 +103,8 @@ record pytest "$rc"
 # opt-in mechanism adds its setting to OPTIN_SETTINGS (docs/testing.md).
 # (DTORCH_OVERLAP=0 is read when a graph is made; test_streams.py and test_switches.py run it in
 # child processes, and test_schedule.py's reorders need the communication stream it removes.)
-OPTIN_SETTINGS=("DTORCH_REPLAY=1" "DTORCH_CHAINS=1" "DTORCH_SCHEDULE=0" "DTORCH_BCAST=0" "DTORCH_BGROUP=0")
-OPTIN_TESTS=(tests/python/test_replay.py tests/python/test_chain.py tests/python/test_schedule.py tests/python/test_bcast.py tests/python/test_bgroup.py
+OPTIN_SETTINGS=("DTORCH_REPLAY=1" "DTORCH_CHAINS=1" "DTORCH_SCHEDULE=0" "DTORCH_BCAST=0" "DTORCH_BGROUP=0" "DTORCH_STEP=0")
+OPTIN_TESTS=(tests/python/test_replay.py tests/python/test_chain.py tests/python/test_schedule.py tests/python/test_bcast.py tests/python/test_bgroup.py tests/python/test_step.py
     tests/python/test_switches.py tests/python/test_elementwise_mesh.py tests/python/test_reduce.py
     tests/python/test_redistribute.py tests/python/test_context_parallel.py tests/python/test_llama.py)
 # Left out: the example scripts (child processes that repeat test_llama's values) and the overlap

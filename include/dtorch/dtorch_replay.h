@@ -40,6 +40,18 @@ DT_API dt_status dt_graph_set_bcast(dt_graph *g, int on);
  * thread. */
 DT_API dt_status dt_graph_set_bgroup(dt_graph *g, int on);
 
+/* Turns on (1, the default unless DTORCH_STEP=0 was set when g was made)
+ * or off (0) runs of device-independent records: consecutive ones on one
+ * mesh are one record with one slot per device, linked when the run ends,
+ * instead of a slot per device per node. Needs blob groups. Results and
+ * memory accounting are the same either way. DT_EINVAL for a bad graph.
+ * Any thread. */
+DT_API dt_status dt_graph_set_step(dt_graph *g, int on);
+
+/* g's runs of device-independent records so far (each one record with a
+ * slot per device); -1 for a bad graph. Any thread. */
+DT_API int64_t dt_debug_step_runs(dt_graph *g);
+
 /* g's device-independent records so far (nodes lowered that way); -1 for a
  * bad graph. Any thread. */
 DT_API int64_t dt_debug_bcast_nodes(dt_graph *g);

@@ -99,7 +99,7 @@ static PyObject *mod_graph_stats(PyObject *module, PyObject *args) {
         dt_graph_get_replay_stats(g, &hits, &misses) != DT_OK)
         return dtpy_raise_last(st);
     return Py_BuildValue(
-        "{sLsLsLsLsLsLsLsLsLsLsLsLsLsLsLsL}", "submitted", (long long)s.submitted, "in_flight",
+        "{sLsLsLsLsLsLsLsLsLsLsLsLsLsLsLsLsL}", "submitted", (long long)s.submitted, "in_flight",
         (long long)s.in_flight, "peak_in_flight", (long long)s.peak_in_flight, "in_flight_limit",
         (long long)s.in_flight_limit, "check_interval", (long long)s.check_interval, "flow_waits",
         (long long)s.flow_waits, "nodes_eliminated", (long long)s.nodes_eliminated, "kernels_in_place",
@@ -107,7 +107,7 @@ static PyObject *mod_graph_stats(PyObject *module, PyObject *args) {
         (long long)s.cancelled, "replay_hits", (long long)hits, "replay_misses", (long long)misses,
         "replay_run_hits", (long long)dt_debug_replay_run_hits(g), "nodes_reordered",
         (long long)dt_debug_nodes_reordered(g), "bcast_nodes", (long long)dt_debug_bcast_nodes(g),
-        "chain_blocks", (long long)dt_debug_chain_blocks(g));
+        "step_runs", (long long)dt_debug_step_runs(g), "chain_blocks", (long long)dt_debug_chain_blocks(g));
 }
 
 /* Parses (graph, flag): 0 with *g and *on set, else -1 with an exception. */
@@ -145,6 +145,10 @@ static PyObject *mod_set_bcast(PyObject *module, PyObject *args) {
 
 static PyObject *mod_set_bgroup(PyObject *module, PyObject *args) {
     return set_switch(module, args, dt_graph_set_bgroup);
+}
+
+static PyObject *mod_set_step(PyObject *module, PyObject *args) {
+    return set_switch(module, args, dt_graph_set_step);
 }
 
 static PyObject *mod_set_schedule(PyObject *module, PyObject *args) {
@@ -260,7 +264,7 @@ static PyMethodDef testing_methods[] = {
     {"_graph_stats", mod_graph_stats, METH_VARARGS,
      "_graph_stats(graph, reset_peak=False) -> {submitted, in_flight, peak_in_flight, in_flight_limit, "
      "check_interval, flow_waits, nodes_eliminated, kernels_in_place, nodes_fused, cancelled, replay_hits, "
-     "replay_misses, replay_run_hits, nodes_reordered, bcast_nodes, chain_blocks}"},
+     "replay_misses, replay_run_hits, nodes_reordered, bcast_nodes, step_runs, chain_blocks}"},
     {"_set_chains", mod_set_chains, METH_VARARGS,
      "_set_chains(graph, on): turns the blocked elementwise chains on or off"},
     {"_set_replay", mod_set_replay, METH_VARARGS,
@@ -268,6 +272,7 @@ static PyMethodDef testing_methods[] = {
     {"_set_bcast", mod_set_bcast, METH_VARARGS,
      "_set_bcast(graph, on): turns the device-independent records on or off"},
     {"_set_bgroup", mod_set_bgroup, METH_VARARGS, "_set_bgroup(graph, on): turns blob groups on or off"},
+    {"_set_step", mod_set_step, METH_VARARGS, "_set_step(graph, on): turns runs of shared records on or off"},
     {"_set_schedule", mod_set_schedule, METH_VARARGS,
      "_set_schedule(graph, on): turns the overlap schedule on or off"},
     {"_lowering_ns", mod_lowering_ns, METH_VARARGS,

@@ -15,6 +15,9 @@
  * groups' pool too), through a
  * chain that adopts a per-device value, reads groups and writes dropped ones
  * in place; a kernel error and a cancellation with groups.
+ * Runs of shared records (core/records/step.h, dt_graph_set_step): the
+ * same chain in runs gives the same values and memory per device as one
+ * shared record per node.
  */
 #include <string.h>
 #include <time.h>
@@ -247,7 +250,7 @@ static void test_memory(void) {
 /* What one run of the groups' chain saw. */
 typedef struct chain_run {
     float out[MAXN];
-    int64_t in_place, nodes, live[12], after[12];
+    int64_t in_place, nodes, runs, live[12], after[12];
 } chain_run;
 
 /* x (per device, from a buffer: adopted by the first shared record that
@@ -255,9 +258,10 @@ typedef struct chain_run {
  * dropped intermediates are written in place. Memory per device is taken
  * while x and y live. (Views of members, `base`: test_bcast.py, the ref
  * backend has no view kernel.) */
-static void group_chain(int bgroup, int ndev, int n, dt_placement pl, chain_run *r) {
+static void group_chain(int bgroup, int step, int ndev, int n, dt_placement pl, chain_run *r) {
     dt_graph *g = ref_graph(1);
     CHECK(dt_graph_set_bgroup(g, bgroup) == DT_OK);
+    CHECK(dt_graph_set_step(g, step) == DT_OK);
     dt_mesh *m = mesh1d(ndev);
     int64_t shape[1] = {n}, before[12], peak;
     for (int d = 0; d < ndev; d++)
@@ -288,6 +292,7 @@ static void group_chain(int bgroup, int ndev, int n, dt_placement pl, chain_run 
     CHECK(dt_graph_get_stats(g, &st, 0) == DT_OK);
     r->in_place = st.kernels_in_place;
     r->nodes = dt_debug_bcast_nodes(g);
+    r->runs = dt_debug_step_runs(g);
     dt_tensor_release(y);
     dt_tensor_release(x);
     CHECK(dt_graph_shutdown(g) == DT_OK);
@@ -299,37 +304,58 @@ static void group_chain(int bgroup, int ndev, int n, dt_placement pl, chain_run 
     dt_graph_release(g);
 }
 
-static void test_groups_as_without(void) {
-    const dt_placement R = {DT_PLACEMENT_REPLICATE, 0}, S0 = {DT_PLACEMENT_SHARD, 0};
-    struct {
-        int ndev, n;
-        dt_placement pl;
-    } cases[] = {{2, 8, R},  {2, 8, S0}, {4, 7, S0},
-                 {3, 5, S0}, {4, 6, R},  {12, 12, S0}}; /* 12: past the pool */
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+static const struct {
+    int ndev, n;
+    dt_placement pl;
+} chain_cases[] = {
+    {2, 8, {DT_PLACEMENT_REPLICATE, 0}}, {2, 8, {DT_PLACEMENT_SHARD, 0}},
+    {4, 7, {DT_PLACEMENT_SHARD, 0}},     {3, 5, {DT_PLACEMENT_SHARD, 0}},
+    {4, 6, {DT_PLACEMENT_REPLICATE, 0}}, {12, 12, {DT_PLACEMENT_SHARD, 0}}}; /* 12: past the pool */
+#define N_CHAIN_CASES (sizeof chain_cases / sizeof chain_cases[0])
+
+/* Groups on (`step`: in runs or not) as off: each device's values, the
+ * nodes shared, memory per device while the values live and after. */
+static void chains_alike(int step, const chain_run *off, const chain_run *on, size_t c) {
+    int n = chain_cases[c].n;
+    for (int i = 0; i < n; i++) {
+        float x = (float)(i % 7) * 0.5f - 1.0f, y = x * 2;
+        for (int s = 0; s < 6; s++)
+            y = (y + x) * 0.5f - 0.25f;
+        CHECK(on->out[i] == y);
+    }
+    CHECK(memcmp(off->out, on->out, sizeof on->out) == 0);
+    CHECK_EQ(on->nodes, off->nodes);
+    CHECK_EQ(on->nodes, 19); /* the chain's adds, scales and subtractions */
+    CHECK(step ? on->runs > 0 : on->runs == 0);
+    CHECK_EQ(off->runs, 0);
+    for (int d = 0; d < chain_cases[c].ndev; d++) {
+        CHECK_EQ(on->live[d], off->live[d]);
+        CHECK(on->live[d] > 0);
+        CHECK_EQ(on->after[d], 0);
+        CHECK_EQ(off->after[d], 0);
+    }
+}
+
+/* Runs of shared records (core/records/step.h) as one record per node. */
+static void test_runs_as_without(void) {
+    for (size_t c = 0; c < N_CHAIN_CASES; c++) {
         chain_run off = {0}, on = {0};
-        group_chain(0, cases[c].ndev, cases[c].n, cases[c].pl, &off);
-        group_chain(1, cases[c].ndev, cases[c].n, cases[c].pl, &on);
-        int n = cases[c].n;
-        for (int i = 0; i < n; i++) {
-            float x = (float)(i % 7) * 0.5f - 1.0f, y = x * 2;
-            for (int s = 0; s < 6; s++)
-                y = (y + x) * 0.5f - 0.25f;
-            CHECK(on.out[i] == y);
-        }
-        CHECK(memcmp(off.out, on.out, sizeof on.out) == 0);
-        CHECK_EQ(on.nodes, off.nodes);
-        CHECK_EQ(on.nodes, 19); /* the chain's adds, scales and subtractions */
+        group_chain(1, 0, chain_cases[c].ndev, chain_cases[c].n, chain_cases[c].pl, &off);
+        group_chain(1, 1, chain_cases[c].ndev, chain_cases[c].n, chain_cases[c].pl, &on);
+        chains_alike(1, &off, &on, c);
+    }
+}
+
+static void test_groups_as_without(void) {
+    for (size_t c = 0; c < N_CHAIN_CASES; c++) {
+        chain_run off = {0}, on = {0};
+        group_chain(0, 0, chain_cases[c].ndev, chain_cases[c].n, chain_cases[c].pl, &off);
+        group_chain(1, 0, chain_cases[c].ndev, chain_cases[c].n, chain_cases[c].pl, &on);
+        chains_alike(0, &off, &on, c);
         /* Which dropped buffers are written in place depends on whether the
          * controller has let go of them when their reader runs, both ways:
          * test_bgroup.py compares the counts where that is settled. */
         CHECK(on.in_place > 0 && off.in_place > 0);
-        for (int d = 0; d < cases[c].ndev; d++) {
-            CHECK_EQ(on.live[d], off.live[d]);
-            CHECK(on.live[d] > 0);
-            CHECK_EQ(on.after[d], 0);
-            CHECK_EQ(off.after[d], 0);
-        }
     }
 }
 
@@ -374,6 +400,7 @@ int main(void) {
     test_memory();
     test_groups_as_without();
     test_group_error();
+    test_runs_as_without();
     if (failures)
         fprintf(stderr, "%d failure(s)\n", failures);
     return failures ? 1 : 0;

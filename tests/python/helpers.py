@@ -65,6 +65,69 @@ def randn(*shape, dtype=torch.float32, seed=0):
     return torch.randn(tuple(shape), generator=g, dtype=torch.float64).to(dtype)
 
 
+# Chains of elementwise ops and views shared by the tests of shared records' variants
+# (test_bgroup.py, test_step.py), compared bit for bit.
+
+def bits(t):
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    return t.contiguous().view(ints) if t.dtype.is_floating_point else t
+
+
+def settle():
+    # Two rounds: the first's dead blobs are freed at the head of the next.
+    dtorch.synchronize()
+    dtorch.synchronize()
+
+
+def linear_chain(a, b):
+    # Linear in its inputs (Partial stays Partial): a read by two shared records, intermediates
+    # dropped (written in place), a view of a group's members (permute: a `base`).
+    y = a + b
+    z = ((y * 2.0) - b) * 0.5 + a
+    return z.permute(1, 0) * 2.0
+
+
+def full_chain(a, b):
+    return (linear_chain(a, b).abs() + 1.0) * (a.permute(1, 0) - 0.5)
+
+
+def ref_linear(a, b):
+    return (((a + b) * 2.0 - b) * 0.5 + a).permute(1, 0) * 2.0
+
+
+def ref_full(a, b):
+    return (ref_linear(a, b).abs() + 1.0) * (a.permute(1, 0) - 0.5)
+
+
+def chain_case(mesh, pl, shape, dtype):
+    """The chain for layout pl (the linear one where a placement is Partial), its torch reference,
+    two integer-valued torch inputs and them laid out on mesh (Partial ones genuine)."""
+    partial = any(p.is_partial() for p in pl)
+    fn, ref = (linear_chain, ref_linear) if partial else (full_chain, ref_full)
+    ta = int_valued(*shape, dtype=dtype, seed=1)
+    tb = int_valued(*shape, dtype=dtype, seed=2)
+    return fn, ref, ta, tb, genuine_partial(ta, mesh, pl, seed=3), genuine_partial(tb, mesh, pl, seed=4)
+
+
+def assert_in_place_alike(tc, run_in, modes):
+    """A chain whose intermediates are dropped (each written in place into its input) on 3 devices,
+    run in each mode by run_in(mode, fn, mesh, x) -> (values, in-place kernels): torch's values and
+    the same in-place kernels in every mode (the multiply, subtract, scale and abs on each device)."""
+    t = int_valued(64, 64)
+    x = dtorch.from_torch(t, CPU3, [Shard(0)])
+
+    def fn(x):
+        return (((x + 1.0) * 2.0 - 3.0) * 0.5).abs()
+
+    counts = []
+    for mode in modes:
+        values, in_place = run_in(mode, fn, CPU3, x)
+        counts.append(in_place)
+        tc.assertTrue(torch.equal(torch.cat(values), fn(t)), mode)
+    tc.assertEqual(len(set(counts)), 1, counts)
+    tc.assertGreaterEqual(counts[-1], 3 * 3)
+
+
 def has_partial(placements):
     return any(p.is_partial() for p in placements)
 

@@ -21,22 +21,12 @@ from dtorch import Shard
 from dtorch.test.probes import bcast, bgroup, graph_stats, replay
 from dtorch.test.test_util import local_values
 
-from helpers import CPU2, CPU3, CPU2x2, assert_equal_everywhere, genuine_partial, int_valued
+from helpers import CPU2, CPU3, CPU2x2, assert_equal_everywhere, bits
+from helpers import assert_in_place_alike, chain_case, settle
 from helpers import placements_1d, placements_2d
 
 CPU12 = dtorch.DeviceMesh("cpu", list(range(12)))
 MODES = (("per device", False, False), ("shared", True, False), ("groups", True, True))
-
-
-def bits(t):
-    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
-    return t.contiguous().view(ints) if t.dtype.is_floating_point else t
-
-
-def settle():
-    # Two rounds: the first's dead blobs are freed at the head of the next.
-    dtorch.synchronize()
-    dtorch.synchronize()
 
 
 def run(mode, fn, mesh, *args):
@@ -56,36 +46,11 @@ def run(mode, fn, mesh, *args):
     return y, values, s1["kernels_in_place"] - s0["kernels_in_place"], charged, s1["bcast_nodes"] - s0["bcast_nodes"]
 
 
-def linear_chain(a, b):
-    # Linear in its inputs (Partial stays Partial): a read by two shared records, intermediates
-    # dropped (written in place), a view of a group's members (permute: a `base`).
-    y = a + b
-    z = ((y * 2.0) - b) * 0.5 + a
-    return z.permute(1, 0) * 2.0
-
-
-def full_chain(a, b):
-    return (linear_chain(a, b).abs() + 1.0) * (a.permute(1, 0) - 0.5)
-
-
-def ref_linear(a, b):
-    return (((a + b) * 2.0 - b) * 0.5 + a).permute(1, 0) * 2.0
-
-
-def ref_full(a, b):
-    return (ref_linear(a, b).abs() + 1.0) * (a.permute(1, 0) - 0.5)
-
-
 class TestGroupsAsWithout(unittest.TestCase):
     def sweep(self, mesh, layouts, shape, dtype):
         took = 0
         for pl in layouts:
-            partial = any(p.is_partial() for p in pl)
-            fn, ref = (linear_chain, ref_linear) if partial else (full_chain, ref_full)
-            ta = int_valued(*shape, dtype=dtype, seed=1)
-            tb = int_valued(*shape, dtype=dtype, seed=2)
-            a = genuine_partial(ta, mesh, pl, seed=3)
-            b = genuine_partial(tb, mesh, pl, seed=4)
+            fn, ref, ta, tb, a, b = chain_case(mesh, pl, shape, dtype)
             with self.subTest(mesh=mesh, placements=pl, dtype=dtype):
                 runs = [run(m, fn, mesh, a, b) for m in MODES]
                 (_, base_v, _, _, n_dev), (_, _, _, mem_sh, n_sh), (y, _, _, mem_grp, n_grp) = runs
@@ -117,16 +82,7 @@ class TestGroupsAsWithout(unittest.TestCase):
     def test_dropped_intermediates_are_written_in_place(self):
         # The window's reuse mark on a group read by its only holder: the kernel takes the group's
         # reference on its device's member over, so the buffer is reused as per device.
-        t = int_valued(64, 64)
-        x = dtorch.from_torch(t, CPU3, [Shard(0)])
-        counts = []
-        for mode in MODES:
-            _, values, in_place, _, _ = run(mode, lambda x: (((x + 1.0) * 2.0 - 3.0) * 0.5).abs(), CPU3, x)
-            counts.append(in_place)
-            self.assertTrue(torch.equal(torch.cat(values), (((t + 1.0) * 2.0 - 3.0) * 0.5).abs()))
-        self.assertEqual(counts[0], counts[1])
-        self.assertEqual(counts[1], counts[2])
-        self.assertGreaterEqual(counts[2], 3 * 3)  # the multiply, subtract, scale and abs on 3 devices
+        assert_in_place_alike(self, lambda *a: run(*a)[1:3], MODES)
 
 
 class TestGroupErrors(unittest.TestCase):

@@ -24,7 +24,7 @@ import torch
 
 import dtorch
 from dtorch import Replicate, Shard
-from dtorch.test.probes import bcast, bgroup, chains, graph_stats, held_controller, replay, schedule
+from dtorch.test.probes import bcast, bgroup, chains, graph_stats, held_controller, replay, schedule, step
 from dtorch.test.test_util import local_values
 
 from helpers import CPU1, CPU2x2, randn
@@ -77,6 +77,8 @@ SETTINGS = {
     "bcast": dict(replay=False, chains=False, schedule=False, bcast=True),
     # Shared records without blob groups (``probes.bgroup``; on everywhere else).
     "bcast_no_groups": dict(replay=False, chains=False, schedule=False, bcast=True, bgroup=False),
+    # Shared records one per node (``probes.step``; runs on everywhere else).
+    "bcast_no_runs": dict(replay=False, chains=False, schedule=False, bcast=True, step=False),
     "all": dict(replay=True, chains=True, schedule=True, bcast=True),
 }
 COUNTER = {"replay": "replay_hits", "chains": "nodes_fused", "schedule": "nodes_reordered", "bcast": "bcast_nodes"}
@@ -93,7 +95,7 @@ class TestSwitches(unittest.TestCase):
         sw = SETTINGS[setting]
         before = graph_stats()
         with replay(sw["replay"]), chains(sw["chains"]), schedule(sw["schedule"]), bcast(sw["bcast"]), \
-                bgroup(sw.get("bgroup", True)):
+                bgroup(sw.get("bgroup", True)), step(sw.get("step", True)):
             outs = []
             for _ in range(3):  # replay captures the first pass and replays the others
                 x = dtorch.from_torch(self.x, mesh, pl)

@@ -31,7 +31,7 @@ from .._C import TensorBase
 from .._graph import Graph, _resolve
 
 __all__ = ["Gate", "graph_stats", "cached_bytes", "fail_allocs", "fail_allocs_pending", "held_controller", "chains",
-           "schedule", "replay", "bcast", "controller_cpu_ns", "lowering_ns"]
+           "schedule", "replay", "bcast", "step", "controller_cpu_ns", "lowering_ns"]
 
 
 class Gate:
@@ -180,6 +180,19 @@ def bgroup(on: bool, graph=None) -> Iterator[None]:
         yield
     finally:
         _C._set_bgroup(g, os.environ.get("DTORCH_BGROUP") != "0")
+
+
+@contextlib.contextmanager
+def step(on: bool, graph=None) -> Iterator[None]:
+    """Turns a graph's runs of device-independent records on or off (``dt_graph_set_step``)
+    inside the block, and back to the default after it (on; off with ``DTORCH_STEP=0``):
+    consecutive shared nodes of one mesh are one record with one slot per device."""
+    g: Optional[Graph] = _resolve(graph) if graph is not None else Graph.default_graph()
+    _C._set_step(g, bool(on))
+    try:
+        yield
+    finally:
+        _C._set_step(g, os.environ.get("DTORCH_STEP") != "0")
 
 
 @contextlib.contextmanager

@@ -66,6 +66,15 @@ dt_status dt_graph_set_bgroup(dt_graph *g, int on) {
     return DT_OK;
 }
 
+dt_status dt_graph_set_step(dt_graph *g, int on) {
+    if (!dt__graph_ok(g))
+        return dt__error(DT_EINVAL, "graph_set_step: graph is %s", dt__handle_bad(g));
+    atomic_store(&g->step, on != 0);
+    return DT_OK;
+}
+
+int64_t dt_debug_step_runs(dt_graph *g) { return dt__graph_ok(g) ? atomic_load(&g->step_runs) : -1; }
+
 int64_t dt_debug_chain_blocks(dt_graph *g) { return dt__graph_ok(g) ? atomic_load(&g->chain_blocks) : -1; }
 
 int64_t dt_debug_bcast_nodes(dt_graph *g) { return dt__graph_ok(g) ? atomic_load(&g->bcast_nodes) : -1; }

@@ -83,6 +83,11 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
      * docs/decisions.md, "Blob groups"); DTORCH_BGROUP=0 makes one blob each. */
     const char *bgr = getenv("DTORCH_BGROUP");
     atomic_init(&g->bgroup, !(bgr && bgr[0] == '0' && bgr[1] == 0));
+    /* Runs of them as one record per mesh (core/records/step.h;
+     * docs/decisions.md, "One message per mesh per run"); DTORCH_STEP=0 links
+     * a slot per node. */
+    const char *stp = getenv("DTORCH_STEP");
+    atomic_init(&g->step, !(stp && stp[0] == '0' && stp[1] == 0));
     /* DTORCH_SCHEDULE=0 lowers every round in program order (core/controller/sched.h),
      * so bench/overlap.py can compare the two in one process. */
     const char *sc = getenv("DTORCH_SCHEDULE");

@@ -239,6 +239,7 @@ static void flush(dt_graph *g) {
      * set before a local stream can read one. */
     if (g->has_remote)
         dt__remote_flush(g);
+    dt__lw_step_close(g); /* the open run's slots (core/controller/lower_step.h) */
     while (g->dirty) {
         dt__stream *s = g->dirty;
         g->dirty = s->next_dirty;

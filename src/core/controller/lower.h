@@ -141,6 +141,11 @@ int dt__lw_bcast(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char 
  * on, nothing recorded, a mesh of several local devices): whether a family
  * should check its blocks for it. */
 int dt__lw_bcast_wanted(const dt__lower *L, const dt__tval *out);
+/* The group holding v's blobs (n devices): made now from its per-device
+ * blobs (the value's references move into it) when g->bgroup is on. NULL:
+ * none (off, or out of memory: a shared record's slots then hold each
+ * blob). */
+struct dt__bgroup *dt__lw_group_of(dt_graph *g, dt__tval *v, int n);
 
 /* A family's check that its per-device kernels of a node are one kernel:
  * device 0's attributes, as given and packed, to compare the others' with. */

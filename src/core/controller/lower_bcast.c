@@ -25,6 +25,7 @@
 #include "core/client/tensor.h"
 #include "core/controller/lower.h"
 #include "core/controller/lower_queue.h"
+#include "core/controller/lower_step.h"
 #include "core/records/bcast.h"
 #include "core/records/bgroup.h"
 #include "core/records/blob.h"
@@ -80,7 +81,7 @@ static int eligible(const dt__lower *L, const dt__tval *out, dt__tval *const *in
         const dt__meta *m = &in[j]->meta;
         if (m->mesh != mesh || m->seg.n || !in[j]->blobs || (!checked && !same_blocks(m, &out->meta)))
             return 0;
-        for (int64_t d = 0; d < mesh->ndev; d++)
+        for (int64_t d = 0; !in[j]->grp && d < mesh->ndev; d++) /* a group's members are all there */
             if (!in[j]->blobs[d])
                 return 0; /* an earlier failure: the per-device path reports it */
     }
@@ -147,10 +148,7 @@ static int make_outs(dt__lower *L, dt__tval *out, dt__stream *const *ss, int n, 
     return 0;
 }
 
-/* The group holding v's blobs: made now from its per-device blobs (the
- * value's references move into it) when g->bgroup is on. NULL: none (off,
- * or out of memory: the slots then hold each blob). */
-static dt__bgroup *group_of(dt_graph *g, dt__tval *v, int n) {
+dt__bgroup *dt__lw_group_of(dt_graph *g, dt__tval *v, int n) {
     if (v->grp || !atomic_load_explicit(&g->bgroup, memory_order_relaxed))
         return v->grp;
     dt__bgroup *gr = dt__bgroup_adopt(g->ctl_pools, n, v->blobs);
@@ -168,6 +166,8 @@ int dt__lw_bcast(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char 
     dt_graph *g = L->g;
     if (kop >= DT_K_COUNT || a->text || !eligible(L, out, in, n_in, checked))
         return 0;
+    if (dt__lw_step_add(L, out, kop, a, opname, in, n_in))
+        return 1; /* appended to the mesh's open run (lower_step.c) */
     const dt_mesh *mesh = out->meta.mesh;
     int n = (int)mesh->ndev;
     dt__stream *ss[BCAST_MAX_DEV];
@@ -203,7 +203,7 @@ int dt__lw_bcast(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char 
      * device's member. */
     dt__bgroup *gin[DT_MAX_OP_INPUTS] = {NULL};
     for (int j = 0; j < n_in; j++)
-        if ((gin[j] = group_of(g, in[j], n))) {
+        if ((gin[j] = dt__lw_group_of(g, in[j], n))) {
             b->gin[j] = gin[j];
             dt__bgroup_hold(gin[j]);
         }

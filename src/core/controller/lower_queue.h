@@ -10,6 +10,7 @@
 #ifndef DT_CORE_LOWER_QUEUE_H
 #define DT_CORE_LOWER_QUEUE_H
 
+#include "core/controller/lower_step.h"
 #include "core/controller/replay.h"
 #include "core/controller/trace_lower.h"
 #include "core/records/blob.h"
@@ -26,21 +27,28 @@ static inline void dt__lw_stream_dirty(dt_graph *g, dt__stream *s) {
     }
 }
 
-/* Links k (k->next NULL) into the stream's batch and counts it, with no
- * capture or trace: a replayed record's path (core/controller/replay.c: the cache
- * answers only for a node that is not recorded, and a replay captures
- * nothing). Everything else appends with dt__lw_stream_append. */
-static inline void dt__lw_stream_link(dt_graph *g, dt__stream *s, dt__krec *k) {
-    g->kqueued_local++;
-    s->appended++;
-    if (s->kind == DT_STREAM_COMM)
-        g->comm_queued++; /* the schedule's cue (core/controller/sched.h) */
+/* Links k (k->next NULL) at the end of the stream's batch, uncounted. */
+static inline void dt__lw_stream_put(dt_graph *g, dt__stream *s, dt__krec *k) {
     if (s->btail)
         s->btail->next = k;
     else
         s->bhead = k;
     s->btail = k;
     dt__lw_stream_dirty(g, s);
+}
+
+/* Links k (k->next NULL) into the stream's batch and counts it, with no
+ * capture or trace: a replayed record's path (core/controller/replay.c: the cache
+ * answers only for a node that is not recorded, and a replay captures
+ * nothing). Everything else appends with dt__lw_stream_append. */
+static inline void dt__lw_stream_link(dt_graph *g, dt__stream *s, dt__krec *k) {
+    if (g->step_open) /* its kernels come first on its streams (lower_step.h) */
+        dt__lw_step_close(g);
+    g->kqueued_local++;
+    s->appended++;
+    if (s->kind == DT_STREAM_COMM)
+        g->comm_queued++; /* the schedule's cue (core/controller/sched.h) */
+    dt__lw_stream_put(g, s, k);
 }
 
 /* Adds k to the stream's batch; the batch is handed over by flush()

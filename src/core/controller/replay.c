@@ -342,6 +342,8 @@ int dt__replay_begin(dt__replay *r, dt__lower *L, const dt__node *n, int passes)
     return 2;
 }
 
+void dt__replay_uncapturable(dt__replay *r) { r->cap_over = 1; }
+
 void dt__replay_note(dt__replay *r, dt__stream *s, dt__krec *k) {
     if (r->ncap == r->capcap) {
         if (r->capcap >= MAX_RECS) {

@@ -58,5 +58,10 @@ void dt__replay_end(dt__replay *r, dt__lower *L, const dt__node *n, dt_status st
 /* Called by dt__lw_stream_append for every record queued while a capture is
  * on (g->replay_cap). */
 void dt__replay_note(dt__replay *r, dt__stream *s, dt__krec *k);
+/* The node being captured was appended to a run of shared records
+ * (core/controller/lower_step.c): none of its kernels is a record of its
+ * own, so its template keeps only the signature (unusable: later sightings
+ * are lowered, and join runs, at once). */
+void dt__replay_uncapturable(dt__replay *r);
 
 #endif /* DT_CORE_REPLAY_H */

@@ -40,6 +40,11 @@ struct dt_graph {
      * (core/records/bgroup.h; on unless DTORCH_BGROUP=0 at creation or
      * dt_graph_set_bgroup turn it off). */
     atomic_int bgroup;
+    /* Consecutive shared nodes of one mesh are one run: one record, one
+     * slot per device (core/records/step.h; on unless DTORCH_STEP=0 at
+     * creation or dt_graph_set_step turn it off). */
+    atomic_int step;
+    struct dt__step *step_open; /* controller only: the open run, or NULL */
     /* The controller lowers a round's compute ahead of what waits on its
      * collectives (core/controller/sched.h; on unless DTORCH_SCHEDULE=0 at creation;
      * dt_graph_set_schedule). */
@@ -88,6 +93,7 @@ struct dt_graph {
     atomic_long replay_misses;    /* nodes the cache could hold that were lowered */
     atomic_long replay_run_hits;  /* of replay_hits, found by the run's prediction (replay.c) */
     atomic_long chain_blocks;     /* blocks the backends' run_chain ran chain kernels on (chain_run.c) */
+    atomic_long step_runs;        /* runs of shared kernels closed (lower_step.c) */
     atomic_long bcast_nodes;      /* nodes lowered as one device-independent record (lower_bcast.c) */
     atomic_int time_lowering;     /* dt_debug_lowering_ns: time each node's lowering */
     atomic_long lowering_ns;      /* the lowering steps' time while timed */

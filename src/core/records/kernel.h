@@ -23,6 +23,7 @@ enum {
     DT_KC_BCAST,   /* a device's slot of a device-independent record (core/records/bcast.h): handle */
     DT_KC_USER, /* handle = dt__ufn (core/records/ufn.h); attributes: the device's block (dtype, ndim, shape)
                  */
+    DT_KC_STEP, /* a device's slot of a run of shared kernels (core/records/step.h): handle */
     DT_KC_END
 };
 

@@ -103,7 +103,8 @@ dt_status dt__kernel_encode(const dt__kbatch *b, dt__kgroup_fn group_of, void *c
     for (int i = 0; i < b->n; i++)
         for (const dt__krec *k = b->s[i].head; k; k = k->next) {
             if (k->kop == DT_KC_GATE || k->kop == DT_KC_STOP || k->kop == DT_KC_RELEASE ||
-                k->kop == DT_KC_BCAST || k->kop == DT_KC_USER || k->kop < 0 || k->kop >= DT_KC_END) {
+                k->kop == DT_KC_BCAST || k->kop == DT_KC_USER || k->kop == DT_KC_STEP || k->kop < 0 ||
+                k->kop >= DT_KC_END) {
                 dt__free(groups);
                 return dt__error(DT_EINVAL, "kernel encode: a %s kernel (%s) cannot leave the process",
                                  k->opname ? k->opname : "core",
@@ -265,7 +266,7 @@ static dt__krec *rd_kernel(reader *r, int type, const dt__kresolver *res, const 
     if (r->why)
         return NULL;
     if (kop < 0 || kop >= DT_KC_END || kop == DT_KC_STOP || kop == DT_KC_GATE || kop == DT_KC_RELEASE ||
-        kop == DT_KC_BCAST || kop == DT_KC_USER) {
+        kop == DT_KC_BCAST || kop == DT_KC_USER || kop == DT_KC_STEP) {
         fail(r, "unknown or in-process kernel op");
         return NULL;
     }

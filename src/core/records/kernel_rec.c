@@ -40,6 +40,7 @@
 #include "core/records/gate.h"
 #include "core/records/kernel.h"
 #include "core/records/kernel_rec.h"
+#include "core/records/step.h"
 #include "core/records/ufn.h"
 
 /* ---------------------------------------------------------------- records */
@@ -96,6 +97,14 @@ void dt__krec_free(dt__krec *k) {
 void dt__krec_discard(dt__krec *k) {
     if (!k)
         return;
+    if (k->kop == DT_KC_STEP) { /* a run's slot: its kernels' outputs there */
+        dt__step *st = k->handle;
+        int d = dt__step_slot_index(st, k);
+        for (int i = 0; i < st->k; i++)
+            dt__blob_release(dt__bgroup_ptrs(dt__step_img_at(st, i)->gout)[d]);
+        dt__step_unref(st);
+        return;
+    }
     /* A slot's inputs from a group its shared record holds are borrowed. */
     dt__krec_release_blobs(k, k->kop == DT_KC_BCAST ? k->handle : NULL, -1);
     if (k->handle) {

@@ -22,6 +22,7 @@
 #include "core/records/kernel.h"
 #include "core/records/kernel_rec.h"
 #include "core/records/memstats.h"
+#include "core/records/step.h"
 #include "core/records/trace.h"
 #include "core/records/ufn.h"
 #include "core/worker/chain_run.h"
@@ -259,8 +260,43 @@ static dt__krec *bcast_local(dt__krec *slot, bcast_buf *buf) {
 }
 
 static void kernel_exec(dt__krec *k, dt__stream *s, const slot_of *so);
+static void kernel_drop(dt__krec *k, dt__stream *s, const slot_of *so);
+
+/* Image `im` of a run (core/records/step.h) on device d, instantiated in
+ * `buf` as a shared record's slot would be: its blobs are member d of the
+ * groups it names (the inputs borrowed from the groups the run holds, the
+ * output with its kernel's reference). It waits on whatever input another
+ * stream made (the controller did not look). */
+static dt__krec *step_local(const dt__step_img *im, int d, bcast_buf *buf) {
+    const dt__krec *img = im->bc.img;
+    dt__krec *k = &buf->k;
+    memcpy(k, img, offsetof(dt__krec, attr) + img->alen);
+    k->wait = 1;
+    for (int j = 0; j < k->n_in; j++)
+        k->in[j] = dt__bgroup_ptrs(im->bc.gin[j])[d];
+    k->out = dt__bgroup_ptrs(im->gout)[d];
+    return k;
+}
+
+/* A run's slot: its kernels in order, each run (or dropped) as an
+ * instantiated shared record's slot; then the slot lets go of the run. */
+static void step_each(dt__krec *slot, dt__stream *s, void (*fn)(dt__krec *, dt__stream *, const slot_of *)) {
+    dt__step *st = slot->handle;
+    int d = dt__step_slot_index(st, slot);
+    for (int i = 0; i < st->k; i++) {
+        dt__step_img *im = dt__step_img_at(st, i);
+        bcast_buf buf;
+        slot_of so = {&im->bc, d};
+        fn(step_local(im, d, &buf), s, &so);
+    }
+    dt__step_unref(st);
+}
 
 void dt__kernel_run(dt__krec *k, dt__stream *s) {
+    if (k->kop == DT_KC_STEP) {
+        step_each(k, s, kernel_exec);
+        return;
+    }
     if (k->kop == DT_KC_BCAST) {
         bcast_buf buf;
         slot_of so = {k->handle, dt__bcast_slot_index(k->handle, k)};
@@ -335,9 +371,11 @@ static void kernel_exec(dt__krec *k, dt__stream *s, const slot_of *so) {
     dt__krec_release_blobs(k, so ? so->bc : NULL, so ? so->d : -1);
 }
 
-static void kernel_drop(dt__krec *k, dt__stream *s, const slot_of *so);
-
 void dt__kernel_drop(dt__krec *k, dt__stream *s) {
+    if (k->kop == DT_KC_STEP) {
+        step_each(k, s, kernel_drop);
+        return;
+    }
     if (k->kop == DT_KC_BCAST) {
         bcast_buf buf;
         slot_of so = {k->handle, dt__bcast_slot_index(k->handle, k)};

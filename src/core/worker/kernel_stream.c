@@ -120,6 +120,8 @@ static void *worker_main(void *arg) {
         long ran = 0;
         while (k) {
             dt__krec *next = k->next;
+            /* A run's slot counts its kernels (core/records/step.h). */
+            long kernels = k->kop == DT_KC_STEP ? k->rank : 1;
             if (k->kop == DT_KC_STOP) {
                 stop = 1;
                 dt__krec_free(k);
@@ -133,7 +135,7 @@ static void *worker_main(void *arg) {
                     dt__kernel_run(k, s);
                 /* Report progress every so often, so a client waiting on
                  * the backlog does not wait for a whole long batch. */
-                if (++ran == 256) {
+                if ((ran += kernels) >= 256) {
                     dt__backlog_done(s->g, ran);
                     ran = 0;
                 }

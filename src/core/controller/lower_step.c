@@ -1,0 +1,143 @@
+/*
+ * One message per mesh per run (docs/decisions.md, "One message per mesh
+ * per run"): the nodes that dt__lw_bcast would lower each into one shared
+ * record (core/controller/lower_bcast.c) are appended, while they follow one
+ * another on one mesh, to one open run (core/records/step.h). Per node the
+ * controller packs the kernel's attributes once, makes the output's group
+ * and gives each member its event (its stream and number: the kernel's
+ * number on that stream, counted now as a record of its own would be); it
+ * links nothing. The run is closed (its one slot per device linked on the
+ * device's stream) before anything else is linked on any stream (a node
+ * lowered otherwise, another mesh's, a read, a sync, a replayed record:
+ * dt__lw_stream_link), at the round's flush, when another mesh's node is
+ * appended, and when it holds DT__STEP_MAX kernels. So the streams' order
+ * and every consumer's view of the events are those of one record per
+ * kernel.
+ *
+ * Taken only with blob groups on (every input is named by its group; a
+ * value made per device is adopted into one) and for a fresh output. A
+ * node that replay is capturing keeps only its signature (its template
+ * would have no records): later sightings join runs at once.
+ *
+ * Threads: the controller thread only.
+ */
+#include <string.h>
+
+#include "core/client/tensor.h"
+#include "core/controller/lower_queue.h"
+#include "core/controller/lower_step.h"
+#include "core/records/graph_int.h"
+#include "core/records/mesh.h"
+#include "core/records/step.h"
+#include "core/worker/stream_int.h"
+
+/* A new run on `mesh` (n devices), its streams looked up; NULL when one
+ * cannot be had here (out of memory, a worker node's device, a failed
+ * stream: the caller's path reports it). */
+static dt__step *step_open(dt__lower *L, const dt_mesh *mesh, int n) {
+    dt__step *st = dt__malloc(DT__STEP_BYTES(n));
+    if (!st)
+        return NULL;
+    st->n = n;
+    st->k = 0;
+    st->mesh = mesh;
+    st->ss = (dt__stream **)((uint8_t *)st + DT__STEP_HDR + (size_t)n * DT__BCAST_SLOT);
+    st->be = (const dt__backend **)(st->ss + n);
+    st->imgs = (uint8_t *)st + DT__STEP_IMGS(n);
+    for (int d = 0; d < n; d++) {
+        st->ss[d] = dt__lw_stream(L, mesh, d);
+        if (!st->ss[d] || st->ss[d]->remote) {
+            dt__free(st);
+            return NULL;
+        }
+        st->be[d] = st->ss[d]->be;
+    }
+    return st;
+}
+
+void dt__lw_step_close(dt_graph *g) {
+    dt__step *st = g->step_open;
+    if (!st)
+        return;
+    g->step_open = NULL;
+    if (!st->k) {
+        dt__free(st);
+        return;
+    }
+    atomic_init(&st->left, st->n);
+    for (int d = 0; d < st->n; d++) {
+        dt__krec *slot = dt__step_slot(st, d);
+        memset(slot, 0, DT__BCAST_SLOT);
+        slot->kop = DT_KC_STEP;
+        slot->handle = st;
+        slot->rank = st->k; /* its kernels, for the backlog's count */
+        slot->opname = dt__step_img_at(st, 0)->bc.img->opname;
+        /* Linked, not counted: its kernels were counted as they came. */
+        dt__lw_stream_put(g, st->ss[d], slot);
+    }
+    atomic_fetch_add_explicit(&g->step_runs, 1, memory_order_relaxed);
+}
+
+int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname,
+                    dt__tval *const *in, int n_in) {
+    dt_graph *g = L->g;
+    if (!atomic_load_explicit(&g->step, memory_order_relaxed) ||
+        !atomic_load_explicit(&g->bgroup, memory_order_relaxed) || out->blobs)
+        return 0;
+    const dt_mesh *mesh = out->meta.mesh;
+    int n = (int)mesh->ndev;
+    if (n > DT__BGROUP_MAX)
+        return 0;
+    dt__step *st = g->step_open;
+    if (st && (st->mesh != mesh || st->k == DT__STEP_MAX)) {
+        dt__lw_step_close(g);
+        st = NULL;
+    }
+    if (!st && !(st = step_open(L, mesh, n)))
+        return 0;
+    g->step_open = st;
+    if (g->replay_cap) /* capturing this node: its template cannot be replayed */
+        dt__replay_uncapturable(g->replay_cap);
+    /* Every input by its group: a value made per device is adopted. */
+    dt__bgroup *gin[DT_MAX_OP_INPUTS];
+    for (int j = 0; j < n_in; j++)
+        if (!(gin[j] = dt__lw_group_of(g, in[j], n)))
+            return 0; /* out of memory: the shared record's path */
+    dt__bgroup *gr = dt__bgroup_new(g->ctl_pools, n, st->be, 2);
+    if (!gr) {
+        dt__lw_fail(L, DT_ENOMEM, "out of memory (a run's kernel)");
+        return 1;
+    }
+    out->grp = gr;
+    out->blobs = dt__bgroup_ptrs(gr);
+    /* The node's reuse mark (passes/reuse.c), as dt__lw_push_on puts it. */
+    a->flags |= L->kflags;
+    dt__step_img *im = dt__step_img_at(st, st->k++);
+    dt__krec *img = (dt__krec *)((uint8_t *)im + DT__STEP_IMG_HDR);
+    memset(img, 0, offsetof(dt__krec, attr));
+    img->alen = (uint32_t)dt__kattr_pack(a, img->attr);
+    img->kop = kop;
+    img->n_in = (int16_t)n_in;
+    img->opname = opname ? opname : dt__ops[L->node->op].name;
+    img->site_file = L->node->site_file;
+    img->site_line = L->node->site_line;
+    im->bc.img = img;
+    im->gout = gr;
+    for (int j = 0; j < n_in; j++) {
+        im->bc.gin[j] = gin[j];
+        dt__bgroup_hold(gin[j]);
+    }
+    /* Each member's event: this kernel's number on its device's stream. */
+    for (int d = 0; d < n; d++) {
+        dt__blob *m = out->blobs[d];
+        dt__stream *s = st->ss[d];
+        m->id = ++g->blob_ids;
+        m->producer = s;
+        m->seq = ++s->appended;
+    }
+    g->kqueued_local += n;
+    atomic_fetch_add_explicit(&g->bcast_nodes, 1, memory_order_relaxed);
+    if (st->k == DT__STEP_MAX)
+        dt__lw_step_close(g);
+    return 1;
+}

@@ -1,0 +1,31 @@
+/*
+ * Runs of shared kernels (core/records/step.h, core/controller/lower_step.c):
+ * consecutive nodes of one mesh that would each be a device-independent
+ * record are appended to one open run, whose slots (one per device) are
+ * linked when it is closed.
+ *
+ * Threads: the controller thread only.
+ */
+#ifndef DT_CORE_LOWER_STEP_H
+#define DT_CORE_LOWER_STEP_H
+
+#include "core/controller/lower.h"
+
+/* Appends the node being lowered (output `out`, backend kernel `kop` with
+ * attributes *a, the node's reuse mark added, op name `opname`, the n_in
+ * inputs' blocks on each device the kernel's whole inputs there: what
+ * dt__lw_bcast found) to the graph's open run on out's mesh, opening one
+ * (and closing another mesh's) as needed. Returns 1 when it took the node
+ * (L->status set on a failure), 0 when the caller lowers it otherwise
+ * (nothing was made; the switch off, groups off, an output with blobs
+ * already, a worker node's device). */
+int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname,
+                    dt__tval *const *in, int n_in);
+
+/* Closes the open run (g->step_open): links its slot on each device's
+ * stream. Called before anything else is linked on any stream (the
+ * run's kernels were numbered on its streams when they were appended) and
+ * at the round's flush. A no-op when none is open. */
+void dt__lw_step_close(dt_graph *g);
+
+#endif /* DT_CORE_LOWER_STEP_H */

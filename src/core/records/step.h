@@ -1,0 +1,97 @@
+/*
+ * A run of device-independent kernels (docs/decisions.md, "One message per
+ * mesh per run"): consecutive nodes that would each be one shared record
+ * (core/records/bcast.h) on the same mesh, lowered into one record holding
+ * K kernel images, with ONE slot per device linked into that device's
+ * stream queue when the run is closed (core/controller/lower_step.c).
+ *
+ * Each image names its blobs by group (core/records/bgroup.h): input j is
+ * member d of group gin[j], the output member d of gout, so the controller
+ * writes nothing per device for a kernel but its output member's event
+ * (producer stream and number: every kernel of the run keeps its own
+ * number on each stream, as K records would). A worker that reaches its
+ * slot instantiates the K kernels in order, each as a shared record's slot
+ * would be (core/worker/kernel_run.c): its own op name, call site,
+ * attributes, in-place test and event. The last slot run (or dropped)
+ * drops the groups the images hold and frees the record.
+ *
+ * Each image starts with a dt__bcast header whose `gin` and `img` are the
+ * image's, so the code that instantiates a shared record's slot (the
+ * in-place test, the release of borrowed inputs) reads an image the same
+ * way; its `left` and `n` are unused.
+ *
+ * Memory: one allocation, [dt__step][n slots][n streams][cap images].
+ * Threads: filled by the controller while the run is open (nothing of it
+ * is visible to a worker before the close links the slots and the round's
+ * flush hands them over), then read by the workers; `left` is the only
+ * field written after the hand-over.
+ */
+#ifndef DT_CORE_STEP_H
+#define DT_CORE_STEP_H
+
+#include "core/records/bcast.h"
+
+/* Images per run at most: the run is closed when it is full. */
+#define DT__STEP_MAX 32
+
+typedef struct dt__step_img {
+    dt__bcast bc;     /* gin[] and img (the kernel, no blobs) */
+    dt__bgroup *gout; /* the output's group (held by its value) */
+} dt__step_img;
+
+/* An image's stride: its header, then its kernel with the most attributes. */
+#define DT__STEP_IMG_HDR ((sizeof(dt__step_img) + DT_CACHE_LINE - 1) / DT_CACHE_LINE * DT_CACHE_LINE)
+#define DT__STEP_IMG_STRIDE                                                                                  \
+    ((DT__STEP_IMG_HDR + sizeof(dt__krec) + DT__KATTR_PACK_MAX + DT_CACHE_LINE - 1) / DT_CACHE_LINE *        \
+     DT_CACHE_LINE)
+
+struct dt__stream;
+struct dt_mesh;
+
+typedef struct dt__step {
+    atomic_int left;            /* slots not yet run or dropped */
+    int n;                      /* slots: the mesh's devices */
+    int k;                      /* images so far */
+    const struct dt_mesh *mesh; /* controller only */
+    struct dt__stream **ss;     /* controller only: device d's stream */
+    const dt__backend **be;     /* controller only: ss[d]'s backend */
+    uint8_t *imgs;              /* image 0 */
+} dt__step;
+
+#define DT__STEP_HDR ((size_t)2 * DT_CACHE_LINE)
+_Static_assert(sizeof(dt__step) <= DT__STEP_HDR, "dt__step header");
+/* Where the images start: after the slots, streams and backends. */
+#define DT__STEP_IMGS(n)                                                                                     \
+    ((DT__STEP_HDR + (size_t)(n) * (DT__BCAST_SLOT + 2 * sizeof(void *)) + DT_CACHE_LINE - 1) /              \
+     DT_CACHE_LINE * DT_CACHE_LINE)
+#define DT__STEP_BYTES(n) (DT__STEP_IMGS(n) + (size_t)DT__STEP_MAX * DT__STEP_IMG_STRIDE)
+
+/* Slot d of st. */
+static inline dt__krec *dt__step_slot(dt__step *st, int d) {
+    return (dt__krec *)((uint8_t *)st + DT__STEP_HDR + (size_t)d * DT__BCAST_SLOT);
+}
+
+/* Image i of st. */
+static inline dt__step_img *dt__step_img_at(const dt__step *st, int i) {
+    return (dt__step_img *)(st->imgs + (size_t)i * DT__STEP_IMG_STRIDE);
+}
+
+/* The device index of slot k of st. */
+static inline int dt__step_slot_index(const dt__step *st, const dt__krec *k) {
+    return (int)(((const uint8_t *)k - ((const uint8_t *)st + DT__STEP_HDR)) / DT__BCAST_SLOT);
+}
+
+/* One slot is done with st (run, dropped, or never queued): the last drops
+ * the groups its images hold and frees it. Any thread. */
+static inline void dt__step_unref(dt__step *st) {
+    if (atomic_fetch_sub_explicit(&st->left, 1, memory_order_acq_rel) != 1)
+        return;
+    for (int i = 0; i < st->k; i++) {
+        dt__step_img *im = dt__step_img_at(st, i);
+        for (int j = 0; j < im->bc.img->n_in; j++)
+            dt__bgroup_release(im->bc.gin[j]);
+    }
+    dt__free(st);
+}
+
+#endif /* DT_CORE_STEP_H */
