@@ -148,8 +148,9 @@ static void test_matmul(void) {
 
 /* A kernel that fails (the ref backend has no floor_divide) poisons its
  * output with the op, a device and the call site; later work is fine. */
-static void test_kernel_error(void) {
+static void test_kernel_error(int step) { /* in a run, or one shared record per node */
     dt_graph *g = ref_graph(1);
+    CHECK(dt_graph_set_step(g, step) == DT_OK);
     dt_mesh *m = mesh1d(2);
     int64_t shape[1] = {4};
     dt_placement s0[1] = {{DT_PLACEMENT_SHARD, 0}};
@@ -177,9 +178,12 @@ static void test_kernel_error(void) {
 
 /* Records queued behind a closed gate are dropped, not run, by
  * dt_graph_cancel: every slot completes its number and the shared records
- * are freed (ASan: no leak). */
-static void test_cancel(void) {
+ * are freed (ASan: no leak). `step`: the adds as runs of shared records
+ * (one slot per device per run) or as one shared record each (one slot per
+ * device per add): either way every slot is dropped, not run. */
+static void test_cancel(int step) {
     dt_graph *g = ref_graph(1);
+    CHECK(dt_graph_set_step(g, step) == DT_OK);
     dt_mesh *m = mesh1d(4);
     int64_t shape[1] = {8};
     dt_tensor *a = dt_full(g, DT_FLOAT32, 1, shape, dt_scalar_float(1), m, NULL);
@@ -395,8 +399,10 @@ static void test_group_error(void) {
 int main(void) {
     test_same_values();
     test_matmul();
-    test_kernel_error();
-    test_cancel();
+    test_kernel_error(0);
+    test_kernel_error(1);
+    test_cancel(0);
+    test_cancel(1);
     test_memory();
     test_groups_as_without();
     test_group_error();

@@ -74,7 +74,9 @@ class TestScale(unittest.TestCase):
             self.assertRegex(text, rf"(?m)^ +{ndev}: client +\d+ +controller +\d+ +workers +\d+ +ns/op", text)
         for tp in (1, 2):  # the decoded tokens are transformers' on each mesh
             self.assertRegex(text, rf"(?m)^ +tp{tp}: .*tokens equal: True$", text)
-        self.assertRegex(text, r"(?m)^ +controller growth over tp1: x 1.00 x *\d", text)
+        # Per token is (long run - short run) / tokens: at these sizes the difference is noise and
+        # may come out negative (a CI run printed x-3.56); the format is what is checked here.
+        self.assertRegex(text, r"(?m)^ +controller growth over tp1: x 1.00 x *-?\d", text)
 
 
 if __name__ == "__main__":
