@@ -139,6 +139,19 @@ def held_controller(graph=None) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _switched(setter, on: bool, graph, env: str, default: bool) -> Iterator[None]:
+    """The switches below: `setter` (a ``dt_graph_set_*``) turns it `on` for the block, then back to
+    its default: `default`, unless the environment variable `env` says otherwise ("1" turns on a
+    switch that is off by default, "0" turns off one that is on)."""
+    g: Optional[Graph] = _resolve(graph) if graph is not None else Graph.default_graph()
+    setter(g, bool(on))
+    try:
+        yield
+    finally:
+        setter(g, os.environ.get(env) != "0" if default else os.environ.get(env) == "1")
+
+
+@contextlib.contextmanager
 def chains(on: bool, graph=None) -> Iterator[None]:
     """Turns a graph's blocked elementwise chains on or off (``dt_graph_set_chains``) inside the
     block, and back to the default after it (off; on with ``DTORCH_CHAINS=1``).
@@ -146,12 +159,8 @@ def chains(on: bool, graph=None) -> Iterator[None]:
     >>> with chains(False):
     ...     y = dtorch.ones(3).exp().sin()   # two kernels, not one chain
     """
-    g: Optional[Graph] = _resolve(graph) if graph is not None else Graph.default_graph()
-    _C._set_chains(g, bool(on))
-    try:
+    with _switched(_C._set_chains, on, graph, "DTORCH_CHAINS", False):
         yield
-    finally:
-        _C._set_chains(g, os.environ.get("DTORCH_CHAINS") == "1")
 
 
 @contextlib.contextmanager
@@ -162,24 +171,16 @@ def replay(on: bool, graph=None) -> Iterator[None]:
     >>> with replay(False):
     ...     y = dtorch.ones(3).exp()   # lowered, never replayed
     """
-    g: Optional[Graph] = _resolve(graph) if graph is not None else Graph.default_graph()
-    _C._set_replay(g, bool(on))
-    try:
+    with _switched(_C._set_replay, on, graph, "DTORCH_REPLAY", False):
         yield
-    finally:
-        _C._set_replay(g, os.environ.get("DTORCH_REPLAY") == "1")
 
 
 @contextlib.contextmanager
 def bgroup(on: bool, graph=None) -> Iterator[None]:
     """Turns a graph's blob groups on or off (``dt_graph_set_bgroup``) inside the block, and back
     to the default after it (on; off with ``DTORCH_BGROUP=0``)."""
-    g: Optional[Graph] = _resolve(graph) if graph is not None else Graph.default_graph()
-    _C._set_bgroup(g, bool(on))
-    try:
+    with _switched(_C._set_bgroup, on, graph, "DTORCH_BGROUP", True):
         yield
-    finally:
-        _C._set_bgroup(g, os.environ.get("DTORCH_BGROUP") != "0")
 
 
 @contextlib.contextmanager
@@ -187,12 +188,8 @@ def step(on: bool, graph=None) -> Iterator[None]:
     """Turns a graph's runs of device-independent records on or off (``dt_graph_set_step``)
     inside the block, and back to the default after it (on; off with ``DTORCH_STEP=0``):
     consecutive shared nodes of one mesh are one record with one slot per device."""
-    g: Optional[Graph] = _resolve(graph) if graph is not None else Graph.default_graph()
-    _C._set_step(g, bool(on))
-    try:
+    with _switched(_C._set_step, on, graph, "DTORCH_STEP", True):
         yield
-    finally:
-        _C._set_step(g, os.environ.get("DTORCH_STEP") != "0")
 
 
 @contextlib.contextmanager
@@ -203,12 +200,8 @@ def bcast(on: bool, graph=None) -> Iterator[None]:
     >>> with bcast(True):
     ...     y = x + 1   # one record for every device of x's mesh
     """
-    g: Optional[Graph] = _resolve(graph) if graph is not None else Graph.default_graph()
-    _C._set_bcast(g, bool(on))
-    try:
+    with _switched(_C._set_bcast, on, graph, "DTORCH_BCAST", True):
         yield
-    finally:
-        _C._set_bcast(g, os.environ.get("DTORCH_BCAST") != "0")
 
 
 @contextlib.contextmanager
@@ -219,12 +212,8 @@ def schedule(on: bool, graph=None) -> Iterator[None]:
     >>> with schedule(False):
     ...     y = dtorch.ones(3).exp()   # lowered in program order
     """
-    g: Optional[Graph] = _resolve(graph) if graph is not None else Graph.default_graph()
-    _C._set_schedule(g, bool(on))
-    try:
+    with _switched(_C._set_schedule, on, graph, "DTORCH_SCHEDULE", True):
         yield
-    finally:
-        _C._set_schedule(g, os.environ.get("DTORCH_SCHEDULE") != "0")
 
 
 def controller_cpu_ns(graph=None) -> int:

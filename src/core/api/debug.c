@@ -5,6 +5,7 @@
  *
  * Threads: client threads (any).
  */
+#include <stddef.h>
 #include <string.h>
 #include <time.h>
 
@@ -38,39 +39,32 @@ dt_status dt_graph_get_stats(dt_graph *g, dt_graph_stats *out, int reset_peak) {
     return DT_OK;
 }
 
-dt_status dt_graph_set_chains(dt_graph *g, int on) {
+/* The switches below: one atomic_int field of the graph, at `at`. */
+static dt_status set_switch(dt_graph *g, size_t at, const char *name, int on) {
     if (!dt__graph_ok(g))
-        return dt__error(DT_EINVAL, "graph_set_chains: graph is %s", dt__handle_bad(g));
-    atomic_store(&g->chains, on != 0);
+        return dt__error(DT_EINVAL, "graph_set_%s: graph is %s", name, dt__handle_bad(g));
+    atomic_store((atomic_int *)((char *)g + at), on != 0);
     return DT_OK;
+}
+
+dt_status dt_graph_set_chains(dt_graph *g, int on) {
+    return set_switch(g, offsetof(dt_graph, chains), "chains", on);
 }
 
 dt_status dt_graph_set_replay(dt_graph *g, int on) {
-    if (!dt__graph_ok(g))
-        return dt__error(DT_EINVAL, "graph_set_replay: graph is %s", dt__handle_bad(g));
-    atomic_store(&g->replay, on != 0);
-    return DT_OK;
+    return set_switch(g, offsetof(dt_graph, replay), "replay", on);
 }
 
 dt_status dt_graph_set_bcast(dt_graph *g, int on) {
-    if (!dt__graph_ok(g))
-        return dt__error(DT_EINVAL, "graph_set_bcast: graph is %s", dt__handle_bad(g));
-    atomic_store(&g->bcast, on != 0);
-    return DT_OK;
+    return set_switch(g, offsetof(dt_graph, bcast), "bcast", on);
 }
 
 dt_status dt_graph_set_bgroup(dt_graph *g, int on) {
-    if (!dt__graph_ok(g))
-        return dt__error(DT_EINVAL, "graph_set_bgroup: graph is %s", dt__handle_bad(g));
-    atomic_store(&g->bgroup, on != 0);
-    return DT_OK;
+    return set_switch(g, offsetof(dt_graph, bgroup), "bgroup", on);
 }
 
 dt_status dt_graph_set_step(dt_graph *g, int on) {
-    if (!dt__graph_ok(g))
-        return dt__error(DT_EINVAL, "graph_set_step: graph is %s", dt__handle_bad(g));
-    atomic_store(&g->step, on != 0);
-    return DT_OK;
+    return set_switch(g, offsetof(dt_graph, step), "step", on);
 }
 
 int64_t dt_debug_step_runs(dt_graph *g) { return dt__graph_ok(g) ? atomic_load(&g->step_runs) : -1; }
@@ -80,10 +74,7 @@ int64_t dt_debug_chain_blocks(dt_graph *g) { return dt__graph_ok(g) ? atomic_loa
 int64_t dt_debug_bcast_nodes(dt_graph *g) { return dt__graph_ok(g) ? atomic_load(&g->bcast_nodes) : -1; }
 
 dt_status dt_graph_set_schedule(dt_graph *g, int on) {
-    if (!dt__graph_ok(g))
-        return dt__error(DT_EINVAL, "graph_set_schedule: graph is %s", dt__handle_bad(g));
-    atomic_store(&g->schedule, on != 0);
-    return DT_OK;
+    return set_switch(g, offsetof(dt_graph, schedule), "schedule", on);
 }
 
 int64_t dt_debug_nodes_reordered(dt_graph *g) {
