@@ -2,7 +2,21 @@
 the project's .venv (tools/setup.sh puts a .pth file there pointing at this
 checkout's python/ directory) or a `pip install .` of the package."""
 
+import gc
 import os
+import sys
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """A failed test's traceback, which pytest keeps in sys.last_* for post-mortem debugging, holds
+    the test's frames and so its dtorch tensors: values it made on a worker node stayed live, and
+    the next cluster test counted them as its own (test_cluster_drain's "holds 4 live values" saw
+    13 after a test_cluster.py failure). Dropped here, before the test's fixtures end."""
+    if any(getattr(sys, n, None) is not None for n in ("last_traceback", "last_exc")):
+        for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+            if hasattr(sys, name):
+                delattr(sys, name)
+        gc.collect()
 
 # DTORCH_TEST_DEVICE=cuda (tools/gpu_check.sh, on a machine with a GPU) runs the suite on cuda
 # meshes: every DeviceMesh("cpu", ...) a test makes becomes a cuda one (run it with
@@ -61,7 +75,6 @@ if os.environ.get("DTORCH_TEST_DEVICE") == "cuda":
 
 if os.environ.get("DTORCH_TEST_DEVICE") == "cuda":
     import re
-    import sys
 
     import pytest
 
