@@ -79,7 +79,10 @@ class TestGeluAndIndexing(unittest.TestCase):
                 (1, ...), (Ellipsis,),
                 # several ellipses: torch 2.13 takes them, the first spanning the dims and the others none
                 (..., ...), (..., 1, ...), (0, ..., ...), (..., None, ...), (Ellipsis, slice(1, 3), Ellipsis),
-                (None, ..., slice(0, 2), ...)]
+                (None, ..., slice(0, 2), ...),
+                # a tuple inside the key is a sequence of indices, as a list is (torch's advanced indexing)
+                ((0, 2), ...), (..., (0, 3)), ((0, 2),), ((1,), ..., None), ((True, False, True), ...),
+                ((0, 2), (1, 3)), (0, (1, 2), ...), (..., (4, 0), ...)]
         layouts = [(None, None), (CPU1, [Replicate()]), (CPU2, [Shard(1)]), (CPU3, [Shard(0)]),
                    (CPU3, [Shard(1)]), (CPU3, [Shard(2)]), (CPU2x2, [Shard(2), Shard(1)]),
                    (CPU2x2, [Replicate(), Shard(0)])]  # Shard(1) over 3: 2, 2, 0; Shard(2): 2, 2, 1
@@ -91,11 +94,26 @@ class TestGeluAndIndexing(unittest.TestCase):
                         got = x[k]
                     else:  # an integer index or a slice of a sharded dim is refused (test_indexing.py)
                         got, sharded = on_layout_or_replicas(x, lambda v: v[k])
-                        self.assertTrue(sharded or any(isinstance(e, int) or (isinstance(e, slice) and e != slice(None))
-                                                       for e in k))
+                        self.assertTrue(sharded or any(isinstance(e, (int, tuple)) or
+                                                       (isinstance(e, slice) and e != slice(None)) for e in k))
                     assert_tensor_equal(self, got, t[k])
                     if mesh is not None:
                         assert_replicas_equal(self, got)
+
+
+    def test_setitem_tuple_inside_the_key(self):
+        t = torch.arange(60.0).reshape(3, 4, 5)
+        for mesh, pl in ((None, None), (CPU1, [Replicate()]), (CPU3, [Replicate()]), (CPU3, [Shard(2)]),
+                         (CPU2x2, [Replicate(), Shard(2)])):
+            for k in (((0, 2), ...), (..., (1, 3), slice(None)), ((0, 2), (1, 3))):
+                with self.subTest(mesh=mesh, placements=pl, key=k):
+                    x = dtorch.from_torch(t, mesh, pl) if mesh else dtorch.from_torch(t)
+                    want = t.clone()
+                    want[k] = -1.0
+                    x[k] = -1.0
+                    assert_tensor_equal(self, x, want)
+                    if mesh is not None:
+                        assert_replicas_equal(self, x)
 
 
 def _bits(t):
