@@ -37,7 +37,9 @@ class TestKeywordForms(unittest.TestCase):
     def test_view_reshape_repeat_keywords(self):
         t = torch.arange(20.0).reshape(5, 4)  # rows 3, 2 over 2 devices and 2, 2, 1 over 3; columns 2, 2, 0
         calls = [lambda m: m.view(size=(5, 2, 2)), lambda m: m.view([5, -1]), lambda m: m.reshape(shape=(5, 4, 1)),
-                 lambda m: m.repeat(repeats=(1, 2)), lambda m: m.repeat((2, 1, 1)), lambda m: m.repeat(1, 3)]
+                 lambda m: m.repeat(repeats=(1, 2)), lambda m: m.repeat((2, 1, 1)), lambda m: m.repeat(1, 3),
+                 lambda m: m.expand(size=(2, 5, 4)), lambda m: m.expand((3, -1, 4)), lambda m: m.permute(dims=(1, 0)),
+                 lambda m: m.permute([1, 0]), lambda m: torch.permute(m, dims=(1, 0))]
         for mesh, pl in meshes():
             x = dtorch.from_torch(t, mesh, pl) if mesh else dtorch.from_torch(t)
             for i, call in enumerate(calls):
@@ -49,7 +51,11 @@ class TestKeywordForms(unittest.TestCase):
     def test_both_forms_is_torchs_type_error(self):
         t = torch.ones(2, 3)
         x = dtorch.from_torch(t)
-        for call in (lambda m: m.view(3, 2, size=(3, 2)), lambda m: m.repeat(1, 2, repeats=(1, 2))):
+        for call in (lambda m: m.view(3, 2, size=(3, 2)), lambda m: m.repeat(1, 2, repeats=(1, 2)),
+                     lambda m: m.expand(2, 3, size=(2, 3)), lambda m: m.permute(1, 0, dims=(1, 0)),
+                     # no sizes at all
+                     lambda m: m.view(), lambda m: m.reshape(), lambda m: m.repeat(), lambda m: m.expand(),
+                     lambda m: m.permute()):
             with self.assertRaises(TypeError):
                 call(t)
             with self.assertRaises(TypeError):
