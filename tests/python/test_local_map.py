@@ -123,6 +123,10 @@ class TestLocalMap(unittest.TestCase):
         assert_tensor_equal(self, g(x), torch.special.erf(a))
         with self.assertRaisesRegex(TypeError, "out_placements"):
             dtorch.local_map(torch.special.erf)
+        # torch's keyword for the inputs' gradients is taken (and has nothing to do: no autograd)
+        h = dtorch.local_map(torch.special.erf, [Shard(0)], ([Shard(0)],), in_grad_placements=([Shard(0)],),
+                             device_mesh=CPU2)
+        assert_tensor_equal(self, h(dtorch.from_torch(a, CPU2, [Shard(0)])), torch.special.erf(a))
 
     def test_out_meta_skips_the_meta_run(self):
         a = torch.randn(4, 3)
