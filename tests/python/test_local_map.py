@@ -228,6 +228,33 @@ class TestLocalMap(unittest.TestCase):
                     y.to_torch()
         assert_tensor_equal(self, x + 1, a + 1)
 
+    def test_failures_on_every_layout(self):
+        # A kernel that raises, and one whose block has the wrong shape on some device, fail at the
+        # read on one device, 1-D, uneven (5 rows: 2, 2, 1) and 2-D meshes; the runtime goes on.
+        a = torch.randn(5, 2)
+
+        def raises(t):
+            raise ValueError("user kernel failed")
+
+        def two_rows(t):  # the right block only where a device holds two rows
+            return t.new_zeros(2, 2)
+
+        for mesh, pl in ((CPU1, [Replicate()]), (CPU2, [Shard(0)]), (CPU3, [Shard(0)]),
+                         (CPU2x2, [Shard(0), Replicate()])):
+            with self.subTest(mesh=mesh, placements=pl):
+                x = dtorch.from_torch(a, mesh, pl)
+                meta = torch.empty(5, 2, device="meta")
+                y = dtorch.local_map(raises, pl, out_meta=meta)(x)
+                with self.assertRaisesRegex(dtorch.KernelError, "(?s)Traceback.*ValueError: user kernel failed"):
+                    (y + 1).to_torch()
+                z = dtorch.local_map(two_rows, pl, out_meta=meta)(x)
+                with self.assertRaisesRegex(dtorch.KernelError, "shape \\[2, 2\\] and dtype float32; this "
+                                            "device.s block of the output is \\[(5|3|1), 2\\]"):
+                    z.to_torch()
+                w = dtorch.local_map(act, pl)(x)  # the runtime goes on, on the same mesh
+                assert_tensor_allclose(self, w, act(a), rtol=1e-6, atol=1e-6)
+                assert_replicas_equal(self, w)
+
 
 class Counted:
     """A two-output function written for one device, counting its runs on real (not meta) tensors."""
