@@ -218,6 +218,20 @@ class TestTorchExceptionClasses(BadInputCase):
                     self.assertSameError(lambda: x.item(), lambda: a.item(),
                                          f"a Tensor with {n} elements cannot be converted to Scalar")
 
+    def test_max_min_of_a_tensor_and_a_keepdim(self):
+        # max(input, other) takes no keepdim: a third argument is torch's TypeError, not ignored
+        a, b = torch.rand(2, 3), torch.rand(2, 3)
+        for mesh, pl in self.LAYOUTS:
+            x = dtorch.from_torch(a, mesh, pl) if mesh else dtorch.from_torch(a)
+            y = dtorch.from_torch(b, mesh, pl) if mesh else dtorch.from_torch(b)
+            for name in ("max", "min"):
+                with self.subTest(op=name, mesh=mesh, placements=pl):
+                    self.assertSameError(lambda: getattr(torch, name)(x, y, y), lambda: getattr(torch, name)(a, b, b))
+                    self.assertSameError(lambda: getattr(dtorch, name)(x, y, True),
+                                         lambda: getattr(torch, name)(a, b, True))
+                    self.assertSameError(lambda: getattr(x, name)(y, keepdim=True), lambda: getattr(a, name)(b, keepdim=True))
+                    assert_tensor_equal(self, getattr(torch, name)(x, y), getattr(torch, name)(a, b))
+
     def test_tril_triu_of_fewer_than_two_dims(self):
         for name in ("tril", "triu"):
             for a in (torch.ones(3), torch.tensor(2.0)):
