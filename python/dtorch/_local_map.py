@@ -379,15 +379,16 @@ def _apply(name: str, func: Callable, out_placements: Any, in_placements: Any, d
 
 def local_map(func: Optional[Callable] = None, out_placements: Any = None, in_placements: Any = None,
               device_mesh: Optional[DeviceMesh] = None, *, redistribute_inputs: bool = False,
-              out_meta: Any = None) -> Callable:
+              out_meta: Any = None, in_grad_placements: Any = None) -> Callable:
     """``func`` on each device's local pieces, run by the device's worker (module docstring).
 
     ``out_placements``: the output's placements (one per mesh dim), or a tuple of such lists for a
     function returning several tensors. ``in_placements``: one entry per positional argument, the
     placements the argument must have (``None`` for a non-tensor or to take it as it is); an argument
     laid out otherwise is a ValueError unless ``redistribute_inputs=True``. ``device_mesh``: the
-    mesh (default: the first dtorch argument's). Returns the wrapped function; called without
-    ``func`` it is a decorator.
+    mesh (default: the first dtorch argument's). ``in_grad_placements`` (torch's, for the inputs'
+    gradients) is accepted and ignored: dtorch computes no gradients. Returns the wrapped function;
+    called without ``func`` it is a decorator.
 
     >>> @functools.partial(dtorch.local_map, out_placements=[dtorch.Shard(0)])
     ... def rms(t):

@@ -39,7 +39,7 @@ def _parse_key(x, key):
             k = None
         elif k is False:
             raise NotImplementedError("indexing with False is not supported by dtorch")
-        if isinstance(k, list):
+        if isinstance(k, (list, tuple)):  # a sequence inside the key is an index tensor, as in torch
             k = torch.tensor(k) if k else torch.empty(0, dtype=torch.int64)
         if k is Ellipsis and any(i is Ellipsis for i in items):
             continue  # torch (2.13) lets the first ellipsis span the dims; a later one spans none

@@ -82,7 +82,10 @@ def _max_min(name: str, op: int, pair, input, dim, keepdim):
         return _C._reduce(input, op, None, False, None)
     if isinstance(dim, _C.TensorBase):
         # torch.max(input, other) is the elementwise maximum: the elementwise
-        # family's op, looked up when called.
+        # family's op, looked up when called. It takes no keepdim (torch: TypeError).
+        if keepdim is not False:
+            raise TypeError(f"{name}() received an invalid combination of arguments: {name}(input, other) "
+                            f"takes no keepdim, got {type(keepdim).__name__}")
         elementwise = "maximum" if name == "max" else "minimum"
         fn = getattr(sys.modules[__package__], elementwise, None)
         if fn is None:

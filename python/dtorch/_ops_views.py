@@ -86,6 +86,8 @@ def _one_form(name: str, kw: str, args: tuple, value) -> tuple:
     """torch's two forms of a sizes argument: positional (``x.view(2, -1)``, ``x.view((2, -1))``) or
     the keyword ``kw`` (``x.view(size=(2, -1))``), not both (TypeError, as torch)."""
     if value is None:
+        if not args:  # torch's TypeError for a missing sizes argument (x.view(), x.reshape())
+            raise TypeError(f'{name}() missing 1 required positional arguments: "{kw}"')
         return args
     if args:
         raise TypeError(f"{name}() received an invalid combination of arguments: both positional sizes and {kw}=")
@@ -193,9 +195,9 @@ def _unsqueeze(self, dim: int):
 
 # ---------------------------------------------------------------- permute family
 
-def _permute(self, *dims):
-    """``x.permute(1, 0)`` or ``x.permute((1, 0))``."""
-    return _C._v_permute(self, _sizes(dims, "permute"))
+def _permute(self, *dims_args, dims=None):
+    """``x.permute(1, 0)``, ``x.permute((1, 0))`` or ``x.permute(dims=(1, 0))``."""
+    return _C._v_permute(self, _sizes(_one_form("permute", "dims", dims_args, dims), "permute"))
 
 
 def _transpose(self, dim0: int, dim1: int):
@@ -245,8 +247,9 @@ def _mT(self):
 
 # ---------------------------------------------------------------- expand / repeat
 
-def _expand(self, *sizes):
-    return _C._v_expand(self, _sizes(sizes, "expand"))
+def _expand(self, *sizes, size=None):
+    """``x.expand(2, -1, 4)``, ``x.expand((2, -1, 4))`` or ``x.expand(size=(2, -1, 4))``."""
+    return _C._v_expand(self, _sizes(_one_form("expand", "size", sizes, size), "expand"))
 
 
 def _expand_as(self, other):

@@ -19,27 +19,43 @@ TESTED_OPS = []  # forms of operators that test_views.py and test_nn_functional.
 
 
 def meshes():
-    return [(None, None), (CPU1, [Replicate()]), (CPU2, [Shard(0)]), (CPU3, [Shard(0)]),
-            (CPU2x2, [Shard(0), Replicate()])]
+    """One device (default and explicit), 1-D, and uneven (5 rows over 2 and 3 devices) and 2-D layouts."""
+    return [(None, None), (CPU1, [Replicate()]), (CPU2, [Shard(0)]), (CPU3, [Shard(0)]), (CPU3, [Shard(1)]),
+            (CPU2x2, [Shard(0), Replicate()]), (CPU2x2, [Shard(1), Shard(0)])]
+
+
+def on_layout_or_replicas(x, call):
+    """call(x); where x's shards are refused (the op's family tests cover which layouts), call on
+    replicas of x on the same mesh. Returns (result, whether the sharded layout ran)."""
+    try:
+        return call(x), True
+    except dtorch.PlacementError:
+        return call(x.redistribute(placements=[Replicate()] * x.device_mesh.ndim)), False
 
 
 class TestKeywordForms(unittest.TestCase):
     def test_view_reshape_repeat_keywords(self):
-        t = torch.arange(24.0).reshape(6, 4)
-        calls = [lambda m: m.view(size=(6, 2, 2)), lambda m: m.view([6, -1]), lambda m: m.reshape(shape=(6, 4, 1)),
-                 lambda m: m.repeat(repeats=(1, 2)), lambda m: m.repeat((2, 1, 1)), lambda m: m.repeat(1, 3)]
+        t = torch.arange(20.0).reshape(5, 4)  # rows 3, 2 over 2 devices and 2, 2, 1 over 3; columns 2, 2, 0
+        calls = [lambda m: m.view(size=(5, 2, 2)), lambda m: m.view([5, -1]), lambda m: m.reshape(shape=(5, 4, 1)),
+                 lambda m: m.repeat(repeats=(1, 2)), lambda m: m.repeat((2, 1, 1)), lambda m: m.repeat(1, 3),
+                 lambda m: m.expand(size=(2, 5, 4)), lambda m: m.expand((3, -1, 4)), lambda m: m.permute(dims=(1, 0)),
+                 lambda m: m.permute([1, 0]), lambda m: torch.permute(m, dims=(1, 0))]
         for mesh, pl in meshes():
             x = dtorch.from_torch(t, mesh, pl) if mesh else dtorch.from_torch(t)
             for i, call in enumerate(calls):
-                with self.subTest(mesh=mesh, call=i):
-                    got = call(x)
+                with self.subTest(mesh=mesh, placements=pl, call=i):
+                    got, _ = on_layout_or_replicas(x, call)
                     assert_tensor_equal(self, got, call(t))
                     assert_replicas_equal(self, got)
 
     def test_both_forms_is_torchs_type_error(self):
         t = torch.ones(2, 3)
         x = dtorch.from_torch(t)
-        for call in (lambda m: m.view(3, 2, size=(3, 2)), lambda m: m.repeat(1, 2, repeats=(1, 2))):
+        for call in (lambda m: m.view(3, 2, size=(3, 2)), lambda m: m.repeat(1, 2, repeats=(1, 2)),
+                     lambda m: m.expand(2, 3, size=(2, 3)), lambda m: m.permute(1, 0, dims=(1, 0)),
+                     # no sizes at all
+                     lambda m: m.view(), lambda m: m.reshape(), lambda m: m.repeat(), lambda m: m.expand(),
+                     lambda m: m.permute()):
             with self.assertRaises(TypeError):
                 call(t)
             with self.assertRaises(TypeError):
@@ -50,11 +66,11 @@ class TestKeywordForms(unittest.TestCase):
 
 class TestGeluAndIndexing(unittest.TestCase):
     def test_gelu_approximate(self):
-        t = torch.randn(6, 5)
+        t = torch.randn(5, 6)
         for mesh, pl in meshes():
             x = dtorch.from_torch(t, mesh, pl) if mesh else dtorch.from_torch(t)
             for approx in ("none", "tanh"):
-                with self.subTest(mesh=mesh, approximate=approx):
+                with self.subTest(mesh=mesh, placements=pl, approximate=approx):
                     for got in (DF.gelu(x, approximate=approx), TF.gelu(x, approximate=approx)):
                         if mesh is None or mesh.size() == 1:
                             assert_tensor_equal(self, got, TF.gelu(t, approximate=approx))
@@ -66,20 +82,44 @@ class TestGeluAndIndexing(unittest.TestCase):
     def test_getitem_ellipsis_tuples(self):
         t = torch.arange(60.0).reshape(3, 4, 5)
         keys = [(..., 1), (None, ..., 0), (0, ..., None), (slice(None), ..., slice(1, 3)), (..., None, 2),
-                (1, ...), (Ellipsis,)]
-        for mesh, pl in ((None, None), (CPU2, [Shard(1)]), (CPU3, [Shard(0)])):
+                (1, ...), (Ellipsis,),
+                # several ellipses: torch 2.13 takes them, the first spanning the dims and the others none
+                (..., ...), (..., 1, ...), (0, ..., ...), (..., None, ...), (Ellipsis, slice(1, 3), Ellipsis),
+                (None, ..., slice(0, 2), ...),
+                # a tuple inside the key is a sequence of indices, as a list is (torch's advanced indexing)
+                ((0, 2), ...), (..., (0, 3)), ((0, 2),), ((1,), ..., None), ((True, False, True), ...),
+                ((0, 2), (1, 3)), (0, (1, 2), ...), (..., (4, 0), ...)]
+        layouts = [(None, None), (CPU1, [Replicate()]), (CPU2, [Shard(1)]), (CPU3, [Shard(0)]),
+                   (CPU3, [Shard(1)]), (CPU3, [Shard(2)]), (CPU2x2, [Shard(2), Shard(1)]),
+                   (CPU2x2, [Replicate(), Shard(0)])]  # Shard(1) over 3: 2, 2, 0; Shard(2): 2, 2, 1
+        for mesh, pl in layouts:
             x = dtorch.from_torch(t, mesh, pl) if mesh else dtorch.from_torch(t)
             for k in keys:
-                with self.subTest(mesh=mesh, key=k):
-                    if pl and any(isinstance(e, int) for e in k[:1]) and pl[0].dim == 0:
-                        x = x.redistribute(placements=[Replicate()])
-                    assert_tensor_equal(self, x[k], t[k])
-        # Several ellipses: torch 2.13 takes them, the first spanning the dims and the others none.
-        x = dtorch.from_torch(t, CPU2, [Shard(1)])
-        for k in ((..., ...), (..., 1, ...), (0, ..., ...), (..., None, ...), (Ellipsis, slice(1, 3), Ellipsis)):
-            with self.subTest(key=k):
-                got = x.redistribute(placements=[Replicate()])[k] if 1 in k or 0 in k else x[k]
-                assert_tensor_equal(self, got, t[k])
+                with self.subTest(mesh=mesh, placements=pl, key=k):
+                    if mesh is None:
+                        got = x[k]
+                    else:  # an integer index or a slice of a sharded dim is refused (test_indexing.py)
+                        got, sharded = on_layout_or_replicas(x, lambda v: v[k])
+                        self.assertTrue(sharded or any(isinstance(e, (int, tuple)) or
+                                                       (isinstance(e, slice) and e != slice(None)) for e in k))
+                    assert_tensor_equal(self, got, t[k])
+                    if mesh is not None:
+                        assert_replicas_equal(self, got)
+
+
+    def test_setitem_tuple_inside_the_key(self):
+        t = torch.arange(60.0).reshape(3, 4, 5)
+        for mesh, pl in ((None, None), (CPU1, [Replicate()]), (CPU3, [Replicate()]), (CPU3, [Shard(2)]),
+                         (CPU2x2, [Replicate(), Shard(2)])):
+            for k in (((0, 2), ...), (..., (1, 3), slice(None)), ((0, 2), (1, 3))):
+                with self.subTest(mesh=mesh, placements=pl, key=k):
+                    x = dtorch.from_torch(t, mesh, pl) if mesh else dtorch.from_torch(t)
+                    want = t.clone()
+                    want[k] = -1.0
+                    x[k] = -1.0
+                    assert_tensor_equal(self, x, want)
+                    if mesh is not None:
+                        assert_replicas_equal(self, x)
 
 
 def _bits(t):
@@ -188,7 +228,7 @@ class TestCopyBetweenMeshes(unittest.TestCase):
         sources = [(self.B, [Shard(0), Replicate()]), (self.B, [Partial(), Shard(1)]), (self.B, [Partial(), Partial()]),
                    (self.C, [Shard(0)]), (self.C, [Partial()]), (CPU1, [Replicate()])]
         dests = [(self.A, [Shard(1)]), (self.A, [Replicate()]), (self.A, [Partial()]), (self.C, [Shard(1)]),
-                 (self.B, [Shard(1), Shard(0)])]
+                 (self.C, [Shard(0)]), (self.B, [Shard(1), Shard(0)]), (CPU1, [Replicate()])]
         for smesh, spl in sources:
             src = genuine_partial(t, smesh, spl)
             for dmesh, dpl in dests:

@@ -7,10 +7,10 @@ import unittest
 import torch
 
 import dtorch
-from dtorch import DeviceMesh, Shard
+from dtorch import DeviceMesh, Replicate, Shard
 from dtorch.test.test_util import assert_tensor_equal
 
-from helpers import CPU2, CPU3
+from helpers import CPU1, CPU2, CPU2x2, CPU3
 
 
 def torch_error(fn):
@@ -202,22 +202,46 @@ class TestTorchExceptionClasses(BadInputCase):
                     self.assertSameError(lambda: getattr(dtorch, name)(empty), lambda: getattr(torch, name)(empty),
                                          "expected a non-empty list of Tensors")
         self.assertSameError(lambda: dtorch.stack([]), lambda: torch.stack([]))
+        # an empty list holds no dtorch tensor, so torch.cat([]) is torch's own call: nothing to map
+
+    # one device (default and explicit), 1-D, uneven (3 rows over 2; 2 over 3: 1, 1, 0) and 2-D layouts
+    LAYOUTS = [(None, None), (CPU1, [Replicate()]), (CPU2, [Shard(0)]), (CPU3, [Shard(0)]),
+               (CPU2x2, [Shard(0), Replicate()]), (CPU2x2, [Replicate(), Replicate()])]
 
     def test_item_of_many_elements(self):
         for shape in ((3,), (2, 2), (0,)):
-            for mesh in (None, CPU2):
-                with self.subTest(shape=shape, mesh=mesh):
+            for mesh, pl in self.LAYOUTS:
+                with self.subTest(shape=shape, mesh=mesh, placements=pl):
                     a = torch.ones(shape)
-                    x = dtorch.from_torch(a, mesh, [Shard(0)]) if mesh else dtorch.from_torch(a)
+                    x = dtorch.from_torch(a, mesh, pl) if mesh else dtorch.from_torch(a)
                     n = a.numel()
                     self.assertSameError(lambda: x.item(), lambda: a.item(),
                                          f"a Tensor with {n} elements cannot be converted to Scalar")
 
+    def test_max_min_of_a_tensor_and_a_keepdim(self):
+        # max(input, other) takes no keepdim: a third argument is torch's TypeError, not ignored
+        a, b = torch.rand(2, 3), torch.rand(2, 3)
+        for mesh, pl in self.LAYOUTS:
+            x = dtorch.from_torch(a, mesh, pl) if mesh else dtorch.from_torch(a)
+            y = dtorch.from_torch(b, mesh, pl) if mesh else dtorch.from_torch(b)
+            for name in ("max", "min"):
+                with self.subTest(op=name, mesh=mesh, placements=pl):
+                    self.assertSameError(lambda: getattr(torch, name)(x, y, y), lambda: getattr(torch, name)(a, b, b))
+                    self.assertSameError(lambda: getattr(dtorch, name)(x, y, True),
+                                         lambda: getattr(torch, name)(a, b, True))
+                    self.assertSameError(lambda: getattr(x, name)(y, keepdim=True), lambda: getattr(a, name)(b, keepdim=True))
+                    assert_tensor_equal(self, getattr(torch, name)(x, y), getattr(torch, name)(a, b))
+
     def test_tril_triu_of_fewer_than_two_dims(self):
         for name in ("tril", "triu"):
             for a in (torch.ones(3), torch.tensor(2.0)):
-                with self.subTest(op=name, ndim=a.ndim):
-                    x = dtorch.from_torch(a)
-                    self.assertSameError(lambda: getattr(dtorch, name)(x), lambda: getattr(torch, name)(a),
-                                         f"{name}: input tensor must have at least 2 dimensions")
-                    self.assertSameError(lambda: getattr(x, name)(1), lambda: getattr(a, name)(1))
+                for mesh, pl in self.LAYOUTS:
+                    if a.ndim == 0 and pl and any(p.is_shard() for p in pl):
+                        continue  # a 0-d tensor has no dim to shard
+                    with self.subTest(op=name, ndim=a.ndim, mesh=mesh, placements=pl):
+                        x = dtorch.from_torch(a, mesh, pl) if mesh else dtorch.from_torch(a)
+                        self.assertSameError(lambda: getattr(dtorch, name)(x), lambda: getattr(torch, name)(a),
+                                             f"{name}: input tensor must have at least 2 dimensions")
+                        self.assertSameError(lambda: getattr(x, name)(1), lambda: getattr(a, name)(1))
+                        # torch's own function on the dtorch tensor (__torch_function__) raises the same
+                        self.assertSameError(lambda: getattr(torch, name)(x), lambda: getattr(torch, name)(a))

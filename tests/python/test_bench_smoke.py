@@ -79,5 +79,51 @@ class TestScale(unittest.TestCase):
         self.assertRegex(text, r"(?m)^ +controller growth over tp1: x 1.00 x *-?\d", text)
 
 
+def run_bench(name, argv):
+    """bench/<name>.py's main(argv) with its output captured: (rc, text). bench/ scripts import their
+    neighbours (local_map.py's helpers), as they do when run from there."""
+    import sys
+
+    out = io.StringIO()
+    sys.path.insert(0, BENCH)
+    try:
+        with contextlib.redirect_stdout(out):
+            rc = load(name).main(argv)
+    finally:
+        sys.path.remove(BENCH)
+    return rc, out.getvalue()
+
+
+class TestIssue31Benches(unittest.TestCase):
+    """Issue 31's figures (docs/benchmarks.md): each script runs at tiny sizes, checks its own
+    results against torch (the scripts assert it) and prints its figure lines."""
+
+    def test_local_map(self):
+        rc, text = run_bench("local_map", ["--numel", "64", "--steps", "10", "--repeat", "1", "--devices", "1", "2"])
+        self.assertEqual(rc, 0, text)
+        for n in (1, 2):
+            self.assertRegex(text, rf"(?m)^{n} device\(s\): builtin +\d+ ns/op \| local_map +\d+ ns/op .*eager torch",
+                             text)
+
+    @unittest.skipIf(os.environ.get("DTORCH_SKIP_COMPILE") == "1", "DTORCH_SKIP_COMPILE=1: torch.compile skipped")
+    def test_compiled_op(self):
+        rc, text = run_bench("compiled_op", ["--tokens", "16", "--dim", "16", "--steps", "1", "--repeat", "1",
+                                             "--no-sd3"])
+        self.assertEqual(rc, 0, text)  # the script asserts dtorch eager bit-identical to torch eager
+        for op in ("apply_rotary_emb", "silu_linear_chunk", "layer_norm_mul_add"):
+            self.assertRegex(text, rf"(?m)^{op} +\d+\.\d+ +\d+\.\d+ +\d+\.\d+ +\d+\.\d+ ", text)
+
+    def test_per_process(self):
+        from dtorch import _C
+        if not _C._cluster_info()["available"]:
+            self.skipTest("built without ZeroMQ")
+        rc, text = run_bench("per_process", ["--numel", "64", "--dim", "16", "--steps", "5", "--repeat", "1"])
+        self.assertEqual(rc, 0, text)  # the script asserts the processes' results equal the threads'
+        for n in (1, 2):
+            for kind in ("tiny", "matmul"):
+                self.assertRegex(text, rf"(?m)^{n} device\(s\) {kind} +: threads +\d+ ns/op \| processes +\d+ ns/op",
+                                 text)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -152,6 +152,28 @@ class TestCompiledOpCompiled(unittest.TestCase):
         assert_tensor_allclose(self, y, adaln_ref(t, sc, sh), rtol=1e-4, atol=1e-5)  # the reads waited
         self.assertEqual(len(co.compiled_kernels()) - before, 3)  # one per op: both workers share it
 
+    def test_uneven_and_2d_meshes_every_replica(self):
+        # The compiled kernels on 5 rows over 3 devices (local 2, 2 and 1: two keys per op, the 2-row
+        # one shared with the test above) and on a 2x2 mesh (batch on dp, replicas on tp).
+        co = dtorch.compiled_op
+        cfg = dtorch.ExecuteConfig(compile_fused_ops=True)
+        x, cos, sin = inputs(torch.float32, b=5, s=4, d=8)
+        t, w, b = torch.randn(5, 3, 8), torch.randn(12, 8), torch.randn(12)
+        sc, sh = torch.randn(5, 1, 8), torch.randn(5, 1, 8)
+        for mesh, rows in ((CPU3, [Shard(0)]), (CPU2x2, [Shard(0), Replicate()])):
+            with self.subTest(mesh=mesh):
+                R = [Replicate()] * mesh.ndim
+                y = co.apply_rotary_emb(put(x, mesh, rows), put(cos, mesh, R), put(sin, mesh, R), execute_config=cfg)
+                assert_tensor_allclose(self, y, rotary_ref(x, cos, sin, True), rtol=1e-5, atol=1e-5)
+                assert_replicas_equal(self, y)
+                y = co.silu_linear_chunk(put(t, mesh, rows), put(w, mesh, R), put(b, mesh, R), execute_config=cfg)
+                assert_tensor_allclose(self, y, swiglu_ref(t, w, b), rtol=1e-4, atol=1e-5)
+                assert_replicas_equal(self, y)
+                y = co.layer_norm_mul_add(put(t, mesh, rows), put(sc, mesh, rows), put(sh, mesh, rows),
+                                          execute_config=cfg)
+                assert_tensor_allclose(self, y, adaln_ref(t, sc, sh), rtol=1e-4, atol=1e-5)
+                assert_replicas_equal(self, y)
+
     def test_more_shapes_than_dynamos_recompile_limit(self):
         # Dynamo refuses a 9th shape on one code object (recompile_limit 8); a model meets more
         # adaLN shapes than that (image and text tokens, per mesh, per resolution): each key

@@ -123,6 +123,10 @@ class TestLocalMap(unittest.TestCase):
         assert_tensor_equal(self, g(x), torch.special.erf(a))
         with self.assertRaisesRegex(TypeError, "out_placements"):
             dtorch.local_map(torch.special.erf)
+        # torch's keyword for the inputs' gradients is taken (and has nothing to do: no autograd)
+        h = dtorch.local_map(torch.special.erf, [Shard(0)], ([Shard(0)],), in_grad_placements=([Shard(0)],),
+                             device_mesh=CPU2)
+        assert_tensor_equal(self, h(dtorch.from_torch(a, CPU2, [Shard(0)])), torch.special.erf(a))
 
     def test_out_meta_skips_the_meta_run(self):
         a = torch.randn(4, 3)
@@ -224,6 +228,33 @@ class TestLocalMap(unittest.TestCase):
                     y.to_torch()
         assert_tensor_equal(self, x + 1, a + 1)
 
+    def test_failures_on_every_layout(self):
+        # A kernel that raises, and one whose block has the wrong shape on some device, fail at the
+        # read on one device, 1-D, uneven (5 rows: 2, 2, 1) and 2-D meshes; the runtime goes on.
+        a = torch.randn(5, 2)
+
+        def raises(t):
+            raise ValueError("user kernel failed")
+
+        def two_rows(t):  # the right block only where a device holds two rows
+            return t.new_zeros(2, 2)
+
+        for mesh, pl in ((CPU1, [Replicate()]), (CPU2, [Shard(0)]), (CPU3, [Shard(0)]),
+                         (CPU2x2, [Shard(0), Replicate()])):
+            with self.subTest(mesh=mesh, placements=pl):
+                x = dtorch.from_torch(a, mesh, pl)
+                meta = torch.empty(5, 2, device="meta")
+                y = dtorch.local_map(raises, pl, out_meta=meta)(x)
+                with self.assertRaisesRegex(dtorch.KernelError, "(?s)Traceback.*ValueError: user kernel failed"):
+                    (y + 1).to_torch()
+                z = dtorch.local_map(two_rows, pl, out_meta=meta)(x)
+                with self.assertRaisesRegex(dtorch.KernelError, "shape \\[2, 2\\] and dtype float32; this "
+                                            "device.s block of the output is \\[(5|3|1), 2\\]"):
+                    z.to_torch()
+                w = dtorch.local_map(act, pl)(x)  # the runtime goes on, on the same mesh
+                assert_tensor_allclose(self, w, act(a), rtol=1e-6, atol=1e-6)
+                assert_replicas_equal(self, w)
+
 
 class Counted:
     """A two-output function written for one device, counting its runs on real (not meta) tensors."""
@@ -321,11 +352,22 @@ def row_norm(x: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm(x, dim=-1)
 
 
+@dtorch.library.custom_op("testlib::colsum")
+def colsum(x: torch.Tensor) -> torch.Tensor:
+    return x.sum(0)
+
+
+@colsum.register_sharding
+def _colsum_rule(x):
+    # row shards' column sums are addends of the whole's: Partial
+    return [([Replicate()], [Replicate()]), ([Partial()], [Shard(0)])]
+
+
 class TestCustomOp(unittest.TestCase):
     def test_rule_decides_the_output_placements(self):
         a = torch.randn(5, 6) * 4
-        for mesh, pl in ((CPU1, [Replicate()]), (CPU2, [Shard(0)]), (CPU3, [Shard(1)]), (CPU2x2, [Shard(1), Shard(0)]),
-                         (CPU2x2, [Replicate(), Shard(1)])):
+        for mesh, pl in ((CPU1, [Replicate()]), (CPU2, [Shard(0)]), (CPU3, [Shard(1)]), (CPU3, [Shard(0)]),
+                         (CPU2x2, [Shard(1), Shard(0)]), (CPU2x2, [Replicate(), Shard(1)])):  # CPU3 Shard(0): 2, 2, 1
             with self.subTest(mesh=mesh, placements=pl):
                 y = softcap(dtorch.from_torch(a, mesh, pl), 3.0)
                 self.assertEqual(y.placements, pl)
@@ -377,10 +419,52 @@ class TestCustomOp(unittest.TestCase):
         a = torch.randn(4, 6)
         x = dtorch.from_torch(a, CPU2, [Shard(0)])
         with dtorch.explain() as ex:
+            line = here() + 1
             y = row_norm(x.redistribute(placements=[Replicate()]))
             y.to_torch()
         self.assertIn("all-gather", str(ex).lower().replace("_", "-"))
+        self.assertEqual([(r.file, r.line, r.collective) for r in ex.records], [(__file__, line, "all_gather")])
         assert_tensor_equal(self, y, torch.linalg.vector_norm(a, dim=-1))
+        # The op itself never communicates (its rule takes its inputs as they are laid out): a call on
+        # accepted placements records nothing, and its Partial output is reduced where it is read.
+        with dtorch.explain() as ex:
+            z = colsum(x)
+            line = here() + 1
+            total = z.redistribute(placements=[Replicate()])
+            total.to_torch()
+        self.assertEqual(z.placements, [Partial()])
+        self.assertEqual([(r.line, r.op, r.collective) for r in ex.records], [(line, "redistribute", "all_reduce")])
+        assert_tensor_allclose(self, total, a.sum(0), rtol=1e-6, atol=1e-6)
+
+    def test_replay_on_and_off_equal(self):
+        # A custom op's node is never replayed (its kernel is the user's function): a loop whose other
+        # ops replay gives the same blocks with replay on and off, and each step's own values.
+        from dtorch.test.probes import bcast, graph_stats, replay
+        base = torch.randn(5, 6) * 4
+        for mesh, pl in ((CPU1, [Replicate()]), (CPU2, [Shard(0)]), (CPU3, [Shard(0)]), (CPU2x2, [Shard(0), Shard(1)])):
+            with self.subTest(mesh=mesh):
+                blocks = {}
+                for on in (False, True):
+                    with replay(False):
+                        dtorch.synchronize()  # no templates from before
+                    with replay(on), bcast(False):
+                        h0 = graph_stats()["replay_hits"]
+                        steps = []
+                        for k in range(4):
+                            y = softcap(dtorch.from_torch(base + k, mesh, pl) * 2.0, 3.0) + 1.0
+                            steps.append(local_values(y))
+                            want = softcap((base + k) * 2.0, 3.0) + 1.0
+                            if mesh.size() == 1:
+                                assert_tensor_equal(self, y, want)
+                            else:
+                                assert_tensor_allclose(self, y, want, rtol=1e-6, atol=1e-6)
+                            assert_replicas_equal(self, y)
+                        hits = graph_stats()["replay_hits"] - h0
+                    self.assertEqual(hits > 0, on, hits)  # the mul and add around it replayed
+                    blocks[on] = steps
+                for off, on_ in zip(blocks[False], blocks[True]):
+                    for u, v in zip(off, on_):
+                        self.assertTrue(torch.equal(u, v))
 
 
 if __name__ == "__main__":

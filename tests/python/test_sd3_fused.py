@@ -66,6 +66,11 @@ class FusedTransformerTest(unittest.TestCase):
         """Batch-sharded (scale/shift follow x's Shard(0)) and head-split meshes, every replica."""
         self.check("sd3", mesh((2, 2), ("dp", "tp")))
 
+    def test_cp2_uneven_text_tokens(self):
+        """A 1-D mesh with uneven blocks: Ulysses context parallel over the tokens (7 text tokens:
+        4 and 3 per device), x Shard(1) at every fused site, scale/shift Replicate."""
+        self.check("sd3", mesh((2,), ("ulysess_cp",)))
+
     def test_bad_config_type(self):
         model = SD3Transformer2DModel.from_pretrained(self.dirs["sd3"], device_mesh=mesh((1,), ("dp",)))
         with self.assertRaisesRegex(TypeError, "execute_config must be a dtorch.ExecuteConfig"):
