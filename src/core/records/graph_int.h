@@ -35,6 +35,11 @@ struct dt_graph {
      * record (core/records/bcast.h; on unless DTORCH_BCAST=0 at creation
      * or dt_graph_set_bcast turn it off). */
     atomic_int bcast;
+    /* The families decide a shared record's eligibility on the devices
+     * dt__lw_probes picks where its proof holds, else on every device
+     * (core/controller/lower_bcast.c; on unless DTORCH_BCAST_PROOF=0 at
+     * creation: one flag, read by the controller only). */
+    int bcast_proof;
     /* A shared record makes a fresh value's blobs as one group, which the
      * value and the shared records reading it hold once each
      * (core/records/bgroup.h; on unless DTORCH_BGROUP=0 at creation or
