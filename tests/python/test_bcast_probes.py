@@ -10,6 +10,10 @@ against eager torch, and whether the node was shared is checked against what its
 are.
 """
 
+import os
+import subprocess
+import sys
+import tempfile
 import unittest
 
 import torch
@@ -19,6 +23,8 @@ from dtorch import DeviceMesh, Partial, Replicate, Shard
 from dtorch.nn import functional as F
 
 from helpers import CPU2, CPU3, genuine_partial, int_valued, randn
+from dtorch.test.probes import graph_stats
+from dtorch.test.test_util import local_values
 from test_bcast import same_both_ways
 
 R, P = Replicate(), Partial()
@@ -133,6 +139,46 @@ class TestProbeDevices(unittest.TestCase):
             with self.subTest(mesh=mesh):
                 y = same_both_ways(self, lambda x, w: F.linear(x, w), (x, w), tx @ tw.T, True)
                 self.assertGreater(y, 0)
+
+
+def sweep_all():
+    """Every SHAPED op on every layout: each case's per-device values and the nodes it shared."""
+    out = []
+    for mesh, shape, pl, _ in LAYOUTS:
+        t = randn(*shape, seed=1)
+        x = dtorch.from_torch(t, mesh, pl)
+        for _, fn, _ in SHAPED:
+            n0 = graph_stats()["bcast_nodes"]
+            values = local_values(fn(x))
+            out.append((graph_stats()["bcast_nodes"] - n0, values))
+    return out
+
+
+class TestSwitchesReadAtCreation(unittest.TestCase):
+    def test_proof_and_spin_switches_change_no_record(self):
+        """DTORCH_BCAST_PROOF=0 (every device checked) and DTORCH_SPIN_ADAPT=0 (the fixed spin), read
+        when a graph is made: child processes sweep every layout and op; the nodes shared and every
+        device's values are the same as with both on, bit for bit."""
+        code = ("import sys, torch; sys.path.insert(0, %r)\n"
+                "import test_bcast_probes as t\n"
+                "torch.save(t.sweep_all(), sys.argv[1])\n") % os.path.dirname(os.path.abspath(__file__))
+        outs = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, env in (("on", {}), ("proof0", {"DTORCH_BCAST_PROOF": "0"}),
+                              ("spin0", {"DTORCH_SPIN_ADAPT": "0"})):
+                path = os.path.join(tmp, f"{name}.pt")
+                r = subprocess.run([sys.executable, "-c", code, path], env=dict(os.environ, **env),
+                                   capture_output=True, text=True, timeout=300)
+                self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+                outs[name] = torch.load(path)
+        self.assertGreater(sum(n for n, _ in outs["on"]), 0)
+        for name in ("proof0", "spin0"):
+            self.assertEqual(len(outs[name]), len(outs["on"]))
+            for i, ((n_a, va), (n_b, vb)) in enumerate(zip(outs["on"], outs[name])):
+                self.assertEqual(n_a, n_b, f"{name} case {i}: nodes shared")
+                self.assertEqual(len(va), len(vb))
+                for d, (a, b) in enumerate(zip(va, vb)):
+                    self.assertTrue(torch.equal(a, b), f"{name} case {i} device {d}")
 
 
 if __name__ == "__main__":
