@@ -588,12 +588,16 @@ void dt__ew_kernel_spec(const dt__node *n, int *kop, dt__kattr *a, const char **
 }
 
 /* 1 when on every device each input's region is its own block there (no
- * slice). Arithmetic only. */
-static int ew_own_blocks(const dt__node *n) {
+ * slice): checked on dt__lw_probes' devices (needed_region copies the
+ * output region's offsets, or takes a broadcast dim's one element).
+ * Arithmetic only. */
+static int ew_own_blocks(const dt__lower *L, const dt__node *n) {
     const dt__meta *out = &n->out->meta;
     int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], s[DT_MAX_NDIM], l[DT_MAX_NDIM];
-    for (int64_t d = 0; d < out->mesh->ndev; d++) {
-        dt__mesh_coord(out->mesh, d, coord);
+    int64_t devs[DT__LW_BCAST_MAX_DEV];
+    int np = dt__lw_probes(L, n, 1, devs);
+    for (int i = 0; i < np; i++) {
+        dt__mesh_coord(out->mesh, devs[i], coord);
         dt__local_region(out, coord, os, ol);
         for (int j = 0; j < n->n_in; j++) {
             needed_region(&n->in[j]->meta, out, os, ol, s, l);
@@ -617,7 +621,7 @@ dt_status dt__lower_elementwise(dt__lower *L, dt__node *n) {
      * or where each device's region of each input is its own block (a
      * Replicate input broadcast along the dims the output's shards cut). */
     if (dt__lw_bcast(L, n->out, kop, &spec, opname, n->in, n->n_in, 0) ||
-        (dt__lw_bcast_wanted(L, n->out) && ew_own_blocks(n) &&
+        (dt__lw_bcast_wanted(L, n->out) && ew_own_blocks(L, n) &&
          dt__lw_bcast(L, n->out, kop, &spec, opname, n->in, n->n_in, 1)))
         return L->status;
     int64_t ns[DT_MAX_NDIM], nl[DT_MAX_NDIM];

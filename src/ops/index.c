@@ -261,9 +261,25 @@ static int index_device(const dt__node *n, const int64_t *coord, const int64_t *
     return whole;
 }
 
+/* 1 when the selection of node n takes whole every dim of `m` (its target)
+ * that a mesh dim shards: then part_in_block gives each device its whole
+ * block of those dims (k0, k1 = the block's bounds, from 0 in it) and the
+ * selection's clamps act on the unsharded dims alone, which every device
+ * holds whole, so the device's parts and attributes copy offsets and
+ * lengths of local regions (dt__lw_probes' condition). */
+static int sharded_dims_whole(const dt__node *n, const dt__meta *m) {
+    for (int md = 0; md < m->mesh->ndim; md++) {
+        int d = m->pl[md].dim;
+        if (m->pl[md].kind == DT_PLACEMENT_SHARD && ((n->a.v_mask >> d & 1) || n->a.v_start[d] != 0 ||
+                                                     n->a.v_step[d] != 1 || n->a.v_len[d] != m->shape[d]))
+            return 0;
+    }
+    return 1;
+}
+
 /* A selection as one shared record (lower_bcast.c) when every device takes
  * the same part of its own block (a slice of a dim no mesh dim shards, on
- * even blocks). 1 when taken. */
+ * even blocks); checked on dt__lw_probes' devices. 1 when taken. */
 static int index_shared(dt__lower *L, dt__node *n) {
     const dt__meta *om = &n->out->meta;
     if (!dt__lw_bcast_wanted(L, n->out))
@@ -271,11 +287,13 @@ static int index_shared(dt__lower *L, dt__node *n) {
     int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM];
     dt__kattr a;
     dt__lw_same same;
-    for (int64_t d = 0; d < om->mesh->ndev; d++) {
-        dt__mesh_coord(om->mesh, d, coord);
+    int64_t devs[DT__LW_BCAST_MAX_DEV];
+    int np = dt__lw_probes(L, n, sharded_dims_whole(n, &n->in[0]->meta), devs);
+    for (int i = 0; i < np; i++) {
+        dt__mesh_coord(om->mesh, devs[i], coord);
         dt__local_region(om, coord, os, ol);
         a = (dt__kattr){.sub = DT_KV_STRIDED, .dtype = om->dtype};
-        if (index_device(n, coord, ol, &a) || !dt__lw_same_attr(&same, d, &a))
+        if (index_device(n, coord, ol, &a) || !dt__lw_same_attr(&same, i, &a))
             return 0;
     }
     return dt__lw_bcast(L, n->out, DT_K_VIEW, &a, dt__view_names[n->a.sub], n->in, 1, 1);
@@ -601,7 +619,9 @@ static int setitem_device(const dt__node *n, const int64_t *coord, dt__kattr *ka
 
 /* A setitem as one shared record (lower_bcast.c) when every device writes
  * the same part of its own block from its own block of the value (a KV
- * cache written at a position, heads sharded). 1 when taken. */
+ * cache written at a position, heads sharded); checked on dt__lw_probes'
+ * devices (writes_zero tests coord[md] != 0 on Partial mesh dims only).
+ * 1 when taken. */
 static int setitem_shared(dt__lower *L, dt__node *n) {
     if (!dt__lw_bcast_wanted(L, n->out))
         return 0;
@@ -610,17 +630,19 @@ static int setitem_shared(dt__lower *L, dt__node *n) {
     dt__kattr first = {0}, ka;
     dt__lw_same same;
     int sub = -1;
-    for (int64_t d = 0; d < om->mesh->ndev; d++) {
-        dt__mesh_coord(om->mesh, d, coord);
+    int64_t devs[DT__LW_BCAST_MAX_DEV];
+    int np = dt__lw_probes(L, n, sharded_dims_whole(n, &n->in[0]->meta), devs);
+    for (int i = 0; i < np; i++) {
+        dt__mesh_coord(om->mesh, devs[i], coord);
         ka = (dt__kattr){0};
         int s = setitem_device(n, coord, &ka, vs, vl);
-        if (s < 0 || (d && s != sub) ||
+        if (s < 0 || (i && s != sub) ||
             (s == DT_KV_SET_TENSOR && !dt__lw_own_block(&n->in[1]->meta, coord, vs, vl)))
             return 0;
         ka.sub = s;
-        if (!dt__lw_same_attr(&same, d, &ka))
+        if (!dt__lw_same_attr(&same, i, &ka))
             return 0;
-        if (d == 0)
+        if (i == 0)
             first = ka, sub = s;
     }
     first.dtype = om->dtype;

@@ -663,15 +663,37 @@ dt_tensor *dt_einsum(const char *equation, int n, dt_tensor *const *operands) {
 
 /* ------------------------------------------------------------ lowering */
 
+/* 1 when each mesh dim that splits a contracted label divides what the
+ * mesh dims before it left of it: label_range's chunks then have one
+ * length on every device and offsets linear in the coordinate. */
+static int labels_even(const dt__lplan *p, const dt_mesh *mesh) {
+    for (int l = 0; l < p->nlab; l++) {
+        int64_t len = p->lsize[l];
+        for (int md = 0; p->opos[l] < 0 && md < mesh->ndim; md++) {
+            if (!(p->split[l] >> md & 1))
+                continue;
+            if (len % mesh->shape[md])
+                return 0;
+            len /= mesh->shape[md];
+        }
+    }
+    return 1;
+}
+
 /* 1 when on every device of n's mesh each operand's region is the device's
  * whole block of it (no slice), so the kernel differs between devices only
- * by its blobs (dt__lw_bcast). Arithmetic only: no record is made. */
-static int operands_local(const dt__lplan *p, const dt__node *n, int nops) {
+ * by its blobs (dt__lw_bcast). Checked on dt__lw_probes' devices
+ * (operand_region copies the output region's offsets, a broadcast dim's
+ * whole size, or an even label's chunk). Arithmetic only: no record is
+ * made. */
+static int operands_local(const dt__lower *L, const dt__lplan *p, const dt__node *n, int nops) {
     const dt__meta *out = &n->out->meta;
     int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM];
     int64_t s[DT_MAX_NDIM], l[DT_MAX_NDIM], ls[DT_MAX_NDIM], ll[DT_MAX_NDIM];
-    for (int64_t d = 0; d < out->mesh->ndev; d++) {
-        dt__mesh_coord(out->mesh, d, coord);
+    int64_t devs[DT__LW_BCAST_MAX_DEV];
+    int np = dt__lw_probes(L, n, labels_even(p, out->mesh), devs);
+    for (int i = 0; i < np; i++) {
+        dt__mesh_coord(out->mesh, devs[i], coord);
         dt__local_region(out, coord, os, ol);
         for (int j = 0; j < nops; j++) {
             size_t bytes = sizeof(int64_t) * (size_t)n->in[j]->meta.ndim;
@@ -700,7 +722,7 @@ dt_status dt__lower_linalg(dt__lower *L, dt__node *n) {
     dt__tval *bias = n->n_in == 3 ? n->in[2] : NULL;
     /* One record for every device where each operand is the device's own
      * block and no bias is added on some devices only (lower_bcast.c). */
-    if (!bias && kind != DT_KL_EINSUM && dt__lw_bcast_wanted(L, n->out) && operands_local(&p, n, nops)) {
+    if (!bias && kind != DT_KL_EINSUM && dt__lw_bcast_wanted(L, n->out) && operands_local(L, &p, n, nops)) {
         dt__kattr a = {
             .sub = kind, .flags = n->a.flags & DT_KF_LINEAR_PARAM, .dtype = out->dtype, .text = n->a.text};
         if (dt__lw_bcast(L, n->out, DT_K_LINALG, &a, kind_name(kind), n->in, nops, 1))

@@ -113,7 +113,10 @@ static void nn_kattr(const nn_rules *r, const nn_ctx *c, const dt__node *n, cons
  * device each input's region is the device's whole block of it and the
  * kernel's attributes (packed) are the same bytes on every device: a hook
  * that gives a device its offsets, or an uneven shard's shape, keeps the
- * node per device. 1 when taken (L->status set on a failure). */
+ * node per device. Checked on dt__lw_probes' devices: the family's needed
+ * and kattr hooks copy offsets and lengths of local regions, chosen by
+ * shapes and attributes alone (nn_int.h). 1 when taken (L->status set on a
+ * failure). */
 static int nn_bcast(dt__lower *L, dt__node *n, const nn_rules *r, const nn_ctx *c) {
     const dt__meta *out = c->out;
     if (!dt__lw_bcast_wanted(L, n->out))
@@ -122,7 +125,10 @@ static int nn_bcast(dt__lower *L, dt__node *n, const nn_rules *r, const nn_ctx *
     int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], ns[DT_MAX_NDIM], nl[DT_MAX_NDIM];
     dt__kattr first = {0}, ka;
     dt__lw_same same;
-    for (int64_t d = 0; d < out->mesh->ndev; d++) {
+    int64_t devs[DT__LW_BCAST_MAX_DEV];
+    int np = dt__lw_probes(L, n, 1, devs);
+    for (int i = 0; i < np; i++) {
+        int64_t d = devs[i];
         dt__mesh_coord(out->mesh, d, coord);
         dt__local_region(out, coord, os, ol);
         for (int j = 0; j < n->n_in; j++) {
@@ -132,9 +138,9 @@ static int nn_bcast(dt__lower *L, dt__node *n, const nn_rules *r, const nn_ctx *
         }
         ka = (dt__kattr){0};
         nn_kattr(r, c, n, coord, os, ol, &ka);
-        if (!dt__lw_same_attr(&same, d, &ka))
+        if (!dt__lw_same_attr(&same, i, &ka))
             return 0;
-        if (d == 0)
+        if (i == 0)
             first = ka;
     }
     const char *opname = r->sub_names ? r->sub_names[n->a.sub] : NULL;

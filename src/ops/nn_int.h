@@ -16,6 +16,11 @@
  *  - needed gives the region of input j that the device computing output
  *    region (os, ol) reads (NULL: the same region, for same-shaped inputs);
  *  - kattr fills the device's kernel attributes beyond the common ones.
+ *    Both read the device only through (os, ol) and the local regions of
+ *    the node's values, copying offsets and lengths chosen by shapes and
+ *    attributes alone (no min, max or clamp of an offset): the shared
+ *    record's check (nn.c, nn_bcast) relies on it to decide on a few
+ *    devices for all (dt__lw_probes, core/controller/lower.h).
  * dt__nn_submit then applies the placement engine (core/client/placement.h) per mesh dim:
  * every Shard input must map to the same output dim (the output is Shard of
  * it, Replicate inputs are sliced locally); one partial-sum shard or one

@@ -445,14 +445,18 @@ static void cat_region(const dt__node *n, int j, const int64_t *coord, const int
 
 /* A cat as one shared record (lower_bcast.c) when every device joins its
  * own blocks of the inputs (a dim no mesh dim shards): its kernel has no
- * per-device attributes. 1 when taken. */
+ * per-device attributes. Checked on dt__lw_probes' devices (cat_region
+ * copies the output region's offsets, or an input's local region). 1 when
+ * taken. */
 static int cat_shared(dt__lower *L, dt__node *n, const dt__kattr *a) {
     const dt__meta *om = &n->out->meta;
     if (!dt__lw_bcast_wanted(L, n->out))
         return 0;
     int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], s[DT_MAX_NDIM], l[DT_MAX_NDIM];
-    for (int64_t d = 0; d < om->mesh->ndev; d++) {
-        dt__mesh_coord(om->mesh, d, coord);
+    int64_t devs[DT__LW_BCAST_MAX_DEV];
+    int np = dt__lw_probes(L, n, 1, devs);
+    for (int i = 0; i < np; i++) {
+        dt__mesh_coord(om->mesh, devs[i], coord);
         dt__local_region(om, coord, os, ol);
         for (int j = 0; j < n->n_in; j++) {
             cat_region(n, j, coord, os, ol, s, l);

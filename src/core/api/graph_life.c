@@ -79,6 +79,16 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
      * per device"); DTORCH_BCAST=0 keeps one record per device. */
     const char *bc = getenv("DTORCH_BCAST");
     atomic_init(&g->bcast, !(bc && bc[0] == '0' && bc[1] == 0));
+    /* Eligibility decided on a few devices where dt__lw_probes proves the
+     * others the same (docs/decisions.md, "Eligibility on probe devices");
+     * DTORCH_BCAST_PROOF=0 checks every device, to measure what it buys. */
+    const char *bp = getenv("DTORCH_BCAST_PROOF");
+    g->bcast_proof = !(bp && bp[0] == '0' && bp[1] == 0);
+    /* The controller's spin for work adapts to how often it pays
+     * (docs/decisions.md, "An adaptive spin"); DTORCH_SPIN_ADAPT=0 spins
+     * DT_SPIN_PROBES yields before every sleep, as before. */
+    const char *sa = getenv("DTORCH_SPIN_ADAPT");
+    g->spin_adapt = !(sa && sa[0] == '0' && sa[1] == 0);
     /* Their outputs' blobs as one group per value (core/records/bgroup.h;
      * docs/decisions.md, "Blob groups"); DTORCH_BGROUP=0 makes one blob each. */
     const char *bgr = getenv("DTORCH_BGROUP");

@@ -88,13 +88,26 @@ static int has_work(dt_graph *g) {
 }
 
 /* Waits (controller) until the queue holds a node or a dropped value: a
- * bounded spin first (see dt__spin_until_changed), then the condition. */
+ * bounded spin first (see dt__spin_until_changed), then the condition.
+ * The spin's length adapts (g->ctl_spin): each probe that finds nothing is
+ * a yield, which costs the controller a context switch wherever other
+ * threads (a mesh's workers) are runnable, so a spin that keeps ending
+ * asleep is halved, down to one probe, and one that work ends is doubled,
+ * up to DT_SPIN_PROBES. */
 void dt__graph_wait_queue(dt_graph *g) {
-    for (int i = 0; i < DT_SPIN_PROBES; i++) {
-        if (has_work(g))
+    if (!g->ctl_spin)
+        g->ctl_spin = DT_SPIN_PROBES; /* the first wait */
+    int probes = g->spin_adapt ? g->ctl_spin : DT_SPIN_PROBES;
+    for (int i = 0; i < probes; i++) {
+        if (has_work(g)) {
+            if (i && g->ctl_spin < DT_SPIN_PROBES)
+                g->ctl_spin *= 2;
             return;
+        }
         sched_yield();
     }
+    if (g->ctl_spin > 1)
+        g->ctl_spin /= 2;
     dt__graph_flush_releases(g);
     pthread_mutex_lock(&g->qlock);
     atomic_store(&g->ctl_sleeping, 1);

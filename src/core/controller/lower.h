@@ -147,10 +147,37 @@ int dt__lw_bcast_wanted(const dt__lower *L, const dt__tval *out);
  * blob). */
 struct dt__bgroup *dt__lw_group_of(dt_graph *g, dt__tval *v, int n);
 
+/* Meshes of more devices are lowered per device (dt__lw_bcast_wanted). */
+#define DT__LW_BCAST_MAX_DEV 64
+/* The devices (flat indices into devs[DT__LW_BCAST_MAX_DEV], device 0
+ * first; returns their count) on which a family checks, device by device,
+ * that node n's kernels are one shared record, standing for every device of
+ * its output's mesh (a mesh dt__lw_bcast_wanted took). The check reads
+ * the local regions of n's output and inputs (its metas).
+ *
+ * Where it is proven (`proven`: the family's own condition, below; the
+ * graph's bcast_proof on; every meta on the one mesh, not segmented, and
+ * even: each mesh dim that shards a dim divides what the mesh dims before
+ * it left of that dim), device 0 and, for each mesh dim of several devices
+ * on which some meta is not Replicate, the device one step along it: every
+ * local block then has one shape on every device and its offsets are a
+ * linear function of the coordinate (meta.c), so a quantity that is affine
+ * in the offsets is the same on every device when it is the same on these
+ * (f(c) = f(0) + sum of c[md] * (f(e_md) - f(0))), and so is one that
+ * depends only on whether c[md] is 0 on mesh dims where a meta is Partial.
+ * `proven` is the family's promise that its check and its kernel's
+ * attributes read the coordinate only so: offsets and lengths copied from
+ * the metas' local regions, chosen by shapes and attributes alone (no min,
+ * max or clamp of an offset), and Partial tests of coord[md] != 0.
+ * Elsewhere (uneven or segmented blocks, not proven, the switch off): every
+ * device. Arithmetic only. */
+int dt__lw_probes(const dt__lower *L, const dt__node *n, int proven, int64_t *devs);
+
 /* A family's check that its per-device kernels of a node are one kernel:
- * device 0's attributes, as given and packed, to compare the others' with. */
+ * device 0's attributes, as given and (once another device's bytes differ
+ * from them) packed, to compare the others' with. */
 typedef struct dt__lw_same {
-    size_t len; /* bytes of p0 */
+    size_t len; /* bytes of p0; 0: not packed yet */
     uint8_t p0[DT__KATTR_PACK_MAX];
     dt__kattr a0;
 } dt__lw_same;

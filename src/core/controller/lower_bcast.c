@@ -38,7 +38,7 @@
 
 /* Meshes of more devices are lowered per device (the streams are looked up
  * into a stack array). */
-#define BCAST_MAX_DEV 64
+#define BCAST_MAX_DEV DT__LW_BCAST_MAX_DEV
 
 /* 1 when every placement of m is Replicate or Partial: each device holds the
  * whole global shape. */
@@ -88,18 +88,68 @@ static int eligible(const dt__lower *L, const dt__tval *out, dt__tval *const *in
     return 1;
 }
 
+/* 1 when every device's block of m has one shape: each mesh dim that
+ * shards a dim of m divides what the mesh dims before it left of that dim,
+ * as dt__local_region cuts them (meta.c); then each block's offset along a
+ * dim is the sum over those mesh dims of coord[md] times the block length
+ * they leave. A segmented layout's pieces are not cut so: 0. */
+static int even(const dt__meta *m) {
+    if (m->seg.n)
+        return 0;
+    int64_t len[DT_MAX_NDIM];
+    memcpy(len, m->shape, sizeof(int64_t) * (size_t)m->ndim);
+    for (int md = 0; md < m->mesh->ndim; md++) {
+        if (m->pl[md].kind != DT_PLACEMENT_SHARD)
+            continue;
+        int d = m->pl[md].dim;
+        if (len[d] % m->mesh->shape[md])
+            return 0;
+        len[d] /= m->mesh->shape[md];
+    }
+    return 1;
+}
+
+int dt__lw_probes(const dt__lower *L, const dt__node *n, int proven, int64_t *devs) {
+    const dt_mesh *mesh = n->out->meta.mesh;
+    /* Invariant: callers asked dt__lw_bcast_wanted first. */
+    DT_ASSERT(mesh->ndev <= DT__LW_BCAST_MAX_DEV);
+    uint32_t moved = 0; /* mesh dims on which some meta is not Replicate */
+    int ok = proven && L->g->bcast_proof;
+    for (int j = -1; ok && j < n->n_in; j++) {
+        const dt__meta *m = j < 0 ? &n->out->meta : &n->in[j]->meta;
+        ok = m->mesh == mesh && even(m);
+        for (int md = 0; md < mesh->ndim; md++)
+            if (m->pl[md].kind != DT_PLACEMENT_REPLICATE)
+                moved |= 1u << md;
+    }
+    if (!ok) {
+        for (int64_t d = 0; d < mesh->ndev; d++)
+            devs[d] = d;
+        return (int)mesh->ndev;
+    }
+    int k = 0;
+    devs[k++] = 0;
+    for (int md = 0; md < mesh->ndim; md++)
+        if ((moved >> md & 1) && mesh->shape[md] > 1)
+            devs[k++] = mesh->strides[md];
+    return k;
+}
+
 int dt__lw_same_attr(dt__lw_same *s, int64_t d, const dt__kattr *a) {
     if (a->text)
         return 0; /* not packed into a fixed buffer: per device */
     if (d == 0) {
         memcpy(&s->a0, a, sizeof *a);
-        s->len = dt__kattr_pack(a, s->p0);
+        s->len = 0;
         return 1;
     }
-    /* The same bytes as given pack the same (the usual case, cheap); bytes
-     * that differ may still pack the same (unused entries, padding). */
+    /* The same bytes as given pack the same (the usual case, cheap: device
+     * 0's are packed only when they are needed); bytes that differ may
+     * still pack the same (unused entries, padding). */
     if (!memcmp(a, &s->a0, sizeof *a))
         return 1;
+    if (!s->len)
+        s->len = dt__kattr_pack(&s->a0, s->p0);
     uint8_t p[DT__KATTR_PACK_MAX];
     return dt__kattr_pack(a, p) == s->len && !memcmp(p, s->p0, s->len);
 }

@@ -35,6 +35,18 @@ struct dt_graph {
      * record (core/records/bcast.h; on unless DTORCH_BCAST=0 at creation
      * or dt_graph_set_bcast turn it off). */
     atomic_int bcast;
+    /* The families decide a shared record's eligibility on the devices
+     * dt__lw_probes picks where its proof holds, else on every device
+     * (core/controller/lower_bcast.c; on unless DTORCH_BCAST_PROOF=0 at
+     * creation: one flag, read by the controller only). */
+    int bcast_proof;
+    /* The controller's spin for work before it sleeps (graph.c,
+     * dt__graph_wait_queue): probes of the next wait, halved by a wait that
+     * ends asleep and doubled by one the spin ends, within [1,
+     * DT_SPIN_PROBES] (0: the first wait's whole bound); `spin_adapt` 0
+     * (DTORCH_SPIN_ADAPT=0 at creation)
+     * spins the whole bound every time. Controller only. */
+    int ctl_spin, spin_adapt;
     /* A shared record makes a fresh value's blobs as one group, which the
      * value and the shared records reading it hold once each
      * (core/records/bgroup.h; on unless DTORCH_BGROUP=0 at creation or
