@@ -3,10 +3,11 @@
  * per run"): the nodes that dt__lw_bcast would lower each into one shared
  * record (core/controller/lower_bcast.c) are appended, while they follow one
  * another on one mesh, to one open run (core/records/step.h). Per node the
- * controller packs the kernel's attributes once, makes the output's group
- * and gives each member its event (its stream and number: the kernel's
- * number on that stream, counted now as a record of its own would be); it
- * links nothing. The run is closed (its one slot per device linked on the
+ * controller packs the kernel's attributes once and makes the output's
+ * group, whose members' events are by (run, number): the group names the
+ * run's event bases and the kernel's index (core/records/bgroup.h), so
+ * nothing is written per device; it links nothing. The streams' counts
+ * advance by the run's kernels when it closes. The run is closed (its one slot per device linked on the
  * device's stream) before anything else is linked on any stream (a node
  * lowered otherwise, another mesh's, a read, a sync, a replayed record:
  * dt__lw_stream_link), at the round's flush, when another mesh's node is
@@ -36,21 +37,31 @@
  * stream: the caller's path reports it). */
 static dt__step *step_open(dt__lower *L, const dt_mesh *mesh, int n) {
     dt__step *st = dt__malloc(DT__STEP_BYTES(n));
-    if (!st)
+    dt__runev *ev = st ? dt__runev_new(L->g->ctl_pools, n) : NULL;
+    if (!ev) {
+        dt__free(st);
         return NULL;
+    }
     st->n = n;
     st->k = 0;
     st->mesh = mesh;
-    st->ss = (dt__stream **)((uint8_t *)st + DT__STEP_HDR + (size_t)n * DT__BCAST_SLOT);
-    st->be = (const dt__backend **)(st->ss + n);
+    st->ev = ev;
+    st->ss = ev->ss;
+    st->be = (const dt__backend **)((uint8_t *)st + DT__STEP_HDR + (size_t)n * DT__BCAST_SLOT);
     st->imgs = (uint8_t *)st + DT__STEP_IMGS(n);
     for (int d = 0; d < n; d++) {
         st->ss[d] = dt__lw_stream(L, mesh, d);
         if (!st->ss[d] || st->ss[d]->remote) {
+            atomic_init(&ev->refs, 1);
+            dt__runev_unref(ev, L->g->ctl_pools);
             dt__free(st);
             return NULL;
         }
         st->be[d] = st->ss[d]->be;
+        /* Nothing else is appended on these streams while the run is open
+         * (dt__lw_stream_link and dt__lw_bind close it first): its kernel i
+         * is number base + i + 1 on each. */
+        ev->base[d] = st->ss[d]->appended;
     }
     return st;
 }
@@ -60,12 +71,17 @@ void dt__lw_step_close(dt_graph *g) {
     if (!st)
         return;
     g->step_open = NULL;
+    /* The bases are held by the groups the run made (freed with the last). */
+    atomic_init(&st->ev->refs, st->k ? st->k : 1);
     if (!st->k) {
+        dt__runev_unref(st->ev, g->ctl_pools);
         dt__free(st);
         return;
     }
     atomic_init(&st->left, st->n);
     for (int d = 0; d < st->n; d++) {
+        /* Its kernels' numbers there: the base's successors (step_open). */
+        st->ss[d]->appended += (uint64_t)st->k;
         dt__krec *slot = dt__step_slot(st, d);
         memset(slot, 0, DT__BCAST_SLOT);
         slot->kop = DT_KC_STEP;
@@ -112,6 +128,10 @@ int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const ch
     out->blobs = dt__bgroup_ptrs(gr);
     /* The node's reuse mark (passes/reuse.c), as dt__lw_push_on puts it. */
     a->flags |= L->kflags;
+    /* Its members' events: this kernel's number on each device's stream,
+     * by the run's bases (dt__blob_event), nothing written per device. */
+    gr->ev = st->ev;
+    gr->kidx = st->k;
     dt__step_img *im = dt__step_img_at(st, st->k++);
     dt__krec *img = (dt__krec *)((uint8_t *)im + DT__STEP_IMG_HDR);
     memset(img, 0, offsetof(dt__krec, attr));
@@ -126,14 +146,6 @@ int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const ch
     for (int j = 0; j < n_in; j++) {
         im->bc.gin[j] = gin[j];
         dt__bgroup_hold(gin[j]);
-    }
-    /* Each member's event: this kernel's number on its device's stream. */
-    for (int d = 0; d < n; d++) {
-        dt__blob *m = out->blobs[d];
-        dt__stream *s = st->ss[d];
-        m->id = ++g->blob_ids;
-        m->producer = s;
-        m->seq = ++s->appended;
     }
     g->kqueued_local += n;
     atomic_fetch_add_explicit(&g->bcast_nodes, 1, memory_order_relaxed);

@@ -7,9 +7,13 @@
  *
  * Each image names its blobs by group (core/records/bgroup.h): input j is
  * member d of group gin[j], the output member d of gout, so the controller
- * writes nothing per device for a kernel but its output member's event
- * (producer stream and number: every kernel of the run keeps its own
- * number on each stream, as K records would). A worker that reaches its
+ * writes nothing per device for a kernel. Its events are by (run, number)
+ * (docs/decisions.md, "Events by run and number"): the output group names
+ * the run's event bases (`ev`: device d's stream and the number of the
+ * kernel before the run's first there) and its index, so kernel i of the
+ * run is number base[d] + i + 1 on device d's stream, as K records would
+ * have been numbered; the streams' counts advance by K when the run
+ * closes. A worker that reaches its
  * slot instantiates the K kernels in order, each as a shared record's slot
  * would be (core/worker/kernel_run.c): its own op name, call site,
  * attributes, in-place test and event. The last slot run (or dropped)
@@ -53,17 +57,18 @@ typedef struct dt__step {
     int n;                      /* slots: the mesh's devices */
     int k;                      /* images so far */
     const struct dt_mesh *mesh; /* controller only */
-    struct dt__stream **ss;     /* controller only: device d's stream */
+    dt__runev *ev;              /* controller only: the event bases (ss: device d's stream) */
+    struct dt__stream **ss;     /* controller only: ev->ss */
     const dt__backend **be;     /* controller only: ss[d]'s backend */
     uint8_t *imgs;              /* image 0 */
 } dt__step;
 
 #define DT__STEP_HDR ((size_t)2 * DT_CACHE_LINE)
 _Static_assert(sizeof(dt__step) <= DT__STEP_HDR, "dt__step header");
-/* Where the images start: after the slots, streams and backends. */
+/* Where the images start: after the slots and backends. */
 #define DT__STEP_IMGS(n)                                                                                     \
-    ((DT__STEP_HDR + (size_t)(n) * (DT__BCAST_SLOT + 2 * sizeof(void *)) + DT_CACHE_LINE - 1) /              \
-     DT_CACHE_LINE * DT_CACHE_LINE)
+    ((DT__STEP_HDR + (size_t)(n) * (DT__BCAST_SLOT + sizeof(void *)) + DT_CACHE_LINE - 1) / DT_CACHE_LINE *  \
+     DT_CACHE_LINE)
 #define DT__STEP_BYTES(n) (DT__STEP_IMGS(n) + (size_t)DT__STEP_MAX * DT__STEP_IMG_STRIDE)
 
 /* Slot d of st. */
