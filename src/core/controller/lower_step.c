@@ -36,7 +36,14 @@
  * cannot be had here (out of memory, a worker node's device, a failed
  * stream: the caller's path reports it). */
 static dt__step *step_open(dt__lower *L, const dt_mesh *mesh, int n) {
-    dt__step *st = dt__malloc(DT__STEP_BYTES(n));
+    /* The last run's allocation when a slot gave it back and it fits. */
+    dt__step *st = atomic_exchange_explicit(&L->g->step_spare, NULL, memory_order_acquire);
+    if (st && st->n != n) {
+        dt__free(st);
+        st = NULL;
+    }
+    if (!st)
+        st = dt__malloc(DT__STEP_BYTES(n));
     dt__runev *ev = st ? dt__runev_new(L->g->ctl_pools, n) : NULL;
     if (!ev) {
         dt__free(st);
@@ -45,10 +52,17 @@ static dt__step *step_open(dt__lower *L, const dt_mesh *mesh, int n) {
     st->n = n;
     st->k = 0;
     st->mesh = mesh;
+#ifdef DT_POOL_DIRECT
+    st->spare = NULL; /* sanitizer builds: every run freed, so ASan sees a use after it (common/pool.h) */
+#else
+    st->spare = &L->g->step_spare;
+#endif
     st->ev = ev;
     st->ss = ev->ss;
     st->be = (const dt__backend **)((uint8_t *)st + DT__STEP_HDR + (size_t)n * DT__BCAST_SLOT);
     st->imgs = (uint8_t *)st + DT__STEP_IMGS(n);
+    st->nheld = 0;
+    st->held = (dt__step_held *)((uint8_t *)st + DT__STEP_HELD_AT(n));
     for (int d = 0; d < n; d++) {
         st->ss[d] = dt__lw_stream(L, mesh, d);
         if (!st->ss[d] || st->ss[d]->remote) {
@@ -64,6 +78,29 @@ static dt__step *step_open(dt__lower *L, const dt_mesh *mesh, int n) {
         ev->base[d] = st->ss[d]->appended;
     }
     return st;
+}
+
+/* Entries of the run's holds looked through for the group an image reads
+ * (the most recent first): a chain reads what the last few images made,
+ * and a value read all along (a weight, a constant) is found at once. */
+#define HOLD_LOOK 4
+
+/* The entry of st's holds through which an image reads group gr: one the
+ * run has (the group is then not held again: one atomic update per run, not
+ * per image, on a line the workers also write), else a new one with a hold. */
+static int step_hold(dt__step *st, dt__bgroup *gr) {
+    for (int e = st->nheld - 1; e >= 0 && e >= st->nheld - HOLD_LOOK; e--)
+        if (st->held[e].gr == gr) {
+            st->held[e].uses++;
+            return e;
+        }
+    if (gr->ev == st->ev) /* made by this run: no other thread has seen it yet */
+        atomic_store_explicit(&gr->holds, atomic_load_explicit(&gr->holds, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+    else
+        dt__bgroup_hold(gr);
+    st->held[st->nheld] = (dt__step_held){gr, 1};
+    return st->nheld++;
 }
 
 void dt__lw_step_close(dt_graph *g) {
@@ -92,6 +129,7 @@ void dt__lw_step_close(dt_graph *g) {
         dt__lw_stream_put(g, st->ss[d], slot);
     }
     atomic_fetch_add_explicit(&g->step_runs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g->bcast_nodes, st->k, memory_order_relaxed); /* its nodes, at once */
 }
 
 int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname,
@@ -145,10 +183,9 @@ int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const ch
     im->gout = gr;
     for (int j = 0; j < n_in; j++) {
         im->bc.gin[j] = gin[j];
-        dt__bgroup_hold(gin[j]);
+        im->hold[j] = (uint8_t)step_hold(st, gin[j]);
     }
     g->kqueued_local += n;
-    atomic_fetch_add_explicit(&g->bcast_nodes, 1, memory_order_relaxed);
     if (st->k == DT__STEP_MAX)
         dt__lw_step_close(g);
     return 1;
