@@ -402,17 +402,17 @@ static void test_group_error(void) {
 }
 
 /* Runs with consumers on other streams in the middle: x (Shard, 4 devices)
- * -> y[0..5] a run of adds and scales; y[1] (kernel 1 of the run) gathered
- * (a collective on the communication streams) and y[2] copied to a mesh of
- * devices 4 and 5, both while the run is open; then a read of y[3] and more
- * of the run. Fills ev[value][device] = (kind, device id, number) and the
+ * -> a run of adds and scales; kernel 1's output gathered (a collective on
+ * the communication streams), a per-device add (a Replicate input sliced)
+ * and a copy to a mesh of devices 4 and 5, each while a run is open; then a
+ * read and more of the run. Fills ev[value][device] = (kind, device id, number) and the
  * values. */
-#define EV_VALUES 9
+#define EV_VALUES 11
 typedef struct ev_run {
     int kind[EV_VALUES][4];
     int64_t dev[EV_VALUES][4];
     uint64_t seq[EV_VALUES][4];
-    float out[3][8];
+    float out[4][8];
     int64_t runs;
 } ev_run;
 
@@ -434,14 +434,17 @@ static void events_prog(int step, ev_run *r) {
     v[3] = dt_binary_scalar(DT_BINARY_SUB, v[2], dt_scalar_float(1), 0);
     v[4] = dt_redistribute(v[2], m, rep); /* waits on kernel 1 of the run */
     v[5] = dt_binary(DT_BINARY_MUL, v[3], v[1]);
-    v[6] = dt_redistribute(v[3], m2, s0); /* another mesh's streams */
-    CHECK(v[0] && v[1] && v[2] && v[3] && v[4] && v[5] && v[6]);
+    v[10] = dt_full(g, DT_FLOAT32, 1, shape, dt_scalar_float(0.25), m, rep);
+    v[9] = dt_binary(DT_BINARY_ADD, v[3], v[10]); /* per device (a Replicate input sliced) */
+    v[6] = dt_redistribute(v[3], m2, s0);         /* another mesh's streams */
+    CHECK(v[0] && v[1] && v[2] && v[3] && v[4] && v[5] && v[6] && v[9] && v[10]);
     CHECK(dt_tensor_read(v[5], r->out[0], sizeof r->out[0]) == DT_OK);
     v[7] = dt_binary(DT_BINARY_ADD, v[5], v[3]);
     v[8] = dt_binary_scalar(DT_BINARY_MUL, v[7], dt_scalar_float(0.5), 0);
     CHECK(v[7] && v[8]);
     CHECK(dt_tensor_read(v[4], r->out[1], sizeof r->out[1]) == DT_OK);
     CHECK(dt_tensor_read(v[6], r->out[2], sizeof r->out[2]) == DT_OK);
+    CHECK(dt_tensor_read(v[9], r->out[3], sizeof r->out[3]) == DT_OK);
     for (int i = 0; i < EV_VALUES; i++)
         for (int d = 0; d < (i == 6 ? 2 : 4); d++)
             CHECK(dt_debug_event(v[i], d, &r->kind[i][d], &r->dev[i][d], &r->seq[i][d]) == DT_OK);
@@ -469,6 +472,7 @@ static void test_run_events(void) {
         CHECK(on.out[0][i] == y3 * y1);
         CHECK(on.out[1][i] == y2);
         CHECK(on.out[2][i] == y3);
+        CHECK(on.out[3][i] == y3 + 0.25f);
     }
     for (int i = 0; i < EV_VALUES; i++)
         for (int d = 0; d < (i == 6 ? 2 : 4); d++) {
