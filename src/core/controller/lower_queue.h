@@ -55,6 +55,8 @@ static inline void dt__lw_stream_link(dt_graph *g, dt__stream *s, dt__krec *k) {
 /* Adds k to the stream's batch; the batch is handed over by flush()
  * (core/controller/executor.c). */
 static inline void dt__lw_stream_append(dt_graph *g, dt__stream *s, dt__krec *k) {
+    if (g->step_open) /* the run's kernels are counted first: a trace numbers k below */
+        dt__lw_step_close(g);
     if (g->replay_cap) /* capturing this node's kernels (replay.h) */
         dt__replay_note(g->replay_cap, s, k);
     /* Tracing this node (core/records/trace.h): the record numbers it as the kernel
