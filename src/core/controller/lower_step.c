@@ -157,7 +157,7 @@ int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const ch
     for (int j = 0; j < n_in; j++)
         if (!(gin[j] = dt__lw_group_of(g, in[j], n)))
             return 0; /* out of memory: the shared record's path */
-    dt__bgroup *gr = dt__bgroup_new(g->ctl_pools, n, st->be, 2);
+    dt__bgroup *gr = dt__bgroup_new(g->ctl_pools, n, st->be, DT__BGROUP_REFS);
     if (!gr) {
         dt__lw_fail(L, DT_ENOMEM, "out of memory (a run's kernel)");
         return 1;
