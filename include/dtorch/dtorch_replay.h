@@ -52,6 +52,16 @@ DT_API dt_status dt_graph_set_step(dt_graph *g, int on);
  * slot per device); -1 for a bad graph. Any thread. */
 DT_API int64_t dt_debug_step_runs(dt_graph *g);
 
+/* Test use: the event of t's blob on device `device` of its mesh (index
+ * 0 .. size - 1), after dt_graph_sync: *kind, the kind of stream whose
+ * kernel makes it (0 compute, 1 communication; -1: made by the controller,
+ * ready at once), *device_id that stream's device and *seq the kernel's
+ * number on it (0 with -1). What runs of device-independent records must
+ * keep equal to one record per device per node. DT_EINVAL for a bad
+ * tensor, device or NULL argument, or a value with no blob there (never
+ * computed); a failed sync's status. Client threads. */
+DT_API dt_status dt_debug_event(dt_tensor *t, int64_t device, int *kind, int64_t *device_id, uint64_t *seq);
+
 /* g's device-independent records so far (nodes lowered that way); -1 for a
  * bad graph. Any thread. */
 DT_API int64_t dt_debug_bcast_nodes(dt_graph *g);

@@ -17,7 +17,12 @@
  * in place; a kernel error and a cancellation with groups.
  * Runs of shared records (core/records/step.h, dt_graph_set_step): the
  * same chain in runs gives the same values and memory per device as one
- * shared record per node.
+ * shared record per node. Their events by (run, number) (bgroup.h): every
+ * value's event on every device (dt_debug_event: stream and number) is the
+ * one records per node give, with consumers on other streams in the middle
+ * of a run (a collective, a copy to another mesh, a read); a failing kernel
+ * in the middle of a run names its own call site; a cancelled run's
+ * kernels are dropped.
  */
 #include <string.h>
 #include <time.h>
@@ -396,6 +401,129 @@ static void test_group_error(void) {
     dt_graph_release(g);
 }
 
+/* Runs with consumers on other streams in the middle: x (Shard, 4 devices)
+ * -> a run of adds and scales; kernel 1's output gathered (a collective on
+ * the communication streams), a per-device add (a Replicate input sliced)
+ * and a copy to a mesh of devices 4 and 5, each while a run is open; then a
+ * read and more of the run. Fills ev[value][device] = (kind, device id, number) and the
+ * values. */
+#define EV_VALUES 11
+typedef struct ev_run {
+    int kind[EV_VALUES][4];
+    int64_t dev[EV_VALUES][4];
+    uint64_t seq[EV_VALUES][4];
+    float out[4][8];
+    int64_t runs;
+} ev_run;
+
+static void events_prog(int step, ev_run *r) {
+    dt_graph *g = ref_graph(1);
+    CHECK(dt_graph_set_step(g, step) == DT_OK);
+    dt_mesh *m = mesh1d(4);
+    int64_t shape2[1] = {2}, ids2[2] = {4, 5}, shape[1] = {8};
+    dt_mesh *m2 = NULL;
+    CHECK(dt_mesh_create(DT_DEVICE_CPU, 1, shape2, ids2, NULL, &m2) == DT_OK);
+    float host[8];
+    for (int i = 0; i < 8; i++)
+        host[i] = (float)i * 0.5f - 1.0f;
+    dt_placement s0[1] = {{DT_PLACEMENT_SHARD, 0}}, rep[1] = {{DT_PLACEMENT_REPLICATE, 0}};
+    dt_tensor *v[EV_VALUES] = {NULL};
+    v[0] = dt_tensor_from_buffer(g, DT_FLOAT32, 1, shape, host, sizeof host, m, s0);
+    v[1] = dt_binary_scalar(DT_BINARY_MUL, v[0], dt_scalar_float(2), 0);
+    v[2] = dt_binary(DT_BINARY_ADD, v[1], v[0]);
+    v[3] = dt_binary_scalar(DT_BINARY_SUB, v[2], dt_scalar_float(1), 0);
+    v[4] = dt_redistribute(v[2], m, rep); /* waits on kernel 1 of the run */
+    v[5] = dt_binary(DT_BINARY_MUL, v[3], v[1]);
+    v[10] = dt_full(g, DT_FLOAT32, 1, shape, dt_scalar_float(0.25), m, rep);
+    v[9] = dt_binary(DT_BINARY_ADD, v[3], v[10]); /* per device (a Replicate input sliced) */
+    v[6] = dt_redistribute(v[3], m2, s0);         /* another mesh's streams */
+    CHECK(v[0] && v[1] && v[2] && v[3] && v[4] && v[5] && v[6] && v[9] && v[10]);
+    CHECK(dt_tensor_read(v[5], r->out[0], sizeof r->out[0]) == DT_OK);
+    v[7] = dt_binary(DT_BINARY_ADD, v[5], v[3]);
+    v[8] = dt_binary_scalar(DT_BINARY_MUL, v[7], dt_scalar_float(0.5), 0);
+    CHECK(v[7] && v[8]);
+    CHECK(dt_tensor_read(v[4], r->out[1], sizeof r->out[1]) == DT_OK);
+    CHECK(dt_tensor_read(v[6], r->out[2], sizeof r->out[2]) == DT_OK);
+    CHECK(dt_tensor_read(v[9], r->out[3], sizeof r->out[3]) == DT_OK);
+    for (int i = 0; i < EV_VALUES; i++)
+        for (int d = 0; d < (i == 6 ? 2 : 4); d++)
+            CHECK(dt_debug_event(v[i], d, &r->kind[i][d], &r->dev[i][d], &r->seq[i][d]) == DT_OK);
+    r->runs = dt_debug_step_runs(g);
+    for (int i = 0; i < EV_VALUES; i++)
+        dt_tensor_release(v[i]);
+    dt_mesh_release(m2);
+    dt_mesh_release(m);
+    CHECK(dt_graph_shutdown(g) == DT_OK);
+    dt_graph_release(g);
+}
+
+/* Events by (run, number) are those of one record per kernel. */
+static void test_run_events(void) {
+    ev_run off, on;
+    memset(&off, 0, sizeof off);
+    memset(&on, 0, sizeof on);
+    events_prog(0, &off);
+    events_prog(1, &on);
+    CHECK_EQ(off.runs, 0);
+    CHECK(on.runs >= 2);
+    CHECK(memcmp(off.out, on.out, sizeof on.out) == 0);
+    for (int i = 0; i < 8; i++) {
+        float x = (float)i * 0.5f - 1.0f, y1 = x * 2, y2 = y1 + x, y3 = y2 - 1;
+        CHECK(on.out[0][i] == y3 * y1);
+        CHECK(on.out[1][i] == y2);
+        CHECK(on.out[2][i] == y3);
+        CHECK(on.out[3][i] == y3 + 0.25f);
+    }
+    for (int i = 0; i < EV_VALUES; i++)
+        for (int d = 0; d < (i == 6 ? 2 : 4); d++) {
+            CHECK_EQ(on.kind[i][d], off.kind[i][d]);
+            CHECK_EQ(on.dev[i][d], off.dev[i][d]);
+            CHECK_EQ((int64_t)on.seq[i][d], (int64_t)off.seq[i][d]);
+        }
+    /* The run's kernels on device 3's compute stream, numbered in order. */
+    CHECK(on.kind[1][3] == 0 && on.dev[1][3] == 3);
+    CHECK_EQ((int64_t)on.seq[2][3], (int64_t)on.seq[1][3] + 1);
+    CHECK_EQ((int64_t)on.seq[3][3], (int64_t)on.seq[2][3] + 1);
+    CHECK(on.seq[5][3] > on.seq[3][3] && on.seq[8][3] == on.seq[7][3] + 1);
+}
+
+/* Kernel 2 of a run of 4 fails on every device: its error names its own
+ * call site (not the run's first kernel's), what reads it carries that, and
+ * the run's other kernels are unaffected. */
+static void test_run_error_line(void) {
+    dt_graph *g = ref_graph(1);
+    dt_mesh *m = mesh1d(4);
+    int64_t shape[1] = {8};
+    dt_placement s0[1] = {{DT_PLACEMENT_SHARD, 0}};
+    dt_tensor *x = dt_full(g, DT_FLOAT32, 1, shape, dt_scalar_float(2), m, s0);
+    CHECK(x && dt_graph_sync(g) == DT_OK);
+    dt_set_call_site("run_site.py", 10);
+    dt_tensor *a = dt_binary(DT_BINARY_ADD, x, x);
+    dt_set_call_site("run_site.py", 11);
+    dt_tensor *bad = dt_binary(DT_BINARY_DIV_FLOOR, a, a);
+    dt_set_call_site("run_site.py", 12);
+    dt_tensor *after = dt_binary(DT_BINARY_ADD, bad, a);
+    dt_tensor *ok = dt_binary(DT_BINARY_MUL, a, x);
+    dt_set_call_site(NULL, 0);
+    CHECK(a && bad && after && ok);
+    float got[8];
+    CHECK(dt_tensor_read(after, got, sizeof got) == DT_EKERNEL);
+    CHECK(strstr(dt_last_error(), "floor_divide failed on cpu:") != NULL);
+    CHECK(strstr(dt_last_error(), "run_site.py:11") != NULL);
+    CHECK(dt_tensor_read(ok, got, sizeof got) == DT_OK);
+    for (int i = 0; i < 8; i++)
+        CHECK_FEQ(got[i], 8.0f);
+    CHECK(dt_debug_step_runs(g) >= 1);
+    dt_tensor_release(ok);
+    dt_tensor_release(after);
+    dt_tensor_release(bad);
+    dt_tensor_release(a);
+    dt_tensor_release(x);
+    dt_mesh_release(m);
+    CHECK(dt_graph_shutdown(g) == DT_OK);
+    dt_graph_release(g);
+}
+
 int main(void) {
     test_same_values();
     test_matmul();
@@ -407,6 +535,8 @@ int main(void) {
     test_groups_as_without();
     test_group_error();
     test_runs_as_without();
+    test_run_events();
+    test_run_error_line();
     if (failures)
         fprintf(stderr, "%d failure(s)\n", failures);
     return failures ? 1 : 0;

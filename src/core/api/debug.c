@@ -11,9 +11,12 @@
 
 #include "core/client/graph.h"
 #include "core/client/tensor.h"
+#include "core/records/bgroup.h"
 #include "core/records/gate.h"
 #include "core/records/graph_int.h"
+#include "core/records/mesh.h"
 #include "core/records/node.h"
+#include "core/worker/stream_int.h"
 #include "dtorch/dtorch_replay.h"
 #include "dtorch/dtorch_schedule.h"
 
@@ -68,6 +71,23 @@ dt_status dt_graph_set_step(dt_graph *g, int on) {
 }
 
 int64_t dt_debug_step_runs(dt_graph *g) { return dt__graph_ok(g) ? atomic_load(&g->step_runs) : -1; }
+
+dt_status dt_debug_event(dt_tensor *t, int64_t device, int *kind, int64_t *device_id, uint64_t *seq) {
+    if (!dt__tensor_ok(t) || !kind || !device_id || !seq)
+        return dt__error(DT_EINVAL, "debug_event: %s", dt__tensor_ok(t) ? "NULL argument" : "bad tensor");
+    dt_status st = dt_graph_sync(t->graph);
+    if (st != DT_OK)
+        return st;
+    const dt__tval *v = t->v;
+    if (device < 0 || device >= v->meta.mesh->ndev || !v->blobs || !v->blobs[device])
+        return dt__error(DT_EINVAL, "debug_event: no blob on device %lld", (long long)device);
+    const dt__stream *p = dt__blob_event(v->blobs[device], seq);
+    *kind = p ? p->kind : -1;
+    *device_id = p ? p->device_id : -1;
+    if (!p)
+        *seq = 0;
+    return DT_OK;
+}
 
 int64_t dt_debug_chain_blocks(dt_graph *g) { return dt__graph_ok(g) ? atomic_load(&g->chain_blocks) : -1; }
 

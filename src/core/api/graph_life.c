@@ -28,6 +28,7 @@ static void graph_free(dt_graph *g);
 /* Frees what dt_graph_create made, once no thread of the graph runs: its
  * recorder, its locks, the record itself. */
 static void graph_destroy(dt_graph *g) {
+    dt__free(atomic_load(&g->step_spare)); /* a run's allocation kept for reuse (lower_step.c) */
     dt__rec_free(g->rec);
     g->rec = NULL;
     pthread_cond_destroy(&g->bl_cond);

@@ -263,7 +263,9 @@ dt_status dt__kbatch_push(dt_graph *g, dt__kbatch *b) {
         }
     }
     /* Every output's event before any input is bound: a kernel may read
-     * what a later stream of the batch makes, and must wait for it. */
+     * what a later stream of the batch makes, and must wait for it. (An
+     * open run's kernels are numbered on their streams first.) */
+    dt__lw_step_close(g);
     for (int i = 0; i < b->n; i++) {
         uint64_t seq = ss[i]->appended;
         for (dt__krec *k = b->s[i].head; k; k = k->next)
@@ -294,7 +296,9 @@ static int output_on_comm(const dt__node *n) {
         return 0;
     for (int64_t i = 0; i < v->meta.mesh->ndev; i++) {
         const dt__blob *b = v->blobs[i];
-        if (b && b->producer && b->producer->kind == DT_STREAM_COMM)
+        uint64_t seq;
+        const dt__stream *p = b ? dt__blob_event(b, &seq) : NULL;
+        if (p && p->kind == DT_STREAM_COMM)
             return 1;
     }
     return 0;

@@ -15,6 +15,7 @@
 #include "core/controller/lower.h"
 #include "core/controller/lower_queue.h"
 #include "core/controller/window.h"
+#include "core/records/bgroup.h"
 #include "core/records/blob.h"
 #include "core/records/future.h"
 #include "core/records/graph_int.h"
@@ -72,8 +73,10 @@ dt_status dt__lower_fetch(dt__lower *L, dt__node *n) {
         }
         ss[npieces] = dt__lw_stream(L, mesh, i);
         const dt__blob *b = v->blobs[i];
-        if (ss[npieces] && b && b->producer && b->producer->remote != ss[npieces]->remote)
-            ss[npieces] = b->producer; /* made before the device moved (core/controller/stream_map.c): read
+        uint64_t seq;
+        dt__stream *p = b ? dt__blob_event(b, &seq) : NULL;
+        if (ss[npieces] && p && p->remote != ss[npieces]->remote)
+            ss[npieces] = p; /* made before the device moved (core/controller/stream_map.c): read
                                           where it is */
         dt__krec *k = ss[npieces] ? dt__lw_core_krec(L, DT_KC_FETCH) : NULL;
         if (!k)

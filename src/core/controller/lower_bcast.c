@@ -171,7 +171,7 @@ static int make_outs(dt__lower *L, dt__tval *out, dt__stream *const *ss, int n, 
         const dt__backend *be[BCAST_MAX_DEV];
         for (int d = 0; d < n; d++)
             be[d] = ss[d]->be;
-        dt__bgroup *gr = dt__bgroup_new(g->ctl_pools, n, be, 2);
+        dt__bgroup *gr = dt__bgroup_new(g->ctl_pools, n, be, DT__BGROUP_REFS);
         if (!gr)
             return 0;
         out->grp = gr;

@@ -13,6 +13,7 @@
 #include "core/controller/lower_step.h"
 #include "core/controller/replay.h"
 #include "core/controller/trace_lower.h"
+#include "core/records/bgroup.h"
 #include "core/records/blob.h"
 #include "core/records/graph_int.h"
 #include "core/records/kernel_rec.h"
@@ -54,6 +55,8 @@ static inline void dt__lw_stream_link(dt_graph *g, dt__stream *s, dt__krec *k) {
 /* Adds k to the stream's batch; the batch is handed over by flush()
  * (core/controller/executor.c). */
 static inline void dt__lw_stream_append(dt_graph *g, dt__stream *s, dt__krec *k) {
+    if (g->step_open) /* the run's kernels are counted first: a trace numbers k below */
+        dt__lw_step_close(g);
     if (g->replay_cap) /* capturing this node's kernels (replay.h) */
         dt__replay_note(g->replay_cap, s, k);
     /* Tracing this node (core/records/trace.h): the record numbers it as the kernel
@@ -68,6 +71,8 @@ static inline void dt__lw_stream_append(dt_graph *g, dt__stream *s, dt__krec *k)
  * its output's event this kernel's number on s, and marks it to wait when
  * an input comes from another stream. */
 static inline void dt__lw_bind(dt_graph *g, dt__stream *s, dt__krec *k) {
+    if (g->step_open) /* the run's kernels are numbered on its streams first */
+        dt__lw_step_close(g);
     if (k->out) {
         if (!k->out->id)
             k->out->id = ++g->blob_ids;
@@ -77,7 +82,8 @@ static inline void dt__lw_bind(dt_graph *g, dt__stream *s, dt__krec *k) {
     for (int i = 0; i < k->n_in; i++) {
         if (!k->in[i]->id)
             k->in[i]->id = ++g->blob_ids; /* a source the controller made */
-        if (k->in[i]->producer != s)
+        uint64_t seq;
+        if (dt__blob_event(k->in[i], &seq) != s)
             k->wait = 1;
     }
 }

@@ -3,10 +3,11 @@
  * per run"): the nodes that dt__lw_bcast would lower each into one shared
  * record (core/controller/lower_bcast.c) are appended, while they follow one
  * another on one mesh, to one open run (core/records/step.h). Per node the
- * controller packs the kernel's attributes once, makes the output's group
- * and gives each member its event (its stream and number: the kernel's
- * number on that stream, counted now as a record of its own would be); it
- * links nothing. The run is closed (its one slot per device linked on the
+ * controller packs the kernel's attributes once and makes the output's
+ * group, whose members' events are by (run, number): the group names the
+ * run's event bases and the kernel's index (core/records/bgroup.h), so
+ * nothing is written per device; it links nothing. The streams' counts
+ * advance by the run's kernels when it closes. The run is closed (its one slot per device linked on the
  * device's stream) before anything else is linked on any stream (a node
  * lowered otherwise, another mesh's, a read, a sync, a replayed record:
  * dt__lw_stream_link), at the round's flush, when another mesh's node is
@@ -35,24 +36,71 @@
  * cannot be had here (out of memory, a worker node's device, a failed
  * stream: the caller's path reports it). */
 static dt__step *step_open(dt__lower *L, const dt_mesh *mesh, int n) {
-    dt__step *st = dt__malloc(DT__STEP_BYTES(n));
+    /* The last run's allocation when a slot gave it back and it fits. */
+    dt__step *st = atomic_exchange_explicit(&L->g->step_spare, NULL, memory_order_acquire);
+    if (st && st->n != n) {
+        dt__free(st);
+        st = NULL;
+    }
     if (!st)
+        st = dt__malloc(DT__STEP_BYTES(n));
+    dt__runev *ev = st ? dt__runev_new(L->g->ctl_pools, n) : NULL;
+    if (!ev) {
+        dt__free(st);
         return NULL;
+    }
     st->n = n;
     st->k = 0;
     st->mesh = mesh;
-    st->ss = (dt__stream **)((uint8_t *)st + DT__STEP_HDR + (size_t)n * DT__BCAST_SLOT);
-    st->be = (const dt__backend **)(st->ss + n);
+#ifdef DT_POOL_DIRECT
+    st->spare = NULL; /* sanitizer builds: every run freed, so ASan sees a use after it (common/pool.h) */
+#else
+    st->spare = &L->g->step_spare;
+#endif
+    st->ev = ev;
+    st->ss = ev->ss;
+    st->be = (const dt__backend **)((uint8_t *)st + DT__STEP_HDR + (size_t)n * DT__BCAST_SLOT);
     st->imgs = (uint8_t *)st + DT__STEP_IMGS(n);
+    st->nheld = 0;
+    st->held = (dt__step_held *)((uint8_t *)st + DT__STEP_HELD_AT(n));
     for (int d = 0; d < n; d++) {
         st->ss[d] = dt__lw_stream(L, mesh, d);
         if (!st->ss[d] || st->ss[d]->remote) {
+            atomic_init(&ev->refs, 1);
+            dt__runev_unref(ev, L->g->ctl_pools);
             dt__free(st);
             return NULL;
         }
         st->be[d] = st->ss[d]->be;
+        /* Nothing else is appended on these streams while the run is open
+         * (dt__lw_stream_link and dt__lw_bind close it first): its kernel i
+         * is number base + i + 1 on each. */
+        ev->base[d] = st->ss[d]->appended;
     }
     return st;
+}
+
+/* Entries of the run's holds looked through for the group an image reads
+ * (the most recent first): a chain reads what the last few images made,
+ * and a value read all along (a weight, a constant) is found at once. */
+#define HOLD_LOOK 4
+
+/* The entry of st's holds through which an image reads group gr: one the
+ * run has (the group is then not held again: one atomic update per run, not
+ * per image, on a line the workers also write), else a new one with a hold. */
+static int step_hold(dt__step *st, dt__bgroup *gr) {
+    for (int e = st->nheld - 1; e >= 0 && e >= st->nheld - HOLD_LOOK; e--)
+        if (st->held[e].gr == gr) {
+            st->held[e].uses++;
+            return e;
+        }
+    if (gr->ev == st->ev) /* made by this run: no other thread has seen it yet */
+        atomic_store_explicit(&gr->holds, atomic_load_explicit(&gr->holds, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+    else
+        dt__bgroup_hold(gr);
+    st->held[st->nheld] = (dt__step_held){gr, 1};
+    return st->nheld++;
 }
 
 void dt__lw_step_close(dt_graph *g) {
@@ -60,12 +108,17 @@ void dt__lw_step_close(dt_graph *g) {
     if (!st)
         return;
     g->step_open = NULL;
+    /* The bases are held by the groups the run made (freed with the last). */
+    atomic_init(&st->ev->refs, st->k ? st->k : 1);
     if (!st->k) {
+        dt__runev_unref(st->ev, g->ctl_pools);
         dt__free(st);
         return;
     }
     atomic_init(&st->left, st->n);
     for (int d = 0; d < st->n; d++) {
+        /* Its kernels' numbers there: the base's successors (step_open). */
+        st->ss[d]->appended += (uint64_t)st->k;
         dt__krec *slot = dt__step_slot(st, d);
         memset(slot, 0, DT__BCAST_SLOT);
         slot->kop = DT_KC_STEP;
@@ -76,6 +129,7 @@ void dt__lw_step_close(dt_graph *g) {
         dt__lw_stream_put(g, st->ss[d], slot);
     }
     atomic_fetch_add_explicit(&g->step_runs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g->bcast_nodes, st->k, memory_order_relaxed); /* its nodes, at once */
 }
 
 int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname,
@@ -103,7 +157,7 @@ int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const ch
     for (int j = 0; j < n_in; j++)
         if (!(gin[j] = dt__lw_group_of(g, in[j], n)))
             return 0; /* out of memory: the shared record's path */
-    dt__bgroup *gr = dt__bgroup_new(g->ctl_pools, n, st->be, 2);
+    dt__bgroup *gr = dt__bgroup_new(g->ctl_pools, n, st->be, DT__BGROUP_REFS);
     if (!gr) {
         dt__lw_fail(L, DT_ENOMEM, "out of memory (a run's kernel)");
         return 1;
@@ -112,6 +166,10 @@ int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const ch
     out->blobs = dt__bgroup_ptrs(gr);
     /* The node's reuse mark (passes/reuse.c), as dt__lw_push_on puts it. */
     a->flags |= L->kflags;
+    /* Its members' events: this kernel's number on each device's stream,
+     * by the run's bases (dt__blob_event), nothing written per device. */
+    gr->ev = st->ev;
+    gr->kidx = st->k;
     dt__step_img *im = dt__step_img_at(st, st->k++);
     dt__krec *img = (dt__krec *)((uint8_t *)im + DT__STEP_IMG_HDR);
     memset(img, 0, offsetof(dt__krec, attr));
@@ -125,18 +183,9 @@ int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const ch
     im->gout = gr;
     for (int j = 0; j < n_in; j++) {
         im->bc.gin[j] = gin[j];
-        dt__bgroup_hold(gin[j]);
-    }
-    /* Each member's event: this kernel's number on its device's stream. */
-    for (int d = 0; d < n; d++) {
-        dt__blob *m = out->blobs[d];
-        dt__stream *s = st->ss[d];
-        m->id = ++g->blob_ids;
-        m->producer = s;
-        m->seq = ++s->appended;
+        im->hold[j] = (uint8_t)step_hold(st, gin[j]);
     }
     g->kqueued_local += n;
-    atomic_fetch_add_explicit(&g->bcast_nodes, 1, memory_order_relaxed);
     if (st->k == DT__STEP_MAX)
         dt__lw_step_close(g);
     return 1;

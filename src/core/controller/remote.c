@@ -15,6 +15,7 @@
 #include "core/client/graph.h"
 #include "core/controller/lower_comm.h"
 #include "core/controller/remote.h"
+#include "core/records/bgroup.h"
 #include "core/records/blob.h"
 #include "core/records/future.h"
 #include "core/records/graph_int.h"
@@ -49,7 +50,9 @@ static void patch(dt__bytes *b, size_t at, uint64_t v, int n) {
 
 /* The node already holds b: it made it, or an earlier batch sent it. */
 static int held(const dt__blob *b, int node) {
-    return b->remote == node + 1 || (b->producer && b->producer->remote == node + 1);
+    uint64_t seq;
+    const dt__stream *p = dt__blob_event(b, &seq);
+    return b->remote == node + 1 || (p && p->remote == node + 1);
 }
 
 /* One put: b's bytes when it is a host value here, else an error naming
@@ -58,9 +61,10 @@ static void put(dt__bytes *body, dt__blob *b, int node, uint32_t tag, const dt__
                 const dt__stream *s) {
     dt_dtype dtype = DT_FLOAT32;
     int64_t shape[DT_MAX_NDIM];
-    int ndim = !b->producer && b->impl && !b->error && b->be->describe
-                   ? b->be->describe(b->impl, &dtype, shape)
-                   : -1;
+    uint64_t seq;
+    const dt__stream *made = dt__blob_event(b, &seq);
+    int ndim =
+        !made && b->impl && !b->error && b->be->describe ? b->be->describe(b->impl, &dtype, shape) : -1;
     char why[1024], what[600];
     const char *err = b->error;
     size_t mark = body->len;
@@ -85,13 +89,12 @@ static void put(dt__bytes *body, dt__blob *b, int node, uint32_t tag, const dt__
         err = why;
     }
     if (!err) {
-        if (b->producer && !b->producer->remote && b->producer->retired)
+        if (made && !made->remote && made->retired)
             snprintf(what, sizeof what,
                      "it reads a value this process computed on its %s:%lld before that device was worker "
                      "node %d's (the value stays where it was made): compute it again after "
                      "MainNode.wait_cluster_ready(), or copy it over with to_torch() and from_torch()",
-                     b->producer->type == DT_DEVICE_CUDA ? "cuda" : "cpu", (long long)b->producer->device_id,
-                     node);
+                     made->type == DT_DEVICE_CUDA ? "cuda" : "cpu", (long long)made->device_id, node);
         else
             snprintf(what, sizeof what,
                      "a kernel on worker node %d reads a value computed on another node or on the main node "
@@ -178,7 +181,8 @@ static int bind_piece(dt__krec *k, dt__kattr *a, dt__blob *piece) {
  * written; 0 leaves k as it is (the whole value is put then). */
 static int put_piece(dt_graph *g, dt__bytes *body, pieces *ps, dt__krec *k, int node) {
     dt__blob *b = k->n_in == 1 ? k->in[0] : NULL;
-    if (k->kop != DT_K_SLICE || !b || held(b, node) || b->producer || !b->impl || b->error ||
+    uint64_t seq;
+    if (k->kop != DT_K_SLICE || !b || held(b, node) || dt__blob_event(b, &seq) || !b->impl || b->error ||
         !b->be->describe || !b->be->run)
         return 0;
     dt__kattr a;

@@ -22,6 +22,15 @@
  * allocation not yet freed and the holds' part (1 until the last hold's
  * drops are done); the last of these frees the allocation.
  *
+ * Events by (run, number) (docs/decisions.md, "Events by run and number"):
+ * a group made by a run of shared kernels (core/records/step.h) names the
+ * run's event bases (`ev`) and its kernel's index in the run (`kidx`)
+ * instead of its members' producer and seq, which stay 0: member d's event
+ * is (ev->ss[d], ev->base[d] + kidx + 1), the number its kernel has on
+ * device d's stream, as a record of its own would have had. Readers of a
+ * blob's event go through dt__blob_event, so the controller writes nothing
+ * per device for such a group.
+ *
  * Threads: made by the controller; holds are dropped by the controller (a
  * value freed) or by the worker that runs a shared record's last slot;
  * members are freed on any thread (blob.c).
@@ -31,6 +40,33 @@
 
 #include "common/pool.h"
 #include "core/records/blob.h"
+
+struct dt__stream;
+
+/* A run's event bases: device d's stream and the number of the kernel
+ * appended there before the run's first. One allocation [dt__runev][n
+ * streams][n bases], made when the run opens, filled then and only read
+ * afterwards; freed with the last group that names it (`refs`, set when
+ * the run closes to the groups it made). */
+typedef struct dt__runev {
+    atomic_int refs;
+    int n;
+    int pooled;
+    struct dt__stream **ss;
+    uint64_t *base;
+} dt__runev;
+
+#define DT__RUNEV_HDR ((sizeof(dt__runev) + 7) / 8 * 8)
+#define DT__RUNEV_BYTES(n) (DT__RUNEV_HDR + (size_t)(n) * (sizeof(void *) + sizeof(uint64_t)))
+/* Bases of meshes of up to this many devices come from a pool. */
+#define DT__RUNEV_POOLED 8
+extern dt__pool dt__runev_pool; /* blob.c */
+
+/* Bases for n streams (refs 0, ss and base to fill); NULL when out of
+ * memory. The controller thread (`mine`: its pool lists). */
+dt__runev *dt__runev_new(struct dt__pool_lists *mine, int n);
+/* One group (or the run that made none) is done with ev. Any thread. */
+void dt__runev_unref(dt__runev *ev, struct dt__pool_lists *mine);
 
 typedef struct dt__bgroup {
     atomic_int holds; /* holders of the whole group */
@@ -42,7 +78,26 @@ typedef struct dt__bgroup {
      * (core/worker/kernel_run.c); the last hold skips it. Set by that
      * device's worker, read after the holds are gone. */
     atomic_ullong taken;
+    /* Made by a run: its event bases and this group's kernel index there
+     * (the members' events, dt__blob_event). NULL: each member's own. Set
+     * when made, then only read. */
+    const dt__runev *ev;
+    int kidx;
+    /* Every member's backend when they are all the same, else NULL (an
+     * adopted group's too). Set when made. */
+    const dt__backend *be_all;
+    /* DT__BGROUP_READY(n, be_all) while the allocation is free in the pool
+     * with every member as dt__bgroup_new makes them (each member is reset
+     * by the thread that frees it, blob.c), so the next group of the same
+     * size and backend writes no member line: the lines the workers wrote
+     * last stay theirs. 0 while in use. After the pool's free-list link. */
+    uint64_t ready;
 } dt__bgroup;
+
+/* The references each member starts with when a pooled group is reused
+ * without initialising its members (dt__bgroup_new's `refs` then). */
+#define DT__BGROUP_REFS 2
+#define DT__BGROUP_READY(n, be) (0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)(be) ^ ((uint64_t)(n) << 56))
 
 /* Groups have at most this many members (the bits of `taken`). */
 #define DT__BGROUP_MAX 64
@@ -50,6 +105,8 @@ typedef struct dt__bgroup {
 /* Groups of up to this many members come from a pool. */
 #define DT__BGROUP_POOLED 8
 #define DT__BGROUP_HDR ((size_t)DT_CACHE_LINE)
+/* A free record's pool link (common/pool.c: three words) leaves `ready`. */
+_Static_assert(offsetof(dt__bgroup, ready) >= 3 * sizeof(void *), "dt__bgroup ready after the pool's link");
 _Static_assert(sizeof(dt__bgroup) <= DT__BGROUP_HDR && DT__BGROUP_HDR % _Alignof(dt__blob) == 0,
                "dt__bgroup header");
 /* Where the members start: after the header and n pointers, aligned. */
@@ -62,6 +119,27 @@ extern dt__pool dt__bgroup_pool; /* blob.c */
 /* The member pointers: a value's `blobs` array while it holds the group. */
 static inline dt__blob **dt__bgroup_ptrs(dt__bgroup *gr) {
     return (dt__blob **)((uint8_t *)gr + DT__BGROUP_HDR);
+}
+
+/* Member 0 of a group made with members (dt__bgroup_new). */
+static inline dt__blob *dt__bgroup_members(const dt__bgroup *gr) {
+    return (dt__blob *)((uint8_t *)gr + DT__BGROUP_MEMBERS(gr->n));
+}
+
+/* b's event: the stream whose kernel number *seq makes it (NULL: made by
+ * the controller, ready at once). A member of a group a run made computes
+ * it from the run's bases (above); any other blob has it in its fields.
+ * Any thread that may read b's event (its consumer's controller or
+ * worker). */
+static inline struct dt__stream *dt__blob_event(const dt__blob *b, uint64_t *seq) {
+    const dt__bgroup *gr = b->grp;
+    if (b->producer || !gr || !gr->ev) {
+        *seq = b->seq;
+        return b->producer;
+    }
+    size_t d = (size_t)(b - dt__bgroup_members(gr));
+    *seq = gr->ev->base[d] + (uint64_t)gr->kidx + 1;
+    return gr->ev->ss[d];
 }
 
 /* A group of n members on backends be[d] (the streams'), one hold (the

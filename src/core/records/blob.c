@@ -24,6 +24,7 @@
 dt__pool dt__kernel_pool = DT__POOL_INIT(sizeof(dt__kernel));
 dt__pool dt__blob_pool = DT__POOL_INIT(sizeof(dt__blob));
 dt__pool dt__bgroup_pool = DT__POOL_INIT(DT__BGROUP_BYTES(DT__BGROUP_POOLED));
+dt__pool dt__runev_pool = DT__POOL_INIT(DT__RUNEV_BYTES(DT__RUNEV_POOLED));
 
 dt__blob *dt__blob_new(const dt__backend *be) { return dt__blob_new_in(NULL, be); }
 
@@ -41,9 +42,17 @@ static dt__blob *blob_free(dt__blob *b, dt__pool_lists *mine) {
     if (b->remote)
         dt__port_release(b->remote - 1, b->rtag, b->id);
     dt__blob *base = b->base;
-    if (b->grp)
-        dt__bgroup_member_gone(b->grp, mine);
-    else
+    if (b->grp) {
+        /* Back to what dt__bgroup_new makes (the group's next use in the
+         * pool skips it): this thread holds the line now. */
+        dt__bgroup *gr = b->grp;
+        const dt__backend *be = b->be;
+        memset(b, 0, sizeof *b);
+        atomic_init(&b->refs, DT__BGROUP_REFS);
+        b->be = be;
+        b->grp = gr;
+        dt__bgroup_member_gone(gr, mine);
+    } else
         dt__pool_free_in(&dt__blob_pool, mine, b);
     return base;
 }
@@ -72,11 +81,23 @@ dt__bgroup *dt__bgroup_new(dt__pool_lists *mine, int n, const dt__backend *const
     dt__bgroup *gr = pooled ? dt__pool_alloc_in(&dt__bgroup_pool, mine, 0) : dt__malloc(DT__BGROUP_BYTES(n));
     if (!gr)
         return NULL;
+    const dt__backend *all = be[0];
+    for (int d = 1; d < n; d++)
+        if (be[d] != all)
+            all = NULL;
+    /* A pooled allocation freed with its members as made here (blob.c) for
+     * this size and backend: nothing to write into the members. */
+    int ready = pooled && all && refs == DT__BGROUP_REFS && gr->ready == DT__BGROUP_READY(n, all);
     atomic_init(&gr->holds, 1);
     atomic_init(&gr->live, n + 1);
     atomic_init(&gr->taken, 0);
     gr->n = n;
     gr->pooled = pooled;
+    gr->ev = NULL;
+    gr->be_all = all;
+    gr->ready = 0;
+    if (ready)
+        return gr;
     dt__blob **ptrs = dt__bgroup_ptrs(gr);
     dt__blob *m = (dt__blob *)((uint8_t *)gr + DT__BGROUP_MEMBERS(n));
     memset(m, 0, sizeof *m * (size_t)n); /* one run of stores over the members' lines */
@@ -100,6 +121,9 @@ dt__bgroup *dt__bgroup_adopt(dt__pool_lists *mine, int n, dt__blob *const *blobs
     atomic_init(&gr->taken, 0);
     gr->n = n;
     gr->pooled = pooled;
+    gr->ev = NULL;
+    gr->be_all = NULL; /* no members in the allocation */
+    gr->ready = 0;
     memcpy(dt__bgroup_ptrs(gr), blobs, sizeof *blobs * (size_t)n);
     return gr;
 }
@@ -118,8 +142,34 @@ void dt__bgroup_release(dt__bgroup *gr) {
 void dt__bgroup_member_gone(dt__bgroup *gr, dt__pool_lists *mine) {
     if (atomic_fetch_sub_explicit(&gr->live, 1, memory_order_acq_rel) != 1)
         return;
+    if (gr->ev)
+        dt__runev_unref((dt__runev *)gr->ev, mine);
+    /* Every member was reset when freed (blob_free). */
+    gr->ready = gr->be_all ? DT__BGROUP_READY(gr->n, gr->be_all) : 0;
     if (gr->pooled)
         dt__pool_free_in(&dt__bgroup_pool, mine, gr);
     else
         dt__free(gr);
+}
+
+dt__runev *dt__runev_new(dt__pool_lists *mine, int n) {
+    int pooled = n <= DT__RUNEV_POOLED;
+    dt__runev *ev = pooled ? dt__pool_alloc_in(&dt__runev_pool, mine, 0) : dt__malloc(DT__RUNEV_BYTES(n));
+    if (!ev)
+        return NULL;
+    atomic_init(&ev->refs, 0);
+    ev->n = n;
+    ev->pooled = pooled;
+    ev->ss = (struct dt__stream **)((uint8_t *)ev + DT__RUNEV_HDR);
+    ev->base = (uint64_t *)(ev->ss + n);
+    return ev;
+}
+
+void dt__runev_unref(dt__runev *ev, dt__pool_lists *mine) {
+    if (atomic_fetch_sub_explicit(&ev->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    if (ev->pooled)
+        dt__pool_free_in(&dt__runev_pool, mine, ev);
+    else
+        dt__free(ev);
 }

@@ -180,6 +180,12 @@ struct dt_graph {
     /* Explain and trace records (core/records/trace.h); NULL when it could not be
      * made (nothing is recorded then). Made and freed with the graph. */
     struct dt__rec *rec;
+    /* A run's allocation (core/records/step.h) that its last slot gave
+     * back, for the controller's next run: a run's kernel images span tens
+     * of kilobytes, which malloc would hand back to the system and fault in
+     * again. Written by workers, taken by the controller; freed with the
+     * graph. Its own line. */
+    _Alignas(DT_CACHE_LINE) _Atomic(struct dt__step *) step_spare;
 };
 
 #define DT__Q_IS_CLOSED(h) (((uintptr_t)(h)&1) != 0)

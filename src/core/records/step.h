@@ -7,9 +7,13 @@
  *
  * Each image names its blobs by group (core/records/bgroup.h): input j is
  * member d of group gin[j], the output member d of gout, so the controller
- * writes nothing per device for a kernel but its output member's event
- * (producer stream and number: every kernel of the run keeps its own
- * number on each stream, as K records would). A worker that reaches its
+ * writes nothing per device for a kernel. Its events are by (run, number)
+ * (docs/decisions.md, "Events by run and number"): the output group names
+ * the run's event bases (`ev`: device d's stream and the number of the
+ * kernel before the run's first there) and its index, so kernel i of the
+ * run is number base[d] + i + 1 on device d's stream, as K records would
+ * have been numbered; the streams' counts advance by K when the run
+ * closes. A worker that reaches its
  * slot instantiates the K kernels in order, each as a shared record's slot
  * would be (core/worker/kernel_run.c): its own op name, call site,
  * attributes, in-place test and event. The last slot run (or dropped)
@@ -37,7 +41,19 @@
 typedef struct dt__step_img {
     dt__bcast bc;     /* gin[] and img (the kernel, no blobs) */
     dt__bgroup *gout; /* the output's group (held by its value) */
+    /* Input j's entry in the run's holds (dt__step.held). */
+    uint8_t hold[DT_MAX_OP_INPUTS];
 } dt__step_img;
+
+/* A group the run holds once for the images that read it: `uses` image
+ * inputs name it through this entry. A group may have more than one entry
+ * (it is looked for among the last few only); each entry is one hold. */
+typedef struct dt__step_held {
+    dt__bgroup *gr;
+    int uses;
+} dt__step_held;
+#define DT__STEP_HELD (DT__STEP_MAX * DT_MAX_OP_INPUTS)
+_Static_assert(DT__STEP_HELD <= 256, "an image's hold index is a byte");
 
 /* An image's stride: its header, then its kernel with the most attributes. */
 #define DT__STEP_IMG_HDR ((sizeof(dt__step_img) + DT_CACHE_LINE - 1) / DT_CACHE_LINE * DT_CACHE_LINE)
@@ -53,18 +69,25 @@ typedef struct dt__step {
     int n;                      /* slots: the mesh's devices */
     int k;                      /* images so far */
     const struct dt_mesh *mesh; /* controller only */
-    struct dt__stream **ss;     /* controller only: device d's stream */
+    dt__runev *ev;              /* controller only: the event bases (ss: device d's stream) */
+    struct dt__stream **ss;     /* controller only: ev->ss */
     const dt__backend **be;     /* controller only: ss[d]'s backend */
     uint8_t *imgs;              /* image 0 */
+    int nheld;                  /* entries of held */
+    dt__step_held *held;        /* the groups the run holds (after the images) */
+    /* Where the last slot leaves the allocation for the next run (the
+     * graph's step_spare) when that is empty; NULL: freed. */
+    _Atomic(struct dt__step *) *spare;
 } dt__step;
 
 #define DT__STEP_HDR ((size_t)2 * DT_CACHE_LINE)
 _Static_assert(sizeof(dt__step) <= DT__STEP_HDR, "dt__step header");
-/* Where the images start: after the slots, streams and backends. */
+/* Where the images start: after the slots and backends. */
 #define DT__STEP_IMGS(n)                                                                                     \
-    ((DT__STEP_HDR + (size_t)(n) * (DT__BCAST_SLOT + 2 * sizeof(void *)) + DT_CACHE_LINE - 1) /              \
-     DT_CACHE_LINE * DT_CACHE_LINE)
-#define DT__STEP_BYTES(n) (DT__STEP_IMGS(n) + (size_t)DT__STEP_MAX * DT__STEP_IMG_STRIDE)
+    ((DT__STEP_HDR + (size_t)(n) * (DT__BCAST_SLOT + sizeof(void *)) + DT_CACHE_LINE - 1) / DT_CACHE_LINE *  \
+     DT_CACHE_LINE)
+#define DT__STEP_HELD_AT(n) (DT__STEP_IMGS(n) + (size_t)DT__STEP_MAX * DT__STEP_IMG_STRIDE)
+#define DT__STEP_BYTES(n) (DT__STEP_HELD_AT(n) + (size_t)DT__STEP_HELD * sizeof(dt__step_held))
 
 /* Slot d of st. */
 static inline dt__krec *dt__step_slot(dt__step *st, int d) {
@@ -81,17 +104,24 @@ static inline int dt__step_slot_index(const dt__step *st, const dt__krec *k) {
     return (int)(((const uint8_t *)k - ((const uint8_t *)st + DT__STEP_HDR)) / DT__BCAST_SLOT);
 }
 
+/* Whether image im's input j is the only one of the run that reads its
+ * group through the run's hold (as a record of its own per kernel would
+ * hold it alone): only then may its kernel take the member over. */
+static inline int dt__step_sole_use(const dt__step *st, const dt__step_img *im, int j) {
+    return st->held[im->hold[j]].uses == 1;
+}
+
 /* One slot is done with st (run, dropped, or never queued): the last drops
- * the groups its images hold and frees it. Any thread. */
+ * the groups it holds and frees it. Any thread. */
 static inline void dt__step_unref(dt__step *st) {
     if (atomic_fetch_sub_explicit(&st->left, 1, memory_order_acq_rel) != 1)
         return;
-    for (int i = 0; i < st->k; i++) {
-        dt__step_img *im = dt__step_img_at(st, i);
-        for (int j = 0; j < im->bc.img->n_in; j++)
-            dt__bgroup_release(im->bc.gin[j]);
-    }
-    dt__free(st);
+    for (int i = 0; i < st->nheld; i++)
+        dt__bgroup_release(st->held[i].gr);
+    dt__step *none = NULL;
+    if (!st->spare || !atomic_compare_exchange_strong_explicit(st->spare, &none, st, memory_order_release,
+                                                               memory_order_relaxed))
+        dt__free(st);
 }
 
 #endif /* DT_CORE_STEP_H */

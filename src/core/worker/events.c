@@ -16,6 +16,7 @@
  */
 #include <sched.h>
 
+#include "core/records/bgroup.h"
 #include "core/records/blob.h"
 #include "core/worker/stream.h"
 #include "core/worker/stream_int.h"
@@ -35,21 +36,23 @@ void dt__event_complete(dt__stream *s, uint64_t n) {
     }
 }
 
-static int host_done(const dt__blob *b) {
-    return !b->producer || atomic_load_explicit(&b->producer->done, memory_order_acquire) >= b->seq;
+/* Whether kernel `seq` of stream p (NULL: none) has completed on the host. */
+static int host_done(const dt__stream *p, uint64_t seq) {
+    return !p || atomic_load_explicit(&p->done, memory_order_acquire) >= seq;
 }
 
 void dt__event_wait(dt__stream *s, const dt__blob *b) {
-    dt__stream *p = b->producer;
-    if (p && p != s && !host_done(b)) {
+    uint64_t seq;
+    dt__stream *p = dt__blob_event(b, &seq);
+    if (p && p != s && !host_done(p, seq)) {
         /* A short bounded spin saves the sleep when the producer is about to
          * finish (dt__spin_until_changed's reasoning: each probe yields). */
-        for (int i = 0; i < DT_SPIN_PROBES && !host_done(b); i++)
+        for (int i = 0; i < DT_SPIN_PROBES && !host_done(p, seq); i++)
             sched_yield();
-        if (!host_done(b)) {
+        if (!host_done(p, seq)) {
             pthread_mutex_lock(&p->ev_lock);
             atomic_fetch_add(&p->ev_waiters, 1);
-            while (atomic_load(&p->done) < b->seq)
+            while (atomic_load(&p->done) < seq)
                 pthread_cond_wait(&p->ev_cond, &p->ev_lock);
             atomic_fetch_sub(&p->ev_waiters, 1);
             pthread_mutex_unlock(&p->ev_lock);
@@ -64,7 +67,9 @@ void dt__event_wait(dt__stream *s, const dt__blob *b) {
 }
 
 int dt__event_query(const dt__blob *b) {
-    if (!host_done(b))
+    uint64_t seq;
+    dt__stream *p = dt__blob_event(b, &seq);
+    if (!host_done(p, seq))
         return 0;
     if (b->bev && b->be->api_version >= 2 && b->be->event_query)
         return b->be->event_query(b->bev) != 0;

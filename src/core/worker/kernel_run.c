@@ -58,6 +58,9 @@ static void poison(dt__krec *k, const dt__stream *s, const char *what) {
 typedef struct slot_of {
     dt__bcast *bc;
     int d;
+    /* A run's image whose input 0's group other images of the run read
+     * too (core/records/step.h, dt__step_sole_use): never taken over. */
+    int shared0;
 } slot_of;
 
 /* 1 when k holds the only reference left to its input 0: its own, or, for
@@ -68,7 +71,7 @@ typedef struct slot_of {
  * is not held by a second reference until the group goes. */
 static int sole_input(const dt__krec *k, const slot_of *so) {
     dt__bgroup *gr = so ? so->bc->gin[0] : NULL;
-    if (atomic_load(&k->in[0]->refs) != 1 || (gr && atomic_load(&gr->holds) != 1))
+    if (atomic_load(&k->in[0]->refs) != 1 || (gr && (so->shared0 || atomic_load(&gr->holds) != 1)))
         return 0;
     if (gr)
         atomic_fetch_or_explicit(&gr->taken, 1ull << so->d, memory_order_relaxed);
@@ -286,7 +289,7 @@ static void step_each(dt__krec *slot, dt__stream *s, void (*fn)(dt__krec *, dt__
     for (int i = 0; i < st->k; i++) {
         dt__step_img *im = dt__step_img_at(st, i);
         bcast_buf buf;
-        slot_of so = {&im->bc, d};
+        slot_of so = {&im->bc, d, im->bc.img->n_in > 0 && !dt__step_sole_use(st, im, 0)};
         fn(step_local(im, d, &buf), s, &so);
     }
     dt__step_unref(st);
@@ -299,7 +302,7 @@ void dt__kernel_run(dt__krec *k, dt__stream *s) {
     }
     if (k->kop == DT_KC_BCAST) {
         bcast_buf buf;
-        slot_of so = {k->handle, dt__bcast_slot_index(k->handle, k)};
+        slot_of so = {k->handle, dt__bcast_slot_index(k->handle, k), 0};
         kernel_exec(bcast_local(k, &buf), s, &so);
         dt__bcast_unref(so.bc);
         return;
@@ -378,7 +381,7 @@ void dt__kernel_drop(dt__krec *k, dt__stream *s) {
     }
     if (k->kop == DT_KC_BCAST) {
         bcast_buf buf;
-        slot_of so = {k->handle, dt__bcast_slot_index(k->handle, k)};
+        slot_of so = {k->handle, dt__bcast_slot_index(k->handle, k), 0};
         kernel_drop(bcast_local(k, &buf), s, &so);
         dt__bcast_unref(so.bc);
         return;

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "core/records/bgroup.h"
 #include "core/records/blob.h"
 #include "core/records/cluster_port.h"
 #include "core/records/graph_int.h"
@@ -259,7 +260,8 @@ void dt__stream_free(dt__stream *s) {
 void dt__blob_release_ctl(dt_graph *g, dt__blob *b, dt__pool_lists *mine) {
     if (!b || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1)
         return;
-    dt__stream *s = b->producer;
+    uint64_t seq;
+    dt__stream *s = dt__blob_event(b, &seq);
     if (s && !s->remote && !b->remote && b->impl) {
         b->next_dead = s->dead;
         s->dead = b;
