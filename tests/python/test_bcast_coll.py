@@ -23,7 +23,7 @@ import torch
 
 import dtorch
 from dtorch import Partial, Replicate, Shard
-from dtorch.test.probes import Gate, bcast, graph_stats, replay
+from dtorch.test.probes import Gate, bcast, bgroup, graph_stats, replay, step
 from dtorch.test.test_util import genuine_partial, local_values
 
 from helpers import CPU2, CPU3, CPU2x2, assert_equal_everywhere, bits, cancel_behind_gate, int_valued, wait_stat
@@ -37,8 +37,8 @@ def colls(g=None):
 
 def run(on, fn, *args):
     """fn(*args) with the records on or off: its results, their per-device values, shared
-    collectives and runs closed."""
-    with replay(False), bcast(on):
+    collectives and runs closed (groups and runs on, as by default)."""
+    with replay(False), bcast(on), bgroup(True), step(True):
         s0 = graph_stats()
         ys = fn(*args)
         ys = ys if isinstance(ys, (list, tuple)) else [ys]
@@ -129,7 +129,7 @@ class TestSameAsPerRank(unittest.TestCase):
         z = dtorch.from_torch(torch.tensor([[2, 3], [0, 5]]), CPU2, [Shard(0)])  # device 1 divides by 0
         msgs = []
         for on in (False, True):
-            with bcast(on):
+            with replay(False), bcast(on):
                 c0 = colls()
                 line = inspect.currentframe().f_lineno + 1
                 y = xi // z
@@ -151,7 +151,7 @@ class TestSameAsPerRank(unittest.TestCase):
         g = dtorch.Graph()
         gate = Gate()
         try:
-            with bcast(True, graph=g):
+            with replay(False, graph=g), bcast(True, graph=g):
                 t = int_valued(4, 4, seed=10)
                 x = gate.hold(genuine_partial(t, CPU3, [P], seed=11, graph=g))
                 y = x
