@@ -65,6 +65,10 @@ DT_API dt_status dt_debug_event(dt_tensor *t, int64_t device, int *kind, int64_t
 /* g's device-independent records so far (nodes lowered that way); -1 for a
  * bad graph. Any thread. */
 DT_API int64_t dt_debug_bcast_nodes(dt_graph *g);
+/* g's collectives lowered as one device-independent record (all ranks'
+ * kernels one record, each worker instantiating its rank); -1 for a bad
+ * graph. Any thread. */
+DT_API int64_t dt_debug_bcast_collectives(dt_graph *g);
 
 /* g's replay counters: *hits, nodes whose kernels were replayed; *misses,
  * nodes the cache could hold that were lowered (first sightings, and

@@ -99,7 +99,7 @@ static PyObject *mod_graph_stats(PyObject *module, PyObject *args) {
         dt_graph_get_replay_stats(g, &hits, &misses) != DT_OK)
         return dtpy_raise_last(st);
     return Py_BuildValue(
-        "{sLsLsLsLsLsLsLsLsLsLsLsLsLsLsLsLsL}", "submitted", (long long)s.submitted, "in_flight",
+        "{sLsLsLsLsLsLsLsLsLsLsLsLsLsLsLsLsLsL}", "submitted", (long long)s.submitted, "in_flight",
         (long long)s.in_flight, "peak_in_flight", (long long)s.peak_in_flight, "in_flight_limit",
         (long long)s.in_flight_limit, "check_interval", (long long)s.check_interval, "flow_waits",
         (long long)s.flow_waits, "nodes_eliminated", (long long)s.nodes_eliminated, "kernels_in_place",
@@ -107,7 +107,8 @@ static PyObject *mod_graph_stats(PyObject *module, PyObject *args) {
         (long long)s.cancelled, "replay_hits", (long long)hits, "replay_misses", (long long)misses,
         "replay_run_hits", (long long)dt_debug_replay_run_hits(g), "nodes_reordered",
         (long long)dt_debug_nodes_reordered(g), "bcast_nodes", (long long)dt_debug_bcast_nodes(g),
-        "step_runs", (long long)dt_debug_step_runs(g), "chain_blocks", (long long)dt_debug_chain_blocks(g));
+        "step_runs", (long long)dt_debug_step_runs(g), "chain_blocks", (long long)dt_debug_chain_blocks(g),
+        "bcast_collectives", (long long)dt_debug_bcast_collectives(g));
 }
 
 /* Parses (graph, flag): 0 with *g and *on set, else -1 with an exception. */
@@ -264,7 +265,8 @@ static PyMethodDef testing_methods[] = {
     {"_graph_stats", mod_graph_stats, METH_VARARGS,
      "_graph_stats(graph, reset_peak=False) -> {submitted, in_flight, peak_in_flight, in_flight_limit, "
      "check_interval, flow_waits, nodes_eliminated, kernels_in_place, nodes_fused, cancelled, replay_hits, "
-     "replay_misses, replay_run_hits, nodes_reordered, bcast_nodes, step_runs, chain_blocks}"},
+     "replay_misses, replay_run_hits, nodes_reordered, bcast_nodes, step_runs, chain_blocks, "
+     "bcast_collectives}"},
     {"_set_chains", mod_set_chains, METH_VARARGS,
      "_set_chains(graph, on): turns the blocked elementwise chains on or off"},
     {"_set_replay", mod_set_replay, METH_VARARGS,

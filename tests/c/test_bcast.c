@@ -407,17 +407,17 @@ static void test_group_error(void) {
  * and a copy to a mesh of devices 4 and 5, each while a run is open; then a
  * read and more of the run. Fills ev[value][device] = (kind, device id, number) and the
  * values. */
-#define EV_VALUES 11
+#define EV_VALUES 12
 typedef struct ev_run {
     int kind[EV_VALUES][4];
     int64_t dev[EV_VALUES][4];
     uint64_t seq[EV_VALUES][4];
-    float out[4][8];
-    int64_t runs;
+    float out[5][8];
+    int64_t runs, colls;
 } ev_run;
 
-static void events_prog(int step, ev_run *r) {
-    dt_graph *g = ref_graph(1);
+static void events_prog(int bcast, int step, ev_run *r) {
+    dt_graph *g = ref_graph(bcast);
     CHECK(dt_graph_set_step(g, step) == DT_OK);
     dt_mesh *m = mesh1d(4);
     int64_t shape2[1] = {2}, ids2[2] = {4, 5}, shape[1] = {8};
@@ -437,7 +437,11 @@ static void events_prog(int step, ev_run *r) {
     v[10] = dt_full(g, DT_FLOAT32, 1, shape, dt_scalar_float(0.25), m, rep);
     v[9] = dt_binary(DT_BINARY_ADD, v[3], v[10]); /* per device (a Replicate input sliced) */
     v[6] = dt_redistribute(v[3], m2, s0);         /* another mesh's streams */
-    CHECK(v[0] && v[1] && v[2] && v[3] && v[4] && v[5] && v[6] && v[9] && v[10]);
+    int64_t dim0[1] = {0};
+    dt_tensor *part = dt_sum(v[3], 1, dim0, 1); /* Partial: its all-reduce reads kernel 2 */
+    v[11] = dt_redistribute(part, m, rep);
+    dt_tensor_release(part);
+    CHECK(v[0] && v[1] && v[2] && v[3] && v[4] && v[5] && v[6] && v[9] && v[10] && v[11]);
     CHECK(dt_tensor_read(v[5], r->out[0], sizeof r->out[0]) == DT_OK);
     v[7] = dt_binary(DT_BINARY_ADD, v[5], v[3]);
     v[8] = dt_binary_scalar(DT_BINARY_MUL, v[7], dt_scalar_float(0.5), 0);
@@ -445,10 +449,12 @@ static void events_prog(int step, ev_run *r) {
     CHECK(dt_tensor_read(v[4], r->out[1], sizeof r->out[1]) == DT_OK);
     CHECK(dt_tensor_read(v[6], r->out[2], sizeof r->out[2]) == DT_OK);
     CHECK(dt_tensor_read(v[9], r->out[3], sizeof r->out[3]) == DT_OK);
+    CHECK(dt_tensor_read(v[11], r->out[4], sizeof(float)) == DT_OK);
     for (int i = 0; i < EV_VALUES; i++)
         for (int d = 0; d < (i == 6 ? 2 : 4); d++)
             CHECK(dt_debug_event(v[i], d, &r->kind[i][d], &r->dev[i][d], &r->seq[i][d]) == DT_OK);
     r->runs = dt_debug_step_runs(g);
+    r->colls = dt_debug_bcast_collectives(g);
     for (int i = 0; i < EV_VALUES; i++)
         dt_tensor_release(v[i]);
     dt_mesh_release(m2);
@@ -457,16 +463,26 @@ static void events_prog(int step, ev_run *r) {
     dt_graph_release(g);
 }
 
-/* Events by (run, number) are those of one record per kernel. */
+/* Events by (run, number) are those of one record per kernel; a shared
+ * collective's (one record for all ranks) those of one kernel per rank. */
 static void test_run_events(void) {
-    ev_run off, on;
+    ev_run off, on, per;
     memset(&off, 0, sizeof off);
     memset(&on, 0, sizeof on);
-    events_prog(0, &off);
-    events_prog(1, &on);
+    memset(&per, 0, sizeof per);
+    events_prog(1, 0, &off);
+    events_prog(1, 1, &on);
+    events_prog(0, 0, &per);
     CHECK_EQ(off.runs, 0);
     CHECK(on.runs >= 2);
+    CHECK_EQ(on.colls, 2); /* the gather and the all-reduce */
+    CHECK_EQ(per.colls, 0);
     CHECK(memcmp(off.out, on.out, sizeof on.out) == 0);
+    CHECK(memcmp(per.out, on.out, sizeof on.out) == 0);
+    float sum = 0;
+    for (int i = 0; i < 8; i++)
+        sum += ((float)i * 0.5f - 1.0f) * 3 - 1;
+    CHECK(on.out[4][0] == sum);
     for (int i = 0; i < 8; i++) {
         float x = (float)i * 0.5f - 1.0f, y1 = x * 2, y2 = y1 + x, y3 = y2 - 1;
         CHECK(on.out[0][i] == y3 * y1);
@@ -479,7 +495,13 @@ static void test_run_events(void) {
             CHECK_EQ(on.kind[i][d], off.kind[i][d]);
             CHECK_EQ(on.dev[i][d], off.dev[i][d]);
             CHECK_EQ((int64_t)on.seq[i][d], (int64_t)off.seq[i][d]);
+            CHECK_EQ(per.kind[i][d], off.kind[i][d]);
+            CHECK_EQ(per.dev[i][d], off.dev[i][d]);
+            CHECK_EQ((int64_t)per.seq[i][d], (int64_t)off.seq[i][d]);
         }
+    /* The collectives on the communication streams (kind 1), in order. */
+    for (int d = 0; d < 4; d++)
+        CHECK(on.kind[4][d] == 1 && on.kind[11][d] == 1 && on.seq[11][d] > on.seq[4][d]);
     /* The run's kernels on device 3's compute stream, numbered in order. */
     CHECK(on.kind[1][3] == 0 && on.dev[1][3] == 3);
     CHECK_EQ((int64_t)on.seq[2][3], (int64_t)on.seq[1][3] + 1);

@@ -73,6 +73,32 @@ def bits(t):
     return t.contiguous().view(ints) if t.dtype.is_floating_point else t
 
 
+def wait_stat(g, key, n):
+    """Until graph_stats(g)[key] reaches n (work the controller lowers behind a gate), 30 s at most."""
+    import time
+
+    from dtorch.test.probes import graph_stats
+
+    for _ in range(3000):
+        if graph_stats(g)[key] >= n:
+            return
+        time.sleep(0.01)
+
+
+def cancel_behind_gate(tc, g, gate, f, dropped):
+    """Cancels g while its work waits behind `gate`, then opens it: the read f fails as cancelled,
+    and at least `dropped` kernels were dropped, not run."""
+    from dtorch.test.probes import graph_stats
+
+    g.cancel(0)
+    gate.open()
+    g.cancel()  # waits until the workers have dropped what was queued
+    with tc.assertRaises(Exception) as cm:
+        f.get()
+    tc.assertIn("cancelled", str(cm.exception))
+    tc.assertGreaterEqual(graph_stats(g)["cancelled"], dropped)
+
+
 def settle():
     # Two rounds: the first's dead blobs are freed at the head of the next.
     dtorch.synchronize()

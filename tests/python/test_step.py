@@ -13,7 +13,6 @@ failing kernel's op, device and line; cancellation in the middle of a run.
 
 import inspect
 import os
-import time
 import unittest
 
 import torch
@@ -24,7 +23,7 @@ from dtorch.test.probes import Gate, bcast, bgroup, graph_stats, replay, step
 from dtorch.test.test_util import local_values
 
 from helpers import CPU2, CPU3, CPU2x2, assert_equal_everywhere, bits, int_valued
-from helpers import assert_in_place_alike, chain_case, settle
+from helpers import assert_in_place_alike, cancel_behind_gate, chain_case, settle, wait_stat
 from helpers import placements_1d, placements_2d
 
 MODES = (("per device", False, False), ("per node", True, False), ("runs", True, True))
@@ -210,19 +209,10 @@ class TestRunErrors(unittest.TestCase):
                 for _ in range(8):
                     y = (y + 1.0) * 2.0
                 f = y.to_torch_async()
-                for _ in range(3000):  # until the controller has lowered the chain (behind the gate)
-                    if graph_stats(g)["bcast_nodes"] >= 16:
-                        break
-                    time.sleep(0.01)
+                wait_stat(g, "bcast_nodes", 16)  # the controller has lowered the chain (behind the gate)
                 self.assertGreater(graph_stats(g)["step_runs"], 0)
-                g.cancel(0)
-                gate.open()
-                g.cancel()  # waits until the workers have dropped what was queued
-                with self.assertRaises(Exception) as cm:
-                    f.get()
-                self.assertIn("cancelled", str(cm.exception))
                 # The run's 16 kernels on each device were dropped, not run.
-                self.assertGreaterEqual(graph_stats(g)["cancelled"], 2 * 16)
+                cancel_behind_gate(self, g, gate, f, 2 * 16)
         finally:
             gate.open()
             g.shutdown()

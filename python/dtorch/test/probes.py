@@ -86,7 +86,9 @@ def graph_stats(graph=None, reset_peak: bool = False) -> Dict[str, int]:
     the hits, those found by the run: the template that followed the previous node's last time) and
     ``nodes_reordered`` (nodes the schedule lowered ahead of an older node of their round, so that
     compute runs while a collective is in flight) and ``bcast_nodes`` (nodes lowered as one
-    device-independent record for all their devices, ``bcast``) and ``chain_blocks`` (the blocks
+    device-independent record for all their devices, ``bcast``), ``step_runs`` (runs of such records
+    closed) and ``bcast_collectives`` (collectives lowered as one such record, each worker running
+    its own rank) and ``chain_blocks`` (the blocks
     the backend's chain runner ran chain kernels on, over every device: how many a chain of n
     elements takes is ceil(n / block size) per device, the size ``DTORCH_CHAIN_BLOCK`` sets).
 

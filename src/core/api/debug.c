@@ -93,6 +93,10 @@ int64_t dt_debug_chain_blocks(dt_graph *g) { return dt__graph_ok(g) ? atomic_loa
 
 int64_t dt_debug_bcast_nodes(dt_graph *g) { return dt__graph_ok(g) ? atomic_load(&g->bcast_nodes) : -1; }
 
+int64_t dt_debug_bcast_collectives(dt_graph *g) {
+    return dt__graph_ok(g) ? atomic_load(&g->bcast_colls) : -1;
+}
+
 dt_status dt_graph_set_schedule(dt_graph *g, int on) {
     return set_switch(g, offsetof(dt_graph, schedule), "schedule", on);
 }

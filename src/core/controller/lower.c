@@ -224,6 +224,8 @@ dt_status dt__lw_collective_after(dt__lower *L, const dt_mesh *mesh, int stream_
                                   int64_t base, int64_t stride, dt__blob **blobs, dt__blob **deps,
                                   dt__blob **next, dt_dtype dtype, const char *opname) {
     atomic_fetch_add_explicit(&dt__collectives_lowered, 1, memory_order_relaxed);
+    if (!deps && dt__lw_coll_bcast(L, mesh, stream_kind, c, base, stride, blobs, next, opname))
+        return L->status; /* one device-independent record (lower_bcast.c) */
     dt__krec **ks = c && L->status == DT_OK ? dt__calloc((size_t)c->n, sizeof *ks) : NULL;
     dt__stream **ss = ks ? dt__calloc((size_t)c->n, sizeof *ss) : NULL;
     int ok = ss != NULL;

@@ -74,6 +74,15 @@ dt_status dt__lw_collective(dt__lower *L, const dt_mesh *mesh, int stream_kind, 
 dt_status dt__lw_collective_after(dt__lower *L, const dt_mesh *mesh, int stream_kind, dt__coll *c,
                                   int64_t base, int64_t stride, dt__blob **blobs, dt__blob **deps,
                                   dt__blob **next, dt_dtype dtype, const char *opname);
+/* dt__lw_collective's one device-independent record (lower_bcast.c): where
+ * the group is the whole mesh in device order (base 0, stride 1, rank r on
+ * device r), every rank's kernel is the same bytes (dt__coll_pack) but for
+ * its rank, which each slot carries; the in-process comm (CPU meshes), an
+ * all-reduce, all-gather or reduce-scatter, no deps. 1 when it took the
+ * collective (as dt__lw_collective's contract; L->status set on a failure),
+ * 0 when the caller lowers it per rank (nothing was made or numbered). */
+int dt__lw_coll_bcast(dt__lower *L, const dt_mesh *mesh, int stream_kind, dt__coll *c, int64_t base,
+                      int64_t stride, dt__blob **blobs, dt__blob **next, const char *opname);
 /* Makes sure v has its blob array; DT_ENOMEM (L->status set) if not. */
 dt_status dt__lw_alloc_blobs(dt__lower *L, dt__tval *v);
 

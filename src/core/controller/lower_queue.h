@@ -43,7 +43,7 @@ static inline void dt__lw_stream_put(dt_graph *g, dt__stream *s, dt__krec *k) {
  * answers only for a node that is not recorded, and a replay captures
  * nothing). Everything else appends with dt__lw_stream_append. */
 static inline void dt__lw_stream_link(dt_graph *g, dt__stream *s, dt__krec *k) {
-    if (g->step_open) /* its kernels come first on its streams (lower_step.h) */
+    if (s->in_run) /* its kernels come first on its streams (lower_step.h) */
         dt__lw_step_close(g);
     g->kqueued_local++;
     s->appended++;
@@ -55,7 +55,7 @@ static inline void dt__lw_stream_link(dt_graph *g, dt__stream *s, dt__krec *k) {
 /* Adds k to the stream's batch; the batch is handed over by flush()
  * (core/controller/executor.c). */
 static inline void dt__lw_stream_append(dt_graph *g, dt__stream *s, dt__krec *k) {
-    if (g->step_open) /* the run's kernels are counted first: a trace numbers k below */
+    if (s->in_run) /* the run's kernels are counted first: a trace numbers k below */
         dt__lw_step_close(g);
     if (g->replay_cap) /* capturing this node's kernels (replay.h) */
         dt__replay_note(g->replay_cap, s, k);
@@ -71,7 +71,7 @@ static inline void dt__lw_stream_append(dt_graph *g, dt__stream *s, dt__krec *k)
  * its output's event this kernel's number on s, and marks it to wait when
  * an input comes from another stream. */
 static inline void dt__lw_bind(dt_graph *g, dt__stream *s, dt__krec *k) {
-    if (g->step_open) /* the run's kernels are numbered on its streams first */
+    if (s->in_run) /* the run's kernels are numbered on its streams first */
         dt__lw_step_close(g);
     if (k->out) {
         if (!k->out->id)

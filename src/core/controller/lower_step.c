@@ -8,12 +8,16 @@
  * run's event bases and the kernel's index (core/records/bgroup.h), so
  * nothing is written per device; it links nothing. The streams' counts
  * advance by the run's kernels when it closes. The run is closed (its one slot per device linked on the
- * device's stream) before anything else is linked on any stream (a node
- * lowered otherwise, another mesh's, a read, a sync, a replayed record:
- * dt__lw_stream_link), at the round's flush, when another mesh's node is
- * appended, and when it holds DT__STEP_MAX kernels. So the streams' order
- * and every consumer's view of the events are those of one record per
- * kernel.
+ * device's stream) before anything else is bound or linked on one of its
+ * streams (a node lowered otherwise, a read, a sync, a replayed record, a
+ * collective under DTORCH_OVERLAP=0: dt__stream.in_run, lower_queue.h), at
+ * the round's flush, when another mesh's node is appended, and when it holds
+ * DT__STEP_MAX kernels. So the streams' order and every consumer's view of
+ * the events are those of one record per kernel. A record on other streams
+ * (a collective on the communication streams, a copy to another mesh) leaves
+ * it open: it names the run's kernels by their numbers, fixed when they
+ * were appended, and its worker waits for them as for any event; the run's
+ * slots are linked before the flush hands either over.
  *
  * Taken only with blob groups on (every input is named by its group; a
  * value made per device is adopted into one) and for a fresh output. A
@@ -66,6 +70,8 @@ static dt__step *step_open(dt__lower *L, const dt_mesh *mesh, int n) {
     for (int d = 0; d < n; d++) {
         st->ss[d] = dt__lw_stream(L, mesh, d);
         if (!st->ss[d] || st->ss[d]->remote) {
+            for (int e = 0; e < d; e++)
+                st->ss[e]->in_run = 0;
             atomic_init(&ev->refs, 1);
             dt__runev_unref(ev, L->g->ctl_pools);
             dt__free(st);
@@ -76,6 +82,7 @@ static dt__step *step_open(dt__lower *L, const dt_mesh *mesh, int n) {
          * (dt__lw_stream_link and dt__lw_bind close it first): its kernel i
          * is number base + i + 1 on each. */
         ev->base[d] = st->ss[d]->appended;
+        st->ss[d]->in_run = 1;
     }
     return st;
 }
@@ -108,6 +115,8 @@ void dt__lw_step_close(dt_graph *g) {
     if (!st)
         return;
     g->step_open = NULL;
+    for (int d = 0; d < st->n; d++)
+        st->ss[d]->in_run = 0;
     /* The bases are held by the groups the run made (freed with the last). */
     atomic_init(&st->ev->refs, st->k ? st->k : 1);
     if (!st->k) {

@@ -107,6 +107,7 @@ struct dt_graph {
     atomic_long chain_blocks;     /* blocks the backends' run_chain ran chain kernels on (chain_run.c) */
     atomic_long step_runs;        /* runs of shared kernels closed (lower_step.c) */
     atomic_long bcast_nodes;      /* nodes lowered as one device-independent record (lower_bcast.c) */
+    atomic_long bcast_colls;      /* collectives lowered as one device-independent record (lower_bcast.c) */
     atomic_int time_lowering;     /* dt_debug_lowering_ns: time each node's lowering */
     atomic_long lowering_ns;      /* the lowering steps' time while timed */
     atomic_long nodes_reordered;  /* lowered ahead of an older node (core/controller/sched.c) */

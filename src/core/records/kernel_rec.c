@@ -439,13 +439,19 @@ void dt__collattr_read(const dt__krec *k, dt__collattr *a) {
     (void)dt__collattr_parse(k->attr, k->alen, a); /* made by dt__coll_krec or checked by decode */
 }
 
+size_t dt__coll_attr_size(const dt__coll *c) { return coll_size(c->kind, c->n, c->ndim); }
+
 dt__krec *dt__coll_krec(const dt__coll *c, uint64_t group, uint64_t seq, int rank) {
     dt__krec *k = dt__krec_alloc(coll_size(c->kind, c->n, c->ndim));
     if (!k)
         return NULL;
     k->kop = DT_KC_COLLECTIVE;
     k->rank = rank;
-    uint8_t *p = k->attr;
+    dt__coll_pack(c, group, seq, k->attr);
+    return k;
+}
+
+void dt__coll_pack(const dt__coll *c, uint64_t group, uint64_t seq, uint8_t *p) {
     dt__le_put(&p, group, 8);
     dt__le_put(&p, seq, 8);
     dt__le_put(&p, (uint64_t)c->kind, 1);
@@ -464,7 +470,6 @@ dt__krec *dt__coll_krec(const dt__coll *c, uint64_t group, uint64_t seq, int ran
         for (int r = 0; r < c->n; r++)
             dt__le_put(&p, (uint64_t)c->lens[r], 8);
     }
-    return k;
 }
 
 /* ------------------------------------------------------ assembly attrs */

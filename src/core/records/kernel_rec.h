@@ -232,6 +232,11 @@ void dt__graph_set_kernel_tap_for_test(struct dt_graph *g, dt__ktap_fn fn, void 
  * NULL when out of memory. */
 dt__krec *dt__coll_krec(const dt__coll *c, uint64_t group, uint64_t seq, int rank);
 
+/* The attributes of c's kernels (the same bytes for every rank: the rank is
+ * the record's, not its attributes'): their size, and written at p. */
+size_t dt__coll_attr_size(const dt__coll *c);
+void dt__coll_pack(const dt__coll *c, uint64_t group, uint64_t seq, uint8_t *p);
+
 /* A local assembly's attributes (DT_KC_ASSEMBLE): the result's dtype and
  * shape, and where each of its n inputs goes in it. */
 typedef struct dt__asmattr {

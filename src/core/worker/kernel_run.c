@@ -255,6 +255,7 @@ static dt__krec *bcast_local(dt__krec *slot, bcast_buf *buf) {
     dt__krec *k = &buf->k;
     memcpy(k, img, offsetof(dt__krec, attr) + img->alen);
     k->next = NULL;
+    k->rank = slot->rank; /* a collective's comm rank (lower_bcast.c), else 0 */
     k->n_in = slot->n_in;
     k->wait = slot->wait;
     memcpy(k->in, slot->in, sizeof k->in);

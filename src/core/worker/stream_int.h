@@ -49,6 +49,9 @@ struct dt__stream {
     struct dt__stream *next_dead_q;
     int dead_queued;
     uint64_t appended;
+    /* Controller-only: 1 while the open run (core/records/step.h) numbers
+     * kernels on this stream: what is bound or linked here closes it first. */
+    int in_run;
     struct dt__stream *next_all; /* controller-only: the graph's streams, oldest first */
     /* A remote stream (core/controller/remote.h): worker node remote - 1 runs its
      * kernels; it has no worker thread here and its `done` is all ones.

@@ -1,0 +1,184 @@
+"""Collectives as one device-independent record (src/core/controller/lower_bcast.c, dt__lw_coll_bcast):
+an all-reduce, all-gather or reduce-scatter whose group is the whole mesh in device order has every
+rank's kernel the same but for its rank, so it is lowered once, into one record with one slot per
+device, each worker instantiating its own rank (core/worker/kernel_run.c).
+
+Every result is computed with the records off (``DTORCH_BCAST=0``: one collective kernel per rank)
+and on, and checked bitwise equal device by device (``local_values``: every shard, replica and
+Partial addend) and against eager torch on integer-valued inputs (every reduction order exact);
+``graph_stats()["bcast_collectives"]`` says which collectives took the new path. Meshes: 1-D of 2
+and 3 devices (uneven shards), 2-D (per rank: a mesh dim's groups are not the mesh); genuine
+multi-piece Partial inputs; float32 and bfloat16. Plus a collective inside a run of shared records, a
+kernel error upstream of the all-reduce, cancellation while shared collectives are queued, and the
+same comparisons in a child process with ``DTORCH_OVERLAP=0`` (collectives on the compute streams).
+"""
+
+import inspect
+import os
+import subprocess
+import sys
+import unittest
+
+import torch
+
+import dtorch
+from dtorch import Partial, Replicate, Shard
+from dtorch.test.probes import Gate, bcast, bgroup, graph_stats, replay, step
+from dtorch.test.test_util import genuine_partial, local_values
+
+from helpers import CPU2, CPU3, CPU2x2, assert_equal_everywhere, bits, cancel_behind_gate, int_valued, wait_stat
+
+R, P = Replicate(), Partial()
+
+
+def colls(g=None):
+    return graph_stats(g)["bcast_collectives"]
+
+
+def run(on, fn, *args):
+    """fn(*args) with the records on or off: its results, their per-device values, shared
+    collectives and runs closed (groups and runs on, as by default)."""
+    with replay(False), bcast(on), bgroup(True), step(True):
+        s0 = graph_stats()
+        ys = fn(*args)
+        ys = ys if isinstance(ys, (list, tuple)) else [ys]
+        values = [v for y in ys for v in local_values(y)]
+        s1 = graph_stats()
+    return ys, values, s1["bcast_collectives"] - s0["bcast_collectives"], s1["step_runs"] - s0["step_runs"]
+
+
+class TestSameAsPerRank(unittest.TestCase):
+    def compare(self, fn, args, wants, shared):
+        """fn(*args) both ways: the same bits on every device, placements, and eager torch's values;
+        `shared`: whether the new path must take some collective (else none)."""
+        off, off_v, n_off, _ = run(False, fn, *args)
+        on, on_v, n_on, runs = run(True, fn, *args)
+        self.assertEqual(n_off, 0)
+        if shared:
+            self.assertGreater(n_on, 0)
+        else:
+            self.assertEqual(n_on, 0)
+        self.assertEqual(len(on_v), len(off_v))
+        for d, (x, y) in enumerate(zip(on_v, off_v)):
+            self.assertEqual(x.dtype, y.dtype)
+            self.assertTrue(torch.equal(bits(x), bits(y)), f"value {d}")
+        wants = wants if isinstance(wants, (list, tuple)) else [wants]
+        for a, b, want in zip(on, off, wants):
+            self.assertEqual(a.placements, b.placements)
+            assert_equal_everywhere(self, a, want)
+        return n_on, runs
+
+    def test_all_reduce_1d(self):
+        for mesh in (CPU2, CPU3):
+            for dtype in (torch.float32, torch.bfloat16):
+                with self.subTest(mesh=mesh, dtype=dtype):
+                    t = int_valued(5, 7, dtype=dtype, seed=1)
+                    x = genuine_partial(t, mesh, [P], seed=3)
+                    n, _ = self.compare(lambda x, mesh=mesh: x.redistribute(mesh, [R]), (x,), t, True)
+                    self.assertEqual(n, 1)
+
+    def test_all_gather_and_reduce_scatter_uneven(self):
+        t = int_valued(5, 7, seed=2)
+        for mesh in (CPU2, CPU3):
+            for src, dst in (([Shard(0)], [R]), ([Shard(1)], [R]), ([P], [Shard(0)]), ([P], [Shard(1)])):
+                with self.subTest(mesh=mesh, src=src, dst=dst):
+                    x = genuine_partial(t, mesh, src, seed=4)
+                    self.compare(lambda x, mesh=mesh, dst=dst: x.redistribute(mesh, dst), (x,), t, True)
+
+    def test_2d_meshes_stay_per_rank_and_agree(self):
+        # Each mesh dim's groups are one per coordinate of the other: per rank, the same bits.
+        t = int_valued(4, 6, seed=5)
+        for src in ([P, R], [R, P], [P, P], [Shard(0), P], [P, Shard(1)]):
+            with self.subTest(src=src):
+                x = genuine_partial(t, CPU2x2, src, seed=6)
+                self.compare(lambda x: x.redistribute(CPU2x2, [R, R]), (x,), t, False)
+
+    def test_reductions_over_a_sharded_dim(self):
+        # sort gathers its dim (reduce.c, on the compute streams); amax all-reduces its local maxima.
+        t = int_valued(6, 5, seed=7)
+        for mesh in (CPU2, CPU3):
+            x = dtorch.from_torch(t, mesh, [Shard(1)])
+            self.compare(lambda x: [x.sort(dim=1).values, x.amax(dim=1)], (x,),
+                         [t.sort(dim=1).values, t.amax(dim=1)], True)
+
+    def test_inside_a_run(self):
+        # Row-parallel pattern: a run of shared records makes a Partial, the all-reduce reads
+        # kernel 3 of it, the run goes on with its result and the Partial's other users.
+        tx, tw = int_valued(3, 8, seed=8), int_valued(8, 6, seed=9)
+        for mesh in (CPU2, CPU3):
+            x = dtorch.from_torch(tx, mesh, [Shard(1)])
+            w = dtorch.from_torch(tw, mesh, [Shard(0)])
+
+            def fn(x, w, mesh=mesh):
+                p = (x * 2.0) @ w  # Partial
+                q = p * 0.5 + p
+                r = q.redistribute(mesh, [R])
+                s = (r + 1.0) * 3.0
+                return s, q * 2.0
+
+            want_q = (tx * 2.0) @ tw * 0.5 + (tx * 2.0) @ tw
+            n, runs = self.compare(fn, (x, w), [(want_q + 1.0) * 3.0, want_q * 2.0], True)
+            self.assertEqual(n, 1)
+            # On the communication streams the all-reduce leaves the run open: its seven kernels
+            # are one run; on the compute streams (DTORCH_OVERLAP=0) it is linked there and cuts it.
+            self.assertEqual(runs, 2 if os.environ.get("DTORCH_OVERLAP") == "0" else 1)
+
+    def test_kernel_error_upstream_of_the_all_reduce(self):
+        x = dtorch.from_torch(torch.tensor([[4.0, 6.0], [8.0, 10.0]]), CPU2, [Shard(0)])
+        xi = dtorch.from_torch(torch.tensor([[4, 6], [8, 10]]), CPU2, [Shard(0)])
+        z = dtorch.from_torch(torch.tensor([[2, 3], [0, 5]]), CPU2, [Shard(0)])  # device 1 divides by 0
+        msgs = []
+        for on in (False, True):
+            with replay(False), bcast(on):
+                c0 = colls()
+                line = inspect.currentframe().f_lineno + 1
+                y = xi // z
+                s = y.sum(dim=0)  # Partial
+                with self.assertRaises(dtorch.KernelError) as cm:
+                    s.redistribute(CPU2, [R]).to_torch()
+                self.assertEqual(colls() - c0, 1 if on else 0)
+                msgs.append(str(cm.exception))
+                self.assertIn("floor_divide failed on cpu:1", msgs[-1])
+                self.assertIn(f"{os.path.basename(__file__)}:{line}", msgs[-1])
+                # The runtime keeps working, on the same path.
+                assert_equal_everywhere(self, (x * 2.0).sum(dim=0).redistribute(CPU2, [R]),
+                                        torch.tensor([24.0, 32.0]))
+        self.assertEqual(msgs[0], msgs[1])
+
+    def test_cancelled_while_queued(self):
+        # Shared all-reduces behind a gate, cancelled: every rank drops its slot and still meets its
+        # peers (nobody waits for a rank that never comes); the read fails as cancelled.
+        g = dtorch.Graph()
+        gate = Gate()
+        try:
+            with replay(False, graph=g), bcast(True, graph=g):
+                t = int_valued(4, 4, seed=10)
+                x = gate.hold(genuine_partial(t, CPU3, [P], seed=11, graph=g))
+                y = x
+                for _ in range(4):
+                    y = (y.redistribute(CPU3, [R]) * 2.0).redistribute(CPU3, [P])
+                f = y.redistribute(CPU3, [R]).to_torch_async()
+                wait_stat(g, "bcast_collectives", 5)  # lowered, behind the gate
+                self.assertEqual(colls(g), 5)
+                # Every rank's slot of the five all-reduces was dropped, not run.
+                cancel_behind_gate(self, g, gate, f, 3 * 5)
+        finally:
+            gate.open()
+            g.shutdown()
+
+
+class TestOverlapOff(unittest.TestCase):
+    def test_same_with_collectives_on_the_compute_streams(self):
+        if os.environ.get("DTORCH_OVERLAP") == "0":
+            self.skipTest("already the child")
+        env = dict(os.environ, DTORCH_OVERLAP="0")
+        here = os.path.dirname(os.path.abspath(__file__))
+        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                            os.path.abspath(__file__), "-k", "SameAsPerRank"],
+                           cwd=here, env=env, capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+        self.assertIn("passed", r.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
