@@ -23,7 +23,7 @@ import torch
 
 import dtorch
 from dtorch import Partial, Replicate, Shard
-from dtorch.test.probes import Gate, bcast, bgroup, graph_stats, replay, step
+from dtorch.test.probes import Gate, bcast, bgroup, graph_stats, held_controller, replay, step
 from dtorch.test.test_util import genuine_partial, local_values
 
 from helpers import CPU2, CPU3, CPU2x2, assert_equal_everywhere, bits, cancel_behind_gate, int_valued, wait_stat
@@ -40,7 +40,11 @@ def run(on, fn, *args):
     collectives and runs closed (groups and runs on, as by default)."""
     with replay(False), bcast(on), bgroup(True), step(True):
         s0 = graph_stats()
-        ys = fn(*args)
+        # Recorded with the controller held, so it lowers fn in one round: a round that ended
+        # part-way would close the open run at its flush, and the runs counted would depend on
+        # how far the controller had got (a loaded CI run counted 2 where one run is made).
+        with held_controller():
+            ys = fn(*args)
         ys = ys if isinstance(ys, (list, tuple)) else [ys]
         values = [v for y in ys for v in local_values(y)]
         s1 = graph_stats()
