@@ -451,7 +451,8 @@ dt__krec *dt__coll_krec(const dt__coll *c, uint64_t group, uint64_t seq, int ran
     return k;
 }
 
-void dt__coll_pack(const dt__coll *c, uint64_t group, uint64_t seq, uint8_t *p) {
+void dt__coll_pack(const dt__coll *c, uint64_t group, uint64_t seq, uint8_t *out) {
+    uint8_t *p = out;
     dt__le_put(&p, group, 8);
     dt__le_put(&p, seq, 8);
     dt__le_put(&p, (uint64_t)c->kind, 1);
