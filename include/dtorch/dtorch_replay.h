@@ -52,6 +52,19 @@ DT_API dt_status dt_graph_set_step(dt_graph *g, int on);
  * slot per device); -1 for a bad graph. Any thread. */
 DT_API int64_t dt_debug_step_runs(dt_graph *g);
 
+/* Turns on (1) or off (0, the default unless DTORCH_CUDA_GRAPH=1 was set
+ * when g was made) CUDA graphs of repeated run slots: a worker whose
+ * backend captures (the CUDA shim; the CPU one only under
+ * DTORCH_GRAPH_EMULATE=1, a test emulation) records a run slot whose
+ * kernels and inputs' layouts repeat, on its second sighting, and launches
+ * it on later ones (docs/cuda.md; not yet run on a GPU). Results are the
+ * same either way. DT_EINVAL for a bad graph. Any thread. */
+DT_API dt_status dt_graph_set_cuda_graph(dt_graph *g, int on);
+
+/* g's run slots captured as graphs, launched from a capture, and run
+ * eagerly while graphs were on (each a slot on one device). Any thread. */
+DT_API dt_status dt_debug_graph_stats(dt_graph *g, int64_t *captured, int64_t *launched, int64_t *eager);
+
 /* Test use: the event of t's blob on device `device` of its mesh (index
  * 0 .. size - 1), after dt_graph_sync: *kind, the kind of stream whose
  * kernel makes it (0 compute, 1 communication; -1: made by the controller,

@@ -95,11 +95,13 @@ static PyObject *mod_graph_stats(PyObject *module, PyObject *args) {
         return NULL;
     dt_graph_stats s;
     int64_t hits, misses;
+    int64_t cap, lau, eag;
     if (dt_graph_get_stats(g, &s, reset_peak) != DT_OK ||
-        dt_graph_get_replay_stats(g, &hits, &misses) != DT_OK)
+        dt_graph_get_replay_stats(g, &hits, &misses) != DT_OK ||
+        dt_debug_graph_stats(g, &cap, &lau, &eag) != DT_OK)
         return dtpy_raise_last(st);
     return Py_BuildValue(
-        "{sLsLsLsLsLsLsLsLsLsLsLsLsLsLsLsLsLsL}", "submitted", (long long)s.submitted, "in_flight",
+        "{sLsLsLsLsLsLsLsLsLsLsLsLsLsLsLsLsLsLsLsLsL}", "submitted", (long long)s.submitted, "in_flight",
         (long long)s.in_flight, "peak_in_flight", (long long)s.peak_in_flight, "in_flight_limit",
         (long long)s.in_flight_limit, "check_interval", (long long)s.check_interval, "flow_waits",
         (long long)s.flow_waits, "nodes_eliminated", (long long)s.nodes_eliminated, "kernels_in_place",
@@ -108,7 +110,8 @@ static PyObject *mod_graph_stats(PyObject *module, PyObject *args) {
         "replay_run_hits", (long long)dt_debug_replay_run_hits(g), "nodes_reordered",
         (long long)dt_debug_nodes_reordered(g), "bcast_nodes", (long long)dt_debug_bcast_nodes(g),
         "step_runs", (long long)dt_debug_step_runs(g), "chain_blocks", (long long)dt_debug_chain_blocks(g),
-        "bcast_collectives", (long long)dt_debug_bcast_collectives(g));
+        "bcast_collectives", (long long)dt_debug_bcast_collectives(g), "graph_captured", (long long)cap,
+        "graph_launched", (long long)lau, "graph_eager", (long long)eag);
 }
 
 /* Parses (graph, flag): 0 with *g and *on set, else -1 with an exception. */
@@ -150,6 +153,10 @@ static PyObject *mod_set_bgroup(PyObject *module, PyObject *args) {
 
 static PyObject *mod_set_step(PyObject *module, PyObject *args) {
     return set_switch(module, args, dt_graph_set_step);
+}
+
+static PyObject *mod_set_cuda_graph(PyObject *module, PyObject *args) {
+    return set_switch(module, args, dt_graph_set_cuda_graph);
 }
 
 static PyObject *mod_set_schedule(PyObject *module, PyObject *args) {
@@ -275,6 +282,8 @@ static PyMethodDef testing_methods[] = {
      "_set_bcast(graph, on): turns the device-independent records on or off"},
     {"_set_bgroup", mod_set_bgroup, METH_VARARGS, "_set_bgroup(graph, on): turns blob groups on or off"},
     {"_set_step", mod_set_step, METH_VARARGS, "_set_step(graph, on): turns runs of shared records on or off"},
+    {"_set_cuda_graph", mod_set_cuda_graph, METH_VARARGS,
+     "_set_cuda_graph(graph, on): turns CUDA graphs of repeated run slots on or off"},
     {"_set_schedule", mod_set_schedule, METH_VARARGS,
      "_set_schedule(graph, on): turns the overlap schedule on or off"},
     {"_lowering_ns", mod_lowering_ns, METH_VARARGS,

@@ -218,6 +218,8 @@ typedef struct dt__chain_step {
     dt__kattr attr;               /* the kernel's attributes */
 } dt__chain_step;
 
+struct dt__layout;
+
 typedef struct dt__backend {
     const char *name;
 
@@ -368,7 +370,57 @@ typedef struct dt__backend {
      * (see thread_rest; nothing rests those threads). LibTorch: OpenMP and
      * MKL thread counts of 1 for the thread. Outside a parallel region. */
     void (*thread_serial)(void);
+
+    /* ---- Captured runs (CUDA graphs; any api_version) ----
+     * Optional: all NULL, or graph_begin returning DT_EUNSUPPORTED, means the
+     * backend captures nothing and every run's kernels run one by one. A
+     * worker captures the kernels of a repeated run slot on its stream
+     * (core/worker/graph_run.c; docs/decisions.md, "CUDA graphs"):
+     *
+     *   graph_begin; run (each kernel, on the static inputs: no event
+     *   waits, no holds, no host reads); graph_end; graph_launch ...
+     *
+     * Between graph_begin and graph_end the calling worker's `run` calls
+     * are recorded into the graph (CUDA: launched into a stream capture,
+     * their results' memory from the graph's private pool, values not yet
+     * computed). graph_launch runs the recorded kernels again on the
+     * worker's stream, writing the same result impls (the static outputs)
+     * in place. Every entry runs on the worker that made the graph, its
+     * stream current; graph_free on any thread. No entry throws. */
+    /* Starts recording this worker's run calls into a new graph. */
+    dt_status (*graph_begin)(void *stream_ctx, void **graph, char *err, size_t errlen);
+    /* Ends the recording. On failure the graph is unusable (graph_free it)
+     * and the impls run made meanwhile hold no values. */
+    dt_status (*graph_end)(void *graph, char *err, size_t errlen);
+    /* Runs the recorded kernels on the worker's stream. */
+    dt_status (*graph_launch)(void *graph, char *err, size_t errlen);
+    void (*graph_free)(void *graph);
+    /* The impl's layout for a capture's key: 0, or -1 when unknown. */
+    int (*layout)(const void *impl, struct dt__layout *out);
+    /* A new impl of the same dtype, shape and strides as `impl`, with its
+     * values, made on the worker's stream (a graph's static input). */
+    dt_status (*graph_static)(const void *impl, void **out, char *err, size_t errlen);
+    /* dst's values := src's (same layout), queued on the worker's stream. */
+    dt_status (*graph_copy)(void *dst, const void *src, char *err, size_t errlen);
+    /* A new impl naming impl's storage (a fresh view of all of it), or NULL:
+     * a launch's output as the core hands it out. */
+    void *(*graph_share)(const void *impl);
+    /* How many impls name impl's storage now (its use count): the core
+     * launches a graph again only while its static tensors' counts are
+     * what they were when nothing outside the graph held them. */
+    int64_t (*graph_held)(const void *impl);
 } dt__backend;
+
+/* An impl's layout (dt__backend.layout): what a capture depends on. */
+typedef struct dt__layout {
+    int32_t dtype, ndim;
+    int32_t host; /* 1: not on the calling worker's device (a kernel would read the host) */
+    int32_t pad;
+    int64_t offset; /* storage offset, in elements */
+    int64_t shape[DT_MAX_NDIM];
+    int64_t stride[DT_MAX_NDIM];
+    uintptr_t addr; /* the data pointer (0 when there is none) */
+} dt__layout;
 
 /* The version of the device/stream/event slots above. */
 #define DT_BACKEND_API_VERSION 2

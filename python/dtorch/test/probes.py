@@ -31,7 +31,7 @@ from .._C import TensorBase
 from .._graph import Graph, _resolve
 
 __all__ = ["Gate", "graph_stats", "cached_bytes", "fail_allocs", "fail_allocs_pending", "held_controller", "chains",
-           "schedule", "replay", "bcast", "step", "controller_cpu_ns", "lowering_ns"]
+           "schedule", "replay", "bcast", "step", "cuda_graph", "controller_cpu_ns", "lowering_ns"]
 
 
 class Gate:
@@ -87,7 +87,8 @@ def graph_stats(graph=None, reset_peak: bool = False) -> Dict[str, int]:
     ``nodes_reordered`` (nodes the schedule lowered ahead of an older node of their round, so that
     compute runs while a collective is in flight) and ``bcast_nodes`` (nodes lowered as one
     device-independent record for all their devices, ``bcast``), ``step_runs`` (runs of such records
-    closed) and ``bcast_collectives`` (collectives lowered as one such record, each worker running
+    closed), ``graph_captured``, ``graph_launched`` and ``graph_eager`` (run slots captured as CUDA
+    graphs, launched from one, and run eagerly while graphs were on: ``cuda_graph``) and ``bcast_collectives`` (collectives lowered as one such record, each worker running
     its own rank) and ``chain_blocks`` (the blocks
     the backend's chain runner ran chain kernels on, over every device: how many a chain of n
     elements takes is ceil(n / block size) per device, the size ``DTORCH_CHAIN_BLOCK`` sets).
@@ -191,6 +192,16 @@ def step(on: bool, graph=None) -> Iterator[None]:
     inside the block, and back to the default after it (on; off with ``DTORCH_STEP=0``):
     consecutive shared nodes of one mesh are one record with one slot per device."""
     with _switched(_C._set_step, on, graph, "DTORCH_STEP", True):
+        yield
+
+
+@contextlib.contextmanager
+def cuda_graph(on: bool, graph=None) -> Iterator[None]:
+    """Turns a graph's CUDA graphs of repeated run slots on or off (``dt_graph_set_cuda_graph``)
+    inside the block, and back to the default after it (off; on with ``DTORCH_CUDA_GRAPH=1``): a
+    worker whose backend captures records a repeated run slot once and launches it on later
+    sightings (the CPU backend captures only under ``DTORCH_GRAPH_EMULATE=1``, a test emulation)."""
+    with _switched(_C._set_cuda_graph, on, graph, "DTORCH_CUDA_GRAPH", False):
         yield
 
 

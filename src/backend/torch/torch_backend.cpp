@@ -478,6 +478,8 @@ dt_status torch_run(int kop, const dt__kattr *a, void *const *in, int n_in, void
             r = kernel_table[kop](a, in, n_in);
         }
         *out = new at::Tensor(std::move(r));
+        if (tl_graph_capture) /* the CUDA-graph emulation records it (torch_graph.cpp) */
+            graph_note(kop, a, in, n_in, *out);
         return DT_OK;
     } catch (...) {
         return translate_current(err, errlen);
@@ -726,6 +728,16 @@ const dt__backend dt__backend_torch = {
     torch_storage_nbytes,
     torch_thread_rest,
     torch_thread_serial,
+    /* Captured runs: a test-only emulation, under DTORCH_GRAPH_EMULATE=1 (torch_graph.cpp). */
+    torch_graph_begin,
+    torch_graph_end,
+    torch_graph_launch,
+    torch_graph_free,
+    torch_layout,
+    torch_graph_static,
+    torch_graph_copy,
+    torch_graph_share,
+    torch_graph_held,
 };
 
 /* Registers at load time so the core finds "torch" by name without naming

@@ -43,6 +43,7 @@
  * list; event_free may run on any thread).
  */
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -92,6 +93,11 @@ struct stream_ctx {
 
 thread_local stream_ctx *tl_ctx;        /* the worker's stream (stream_enter) */
 thread_local cuda_impl *tl_last_output; /* the worker's last output, until its event is recorded */
+/* The worker's stream is being captured into a CUDA graph (graph_begin to
+ * graph_end): its kernels' inputs are the graph's static tensors, already
+ * waited for, so nothing waits on, records or queries an event then (none
+ * of which a capture allows). */
+thread_local bool tl_capturing;
 
 /* A pooled event and the GPU it belongs to. */
 struct cuda_event {
@@ -111,7 +117,7 @@ void note(cudaError_t e) {
 
 /* After an exception on a worker: a sticky context error shows on its stream. */
 void note_stream() {
-    if (tl_ctx)
+    if (tl_ctx && !tl_capturing) /* a failed capture is no context error */
         note(cudaStreamQuery(tl_ctx->stream.stream()));
 }
 
@@ -201,7 +207,7 @@ void *wrap(void *p) {
 void prepare_inputs(void *const *in, int n_in, std::vector<at::Tensor> &moved, std::vector<at::Tensor> &keep,
                     std::vector<void *> &ptrs) {
     ptrs.assign(in, in + n_in);
-    if (!tl_ctx)
+    if (!tl_ctx || tl_capturing)
         return;
     reap(tl_ctx, false);
     cudaStream_t cur = tl_ctx->stream.stream();
@@ -254,7 +260,7 @@ struct prepared {
     prepared(void *const *in, int n_in) { prepare_inputs(in, n_in, moved, keep, ptrs); }
     ~prepared() {
         try {
-            if (tl_ctx)
+            if (tl_ctx && !tl_capturing)
                 hold_until_done(keep);
             release(keep);
             if (dead.load(std::memory_order_relaxed))
@@ -542,6 +548,132 @@ size_t cuda_storage_nbytes(const void *p) { return T.storage_nbytes(p); }
 
 void *cuda_native_stream(void) { return tl_ctx ? (void *)tl_ctx->stream.stream() : nullptr; }
 
+/* ------------------------------------------------------ captured runs */
+
+/* A run slot's kernels captured on a worker's stream (backend.h, "Captured
+ * runs"; core/worker/graph_run.c), with a private memory pool: the results
+ * the kernels made during capture live there, and each replay writes them
+ * again. Captured in thread-local mode, so other workers' CUDA calls go on
+ * meanwhile. NOT YET RUN ON A GPU (docs/cuda.md). */
+struct cuda_graph {
+    at::cuda::CUDAGraph g;
+    bool ended{false};
+};
+
+dt_status cuda_graph_begin(void *p, void **out, char *err, size_t errlen) {
+    stream_ctx *c = static_cast<stream_ctx *>(p);
+    cuda_graph *gr = nullptr;
+    try {
+        if (!c || c != tl_ctx || dead.load(std::memory_order_relaxed))
+            return DT_EUNSUPPORTED;
+        reap(c, false);
+        gr = new cuda_graph();
+        gr->g.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+        tl_capturing = true;
+        *out = gr;
+        return DT_OK;
+    } catch (...) {
+        delete gr;
+        return translate_current(err, errlen);
+    }
+}
+
+dt_status cuda_graph_end(void *p, char *err, size_t errlen) {
+    cuda_graph *gr = static_cast<cuda_graph *>(p);
+    tl_capturing = false;
+    tl_last_output = nullptr;
+    try {
+        gr->g.capture_end();
+        gr->ended = true;
+        return DT_OK;
+    } catch (...) {
+        return translate_current(err, errlen);
+    }
+}
+
+dt_status cuda_graph_launch(void *p, char *err, size_t errlen) {
+    cuda_graph *gr = static_cast<cuda_graph *>(p);
+    try {
+        if (!gr->ended)
+            fail("torch_cuda: launch of a graph whose capture did not end");
+        gr->g.replay(); /* on the current stream: the worker's */
+        return DT_OK;
+    } catch (...) {
+        return failed(err, errlen);
+    }
+}
+
+void cuda_graph_free(void *p) {
+    cuda_graph *gr = static_cast<cuda_graph *>(p);
+    if (!gr || dead.load(std::memory_order_relaxed)) /* leaked in a dead context, as tensors are */
+        return;
+    try {
+        delete gr;
+    } catch (...) {
+    }
+}
+
+int cuda_layout(const void *p, dt__layout *l) {
+    try {
+        const at::Tensor &t = impl(p);
+        return tensor_layout(t, !(tl_ctx && t.is_cuda() && t.device().index() == tl_ctx->gpu), l);
+    } catch (...) {
+        return -1;
+    }
+}
+
+/* A new impl made on the worker's stream, ready there (no event to wait for). */
+cuda_impl *on_stream(at::Tensor t) {
+    cuda_impl *c = new cuda_impl{std::move(t)};
+    c->stream = tl_ctx ? tl_ctx->stream.stream() : nullptr;
+    return c;
+}
+
+dt_status cuda_graph_static(const void *p, void **out, char *err, size_t errlen) {
+    try {
+        void *const in[1] = {const_cast<void *>(p)};
+        prepared pr(in, 1);
+        const at::Tensor &t = impl(pr.ptrs[0]);
+        at::Tensor s = at::empty_strided(t.sizes(), t.strides(), t.options());
+        s.copy_(t, /*non_blocking=*/true);
+        *out = on_stream(std::move(s));
+        return DT_OK;
+    } catch (...) {
+        return failed(err, errlen);
+    }
+}
+
+dt_status cuda_graph_copy(void *dst, const void *src, char *err, size_t errlen) {
+    try {
+        void *const in[1] = {const_cast<void *>(src)};
+        prepared pr(in, 1);
+        impl(dst).copy_(impl(pr.ptrs[0]), /*non_blocking=*/true);
+        return DT_OK;
+    } catch (...) {
+        return failed(err, errlen);
+    }
+}
+
+/* A launch's output as the core hands it out: its event is recorded next
+ * (tl_last_output). */
+void *cuda_graph_share(const void *p) {
+    try {
+        cuda_impl *c = on_stream(impl(p).alias());
+        tl_last_output = c;
+        return c;
+    } catch (...) {
+        return nullptr;
+    }
+}
+
+int64_t cuda_graph_held(const void *p) {
+    try {
+        return storage_uses(impl(p));
+    } catch (...) {
+        return INT64_MAX;
+    }
+}
+
 } // namespace
 } // namespace dt_torch
 
@@ -582,6 +714,15 @@ const dt__backend dt__backend_torch_cuda = {
     cuda_storage_nbytes,
     nullptr /* thread_rest: a CUDA worker's kernels start no host threads */,
     nullptr /* thread_serial: the "torch" backend, registered beside it, sets the thread */,
+    cuda_graph_begin,
+    cuda_graph_end,
+    cuda_graph_launch,
+    cuda_graph_free,
+    cuda_layout,
+    cuda_graph_static,
+    cuda_graph_copy,
+    cuda_graph_share,
+    cuda_graph_held,
 };
 
 __attribute__((constructor)) static void dt_torch_cuda_register(void) {

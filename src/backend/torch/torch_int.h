@@ -99,6 +99,26 @@ kernel_fn kernel_for(int kop);
 void torch_thread_rest(void);
 void torch_thread_serial(void);
 
+/* Captured runs (torch_graph.cpp): the CPU emulation of CUDA graphs. While
+ * tl_graph_capture is set (graph_begin on this thread), torch_run notes
+ * each kernel it ran there (graph_note). */
+extern thread_local void *tl_graph_capture;
+void graph_note(int kop, const dt__kattr *a, void *const *in, int n_in, void *out);
+dt_status torch_graph_begin(void *stream_ctx, void **graph, char *err, size_t errlen);
+dt_status torch_graph_end(void *graph, char *err, size_t errlen);
+dt_status torch_graph_launch(void *graph, char *err, size_t errlen);
+void torch_graph_free(void *graph);
+int torch_layout(const void *impl, dt__layout *out);
+/* t's layout (`host`: not on the calling worker's device); -1 for a dtype
+ * or rank dtorch has no name for. */
+int tensor_layout(const at::Tensor &t, bool host, dt__layout *l);
+/* How many tensors name t's storage. */
+int64_t storage_uses(const at::Tensor &t);
+dt_status torch_graph_static(const void *impl, void **out, char *err, size_t errlen);
+dt_status torch_graph_copy(void *dst, const void *src, char *err, size_t errlen);
+void *torch_graph_share(const void *impl);
+int64_t torch_graph_held(const void *impl);
+
 /* The run_chain entry (torch_chain.cpp). */
 dt_status torch_run_chain(const dt__chain_step *steps, int nsteps, void *const *in, int n_in, int inplace,
                           void **out, int *failed_step, int64_t *blocks, char *err, size_t errlen) noexcept;

@@ -72,6 +72,19 @@ dt_status dt_graph_set_step(dt_graph *g, int on) {
 
 int64_t dt_debug_step_runs(dt_graph *g) { return dt__graph_ok(g) ? atomic_load(&g->step_runs) : -1; }
 
+dt_status dt_graph_set_cuda_graph(dt_graph *g, int on) {
+    return set_switch(g, offsetof(dt_graph, cuda_graph), "cuda_graph", on);
+}
+
+dt_status dt_debug_graph_stats(dt_graph *g, int64_t *captured, int64_t *launched, int64_t *eager) {
+    if (!dt__graph_ok(g) || !captured || !launched || !eager)
+        return dt__error(DT_EINVAL, "debug_graph_stats: %s", dt__graph_ok(g) ? "NULL argument" : "bad graph");
+    *captured = atomic_load(&g->graph_captured);
+    *launched = atomic_load(&g->graph_launched);
+    *eager = atomic_load(&g->graph_eager);
+    return DT_OK;
+}
+
 dt_status dt_debug_event(dt_tensor *t, int64_t device, int *kind, int64_t *device_id, uint64_t *seq) {
     if (!dt__tensor_ok(t) || !kind || !device_id || !seq)
         return dt__error(DT_EINVAL, "debug_event: %s", dt__tensor_ok(t) ? "NULL argument" : "bad tensor");

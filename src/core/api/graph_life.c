@@ -99,6 +99,10 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
      * a slot per node. */
     const char *stp = getenv("DTORCH_STEP");
     atomic_init(&g->step, !(stp && stp[0] == '0' && stp[1] == 0));
+    /* CUDA graphs of repeated run slots (core/worker/graph_run.c; docs/decisions.md,
+     * "CUDA graphs of repeated run slots"): opt-in until a GPU run verifies them. */
+    const char *cg = getenv("DTORCH_CUDA_GRAPH");
+    atomic_init(&g->cuda_graph, cg && cg[0] == '1' && cg[1] == 0);
     /* DTORCH_SCHEDULE=0 lowers every round in program order (core/controller/sched.h),
      * so bench/overlap.py can compare the two in one process. */
     const char *sc = getenv("DTORCH_SCHEDULE");

@@ -65,11 +65,14 @@ static int same_blocks(const dt__meta *in, const dt__meta *out) {
     return 1;
 }
 
-/* The switch on, nothing recorded, a mesh of several local devices. */
+/* The switch on, nothing recorded, a mesh of several local devices (or of
+ * one, while CUDA graphs are on: a run's slot is what a worker captures,
+ * core/worker/graph_run.c). */
 static int wanted_on(const dt__lower *L, const dt_mesh *mesh) {
     const dt_graph *g = L->g;
+    int least = atomic_load_explicit(&g->cuda_graph, memory_order_relaxed) ? 1 : 2;
     return atomic_load_explicit(&g->bcast, memory_order_relaxed) && L->status == DT_OK && !g->ktap &&
-           !g->has_remote && !dt__rec_anything() && mesh->ndev >= 2 && mesh->ndev <= BCAST_MAX_DEV;
+           !g->has_remote && !dt__rec_anything() && mesh->ndev >= least && mesh->ndev <= BCAST_MAX_DEV;
 }
 
 int dt__lw_bcast_wanted(const dt__lower *L, const dt__tval *out) {

@@ -57,6 +57,10 @@ struct dt_graph {
      * creation or dt_graph_set_step turn it off). */
     atomic_int step;
     struct dt__step *step_open; /* controller only: the open run, or NULL */
+    /* A worker whose backend captures launches repeated run slots as CUDA
+     * graphs (core/worker/graph_run.c; off unless DTORCH_CUDA_GRAPH=1 at
+     * creation or dt_graph_set_cuda_graph turn it on). */
+    atomic_int cuda_graph;
     /* The controller lowers a round's compute ahead of what waits on its
      * collectives (core/controller/sched.h; on unless DTORCH_SCHEDULE=0 at creation;
      * dt_graph_set_schedule). */
@@ -106,11 +110,14 @@ struct dt_graph {
     atomic_long replay_run_hits;  /* of replay_hits, found by the run's prediction (replay.c) */
     atomic_long chain_blocks;     /* blocks the backends' run_chain ran chain kernels on (chain_run.c) */
     atomic_long step_runs;        /* runs of shared kernels closed (lower_step.c) */
-    atomic_long bcast_nodes;      /* nodes lowered as one device-independent record (lower_bcast.c) */
-    atomic_long bcast_colls;      /* collectives lowered as one device-independent record (lower_bcast.c) */
-    atomic_int time_lowering;     /* dt_debug_lowering_ns: time each node's lowering */
-    atomic_long lowering_ns;      /* the lowering steps' time while timed */
-    atomic_long nodes_reordered;  /* lowered ahead of an older node (core/controller/sched.c) */
+    /* Run slots captured as graphs, launched, run eagerly with graphs on
+     * (core/worker/graph_run.c). */
+    atomic_long graph_captured, graph_launched, graph_eager;
+    atomic_long bcast_nodes;     /* nodes lowered as one device-independent record (lower_bcast.c) */
+    atomic_long bcast_colls;     /* collectives lowered as one device-independent record (lower_bcast.c) */
+    atomic_int time_lowering;    /* dt_debug_lowering_ns: time each node's lowering */
+    atomic_long lowering_ns;     /* the lowering steps' time while timed */
+    atomic_long nodes_reordered; /* lowered ahead of an older node (core/controller/sched.c) */
     /* Controller-only: kernels queued on communication streams ever
      * (dt__lw_stream_append; the schedule reads it). */
     long comm_queued;

@@ -26,6 +26,7 @@
 #include "core/records/trace.h"
 #include "core/records/ufn.h"
 #include "core/worker/chain_run.h"
+#include "core/worker/graph_run.h"
 #include "core/worker/stream.h"
 #include "core/worker/stream_int.h"
 
@@ -61,6 +62,10 @@ typedef struct slot_of {
     /* A run's image whose input 0's group other images of the run read
      * too (core/records/step.h, dt__step_sole_use): never taken over. */
     int shared0;
+    /* A captured run's launch computed this kernel's result: the graph's
+     * static output, of which the kernel's output gets a share
+     * (core/worker/graph_run.c); NULL: run it. */
+    void *given;
 } slot_of;
 
 /* 1 when k holds the only reference left to its input 0: its own, or, for
@@ -287,10 +292,14 @@ static dt__krec *step_local(const dt__step_img *im, int d, bcast_buf *buf) {
 static void step_each(dt__krec *slot, dt__stream *s, void (*fn)(dt__krec *, dt__stream *, const slot_of *)) {
     dt__step *st = slot->handle;
     int d = dt__step_slot_index(st, slot);
+    /* A repeated slot may be one launch of a captured graph (graph_run.c). */
+    void *given[DT__STEP_MAX];
+    int launched = fn == kernel_exec && dt__graph_slot(st, d, s, given);
     for (int i = 0; i < st->k; i++) {
         dt__step_img *im = dt__step_img_at(st, i);
         bcast_buf buf;
-        slot_of so = {&im->bc, d, im->bc.img->n_in > 0 && !dt__step_sole_use(st, im, 0)};
+        slot_of so = {&im->bc, d, im->bc.img->n_in > 0 && !dt__step_sole_use(st, im, 0),
+                      launched ? given[i] : NULL};
         fn(step_local(im, d, &buf), s, &so);
     }
     dt__step_unref(st);
@@ -303,7 +312,7 @@ void dt__kernel_run(dt__krec *k, dt__stream *s) {
     }
     if (k->kop == DT_KC_BCAST) {
         bcast_buf buf;
-        slot_of so = {k->handle, dt__bcast_slot_index(k->handle, k), 0};
+        slot_of so = {k->handle, dt__bcast_slot_index(k->handle, k), 0, NULL};
         kernel_exec(bcast_local(k, &buf), s, &so);
         dt__bcast_unref(so.bc);
         return;
@@ -318,12 +327,17 @@ static void kernel_exec(dt__krec *k, dt__stream *s, const slot_of *so) {
     /* Tracing (core/records/trace.h): one load when off. Reads and syncs are not traced:
      * a sync's arrival is what a reader of the records waits for. */
     int traced = dt__rec_enabled(DT__REC_TRACE) && k->kop != DT_KC_FETCH && k->kop != DT_KC_SYNC;
-    if (k->wait)
+    if (k->wait && !(so && so->given)) /* a launch waited before it began */
         for (int i = 0; i < k->n_in; i++)
             dt__event_wait(s, k->in[i]);
     int64_t t0 = traced ? dt__rec_now() : 0; /* after the waits for other streams */
     int inplace = 0;
-    switch (k->kop) {
+    switch (so && so->given ? DT_KC_STEP : k->kop) {
+    case DT_KC_STEP: /* the result of a launch (graph_run.c) */
+        k->out->impl = s->be->graph_share(so->given);
+        if (!k->out->impl)
+            poison(k, s, "out of memory for a captured graph's output");
+        break;
     case DT_KC_COLLECTIVE:
         atomic_fetch_add_explicit(&s->n_comm, 1, memory_order_relaxed);
         run_collective(k, s);
@@ -382,7 +396,7 @@ void dt__kernel_drop(dt__krec *k, dt__stream *s) {
     }
     if (k->kop == DT_KC_BCAST) {
         bcast_buf buf;
-        slot_of so = {k->handle, dt__bcast_slot_index(k->handle, k), 0};
+        slot_of so = {k->handle, dt__bcast_slot_index(k->handle, k), 0, NULL};
         kernel_drop(bcast_local(k, &buf), s, &so);
         dt__bcast_unref(so.bc);
         return;

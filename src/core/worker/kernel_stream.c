@@ -29,6 +29,7 @@
 #include "core/records/graph_int.h"
 #include "core/records/kernel.h"
 #include "core/records/memstats.h"
+#include "core/worker/graph_run.h"
 #include "core/worker/stream.h"
 #include "core/worker/stream_int.h"
 
@@ -246,6 +247,7 @@ void dt__stream_send_stop(dt__stream *s) {
 }
 
 void dt__stream_free(dt__stream *s) {
+    dt__graphs_free(s);
     if (s->stop_k)
         dt__krec_free(s->stop_k); /* a remote stream's: never sent */
     pthread_cond_destroy(&s->ev_cond);

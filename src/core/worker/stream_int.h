@@ -63,7 +63,8 @@ struct dt__stream {
     int retired;
     /* Worker-written, read by consumers on other streams. */
     _Alignas(DT_CACHE_LINE) _Atomic uint64_t done;
-    uint64_t completed; /* worker-only: what it last stored into done */
+    uint64_t completed;        /* worker-only: what it last stored into done */
+    struct dt__graphs *graphs; /* worker-only: its captured run slots (graph_run.c), or NULL */
     atomic_int ev_waiters;
     pthread_mutex_t ev_lock;
     pthread_cond_t ev_cond;

@@ -1,0 +1,354 @@
+/*
+ * CUDA graphs of repeated run slots (docs/decisions.md, "CUDA graphs of
+ * repeated run slots"; opt-in, graph_run.h). A run slot (DT_KC_STEP,
+ * core/records/step.h) is K kernels on one stream. Its *key* is what the
+ * captured kernels depend on: each image's kop and packed attribute bytes,
+ * and each input's source (an earlier image of the slot, or outside) with,
+ * for an outside one, its dtype, shape and strides. Per stream the worker
+ * remembers a few keys (least recently used out):
+ *
+ * - first sighting: runs eagerly, notes the outside inputs' addresses;
+ * - later: launches a captured *instance* whose static tensors nothing
+ *   outside holds, else captures one more (at most GR_INST: with two, a
+ *   loop that feeds each step's output to the next, still held while that
+ *   step runs, alternates between them), else runs eagerly.
+ *
+ * An instance: outside inputs whose address was the same at the previous
+ * sighting (weights) are captured by address (a share of the impl keeps
+ * it); the others get a static copy, refilled before each launch. The
+ * kernels' results during capture are the static outputs, overwritten by
+ * each launch; the core hands out shares of them (graph_share) and launches
+ * again only while every static tensor's storage count is what it was
+ * before anything was handed out (graph_held <= base): nothing outside
+ * still sees the previous launch's values.
+ *
+ * Never captured (the slot runs eagerly): a kernel that is not a backend
+ * kernel, a random factory (host generator), a chain; an input that failed
+ * or lies on the host. A captured slot's kernels run out of place (never
+ * DT_KF_INPLACE: docs/decisions.md says why). A failure to capture or launch refuses the key for good (its
+ * slots run eagerly, the failing kernel's error surfacing there); no
+ * failure here is an abort.
+ *
+ * Threads: the stream's worker only, but dt__graphs_free.
+ */
+#include <string.h>
+
+#include "core/records/bgroup.h"
+#include "core/records/blob.h"
+#include "core/records/graph_int.h"
+#include "core/records/kernel_rec.h"
+#include "core/worker/graph_run.h"
+#include "core/worker/stream_int.h"
+
+#define GR_KEYS 8  /* keys remembered per stream */
+#define GR_INST 2  /* instances captured per key */
+#define GR_RECAP 8 /* captures per key at most (an address taken for a weight that moved) */
+#define GR_EXT (DT__STEP_MAX * DT_MAX_OP_INPUTS)
+
+typedef struct gr_inst {
+    void *graph;
+    void *ext[GR_EXT];       /* a static copy, or (fixed) a share of the captured input */
+    uintptr_t addr[GR_EXT];  /* the static copy's address, or the captured one */
+    uint8_t fixed[GR_EXT];   /* captured by address */
+    void *out[DT__STEP_MAX]; /* the kernels' results: the static outputs */
+    int64_t base[GR_EXT + DT__STEP_MAX];
+} gr_inst;
+
+typedef struct gr_key {
+    uint64_t hash, used;
+    uint8_t *bytes;
+    size_t len;
+    int n_ext, ninst, captures, refused;
+    uintptr_t last[GR_EXT]; /* outside inputs' addresses at the last sighting */
+    gr_inst *inst[GR_INST];
+} gr_key;
+
+typedef struct dt__graphs {
+    gr_key keys[GR_KEYS];
+    uint64_t tick;
+    int off;      /* the backend captures nothing */
+    uint8_t *buf; /* the key being built */
+    size_t cap, len;
+    /* This sighting's outside inputs: their blobs and layouts. */
+    int n_ext;
+    dt__blob *ext[GR_EXT];
+    uintptr_t addr[GR_EXT];
+} dt__graphs;
+
+/* ------------------------------------------------------------- the key */
+
+static int put(dt__graphs *gs, const void *p, size_t n) {
+    if (gs->len + n > gs->cap) {
+        size_t cap = gs->cap ? gs->cap * 2 : 4096;
+        while (cap < gs->len + n)
+            cap *= 2;
+        uint8_t *b = dt__realloc(gs->buf, cap);
+        if (!b)
+            return -1;
+        gs->buf = b;
+        gs->cap = cap;
+    }
+    memcpy(gs->buf + gs->len, p, n);
+    gs->len += n;
+    return 0;
+}
+
+/* The image whose output group gr is among images [0, i), or -1. */
+static int producer_of(const dt__step *st, int i, const dt__bgroup *gr) {
+    for (int p = i - 1; p >= 0; p--)
+        if (dt__step_img_at(st, p)->gout == gr)
+            return p;
+    return -1;
+}
+
+/* Builds slot d's key into gs->buf and its outside inputs into gs->ext,
+ * waiting for those; 0, or -1 when the slot cannot be captured now. */
+static int build_key(dt__graphs *gs, dt__step *st, int d, dt__stream *s) {
+    const dt__backend *be = s->be;
+    gs->len = 0;
+    gs->n_ext = 0;
+    if (put(gs, &st->k, sizeof st->k))
+        return -1;
+    for (int i = 0; i < st->k; i++) {
+        const dt__step_img *im = dt__step_img_at(st, i);
+        const dt__krec *img = im->bc.img;
+        if (img->kop >= DT_K_COUNT || img->kop == DT_K_RAND || img->kop == DT_K_RANDN ||
+            img->kop == DT_K_CHAIN)
+            return -1;
+        int32_t head[3] = {img->kop, (int32_t)img->alen, img->n_in};
+        if (put(gs, head, sizeof head) || put(gs, img->attr, img->alen))
+            return -1;
+        for (int j = 0; j < img->n_in; j++) {
+            int p = producer_of(st, i, im->bc.gin[j]);
+            if (put(gs, &p, sizeof p))
+                return -1;
+            if (p >= 0)
+                continue;
+            dt__blob *b = dt__bgroup_ptrs(im->bc.gin[j])[d];
+            dt__event_wait(s, b);
+            dt__layout l;
+            memset(&l, 0, sizeof l);
+            if (b->error || !b->impl || b->be != be || be->layout(b->impl, &l) != 0 || l.host)
+                return -1;
+            gs->ext[gs->n_ext] = b;
+            gs->addr[gs->n_ext++] = l.addr;
+            l.addr = 0;
+            l.offset = 0; /* a static copy starts its storage */
+            if (put(gs, &l, sizeof l))
+                return -1;
+        }
+    }
+    return 0;
+}
+
+static uint64_t hash_of(const uint8_t *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+/* ------------------------------------------------------------ instances */
+
+static void inst_free(const dt__backend *be, gr_inst *in, int n_ext, int n_out) {
+    if (!in)
+        return;
+    for (int i = 0; i < n_out; i++)
+        be->free(in->out[i]);
+    if (in->graph)
+        be->graph_free(in->graph);
+    for (int e = 0; e < n_ext; e++)
+        be->free(in->ext[e]);
+    dt__free(in);
+}
+
+static void key_clear(const dt__backend *be, gr_key *key, int n_out) {
+    for (int i = 0; i < key->ninst; i++)
+        inst_free(be, key->inst[i], key->n_ext, n_out);
+    dt__free(key->bytes);
+    memset(key, 0, sizeof *key);
+}
+
+/* The image count a key was made for (its first bytes). */
+static int key_images(const gr_key *key) {
+    int k;
+    memcpy(&k, key->bytes, sizeof k);
+    return k;
+}
+
+/* Whether nothing outside the instance holds its static tensors' storage
+ * (the previous launch's values), and its weights are where they were. */
+static int inst_usable(const dt__backend *be, const gr_inst *in, const dt__graphs *gs, int k) {
+    for (int e = 0; e < gs->n_ext; e++) {
+        if (in->fixed[e] ? gs->addr[e] != in->addr[e] : be->graph_held(in->ext[e]) > in->base[e])
+            return 0;
+    }
+    for (int i = 0; i < k; i++)
+        if (be->graph_held(in->out[i]) > in->base[GR_EXT + i])
+            return 0;
+    return 1;
+}
+
+/* Captures a new instance of `key` from st's slot (its inputs waited for):
+ * the instance, its outputs computed, or NULL (the key is then refused,
+ * or the backend captures nothing: gs->off). */
+static gr_inst *capture(dt__graphs *gs, gr_key *key, dt__step *st, dt__stream *s) {
+    const dt__backend *be = s->be;
+    gr_inst *in = dt__calloc(1, sizeof *in);
+    if (!in)
+        return NULL;
+    char err[512] = "";
+    int n_ext = 0, n_out = 0, ok = 1;
+    for (; n_ext < gs->n_ext && ok; n_ext++) {
+        void *impl = gs->ext[n_ext]->impl;
+        in->fixed[n_ext] = gs->addr[n_ext] != 0 && gs->addr[n_ext] == key->last[n_ext];
+        if (in->fixed[n_ext]) {
+            in->ext[n_ext] = be->graph_share(impl);
+            in->addr[n_ext] = gs->addr[n_ext];
+            ok = in->ext[n_ext] != NULL;
+        } else {
+            dt__layout l;
+            ok = be->graph_static(impl, &in->ext[n_ext], err, sizeof err) == DT_OK &&
+                 be->layout(in->ext[n_ext], &l) == 0;
+            in->addr[n_ext] = ok ? l.addr : 0;
+        }
+    }
+    dt_status bs = ok ? be->graph_begin(s->ctx, &in->graph, err, sizeof err) : DT_EBACKEND;
+    if (bs == DT_EUNSUPPORTED)
+        gs->off = 1;
+    ok = bs == DT_OK;
+    for (int i = 0, e = 0; ok && i < st->k; i++, n_out++) {
+        const dt__step_img *im = dt__step_img_at(st, i);
+        const dt__krec *img = im->bc.img;
+        void *ins[DT_MAX_OP_INPUTS] = {NULL};
+        for (int j = 0; j < img->n_in; j++) {
+            int p = producer_of(st, i, im->bc.gin[j]);
+            ins[j] = p >= 0 ? in->out[p] : in->ext[e++];
+        }
+        dt__kattr_unpack_over(img, &s->kattr, s->kattr_lens);
+        /* Out of place, always: a later image's kernel never writes into an
+         * earlier one's static output, which is handed out. */
+        s->kattr.flags &= ~DT_KF_INPLACE;
+        ok = be->run(img->kop, &s->kattr, ins, img->n_in, &in->out[i], err, sizeof err) == DT_OK;
+    }
+    if (in->graph) {
+        ok = be->graph_end(in->graph, err, sizeof err) == DT_OK && ok;
+        ok = ok && be->graph_launch(in->graph, err, sizeof err) == DT_OK;
+    }
+    if (!ok) {
+        inst_free(be, in, n_ext, n_out);
+        key->refused = 1;
+        return NULL;
+    }
+    for (int e = 0; e < n_ext; e++)
+        in->base[e] = in->fixed[e] ? 0 : be->graph_held(in->ext[e]);
+    for (int i = 0; i < st->k; i++)
+        in->base[GR_EXT + i] = be->graph_held(in->out[i]);
+    key->captures++;
+    atomic_fetch_add_explicit(&s->g->graph_captured, 1, memory_order_relaxed);
+    return in;
+}
+
+/* Launches `in` on this sighting's inputs: 0, or -1 (the key is refused). */
+static int launch(dt__graphs *gs, gr_inst *in, const dt__backend *be) {
+    char err[512] = "";
+    for (int e = 0; e < gs->n_ext; e++)
+        if (!in->fixed[e] && gs->addr[e] != in->addr[e] &&
+            be->graph_copy(in->ext[e], gs->ext[e]->impl, err, sizeof err) != DT_OK)
+            return -1;
+    return be->graph_launch(in->graph, err, sizeof err) == DT_OK ? 0 : -1;
+}
+
+/* The key's entry (made on a miss, the least recently used one replaced),
+ * or NULL when out of memory. *fresh: made now. */
+static gr_key *key_find(dt__graphs *gs, const dt__backend *be, int *fresh) {
+    uint64_t h = hash_of(gs->buf, gs->len);
+    gr_key *old = &gs->keys[0];
+    *fresh = 0;
+    for (int i = 0; i < GR_KEYS; i++) {
+        gr_key *key = &gs->keys[i];
+        if (key->bytes && key->hash == h && key->len == gs->len && memcmp(key->bytes, gs->buf, gs->len) == 0)
+            return key;
+        if (!key->bytes || (old->bytes && key->used < old->used))
+            old = key;
+    }
+    if (old->bytes)
+        key_clear(be, old, key_images(old));
+    old->bytes = dt__malloc(gs->len);
+    if (!old->bytes)
+        return NULL;
+    memcpy(old->bytes, gs->buf, gs->len);
+    old->len = gs->len;
+    old->hash = h;
+    old->n_ext = gs->n_ext;
+    *fresh = 1;
+    return old;
+}
+
+static int slot(dt__graphs *gs, dt__step *st, int d, dt__stream *s, void **given) {
+    const dt__backend *be = s->be;
+    if (build_key(gs, st, d, s) != 0)
+        return 0;
+    int fresh;
+    gr_key *key = key_find(gs, be, &fresh);
+    if (!key)
+        return 0;
+    key->used = ++gs->tick;
+    gr_inst *use = NULL;
+    if (!fresh && !key->refused) {
+        for (int i = 0; i < key->ninst && !use; i++)
+            if (inst_usable(be, key->inst[i], gs, st->k))
+                use = key->inst[i];
+        if (use && launch(gs, use, be) != 0) {
+            key->refused = 1;
+            use = NULL;
+        } else if (use) {
+            atomic_fetch_add_explicit(&s->g->graph_launched, 1, memory_order_relaxed);
+        } else if (key->captures < GR_RECAP) {
+            if (key->ninst == GR_INST) { /* both busy or moved: the older one goes */
+                inst_free(be, key->inst[0], key->n_ext, st->k);
+                key->inst[0] = key->inst[1];
+                key->ninst = 1;
+            }
+            use = capture(gs, key, st, s);
+            if (use)
+                key->inst[key->ninst++] = use;
+        }
+    }
+    memcpy(key->last, gs->addr, (size_t)gs->n_ext * sizeof gs->addr[0]);
+    if (!use)
+        return 0;
+    for (int i = 0; i < st->k; i++)
+        given[i] = use->out[i];
+    return 1;
+}
+
+int dt__graph_slot(dt__step *st, int d, dt__stream *s, void **given) {
+    const dt__backend *be = s->be;
+    if (!atomic_load_explicit(&s->g->cuda_graph, memory_order_relaxed) || !be->graph_begin)
+        return 0;
+    dt__graphs *gs = s->graphs;
+    if (!gs) {
+        gs = s->graphs = dt__calloc(1, sizeof *gs);
+        if (!gs)
+            return 0;
+    }
+    if (gs->off)
+        return 0;
+    int r = slot(gs, st, d, s, given);
+    if (!r)
+        atomic_fetch_add_explicit(&s->g->graph_eager, 1, memory_order_relaxed);
+    return r;
+}
+
+void dt__graphs_free(dt__stream *s) {
+    dt__graphs *gs = s->graphs;
+    if (!gs)
+        return;
+    for (int i = 0; i < GR_KEYS; i++)
+        if (gs->keys[i].bytes)
+            key_clear(s->be, &gs->keys[i], key_images(&gs->keys[i]));
+    dt__free(gs->buf);
+    dt__free(gs);
+    s->graphs = NULL;
+}
