@@ -127,3 +127,20 @@ class TestIssue31Benches(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestCudaGraph(unittest.TestCase):
+    def test_tiny_decode_graphs_on_and_off(self):
+        # bench/cuda_graph.py on the CPU: the graphs are the backend's emulation; the tokens with
+        # graphs on must equal graphs off and transformers' on 1 and 2 devices, with slots launched.
+        try:
+            import transformers  # noqa: F401
+        except ImportError:
+            self.skipTest("needs transformers (the eager Llama)")
+        rc, text = run_bench("cuda_graph", ["--device", "cpu", "--long", "6", "--short", "2", "--repeat", "1",
+                                            "--tp", "2", "--hidden", "64", "--vocab", "128"])
+        self.assertEqual(rc, 0, text)
+        for label in ("G1 1 device", "G2 tp2"):
+            self.assertRegex(text, rf"(?m)^{label}: torch +[-\d.]+ us/token +graphs off +[-\d.]+ +graphs on ", text)
+            self.assertRegex(text, rf"(?m)^{label}: captured \d+ launched [1-9]\d* eager \d+; tokens on == off: "
+                                   r"True, on == transformers: True$", text)

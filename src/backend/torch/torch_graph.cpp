@@ -81,7 +81,8 @@ dt_status torch_graph_launch(void *graph, char *err, size_t errlen) {
     try {
         for (const emu_kernel &k : static_cast<emu_graph *>(graph)->ks) {
             void *fresh = nullptr;
-            dt_status st = dt__backend_torch.run(k.kop, &k.a, k.in.data(), (int)k.in.size(), &fresh, err, errlen);
+            dt_status st =
+                dt__backend_torch.run(k.kop, &k.a, k.in.data(), (int)k.in.size(), &fresh, err, errlen);
             if (st != DT_OK)
                 return st;
             at::Tensor *r = static_cast<at::Tensor *>(fresh);

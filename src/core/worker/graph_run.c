@@ -40,7 +40,7 @@
 #include "core/worker/graph_run.h"
 #include "core/worker/stream_int.h"
 
-#define GR_KEYS 8  /* keys remembered per stream */
+#define GR_KEYS 64 /* keys remembered per stream */
 #define GR_INST 2  /* instances captured per key */
 #define GR_RECAP 8 /* captures per key at most (an address taken for a weight that moved) */
 #define GR_EXT (DT__STEP_MAX * DT_MAX_OP_INPUTS)
@@ -58,8 +58,8 @@ typedef struct gr_key {
     uint64_t hash, used;
     uint8_t *bytes;
     size_t len;
-    int n_ext, ninst, captures, refused;
-    uintptr_t last[GR_EXT]; /* outside inputs' addresses at the last sighting */
+    int k, n_ext, ninst, captures, refused; /* k: images */
+    uintptr_t last[GR_EXT];                 /* outside inputs' addresses at the last sighting */
     gr_inst *inst[GR_INST];
 } gr_key;
 
@@ -67,6 +67,7 @@ typedef struct dt__graphs {
     gr_key keys[GR_KEYS];
     uint64_t tick;
     int off;      /* the backend captures nothing */
+    int a, k;     /* the segment of the slot at hand: its first image, its images */
     uint8_t *buf; /* the key being built */
     size_t cap, len;
     /* This sighting's outside inputs: their blobs and layouts. */
@@ -93,34 +94,52 @@ static int put(dt__graphs *gs, const void *p, size_t n) {
     return 0;
 }
 
-/* The image whose output group gr is among images [0, i), or -1. */
-static int producer_of(const dt__step *st, int i, const dt__bgroup *gr) {
-    for (int p = i - 1; p >= 0; p--)
+/* The image whose output group gr is among images [a, i), or -1. */
+static int producer_of(const dt__step *st, int a, int i, const dt__bgroup *gr) {
+    for (int p = i - 1; p >= a; p--)
         if (dt__step_img_at(st, p)->gout == gr)
             return p;
     return -1;
 }
 
-/* Builds slot d's key into gs->buf and its outside inputs into gs->ext,
- * waiting for those; 0, or -1 when the slot cannot be captured now. */
+/* Whether image i is capturable (a backend kernel that reads no host
+ * generator) and, unless it starts the segment (i == a), reads nothing that
+ * another stream makes (a segment's waits are all before its first kernel:
+ * what another stream makes for a later image may depend on this
+ * segment's earlier ones, a collective reading them). */
+static int joins(const dt__step *st, int a, int i, int d, const dt__stream *s) {
+    const dt__step_img *im = dt__step_img_at(st, i);
+    const dt__krec *img = im->bc.img;
+    if (img->kop >= DT_K_COUNT || img->kop == DT_K_RAND || img->kop == DT_K_RANDN || img->kop == DT_K_CHAIN)
+        return 0;
+    for (int j = 0; i > a && j < img->n_in; j++) {
+        uint64_t seq;
+        const dt__stream *p = dt__blob_event(dt__bgroup_ptrs(im->bc.gin[j])[d], &seq);
+        if (p && p != s && producer_of(st, a, i, im->bc.gin[j]) < 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* Builds the key of the segment of slot d that starts at image gs->a into
+ * gs->buf (gs->k its images: up to the first that does not join it) and
+ * its outside inputs into gs->ext, waiting for those; 0, or -1 when it
+ * cannot be captured now (gs->k then says how many images run eagerly). */
 static int build_key(dt__graphs *gs, dt__step *st, int d, dt__stream *s) {
     const dt__backend *be = s->be;
+    int a = gs->a, i = a;
     gs->len = 0;
     gs->n_ext = 0;
-    if (put(gs, &st->k, sizeof st->k))
-        return -1;
-    for (int i = 0; i < st->k; i++) {
+    for (; i < st->k && joins(st, a, i, d, s); i++) {
         const dt__step_img *im = dt__step_img_at(st, i);
         const dt__krec *img = im->bc.img;
-        if (img->kop >= DT_K_COUNT || img->kop == DT_K_RAND || img->kop == DT_K_RANDN ||
-            img->kop == DT_K_CHAIN)
-            return -1;
         int32_t head[3] = {img->kop, (int32_t)img->alen, img->n_in};
         if (put(gs, head, sizeof head) || put(gs, img->attr, img->alen))
             return -1;
         for (int j = 0; j < img->n_in; j++) {
-            int p = producer_of(st, i, im->bc.gin[j]);
-            if (put(gs, &p, sizeof p))
+            int p = producer_of(st, a, i, im->bc.gin[j]);
+            int rel = p < 0 ? -1 : p - a;
+            if (put(gs, &rel, sizeof rel))
                 return -1;
             if (p >= 0)
                 continue;
@@ -138,7 +157,9 @@ static int build_key(dt__graphs *gs, dt__step *st, int d, dt__stream *s) {
                 return -1;
         }
     }
-    return 0;
+    gs->k = i > a ? i - a : 1;
+    /* One kernel is no graph worth launching. */
+    return gs->k >= 2 ? 0 : -1;
 }
 
 static uint64_t hash_of(const uint8_t *p, size_t n) {
@@ -162,18 +183,12 @@ static void inst_free(const dt__backend *be, gr_inst *in, int n_ext, int n_out) 
     dt__free(in);
 }
 
-static void key_clear(const dt__backend *be, gr_key *key, int n_out) {
+static void key_clear(const dt__backend *be, gr_key *key) {
+    int n_out = key->k;
     for (int i = 0; i < key->ninst; i++)
         inst_free(be, key->inst[i], key->n_ext, n_out);
     dt__free(key->bytes);
     memset(key, 0, sizeof *key);
-}
-
-/* The image count a key was made for (its first bytes). */
-static int key_images(const gr_key *key) {
-    int k;
-    memcpy(&k, key->bytes, sizeof k);
-    return k;
 }
 
 /* Whether nothing outside the instance holds its static tensors' storage
@@ -217,13 +232,13 @@ static gr_inst *capture(dt__graphs *gs, gr_key *key, dt__step *st, dt__stream *s
     if (bs == DT_EUNSUPPORTED)
         gs->off = 1;
     ok = bs == DT_OK;
-    for (int i = 0, e = 0; ok && i < st->k; i++, n_out++) {
-        const dt__step_img *im = dt__step_img_at(st, i);
+    for (int i = 0, e = 0; ok && i < gs->k; i++, n_out++) {
+        const dt__step_img *im = dt__step_img_at(st, gs->a + i);
         const dt__krec *img = im->bc.img;
         void *ins[DT_MAX_OP_INPUTS] = {NULL};
         for (int j = 0; j < img->n_in; j++) {
-            int p = producer_of(st, i, im->bc.gin[j]);
-            ins[j] = p >= 0 ? in->out[p] : in->ext[e++];
+            int p = producer_of(st, gs->a, gs->a + i, im->bc.gin[j]);
+            ins[j] = p >= 0 ? in->out[p - gs->a] : in->ext[e++];
         }
         dt__kattr_unpack_over(img, &s->kattr, s->kattr_lens);
         /* Out of place, always: a later image's kernel never writes into an
@@ -242,7 +257,7 @@ static gr_inst *capture(dt__graphs *gs, gr_key *key, dt__step *st, dt__stream *s
     }
     for (int e = 0; e < n_ext; e++)
         in->base[e] = in->fixed[e] ? 0 : be->graph_held(in->ext[e]);
-    for (int i = 0; i < st->k; i++)
+    for (int i = 0; i < gs->k; i++)
         in->base[GR_EXT + i] = be->graph_held(in->out[i]);
     key->captures++;
     atomic_fetch_add_explicit(&s->g->graph_captured, 1, memory_order_relaxed);
@@ -273,7 +288,7 @@ static gr_key *key_find(dt__graphs *gs, const dt__backend *be, int *fresh) {
             old = key;
     }
     if (old->bytes)
-        key_clear(be, old, key_images(old));
+        key_clear(be, old);
     old->bytes = dt__malloc(gs->len);
     if (!old->bytes)
         return NULL;
@@ -281,6 +296,7 @@ static gr_key *key_find(dt__graphs *gs, const dt__backend *be, int *fresh) {
     old->len = gs->len;
     old->hash = h;
     old->n_ext = gs->n_ext;
+    old->k = gs->k;
     *fresh = 1;
     return old;
 }
@@ -297,7 +313,7 @@ static int slot(dt__graphs *gs, dt__step *st, int d, dt__stream *s, void **given
     gr_inst *use = NULL;
     if (!fresh && !key->refused) {
         for (int i = 0; i < key->ninst && !use; i++)
-            if (inst_usable(be, key->inst[i], gs, st->k))
+            if (inst_usable(be, key->inst[i], gs, gs->k))
                 use = key->inst[i];
         if (use && launch(gs, use, be) != 0) {
             key->refused = 1;
@@ -306,7 +322,7 @@ static int slot(dt__graphs *gs, dt__step *st, int d, dt__stream *s, void **given
             atomic_fetch_add_explicit(&s->g->graph_launched, 1, memory_order_relaxed);
         } else if (key->captures < GR_RECAP) {
             if (key->ninst == GR_INST) { /* both busy or moved: the older one goes */
-                inst_free(be, key->inst[0], key->n_ext, st->k);
+                inst_free(be, key->inst[0], key->n_ext, gs->k);
                 key->inst[0] = key->inst[1];
                 key->ninst = 1;
             }
@@ -318,13 +334,14 @@ static int slot(dt__graphs *gs, dt__step *st, int d, dt__stream *s, void **given
     memcpy(key->last, gs->addr, (size_t)gs->n_ext * sizeof gs->addr[0]);
     if (!use)
         return 0;
-    for (int i = 0; i < st->k; i++)
+    for (int i = 0; i < gs->k; i++)
         given[i] = use->out[i];
     return 1;
 }
 
-int dt__graph_slot(dt__step *st, int d, dt__stream *s, void **given) {
+int dt__graph_slot(dt__step *st, int d, dt__stream *s, int a, int *b, void **given) {
     const dt__backend *be = s->be;
+    *b = st->k;
     if (!atomic_load_explicit(&s->g->cuda_graph, memory_order_relaxed) || !be->graph_begin)
         return 0;
     dt__graphs *gs = s->graphs;
@@ -335,7 +352,10 @@ int dt__graph_slot(dt__step *st, int d, dt__stream *s, void **given) {
     }
     if (gs->off)
         return 0;
+    gs->a = a;
+    gs->k = st->k - a;
     int r = slot(gs, st, d, s, given);
+    *b = a + gs->k;
     if (!r)
         atomic_fetch_add_explicit(&s->g->graph_eager, 1, memory_order_relaxed);
     return r;
@@ -347,7 +367,7 @@ void dt__graphs_free(dt__stream *s) {
         return;
     for (int i = 0; i < GR_KEYS; i++)
         if (gs->keys[i].bytes)
-            key_clear(s->be, &gs->keys[i], key_images(&gs->keys[i]));
+            key_clear(s->be, &gs->keys[i]);
     dt__free(gs->buf);
     dt__free(gs);
     s->graphs = NULL;

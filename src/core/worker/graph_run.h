@@ -14,12 +14,15 @@
 #include "core/records/step.h"
 #include "core/worker/stream.h"
 
-/* Run slot `d` of st on s by a graph when it can: 1 with given[i] image i's
- * static output (the caller hands out a share of it as image i's output,
+/* The segment of run slot `d` of st on s that starts at image a, ending
+ * at *b: by a graph when it can, 1 with given[i] image a + i's static
+ * output (the caller hands out a share of it as that image's output,
  * dt__backend.graph_share, and completes each kernel as if it had run);
- * 0: the caller runs the slot's kernels one by one. Waits for the inputs
- * from other streams first either way. */
-int dt__graph_slot(dt__step *st, int d, dt__stream *s, void **given);
+ * 0: the caller runs the segment's kernels one by one. A segment ends
+ * before an image that reads what another stream makes (its first image
+ * excepted) or that is never captured; the segment's inputs from other
+ * streams are waited for first. With graphs off, *b is the slot's end. */
+int dt__graph_slot(dt__step *st, int d, dt__stream *s, int a, int *b, void **given);
 /* Frees what s's worker captured (dt__stream_free). */
 void dt__graphs_free(dt__stream *s);
 

@@ -292,15 +292,17 @@ static dt__krec *step_local(const dt__step_img *im, int d, bcast_buf *buf) {
 static void step_each(dt__krec *slot, dt__stream *s, void (*fn)(dt__krec *, dt__stream *, const slot_of *)) {
     dt__step *st = slot->handle;
     int d = dt__step_slot_index(st, slot);
-    /* A repeated slot may be one launch of a captured graph (graph_run.c). */
+    /* A repeated segment may be one launch of a captured graph (graph_run.c). */
     void *given[DT__STEP_MAX];
-    int launched = fn == kernel_exec && dt__graph_slot(st, d, s, given);
-    for (int i = 0; i < st->k; i++) {
-        dt__step_img *im = dt__step_img_at(st, i);
-        bcast_buf buf;
-        slot_of so = {&im->bc, d, im->bc.img->n_in > 0 && !dt__step_sole_use(st, im, 0),
-                      launched ? given[i] : NULL};
-        fn(step_local(im, d, &buf), s, &so);
+    for (int a = 0, b = st->k; a < st->k; a = b) {
+        int launched = fn == kernel_exec && dt__graph_slot(st, d, s, a, &b, given);
+        for (int i = a; i < b; i++) {
+            dt__step_img *im = dt__step_img_at(st, i);
+            bcast_buf buf;
+            slot_of so = {&im->bc, d, im->bc.img->n_in > 0 && !dt__step_sole_use(st, im, 0),
+                          launched ? given[i - a] : NULL};
+            fn(step_local(im, d, &buf), s, &so);
+        }
     }
     dt__step_unref(st);
 }
