@@ -37,6 +37,16 @@
 #                 devices runs on the workers' streams, equal to eager; a
 #                 two-output one runs once per device; compiled_op's adaLN
 #                 through torch.compile (Triton) allclose; "userk" lines
+#   7c. cuda_graph  CUDA graphs of repeated run slots (issue 30 item 3, opt-in,
+#                 never run on a GPU before): tests/python/test_cuda_graph.py
+#                 on cuda meshes (8 logical devices; real graphs, not the CPU
+#                 emulation), then bench/cuda_graph.py: tiny Llama greedy
+#                 decode per-token time, graphs on vs off vs eager
+#                 transformers, on one GPU and on tp8 logical devices,
+#                 tokens checked equal (goal: on/torch <= 0.5); "cuda_graph" lines
+#   7d. p3prof    bench/cuda_graph.py --p3prof: bench/pipeline.py's P3 (large
+#                 ops, 1.55x eager on the first GPU run) under torch.profiler,
+#                 dtorch's and torch's top kernels and copies by device time
 # Without a GPU (torch.cuda.is_available() False) steps 0-1 run, then the
 # no-GPU checks (cuda meshes refused at the call, satisfy False, the
 # "torch_cuda" backend registered); it says NO GPU and exits 3.
@@ -393,6 +403,31 @@ print("userk compiled layer_norm_mul_add allclose", torch.allclose(got, want, rt
       "kernels", len(dtorch.compiled_op.compiled_kernels()))
 '
 figures userk
+
+# ------------------------------------------------------------ 7c. cuda_graph
+# CUDA graphs of repeated run slots (issue 30 item 3; docs/cuda.md "CUDA graphs"): the test file on
+# cuda meshes (the suite's conftest maps its cpu meshes onto the GPU), where the captures are real
+# CUDA graphs; then the decode figures. Alone: DT_GPU_STEPS="smoke cuda_graph p3prof".
+step cuda_graph 90 env DTORCH_DTENSOR_IN_SAME_DEVICE=1 DTORCH_NUM_GPU_WHEN_ENABLE_DTENSOR_IN_SAME_DEVICE=8 \
+    bash -c 'rc=0
+DTORCH_TEST_DEVICE=cuda "$0" -m pytest -q -p no:cacheprovider tests/python/test_cuda_graph.py || rc=1
+"$0" bench/cuda_graph.py --device cuda --long 40 --short 8 --repeat 3 --tp 8 || rc=1
+exit $rc' "$py"
+if [ "$dry" = 0 ]; then
+    while IFS= read -r l; do
+        lines+=("cuda_graph $l")
+    done < <(grep -E '^(G[12] |[0-9]+ (passed|failed))' "$log/cuda_graph.log")
+fi
+
+# ------------------------------------------------------------ 7d. p3prof
+# Where the time of large ops on a CUDA mesh goes (P3 took 1.55x eager torch on the first GPU run):
+# pipeline.py's P3 under torch.profiler, dtorch's and torch's tables in the log.
+step p3prof 60 "$py" bench/cuda_graph.py --device cuda --p3prof --rows 20
+if [ "$dry" = 0 ]; then
+    while IFS= read -r l; do
+        lines+=("p3prof $l")
+    done < <(grep -E '^P3 ' "$log/p3prof.log")
+fi
 
 # ------------------------------------------------------------ 8. suite x4
 # Last: as 4 logical devices, the tests that need ids >= 4 fail by design.

@@ -3,7 +3,8 @@ src/core/worker/graph_run.c), on the CPU through the backend's test emulation
 (``DTORCH_GRAPH_EMULATE=1``, src/backend/torch/torch_graph.cpp): "capture" records a run slot's
 kernels with their static tensors, "launch" runs them again and copies each result into the
 captured result's storage in place, so a launch overwrites what the previous one handed out,
-exactly where a CUDA graph would.
+exactly where a CUDA graph would. Under DTORCH_TEST_DEVICE=cuda (tools/gpu_check.sh's cuda_graph
+step) the meshes are cuda ones and the captures real CUDA graphs.
 
 Checked: a decode-like loop on 1, 2 and 3 devices (uneven shards), float32 and bfloat16, bitwise
 equal with graphs on and off and to eager torch, every device's piece, with slots captured and
@@ -26,7 +27,7 @@ from dtorch import Replicate, Shard  # noqa: E402
 from dtorch.test.probes import bcast, bgroup, cuda_graph, graph_stats, replay, step  # noqa: E402
 from dtorch.test.test_util import local_values  # noqa: E402
 
-from helpers import CPU1, CPU2, CPU3, bits, int_valued, settle  # noqa: E402
+from helpers import CPU1, CPU2, CPU3, bits, cpu_only, int_valued, settle  # noqa: E402
 
 KEYS = ("graph_captured", "graph_launched", "graph_eager", "kernels_in_place")
 
@@ -268,6 +269,7 @@ class TestInPlace(unittest.TestCase):
 
 
 class TestErrors(unittest.TestCase):
+    @cpu_only("an integer division by zero is a kernel error on the host only")
     def test_kernel_error_in_a_launched_slot_names_op_and_line(self):
         # z's values change each step (same layout): the launched slot's floor division meets a
         # zero at step 6; the read names that kernel and its line, as with graphs off.
