@@ -109,7 +109,10 @@ def p3_profile(args):
 
     pipeline.DEVICE = args.device
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device == "cuda" else [])
-    sort = "cuda_time_total" if args.device == "cuda" else "cpu_time_total"
+    sort = "cpu_time_total"
+    if args.device == "cuda":  # torch >= 2.4 names it device_time_total, cuda_time_total before
+        from torch.autograd.profiler_util import FunctionEventAvg
+        sort = "device_time_total" if hasattr(FunctionEventAvg, "device_time_total") else "cuda_time_total"
     for name, fn in (("torch", pipeline.p3_torch), ("dtorch", pipeline.p3_dtorch)):
         fn()  # warm-up
         (wall,) = fn()
@@ -117,6 +120,19 @@ def p3_profile(args):
             fn()
         print(f"P3 {name}: {wall * 1e3:.1f} ms unprofiled; top kernels and copies by {sort}:")
         print(prof.key_averages().table(sort_by=sort, row_limit=args.rows, max_name_column_width=60))
+    # dtorch's own trace: the host time of each kernel on its worker (on CUDA: the launch, the input
+    # waits and copies the shim makes) and of the controller's lowering, summed by name.
+    with dtorch.profiler.trace(None) as t:
+        pipeline.p3_dtorch()
+    tot = {}
+    for e in t.events:
+        if "dur" in e:
+            key = (e.get("cat", ""), e["name"])
+            n, us = tot.get(key, (0, 0.0))
+            tot[key] = (n + 1, us + e["dur"])
+    print("P3 dtorch trace: host time by kind and name (us, count):")
+    for (cat, name), (n, us) in sorted(tot.items(), key=lambda kv: -kv[1][1])[:args.rows]:
+        print(f"   {cat:12s} {name:40s} {us:10.1f} us  x{n}")
 
 
 def main(argv=None) -> int:

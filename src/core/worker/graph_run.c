@@ -44,6 +44,7 @@
 #define GR_INST 2  /* instances captured per key */
 #define GR_RECAP 8 /* captures per key at most (an address taken for a weight that moved) */
 #define GR_EXT (DT__STEP_MAX * DT_MAX_OP_INPUTS)
+#define GR_SEEN 4096 /* kernels' fingerprints remembered per stream */
 
 typedef struct gr_inst {
     void *graph;
@@ -66,9 +67,11 @@ typedef struct gr_key {
 typedef struct dt__graphs {
     gr_key keys[GR_KEYS];
     uint64_t tick;
-    int off;      /* the backend captures nothing */
-    int a, k;     /* the segment of the slot at hand: its first image, its images */
-    uint8_t *buf; /* the key being built */
+    int off;  /* the backend captures nothing */
+    int a, k; /* the segment of the slot at hand: its first image, its images */
+    int nseen;
+    uint64_t seen[GR_SEEN]; /* fingerprints of the kernels seen (build_key), 0: free */
+    uint8_t *buf;           /* the key being built */
     size_t cap, len;
     /* This sighting's outside inputs: their blobs and layouts. */
     int n_ext;
@@ -121,52 +124,119 @@ static int joins(const dt__step *st, int a, int i, int d, const dt__stream *s) {
     return 1;
 }
 
-/* Builds the key of the segment of slot d that starts at image gs->a into
- * gs->buf (gs->k its images: up to the first that does not join it) and
- * its outside inputs into gs->ext, waiting for those; 0, or -1 when it
- * cannot be captured now (gs->k then says how many images run eagerly). */
-static int build_key(dt__graphs *gs, dt__step *st, int d, dt__stream *s) {
-    const dt__backend *be = s->be;
-    int a = gs->a, i = a;
-    gs->len = 0;
-    gs->n_ext = 0;
-    for (; i < st->k && joins(st, a, i, d, s); i++) {
-        const dt__step_img *im = dt__step_img_at(st, i);
-        const dt__krec *img = im->bc.img;
-        int32_t head[3] = {img->kop, (int32_t)img->alen, img->n_in};
-        if (put(gs, head, sizeof head) || put(gs, img->attr, img->alen))
-            return -1;
-        for (int j = 0; j < img->n_in; j++) {
-            int p = producer_of(st, a, i, im->bc.gin[j]);
-            int rel = p < 0 ? -1 : p - a;
-            if (put(gs, &rel, sizeof rel))
-                return -1;
-            if (p >= 0)
-                continue;
-            dt__blob *b = dt__bgroup_ptrs(im->bc.gin[j])[d];
-            dt__event_wait(s, b);
-            dt__layout l;
-            memset(&l, 0, sizeof l);
-            if (b->error || !b->impl || b->be != be || be->layout(b->impl, &l) != 0 || l.host)
-                return -1;
-            gs->ext[gs->n_ext] = b;
-            gs->addr[gs->n_ext++] = l.addr;
-            l.addr = 0;
-            l.offset = 0; /* a static copy starts its storage */
-            if (put(gs, &l, sizeof l))
-                return -1;
-        }
-    }
-    gs->k = i > a ? i - a : 1;
-    /* One kernel is no graph worth launching. */
-    return gs->k >= 2 ? 0 : -1;
-}
-
-static uint64_t hash_of(const uint8_t *p, size_t n) {
-    uint64_t h = 1469598103934665603ull;
+static uint64_t hash_on(uint64_t h, const void *bytes, size_t n) {
+    const uint8_t *p = bytes;
     for (size_t i = 0; i < n; i++)
         h = (h ^ p[i]) * 1099511628211ull;
     return h;
+}
+
+static uint64_t hash_of(const uint8_t *p, size_t n) { return hash_on(1469598103934665603ull, p, n); }
+
+/* Whether a kernel of fingerprint h was seen on this stream before. */
+static int seen(const dt__graphs *gs, uint64_t h) {
+    h |= 1; /* 0 marks a free entry */
+    for (size_t e = h % GR_SEEN;; e = (e + 1) % GR_SEEN) {
+        if (gs->seen[e] == h)
+            return 1;
+        if (!gs->seen[e])
+            return 0;
+    }
+}
+
+static void note(dt__graphs *gs, uint64_t h) {
+    h |= 1;
+    if (gs->nseen >= GR_SEEN / 4 * 3) { /* full: forget them all */
+        memset(gs->seen, 0, sizeof gs->seen);
+        gs->nseen = 0;
+    }
+    size_t e = h % GR_SEEN;
+    while (gs->seen[e] && gs->seen[e] != h)
+        e = (e + 1) % GR_SEEN;
+    if (!gs->seen[e]) {
+        gs->seen[e] = h;
+        gs->nseen++;
+    }
+}
+
+/* Appends image i's part of the key of the segment that starts at image a
+ * (its kop, attribute bytes, each input's source and an outside one's
+ * layout) and its outside inputs to gs->ext, waiting for those; 0, or -1
+ * when it cannot be captured now. *fp: the same seen from the slot's start,
+ * so that it does not depend on a. */
+static int put_image(dt__graphs *gs, dt__step *st, int a, int i, int d, dt__stream *s, uint64_t *fp) {
+    const dt__backend *be = s->be;
+    const dt__step_img *im = dt__step_img_at(st, i);
+    const dt__krec *img = im->bc.img;
+    int32_t head[3] = {img->kop, (int32_t)img->alen, img->n_in};
+    if (put(gs, head, sizeof head) || put(gs, img->attr, img->alen))
+        return -1;
+    *fp = hash_of(gs->buf + gs->len - sizeof head - img->alen, sizeof head + img->alen);
+    for (int j = 0; j < img->n_in; j++) {
+        int p = producer_of(st, a, i, im->bc.gin[j]), p0 = producer_of(st, 0, i, im->bc.gin[j]);
+        int back = p < 0 ? -1 : i - p;
+        if (put(gs, &back, sizeof back))
+            return -1;
+        if (p0 >= 0) {
+            int back0 = i - p0;
+            *fp = hash_on(*fp, &back0, sizeof back0);
+        }
+        if (p >= 0)
+            continue;
+        dt__blob *b = dt__bgroup_ptrs(im->bc.gin[j])[d];
+        dt__event_wait(s, b);
+        dt__layout l;
+        memset(&l, 0, sizeof l);
+        if (b->error || !b->impl || b->be != be || be->layout(b->impl, &l) != 0 || l.host)
+            return -1;
+        gs->ext[gs->n_ext] = b;
+        gs->addr[gs->n_ext++] = l.addr;
+        l.addr = 0;
+        l.offset = 0; /* a static copy starts its storage */
+        if (put(gs, &l, sizeof l))
+            return -1;
+        if (p0 < 0)
+            *fp = hash_on(*fp, &l, sizeof l);
+    }
+    return 0;
+}
+
+/* Builds the key of the segment of slot d that starts at image gs->a into
+ * gs->buf (gs->k its images) and its outside inputs into gs->ext, waiting
+ * for those; 0, or -1 when it cannot be captured now (gs->k then says how
+ * many images run eagerly). The segment ends before the first image that
+ * does not join it, or whose own part of the key (its fingerprint) this
+ * stream has not seen before: a kernel whose attributes or inputs change
+ * every step (a position, a growing cache read) runs alone, eagerly, and
+ * the kernels around it make segments that repeat. */
+static int build_key(dt__graphs *gs, dt__step *st, int d, dt__stream *s) {
+    int a = gs->a, i = a, n = 0;
+    uint64_t fp[DT__STEP_MAX];
+    gs->len = 0;
+    gs->n_ext = 0;
+    for (; i < st->k && joins(st, a, i, d, s); i++) {
+        size_t at = gs->len;
+        int ext_at = gs->n_ext;
+        uint64_t h;
+        if (put_image(gs, st, a, i, d, s, &h) != 0)
+            return -1;
+        int known = seen(gs, h);
+        if (!known && i > a) {
+            gs->len = at;
+            gs->n_ext = ext_at;
+            break;
+        }
+        fp[n++] = h;
+        if (!known) { /* a kernel new here runs alone */
+            i++;
+            break;
+        }
+    }
+    for (int j = 0; j < n; j++)
+        note(gs, fp[j]);
+    gs->k = i > a ? i - a : 1;
+    /* One kernel is no graph worth launching. */
+    return gs->k >= 2 ? 0 : -1;
 }
 
 /* ------------------------------------------------------------ instances */
