@@ -587,7 +587,12 @@ dt_status cuda_graph_end(void *p, char *err, size_t errlen) {
         gr->ended = true;
         return DT_OK;
     } catch (...) {
-        return translate_current(err, errlen);
+        dt_status st = translate_current(err, errlen);
+        /* A call the capture refused (a sync inside a kernel) left its error
+         * as the thread's last one: not a context error, and the next
+         * kernel's launch check must not report it. */
+        (void)cudaGetLastError();
+        return st;
     }
 }
 
