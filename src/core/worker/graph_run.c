@@ -42,7 +42,11 @@
 
 #define GR_KEYS 64 /* keys remembered per stream */
 #define GR_INST 2  /* instances captured per key */
-#define GR_RECAP 8 /* captures per key at most (an address taken for a weight that moved) */
+/* Captures per key at most: GR_RECAP, and one more every GR_RECAP_EVERY
+ * sightings (instances whose outputs stay held, or whose weights moved, are
+ * replaced, but a key that never launches costs a capture only so often). */
+#define GR_RECAP 8
+#define GR_RECAP_EVERY 4
 #define GR_EXT (DT__STEP_MAX * DT_MAX_OP_INPUTS)
 #define GR_SEEN 4096 /* kernels' fingerprints remembered per stream */
 
@@ -60,7 +64,8 @@ typedef struct gr_key {
     uint8_t *bytes;
     size_t len;
     int k, n_ext, ninst, captures, refused; /* k: images */
-    uintptr_t last[GR_EXT];                 /* outside inputs' addresses at the last sighting */
+    long sightings;
+    uintptr_t last[GR_EXT]; /* outside inputs' addresses at the last sighting */
     gr_inst *inst[GR_INST];
 } gr_key;
 
@@ -380,6 +385,7 @@ static int slot(dt__graphs *gs, dt__step *st, int d, dt__stream *s, void **given
     if (!key)
         return 0;
     key->used = ++gs->tick;
+    key->sightings++;
     gr_inst *use = NULL;
     if (!fresh && !key->refused) {
         for (int i = 0; i < key->ninst && !use; i++)
@@ -390,7 +396,7 @@ static int slot(dt__graphs *gs, dt__step *st, int d, dt__stream *s, void **given
             use = NULL;
         } else if (use) {
             atomic_fetch_add_explicit(&s->g->graph_launched, 1, memory_order_relaxed);
-        } else if (key->captures < GR_RECAP) {
+        } else if (key->captures < GR_RECAP + key->sightings / GR_RECAP_EVERY) {
             if (key->ninst == GR_INST) { /* both busy or moved: the older one goes */
                 inst_free(be, key->inst[0], key->n_ext, gs->k);
                 key->inst[0] = key->inst[1];
