@@ -66,6 +66,7 @@ typedef struct gr_key {
     int k, n_ext, ninst, captures, refused; /* k: images */
     long sightings;
     uintptr_t last[GR_EXT]; /* outside inputs' addresses at the last sighting */
+    uint8_t moved[GR_EXT];  /* seen at another address than the sighting before */
     gr_inst *inst[GR_INST];
 } gr_key;
 
@@ -291,7 +292,7 @@ static gr_inst *capture(dt__graphs *gs, gr_key *key, dt__step *st, dt__stream *s
     int n_ext = 0, n_out = 0, ok = 1;
     for (; n_ext < gs->n_ext && ok; n_ext++) {
         void *impl = gs->ext[n_ext]->impl;
-        in->fixed[n_ext] = gs->addr[n_ext] != 0 && gs->addr[n_ext] == key->last[n_ext];
+        in->fixed[n_ext] = gs->addr[n_ext] != 0 && gs->addr[n_ext] == key->last[n_ext] && !key->moved[n_ext];
         if (in->fixed[n_ext]) {
             in->ext[n_ext] = be->graph_share(impl);
             in->addr[n_ext] = gs->addr[n_ext];
@@ -407,6 +408,8 @@ static int slot(dt__graphs *gs, dt__step *st, int d, dt__stream *s, void **given
                 key->inst[key->ninst++] = use;
         }
     }
+    for (int e = 0; e < gs->n_ext; e++) /* an input that moved is never a weight */
+        key->moved[e] |= !fresh && key->last[e] != gs->addr[e];
     memcpy(key->last, gs->addr, (size_t)gs->n_ext * sizeof gs->addr[0]);
     if (!use)
         return 0;
