@@ -515,6 +515,33 @@ static void test_run_events(void) {
     CHECK(on.seq[5][3] > on.seq[3][3] && on.seq[8][3] == on.seq[7][3] + 1);
 }
 
+/* The same with collectives on the compute streams (DTORCH_OVERLAP=0 when
+ * the graphs are made): a shared collective closes the open run there
+ * before it is numbered. Every value's event and value as per rank. */
+static void test_run_events_overlap_off(void) {
+    ev_run off, on, per;
+    memset(&off, 0, sizeof off);
+    memset(&on, 0, sizeof on);
+    memset(&per, 0, sizeof per);
+    setenv("DTORCH_OVERLAP", "0", 1);
+    events_prog(1, 0, &off);
+    events_prog(1, 1, &on);
+    events_prog(0, 0, &per);
+    unsetenv("DTORCH_OVERLAP");
+    CHECK_EQ(on.colls, 3);
+    CHECK(memcmp(off.out, on.out, sizeof on.out) == 0);
+    CHECK(memcmp(per.out, on.out, sizeof on.out) == 0);
+    for (int i = 0; i < EV_VALUES; i++)
+        for (int d = 0; d < (i == 6 ? 2 : 4); d++) {
+            CHECK_EQ(on.kind[i][d], per.kind[i][d]);
+            CHECK_EQ(on.dev[i][d], per.dev[i][d]);
+            CHECK_EQ((int64_t)on.seq[i][d], (int64_t)per.seq[i][d]);
+            CHECK_EQ((int64_t)off.seq[i][d], (int64_t)per.seq[i][d]);
+        }
+    for (int d = 0; d < 4; d++) /* the collectives on the compute streams */
+        CHECK(on.kind[4][d] == 0 && on.kind[11][d] == 0);
+}
+
 /* Kernel 2 of a run of 4 fails on every device: its error names its own
  * call site (not the run's first kernel's), what reads it carries that, and
  * the run's other kernels are unaffected. */
@@ -718,6 +745,7 @@ int main(void) {
     test_group_error();
     test_runs_as_without();
     test_run_events();
+    test_run_events_overlap_off();
     test_run_error_line();
     test_coll_2d(2, 2);
     test_coll_2d(2, 3);
