@@ -16,6 +16,13 @@
  * cache line: a line written by the client and read by the controller (or
  * the other way round) moves between cores on every access, which costs more
  * than the rest of recording an op. */
+/* One collective kernel a worker ran or dropped (dt_debug_coll_log). */
+typedef struct dt__coll_logent {
+    int64_t device_id;
+    int stream_kind, rank;
+    uint64_t group, seq;
+} dt__coll_logent;
+
 struct dt_graph {
     uint32_t magic; /* DT__GRAPH_LIVE */
     /* Read-mostly. One backend per device type: lowering picks the one of
@@ -107,10 +114,16 @@ struct dt_graph {
     atomic_long chain_blocks;     /* blocks the backends' run_chain ran chain kernels on (chain_run.c) */
     atomic_long step_runs;        /* runs of shared kernels closed (lower_step.c) */
     atomic_long bcast_nodes;      /* nodes lowered as one device-independent record (lower_bcast.c) */
-    atomic_long bcast_colls;      /* collectives lowered as one device-independent record (lower_bcast.c) */
-    atomic_int time_lowering;     /* dt_debug_lowering_ns: time each node's lowering */
-    atomic_long lowering_ns;      /* the lowering steps' time while timed */
-    atomic_long nodes_reordered;  /* lowered ahead of an older node (core/controller/sched.c) */
+    atomic_long bcast_colls;      /* collectives lowered as one device-independent record (lower_coll.c) */
+    /* Test use (dt_debug_coll_log): each collective kernel a worker ran or
+     * dropped, up to coll_log_cap entries; NULL: not noted. Set before the
+     * work it notes is recorded; entries are read after a sync. */
+    struct dt__coll_logent *coll_log;
+    int coll_log_cap;
+    atomic_int coll_log_n;
+    atomic_int time_lowering;    /* dt_debug_lowering_ns: time each node's lowering */
+    atomic_long lowering_ns;     /* the lowering steps' time while timed */
+    atomic_long nodes_reordered; /* lowered ahead of an older node (core/controller/sched.c) */
     /* Controller-only: kernels queued on communication streams ever
      * (dt__lw_stream_append; the schedule reads it). */
     long comm_queued;
@@ -151,6 +164,9 @@ struct dt_graph {
     uint64_t blob_ids;  /* the last blob id given (dt__blob.id) */
     /* Controller-only: the collectives' groups made so far (core/controller/lower_comm.c). */
     struct dt__group_ref *groups;
+    /* Controller-only: each mesh dim's streams and groups for collectives,
+     * cached as first looked up (dt__lw_coll_dim, lower_comm.c). */
+    struct dt__coll_dim *coll_dims;
     /* Controller-only: the graph has remote streams (core/controller/remote.c), and
      * its name on the worker nodes (0 until its first remote stream). */
     int has_remote;

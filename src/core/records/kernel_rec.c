@@ -462,15 +462,26 @@ void dt__coll_pack(const dt__coll *c, uint64_t group, uint64_t seq, uint8_t *out
     dt__le_put(&p, (uint64_t)c->type, 1);
     dt__le_put(&p, (uint32_t)c->dtype, 4);
     dt__le_put(&p, (uint64_t)c->n, 4);
-    for (int r = 0; r < c->n; r++)
-        for (int d = 0; d < c->ndim; d++)
-            dt__le_put(&p, (uint64_t)c->shapes[r][d], 8);
-    if (sliced_kind(c->kind)) {
-        for (int r = 0; r < c->n; r++)
-            dt__le_put(&p, (uint64_t)c->starts[r], 8);
-        for (int r = 0; r < c->n; r++)
-            dt__le_put(&p, (uint64_t)c->lens[r], 8);
+    size_t row = 8 * (size_t)c->ndim, n = (size_t)c->n;
+    for (int r = 0; r < c->n; r++) {
+        if (DT__LE_HOST) { /* each int64 is its own little-endian bytes: a row at once */
+            memcpy(p, c->shapes[r], row);
+            p += row;
+        } else
+            for (int d = 0; d < c->ndim; d++)
+                dt__le_put(&p, (uint64_t)c->shapes[r][d], 8);
     }
+    if (!sliced_kind(c->kind))
+        return;
+    if (DT__LE_HOST) {
+        memcpy(p, c->starts, 8 * n);
+        memcpy(p + 8 * n, c->lens, 8 * n);
+        return;
+    }
+    for (int r = 0; r < c->n; r++)
+        dt__le_put(&p, (uint64_t)c->starts[r], 8);
+    for (int r = 0; r < c->n; r++)
+        dt__le_put(&p, (uint64_t)c->lens[r], 8);
 }
 
 /* ------------------------------------------------------ assembly attrs */
