@@ -159,6 +159,8 @@ int dt__lw_coll_groups(dt__lower *L, const dt_mesh *mesh, int md, int stream_kin
         dt__lw_stream_link(g, s, slot);
     }
     *out = gr;
+    /* One per group, as the per-rank path counts (dt_debug_collectives_lowered). */
+    atomic_fetch_add_explicit(&dt__collectives_lowered, ng, memory_order_relaxed);
     atomic_fetch_add_explicit(&g->bcast_colls, 1, memory_order_relaxed);
     return 1;
 }
