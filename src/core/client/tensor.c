@@ -254,6 +254,8 @@ static lineage *lineage_of(const dt__node *n, const dt__tval *out, uint64_t gen)
 }
 
 static void symrec_extras_free(dt__symrec *rec) {
+    if (!rec->lineage && !rec->lost)
+        return; /* the usual value (no lineage kept): no calls into free */
     dt__free(rec->lineage);
     dt__free(rec->lost);
     rec->lineage = NULL;

@@ -84,6 +84,7 @@ static dt__step *step_open(dt__lower *L, const dt_mesh *mesh, int n) {
         ev->base[d] = st->ss[d]->appended;
         st->ss[d]->in_run = 1;
     }
+    st->be_all = dt__backend_all(n, st->be);
     return st;
 }
 
@@ -166,7 +167,7 @@ int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const ch
     for (int j = 0; j < n_in; j++)
         if (!(gin[j] = dt__lw_group_of(g, in[j], n)))
             return 0; /* out of memory: the shared record's path */
-    dt__bgroup *gr = dt__bgroup_new(g->ctl_pools, n, st->be, DT__BGROUP_REFS);
+    dt__bgroup *gr = dt__bgroup_new_all(g->ctl_pools, n, st->be, st->be_all, DT__BGROUP_REFS);
     if (!gr) {
         dt__lw_fail(L, DT_ENOMEM, "out of memory (a run's kernel)");
         return 1;
