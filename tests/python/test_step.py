@@ -18,7 +18,7 @@ import unittest
 import torch
 
 import dtorch
-from dtorch import Replicate, Shard
+from dtorch import Partial, Replicate, Shard
 from dtorch.test.probes import Gate, bcast, bgroup, graph_stats, replay, step
 from dtorch.test.test_util import local_values
 
@@ -89,6 +89,34 @@ class TestFactoriesInRuns(unittest.TestCase):
                         settle()
                         n = graph_stats()["bcast_nodes"] - n0
                     self.assertEqual(n, 4 * shared, (mesh, pls))
+
+    def test_partial_copies_and_fills_stay_per_device(self):
+        # Partial: the value on the first coordinate, zeros on the others (a kernel that differs by
+        # device): per device in every mode, never shared, the same bits every way.
+        t = int_valued(3, 5, seed=5)
+        # (mesh, placements, the devices at coordinate 0 of the Partial dim, in local_values' order)
+        for mesh, pls, firsts in ((CPU3, [Partial()], [0]), (CPU2x2, [Replicate(), Partial()], [0, 2])):
+            with self.subTest(mesh=mesh, placements=pls):
+                def fn():
+                    return [dtorch.from_torch(t, mesh, pls),
+                            dtorch.full((3, 5), 2.5, device_mesh=mesh, placements=pls)]
+                res = [run(m, fn, mesh) for m in MODES]
+                for (name, _, _), (_, values, _, _, _) in zip(MODES, res):
+                    for d, (a, b) in enumerate(zip(values, res[0][1])):
+                        self.assertTrue(torch.equal(bits(a), bits(b)), f"{name}, piece {d}")
+                x, f = res[2][0]
+                for want, y in ((t, x), (torch.full((3, 5), 2.5), f)):
+                    pieces = local_values(y)
+                    self.assertEqual(len(pieces), mesh.size())
+                    for i, piece in enumerate(pieces):
+                        self.assertTrue(torch.equal(piece, want if i in firsts else torch.zeros_like(want)), i)
+                    assert_equal_everywhere(self, y, want)
+                with replay(False), bcast(True), bgroup(True), step(True):
+                    settle()
+                    n0 = graph_stats()["bcast_nodes"]
+                    fn()
+                    settle()
+                    self.assertEqual(graph_stats()["bcast_nodes"] - n0, 0)
 
     def test_host_copy_freed_once(self):
         # The copy's one source blob is every device's input: freed once, when the run's last slot
