@@ -618,6 +618,10 @@ static void coll2d_prog(int bcast, int rows, int cols, c2_run *r) {
     dt_placement s00[2] = {{DT_PLACEMENT_SHARD, 0}, {DT_PLACEMENT_SHARD, 0}};
     dt_tensor *v[C2_VALUES] = {NULL};
     int64_t dim0[1] = {0}, dim1[1] = {1};
+    /* Held while recorded: the schedule (sched.c) then sees the whole program
+     * in one window in both runs, so each stream's numbers do not depend on
+     * how far the controller got (compared below). */
+    CHECK(dt_debug_hold_controller(g, 1) == DT_OK);
     v[0] = dt_tensor_from_buffer(g, DT_FLOAT32, 2, shape, host, sizeof host, m, ss);
     dt_tensor *rsum = dt_sum(v[0], 1, dim1, 1); /* [Shard(0), Partial] */
     dt_tensor *csum = dt_sum(v[0], 1, dim0, 1); /* [Partial, Shard(1)] */
@@ -633,6 +637,7 @@ static void coll2d_prog(int bcast, int rows, int cols, c2_run *r) {
     dt_tensor_release(rsum);
     dt_tensor_release(csum);
     dt_tensor_release(rsum1);
+    CHECK(dt_debug_hold_controller(g, 0) == DT_OK);
     for (int i = 0; i < C2_VALUES; i++)
         CHECK(v[i] != NULL);
     CHECK(dt_tensor_read(v[5], r->out[0], 4 * sizeof(float)) == DT_OK);
