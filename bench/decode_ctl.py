@@ -1,35 +1,38 @@
-"""Greedy decode of bench/scale.py's tiny Llama (S2), for counting the controller's instructions.
+"""The controller's work per decoded token (bench/scale.py's S2) or per tiny add (S1), for counting its
+instructions under callgrind.
 
-Loads the model on a 1-D tp mesh, decodes 2 tokens (warm-up), then `n`, and prints the tokens. Run it
-twice under callgrind with two `n` and divide the difference by theirs (docs/benchmarks.md):
+Decode: loads bench/scale.py's tiny Llama on a 1-D tp mesh, decodes 2 tokens (warm-up), then `n`, and
+prints the tokens. `--ops`: S1's loop, `n` adds `a = a + b` on a Replicate mesh of `--tp` devices after
+a warm-up of 200. Run it twice under callgrind with two `n` and divide the difference by theirs
+(docs/benchmarks.md):
 
     valgrind --tool=callgrind --toggle-collect=dt__controller_main \\
         python bench/decode_ctl.py --tp 8 --n 10      # and --n 2
+
+`--count` does that itself (both runs, the controller's instructions per token or per op printed);
+`--valgrind` names the valgrind binary.
 """
 
 import argparse
 import os
+import re
+import subprocess
 import sys
 import tempfile
 
 import torch
 
 import dtorch
-from dtorch import DeviceMesh
-from dtorch.applications.llama import LlamaForCausalLM
+from dtorch import DeviceMesh, Replicate
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llama import hf_model  # noqa: E402
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tp", type=int, default=8)
-    ap.add_argument("--n", type=int, default=10)
-    ap.add_argument("--hidden", type=int, default=64)
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--vocab", type=int, default=128)
-    args = ap.parse_args()
+def decode(args):
+    from llama import hf_model
+
+    from dtorch.applications.llama import LlamaForCausalLM
+
     ref = hf_model(args, heads=8, kv_heads=8)
     prompt = torch.randint(0, args.vocab, (1, 8), generator=torch.Generator().manual_seed(1))
     with tempfile.TemporaryDirectory() as d:
@@ -39,6 +42,61 @@ def main():
         model.generate(prompt, max_new_tokens=2, eos_token_id=[])
         print(model.generate(prompt, max_new_tokens=args.n, eos_token_id=[]).tolist())
         dtorch.synchronize()
+
+
+def ops(args):
+    mesh = DeviceMesh("cpu", list(range(args.tp)))
+    a = dtorch.zeros(1, device_mesh=mesh, placements=[Replicate()])
+    b = dtorch.ones(1, device_mesh=mesh, placements=[Replicate()])
+    for _ in range(200):
+        a = a + b
+    a.to_torch()
+    for _ in range(args.n):
+        a = a + b
+    print(a.to_torch().tolist())
+    dtorch.synchronize()
+
+
+def instructions(args, n, out):
+    cmd = [args.valgrind, "--tool=callgrind", "--toggle-collect=dt__controller_main",
+           f"--callgrind-out-file={out}", sys.executable, os.path.abspath(__file__), "--tp", str(args.tp),
+           "--n", str(n), "--hidden", str(args.hidden), "--layers", str(args.layers), "--vocab",
+           str(args.vocab)] + (["--ops"] if args.ops else [])
+    run = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    m = re.search(r"Collected : (\d+)", run.stderr)
+    if not m:
+        raise SystemExit("callgrind printed no count:\n" + run.stderr[-2000:])
+    return int(m.group(1))
+
+
+def count(args):
+    lo, hi = args.count
+    with tempfile.TemporaryDirectory() as d:
+        a = instructions(args, lo, os.path.join(d, "lo.out"))
+        b = instructions(args, hi, os.path.join(d, "hi.out"))
+    unit = "op" if args.ops else "token"
+    print(f"{'S1 adds' if args.ops else 'decode'} tp{args.tp}: controller {(b - a) / (hi - lo):,.0f} "
+          f"instructions per {unit} (n {lo} -> {hi}: {a:,} -> {b:,})")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tp", type=int, default=8)
+    ap.add_argument("--n", type=int, default=10)
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--vocab", type=int, default=128)
+    ap.add_argument("--ops", action="store_true", help="S1's adds instead of decode")
+    ap.add_argument("--count", type=int, nargs=2, metavar=("N1", "N2"),
+                    help="run under callgrind with n = N1 and N2 and print the difference per unit")
+    ap.add_argument("--valgrind", default="valgrind")
+    args = ap.parse_args()
+    if args.count:
+        count(args)
+    elif args.ops:
+        ops(args)
+    else:
+        decode(args)
 
 
 if __name__ == "__main__":

@@ -83,6 +83,22 @@ DT_API int64_t dt_debug_bcast_nodes(dt_graph *g);
  * graph. Any thread. */
 DT_API int64_t dt_debug_bcast_collectives(dt_graph *g);
 
+/* Test use: from now on g's workers note each collective kernel they run
+ * or drop (its stream, group, sequence number and rank; up to `cap`, the
+ * earlier notes forgotten), for a test that compares what ranks meet with
+ * device-independent records on and off. Call with no work of g in flight
+ * (after dt_graph_sync). DT_EINVAL for a bad graph or cap < 1, DT_ENOMEM.
+ * Client thread. */
+DT_API dt_status dt_debug_coll_log(dt_graph *g, int cap);
+/* Note i (0 ..) of dt_debug_coll_log, after dt_graph_sync: the device and
+ * kind of the stream (0 compute, 1 communication) whose worker ran it, the
+ * comm group's id, the collective's sequence number in it and the rank.
+ * Notes of one stream are in its order; streams interleave. Returns the
+ * notes taken (at most cap) with i out of range, or -1 for a bad graph or
+ * none asked for. Client thread. */
+DT_API int64_t dt_debug_coll_noted(dt_graph *g, int64_t i, int64_t *device_id, int *stream_kind,
+                                   uint64_t *group, uint64_t *seq, int *rank);
+
 /* g's replay counters: *hits, nodes whose kernels were replayed; *misses,
  * nodes the cache could hold that were lowered (first sightings, and
  * lowerings that cannot be replayed). Each read atomically. DT_EINVAL for

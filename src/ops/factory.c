@@ -15,6 +15,7 @@
 #include "core/client/graph.h"
 #include "core/client/tensor.h"
 #include "core/controller/lower.h"
+#include "core/controller/lower_step.h"
 #include "core/records/blob.h"
 #include "core/records/kernel.h"
 #include "core/records/mesh.h"
@@ -378,10 +379,84 @@ dt_tensor *dt_arange(dt_graph *g, dt_dtype dtype, double start, double end, doub
 
 /* ------------------------------------------------------------ lowering */
 
+/* The kernel that makes node n's region [start, start + len) on a device
+ * (`zero`: a Partial's device off the first coordinate), its attributes
+ * into *a. */
+static int factory_kernel(const dt__node *n, int zero, const int64_t *start, const int64_t *len,
+                          dt__kattr *a) {
+    const dt__meta *m = &n->out->meta;
+    int kop;
+    if (zero)
+        kop = DT_K_FULL;
+    else if (n->op == DT_OP_SOURCE)
+        kop = DT_K_SLICE;
+    else if (n->op == DT_OP_FULL)
+        kop = n->a.flags ? DT_K_EMPTY : DT_K_FULL;
+    else if (n->op == DT_OP_RAND || n->op == DT_OP_RANDINT)
+        kop = DT_K_RAND;
+    else if (n->op == DT_OP_RANDN)
+        kop = DT_K_RANDN;
+    else
+        kop = DT_K_ARANGE;
+    memset(a, 0, sizeof *a);
+    a->dtype = m->dtype;
+    a->ndim = m->ndim;
+    memcpy(a->shape, len, sizeof a->shape);
+    memcpy(a->start, start, sizeof a->start);
+    a->gndim = m->ndim;
+    memcpy(a->gshape, m->shape, sizeof a->gshape);
+    if (zero)
+        a->scalar = dt_scalar_int(0);
+    else if (kop == DT_K_FULL)
+        a->scalar = n->a.scalar;
+    a->seed = n->a.seed;
+    memcpy(a->f, n->a.f, sizeof a->f);
+    if (kop == DT_K_RAND && n->op == DT_OP_RANDINT) {
+        a->sub = DT_KRAND_INT;
+        a->scalar = n->a.scalar;
+        a->scalar2 = n->a.scalar2;
+    }
+    return kop;
+}
+
+/* A factory whose kernel is the same on every device (every placement
+ * Replicate: each device makes the whole tensor from the same attributes,
+ * no device zeros; not from_local): one device-independent kernel
+ * (core/controller/lower_bcast.c), a host tensor's data read through the
+ * one source blob. 1 when taken (L->status says how it went). */
+static int factory_shared(dt__lower *L, dt__node *n) {
+    dt__tval *v = n->out;
+    const dt__meta *m = &v->meta;
+    if ((n->op == DT_OP_SOURCE && n->a.flags == DT__SOURCE_LOCAL) || !dt__lw_bcast_wanted(L, v))
+        return 0;
+    for (int md = 0; md < m->mesh->ndim; md++)
+        if (m->pl[md].kind != DT_PLACEMENT_REPLICATE)
+            return 0;
+    int64_t start[DT_MAX_NDIM] = {0}, len[DT_MAX_NDIM] = {0};
+    memcpy(len, m->shape, sizeof(int64_t) * (size_t)m->ndim);
+    dt__kattr a;
+    int kop = factory_kernel(n, 0, start, len, &a);
+    if (n->op != DT_OP_SOURCE)
+        return dt__lw_bcast(L, v, kop, &a, NULL, NULL, 0, 1);
+    dt__blob *source = dt__blob_new(dt__graph_be(L->g, m->mesh->type));
+    if (!source)
+        return 0; /* the per-device path reports it */
+    source->impl = n->extra;
+    if (!dt__lw_step_add_blob(L, v, kop, &a, NULL, source)) {
+        source->impl = NULL; /* the node keeps its host data */
+        dt__blob_release(source);
+        return 0;
+    }
+    n->extra = NULL; /* the blob owns the host impl now */
+    return 1;
+}
+
 dt_status dt__lower_factory(dt__lower *L, dt__node *n) {
     dt__tval *v = n->out;
     const dt__meta *m = &v->meta;
     const dt_mesh *mesh = m->mesh;
+    if (factory_shared(L, n))
+        return L->status;
     if (dt__lw_alloc_blobs(L, v) != DT_OK) {
         dt__source_free(dt__graph_be(L->g, mesh->type), n);
         return L->status;
@@ -399,6 +474,7 @@ dt_status dt__lower_factory(dt__lower *L, dt__node *n) {
     }
     /* The kernel's kind depends on the device (zeros off a Partial's first
      * coordinate), and from_local makes a source blob before it. */
+    dt__kattr a;
     for (dt__lw_dev dev = DT__LW_EACH(v, DT__LW_NO_KERNEL); dt__lw_each(L, &dev);) {
         int64_t i = dev.idx;
         int zero = !ls && dt__partial_zero(m, dev.coord);
@@ -413,40 +489,11 @@ dt_status dt__lower_factory(dt__lower *L, dt__node *n) {
             ls->impl[i] = NULL;
             memset(dev.start, 0, sizeof dev.start);
         }
-        int kop;
-        if (zero)
-            kop = DT_K_FULL;
-        else if (n->op == DT_OP_SOURCE)
-            kop = DT_K_SLICE;
-        else if (n->op == DT_OP_FULL)
-            kop = n->a.flags ? DT_K_EMPTY : DT_K_FULL;
-        else if (n->op == DT_OP_RAND || n->op == DT_OP_RANDINT)
-            kop = DT_K_RAND;
-        else if (n->op == DT_OP_RANDN)
-            kop = DT_K_RANDN;
-        else
-            kop = DT_K_ARANGE;
+        int kop = factory_kernel(n, zero, dev.start, dev.len, &a);
         dt__kernel *k = dev.k = dt__lw_kernel(L, kop);
         if (!k)
             break;
-        dt__kattr *a = &k->attr;
-        a->dtype = m->dtype;
-        a->ndim = m->ndim;
-        memcpy(a->shape, dev.len, sizeof dev.len);
-        memcpy(a->start, dev.start, sizeof dev.start);
-        a->gndim = m->ndim;
-        memcpy(a->gshape, m->shape, sizeof a->gshape);
-        if (zero)
-            a->scalar = dt_scalar_int(0);
-        else if (kop == DT_K_FULL)
-            a->scalar = n->a.scalar;
-        a->seed = n->a.seed;
-        memcpy(a->f, n->a.f, sizeof a->f);
-        if (kop == DT_K_RAND && n->op == DT_OP_RANDINT) {
-            a->sub = DT_KRAND_INT;
-            a->scalar = n->a.scalar;
-            a->scalar2 = n->a.scalar2;
-        }
+        k->attr = a;
         if (kop == DT_K_SLICE) {
             k->n_in = 1;
             k->in[0] = dt__blob_retain(source);

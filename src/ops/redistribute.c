@@ -36,6 +36,7 @@
 #include "core/controller/lower.h"
 #include "core/controller/lower_comm.h"
 #include "core/controller/trace_lower.h"
+#include "core/records/bgroup.h"
 #include "core/records/blob.h"
 #include "core/records/coll.h"
 #include "core/records/kernel.h"
@@ -82,19 +83,133 @@ dt_tensor *dt_redistribute(dt_tensor *a, dt_mesh *mesh, const dt_placement *plac
 
 /* ------------------------------------------------------------ lowering */
 
-/* The state between steps: placements and one blob per device (owned). */
+/* The state between steps: placements and one blob per device. cur.blobs
+ * is owned, one reference each; or, while cur.grp is set, it is that blob
+ * group's members and the plan holds the group once (a shared collective's
+ * input and output, core/controller/lower_coll.c). */
 typedef struct plan {
     dt__lower *L;
-    dt__tval cur; /* cur.meta.pl changes step by step; cur.blobs owned */
+    dt__tval cur; /* cur.meta.pl changes step by step */
 } plan;
+
+/* Lets go of the plan's blobs. */
+static void plan_drop(plan *p) {
+    if (p->cur.grp)
+        dt__lw_group_drop(p->L->g, p->cur.grp);
+    else if (p->cur.blobs)
+        for (int64_t i = 0; i < p->cur.meta.mesh->ndev; i++)
+            dt__blob_release(p->cur.blobs[i]);
+    if (!p->cur.grp)
+        dt__free(p->cur.blobs);
+    p->cur.grp = NULL;
+    p->cur.blobs = NULL;
+}
+
+/* Makes the plan's blobs one reference each (a collective lowered per rank
+ * moves them into its kernels). */
+static dt_status plan_own(plan *p) {
+    if (!p->cur.grp)
+        return DT_OK;
+    int64_t n = p->cur.meta.mesh->ndev;
+    dt__blob **b = dt__calloc((size_t)n, sizeof *b);
+    if (!b)
+        return dt__lw_fail(p->L, DT_ENOMEM, "out of memory (redistribute plan)");
+    for (int64_t i = 0; i < n; i++)
+        b[i] = dt__blob_retain(p->cur.blobs[i]);
+    plan_drop(p);
+    p->cur.blobs = b;
+    return DT_OK;
+}
+
+/* Runs one collective on every group along mesh dim `md`; `to` is the
+ * placement after it. */
+/* Group `base`'s description of a collective of `kind` along mesh dim md
+ * (its ranks' input shapes and, for a sliced kind, ranges along dim_b), in
+ * `buf` when given (at most DT__COLL_BUF ranks) else a new one; NULL when
+ * out of memory. */
+static dt__coll *describe(const plan *p, int md, int64_t base, int kind, int dim_a, int dim_b,
+                          dt_placement to, dt__coll_buf *buf) {
+    const dt__meta *m = &p->cur.meta;
+    const dt_mesh *mesh = m->mesh;
+    int64_t size = mesh->shape[md];
+    int64_t coord[DT_MAX_MESH_NDIM], ls[DT_MAX_NDIM], ll[DT_MAX_NDIM];
+    dt__coll *c = buf ? dt__coll_on(buf, mesh->type, kind, (int)size, m->ndim, m->dtype)
+                      : dt__coll_new(mesh->type, kind, (int)size, m->ndim, m->dtype);
+    if (!c)
+        return NULL;
+    c->dim_a = dim_a;
+    c->dim_b = dim_b;
+    /* Even blocks all have one shape (dt__lw_even): found once. */
+    int one_shape = dt__lw_even(m);
+    dt__mesh_coord(mesh, base, coord);
+    for (int64_t r = 0; r < size; r++) {
+        coord[md] = r;
+        if (r == 0 || !one_shape)
+            dt__local_region(m, coord, ls, ll);
+        memcpy(c->shapes[r], ll, sizeof c->shapes[r]);
+        if ((kind == DT_COLL_REDUCESCATTER || kind == DT_COLL_ALLTOALL) && m->seg.n && m->seg.dim == dim_b &&
+            ((dt__seg_mask(&m->seg) >> md) & 1)) {
+            /* Rank r's range of the held one, in storage order (seg.h;
+             * the descriptor's order as it is: the same positions). */
+            dt__meta after = *m;
+            int64_t at;
+            after.pl[md] = to;
+            dt__seg_range(&after, coord, &at, &c->lens[r]);
+            c->starts[r] = at - ls[dim_b];
+        } else if (kind == DT_COLL_REDUCESCATTER || kind == DT_COLL_ALLTOALL)
+            dt__chunk(m->shape[dim_b], size, r, &c->starts[r], &c->lens[r]);
+    }
+    return c;
+}
+
+/* Runs the collective on every group along mesh dim md as one shared
+ * record (dt__lw_coll_groups) when the plan holds its blobs as a group and
+ * every group's kernels are alike; 1 when it did (L->status set on a
+ * failure), 0 when the caller lowers it per group. */
+static int collective_shared(plan *p, int md, int kind, int dim_a, int dim_b, dt_placement to) {
+    const dt__meta *m = &p->cur.meta;
+    const dt_mesh *mesh = m->mesh;
+    if (mesh->shape[md] > DT__COLL_BUF || mesh->ndev < 2 || !dt__lw_bcast_mesh(p->L, mesh))
+        return 0;
+    if (!p->cur.grp && (p->cur.grp = dt__lw_adopt(p->L->g, p->cur.blobs, (int)mesh->ndev))) {
+        /* After a step made per device: its blobs as one group again (the
+         * plan's references move into it). */
+        dt__free(p->cur.blobs);
+        p->cur.blobs = dt__bgroup_ptrs(p->cur.grp);
+    }
+    if (!p->cur.grp)
+        return 0;
+    dt__coll_buf b0, bi;
+    const dt__coll *c = describe(p, md, 0, kind, dim_a, dim_b, to, &b0);
+    /* Even blocks: every group's the same. Else each compared with group 0's. */
+    int64_t coord[DT_MAX_MESH_NDIM];
+    for (int64_t base = 1; !dt__lw_even(m) && base < mesh->ndev; base++) {
+        dt__mesh_coord(mesh, base, coord);
+        if (coord[md] == 0 && !dt__coll_same(c, describe(p, md, base, kind, dim_a, dim_b, to, &bi)))
+            return 0;
+    }
+    dt__bgroup *out = NULL;
+    if (!dt__lw_coll_groups(p->L, mesh, md, DT_STREAM_COMM, c, p->cur.grp, &out, NULL))
+        return 0;
+    if (out) {
+        p->cur.grp = out; /* the plan's hold on the input went into the record */
+        p->cur.blobs = dt__bgroup_ptrs(out);
+        dt__seg_step(&p->cur.meta, md, to); /* pl[md] = to; a segmented dim's order with it */
+    }
+    return 1;
+}
 
 /* Runs one collective on every group along mesh dim `md`; `to` is the
  * placement after it. */
 static dt_status collective(plan *p, int md, int kind, int dim_a, int dim_b, dt_placement to) {
     const dt__meta *m = &p->cur.meta;
     const dt_mesh *mesh = m->mesh;
-    int64_t size = mesh->shape[md], stride = mesh->strides[md];
-    int64_t coord[DT_MAX_MESH_NDIM], ls[DT_MAX_NDIM], ll[DT_MAX_NDIM];
+    int64_t stride = mesh->strides[md];
+    int64_t coord[DT_MAX_MESH_NDIM];
+    if (collective_shared(p, md, kind, dim_a, dim_b, to))
+        return p->L->status;
+    if (plan_own(p) != DT_OK)
+        return p->L->status;
     dt__blob **next = dt__calloc((size_t)mesh->ndev, sizeof *next);
     if (!next)
         return dt__lw_fail(p->L, DT_ENOMEM, "out of memory (redistribute plan)");
@@ -102,27 +217,7 @@ static dt_status collective(plan *p, int md, int kind, int dim_a, int dim_b, dt_
         dt__mesh_coord(mesh, base, coord);
         if (coord[md] != 0)
             continue;
-        dt__coll *c = dt__coll_new(mesh->type, kind, (int)size, m->ndim, m->dtype);
-        if (c) {
-            c->dim_a = dim_a;
-            c->dim_b = dim_b;
-            for (int64_t r = 0; r < size; r++) {
-                coord[md] = r;
-                dt__local_region(m, coord, ls, ll);
-                memcpy(c->shapes[r], ll, sizeof c->shapes[r]);
-                if ((kind == DT_COLL_REDUCESCATTER || kind == DT_COLL_ALLTOALL) && m->seg.n &&
-                    m->seg.dim == dim_b && ((dt__seg_mask(&m->seg) >> md) & 1)) {
-                    /* Rank r's range of the held one, in storage order (seg.h;
-                     * the descriptor's order as it is: the same positions). */
-                    dt__meta after = *m;
-                    int64_t at;
-                    after.pl[md] = to;
-                    dt__seg_range(&after, coord, &at, &c->lens[r]);
-                    c->starts[r] = at - ls[dim_b];
-                } else if (kind == DT_COLL_REDUCESCATTER || kind == DT_COLL_ALLTOALL)
-                    dt__chunk(m->shape[dim_b], size, r, &c->starts[r], &c->lens[r]);
-            }
-        }
+        dt__coll *c = describe(p, md, base, kind, dim_a, dim_b, to, NULL);
         /* The plan's references move into the kernels. */
         if (dt__lw_collective(p->L, mesh, DT_STREAM_COMM, c, base, stride, p->cur.blobs, next, m->dtype,
                               NULL) != DT_OK) {
@@ -173,9 +268,7 @@ static dt_status local_step(plan *p, int md, dt_placement to) {
     }
     /* On failure next holds NULLs where nothing was made: the plan's old
      * blobs are released either way, and the caller frees next. */
-    for (int64_t i = 0; i < mesh->ndev; i++)
-        dt__blob_release(p->cur.blobs[i]);
-    dt__free(p->cur.blobs);
+    plan_drop(p);
     p->cur.blobs = next;
     dt__seg_step(&p->cur.meta, md, to); /* pl[md] = to; a segmented dim's order with it */
     return p->L->status;
@@ -393,11 +486,7 @@ static dt_status copy_across(plan *p, dt__tval *dst) {
 
 /* Releases the plan's blobs. */
 static dt_status plan_free(plan *p, dt_status st) {
-    if (p->cur.blobs)
-        for (int64_t i = 0; i < p->cur.meta.mesh->ndev; i++)
-            dt__blob_release(p->cur.blobs[i]);
-    dt__free(p->cur.blobs);
-    p->cur.blobs = NULL;
+    plan_drop(p);
     return st;
 }
 
@@ -405,11 +494,18 @@ dt_status dt__lower_redistribute(dt__lower *L, dt__node *n) {
     dt__tval *src = n->in[0], *dst = n->out;
     const dt_mesh *mesh = src->meta.mesh;
     plan p = {.L = L, .cur = {.meta = src->meta}};
-    p.cur.blobs = dt__calloc((size_t)mesh->ndev, sizeof *p.cur.blobs);
-    if (!p.cur.blobs)
-        return dt__lw_fail(L, DT_ENOMEM, "out of memory (redistribute plan)");
-    for (int64_t i = 0; i < mesh->ndev; i++)
-        p.cur.blobs[i] = dt__blob_retain(src->blobs[i]);
+    /* src's blobs as one group, held once, where a collective may be one
+     * shared record; else one reference each. */
+    if (mesh->ndev >= 2 && dt__lw_bcast_mesh(L, mesh) && (p.cur.grp = dt__lw_group_of_all(L->g, src))) {
+        dt__bgroup_hold(p.cur.grp);
+        p.cur.blobs = src->blobs;
+    } else {
+        p.cur.blobs = dt__calloc((size_t)mesh->ndev, sizeof *p.cur.blobs);
+        if (!p.cur.blobs)
+            return dt__lw_fail(L, DT_ENOMEM, "out of memory (redistribute plan)");
+        for (int64_t i = 0; i < mesh->ndev; i++)
+            p.cur.blobs[i] = dt__blob_retain(src->blobs[i]);
+    }
     const dt_placement R = {DT_PLACEMENT_REPLICATE, 0};
     const dt__meta *to = &dst->meta;
 
@@ -455,6 +551,11 @@ dt_status dt__lower_redistribute(dt__lower *L, dt__node *n) {
         if (local_step(&p, md, t) != DT_OK)
             return plan_free(&p, L->status);
     }
+    /* A lowering that redistributes a value of its own (sort_scan.c's
+     * gather, a node of another op) gets one reference per blob. */
+    if (n->op != DT_OP_REDISTRIBUTE && plan_own(&p) != DT_OK)
+        return plan_free(&p, L->status);
+    dst->grp = p.cur.grp; /* the plan's hold becomes the value's */
     dst->blobs = p.cur.blobs;
     return DT_OK;
 }

@@ -24,6 +24,7 @@
  * in the middle of a run names its own call site; a cancelled run's
  * kernels are dropped.
  */
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -104,7 +105,9 @@ static void test_same_values(void) {
         CHECK(memcmp(off, on, (size_t)n * sizeof *on) == 0);
         CHECK(memcmp(want, on, (size_t)n * sizeof *on) == 0);
         CHECK_EQ(n_off, 0);
-        CHECK_EQ(n_on, 4 * steps); /* every node, one record each */
+        /* Every node, one record each; on a Replicate mesh x's host copy and
+         * y's fill too (the same kernel on every device). */
+        CHECK_EQ(n_on, 4 * steps + (cases[c].pl.kind == DT_PLACEMENT_REPLICATE ? 2 : 0));
     }
 }
 
@@ -148,7 +151,7 @@ static void test_matmul(void) {
     CHECK(memcmp(off, on, sizeof on) == 0);
     CHECK(memcmp(want, on, sizeof on) == 0);
     CHECK_EQ(n_off, 0);
-    CHECK_EQ(n_on, 1);
+    CHECK_EQ(n_on, 2); /* the product, and x's host copy (Replicate) */
 }
 
 /* A kernel that fails (the ref backend has no floor_divide) poisons its
@@ -207,9 +210,9 @@ static void test_cancel(int step) {
     CHECK(ft && dt_future_wait(ft, 0) == DT_ETIMEDOUT);
     /* The adds are lowered (queued behind the gate) before the cancel, so
      * the workers drop their slots; a hang guard, not a timing check. */
-    for (int i = 0; i < 60000 && dt_debug_bcast_nodes(g) < n; i++)
+    for (int i = 0; i < 60000 && dt_debug_bcast_nodes(g) < n + 1; i++)
         nanosleep(&(struct timespec){0, 1000000}, NULL);
-    CHECK_EQ(dt_debug_bcast_nodes(g), n);
+    CHECK_EQ(dt_debug_bcast_nodes(g), n + 1); /* a's fill (Replicate) and the adds */
     CHECK(dt_graph_cancel(g, -1) == DT_OK);
     CHECK(dt_graph_shutdown(g) == DT_OK);
     CHECK(!dt_debug_gate_is_open(gate));
@@ -333,8 +336,9 @@ static void chains_alike(int step, const chain_run *off, const chain_run *on, si
         CHECK(on->out[i] == y);
     }
     CHECK(memcmp(off->out, on->out, sizeof on->out) == 0);
-    CHECK_EQ(on->nodes, off->nodes);
-    CHECK_EQ(on->nodes, 19); /* the chain's adds, scales and subtractions */
+    CHECK_EQ(off->nodes, 19); /* the chain's adds, scales and subtractions */
+    /* In runs, x's host copy to every device of a Replicate mesh too. */
+    CHECK_EQ(on->nodes, 19 + (step && chain_cases[c].pl.kind == DT_PLACEMENT_REPLICATE));
     CHECK(step ? on->runs > 0 : on->runs == 0);
     CHECK_EQ(off->runs, 0);
     for (int d = 0; d < chain_cases[c].ndev; d++) {
@@ -405,9 +409,13 @@ static void test_group_error(void) {
  * -> a run of adds and scales; kernel 1's output gathered (a collective on
  * the communication streams), a per-device add (a Replicate input sliced)
  * and a copy to a mesh of devices 4 and 5, each while a run is open; then a
- * read and more of the run. Fills ev[value][device] = (kind, device id, number) and the
- * values. */
-#define EV_VALUES 12
+ * read and more of the run; an amax over the sharded dim last (reduce.c
+ * gathers the local maxima on the compute streams: the same mesh dim's
+ * collectives on the other kind of stream; the ref backend has no amax
+ * kernel, so its value fails, but its event is the compute stream's number
+ * after the gather's either way). Fills ev[value][device] =
+ * (kind, device id, number) and the values. */
+#define EV_VALUES 13
 typedef struct ev_run {
     int kind[EV_VALUES][4];
     int64_t dev[EV_VALUES][4];
@@ -445,7 +453,8 @@ static void events_prog(int bcast, int step, ev_run *r) {
     CHECK(dt_tensor_read(v[5], r->out[0], sizeof r->out[0]) == DT_OK);
     v[7] = dt_binary(DT_BINARY_ADD, v[5], v[3]);
     v[8] = dt_binary_scalar(DT_BINARY_MUL, v[7], dt_scalar_float(0.5), 0);
-    CHECK(v[7] && v[8]);
+    v[12] = dt_reduce(DT_REDUCE_AMAX, v[3], 1, dim0, 0, -1);
+    CHECK(v[7] && v[8] && v[12]);
     CHECK(dt_tensor_read(v[4], r->out[1], sizeof r->out[1]) == DT_OK);
     CHECK(dt_tensor_read(v[6], r->out[2], sizeof r->out[2]) == DT_OK);
     CHECK(dt_tensor_read(v[9], r->out[3], sizeof r->out[3]) == DT_OK);
@@ -475,7 +484,7 @@ static void test_run_events(void) {
     events_prog(0, 0, &per);
     CHECK_EQ(off.runs, 0);
     CHECK(on.runs >= 2);
-    CHECK_EQ(on.colls, 2); /* the gather and the all-reduce */
+    CHECK_EQ(on.colls, 3); /* the gather, the all-reduce and amax's gather */
     CHECK_EQ(per.colls, 0);
     CHECK(memcmp(off.out, on.out, sizeof on.out) == 0);
     CHECK(memcmp(per.out, on.out, sizeof on.out) == 0);
@@ -507,6 +516,33 @@ static void test_run_events(void) {
     CHECK_EQ((int64_t)on.seq[2][3], (int64_t)on.seq[1][3] + 1);
     CHECK_EQ((int64_t)on.seq[3][3], (int64_t)on.seq[2][3] + 1);
     CHECK(on.seq[5][3] > on.seq[3][3] && on.seq[8][3] == on.seq[7][3] + 1);
+}
+
+/* The same with collectives on the compute streams (DTORCH_OVERLAP=0 when
+ * the graphs are made): a shared collective closes the open run there
+ * before it is numbered. Every value's event and value as per rank. */
+static void test_run_events_overlap_off(void) {
+    ev_run off, on, per;
+    memset(&off, 0, sizeof off);
+    memset(&on, 0, sizeof on);
+    memset(&per, 0, sizeof per);
+    setenv("DTORCH_OVERLAP", "0", 1);
+    events_prog(1, 0, &off);
+    events_prog(1, 1, &on);
+    events_prog(0, 0, &per);
+    unsetenv("DTORCH_OVERLAP");
+    CHECK_EQ(on.colls, 3);
+    CHECK(memcmp(off.out, on.out, sizeof on.out) == 0);
+    CHECK(memcmp(per.out, on.out, sizeof on.out) == 0);
+    for (int i = 0; i < EV_VALUES; i++)
+        for (int d = 0; d < (i == 6 ? 2 : 4); d++) {
+            CHECK_EQ(on.kind[i][d], per.kind[i][d]);
+            CHECK_EQ(on.dev[i][d], per.dev[i][d]);
+            CHECK_EQ((int64_t)on.seq[i][d], (int64_t)per.seq[i][d]);
+            CHECK_EQ((int64_t)off.seq[i][d], (int64_t)per.seq[i][d]);
+        }
+    for (int d = 0; d < 4; d++) /* the collectives on the compute streams */
+        CHECK(on.kind[4][d] == 0 && on.kind[11][d] == 0);
 }
 
 /* Kernel 2 of a run of 4 fails on every device: its error names its own
@@ -546,6 +582,165 @@ static void test_run_error_line(void) {
     dt_graph_release(g);
 }
 
+/* Collectives over one dim of a 2-D mesh (each coordinate of the other dim
+ * its own group): one shared record with per-slot groups and numbers
+ * (core/controller/lower_coll.c). x (4 x 6) on a rows x cols mesh as
+ * [Shard(0), Shard(1)]; all-reduces along each mesh dim (row and column
+ * sums), a gather to Replicate along both, a Partial made Shard (a
+ * reduce-scatter where the plan takes one), each read by a shared record
+ * after. Fills the values, every value's event on every device, and what
+ * each device's streams ran: (stream kind, group, number, rank) in order. */
+#define C2_VALUES 9
+#define C2_NOTES 64
+typedef struct c2_run {
+    float out[4][24];
+    int kind[C2_VALUES][6];
+    int64_t dev[C2_VALUES][6];
+    uint64_t seq[C2_VALUES][6];
+    int nnotes[6];
+    uint64_t note[6][C2_NOTES][4];
+    int64_t colls;
+} c2_run;
+
+static void coll2d_prog(int bcast, int rows, int cols, c2_run *r) {
+    dt_graph *g = ref_graph(bcast);
+    int64_t mshape[2] = {rows, cols}, ids[6] = {0, 1, 2, 3, 4, 5}, shape[2] = {4, 6};
+    dt_mesh *m = NULL;
+    CHECK(dt_mesh_create(DT_DEVICE_CPU, 2, mshape, ids, NULL, &m) == DT_OK);
+    CHECK(dt_debug_coll_log(g, 1024) == DT_OK);
+    float host[24];
+    for (int i = 0; i < 24; i++)
+        host[i] = (float)i * 0.5f - 3.0f;
+    dt_placement ss[2] = {{DT_PLACEMENT_SHARD, 0}, {DT_PLACEMENT_SHARD, 1}};
+    dt_placement s0r[2] = {{DT_PLACEMENT_SHARD, 0}, {DT_PLACEMENT_REPLICATE, 0}};
+    dt_placement rs1[2] = {{DT_PLACEMENT_REPLICATE, 0}, {DT_PLACEMENT_SHARD, 1}};
+    dt_placement rr[2] = {{DT_PLACEMENT_REPLICATE, 0}, {DT_PLACEMENT_REPLICATE, 0}};
+    dt_placement s00[2] = {{DT_PLACEMENT_SHARD, 0}, {DT_PLACEMENT_SHARD, 0}};
+    dt_tensor *v[C2_VALUES] = {NULL};
+    int64_t dim0[1] = {0}, dim1[1] = {1};
+    /* Held while recorded: the schedule (sched.c) then sees the whole program
+     * in one window in both runs, so each stream's numbers do not depend on
+     * how far the controller got (compared below). */
+    CHECK(dt_debug_hold_controller(g, 1) == DT_OK);
+    v[0] = dt_tensor_from_buffer(g, DT_FLOAT32, 2, shape, host, sizeof host, m, ss);
+    dt_tensor *rsum = dt_sum(v[0], 1, dim1, 1); /* [Shard(0), Partial] */
+    dt_tensor *csum = dt_sum(v[0], 1, dim0, 1); /* [Partial, Shard(1)] */
+    dt_tensor *rsum1 = dt_sum(v[0], 1, dim1, 0);
+    v[1] = dt_redistribute(rsum, m, s0r);  /* all-reduce along mesh dim 1: one group per row */
+    v[2] = dt_redistribute(csum, m, rs1);  /* along mesh dim 0: one group per column */
+    v[3] = dt_redistribute(v[0], m, rr);   /* gathers along both */
+    v[4] = dt_redistribute(rsum1, m, s00); /* a Partial made Shard */
+    v[5] = dt_binary_scalar(DT_BINARY_MUL, v[1], dt_scalar_float(2), 0);
+    v[6] = dt_binary(DT_BINARY_ADD, v[2], v[2]);
+    v[7] = dt_binary_scalar(DT_BINARY_SUB, v[3], dt_scalar_float(1), 0);
+    v[8] = dt_binary_scalar(DT_BINARY_MUL, v[4], dt_scalar_float(3), 0);
+    dt_tensor_release(rsum);
+    dt_tensor_release(csum);
+    dt_tensor_release(rsum1);
+    CHECK(dt_debug_hold_controller(g, 0) == DT_OK);
+    for (int i = 0; i < C2_VALUES; i++)
+        CHECK(v[i] != NULL);
+    CHECK(dt_tensor_read(v[5], r->out[0], 4 * sizeof(float)) == DT_OK);
+    CHECK(dt_tensor_read(v[6], r->out[1], 6 * sizeof(float)) == DT_OK);
+    CHECK(dt_tensor_read(v[7], r->out[2], 24 * sizeof(float)) == DT_OK);
+    CHECK(dt_tensor_read(v[8], r->out[3], 4 * sizeof(float)) == DT_OK);
+    int ndev = rows * cols;
+    for (int i = 0; i < C2_VALUES; i++)
+        for (int d = 0; d < ndev; d++)
+            CHECK(dt_debug_event(v[i], d, &r->kind[i][d], &r->dev[i][d], &r->seq[i][d]) == DT_OK);
+    CHECK(dt_graph_sync(g) == DT_OK);
+    int64_t n = dt_debug_coll_noted(g, -1, NULL, NULL, NULL, NULL, NULL);
+    CHECK(n > 0 && n < 1024);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t dev = -1;
+        int kind = -1, rank = -1;
+        uint64_t group = 0, seq = 0;
+        dt_debug_coll_noted(g, i, &dev, &kind, &group, &seq, &rank);
+        CHECK(dev >= 0 && dev < ndev);
+        if (dev < 0 || dev >= ndev || r->nnotes[dev] == C2_NOTES)
+            continue;
+        uint64_t *e = r->note[dev][r->nnotes[dev]++];
+        e[0] = (uint64_t)kind;
+        e[1] = group;
+        e[2] = seq;
+        e[3] = (uint64_t)rank;
+    }
+    /* Group ids count up across graphs: each as its place in creation order. */
+    uint64_t gids[64];
+    int ng = 0;
+    for (int d = 0; d < ndev; d++)
+        for (int i = 0; i < r->nnotes[d]; i++) {
+            int k = 0;
+            while (k < ng && gids[k] != r->note[d][i][1])
+                k++;
+            if (k == ng && ng < 64)
+                gids[ng++] = r->note[d][i][1];
+        }
+    for (int d = 0; d < ndev; d++)
+        for (int i = 0; i < r->nnotes[d]; i++) {
+            uint64_t below = 0;
+            for (int k = 0; k < ng; k++)
+                below += gids[k] < r->note[d][i][1];
+            r->note[d][i][1] = below;
+        }
+    r->colls = dt_debug_bcast_collectives(g);
+    for (int i = 0; i < C2_VALUES; i++)
+        dt_tensor_release(v[i]);
+    dt_mesh_release(m);
+    CHECK(dt_graph_shutdown(g) == DT_OK);
+    dt_graph_release(g);
+}
+
+/* A 2-D mesh's collectives as shared records meet in the same groups, under
+ * the same numbers and ranks, with the same events and values, as one
+ * kernel per rank; and agree with the host. */
+static void test_coll_2d(int rows, int cols) {
+    c2_run *off = calloc(1, sizeof *off), *on = calloc(1, sizeof *on);
+    CHECK(off && on);
+    if (!off || !on) {
+        free(off);
+        free(on);
+        return;
+    }
+    coll2d_prog(0, rows, cols, off);
+    coll2d_prog(1, rows, cols, on);
+    CHECK_EQ(off->colls, 0);
+    /* The two all-reduces, the gathers, the Partial's; on 3 x 2 the rows'
+     * blocks are uneven (2, 2 and 0 rows of x), so the groups along mesh dim 1
+     * are not alike and stay per rank: the columns' all-reduce and the
+     * second gather are shared. */
+    CHECK(on->colls >= (rows == 3 ? 2 : 4));
+    CHECK(memcmp(off->out, on->out, sizeof on->out) == 0);
+    for (int i = 0; i < 4; i++) {
+        float row = 0;
+        for (int j = 0; j < 6; j++)
+            row += (float)(i * 6 + j) * 0.5f - 3.0f;
+        CHECK(on->out[0][i] == row * 2);
+        CHECK(on->out[3][i] == row * 3);
+    }
+    for (int j = 0; j < 6; j++) {
+        float col = 0;
+        for (int i = 0; i < 4; i++)
+            col += (float)(i * 6 + j) * 0.5f - 3.0f;
+        CHECK(on->out[1][j] == col + col);
+    }
+    for (int i = 0; i < 24; i++)
+        CHECK(on->out[2][i] == (float)i * 0.5f - 4.0f);
+    for (int i = 0; i < C2_VALUES; i++)
+        for (int d = 0; d < rows * cols; d++) {
+            CHECK_EQ(on->kind[i][d], off->kind[i][d]);
+            CHECK_EQ(on->dev[i][d], off->dev[i][d]);
+            CHECK_EQ((int64_t)on->seq[i][d], (int64_t)off->seq[i][d]);
+        }
+    for (int d = 0; d < rows * cols; d++) {
+        CHECK(on->nnotes[d] >= 4);
+        CHECK_EQ(on->nnotes[d], off->nnotes[d]);
+        CHECK(memcmp(on->note[d], off->note[d], sizeof on->note[d]) == 0);
+    }
+    free(off);
+    free(on);
+}
+
 int main(void) {
     test_same_values();
     test_matmul();
@@ -558,7 +753,11 @@ int main(void) {
     test_group_error();
     test_runs_as_without();
     test_run_events();
+    test_run_events_overlap_off();
     test_run_error_line();
+    test_coll_2d(2, 2);
+    test_coll_2d(2, 3);
+    test_coll_2d(3, 2);
     if (failures)
         fprintf(stderr, "%d failure(s)\n", failures);
     return failures ? 1 : 0;

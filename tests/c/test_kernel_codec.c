@@ -528,6 +528,73 @@ static void attrs(void) {
     }
 }
 
+/* a (a zeroed dt__kattr with one field set) packs into what pack_size says
+ * and unpacks to itself, byte for byte. */
+static void one_field_case(const dt__kattr *a, const char *what, int i) {
+    size_t n = dt__kattr_pack_size(a);
+    dt__krec *k = dt__krec_alloc(n);
+    CHECK(k != NULL);
+    if (!k)
+        return;
+    k->alen = (uint32_t)dt__kattr_pack(a, k->attr);
+    dt__kattr b;
+    dt__kattr_unpack(k, &b);
+    if (k->alen != n || memcmp(a, &b, sizeof b) != 0) {
+        fprintf(stderr, "attributes with only %s[%d] set: packed %u bytes (size says %zu), unpacked %s\n",
+                what, i, k->alen, n, memcmp(a, &b, sizeof b) ? "different" : "the same");
+        failures++;
+    }
+    dt__krec_free(k);
+}
+
+/* Each field alone, each array entry alone: packing skips what is zero,
+ * so a field's presence must not depend on another's (the arrays' used
+ * lengths, the ints, scalars and floats each found on their own). */
+static void attrs_one_field(void) {
+    dt__kattr a;
+    int32_t *i32[] = {&a.dtype, &a.sub, &a.flags, &a.ndim, &a.dim, &a.gndim, &a.nints};
+    for (int i = 0; i < (int)(sizeof i32 / sizeof i32[0]); i++) {
+        memset(&a, 0, sizeof a);
+        *i32[i] = i == 3 || i == 5 || i == 6 ? 2 : -3 - i; /* ndim, gndim, nints: a valid count */
+        one_field_case(&a, "int32 field", i);
+    }
+    memset(&a, 0, sizeof a);
+    a.dims_mask = 1ull << 63;
+    one_field_case(&a, "dims_mask", 0);
+    memset(&a, 0, sizeof a);
+    a.seed = 7;
+    one_field_case(&a, "seed", 0);
+    for (int i = 0; i < 3; i++) {
+        memset(&a, 0, sizeof a);
+        a.f[i] = 0.5 + i;
+        one_field_case(&a, "f", i);
+        memset(&a, 0, sizeof a);
+        dt_scalar *sc = i < 2 ? &a.scalar : &a.scalar2;
+        if (i == 0)
+            sc->i = -9;
+        else if (i == 1)
+            sc->f = -0.0;
+        else
+            sc->kind = DT_SCALAR_BOOL;
+        one_field_case(&a, "scalar", i);
+    }
+    struct {
+        int64_t *v;
+        int n;
+        const char *name;
+    } arr[] = {{a.shape, DT_MAX_NDIM, "shape"},
+               {a.start, DT_MAX_NDIM, "start"},
+               {a.gshape, DT_MAX_NDIM, "gshape"},
+               {a.step, DT_MAX_NDIM, "step"},
+               {a.ints, 2 * DT_MAX_NDIM, "ints"}};
+    for (int j = 0; j < 5; j++)
+        for (int i = 0; i < arr[j].n; i++) {
+            memset(&a, 0, sizeof a);
+            arr[j].v[i] = -(int64_t)i - 1;
+            one_field_case(&a, arr[j].name, i);
+        }
+}
+
 static uint64_t xorshift(uint64_t *r) {
     *r ^= *r << 13;
     *r ^= *r >> 7;
@@ -667,6 +734,7 @@ static void refused(void) {
 
 int main(void) {
     attrs();
+    attrs_one_field();
     attrs_over();
     round_trip();
     cross_mesh();

@@ -1,16 +1,19 @@
-"""Collectives as one device-independent record (src/core/controller/lower_bcast.c, dt__lw_coll_bcast):
-an all-reduce, all-gather or reduce-scatter whose group is the whole mesh in device order has every
-rank's kernel the same but for its rank, so it is lowered once, into one record with one slot per
-device, each worker instantiating its own rank (core/worker/kernel_run.c).
+"""Collectives as one device-independent record (src/core/controller/lower_coll.c): an all-reduce,
+all-gather or reduce-scatter over a mesh dim has every rank's kernel the same but for its rank, group
+and sequence number, so it is lowered once, into one record with one slot per device, each worker
+instantiating its own rank, and on a 2-D mesh its group's id and number (core/worker/kernel_run.c).
 
 Every result is computed with the records off (``DTORCH_BCAST=0``: one collective kernel per rank)
 and on, and checked bitwise equal device by device (``local_values``: every shard, replica and
 Partial addend) and against eager torch on integer-valued inputs (every reduction order exact);
 ``graph_stats()["bcast_collectives"]`` says which collectives took the new path. Meshes: 1-D of 2
-and 3 devices (uneven shards), 2-D (per rank: a mesh dim's groups are not the mesh); genuine
-multi-piece Partial inputs; float32 and bfloat16. Plus a collective inside a run of shared records, a
-kernel error upstream of the all-reduce, cancellation while shared collectives are queued, and the
-same comparisons in a child process with ``DTORCH_OVERLAP=0`` (collectives on the compute streams).
+and 3 devices (uneven shards), 2-D of 2 x 2, 2 x 3 and 4 x 2 (each mesh dim's groups one record;
+uneven shards of the collected dim shared, of the other dim per rank: its groups' kernels differ);
+genuine multi-piece Partial inputs; float32 and bfloat16. Plus a collective inside a run of shared
+records, a kernel error upstream of the all-reduce, cancellation while shared collectives are queued,
+and the same comparisons in child processes with ``DTORCH_OVERLAP=0`` (collectives on the compute
+streams), ``DTORCH_BGROUP=0`` (no blob groups: 1-D collectives shared with per-device blobs, 2-D per
+rank) and ``DTORCH_STEP=0`` (no runs).
 """
 
 import inspect
@@ -29,6 +32,11 @@ from dtorch.test.test_util import genuine_partial, local_values
 from helpers import CPU2, CPU3, CPU2x2, assert_equal_everywhere, bits, cancel_behind_gate, int_valued, wait_stat
 
 R, P = Replicate(), Partial()
+CPU2x3 = dtorch.DeviceMesh("cpu", [[0, 1, 2], [3, 4, 5]], mesh_dim_names=("dp", "tp"))
+CPU4x2 = dtorch.DeviceMesh("cpu", [[0, 1], [2, 3], [4, 5], [6, 7]], mesh_dim_names=("dp", "tp"))
+# The switches a child process runs this file under (TestSwitches): blob groups and runs.
+GROUPS = os.environ.get("DTORCH_BGROUP") != "0"
+RUNS = os.environ.get("DTORCH_STEP") != "0"
 
 
 def colls(g=None):
@@ -38,7 +46,7 @@ def colls(g=None):
 def run(on, fn, *args):
     """fn(*args) with the records on or off: its results, their per-device values, shared
     collectives and runs closed (groups and runs on, as by default)."""
-    with replay(False), bcast(on), bgroup(True), step(True):
+    with replay(False), bcast(on), bgroup(GROUPS), step(RUNS):
         s0 = graph_stats()
         # Recorded with the controller held, so it lowers fn in one round: a round that ended
         # part-way would close the open run at its flush, and the runs counted would depend on
@@ -54,14 +62,14 @@ def run(on, fn, *args):
 class TestSameAsPerRank(unittest.TestCase):
     def compare(self, fn, args, wants, shared):
         """fn(*args) both ways: the same bits on every device, placements, and eager torch's values;
-        `shared`: whether the new path must take some collective (else none)."""
+        `shared`: how many collectives the new path must take (True: some; None: any)."""
         off, off_v, n_off, _ = run(False, fn, *args)
         on, on_v, n_on, runs = run(True, fn, *args)
         self.assertEqual(n_off, 0)
-        if shared:
+        if shared is True:
             self.assertGreater(n_on, 0)
-        else:
-            self.assertEqual(n_on, 0)
+        elif shared is not None:
+            self.assertEqual(n_on, shared)
         self.assertEqual(len(on_v), len(off_v))
         for d, (x, y) in enumerate(zip(on_v, off_v)):
             self.assertEqual(x.dtype, y.dtype)
@@ -89,13 +97,52 @@ class TestSameAsPerRank(unittest.TestCase):
                     x = genuine_partial(t, mesh, src, seed=4)
                     self.compare(lambda x, mesh=mesh, dst=dst: x.redistribute(mesh, dst), (x,), t, True)
 
-    def test_2d_meshes_stay_per_rank_and_agree(self):
-        # Each mesh dim's groups are one per coordinate of the other: per rank, the same bits.
-        t = int_valued(4, 6, seed=5)
-        for src in ([P, R], [R, P], [P, P], [Shard(0), P], [P, Shard(1)]):
-            with self.subTest(src=src):
-                x = genuine_partial(t, CPU2x2, src, seed=6)
-                self.compare(lambda x: x.redistribute(CPU2x2, [R, R]), (x,), t, False)
+    def test_2d_meshes(self):
+        # Each mesh dim's groups (one per coordinate of the other dim) are one shared record: every
+        # slot with its own group id and number. (Source, destination, collectives shared.)
+        cases = (([P, R], [R, R], 1), ([R, P], [R, R], 1), ([P, P], [R, R], 2), ([Shard(0), P], [Shard(0), R], 1),
+                 ([P, Shard(1)], [R, Shard(1)], 1), ([Shard(0), Shard(1)], [R, R], 2),
+                 ([R, P], [R, Shard(1)], 1), ([P, R], [Shard(0), R], 1), ([P, P], [Shard(0), Shard(1)], 2))
+        for mesh in (CPU2x2, CPU2x3, CPU4x2):
+            for dtype in (torch.float32, torch.bfloat16):
+                t = int_valued(8, 6, dtype=dtype, seed=5)
+                for src, dst, n in cases:
+                    with self.subTest(mesh=mesh.shape, dtype=dtype, src=src, dst=dst):
+                        x = genuine_partial(t, mesh, src, seed=6)
+                        self.compare(lambda x, mesh=mesh, dst=dst: x.redistribute(mesh, dst), (x,), t,
+                                     n if GROUPS else 0)
+
+    def test_2d_uneven(self):
+        # 7 columns on 3 (or 2) devices of mesh dim 1: gathering or scattering that dim is one record
+        # per mesh dim (every row's group has the same uneven pieces); along mesh dim 0 the columns'
+        # groups hold pieces of different widths, so their kernels differ and stay per rank.
+        t = int_valued(5, 7, seed=12)
+        for mesh in (CPU2x3, CPU4x2):
+            for src, dst, n in (([R, Shard(1)], [R, R], 1), ([R, P], [R, Shard(1)], 1),
+                                ([Shard(1), R], [R, R], 1), ([P, R], [Shard(1), R], 1),
+                                ([P, Shard(1)], [R, Shard(1)], 0), ([Shard(0), P], [Shard(0), R], 0),
+                                ([Shard(0), Shard(1)], [R, R], None), ([P, P], [R, R], None)):
+                with self.subTest(mesh=mesh.shape, src=src, dst=dst):
+                    x = genuine_partial(t, mesh, src, seed=13)
+                    self.compare(lambda x, mesh=mesh, dst=dst: x.redistribute(mesh, dst), (x,), t,
+                                 (n if GROUPS else 0) if n is not None else None)
+
+    def test_2d_inside_a_run(self):
+        # tp x dp: a row-parallel matmul's Partial along tp all-reduced in every dp group, read by
+        # the run that made it and by what follows; the dp gradient-style all-reduce after.
+        tx, tw = int_valued(4, 6, seed=14), int_valued(6, 4, seed=15)
+        for mesh in (CPU2x2, CPU4x2):
+            x = dtorch.from_torch(tx, mesh, [Shard(0), Shard(1)])
+            w = dtorch.from_torch(tw, mesh, [R, Shard(0)])
+
+            def fn(x, w, mesh=mesh):
+                p = (x * 2.0) @ w  # [Shard(0), Partial]
+                r = (p + p).redistribute(mesh, [Shard(0), R])
+                s = (r * 0.5).sum(dim=0, keepdim=True)  # [Partial, R]
+                return r + 1.0, s.redistribute(mesh, [R, R])
+
+            y = (tx * 2.0) @ tw * 2.0
+            self.compare(fn, (x, w), [y + 1.0, (y * 0.5).sum(dim=0, keepdim=True)], 2 if GROUPS else 0)
 
     def test_reductions_over_a_sharded_dim(self):
         # sort gathers its dim (reduce.c, on the compute streams); amax all-reduces its local maxima.
@@ -125,7 +172,8 @@ class TestSameAsPerRank(unittest.TestCase):
             self.assertEqual(n, 1)
             # On the communication streams the all-reduce leaves the run open: its seven kernels
             # are one run; on the compute streams (DTORCH_OVERLAP=0) it is linked there and cuts it.
-            self.assertEqual(runs, 2 if os.environ.get("DTORCH_OVERLAP") == "0" else 1)
+            if RUNS and GROUPS:  # runs need blob groups
+                self.assertEqual(runs, 2 if os.environ.get("DTORCH_OVERLAP") == "0" else 1)
 
     def test_kernel_error_upstream_of_the_all_reduce(self):
         x = dtorch.from_torch(torch.tensor([[4.0, 6.0], [8.0, 10.0]]), CPU2, [Shard(0)])
@@ -171,17 +219,27 @@ class TestSameAsPerRank(unittest.TestCase):
             g.shutdown()
 
 
-class TestOverlapOff(unittest.TestCase):
-    def test_same_with_collectives_on_the_compute_streams(self):
-        if os.environ.get("DTORCH_OVERLAP") == "0":
+class TestSwitches(unittest.TestCase):
+    """The comparisons again in a child process under each switch."""
+
+    def child(self, **env):
+        if any(os.environ.get(k) == v for k, v in env.items()):
             self.skipTest("already the child")
-        env = dict(os.environ, DTORCH_OVERLAP="0")
         here = os.path.dirname(os.path.abspath(__file__))
         r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                             os.path.abspath(__file__), "-k", "SameAsPerRank"],
-                           cwd=here, env=env, capture_output=True, text=True, timeout=600)
+                           cwd=here, env=dict(os.environ, **env), capture_output=True, text=True, timeout=600)
         self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
         self.assertIn("passed", r.stdout)
+
+    def test_collectives_on_the_compute_streams(self):
+        self.child(DTORCH_OVERLAP="0")
+
+    def test_without_blob_groups(self):
+        self.child(DTORCH_BGROUP="0")
+
+    def test_without_runs(self):
+        self.child(DTORCH_STEP="0")
 
 
 if __name__ == "__main__":

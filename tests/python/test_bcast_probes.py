@@ -147,6 +147,7 @@ def sweep_all():
     for mesh, shape, pl, _ in LAYOUTS:
         t = randn(*shape, seed=1)
         x = dtorch.from_torch(t, mesh, pl)
+        dtorch.synchronize()  # x's own node (shared where Replicate) counted before the first case
         for _, fn, _ in SHAPED:
             n0 = graph_stats()["bcast_nodes"]
             values = local_values(fn(x))

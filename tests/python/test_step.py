@@ -18,7 +18,7 @@ import unittest
 import torch
 
 import dtorch
-from dtorch import Replicate, Shard
+from dtorch import Partial, Replicate, Shard
 from dtorch.test.probes import Gate, bcast, bgroup, graph_stats, replay, step
 from dtorch.test.test_util import local_values
 
@@ -45,6 +45,92 @@ def run(mode, fn, mesh, *args):
         s1 = graph_stats()
     charged = {d: mem[d]["current"] - mem0[d]["current"] for d in mem}
     return ys, values, charged, s1["kernels_in_place"] - s0["kernels_in_place"], s1["step_runs"] - s0["step_runs"]
+
+
+def factory_loop(mesh, pls, dtype, iters=4):
+    """Per iteration a new host tensor copied to the mesh, a fill and a range (each value's scalar or
+    data differs from the last iteration's), combined; returns the results and their torch values."""
+    outs, refs = [], []
+    for i in range(iters):
+        t = int_valued(3, 5, dtype=dtype, seed=10 + i)
+        x = dtorch.from_torch(t, mesh, pls)
+        f = dtorch.full((3, 5), i + 0.5, dtype=dtype, device_mesh=mesh, placements=pls)
+        r = dtorch.arange(i, i + 5, dtype=dtype, device_mesh=mesh, placements=[Replicate()] * mesh.ndim)
+        outs.append(x * f + r)
+        refs.append(t * torch.full((3, 5), i + 0.5, dtype=dtype) + torch.arange(i, i + 5, dtype=dtype))
+    return outs, refs
+
+
+class TestFactoriesInRuns(unittest.TestCase):
+    def test_host_copies_fills_and_ranges(self):
+        # A factory whose kernel is the same on every device (every placement Replicate) joins the
+        # run, a host tensor's copy reading one source blob on every device; anything sharded
+        # stays per device. The same bits in every mode, torch's values on every replica, and
+        # shared exactly where the layout says: per iteration the copy, fill and range, multiply
+        # and add on Replicate meshes; sharded, the range (always Replicate), the multiply and the
+        # add, but for the add on [R, S(1)] (the range sliced per device along the shards).
+        cases = [(CPU2, [Replicate()], 5), (CPU3, [Replicate()], 5), (CPU2x2, [Replicate()] * 2, 5),
+                 (CPU3, [Shard(0)], 3), (CPU2x2, [Replicate(), Shard(1)], 2)]
+        for mesh, pls, shared in cases:
+            for dt in (torch.float32, torch.bfloat16):
+                with self.subTest(mesh=mesh, placements=pls, dtype=dt):
+                    res = [run(m, lambda: factory_loop(mesh, pls, dt)[0], mesh) for m in MODES]
+                    base = res[0][1]
+                    for (name, _, _), (_, values, _, _, _) in zip(MODES, res):
+                        self.assertEqual(len(values), len(base))
+                        for d, (a, b) in enumerate(zip(values, base)):
+                            self.assertTrue(torch.equal(bits(a), bits(b)), f"{name}, piece {d}")
+                    with replay(False), bcast(True), bgroup(True), step(True):
+                        settle()
+                        n0 = graph_stats()["bcast_nodes"]
+                        outs, refs = factory_loop(mesh, pls, dt)
+                        for y, want in zip(outs, refs):
+                            assert_equal_everywhere(self, y, want)
+                        settle()
+                        n = graph_stats()["bcast_nodes"] - n0
+                    self.assertEqual(n, 4 * shared, (mesh, pls))
+
+    def test_partial_copies_and_fills_stay_per_device(self):
+        # Partial: the value on the first coordinate, zeros on the others (a kernel that differs by
+        # device): per device in every mode, never shared, the same bits every way.
+        t = int_valued(3, 5, seed=5)
+        # (mesh, placements, the devices at coordinate 0 of the Partial dim, in local_values' order)
+        for mesh, pls, firsts in ((CPU3, [Partial()], [0]), (CPU2x2, [Replicate(), Partial()], [0, 2])):
+            with self.subTest(mesh=mesh, placements=pls):
+                def fn():
+                    return [dtorch.from_torch(t, mesh, pls),
+                            dtorch.full((3, 5), 2.5, device_mesh=mesh, placements=pls)]
+                res = [run(m, fn, mesh) for m in MODES]
+                for (name, _, _), (_, values, _, _, _) in zip(MODES, res):
+                    for d, (a, b) in enumerate(zip(values, res[0][1])):
+                        self.assertTrue(torch.equal(bits(a), bits(b)), f"{name}, piece {d}")
+                x, f = res[2][0]
+                for want, y in ((t, x), (torch.full((3, 5), 2.5), f)):
+                    pieces = local_values(y)
+                    self.assertEqual(len(pieces), mesh.size())
+                    for i, piece in enumerate(pieces):
+                        self.assertTrue(torch.equal(piece, want if i in firsts else torch.zeros_like(want)), i)
+                    assert_equal_everywhere(self, y, want)
+                with replay(False), bcast(True), bgroup(True), step(True):
+                    settle()
+                    n0 = graph_stats()["bcast_nodes"]
+                    fn()
+                    settle()
+                    self.assertEqual(graph_stats()["bcast_nodes"] - n0, 0)
+
+    def test_host_copy_freed_once(self):
+        # The copy's one source blob is every device's input: freed once, when the run's last slot
+        # lets go of it (the memory charged per device back to where it was; ASan: no double free).
+        with replay(False), bcast(True), bgroup(True), step(True):
+            settle()
+            before = dtorch.memory_stats(CPU3)
+            outs, refs = factory_loop(CPU3, [Replicate()], torch.float32, iters=8)
+            for y, want in zip(outs, refs):
+                assert_equal_everywhere(self, y, want)
+            del outs, y
+            settle()
+            after = dtorch.memory_stats(CPU3)
+        self.assertEqual({d: after[d]["current"] for d in after}, {d: before[d]["current"] for d in before})
 
 
 class TestRunsAsPerDevice(unittest.TestCase):

@@ -106,6 +106,36 @@ int64_t dt_debug_chain_blocks(dt_graph *g) { return dt__graph_ok(g) ? atomic_loa
 
 int64_t dt_debug_bcast_nodes(dt_graph *g) { return dt__graph_ok(g) ? atomic_load(&g->bcast_nodes) : -1; }
 
+dt_status dt_debug_coll_log(dt_graph *g, int cap) {
+    if (!dt__graph_ok(g) || cap < 1)
+        return dt__error(DT_EINVAL, "debug_coll_log: %s", cap < 1 ? "cap < 1" : "bad graph");
+    dt__coll_logent *log = dt__calloc((size_t)cap, sizeof *log);
+    if (!log)
+        return dt__error(DT_ENOMEM, "debug_coll_log: out of memory");
+    dt__free(g->coll_log);
+    g->coll_log_cap = cap;
+    atomic_store(&g->coll_log_n, 0);
+    g->coll_log = log;
+    return DT_OK;
+}
+
+int64_t dt_debug_coll_noted(dt_graph *g, int64_t i, int64_t *device_id, int *stream_kind, uint64_t *group,
+                            uint64_t *seq, int *rank) {
+    if (!dt__graph_ok(g) || !g->coll_log)
+        return -1;
+    int64_t n = atomic_load(&g->coll_log_n);
+    n = n < g->coll_log_cap ? n : g->coll_log_cap;
+    if (i >= 0 && i < n && device_id && stream_kind && group && seq && rank) {
+        const dt__coll_logent *e = &g->coll_log[i];
+        *device_id = e->device_id;
+        *stream_kind = e->stream_kind;
+        *group = e->group;
+        *seq = e->seq;
+        *rank = e->rank;
+    }
+    return n;
+}
+
 int64_t dt_debug_bcast_collectives(dt_graph *g) {
     return dt__graph_ok(g) ? atomic_load(&g->bcast_colls) : -1;
 }

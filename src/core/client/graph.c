@@ -65,6 +65,12 @@ dt__node *dt__graph_take(dt_graph *g) {
     dt__node *rev = NULL;
     while (h) {
         dt__node *next = h->next;
+        /* The node's other lines (its attributes, which lowering reads),
+         * asked for now so their misses overlap this walk's, which waits
+         * for each node's first line in turn. */
+        for (size_t o = DT_CACHE_LINE; o < offsetof(dt__node, a) + offsetof(dt__nattr, ints);
+             o += DT_CACHE_LINE)
+            __builtin_prefetch((const uint8_t *)h + o, 0, 3);
         h->next = rev;
         rev = h;
         h = next;

@@ -32,17 +32,26 @@ dt__pool dt__node_pool = DT__POOL_INIT(sizeof(dt__node));
  * touches the record after dropping the symbol, and the controller frees it
  * with the value, so one allocation serves both. */
 typedef struct dt__symrec {
+    /* Recovery (dt_tensor_lineage, dt_tensor_recompute, dt_tensor_mark_lost):
+     * a copy of the node that made a value living on a worker node's
+     * devices (NULL otherwise, or when its op is not pure), and the reason
+     * reads of a value lost with its node fail; both freed with the value.
+     * First: in the line of the value's controller fields, which the
+     * controller reads when it frees the value. */
+    struct lineage *lineage;
+    char *lost;
     dt__tval v;
     struct dt_tensor t;
     const char *site_file; /* the user's line that made it (dt_tensor_site) */
     int site_line;
-    /* Recovery (dt_tensor_lineage, dt_tensor_recompute, dt_tensor_mark_lost):
-     * a copy of the node that made a value living on a worker node's
-     * devices (NULL otherwise, or when its op is not pure), and the reason
-     * reads of a value lost with its node fail; both freed with the value. */
-    struct lineage *lineage;
-    char *lost;
 } dt__symrec;
+_Static_assert(offsetof(dt__symrec, v) + offsetof(dt__tval, grp) + sizeof(void *) <= DT_CACHE_LINE,
+               "a value's controller fields in its record's first line");
+
+/* The record that holds value v. */
+static inline dt__symrec *symrec_of_value(dt__tval *v) {
+    return (dt__symrec *)((char *)v - offsetof(dt__symrec, v));
+}
 
 /* A value's producer as the client submitted it: the node's op and
  * attributes (its pointers are not followed) and its inputs' value ids, so
@@ -219,7 +228,7 @@ int64_t dt_tensors_on_devices(dt_device_type type, int64_t first, int64_t count,
     return q.hits.n;
 }
 
-dt_tensor *dt__tval_tensor(dt__tval *v) { return &((dt__symrec *)v)->t; }
+dt_tensor *dt__tval_tensor(dt__tval *v) { return &symrec_of_value(v)->t; }
 
 /* ------------------------------------------------------------- lineage */
 
@@ -254,6 +263,8 @@ static lineage *lineage_of(const dt__node *n, const dt__tval *out, uint64_t gen)
 }
 
 static void symrec_extras_free(dt__symrec *rec) {
+    if (!rec->lineage && !rec->lost)
+        return; /* the usual value (no lineage kept): no calls into free */
     dt__free(rec->lineage);
     dt__free(rec->lost);
     rec->lineage = NULL;
@@ -381,7 +392,7 @@ dt_tensor *dt__client_submit_raw(dt_tensor *t, dt__node *n) {
  * (dt__blob_release_ctl); NULL: freed here. */
 static inline __attribute__((always_inline)) void tval_free_keep_mesh(dt__tval *v, dt_graph *g,
                                                                       dt__pool_lists *mine) {
-    symrec_extras_free((dt__symrec *)v);
+    symrec_extras_free(symrec_of_value(v));
     if (v->grp) {
         /* One hold of the whole group; the last drops its members. */
         if (!g)
@@ -392,7 +403,7 @@ static inline __attribute__((always_inline)) void tval_free_keep_mesh(dt__tval *
                     dt__blob_release_ctl(g, v->blobs[i], mine);
             dt__bgroup_member_gone(v->grp, mine);
         }
-        dt__pool_free_in(&dt__tval_pool, mine, v);
+        dt__pool_free_in(&dt__tval_pool, mine, symrec_of_value(v));
         return;
     }
     if (v->blobs)
@@ -404,7 +415,7 @@ static inline __attribute__((always_inline)) void tval_free_keep_mesh(dt__tval *
         }
     if (v->blobs != v->inl)
         dt__free(v->blobs);
-    dt__pool_free_in(&dt__tval_pool, mine, v);
+    dt__pool_free_in(&dt__tval_pool, mine, symrec_of_value(v));
 }
 
 void dt__tval_free(dt__tval *v) {

@@ -13,25 +13,30 @@
 
 /* The controller's record of a tensor symbol: metadata plus its blobs. */
 struct dt__tval {
-    dt__meta meta;
-    uint64_t id;
+    /* The controller's fields first, in one line (with the symbol record's
+     * recovery fields before them, tensor.c): a released value's link, its
+     * window slot and its blobs are what the controller touches of a value
+     * it frees or finds in the window, so that costs one line the client
+     * wrote, not three. */
+    struct dt__tval *next_release; /* link in the graph's release stack */
+    /* Controller-only, for the window (core/controller/window.c): the generation of
+     * the round whose window holds this value's producer, and its slot. */
+    uint64_t wgen;
+    int32_t wslot;
     dt__blob **blobs; /* controller-only; one per mesh device once lowered */
     /* Controller-only: when set, `blobs` is this group's member array and
      * the value holds the group once (core/records/bgroup.h), not each blob. */
     struct dt__bgroup *grp;
-    struct dt__tval *next_release; /* link in the graph's release stack */
-    /* Controller-only: storage blobs may point at for a mesh of at most
-     * DT__TVAL_INLINE devices (replay.c's replays use it; the free skips it). */
-    dt__blob *inl[2];
+    uint64_t id;
     /* Controller-only, for replay (core/controller/replay.c): the meta class of this
      * value's layout, a name for one string of signature words that a
      * template has seen this meta as; 0: none known. Lets a replay skip
      * comparing the layout of a value it has compared before. */
     uint64_t mcls;
-    /* Controller-only, for the window (core/controller/window.c): the generation of
-     * the round whose window holds this value's producer, and its slot. */
-    uint64_t wgen;
-    int32_t wslot;
+    /* Controller-only: storage blobs may point at for a mesh of at most
+     * DT__TVAL_INLINE devices (replay.c's replays use it; the free skips it). */
+    dt__blob *inl[2];
+    dt__meta meta;
 };
 #define DT__TVAL_INLINE 2
 

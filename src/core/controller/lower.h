@@ -8,7 +8,11 @@
 #ifndef DT_CORE_LOWER_H
 #define DT_CORE_LOWER_H
 
+#include <string.h>
+
 #include "core/records/kernel_rec.h"
+#include "core/records/mesh.h"
+#include "core/records/meta.h"
 #include "core/records/node.h"
 
 /* The controller's view while it lowers one batch. */
@@ -74,7 +78,7 @@ dt_status dt__lw_collective(dt__lower *L, const dt_mesh *mesh, int stream_kind, 
 dt_status dt__lw_collective_after(dt__lower *L, const dt_mesh *mesh, int stream_kind, dt__coll *c,
                                   int64_t base, int64_t stride, dt__blob **blobs, dt__blob **deps,
                                   dt__blob **next, dt_dtype dtype, const char *opname);
-/* dt__lw_collective's one device-independent record (lower_bcast.c): where
+/* dt__lw_collective's one device-independent record (lower_coll.c): where
  * the group is the whole mesh in device order (base 0, stride 1, rank r on
  * device r), every rank's kernel is the same bytes (dt__coll_pack) but for
  * its rank, which each slot carries; the in-process comm (CPU meshes), an
@@ -150,6 +154,36 @@ int dt__lw_bcast(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char 
  * on, nothing recorded, a mesh of several local devices): whether a family
  * should check its blocks for it. */
 int dt__lw_bcast_wanted(const dt__lower *L, const dt__tval *out);
+/* The same for a mesh (the switch on, nothing recorded, several local
+ * devices): what a collective's shared record asks (lower_coll.c). */
+int dt__lw_bcast_mesh(const dt__lower *L, const dt_mesh *mesh);
+/* Shared record b's image: kernel kop of the node being lowered, under
+ * `opname` (NULL: the node's op) at the node's call site; and every slot's
+ * header naming b and the image's name and site, with n_in inputs (the
+ * caller fills them). Returns the image. */
+struct dt__bcast;
+dt__krec *dt__lw_bcast_init(const dt__lower *L, struct dt__bcast *b, int kop, const char *opname, int n_in);
+/* 1 when every device's block of m has one shape: each mesh dim that
+ * shards a dim of m divides what the mesh dims before it left of that dim,
+ * as dt__local_region cuts them (meta.c); then each block's offset along a
+ * dim is the sum over those mesh dims of coord[md] times the block length
+ * they leave. A segmented layout's pieces are not cut so: 0. Inline: the
+ * families' probes ask it of every meta of a node. */
+static inline int dt__lw_even(const dt__meta *m) {
+    if (m->seg.n)
+        return 0;
+    int64_t len[DT_MAX_NDIM];
+    memcpy(len, m->shape, sizeof(int64_t) * (size_t)m->ndim);
+    for (int md = 0; md < m->mesh->ndim; md++) {
+        if (m->pl[md].kind != DT_PLACEMENT_SHARD)
+            continue;
+        int d = m->pl[md].dim;
+        if (len[d] % m->mesh->shape[md])
+            return 0;
+        len[d] /= m->mesh->shape[md];
+    }
+    return 1;
+}
 /* The group holding v's blobs (n devices): made now from its per-device
  * blobs (the value's references move into it) when g->bgroup is on. NULL:
  * none (off, or out of memory: a shared record's slots then hold each

@@ -30,7 +30,6 @@
 #include "core/records/bcast.h"
 #include "core/records/bgroup.h"
 #include "core/records/blob.h"
-#include "core/records/coll.h"
 #include "core/records/graph_int.h"
 #include "core/records/kernel.h"
 #include "core/records/mesh.h"
@@ -68,7 +67,7 @@ static int same_blocks(const dt__meta *in, const dt__meta *out) {
 /* The switch on, nothing recorded, a mesh of several local devices (or of
  * one, while CUDA graphs are on: a run's slot is what a worker captures,
  * core/worker/graph_run.c). */
-static int wanted_on(const dt__lower *L, const dt_mesh *mesh) {
+int dt__lw_bcast_mesh(const dt__lower *L, const dt_mesh *mesh) {
     const dt_graph *g = L->g;
     int least = atomic_load_explicit(&g->cuda_graph, memory_order_relaxed) ? 1 : 2;
     return atomic_load_explicit(&g->bcast, memory_order_relaxed) && L->status == DT_OK && !g->ktap &&
@@ -76,7 +75,7 @@ static int wanted_on(const dt__lower *L, const dt_mesh *mesh) {
 }
 
 int dt__lw_bcast_wanted(const dt__lower *L, const dt__tval *out) {
-    return wanted_on(L, out->meta.mesh) && !out->meta.seg.n;
+    return dt__lw_bcast_mesh(L, out->meta.mesh) && !out->meta.seg.n;
 }
 
 /* Whether node inputs `in` and output `out` may be lowered as one record
@@ -96,27 +95,6 @@ static int eligible(const dt__lower *L, const dt__tval *out, dt__tval *const *in
     return 1;
 }
 
-/* 1 when every device's block of m has one shape: each mesh dim that
- * shards a dim of m divides what the mesh dims before it left of that dim,
- * as dt__local_region cuts them (meta.c); then each block's offset along a
- * dim is the sum over those mesh dims of coord[md] times the block length
- * they leave. A segmented layout's pieces are not cut so: 0. */
-static int even(const dt__meta *m) {
-    if (m->seg.n)
-        return 0;
-    int64_t len[DT_MAX_NDIM];
-    memcpy(len, m->shape, sizeof(int64_t) * (size_t)m->ndim);
-    for (int md = 0; md < m->mesh->ndim; md++) {
-        if (m->pl[md].kind != DT_PLACEMENT_SHARD)
-            continue;
-        int d = m->pl[md].dim;
-        if (len[d] % m->mesh->shape[md])
-            return 0;
-        len[d] /= m->mesh->shape[md];
-    }
-    return 1;
-}
-
 int dt__lw_probes(const dt__lower *L, const dt__node *n, int proven, int64_t *devs) {
     const dt_mesh *mesh = n->out->meta.mesh;
     /* Invariant: callers asked dt__lw_bcast_wanted first. */
@@ -125,7 +103,7 @@ int dt__lw_probes(const dt__lower *L, const dt__node *n, int proven, int64_t *de
     int ok = proven && L->g->bcast_proof;
     for (int j = -1; ok && j < n->n_in; j++) {
         const dt__meta *m = j < 0 ? &n->out->meta : &n->in[j]->meta;
-        ok = m->mesh == mesh && even(m);
+        ok = m->mesh == mesh && dt__lw_even(m);
         for (int md = 0; md < mesh->ndim; md++)
             if (m->pl[md].kind != DT_PLACEMENT_REPLICATE)
                 moved |= 1u << md;
@@ -219,10 +197,7 @@ dt__bgroup *dt__lw_group_of(dt_graph *g, dt__tval *v, int n) {
     return gr;
 }
 
-/* b's image: kernel kop of the node, under `opname` (NULL: the node's op)
- * at the node's call site; and every slot's header naming b and the
- * image's name and site, with n_in inputs (the caller fills them). */
-static dt__krec *record_init(const dt__lower *L, dt__bcast *b, int kop, const char *opname, int n_in) {
+dt__krec *dt__lw_bcast_init(const dt__lower *L, dt__bcast *b, int kop, const char *opname, int n_in) {
     dt__krec *img = b->img;
     img->kop = kop;
     img->opname = opname ? opname : dt__ops[L->node->op].name;
@@ -271,7 +246,7 @@ int dt__lw_bcast(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char 
         dt__lw_fail(L, DT_ENOMEM, "out of memory (device-independent record)");
         return 1;
     }
-    memcpy(record_init(L, b, kop, opname, n_in)->attr, attr, alen);
+    memcpy(dt__lw_bcast_init(L, b, kop, opname, n_in)->attr, attr, alen);
     /* Each input is held once, whole, by this record (its group; a value
      * made per device is adopted into one first): its slots borrow their
      * device's member. */
@@ -290,64 +265,5 @@ int dt__lw_bcast(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char 
         dt__lw_stream_append(g, ss[d], slot);
     }
     atomic_fetch_add_explicit(&g->bcast_nodes, 1, memory_order_relaxed);
-    return 1;
-}
-
-int dt__lw_coll_bcast(dt__lower *L, const dt_mesh *mesh, int stream_kind, dt__coll *c, int64_t base,
-                      int64_t stride, dt__blob **blobs, dt__blob **next, const char *opname) {
-    dt_graph *g = L->g;
-    int n = (int)mesh->ndev;
-    if (!c || !wanted_on(L, mesh) || base != 0 || stride != 1 || c->n != n || mesh->type != DT_DEVICE_CPU ||
-        c->type != DT_DEVICE_CPU || n > DT__BCAST_POOLED ||
-        (c->kind != DT_COLL_ALLREDUCE && c->kind != DT_COLL_ALLGATHER && c->kind != DT_COLL_REDUCESCATTER))
-        return 0;
-    size_t alen = dt__coll_attr_size(c);
-    if (alen > DT__KATTR_PACK_MAX)
-        return 0; /* more than a worker instantiates on its stack */
-    dt__stream *ss[DT__BCAST_POOLED] = {NULL};
-    for (int d = 0; d < n; d++) {
-        if (!blobs[d])
-            return 0; /* an earlier failure: the per-rank path reports it */
-        if (!(ss[d] = dt__lw_stream_kind(L, mesh, d, stream_kind)))
-            return 0; /* L->status set: the per-rank path fails the same way */
-        if (ss[d]->remote)
-            return 0;
-    }
-    /* Numbered as the per-rank path numbers it: one sequence number of the
-     * group of the streams' actual kind (DTORCH_OVERLAP=0: compute). */
-    uint64_t seq = 0, group = dt__lw_group(L, mesh, 0, 1, n, ss[0]->kind, &seq);
-    dt__bcast *b = group ? dt__bcast_new(g->ctl_pools, n, alen) : NULL;
-    dt__blob *outs[DT__BCAST_POOLED];
-    int made = 0;
-    while (b && made < n && (outs[made] = dt__blob_new_in(g->ctl_pools, ss[made]->be))) {
-        atomic_init(&outs[made]->refs, 2); /* the kernel's and the caller's (next) */
-        made++;
-    }
-    if (made < n) {
-        for (int d = 0; d < made; d++) {
-            dt__blob_release(outs[d]);
-            dt__blob_release(outs[d]);
-        }
-        if (b) {
-            atomic_store_explicit(&b->left, 1, memory_order_relaxed);
-            dt__bcast_unref(b);
-        }
-        dt__lw_fail(L, DT_ENOMEM, "out of memory (collective)");
-        dt__coll_free(c);
-        return 1;
-    }
-    dt__coll_pack(c, group, seq, record_init(L, b, DT_KC_COLLECTIVE, opname, 1)->attr);
-    dt__coll_free(c);
-    for (int d = 0; d < n; d++) {
-        dt__krec *slot = dt__bcast_slot(b, d);
-        slot->rank = d;         /* its comm rank: the group is the mesh in device order */
-        slot->in[0] = blobs[d]; /* the caller's reference moves into the slot */
-        blobs[d] = NULL;
-        slot->out = outs[d];
-        dt__lw_bind(g, ss[d], slot);
-        dt__lw_stream_append(g, ss[d], slot);
-        next[d] = outs[d];
-    }
-    atomic_fetch_add_explicit(&g->bcast_colls, 1, memory_order_relaxed);
     return 1;
 }

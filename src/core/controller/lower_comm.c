@@ -63,9 +63,9 @@ struct dt__group_ref {
 
 /* The cached group of devices ids[n] (first of type t0, last of t1, the
  * others of t0) on `stream_kind` streams, held by comm `type`; made on first
- * use. *seq gets its next sequence number; 0 with L->status set on failure. */
-static uint64_t group_for(dt__lower *L, dt_device_type type, int t0, int t1, int n, const int64_t *ids,
-                          int stream_kind, uint64_t *seq) {
+ * use. NULL with L->status set on failure. */
+static struct dt__group_ref *group_get(dt__lower *L, dt_device_type type, int t0, int t1, int n,
+                                       const int64_t *ids, int stream_kind) {
     dt_graph *g = L->g;
     struct dt__group_ref *ref = g->groups;
     for (; ref; ref = ref->next) {
@@ -76,64 +76,175 @@ static uint64_t group_for(dt__lower *L, dt_device_type type, int t0, int t1, int
         while (r < n && ref->ids[r] == ids[r])
             r++;
         if (r == n)
-            break;
+            return ref;
     }
-    if (!ref) {
-        dt__comm *c = dt__graph_comm(g, type);
-        ref = c ? dt__calloc(1, sizeof *ref) : NULL;
+    dt__comm *c = dt__graph_comm(g, type);
+    ref = c ? dt__calloc(1, sizeof *ref) : NULL;
+    if (ref)
+        ref->ids = dt__calloc((size_t)n, sizeof *ref->ids);
+    if (!ref || !ref->ids) {
         if (ref)
-            ref->ids = dt__calloc((size_t)n, sizeof *ref->ids);
-        if (!ref || !ref->ids) {
-            if (ref)
-                dt__free(ref);
-            dt__lw_fail(L, DT_ENOMEM, "out of memory (collective group)");
-            return 0;
-        }
-        memcpy(ref->ids, ids, (size_t)n * sizeof *ids);
-        if (c->ops->group_create(c, n, ref->ids, &ref->id) != DT_OK) {
-            dt__free(ref->ids);
             dt__free(ref);
-            dt__lw_fail(L, DT_ENOMEM, "out of memory (collective group)");
-            return 0;
-        }
-        /* Devices on other nodes: the group exchanges data with them by
-         * messages, under the name its kernels carry (comm/span.c), or
-         * through NCCL across the nodes when the cluster chooses that for
-         * a cuda group (it ships the unique id first; span_nccl.h). */
-        if (!dt__graph_local(g) && type == DT_DEVICE_CUDA && t0 == t1)
-            dt__port_span_nccl(dt__remote_tag(g), ref->id, n, ref->ids);
-        if (!dt__graph_local(g) &&
-            dt__comm_group_span(c, ref->id, dt__remote_tag(g), ref->id, t0, t1) != DT_OK) {
-            c->ops->group_destroy(c, ref->id);
-            dt__free(ref->ids);
-            dt__free(ref);
-            dt__lw_fail(L, DT_ENOMEM, "out of memory (collective group)");
-            return 0;
-        }
-        ref->type = (int)type;
-        ref->t0 = t0;
-        ref->t1 = t1;
-        ref->kind = stream_kind;
-        ref->n = n;
-        ref->next = g->groups;
-        g->groups = ref;
+        dt__lw_fail(L, DT_ENOMEM, "out of memory (collective group)");
+        return NULL;
     }
+    memcpy(ref->ids, ids, (size_t)n * sizeof *ids);
+    if (c->ops->group_create(c, n, ref->ids, &ref->id) != DT_OK) {
+        dt__free(ref->ids);
+        dt__free(ref);
+        dt__lw_fail(L, DT_ENOMEM, "out of memory (collective group)");
+        return NULL;
+    }
+    /* Devices on other nodes: the group exchanges data with them by
+     * messages, under the name its kernels carry (comm/span.c), or
+     * through NCCL across the nodes when the cluster chooses that for
+     * a cuda group (it ships the unique id first; span_nccl.h). */
+    if (!dt__graph_local(g) && type == DT_DEVICE_CUDA && t0 == t1)
+        dt__port_span_nccl(dt__remote_tag(g), ref->id, n, ref->ids);
+    if (!dt__graph_local(g) && dt__comm_group_span(c, ref->id, dt__remote_tag(g), ref->id, t0, t1) != DT_OK) {
+        c->ops->group_destroy(c, ref->id);
+        dt__free(ref->ids);
+        dt__free(ref);
+        dt__lw_fail(L, DT_ENOMEM, "out of memory (collective group)");
+        return NULL;
+    }
+    ref->type = (int)type;
+    ref->t0 = t0;
+    ref->t1 = t1;
+    ref->kind = stream_kind;
+    ref->n = n;
+    ref->next = g->groups;
+    g->groups = ref;
+    return ref;
+}
+
+/* group_get, taking the group's next sequence number into *seq; its id, 0
+ * with L->status set on failure. */
+static uint64_t group_for(dt__lower *L, dt_device_type type, int t0, int t1, int n, const int64_t *ids,
+                          int stream_kind, uint64_t *seq) {
+    struct dt__group_ref *ref = group_get(L, type, t0, t1, n, ids, stream_kind);
+    if (!ref)
+        return 0;
     *seq = ++ref->seq;
     return ref->id;
 }
 
-uint64_t dt__lw_group(dt__lower *L, const dt_mesh *mesh, int64_t base, int64_t stride, int n, int stream_kind,
-                      uint64_t *seq) {
+/* The group of mesh devices base + r * stride (r < n) on `stream_kind`
+ * streams (group_get). */
+static struct dt__group_ref *mesh_group(dt__lower *L, const dt_mesh *mesh, int64_t base, int64_t stride,
+                                        int n, int stream_kind) {
     int64_t *ids = dt__calloc((size_t)n, sizeof *ids);
     if (!ids) {
         dt__lw_fail(L, DT_ENOMEM, "out of memory (collective group)");
-        return 0;
+        return NULL;
     }
     for (int r = 0; r < n; r++)
         ids[r] = mesh->ids[base + r * stride];
-    uint64_t id = group_for(L, mesh->type, (int)mesh->type, (int)mesh->type, n, ids, stream_kind, seq);
+    struct dt__group_ref *ref =
+        group_get(L, mesh->type, (int)mesh->type, (int)mesh->type, n, ids, stream_kind);
     dt__free(ids);
-    return id;
+    return ref;
+}
+
+uint64_t dt__lw_group(dt__lower *L, const dt_mesh *mesh, int64_t base, int64_t stride, int n, int stream_kind,
+                      uint64_t *seq) {
+    struct dt__group_ref *ref = mesh_group(L, mesh, base, stride, n, stream_kind);
+    if (!ref)
+        return 0;
+    *seq = ++ref->seq;
+    return ref->id;
+}
+
+/* ------------------------------------------------ mesh dims, cached */
+
+/* One cached mesh dim (controller-only): dt__lw_coll_dim's view, then its
+ * arrays in the same allocation. */
+struct dt__coll_dim {
+    dt__lw_cdim v;
+    uint64_t uid;
+    int md;
+    struct dt__coll_dim *next;
+};
+
+/* Makes mesh dim md's entry (its streams of `kind`, already folded by
+ * DTORCH_OVERLAP): NULL as dt__lw_coll_dim says. */
+static struct dt__coll_dim *coll_dim_make(dt__lower *L, const dt_mesh *mesh, int md, int kind) {
+    int n = (int)mesh->ndev, size = (int)mesh->shape[md], ng = n / size;
+    int64_t stride = mesh->strides[md];
+    size_t hdr = (sizeof(struct dt__coll_dim) + 7) / 8 * 8;
+    struct dt__coll_dim *e = dt__calloc(1, hdr + (size_t)n * (2 * sizeof(void *) + 2 * sizeof(int)) +
+                                               (size_t)ng * (sizeof(uint64_t) + sizeof(void *)));
+    if (!e) {
+        dt__lw_fail(L, DT_ENOMEM, "out of memory (collective group)");
+        return NULL;
+    }
+    dt__lw_cdim *v = &e->v;
+    v->n = n;
+    v->ng = ng;
+    v->ss = (dt__stream **)((uint8_t *)e + hdr);
+    v->be = (const dt__backend **)(v->ss + n);
+    v->id = (uint64_t *)(v->be + n);
+    v->seq = (uint64_t **)(v->id + ng);
+    v->rank = (int *)(v->seq + ng);
+    v->gi = v->rank + n;
+    e->uid = mesh->uid;
+    e->md = md;
+    for (int d = 0; d < n; d++) {
+        v->ss[d] = dt__lw_stream_kind(L, mesh, d, kind);
+        if (!v->ss[d] || v->ss[d]->remote) {
+            dt__free(e);
+            return NULL; /* L->status set, or a worker node's device */
+        }
+        v->be[d] = v->ss[d]->be;
+    }
+    v->kind = v->ss[0]->kind;
+    /* The groups in the order of their first devices (coordinate 0 on md). */
+    int64_t coord[DT_MAX_MESH_NDIM];
+    for (int d = 0, k = 0; d < n; d++) {
+        dt__mesh_coord(mesh, d, coord);
+        v->rank[d] = (int)coord[md];
+        if (coord[md])
+            continue;
+        struct dt__group_ref *ref = mesh_group(L, mesh, d, stride, size, v->kind);
+        if (!ref) {
+            dt__free(e);
+            return NULL;
+        }
+        v->id[k] = ref->id;
+        v->seq[k] = &ref->seq;
+        for (int r = 0; r < size; r++)
+            v->gi[d + r * stride] = k;
+        k++;
+    }
+    return e;
+}
+
+const dt__lw_cdim *dt__lw_coll_dim(dt__lower *L, const dt_mesh *mesh, int md, int stream_kind) {
+    int kind = L->g->overlap ? stream_kind : DT_STREAM_COMPUTE;
+    struct dt__coll_dim **at = &L->g->coll_dims, *e;
+    for (; (e = *at); at = &e->next)
+        if (e->uid == mesh->uid && e->md == md && e->v.kind == kind) {
+            if (at != &L->g->coll_dims) { /* the most recent first */
+                *at = e->next;
+                e->next = L->g->coll_dims;
+                L->g->coll_dims = e;
+            }
+            return &e->v;
+        }
+    if (L->status != DT_OK || !(e = coll_dim_make(L, mesh, md, kind)))
+        return NULL;
+    e->next = L->g->coll_dims;
+    L->g->coll_dims = e;
+    return &e->v;
+}
+
+/* Forgets the cached mesh dims (their groups retired, or the graph ending). */
+static void coll_dims_free(dt_graph *g) {
+    for (struct dt__coll_dim *e = g->coll_dims, *next; e; e = next) {
+        next = e->next;
+        dt__free(e);
+    }
+    g->coll_dims = NULL;
 }
 
 /* ------------------------------------------------- point-to-point copies */
@@ -220,11 +331,13 @@ int dt__graph_group_types(dt_graph *g, uint64_t id, int *t0, int *t1) {
 }
 
 void dt__graph_groups_retire(dt_graph *g) {
+    coll_dims_free(g);
     for (struct dt__group_ref *ref = g->groups; ref; ref = ref->next)
         ref->retired = 1;
 }
 
 void dt__graph_comm_free(dt_graph *g) {
+    coll_dims_free(g);
     for (struct dt__group_ref *ref = g->groups, *next; ref; ref = next) {
         next = ref->next;
         dt__comm *c = atomic_load(&g->comm[ref->type]);

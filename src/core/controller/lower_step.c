@@ -84,6 +84,7 @@ static dt__step *step_open(dt__lower *L, const dt_mesh *mesh, int n) {
         ev->base[d] = st->ss[d]->appended;
         st->ss[d]->in_run = 1;
     }
+    st->be_all = dt__backend_all(n, st->be);
     return st;
 }
 
@@ -141,35 +142,42 @@ void dt__lw_step_close(dt_graph *g) {
     atomic_fetch_add_explicit(&g->bcast_nodes, st->k, memory_order_relaxed); /* its nodes, at once */
 }
 
-int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname,
-                    dt__tval *const *in, int n_in) {
+/* The open run on out's mesh that the node being lowered joins (one
+ * opened, another mesh's or a full one closed, as needed); NULL when the
+ * node is lowered otherwise: the switch or groups off, an output with
+ * blobs already, a mesh too large, no run to be had. */
+static dt__step *step_for(dt__lower *L, const dt__tval *out) {
     dt_graph *g = L->g;
     if (!atomic_load_explicit(&g->step, memory_order_relaxed) ||
         !atomic_load_explicit(&g->bgroup, memory_order_relaxed) || out->blobs)
-        return 0;
+        return NULL;
     const dt_mesh *mesh = out->meta.mesh;
     int n = (int)mesh->ndev;
     if (n > DT__BGROUP_MAX)
-        return 0;
+        return NULL;
     dt__step *st = g->step_open;
     if (st && (st->mesh != mesh || st->k == DT__STEP_MAX)) {
         dt__lw_step_close(g);
         st = NULL;
     }
     if (!st && !(st = step_open(L, mesh, n)))
-        return 0;
+        return NULL;
     g->step_open = st;
     if (g->replay_cap) /* capturing this node: its template cannot be replayed */
         dt__replay_uncapturable(g->replay_cap);
-    /* Every input by its group: a value made per device is adopted. */
-    dt__bgroup *gin[DT_MAX_OP_INPUTS];
-    for (int j = 0; j < n_in; j++)
-        if (!(gin[j] = dt__lw_group_of(g, in[j], n)))
-            return 0; /* out of memory: the shared record's path */
-    dt__bgroup *gr = dt__bgroup_new(g->ctl_pools, n, st->be, DT__BGROUP_REFS);
+    return st;
+}
+
+/* Appends the node's kernel to st, reading member d of gin[j] on device d:
+ * the output's group made, the attributes packed into the next image. */
+static void step_image(dt__lower *L, dt__step *st, dt__tval *out, int kop, dt__kattr *a, const char *opname,
+                       dt__bgroup *const *gin, int n_in) {
+    dt_graph *g = L->g;
+    int n = st->n;
+    dt__bgroup *gr = dt__bgroup_new_all(g->ctl_pools, n, st->be, st->be_all, DT__BGROUP_REFS);
     if (!gr) {
         dt__lw_fail(L, DT_ENOMEM, "out of memory (a run's kernel)");
-        return 1;
+        return;
     }
     out->grp = gr;
     out->blobs = dt__bgroup_ptrs(gr);
@@ -197,5 +205,42 @@ int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const ch
     g->kqueued_local += n;
     if (st->k == DT__STEP_MAX)
         dt__lw_step_close(g);
+}
+
+int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname,
+                    dt__tval *const *in, int n_in) {
+    dt__step *st = step_for(L, out);
+    if (!st)
+        return 0;
+    /* Every input by its group: a value made per device is adopted. */
+    dt__bgroup *gin[DT_MAX_OP_INPUTS];
+    for (int j = 0; j < n_in; j++)
+        if (!(gin[j] = dt__lw_group_of(L->g, in[j], st->n)))
+            return 0; /* out of memory: the shared record's path */
+    step_image(L, st, out, kop, a, opname, gin, n_in);
+    return 1;
+}
+
+int dt__lw_step_add_blob(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname,
+                         dt__blob *src) {
+    dt__step *st = step_for(L, out);
+    if (!st)
+        return 0;
+    int n = st->n;
+    dt__blob *each[DT__BGROUP_MAX];
+    for (int d = 0; d < n; d++)
+        each[d] = src;
+    /* No other thread has seen src: its caller's reference and one for
+     * each other device, all the group's. */
+    atomic_store_explicit(&src->refs, n, memory_order_relaxed);
+    dt__bgroup *gr = dt__bgroup_adopt(L->g->ctl_pools, n, each);
+    if (!gr) {
+        atomic_store_explicit(&src->refs, 1, memory_order_relaxed);
+        return 0; /* out of memory: the caller's per-device path */
+    }
+    step_image(L, st, out, kop, a, opname, &gr, 1);
+    /* The run holds the group now (or, out of memory, nothing does): the
+     * caller's hold goes, with the last the blob. */
+    dt__bgroup_release(gr);
     return 1;
 }

@@ -22,6 +22,13 @@
 int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname,
                     dt__tval *const *in, int n_in);
 
+/* The same for a kernel with one input, `src`, the same blob on every device
+ * (a host tensor's data that every device of a Replicate mesh copies): on
+ * success (1) the caller's reference on src moves into the run; on 0 the
+ * caller keeps it and lowers the node otherwise. */
+int dt__lw_step_add_blob(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname,
+                         dt__blob *src);
+
 /* Closes the open run (g->step_open): links its slot on each device's
  * stream. Called before anything else is linked on any stream (the
  * run's kernels were numbered on its streams when they were appended) and

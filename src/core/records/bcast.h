@@ -28,7 +28,11 @@ typedef struct dt__bcast {
     atomic_int left; /* slots not yet run or dropped */
     int n;           /* slots */
     int pooled;      /* from dt__bcast_pool (else malloc) */
-    dt__krec *img;   /* the kernel: kop, attributes, name and call site; no blobs */
+    /* A collective over groups of one mesh dim (core/controller/lower_coll.c):
+     * slot d's group id and sequence number follow the image's attributes,
+     * 16 bytes each, as the attributes' first 16 bytes encode them. */
+    int coll_ids;
+    dt__krec *img; /* the kernel: kop, attributes, name and call site; no blobs */
     /* Input j's group when the record holds it whole (core/records/bgroup.h):
      * the slots' in[j] are then its members, borrowed (no reference of
      * their own); the last slot drops the hold. NULL: the slots hold

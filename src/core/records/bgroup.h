@@ -147,6 +147,12 @@ static inline struct dt__stream *dt__blob_event(const dt__blob *b, uint64_t *seq
  * refs - 1 for the caller (the records that make them). NULL when out of
  * memory. The controller thread (`mine`: its pool lists). */
 dt__bgroup *dt__bgroup_new(struct dt__pool_lists *mine, int n, const dt__backend *const *be, int refs);
+/* The same where `all` is dt__backend_all(n, be), known to the caller (a run
+ * of shared kernels finds it once for its images). */
+dt__bgroup *dt__bgroup_new_all(struct dt__pool_lists *mine, int n, const dt__backend *const *be,
+                               const dt__backend *all, int refs);
+/* be[0] when every be[d] (d < n) is it, else NULL. */
+const dt__backend *dt__backend_all(int n, const dt__backend *const *be);
 
 /* A group of a value's existing blobs[0..n) (made per device), one hold
  * (the caller's): the group takes the caller's reference on each blob over.

@@ -76,15 +76,24 @@ void dt__blob_free_dead(dt__blob *b) {
     }
 }
 
-dt__bgroup *dt__bgroup_new(dt__pool_lists *mine, int n, const dt__backend *const *be, int refs) {
-    int pooled = n <= DT__BGROUP_POOLED;
-    dt__bgroup *gr = pooled ? dt__pool_alloc_in(&dt__bgroup_pool, mine, 0) : dt__malloc(DT__BGROUP_BYTES(n));
-    if (!gr)
-        return NULL;
+const dt__backend *dt__backend_all(int n, const dt__backend *const *be) {
     const dt__backend *all = be[0];
     for (int d = 1; d < n; d++)
         if (be[d] != all)
             all = NULL;
+    return all;
+}
+
+dt__bgroup *dt__bgroup_new(dt__pool_lists *mine, int n, const dt__backend *const *be, int refs) {
+    return dt__bgroup_new_all(mine, n, be, dt__backend_all(n, be), refs);
+}
+
+dt__bgroup *dt__bgroup_new_all(dt__pool_lists *mine, int n, const dt__backend *const *be,
+                               const dt__backend *all, int refs) {
+    int pooled = n <= DT__BGROUP_POOLED;
+    dt__bgroup *gr = pooled ? dt__pool_alloc_in(&dt__bgroup_pool, mine, 0) : dt__malloc(DT__BGROUP_BYTES(n));
+    if (!gr)
+        return NULL;
     /* A pooled allocation freed with its members as made here (blob.c) for
      * this size and backend: nothing to write into the members. */
     int ready = pooled && all && refs == DT__BGROUP_REFS && gr->ready == DT__BGROUP_READY(n, all);

@@ -38,4 +38,18 @@ struct dt__coll {
 dt__coll *dt__coll_new(dt_device_type type, int kind, int n, int ndim, dt_dtype dtype);
 void dt__coll_free(dt__coll *c);
 
+/* A description in the caller's storage, for up to DT__COLL_BUF ranks (a
+ * shared collective's, core/controller/lower_coll.c: never freed). */
+#define DT__COLL_BUF 8
+typedef struct dt__coll_buf {
+    dt__coll c;
+    int64_t shapes[DT__COLL_BUF][DT_MAX_NDIM];
+    int64_t starts[DT__COLL_BUF], lens[DT__COLL_BUF];
+} dt__coll_buf;
+/* b's description of n (<= DT__COLL_BUF) ranks, as dt__coll_new makes one. */
+dt__coll *dt__coll_on(dt__coll_buf *b, dt_device_type type, int kind, int n, int ndim, dt_dtype dtype);
+/* 1 when a and b describe the same kernels (the same bytes packed, but for
+ * the group and sequence number). */
+int dt__coll_same(const dt__coll *a, const dt__coll *b);
+
 #endif /* DT_COLL_H */

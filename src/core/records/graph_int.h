@@ -16,6 +16,13 @@
  * cache line: a line written by the client and read by the controller (or
  * the other way round) moves between cores on every access, which costs more
  * than the rest of recording an op. */
+/* One collective kernel a worker ran or dropped (dt_debug_coll_log). */
+typedef struct dt__coll_logent {
+    int64_t device_id;
+    int stream_kind, rank;
+    uint64_t group, seq;
+} dt__coll_logent;
+
 struct dt_graph {
     uint32_t magic; /* DT__GRAPH_LIVE */
     /* Read-mostly. One backend per device type: lowering picks the one of
@@ -113,8 +120,14 @@ struct dt_graph {
     /* Run slots captured as graphs, launched, run eagerly with graphs on
      * (core/worker/graph_run.c). */
     atomic_long graph_captured, graph_launched, graph_eager;
-    atomic_long bcast_nodes;     /* nodes lowered as one device-independent record (lower_bcast.c) */
-    atomic_long bcast_colls;     /* collectives lowered as one device-independent record (lower_bcast.c) */
+    atomic_long bcast_nodes;      /* nodes lowered as one device-independent record (lower_bcast.c) */
+    atomic_long bcast_colls;      /* collectives lowered as one device-independent record (lower_coll.c) */
+    /* Test use (dt_debug_coll_log): each collective kernel a worker ran or
+     * dropped, up to coll_log_cap entries; NULL: not noted. Set before the
+     * work it notes is recorded; entries are read after a sync. */
+    struct dt__coll_logent *coll_log;
+    int coll_log_cap;
+    atomic_int coll_log_n;
     atomic_int time_lowering;    /* dt_debug_lowering_ns: time each node's lowering */
     atomic_long lowering_ns;     /* the lowering steps' time while timed */
     atomic_long nodes_reordered; /* lowered ahead of an older node (core/controller/sched.c) */
@@ -158,6 +171,9 @@ struct dt_graph {
     uint64_t blob_ids;  /* the last blob id given (dt__blob.id) */
     /* Controller-only: the collectives' groups made so far (core/controller/lower_comm.c). */
     struct dt__group_ref *groups;
+    /* Controller-only: each mesh dim's streams and groups for collectives,
+     * cached as first looked up (dt__lw_coll_dim, lower_comm.c). */
+    struct dt__coll_dim *coll_dims;
     /* Controller-only: the graph has remote streams (core/controller/remote.c), and
      * its name on the worker nodes (0 until its first remote stream). */
     int has_remote;

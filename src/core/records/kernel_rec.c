@@ -178,16 +178,31 @@ static void kattr_arrays(const dt__kattr *a, const int64_t **arr, int *cap) {
     arr[4] = a->ints, cap[4] = 2 * DT_MAX_NDIM;
 }
 
+/* Entries of v[0..cap) up to its last nonzero one. */
 static int used_len(const int64_t *v, int cap) {
-    uint64_t any = 0; /* most arrays are all zero: one vectorised pass */
-    for (int i = 0; i < cap; i++)
-        any |= (uint64_t)v[i];
-    if (!any)
-        return 0;
     int n = cap;
-    while (v[n - 1] == 0)
+    while (n > 0 && v[n - 1] == 0)
         n--;
     return n;
+}
+
+/* The arrays' used lengths (packing order); 0 when all are zero. Most
+ * kernels set none (elementwise) or a few: one pass of ORs over the 48
+ * entries, of constant count (the compiler's vector loop), first. */
+static int kattr_lens(const dt__kattr *a, const int64_t **arr, int *len) {
+    uint64_t any = 0;
+    for (int i = 0; i < DT_MAX_NDIM; i++)
+        any |= (uint64_t)(a->shape[i] | a->start[i] | a->gshape[i] | a->step[i] | a->ints[i] |
+                          a->ints[DT_MAX_NDIM + i]);
+    if (!any) {
+        memset(len, 0, 5 * sizeof *len);
+        return 0;
+    }
+    int cap[5];
+    kattr_arrays(a, arr, cap);
+    for (int j = 0; j < 5; j++)
+        len[j] = used_len(arr[j], cap[j]);
+    return 1;
 }
 
 size_t dt__kattr_pack_size(const dt__kattr *a) {
@@ -205,16 +220,9 @@ size_t dt__kattr_pack_size(const dt__kattr *a) {
     if (a->text)
         n += 4 + strlen(a->text) + 1;
     const int64_t *arr[5];
-    int cap[5], any = 0;
-    size_t entries = 0;
-    kattr_arrays(a, arr, cap);
-    for (int j = 0; j < 5; j++) {
-        int u = used_len(arr[j], cap[j]);
-        entries += (size_t)u;
-        any |= u;
-    }
-    if (any)
-        n += 5 + 8 * entries;
+    int len[5];
+    if (kattr_lens(a, arr, len))
+        n += 5 + 8 * (size_t)(len[0] + len[1] + len[2] + len[3] + len[4]);
     return n;
 }
 
@@ -224,41 +232,42 @@ static void put_scalar(uint8_t **p, const dt_scalar *s) {
     dt__le_put(p, dbits(s->f), 8);
 }
 
+/* The present bits of a's fields but the arrays' (bit 15): bit i < 7 for
+ * kattr_i32s' v[i], then dims_mask, seed, scalar, scalar2, f[0..2], text.
+ * Written out, no loop: it runs for every packed kernel. */
+static unsigned kattr_present(const dt__kattr *a, const int32_t *v) {
+    unsigned p = (unsigned)(v[0] != 0) | (unsigned)(v[1] != 0) << 1 | (unsigned)(v[2] != 0) << 2 |
+                 (unsigned)(v[3] != 0) << 3 | (unsigned)(v[4] != 0) << 4 | (unsigned)(v[5] != 0) << 5 |
+                 (unsigned)(v[6] != 0) << 6;
+    p |= (unsigned)(a->dims_mask != 0) << 7 | (unsigned)(a->seed != 0) << 8;
+    p |= (unsigned)scalar_set(&a->scalar) << 9 | (unsigned)scalar_set(&a->scalar2) << 10;
+    p |= (unsigned)(dbits(a->f[0]) != 0) << 11 | (unsigned)(dbits(a->f[1]) != 0) << 12 |
+         (unsigned)(dbits(a->f[2]) != 0) << 13;
+    return p | (unsigned)(a->text != NULL) << 14;
+}
+
 size_t dt__kattr_pack(const dt__kattr *a, uint8_t *out) {
     int32_t v[NI32];
     kattr_i32s(a, v);
     const int64_t *arr[5];
-    int cap[5], len[5], any = 0;
-    kattr_arrays(a, arr, cap);
-    for (int j = 0; j < 5; j++) {
-        len[j] = used_len(arr[j], cap[j]);
-        any |= len[j];
-    }
-    unsigned present = 0;
-    for (int i = 0; i < NI32; i++)
-        present |= v[i] ? 1u << i : 0;
-    present |= (a->dims_mask ? 1u << 7 : 0) | (a->seed ? 1u << 8 : 0);
-    present |= (scalar_set(&a->scalar) ? 1u << 9 : 0) | (scalar_set(&a->scalar2) ? 1u << 10 : 0);
-    for (int i = 0; i < 3; i++)
-        present |= dbits(a->f[i]) ? 1u << (11 + i) : 0;
-    present |= (a->text ? 1u << 14 : 0) | (any ? 1u << 15 : 0);
+    int len[5];
+    int any = kattr_lens(a, arr, len);
+    unsigned present = kattr_present(a, v) | (any ? 1u << 15 : 0);
     uint8_t *p = out;
     dt__le_put(&p, present, 2);
-    for (int i = 0; i < NI32; i++)
-        if (v[i])
-            dt__le_put(&p, (uint32_t)v[i], 4);
-    if (a->dims_mask)
+    for (unsigned m = present & 0x7fu; m; m &= m - 1) /* the set ints only */
+        dt__le_put(&p, (uint32_t)v[__builtin_ctz(m)], 4);
+    if (present & 1u << 7)
         dt__le_put(&p, a->dims_mask, 8);
-    if (a->seed)
+    if (present & 1u << 8)
         dt__le_put(&p, a->seed, 8);
     if (present & 1u << 9)
         put_scalar(&p, &a->scalar);
     if (present & 1u << 10)
         put_scalar(&p, &a->scalar2);
-    for (int i = 0; i < 3; i++)
-        if (dbits(a->f[i]))
-            dt__le_put(&p, dbits(a->f[i]), 8);
-    if (a->text) {
+    for (unsigned m = present >> 11 & 7u; m; m &= m - 1)
+        dt__le_put(&p, dbits(a->f[__builtin_ctz(m)]), 8);
+    if (present & 1u << 14) {
         size_t tn = strlen(a->text);
         dt__le_put(&p, tn, 4);
         memcpy(p, a->text, tn + 1);
@@ -267,9 +276,15 @@ size_t dt__kattr_pack(const dt__kattr *a, uint8_t *out) {
     if (any) {
         for (int j = 0; j < 5; j++)
             dt__le_put(&p, (uint64_t)len[j], 1);
-        for (int j = 0; j < 5; j++)
+        for (int j = 0; j < 5; j++) {
+            if (DT__LE_HOST) { /* the entries' own bytes: one copy per array */
+                memcpy(p, arr[j], 8 * (size_t)len[j]);
+                p += 8 * (size_t)len[j];
+                continue;
+            }
             for (int i = 0; i < len[j]; i++)
                 dt__le_put(&p, (uint64_t)arr[j][i], 8);
+        }
     }
     return (size_t)(p - out);
 }
@@ -462,15 +477,26 @@ void dt__coll_pack(const dt__coll *c, uint64_t group, uint64_t seq, uint8_t *out
     dt__le_put(&p, (uint64_t)c->type, 1);
     dt__le_put(&p, (uint32_t)c->dtype, 4);
     dt__le_put(&p, (uint64_t)c->n, 4);
-    for (int r = 0; r < c->n; r++)
-        for (int d = 0; d < c->ndim; d++)
-            dt__le_put(&p, (uint64_t)c->shapes[r][d], 8);
-    if (sliced_kind(c->kind)) {
-        for (int r = 0; r < c->n; r++)
-            dt__le_put(&p, (uint64_t)c->starts[r], 8);
-        for (int r = 0; r < c->n; r++)
-            dt__le_put(&p, (uint64_t)c->lens[r], 8);
+    size_t row = 8 * (size_t)c->ndim, n = (size_t)c->n;
+    for (int r = 0; r < c->n; r++) {
+        if (DT__LE_HOST) { /* each int64 is its own little-endian bytes: a row at once */
+            memcpy(p, c->shapes[r], row);
+            p += row;
+        } else
+            for (int d = 0; d < c->ndim; d++)
+                dt__le_put(&p, (uint64_t)c->shapes[r][d], 8);
     }
+    if (!sliced_kind(c->kind))
+        return;
+    if (DT__LE_HOST) {
+        memcpy(p, c->starts, 8 * n);
+        memcpy(p + 8 * n, c->lens, 8 * n);
+        return;
+    }
+    for (int r = 0; r < c->n; r++)
+        dt__le_put(&p, (uint64_t)c->starts[r], 8);
+    for (int r = 0; r < c->n; r++)
+        dt__le_put(&p, (uint64_t)c->lens[r], 8);
 }
 
 /* ------------------------------------------------------ assembly attrs */

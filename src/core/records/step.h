@@ -72,6 +72,7 @@ typedef struct dt__step {
     dt__runev *ev;              /* controller only: the event bases (ss: device d's stream) */
     struct dt__stream **ss;     /* controller only: ev->ss */
     const dt__backend **be;     /* controller only: ss[d]'s backend */
+    const dt__backend *be_all;  /* controller only: dt__backend_all(n, be) */
     uint8_t *imgs;              /* image 0 */
     int nheld;                  /* entries of held */
     dt__step_held *held;        /* the groups the run holds (after the images) */

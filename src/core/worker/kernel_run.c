@@ -161,6 +161,12 @@ static void run_collective(dt__krec *k, dt__stream *s) {
         c->ops->run(c, &a, k->rank, k->in[0], k->out, k->opname);
     else if (!k->out->error)
         poison(k, s, "no communication back end for this device type");
+    dt__coll_logent *log = s->g->coll_log; /* test use: dt_debug_coll_log */
+    if (log) {
+        int i = atomic_fetch_add_explicit(&s->g->coll_log_n, 1, memory_order_relaxed);
+        if (i < s->g->coll_log_cap)
+            log[i] = (dt__coll_logent){s->device_id, s->kind, k->rank, a.group, a.seq};
+    }
 }
 
 /* A kernel's name in traces. */
@@ -260,7 +266,9 @@ static dt__krec *bcast_local(dt__krec *slot, bcast_buf *buf) {
     dt__krec *k = &buf->k;
     memcpy(k, img, offsetof(dt__krec, attr) + img->alen);
     k->next = NULL;
-    k->rank = slot->rank; /* a collective's comm rank (lower_bcast.c), else 0 */
+    k->rank = slot->rank; /* a collective's comm rank (lower_coll.c), else 0 */
+    if (b->coll_ids)      /* and its group's id and sequence number */
+        memcpy(k->attr, img->attr + img->alen + (size_t)dt__bcast_slot_index(b, slot) * 16, 16);
     k->n_in = slot->n_in;
     k->wait = slot->wait;
     memcpy(k->in, slot->in, sizeof k->in);
