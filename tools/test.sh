@@ -100,10 +100,12 @@ record pytest "$rc"
 # the tests that exercise the controller (replay, chains, the schedule,
 # elementwise and reduction ops on meshes, redistribution, a Llama forward and
 # generate, context-parallel attention, the switches' own comparison). A new
-# opt-in mechanism adds its setting to OPTIN_SETTINGS (docs/testing.md).
+# opt-in mechanism adds its setting to OPTIN_SETTINGS (docs/testing.md); CUDA graphs
+# run on the CPU backend's emulation of capture and launch.
 # (DTORCH_OVERLAP=0 is read when a graph is made; test_streams.py and test_switches.py run it in
 # child processes, and test_schedule.py's reorders need the communication stream it removes.)
-OPTIN_SETTINGS=("DTORCH_REPLAY=1" "DTORCH_CHAINS=1" "DTORCH_SCHEDULE=0" "DTORCH_BCAST=0" "DTORCH_BGROUP=0" "DTORCH_STEP=0")
+OPTIN_SETTINGS=("DTORCH_REPLAY=1" "DTORCH_CHAINS=1" "DTORCH_SCHEDULE=0" "DTORCH_BCAST=0" "DTORCH_BGROUP=0" "DTORCH_STEP=0"
+    "DTORCH_CUDA_GRAPH=1 DTORCH_GRAPH_EMULATE=1")
 OPTIN_TESTS=(tests/python/test_replay.py tests/python/test_chain.py tests/python/test_schedule.py tests/python/test_bcast.py tests/python/test_bgroup.py tests/python/test_step.py
     tests/python/test_switches.py tests/python/test_elementwise_mesh.py tests/python/test_reduce.py
     tests/python/test_redistribute.py tests/python/test_context_parallel.py tests/python/test_llama.py)

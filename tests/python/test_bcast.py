@@ -16,7 +16,7 @@ import torch
 
 import dtorch
 from dtorch import DeviceMesh, Partial, Replicate, Shard
-from dtorch.test.probes import bcast, graph_stats, held_controller, replay
+from dtorch.test.probes import bcast, cuda_graph, graph_stats, held_controller, replay
 from dtorch.test.test_util import local_values
 
 from helpers import CPU1, CPU2, CPU3, CPU2x2, DEV, assert_close_everywhere, assert_equal_everywhere, genuine_partial, int_valued
@@ -96,8 +96,15 @@ class TestSameAsPerDevice(unittest.TestCase):
         mesh = DeviceMesh(DEV, [0])
         t = int_valued(3, 4)
         x = dtorch.from_torch(t, mesh, [R])
-        y, values, n = run(True, lambda a: a + a * 2.0, x)
+        with cuda_graph(False):
+            y, values, n = run(True, lambda a: a + a * 2.0, x)
         self.assertEqual(n, 0)
+        self.assertTrue(torch.equal(y.to_torch(), t + t * 2.0))
+        # With CUDA graphs on, a one-device mesh's nodes are shared too (a run's slot is what a
+        # worker captures): both nodes, the same value.
+        with cuda_graph(True):
+            y, values, n = run(True, lambda a: a + a * 2.0, x)
+        self.assertEqual(n, 2)
         self.assertTrue(torch.equal(y.to_torch(), t + t * 2.0))
 
     def test_inputs_laid_out_differently(self):

@@ -120,8 +120,8 @@ struct dt_graph {
     /* Run slots captured as graphs, launched, run eagerly with graphs on
      * (core/worker/graph_run.c). */
     atomic_long graph_captured, graph_launched, graph_eager;
-    atomic_long bcast_nodes;      /* nodes lowered as one device-independent record (lower_bcast.c) */
-    atomic_long bcast_colls;      /* collectives lowered as one device-independent record (lower_coll.c) */
+    atomic_long bcast_nodes; /* nodes lowered as one device-independent record (lower_bcast.c) */
+    atomic_long bcast_colls; /* collectives lowered as one device-independent record (lower_coll.c) */
     /* Test use (dt_debug_coll_log): each collective kernel a worker ran or
      * dropped, up to coll_log_cap entries; NULL: not noted. Set before the
      * work it notes is recorded; entries are read after a sync. */
