@@ -259,6 +259,7 @@ class TestInPlace(unittest.TestCase):
             x = dtorch.from_torch(t, CPU3, [Shard(0)])
             outs = []
             for _ in range(6):
+                settle()  # the step before's result freed: its instance is free to launch
                 outs.append((((x + 1.0) * 2.0 - 3.0) * 0.5).abs().to_torch())
             return outs
 
@@ -296,13 +297,19 @@ class TestErrors(unittest.TestCase):
     @cpu_only("an integer division by zero is a kernel error on the host only")
     def test_kernel_error_in_a_launched_slot_names_op_and_line(self):
         # z's values change each step (same layout): the launched slot's floor division meets a
-        # zero at step 6; the read names that kernel and its line, as with graphs off.
+        # zero at step `bad`; the read names that kernel and its line, as with graphs off (the
+        # zero at each of the later steps in turn).
         tx = torch.tensor([40, 60, 80, 100, 120, 140])
 
-        def run():
+        def run(bad):
             x = dtorch.from_torch(tx, CPU3, [Shard(0)])
-            for k in range(8):
-                z = dtorch.from_torch(torch.tensor([2, 3, 1, 2, 0 if k == 6 else 5, 7]), CPU3, [Shard(0)])
+            # Every step's z made first and kept: each at an address of its own, so the slot
+            # copies it into its static input (never taken by address, where the allocator's
+            # reuse of a freed z's address would decide whether an instance matches).
+            zs = [dtorch.from_torch(torch.tensor([2, 3, 1, 2, 0 if k == bad else 5, 7]), CPU3, [Shard(0)])
+                  for k in range(bad + 2)]
+            for k, z in enumerate(zs):
+                settle()  # the step before last's values freed: an instance is free to launch
                 u = x * 2
                 line = inspect.currentframe().f_lineno + 1
                 q = u // z
@@ -314,12 +321,19 @@ class TestErrors(unittest.TestCase):
                 x = y
             return None
 
-        (ko, msg_off, line), (kon, msg_on, _), st = both(run)
-        self.assertEqual((ko, kon), (6, 6))
-        self.assertEqual(msg_on, msg_off)
-        self.assertIn("floor_divide failed on cpu:2", msg_on)
-        self.assertIn(f"{os.path.basename(__file__)}:{line}", msg_on)
-        self.assertGreater(st["graph_launched"], 0, st)
+        launched = 0
+        for bad in (4, 5, 6, 7):
+            with self.subTest(bad=bad):
+                off, on, st = both(run, bad)
+                self.assertIsNotNone(off)
+                self.assertIsNotNone(on, "no kernel error surfaced with graphs on")
+                (ko, msg_off, line), (kon, msg_on, _) = off, on
+                self.assertEqual((ko, kon), (bad, bad))
+                self.assertEqual(msg_on, msg_off)
+                self.assertIn("floor_divide failed on cpu:2", msg_on)
+                self.assertIn(f"{os.path.basename(__file__)}:{line}", msg_on)
+                launched += st["graph_launched"]
+        self.assertGreater(launched, 0)
 
 
 if __name__ == "__main__":
