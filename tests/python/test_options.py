@@ -362,8 +362,14 @@ class TestEnvironment(unittest.TestCase):
                 "            y = fn(d)\n"
                 "        dtorch.synchronize()\n"
                 "    s1 = graph_stats()\n"
-                "    out += [s1['nodes_fused'] - s0['nodes_fused'], s1['chain_blocks'] - s0['chain_blocks'],\n"
-                "            torch.equal(y.to_torch(), fn(x))]\n"
+                "    a, b = y.to_torch(), fn(x)\n"
+                "    eq = torch.equal(a, b)\n"
+                "    if not eq:  # what a rare mismatch was (seen twice in CI, not reproduced here)\n"
+                "        bad = (a != b).nonzero().flatten()\n"
+                "        print('mismatch at', bad[:8].tolist(), 'of', bad.numel(), 'threads', torch.get_num_threads(),\n"
+                "              'dtorch', a[bad[:3]].tolist(), 'eager', b[bad[:3]].tolist(),\n"
+                "              'eager again equal', torch.equal(fn(x), b), 'input equal', torch.equal(d.to_torch(), x))\n"
+                "    out += [s1['nodes_fused'] - s0['nodes_fused'], s1['chain_blocks'] - s0['chain_blocks'], eq]\n"
                 "print(out)")
         n = 3 * 32768 + 7
         for value, size in ((None, 32768), ("1024", 1024), ("5000", 4096), ("2047", 1024),
