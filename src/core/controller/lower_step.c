@@ -46,8 +46,11 @@ static dt__step *step_open(dt__lower *L, const dt_mesh *mesh, int n) {
         dt__free(st);
         st = NULL;
     }
-    if (!st)
-        st = dt__malloc(DT__STEP_BYTES(n));
+    if (!st && (st = dt__malloc(DT__STEP_BYTES(n)))) {
+        st->memo = (dt__step_memo *)((uint8_t *)st + DT__STEP_MEMO_AT(n));
+        st->memo->len = 0;                                 /* nothing packed yet */
+        memset(st->memo->hix, 0xff, sizeof st->memo->hix); /* no entries */
+    }
     dt__runev *ev = st ? dt__runev_new(L->g->ctl_pools, n) : NULL;
     if (!ev) {
         dt__free(st);
@@ -88,27 +91,51 @@ static dt__step *step_open(dt__lower *L, const dt_mesh *mesh, int n) {
     return st;
 }
 
-/* Entries of the run's holds looked through for the group an image reads
- * (the most recent first): a chain reads what the last few images made,
- * and a value read all along (a weight, a constant) is found at once. */
-#define HOLD_LOOK 4
-
 /* The entry of st's holds through which an image reads group gr: one the
  * run has (the group is then not held again: one atomic update per run, not
- * per image, on a line the workers also write), else a new one with a hold. */
+ * per image, on a line the workers also write), found through the hold
+ * table (dt__step_memo), else a new one with a hold. */
 static int step_hold(dt__step *st, dt__bgroup *gr) {
-    for (int e = st->nheld - 1; e >= 0 && e >= st->nheld - HOLD_LOOK; e--)
-        if (st->held[e].gr == gr) {
-            st->held[e].uses++;
-            return e;
-        }
+    uint8_t *hix = &st->memo->hix[dt__step_hold_slot(gr)];
+    int e = *hix;
+    if (e < st->nheld && st->held[e].gr == gr) {
+        st->held[e].uses++;
+        return e;
+    }
     if (gr->ev == st->ev) /* made by this run: no other thread has seen it yet */
         atomic_store_explicit(&gr->holds, atomic_load_explicit(&gr->holds, memory_order_relaxed) + 1,
                               memory_order_relaxed);
     else
         dt__bgroup_hold(gr);
     st->held[st->nheld] = (dt__step_held){gr, 1};
+    *hix = (uint8_t)st->nheld;
     return st->nheld++;
+}
+
+/* Attribute bytes copied as one block of constant size (inline stores)
+ * when there are no more: both the memo and an image hold
+ * DT__KATTR_PACK_MAX. A struct of bytes, so the copy aliases nothing. */
+typedef struct step_short {
+    uint8_t b[48];
+} step_short;
+_Static_assert(sizeof(step_short) <= DT__KATTR_PACK_MAX, "a short copy fits");
+
+/* Packs a into image img's attributes, or copies the bytes packed for the
+ * last kernel when its dt__kattr had the same bytes (dt__step_memo). */
+static void step_pack(dt__step *st, const dt__kattr *a, dt__krec *img) {
+    dt__step_memo *mo = st->memo;
+    if (mo->len && !memcmp(a, &mo->a, sizeof *a)) {
+        img->alen = mo->len;
+        if (mo->len <= sizeof(step_short))
+            *(step_short *)img->attr = *(const step_short *)mo->bytes;
+        else
+            memcpy(img->attr, mo->bytes, mo->len);
+        return;
+    }
+    img->alen = (uint32_t)dt__kattr_pack(a, img->attr);
+    memcpy(&mo->a, a, sizeof *a);
+    memcpy(mo->bytes, img->attr, img->alen);
+    mo->len = img->alen;
 }
 
 void dt__lw_step_close(dt_graph *g) {
@@ -146,7 +173,7 @@ void dt__lw_step_close(dt_graph *g) {
  * opened, another mesh's or a full one closed, as needed); NULL when the
  * node is lowered otherwise: the switch or groups off, an output with
  * blobs already, a mesh too large, no run to be had. */
-static dt__step *step_for(dt__lower *L, const dt__tval *out) {
+static inline __attribute__((always_inline)) dt__step *step_for(dt__lower *L, const dt__tval *out) {
     dt_graph *g = L->g;
     if (!atomic_load_explicit(&g->step, memory_order_relaxed) ||
         !atomic_load_explicit(&g->bgroup, memory_order_relaxed) || out->blobs)
@@ -170,8 +197,9 @@ static dt__step *step_for(dt__lower *L, const dt__tval *out) {
 
 /* Appends the node's kernel to st, reading member d of gin[j] on device d:
  * the output's group made, the attributes packed into the next image. */
-static void step_image(dt__lower *L, dt__step *st, dt__tval *out, int kop, dt__kattr *a, const char *opname,
-                       dt__bgroup *const *gin, int n_in) {
+static inline __attribute__((always_inline)) void step_image(dt__lower *L, dt__step *st, dt__tval *out,
+                                                             int kop, dt__kattr *a, const char *opname,
+                                                             dt__bgroup *const *gin, int n_in) {
     dt_graph *g = L->g;
     int n = st->n;
     dt__bgroup *gr = dt__bgroup_new_all(g->ctl_pools, n, st->be, st->be_all, DT__BGROUP_REFS);
@@ -190,7 +218,7 @@ static void step_image(dt__lower *L, dt__step *st, dt__tval *out, int kop, dt__k
     dt__step_img *im = dt__step_img_at(st, st->k++);
     dt__krec *img = (dt__krec *)((uint8_t *)im + DT__STEP_IMG_HDR);
     memset(img, 0, offsetof(dt__krec, attr));
-    img->alen = (uint32_t)dt__kattr_pack(a, img->attr);
+    step_pack(st, a, img);
     img->kop = kop;
     img->n_in = (int16_t)n_in;
     img->opname = opname ? opname : dt__ops[L->node->op].name;
@@ -212,10 +240,11 @@ int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const ch
     dt__step *st = step_for(L, out);
     if (!st)
         return 0;
-    /* Every input by its group: a value made per device is adopted. */
+    /* Every input by its group: a value made per device is adopted (groups
+     * are on: step_for). */
     dt__bgroup *gin[DT_MAX_OP_INPUTS];
     for (int j = 0; j < n_in; j++)
-        if (!(gin[j] = dt__lw_group_of(L->g, in[j], st->n)))
+        if (!(gin[j] = in[j]->grp) && !(gin[j] = dt__lw_group_of(L->g, in[j], st->n)))
             return 0; /* out of memory: the shared record's path */
     step_image(L, st, out, kop, a, opname, gin, n_in);
     return 1;
