@@ -36,6 +36,9 @@
 #include "core/records/step.h"
 #include "core/worker/stream_int.h"
 
+/* Meshes whose streams the graph keeps for the next run (step_ss). */
+#define STEP_SS_CACHED ((int)(sizeof((dt_graph *)0)->step_ss / sizeof(void *)))
+
 /* A new run on `mesh` (n devices), its streams looked up; NULL when one
  * cannot be had here (out of memory, a worker node's device, a failed
  * stream: the caller's path reports it). */
@@ -70,8 +73,12 @@ static dt__step *step_open(dt__lower *L, const dt_mesh *mesh, int n) {
     st->imgs = (uint8_t *)st + DT__STEP_IMGS(n);
     st->nheld = 0;
     st->held = (dt__step_held *)((uint8_t *)st + DT__STEP_HELD_AT(n));
+    dt_graph *g = L->g;
+    /* The streams the last run on this mesh looked up, while no cluster
+     * change can have replaced one (graph_int.h, step_ss). */
+    int cached = n <= STEP_SS_CACHED && g->step_ss_uid == mesh->uid && g->step_ss_gen == g->cluster_gen;
     for (int d = 0; d < n; d++) {
-        st->ss[d] = dt__lw_stream(L, mesh, d);
+        st->ss[d] = cached ? g->step_ss[d] : dt__lw_stream(L, mesh, d);
         if (!st->ss[d] || st->ss[d]->remote) {
             for (int e = 0; e < d; e++)
                 st->ss[e]->in_run = 0;
@@ -86,6 +93,11 @@ static dt__step *step_open(dt__lower *L, const dt_mesh *mesh, int n) {
          * is number base + i + 1 on each. */
         ev->base[d] = st->ss[d]->appended;
         st->ss[d]->in_run = 1;
+    }
+    if (!cached && n <= STEP_SS_CACHED) {
+        memcpy(g->step_ss, st->ss, sizeof *st->ss * (size_t)n);
+        g->step_ss_uid = mesh->uid;
+        g->step_ss_gen = g->cluster_gen;
     }
     st->be_all = dt__backend_all(n, st->be);
     return st;
@@ -116,7 +128,7 @@ static int step_hold(dt__step *st, dt__bgroup *gr) {
  * when there are no more: both the memo and an image hold
  * DT__KATTR_PACK_MAX. A struct of bytes, so the copy aliases nothing. */
 typedef struct step_short {
-    uint8_t b[48];
+    uint8_t b[64];
 } step_short;
 _Static_assert(sizeof(step_short) <= DT__KATTR_PACK_MAX, "a short copy fits");
 
@@ -217,7 +229,17 @@ static inline __attribute__((always_inline)) void step_image(dt__lower *L, dt__s
     gr->kidx = st->k;
     dt__step_img *im = dt__step_img_at(st, st->k++);
     dt__krec *img = (dt__krec *)((uint8_t *)im + DT__STEP_IMG_HDR);
-    memset(img, 0, offsetof(dt__krec, attr));
+    /* The header's fields one by one (a memset of its size is a string
+     * instruction, slow to start for so few bytes); in[] and out stay
+     * NULL: a worker puts its own blobs there (core/worker/kernel_run.c). */
+    img->next = NULL;
+    img->wait = 0;
+    img->rank = 0;
+    for (int j = 0; j < DT_MAX_OP_INPUTS; j++)
+        img->in[j] = NULL;
+    img->out = NULL;
+    img->handle = NULL;
+    img->cls = 0;
     step_pack(st, a, img);
     img->kop = kop;
     img->n_in = (int16_t)n_in;
