@@ -224,6 +224,28 @@ class TestRunsCut(unittest.TestCase):
         assert_equal_everywhere(self, s, y.sum(dim=1) * 0.5)
         assert_equal_everywhere(self, r, (y - 1.0) * y)
 
+    def test_meshes_of_one_size_alternate(self):
+        # Runs on two meshes of two devices each, on devices 0, 1 and 2, 3, one after the other:
+        # each run's kernels on its own mesh's streams (the graph keeps the last run's streams
+        # for its mesh only): every device's memory as per node, the values torch's.
+        lo, hi = dtorch.DeviceMesh("cpu", [0, 1]), dtorch.DeviceMesh("cpu", [2, 3])
+        a = dtorch.from_torch(self.ta, lo, [Shard(0)])
+        b = dtorch.from_torch(self.tb, hi, [Shard(1)])
+
+        def fn(a, b):
+            x, y = a, b
+            for k in range(4):
+                x = x * 2.0 + float(k)
+                y = y - float(k)
+            return x, y
+
+        x, y = TestRunsAsPerDevice.compare(self, fn, CPU2x2, a, b)
+        wx, wy = self.ta, self.tb
+        for k in range(4):
+            wx, wy = wx * 2.0 + float(k), wy - float(k)
+        assert_equal_everywhere(self, x, wx)
+        assert_equal_everywhere(self, y, wy)
+
     def test_changed_shape_dtype_placement_and_scalar(self):
         a, b = self.inputs()
         c = dtorch.from_torch(self.ta.to(torch.bfloat16), CPU3, [Shard(0)])
