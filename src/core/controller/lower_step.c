@@ -253,8 +253,16 @@ static inline __attribute__((always_inline)) void step_image(dt__lower *L, dt__s
         im->hold[j] = (uint8_t)step_hold(st, gin[j]);
     }
     g->kqueued_local += n;
-    if (st->k == DT__STEP_MAX)
+    if (st->k == DT__STEP_MAX) {
         dt__lw_step_close(g);
+        return;
+    }
+    /* The next image's lines (its header, its kernel's, the start of its
+     * attributes), asked for now: the allocation was last read by the
+     * workers (a reused run) or never touched (a new one). */
+    const uint8_t *next = (const uint8_t *)dt__step_img_at(st, st->k);
+    for (size_t o = 0; o < DT__STEP_IMG_HDR + offsetof(dt__krec, attr) + DT_CACHE_LINE; o += DT_CACHE_LINE)
+        __builtin_prefetch(next + o, 1, 3);
 }
 
 int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname,
