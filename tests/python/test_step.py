@@ -224,6 +224,28 @@ class TestRunsCut(unittest.TestCase):
         assert_equal_everywhere(self, s, y.sum(dim=1) * 0.5)
         assert_equal_everywhere(self, r, (y - 1.0) * y)
 
+    def test_meshes_of_one_size_alternate(self):
+        # Runs on two meshes of two devices each, on devices 0, 1 and 2, 3, one after the other:
+        # each run's kernels on its own mesh's streams (the graph keeps the last run's streams
+        # for its mesh only): every device's memory as per node, the values torch's.
+        lo, hi = dtorch.DeviceMesh("cpu", [0, 1]), dtorch.DeviceMesh("cpu", [2, 3])
+        a = dtorch.from_torch(self.ta, lo, [Shard(0)])
+        b = dtorch.from_torch(self.tb, hi, [Shard(1)])
+
+        def fn(a, b):
+            x, y = a, b
+            for k in range(4):
+                x = x * 2.0 + float(k)
+                y = y - float(k)
+            return x, y
+
+        x, y = TestRunsAsPerDevice.compare(self, fn, CPU2x2, a, b)
+        wx, wy = self.ta, self.tb
+        for k in range(4):
+            wx, wy = wx * 2.0 + float(k), wy - float(k)
+        assert_equal_everywhere(self, x, wx)
+        assert_equal_everywhere(self, y, wy)
+
     def test_changed_shape_dtype_placement_and_scalar(self):
         a, b = self.inputs()
         c = dtorch.from_torch(self.ta.to(torch.bfloat16), CPU3, [Shard(0)])
@@ -257,6 +279,72 @@ class TestRunsCut(unittest.TestCase):
         for k in range(80):
             want = want * 0.5 + self.tb if k % 2 else want + 1.0
         assert_equal_everywhere(self, y, want)
+
+
+class TestAttributesReused(unittest.TestCase):
+    """A run's image copies the attributes packed for the last kernel when its attributes have the
+    same bytes (core/records/step.h, dt__step_memo): kernels of one op that differ in one field only,
+    and ops that alternate, each get their own; the values are those of the per-device path."""
+
+    def setUp(self):
+        self.ta = int_valued(6, 4, seed=7)
+        self.tb = int_valued(6, 4, seed=8)
+
+    def check(self, fn, ref, mesh=CPU3, pl=(Replicate(),)):
+        a, b = dtorch.from_torch(self.ta, mesh, list(pl)), dtorch.from_torch(self.tb, mesh, list(pl))
+        got = TestRunsAsPerDevice.compare(self, fn, mesh, a, b)
+        want = ref(self.ta, self.tb)
+        self.assertEqual(len(got), len(want))
+        for k, (y, w) in enumerate(zip(got, want)):
+            with self.subTest(result=k):
+                assert_equal_everywhere(self, y, w)
+
+    def test_one_field_differs(self):
+        # Consecutive kernels of one op whose attributes differ in one field only: the first
+        # scalar (the dt__kattr's middle), the second (alpha, clamp's max: near its end), an
+        # array (a slice's start and length); float32 and bfloat16.
+        def fn(t, a, b):
+            out = []
+            for k in range(1, 5):
+                out.append(t.add(b, alpha=k))
+            for k in range(1, 5):
+                out.append(a + float(k))
+            for k in range(1, 5):
+                out.append(t.clamp(1.0, float(2 + k)))
+            for k in range(3):
+                out.append(a.narrow(1, k, 4 - k) * 2.0)
+            return out
+
+        cases = [(CPU3, (Replicate(),), torch.float32), (CPU3, (Shard(0),), torch.float32),
+                 (CPU2x2, (Replicate(), Shard(0)), torch.float32), (CPU2, (Replicate(),), torch.bfloat16)]
+        for mesh, pl, dt in cases:
+            with self.subTest(mesh=mesh, placements=pl, dtype=dt):
+                self.ta, self.tb = self.ta.to(dt), self.tb.to(dt)
+                self.check(lambda a, b: fn(a, a, b), lambda a, b: fn(a, a, b), mesh, pl)
+
+    def test_alternating_ops(self):
+        # add, mul, add, sub, add, ...: the attributes of each differ from the last kernel's but
+        # equal those of the one before it.
+        def fn(a, b):
+            y, out = a, []
+            for k in range(12):
+                y = (y + b, y * b, y - b)[k % 3] if k % 2 else y + b
+                out.append(y)
+            return out
+
+        self.check(fn, fn)
+
+    def test_value_read_all_along(self):
+        # b is read by every image (one hold for the run) and each intermediate by the next two
+        # (a hold found again, not after the last few entries only): the same memory per device
+        # and in-place kernels as one shared record per node.
+        def fn(a, b):
+            y, prev = a, a
+            for _ in range(20):
+                y, prev = y * b + prev, y
+            return [y, prev]
+
+        self.check(fn, fn)
 
 
 class TestRunErrors(unittest.TestCase):

@@ -36,6 +36,9 @@
 #include "core/records/step.h"
 #include "core/worker/stream_int.h"
 
+/* Meshes whose streams the graph keeps for the next run (step_ss). */
+#define STEP_SS_CACHED ((int)(sizeof((dt_graph *)0)->step_ss / sizeof(void *)))
+
 /* A new run on `mesh` (n devices), its streams looked up; NULL when one
  * cannot be had here (out of memory, a worker node's device, a failed
  * stream: the caller's path reports it). */
@@ -46,8 +49,11 @@ static dt__step *step_open(dt__lower *L, const dt_mesh *mesh, int n) {
         dt__free(st);
         st = NULL;
     }
-    if (!st)
-        st = dt__malloc(DT__STEP_BYTES(n));
+    if (!st && (st = dt__malloc(DT__STEP_BYTES(n)))) {
+        st->memo = (dt__step_memo *)((uint8_t *)st + DT__STEP_MEMO_AT(n));
+        st->memo->len = 0;                                 /* nothing packed yet */
+        memset(st->memo->hix, 0xff, sizeof st->memo->hix); /* no entries */
+    }
     dt__runev *ev = st ? dt__runev_new(L->g->ctl_pools, n) : NULL;
     if (!ev) {
         dt__free(st);
@@ -67,8 +73,12 @@ static dt__step *step_open(dt__lower *L, const dt_mesh *mesh, int n) {
     st->imgs = (uint8_t *)st + DT__STEP_IMGS(n);
     st->nheld = 0;
     st->held = (dt__step_held *)((uint8_t *)st + DT__STEP_HELD_AT(n));
+    dt_graph *g = L->g;
+    /* The streams the last run on this mesh looked up, while no cluster
+     * change can have replaced one (graph_int.h, step_ss). */
+    int cached = n <= STEP_SS_CACHED && g->step_ss_uid == mesh->uid && g->step_ss_gen == g->cluster_gen;
     for (int d = 0; d < n; d++) {
-        st->ss[d] = dt__lw_stream(L, mesh, d);
+        st->ss[d] = cached ? g->step_ss[d] : dt__lw_stream(L, mesh, d);
         if (!st->ss[d] || st->ss[d]->remote) {
             for (int e = 0; e < d; e++)
                 st->ss[e]->in_run = 0;
@@ -84,31 +94,60 @@ static dt__step *step_open(dt__lower *L, const dt_mesh *mesh, int n) {
         ev->base[d] = st->ss[d]->appended;
         st->ss[d]->in_run = 1;
     }
+    if (!cached && n <= STEP_SS_CACHED) {
+        memcpy(g->step_ss, st->ss, sizeof *st->ss * (size_t)n);
+        g->step_ss_uid = mesh->uid;
+        g->step_ss_gen = g->cluster_gen;
+    }
     st->be_all = dt__backend_all(n, st->be);
     return st;
 }
 
-/* Entries of the run's holds looked through for the group an image reads
- * (the most recent first): a chain reads what the last few images made,
- * and a value read all along (a weight, a constant) is found at once. */
-#define HOLD_LOOK 4
-
 /* The entry of st's holds through which an image reads group gr: one the
  * run has (the group is then not held again: one atomic update per run, not
- * per image, on a line the workers also write), else a new one with a hold. */
+ * per image, on a line the workers also write), found through the hold
+ * table (dt__step_memo), else a new one with a hold. */
 static int step_hold(dt__step *st, dt__bgroup *gr) {
-    for (int e = st->nheld - 1; e >= 0 && e >= st->nheld - HOLD_LOOK; e--)
-        if (st->held[e].gr == gr) {
-            st->held[e].uses++;
-            return e;
-        }
+    uint8_t *hix = &st->memo->hix[dt__step_hold_slot(gr)];
+    int e = *hix;
+    if (e < st->nheld && st->held[e].gr == gr) {
+        st->held[e].uses++;
+        return e;
+    }
     if (gr->ev == st->ev) /* made by this run: no other thread has seen it yet */
         atomic_store_explicit(&gr->holds, atomic_load_explicit(&gr->holds, memory_order_relaxed) + 1,
                               memory_order_relaxed);
     else
         dt__bgroup_hold(gr);
     st->held[st->nheld] = (dt__step_held){gr, 1};
+    *hix = (uint8_t)st->nheld;
     return st->nheld++;
+}
+
+/* Attribute bytes copied as one block of constant size (inline stores)
+ * when there are no more: both the memo and an image hold
+ * DT__KATTR_PACK_MAX. A struct of bytes, so the copy aliases nothing. */
+typedef struct step_short {
+    uint8_t b[64];
+} step_short;
+_Static_assert(sizeof(step_short) <= DT__KATTR_PACK_MAX, "a short copy fits");
+
+/* Packs a into image img's attributes, or copies the bytes packed for the
+ * last kernel when its dt__kattr had the same bytes (dt__step_memo). */
+static void step_pack(dt__step *st, const dt__kattr *a, dt__krec *img) {
+    dt__step_memo *mo = st->memo;
+    if (mo->len && !memcmp(a, &mo->a, sizeof *a)) {
+        img->alen = mo->len;
+        if (mo->len <= sizeof(step_short))
+            *(step_short *)img->attr = *(const step_short *)mo->bytes;
+        else
+            memcpy(img->attr, mo->bytes, mo->len);
+        return;
+    }
+    img->alen = (uint32_t)dt__kattr_pack(a, img->attr);
+    memcpy(&mo->a, a, sizeof *a);
+    memcpy(mo->bytes, img->attr, img->alen);
+    mo->len = img->alen;
 }
 
 void dt__lw_step_close(dt_graph *g) {
@@ -146,7 +185,7 @@ void dt__lw_step_close(dt_graph *g) {
  * opened, another mesh's or a full one closed, as needed); NULL when the
  * node is lowered otherwise: the switch or groups off, an output with
  * blobs already, a mesh too large, no run to be had. */
-static dt__step *step_for(dt__lower *L, const dt__tval *out) {
+static inline __attribute__((always_inline)) dt__step *step_for(dt__lower *L, const dt__tval *out) {
     dt_graph *g = L->g;
     if (!atomic_load_explicit(&g->step, memory_order_relaxed) ||
         !atomic_load_explicit(&g->bgroup, memory_order_relaxed) || out->blobs)
@@ -170,8 +209,9 @@ static dt__step *step_for(dt__lower *L, const dt__tval *out) {
 
 /* Appends the node's kernel to st, reading member d of gin[j] on device d:
  * the output's group made, the attributes packed into the next image. */
-static void step_image(dt__lower *L, dt__step *st, dt__tval *out, int kop, dt__kattr *a, const char *opname,
-                       dt__bgroup *const *gin, int n_in) {
+static inline __attribute__((always_inline)) void step_image(dt__lower *L, dt__step *st, dt__tval *out,
+                                                             int kop, dt__kattr *a, const char *opname,
+                                                             dt__bgroup *const *gin, int n_in) {
     dt_graph *g = L->g;
     int n = st->n;
     dt__bgroup *gr = dt__bgroup_new_all(g->ctl_pools, n, st->be, st->be_all, DT__BGROUP_REFS);
@@ -189,8 +229,18 @@ static void step_image(dt__lower *L, dt__step *st, dt__tval *out, int kop, dt__k
     gr->kidx = st->k;
     dt__step_img *im = dt__step_img_at(st, st->k++);
     dt__krec *img = (dt__krec *)((uint8_t *)im + DT__STEP_IMG_HDR);
-    memset(img, 0, offsetof(dt__krec, attr));
-    img->alen = (uint32_t)dt__kattr_pack(a, img->attr);
+    /* The header's fields one by one (a memset of its size is a string
+     * instruction, slow to start for so few bytes); in[] and out stay
+     * NULL: a worker puts its own blobs there (core/worker/kernel_run.c). */
+    img->next = NULL;
+    img->wait = 0;
+    img->rank = 0;
+    for (int j = 0; j < DT_MAX_OP_INPUTS; j++)
+        img->in[j] = NULL;
+    img->out = NULL;
+    img->handle = NULL;
+    img->cls = 0;
+    step_pack(st, a, img);
     img->kop = kop;
     img->n_in = (int16_t)n_in;
     img->opname = opname ? opname : dt__ops[L->node->op].name;
@@ -203,8 +253,16 @@ static void step_image(dt__lower *L, dt__step *st, dt__tval *out, int kop, dt__k
         im->hold[j] = (uint8_t)step_hold(st, gin[j]);
     }
     g->kqueued_local += n;
-    if (st->k == DT__STEP_MAX)
+    if (st->k == DT__STEP_MAX) {
         dt__lw_step_close(g);
+        return;
+    }
+    /* The next image's lines (its header, its kernel's, the start of its
+     * attributes), asked for now: the allocation was last read by the
+     * workers (a reused run) or never touched (a new one). */
+    const uint8_t *next = (const uint8_t *)dt__step_img_at(st, st->k);
+    for (size_t o = 0; o < DT__STEP_IMG_HDR + offsetof(dt__krec, attr) + DT_CACHE_LINE; o += DT_CACHE_LINE)
+        __builtin_prefetch(next + o, 1, 3);
 }
 
 int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname,
@@ -212,10 +270,11 @@ int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const ch
     dt__step *st = step_for(L, out);
     if (!st)
         return 0;
-    /* Every input by its group: a value made per device is adopted. */
+    /* Every input by its group: a value made per device is adopted (groups
+     * are on: step_for). */
     dt__bgroup *gin[DT_MAX_OP_INPUTS];
     for (int j = 0; j < n_in; j++)
-        if (!(gin[j] = dt__lw_group_of(L->g, in[j], st->n)))
+        if (!(gin[j] = in[j]->grp) && !(gin[j] = dt__lw_group_of(L->g, in[j], st->n)))
             return 0; /* out of memory: the shared record's path */
     step_image(L, st, out, kop, a, opname, gin, n_in);
     return 1;

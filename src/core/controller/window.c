@@ -72,16 +72,18 @@ static void mark_released(dt__window *w, const dt__tval *list) {
 }
 
 /* A value's lines (core/client/tensor.h: its meta, then the controller's
- * fields, the window's generation last), the client's writes all: asked
- * for at once for a node's values while the batch is counted, so that the
- * misses of the fill below and of lowering overlap instead of each being
- * waited for in turn. */
+ * fields, the window's generation last), the client's writes all. */
 static inline void prefetch_value(const dt__tval *v, int write) {
     for (size_t o = 0; o < sizeof *v; o += DT_CACHE_LINE)
         __builtin_prefetch((const uint8_t *)v + o, write, 3);
 }
 
-static inline void prefetch_values(const dt__node *x) {
+/* Asked for as soon as a node is reached, before its slot is filled: the
+ * misses on its values and on the next node (each a line the client
+ * wrote) overlap instead of each being waited for in turn. */
+static inline void prefetch_node(const dt__node *x) {
+    if (x->next)
+        __builtin_prefetch(x->next, 0, 3);
     if (x->out)
         prefetch_value(x->out, 1); /* the fill writes its slot */
     for (int j = 0; j < x->n_in; j++)
@@ -95,18 +97,21 @@ dt_status dt__window_fill(dt__window *w, dt__node *batch, dt__tval *released) {
     w->fused = 0;
     w->released = released;
     w->stop_released = NULL;
-    int n = 0;
-    dt__node *last = NULL;
-    for (dt__node *x = batch; x; x = x->next) {
-        n++;
-        last = x;
-        prefetch_values(x);
-    }
-    if (reserve(w, n) != DT_OK)
-        return dt__error(DT_ENOMEM, "window: out of memory for %d nodes", n);
     w->gen = atomic_fetch_add_explicit(&next_gen, 1, memory_order_relaxed);
+    /* One walk of the batch, the arrays grown as it goes: a round of
+     * thousands of nodes does not fit in the caches, so a walk to count
+     * them first would fetch every node's line twice. */
     int i = 0;
+    dt__node *last = NULL;
     for (dt__node *x = batch; x; x = x->next, i++) {
+        prefetch_node(x);
+        if (i == w->cap && reserve(w, i + 1) != DT_OK) {
+            /* Nothing of the window is used: the stamps given so far are
+             * this generation's, which no later round has. */
+            w->gen = atomic_fetch_add_explicit(&next_gen, 1, memory_order_relaxed);
+            return dt__error(DT_ENOMEM, "window: out of memory for more than %d nodes", i);
+        }
+        last = x;
         w->nodes[i] = w->orig[i] = x;
         w->flags[i] = 0;
         w->consumers[i] = 0;
@@ -120,7 +125,7 @@ dt_status dt__window_fill(dt__window *w, dt__node *batch, dt__tval *released) {
             x->out->wslot = i;
         }
     }
-    w->n = n;
+    w->n = i;
     mark_released(w, released);
     /* The closing round: the values dropped before the close travel on STOP. */
     if (last && last->op == DT_OP_STOP) {

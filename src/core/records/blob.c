@@ -94,6 +94,15 @@ dt__bgroup *dt__bgroup_new_all(dt__pool_lists *mine, int n, const dt__backend *c
     dt__bgroup *gr = pooled ? dt__pool_alloc_in(&dt__bgroup_pool, mine, 0) : dt__malloc(DT__BGROUP_BYTES(n));
     if (!gr)
         return NULL;
+    if (pooled) {
+        /* The group the pool hands out next: its header was last written
+         * by the worker that freed it, so its line is asked for now, to
+         * arrive while this node and the next are lowered rather than be
+         * waited for then. */
+        dt__pool_list *l = dt__pool_slot_list(&dt__bgroup_pool, mine);
+        if (l && l->head)
+            __builtin_prefetch(l->head, 1, 3);
+    }
     /* A pooled allocation freed with its members as made here (blob.c) for
      * this size and backend: nothing to write into the members. */
     int ready = pooled && all && refs == DT__BGROUP_REFS && gr->ready == DT__BGROUP_READY(n, all);

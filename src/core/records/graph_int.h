@@ -204,6 +204,13 @@ struct dt_graph {
     /* Explain and trace records (core/records/trace.h); NULL when it could not be
      * made (nothing is recorded then). Made and freed with the graph. */
     struct dt__rec *rec;
+    /* Controller-only: the compute streams of the mesh the last run opened
+     * on (core/controller/lower_step.c), for meshes of up to
+     * 8 devices: valid while the mesh's uid is step_ss_uid
+     * and cluster_gen step_ss_gen (a stream is only replaced when a
+     * cluster change retires it); step_ss_uid 0: none. */
+    uint64_t step_ss_uid, step_ss_gen;
+    struct dt__stream *step_ss[8];
     /* A run's allocation (core/records/step.h) that its last slot gave
      * back, for the controller's next run: a run's kernel images span tens
      * of kilobytes, which malloc would hand back to the system and fault in

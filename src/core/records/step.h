@@ -79,6 +79,7 @@ typedef struct dt__step {
     /* Where the last slot leaves the allocation for the next run (the
      * graph's step_spare) when that is empty; NULL: freed. */
     _Atomic(struct dt__step *) *spare;
+    struct dt__step_memo *memo; /* controller only: its scratch (dt__step_memo) */
 } dt__step;
 
 #define DT__STEP_HDR ((size_t)2 * DT_CACHE_LINE)
@@ -88,7 +89,42 @@ _Static_assert(sizeof(dt__step) <= DT__STEP_HDR, "dt__step header");
     ((DT__STEP_HDR + (size_t)(n) * (DT__BCAST_SLOT + sizeof(void *)) + DT_CACHE_LINE - 1) / DT_CACHE_LINE *  \
      DT_CACHE_LINE)
 #define DT__STEP_HELD_AT(n) (DT__STEP_IMGS(n) + (size_t)DT__STEP_MAX * DT__STEP_IMG_STRIDE)
-#define DT__STEP_BYTES(n) (DT__STEP_HELD_AT(n) + (size_t)DT__STEP_HELD * sizeof(dt__step_held))
+/* The controller's scratch: after the holds, on lines of its own. */
+#define DT__STEP_MEMO_AT(n)                                                                                  \
+    ((DT__STEP_HELD_AT(n) + (size_t)DT__STEP_HELD * sizeof(dt__step_held) + DT_CACHE_LINE - 1) /             \
+     DT_CACHE_LINE * DT_CACHE_LINE)
+#define DT__STEP_BYTES(n) (DT__STEP_MEMO_AT(n) + sizeof(dt__step_memo))
+
+/* Where a group's entry in the run's holds is looked up: a small table
+ * indexed by a hash of the group's address (dt__step_hold_slot). */
+#define DT__STEP_HOLD_HASH 64
+_Static_assert(DT__STEP_HELD < 255, "0xff marks no entry");
+
+/* The controller's scratch in a run's allocation, never read by a worker,
+ * kept with the allocation when the next run reuses it (the graph's
+ * step_spare), since nothing in it names this run:
+ * - the attributes last packed for an image, and their packed bytes: a
+ *   kernel whose dt__kattr has the same bytes (a loop of one op) copies
+ *   them instead of packing (pack reads nothing but the dt__kattr's bytes:
+ *   equal bytes pack equal; `len` 0: none yet);
+ * - the hold table: hix[h] is the entry of `held` last added for a group
+ *   whose address hashes to h; an index is trusted only when below the
+ *   run's nheld and that entry names the group (so stale ones from an
+ *   earlier run, or a collision, only cost a new entry: one more hold). */
+typedef struct dt__step_memo {
+    dt__kattr a;
+    uint32_t len;
+    uint8_t hix[DT__STEP_HOLD_HASH];
+    uint8_t bytes[DT__KATTR_PACK_MAX];
+} dt__step_memo;
+
+/* Group gr's place in a run's hold table: a multiplicative hash of its
+ * address (groups are pooled records a power of two apart, so the low bits
+ * alone would collide). */
+static inline unsigned dt__step_hold_slot(const void *gr) {
+    return (unsigned)(((uint64_t)(uintptr_t)gr >> 6) * 0x9e3779b97f4a7c15ull >> 58);
+}
+_Static_assert(DT__STEP_HOLD_HASH == 64, "dt__step_hold_slot keeps the top 6 bits");
 
 /* Slot d of st. */
 static inline dt__krec *dt__step_slot(dt__step *st, int d) {
