@@ -21,6 +21,7 @@
 enum {
     DT__SCHED_LOWERED = 1 << 0,
     DT__SCHED_ADMITTED = 1 << 1,
+    DT__SCHED_BARRIER = 1 << 2, /* barrier(), found once while engaging */
 };
 
 /* Lowered in its place (DT_OPF_BARRIER, src/ops/ops.def): reads,
@@ -105,16 +106,15 @@ static int reserve(dt__sched *S, int n, int edges) {
 
 /* Considers the slots now within reach of the oldest unlowered one. */
 static void admit(dt__sched *S, const dt__window *w) {
-    while (S->admitted < w->n && S->admitted < S->oldest + DT__SCHED_AHEAD && !S->gate) {
-        int s = S->admitted;
-        int b = barrier(w->nodes[s]);
+    int lim = S->oldest + DT__SCHED_AHEAD < w->n ? S->oldest + DT__SCHED_AHEAD : w->n;
+    for (int s; !S->gate && (s = S->admitted) < lim; S->admitted++) {
+        int b = S->st[s] & DT__SCHED_BARRIER;
         if (b && s != S->oldest)
             break; /* everything before it first */
         S->st[s] |= DT__SCHED_ADMITTED;
         if (S->wait[s] == 0)
             heap_push(S, s);
-        S->gate = b;
-        S->admitted++;
+        S->gate = b != 0;
     }
 }
 
@@ -133,11 +133,12 @@ static void engage(dt__sched *S, const dt__window *w, int c) {
     int k = 0;
     for (int s = base; s < n; s++) {
         const dt__node *x = w->nodes[s];
+        int ls = lowers(w, s);
         S->wait[s] = 0;
         S->wave[s] = 0;
-        S->st[s] = 0;
+        S->st[s] = barrier(x) ? DT__SCHED_BARRIER : 0;
         for (int j = 0; j < x->n_in; j++, k++) {
-            int p = lowers(w, s) ? dt__window_producer(w, x->in[j]) : -1;
+            int p = ls ? dt__window_producer(w, x->in[j]) : -1;
             prod[k] = -1;
             if (p == c)
                 S->wave[s] = 1; /* reads the collective's result */
@@ -241,11 +242,13 @@ void dt__sched_done_slow(dt__sched *S, const dt__window *w, int slot, int comm) 
         if (--S->wait[r] == 0 && (S->st[r] & DT__SCHED_ADMITTED))
             heap_push(S, r);
     }
-    if (barrier(w->nodes[slot]))
-        S->gate = 0;
-    while (S->oldest < w->n && (S->st[S->oldest] & DT__SCHED_LOWERED))
-        S->oldest++;
-    admit(S, w);
+    int moved = 0;
+    if (S->st[slot] & DT__SCHED_BARRIER)
+        S->gate = 0, moved = 1;
+    for (; S->oldest < w->n && (S->st[S->oldest] & DT__SCHED_LOWERED); S->oldest++)
+        moved = 1;
+    if (moved) /* else nothing new is within reach */
+        admit(S, w);
 }
 
 void dt__sched_free(dt__sched *S) {
