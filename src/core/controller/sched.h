@@ -20,10 +20,11 @@
  * program order up to the next collective output c2, and from c2 on in the
  * order it would give engaged at c2 (each wave counted from c is one more
  * than from c2), so the schedule stays in program order and asks again at
- * c2: a decode step, one chain through its all-reduces, never engages. The
- * question is O(1) per collective: the round's slots after its first
- * collective output carry, once, the least over the slots after them of
- * their latest in-window producer (sched.c).
+ * c2: a round that is one chain through its all-reduces never engages (a
+ * decode round that reaches the next forward still does: its rotary tables
+ * hang on no collective, and are hoisted). The question is O(1) per collective: the round's slots after its
+ * first collective output carry, once, the least over the slots after them of their latest in-window producer
+ * (sched.c).
  *
  * Bounds. A slot is considered only once it is within DT__SCHED_AHEAD slots
  * of the oldest slot not yet lowered, so no node is lowered more than that
