@@ -587,11 +587,46 @@ void dt__ew_kernel_spec(const dt__node *n, int *kop, dt__kattr *a, const char **
     a->scalar2 = n->a.scalar2;
 }
 
+/* 1 when the layouts alone show that on every device each input's region
+ * is its own block there (decided once per node, not per device): on the
+ * one mesh, nothing segmented, and each mesh dim that shards an input's dim
+ * shards the output's dim it lines up with (so dt__local_region makes both
+ * regions by the same cuts of the same length) and is no broadcast dim;
+ * one that shards only the output's dim cuts a dim the input lacks or
+ * broadcasts (its one element, as needed_region takes it). 0 does not say
+ * no: the probes decide. */
+static int ew_blocks_follow(const dt__node *n) {
+    const dt__meta *out = &n->out->meta;
+    if (out->seg.n)
+        return 0;
+    for (int j = 0; j < n->n_in; j++) {
+        const dt__meta *in = &n->in[j]->meta;
+        int off = out->ndim - in->ndim;
+        if (in->mesh != out->mesh || in->seg.n || off < 0)
+            return 0;
+        for (int md = 0; md < out->mesh->ndim; md++) {
+            int is = in->pl[md].kind == DT_PLACEMENT_SHARD, os = out->pl[md].kind == DT_PLACEMENT_SHARD;
+            int y = out->pl[md].dim, x = y - off; /* the output's sharded dim, the input's under it */
+            if (!is && !os)
+                continue;
+            if (is != os || in->pl[md].dim != x) {
+                if (is || (x >= 0 && !(in->shape[x] == 1 && out->shape[y] != 1)))
+                    return 0;
+            } else if (in->shape[x] == 1 && out->shape[y] != 1) {
+                return 0; /* a broadcast dim cut on the input */
+            }
+        }
+    }
+    return 1;
+}
+
 /* 1 when on every device each input's region is its own block there (no
- * slice): checked on dt__lw_probes' devices (needed_region copies the
- * output region's offsets, or takes a broadcast dim's one element).
- * Arithmetic only. */
+ * slice): by the layouts (ew_blocks_follow), else checked on dt__lw_probes'
+ * devices (needed_region copies the output region's offsets, or takes a
+ * broadcast dim's one element). Arithmetic only. */
 static int ew_own_blocks(const dt__lower *L, const dt__node *n) {
+    if (ew_blocks_follow(n))
+        return 1;
     const dt__meta *out = &n->out->meta;
     int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], s[DT_MAX_NDIM], l[DT_MAX_NDIM];
     int64_t devs[DT__LW_BCAST_MAX_DEV];

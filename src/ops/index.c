@@ -285,18 +285,19 @@ static int index_shared(dt__lower *L, dt__node *n) {
     if (!dt__lw_bcast_wanted(L, n->out))
         return 0;
     int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM];
-    dt__kattr a;
+    dt__kattr a[2]; /* device 0's, another's */
     dt__lw_same same;
     int64_t devs[DT__LW_BCAST_MAX_DEV];
     int np = dt__lw_probes(L, n, sharded_dims_whole(n, &n->in[0]->meta), devs);
     for (int i = 0; i < np; i++) {
+        dt__kattr *ai = &a[i > 0];
         dt__mesh_coord(om->mesh, devs[i], coord);
         dt__local_region(om, coord, os, ol);
-        a = (dt__kattr){.sub = DT_KV_STRIDED, .dtype = om->dtype};
-        if (index_device(n, coord, ol, &a) || !dt__lw_same_attr(&same, i, &a))
+        *ai = (dt__kattr){.sub = DT_KV_STRIDED, .dtype = om->dtype};
+        if (index_device(n, coord, ol, ai) || !dt__lw_same_attr(&same, i, ai))
             return 0;
     }
-    return dt__lw_bcast(L, n->out, DT_K_VIEW, &a, dt__view_names[n->a.sub], n->in, 1, 1);
+    return dt__lw_bcast(L, n->out, DT_K_VIEW, &a[0], dt__view_names[n->a.sub], n->in, 1, 1);
 }
 
 void dt__vlower_index(dt__lower *L, dt__node *n) {
@@ -627,26 +628,27 @@ static int setitem_shared(dt__lower *L, dt__node *n) {
         return 0;
     const dt__meta *om = &n->out->meta;
     int64_t coord[DT_MAX_MESH_NDIM], vs[DT_MAX_NDIM], vl[DT_MAX_NDIM];
-    dt__kattr first = {0}, ka;
+    dt__kattr ka[2]; /* device 0's, another's */
     dt__lw_same same;
     int sub = -1;
     int64_t devs[DT__LW_BCAST_MAX_DEV];
     int np = dt__lw_probes(L, n, sharded_dims_whole(n, &n->in[0]->meta), devs);
     for (int i = 0; i < np; i++) {
+        dt__kattr *ki = &ka[i > 0];
         dt__mesh_coord(om->mesh, devs[i], coord);
-        ka = (dt__kattr){0};
-        int s = setitem_device(n, coord, &ka, vs, vl);
+        *ki = (dt__kattr){0};
+        int s = setitem_device(n, coord, ki, vs, vl);
         if (s < 0 || (i && s != sub) ||
             (s == DT_KV_SET_TENSOR && !dt__lw_own_block(&n->in[1]->meta, coord, vs, vl)))
             return 0;
-        ka.sub = s;
-        if (!dt__lw_same_attr(&same, i, &ka))
+        ki->sub = s;
+        if (!dt__lw_same_attr(&same, i, ki))
             return 0;
         if (i == 0)
-            first = ka, sub = s;
+            sub = s;
     }
-    first.dtype = om->dtype;
-    return dt__lw_bcast(L, n->out, DT_K_VIEW, &first, dt__view_names[n->a.sub], n->in,
+    ka[0].dtype = om->dtype;
+    return dt__lw_bcast(L, n->out, DT_K_VIEW, &ka[0], dt__view_names[n->a.sub], n->in,
                         sub == DT_KV_SET_TENSOR ? 2 : 1, 1);
 }
 

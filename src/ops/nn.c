@@ -123,11 +123,12 @@ static int nn_bcast(dt__lower *L, dt__node *n, const nn_rules *r, const nn_ctx *
         return 0;
     const dt__psig sig = {.needed = r->needed};
     int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], ns[DT_MAX_NDIM], nl[DT_MAX_NDIM];
-    dt__kattr first = {0}, ka;
+    dt__kattr ka[2]; /* device 0's, another's */
     dt__lw_same same;
     int64_t devs[DT__LW_BCAST_MAX_DEV];
     int np = dt__lw_probes(L, n, 1, devs);
     for (int i = 0; i < np; i++) {
+        dt__kattr *ki = &ka[i > 0];
         int64_t d = devs[i];
         dt__mesh_coord(out->mesh, d, coord);
         dt__local_region(out, coord, os, ol);
@@ -136,15 +137,13 @@ static int nn_bcast(dt__lower *L, dt__node *n, const nn_rules *r, const nn_ctx *
             if (!dt__lw_own_block(c->in[j], coord, ns, nl))
                 return 0;
         }
-        ka = (dt__kattr){0};
-        nn_kattr(r, c, n, coord, os, ol, &ka);
-        if (!dt__lw_same_attr(&same, i, &ka))
+        *ki = (dt__kattr){0};
+        nn_kattr(r, c, n, coord, os, ol, ki);
+        if (!dt__lw_same_attr(&same, i, ki))
             return 0;
-        if (i == 0)
-            first = ka;
     }
     const char *opname = r->sub_names ? r->sub_names[n->a.sub] : NULL;
-    return dt__lw_bcast(L, n->out, r->kop, &first, opname, n->in, n->n_in, 1);
+    return dt__lw_bcast(L, n->out, r->kop, &ka[0], opname, n->in, n->n_in, 1);
 }
 
 dt_status dt__lower_nn(dt__lower *L, dt__node *n) {

@@ -374,8 +374,10 @@ static void lower_local(dt__lower *L, dt__node *n, int op, int mode, int sharded
             if (a.dims_mask & (1ull << d))
                 a.f[0] *= (double)m->shape[d];
     }
-    /* Each device reduces its own block: one shared record (lower_bcast.c). */
-    if (dt__lw_bcast(L, o, DT_K_REDUCE, &a, reduce_names[op], n->in, 1, 1))
+    /* Each device reduces its own block: one shared record (lower_bcast.c),
+     * whose output is a fresh value's (its blobs one group, made there). */
+    if (dt__lw_bcast(L, o, DT_K_REDUCE, &a, reduce_names[op], n->in, 1, 1) ||
+        dt__lw_alloc_blobs(L, o) != DT_OK)
         return;
     for (int64_t i = 0; i < mesh->ndev; i++) {
         dt__kernel *k = reduce_kernel(L, op, 0, dt__blob_retain(in->blobs[i]), a.dtype, 0, 0);
@@ -551,11 +553,9 @@ dt_status dt__lower_reduce(dt__lower *L, dt__node *n) {
     for (int md = 0; md < m->mesh->ndim; md++)
         if (m->pl[md].kind == DT_PLACEMENT_SHARD && (n->a.dims_mask & (1ull << m->pl[md].dim)))
             gmask |= 1u << md;
-    if (dt__lw_alloc_blobs(L, n->out) != DT_OK)
-        return L->status;
     if (is_linear(op) || !gmask)
-        lower_local(L, n, op, mode, gmask != 0);
-    else
+        lower_local(L, n, op, mode, gmask != 0); /* makes the blob array where it lowers per device */
+    else if (dt__lw_alloc_blobs(L, n->out) == DT_OK)
         lower_gathered(L, n, op, mode, gmask);
     return L->status;
 }

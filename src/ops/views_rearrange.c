@@ -372,7 +372,9 @@ static int local_sub(const dt__node *n) {
 /* A local view as one shared record (lower_bcast.c) when every device's
  * kernel is the same: each makes one (no block a reshape leaves as it is)
  * of the same local shape. Checked on dt__lw_probes' devices (lengths of
- * local regions only). 1 when taken (L->status set on a failure). */
+ * local regions only): the attributes differ between devices by the shape
+ * alone, so the shapes are compared (as dt__lw_same_attr would find). 1
+ * when taken (L->status set on a failure). */
 static int local_shared(dt__lower *L, dt__node *n) {
     dt__tval *in = n->in[0], *o = n->out;
     if (!dt__lw_bcast_wanted(L, o))
@@ -381,18 +383,17 @@ static int local_shared(dt__lower *L, dt__node *n) {
     int64_t coord[DT_MAX_MESH_NDIM], os[DT_MAX_NDIM], ol[DT_MAX_NDIM], is[DT_MAX_NDIM], il[DT_MAX_NDIM];
     dt__kattr a = {.sub = local_sub(n), .dtype = o->meta.dtype, .ndim = nd};
     memcpy(a.ints, n->a.v_ints, sizeof(int64_t) * (size_t)nd);
-    dt__lw_same same;
+    size_t bytes = sizeof(int64_t) * (size_t)nd;
     int64_t devs[DT__LW_BCAST_MAX_DEV];
     int np = dt__lw_probes(L, n, 1, devs);
     for (int i = 0; i < np; i++) {
         dt__mesh_coord(o->meta.mesh, devs[i], coord);
         dt__local_region(&o->meta, coord, os, ol);
         dt__local_region(&in->meta, coord, is, il);
-        if (n->a.sub == DT_V_RESHAPE && in->meta.ndim == nd && !memcmp(il, ol, sizeof(int64_t) * (size_t)nd))
+        if ((n->a.sub == DT_V_RESHAPE && in->meta.ndim == nd && !memcmp(il, ol, bytes)) ||
+            (i && memcmp(a.shape, ol, bytes)))
             return 0;
-        memcpy(a.shape, ol, sizeof(int64_t) * (size_t)nd);
-        if (!dt__lw_same_attr(&same, i, &a))
-            return 0;
+        memcpy(a.shape, ol, bytes);
     }
     return dt__lw_bcast(L, o, DT_K_VIEW, &a, dt__view_names[n->a.sub], n->in, 1, 1);
 }

@@ -206,6 +206,79 @@ static void test_random(void) {
     dt__window_free(&w);
 }
 
+/* The question asked at a collective output (sched.h): on random windows
+ * of chains (every slot reads the one before it, with probability 7 in 8,
+ * plus earlier ones), the order is the one the schedule engaged at the
+ * first collective output gives (`eager`, the reference), slot for slot,
+ * with the same count reordered; and a window where every slot after each
+ * collective output reads it, directly or not, never engages. */
+static void test_question(void) {
+    srand(11);
+    dt__window w = {0};
+    dt__sched S = {0};
+    static int order[NV], want[NV];
+    static uint8_t comm[NV];
+    int stayed = 0, engaged = 0;
+    for (int round = 0; round < 400; round++) {
+        int n = 1 + rand() % (round < 300 ? 60 : NV);
+        reset(n);
+        for (int i = 0; i < n; i++) {
+            int r = rand() % 100;
+            nd[i].op = r < 2 ? DT_OP_FETCH : r < 3 ? DT_OP_SYNC : r < 20 ? DT_OP_REDISTRIBUTE : DT_OP_UNARY;
+            if (i && rand() % 8)
+                nd[i].in[nd[i].n_in++] = &tv[i - 1];
+            int k = i ? rand() % 3 : 0;
+            for (int j = 0; j < k; j++)
+                nd[i].in[nd[i].n_in++] = &tv[i - 1 - rand() % (i < 8 ? i : 8)];
+            comm[i] = nd[i].op == DT_OP_REDISTRIBUTE && rand() % 4;
+        }
+        CHECK_EQ(dt__window_fill(&w, &nd[0], NULL), DT_OK);
+        for (int i = 0; i < n; i++)
+            if (!is_barrier(nd[i].op) && rand() % 60 == 0)
+                w.flags[i] |= rand() % 2 ? DT__WS_DEAD : DT__WS_FUSED;
+        S.eager = 1;
+        CHECK_EQ(run(&S, &w, 1, comm, want), n);
+        long reordered = S.reordered;
+        S.eager = 0;
+        CHECK_EQ(run(&S, &w, 1, comm, order), n);
+        check_valid(&w, order, n);
+        for (int t = 0; t < n; t++)
+            CHECK_EQ(order[t], want[t]);
+        CHECK_EQ(S.reordered, reordered);
+        stayed += !S.engaged;
+        engaged += S.engaged;
+    }
+    CHECK(stayed > 50 && engaged > 50); /* both ways taken */
+    /* A decode step: one chain through its all-reduces. */
+    int n = 40;
+    reset(n);
+    memset(comm, 0, sizeof comm);
+    for (int i = 1; i < n; i++) {
+        nd[i].in[nd[i].n_in++] = &tv[i - 1];
+        if (i % 5 == 0) {
+            nd[i].op = DT_OP_REDISTRIBUTE;
+            comm[i] = 1;
+        }
+    }
+    nd[12].in[nd[12].n_in++] = &tv[3]; /* a residual: still after the all-reduce at 10 */
+    CHECK_EQ(dt__window_fill(&w, &nd[0], NULL), DT_OK);
+    CHECK_EQ(run(&S, &w, 1, comm, order), n);
+    CHECK_EQ(S.engaged, 0);
+    CHECK_EQ(S.reordered, 0);
+    for (int t = 0; t < n; t++)
+        CHECK_EQ(order[t], t);
+    /* The last slot reads only slot 3: it goes right after the first
+     * all-reduce, ahead of everything that waits for it. */
+    nd[n - 1].in[0] = &tv[3];
+    CHECK_EQ(dt__window_fill(&w, &nd[0], NULL), DT_OK);
+    CHECK_EQ(run(&S, &w, 1, comm, order), n);
+    CHECK_EQ(S.engaged, 1);
+    CHECK_EQ(order[6], n - 1);
+    CHECK_EQ(S.reordered, 1);
+    dt__sched_free(&S);
+    dt__window_free(&w);
+}
+
 /* ------------------------------------------------------ end to end */
 
 #define LAYERS 3
@@ -278,6 +351,7 @@ int main(void) {
     test_worked_example();
     test_bound();
     test_random();
+    test_question();
     test_end_to_end();
     if (failures)
         fprintf(stderr, "test_sched: %d failure(s)\n", failures);

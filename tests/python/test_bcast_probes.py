@@ -3,7 +3,7 @@ src/core/controller/lower_bcast.c): where every block of a node's values is even
 device 0 and one device along each mesh dim that is not Replicate everywhere, and the proof that the
 others match rests on the blocks' offsets being linear in the coordinate. These cases are the ones
 where that proof must not be taken, or must see what only a probe device shows: uneven shards on 3
-devices and on one dim of 2-D meshes of 2 x 3 and 3 x 2, a setitem that cuts a sharded dim, Partial
+devices and on one dim of 2-D meshes of 2 x 3 and 3 x 2 (and by both dims of a 2 x 2), a setitem that cuts a sharded dim, Partial
 targets whose devices off the first coordinate write zeros. Each result is computed with the shared
 records off and on (bitwise equal device by device, every shard, replica and Partial addend) and
 against eager torch, and whether the node was shared is checked against what its devices' kernels
@@ -31,6 +31,7 @@ R, P = Replicate(), Partial()
 M23 = DeviceMesh("cpu", [[0, 1, 2], [3, 4, 5]], mesh_dim_names=("a", "b"))
 M32 = DeviceMesh("cpu", [[0, 1], [2, 3], [4, 5]], mesh_dim_names=("a", "b"))
 CPU4 = DeviceMesh("cpu", [0, 1, 2, 3])
+M22 = DeviceMesh("cpu", [[0, 1], [2, 3]], mesh_dim_names=("a", "b"))
 
 # (mesh, x shape, x placements, every device's block of one shape)
 LAYOUTS = [
@@ -45,6 +46,10 @@ LAYOUTS = [
     (M32, (4, 2, 6), [Shard(0), R], False),  # 4 rows over mesh dim a (3)
     (M32, (3, 4, 5), [Shard(0), Shard(1)], True),
     (M32, (4, 4, 5), [Shard(1), Shard(0)], False),  # dim 1 (4) over a (3): 2, 2, 0; dim 0 over b even
+    # One dim sharded by both mesh dims: b cuts what a left of it (dt__lw_even divides in turn).
+    (M22, (4, 2, 6), [Shard(0), Shard(0)], True),
+    (M22, (6, 2, 5), [Shard(0), Shard(0)], False),  # 6 over a: 3, 3; 3 over b: 2, 1 (6 divides by 2)
+    (M22, (2, 6, 4), [Shard(1), Shard(1)], False),  # dim 1 as above, on a middle dim
 ]
 
 # Nodes whose kernel carries the device's local shape: shared exactly where the blocks are even.

@@ -172,15 +172,18 @@ dt__krec *dt__lw_bcast_init(const dt__lower *L, struct dt__bcast *b, int kop, co
 static inline int dt__lw_even(const dt__meta *m) {
     if (m->seg.n)
         return 0;
-    int64_t len[DT_MAX_NDIM];
-    memcpy(len, m->shape, sizeof(int64_t) * (size_t)m->ndim);
-    for (int md = 0; md < m->mesh->ndim; md++) {
+    const dt_mesh *mesh = m->mesh;
+    for (int md = 0; md < mesh->ndim; md++) {
         if (m->pl[md].kind != DT_PLACEMENT_SHARD)
             continue;
+        /* What the mesh dims before md left of the dim (they divided it). */
         int d = m->pl[md].dim;
-        if (len[d] % m->mesh->shape[md])
+        int64_t len = m->shape[d];
+        for (int e = 0; e < md; e++)
+            if (m->pl[e].kind == DT_PLACEMENT_SHARD && m->pl[e].dim == d)
+                len /= mesh->shape[e];
+        if (len % mesh->shape[md])
             return 0;
-        len[d] /= m->mesh->shape[md];
     }
     return 1;
 }
@@ -217,15 +220,18 @@ struct dt__bgroup *dt__lw_group_of(dt_graph *g, dt__tval *v, int n);
 int dt__lw_probes(const dt__lower *L, const dt__node *n, int proven, int64_t *devs);
 
 /* A family's check that its per-device kernels of a node are one kernel:
- * device 0's attributes, as given and (once another device's bytes differ
- * from them) packed, to compare the others' with. */
+ * device 0's attributes, as given (the caller's, not copied) and (once
+ * another device's bytes differ from them) packed, to compare the others'
+ * with. */
 typedef struct dt__lw_same {
     size_t len; /* bytes of p0; 0: not packed yet */
     uint8_t p0[DT__KATTR_PACK_MAX];
-    dt__kattr a0;
+    const dt__kattr *a0;
 } dt__lw_same;
 /* Device d's attributes *a (d counted from 0): 1 while they are the same
- * bytes as device 0's (no text), 0 once they differ. Arithmetic only. */
+ * bytes as device 0's (no text), 0 once they differ. Device 0's *a is
+ * kept by address: the caller leaves it as it is while it checks the
+ * others (in another variable). Arithmetic only. */
 int dt__lw_same_attr(dt__lw_same *s, int64_t d, const dt__kattr *a);
 /* 1 when the region (start, len) of a value laid out as m is, on the
  * device at `coord`, its whole local block there (dt__lw_region would

@@ -125,17 +125,18 @@ int dt__lw_same_attr(dt__lw_same *s, int64_t d, const dt__kattr *a) {
     if (a->text)
         return 0; /* not packed into a fixed buffer: per device */
     if (d == 0) {
-        memcpy(&s->a0, a, sizeof *a);
+        s->a0 = a;
         s->len = 0;
         return 1;
     }
     /* The same bytes as given pack the same (the usual case, cheap: device
      * 0's are packed only when they are needed); bytes that differ may
      * still pack the same (unused entries, padding). */
-    if (!memcmp(a, &s->a0, sizeof *a))
+    DT_ASSERT(a != s->a0); /* device 0's is not overwritten */
+    if (!memcmp(a, s->a0, sizeof *a))
         return 1;
     if (!s->len)
-        s->len = dt__kattr_pack(&s->a0, s->p0);
+        s->len = dt__kattr_pack(s->a0, s->p0);
     uint8_t p[DT__KATTR_PACK_MAX];
     return dt__kattr_pack(a, p) == s->len && !memcmp(p, s->p0, s->len);
 }

@@ -3,7 +3,8 @@
  * says what is reordered, the bound, and why it is safe).
  *
  * Program order until the first slot whose output comes off a
- * communication stream; then "engage": the readers of every remaining slot
+ * communication stream and that some later slot does not depend on (sched.h
+ * says why asking at each such slot keeps the order); then "engage": the readers of every remaining slot
  * (edges), how many in-window producers each still waits for, and each
  * one's wave, and from there list scheduling with a binary heap on
  * (wave, slot). Slots never lowered (DT__WS_DEAD, DT__WS_FUSED) take part
@@ -20,6 +21,7 @@
 enum {
     DT__SCHED_LOWERED = 1 << 0,
     DT__SCHED_ADMITTED = 1 << 1,
+    DT__SCHED_BARRIER = 1 << 2, /* barrier(), found once while engaging */
 };
 
 /* Lowered in its place (DT_OPF_BARRIER, src/ops/ops.def): reads,
@@ -104,16 +106,15 @@ static int reserve(dt__sched *S, int n, int edges) {
 
 /* Considers the slots now within reach of the oldest unlowered one. */
 static void admit(dt__sched *S, const dt__window *w) {
-    while (S->admitted < w->n && S->admitted < S->oldest + DT__SCHED_AHEAD && !S->gate) {
-        int s = S->admitted;
-        int b = barrier(w->nodes[s]);
+    int lim = S->oldest + DT__SCHED_AHEAD < w->n ? S->oldest + DT__SCHED_AHEAD : w->n;
+    for (int s; !S->gate && (s = S->admitted) < lim; S->admitted++) {
+        int b = S->st[s] & DT__SCHED_BARRIER;
         if (b && s != S->oldest)
             break; /* everything before it first */
         S->st[s] |= DT__SCHED_ADMITTED;
         if (S->wait[s] == 0)
             heap_push(S, s);
-        S->gate = b;
-        S->admitted++;
+        S->gate = b != 0;
     }
 }
 
@@ -132,11 +133,12 @@ static void engage(dt__sched *S, const dt__window *w, int c) {
     int k = 0;
     for (int s = base; s < n; s++) {
         const dt__node *x = w->nodes[s];
+        int ls = lowers(w, s);
         S->wait[s] = 0;
         S->wave[s] = 0;
-        S->st[s] = 0;
+        S->st[s] = barrier(x) ? DT__SCHED_BARRIER : 0;
         for (int j = 0; j < x->n_in; j++, k++) {
-            int p = lowers(w, s) ? dt__window_producer(w, x->in[j]) : -1;
+            int p = ls ? dt__window_producer(w, x->in[j]) : -1;
             prod[k] = -1;
             if (p == c)
                 S->wave[s] = 1; /* reads the collective's result */
@@ -165,12 +167,51 @@ static void engage(dt__sched *S, const dt__window *w, int c) {
     admit(S, w);
 }
 
+/* ------------------------------------------------------------ the question */
+
+/* Not engaged, slot c's output came off a communication stream and every
+ * slot up to c is lowered: 1 when every slot after c depends on c through
+ * in-window producers, so that the schedule may stay in program order
+ * (sched.h). By induction in slot order, given that every slot in (c, s)
+ * does, s does when its latest lowered in-window producer is c or later;
+ * a slot never lowered has none (engaged, it would go first, with wave 0).
+ * The first time in a round (c the first collective output) wait[s] gets
+ * each later slot's latest producer, and then the least of these over the
+ * slots from s on, so that a later collective output c2 asks
+ * wait[c2 + 1] >= c2; the first slot that does not depend on c ends the
+ * walk (the schedule engages: no later question). */
+static int all_depend(dt__sched *S, const dt__window *w, int c) {
+    int n = w->n;
+    if (!S->scanned) {
+        if (!reserve(S, n, 0))
+            return 0; /* engage fails too: program order */
+        for (int s = c + 1; s < n; s++) {
+            int32_t latest = -1;
+            const dt__node *x = w->nodes[s];
+            for (int j = 0; j < x->n_in && lowers(w, s); j++) {
+                int p = dt__window_producer(w, x->in[j]);
+                if (p > latest && lowers(w, p))
+                    latest = p;
+            }
+            if (latest < c)
+                return 0;
+            S->wait[s] = latest;
+        }
+        for (int s = n - 2; s > c; s--)
+            if (S->wait[s + 1] < S->wait[s])
+                S->wait[s] = S->wait[s + 1];
+        S->scanned = 1;
+    }
+    return S->wait[c + 1] >= c;
+}
+
 /* ------------------------------------------------------------ the API */
 
 void dt__sched_begin(dt__sched *S, const dt__window *w, int on) {
     (void)w;
     S->on = on;
     S->engaged = 0;
+    S->scanned = 0;
     S->next = 0;
     S->reordered = 0;
 }
@@ -188,7 +229,7 @@ int dt__sched_next_engaged(dt__sched *S, const dt__window *w) {
 
 void dt__sched_done_slow(dt__sched *S, const dt__window *w, int slot, int comm) {
     if (!S->engaged) {
-        if (comm && S->on && slot + 1 < w->n)
+        if (comm && S->on && slot + 1 < w->n && (S->eager || !all_depend(S, w, slot)))
             engage(S, w, slot);
         return;
     }
@@ -201,11 +242,13 @@ void dt__sched_done_slow(dt__sched *S, const dt__window *w, int slot, int comm) 
         if (--S->wait[r] == 0 && (S->st[r] & DT__SCHED_ADMITTED))
             heap_push(S, r);
     }
-    if (barrier(w->nodes[slot]))
-        S->gate = 0;
-    while (S->oldest < w->n && (S->st[S->oldest] & DT__SCHED_LOWERED))
-        S->oldest++;
-    admit(S, w);
+    int moved = 0;
+    if (S->st[slot] & DT__SCHED_BARRIER)
+        S->gate = 0, moved = 1;
+    for (; S->oldest < w->n && (S->st[S->oldest] & DT__SCHED_LOWERED); S->oldest++)
+        moved = 1;
+    if (moved) /* else nothing new is within reach */
+        admit(S, w);
 }
 
 void dt__sched_free(dt__sched *S) {

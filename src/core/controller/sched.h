@@ -8,11 +8,23 @@
  * which every producer in the window comes before its readers gives the
  * same results. The schedule starts in program order and stays there (it
  * costs one check per node) until a slot's output comes off a communication
- * stream. From then on the round's remaining slots are lowered by list
+ * stream and some slot after it does not depend on it. From then on the
+ * round's remaining slots are lowered by list
  * scheduling on the key (wave, slot): a slot's wave is the number of
  * collective outputs on its longest path of in-window producers since the
  * schedule engaged, so every compute node that needs no pending collective
  * result is lowered before those that do, in program order within a wave.
+ *
+ * Where every slot after such a slot c depends on c (through in-window
+ * producers), the list schedule engaged at c would hand the slots out in
+ * program order up to the next collective output c2, and from c2 on in the
+ * order it would give engaged at c2 (each wave counted from c is one more
+ * than from c2), so the schedule stays in program order and asks again at
+ * c2: a round that is one chain through its all-reduces never engages (a
+ * decode round that reaches the next forward still does: its rotary tables
+ * hang on no collective, and are hoisted). The question is O(1) per collective: the round's slots after its
+ * first collective output carry, once, the least over the slots after them of their latest in-window producer
+ * (sched.c).
  *
  * Bounds. A slot is considered only once it is within DT__SCHED_AHEAD slots
  * of the oldest slot not yet lowered, so no node is lowered more than that
@@ -48,7 +60,10 @@ typedef struct dt__sched {
     int32_t *heap;  /* admitted slots whose producers are lowered, by (wave, slot) */
     uint8_t *st;    /* per slot: DT__SCHED_* */
     int on;         /* this round may reorder */
-    int engaged;    /* list scheduling (after the first collective output) */
+    int engaged;    /* list scheduling (after a collective output some slot does not need) */
+    int scanned;    /* not engaged: wait[s], s after the first collective output, holds the
+                     * least latest producer of the slots from s on (sched.c) */
+    int eager;      /* test only: engage at the first collective output, asked nothing */
     int next;       /* program order: the next slot */
     int oldest;     /* engaged: the oldest slot not yet lowered */
     int admitted;   /* engaged: slots [0, admitted) have been considered */
