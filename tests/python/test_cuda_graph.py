@@ -24,7 +24,7 @@ import torch  # noqa: E402
 
 import dtorch  # noqa: E402
 from dtorch import Replicate, Shard  # noqa: E402
-from dtorch.test.probes import bcast, bgroup, cuda_graph, graph_stats, replay, step  # noqa: E402
+from dtorch.test.probes import bcast, bgroup, cuda_graph, graph_stats, held_controller, replay, step  # noqa: E402
 from dtorch.test.test_util import local_values  # noqa: E402
 
 from helpers import CPU1, CPU2, CPU3, bits, cpu_only, int_valued, settle  # noqa: E402
@@ -79,7 +79,8 @@ class TestDecodeLoop(unittest.TestCase):
             x = dtorch.from_torch(tx, mesh, [pl])
             outs = []
             for _ in range(n):
-                x = decode_step(x, w, b)
+                with held_controller():  # a step is one controller round: its run is cut the same way
+                    x = decode_step(x, w, b)
                 outs.append(pieces(x))  # each step read (a run per step), the value then dropped
             return outs
 
@@ -122,7 +123,8 @@ class TestDecodeLoop(unittest.TestCase):
             x = dtorch.from_torch(tx, CPU1, [Replicate()])
             outs = []
             for _ in range(8):
-                x = f(x, w)
+                with held_controller():
+                    x = f(x, w)
                 outs.append(x.to_torch())
             return outs
 
@@ -152,7 +154,8 @@ class TestFallback(unittest.TestCase):
                 b = dtorch.from_torch(tb.to(dt), CPU2, [Replicate()])
                 if x is None or x.shape[0] != rows or x.dtype != dt:
                     x = dtorch.from_torch(tx[:rows].to(dt), CPU2, [Shard(0)])
-                x = decode_step(x, w, b, scale)
+                with held_controller():
+                    x = decode_step(x, w, b, scale)
                 outs.append(x.to_torch())
             return outs
 
@@ -183,7 +186,8 @@ class TestLiveness(unittest.TestCase):
             x = dtorch.from_torch(tx, CPU2, [Shard(0)])
             kept = []
             for k in range(24):
-                x = decode_step(x, w, b)
+                with held_controller():
+                    x = decode_step(x, w, b)
                 if k % 3 == 0:
                     kept.append(x)
                 else:
@@ -260,7 +264,9 @@ class TestInPlace(unittest.TestCase):
             outs = []
             for _ in range(6):
                 settle()  # the step before's result freed: its instance is free to launch
-                outs.append((((x + 1.0) * 2.0 - 3.0) * 0.5).abs().to_torch())
+                with held_controller():
+                    y = (((x + 1.0) * 2.0 - 3.0) * 0.5).abs()
+                outs.append(y.to_torch())
             return outs
 
         off, on, st = both(run)
@@ -281,8 +287,9 @@ class TestInPlace(unittest.TestCase):
             x = dtorch.from_torch(t, CPU2, [Shard(0)])
             kept = []
             for _ in range(8):
-                h = x + 1.0
-                y = ((h * 2.0 - 3.0) * 0.5).abs()
+                with held_controller():
+                    h = x + 1.0
+                    y = ((h * 2.0 - 3.0) * 0.5).abs()
                 kept.append((h.to_torch(), y.to_torch()))
             return kept
 
@@ -310,10 +317,11 @@ class TestErrors(unittest.TestCase):
                   for k in range(bad + 2)]
             for k, z in enumerate(zs):
                 settle()  # the step before last's values freed: an instance is free to launch
-                u = x * 2
-                line = inspect.currentframe().f_lineno + 1
-                q = u // z
-                y = (q - u) % 97
+                with held_controller():
+                    u = x * 2
+                    line = inspect.currentframe().f_lineno + 1
+                    q = u // z
+                    y = (q - u) % 97
                 try:
                     y.to_torch()
                 except dtorch.KernelError as e:
