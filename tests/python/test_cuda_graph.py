@@ -63,6 +63,11 @@ def decode_step(x, w, b, scale=0.5):
     return (h + b) * 0.5 + x * 0.25
 
 
+def small_step_tensors():
+    """decode_step's weight, bias and input (4 rows of 8) for the loops on two devices."""
+    return int_valued(8, 8, low=-2, high=3, seed=1), int_valued(8, seed=2), int_valued(4, 8, seed=3)
+
+
 def pieces(y):
     return [bits(v) for v in local_values(y)]
 
@@ -139,9 +144,7 @@ class TestDecodeLoop(unittest.TestCase):
 
 class TestFallback(unittest.TestCase):
     def test_changed_shape_dtype_scalar_mid_loop(self):
-        tw = int_valued(8, 8, low=-2, high=3, seed=1)
-        tb = int_valued(8, seed=2)
-        tx = int_valued(4, 8, seed=3)
+        tw, tb, tx = small_step_tensors()
         # Steps 0-3 as before, 4-7 another scalar, 8-11 another batch (shape), 12-15 bfloat16.
         plan = [(0.5, 4, torch.float32)] * 4 + [(0.25, 4, torch.float32)] * 4
         plan += [(0.25, 3, torch.float32)] * 4 + [(0.25, 3, torch.bfloat16)] * 4
@@ -176,9 +179,7 @@ class TestLiveness(unittest.TestCase):
     def test_results_kept_across_launches_stay_right(self):
         # Every third step's result is kept (unread) while later steps launch the same graphs: a
         # launch must never overwrite a value the user still holds. Read at the end.
-        tw = int_valued(8, 8, low=-2, high=3, seed=1)
-        tb = int_valued(8, seed=2)
-        tx = int_valued(4, 8, seed=3)
+        tw, tb, tx = small_step_tensors()
 
         def run():
             w = dtorch.from_torch(tw, CPU2, [Replicate()])
@@ -207,9 +208,7 @@ class TestLiveness(unittest.TestCase):
     def test_every_result_kept(self):
         # Nothing is released: both instances of a key stay busy, so sightings capture anew while
         # the key's capture budget lasts, else run eagerly; every value stays right.
-        tw = int_valued(8, 8, low=-2, high=3, seed=1)
-        tb = int_valued(8, seed=2)
-        tx = int_valued(4, 8, seed=3)
+        tw, tb, tx = small_step_tensors()
 
         def run():
             w = dtorch.from_torch(tw, CPU2, [Replicate()])
