@@ -21,8 +21,10 @@
  *
  * Taken only with blob groups on (every input is named by its group; a
  * value made per device is adopted into one) and for a fresh output. A
- * node that replay is capturing keeps only its signature (its template
- * would have no records): later sightings join runs at once.
+ * node that replay is capturing gets its image as its template
+ * (dt__replay_note_image): a later node of the same signature is appended
+ * by dt__lw_step_replay, a copy of the image bound to its own inputs'
+ * groups, without being lowered.
  *
  * Threads: the controller thread only.
  */
@@ -202,27 +204,29 @@ static inline __attribute__((always_inline)) dt__step *step_for(dt__lower *L, co
     if (!st && !(st = step_open(L, mesh, n)))
         return NULL;
     g->step_open = st;
-    if (g->replay_cap) /* capturing this node: its template cannot be replayed */
-        dt__replay_uncapturable(g->replay_cap);
     return st;
 }
 
 /* Appends the node's kernel to st, reading member d of gin[j] on device d:
- * the output's group made, the attributes packed into the next image. */
-static inline __attribute__((always_inline)) void step_image(dt__lower *L, dt__step *st, dt__tval *out,
-                                                             int kop, dt__kattr *a, const char *opname,
-                                                             dt__bgroup *const *gin, int n_in) {
+ * the output's group made, the attributes packed into the next image (a),
+ * or copied from a replay template's bytes (a NULL: t). */
+static inline __attribute__((always_inline)) dt__krec *step_image(dt__lower *L, dt__step *st, dt__tval *out,
+                                                                  int kop, dt__kattr *a,
+                                                                  const dt__step_tpl *t, const char *opname,
+                                                                  dt__bgroup *const *gin, int n_in) {
     dt_graph *g = L->g;
     int n = st->n;
     dt__bgroup *gr = dt__bgroup_new_all(g->ctl_pools, n, st->be, st->be_all, DT__BGROUP_REFS);
     if (!gr) {
         dt__lw_fail(L, DT_ENOMEM, "out of memory (a run's kernel)");
-        return;
+        return NULL;
     }
     out->grp = gr;
     out->blobs = dt__bgroup_ptrs(gr);
-    /* The node's reuse mark (passes/reuse.c), as dt__lw_push_on puts it. */
-    a->flags |= L->kflags;
+    /* The node's reuse mark (passes/reuse.c), as dt__lw_push_on puts it
+     * (a template's bytes have it). */
+    if (a)
+        a->flags |= L->kflags;
     /* Its members' events: this kernel's number on each device's stream,
      * by the run's bases (dt__blob_event), nothing written per device. */
     gr->ev = st->ev;
@@ -240,7 +244,15 @@ static inline __attribute__((always_inline)) void step_image(dt__lower *L, dt__s
     img->out = NULL;
     img->handle = NULL;
     img->cls = 0;
-    step_pack(st, a, img);
+    if (a) {
+        step_pack(st, a, img);
+    } else {
+        img->alen = t->alen;
+        if (t->alen <= sizeof(step_short))
+            *(step_short *)img->attr = *(const step_short *)t->attr;
+        else
+            memcpy(img->attr, t->attr, t->alen);
+    }
     img->kop = kop;
     img->n_in = (int16_t)n_in;
     img->opname = opname ? opname : dt__ops[L->node->op].name;
@@ -255,7 +267,7 @@ static inline __attribute__((always_inline)) void step_image(dt__lower *L, dt__s
     g->kqueued_local += n;
     if (st->k == DT__STEP_MAX) {
         dt__lw_step_close(g);
-        return;
+        return img;
     }
     /* The next image's lines (its header, its kernel's, the start of its
      * attributes), asked for now: the allocation was last read by the
@@ -263,10 +275,12 @@ static inline __attribute__((always_inline)) void step_image(dt__lower *L, dt__s
     const uint8_t *next = (const uint8_t *)dt__step_img_at(st, st->k);
     for (size_t o = 0; o < DT__STEP_IMG_HDR + offsetof(dt__krec, attr) + DT_CACHE_LINE; o += DT_CACHE_LINE)
         __builtin_prefetch(next + o, 1, 3);
+    return img;
 }
 
 int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname,
                     dt__tval *const *in, int n_in) {
+    dt_graph *g = L->g;
     dt__step *st = step_for(L, out);
     if (!st)
         return 0;
@@ -274,9 +288,35 @@ int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const ch
      * are on: step_for). */
     dt__bgroup *gin[DT_MAX_OP_INPUTS];
     for (int j = 0; j < n_in; j++)
-        if (!(gin[j] = in[j]->grp) && !(gin[j] = dt__lw_group_of(L->g, in[j], st->n)))
+        if (!(gin[j] = in[j]->grp) && !(gin[j] = dt__lw_group_of(g, in[j], st->n)))
             return 0; /* out of memory: the shared record's path */
-    step_image(L, st, out, kop, a, opname, gin, n_in);
+    const dt__krec *img = step_image(L, st, out, kop, a, NULL, opname, gin, n_in);
+    if (img && g->replay_cap) /* capturing this node: the image is its template */
+        dt__replay_note_image(g->replay_cap, L->node, out, img, in);
+    return 1;
+}
+
+int dt__lw_step_replay(dt__lower *L, const dt__node *n, const dt__step_tpl *t) {
+    dt__tval *out = n->out;
+    if (!dt__lw_bcast_wanted(L, out))
+        return 0;
+    dt__tval *in[DT_MAX_OP_INPUTS];
+    for (int j = 0; j < t->n_in; j++) {
+        in[j] = n->in[t->from[j]];
+        if (!in[j]->blobs)
+            return 0; /* an earlier failure: the lowering reports it */
+        for (int64_t d = 0; !in[j]->grp && d < out->meta.mesh->ndev; d++)
+            if (!in[j]->blobs[d])
+                return 0;
+    }
+    dt__step *st = step_for(L, out);
+    if (!st)
+        return 0;
+    dt__bgroup *gin[DT_MAX_OP_INPUTS];
+    for (int j = 0; j < t->n_in; j++)
+        if (!(gin[j] = in[j]->grp) && !(gin[j] = dt__lw_group_of(L->g, in[j], st->n)))
+            return 0; /* out of memory: the lowering's path */
+    step_image(L, st, out, t->kop, NULL, t, t->opname, gin, t->n_in);
     return 1;
 }
 
@@ -297,7 +337,9 @@ int dt__lw_step_add_blob(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, con
         atomic_store_explicit(&src->refs, 1, memory_order_relaxed);
         return 0; /* out of memory: the caller's per-device path */
     }
-    step_image(L, st, out, kop, a, opname, &gr, 1);
+    if (L->g->replay_cap) /* capturing this node: src is no input's, so no template */
+        dt__replay_uncapturable(L->g->replay_cap);
+    step_image(L, st, out, kop, a, NULL, opname, &gr, 1);
     /* The run holds the group now (or, out of memory, nothing does): the
      * caller's hold goes, with the last the blob. */
     dt__bgroup_release(gr);

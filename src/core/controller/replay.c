@@ -30,6 +30,7 @@ static void tpl_free(tpl *t) {
     dt__free(t->groups);
     dt__free(t->outs);
     dt__free(t->imgs);
+    dt__free(t->img);
     dt__free(t);
 }
 
@@ -328,6 +329,18 @@ int dt__replay_begin(dt__replay *r, dt__lower *L, const dt__node *n, int passes)
             r->misses++;
             return 0;
         }
+        if (t->img) {
+            /* A run image: appended to the open run, or (what the signature
+             * does not hold forbids a run now) lowered as a miss. */
+            if (!dt__lw_step_replay(L, n, t->img)) {
+                r->misses++;
+                return 0;
+            }
+            r->hits++;
+            if (run)
+                r->run_hits++;
+            return 1;
+        }
         if (apply(r, L, n, t) == DT_OK) {
             r->hits++;
             if (run)
@@ -338,11 +351,36 @@ int dt__replay_begin(dt__replay *r, dt__lower *L, const dt__node *n, int passes)
     r->misses++;
     r->ncap = 0;
     r->cap_over = 0;
+    r->ncap_img = 0;
     L->g->replay_cap = r;
     return 2;
 }
 
 void dt__replay_uncapturable(dt__replay *r) { r->cap_over = 1; }
+
+void dt__replay_note_image(dt__replay *r, const dt__node *n, const dt__tval *out, const dt__krec *img,
+                           dt__tval *const *in) {
+    if (r->ncap_img++ || out != n->out || img->alen > sizeof r->cap_img.attr) {
+        r->cap_over = 1; /* a second image, or not the node's output */
+        return;
+    }
+    dt__step_tpl *c = &r->cap_img;
+    for (int j = 0; j < img->n_in; j++) {
+        int k = 0;
+        while (k < n->n_in && n->in[k] != in[j])
+            k++;
+        if (k == n->n_in) {
+            r->cap_over = 1; /* a value the lowering made: not the node's */
+            return;
+        }
+        c->from[j] = (int8_t)k;
+    }
+    c->kop = img->kop;
+    c->n_in = img->n_in;
+    c->opname = img->opname;
+    c->alen = img->alen;
+    memcpy(c->attr, img->attr, img->alen);
+}
 
 void dt__replay_note(dt__replay *r, dt__stream *s, dt__krec *k) {
     if (r->ncap == r->capcap) {
@@ -497,7 +535,15 @@ void dt__replay_end(dt__replay *r, dt__lower *L, const dt__node *n, dt_status st
     t->nsig = r->nsig;
     t->block = reads_block(n->op);
     t->hash = r->hash;
-    t->usable = !r->cap_over && r->ncap <= MAX_RECS && build(r, n, t) != NULL;
+    if (r->ncap_img && !r->cap_over && !r->ncap) {
+        /* One run image and nothing else: the template is the image. */
+        t->img = dt__malloc(sizeof *t->img);
+        if (t->img)
+            memcpy(t->img, &r->cap_img, sizeof *t->img);
+        t->usable = t->img != NULL;
+    } else {
+        t->usable = !r->cap_over && !r->ncap_img && r->ncap <= MAX_RECS && build(r, n, t) != NULL;
+    }
     if (!t->usable) {
         /* Only the signature is kept: the next sighting lowers at once. */
         dt__free(t->recs);

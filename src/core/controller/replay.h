@@ -13,6 +13,13 @@
  * their group's next sequence number, so (group, seq) pairs still match on
  * every rank.
  *
+ * A node lowered as one image of a run of shared records (lower_step.c)
+ * has that image as its template: a hit appends a copy of it to the mesh's
+ * open run, reading the new node's inputs' groups (dt__lw_step_replay), so
+ * a repeated step costs per node its check and one image, and one message
+ * per mesh per run; what the signature does not hold (the switches, taps,
+ * recording) is asked again at each hit.
+ *
  * Runs: each template remembers the templates that followed it; a node is
  * compared first with the previous node's successors, so a loop body after
  * its first node is found without a hash or table probe (docs/decisions.md,
@@ -58,10 +65,15 @@ void dt__replay_end(dt__replay *r, dt__lower *L, const dt__node *n, dt_status st
 /* Called by dt__lw_stream_append for every record queued while a capture is
  * on (g->replay_cap). */
 void dt__replay_note(dt__replay *r, dt__stream *s, dt__krec *k);
-/* The node being captured was appended to a run of shared records
- * (core/controller/lower_step.c): none of its kernels is a record of its
- * own, so its template keeps only the signature (unusable: later sightings
- * are lowered, and join runs, at once). */
+/* The node being captured (n, output `out`) was appended to a run of
+ * shared records as image img reading `in` (core/controller/lower_step.c):
+ * when that image is all its lowering made, the template is the image
+ * (replayed by dt__lw_step_replay into the open run, without lowering). */
+void dt__replay_note_image(dt__replay *r, const dt__node *n, const dt__tval *out, const dt__krec *img,
+                           dt__tval *const *in);
+/* The node being captured made what a template cannot hold (a kernel
+ * reading a blob that is no input's, a shared collective): its template
+ * keeps only the signature (unusable: later sightings are lowered at once). */
 void dt__replay_uncapturable(dt__replay *r);
 
 #endif /* DT_CORE_REPLAY_H */

@@ -71,6 +71,9 @@ typedef struct tpl {
      * most of a one-device loop body, replayed by apply_one. */
     int one;
     int nrec, ncoll;
+    /* A run image (lower_step.h): the node's one kernel, appended to its
+     * mesh's open run by dt__lw_step_replay; no records. */
+    dt__step_tpl *img;
     int block; /* the signature holds the family block (reads_block) */
     int64_t nout;
     uint64_t *sig;
@@ -125,6 +128,9 @@ struct dt__replay {
     /* The capture in progress. */
     cap_ent *caps;
     int ncap, capcap, cap_over;
+    /* Run images the capture saw (dt__replay_note_image): the first kept. */
+    int ncap_img;
+    dt__step_tpl cap_img;
     /* Replay scratch: nrec records and fresh blobs, ncoll sequence numbers. */
     dt__krec **ks;
     dt__blob **fresh;

@@ -191,7 +191,7 @@ typedef uint64_t dt__w2 __attribute__((vector_size(16)));
  * its own function, without the other's branches. A check reads no further
  * than SIG_SLACK words past want's end: the parts before the inputs have a
  * fixed length or are a meta's words, and an input's words after its class
- * word are as many as its mesh's devices, which the class fixes. */
+ * word are at most as many as its mesh's devices, which the class fixes. */
 /* Whether the attribute words before the family block (HEAD_WORDS of
  * them: the scalars' padding masked) are hw's, the template's. Compared two
  * words at a time (vectors of two words: SSE2 on x86-64, whatever the target
@@ -218,6 +218,21 @@ static inline __attribute__((always_inline)) int head_same(const dt__nattr *attr
         last ^= hw[HEAD_WORDS - 1];
     }
     return (diff[0] | diff[1] | last) == 0;
+}
+
+/* Which blobs an input holds, as one word, when they are its group's own
+ * members (own_group): every one there, none another group's. Bit 42 is in
+ * no per-device word, so the two forms never match each other. */
+#define GRP_WORD ((uint64_t)3 << 41)
+
+/* 1 when v's blobs are the members its group was made with
+ * (dt__bgroup_new: all there, and none of them another such group's); an
+ * adopted group's member array points elsewhere (at blobs an own group or a
+ * per-device value may also hold: those inputs are signed device by
+ * device). One load, of member 0's pointer. */
+static inline int own_group(const dt__tval *v) {
+    return v->grp && v->blobs[0] ==
+                         (const dt__blob *)((const uint8_t *)v->grp + DT__BGROUP_MEMBERS(v->meta.mesh->ndev));
 }
 
 #define PUT(x)                                                                                               \
@@ -328,6 +343,10 @@ static inline __attribute__((always_inline)) int sig_walk(dt__replay *r, const d
          * one blob on two). */
         int64_t nd = v->meta.mesh->ndev;
         if (j == 0) { /* no earlier input: which blobs are there */
+            if (own_group(v)) {
+                PUT(GRP_WORD);
+                continue;
+            }
             for (int64_t d = 0; d < nd; d++)
                 PUT((uint64_t)(v->blobs[d] != NULL) << 41);
             continue;
@@ -339,6 +358,21 @@ static inline __attribute__((always_inline)) int sig_walk(dt__replay *r, const d
         if (same >= 0) {
             PUT((uint64_t)(uint32_t)same | (uint64_t)1 << 40);
             continue;
+        }
+        if (own_group(v)) {
+            /* Own groups share a blob only when they are one group: the
+             * first earlier input of v's group, if any, holds every one. */
+            int all = 1, first = -1;
+            for (int q = 0; q < j && all; q++) {
+                const dt__tval *u = n->in[q];
+                all = own_group(u);
+                if (all && first < 0 && u->grp == v->grp)
+                    first = q;
+            }
+            if (all) {
+                PUT(GRP_WORD | (uint64_t)(first + 1));
+                continue;
+            }
         }
         for (int64_t d = 0; d < nd; d++) {
             uint64_t w = (uint64_t)(v->blobs[d] != NULL) << 41;
