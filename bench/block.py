@@ -13,7 +13,7 @@ projection, GELU MLP of width 1024) on one CPU device, dtorch against eager torc
 
 Results are checked against torch (allclose). Machines are noisy: run it several times.
 
-Replay is off by default (DTORCH_REPLAY=1 turns it on); the script switches it itself.
+Replay is on by default (DTORCH_REPLAY=0 turns it off); the script switches it itself.
 
     /usr/bin/python3 bench/block.py
     /usr/bin/python3 bench/block.py --repeat 20 --threads 1

@@ -29,7 +29,7 @@ two devices the projections are column/row parallel and the row-parallel results
 Every step's result is checked against eager torch (allclose; the 2-device all-reduce sums in rank
 order). Machines are noisy: run it several times.
 
-Replay is off by default (DTORCH_REPLAY=1 turns it on); the script switches it itself.
+Replay is on by default (DTORCH_REPLAY=0 turns it off); the script switches it itself.
 
     /usr/bin/python3 bench/replay.py
     /usr/bin/python3 bench/replay.py --steps 200 --repeat 5

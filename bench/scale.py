@@ -13,7 +13,7 @@ decoded token as devices are added (issue 30's figures).
 CPU time comes from /proc/self/task/*/schedstat (bench/threads.py's reader: the kernel's per-thread
 run time, which another process's load does not inflate the way it does wall time); threads are
 told apart by the names dtorch gives them. Each figure is the least of --repeat runs (by controller
-time). The environment is the caller's: DTORCH_REPLAY=1 measures replay, DTORCH_BCAST=0 one record per
+time). The environment is the caller's: DTORCH_REPLAY=0 measures without replay, DTORCH_BCAST=0 one record per
 device (device-independent records are on by default).
 
     .venv/bin/python bench/scale.py

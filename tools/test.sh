@@ -13,7 +13,7 @@
 #   5. pytest tests/python      with the project's .venv (torch 2.13.0 from pip)
 #   5b. opt-in                  the controller-exercising tests again with each opt-in
 #                               mechanism switched on (or the default one off): capture
-#                               and replay (DTORCH_REPLAY=1), blocked elementwise chains
+#                               and replay off (DTORCH_REPLAY=0), blocked elementwise chains
 #                               (DTORCH_CHAINS=1), program order (DTORCH_SCHEDULE=0),
 #                               per-device records only (DTORCH_BCAST=0); the
 #                               files: OPTIN_TESTS below
@@ -104,9 +104,9 @@ record pytest "$rc"
 # run on the CPU backend's emulation of capture and launch.
 # (DTORCH_OVERLAP=0 is read when a graph is made; test_streams.py and test_switches.py run it in
 # child processes, and test_schedule.py's reorders need the communication stream it removes.)
-OPTIN_SETTINGS=("DTORCH_REPLAY=1" "DTORCH_CHAINS=1" "DTORCH_SCHEDULE=0" "DTORCH_BCAST=0" "DTORCH_BGROUP=0" "DTORCH_STEP=0"
+OPTIN_SETTINGS=("DTORCH_REPLAY=0" "DTORCH_CHAINS=1" "DTORCH_SCHEDULE=0" "DTORCH_BCAST=0" "DTORCH_BGROUP=0" "DTORCH_STEP=0"
     "DTORCH_CUDA_GRAPH=1 DTORCH_GRAPH_EMULATE=1")
-OPTIN_TESTS=(tests/python/test_replay.py tests/python/test_chain.py tests/python/test_schedule.py tests/python/test_bcast.py tests/python/test_bgroup.py tests/python/test_step.py
+OPTIN_TESTS=(tests/python/test_replay.py tests/python/test_replay_runs.py tests/python/test_chain.py tests/python/test_schedule.py tests/python/test_bcast.py tests/python/test_bgroup.py tests/python/test_step.py
     tests/python/test_switches.py tests/python/test_elementwise_mesh.py tests/python/test_reduce.py
     tests/python/test_redistribute.py tests/python/test_context_parallel.py tests/python/test_llama.py)
 # Left out: the example scripts (child processes that repeat test_llama's values) and the overlap

@@ -12,8 +12,8 @@
 extern "C" {
 #endif
 
-/* Turns g's capture and replay on (1; the default only when DTORCH_REPLAY=1
- * was set when g was made) or off (0, the default), for the controller rounds that start
+/* Turns g's capture and replay on (1, the default unless DTORCH_REPLAY=0
+ * was set when g was made) or off (0), for the controller rounds that start
  * afterwards: a node with the signature of one lowered before (op,
  * attributes, input and output layouts, which inputs share a blob) gets
  * copies of that node's kernels bound to its own values instead of a

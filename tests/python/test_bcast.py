@@ -36,7 +36,7 @@ def bits(t):
 
 def run(on, fn, *args):
     """fn(*args) with the records on or off, its per-device values and how many nodes took them.
-    Replay is off here (also under DTORCH_REPLAY=1): it would replay the records-off run's per-device
+    Replay is off here (it is on by default): it would replay the records-off run's per-device
     template for the records-on run, and the count compares the two lowerings."""
     with replay(False), bcast(on):
         dtorch.synchronize()  # the inputs' own nodes (a Replicate host copy is shared too) counted first

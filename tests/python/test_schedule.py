@@ -78,7 +78,7 @@ class TestSequentialMicroBatches(unittest.TestCase):
         # Replay caches per node: reordered nodes replay the same kernels. Two steps, the first
         # feeding the second, in one window (values stay exact in float32). Per-device records
         # (bcast off): a shared record, the all-reduces included on a 1-D mesh, is never replayed.
-        # A graph of its own: under DTORCH_REPLAY=1 the default graph has already captured these
+        # A graph of its own: with replay on (the default) the default graph has already captured these
         # signatures as shared records (the other tests here), whose templates are never replayed.
         g = dtorch.Graph()
         dws = [(dtorch.from_torch(a, CPU2, [Shard(1)], graph=g), dtorch.from_torch(b, CPU2, [Shard(0)], graph=g))

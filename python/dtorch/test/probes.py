@@ -169,12 +169,12 @@ def chains(on: bool, graph=None) -> Iterator[None]:
 @contextlib.contextmanager
 def replay(on: bool, graph=None) -> Iterator[None]:
     """Turns a graph's capture and replay on or off (``dt_graph_set_replay``) inside the block, and
-    back to the default after it (off; on with ``DTORCH_REPLAY=1``).
+    back to the default after it (on; off with ``DTORCH_REPLAY=0``).
 
     >>> with replay(False):
     ...     y = dtorch.ones(3).exp()   # lowered, never replayed
     """
-    with _switched(_C._set_replay, on, graph, "DTORCH_REPLAY", False):
+    with _switched(_C._set_replay, on, graph, "DTORCH_REPLAY", True):
         yield
 
 

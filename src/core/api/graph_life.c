@@ -72,10 +72,11 @@ dt_status dt_graph_create(const dt_graph_options *options, dt_graph **out) {
      * machine the unfused in-place kernels were faster (docs/benchmarks.md). */
     const char *ch = getenv("DTORCH_CHAINS");
     atomic_init(&g->chains, ch && ch[0] == '1' && ch[1] == 0);
-    /* DTORCH_REPLAY=1 turns capture and replay on (core/controller/replay.h). Off by
-     * default for now: docs/decisions.md, "Replay". */
+    /* Capture and replay (core/controller/replay.h) are on; DTORCH_REPLAY=0
+     * turns them off (docs/decisions.md, "Replay of run images, on by
+     * default"). */
     const char *rp = getenv("DTORCH_REPLAY");
-    atomic_init(&g->replay, rp && rp[0] == '1' && rp[1] == 0);
+    atomic_init(&g->replay, !(rp && rp[0] == '0' && rp[1] == 0));
     /* Eligible nodes are lowered as one device-independent record each
      * (core/records/bcast.h; docs/decisions.md, "Lower once, instantiate
      * per device"); DTORCH_BCAST=0 keeps one record per device. */

@@ -35,8 +35,8 @@ struct dt_graph {
      * creation or dt_graph_set_chains turn it on). */
     atomic_int chains;
     /* The controller replays the kernels of nodes it has lowered before
-     * (core/controller/replay.h; off unless DTORCH_REPLAY=1 at creation or
-     * dt_graph_set_replay turn it on). */
+     * (core/controller/replay.h; on unless DTORCH_REPLAY=0 at creation or
+     * dt_graph_set_replay turn it off). */
     atomic_int replay;
     /* The controller lowers an eligible node as one device-independent
      * record (core/records/bcast.h; on unless DTORCH_BCAST=0 at creation
