@@ -208,8 +208,9 @@ static inline __attribute__((always_inline)) dt__step *step_for(dt__lower *L, co
 }
 
 /* Appends the node's kernel to st, reading member d of gin[j] on device d:
- * the output's group made, the attributes packed into the next image (a),
- * or copied from a replay template's bytes (a NULL: t). */
+ * the output's group made, the attributes packed into the next image (t
+ * NULL: from a), or copied from a replay template's bytes (t). Each caller
+ * passes t as a constant NULL or not, so the other branch is not compiled. */
 static inline __attribute__((always_inline)) dt__krec *step_image(dt__lower *L, dt__step *st, dt__tval *out,
                                                                   int kop, dt__kattr *a,
                                                                   const dt__step_tpl *t, const char *opname,
@@ -225,7 +226,7 @@ static inline __attribute__((always_inline)) dt__krec *step_image(dt__lower *L, 
     out->blobs = dt__bgroup_ptrs(gr);
     /* The node's reuse mark (passes/reuse.c), as dt__lw_push_on puts it
      * (a template's bytes have it). */
-    if (a)
+    if (!t)
         a->flags |= L->kflags;
     /* Its members' events: this kernel's number on each device's stream,
      * by the run's bases (dt__blob_event), nothing written per device. */
@@ -244,7 +245,7 @@ static inline __attribute__((always_inline)) dt__krec *step_image(dt__lower *L, 
     img->out = NULL;
     img->handle = NULL;
     img->cls = 0;
-    if (a) {
+    if (!t) {
         step_pack(st, a, img);
     } else {
         img->alen = t->alen;
