@@ -68,6 +68,12 @@ def small_step_tensors():
     return int_valued(8, 8, low=-2, high=3, seed=1), int_valued(8, seed=2), int_valued(4, 8, seed=3)
 
 
+def on_two_devices(tw, tb, tx):
+    """small_step_tensors' weight and bias replicated on CPU2, the input sharded by rows."""
+    return (dtorch.from_torch(tw, CPU2, [Replicate()]), dtorch.from_torch(tb, CPU2, [Replicate()]),
+            dtorch.from_torch(tx, CPU2, [Shard(0)]))
+
+
 def pieces(y):
     return [bits(v) for v in local_values(y)]
 
@@ -182,9 +188,7 @@ class TestLiveness(unittest.TestCase):
         tw, tb, tx = small_step_tensors()
 
         def run():
-            w = dtorch.from_torch(tw, CPU2, [Replicate()])
-            b = dtorch.from_torch(tb, CPU2, [Replicate()])
-            x = dtorch.from_torch(tx, CPU2, [Shard(0)])
+            w, b, x = on_two_devices(tw, tb, tx)
             kept = []
             for k in range(24):
                 with held_controller():
@@ -211,9 +215,7 @@ class TestLiveness(unittest.TestCase):
         tw, tb, tx = small_step_tensors()
 
         def run():
-            w = dtorch.from_torch(tw, CPU2, [Replicate()])
-            b = dtorch.from_torch(tb, CPU2, [Replicate()])
-            x = dtorch.from_torch(tx, CPU2, [Shard(0)])
+            w, b, x = on_two_devices(tw, tb, tx)
             kept = []
             for _ in range(20):
                 x = decode_step(x, w, b)

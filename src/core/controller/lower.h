@@ -154,6 +154,9 @@ int dt__lw_bcast(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char 
  * on, nothing recorded, a mesh of several local devices): whether a family
  * should check its blocks for it. */
 int dt__lw_bcast_wanted(const dt__lower *L, const dt__tval *out);
+/* 1 when value v has a blob on every device of its mesh (a group's members
+ * are all there); 0 where an earlier failure left it without. */
+int dt__lw_blobs_there(const dt__tval *v);
 /* The same for a mesh (the switch on, nothing recorded, several local
  * devices): what a collective's shared record asks (lower_coll.c). */
 int dt__lw_bcast_mesh(const dt__lower *L, const dt_mesh *mesh);

@@ -78,6 +78,15 @@ int dt__lw_bcast_wanted(const dt__lower *L, const dt__tval *out) {
     return dt__lw_bcast_mesh(L, out->meta.mesh) && !out->meta.seg.n;
 }
 
+int dt__lw_blobs_there(const dt__tval *v) {
+    if (!v->blobs)
+        return 0;
+    for (int64_t d = 0; !v->grp && d < v->meta.mesh->ndev; d++)
+        if (!v->blobs[d])
+            return 0;
+    return 1;
+}
+
 /* Whether node inputs `in` and output `out` may be lowered as one record
  * (`checked`: the caller found every device's input blocks its own). */
 static int eligible(const dt__lower *L, const dt__tval *out, dt__tval *const *in, int n_in, int checked) {
@@ -86,11 +95,10 @@ static int eligible(const dt__lower *L, const dt__tval *out, dt__tval *const *in
         return 0;
     for (int j = 0; j < n_in; j++) {
         const dt__meta *m = &in[j]->meta;
-        if (m->mesh != mesh || m->seg.n || !in[j]->blobs || (!checked && !same_blocks(m, &out->meta)))
+        if (m->mesh != mesh || m->seg.n || (!checked && !same_blocks(m, &out->meta)))
             return 0;
-        for (int64_t d = 0; !in[j]->grp && d < mesh->ndev; d++) /* a group's members are all there */
-            if (!in[j]->blobs[d])
-                return 0; /* an earlier failure: the per-device path reports it */
+        if (!dt__lw_blobs_there(in[j]))
+            return 0; /* an earlier failure: the per-device path reports it */
     }
     return 1;
 }

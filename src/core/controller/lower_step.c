@@ -279,22 +279,32 @@ static inline __attribute__((always_inline)) dt__krec *step_image(dt__lower *L, 
     return img;
 }
 
-int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname,
-                    dt__tval *const *in, int n_in) {
+/* dt__lw_step_add (t NULL: attributes a packed) and dt__lw_step_replay (t's
+ * bytes): the node's kernel appended to its mesh's open run, each input
+ * named by its group (a value made per device is adopted: groups are on,
+ * step_for). 1 when appended (L->status set on a failure), 0 when the
+ * caller lowers the node otherwise (nothing made). */
+static inline __attribute__((always_inline)) int step_append(dt__lower *L, dt__tval *out, int kop,
+                                                             dt__kattr *a, const dt__step_tpl *t,
+                                                             const char *opname, dt__tval *const *in,
+                                                             int n_in) {
     dt_graph *g = L->g;
     dt__step *st = step_for(L, out);
     if (!st)
         return 0;
-    /* Every input by its group: a value made per device is adopted (groups
-     * are on: step_for). */
     dt__bgroup *gin[DT_MAX_OP_INPUTS];
     for (int j = 0; j < n_in; j++)
         if (!(gin[j] = in[j]->grp) && !(gin[j] = dt__lw_group_of(g, in[j], st->n)))
-            return 0; /* out of memory: the shared record's path */
-    const dt__krec *img = step_image(L, st, out, kop, a, NULL, opname, gin, n_in);
-    if (img && g->replay_cap) /* capturing this node: the image is its template */
+            return 0; /* out of memory: the other path */
+    const dt__krec *img = step_image(L, st, out, kop, a, t, opname, gin, n_in);
+    if (!t && img && g->replay_cap) /* capturing this node: the image is its template */
         dt__replay_note_image(g->replay_cap, L->node, out, img, in);
     return 1;
+}
+
+int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname,
+                    dt__tval *const *in, int n_in) {
+    return step_append(L, out, kop, a, NULL, opname, in, n_in);
 }
 
 int dt__lw_step_replay(dt__lower *L, const dt__node *n, const dt__step_tpl *t) {
@@ -302,23 +312,10 @@ int dt__lw_step_replay(dt__lower *L, const dt__node *n, const dt__step_tpl *t) {
     if (!dt__lw_bcast_wanted(L, out))
         return 0;
     dt__tval *in[DT_MAX_OP_INPUTS];
-    for (int j = 0; j < t->n_in; j++) {
-        in[j] = n->in[t->from[j]];
-        if (!in[j]->blobs)
-            return 0; /* an earlier failure: the lowering reports it */
-        for (int64_t d = 0; !in[j]->grp && d < out->meta.mesh->ndev; d++)
-            if (!in[j]->blobs[d])
-                return 0;
-    }
-    dt__step *st = step_for(L, out);
-    if (!st)
-        return 0;
-    dt__bgroup *gin[DT_MAX_OP_INPUTS];
     for (int j = 0; j < t->n_in; j++)
-        if (!(gin[j] = in[j]->grp) && !(gin[j] = dt__lw_group_of(L->g, in[j], st->n)))
-            return 0; /* out of memory: the lowering's path */
-    step_image(L, st, out, t->kop, NULL, t, t->opname, gin, t->n_in);
-    return 1;
+        if (!dt__lw_blobs_there(in[j] = n->in[t->from[j]]))
+            return 0; /* an earlier failure: the lowering reports it */
+    return step_append(L, out, t->kop, NULL, t, t->opname, in, t->n_in);
 }
 
 int dt__lw_step_add_blob(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname,

@@ -329,19 +329,13 @@ int dt__replay_begin(dt__replay *r, dt__lower *L, const dt__node *n, int passes)
             r->misses++;
             return 0;
         }
-        if (t->img) {
-            /* A run image: appended to the open run, or (what the signature
-             * does not hold forbids a run now) lowered as a miss. */
-            if (!dt__lw_step_replay(L, n, t->img)) {
-                r->misses++;
-                return 0;
-            }
-            r->hits++;
-            if (run)
-                r->run_hits++;
-            return 1;
+        /* A run image is appended to the open run, or (what the signature
+         * does not hold forbids a run now) the node is lowered as a miss. */
+        if (t->img && !dt__lw_step_replay(L, n, t->img)) {
+            r->misses++;
+            return 0;
         }
-        if (apply(r, L, n, t) == DT_OK) {
+        if (t->img ? L->status == DT_OK : apply(r, L, n, t) == DT_OK) {
             r->hits++;
             if (run)
                 r->run_hits++;
