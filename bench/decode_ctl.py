@@ -1,10 +1,11 @@
 """The controller's work per decoded token (bench/scale.py's S2) or per tiny add (S1), for counting its
 instructions under callgrind.
 
-Decode: loads bench/scale.py's tiny Llama on a 1-D tp mesh, decodes 2 tokens (warm-up), then `n`, and
-prints the tokens. `--ops`: S1's loop, `n` adds `a = a + b` on a Replicate mesh of `--tp` devices after
-a warm-up of 200. Run it twice under callgrind with two `n` and divide the difference by theirs
-(docs/benchmarks.md):
+Decode: loads bench/scale.py's tiny Llama on a 1-D tp mesh, decodes `--warm` tokens (default 24: the
+record pools reach their steady state; with 2, as before 2026-12-07, blob groups still came fresh from
+the slab and were counted with their first writes), then `n`, and prints the tokens. `--ops`: S1's
+loop, `n` adds `a = a + b` on a Replicate mesh of `--tp` devices after a warm-up of 200. Run it twice
+under callgrind with two `n` and divide the difference by theirs (docs/benchmarks.md):
 
     valgrind --tool=callgrind --toggle-collect=dt__controller_main \\
         python bench/decode_ctl.py --tp 8 --n 10      # and --n 2
@@ -39,7 +40,7 @@ def decode(args):
         ref.save_pretrained(d)
         mesh = DeviceMesh("cpu", list(range(args.tp)), mesh_dim_names=("tp",))
         model = LlamaForCausalLM.from_pretrained(d, device_mesh=mesh)
-        model.generate(prompt, max_new_tokens=2, eos_token_id=[])
+        model.generate(prompt, max_new_tokens=args.warm, eos_token_id=[])
         print(model.generate(prompt, max_new_tokens=args.n, eos_token_id=[]).tolist())
         dtorch.synchronize()
 
@@ -60,7 +61,7 @@ def ops(args):
 def instructions(args, n, out):
     cmd = [args.valgrind, "--tool=callgrind", "--toggle-collect=dt__controller_main",
            f"--callgrind-out-file={out}", sys.executable, os.path.abspath(__file__), "--tp", str(args.tp),
-           "--n", str(n), "--hidden", str(args.hidden), "--layers", str(args.layers), "--vocab",
+           "--n", str(n), "--warm", str(args.warm), "--hidden", str(args.hidden), "--layers", str(args.layers), "--vocab",
            str(args.vocab)] + (["--ops"] if args.ops else [])
     run = subprocess.run(cmd, capture_output=True, text=True, check=True)
     m = re.search(r"Collected : (\d+)", run.stderr)
@@ -83,6 +84,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tp", type=int, default=8)
     ap.add_argument("--n", type=int, default=10)
+    ap.add_argument("--warm", type=int, default=24, help="tokens decoded before the counted ones")
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--vocab", type=int, default=128)

@@ -6,29 +6,33 @@
  *
  * Values are immutable and a node's inputs are explicit, so any order in
  * which every producer in the window comes before its readers gives the
- * same results. The schedule starts in program order and stays there (it
- * costs one check per node) until a slot's output comes off a communication
- * stream and some slot after it does not depend on it. From then on the
- * round's remaining slots are lowered by list
- * scheduling on the key (wave, slot): a slot's wave is the number of
- * collective outputs on its longest path of in-window producers since the
- * schedule engaged, so every compute node that needs no pending collective
- * result is lowered before those that do, in program order within a wave.
+ * same results. The schedule is program order (one check per node) but
+ * for hoisting: when a slot c lowered in program order has its output come
+ * off a communication stream, the slots within reach after it (c + 1 ..
+ * c + DT__SCHED_AHEAD, up to the first barrier) that do not depend on c
+ * through in-window producers are lowered next, in program order, ahead of
+ * everything that waits for c's result; then program order resumes, each
+ * hoisted slot skipped at its turn. A hoisted slot whose own output comes
+ * off a communication stream takes the hoisted slots after it that depend
+ * on it out of the hoist (they wait for it as c's readers wait for c, and
+ * come in program order, or in the hoist of a later collective output).
+ * Two micro-batches written one after the other come out interleaved as a
+ * programmer would write them (docs/decisions.md, "The schedule hoists
+ * within reach").
  *
- * Where every slot after such a slot c depends on c (through in-window
- * producers), the list schedule engaged at c would hand the slots out in
- * program order up to the next collective output c2, and from c2 on in the
- * order it would give engaged at c2 (each wave counted from c is one more
- * than from c2), so the schedule stays in program order and asks again at
- * c2: a round that is one chain through its all-reduces never engages (a
- * decode round that reaches the next forward still does: its rotary tables
- * hang on no collective, and are hoisted). The question is O(1) per collective: the round's slots after its
- * first collective output carry, once, the least over the slots after them of their latest in-window producer
- * (sched.c).
+ * Cost. Asking is O(reach) loads of one int per slot: each slot's latest
+ * in-window producer (`lp`, found once per slot per round) is compared with
+ * c, and by induction in slot order every slot depends on c while that
+ * producer is c or a later slot not yet lowered; from the first slot where
+ * it is not, the dependence is propagated slot by slot over the rest of the
+ * reach, which builds the hoist.
+ * Nothing is kept per slot between collective outputs, so a long round
+ * costs per slot what a short one does (the list schedule this replaces
+ * built reader lists and a heap over the rest of the round).
  *
- * Bounds. A slot is considered only once it is within DT__SCHED_AHEAD slots
- * of the oldest slot not yet lowered, so no node is lowered more than that
- * many slots ahead of its turn and the values it makes early are bounded in
+ * Bounds. A hoisted slot is at most DT__SCHED_AHEAD slots after the oldest
+ * slot not yet lowered (c + 1), so no node is lowered more than that many
+ * slots ahead of its turn and the values it makes early are bounded in
  * number. Barriers (FETCH, SYNC, DEBUG_GATE and STOP: reads, graph-wide
  * waits, test gates and the shutdown) are lowered in their place:
  * everything before them first, nothing after them before them.
@@ -51,31 +55,27 @@
 #define DT__SCHED_AHEAD 128
 
 typedef struct dt__sched {
-    int cap;        /* slots the per-slot arrays hold */
-    int ecap;       /* entries edges holds */
-    int32_t *wait;  /* unlowered in-window producers of each slot */
-    int32_t *wave;  /* each slot's wave */
-    int32_t *eoff;  /* n + 1: slot s's readers are edges[eoff[s] .. eoff[s + 1]) */
-    int32_t *edges; /* the readers, and (while engaging) each input's producer */
-    int32_t *heap;  /* admitted slots whose producers are lowered, by (wave, slot) */
-    uint8_t *st;    /* per slot: DT__SCHED_* */
-    int on;         /* this round may reorder */
-    int engaged;    /* list scheduling (after a collective output some slot does not need) */
-    int scanned;    /* not engaged: wait[s], s after the first collective output, holds the
-                     * least latest producer of the slots from s on (sched.c) */
-    int eager;      /* test only: engage at the first collective output, asked nothing */
-    int next;       /* program order: the next slot */
-    int oldest;     /* engaged: the oldest slot not yet lowered */
-    int admitted;   /* engaged: slots [0, admitted) have been considered */
-    int nheap;
-    int gate;       /* engaged: an admitted barrier is not yet lowered */
-    long reordered; /* slots lowered ahead of an older one, this round */
+    int cap;                     /* slots the per-slot arrays hold */
+    int32_t *lp;                 /* per slot: its latest in-window producer that lowers (-1: none),
+                                  * INT32_MAX for a slot never lowered, INT32_MIN for a barrier */
+    uint32_t *mark;              /* per slot: == gen once handed out of program order this round */
+    uint32_t *dep;               /* per slot: == qid while it depends on the slot being asked about */
+    int32_t hq[DT__SCHED_AHEAD]; /* the hoist: slots to hand out next (-1: taken out) */
+    int hq_i, hq_n;
+    uint32_t gen, qid;
+    int on;          /* this round may reorder */
+    int engaged;     /* a hoist is being handed out, or program order has hoisted slots
+                      * ahead to skip (marked) */
+    int hoisted_max; /* the last slot hoisted this round (-1: none) */
+    int lp_n;        /* lp holds the slots not yet lowered before lp_n */
+    int next;        /* program order: the next slot not handed out */
+    long reordered;  /* slots lowered ahead of an older one, this round */
 } dt__sched;
 
 /* Starts a round over the filled window w; `on`: the graph's setting. */
 void dt__sched_begin(dt__sched *S, const dt__window *w, int on);
 /* The next slot to lower, or -1 when every slot has been handed out.
- * Program order (not engaged) inline: it is every node's path. */
+ * Program order (nothing hoisted) inline: it is every node's path. */
 int dt__sched_next_engaged(dt__sched *S, const dt__window *w);
 static inline int dt__sched_next(dt__sched *S, const dt__window *w) {
     if (!S->engaged)
@@ -85,10 +85,10 @@ static inline int dt__sched_next(dt__sched *S, const dt__window *w) {
 /* After slot `slot` (from dt__sched_next) was lowered, or skipped: `comm`
  * says its output comes off a communication stream. Cannot fail: out of
  * memory, the rest of the round keeps program order. */
-void dt__sched_done_slow(dt__sched *S, const dt__window *w, int slot, int comm);
+void dt__sched_done_slow(dt__sched *S, const dt__window *w, int slot);
 static inline void dt__sched_done(dt__sched *S, const dt__window *w, int slot, int comm) {
-    if (S->engaged || comm)
-        dt__sched_done_slow(S, w, slot, comm);
+    if (comm && S->on)
+        dt__sched_done_slow(S, w, slot);
 }
 /* Frees the arrays (S itself is the caller's). */
 void dt__sched_free(dt__sched *S);
