@@ -79,6 +79,10 @@
 #define DT_MAX_OP_INPUTS 6
 #define DT__MAX_IN DT_MAX_OP_INPUTS
 
+/* Runs' allocations a graph keeps for its next runs (core/records/step.h,
+ * graph_int.h step_spare). */
+#define DT__STEP_SPARES 4
+
 /* ------------------------------------------------------------ handles */
 
 /* Every public handle's first field is a magic: its type's LIVE value while

@@ -28,8 +28,9 @@ static void graph_free(dt_graph *g);
 /* Frees what dt_graph_create made, once no thread of the graph runs: its
  * recorder, its locks, the record itself. */
 static void graph_destroy(dt_graph *g) {
-    dt__free(atomic_load(&g->step_spare)); /* a run's allocation kept for reuse (lower_step.c) */
-    dt__free(g->coll_log);                 /* dt_debug_coll_log's notes */
+    for (int i = 0; i < DT__STEP_SPARES; i++)
+        dt__free(atomic_load(&g->step_spare[i])); /* runs' allocations kept for reuse (lower_step.c) */
+    dt__free(g->coll_log);                        /* dt_debug_coll_log's notes */
     dt__rec_free(g->rec);
     g->rec = NULL;
     pthread_cond_destroy(&g->bl_cond);

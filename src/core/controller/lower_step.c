@@ -45,8 +45,11 @@
  * cannot be had here (out of memory, a worker node's device, a failed
  * stream: the caller's path reports it). */
 static dt__step *step_open(dt__lower *L, const dt_mesh *mesh, int n) {
-    /* The last run's allocation when a slot gave it back and it fits. */
-    dt__step *st = atomic_exchange_explicit(&L->g->step_spare, NULL, memory_order_acquire);
+    /* An earlier run's allocation when a slot gave it back and it fits. */
+    dt__step *st = NULL;
+    for (int i = 0; !st && i < DT__STEP_SPARES; i++)
+        if (atomic_load_explicit(&L->g->step_spare[i], memory_order_relaxed))
+            st = atomic_exchange_explicit(&L->g->step_spare[i], NULL, memory_order_acquire);
     if (st && st->n != n) {
         dt__free(st);
         st = NULL;
@@ -67,7 +70,7 @@ static dt__step *step_open(dt__lower *L, const dt_mesh *mesh, int n) {
 #ifdef DT_POOL_DIRECT
     st->spare = NULL; /* sanitizer builds: every run freed, so ASan sees a use after it (common/pool.h) */
 #else
-    st->spare = &L->g->step_spare;
+    st->spare = L->g->step_spare;
 #endif
     st->ev = ev;
     st->ss = ev->ss;

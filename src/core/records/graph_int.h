@@ -211,12 +211,13 @@ struct dt_graph {
      * cluster change retires it); step_ss_uid 0: none. */
     uint64_t step_ss_uid, step_ss_gen;
     struct dt__stream *step_ss[8];
-    /* A run's allocation (core/records/step.h) that its last slot gave
-     * back, for the controller's next run: a run's kernel images span tens
+    /* Runs' allocations (core/records/step.h) that their last slots gave
+     * back, for the controller's next runs: a run's kernel images span tens
      * of kilobytes, which malloc would hand back to the system and fault in
-     * again. Written by workers, taken by the controller; freed with the
-     * graph. Its own line. */
-    _Alignas(DT_CACHE_LINE) _Atomic(struct dt__step *) step_spare;
+     * again, and several runs are in flight at once (decode at tp8: ~6 a
+     * token). Written by workers, taken by the controller; freed with the
+     * graph. Their own line. */
+    _Alignas(DT_CACHE_LINE) _Atomic(struct dt__step *) step_spare[DT__STEP_SPARES];
 };
 
 #define DT__Q_IS_CLOSED(h) (((uintptr_t)(h)&1) != 0)

@@ -76,8 +76,9 @@ typedef struct dt__step {
     uint8_t *imgs;              /* image 0 */
     int nheld;                  /* entries of held */
     dt__step_held *held;        /* the groups the run holds (after the images) */
-    /* Where the last slot leaves the allocation for the next run (the
-     * graph's step_spare) when that is empty; NULL: freed. */
+    /* Where the last slot leaves the allocation for a next run (the
+     * graph's DT__STEP_SPARES step_spare entries), in the first that is
+     * empty; NULL, or none empty: freed. */
     _Atomic(struct dt__step *) *spare;
     struct dt__step_memo *memo; /* controller only: its scratch (dt__step_memo) */
 } dt__step;
@@ -155,10 +156,14 @@ static inline void dt__step_unref(dt__step *st) {
         return;
     for (int i = 0; i < st->nheld; i++)
         dt__bgroup_release(st->held[i].gr);
-    dt__step *none = NULL;
-    if (!st->spare || !atomic_compare_exchange_strong_explicit(st->spare, &none, st, memory_order_release,
-                                                               memory_order_relaxed))
-        dt__free(st);
+    for (int i = 0; st->spare && i < DT__STEP_SPARES; i++) {
+        dt__step *none = NULL;
+        if (!atomic_load_explicit(&st->spare[i], memory_order_relaxed) &&
+            atomic_compare_exchange_strong_explicit(&st->spare[i], &none, st, memory_order_release,
+                                                    memory_order_relaxed))
+            return;
+    }
+    dt__free(st);
 }
 
 #endif /* DT_CORE_STEP_H */
