@@ -13,6 +13,19 @@ import torch
 BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench")
 
 
+@contextlib.contextmanager
+def torch_threads_kept():
+    """Restores torch's intra-op thread count after a bench's main() (bench/scale.py and threads.py
+    set one thread): later tests in this process compare graphs whose workers follow it with worker
+    processes that keep their own (test_per_process.py), and on some CPUs a GEMM's bits depend on
+    how many threads share it."""
+    n = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
 def load(name: str):
     spec = importlib.util.spec_from_file_location(f"_bench_{name}", os.path.join(BENCH, name + ".py"))
     module = importlib.util.module_from_spec(spec)
@@ -63,7 +76,7 @@ class TestScale(unittest.TestCase):
         try:
             bench = load("scale")
             out = io.StringIO()
-            with contextlib.redirect_stdout(out):
+            with contextlib.redirect_stdout(out), torch_threads_kept():
                 rc = bench.main(["--n", "200", "--repeat", "1", "--devices", "1", "2", "--tp", "1", "2",
                                  "--long", "4", "--short", "2"])
         finally:
@@ -87,7 +100,7 @@ def run_bench(name, argv):
     out = io.StringIO()
     sys.path.insert(0, BENCH)
     try:
-        with contextlib.redirect_stdout(out):
+        with contextlib.redirect_stdout(out), torch_threads_kept():
             rc = load(name).main(argv)
     finally:
         sys.path.remove(BENCH)
