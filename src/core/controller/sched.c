@@ -98,9 +98,10 @@ static void ask(dt__sched *S, const dt__window *w, int c) {
     latest_producers(S, w, c, lim);
     /* While each slot not yet lowered reads, as its latest producer, c or
      * a slot after c not yet lowered, it depends on c (by induction in slot
-     * order: that producer does; a producer never lowered is not counted,
-     * and a slot hoisted before, lowered after c's turn but before c,
-     * depends on nothing here). Stop at a barrier. */
+     * order: that producer does). A producer never lowered is not counted;
+     * a slot after c that an earlier hoist lowered before c depends on
+     * nothing here, so a slot reading it is asked the long way. Stop at a
+     * barrier. */
     int s = c + 1;
     for (; s < lim; s++) {
         int32_t p = S->lp[s];
