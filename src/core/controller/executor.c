@@ -407,6 +407,7 @@ static void lower(ctl_loop *c) {
     dt_graph *g = c->g;
     c->taken = 0;
     c->stop = 0;
+    dt__lw_bcast_round(&c->L);
     if (c->windowed) {
         int on = atomic_load_explicit(&g->schedule, memory_order_relaxed);
         c->stop = lower_window(&c->L, &c->w, &c->sched, on, c->passes, c->rp);

@@ -25,6 +25,9 @@ struct dt__lower {
      * holds. Its detail is the controller thread's dt_last_error(). */
     dt_status status;
     int32_t kflags; /* DT_KF_* the window's passes put on its backend kernels */
+    /* The devices a mesh needs for shared records in this round, 0 when the
+     * round takes none (dt__lw_bcast_round: the switches, the tap). */
+    int32_t bc_least;
 };
 
 /* Records a lowering failure (the first one wins) with its reason in the
@@ -154,12 +157,15 @@ int dt__lw_bcast(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char 
  * on, nothing recorded, a mesh of several local devices): whether a family
  * should check its blocks for it. */
 int dt__lw_bcast_wanted(const dt__lower *L, const dt__tval *out);
-/* 1 when value v has a blob on every device of its mesh (a group's members
- * are all there); 0 where an earlier failure left it without. */
-int dt__lw_blobs_there(const dt__tval *v);
 /* The same for a mesh (the switch on, nothing recorded, several local
- * devices): what a collective's shared record asks (lower_coll.c). */
+ * devices): what a collective's shared record asks (lower_coll.c).
+ * Inline for the controller's own files: dt__lw_bcast_on (lower_queue.h). */
 int dt__lw_bcast_mesh(const dt__lower *L, const dt_mesh *mesh);
+/* Reads, once a round has been taken, what shared records depend on but a
+ * node (graph switches, the test tap) into L->bc_least: a switch changed
+ * while the client records applies to every node recorded after it, as
+ * those are in a later round. */
+void dt__lw_bcast_round(dt__lower *L);
 /* Shared record b's image: kernel kop of the node being lowered, under
  * `opname` (NULL: the node's op) at the node's call site; and every slot's
  * header naming b and the image's name and site, with n_in inputs (the

@@ -64,34 +64,23 @@ static int same_blocks(const dt__meta *in, const dt__meta *out) {
     return 1;
 }
 
-/* The switch on, nothing recorded, a mesh of several local devices (or of
- * one, while CUDA graphs are on: a run's slot is what a worker captures,
- * core/worker/graph_run.c). */
-int dt__lw_bcast_mesh(const dt__lower *L, const dt_mesh *mesh) {
+void dt__lw_bcast_round(dt__lower *L) {
     const dt_graph *g = L->g;
+    /* A mesh of several local devices, or of one while CUDA graphs are on
+     * (a run's slot is what a worker captures, core/worker/graph_run.c). */
     int least = atomic_load_explicit(&g->cuda_graph, memory_order_relaxed) ? 1 : 2;
-    return atomic_load_explicit(&g->bcast, memory_order_relaxed) && L->status == DT_OK && !g->ktap &&
-           !g->has_remote && !dt__rec_anything() && mesh->ndev >= least && mesh->ndev <= BCAST_MAX_DEV;
+    L->bc_least = atomic_load_explicit(&g->bcast, memory_order_relaxed) && !g->ktap ? least : 0;
 }
 
-int dt__lw_bcast_wanted(const dt__lower *L, const dt__tval *out) {
-    return dt__lw_bcast_mesh(L, out->meta.mesh) && !out->meta.seg.n;
-}
+int dt__lw_bcast_mesh(const dt__lower *L, const dt_mesh *mesh) { return dt__lw_bcast_on(L, mesh); }
 
-int dt__lw_blobs_there(const dt__tval *v) {
-    if (!v->blobs)
-        return 0;
-    for (int64_t d = 0; !v->grp && d < v->meta.mesh->ndev; d++)
-        if (!v->blobs[d])
-            return 0;
-    return 1;
-}
+int dt__lw_bcast_wanted(const dt__lower *L, const dt__tval *out) { return dt__lw_bcast_out(L, out); }
 
 /* Whether node inputs `in` and output `out` may be lowered as one record
  * (`checked`: the caller found every device's input blocks its own). */
 static int eligible(const dt__lower *L, const dt__tval *out, dt__tval *const *in, int n_in, int checked) {
     const dt_mesh *mesh = out->meta.mesh;
-    if (!dt__lw_bcast_wanted(L, out))
+    if (!dt__lw_bcast_out(L, out))
         return 0;
     for (int j = 0; j < n_in; j++) {
         const dt__meta *m = &in[j]->meta;

@@ -52,7 +52,7 @@
  * mesh: a mesh dt__lw_bcast would share, the in-process comm, a kind whose
  * ranks differ only by rank. */
 static int coll_wanted(const dt__lower *L, const dt_mesh *mesh, const dt__coll *c) {
-    return c && mesh->ndev >= 2 && dt__lw_bcast_mesh(L, mesh) && mesh->ndev <= DT__BCAST_POOLED &&
+    return c && mesh->ndev >= 2 && dt__lw_bcast_on(L, mesh) && mesh->ndev <= DT__BCAST_POOLED &&
            mesh->type == DT_DEVICE_CPU && c->type == DT_DEVICE_CPU &&
            (c->kind == DT_COLL_ALLREDUCE || c->kind == DT_COLL_ALLGATHER || c->kind == DT_COLL_REDUCESCATTER);
 }

@@ -10,6 +10,7 @@
 #ifndef DT_CORE_LOWER_QUEUE_H
 #define DT_CORE_LOWER_QUEUE_H
 
+#include "core/client/tensor.h"
 #include "core/controller/lower_step.h"
 #include "core/controller/replay.h"
 #include "core/controller/trace_lower.h"
@@ -18,6 +19,33 @@
 #include "core/records/graph_int.h"
 #include "core/records/kernel_rec.h"
 #include "core/worker/stream_int.h"
+
+/* dt__lw_bcast_mesh (lower.h), inline: this round takes shared records
+ * (L->bc_least), the node has not failed, nothing is recorded (explain,
+ * traces), no worker node's device has a stream (a stream made in this
+ * round may be one), and the mesh has between L->bc_least and
+ * DT__LW_BCAST_MAX_DEV devices. */
+static inline int dt__lw_bcast_on(const dt__lower *L, const dt_mesh *mesh) {
+    return L->bc_least && L->status == DT_OK && !L->g->has_remote && !dt__rec_anything() &&
+           mesh->ndev >= L->bc_least && mesh->ndev <= DT__LW_BCAST_MAX_DEV;
+}
+
+/* dt__lw_bcast_wanted (lower.h), inline: the mesh as above, a layout
+ * that is not segmented. */
+static inline int dt__lw_bcast_out(const dt__lower *L, const dt__tval *out) {
+    return dt__lw_bcast_on(L, out->meta.mesh) && !out->meta.seg.n;
+}
+
+/* 1 when value v has a blob on every device of its mesh (a group's members
+ * are all there); 0 where an earlier failure left it without. */
+static inline int dt__lw_blobs_there(const dt__tval *v) {
+    if (!v->blobs)
+        return 0;
+    for (int64_t d = 0; !v->grp && d < v->meta.mesh->ndev; d++)
+        if (!v->blobs[d])
+            return 0;
+    return 1;
+}
 
 /* Puts s on the round's list of streams the flush hands over. */
 static inline void dt__lw_stream_dirty(dt_graph *g, dt__stream *s) {

@@ -170,15 +170,19 @@ void dt__lw_step_close(dt_graph *g) {
         return;
     }
     atomic_init(&st->left, st->n);
+    const char *opname = dt__step_img_at(st, 0)->bc.img->opname;
     for (int d = 0; d < st->n; d++) {
         /* Its kernels' numbers there: the base's successors (step_open). */
         st->ss[d]->appended += (uint64_t)st->k;
+        /* One assignment, the rest zero (no string instruction, slow to
+         * start for so few bytes). */
+        *dt__step_slot(st, d) = (dt__krec){
+            .kop = DT_KC_STEP,
+            .handle = st,
+            .rank = st->k, /* its kernels, for the backlog's count */
+            .opname = opname,
+        };
         dt__krec *slot = dt__step_slot(st, d);
-        memset(slot, 0, DT__BCAST_SLOT);
-        slot->kop = DT_KC_STEP;
-        slot->handle = st;
-        slot->rank = st->k; /* its kernels, for the backlog's count */
-        slot->opname = dt__step_img_at(st, 0)->bc.img->opname;
         /* Linked, not counted: its kernels were counted as they came. */
         dt__lw_stream_put(g, st->ss[d], slot);
     }
@@ -277,6 +281,7 @@ static inline __attribute__((always_inline)) dt__krec *step_image(dt__lower *L, 
      * attributes), asked for now: the allocation was last read by the
      * workers (a reused run) or never touched (a new one). */
     const uint8_t *next = (const uint8_t *)dt__step_img_at(st, st->k);
+#pragma GCC unroll 8
     for (size_t o = 0; o < DT__STEP_IMG_HDR + offsetof(dt__krec, attr) + DT_CACHE_LINE; o += DT_CACHE_LINE)
         __builtin_prefetch(next + o, 1, 3);
     return img;
@@ -312,7 +317,7 @@ int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const ch
 
 int dt__lw_step_replay(dt__lower *L, const dt__node *n, const dt__step_tpl *t) {
     dt__tval *out = n->out;
-    if (!dt__lw_bcast_wanted(L, out))
+    if (!dt__lw_bcast_out(L, out))
         return 0;
     dt__tval *in[DT_MAX_OP_INPUTS];
     for (int j = 0; j < t->n_in; j++)
