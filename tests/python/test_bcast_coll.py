@@ -29,7 +29,7 @@ from dtorch import Partial, Replicate, Shard
 from dtorch.test.probes import Gate, bcast, bgroup, graph_stats, held_controller, replay, step
 from dtorch.test.test_util import genuine_partial, local_values
 
-from helpers import CPU2, CPU3, CPU2x2, assert_equal_everywhere, bits, cancel_behind_gate, int_valued, wait_stat
+from helpers import CPU2, CPU3, CPU2x2, assert_equal_everywhere, bits, cancel_behind_gate, int_valued, settle, wait_stat
 
 R, P = Replicate(), Partial()
 CPU2x3 = dtorch.DeviceMesh("cpu", [[0, 1, 2], [3, 4, 5]], mesh_dim_names=("dp", "tp"))
@@ -219,6 +219,98 @@ class TestSameAsPerRank(unittest.TestCase):
             g.shutdown()
 
 
+def replay_stats():
+    s = graph_stats()
+    return {k: s[k] for k in ("replay_hits", "replay_misses", "bcast_collectives")}
+
+
+class TestReplayedAsTheRecord(unittest.TestCase):
+    """A node whose lowering was one shared collective (lower_coll.c, dt__lw_coll_replay) has that
+    record as its replay template: a later node of the same signature gets a copy with its own
+    sequence numbers (and, on a 2-D mesh, each slot's), reading its own input's group, without being
+    lowered. Each step is a fresh genuine Partial (or Shard) input, scaled by a run and redistributed,
+    one controller round; replay off and on give the same bits on every device and torch's values,
+    and from the second step on the collective is replayed (no miss) and still one shared record."""
+
+    STEPS = 4
+
+    def steps(self, on, mesh, src, dst, t, scale=True):
+        out = []
+        with replay(on), bcast(True), bgroup(GROUPS), step(RUNS):
+            for i in range(self.STEPS):
+                # A new input each step, pieces of a new split; the steps' values differ.
+                ti = t + i
+                x = genuine_partial(ti, mesh, src, seed=20 + i)
+                settle()
+                s0 = replay_stats()
+                with held_controller():
+                    y = ((x * 2.0) if scale else x).redistribute(mesh, dst)
+                    z = y + 1.0  # after the collective: reads its output group
+                values = local_values(y) + local_values(z)
+                want = ti * 2.0 if scale else ti
+                assert_equal_everywhere(self, y, want)
+                assert_equal_everywhere(self, z, want + 1.0)
+                out.append((values, {k: v - s0[k] for k, v in replay_stats().items()}))
+        return out
+
+    def compare(self, mesh, src, dst, t, colls_per_step, scale=True):
+        off = self.steps(False, mesh, src, dst, t, scale)
+        on = self.steps(True, mesh, src, dst, t, scale)
+        for i, ((v_off, c_off), (v_on, c_on)) in enumerate(zip(off, on)):
+            self.assertEqual(len(v_on), len(v_off))
+            for d, (a, b) in enumerate(zip(v_on, v_off)):
+                self.assertTrue(torch.equal(bits(a), bits(b)), f"step {i}, piece {d}")
+            self.assertEqual(c_on["bcast_collectives"], c_off["bcast_collectives"], f"step {i}")
+            self.assertEqual(c_on["bcast_collectives"], colls_per_step, f"step {i}")
+            if i >= 2:  # steps 0 and 1 capture (step 1's input is made by a run the first time)
+                self.assertEqual(c_on["replay_misses"], 0, f"step {i}")
+                # Every node: the scale, the redistribution, the add.
+                self.assertEqual(c_on["replay_hits"], 3 if scale else 2, f"step {i}")
+
+    def test_1d(self):
+        for mesh in (CPU2, CPU3):
+            for dtype in (torch.float32, torch.bfloat16):
+                for src, dst in (([P], [R]), ([Shard(0)], [R]), ([Shard(1)], [R]), ([P], [Shard(0)]),
+                                 ([P], [Shard(1)])):
+                    with self.subTest(mesh=mesh, dtype=dtype, src=src, dst=dst):
+                        self.compare(mesh, src, dst, int_valued(5, 7, dtype=dtype, seed=16), 1)
+
+    def test_2d(self):
+        # Several groups: each slot's own group id and sequence number, renumbered at each replay.
+        t = int_valued(8, 6, seed=17)
+        for mesh in (CPU2x2, CPU2x3):
+            for src, dst in (([P, R], [R, R]), ([R, P], [R, R]), ([R, P], [R, Shard(1)])):
+                with self.subTest(mesh=mesh.shape, src=src, dst=dst):
+                    self.compare(mesh, src, dst, t, 1 if GROUPS else 0)
+
+    def test_adopted_input(self):
+        # The input made per device (genuine_partial's pieces, no run before it): the replay makes
+        # its group as the lowering did.
+        self.compare(CPU3, [P], [R], int_valued(5, 7, seed=18), 1, scale=False)
+
+    def test_falls_back(self):
+        # A changed shape, then shared records off, in the middle of a loop of all-reduces: that
+        # collective is lowered (per rank when off), the next ones replayed again; torch's values.
+        t = int_valued(5, 7, seed=19)
+        with replay(True), bcast(True), bgroup(True), step(True):
+            for i, rows in enumerate((5, 5, 5, 3, 5, 5, 5)):
+                ti = (t + i)[:rows]
+                with bcast(i != 5):
+                    x = genuine_partial(ti, CPU2, [P], seed=30 + i)
+                    settle()
+                    s0 = replay_stats()
+                    with held_controller():
+                        y = (x * 2.0).redistribute(CPU2, [R])
+                    assert_equal_everywhere(self, y, ti * 2.0)
+                    c = {k: v - s0[k] for k, v in replay_stats().items()}
+                if i == 3:  # a new shape: new signatures, lowered
+                    self.assertGreaterEqual(c["replay_misses"], 1)
+                if i == 5:  # off: per rank, nothing shared
+                    self.assertEqual(c["bcast_collectives"], 0)
+                if i in (2, 6):
+                    self.assertEqual((c["replay_misses"], c["bcast_collectives"]), (0, 1), f"step {i}")
+
+
 class TestSwitches(unittest.TestCase):
     """The comparisons again in a child process under each switch."""
 
@@ -227,7 +319,7 @@ class TestSwitches(unittest.TestCase):
             self.skipTest("already the child")
         here = os.path.dirname(os.path.abspath(__file__))
         r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                            os.path.abspath(__file__), "-k", "SameAsPerRank"],
+                            os.path.abspath(__file__), "-k", "SameAsPerRank or ReplayedAsTheRecord"],
                            cwd=here, env=dict(os.environ, **env), capture_output=True, text=True, timeout=600)
         self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
         self.assertIn("passed", r.stdout)

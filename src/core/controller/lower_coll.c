@@ -79,12 +79,19 @@ static void record_drop(dt__bcast *b) {
     dt__bcast_unref(b);
 }
 
-/* Numbers the collective: one sequence number of each group, packed into
- * the image (the first group's) and, with several groups, into each slot's
- * ids after the attributes. */
+/* Numbers the collective: one sequence number of each group, the first
+ * group's id and number in the image's first 16 bytes (as dt__coll_pack
+ * puts them; c NULL: the attributes are there already, a replay's copy)
+ * and, with several groups, each slot's in the ids after the attributes. */
 static void coll_number(const dt__lw_cdim *cd, const dt__coll *c, dt__bcast *b) {
     uint64_t id0 = 0, seq0 = dt__lw_coll_seq(cd, 0, &id0);
-    dt__coll_pack(c, id0, seq0, b->img->attr);
+    if (c) {
+        dt__coll_pack(c, id0, seq0, b->img->attr);
+    } else {
+        uint8_t *p = b->img->attr;
+        dt__le_put(&p, id0, 8);
+        dt__le_put(&p, seq0, 8);
+    }
     if (!b->coll_ids)
         return;
     uint8_t *ids = b->img->attr + b->img->alen;
@@ -111,20 +118,15 @@ static void close_run_on(dt_graph *g, const dt__lw_cdim *cd) {
         }
 }
 
-int dt__lw_coll_groups(dt__lower *L, const dt_mesh *mesh, int md, int stream_kind, const dt__coll *c,
-                       dt__bgroup *in, dt__bgroup **out, const char *opname) {
+/* The shared record of a collective over mesh dim md (cd its streams and
+ * groups, ng groups), attributes packed from c or (c NULL) copied from
+ * template t, reading group `in` (the caller's hold moves into it), making
+ * *out. 1 (L->status set on a failure). */
+static int coll_emit(dt__lower *L, const dt__lw_cdim *cd, int ng, int md, int stream_kind, const dt__coll *c,
+                     const dt__coll_tpl *t, dt__bgroup *in, dt__bgroup **out, const char *opname) {
     dt_graph *g = L->g;
-    int ng = (int)(mesh->ndev / mesh->shape[md]);
-    if (!in || !coll_wanted(L, mesh, c) || c->n != mesh->shape[md] ||
-        !atomic_load_explicit(&g->bgroup, memory_order_relaxed))
-        return 0;
-    size_t alen = dt__coll_attr_size(c), ids = ng > 1 ? (size_t)mesh->ndev * IDS_BYTES : 0;
-    if (alen + ids > DT__KATTR_PACK_MAX)
-        return 0; /* more than a worker instantiates on its stack */
-    const dt__lw_cdim *cd = dt__lw_coll_dim(L, mesh, md, stream_kind);
-    if (!cd)
-        return 0; /* L->status set, or a worker node's device: the per-rank path */
     int n = cd->n;
+    size_t alen = c ? dt__coll_attr_size(c) : t->alen, ids = ng > 1 ? (size_t)n * IDS_BYTES : 0;
     dt__bcast *b = coll_record(L, cd, alen, ids, opname);
     dt__runev *ev = b ? dt__runev_new(g->ctl_pools, n) : NULL;
     dt__bgroup *gr = ev ? dt__bgroup_new(g->ctl_pools, n, cd->be, DT__BGROUP_REFS) : NULL;
@@ -135,10 +137,14 @@ int dt__lw_coll_groups(dt__lower *L, const dt_mesh *mesh, int md, int stream_kin
         }
         if (b)
             record_drop(b);
+        if (!c)
+            dt__lw_group_drop(g, in); /* the hold the caller gave */
         dt__lw_fail(L, DT_ENOMEM, "out of memory (collective)");
         return 1;
     }
     close_run_on(g, cd);
+    if (!c)
+        memcpy(b->img->attr, t->attr, alen);
     coll_number(cd, c, b);
     b->gin[0] = in; /* the caller's hold moves into the record */
     /* The output's events by number: kernel 0 after each stream's count. */
@@ -146,8 +152,8 @@ int dt__lw_coll_groups(dt__lower *L, const dt_mesh *mesh, int md, int stream_kin
     gr->ev = ev;
     gr->kidx = 0;
     dt__blob **pin = dt__bgroup_ptrs(in), **pout = dt__bgroup_ptrs(gr);
-    if (g->replay_cap) /* a node being captured: its template has no records of its own */
-        dt__replay_uncapturable(g->replay_cap);
+    if (g->replay_cap && c) /* a node being captured: the record may be its template */
+        dt__replay_note_coll(g->replay_cap, md, stream_kind, b->img->attr, (uint32_t)alen, in, gr);
     for (int d = 0; d < n; d++) {
         dt__stream *s = cd->ss[d];
         dt__krec *slot = dt__bcast_slot(b, d);
@@ -162,6 +168,47 @@ int dt__lw_coll_groups(dt__lower *L, const dt_mesh *mesh, int md, int stream_kin
     /* One per group, as the per-rank path counts (dt_debug_collectives_lowered). */
     atomic_fetch_add_explicit(&dt__collectives_lowered, ng, memory_order_relaxed);
     atomic_fetch_add_explicit(&g->bcast_colls, 1, memory_order_relaxed);
+    return 1;
+}
+
+int dt__lw_coll_groups(dt__lower *L, const dt_mesh *mesh, int md, int stream_kind, const dt__coll *c,
+                       dt__bgroup *in, dt__bgroup **out, const char *opname) {
+    dt_graph *g = L->g;
+    int ng = (int)(mesh->ndev / mesh->shape[md]);
+    if (!in || !coll_wanted(L, mesh, c) || c->n != mesh->shape[md] ||
+        !atomic_load_explicit(&g->bgroup, memory_order_relaxed))
+        return 0;
+    size_t alen = dt__coll_attr_size(c), ids = ng > 1 ? (size_t)mesh->ndev * IDS_BYTES : 0;
+    if (alen + ids > DT__KATTR_PACK_MAX)
+        return 0; /* more than a worker instantiates on its stack */
+    const dt__lw_cdim *cd = dt__lw_coll_dim(L, mesh, md, stream_kind);
+    if (!cd)
+        return 0; /* L->status set, or a worker node's device: the per-rank path */
+    return coll_emit(L, cd, ng, md, stream_kind, c, NULL, in, out, opname);
+}
+
+int dt__lw_coll_replay(dt__lower *L, const dt__node *n, const dt__coll_tpl *t) {
+    dt_graph *g = L->g;
+    dt__tval *src = n->in[0], *dst = n->out;
+    const dt_mesh *mesh = src->meta.mesh;
+    /* What the capture's lowering asked that the signature does not hold:
+     * the switches (coll_wanted, dt__lw_coll_groups), and blobs on every
+     * device of the input (dt__lower_redistribute, src/ops/redistribute.c). */
+    if (!dt__lw_bcast_on(L, mesh) || !atomic_load_explicit(&g->bgroup, memory_order_relaxed) || dst->blobs)
+        return 0;
+    dt__bgroup *in = dt__lw_group_of_all(g, src);
+    if (!in)
+        return 0;
+    const dt__lw_cdim *cd = dt__lw_coll_dim(L, mesh, t->md, t->stream_kind);
+    if (!cd)
+        return 0;        /* L->status set (the lowering reports it again), or a worker node's device */
+    dt__bgroup_hold(in); /* the record's, as the plan's was */
+    dt__bgroup *out = NULL;
+    coll_emit(L, cd, (int)(mesh->ndev / mesh->shape[t->md]), t->md, t->stream_kind, NULL, t, in, &out, NULL);
+    if (out) {
+        dst->grp = out; /* its one hold, the value's */
+        dst->blobs = dt__bgroup_ptrs(out);
+    }
     return 1;
 }
 

@@ -9,6 +9,7 @@
 
 #include "comm/comm.h"
 #include "core/core.h"
+#include "core/records/kernel_rec.h"
 
 /* g's comm for `type`, made on first use (any thread); NULL when out of
  * memory. */
@@ -88,6 +89,24 @@ static inline uint64_t dt__lw_coll_seq(const dt__lw_cdim *cd, int gi, uint64_t *
 struct dt__bgroup;
 int dt__lw_coll_groups(dt__lower *L, const dt_mesh *mesh, int md, int stream_kind, const dt__coll *c,
                        struct dt__bgroup *in, struct dt__bgroup **out, const char *opname);
+
+/* A collective replay template (docs/decisions.md, "A collective replayed
+ * as its record"): what dt__lw_coll_groups packed for a node whose whole
+ * lowering was that one shared record, reading the node's input 0 and
+ * making its output. The attributes' first 16 bytes (the first group's id
+ * and sequence number) are renumbered at each replay, as are the slots'. */
+typedef struct dt__coll_tpl {
+    int md, stream_kind;
+    uint32_t alen;
+    uint8_t attr[DT__KATTR_PACK_MAX];
+} dt__coll_tpl;
+
+/* Node n's collective as template t says, without lowering it: n's
+ * signature is t's capture's (replay.c checked it). Returns 1 when it took
+ * the node (L->status set on a failure), 0 when what the signature does not
+ * hold forbids it now (the switches, a tap, explain or traces, an input an
+ * earlier failure left without blobs): the caller lowers the node. */
+int dt__lw_coll_replay(dt__lower *L, const dt__node *n, const dt__coll_tpl *t);
 
 /* v's blobs as one group (dt__lw_group_of: made from its per-device blobs
  * when it has none, blob groups on); NULL when there is none to be had

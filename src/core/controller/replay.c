@@ -31,6 +31,7 @@ static void tpl_free(tpl *t) {
     dt__free(t->outs);
     dt__free(t->imgs);
     dt__free(t->img);
+    dt__free(t->coll);
     dt__free(t);
 }
 
@@ -331,11 +332,12 @@ int dt__replay_begin(dt__replay *r, dt__lower *L, const dt__node *n, int passes)
         }
         /* A run image is appended to the open run, or (what the signature
          * does not hold forbids a run now) the node is lowered as a miss. */
-        if (t->img && !dt__lw_step_replay(L, n, t->img)) {
+        if ((t->img && !dt__lw_step_replay(L, n, t->img)) ||
+            (t->coll && !dt__lw_coll_replay(L, n, t->coll))) {
             r->misses++;
             return 0;
         }
-        if (t->img ? L->status == DT_OK : apply(r, L, n, t) == DT_OK) {
+        if (t->img || t->coll ? L->status == DT_OK : apply(r, L, n, t) == DT_OK) {
             r->hits++;
             if (run)
                 r->run_hits++;
@@ -346,6 +348,7 @@ int dt__replay_begin(dt__replay *r, dt__lower *L, const dt__node *n, int passes)
     r->ncap = 0;
     r->cap_over = 0;
     r->ncap_img = 0;
+    r->ncap_coll = 0;
     L->g->replay_cap = r;
     return 2;
 }
@@ -374,6 +377,21 @@ void dt__replay_note_image(dt__replay *r, const dt__node *n, const dt__tval *out
     c->opname = img->opname;
     c->alen = img->alen;
     memcpy(c->attr, img->attr, img->alen);
+}
+
+void dt__replay_note_coll(dt__replay *r, int md, int stream_kind, const uint8_t *attr, uint32_t alen,
+                          const struct dt__bgroup *gin, const struct dt__bgroup *gout) {
+    if (r->ncap_coll++ || alen > sizeof r->cap_coll.attr) {
+        r->cap_over = 1; /* a second collective */
+        return;
+    }
+    dt__coll_tpl *c = &r->cap_coll;
+    c->md = md;
+    c->stream_kind = stream_kind;
+    c->alen = alen;
+    memcpy(c->attr, attr, alen);
+    r->cap_coll_in = gin;
+    r->cap_coll_out = gout;
 }
 
 void dt__replay_note(dt__replay *r, dt__stream *s, dt__krec *k) {
@@ -529,14 +547,23 @@ void dt__replay_end(dt__replay *r, dt__lower *L, const dt__node *n, dt_status st
     t->nsig = r->nsig;
     t->block = reads_block(n->op);
     t->hash = r->hash;
-    if (r->ncap_img && !r->cap_over && !r->ncap) {
+    int only = !r->cap_over && !r->ncap;
+    if (only && r->ncap_img && !r->ncap_coll) {
         /* One run image and nothing else: the template is the image. */
         t->img = dt__malloc(sizeof *t->img);
         if (t->img)
             memcpy(t->img, &r->cap_img, sizeof *t->img);
         t->usable = t->img != NULL;
+    } else if (only && r->ncap_coll && !r->ncap_img) {
+        /* One shared collective and nothing else, from the node's input 0
+         * (as its group) to its output: the template is the record. */
+        if (n->n_in >= 1 && (const void *)n->in[0]->grp == r->cap_coll_in &&
+            (const void *)n->out->grp == r->cap_coll_out && (t->coll = dt__malloc(sizeof *t->coll)))
+            memcpy(t->coll, &r->cap_coll, sizeof *t->coll);
+        t->usable = t->coll != NULL;
     } else {
-        t->usable = !r->cap_over && !r->ncap_img && r->ncap <= MAX_RECS && build(r, n, t) != NULL;
+        t->usable =
+            !r->cap_over && !r->ncap_img && !r->ncap_coll && r->ncap <= MAX_RECS && build(r, n, t) != NULL;
     }
     if (!t->usable) {
         /* Only the signature is kept: the next sighting lowers at once. */

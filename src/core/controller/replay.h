@@ -71,6 +71,14 @@ void dt__replay_note(dt__replay *r, dt__stream *s, dt__krec *k);
  * (replayed by dt__lw_step_replay into the open run, without lowering). */
 void dt__replay_note_image(dt__replay *r, const dt__node *n, const dt__tval *out, const dt__krec *img,
                            dt__tval *const *in);
+/* The node being captured made shared collective record `attr` (alen bytes
+ * as packed) over mesh dim md on streams of `stream_kind`, reading group
+ * gin and making group gout (core/controller/lower_coll.c): when that record
+ * is all its lowering made, from its input 0 to its output, the template is
+ * the record (replayed by dt__lw_coll_replay). */
+struct dt__bgroup;
+void dt__replay_note_coll(dt__replay *r, int md, int stream_kind, const uint8_t *attr, uint32_t alen,
+                          const struct dt__bgroup *gin, const struct dt__bgroup *gout);
 /* The node being captured made what a template cannot hold (a kernel
  * reading a blob that is no input's, a shared collective): its template
  * keeps only the signature (unusable: later sightings are lowered at once). */

@@ -74,6 +74,9 @@ typedef struct tpl {
     /* A run image (lower_step.h): the node's one kernel, appended to its
      * mesh's open run by dt__lw_step_replay; no records. */
     dt__step_tpl *img;
+    /* A collective record (lower_comm.h): the node's shared collective,
+     * replayed by dt__lw_coll_replay with new sequence numbers. */
+    dt__coll_tpl *coll;
     int block; /* the signature holds the family block (reads_block) */
     int64_t nout;
     uint64_t *sig;
@@ -131,6 +134,11 @@ struct dt__replay {
     /* Run images the capture saw (dt__replay_note_image): the first kept. */
     int ncap_img;
     dt__step_tpl cap_img;
+    /* Shared collectives the capture saw (dt__replay_note_coll): the first
+     * kept, with the groups it read and made. */
+    int ncap_coll;
+    dt__coll_tpl cap_coll;
+    const void *cap_coll_in, *cap_coll_out;
     /* Replay scratch: nrec records and fresh blobs, ncoll sequence numbers. */
     dt__krec **ks;
     dt__blob **fresh;
