@@ -108,7 +108,8 @@ OPTIN_SETTINGS=("DTORCH_REPLAY=0" "DTORCH_CHAINS=1" "DTORCH_SCHEDULE=0" "DTORCH_
     "DTORCH_CUDA_GRAPH=1 DTORCH_GRAPH_EMULATE=1")
 OPTIN_TESTS=(tests/python/test_replay.py tests/python/test_replay_runs.py tests/python/test_chain.py tests/python/test_schedule.py tests/python/test_bcast.py tests/python/test_bgroup.py tests/python/test_step.py
     tests/python/test_switches.py tests/python/test_elementwise_mesh.py tests/python/test_reduce.py
-    tests/python/test_redistribute.py tests/python/test_context_parallel.py tests/python/test_llama.py)
+    tests/python/test_redistribute.py tests/python/test_bcast_coll.py tests/python/test_context_parallel.py
+    tests/python/test_llama.py)
 # Left out: the example scripts (child processes that repeat test_llama's values) and the overlap
 # child of test_switches (DTORCH_OVERLAP is its own setting).
 OPTIN_SKIP="not test_example and not TestOverlapSwitch"

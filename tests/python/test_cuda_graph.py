@@ -166,6 +166,13 @@ class TestFallback(unittest.TestCase):
                 with held_controller():
                     x = decode_step(x, w, b, scale)
                 outs.append(x.to_torch())
+                # Each phase has one sighting that can launch (its fourth step, which needs the
+                # second step's outputs freed). Those are freed when the third step's run is done
+                # on both devices, which the read above does not wait for: a device's worker that
+                # is still finishing its slot when the other starts the next step keeps them held,
+                # and that step captures anew. A CI run on a busy machine lost every phase's one
+                # chance so (graph_launched 0); settle waits for both workers.
+                settle()
             return outs
 
         off, on, st = both(run)

@@ -21,6 +21,11 @@
  * gathers, and redistribute with blob groups off) reads and makes per-device
  * blobs, bound per slot as before.
  *
+ * Under replay, a node whose lowering was one dt__lw_coll_groups record has
+ * it as its template (dt__replay_note_coll): dt__lw_coll_replay makes the
+ * record again from the template's attributes, renumbered (coll_emit is
+ * both paths').
+ *
  * Either way every rank's group, sequence number, stream, input, output,
  * wait and event number is the one the per-rank path (dt__lw_collective,
  * lower.c) gives it, so the rendezvous, the reduction order and every

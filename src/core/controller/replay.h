@@ -80,7 +80,8 @@ struct dt__bgroup;
 void dt__replay_note_coll(dt__replay *r, int md, int stream_kind, const uint8_t *attr, uint32_t alen,
                           const struct dt__bgroup *gin, const struct dt__bgroup *gout);
 /* The node being captured made what a template cannot hold (a kernel
- * reading a blob that is no input's, a shared collective): its template
+ * reading a blob that is no input's, a run's image of a blob it made, a
+ * shared collective of per-device blobs): its template
  * keeps only the signature (unusable: later sightings are lowered at once). */
 void dt__replay_uncapturable(dt__replay *r);
 
