@@ -10,6 +10,11 @@ of the graph's meshes are the children's devices as they are. Being private, the
 only per-device-per-process graphs; every other graph keeps all its devices in this process
 (``dt_cluster_options.private_nodes``).
 
+Each child starts with the torch intra-op thread count this process has when it is started
+(``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` in its environment), which is what this process's own
+worker threads use, so that a device's bits do not depend on whether it runs in a thread or a child.
+A later ``torch.set_num_threads`` reaches children started after it only.
+
 The children are shared by every such graph of the process. When the last of those graphs
 ends (it is collected, which happens once no tensor of it is left, or the program ends), the
 graph finishes its work, the main node tells the children to stop (each exits 0), this module
@@ -27,6 +32,8 @@ import secrets
 import subprocess
 import threading
 from typing import List
+
+import torch
 
 from . import _C
 
@@ -81,7 +88,12 @@ def _start(num_devices: int) -> None:
         _listening = True
     exe = executable()
     address = _C._cluster_address()
-    env = dict(os.environ, DTORCH_CLUSTER_TOKEN=_token)
+    # Each child runs its kernels with the intra-op thread count this process's own workers use,
+    # torch's setting now (a torch.set_num_threads() before the first such graph is followed), so
+    # their bits are those of threads and of eager torch here: GEMMs and some reductions split
+    # their work by thread count and round differently per split.
+    threads = str(torch.get_num_threads())
+    env = dict(os.environ, DTORCH_CLUSTER_TOKEN=_token, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
     env.pop("DTORCH_MAIN_NODE_ADDRESS", None)
     while len(_children) < num_devices:
         k = len(_children)

@@ -192,6 +192,45 @@ CHILD = textwrap.dedent("""
 """)
 
 
+THREADS_CHILD = textwrap.dedent("""
+    import sys, torch, dtorch
+    sys.path.insert(0, sys.argv[2])
+    from dtorch import GraphOption, _processes
+    from dtorch.test.test_util import _bitwise_equal, local_values
+    from test_per_process import program
+    torch.set_num_threads(int(sys.argv[1]))
+    mesh = dtorch.DeviceMesh("cpu", [0, 1])
+    threads = program(mesh, dtorch.Graph())
+    procs = program(mesh, dtorch.Graph(GraphOption(per_device_per_process=True, num_devices=2)))
+    for (name, p, ref, _), (_, t, _, _) in zip(procs, threads):
+        for i, (u, v) in enumerate(zip(local_values(p), local_values(t))):
+            assert _bitwise_equal(u, v), (name, i)
+    for pid in _processes.pids():
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = dict(e.split(b"=", 1) for e in f.read().split(b"\\0") if b"=" in e)
+        print(env[b"OMP_NUM_THREADS"].decode(), env[b"MKL_NUM_THREADS"].decode())
+""")
+
+
+@NEEDS
+@cpu_only("the processes serve CPU devices")
+class TestThreadCount(unittest.TestCase):
+    def test_children_follow_torch_threads(self):
+        # The children take this process's torch thread count when they start (1 here, whatever
+        # the machine's default), so their blocks equal the worker threads' (which use torch's
+        # setting) bit for bit: a GEMM on this CPU gives other bits with 1 and 2 threads.
+        here = os.path.dirname(os.path.abspath(__file__))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        env.pop("OMP_NUM_THREADS", None)
+        env.pop("MKL_NUM_THREADS", None)
+        for n in (1, 2):
+            with self.subTest(threads=n):
+                r = subprocess.run([sys.executable, "-c", THREADS_CHILD, str(n), here], env=env, cwd=here,
+                                   capture_output=True, text=True, timeout=300)
+                self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
+                self.assertEqual(r.stdout.split(), [str(n)] * 4)
+
+
 @NEEDS
 @cpu_only("the processes serve CPU devices")
 class TestNoOrphans(unittest.TestCase):
