@@ -84,15 +84,17 @@ static void record_drop(dt__bcast *b) {
     dt__bcast_unref(b);
 }
 
-/* Numbers the collective: one sequence number of each group, the first
- * group's id and number in the image's first 16 bytes (as dt__coll_pack
- * puts them; c NULL: the attributes are there already, a replay's copy)
- * and, with several groups, each slot's in the ids after the attributes. */
-static void coll_number(const dt__lw_cdim *cd, const dt__coll *c, dt__bcast *b) {
+/* The image's attributes, numbered: one sequence number of each group, the
+ * first group's id and number packed from c, or (c NULL) a template's
+ * attributes `tattr` copied with them in its first 16 bytes (where
+ * dt__coll_pack puts them), and, with several groups, each slot's in the
+ * ids after the attributes. */
+static void coll_number(const dt__lw_cdim *cd, const dt__coll *c, const uint8_t *tattr, dt__bcast *b) {
     uint64_t id0 = 0, seq0 = dt__lw_coll_seq(cd, 0, &id0);
     if (c) {
         dt__coll_pack(c, id0, seq0, b->img->attr);
     } else {
+        memcpy(b->img->attr, tattr, b->img->alen);
         uint8_t *p = b->img->attr;
         dt__le_put(&p, id0, 8);
         dt__le_put(&p, seq0, 8);
@@ -124,14 +126,16 @@ static void close_run_on(dt_graph *g, const dt__lw_cdim *cd) {
 }
 
 /* The shared record of a collective over mesh dim md (cd its streams and
- * groups, ng groups), attributes packed from c or (c NULL) copied from
- * template t, reading group `in` (the caller's hold moves into it), making
- * *out. 1 (L->status set on a failure). */
+ * groups, ng groups), alen bytes of attributes packed from c or (c NULL)
+ * copied from a template's `tattr` (coll_number), reading group `in` (the
+ * caller's hold moves into it), making *out. 1; on a failure L->status is
+ * set and *out untouched (the caller keeps its hold). */
 static int coll_emit(dt__lower *L, const dt__lw_cdim *cd, int ng, int md, int stream_kind, const dt__coll *c,
-                     const dt__coll_tpl *t, dt__bgroup *in, dt__bgroup **out, const char *opname) {
+                     const uint8_t *tattr, size_t alen, dt__bgroup *in, dt__bgroup **out,
+                     const char *opname) {
     dt_graph *g = L->g;
     int n = cd->n;
-    size_t alen = c ? dt__coll_attr_size(c) : t->alen, ids = ng > 1 ? (size_t)n * IDS_BYTES : 0;
+    size_t ids = ng > 1 ? (size_t)n * IDS_BYTES : 0;
     dt__bcast *b = coll_record(L, cd, alen, ids, opname);
     dt__runev *ev = b ? dt__runev_new(g->ctl_pools, n) : NULL;
     dt__bgroup *gr = ev ? dt__bgroup_new(g->ctl_pools, n, cd->be, DT__BGROUP_REFS) : NULL;
@@ -142,15 +146,11 @@ static int coll_emit(dt__lower *L, const dt__lw_cdim *cd, int ng, int md, int st
         }
         if (b)
             record_drop(b);
-        if (!c)
-            dt__lw_group_drop(g, in); /* the hold the caller gave */
         dt__lw_fail(L, DT_ENOMEM, "out of memory (collective)");
         return 1;
     }
     close_run_on(g, cd);
-    if (!c)
-        memcpy(b->img->attr, t->attr, alen);
-    coll_number(cd, c, b);
+    coll_number(cd, c, tattr, b);
     b->gin[0] = in; /* the caller's hold moves into the record */
     /* The output's events by number: kernel 0 after each stream's count. */
     atomic_init(&ev->refs, 1);
@@ -189,7 +189,7 @@ int dt__lw_coll_groups(dt__lower *L, const dt_mesh *mesh, int md, int stream_kin
     const dt__lw_cdim *cd = dt__lw_coll_dim(L, mesh, md, stream_kind);
     if (!cd)
         return 0; /* L->status set, or a worker node's device: the per-rank path */
-    return coll_emit(L, cd, ng, md, stream_kind, c, NULL, in, out, opname);
+    return coll_emit(L, cd, ng, md, stream_kind, c, NULL, alen, in, out, opname);
 }
 
 int dt__lw_coll_replay(dt__lower *L, const dt__node *n, const dt__coll_tpl *t) {
@@ -209,11 +209,14 @@ int dt__lw_coll_replay(dt__lower *L, const dt__node *n, const dt__coll_tpl *t) {
         return 0;        /* L->status set (the lowering reports it again), or a worker node's device */
     dt__bgroup_hold(in); /* the record's, as the plan's was */
     dt__bgroup *out = NULL;
-    coll_emit(L, cd, (int)(mesh->ndev / mesh->shape[t->md]), t->md, t->stream_kind, NULL, t, in, &out, NULL);
-    if (out) {
-        dst->grp = out; /* its one hold, the value's */
-        dst->blobs = dt__bgroup_ptrs(out);
+    int ng = (int)(mesh->ndev / mesh->shape[t->md]);
+    coll_emit(L, cd, ng, t->md, t->stream_kind, NULL, t->attr, t->alen, in, &out, NULL);
+    if (!out) {
+        dt__lw_group_drop(g, in); /* failed: the record's hold goes */
+        return 1;
     }
+    dst->grp = out; /* its one hold, the value's */
+    dst->blobs = dt__bgroup_ptrs(out);
     return 1;
 }
 
@@ -255,7 +258,7 @@ int dt__lw_coll_bcast(dt__lower *L, const dt_mesh *mesh, int stream_kind, dt__co
         return 1;
     }
     close_run_on(g, cd);
-    coll_number(cd, c, b);
+    coll_number(cd, c, NULL, b);
     dt__coll_free(c);
     if (g->replay_cap)
         dt__replay_uncapturable(g->replay_cap);
