@@ -61,18 +61,30 @@ void dt__pool_fork_lock(int lock) {
     }
 }
 
+/* Moves the list's records but `keep` to the shared list as one batch:
+ * all of them (keep 0), or, when the list is full (2 * BATCH) and knows its
+ * record BATCH + 1 from the bottom, its bottom BATCH records by one cut,
+ * keeping the ones freed last (likeliest in this core's cache). Else the
+ * top n - keep records, found by walking them. */
 static void give_back(dt__pool *p, tls_list *l, int keep) {
     if (l->n <= keep)
         return;
-    free_rec *first = l->head, *last = first;
-    int moved = 1;
-    while (moved < l->n - keep) {
-        last = last->next;
-        moved++;
+    free_rec *first, *above = l->above;
+    int moved = l->n - keep;
+    if (!keep) {
+        first = l->head;
+        l->head = NULL;
+    } else if (above && moved == BATCH && l->n == 2 * BATCH) {
+        first = above->next; /* BATCH from the bottom: the batch's top */
+        above->next = NULL;
+    } else {
+        free_rec *last = first = l->head;
+        for (int i = 1; i < moved; i++)
+            last = last->next;
+        l->head = last->next;
+        last->next = NULL;
     }
-    l->head = last->next;
-    l->n -= moved;
-    last->next = NULL;
+    l->n -= moved; /* BATCH or none: the next free to BATCH + 1 sets above */
     first->n = moved;
     pthread_mutex_lock(&p->lock);
     first->next_batch = p->head;
@@ -230,6 +242,7 @@ void *dt__pool_alloc_in_slow(dt__pool *p, dt__pool_lists *mine, size_t zeroed) {
         pthread_mutex_unlock(&p->lock);
         l->head = b;
         l->n = b ? (int)b->n : 0;
+        l->above = NULL; /* a batch of more than BATCH (a thread's at its exit): not known */
     }
     if (!l->head && refill_from_slab(p, l) != 0)
         return NULL;
@@ -260,7 +273,9 @@ void dt__pool_free_in_slow(dt__pool *p, dt__pool_lists *mine, void *obj) {
     r->next = l->head;
     l->head = r;
     POISON_FREE(p, r);
-    if (++l->n >= 2 * BATCH)
+    if (++l->n == BATCH + 1)
+        l->above = r;
+    if (l->n >= 2 * BATCH)
         give_back(p, l, BATCH);
 }
 

@@ -71,6 +71,16 @@ void dt__pool_free_in_slow(dt__pool *p, dt__pool_lists *mine, void *obj);
 typedef struct dt__pool_list {
     void *head;
     int n;
+    /* The record DT__POOL_BATCH + 1 from the list's bottom, set by the
+     * free that makes it so, so that a full list hands its bottom batch
+     * (this record's successors) to the shared list by one cut, without
+     * walking records another core may have evicted (pool.c, give_back).
+     * A record's place from the bottom does not change while it is on the
+     * list, and the list grows one record at a time but for a refill
+     * (which clears this: NULL, not known) and shrinks below that place
+     * before it can grow past it again, so whenever n > BATCH the record
+     * here is the one at that place, or NULL. */
+    void *above;
 } dt__pool_list;
 struct dt__pool_lists {
     int registered;
@@ -125,7 +135,8 @@ static inline void dt__pool_free_in(dt__pool *p, dt__pool_lists *mine, void *obj
     }
     *(void **)obj = l->head;
     l->head = obj;
-    l->n++;
+    if (++l->n == DT__POOL_BATCH + 1)
+        l->above = obj;
 }
 
 /* Takes (1) or drops (0) every pool's lock, around fork() (graph.c). */

@@ -3,7 +3,8 @@
  * requested prefix zeroed), distinct while live, cache-line aligned outside
  * the sanitizer builds (which use malloc directly), freed on one thread and
  * reused on another, and more pools than the thread-local table holds still
- * give records of their own size.
+ * give records of their own size. A thread's list hands whole batches to
+ * the shared list without losing or doubling a record.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -126,10 +127,130 @@ static void test_many_pools(void) {
             dt__pool_free(&many[i], got[i][k]);
 }
 
+/* One thread's walk of allocations and frees, through the calls and the
+ * inline forms, that takes its list across BATCH + 1 and 2 * BATCH many
+ * times (each crossing of 2 * BATCH hands a batch to the shared list, by
+ * the cut or the walk). Its own pool, first taken to exactly M records (M
+ * a multiple of the slabs' BATCH): with fewer than M live there is always a
+ * free one, so every record handed out later is one of those M (a record
+ * lost by a wrong cut would force a new slab) and none is handed out twice
+ * (a record both kept and moved). Sanitizer builds allocate directly: only
+ * the second holds there. */
+static dt__pool walk_pool = DT__POOL_INIT(sizeof(rec));
+
+static void test_batches_by_cut(void) {
+    enum { M = 6 * DT__POOL_BATCH };
+    void **live = calloc(M, sizeof *live), **first = calloc(M, sizeof *first);
+    dt__pool_lists *mine = dt__pool_my_lists();
+    for (int i = 0; i < M; i++)
+        live[i] = first[i] = dt__pool_alloc(&walk_pool);
+    int nlive = M, foreign = 0, twice = 0;
+    uint32_t x = 12345;
+    /* Bursts of frees and allocations of random length, alternating. */
+    for (int step = 0; step < 4000; step++) {
+        x = x * 1103515245u + 12345u;
+        int burst = 1 + (int)((x >> 16) % (3 * DT__POOL_BATCH / 2));
+        int freeing = step % 2 == 0;
+        for (int b = 0; b < burst; b++) {
+            int inl = (x >> (b % 13)) & 1;
+            if (freeing && nlive > 0) {
+                int i = (int)((x >> 8) % (uint32_t)nlive);
+                void *r = live[i];
+                live[i] = live[--nlive];
+                ((rec *)r)->words[5] = 0xfeed; /* dirty past the free list's words */
+                if (inl)
+                    dt__pool_free_in(&walk_pool, mine, r);
+                else
+                    dt__pool_free(&walk_pool, r);
+            } else if (!freeing && nlive < M) {
+                rec *r = inl ? dt__pool_alloc_in(&walk_pool, mine, sizeof(rec)) : dt__pool_alloc(&walk_pool);
+                CHECK(r != NULL && all_zero(r, sizeof *r));
+                for (int j = 0; j < nlive; j++)
+                    twice += live[j] == r;
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+                int known = 0;
+                for (int j = 0; j < M && !known; j++)
+                    known = first[j] == r;
+                foreign += !known;
+#endif
+                live[nlive++] = r;
+            }
+        }
+    }
+    CHECK_EQ(twice, 0);
+    CHECK_EQ(foreign, 0);
+    while (nlive > 0)
+        dt__pool_free_in(&walk_pool, mine, live[--nlive]);
+    free(live);
+    free(first);
+}
+
+/* A batch of more than BATCH on the shared list (a thread's records at its
+ * exit): the thread that takes it cannot know its record BATCH + 1 from the
+ * bottom, so when it fills its list it hands a batch over by walking, not
+ * by cutting at the record it knew before (taken since). */
+static dt__pool exit_pool = DT__POOL_INIT(sizeof(rec));
+static void *exit_recs[100];
+
+static void *exit_freer(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 100; i++)
+        dt__pool_free(&exit_pool, exit_recs[i]);
+    return NULL; /* its list of 100 goes to the shared list whole */
+}
+
+static void test_exit_batch(void) {
+    enum { M = 6 * DT__POOL_BATCH };
+    void **live = calloc(M, sizeof *live), **first = calloc(M, sizeof *first);
+    for (int i = 0; i < M; i++)
+        live[i] = first[i] = dt__pool_alloc(&exit_pool);
+    /* This thread's list to BATCH + 1 and back to empty: the record it
+     * knew at BATCH + 1 is live again. */
+    for (int i = 0; i <= DT__POOL_BATCH; i++)
+        dt__pool_free(&exit_pool, live[M - 1 - i]);
+    for (int i = 0; i <= DT__POOL_BATCH; i++)
+        live[M - 1 - i] = dt__pool_alloc(&exit_pool);
+    for (int i = 0; i < 100; i++)
+        exit_recs[i] = live[i];
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, exit_freer, NULL), 0);
+    pthread_join(t, NULL);
+    /* One taken (the list refilled with the 100), then enough freed to
+     * fill it (not the live record it knew): a batch goes to the shared
+     * list. */
+    enum { REST = 100 + 2 * DT__POOL_BATCH - 99 };
+    live[0] = dt__pool_alloc(&exit_pool);
+    for (int i = 100; i < REST; i++)
+        dt__pool_free(&exit_pool, live[i]);
+    /* Everything back, then taken again: M distinct records, each one of
+     * the first M. */
+    dt__pool_free(&exit_pool, live[0]);
+    for (int i = REST; i < M; i++)
+        dt__pool_free(&exit_pool, live[i]);
+    int nlive = 0;
+    for (int i = 0; i < M; i++)
+        live[i] = dt__pool_alloc(&exit_pool);
+    for (int i = 0; i < M; i++) {
+        int known = 0;
+        for (int j = 0; j < M && !known; j++)
+            known = first[j] == live[i];
+        nlive += known;
+        for (int j = 0; j < i; j++)
+            CHECK(live[j] != live[i]);
+    }
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    CHECK_EQ(nlive, M);
+#endif
+    free(live);
+    free(first);
+}
+
 int main(void) {
     test_zeroed_and_distinct();
     test_cross_thread();
     test_many_pools();
+    test_batches_by_cut();
+    test_exit_batch();
     if (failures) {
         fprintf(stderr, "test_pool: %d failure(s)\n", failures);
         return 1;

@@ -207,16 +207,69 @@ class TestOneBlobTwoGroups(unittest.TestCase):
         """x and a view of it made one record per device hold the same blobs; a run image reading
         both adopts each into a group of its own. A per-device template of x * v (one blob twice) must
         not serve x * z, whose group holds other blobs."""
-        tx, tz = int_valued(6, 4, seed=7), int_valued(6, 4, seed=8)
+        for together, width in ((True, 4), (False, 3)):
+            # together: the run image reads x and v in one kernel (the signature's template then is
+            # that image); else each alone, so the per-device x * v below is the template. Widths
+            # no other test uses.
+            with self.subTest(together=together):
+                tx, tz = int_valued(6, width, seed=7), int_valued(6, width, seed=8)
+                with replay(True), bgroup(True), step(True):
+                    with bcast(False):
+                        x = dtorch.from_torch(tx, CPU2, [Shard(0)])
+                        v = x.view(6, width)  # per device: the same blob as x's
+                        z = dtorch.from_torch(tz, CPU2, [Shard(0)])
+                    with bcast(True):
+                        settle()
+                        if together:
+                            assert_equal_everywhere(self, (x * v) + (z * 1.0), tx * tx + tz)  # groups adopted
+                        else:
+                            assert_equal_everywhere(self, (x * 1.0 + v * 1.0) + (z * 1.0), tx + tx + tz)
+                        settle()
+                    self.check_not_served(x, v, z, tx, tz)
+
+    def test_own_group_and_a_view_of_it(self):
+        """x made by a run (its group's own members) and a view of it made one record per device,
+        adopted when a run reads it or not: either way the view holds x's members, so it is not
+        loose (replay_sig.c's short form for blobs that share nothing with own groups). A per-device
+        template of x * v must not serve x * z (z's blobs its own). Widths no other test uses, so
+        no other template answers."""
+        for adopt, width in ((True, 5), (False, 7)):
+            with self.subTest(adopted=adopt):
+                tx, tz = int_valued(6, width, seed=11), int_valued(6, width, seed=12)
+                with replay(True), bgroup(True), step(True):
+                    with bcast(True):
+                        x = dtorch.from_torch(tx, CPU2, [Shard(0)]) * 1.0
+                        settle()  # lowered in a round that takes shared records
+                    with bcast(False):
+                        v = x.view(6, width)  # per device: x's members
+                        z = dtorch.from_torch(tz, CPU2, [Shard(0)])
+                    if adopt:
+                        with bcast(True):
+                            settle()
+                            assert_equal_everywhere(self, (v * 1.0) + (z * 1.0), tx + tz)  # runs adopt v, z
+                            settle()
+                    self.check_not_served(x, v, z, tx, tz)
+
+    def test_loose_groups_replayed(self):
+        """A run image reading a value made per device (adopted: a loose group, as a decode's weights)
+        after one a run made is replayed on later steps (hits, no misses) with torch's values; another
+        loose group in its place is the same signature, and served with its own blobs."""
+        tx, tw, tu = int_valued(6, 4, seed=13), int_valued(6, 4, seed=14), int_valued(6, 4, seed=15)
         with replay(True), bgroup(True), step(True):
             with bcast(False):
-                x = dtorch.from_torch(tx, CPU2, [Shard(0)])
-                v = x.view(6, 4)  # per device: the same blob as x's
-                z = dtorch.from_torch(tz, CPU2, [Shard(0)])
+                w = dtorch.from_torch(tw, CPU2, [Shard(0)])
+                u = dtorch.from_torch(tu, CPU2, [Shard(0)])
             with bcast(True):
-                settle()
-                assert_equal_everywhere(self, (x * v) + (z * 1.0), tx * tx + tz)  # groups adopted
-            self.check_not_served(x, v, z, tx, tz)
+                x = dtorch.from_torch(tx, CPU2, [Shard(0)]) * 1.0
+                for i, (m, tm) in enumerate([(w, tw), (w, tw), (u, tu), (w, tw)]):
+                    settle()
+                    s0 = stats()
+                    with held_controller():
+                        y = (x + 1.0) * m
+                    assert_equal_everywhere(self, y, (tx + 1.0) * tm)
+                    if i:
+                        c = delta(stats(), s0)
+                        self.assertEqual((c["replay_hits"], c["replay_misses"]), (2, 0))
 
     def test_one_group_under_two_values(self):
         """y, a redistribution of x to its own layout, is another value holding x's group (both

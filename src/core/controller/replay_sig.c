@@ -224,6 +224,11 @@ static inline __attribute__((always_inline)) int head_same(const dt__nattr *attr
  * members (own_group): every one there, none another group's. Bit 42 is in
  * no per-device word, so the two forms never match each other. */
 #define GRP_WORD ((uint64_t)3 << 41)
+/* The same for loose blobs (loose(): every one there, none a group's
+ * member) read after inputs that are all own groups: they share no blob
+ * with them (the per-device words would each be the presence bit alone).
+ * Bit 43 is in neither other form. */
+#define LOOSE_WORD ((uint64_t)5 << 41)
 
 /* 1 when v's blobs are the members its group was made with
  * (dt__bgroup_new: all there, and none of them another such group's); an
@@ -233,6 +238,19 @@ static inline __attribute__((always_inline)) int head_same(const dt__nattr *attr
 static inline int own_group(const dt__tval *v) {
     return v->grp && v->blobs[0] ==
                          (const dt__blob *)((const uint8_t *)v->grp + DT__BGROUP_MEMBERS(v->meta.mesh->ndev));
+}
+
+/* 1 when v's blobs are all there and none a group's member: a loose
+ * adopted group (the weights a decode reads), or a value made per device
+ * that would be adopted as one (so its signature is the same before and
+ * after). */
+static inline int loose(const dt__tval *v) {
+    if (v->grp)
+        return v->grp->loose;
+    for (int64_t d = 0; d < v->meta.mesh->ndev; d++)
+        if (!v->blobs[d] || v->blobs[d]->grp)
+            return 0;
+    return 1;
 }
 
 #define PUT(x)                                                                                               \
@@ -359,20 +377,23 @@ static inline __attribute__((always_inline)) int sig_walk(dt__replay *r, const d
             PUT((uint64_t)(uint32_t)same | (uint64_t)1 << 40);
             continue;
         }
-        if (own_group(v)) {
-            /* Own groups share a blob only when they are one group: the
-             * first earlier input of v's group, if any, holds every one. */
-            int all = 1, first = -1;
-            for (int q = 0; q < j && all; q++) {
-                const dt__tval *u = n->in[q];
-                all = own_group(u);
-                if (all && first < 0 && u->grp == v->grp)
-                    first = q;
-            }
-            if (all) {
-                PUT(GRP_WORD | (uint64_t)(first + 1));
-                continue;
-            }
+        /* After inputs that are all own groups: own groups share a blob
+         * only when they are one group (the first earlier input of v's
+         * group, if any, holds every one); loose blobs share none. */
+        int all = 1, first = -1;
+        for (int q = 0; q < j && all; q++) {
+            const dt__tval *u = n->in[q];
+            all = own_group(u);
+            if (all && first < 0 && u->grp == v->grp)
+                first = q;
+        }
+        if (all && own_group(v)) {
+            PUT(GRP_WORD | (uint64_t)(first + 1));
+            continue;
+        }
+        if (all && loose(v)) {
+            PUT(LOOSE_WORD);
+            continue;
         }
         for (int64_t d = 0; d < nd; d++) {
             uint64_t w = (uint64_t)(v->blobs[d] != NULL) << 41;

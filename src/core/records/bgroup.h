@@ -83,6 +83,11 @@ typedef struct dt__bgroup {
      * when made, then only read. */
     const dt__runev *ev;
     int kidx;
+    /* An adopted group whose members are all there and none a group's own
+     * (blob.grp NULL: per-device blobs): it shares no blob with a group
+     * made with members (a replay signature's short form, replay_sig.c).
+     * Set when made, then only read; 0 for a group made with members. */
+    int loose;
     /* Every member's backend when they are all the same, else NULL (an
      * adopted group's too). Set when made. */
     const dt__backend *be_all;

@@ -113,6 +113,7 @@ dt__bgroup *dt__bgroup_new_all(dt__pool_lists *mine, int n, const dt__backend *c
     gr->pooled = pooled;
     gr->ev = NULL;
     gr->be_all = all;
+    gr->loose = 0;
     gr->ready = 0;
     if (ready)
         return gr;
@@ -142,6 +143,10 @@ dt__bgroup *dt__bgroup_adopt(dt__pool_lists *mine, int n, dt__blob *const *blobs
     gr->ev = NULL;
     gr->be_all = NULL; /* no members in the allocation */
     gr->ready = 0;
+    int loose = 1;
+    for (int d = 0; d < n && loose; d++)
+        loose = blobs[d] && !blobs[d]->grp;
+    gr->loose = loose;
     memcpy(dt__bgroup_ptrs(gr), blobs, sizeof *blobs * (size_t)n);
     return gr;
 }
