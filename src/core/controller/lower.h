@@ -28,6 +28,9 @@ struct dt__lower {
     /* The devices a mesh needs for shared records in this round, 0 when the
      * round takes none (dt__lw_bcast_round: the switches, the tap). */
     int32_t bc_least;
+    /* Runs of shared records and blob groups both on in this round
+     * (dt__lw_bcast_round; lower_step.c's step_for). */
+    int32_t step_on;
 };
 
 /* Records a lowering failure (the first one wins) with its reason in the

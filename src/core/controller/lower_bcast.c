@@ -70,6 +70,8 @@ void dt__lw_bcast_round(dt__lower *L) {
      * (a run's slot is what a worker captures, core/worker/graph_run.c). */
     int least = atomic_load_explicit(&g->cuda_graph, memory_order_relaxed) ? 1 : 2;
     L->bc_least = atomic_load_explicit(&g->bcast, memory_order_relaxed) && !g->ktap ? least : 0;
+    L->step_on = atomic_load_explicit(&g->step, memory_order_relaxed) &&
+                 atomic_load_explicit(&g->bgroup, memory_order_relaxed);
 }
 
 int dt__lw_bcast_mesh(const dt__lower *L, const dt_mesh *mesh) { return dt__lw_bcast_on(L, mesh); }

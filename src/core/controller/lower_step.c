@@ -196,8 +196,7 @@ void dt__lw_step_close(dt_graph *g) {
  * blobs already, a mesh too large, no run to be had. */
 static inline __attribute__((always_inline)) dt__step *step_for(dt__lower *L, const dt__tval *out) {
     dt_graph *g = L->g;
-    if (!atomic_load_explicit(&g->step, memory_order_relaxed) ||
-        !atomic_load_explicit(&g->bgroup, memory_order_relaxed) || out->blobs)
+    if (!L->step_on || out->blobs) /* the switches as the round began (dt__lw_bcast_round) */
         return NULL;
     const dt_mesh *mesh = out->meta.mesh;
     int n = (int)mesh->ndev;
@@ -319,11 +318,19 @@ int dt__lw_step_replay(dt__lower *L, const dt__node *n, const dt__step_tpl *t) {
     dt__tval *out = n->out;
     if (!dt__lw_bcast_out(L, out))
         return 0;
-    dt__tval *in[DT_MAX_OP_INPUTS];
-    for (int j = 0; j < t->n_in; j++)
-        if (!dt__lw_blobs_there(in[j] = n->in[t->from[j]]))
-            return 0; /* an earlier failure: the lowering reports it */
-    return step_append(L, out, t->kop, NULL, t, t->opname, in, t->n_in);
+    dt__step *st = step_for(L, out);
+    if (!st)
+        return 0;
+    /* step_append's work with each input's group found as it is checked
+     * (one pass; no template is noted: this is a hit). */
+    dt__bgroup *gin[DT_MAX_OP_INPUTS];
+    for (int j = 0; j < t->n_in; j++) {
+        dt__tval *v = n->in[t->from[j]];
+        if (!(gin[j] = v->grp) && (!dt__lw_blobs_there(v) || !(gin[j] = dt__lw_group_of(L->g, v, st->n))))
+            return 0; /* an earlier failure (the lowering reports it), or out of memory */
+    }
+    step_image(L, st, out, t->kop, NULL, t, t->opname, gin, t->n_in);
+    return 1;
 }
 
 int dt__lw_step_add_blob(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname,

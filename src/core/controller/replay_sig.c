@@ -253,6 +253,24 @@ static inline int loose(const dt__tval *v) {
     return 1;
 }
 
+/* Input j > 0 (v, no earlier input's value) as one word when the inputs
+ * before it are all own groups: own groups share a blob only when they are
+ * one group (the first earlier input of v's group, if any, holds every
+ * one); loose blobs share none. 0: signed device by device. */
+static inline uint64_t one_word(const dt__node *n, int j, const dt__tval *v) {
+    int first = -1;
+    for (int q = 0; q < j; q++) {
+        const dt__tval *u = n->in[q];
+        if (!own_group(u))
+            return 0;
+        if (first < 0 && u->grp == v->grp)
+            first = q;
+    }
+    if (own_group(v))
+        return GRP_WORD | (uint64_t)(first + 1);
+    return loose(v) ? LOOSE_WORD : 0;
+}
+
 #define PUT(x)                                                                                               \
     do {                                                                                                     \
         uint64_t x_ = (x);                                                                                   \
@@ -377,22 +395,9 @@ static inline __attribute__((always_inline)) int sig_walk(dt__replay *r, const d
             PUT((uint64_t)(uint32_t)same | (uint64_t)1 << 40);
             continue;
         }
-        /* After inputs that are all own groups: own groups share a blob
-         * only when they are one group (the first earlier input of v's
-         * group, if any, holds every one); loose blobs share none. */
-        int all = 1, first = -1;
-        for (int q = 0; q < j && all; q++) {
-            const dt__tval *u = n->in[q];
-            all = own_group(u);
-            if (all && first < 0 && u->grp == v->grp)
-                first = q;
-        }
-        if (all && own_group(v)) {
-            PUT(GRP_WORD | (uint64_t)(first + 1));
-            continue;
-        }
-        if (all && loose(v)) {
-            PUT(LOOSE_WORD);
+        uint64_t one = one_word(n, j, v);
+        if (one) {
+            PUT(one);
             continue;
         }
         for (int64_t d = 0; d < nd; d++) {
