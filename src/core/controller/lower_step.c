@@ -286,15 +286,12 @@ static inline __attribute__((always_inline)) dt__krec *step_image(dt__lower *L, 
     return img;
 }
 
-/* dt__lw_step_add (t NULL: attributes a packed) and dt__lw_step_replay (t's
- * bytes): the node's kernel appended to its mesh's open run, each input
- * named by its group (a value made per device is adopted: groups are on,
- * step_for). 1 when appended (L->status set on a failure), 0 when the
- * caller lowers the node otherwise (nothing made). */
-static inline __attribute__((always_inline)) int step_append(dt__lower *L, dt__tval *out, int kop,
-                                                             dt__kattr *a, const dt__step_tpl *t,
-                                                             const char *opname, dt__tval *const *in,
-                                                             int n_in) {
+/* The node's kernel appended to its mesh's open run, its attributes a
+ * packed, each input named by its group (a value made per device is
+ * adopted: groups are on, step_for). 1 when appended (L->status set on a
+ * failure), 0 when the caller lowers the node otherwise (nothing made). */
+int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname,
+                    dt__tval *const *in, int n_in) {
     dt_graph *g = L->g;
     dt__step *st = step_for(L, out);
     if (!st)
@@ -303,15 +300,10 @@ static inline __attribute__((always_inline)) int step_append(dt__lower *L, dt__t
     for (int j = 0; j < n_in; j++)
         if (!(gin[j] = in[j]->grp) && !(gin[j] = dt__lw_group_of(g, in[j], st->n)))
             return 0; /* out of memory: the other path */
-    const dt__krec *img = step_image(L, st, out, kop, a, t, opname, gin, n_in);
-    if (!t && img && g->replay_cap) /* capturing this node: the image is its template */
+    const dt__krec *img = step_image(L, st, out, kop, a, NULL, opname, gin, n_in);
+    if (img && g->replay_cap) /* capturing this node: the image is its template */
         dt__replay_note_image(g->replay_cap, L->node, out, img, in);
     return 1;
-}
-
-int dt__lw_step_add(dt__lower *L, dt__tval *out, int kop, dt__kattr *a, const char *opname,
-                    dt__tval *const *in, int n_in) {
-    return step_append(L, out, kop, a, NULL, opname, in, n_in);
 }
 
 int dt__lw_step_replay(dt__lower *L, const dt__node *n, const dt__step_tpl *t) {
@@ -321,7 +313,7 @@ int dt__lw_step_replay(dt__lower *L, const dt__node *n, const dt__step_tpl *t) {
     dt__step *st = step_for(L, out);
     if (!st)
         return 0;
-    /* step_append's work with each input's group found as it is checked
+    /* dt__lw_step_add's work, each input's group found as it is checked
      * (one pass; no template is noted: this is a hit). */
     dt__bgroup *gin[DT_MAX_OP_INPUTS];
     for (int j = 0; j < t->n_in; j++) {
