@@ -241,6 +241,8 @@ static void test_exit_batch(void) {
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
     CHECK_EQ(nlive, M);
 #endif
+    for (int i = 0; i < M; i++)
+        dt__pool_free(&exit_pool, live[i]);
     free(live);
     free(first);
 }
