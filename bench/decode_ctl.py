@@ -12,6 +12,14 @@ under callgrind with two `n` and divide the difference by theirs (docs/benchmark
 
 `--count` does that itself (both runs, the controller's instructions per token or per op printed);
 `--valgrind` names the valgrind binary.
+
+`--samples` profiles one run natively instead (perf, software `cpu-clock` sampling at `--freq` Hz: these
+VMs have no hardware counters): the controller thread's user-space samples but its `sched_yield` waits,
+as CPU us per token (or op) and its top functions. Natively a line another thread wrote last costs a
+miss that callgrind does not count (docs/decisions.md, "A full pool list hands over its oldest batch by
+one cut"), so the two can disagree; one run of a noisy machine is one sample, so alternate builds:
+
+    python bench/decode_ctl.py --tp 8 --n 300 --samples
 """
 
 import argparse
@@ -80,6 +88,38 @@ def count(args):
           f"instructions per {unit} (n {lo} -> {hi}: {a:,} -> {b:,})")
 
 
+def profile(args, n):
+    """One run of n under `perf record`: the controller's user samples (but its sched_yield waits) by
+    function, from `perf report`."""
+    with tempfile.TemporaryDirectory() as d:
+        data = os.path.join(d, "perf.data")
+        cmd = [args.perf, "record", "-q", "-F", str(args.freq), "-e", "cpu-clock", "-o", data, "--",
+               sys.executable, os.path.abspath(__file__), "--tp", str(args.tp), "--n", str(n), "--warm",
+               str(args.warm), "--hidden", str(args.hidden), "--layers", str(args.layers), "--vocab",
+               str(args.vocab)] + (["--ops"] if args.ops else [])
+        subprocess.run(cmd, capture_output=True, text=True, check=True)
+        rep = subprocess.run([args.perf, "report", "-i", data, "--comm", "dt-controller", "--no-children",
+                              "--sort", "dso,sym", "--stdio", "-n"], capture_output=True, text=True, check=True)
+    rows = {}
+    for line in rep.stdout.splitlines():
+        m = re.match(r"\s*[\d.]+%\s+(\d+)\s+(\S+)\s+\[(.)\]\s+(\S+)", line)
+        if m and m.group(3) != "k" and "yield" not in m.group(4):
+            rows[m.group(4)] = rows.get(m.group(4), 0) + int(m.group(1))
+    return rows
+
+
+def samples(args):
+    """Two runs (n 2 and --n), as --count: the difference per unit, and the longer run's top functions."""
+    lo, hi = profile(args, 2), profile(args, args.n)
+    total = sum(hi.values()) - sum(lo.values())
+    unit = "op" if args.ops else "token"
+    print(f"{'S1 adds' if args.ops else 'decode'} tp{args.tp}: controller {total / args.freq / (args.n - 2) * 1e6:,.1f} "
+          f"CPU us per {unit} (user samples at {args.freq} Hz but its sched_yield waits, n 2 -> {args.n}: "
+          f"{sum(lo.values())} -> {sum(hi.values())})")
+    for sym, k in sorted(hi.items(), key=lambda x: -x[1])[:12]:
+        print(f"  {100 * k / max(sum(hi.values()), 1):5.1f}%  {k:6d}  {sym}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tp", type=int, default=8)
@@ -92,9 +132,15 @@ def main():
     ap.add_argument("--count", type=int, nargs=2, metavar=("N1", "N2"),
                     help="run under callgrind with n = N1 and N2 and print the difference per unit")
     ap.add_argument("--valgrind", default="valgrind")
+    ap.add_argument("--samples", action="store_true",
+                    help="one run under perf: the controller's CPU time per unit and its top functions")
+    ap.add_argument("--freq", type=int, default=20000, help="perf's sampling rate (--samples)")
+    ap.add_argument("--perf", default="perf")
     args = ap.parse_args()
     if args.count:
         count(args)
+    elif args.samples:
+        samples(args)
     elif args.ops:
         ops(args)
     else:
