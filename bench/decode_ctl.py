@@ -66,11 +66,16 @@ def ops(args):
     dtorch.synchronize()
 
 
+def this_run(args, n):
+    """The command line of this script's plain run of n, with the caller's other settings."""
+    return [sys.executable, os.path.abspath(__file__), "--tp", str(args.tp), "--n", str(n), "--warm", str(args.warm),
+            "--hidden", str(args.hidden), "--layers", str(args.layers), "--vocab",
+            str(args.vocab)] + (["--ops"] if args.ops else [])
+
+
 def instructions(args, n, out):
     cmd = [args.valgrind, "--tool=callgrind", "--toggle-collect=dt__controller_main",
-           f"--callgrind-out-file={out}", sys.executable, os.path.abspath(__file__), "--tp", str(args.tp),
-           "--n", str(n), "--warm", str(args.warm), "--hidden", str(args.hidden), "--layers", str(args.layers), "--vocab",
-           str(args.vocab)] + (["--ops"] if args.ops else [])
+           f"--callgrind-out-file={out}"] + this_run(args, n)
     run = subprocess.run(cmd, capture_output=True, text=True, check=True)
     m = re.search(r"Collected : (\d+)", run.stderr)
     if not m:
@@ -93,10 +98,7 @@ def profile(args, n):
     function, from `perf report`."""
     with tempfile.TemporaryDirectory() as d:
         data = os.path.join(d, "perf.data")
-        cmd = [args.perf, "record", "-q", "-F", str(args.freq), "-e", "cpu-clock", "-o", data, "--",
-               sys.executable, os.path.abspath(__file__), "--tp", str(args.tp), "--n", str(n), "--warm",
-               str(args.warm), "--hidden", str(args.hidden), "--layers", str(args.layers), "--vocab",
-               str(args.vocab)] + (["--ops"] if args.ops else [])
+        cmd = [args.perf, "record", "-q", "-F", str(args.freq), "-e", "cpu-clock", "-o", data, "--"] + this_run(args, n)
         subprocess.run(cmd, capture_output=True, text=True, check=True)
         rep = subprocess.run([args.perf, "report", "-i", data, "--comm", "dt-controller", "--no-children",
                               "--sort", "dso,sym", "--stdio", "-n"], capture_output=True, text=True, check=True)
