@@ -13,8 +13,9 @@ under callgrind with two `n` and divide the difference by theirs (docs/benchmark
 `--count` does that itself (both runs, the controller's instructions per token or per op printed);
 `--valgrind` names the valgrind binary.
 
-`--samples` profiles one run natively instead (perf, software `cpu-clock` sampling at `--freq` Hz: these
-VMs have no hardware counters): the controller thread's user-space samples but its `sched_yield` waits,
+`--samples` profiles natively instead (perf, from Debian's linux-perf, which this mode alone needs and
+tools/setup.sh does not install; software `cpu-clock` sampling at `--freq` Hz: these VMs have no
+hardware counters): the controller thread's user-space samples but its `sched_yield` waits,
 as CPU us per token (or op) and its top functions. Natively a line another thread wrote last costs a
 miss that callgrind does not count (docs/decisions.md, "A full pool list hands over its oldest batch by
 one cut"), so the two can disagree; one run of a noisy machine is one sample, so alternate builds:
